@@ -1,0 +1,43 @@
+# Everything a fresh machine needs: `make demo`, `make test`, `make bench`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+export VIRTUAL_ENV := $(abspath $(VENV))
+
+.PHONY: demo test test-rust test-python build bench lint clean
+
+$(BIN)/maturin:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "maturin>=1.9,<2"
+
+# Builds the extension in release mode (cargo is incremental, so a no-op
+# rebuild takes seconds) and installs the package with its dev dependencies.
+build: $(BIN)/maturin
+	$(BIN)/maturin develop --release --extras dev --quiet
+
+demo: build
+	$(BIN)/toolsched demo
+
+test-rust:
+	cargo test --quiet
+
+test-python: build
+	$(BIN)/python -m mypy.stubtest toolsched._core
+	$(BIN)/python -m pytest
+
+test: test-rust test-python
+
+bench: build
+	cargo bench --bench plan
+	$(BIN)/python -m pytest benches --benchmark-only --benchmark-columns=min,median,mean,rounds -p no:randomly
+	$(BIN)/python benches/compare.py
+
+lint: build
+	cargo fmt --check
+	cargo clippy --features python -- -D warnings
+	$(BIN)/ruff check python tests benches examples
+	$(BIN)/mypy python/toolsched
+
+clean:
+	rm -rf $(VENV) target python/toolsched/_core*.so

@@ -1,0 +1,58 @@
+//! Planning cost of a whole turn: lookup, dedup, validation and partitioning.
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use serde_json::json;
+
+use _core::catalog::{Catalog, ToolSpec};
+use _core::plan::{prepare_turn, Arguments, CallInput};
+use _core::schedule::{plan_batches, Strategy};
+use _core::validate::Limits;
+
+fn catalog() -> Catalog {
+    let schema = json!({
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}},
+        "required": ["path"]
+    });
+    let specs = ["read_file", "grep", "edit_file", "bash"]
+        .iter()
+        .map(|name| ToolSpec {
+            name: (*name).into(),
+            aliases: vec![],
+            input_schema: schema.clone(),
+        })
+        .collect();
+    Catalog::new(specs).unwrap()
+}
+
+fn turn(count: usize) -> Vec<CallInput> {
+    let names = ["read_file", "grep", "edit_file", "bash"];
+    (0..count)
+        .map(|i| CallInput {
+            id: format!("call_{i}"),
+            name: names[i % 4].into(),
+            args: Arguments::Text(format!(r#"{{"path": "src/file_{i}.rs", "limit": {}}}"#, i % 100 + 1)),
+        })
+        .collect()
+}
+
+fn bench_plan(c: &mut Criterion) {
+    let catalog = catalog();
+    let limits = Limits::default();
+    let mut group = c.benchmark_group("plan_turn");
+    for count in [1_000usize, 100_000] {
+        let calls = turn(count);
+        group.throughput(Throughput::Elements(count as u64));
+        group.sample_size(if count > 10_000 { 10 } else { 50 });
+        group.bench_with_input(BenchmarkId::from_parameter(count), &calls, |b, calls| {
+            b.iter(|| {
+                let plan = prepare_turn(&catalog, calls, &[], &limits);
+                let safe: Vec<bool> = plan.calls.iter().map(|c| c.index % 4 < 2).collect();
+                plan_batches(Strategy::Partitioned { max_concurrency: 10 }, &safe).unwrap()
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_plan);
+criterion_main!(benches);

@@ -1,0 +1,5 @@
+import sys
+
+from toolsched.cli import main
+
+sys.exit(main())

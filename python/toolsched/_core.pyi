@@ -1,0 +1,37 @@
+"""Type stubs for the Rust engine (checked by ``python -m mypy.stubtest toolsched._core``)."""
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+class SchemaError(ValueError): ...
+class ToolNameError(ValueError): ...
+class OptionError(ValueError): ...
+class AssemblyError(RuntimeError): ...
+
+class ToolTable:
+    def __new__(cls, tools: Sequence[tuple[str, Sequence[str], Any]]) -> ToolTable: ...
+    def __len__(self) -> int: ...
+    def prepare(
+        self,
+        calls: Iterable[Any],
+        disabled: Sequence[bool],
+        *,
+        max_input_bytes: int,
+        max_input_depth: int,
+        max_errors: int,
+    ) -> tuple[list[tuple[int, int, Any, str | None, str | None]], list[tuple[int, int, bool]]]: ...
+    def check(
+        self,
+        tool: int,
+        args: Any,
+        *,
+        max_input_bytes: int,
+        max_input_depth: int,
+        max_errors: int,
+    ) -> tuple[Any, str | None]: ...
+
+def plan_batches(
+    strategy_name: str, safe: Sequence[bool], *, max_concurrency: int, size: int = 1
+) -> list[tuple[int, int, int]]: ...
+def assemble(count: int, slots: Sequence[int], results: list[Any]) -> list[Any]: ...
+def truncate(text: str, max_chars: int, *, max_lines: int | None = None, cut: str = "tail") -> tuple[str, int] | None: ...

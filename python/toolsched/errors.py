@@ -1,0 +1,62 @@
+"""Errors that toolsched users catch by name."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from toolsched._core import AssemblyError, OptionError, SchemaError, ToolNameError
+
+if TYPE_CHECKING:
+    from toolsched.results import ToolResult
+
+__all__ = [
+    "AssemblyError",
+    "OptionError",
+    "SchemaError",
+    "SemanticError",
+    "ToolCallFailed",
+    "ToolDefinitionError",
+    "ToolNameError",
+    "ToolschedError",
+    "UnknownToolError",
+]
+
+
+class ToolschedError(Exception):
+    """Base class of the errors toolsched raises on purpose."""
+
+
+class ToolDefinitionError(ToolschedError, ValueError):
+    """A tool is declared wrongly: bad metadata, a signature toolsched cannot describe."""
+
+
+class SemanticError(ToolschedError):
+    """Raised by a tool's ``validate_input`` when arguments are well-formed but unacceptable.
+
+    The message is what the model sees, so say what to change.
+    """
+
+
+class UnknownToolError(ToolschedError, LookupError):
+    """A call named a tool that does not exist (raised when ``unknown_tool="raise"``)."""
+
+    def __init__(self, message: str, *, call_id: str, tool_name: str) -> None:
+        super().__init__(message)
+        self.call_id = call_id
+        self.tool_name = tool_name
+
+
+class ToolCallFailed(ToolschedError):
+    """Raised with ``on_error="raise"``: the first failed call in model order.
+
+    ``result`` is that call's result; ``others`` are the other failed results,
+    and ``results`` every result of the turn, so nothing is lost.
+    """
+
+    def __init__(self, result: ToolResult, others: Sequence[ToolResult], results: Sequence[ToolResult]) -> None:
+        extra = f" (and {len(others)} more failed calls)" if others else ""
+        super().__init__(f"tool call {result.call_id} ({result.tool_name}) failed: {result.error}{extra}")
+        self.result = result
+        self.others = tuple(others)
+        self.results = tuple(results)

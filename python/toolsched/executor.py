@@ -1,0 +1,456 @@
+"""The executor: runs a turn's plan on anyio and answers every call exactly once."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import anyio.from_thread
+
+from toolsched import _core
+from toolsched.context import ToolContext
+from toolsched.errors import OptionError, SemanticError, ToolCallFailed, UnknownToolError
+from toolsched.events import BatchFinished, BatchStarted, Event, RunFinished, ToolFinished, ToolProgress, ToolStarted
+from toolsched.outcome import Outcome
+from toolsched.registry import ToolRegistry
+from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
+from toolsched.shaping import shape_output
+from toolsched.strategies import Partitioned, Strategy, resolve_cap
+from toolsched.tools import Tool, ToolFacts
+
+__all__ = ["Executor"]
+
+logger = logging.getLogger("toolsched")
+
+Steering = Callable[[], Sequence[Any] | None | Awaitable[Sequence[Any] | None]]
+EventCallback = Callable[[Event], Any]
+ErrorFormatter = Callable[[BaseException, ToolCall], str]
+
+# Failures of the tool itself; with on_error="raise" these end the run.
+_EXECUTION_FAILURES = frozenset({"execution_error", "timeout"})
+
+
+def format_error(exc: BaseException, call: ToolCall) -> str:
+    """The default message for a tool that raised: the exception's type and text."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class _Emitter:
+    """Delivers a run's events to plain and async callbacks, in order.
+
+    Plain callbacks run at once; async ones are awaited at the executor's next
+    checkpoint, so emitting never needs a task. Events from worker threads
+    hop back to the event loop first.
+    """
+
+    __slots__ = ("_async_sinks", "_loop_thread", "_pending", "_plain_sinks")
+
+    def __init__(self, sinks: Iterable[Callable[[Event], Any]]) -> None:
+        self._plain_sinks: list[Callable[[Event], Any]] = []
+        self._async_sinks: list[Callable[[Event], Awaitable[Any]]] = []
+        for sink in sinks:
+            (self._async_sinks if inspect.iscoroutinefunction(sink) else self._plain_sinks).append(sink)
+        self._pending: list[Event] = []
+        self._loop_thread = threading.get_ident()
+
+    def __call__(self, event: Event) -> None:
+        if threading.get_ident() != self._loop_thread:
+            anyio.from_thread.run_sync(self._deliver, event)
+        else:
+            self._deliver(event)
+
+    def _deliver(self, event: Event) -> None:
+        for sink in self._plain_sinks:
+            try:
+                sink(event)
+            except Exception:
+                logger.exception("event callback %r failed on %r", sink, event)
+        if self._async_sinks:
+            self._pending.append(event)
+
+    async def flush(self) -> None:
+        while self._pending:
+            event = self._pending.pop(0)
+            for sink in self._async_sinks:
+                try:
+                    await sink(event)
+                except Exception:
+                    logger.exception("event callback %r failed on %r", sink, event)
+
+
+class _Job:
+    """One runnable call of a turn (internal, mutable while the turn runs)."""
+
+    __slots__ = ("args", "call", "facts", "slot", "tool")
+
+    def __init__(self, slot: int, call: ToolCall, tool: Tool, facts: ToolFacts, args: Any) -> None:
+        self.slot = slot
+        self.call = call
+        self.tool = tool
+        self.facts = facts
+        self.args = args
+
+
+class _Turn:
+    """Results of one run as they complete, and what the run's calls can see."""
+
+    __slots__ = ("completed", "context", "count", "emit", "interactive", "slots")
+
+    def __init__(self, count: int, context: Any, interactive: bool, emit: _Emitter | None) -> None:
+        self.count = count
+        self.context = context
+        self.interactive = interactive
+        self.emit = emit
+        self.completed: list[ToolResult] = []
+        self.slots: list[int] = []
+
+    def record(self, slot: int, result: ToolResult) -> None:
+        self.completed.append(result)
+        self.slots.append(slot)
+        if self.emit is not None:
+            self.emit(ToolFinished(result))
+
+    def answer(self, slot: int, call: ToolCall, tool_name: str, kind: ErrorKind, message: str, batch: int | None = None) -> None:
+        """Answers a call that does not run with an error result."""
+        if self.emit is not None:
+            self.emit(ToolStarted(call.id, tool_name, batch, ran=False))
+        self.record(slot, ToolResult(call.id, tool_name, None, message, kind, True, 0.0, False, batch, False, None))
+
+    def ordered_partial(self) -> list[ToolResult]:
+        """The results recorded so far, in model order."""
+        return [result for _, result in sorted(zip(self.slots, self.completed, strict=True), key=lambda p: p[0])]
+
+    def ordered(self) -> list[ToolResult]:
+        if self.count == len(self.completed) == 1:
+            return list(self.completed)
+        ordered: list[ToolResult] = _core.assemble(self.count, self.slots, self.completed)
+        return ordered
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+class Executor:
+    """Runs the tool calls of a turn.
+
+    ``tools`` is a ``ToolRegistry`` or anything it accepts. Options:
+
+    - ``strategy``: how calls are scheduled (default ``Partitioned()``);
+    - ``on_event`` / ``on_progress``: callbacks (plain or async) for every event,
+      or for progress only;
+    - ``on_error``: ``"result"`` (a failed tool becomes an ``execution_error``
+      result) or ``"raise"`` (``ToolCallFailed`` once the failing batch settles);
+    - ``unknown_tool``: ``"result"`` or ``"raise"`` (``UnknownToolError``);
+    - ``max_input_bytes`` / ``max_input_depth`` / ``max_schema_errors``: argument limits;
+    - ``interactive``: whether a person is present (``ToolContext.interactive``);
+    - ``offload_dir``: where ``truncate="offload"`` writes full outputs;
+    - ``error_formatter``: ``(exception, call) -> message`` for failed tools.
+    """
+
+    def __init__(
+        self,
+        tools: ToolRegistry | Iterable[Tool | Callable[..., Any]],
+        *,
+        strategy: Strategy | None = None,
+        on_event: EventCallback | None = None,
+        on_progress: EventCallback | None = None,
+        on_error: Literal["result", "raise"] = "result",
+        unknown_tool: Literal["result", "raise"] = "result",
+        max_input_bytes: int = 16 * 1024 * 1024,
+        max_input_depth: int = 64,
+        max_schema_errors: int = 10,
+        interactive: bool = False,
+        offload_dir: str | Path | None = None,
+        error_formatter: ErrorFormatter = format_error,
+    ) -> None:
+        self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+        self.strategy: Strategy = Partitioned() if strategy is None else strategy
+        if not hasattr(self.strategy, "kind"):
+            raise OptionError(f"strategy must be a toolsched strategy, got {self.strategy!r}")
+        if on_error not in ("result", "raise"):
+            raise OptionError(f"on_error must be 'result' or 'raise', got {on_error!r}")
+        if unknown_tool not in ("result", "raise"):
+            raise OptionError(f"unknown_tool must be 'result' or 'raise', got {unknown_tool!r}")
+        for label, value in (
+            ("max_input_bytes", max_input_bytes),
+            ("max_input_depth", max_input_depth),
+            ("max_schema_errors", max_schema_errors),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise OptionError(f"{label} must be a positive integer, got {value!r}")
+        self.on_event = on_event
+        self.on_progress = on_progress
+        self.on_error = on_error
+        self.unknown_tool = unknown_tool
+        self.interactive = interactive
+        self.error_formatter = error_formatter
+        self.offload_dir = Path(offload_dir) if offload_dir is not None else Path(tempfile.gettempdir()) / "toolsched"
+        self._limits = {
+            "max_input_bytes": max_input_bytes,
+            "max_input_depth": max_input_depth,
+            "max_errors": max_schema_errors,
+        }
+        self._tools = tuple(self.registry)
+        self._facts = tuple(member._facts() for member in self._tools)
+
+    # -- public API -------------------------------------------------------------
+
+    async def run(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        steering: Steering | None = None,
+        context: Any = None,
+    ) -> Outcome:
+        """Runs a turn's calls; returns one result per unique call ID, in model order."""
+        return await self._run(calls, steering, context, None)
+
+    async def stream(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        steering: Steering | None = None,
+        context: Any = None,
+    ) -> AsyncIterator[Event]:
+        """Runs a turn, yielding its events as they happen; the last is ``RunFinished``.
+
+        Leaving the loop early cancels the run (wrap in ``contextlib.aclosing``
+        to make that prompt).
+        """
+        send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
+        failure: list[BaseException] = []
+
+        async def drive() -> None:
+            async with send:
+                try:
+                    outcome = await self._run(calls, steering, context, send.send_nowait)
+                except Exception as exc:
+                    failure.append(exc)
+                else:
+                    send.send_nowait(RunFinished(outcome))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(drive)
+            try:
+                async with receive:
+                    async for event in receive:
+                        yield event
+            except GeneratorExit:
+                # The consumer left: stop the run and let the task group settle.
+                group.cancel_scope.cancel()
+                return
+        if failure:
+            raise failure[0]
+
+    # -- the pipeline -------------------------------------------------------------
+
+    def _emitter(self, extra: Callable[[Event], Any] | None) -> _Emitter | None:
+        sinks: list[Callable[[Event], Any]] = []
+        if self.on_event is not None:
+            sinks.append(self.on_event)
+        if self.on_progress is not None:
+            on_progress = self.on_progress
+            if inspect.iscoroutinefunction(on_progress):
+
+                async def progress_only_async(event: Event) -> None:
+                    if isinstance(event, ToolProgress):
+                        await on_progress(event)
+
+                sinks.append(progress_only_async)
+            else:
+
+                def progress_only(event: Event) -> None:
+                    if isinstance(event, ToolProgress):
+                        on_progress(event)
+
+                sinks.append(progress_only)
+        if extra is not None:
+            sinks.append(extra)
+        return _Emitter(sinks) if sinks else None
+
+    async def _run(
+        self,
+        calls: Iterable[ToolCall],
+        steering: Steering | None,
+        context: Any,
+        extra_sink: Callable[[Event], Any] | None,
+    ) -> Outcome:
+        calls = calls if isinstance(calls, list) else list(calls)
+        for position, call in enumerate(calls):
+            if not isinstance(call, ToolCall):
+                raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
+        cap = resolve_cap(self.strategy)
+        planned, duplicate_rows = self.registry._table.prepare(calls, self.registry.disabled_mask(), **self._limits)
+        emit = self._emitter(extra_sink)
+        turn = _Turn(len(planned), context, self.interactive, emit)
+        jobs: list[_Job] = []
+        for slot, (index, tool_index, args, error_kind, message) in enumerate(planned):
+            call = calls[index]
+            if error_kind is None:
+                jobs.append(_Job(slot, call, self._tools[tool_index], self._facts[tool_index], args))
+                continue
+            if error_kind == "unknown_tool" and self.unknown_tool == "raise":
+                raise UnknownToolError(message, call_id=call.id, tool_name=call.name)
+            name = self._tools[tool_index].name if tool_index >= 0 else call.name
+            turn.answer(slot, call, name, error_kind, message)
+        duplicates = [Duplicate(calls[i].id, i, first, differ) for i, first, differ in duplicate_rows]
+
+        jobs = await self._check_semantics(jobs, turn)
+        steering_messages = await self._run_batches(jobs, turn, cap, steering)
+        if emit is not None:
+            await emit.flush()
+        return Outcome(turn.ordered(), duplicates, steering_messages)
+
+    def _context(self, job: _Job, turn: _Turn) -> ToolContext:
+        return ToolContext(job.call.id, job.tool.name, turn.context, turn.interactive, turn.emit)
+
+    async def _check_semantics(self, jobs: list[_Job], turn: _Turn) -> list[_Job]:
+        """Phase 3: each tool's ``validate_input``; a refusal answers the call."""
+        if not any(job.facts.validates_input for job in jobs):
+            return jobs
+        passed = []
+        for job in jobs:
+            if job.facts.validates_input:
+                try:
+                    await job.tool.validate_input(job.args, self._context(job, turn))
+                except SemanticError as exc:
+                    turn.answer(job.slot, job.call, job.tool.name, "semantic_error", str(exc))
+                    continue
+                except Exception as exc:
+                    message = f"input check of `{job.tool.name}` failed: {format_error(exc, job.call)}"
+                    turn.answer(job.slot, job.call, job.tool.name, "semantic_error", message)
+                    continue
+            passed.append(job)
+        return passed
+
+    def _batches(self, jobs: list[_Job], cap: int) -> list[tuple[int, int, int]]:
+        strategy = self.strategy
+        if len(jobs) <= 1:
+            return [(0, len(jobs), 1)] if jobs else []
+        safe = [self._is_safe(job) for job in jobs] if strategy.kind == "partitioned" else [False] * len(jobs)
+        size = getattr(strategy, "size", 1)
+        batches: list[tuple[int, int, int]] = _core.plan_batches(strategy.kind, safe, max_concurrency=cap, size=size)
+        return batches
+
+    @staticmethod
+    def _is_safe(job: _Job) -> bool:
+        static = job.facts.static_safe
+        if static is not None:
+            return static
+        try:
+            return bool(job.tool.is_concurrency_safe(job.args))
+        except Exception:
+            logger.warning("is_concurrency_safe of %s raised; running the call alone", job.tool.name, exc_info=True)
+            return False
+
+    async def _run_batches(
+        self, jobs: list[_Job], turn: _Turn, cap: int, steering: Steering | None
+    ) -> list[Any]:
+        for number, (start, end, concurrency) in enumerate(self._batches(jobs, cap)):
+            if number and steering is not None:
+                messages = await _maybe_await(steering())
+                if messages:
+                    for job in jobs[start:]:
+                        turn.answer(job.slot, job.call, job.tool.name, "skipped", _SKIPPED)
+                    return list(messages)
+            batch = jobs[start:end]
+            concurrent = concurrency > 1 and len(batch) > 1
+            if turn.emit is not None:
+                turn.emit(BatchStarted(number, tuple(job.call.id for job in batch), concurrent))
+            if concurrent:
+                await self._run_pool(batch, concurrency, number, turn)
+            else:
+                for job in batch:
+                    await self._execute(job, number, False, turn)
+            if turn.emit is not None:
+                turn.emit(BatchFinished(number, tuple(job.call.id for job in batch)))
+                await turn.emit.flush()
+            if self.on_error == "raise" or any(job.tool.timeout_behavior == "raise" for job in batch):
+                self._raise_failure(batch, turn)
+        return []
+
+    def _raise_failure(self, batch: list[_Job], turn: _Turn) -> None:
+        raising = {job.call.id for job in batch if self.on_error == "raise" or job.tool.timeout_behavior == "raise"}
+        failed = [
+            result
+            for result in turn.ordered_partial()
+            if result.call_id in raising
+            and result.error_kind in _EXECUTION_FAILURES
+            and (self.on_error == "raise" or result.error_kind == "timeout")
+        ]
+        if failed:
+            raise ToolCallFailed(failed[0], failed[1:], turn.ordered_partial())
+
+    async def _run_pool(self, batch: list[_Job], concurrency: int, number: int, turn: _Turn) -> None:
+        """A few workers pull the batch's calls; the current task is one of them."""
+        queue = iter(batch)
+
+        async def worker() -> None:
+            for job in queue:
+                await self._execute(job, number, True, turn)
+
+        async with anyio.create_task_group() as group:
+            for _ in range(concurrency - 1):
+                group.start_soon(worker)
+            await worker()
+
+    async def _execute(self, job: _Job, batch: int, concurrent: bool, turn: _Turn) -> None:
+        """Phases 6 to 9 for one call: execute, shape, record."""
+        tool = job.tool
+        call = job.call
+        emit = turn.emit
+        if emit is not None:
+            emit(ToolStarted(call.id, tool.name, batch))
+        ctx = self._context(job, turn) if job.facts.takes_context else None
+        error: str | None = None
+        kind: ErrorKind | None = None
+        output: Any = None
+        started = time.perf_counter()
+        try:
+            if tool.max_concurrency is not None:
+                async with job.facts.limiter():
+                    output = await self._invoke(job, ctx)
+            else:
+                output = await self._invoke(job, ctx)
+        except _Timeout:
+            kind, error = "timeout", f"`{tool.name}` did not finish within {tool.timeout} seconds"
+        except Exception as exc:
+            kind, error = "execution_error", self.error_formatter(exc, call)
+        duration_ms = (time.perf_counter() - started) * 1000.0
+        truncated = False
+        offload_path = None
+        if kind is None:
+            output, truncated, offload_path = await shape_output(output, tool, call.id, self.offload_dir)
+        result = ToolResult(
+            call.id, tool.name, output, error, kind, kind is not None, duration_ms, concurrent, batch, truncated,
+            offload_path,
+        )
+        turn.record(job.slot, result)
+        if emit is not None:
+            await emit.flush()
+
+    async def _invoke(self, job: _Job, ctx: ToolContext | None) -> Any:
+        timeout = job.tool.timeout
+        if timeout is None:
+            return await job.facts.invoke(job.args, ctx)
+        with anyio.move_on_after(timeout):
+            return await job.facts.invoke(job.args, ctx)
+        # Only this scope's own deadline ends up here; an outer cancellation propagates.
+        raise _Timeout
+
+
+class _Timeout(Exception):
+    """A call ran past its tool's timeout (internal)."""
+
+
+_SKIPPED = "not run: the run was steered away before this call started"

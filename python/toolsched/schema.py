@@ -1,0 +1,189 @@
+"""Input schemas: built from type hints or pydantic models, and rewritten for each provider."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Union
+
+import pydantic
+
+from toolsched.errors import SchemaError, ToolDefinitionError
+
+__all__ = ["function_schema", "inline_refs", "model_schema", "strict_schema", "to_gemini_schema"]
+
+JsonSchema = dict[str, Any]
+
+# Parameters that receive the run's context instead of an argument from the model.
+CONTEXT_PARAMETER = "ctx"
+
+_NATIVE = (str, int, float, bool, type(None), dict, list, Any)
+
+
+def _is_json_native(annotation: Any) -> bool:
+    """Whether values of this type arrive from JSON already as the Python type."""
+    if annotation in _NATIVE or annotation is inspect.Parameter.empty:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _is_json_native(typing.get_args(annotation)[0])
+    if origin is Literal:
+        return True
+    if origin in (list, dict, Union, types.UnionType, Mapping) or origin is typing.Union:
+        return all(_is_json_native(arg) for arg in typing.get_args(annotation))
+    return False
+
+
+def _strip_titles(schema: Any) -> Any:
+    """Removes pydantic's generated ``title`` keys (noise for a model); keeps property names intact."""
+    if isinstance(schema, dict):
+        cleaned = {}
+        for key, value in schema.items():
+            if key == "title" and isinstance(value, str):
+                continue
+            if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+                cleaned[key] = {name: _strip_titles(sub) for name, sub in value.items()}
+            else:
+                cleaned[key] = _strip_titles(value)
+        return cleaned
+    if isinstance(schema, list):
+        return [_strip_titles(item) for item in schema]
+    return schema
+
+
+def model_schema(model: type[pydantic.BaseModel]) -> JsonSchema:
+    """The JSON Schema of a pydantic model's fields, with ``$ref`` inlined."""
+    return inline_refs(_strip_titles(model.model_json_schema()))
+
+
+def function_schema(
+    fn: Callable[..., Any],
+) -> tuple[JsonSchema, type[pydantic.BaseModel] | None, bool]:
+    """Describes ``fn``'s parameters as a JSON Schema.
+
+    Returns the schema, a pydantic model to coerce arguments with when some
+    parameter is not a plain JSON type (else None), and whether ``fn`` takes ``ctx``.
+    """
+    try:
+        signature = inspect.signature(fn)
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except (NameError, TypeError, ValueError) as exc:
+        raise ToolDefinitionError(f"cannot read the signature of {fn!r}: {exc}") from exc
+    fields: dict[str, Any] = {}
+    wants_ctx = False
+    open_ended = False
+    for name, parameter in signature.parameters.items():
+        if name == CONTEXT_PARAMETER:
+            wants_ctx = True
+            continue
+        if parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            open_ended = True
+            continue
+        if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY):
+            raise ToolDefinitionError(f"tool function {fn.__name__}: parameter `{name}` must be passable by keyword")
+        annotation = hints.get(name, Any)
+        default = ... if parameter.default is inspect.Parameter.empty else parameter.default
+        fields[name] = (annotation, default)
+    config = pydantic.ConfigDict(extra="allow" if open_ended else "forbid", arbitrary_types_allowed=False)
+    try:
+        model = pydantic.create_model(f"{fn.__name__}_arguments", __config__=config, **fields)
+        schema = model_schema(model)
+    except (pydantic.PydanticSchemaGenerationError, pydantic.errors.PydanticUserError, TypeError) as exc:
+        raise ToolDefinitionError(f"tool function {fn.__name__}: cannot describe its parameters: {exc}") from exc
+    schema.setdefault("properties", {})
+    schema["type"] = "object"
+    native = all(_is_json_native(annotation) for annotation, _ in fields.values())
+    return schema, None if native else model, wants_ctx
+
+
+def inline_refs(schema: JsonSchema) -> JsonSchema:
+    """Replaces local ``$ref``s to ``$defs`` by their targets.
+
+    Recursive definitions cannot be inlined: they raise ``SchemaError``.
+    """
+    defs: dict[str, Any] = {**schema.get("definitions", {}), **schema.get("$defs", {})}
+    if not defs and "$ref" not in str(schema):
+        return schema
+
+    def resolve(node: Any, trail: tuple[str, ...]) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith(("#/$defs/", "#/definitions/")):
+                name = ref.rsplit("/", 1)[1]
+                if name in trail:
+                    raise SchemaError(f"schema definition `{name}` is recursive and cannot be inlined")
+                if name not in defs:
+                    raise SchemaError(f"schema refers to `{ref}`, which is not defined")
+                target = resolve(copy.deepcopy(defs[name]), (*trail, name))
+                siblings = {k: resolve(v, trail) for k, v in node.items() if k != "$ref"}
+                return {**target, **siblings}
+            return {k: resolve(v, trail) for k, v in node.items() if k not in ("$defs", "definitions")}
+        if isinstance(node, list):
+            return [resolve(item, trail) for item in node]
+        return node
+
+    resolved: JsonSchema = resolve(schema, ())
+    return resolved
+
+
+def strict_schema(schema: JsonSchema) -> JsonSchema:
+    """OpenAI strict form: every object closed, every property required (optional ones nullable)."""
+
+    def transform(node: Any) -> Any:
+        if isinstance(node, list):
+            return [transform(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        node = {k: transform(v) for k, v in node.items() if k != "default"}
+        if node.get("type") == "object" or "properties" in node:
+            properties: dict[str, Any] = node.get("properties", {})
+            required = set(node.get("required", []))
+            node["properties"] = {
+                name: sub if name in required else _nullable(sub) for name, sub in properties.items()
+            }
+            node["required"] = list(properties)
+            node["additionalProperties"] = False
+        return node
+
+    result: JsonSchema = transform(inline_refs(schema))
+    return result
+
+
+def _nullable(schema: Any) -> Any:
+    if not isinstance(schema, dict):
+        return schema
+    kind = schema.get("type")
+    if isinstance(kind, str) and kind != "null":
+        return {**schema, "type": [kind, "null"]}
+    if isinstance(kind, list) and "null" not in kind:
+        return {**schema, "type": [*kind, "null"]}
+    if "anyOf" in schema:
+        options = schema["anyOf"]
+        if not any(isinstance(o, dict) and o.get("type") == "null" for o in options):
+            return {**schema, "anyOf": [*options, {"type": "null"}]}
+        return schema
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+# Keywords of JSON Schema that Gemini's function declarations do not accept.
+_GEMINI_DROPPED = frozenset({"additionalProperties", "$schema", "$id", "default", "examples", "const"})
+
+
+def to_gemini_schema(schema: JsonSchema) -> JsonSchema:
+    """Gemini's OpenAPI subset: no ``additionalProperties``, ``default`` or ``$schema``."""
+
+    def transform(node: Any) -> Any:
+        if isinstance(node, list):
+            return [transform(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        cleaned = {k: transform(v) for k, v in node.items() if k not in _GEMINI_DROPPED}
+        if "const" in node:
+            cleaned["enum"] = [node["const"]]
+        return cleaned
+
+    result: JsonSchema = transform(inline_refs(schema))
+    return result

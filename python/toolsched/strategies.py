@@ -1,0 +1,85 @@
+"""Scheduling strategies. Each keeps results in model order; they differ in what overlaps."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from toolsched.errors import OptionError
+
+__all__ = ["DEFAULT_MAX_CONCURRENCY", "Batched", "Parallel", "Partitioned", "Sequential", "Strategy", "resolve_cap"]
+
+DEFAULT_MAX_CONCURRENCY = 10
+ENVIRONMENT_VARIABLE = "TOOLSCHED_MAX_CONCURRENCY"
+
+
+def _check_size(label: str, value: int | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise OptionError(f"{label} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Sequential:
+    """One call at a time; steering is checked between calls."""
+
+    kind = "sequential"
+
+
+@dataclass(frozen=True, slots=True)
+class Parallel:
+    """Every call at once, at most ``max_concurrency`` in flight."""
+
+    max_concurrency: int | None = None
+    kind = "parallel"
+
+    def __post_init__(self) -> None:
+        _check_size("Parallel(max_concurrency=...)", self.max_concurrency)
+
+
+@dataclass(frozen=True, slots=True)
+class Batched:
+    """Chunks of ``size`` calls run in parallel, chunk after chunk; steering between chunks."""
+
+    size: int
+    max_concurrency: int | None = None
+    kind = "batched"
+
+    def __post_init__(self) -> None:
+        _check_size("Batched(size=...)", self.size)
+        _check_size("Batched(max_concurrency=...)", self.max_concurrency)
+
+
+@dataclass(frozen=True, slots=True)
+class Partitioned:
+    """The default: consecutive concurrency-safe calls run together; every other call runs alone."""
+
+    max_concurrency: int | None = None
+    kind = "partitioned"
+
+    def __post_init__(self) -> None:
+        _check_size("Partitioned(max_concurrency=...)", self.max_concurrency)
+
+
+Strategy = Sequential | Parallel | Batched | Partitioned
+
+
+def resolve_cap(strategy: Strategy) -> int:
+    """The concurrency cap for a run: the strategy's argument, else the environment, else 10.
+
+    The environment variable is read when a run starts, so it can change between runs.
+    """
+    explicit = getattr(strategy, "max_concurrency", None)
+    if explicit is not None:
+        return int(explicit)
+    raw = os.environ.get(ENVIRONMENT_VARIABLE)
+    if raw is None or not raw.strip():
+        return DEFAULT_MAX_CONCURRENCY
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise OptionError(f"{ENVIRONMENT_VARIABLE} must be a positive integer, got {raw!r}")
+    return value

@@ -1,0 +1,405 @@
+"""The tool: a typed function plus the metadata the executor schedules and guards by.
+
+Every flag defaults to the fail-closed choice: not read-only, not
+concurrency-safe, unknown resources (conflicts with everything).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, overload
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+import pydantic
+
+from toolsched.context import ToolContext
+from toolsched.errors import ToolDefinitionError
+from toolsched.schema import JsonSchema, function_schema, model_schema
+
+__all__ = ["Access", "FunctionTool", "Tool", "tool"]
+
+Truncate = Literal["head", "tail", "middle", "offload"]
+Isolation = Literal["none", "process"]
+InterruptBehavior = Literal["block", "cancel"]
+TimeoutBehavior = Literal["error", "raise"]
+Args = Mapping[str, Any]
+Flag = bool | Callable[[Args], bool]
+
+DEFAULT_MAX_RESULT_CHARS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """What a call reads and writes: keys such as paths (a directory key covers what is below it)."""
+
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+
+    def __init__(self, reads: Iterable[str] = (), writes: Iterable[str] = ()) -> None:
+        for label, keys in (("reads", reads), ("writes", writes)):
+            if isinstance(keys, str):
+                raise TypeError(f"Access({label}=...) takes a collection of keys, not a single string")
+        object.__setattr__(self, "reads", tuple(reads))
+        object.__setattr__(self, "writes", tuple(writes))
+        for key in (*self.reads, *self.writes):
+            if not isinstance(key, str) or not key:
+                raise TypeError(f"resource keys must be non-empty strings, got {key!r}")
+
+
+def _judge(flag: Any, args: Args) -> bool:
+    """Evaluates a flag that is a bool or a callable of the parsed arguments."""
+    return bool(flag(args)) if callable(flag) else bool(flag)
+
+
+def _choice(tool: str, field: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ToolDefinitionError(f"tool `{tool}`: {field} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def _positive(tool: str, field: str, value: Any, *, optional: bool, integer: bool) -> None:
+    if value is None and optional:
+        return
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
+        raise ToolDefinitionError(f"tool `{tool}`: {field} must be a positive number; got {value!r}")
+
+
+class ToolFacts:
+    """What the executor needs of a tool, computed once at registration."""
+
+    __slots__ = (
+        "_limiter",
+        "input_schema",
+        "invoke",
+        "max_concurrency",
+        "static_read_only",
+        "static_safe",
+        "takes_context",
+        "validates_input",
+    )
+
+    def __init__(
+        self,
+        input_schema: JsonSchema,
+        invoke: Callable[[Args, ToolContext | None], Awaitable[Any]],
+        takes_context: bool,
+        static_safe: bool | None,
+        static_read_only: bool | None,
+        validates_input: bool,
+        max_concurrency: int | None,
+    ) -> None:
+        self.input_schema = input_schema
+        self.max_concurrency = max_concurrency
+        self._limiter: tuple[object, anyio.CapacityLimiter] | None = None
+        self.invoke = invoke
+        self.takes_context = takes_context
+        self.static_safe = static_safe
+        self.static_read_only = static_read_only
+        self.validates_input = validates_input
+
+    def limiter(self) -> anyio.CapacityLimiter:
+        """The tool's cap on calls in flight, shared by every run on the current event loop."""
+        loop = anyio.lowlevel.current_token().native_token
+        if self._limiter is None or self._limiter[0] is not loop:
+            self._limiter = (loop, anyio.CapacityLimiter(self.max_concurrency or 1))
+        return self._limiter[1]
+
+
+class Tool:
+    """Base class of tools. Subclasses set the metadata as class attributes and define ``call``.
+
+    ``async def call(self, args, ctx)`` (or a plain ``def``, run in a worker
+    thread) receives the validated arguments — the ``input_model`` instance
+    when one is set — and a ``ToolContext``.
+    """
+
+    name: str = ""
+    description: str = ""
+    input_schema: Mapping[str, Any] | None = None
+    input_model: type[pydantic.BaseModel] | None = None
+    aliases: tuple[str, ...] = ()
+    read_only: Flag = False
+    concurrency_safe: Flag = False
+    destructive: Flag = False
+    needs_approval: Flag = False
+    rule_subject: str | None = None
+    requires_user_interaction: bool = False
+    isolation: Isolation = "none"
+    interrupt_behavior: InterruptBehavior = "block"
+    timeout: float | None = None
+    timeout_behavior: TimeoutBehavior = "error"
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS
+    max_result_lines: int | None = None
+    truncate: Truncate = "tail"
+    max_concurrency: int | None = None
+    abort_siblings_on_error: bool = False
+    enabled: bool | Callable[[], bool] = True
+    should_defer: bool = False
+    always_load: bool = False
+    idempotent: bool = False
+    backend: str | None = None
+
+    _facts_cache: ToolFacts | None = None
+
+    def is_read_only(self, args: Args) -> bool:
+        """Whether this call changes no persistent state."""
+        return _judge(self.read_only, args)
+
+    def is_concurrency_safe(self, args: Args) -> bool:
+        """Whether this call may share a batch with other safe calls."""
+        return _judge(self.concurrency_safe, args)
+
+    def is_destructive(self, args: Args) -> bool:
+        """Whether this call is irreversible (delete, send, overwrite)."""
+        return _judge(self.destructive, args)
+
+    def requires_approval(self, args: Args) -> bool:
+        """Whether this call must be approved before it runs (``needs_approval``)."""
+        return _judge(self.needs_approval, args)
+
+    def resources(self, args: Args) -> Access | None:
+        """What this call reads and writes; None means unknown (conflicts with everything)."""
+        return None
+
+    def is_enabled(self) -> bool:
+        """Whether the tool is offered (and callable) this turn."""
+        return bool(self.enabled()) if callable(self.enabled) else bool(self.enabled)
+
+    async def validate_input(self, args: Args, ctx: ToolContext) -> None:
+        """Semantic checks after the schema passed; raise ``SemanticError`` to refuse."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    # -- registration ---------------------------------------------------------
+
+    def _describe_input(self) -> JsonSchema:
+        if self.input_model is not None and self.input_schema is not None:
+            raise ToolDefinitionError(f"tool `{self.name}`: set input_model or input_schema, not both")
+        if self.input_model is not None:
+            return model_schema(self.input_model)
+        if self.input_schema is not None:
+            if not isinstance(self.input_schema, Mapping):
+                raise ToolDefinitionError(f"tool `{self.name}`: input_schema must be a mapping")
+            return dict(self.input_schema)
+        raise ToolDefinitionError(f"tool `{self.name}`: set input_model or input_schema")
+
+    def _invoker(self) -> Callable[[Args, ToolContext | None], Awaitable[Any]]:
+        call = getattr(self, "call", None)
+        if call is None or not callable(call):
+            raise ToolDefinitionError(f"tool class {type(self).__name__} must define call(self, args, ctx)")
+        model = self.input_model
+        if inspect.iscoroutinefunction(call):
+
+            async def invoke_async(args: Args, ctx: ToolContext | None) -> Any:
+                return await call(model.model_validate(args) if model else args, ctx)
+
+            return invoke_async
+
+        async def invoke_in_thread(args: Args, ctx: ToolContext | None) -> Any:
+            parsed = model.model_validate(args) if model else args
+            return await anyio.to_thread.run_sync(call, parsed, ctx, abandon_on_cancel=self.timeout is not None)
+
+        return invoke_in_thread
+
+    def _takes_context(self) -> bool:
+        return True
+
+    def _facts(self) -> ToolFacts:
+        """Checks the metadata and computes what the executor needs; cached."""
+        if self._facts_cache is not None:
+            return self._facts_cache
+        name = self.name
+        if not isinstance(name, str) or not name:
+            raise ToolDefinitionError(f"{type(self).__name__} has no name")
+        if not isinstance(self.description, str):
+            raise ToolDefinitionError(f"tool `{name}`: description must be a string")
+        if isinstance(self.aliases, str):
+            raise ToolDefinitionError(f"tool `{name}`: aliases must be a collection of names, not a string")
+        _choice(name, "isolation", self.isolation, ("none", "process"))
+        _choice(name, "interrupt_behavior", self.interrupt_behavior, ("block", "cancel"))
+        _choice(name, "timeout_behavior", self.timeout_behavior, ("error", "raise"))
+        _choice(name, "truncate", self.truncate, ("head", "tail", "middle", "offload"))
+        _positive(name, "timeout", self.timeout, optional=True, integer=False)
+        _positive(name, "max_result_chars", self.max_result_chars, optional=False, integer=True)
+        _positive(name, "max_result_lines", self.max_result_lines, optional=True, integer=True)
+        _positive(name, "max_concurrency", self.max_concurrency, optional=True, integer=True)
+        cls = type(self)
+        static_safe = (
+            bool(self.concurrency_safe)
+            if cls.is_concurrency_safe is Tool.is_concurrency_safe and not callable(self.concurrency_safe)
+            else None
+        )
+        static_read_only = (
+            bool(self.read_only)
+            if cls.is_read_only is Tool.is_read_only and not callable(self.read_only)
+            else None
+        )
+        facts = ToolFacts(
+            input_schema=self._describe_input(),
+            invoke=self._invoker(),
+            takes_context=self._takes_context(),
+            static_safe=static_safe,
+            static_read_only=static_read_only,
+            validates_input=cls.validate_input is not Tool.validate_input,
+            max_concurrency=self.max_concurrency,
+        )
+        self._facts_cache = facts
+        return facts
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class FunctionTool(Tool):
+    """A tool made from a function by ``@tool``. Calling it calls the function."""
+
+    def __init__(self, fn: Callable[..., Any], **metadata: Any) -> None:
+        if not callable(fn):
+            raise ToolDefinitionError(f"@tool needs a function, got {fn!r}")
+        self.fn = fn
+        unknown = set(metadata) - _TOOL_OPTIONS
+        if unknown:
+            raise TypeError(f"@tool got unknown option(s): {', '.join(sorted(unknown))}")
+        for key, value in metadata.items():
+            if value is not None:
+                setattr(self, key, value)
+        if not metadata.get("name"):
+            self.name = getattr(fn, "__name__", "")
+        if metadata.get("description") is None:
+            self.description = inspect.getdoc(fn) or ""
+        self.aliases = tuple(metadata.get("aliases") or ())
+        functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
+        self._schema, self._coerce_model, self._wants_ctx = function_schema(fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def _describe_input(self) -> JsonSchema:
+        return self._schema
+
+    def _takes_context(self) -> bool:
+        return self._wants_ctx
+
+    def _invoker(self) -> Callable[[Args, ToolContext | None], Awaitable[Any]]:
+        fn = self.fn
+        model = self._coerce_model
+        wants_ctx = self._wants_ctx
+        abandon = self.timeout is not None
+
+        def keywords(args: Args, ctx: ToolContext | None) -> dict[str, Any]:
+            if model is None:
+                kwargs = dict(args)
+            else:
+                parsed = model.model_validate(args)
+                kwargs = {key: getattr(parsed, key) for key in args}
+            if wants_ctx:
+                kwargs["ctx"] = ctx
+            return kwargs
+
+        if inspect.iscoroutinefunction(fn):
+            if model is None and not wants_ctx:
+
+                async def invoke_plain(args: Args, ctx: ToolContext | None) -> Any:
+                    return await fn(**args)
+
+                return invoke_plain
+
+            async def invoke_async(args: Args, ctx: ToolContext | None) -> Any:
+                return await fn(**keywords(args, ctx))
+
+            return invoke_async
+
+        async def invoke_in_thread(args: Args, ctx: ToolContext | None) -> Any:
+            return await anyio.to_thread.run_sync(
+                functools.partial(fn, **keywords(args, ctx)), abandon_on_cancel=abandon
+            )
+
+        return invoke_in_thread
+
+
+_TOOL_OPTIONS = frozenset(
+    {
+        "name",
+        "description",
+        "aliases",
+        "read_only",
+        "concurrency_safe",
+        "destructive",
+        "needs_approval",
+        "resources",
+        "rule_subject",
+        "requires_user_interaction",
+        "isolation",
+        "interrupt_behavior",
+        "timeout",
+        "timeout_behavior",
+        "max_result_chars",
+        "max_result_lines",
+        "truncate",
+        "max_concurrency",
+        "abort_siblings_on_error",
+        "enabled",
+        "should_defer",
+        "always_load",
+        "idempotent",
+        "backend",
+    }
+)
+
+
+@overload
+def tool(fn: F, /) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    aliases: Iterable[str] = (),
+    read_only: Flag | None = None,
+    concurrency_safe: Flag | None = None,
+    destructive: Flag | None = None,
+    needs_approval: Flag | None = None,
+    resources: Callable[[Args], Access | None] | None = None,
+    rule_subject: str | None = None,
+    requires_user_interaction: bool | None = None,
+    isolation: Isolation | None = None,
+    interrupt_behavior: InterruptBehavior | None = None,
+    timeout: float | None = None,
+    timeout_behavior: TimeoutBehavior | None = None,
+    max_result_chars: int | None = None,
+    max_result_lines: int | None = None,
+    truncate: Truncate | None = None,
+    max_concurrency: int | None = None,
+    abort_siblings_on_error: bool | None = None,
+    enabled: bool | Callable[[], bool] | None = None,
+    should_defer: bool | None = None,
+    always_load: bool | None = None,
+    idempotent: bool | None = None,
+    backend: str | None = None,
+) -> Callable[[F], FunctionTool]: ...
+
+
+def tool(fn: Callable[..., Any] | None = None, /, **metadata: Any) -> Any:
+    """Makes a tool of a function: ``@tool`` or ``@tool(read_only=True, ...)``.
+
+    The parameters' type hints give the input schema (through pydantic); the
+    docstring gives the description. A parameter named ``ctx`` receives the
+    ``ToolContext``. Sync functions run in a worker thread.
+    """
+    if fn is not None:
+        if metadata:
+            raise TypeError("use @tool or @tool(**options), not both")
+        return FunctionTool(fn)
+
+    def decorate(fn: Callable[..., Any]) -> FunctionTool:
+        return FunctionTool(fn, **metadata)
+
+    return decorate

@@ -1,0 +1,148 @@
+//! Conversion between Python objects and JSON values, done once per turn.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use serde_json::{Map, Number, Value};
+
+use crate::validate::{InputRejection, Limits};
+
+/// Turns a Python argument object into JSON, enforcing the size and depth
+/// limits as it goes so that a huge or deeply nested object costs little.
+pub fn to_json(obj: &Bound<'_, PyAny>, limits: &Limits) -> Result<Value, InputRejection> {
+    let mut walker = Walker { limits, bytes: 0 };
+    walker.convert(obj, 0)
+}
+
+struct Walker<'a> {
+    limits: &'a Limits,
+    /// Estimated size of the JSON text the object would serialise to.
+    bytes: usize,
+}
+
+impl Walker<'_> {
+    fn grow(&mut self, bytes: usize) -> Result<(), InputRejection> {
+        self.bytes += bytes;
+        if self.bytes > self.limits.max_input_bytes {
+            return Err(InputRejection::TooLarge {
+                bytes: self.bytes,
+                limit: self.limits.max_input_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    fn enter(&self, depth: usize) -> Result<usize, InputRejection> {
+        if depth >= self.limits.max_input_depth {
+            return Err(InputRejection::TooDeep {
+                limit: self.limits.max_input_depth,
+            });
+        }
+        Ok(depth + 1)
+    }
+
+    fn convert(&mut self, obj: &Bound<'_, PyAny>, depth: usize) -> Result<Value, InputRejection> {
+        if let Ok(text) = obj.cast::<PyString>() {
+            let text = text.to_str().map_err(|err| InputRejection::NotJson(err.to_string()))?;
+            self.grow(text.len() + 2)?;
+            return Ok(Value::String(text.to_owned()));
+        }
+        if let Ok(dict) = obj.cast::<PyDict>() {
+            let depth = self.enter(depth)?;
+            self.grow(2)?;
+            let mut map = Map::with_capacity(dict.len());
+            for (key, value) in dict.iter() {
+                let Ok(key) = key.cast::<PyString>() else {
+                    return Err(InputRejection::NotJson(format!(
+                        "object keys must be strings, got {}",
+                        type_name(&key)
+                    )));
+                };
+                let key = key.to_str().map_err(|err| InputRejection::NotJson(err.to_string()))?;
+                self.grow(key.len() + 4)?;
+                let value = self.convert(&value, depth)?;
+                map.insert(key.to_owned(), value);
+            }
+            return Ok(Value::Object(map));
+        }
+        if obj.is_none() {
+            self.grow(4)?;
+            return Ok(Value::Null);
+        }
+        if let Ok(flag) = obj.cast::<PyBool>() {
+            self.grow(5)?;
+            return Ok(Value::Bool(flag.is_true()));
+        }
+        if obj.cast::<PyInt>().is_ok() {
+            self.grow(20)?;
+            if let Ok(int) = obj.extract::<i64>() {
+                return Ok(Value::from(int));
+            }
+            if let Ok(int) = obj.extract::<u64>() {
+                return Ok(Value::from(int));
+            }
+            return Err(InputRejection::NotJson("an integer is outside the 64-bit range".into()));
+        }
+        if let Ok(float) = obj.cast::<PyFloat>() {
+            self.grow(24)?;
+            return Number::from_f64(float.value())
+                .map(Value::Number)
+                .ok_or_else(|| InputRejection::NotJson(format!("{} is not a JSON number", float.value())));
+        }
+        let items = if let Ok(list) = obj.cast::<PyList>() {
+            list.iter().collect::<Vec<_>>()
+        } else if let Ok(tuple) = obj.cast::<PyTuple>() {
+            tuple.iter().collect::<Vec<_>>()
+        } else {
+            return Err(InputRejection::NotJson(format!(
+                "a value of type `{}` is not JSON",
+                type_name(obj)
+            )));
+        };
+        let depth = self.enter(depth)?;
+        self.grow(2)?;
+        let mut array = Vec::with_capacity(items.len());
+        for item in &items {
+            self.grow(1)?;
+            array.push(self.convert(item, depth)?);
+        }
+        Ok(Value::Array(array))
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map_or_else(|_| "?".to_owned(), |name| name.to_string())
+}
+
+/// Builds the Python object for a JSON value.
+pub fn to_python<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(flag) => PyBool::new(py, *flag).to_owned().into_any(),
+        Value::Number(number) => {
+            if let Some(int) = number.as_i64() {
+                int.into_pyobject(py)?.into_any()
+            } else if let Some(int) = number.as_u64() {
+                int.into_pyobject(py)?.into_any()
+            } else {
+                number.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any()
+            }
+        }
+        Value::String(text) => PyString::new(py, text).into_any(),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(to_python(py, item)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(map) => {
+            let dict = PyDict::new(py);
+            for (key, item) in map {
+                dict.set_item(PyString::new(py, key), to_python(py, item)?)?;
+            }
+            dict.into_any()
+        }
+    })
+}

@@ -1,0 +1,294 @@
+//! The PyO3 binding: the only code that knows Python. It converts a turn's
+//! inputs once, releases the interpreter for the engine's work, and builds the
+//! result once.
+
+mod convert;
+mod errors;
+
+use std::sync::Arc;
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyString, PyTuple};
+
+use crate::assemble::model_order;
+use crate::catalog::{Catalog, ToolSpec};
+use crate::error::EngineError;
+use crate::plan::{prepare_turn, Arguments, CallInput, Verdict};
+use crate::schedule::{plan_batches as engine_plan_batches, Strategy};
+use crate::shape::{truncate as engine_truncate, Budget, Cut};
+use crate::validate::Limits;
+
+use convert::{to_json, to_python};
+use errors::{AssemblyError, OptionError, SchemaError, ToolNameError};
+
+fn limits(max_input_bytes: usize, max_input_depth: usize, max_errors: usize) -> Limits {
+    Limits {
+        max_input_bytes,
+        max_input_depth,
+        max_errors,
+    }
+}
+
+/// The registered tools' names, aliases and compiled schemas.
+///
+/// Built from `(name, aliases, input_schema)` triples; every schema is compiled
+/// once here. Raises `SchemaError` or `ToolNameError`.
+#[pyclass(frozen, module = "toolsched._core", name = "ToolTable")]
+pub struct PyToolTable {
+    catalog: Arc<Catalog>,
+}
+
+#[pymethods]
+impl PyToolTable {
+    #[new]
+    fn new(py: Python<'_>, tools: Vec<(String, Vec<String>, Bound<'_, PyAny>)>) -> PyResult<Self> {
+        let mut specs = Vec::with_capacity(tools.len());
+        let unlimited = limits(usize::MAX, 256, 1);
+        for (name, aliases, schema) in tools {
+            let input_schema = match &schema {
+                text if text.is_instance_of::<PyString>() => serde_json::from_str(text.cast::<PyString>()?.to_str()?)
+                    .map_err(|err| EngineError::InvalidSchema {
+                    tool: name.clone(),
+                    message: err.to_string(),
+                })?,
+                object => to_json(object, &unlimited).map_err(|rejection| EngineError::InvalidSchema {
+                    tool: name.clone(),
+                    message: rejection.message(&name),
+                })?,
+            };
+            specs.push(ToolSpec {
+                name,
+                aliases,
+                input_schema,
+            });
+        }
+        let catalog = py.detach(|| Catalog::new(specs))?;
+        Ok(Self {
+            catalog: Arc::new(catalog),
+        })
+    }
+
+    fn __len__(&self) -> usize {
+        self.catalog.len()
+    }
+
+    /// Resolves, dedups and validates a turn of calls (objects with `id`,
+    /// `name` and `args`, the latter a mapping or JSON text).
+    ///
+    /// Returns `(planned, duplicates)`. `planned` holds, per unique call ID in
+    /// order of first appearance, `(index, tool, args, error_kind, message)`:
+    /// `tool` is the tool's position (-1 when unknown), `args` the validated
+    /// arguments (the caller's own mapping, or one decoded from text) or None,
+    /// and `error_kind` None when the call may proceed. `duplicates` holds
+    /// `(index, first_index, args_differ)`.
+    #[pyo3(signature = (calls, disabled, *, max_input_bytes, max_input_depth, max_errors))]
+    fn prepare<'py>(
+        &self,
+        py: Python<'py>,
+        calls: &Bound<'py, PyAny>,
+        disabled: Vec<bool>,
+        max_input_bytes: usize,
+        max_input_depth: usize,
+        max_errors: usize,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let limits = limits(max_input_bytes, max_input_depth, max_errors);
+        let mut inputs = Vec::new();
+        let mut originals = Vec::new();
+        for call in calls.try_iter()? {
+            let call = call?;
+            let id: String = call.getattr(intern!(py, "id"))?.extract()?;
+            let name: String = call.getattr(intern!(py, "name"))?.extract()?;
+            let raw = call.getattr(intern!(py, "args"))?;
+            let args = if let Ok(text) = raw.cast::<PyString>() {
+                Arguments::Text(text.to_str()?.to_owned())
+            } else {
+                match to_json(&raw, &limits) {
+                    Ok(value) => Arguments::Value(value),
+                    Err(rejection) => Arguments::Rejected(rejection),
+                }
+            };
+            inputs.push(CallInput { id, name, args });
+            originals.push(raw);
+        }
+        let catalog = Arc::clone(&self.catalog);
+        let plan = py.detach(move || prepare_turn(&catalog, &inputs, &disabled, &limits));
+
+        let unknown = intern!(py, "unknown_tool");
+        let invalid = intern!(py, "invalid_input");
+        let planned = PyList::empty(py);
+        for call in &plan.calls {
+            let entry = match &call.verdict {
+                Verdict::Ready { tool, parsed } => {
+                    let args = match parsed {
+                        Some(value) => to_python(py, value)?,
+                        None => originals[call.index].clone(),
+                    };
+                    (
+                        call.index,
+                        *tool as isize,
+                        args,
+                        py.None().into_bound(py),
+                        py.None().into_bound(py),
+                    )
+                        .into_pyobject(py)?
+                }
+                Verdict::UnknownTool { message } => (
+                    call.index,
+                    -1isize,
+                    py.None().into_bound(py),
+                    unknown.clone().into_any(),
+                    PyString::new(py, message).into_any(),
+                )
+                    .into_pyobject(py)?,
+                Verdict::InvalidInput { tool, message, .. } => (
+                    call.index,
+                    *tool as isize,
+                    py.None().into_bound(py),
+                    invalid.clone().into_any(),
+                    PyString::new(py, message).into_any(),
+                )
+                    .into_pyobject(py)?,
+            };
+            planned.append(entry)?;
+        }
+        let duplicates = PyList::empty(py);
+        for duplicate in &plan.duplicates {
+            duplicates.append((duplicate.index, duplicate.first, duplicate.args_differ))?;
+        }
+        PyTuple::new(py, [planned.into_any(), duplicates.into_any()])
+    }
+
+    /// Checks arguments (a mapping or JSON text) against tool `tool`'s schema,
+    /// as after a hook rewrote them. Returns `(args, None)` when valid, else
+    /// `(None, message)`.
+    #[pyo3(signature = (tool, args, *, max_input_bytes, max_input_depth, max_errors))]
+    fn check<'py>(
+        &self,
+        py: Python<'py>,
+        tool: usize,
+        args: &Bound<'py, PyAny>,
+        max_input_bytes: usize,
+        max_input_depth: usize,
+        max_errors: usize,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        if tool >= self.catalog.len() {
+            return Err(OptionError::new_err(format!("no tool at position {tool}")));
+        }
+        let limits = limits(max_input_bytes, max_input_depth, max_errors);
+        let name = self.catalog.name(tool);
+        let none = || py.None().into_bound(py);
+        let (value, from_text) = if let Ok(text) = args.cast::<PyString>() {
+            (crate::validate::parse_arguments(text.to_str()?, &limits), true)
+        } else {
+            (to_json(args, &limits), false)
+        };
+        let checked = value.and_then(|value| self.catalog.check(tool, &value, &limits).map(|()| value));
+        match checked {
+            Ok(value) => {
+                let args = if from_text {
+                    to_python(py, &value)?
+                } else {
+                    args.clone()
+                };
+                PyTuple::new(py, [args, none()])
+            }
+            Err(rejection) => PyTuple::new(py, [none(), PyString::new(py, &rejection.message(name)).into_any()]),
+        }
+    }
+}
+
+fn strategy(name: &str, max_concurrency: usize, size: usize) -> PyResult<Strategy> {
+    Ok(match name {
+        "sequential" => Strategy::Sequential,
+        "parallel" => Strategy::Parallel { max_concurrency },
+        "batched" => Strategy::Batched { size, max_concurrency },
+        "partitioned" => Strategy::Partitioned { max_concurrency },
+        other => return Err(OptionError::new_err(format!("unknown strategy `{other}`"))),
+    })
+}
+
+/// Groups runnable calls into batches: a list of `(start, end, concurrency)`.
+/// `safe[i]` is call `i`'s concurrency-safety.
+#[pyfunction]
+#[pyo3(signature = (strategy_name, safe, *, max_concurrency, size = 1))]
+fn plan_batches(
+    py: Python<'_>,
+    strategy_name: &str,
+    safe: Vec<bool>,
+    max_concurrency: usize,
+    size: usize,
+) -> PyResult<Vec<(usize, usize, usize)>> {
+    let strategy = strategy(strategy_name, max_concurrency, size)?;
+    let batches = py.detach(|| engine_plan_batches(strategy, &safe))?;
+    Ok(batches.into_iter().map(|b| (b.start, b.end, b.concurrency)).collect())
+}
+
+/// Puts results that arrived in completion order into model order.
+/// `slots[i]` is the model-order slot of `results[i]`; every slot in
+/// `0..count` must be answered exactly once, else `AssemblyError`.
+#[pyfunction]
+fn assemble<'py>(
+    py: Python<'py>,
+    count: usize,
+    slots: Vec<usize>,
+    results: &Bound<'py, PyList>,
+) -> PyResult<Bound<'py, PyList>> {
+    if slots.len() != results.len() {
+        return Err(AssemblyError::new_err(format!(
+            "{} slots for {} results",
+            slots.len(),
+            results.len()
+        )));
+    }
+    let order = py.detach(|| model_order(count, &slots))?;
+    PyList::new(
+        py,
+        order
+            .into_iter()
+            .map(|position| results.get_item(position))
+            .collect::<PyResult<Vec<_>>>()?,
+    )
+}
+
+/// Cuts `text` to at most `max_chars` characters (and `max_lines` lines),
+/// removing the "head", the "tail" or the "middle". Returns None when it fits,
+/// else `(shaped_text, omitted_chars)`.
+#[pyfunction]
+#[pyo3(signature = (text, max_chars, *, max_lines = None, cut = "tail"))]
+fn truncate(
+    py: Python<'_>,
+    text: &str,
+    max_chars: usize,
+    max_lines: Option<usize>,
+    cut: &str,
+) -> PyResult<Option<(String, usize)>> {
+    let cut = match cut {
+        "head" => Cut::Head,
+        "tail" => Cut::Tail,
+        "middle" => Cut::Middle,
+        other => {
+            return Err(OptionError::new_err(format!(
+                "unknown cut `{other}`; use head, tail or middle"
+            )))
+        }
+    };
+    let budget = Budget { max_chars, max_lines };
+    let shaped = py.detach(|| engine_truncate(text, budget, cut));
+    Ok(shaped.map(|s| (s.text, s.omitted_chars)))
+}
+
+/// The toolsched engine, compiled from Rust.
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<PyToolTable>()?;
+    m.add_function(wrap_pyfunction!(plan_batches, m)?)?;
+    m.add_function(wrap_pyfunction!(assemble, m)?)?;
+    m.add_function(wrap_pyfunction!(truncate, m)?)?;
+    m.add("SchemaError", py.get_type::<SchemaError>())?;
+    m.add("ToolNameError", py.get_type::<ToolNameError>())?;
+    m.add("OptionError", py.get_type::<OptionError>())?;
+    m.add("AssemblyError", py.get_type::<AssemblyError>())?;
+    Ok(())
+}

@@ -1,0 +1,340 @@
+//! Compiled argument validators and the limits applied before any deep work.
+
+use jsonschema::{Retrieve, Uri, Validator};
+use serde_json::Value;
+
+use crate::error::EngineError;
+
+/// Bounds on one call's arguments, checked before schema validation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest accepted argument text (or estimated JSON size of an object), in bytes.
+    pub max_input_bytes: usize,
+    /// Deepest accepted nesting of arrays and objects.
+    pub max_input_depth: usize,
+    /// Most schema errors reported for one call.
+    pub max_errors: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_input_bytes: 16 * 1024 * 1024,
+            max_input_depth: 64,
+            max_errors: 10,
+        }
+    }
+}
+
+/// One schema violation: where in the arguments, and what rule it broke.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaViolation {
+    /// JSON Pointer to the offending value (`""` for the arguments themselves).
+    pub path: String,
+    /// The validator's readable message.
+    pub message: String,
+}
+
+/// Why a call's arguments were refused before the tool could run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InputRejection {
+    /// The argument text is not JSON.
+    Malformed(String),
+    /// The arguments are larger than [`Limits::max_input_bytes`].
+    TooLarge { bytes: usize, limit: usize },
+    /// The arguments nest deeper than [`Limits::max_input_depth`].
+    TooDeep { limit: usize },
+    /// The arguments are JSON but not an object.
+    NotAnObject(&'static str),
+    /// The arguments hold a value JSON cannot express (set by the binding).
+    NotJson(String),
+    /// The arguments break the tool's schema; at most [`Limits::max_errors`] are kept.
+    Schema {
+        violations: Vec<SchemaViolation>,
+        more: bool,
+    },
+}
+
+impl InputRejection {
+    /// A message the model can act on.
+    pub fn message(&self, tool: &str) -> String {
+        match self {
+            Self::Malformed(reason) => format!("arguments for `{tool}` are not valid JSON: {reason}"),
+            Self::TooLarge { bytes, limit } => {
+                format!("arguments for `{tool}` are {bytes} bytes, over the limit of {limit} bytes")
+            }
+            Self::TooDeep { limit } => format!("arguments for `{tool}` nest deeper than the limit of {limit} levels"),
+            Self::NotAnObject(kind) => format!("arguments for `{tool}` must be a JSON object, got {kind}"),
+            Self::NotJson(reason) => format!("arguments for `{tool}` are not JSON values: {reason}"),
+            Self::Schema { violations, more } => {
+                let mut text = format!("invalid arguments for `{tool}`:");
+                for violation in violations {
+                    let path = if violation.path.is_empty() {
+                        "(root)"
+                    } else {
+                        violation.path.as_str()
+                    };
+                    text.push_str(&format!("\n- at {path}: {}", violation.message));
+                }
+                if *more {
+                    text.push_str("\n- (more errors not shown)");
+                }
+                text
+            }
+        }
+    }
+}
+
+/// Names a JSON value's type the way JSON Schema does.
+pub fn json_type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Refuses every external document: a tool schema is self-contained, and
+/// registration must never reach the network or the file system.
+struct RefuseExternal;
+
+impl Retrieve for RefuseExternal {
+    fn retrieve(&self, uri: &Uri<String>) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
+        Err(format!("external reference `{uri}` is not allowed; inline it under `$defs`").into())
+    }
+}
+
+/// A tool's input schema, compiled once at registration.
+pub struct CompiledSchema {
+    validator: Validator,
+}
+
+impl std::fmt::Debug for CompiledSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CompiledSchema")
+    }
+}
+
+impl CompiledSchema {
+    /// Compiles `schema` for the tool named `tool`.
+    pub fn compile(tool: &str, schema: &Value) -> Result<Self, EngineError> {
+        let invalid = |message: String| EngineError::InvalidSchema {
+            tool: tool.to_owned(),
+            message,
+        };
+        if !schema.is_object() && !schema.is_boolean() {
+            return Err(invalid(format!(
+                "a schema must be an object, got {}",
+                json_type_name(schema)
+            )));
+        }
+        jsonschema::meta::validate(schema).map_err(|err| invalid(err.to_string()))?;
+        let validator = jsonschema::options()
+            .with_retriever(RefuseExternal)
+            .build(schema)
+            .map_err(|err| invalid(err.to_string()))?;
+        Ok(Self { validator })
+    }
+
+    /// Checks the shape of `value` (depth first, then the schema).
+    pub fn check(&self, value: &Value, limits: &Limits) -> Result<(), InputRejection> {
+        if !value.is_object() {
+            return Err(InputRejection::NotAnObject(json_type_name(value)));
+        }
+        if nesting_depth(value) > limits.max_input_depth {
+            return Err(InputRejection::TooDeep {
+                limit: limits.max_input_depth,
+            });
+        }
+        if self.validator.is_valid(value) {
+            return Ok(());
+        }
+        let mut violations = Vec::new();
+        let mut more = false;
+        for error in self.validator.iter_errors(value) {
+            if violations.len() == limits.max_errors {
+                more = true;
+                break;
+            }
+            violations.push(SchemaViolation {
+                path: error.instance_path().to_string(),
+                message: error.to_string(),
+            });
+        }
+        Err(InputRejection::Schema { violations, more })
+    }
+}
+
+/// Parses argument text. Empty text means "no arguments", as some providers send it.
+pub fn parse_arguments(text: &str, limits: &Limits) -> Result<Value, InputRejection> {
+    if text.len() > limits.max_input_bytes {
+        return Err(InputRejection::TooLarge {
+            bytes: text.len(),
+            limit: limits.max_input_bytes,
+        });
+    }
+    if text.trim().is_empty() {
+        return Ok(Value::Object(serde_json::Map::new()));
+    }
+    // serde_json stops at its own recursion limit (128); say so as a depth error.
+    serde_json::from_str(text).map_err(|err| {
+        if err.to_string().starts_with("recursion limit exceeded") {
+            InputRejection::TooDeep {
+                limit: limits.max_input_depth,
+            }
+        } else {
+            InputRejection::Malformed(err.to_string())
+        }
+    })
+}
+
+/// The deepest nesting of arrays and objects in `value` (a scalar is depth 0).
+pub fn nesting_depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((node, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match node {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        deepest = deepest.max(depth + 1);
+        stack.extend(children.map(|child| (child, depth + 1)));
+    }
+    deepest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema() -> CompiledSchema {
+        CompiledSchema::compile(
+            "read_file",
+            &json!({
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}},
+                "required": ["path"],
+                "additionalProperties": false
+            }),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn valid_arguments_pass() {
+        assert_eq!(
+            schema().check(&json!({"path": "a", "limit": 3}), &Limits::default()),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn every_violation_is_reported_with_its_path() {
+        let err = schema()
+            .check(&json!({"limit": 0, "extra": 1}), &Limits::default())
+            .unwrap_err();
+        let InputRejection::Schema { violations, more } = err else {
+            panic!("expected schema errors")
+        };
+        assert!(!more);
+        let paths: Vec<_> = violations.iter().map(|v| v.path.as_str()).collect();
+        assert!(paths.contains(&"/limit"), "{violations:?}");
+        assert!(paths.contains(&""), "{violations:?}");
+        assert_eq!(violations.len(), 3, "{violations:?}");
+    }
+
+    #[test]
+    fn violations_are_capped() {
+        let limits = Limits {
+            max_errors: 1,
+            ..Limits::default()
+        };
+        let err = schema().check(&json!({"limit": 0, "extra": 1}), &limits).unwrap_err();
+        let InputRejection::Schema { violations, more } = err else {
+            panic!("expected schema errors")
+        };
+        assert_eq!(violations.len(), 1);
+        assert!(more);
+        assert!(InputRejection::Schema { violations, more }
+            .message("t")
+            .contains("more errors"));
+    }
+
+    #[test]
+    fn non_objects_are_refused() {
+        assert_eq!(
+            schema().check(&json!([1]), &Limits::default()),
+            Err(InputRejection::NotAnObject("array"))
+        );
+    }
+
+    #[test]
+    fn depth_is_checked_before_the_schema() {
+        let limits = Limits {
+            max_input_depth: 3,
+            ..Limits::default()
+        };
+        let deep = json!({"path": "a", "x": {"y": {"z": {}}}});
+        assert_eq!(nesting_depth(&deep), 4);
+        assert_eq!(
+            schema().check(&deep, &limits),
+            Err(InputRejection::TooDeep { limit: 3 })
+        );
+    }
+
+    #[test]
+    fn text_is_parsed_within_limits() {
+        let limits = Limits {
+            max_input_bytes: 10,
+            ..Limits::default()
+        };
+        assert_eq!(parse_arguments("", &limits), Ok(json!({})));
+        assert_eq!(parse_arguments(r#"{"a": 1}"#, &limits), Ok(json!({"a": 1})));
+        assert!(matches!(
+            parse_arguments("{\"a\": 12345678}", &limits),
+            Err(InputRejection::TooLarge { .. })
+        ));
+        assert!(matches!(
+            parse_arguments("{oops", &limits),
+            Err(InputRejection::Malformed(_))
+        ));
+        let deep = "[".repeat(200) + &"]".repeat(200);
+        let limits = Limits::default();
+        assert_eq!(
+            parse_arguments(&deep, &limits),
+            Err(InputRejection::TooDeep { limit: 64 })
+        );
+    }
+
+    #[test]
+    fn remote_references_are_refused_at_compile_time() {
+        let err = CompiledSchema::compile("t", &json!({"$ref": "https://example.com/schema.json"})).unwrap_err();
+        let EngineError::InvalidSchema { tool, message } = err else {
+            panic!("expected InvalidSchema")
+        };
+        assert_eq!(tool, "t");
+        assert!(message.contains("example.com"), "{message}");
+    }
+
+    #[test]
+    fn local_references_resolve() {
+        let compiled = CompiledSchema::compile(
+            "t",
+            &json!({"type": "object", "properties": {"p": {"$ref": "#/$defs/P"}}, "$defs": {"P": {"type": "string"}}}),
+        )
+        .unwrap();
+        assert!(compiled.check(&json!({"p": "x"}), &Limits::default()).is_ok());
+        assert!(compiled.check(&json!({"p": 1}), &Limits::default()).is_err());
+    }
+
+    #[test]
+    fn broken_schemas_are_refused() {
+        assert!(CompiledSchema::compile("t", &json!({"type": "no-such-type"})).is_err());
+        assert!(CompiledSchema::compile("t", &json!(3)).is_err());
+    }
+}

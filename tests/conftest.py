@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+class InFlight:
+    """Records which calls were running at once: the evidence of overlap."""
+
+    def __init__(self) -> None:
+        self.current: set[str] = set()
+        self.peak = 0
+        self.log: list[tuple[str, str]] = []
+
+    async def hold(self, name: str, seconds: float = 0.02) -> None:
+        self.current.add(name)
+        self.peak = max(self.peak, len(self.current))
+        self.log.append(("start", name))
+        await anyio.sleep(seconds)
+        self.log.append(("end", name))
+        self.current.discard(name)
+
+    def position(self, event: str, name: str) -> int:
+        return self.log.index((event, name))
+
+
+@pytest.fixture
+def in_flight() -> InFlight:
+    return InFlight()
+
+
+def run(coro_fn: Any, *args: Any) -> Any:
+    return anyio.run(coro_fn, *args)

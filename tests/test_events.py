@@ -1,0 +1,101 @@
+"""Events: progress, partial updates, and the stream, on both backends."""
+
+from __future__ import annotations
+
+from contextlib import aclosing
+
+import anyio
+import pytest
+
+import toolsched as ts
+
+pytestmark = pytest.mark.anyio
+
+
+@ts.tool(concurrency_safe=True)
+async def crawl(pages: int, ctx: ts.ToolContext) -> int:
+    for page in range(pages):
+        ctx.report_progress((page + 1) / pages, f"page {page + 1}")
+        ctx.update({"page": page})
+        await anyio.sleep(0)
+    return pages
+
+
+@ts.tool
+def count(n: int, ctx: ts.ToolContext) -> int:
+    ctx.report_progress(0.5, "halfway")
+    return n
+
+
+async def test_progress_reaches_on_progress_from_async_and_thread_tools() -> None:
+    seen: list[ts.ToolProgress] = []
+    executor = ts.Executor([crawl, count], on_progress=seen.append)
+    await executor.run([ts.ToolCall("a", "crawl", {"pages": 2}), ts.ToolCall("b", "count", {"n": 1})])
+    assert [(p.call_id, p.fraction, p.message) for p in seen] == [
+        ("a", 0.5, "page 1"),
+        ("a", 1.0, "page 2"),
+        ("b", 0.5, "halfway"),
+    ]
+
+
+async def test_async_event_callbacks_get_every_event_in_order() -> None:
+    seen: list[ts.Event] = []
+
+    async def record(event: ts.Event) -> None:
+        await anyio.sleep(0)
+        seen.append(event)
+
+    await ts.Executor([crawl], on_event=record).run([ts.ToolCall("a", "crawl", {"pages": 1})])
+    kinds = [type(e).__name__ for e in seen]
+    assert kinds == ["BatchStarted", "ToolStarted", "ToolProgress", "ToolUpdated", "ToolFinished", "BatchFinished"]
+
+
+async def test_a_failing_callback_does_not_break_the_run() -> None:
+    def explode(event: ts.Event) -> None:
+        raise RuntimeError("observer bug")
+
+    outcome = await ts.Executor([crawl], on_event=explode).run([ts.ToolCall("a", "crawl", {"pages": 1})])
+    assert outcome.results[0].output == 1
+
+
+async def test_the_stream_yields_one_start_and_one_finish_per_call_then_the_outcome() -> None:
+    executor = ts.Executor([crawl])
+    calls = [ts.ToolCall("a", "crawl", {"pages": 2}), ts.ToolCall("b", "crawl", {"pages": 1}),
+             ts.ToolCall("c", "missing", {})]
+    events = [event async for event in executor.stream(calls)]
+    starts = [e.call_id for e in events if isinstance(e, ts.ToolStarted)]
+    finishes = [e.result.call_id for e in events if isinstance(e, ts.ToolFinished)]
+    assert sorted(starts) == ["a", "b", "c"]
+    assert sorted(finishes) == ["a", "b", "c"]
+    assert isinstance(events[-1], ts.RunFinished)
+    assert [r.call_id for r in events[-1].outcome.results] == ["a", "b", "c"]
+    assert any(isinstance(e, ts.ToolUpdated) for e in events)
+
+
+async def test_leaving_the_stream_early_cancels_the_run() -> None:
+    finished: list[int] = []
+
+    @ts.tool
+    async def slow(n: int) -> int:
+        await anyio.sleep(0.05)
+        finished.append(n)
+        return n
+
+    executor = ts.Executor([slow], strategy=ts.Sequential())
+    with anyio.fail_after(5):
+        async with aclosing(executor.stream([ts.ToolCall(str(i), "slow", {"n": i}) for i in range(10)])) as events:
+            async for event in events:
+                if isinstance(event, ts.ToolFinished):
+                    break
+    assert len(finished) < 10
+
+
+async def test_stream_errors_reach_the_consumer() -> None:
+    @ts.tool
+    async def boom() -> None:
+        raise RuntimeError("bad")
+
+    executor = ts.Executor([boom], on_error="raise")
+    with pytest.raises(ts.ToolCallFailed):
+        async for _ in executor.stream([ts.ToolCall("1", "boom")]):
+            pass
