@@ -16,7 +16,6 @@ from typing import Any
 import jsonschema
 import jsonschema_rs
 import pytest
-
 import toolsched as ts
 
 SCHEMA = {

@@ -5,8 +5,8 @@ from __future__ import annotations
 from contextlib import aclosing
 
 import anyio
+import anyio.lowlevel
 import pytest
-
 import toolsched as ts
 
 pytestmark = pytest.mark.anyio
@@ -17,7 +17,7 @@ async def crawl(pages: int, ctx: ts.ToolContext) -> int:
     for page in range(pages):
         ctx.report_progress((page + 1) / pages, f"page {page + 1}")
         ctx.update({"page": page})
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
     return pages
 
 
@@ -42,7 +42,7 @@ async def test_async_event_callbacks_get_every_event_in_order() -> None:
     seen: list[ts.Event] = []
 
     async def record(event: ts.Event) -> None:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         seen.append(event)
 
     await ts.Executor([crawl], on_event=record).run([ts.ToolCall("a", "crawl", {"pages": 1})])

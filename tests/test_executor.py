@@ -9,10 +9,10 @@ from typing import Any
 
 import anyio
 import pytest
+import toolsched as ts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import toolsched as ts
 from tests.conftest import InFlight
 
 pytestmark = pytest.mark.anyio

@@ -7,7 +7,6 @@ from typing import Any
 
 import pydantic
 import pytest
-
 import toolsched as ts
 
 

@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import toolsched as ts
 from hypothesis import given
 from hypothesis import strategies as st
-
-import toolsched as ts
 from toolsched import _core
 
 pytestmark = pytest.mark.anyio

@@ -6,7 +6,6 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 import pytest
-
 import toolsched as ts
 
 

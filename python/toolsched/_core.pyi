@@ -1,13 +1,25 @@
 """Type stubs for the Rust engine (checked by ``python -m mypy.stubtest toolsched._core``)."""
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, final
+
+__all__ = [
+    "AssemblyError",
+    "OptionError",
+    "SchemaError",
+    "ToolNameError",
+    "ToolTable",
+    "assemble",
+    "plan_batches",
+    "truncate",
+]
 
 class SchemaError(ValueError): ...
 class ToolNameError(ValueError): ...
 class OptionError(ValueError): ...
 class AssemblyError(RuntimeError): ...
 
+@final
 class ToolTable:
     def __new__(cls, tools: Sequence[tuple[str, Sequence[str], Any]]) -> ToolTable: ...
     def __len__(self) -> int: ...

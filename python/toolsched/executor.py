@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import anyio
 import anyio.from_thread
@@ -299,10 +299,11 @@ class Executor:
             if error_kind is None:
                 jobs.append(_Job(slot, call, self._tools[tool_index], self._facts[tool_index], args))
                 continue
+            text = str(message)
             if error_kind == "unknown_tool" and self.unknown_tool == "raise":
-                raise UnknownToolError(message, call_id=call.id, tool_name=call.name)
+                raise UnknownToolError(text, call_id=call.id, tool_name=call.name)
             name = self._tools[tool_index].name if tool_index >= 0 else call.name
-            turn.answer(slot, call, name, error_kind, message)
+            turn.answer(slot, call, name, cast(ErrorKind, error_kind), text)
         duplicates = [Duplicate(calls[i].id, i, first, differ) for i, first, differ in duplicate_rows]
 
         jobs = await self._check_semantics(jobs, turn)

@@ -274,7 +274,7 @@ class FunctionTool(Tool):
         if metadata.get("description") is None:
             self.description = inspect.getdoc(fn) or ""
         self.aliases = tuple(metadata.get("aliases") or ())
-        functools.update_wrapper(self, fn, updated=())  # type: ignore[arg-type]
+        functools.update_wrapper(self, fn, updated=())
         self._schema, self._coerce_model, self._wants_ctx = function_schema(fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
