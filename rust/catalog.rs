@@ -1,7 +1,6 @@
 //! The tools a turn may call: names, aliases and compiled schemas.
 
-use std::collections::HashMap;
-
+use ahash::AHashMap;
 use serde_json::Value;
 
 use crate::error::EngineError;
@@ -20,7 +19,7 @@ pub struct ToolSpec {
 pub struct Catalog {
     names: Vec<String>,
     schemas: Vec<CompiledSchema>,
-    lookup: HashMap<String, usize>,
+    lookup: AHashMap<String, usize>,
 }
 
 /// Longest tool name the providers accept.
@@ -44,7 +43,7 @@ impl Catalog {
     pub fn new(specs: Vec<ToolSpec>) -> Result<Self, EngineError> {
         let mut names = Vec::with_capacity(specs.len());
         let mut schemas = Vec::with_capacity(specs.len());
-        let mut lookup: HashMap<String, usize> = HashMap::with_capacity(specs.len());
+        let mut lookup: AHashMap<String, usize> = AHashMap::with_capacity(specs.len());
         for (index, spec) in specs.into_iter().enumerate() {
             check_name(&spec.name)?;
             schemas.push(CompiledSchema::compile(&spec.name, &spec.input_schema)?);

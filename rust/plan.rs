@@ -1,7 +1,6 @@
 //! Planning a turn: lookup, dedup by call ID and validation, for every call at once.
 
-use std::collections::HashMap;
-
+use ahash::AHashMap;
 use serde_json::Value;
 
 use crate::catalog::Catalog;
@@ -81,7 +80,7 @@ pub fn prepare_turn(catalog: &Catalog, calls: &[CallInput], disabled: &[bool], l
         calls: Vec::with_capacity(calls.len()),
         duplicates: Vec::new(),
     };
-    let mut first_by_id: HashMap<&str, usize> = HashMap::with_capacity(calls.len());
+    let mut first_by_id: AHashMap<&str, usize> = AHashMap::with_capacity(calls.len());
     for (index, call) in calls.iter().enumerate() {
         if let Some(&first) = first_by_id.get(call.id.as_str()) {
             let args_differ = !same_arguments(&calls[first].args, &call.args, limits);

@@ -193,16 +193,21 @@ pub fn parse_arguments(text: &str, limits: &Limits) -> Result<Value, InputReject
 
 /// The deepest nesting of arrays and objects in `value` (a scalar is depth 0).
 pub fn nesting_depth(value: &Value) -> usize {
+    fn containers(value: &Value) -> bool {
+        matches!(value, Value::Array(_) | Value::Object(_))
+    }
     let mut deepest = 0;
-    let mut stack = vec![(value, 0usize)];
+    let mut stack: Vec<(&Value, usize)> = Vec::new();
+    if containers(value) {
+        stack.push((value, 1));
+    }
     while let Some((node, depth)) = stack.pop() {
-        let children: Box<dyn Iterator<Item = &Value>> = match node {
-            Value::Array(items) => Box::new(items.iter()),
-            Value::Object(map) => Box::new(map.values()),
-            _ => continue,
-        };
-        deepest = deepest.max(depth + 1);
-        stack.extend(children.map(|child| (child, depth + 1)));
+        deepest = deepest.max(depth);
+        match node {
+            Value::Array(items) => stack.extend(items.iter().filter(|v| containers(v)).map(|v| (v, depth + 1))),
+            Value::Object(map) => stack.extend(map.values().filter(|v| containers(v)).map(|v| (v, depth + 1))),
+            _ => {}
+        }
     }
     deepest
 }
