@@ -1,0 +1,111 @@
+"""The growing worker pool: overlap when calls wait, no tasks when they do not."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import InFlight
+from toolsched.pool import run_pool
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_waiting_calls_overlap_up_to_the_cap(in_flight: InFlight) -> None:
+    async def work(name: str) -> None:
+        await in_flight.hold(name, 0.02)
+
+    await run_pool([f"c{i}" for i in range(7)], 3, work)
+    assert in_flight.peak == 3
+    assert sorted(name for event, name in in_flight.log if event == "end") == [f"c{i}" for i in range(7)]
+
+
+async def test_calls_that_never_wait_spawn_no_task() -> None:
+    baseline = len(anyio.get_running_tasks())
+    seen: list[int] = []
+
+    async def work(n: int) -> None:
+        seen.append(len(anyio.get_running_tasks()))
+
+    await run_pool(list(range(20)), 10, work)
+    assert seen == [baseline] * 20
+
+
+async def test_calls_start_in_order() -> None:
+    started: list[int] = []
+
+    async def work(n: int) -> None:
+        started.append(n)
+        await anyio.sleep(0.001 * (n % 3))
+
+    await run_pool(list(range(12)), 4, work)
+    assert started == list(range(12))
+
+
+async def test_an_exception_propagates_and_stops_the_rest() -> None:
+    started: list[int] = []
+
+    async def work(n: int) -> None:
+        started.append(n)
+        await anyio.sleep(0.01)
+        if n == 1:
+            raise RuntimeError("boom")
+        await anyio.sleep(1)
+
+    with pytest.raises(BaseException) as caught:
+        with anyio.fail_after(5):
+            await run_pool(list(range(6)), 2, work)
+    assert "boom" in repr(caught.value)
+    assert len(started) < 6
+
+
+async def test_cancellation_passes_through_waiting_calls() -> None:
+    finished: list[int] = []
+
+    async def work(n: int) -> None:
+        await anyio.sleep(10)
+        finished.append(n)
+
+    with anyio.move_on_after(0.05) as scope:
+        await run_pool(list(range(4)), 4, work)
+    assert scope.cancelled_caught
+    assert finished == []
+
+
+async def test_return_values_and_exceptions_cross_the_proxy_after_waiting() -> None:
+    results: list[str] = []
+
+    async def work(n: int) -> None:
+        try:
+            await anyio.sleep(0.001)
+            if n % 2:
+                raise KeyError(n)
+            results.append(f"ok {n}")
+        except KeyError:
+            results.append(f"caught {n}")
+
+    await run_pool(list(range(4)), 2, work)
+    assert sorted(results) == ["caught 1", "caught 3", "ok 0", "ok 2"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(delays=st.lists(st.sampled_from([0, 0, 1, 2]), max_size=16), cap=st.integers(1, 5))
+async def test_every_item_runs_once_and_the_cap_holds(delays: list[int], cap: int) -> None:
+    running = 0
+    peak = 0
+    done: list[int] = []
+
+    async def work(index: int) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        if delays[index]:
+            await anyio.sleep(delays[index] / 1000)
+        running -= 1
+        done.append(index)
+
+    await run_pool(list(range(len(delays))), cap, work)
+    assert sorted(done) == list(range(len(delays)))
+    assert peak <= cap
