@@ -20,6 +20,7 @@ from toolsched.context import ToolContext
 from toolsched.errors import OptionError, SemanticError, ToolCallFailed, UnknownToolError
 from toolsched.events import BatchFinished, BatchStarted, Event, RunFinished, ToolFinished, ToolProgress, ToolStarted
 from toolsched.outcome import Outcome
+from toolsched.pool import run_pool
 from toolsched.registry import ToolRegistry
 from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
 from toolsched.shaping import shape_output
@@ -393,17 +394,8 @@ class Executor:
             raise ToolCallFailed(failed[0], failed[1:], turn.ordered_partial())
 
     async def _run_pool(self, batch: list[_Job], concurrency: int, number: int, turn: _Turn) -> None:
-        """A few workers pull the batch's calls; the current task is one of them."""
-        queue = iter(batch)
-
-        async def worker() -> None:
-            for job in queue:
-                await self._execute(job, number, True, turn)
-
-        async with anyio.create_task_group() as group:
-            for _ in range(concurrency - 1):
-                group.start_soon(worker)
-            await worker()
+        """Runs a concurrent batch on a pool that grows only when calls wait."""
+        await run_pool(batch, concurrency, lambda job: self._execute(job, number, True, turn))
 
     async def _execute(self, job: _Job, batch: int, concurrent: bool, turn: _Turn) -> None:
         """Phases 6 to 9 for one call: execute, shape, record."""
