@@ -17,7 +17,7 @@ import anyio.from_thread
 
 from toolsched import _core
 from toolsched.context import ToolContext
-from toolsched.errors import OptionError, SemanticError, ToolCallFailed, UnknownToolError
+from toolsched.errors import OptionError, SemanticError, ToolCallFailed, ToolTimeoutError, UnknownToolError
 from toolsched.events import BatchFinished, BatchStarted, Event, RunFinished, ToolFinished, ToolProgress, ToolStarted
 from toolsched.outcome import Outcome
 from toolsched.pool import run_pool
@@ -31,17 +31,23 @@ __all__ = ["Executor"]
 
 logger = logging.getLogger("toolsched")
 
-Steering = Callable[[], Sequence[Any] | None | Awaitable[Sequence[Any] | None]]
+Steering = Callable[[], Sequence[Any] | Awaitable[Sequence[Any] | None] | None]
 EventCallback = Callable[[Event], Any]
 ErrorFormatter = Callable[[BaseException, ToolCall], str]
 
-# Failures of the tool itself; with on_error="raise" these end the run.
+# Failures of the tool itself: they can abort the batch's siblings and end a raising run.
 _EXECUTION_FAILURES = frozenset({"execution_error", "timeout"})
+
+# The life of a job: waiting for a worker, running, answered.
+_PENDING, _RUNNING, _DONE = 0, 1, 2
 
 
 def format_error(exc: BaseException, call: ToolCall) -> str:
     """The default message for a tool that raised: the exception's type and text."""
-    text = str(exc)
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -91,7 +97,7 @@ class _Emitter:
 class _Job:
     """One runnable call of a turn (internal, mutable while the turn runs)."""
 
-    __slots__ = ("args", "call", "facts", "slot", "tool")
+    __slots__ = ("args", "call", "cancel_reason", "ctx", "facts", "scope", "slot", "state", "tool")
 
     def __init__(self, slot: int, call: ToolCall, tool: Tool, facts: ToolFacts, args: Any) -> None:
         self.slot = slot
@@ -99,12 +105,48 @@ class _Job:
         self.tool = tool
         self.facts = facts
         self.args = args
+        self.state = _PENDING
+        self.scope: anyio.CancelScope | None = None
+        self.cancel_reason: str | None = None
+        self.ctx: ToolContext | None = None
+
+    def cancel(self, message: str) -> bool:
+        """Asks the call to stop with a ``cancelled`` result carrying ``message``.
+
+        Returns whether it will: a call not started yet never starts, a running
+        call in a cancel scope is cancelled; a running call without one finishes.
+        """
+        if self.state == _DONE:
+            return False
+        if self.cancel_reason is None:
+            self.cancel_reason = message
+        if self.ctx is not None:
+            self.ctx._cancelled = True
+        if self.state == _PENDING:
+            return True
+        if self.scope is not None:
+            self.scope.cancel()
+            return True
+        return False
 
 
 class _Turn:
     """Results of one run as they complete, and what the run's calls can see."""
 
-    __slots__ = ("completed", "context", "count", "emit", "interactive", "slots")
+    __slots__ = (
+        "abort",
+        "batch",
+        "completed",
+        "context",
+        "count",
+        "emit",
+        "failures",
+        "halt",
+        "interactive",
+        "jobs",
+        "scoped",
+        "slots",
+    )
 
     def __init__(self, count: int, context: Any, interactive: bool, emit: _Emitter | None) -> None:
         self.count = count
@@ -113,6 +155,17 @@ class _Turn:
         self.emit = emit
         self.completed: list[ToolResult] = []
         self.slots: list[int] = []
+        # The calls that reach execution, and the batch running now.
+        self.jobs: list[_Job] = []
+        self.batch: list[_Job] = []
+        # Whether every call of the running batch gets a cancel scope (its siblings may abort it).
+        self.scoped = False
+        # Set when a failure aborts the running batch: why its other calls are cancelled.
+        self.abort: str | None = None
+        # Set by an interrupt: why the calls not started yet are skipped.
+        self.halt: str | None = None
+        # Failures that end the run once their batch settles: (slot, result, exception).
+        self.failures: list[tuple[int, ToolResult, BaseException | None]] = []
 
     def record(self, slot: int, result: ToolResult) -> None:
         self.completed.append(result)
@@ -120,7 +173,9 @@ class _Turn:
         if self.emit is not None:
             self.emit(ToolFinished(result))
 
-    def answer(self, slot: int, call: ToolCall, tool_name: str, kind: ErrorKind, message: str, batch: int | None = None) -> None:
+    def answer(
+        self, slot: int, call: ToolCall, tool_name: str, kind: ErrorKind, message: str, batch: int | None = None
+    ) -> None:
         """Answers a call that does not run with an error result."""
         if self.emit is not None:
             self.emit(ToolStarted(call.id, tool_name, batch, ran=False))
@@ -151,11 +206,14 @@ class Executor:
       or for progress only;
     - ``on_error``: ``"result"`` (a failed tool becomes an ``execution_error``
       result) or ``"raise"`` (``ToolCallFailed`` once the failing batch settles);
+    - ``abort_siblings_on_error``: a failure cancels the rest of its batch, for
+      every tool (each tool can also ask for it with its own flag);
     - ``unknown_tool``: ``"result"`` or ``"raise"`` (``UnknownToolError``);
     - ``max_input_bytes`` / ``max_input_depth`` / ``max_schema_errors``: argument limits;
     - ``interactive``: whether a person is present (``ToolContext.interactive``);
     - ``offload_dir``: where ``truncate="offload"`` writes full outputs;
-    - ``error_formatter``: ``(exception, call) -> message`` for failed tools.
+    - ``error_formatter``: ``(exception, call) -> message`` for failed tools
+      (if it fails, the default message is used).
     """
 
     def __init__(
@@ -166,6 +224,7 @@ class Executor:
         on_event: EventCallback | None = None,
         on_progress: EventCallback | None = None,
         on_error: Literal["result", "raise"] = "result",
+        abort_siblings_on_error: bool = False,
         unknown_tool: Literal["result", "raise"] = "result",
         max_input_bytes: int = 16 * 1024 * 1024,
         max_input_depth: int = 64,
@@ -182,6 +241,10 @@ class Executor:
             raise OptionError(f"on_error must be 'result' or 'raise', got {on_error!r}")
         if unknown_tool not in ("result", "raise"):
             raise OptionError(f"unknown_tool must be 'result' or 'raise', got {unknown_tool!r}")
+        if not isinstance(abort_siblings_on_error, bool):
+            raise OptionError(f"abort_siblings_on_error must be True or False, got {abort_siblings_on_error!r}")
+        if not callable(error_formatter):
+            raise OptionError(f"error_formatter must be a callable (exception, call) -> str, got {error_formatter!r}")
         for label, value in (
             ("max_input_bytes", max_input_bytes),
             ("max_input_depth", max_input_depth),
@@ -192,6 +255,7 @@ class Executor:
         self.on_event = on_event
         self.on_progress = on_progress
         self.on_error = on_error
+        self.abort_siblings_on_error = abort_siblings_on_error
         self.unknown_tool = unknown_tool
         self.interactive = interactive
         self.error_formatter = error_formatter
@@ -203,6 +267,8 @@ class Executor:
         }
         self._tools = tuple(self.registry)
         self._facts = tuple(member._facts() for member in self._tools)
+        # Runs executing on this executor now, for ``interrupt`` and ``cancel``.
+        self._runs: set[_Turn] = set()
 
     # -- public API -------------------------------------------------------------
 
@@ -252,6 +318,41 @@ class Executor:
                 return
         if failure:
             raise failure[0]
+
+    def interrupt(self, reason: str | None = None) -> int:
+        """A user message arrived: stops every run in progress on this executor.
+
+        Running calls of tools with ``interrupt_behavior="cancel"`` are cancelled
+        (``cancelled`` results); ``"block"`` tools finish; calls not started yet
+        get ``skipped`` results. ``reason`` is added to those results' messages.
+        Returns how many runs it reached. Call it from the event loop's thread.
+        """
+        suffix = f": {reason}" if reason else ""
+        for turn in self._runs:
+            if turn.halt is None:
+                turn.halt = f"not run: the user interrupted the run{suffix}"
+            for job in turn.jobs:
+                if job.state == _RUNNING and job.tool.interrupt_behavior == "cancel":
+                    job.cancel(f"`{job.tool.name}` was cancelled: the user interrupted the run{suffix}")
+        return len(self._runs)
+
+    def cancel(self, call_id: str, reason: str | None = None) -> bool:
+        """Cancels one call of a run in progress on this executor; it gets a ``cancelled`` result.
+
+        A call that has not started never runs. A running call stops if it runs
+        in a cancel scope: its tool takes a ``ctx``, has a ``timeout``,
+        ``interrupt_behavior="cancel"`` or ``isolation="process"``, or its batch
+        can be aborted by a failure; other running calls finish (the answer is
+        False). Returns whether a call will end cancelled. Call it from the event
+        loop's thread (a tool can cancel itself from anywhere with ``ctx.cancel``).
+        """
+        suffix = f": {reason}" if reason else ""
+        stopped = False
+        for turn in self._runs:
+            for job in turn.jobs:
+                if job.call.id == call_id and job.state != _DONE:
+                    stopped = job.cancel(f"`{job.tool.name}` was cancelled by the caller{suffix}") or stopped
+        return stopped
 
     # -- the pipeline -------------------------------------------------------------
 
@@ -358,40 +459,67 @@ class Executor:
     async def _run_batches(
         self, jobs: list[_Job], turn: _Turn, cap: int, steering: Steering | None
     ) -> list[Any]:
-        for number, (start, end, concurrency) in enumerate(self._batches(jobs, cap)):
-            if number and steering is not None:
-                messages = await _maybe_await(steering())
-                if messages:
-                    for job in jobs[start:]:
-                        turn.answer(job.slot, job.call, job.tool.name, "skipped", _SKIPPED)
-                    return list(messages)
-            batch = jobs[start:end]
-            concurrent = concurrency > 1 and len(batch) > 1
-            if turn.emit is not None:
-                turn.emit(BatchStarted(number, tuple(job.call.id for job in batch), concurrent))
-            if concurrent:
-                await self._run_pool(batch, concurrency, number, turn)
-            else:
-                for job in batch:
-                    await self._execute(job, number, False, turn)
-            if turn.emit is not None:
-                turn.emit(BatchFinished(number, tuple(job.call.id for job in batch)))
-                await turn.emit.flush()
-            if self.on_error == "raise" or any(job.tool.timeout_behavior == "raise" for job in batch):
-                self._raise_failure(batch, turn)
-        return []
+        """Runs the batches in order; while they run, the run can be interrupted and its calls cancelled."""
+        turn.jobs = jobs
+        self._runs.add(turn)
+        try:
+            for number, (start, end, concurrency) in enumerate(self._batches(jobs, cap)):
+                if turn.halt is not None:
+                    self._answer_unstarted(jobs[start:], turn, "skipped", turn.halt)
+                    return []
+                if number and steering is not None:
+                    messages = await _maybe_await(steering())
+                    if messages:
+                        self._answer_unstarted(jobs[start:], turn, "skipped", _SKIPPED)
+                        return list(messages)
+                batch = jobs[start:end]
+                concurrent = concurrency > 1 and len(batch) > 1
+                turn.batch = batch
+                turn.scoped = concurrent and (
+                    self.abort_siblings_on_error or any(job.tool.abort_siblings_on_error for job in batch)
+                )
+                if turn.emit is not None:
+                    turn.emit(BatchStarted(number, tuple(job.call.id for job in batch), concurrent))
+                if concurrent:
+                    await self._run_pool(batch, concurrency, number, turn)
+                else:
+                    for job in batch:
+                        await self._execute(job, number, False, turn)
+                turn.abort = None
+                turn.scoped = False
+                if turn.emit is not None:
+                    turn.emit(BatchFinished(number, tuple(job.call.id for job in batch)))
+                    await turn.emit.flush()
+                if turn.failures:
+                    await self._raise_failure(jobs[end:], turn)
+            return []
+        finally:
+            self._runs.discard(turn)
 
-    def _raise_failure(self, batch: list[_Job], turn: _Turn) -> None:
-        raising = {job.call.id for job in batch if self.on_error == "raise" or job.tool.timeout_behavior == "raise"}
-        failed = [
-            result
-            for result in turn.ordered_partial()
-            if result.call_id in raising
-            and result.error_kind in _EXECUTION_FAILURES
-            and (self.on_error == "raise" or result.error_kind == "timeout")
-        ]
-        if failed:
-            raise ToolCallFailed(failed[0], failed[1:], turn.ordered_partial())
+    def _answer_unstarted(
+        self, jobs: list[_Job], turn: _Turn, kind: ErrorKind, message: str, batch: int | None = None
+    ) -> None:
+        """Answers calls that will not run; one cancelled on its own keeps its own reason."""
+        for job in jobs:
+            job.state = _DONE
+            if job.cancel_reason is not None:
+                turn.answer(job.slot, job.call, job.tool.name, "cancelled", job.cancel_reason, batch)
+            else:
+                turn.answer(job.slot, job.call, job.tool.name, kind, message, batch)
+
+    async def _raise_failure(self, rest: list[_Job], turn: _Turn) -> None:
+        """Ends a run whose batch had a raising failure: the first in model order is raised.
+
+        The calls after the batch are answered as skipped first, so the error
+        carries a result for every call.
+        """
+        failures = sorted(turn.failures, key=lambda failure: failure[0])
+        _, first, cause = failures[0]
+        self._answer_unstarted(rest, turn, "skipped", f"not run: call {first.call_id} (`{first.tool_name}`) failed")
+        if turn.emit is not None:
+            await turn.emit.flush()
+        error = ToolTimeoutError if first.error_kind == "timeout" else ToolCallFailed
+        raise error(first, [failure[1] for failure in failures[1:]], turn.ordered_partial()) from cause
 
     async def _run_pool(self, batch: list[_Job], concurrency: int, number: int, turn: _Turn) -> None:
         """Runs a concurrent batch on a pool that grows only when calls wait."""
@@ -402,48 +530,115 @@ class Executor:
         tool = job.tool
         call = job.call
         emit = turn.emit
+        if job.cancel_reason is not None or turn.abort is not None or turn.halt is not None:
+            # Stopped before it started: answered without running.
+            if turn.abort is not None:
+                self._answer_unstarted([job], turn, "cancelled", f"not run: {turn.abort}", batch)
+            else:
+                self._answer_unstarted([job], turn, "skipped", turn.halt or _SKIPPED, batch)
+            if emit is not None:
+                await emit.flush()
+            return
+        job.state = _RUNNING
+        scope = job.scope = anyio.CancelScope() if job.facts.scoped or turn.scoped else None
         if emit is not None:
             emit(ToolStarted(call.id, tool.name, batch))
-        ctx = self._context(job, turn) if job.facts.takes_context else None
+        ctx = None
+        if job.facts.takes_context:
+            ctx = job.ctx = ToolContext(call.id, tool.name, turn.context, turn.interactive, emit, job.cancel)
+            ctx._cancelled = job.cancel_reason is not None
         error: str | None = None
         kind: ErrorKind | None = None
         output: Any = None
+        cause: BaseException | None = None
         started = time.perf_counter()
         try:
-            if tool.max_concurrency is not None:
-                async with job.facts.limiter():
-                    output = await self._invoke(job, ctx)
+            if scope is None:
+                output = await self._invoke(job, ctx, None)
             else:
-                output = await self._invoke(job, ctx)
-        except _Timeout:
-            kind, error = "timeout", f"`{tool.name}` did not finish within {tool.timeout} seconds"
+                # Cancelled before it was entered (an event callback cancelled the
+                # call on ToolStarted), the scope stops the call at its first checkpoint.
+                with scope:
+                    output = await self._invoke(job, ctx, scope)
+                if scope.cancelled_caught:
+                    kind, error = self._stopped(job)
         except Exception as exc:
-            kind, error = "execution_error", self.error_formatter(exc, call)
+            if scope is not None and scope.cancel_called:
+                # The tool turned its cancellation into an exception: still a cancellation.
+                kind, error = self._stopped(job)
+            else:
+                kind, error, cause = "execution_error", self._describe_failure(exc, call), exc
+        except BaseException:
+            # The run itself is cancelled: no result, and nothing reported after this.
+            job.state = _DONE
+            if ctx is not None:
+                ctx._finish(True)
+            raise
         duration_ms = (time.perf_counter() - started) * 1000.0
+        if ctx is not None:
+            ctx._finish(kind is not None and kind != "execution_error")
         truncated = False
         offload_path = None
         if kind is None:
-            output, truncated, offload_path = await shape_output(output, tool, call.id, self.offload_dir)
+            try:
+                output, truncated, offload_path = await shape_output(output, tool, call.id, self.offload_dir)
+            except Exception as exc:
+                kind, error, cause = "execution_error", f"the output of `{tool.name}` could not be shaped: {exc}", exc
+                output = None
         result = ToolResult(
             call.id, tool.name, output, error, kind, kind is not None, duration_ms, concurrent, batch, truncated,
             offload_path,
         )
+        job.state = _DONE
         turn.record(job.slot, result)
+        if kind in _EXECUTION_FAILURES:
+            self._failed(job, result, cause, turn)
         if emit is not None:
             await emit.flush()
 
-    async def _invoke(self, job: _Job, ctx: ToolContext | None) -> Any:
-        timeout = job.tool.timeout
-        if timeout is None:
-            return await job.facts.invoke(job.args, ctx)
-        with anyio.move_on_after(timeout):
-            return await job.facts.invoke(job.args, ctx)
-        # Only this scope's own deadline ends up here; an outer cancellation propagates.
-        raise _Timeout
+    def _failed(self, job: _Job, result: ToolResult, cause: BaseException | None, turn: _Turn) -> None:
+        """A call failed: note it if it ends the run, and abort its batch if that is the policy."""
+        tool = job.tool
+        if (result.error_kind == "execution_error" and self.on_error == "raise") or (
+            result.error_kind == "timeout" and tool.timeout_behavior == "raise"
+        ):
+            turn.failures.append((job.slot, result, cause))
+        aborts = self.abort_siblings_on_error or tool.abort_siblings_on_error
+        if aborts and turn.abort is None and len(turn.batch) > 1:
+            turn.abort = f"call {job.call.id} (`{tool.name}`) failed and cancelled the rest of its batch"
+            for sibling in turn.batch:
+                if sibling.state == _RUNNING:
+                    sibling.cancel(f"`{sibling.tool.name}` was cancelled: {turn.abort}")
 
+    @staticmethod
+    def _stopped(job: _Job) -> tuple[ErrorKind, str]:
+        """Why a call's scope stopped it: a cancellation (which wins) or its deadline."""
+        if job.cancel_reason is not None:
+            return "cancelled", job.cancel_reason
+        return "timeout", f"`{job.tool.name}` did not finish within {job.tool.timeout} seconds"
 
-class _Timeout(Exception):
-    """A call ran past its tool's timeout (internal)."""
+    def _describe_failure(self, exc: Exception, call: ToolCall) -> str:
+        """The message of an ``execution_error``: the formatter's, or the default if it fails."""
+        try:
+            message = self.error_formatter(exc, call)
+            if not isinstance(message, str):
+                raise TypeError(f"error_formatter returned {type(message).__name__}, not str")
+        except Exception:
+            logger.exception("error_formatter %r failed for call %s", self.error_formatter, call.id)
+            return format_error(exc, call)
+        return message
+
+    async def _invoke(self, job: _Job, ctx: ToolContext | None, scope: anyio.CancelScope | None) -> Any:
+        """Calls the tool under its concurrency cap; its timeout counts from when it gets a slot."""
+        tool = job.tool
+        if tool.max_concurrency is not None:
+            async with job.facts.limiter():
+                if scope is not None and tool.timeout is not None:
+                    scope.deadline = anyio.current_time() + tool.timeout
+                return await job.facts.invoke(job.args, ctx)
+        if scope is not None and tool.timeout is not None:
+            scope.deadline = anyio.current_time() + tool.timeout
+        return await job.facts.invoke(job.args, ctx)
 
 
 _SKIPPED = "not run: the run was steered away before this call started"

@@ -19,6 +19,7 @@ import pydantic
 
 from toolsched.context import ToolContext
 from toolsched.errors import ToolDefinitionError
+from toolsched.isolation import function_invoker, method_invoker
 from toolsched.schema import JsonSchema, function_schema, model_schema
 
 __all__ = ["Access", "FunctionTool", "Tool", "tool"]
@@ -77,6 +78,7 @@ class ToolFacts:
         "input_schema",
         "invoke",
         "max_concurrency",
+        "scoped",
         "static_read_only",
         "static_safe",
         "takes_context",
@@ -92,6 +94,7 @@ class ToolFacts:
         static_read_only: bool | None,
         validates_input: bool,
         max_concurrency: int | None,
+        scoped: bool = False,
     ) -> None:
         self.input_schema = input_schema
         self.max_concurrency = max_concurrency
@@ -101,6 +104,10 @@ class ToolFacts:
         self.static_safe = static_safe
         self.static_read_only = static_read_only
         self.validates_input = validates_input
+        # Whether each call runs in its own cancel scope: needed to stop a running
+        # call (a timeout, an interrupt, ``ctx.cancel``), and skipped otherwise
+        # because a scope costs more than the rest of a call's bookkeeping.
+        self.scoped = scoped
 
     def limiter(self) -> anyio.CapacityLimiter:
         """The tool's cap on calls in flight, shared by every run on the current event loop."""
@@ -194,16 +201,23 @@ class Tool:
         if call is None or not callable(call):
             raise ToolDefinitionError(f"tool class {type(self).__name__} must define call(self, args, ctx)")
         model = self.input_model
+
+        def parse(args: Args) -> Any:
+            return model.model_validate(args) if model else args
+
+        if self.isolation == "process":
+            return method_invoker(self, parse)
         if inspect.iscoroutinefunction(call):
 
             async def invoke_async(args: Args, ctx: ToolContext | None) -> Any:
-                return await call(model.model_validate(args) if model else args, ctx)
+                return await call(parse(args), ctx)
 
             return invoke_async
 
         async def invoke_in_thread(args: Args, ctx: ToolContext | None) -> Any:
-            parsed = model.model_validate(args) if model else args
-            return await anyio.to_thread.run_sync(call, parsed, ctx, abandon_on_cancel=self.timeout is not None)
+            # A thread cannot be stopped: a cancelled call is answered at once and
+            # its thread is left to see ``ctx.cancelled`` and return.
+            return await anyio.to_thread.run_sync(call, parse(args), ctx, abandon_on_cancel=True)
 
         return invoke_in_thread
 
@@ -240,14 +254,21 @@ class Tool:
             if cls.is_read_only is Tool.is_read_only and not callable(self.read_only)
             else None
         )
+        takes_context = self._takes_context()
         facts = ToolFacts(
             input_schema=self._describe_input(),
             invoke=self._invoker(),
-            takes_context=self._takes_context(),
+            takes_context=takes_context,
             static_safe=static_safe,
             static_read_only=static_read_only,
             validates_input=cls.validate_input is not Tool.validate_input,
             max_concurrency=self.max_concurrency,
+            scoped=(
+                self.timeout is not None
+                or self.interrupt_behavior == "cancel"
+                or self.isolation == "process"
+                or takes_context
+            ),
         )
         self._facts_cache = facts
         return facts
@@ -290,7 +311,6 @@ class FunctionTool(Tool):
         fn = self.fn
         model = self._coerce_model
         wants_ctx = self._wants_ctx
-        abandon = self.timeout is not None
 
         def keywords(args: Args, ctx: ToolContext | None) -> dict[str, Any]:
             if model is None:
@@ -302,6 +322,13 @@ class FunctionTool(Tool):
                 kwargs["ctx"] = ctx
             return kwargs
 
+        if self.isolation == "process":
+            if wants_ctx:
+                raise ToolDefinitionError(
+                    f"tool `{self.name}`: a process-isolated tool cannot take ctx "
+                    "(a ToolContext does not cross into the worker process)"
+                )
+            return function_invoker(self.name, fn, lambda args: keywords(args, None))
         if inspect.iscoroutinefunction(fn):
             if model is None and not wants_ctx:
 
@@ -316,9 +343,7 @@ class FunctionTool(Tool):
             return invoke_async
 
         async def invoke_in_thread(args: Args, ctx: ToolContext | None) -> Any:
-            return await anyio.to_thread.run_sync(
-                functools.partial(fn, **keywords(args, ctx)), abandon_on_cancel=abandon
-            )
+            return await anyio.to_thread.run_sync(functools.partial(fn, **keywords(args, ctx)), abandon_on_cancel=True)
 
         return invoke_in_thread
 
