@@ -13,7 +13,9 @@ from toolsched.errors import (
     ToolDefinitionError,
     ToolNameError,
     ToolschedError,
+    ToolTimeoutError,
     UnknownToolError,
+    WorkerProcessError,
 )
 from toolsched.events import (
     BatchFinished,
@@ -65,9 +67,11 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "ToolStarted",
+    "ToolTimeoutError",
     "ToolUpdated",
     "ToolschedError",
     "UnknownToolError",
+    "WorkerProcessError",
     "__version__",
     "tool",
 ]

@@ -47,7 +47,7 @@ class _ModuleFunction:
                 raise LookupError(f"the worker process cannot find {self.module}.{self.qualname}")
             target = getattr(target, part)
         # ``@tool`` leaves a FunctionTool under the function's name: run the function it wraps.
-        return target.fn if isinstance(target, FunctionTool) else target  # type: ignore[no-any-return]
+        return target.fn if isinstance(target, FunctionTool) else target
 
 
 @dataclass(frozen=True, slots=True)
