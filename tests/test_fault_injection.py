@@ -191,6 +191,22 @@ def check_nothing_started_after(run: Run, marker: str) -> None:
     assert late == [], f"started after {marker}: {late}"
 
 
+def check_an_aborting_failure_stops_its_batch(run: Run) -> None:
+    first_call = {call.id: call for call in reversed(run.calls)}
+    for position, event in enumerate(run.log):
+        if not isinstance(event, ts.ToolFinished) or event.result.error_kind not in ("execution_error", "timeout"):
+            continue
+        if not (run.abort_all or event.result.tool_name in ABORTING):
+            continue
+        late = [
+            e.call_id
+            for e in run.log[position:]
+            if isinstance(e, ts.ToolStarted) and e.ran and e.batch == event.result.batch
+        ]
+        assert late == [], f"started in batch {event.result.batch} after {event.result.call_id} aborted it: {late}"
+        assert first_call[event.result.call_id].name == event.result.tool_name
+
+
 def check_each_result_has_a_real_cause(run: Run) -> None:
     by_id = {r.call_id: r for r in run.results}
     first_call = {call.id: call for call in reversed(run.calls)}
@@ -319,6 +335,7 @@ async def test_random_faults_keep_every_promise(
     check_every_call_answered_once(run)
     check_nothing_started_after(run, "steered")
     check_nothing_started_after(run, "interrupt")
+    check_an_aborting_failure_stops_its_batch(run)
     check_each_result_has_a_real_cause(run)
     check_raise_semantics(run, on_error)
     assert executor.interrupt() == 0

@@ -144,6 +144,18 @@ async def test_timeout_behavior_raise_raises_after_the_batch_settles_with_every_
     recorder.assert_one_start_and_one_end(list(error.results))
 
 
+async def test_a_tool_that_turns_its_cancellation_into_an_error_still_times_out() -> None:
+    @ts.tool(timeout=0.02)
+    async def upload() -> None:
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            raise ConnectionAbortedError("upload interrupted") from None
+
+    outcome = await ts.Executor([upload]).run([ts.ToolCall("1", "upload")])
+    assert outcome.results[0].error_kind == "timeout"
+
+
 async def test_a_timeout_with_behavior_error_is_a_result_even_when_on_error_raises() -> None:
     @ts.tool(timeout=0.02)
     async def stuck() -> None:
