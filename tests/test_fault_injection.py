@@ -193,18 +193,18 @@ def check_nothing_started_after(run: Run, marker: str) -> None:
 
 def check_an_aborting_failure_stops_its_batch(run: Run) -> None:
     first_call = {call.id: call for call in reversed(run.calls)}
-    for position, event in enumerate(run.log):
-        if not isinstance(event, ts.ToolFinished) or event.result.error_kind not in ("execution_error", "timeout"):
+    for position, entry in enumerate(run.log):
+        if not isinstance(entry, ts.ToolFinished) or entry.result.error_kind not in ("execution_error", "timeout"):
             continue
-        if not (run.abort_all or event.result.tool_name in ABORTING):
+        if not (run.abort_all or entry.result.tool_name in ABORTING):
             continue
         late = [
             e.call_id
             for e in run.log[position:]
-            if isinstance(e, ts.ToolStarted) and e.ran and e.batch == event.result.batch
+            if isinstance(e, ts.ToolStarted) and e.ran and e.batch == entry.result.batch
         ]
-        assert late == [], f"started in batch {event.result.batch} after {event.result.call_id} aborted it: {late}"
-        assert first_call[event.result.call_id].name == event.result.tool_name
+        assert late == [], f"started in batch {entry.result.batch} after {entry.result.call_id} aborted it: {late}"
+        assert first_call[entry.result.call_id].name == entry.result.tool_name
 
 
 def check_each_result_has_a_real_cause(run: Run) -> None:

@@ -478,6 +478,23 @@ async def test_cancelling_the_run_does_not_wait_for_a_blocked_thread() -> None:
     assert seen == [True]
 
 
+async def test_a_tool_that_turns_the_run_cancellation_into_an_error_does_not_produce_a_result() -> None:
+    recorder = Recorder()
+
+    @ts.tool
+    async def upload() -> None:
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            raise ConnectionAbortedError("upload interrupted") from None
+
+    with anyio.move_on_after(0.02) as scope:
+        await ts.Executor([upload], on_event=recorder).run([ts.ToolCall("1", "upload")])
+    assert scope.cancelled_caught
+    assert recorder.ran() == ["1"]
+    assert recorder.finishes() == []
+
+
 # -- steering ----------------------------------------------------------------------------------
 
 
@@ -600,3 +617,4 @@ async def test_an_interrupt_reaches_every_run_in_progress_on_the_executor() -> N
         assert [r.error_kind for r in outcomes[tag].results] == ["cancelled", "skipped"]
     assert sorted(started) == ["x1", "y1"]
     assert executor.interrupt() == 0
+
