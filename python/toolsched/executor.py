@@ -14,6 +14,7 @@ from typing import Any, Literal, cast
 
 import anyio
 import anyio.from_thread
+import anyio.lowlevel
 
 from toolsched import _core
 from toolsched.context import ToolContext
@@ -556,23 +557,26 @@ class Executor:
             if scope is None:
                 output = await self._invoke(job, ctx, None)
             else:
-                # Cancelled before it was entered (an event callback cancelled the
-                # call on ToolStarted), the scope stops the call at its first checkpoint.
+                # A scope cancelled before it is entered (say by an event callback
+                # on ToolStarted) stops the call at its first checkpoint.
                 with scope:
                     output = await self._invoke(job, ctx, scope)
                 if scope.cancelled_caught:
                     kind, error = self._stopped(job)
         except Exception as exc:
+            if anyio.current_effective_deadline() == -math.inf:
+                # The run itself is being cancelled and the tool turned that into
+                # an error: this checkpoint raises the run's cancellation instead.
+                self._close(job, ctx)
+                await anyio.lowlevel.checkpoint()
             if scope is not None and scope.cancel_called:
-                # The tool turned its cancellation into an exception: still a cancellation.
+                # The tool turned its own cancellation into an exception: still a cancellation.
                 kind, error = self._stopped(job)
             else:
                 kind, error, cause = "execution_error", self._describe_failure(exc, call), exc
         except BaseException:
             # The run itself is cancelled: no result, and nothing reported after this.
-            job.state = _DONE
-            if ctx is not None:
-                ctx._finish(True)
+            self._close(job, ctx)
             raise
         duration_ms = (time.perf_counter() - started) * 1000.0
         if ctx is not None:
@@ -609,6 +613,13 @@ class Executor:
             for sibling in turn.batch:
                 if sibling.state == _RUNNING:
                     sibling.cancel(f"`{sibling.tool.name}` was cancelled: {turn.abort}")
+
+    @staticmethod
+    def _close(job: _Job, ctx: ToolContext | None) -> None:
+        """A call ends without a result because its run is cancelled."""
+        job.state = _DONE
+        if ctx is not None:
+            ctx._finish(True)
 
     @staticmethod
     def _stopped(job: _Job) -> tuple[ErrorKind, str]:
