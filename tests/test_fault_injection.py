@@ -24,9 +24,10 @@ from typing import Any
 
 import anyio
 import pytest
-import toolsched as ts
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+
+import toolsched as ts
 
 pytestmark = pytest.mark.anyio
 

@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
+
 import toolsched as ts
 
 pytestmark = pytest.mark.anyio

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+
 import toolsched as ts
 
 pytestmark = pytest.mark.anyio
