@@ -555,7 +555,10 @@ class Executor:
         started = time.perf_counter()
         try:
             if scope is None:
-                output = await self._invoke(job, ctx, None)
+                if tool.max_concurrency is None:
+                    output = await job.facts.invoke(job.args, ctx)
+                else:
+                    output = await self._invoke(job, ctx, None)
             else:
                 # A scope cancelled before it is entered (say by an event callback
                 # on ToolStarted) stops the call at its first checkpoint.
@@ -595,7 +598,7 @@ class Executor:
         )
         job.state = _DONE
         turn.record(job.slot, result)
-        if kind in _EXECUTION_FAILURES:
+        if kind is not None and kind in _EXECUTION_FAILURES:
             self._failed(job, result, cause, turn)
         if emit is not None:
             await emit.flush()
