@@ -157,8 +157,8 @@ class _Turn:
         self.completed: list[ToolResult] = []
         self.slots: list[int] = []
         # The calls that reach execution, and the batch running now.
-        self.jobs: list[_Job] = []
-        self.batch: list[_Job] = []
+        self.jobs: Sequence[_Job] = ()
+        self.batch: Sequence[_Job] = ()
         # Whether every call of the running batch gets a cancel scope (its siblings may abort it).
         self.scoped = False
         # Set when a failure aborts the running batch: why its other calls are cancelled.
@@ -166,7 +166,7 @@ class _Turn:
         # Set by an interrupt: why the calls not started yet are skipped.
         self.halt: str | None = None
         # Failures that end the run once their batch settles: (slot, result, exception).
-        self.failures: list[tuple[int, ToolResult, BaseException | None]] = []
+        self.failures: list[tuple[int, ToolResult, BaseException | None]] | None = None
 
     def record(self, slot: int, result: ToolResult) -> None:
         self.completed.append(result)
@@ -491,8 +491,8 @@ class Executor:
                 if turn.emit is not None:
                     turn.emit(BatchFinished(number, tuple(job.call.id for job in batch)))
                     await turn.emit.flush()
-                if turn.failures:
-                    await self._raise_failure(jobs[end:], turn)
+                if turn.failures is not None:
+                    await self._raise_failure(jobs[end:], turn, turn.failures)
             return []
         finally:
             self._runs.discard(turn)
@@ -508,13 +508,15 @@ class Executor:
             else:
                 turn.answer(job.slot, job.call, job.tool.name, kind, message, batch)
 
-    async def _raise_failure(self, rest: list[_Job], turn: _Turn) -> None:
+    async def _raise_failure(
+        self, rest: list[_Job], turn: _Turn, failures: list[tuple[int, ToolResult, BaseException | None]]
+    ) -> None:
         """Ends a run whose batch had a raising failure: the first in model order is raised.
 
         The calls after the batch are answered as skipped first, so the error
         carries a result for every call.
         """
-        failures = sorted(turn.failures, key=lambda failure: failure[0])
+        failures = sorted(failures, key=lambda failure: failure[0])
         _, first, cause = failures[0]
         self._answer_unstarted(rest, turn, "skipped", f"not run: call {first.call_id} (`{first.tool_name}`) failed")
         if turn.emit is not None:
@@ -609,6 +611,8 @@ class Executor:
         if (result.error_kind == "execution_error" and self.on_error == "raise") or (
             result.error_kind == "timeout" and tool.timeout_behavior == "raise"
         ):
+            if turn.failures is None:
+                turn.failures = []
             turn.failures.append((job.slot, result, cause))
         aborts = self.abort_siblings_on_error or tool.abort_siblings_on_error
         if aborts and turn.abort is None and len(turn.batch) > 1:
