@@ -105,15 +105,39 @@ def hang_sync(n: int, safe: bool, delay: float, ctx: ts.ToolContext) -> None:
     harness().release.wait(5)
 
 
-@ts.tool(concurrency_safe=safe)
+@ts.tool(concurrency_safe=safe, timeout=5)
 async def quit_early(n: int, safe: bool, delay: float, ctx: ts.ToolContext) -> None:
+    # In a cancel scope (it has a timeout): stopped at its next await.
     ctx.cancel("gave up")
     await body(5)
 
 
 @ts.tool(concurrency_safe=safe)
+async def quit_returning(n: int, safe: bool, delay: float, ctx: ts.ToolContext) -> int:
+    # Without a cancel scope: it returns, and the result is still cancelled.
+    ctx.cancel("gave up")
+    return int(await body(delay, n))
+
+
+@ts.tool(concurrency_safe=safe, timeout=5)
 async def victim(n: int, safe: bool, delay: float, ctx: ts.ToolContext) -> None:
+    # Cancelled by the caller as it starts; its cancel scope stops it.
     await body(5)
+
+
+@ts.tool(concurrency_safe=safe)
+async def polite(n: int, safe: bool, delay: float, ctx: ts.ToolContext) -> int:
+    # Asked by the caller to stop as it starts; without a cancel scope it stops by itself.
+    state = harness()
+    state.alive += 1
+    try:
+        for _ in range(5000):
+            if ctx.cancelled:
+                return n
+            await anyio.sleep(0.001)
+        raise AssertionError("never asked to stop")
+    finally:
+        state.alive -= 1
 
 
 @ts.tool(concurrency_safe=safe)
@@ -125,7 +149,7 @@ async def interrupter(n: int, safe: bool, delay: float) -> int:
     return n
 
 
-TOOLS = [work, browse, fail, fail_abort, slow, hang, hang_sync, quit_early, victim, interrupter]
+TOOLS = [work, browse, fail, fail_abort, slow, hang, hang_sync, quit_early, quit_returning, victim, polite, interrupter]
 ABORTING = {"fail_abort"}
 
 # What a call that ran may end as, by tool (besides being cancelled by an aborting sibling).
@@ -138,7 +162,9 @@ RAN_KINDS: dict[str, set[str | None]] = {
     "hang": {"timeout"},
     "hang_sync": {"timeout"},
     "quit_early": {"cancelled"},
+    "quit_returning": {"cancelled"},
     "victim": {"cancelled"},
+    "polite": {None},
     "interrupter": {None},
 }
 
@@ -166,6 +192,7 @@ class Run:
     raised: ts.ToolCallFailed | None
     abort_all: bool
     cancelled_pending: str | None
+    scoped_batches: set[int]
 
     def index(self, marker: str) -> int | None:
         return self.log.index(marker) if marker in self.log else None
@@ -239,11 +266,15 @@ def check_each_result_has_a_real_cause(run: Run) -> None:
                 assert result.call_id == run.cancelled_pending
                 assert message == f"`{tool}` was cancelled by the caller"
             continue
+        if tool == "polite" and result.batch in run.scoped_batches and result.error_kind == "cancelled":
+            # In a batch that a failure may abort, every call has a cancel scope: the caller stopped it.
+            assert message == "`polite` was cancelled by the caller"
+            continue
         assert result.error_kind in RAN_KINDS[tool], (tool, result)
-        if tool == "work":
+        if tool in ("work", "polite") and result.error_kind is None:
             assert result.output == first_call[result.call_id].args["n"]  # type: ignore[index]
-        if tool == "quit_early":
-            assert message == "`quit_early` was cancelled: gave up"
+        if tool in ("quit_early", "quit_returning"):
+            assert message == f"`{tool}` was cancelled: gave up"
         if tool == "victim":
             assert message == "`victim` was cancelled by the caller"
         if tool == "browse" and result.error_kind == "cancelled":
@@ -282,19 +313,34 @@ async def test_random_faults_keep_every_promise(
              for n, (i, name, flag, delay) in enumerate(turn)]
     last_id = list(dict.fromkeys(call.id for call in calls))[-1]
     cancelled_pending: list[str] = []
-    # What executor.cancel answered (callbacks must not raise: the executor logs and drops their errors).
-    answers: list[bool] = []
+    # What executor.cancel answered, and what it should have (callbacks must not raise:
+    # the executor logs and drops their errors).
+    answers: list[tuple[bool, bool]] = []
 
     def on_event(event: ts.Event) -> None:
         state.log.append(event)
         if not isinstance(event, ts.ToolStarted) or not event.ran:
             return
         if event.tool_name == "victim":
-            answers.append(executor.cancel(event.call_id))
+            answers.append((executor.cancel(event.call_id), True))
+        if event.tool_name == "polite":
+            # Without a cancel scope the call can only be asked (unless its batch may be aborted).
+            scoped = event.batch is not None and batch_scoped.get(event.batch, False)
+            answers.append((executor.cancel(event.call_id), scoped))
         if cancel_last and not cancelled_pending and event.call_id != last_id:
             # The first call to start cancels the turn's last call, which has not started yet.
             cancelled_pending.append(last_id)
-            answers.append(executor.cancel(last_id))
+            answers.append((executor.cancel(last_id), True))
+        return
+
+    batch_scoped: dict[int, bool] = {}
+
+    def on_batch(event: ts.Event) -> None:
+        if isinstance(event, ts.BatchStarted):
+            names = {first_name[call_id] for call_id in event.call_ids}
+            batch_scoped[event.batch] = event.concurrent and (abort_all or bool(names & ABORTING))
+
+    first_name = {call.id: call.name for call in reversed(calls)}
 
     def steer() -> list[str] | None:
         finished = sum(isinstance(e, ts.ToolFinished) for e in state.log)
@@ -303,14 +349,18 @@ async def test_random_faults_keep_every_promise(
             return ["user: change of plan"]
         return None
 
+    def observe(event: ts.Event) -> None:
+        on_batch(event)
+        on_event(event)
+
     executor = state.executor = ts.Executor(
-        TOOLS, strategy=strategy, on_event=on_event, on_error=on_error,  # type: ignore[arg-type]
+        TOOLS, strategy=strategy, on_event=observe, on_error=on_error,  # type: ignore[arg-type]
         abort_siblings_on_error=abort_all,
     )
     before = {task.id for task in anyio.get_running_tasks()}
     raised: ts.ToolCallFailed | None = None
     try:
-        with anyio.fail_after(10):
+        with anyio.fail_after(5):
             try:
                 outcome = await executor.run(calls, steering=steer)
                 results = outcome.results
@@ -324,7 +374,7 @@ async def test_random_faults_keep_every_promise(
     finally:
         state.release.set()
 
-    assert all(answers)
+    assert all(answer == expected for answer, expected in answers)
     for marker in ("steered", "interrupt"):
         if marker in state.log:
             event(marker)
@@ -332,7 +382,11 @@ async def test_random_faults_keep_every_promise(
         event("raised")
     for kind in sorted({str(r.error_kind) for r in results}):
         event(f"result: {kind}")
-    run = Run(calls, results, state.log, raised, abort_all, cancelled_pending[0] if cancelled_pending else None)
+    scoped_batches = {number for number, scoped in batch_scoped.items() if scoped and number is not None}
+    run = Run(
+        calls, results, state.log, raised, abort_all, cancelled_pending[0] if cancelled_pending else None,
+        scoped_batches,
+    )
     check_every_call_answered_once(run)
     check_nothing_started_after(run, "steered")
     check_nothing_started_after(run, "interrupt")
@@ -366,7 +420,7 @@ async def test_cancelling_the_run_from_outside_raises_and_leaves_nothing_behind(
     before = {task.id for task in anyio.get_running_tasks()}
     outcomes: list[ts.Outcome] = []
     try:
-        with anyio.fail_after(10):
+        with anyio.fail_after(5):
             with anyio.move_on_after(cancel_after) as scope:
                 outcomes.append(await state.executor.run(calls))
         assert state.alive == 0

@@ -337,7 +337,7 @@ async def test_a_tool_can_cancel_its_own_call() -> None:
     async def search(query: str, ctx: ts.ToolContext) -> str:
         if not query:
             ctx.cancel("empty query")
-            await anyio.sleep(10)
+            return "what the tool returns after cancelling is discarded"
         return query
 
     outcome = await ts.Executor([search]).run(
@@ -345,6 +345,24 @@ async def test_a_tool_can_cancel_its_own_call() -> None:
     )
     assert kinds(outcome) == {"1": "cancelled", "2": None}
     assert outcome.results[0].error == "`search` was cancelled: empty query"
+    assert outcome.results[0].output is None
+    assert outcome.results[1].output == "x"
+
+
+async def test_a_tool_in_a_cancel_scope_that_cancels_itself_stops_at_its_next_await() -> None:
+    after: list[str] = []
+
+    @ts.tool(interrupt_behavior="cancel")
+    async def search(ctx: ts.ToolContext) -> str:
+        ctx.cancel("nothing to find")
+        await anyio.sleep(10)
+        after.append("resumed")
+        return "never"
+
+    with anyio.fail_after(5):
+        outcome = await ts.Executor([search]).run([ts.ToolCall("1", "search")])
+    assert outcome.results[0].error == "`search` was cancelled: nothing to find"
+    assert after == []
 
 
 async def test_a_sync_tool_can_cancel_its_own_call_from_its_thread() -> None:
@@ -407,6 +425,34 @@ async def test_a_running_call_without_a_cancel_scope_finishes_when_cancelled() -
     outcome = await executor.run([ts.ToolCall("1", "commit", {"n": 1})])
     assert answers == [False]
     assert outcome.results[0].output == 1
+
+
+@pytest.mark.parametrize("confirm", [False, True])
+async def test_a_running_call_without_a_cancel_scope_is_asked_to_stop_through_its_context(confirm: bool) -> None:
+    @ts.tool
+    async def index(ctx: ts.ToolContext) -> str:
+        while not ctx.cancelled:
+            await anyio.sleep(0.005)
+        if confirm:
+            ctx.cancel("stopped on request")
+        return "partial index"
+
+    executor = ts.Executor([index])
+    answers: list[bool] = []
+
+    async def cancel_soon() -> None:
+        await anyio.sleep(0.02)
+        answers.append(executor.cancel("1"))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(cancel_soon)
+            outcome = await executor.run([ts.ToolCall("1", "index")])
+    assert answers == [False]
+    if confirm:
+        assert outcome.results[0].error == "`index` was cancelled: stopped on request"
+    else:
+        assert outcome.results[0].output == "partial index"
 
 
 # -- cancelling the run ------------------------------------------------------------------

@@ -83,10 +83,12 @@ class ToolContext:
     def cancel(self, reason: str | None = None) -> None:
         """Cancels this call: it ends with a ``cancelled`` result carrying ``reason``.
 
-        An async tool is cancelled at its next ``await``; a sync tool's thread
-        is left to notice ``cancelled`` and return, while the call is answered
-        at once. Callable from the tool itself, from its thread, or from any code
-        holding the context.
+        Whatever the tool returns or raises afterwards is discarded, so return
+        promptly. A call that runs in a cancel scope (a tool with a ``timeout``,
+        ``interrupt_behavior="cancel"`` or ``isolation="process"``) is also
+        stopped at its next ``await``, or, in a worker thread, answered at once
+        while the thread is left to return. Callable from the tool, its thread,
+        or any code the tool hands the context to.
         """
         message = f"`{self.tool_name}` was cancelled" + (f": {reason}" if reason else "")
         self._cancelled = True

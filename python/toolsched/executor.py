@@ -98,7 +98,7 @@ class _Emitter:
 class _Job:
     """One runnable call of a turn (internal, mutable while the turn runs)."""
 
-    __slots__ = ("args", "call", "cancel_reason", "ctx", "facts", "scope", "slot", "state", "tool")
+    __slots__ = ("args", "call", "cancel_reason", "ctx", "declared", "facts", "scope", "slot", "state", "tool")
 
     def __init__(self, slot: int, call: ToolCall, tool: Tool, facts: ToolFacts, args: Any) -> None:
         self.slot = slot
@@ -110,25 +110,37 @@ class _Job:
         self.scope: anyio.CancelScope | None = None
         self.cancel_reason: str | None = None
         self.ctx: ToolContext | None = None
+        # Set when the tool cancelled its own call (``ctx.cancel``): it ends cancelled whatever follows.
+        self.declared = False
 
     def cancel(self, message: str) -> bool:
         """Asks the call to stop with a ``cancelled`` result carrying ``message``.
 
-        Returns whether it will: a call not started yet never starts, a running
-        call in a cancel scope is cancelled; a running call without one finishes.
+        Returns whether it will: a call not started yet never starts, and a
+        running call in a cancel scope is stopped. A running call without one
+        can only be asked (``ctx.cancelled`` turns true) and keeps its own result.
         """
         if self.state == _DONE:
             return False
-        if self.cancel_reason is None:
-            self.cancel_reason = message
         if self.ctx is not None:
             self.ctx._cancelled = True
-        if self.state == _PENDING:
-            return True
-        if self.scope is not None:
-            self.scope.cancel()
+        if self.state == _PENDING or self.scope is not None:
+            if self.cancel_reason is None:
+                self.cancel_reason = message
+            if self.scope is not None:
+                self.scope.cancel()
             return True
         return False
+
+    def declare_cancelled(self, message: str) -> None:
+        """The tool cancelled its own call: its result is ``cancelled``, and a scope stops it now."""
+        if self.state == _DONE:
+            return
+        if self.cancel_reason is None:
+            self.cancel_reason = message
+        self.declared = True
+        if self.scope is not None:
+            self.scope.cancel()
 
 
 class _Turn:
@@ -338,14 +350,15 @@ class Executor:
         return len(self._runs)
 
     def cancel(self, call_id: str, reason: str | None = None) -> bool:
-        """Cancels one call of a run in progress on this executor; it gets a ``cancelled`` result.
+        """Cancels one call of the runs in progress on this executor; it gets a ``cancelled`` result.
 
-        A call that has not started never runs. A running call stops if it runs
-        in a cancel scope: its tool takes a ``ctx``, has a ``timeout``,
+        A call that has not started never runs. A running call is stopped if it
+        runs in a cancel scope: its tool has a ``timeout``,
         ``interrupt_behavior="cancel"`` or ``isolation="process"``, or its batch
-        can be aborted by a failure; other running calls finish (the answer is
-        False). Returns whether a call will end cancelled. Call it from the event
-        loop's thread (a tool can cancel itself from anywhere with ``ctx.cancel``).
+        can be aborted by a failure. Any other running call is only asked to stop
+        (``ctx.cancelled`` turns true; the tool may end its call with
+        ``ctx.cancel()``) and otherwise keeps its own result. Returns whether a
+        call will end cancelled. Call it from the event loop's thread.
         """
         suffix = f": {reason}" if reason else ""
         stopped = False
@@ -544,12 +557,11 @@ class Executor:
             return
         job.state = _RUNNING
         scope = job.scope = anyio.CancelScope() if job.facts.scoped or turn.scoped else None
-        if emit is not None:
-            emit(ToolStarted(call.id, tool.name, batch))
         ctx = None
         if job.facts.takes_context:
-            ctx = job.ctx = ToolContext(call.id, tool.name, turn.context, turn.interactive, emit, job.cancel)
-            ctx._cancelled = job.cancel_reason is not None
+            ctx = job.ctx = ToolContext(call.id, tool.name, turn.context, turn.interactive, emit, job.declare_cancelled)
+        if emit is not None:
+            emit(ToolStarted(call.id, tool.name, batch))
         error: str | None = None
         kind: ErrorKind | None = None
         output: Any = None
@@ -585,6 +597,8 @@ class Executor:
             raise
         duration_ms = (time.perf_counter() - started) * 1000.0
         if ctx is not None:
+            if job.declared:
+                kind, error, cause, output = "cancelled", job.cancel_reason, None, None
             ctx._finish(kind is not None and kind != "execution_error")
         truncated = False
         offload_path = None

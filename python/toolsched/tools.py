@@ -104,9 +104,10 @@ class ToolFacts:
         self.static_safe = static_safe
         self.static_read_only = static_read_only
         self.validates_input = validates_input
-        # Whether each call runs in its own cancel scope: needed to stop a running
-        # call (a timeout, an interrupt, ``ctx.cancel``), and skipped otherwise
-        # because a scope costs more than the rest of a call's bookkeeping.
+        # Whether each call runs in its own cancel scope, so that it can be stopped
+        # while it runs (its timeout, an interrupt, a cancellation). Only tools
+        # that declare one of those get it: a scope costs more than all the rest
+        # of a call's bookkeeping.
         self.scoped = scoped
 
     def limiter(self) -> anyio.CapacityLimiter:
@@ -263,12 +264,7 @@ class Tool:
             static_read_only=static_read_only,
             validates_input=cls.validate_input is not Tool.validate_input,
             max_concurrency=self.max_concurrency,
-            scoped=(
-                self.timeout is not None
-                or self.interrupt_behavior == "cancel"
-                or self.isolation == "process"
-                or takes_context
-            ),
+            scoped=self.timeout is not None or self.interrupt_behavior == "cancel" or self.isolation == "process",
         )
         self._facts_cache = facts
         return facts
