@@ -635,8 +635,10 @@ async def test_an_interrupt_cancels_cancel_tools_lets_block_tools_finish_and_ski
     assert reached == [1]
     assert kinds(outcome) == {"b": "cancelled", "s": None, "w": "skipped", "t": "skipped"}
     assert started == ["b", "s"]
-    assert outcome.results[0].error == "`browse` was cancelled: the user interrupted the run: the user typed a message"
-    assert outcome.results[2].error == "not run: the user interrupted the run: the user typed a message"
+    assert outcome.results[0].error == (
+        "`browse` was cancelled because the user interrupted the run (the user typed a message)"
+    )
+    assert outcome.results[2].error == "not run: the user interrupted the run (the user typed a message)"
     recorder.assert_one_start_and_one_end(outcome.results)
     # The interrupt belonged to that run: the next one runs normally.
     again = await executor.run([ts.ToolCall("t2", "tail", {"name": "t2"})])

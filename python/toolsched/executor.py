@@ -340,13 +340,13 @@ class Executor:
         get ``skipped`` results. ``reason`` is added to those results' messages.
         Returns how many runs it reached. Call it from the event loop's thread.
         """
-        suffix = f": {reason}" if reason else ""
+        suffix = f" ({reason})" if reason else ""
         for turn in self._runs:
             if turn.halt is None:
                 turn.halt = f"not run: the user interrupted the run{suffix}"
             for job in turn.jobs:
                 if job.state == _RUNNING and job.tool.interrupt_behavior == "cancel":
-                    job.cancel(f"`{job.tool.name}` was cancelled: the user interrupted the run{suffix}")
+                    job.cancel(f"`{job.tool.name}` was cancelled because the user interrupted the run{suffix}")
         return len(self._runs)
 
     def cancel(self, call_id: str, reason: str | None = None) -> bool:
