@@ -556,7 +556,12 @@ class Executor:
                 await emit.flush()
             return
         job.state = _RUNNING
-        scope = job.scope = anyio.CancelScope() if job.facts.scoped or turn.scoped else None
+        scope = None
+        if job.facts.scoped or turn.scoped:
+            # ``move_on_after`` builds the backend's scope directly (``CancelScope()``
+            # initialises it twice). With a concurrency cap the deadline is set once
+            # the call gets its slot.
+            scope = job.scope = anyio.move_on_after(None if tool.max_concurrency is not None else tool.timeout)
         ctx = None
         if job.facts.takes_context:
             ctx = job.ctx = ToolContext(call.id, tool.name, turn.context, turn.interactive, emit, job.declare_cancelled)
@@ -572,12 +577,16 @@ class Executor:
                 if tool.max_concurrency is None:
                     output = await job.facts.invoke(job.args, ctx)
                 else:
-                    output = await self._invoke(job, ctx, None)
+                    output = await self._invoke_limited(job, ctx, None)
             else:
                 # A scope cancelled before it is entered (say by an event callback
                 # on ToolStarted) stops the call at its first checkpoint.
                 with scope:
-                    output = await self._invoke(job, ctx, scope)
+                    if tool.max_concurrency is None:
+                        output = await job.facts.invoke(job.args, ctx)
+                    else:
+                        output = await self._invoke_limited(job, ctx, scope)
+                job.scope = None
                 if scope.cancelled_caught:
                     kind, error = self._stopped(job)
         except Exception as exc:
@@ -660,17 +669,13 @@ class Executor:
             return format_error(exc, call)
         return message
 
-    async def _invoke(self, job: _Job, ctx: ToolContext | None, scope: anyio.CancelScope | None) -> Any:
+    async def _invoke_limited(self, job: _Job, ctx: ToolContext | None, scope: anyio.CancelScope | None) -> Any:
         """Calls the tool under its concurrency cap; its timeout counts from when it gets a slot."""
-        tool = job.tool
-        if tool.max_concurrency is not None:
-            async with job.facts.limiter():
-                if scope is not None and tool.timeout is not None:
-                    scope.deadline = anyio.current_time() + tool.timeout
-                return await job.facts.invoke(job.args, ctx)
-        if scope is not None and tool.timeout is not None:
-            scope.deadline = anyio.current_time() + tool.timeout
-        return await job.facts.invoke(job.args, ctx)
+        timeout = job.tool.timeout
+        async with job.facts.limiter():
+            if scope is not None and timeout is not None:
+                scope.deadline = anyio.current_time() + timeout
+            return await job.facts.invoke(job.args, ctx)
 
 
 _SKIPPED = "not run: the run was steered away before this call started"

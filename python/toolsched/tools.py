@@ -255,11 +255,10 @@ class Tool:
             if cls.is_read_only is Tool.is_read_only and not callable(self.read_only)
             else None
         )
-        takes_context = self._takes_context()
         facts = ToolFacts(
             input_schema=self._describe_input(),
             invoke=self._invoker(),
-            takes_context=takes_context,
+            takes_context=self._takes_context(),
             static_safe=static_safe,
             static_read_only=static_read_only,
             validates_input=cls.validate_input is not Tool.validate_input,
