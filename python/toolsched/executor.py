@@ -606,7 +606,7 @@ class Executor:
             if self._output_guardrails:
                 await self._guard(self._output_guardrails, job, output, turn)
         except _Rejected as exc:
-            kind, error = "guardrail_rejected", exc.message
+            kind, error, output = "guardrail_rejected", exc.message, None
         except _Timeout:
             kind, error = "timeout", f"`{tool.name}` did not finish within {tool.timeout} seconds"
         except Exception as exc:

@@ -37,8 +37,10 @@ Mode = Literal["default", "ask", "accept_reads", "plan", "bypass"]
 MODES: tuple[str, ...] = ("default", "ask", "accept_reads", "plan", "bypass")
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-*]+")
-_PATH_NAMES = frozenset({"path", "file", "filename", "filepath", "dir", "dirname", "directory", "folder", "cwd"})
-_PATH_SUFFIXES = ("_path", "_file", "_dir", "_directory", "_folder")
+_PATH_NAMES = frozenset(
+    {"path", "paths", "file", "files", "filename", "filepath", "dir", "dirs", "dirname", "directory", "folder", "cwd"}
+)
+_PATH_SUFFIXES = ("_path", "_paths", "_file", "_files", "_dir", "_dirs", "_directory", "_folder")
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,8 +195,10 @@ def subject_is_path(name: str, schema: Mapping[str, Any]) -> bool:
     """Whether a tool's rule subject holds a path: by its schema's ``format`` or by its name."""
     properties = schema.get("properties")
     spec = properties.get(name) if isinstance(properties, Mapping) else None
-    if isinstance(spec, Mapping) and spec.get("format") == "path":
-        return True
+    if isinstance(spec, Mapping):
+        items = spec.get("items")
+        if spec.get("format") == "path" or (isinstance(items, Mapping) and items.get("format") == "path"):
+            return True
     lowered = name.lower()
     return lowered in _PATH_NAMES or lowered.endswith(_PATH_SUFFIXES)
 
