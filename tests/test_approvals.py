@@ -534,7 +534,7 @@ async def test_a_state_with_values_json_cannot_carry_says_so() -> None:
 
 
 def test_run_state_is_not_built_by_hand() -> None:
-    with pytest.raises(TypeError, match="Outcome.state"):
+    with pytest.raises(TypeError, match=r"Outcome\.state"):
         ts.RunState()
 
 

@@ -302,9 +302,11 @@ async def test_a_rewrite_as_json_text_is_parsed_and_validated() -> None:
 async def test_a_rewrite_is_checked_by_validate_input_again() -> None:
     runs: list[str] = []
 
+    schema = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+
     class Scoped(ts.Tool):
         name = "scoped"
-        input_schema = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+        input_schema = schema
 
         async def validate_input(self, args: Any, ctx: ts.ToolContext) -> None:
             if args["path"].startswith("/"):

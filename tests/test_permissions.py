@@ -360,15 +360,18 @@ async def test_plan_mode_judges_read_only_per_call() -> None:
 # -- the tool's own say ------------------------------------------------------------
 
 
+LEVEL_SCHEMA = {
+    "type": "object",
+    "properties": {"level": {"type": "string"}},
+    "required": ["level"],
+    "additionalProperties": False,
+}
+
+
 class Guarded(ts.Tool):
     name = "guarded"
     description = "A tool that decides for itself."
-    input_schema = {
-        "type": "object",
-        "properties": {"level": {"type": "string"}},
-        "required": ["level"],
-        "additionalProperties": False,
-    }
+    input_schema = LEVEL_SCHEMA
 
     def __init__(self) -> None:
         self.runs: list[str] = []
@@ -388,8 +391,9 @@ class Guarded(ts.Tool):
         return ts.Decision.allow()
 
     async def call(self, args: Any, ctx: ts.ToolContext) -> str:
-        self.runs.append(args["level"])
-        return args["level"]
+        level = str(args["level"])
+        self.runs.append(level)
+        return level
 
 
 @pytest.mark.parametrize(
@@ -434,7 +438,9 @@ async def test_needs_approval_is_judged_on_the_parsed_arguments() -> None:
         return amount
 
     executor = ts.Executor([pay])
-    outcome = await executor.run([ts.ToolCall("small", "pay", {"amount": 5}), ts.ToolCall("big", "pay", '{"amount": 500}')])
+    outcome = await executor.run(
+        [ts.ToolCall("small", "pay", {"amount": 5}), ts.ToolCall("big", "pay", '{"amount": 500}')]
+    )
     assert [r.call_id for r in outcome.results] == ["small"]
     assert [p.call_id for p in outcome.pending] == ["big"]
     assert runs == [5]

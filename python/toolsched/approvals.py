@@ -32,7 +32,7 @@ Status = Literal["done", "pending", "approved", "rejected"]
 _STATUSES = ("done", "pending", "approved", "rejected")
 _FORMAT = "toolsched.RunState"
 _VERSION = 1
-_SCALARS = (str, int, float, bool, type(None))
+_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +50,11 @@ Approver = Callable[[ApprovalRequest], Awaitable[bool | Decision] | bool | Decis
 
 def detached(args: Any) -> Any:
     """A copy of a call's input that shares nothing mutable with the original."""
-    if isinstance(args, dict) and all(isinstance(value, _SCALARS) for value in args.values()):
-        return dict(args)
+    if type(args) is dict:
+        for value in args.values():
+            if type(value) not in _SCALARS:
+                return copy.deepcopy(args)
+        return args.copy()
     return copy.deepcopy(args)
 
 

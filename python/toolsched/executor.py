@@ -285,8 +285,9 @@ class Executor:
         self.permissions = permissions
         self.hooks = hooks
         self.approver = approver
-        self._input_guardrails = Guardrails("input", input_guardrails)
-        self._output_guardrails = Guardrails("output", output_guardrails)
+        checks_in, checks_out = Guardrails("input", input_guardrails), Guardrails("output", output_guardrails)
+        self._input_guardrails: Guardrails | None = checks_in if checks_in else None
+        self._output_guardrails: Guardrails | None = checks_out if checks_out else None
         self._mode = permissions.mode if permissions is not None else "default"
         policies = []
         for member, facts in zip(self._tools, self._facts, strict=True):
@@ -596,14 +597,14 @@ class Executor:
         output: Any = None
         started = time.perf_counter()
         try:
-            if self._input_guardrails:
+            if self._input_guardrails is not None:
                 await self._guard(self._input_guardrails, job, None, turn)
             if tool.max_concurrency is not None:
                 async with job.facts.limiter():
                     output = await self._invoke(job, ctx)
             else:
                 output = await self._invoke(job, ctx)
-            if self._output_guardrails:
+            if self._output_guardrails is not None:
                 await self._guard(self._output_guardrails, job, output, turn)
         except _Rejected as exc:
             kind, error, output = "guardrail_rejected", exc.message, None

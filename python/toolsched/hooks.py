@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -104,7 +104,7 @@ class Matcher:
 class Hook:
     """One registered hook (internal): its stage, matcher, function and timeout."""
 
-    __slots__ = ("fn", "is_async", "label", "matcher", "stage", "timeout")
+    __slots__ = ("direct", "fn", "is_async", "label", "matcher", "stage", "timeout")
 
     def __init__(self, stage: Stage, matcher: Matcher, fn: HookFunction, timeout: float | None) -> None:
         self.stage = stage
@@ -112,9 +112,18 @@ class Hook:
         self.fn = fn
         self.timeout = timeout
         self.is_async = inspect.iscoroutinefunction(fn)
+        # An async hook without a timeout is awaited as it is: no wrapper coroutine per call.
+        self.direct = self.is_async and timeout is None
         self.label = f"{stage} hook {getattr(fn, '__qualname__', None) or repr(fn)}"
 
-    async def __call__(self, event: Any) -> Any:
+    def __call__(self, event: Any) -> Awaitable[Any]:
+        """The hook's answer to ``event``, to be awaited."""
+        if self.direct:
+            answer: Awaitable[Any] = self.fn(event)
+            return answer
+        return self._guarded(event)
+
+    async def _guarded(self, event: Any) -> Any:
         if self.timeout is None:
             return await self._call(event)
         try:

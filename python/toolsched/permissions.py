@@ -171,9 +171,15 @@ def _fold(path: str, base: list[str]) -> list[str]:
 
 
 def normalize_path(path: str, root: str) -> str:
-    """The lexical absolute form of ``path`` (relative paths are joined to ``root``); ``""`` is ``/``."""
+    """The lexical absolute form of ``path`` (relative paths are joined to ``root``); ``""`` is ``/``.
+
+    ``root`` is itself normalised (``""`` for the filesystem root).
+    """
     if path.startswith("~"):
         path = os.path.expanduser(path)
+    elif path and path[0] not in "/." and path[-1] != "/" and "//" not in path and "/." not in path:
+        # Already clean and relative: nothing to fold.
+        return f"{root}/{path}"
     base = [] if path.startswith("/") else _fold(root, [])
     return "".join("/" + part for part in _fold(path, base))
 
@@ -222,7 +228,7 @@ class ToolRules:
         self.subject = subject
         self.is_path = is_path
         self.default = default
-        self.root = root
+        self.root = "".join("/" + part for part in _fold(root, []))
 
         def everything(kind: str) -> str | None:
             return next((rule.text for rule in rules[kind] if rule.pattern is None), None)
@@ -238,6 +244,8 @@ class ToolRules:
         value = args.get(self.subject, _MISSING) if isinstance(args, Mapping) and self.subject else _MISSING
         if value is _MISSING:
             value = self.default
+        if type(value) is str:
+            return (normalize_path(value, self.root),) if self.is_path else (value,)
         if isinstance(value, str):
             items: tuple[str, ...] = (value,)
         elif isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
@@ -260,18 +268,21 @@ class ToolRules:
             return "deny", self.deny_all
         values = self._subjects(args) if (self.deny or self.ask or self.allow) else ()
         for text, regex in self.deny:
-            if any(regex.fullmatch(value) for value in values):
-                return "deny", text
+            for value in values:
+                if regex.fullmatch(value):
+                    return "deny", text
         if self.ask_all is not None:
             return "ask", self.ask_all
         for text, regex in self.ask:
-            if any(regex.fullmatch(value) for value in values):
-                return "ask", text
+            for value in values:
+                if regex.fullmatch(value):
+                    return "ask", text
         if self.allow_all is not None:
             return "allow", self.allow_all
-        for text, regex in self.allow:
-            if values and all(regex.fullmatch(value) for value in values):
-                return "allow", text
+        if values:
+            for text, regex in self.allow:
+                if all(regex.fullmatch(value) for value in values):
+                    return "allow", text
         return None
 
 

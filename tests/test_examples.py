@@ -1,0 +1,38 @@
+"""Every script in examples/ runs, as a user would run it, and says what it should."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import toolsched as ts
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+PACKAGE_ROOT = str(Path(ts.__file__).resolve().parent.parent)
+
+
+def run_example(name: str, *args: str) -> str:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        capture_output=True, text=True, env=env, timeout=120, check=False, stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_human_approval_flow() -> None:
+    lines = run_example("human_approval.py", "--approve", "c2", "--reject", "c3").splitlines()
+    assert lines[0] == "step 1: 2 of 4 calls answered; 2 wait for a person"
+    assert "person: approved c2" in lines
+    assert "person: rejected c3" in lines
+    step_two = lines[lines.index("step 2 (a new process): every call answered, in the model's order") + 1 :]
+    assert step_two[0] == "  c1 list_files -> ['.git', 'draft.txt', 'notes.txt']"
+    assert step_two[1] == "  c2 delete_file -> 'deleted draft.txt'"
+    assert step_two[2].startswith("  c3 delete_file -> error permission_denied: the call to `delete_file` was not")
+    assert step_two[3].startswith("  c4 delete_file -> error permission_denied:")
+    assert "delete_file(**/.git/**)" in step_two[3]
+    # The approved deletion happened once; the rejected and denied ones never did.
+    assert step_two[4] == "files left: .git/config, notes.txt"
