@@ -167,6 +167,27 @@ async def test_interrupt_then_resume_runs_only_what_was_unresolved() -> None:
     assert shop.invocations == Counter({"c1": 1, "c2": 1, "c3": 1, "c5": 1})
 
 
+async def test_an_approved_call_is_not_judged_again() -> None:
+    shop = Shop()
+    judged: list[Any] = []
+
+    def judge(args: Any) -> bool:
+        judged.append(args)
+        return True
+
+    @ts.tool(needs_approval=judge)
+    async def archive(item: str) -> str:
+        return f"archived {item}"
+
+    executor = ts.Executor([*shop.tools, archive])
+    state = (await executor.run([ts.ToolCall("a1", "archive", {"item": "x"})])).state
+    assert state is not None and judged == [{"item": "x"}]
+    state.approve("a1")
+    outcome = await executor.resume(state)
+    assert summary(outcome) == [("a1", "archived x")]
+    assert judged == [{"item": "x"}]
+
+
 async def test_resuming_without_decisions_runs_nothing() -> None:
     shop = Shop()
     executor = shop.executor()

@@ -102,10 +102,16 @@ def test_rules_must_come_as_a_list_and_the_mode_must_exist() -> None:
         ts.Permissions(mode="yolo")  # type: ignore[arg-type]
 
 
-def test_a_pattern_rule_for_a_tool_without_a_rule_subject_is_an_error() -> None:
+async def test_a_pattern_rule_for_a_tool_without_a_rule_subject_is_an_error() -> None:
     workspace = Workspace()
     with pytest.raises(ts.RuleError, match="declares no rule_subject"):
         workspace.executor(permissions=permissions(deny=["remove(x/**)"]))
+    # A wildcard rule applies to the tools that have a subject and leaves the others alone.
+    executor = workspace.executor(permissions=permissions(deny=["*(secret/**)"]))
+    assert verdict(await run_one(executor, "edit", {"path": "secret/a"})) == "permission_denied"
+    assert verdict(await run_one(executor, "read", {"path": "./secret/b"})) == "permission_denied"
+    assert verdict(await run_one(executor, "bash", {"command": "secret/x"})) == "permission_denied"
+    assert verdict(await run_one(executor, "remove", {"target": "secret/x"})) == "asked"
 
 
 # -- precedence ----------------------------------------------------------------------

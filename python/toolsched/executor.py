@@ -653,9 +653,10 @@ class Executor:
             if not policy.admit:
                 admitted.append(job)
                 continue
-            behavior, kind, message = await self._decide(job, policy, turn)
+            record = records.get(job.call.id)
+            behavior, kind, message = await self._decide(job, policy, turn, record)
             if behavior == "ask":
-                behavior, message = await self._settle(job, message or "", records.get(job.call.id), prior, held)
+                behavior, message = await self._settle(job, message or "", record, prior, held)
                 kind = "permission_denied"
             if behavior == "allow":
                 admitted.append(job)
@@ -663,8 +664,15 @@ class Executor:
                 turn.answer(job.slot, job.call, job.tool.name, kind, message or "")
         return admitted
 
-    async def _decide(self, job: _Job, policy: _Policy, turn: _Turn) -> tuple[Behavior, ErrorKind | None, str | None]:
-        """One call's merged decision: (allow | deny | ask, the error kind of a denial, the reason)."""
+    async def _decide(
+        self, job: _Job, policy: _Policy, turn: _Turn, record: CallRecord | None
+    ) -> tuple[Behavior, ErrorKind | None, str | None]:
+        """One call's merged decision: (allow | deny | ask, the error kind of a denial, the reason).
+
+        ``record`` is the call's entry in the state being resumed: an approval
+        given for this very tool and final input answers every ask (the tool is
+        not asked again), though a deny still wins.
+        """
         tool = job.tool
         if policy.refuse_interaction:
             return "deny", "interaction_required", f"`{tool.name}` needs a person present; this run is not interactive"
@@ -715,6 +723,13 @@ class Executor:
                 return "deny", "permission_denied", decision.reason or f"`{tool.name}` refused this call"
             if decision.behavior == "ask":
                 tool_ask = decision.reason or f"`{tool.name}` asks for approval of this call"
+        if (
+            record is not None
+            and record.status == "approved"
+            and record.fingerprint == self._fingerprint(job.index)
+            and record.digest == args_digest(job.args)
+        ):
+            return "allow", None, None
         waived = hook_allowed or (rule is not None and rule[0] == "allow")
         reason: str | None = None
         if rule is not None and rule[0] == "ask":
@@ -797,15 +812,14 @@ class Executor:
         digest = args_digest(job.args)
         if prior is not None:
             standing = prior._standing(tool.name, fingerprint)
-            if standing is not None and standing[0] == "rejected":
-                return "deny", _not_approved(tool.name, standing[1])
+            if standing is not None:
+                if standing[0] == "rejected":
+                    return "deny", _not_approved(tool.name, standing[1])
+                return "allow", None
             if record is not None and record.status == "approved":
-                if record.fingerprint == fingerprint and record.digest == digest:
-                    return "allow", None
+                # An approval for this call that _decide did not honour: given for another tool or input.
                 changed = "the tool" if record.fingerprint != fingerprint else "the arguments"
                 reason = f"{reason} (asked again: {changed} changed since the approval)"
-            elif standing is not None:
-                return "allow", None
         if self.approver is not None:
             request = ApprovalRequest(job.call.id, tool.name, detached(job.args), reason)
             try:

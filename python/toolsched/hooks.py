@@ -172,6 +172,8 @@ class Hooks:
     each method returns the ``Hooks`` so calls chain. ``timeout`` (seconds) is
     the default for every hook; a ``pre_tool_use`` or ``pre_batch`` hook that
     raises or runs past its timeout blocks its call(s) (``hook_blocked``).
+    An ``Executor`` resolves which hooks apply to each tool when it is built:
+    register hooks before building it.
     """
 
     __slots__ = ("_hooks", "timeout")

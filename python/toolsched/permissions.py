@@ -85,6 +85,7 @@ class _Rule:
     text: str
     name: re.Pattern[str]
     pattern: str | None
+    wildcard: bool
 
     def names_any(self, names: Iterable[str]) -> bool:
         return any(self.name.fullmatch(name) for name in names)
@@ -114,7 +115,7 @@ def _parse_rule(text: Any, where: str) -> _Rule:
     if pattern is not None:
         _check_pattern(pattern, text, where)
     name_regex = re.compile(".*".join(re.escape(piece) for piece in name.split("*")))
-    return _Rule(text, name_regex, pattern)
+    return _Rule(text, name_regex, pattern, "*" in name)
 
 
 def _check_pattern(pattern: str, text: str, where: str) -> None:
@@ -241,7 +242,9 @@ class ToolRules:
         self.deny, self.ask, self.allow = patterns("deny"), patterns("ask"), patterns("allow")
 
     def _subjects(self, args: Any) -> tuple[str, ...]:
-        value = args.get(self.subject, _MISSING) if isinstance(args, Mapping) and self.subject else _MISSING
+        if self.subject is None:
+            return ()
+        value = args.get(self.subject, _MISSING) if type(args) is dict or isinstance(args, Mapping) else _MISSING
         if value is _MISSING:
             value = self.default
         if type(value) is str:
@@ -346,14 +349,23 @@ class Permissions:
     def for_tool(self, tool: Tool) -> ToolRules | None:
         """The rules naming ``tool`` (by name or alias), compiled; None when no rule names it.
 
-        A rule with a pattern for a tool that declares no ``rule_subject`` could
-        never match, so it is an error (``RuleError``) rather than a silent gap.
+        A rule with a pattern that names a tool declaring no ``rule_subject``
+        could never match, so it is an error (``RuleError``) rather than a
+        silent gap; a wildcard rule (``*(secret/**)``) applies to the tools
+        that have a subject.
         """
         names = (tool.name, *tool.aliases)
-        matching = {kind: [rule for rule in rules if rule.names_any(names)] for kind, rules in self._rules.items()}
+        subject = tool.rule_subject
+        matching = {
+            kind: [
+                rule
+                for rule in rules
+                if rule.names_any(names) and not (subject is None and rule.wildcard and rule.pattern is not None)
+            ]
+            for kind, rules in self._rules.items()
+        }
         if not any(matching.values()):
             return None
-        subject = tool.rule_subject
         schema = tool._facts().input_schema
         if subject is None:
             with_pattern = [rule.text for rules in matching.values() for rule in rules if rule.pattern is not None]
