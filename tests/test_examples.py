@@ -36,3 +36,14 @@ def test_human_approval_flow() -> None:
     assert "delete_file(**/.git/**)" in step_two[3]
     # The approved deletion happened once; the rejected and denied ones never did.
     assert step_two[4] == "files left: .git/config, notes.txt"
+
+
+def test_permissions_quickstart() -> None:
+    assert run_example("permissions_quickstart.py").splitlines() == [
+        "ran c1",
+        "ran c4",
+        "c1 # Guide",
+        "c2 hook_blocked",
+        "c3 permission_denied",
+        "c4 deleted build/out.bin",
+    ]
