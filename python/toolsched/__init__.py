@@ -3,12 +3,17 @@
 One result per call, in the model's order, with a Rust engine on the hot path.
 """
 
+from toolsched.approvals import ApprovalRequest, RunState
 from toolsched.context import ToolContext
 from toolsched.errors import (
+    ApprovalError,
     AssemblyError,
+    GuardrailTripped,
     OptionError,
+    RuleError,
     SchemaError,
     SemanticError,
+    StateError,
     ToolCallFailed,
     ToolDefinitionError,
     ToolNameError,
@@ -26,7 +31,10 @@ from toolsched.events import (
     ToolUpdated,
 )
 from toolsched.executor import Executor
+from toolsched.guardrails import GuardrailEvent, Reject
+from toolsched.hooks import BatchEvent, HookEvent, Hooks, Rewrite
 from toolsched.outcome import Outcome
+from toolsched.permissions import Decision, Permissions
 from toolsched.registry import ToolRegistry
 from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
 from toolsched.strategies import Batched, Parallel, Partitioned, Sequential, Strategy
@@ -36,23 +44,37 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Access",
+    "ApprovalError",
+    "ApprovalRequest",
     "AssemblyError",
+    "BatchEvent",
     "BatchFinished",
     "BatchStarted",
     "Batched",
+    "Decision",
     "Duplicate",
     "ErrorKind",
     "Event",
     "Executor",
     "FunctionTool",
+    "GuardrailEvent",
+    "GuardrailTripped",
+    "HookEvent",
+    "Hooks",
     "OptionError",
     "Outcome",
     "Parallel",
     "Partitioned",
+    "Permissions",
+    "Reject",
+    "Rewrite",
+    "RuleError",
     "RunFinished",
+    "RunState",
     "SchemaError",
     "SemanticError",
     "Sequential",
+    "StateError",
     "Strategy",
     "Tool",
     "ToolCall",

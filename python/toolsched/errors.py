@@ -11,10 +11,14 @@ if TYPE_CHECKING:
     from toolsched.results import ToolResult
 
 __all__ = [
+    "ApprovalError",
     "AssemblyError",
+    "GuardrailTripped",
     "OptionError",
+    "RuleError",
     "SchemaError",
     "SemanticError",
+    "StateError",
     "ToolCallFailed",
     "ToolDefinitionError",
     "ToolNameError",
@@ -60,3 +64,29 @@ class ToolCallFailed(ToolschedError):
         self.result = result
         self.others = tuple(others)
         self.results = tuple(results)
+
+
+class RuleError(ToolschedError, ValueError):
+    """A permission rule or a hook matcher that does not parse; raised when it is built."""
+
+
+class ApprovalError(ToolschedError, LookupError):
+    """An approval or rejection names a call that is not waiting for one."""
+
+
+class StateError(ToolschedError, ValueError):
+    """A saved run state that cannot be used: malformed, truncated, altered, or already resumed."""
+
+
+class GuardrailTripped(ToolschedError):
+    """Raised by a guardrail to stop the whole run (rather than reject one call).
+
+    The executor lets the calls already running settle, then raises it from
+    ``run``/``resume`` with ``results`` set to every result of the turn so far.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.call_id: str | None = None
+        self.results: tuple[ToolResult, ...] = ()

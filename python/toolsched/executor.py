@@ -16,10 +16,14 @@ import anyio
 import anyio.from_thread
 
 from toolsched import _core
+from toolsched.approvals import ApprovalRequest, Approver, CallRecord, RunState, args_digest, detached, tool_fingerprint
 from toolsched.context import ToolContext
-from toolsched.errors import OptionError, SemanticError, ToolCallFailed, UnknownToolError
+from toolsched.errors import GuardrailTripped, OptionError, SemanticError, ToolCallFailed, UnknownToolError
 from toolsched.events import BatchFinished, BatchStarted, Event, RunFinished, ToolFinished, ToolProgress, ToolStarted
+from toolsched.guardrails import Guardrail, GuardrailEvent, Guardrails
+from toolsched.hooks import BatchEvent, Hook, HookEvent, Hooks, HookTimeout, Rewrite, ToolHooks
 from toolsched.outcome import Outcome
+from toolsched.permissions import Behavior, Decision, Permissions, ToolRules
 from toolsched.pool import run_pool
 from toolsched.registry import ToolRegistry
 from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
@@ -31,7 +35,7 @@ __all__ = ["Executor"]
 
 logger = logging.getLogger("toolsched")
 
-Steering = Callable[[], Sequence[Any] | None | Awaitable[Sequence[Any] | None]]
+Steering = Callable[[], Sequence[Any] | Awaitable[Sequence[Any] | None] | None]
 EventCallback = Callable[[Event], Any]
 ErrorFormatter = Callable[[BaseException, ToolCall], str]
 
@@ -91,20 +95,60 @@ class _Emitter:
 class _Job:
     """One runnable call of a turn (internal, mutable while the turn runs)."""
 
-    __slots__ = ("args", "call", "facts", "slot", "tool")
+    __slots__ = ("args", "call", "facts", "index", "slot", "tool")
 
-    def __init__(self, slot: int, call: ToolCall, tool: Tool, facts: ToolFacts, args: Any) -> None:
+    def __init__(self, slot: int, call: ToolCall, tool: Tool, facts: ToolFacts, args: Any, index: int) -> None:
         self.slot = slot
         self.call = call
         self.tool = tool
         self.facts = facts
         self.args = args
+        self.index = index
+
+
+class _Policy:
+    """What admission must do for one tool, worked out once per executor (internal).
+
+    ``admit`` is False when nothing can stop or ask about the tool's calls:
+    they go straight to scheduling.
+    """
+
+    __slots__ = ("admit", "hooks", "post_failure", "post_success", "pre", "refuse_interaction", "rules")
+
+    def __init__(self, rules: ToolRules | None, hooks: ToolHooks | None, refuse_interaction: bool, admit: bool) -> None:
+        self.rules = rules
+        self.hooks = hooks
+        self.pre: tuple[Hook, ...] = hooks.pre if hooks is not None else ()
+        self.post_success: tuple[Hook, ...] = hooks.post_success if hooks is not None else ()
+        self.post_failure: tuple[Hook, ...] = hooks.post_failure if hooks is not None else ()
+        self.refuse_interaction = refuse_interaction
+        self.admit = admit
+
+
+class _Held:
+    """A call waiting for a person's decision (internal)."""
+
+    __slots__ = ("digest", "fingerprint", "job", "reason")
+
+    def __init__(self, job: _Job, reason: str, digest: str, fingerprint: str) -> None:
+        self.job = job
+        self.reason = reason
+        self.digest = digest
+        self.fingerprint = fingerprint
+
+
+class _Rejected(Exception):
+    """A guardrail refused a call (internal)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 class _Turn:
     """Results of one run as they complete, and what the run's calls can see."""
 
-    __slots__ = ("completed", "context", "count", "emit", "interactive", "slots")
+    __slots__ = ("completed", "context", "count", "emit", "interactive", "slots", "tripped")
 
     def __init__(self, count: int, context: Any, interactive: bool, emit: _Emitter | None) -> None:
         self.count = count
@@ -113,6 +157,12 @@ class _Turn:
         self.emit = emit
         self.completed: list[ToolResult] = []
         self.slots: list[int] = []
+        self.tripped: GuardrailTripped | None = None
+
+    def carry(self, slot: int, result: ToolResult) -> None:
+        """Takes over a result from an earlier part of the run (no events: it was reported then)."""
+        self.completed.append(result)
+        self.slots.append(slot)
 
     def record(self, slot: int, result: ToolResult) -> None:
         self.completed.append(result)
@@ -120,7 +170,9 @@ class _Turn:
         if self.emit is not None:
             self.emit(ToolFinished(result))
 
-    def answer(self, slot: int, call: ToolCall, tool_name: str, kind: ErrorKind, message: str, batch: int | None = None) -> None:
+    def answer(
+        self, slot: int, call: ToolCall, tool_name: str, kind: ErrorKind, message: str, batch: int | None = None
+    ) -> None:
         """Answers a call that does not run with an error result."""
         if self.emit is not None:
             self.emit(ToolStarted(call.id, tool_name, batch, ran=False))
@@ -155,7 +207,13 @@ class Executor:
     - ``max_input_bytes`` / ``max_input_depth`` / ``max_schema_errors``: argument limits;
     - ``interactive``: whether a person is present (``ToolContext.interactive``);
     - ``offload_dir``: where ``truncate="offload"`` writes full outputs;
-    - ``error_formatter``: ``(exception, call) -> message`` for failed tools.
+    - ``error_formatter``: ``(exception, call) -> message`` for failed tools;
+    - ``permissions``: a ``Permissions`` (rules and mode) deciding which calls run;
+    - ``hooks``: a ``Hooks`` registry (pre/post call, pre/post batch);
+    - ``approver``: ``async (ApprovalRequest) -> bool | Decision`` for calls that
+      ask; without one such calls are held and the run ends ``interrupted``;
+    - ``input_guardrails`` / ``output_guardrails``: checks just before a call
+      runs and on its output (see ``toolsched.guardrails``).
     """
 
     def __init__(
@@ -173,6 +231,11 @@ class Executor:
         interactive: bool = False,
         offload_dir: str | Path | None = None,
         error_formatter: ErrorFormatter = format_error,
+        permissions: Permissions | None = None,
+        hooks: Hooks | None = None,
+        approver: Approver | None = None,
+        input_guardrails: Iterable[Guardrail] = (),
+        output_guardrails: Iterable[Guardrail] = (),
     ) -> None:
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.strategy: Strategy = Partitioned() if strategy is None else strategy
@@ -203,6 +266,51 @@ class Executor:
         }
         self._tools = tuple(self.registry)
         self._facts = tuple(member._facts() for member in self._tools)
+        self._control_plane(permissions, hooks, approver, input_guardrails, output_guardrails)
+
+    def _control_plane(
+        self,
+        permissions: Permissions | None,
+        hooks: Hooks | None,
+        approver: Approver | None,
+        input_guardrails: Iterable[Guardrail],
+        output_guardrails: Iterable[Guardrail],
+    ) -> None:
+        """Checks the permission, hook, approval and guardrail options and precomputes each tool's policy."""
+        if permissions is not None and not isinstance(permissions, Permissions):
+            raise OptionError(f"permissions must be a toolsched.Permissions, got {permissions!r}")
+        if hooks is not None and not isinstance(hooks, Hooks):
+            raise OptionError(f"hooks must be a toolsched.Hooks, got {hooks!r}")
+        if approver is not None and not callable(approver):
+            raise OptionError(f"approver must be an async callable of an ApprovalRequest, got {approver!r}")
+        self.permissions = permissions
+        self.hooks = hooks
+        self.approver = approver
+        checks_in, checks_out = Guardrails("input", input_guardrails), Guardrails("output", output_guardrails)
+        self._input_guardrails: Guardrails | None = checks_in if checks_in else None
+        self._output_guardrails: Guardrails | None = checks_out if checks_out else None
+        self._mode = permissions.mode if permissions is not None else "default"
+        policies = []
+        for member, facts in zip(self._tools, self._facts, strict=True):
+            rules = permissions.for_tool(member) if permissions is not None else None
+            tool_hooks = hooks.for_tool((member.name, *member.aliases)) if hooks is not None else None
+            refuse_interaction = member.requires_user_interaction and not self.interactive
+            asks = facts.static_needs_approval is not False and self._mode != "bypass"
+            admit = bool(
+                refuse_interaction
+                or rules is not None
+                or (tool_hooks is not None and tool_hooks.pre)
+                or self._mode not in ("default", "bypass")
+                or facts.checks_permissions
+                or asks
+            )
+            policies.append(_Policy(rules, tool_hooks, refuse_interaction, admit))
+        self._policies = tuple(policies)
+        self._admits = any(policy.admit for policy in policies)
+        self._post_hooked = any(policy.post_success or policy.post_failure for policy in policies)
+        self._pre_batch = hooks.batch_hooks("pre_batch") if hooks is not None else ()
+        self._post_batch = hooks.batch_hooks("post_batch") if hooks is not None else ()
+        self._fingerprints: dict[int, str] = {}
 
     # -- public API -------------------------------------------------------------
 
@@ -253,6 +361,63 @@ class Executor:
         if failure:
             raise failure[0]
 
+    async def resume(
+        self,
+        state: RunState,
+        *,
+        steering: Steering | None = None,
+        context: Any = None,
+    ) -> Outcome:
+        """Continues an interrupted run from its ``RunState``; returns every result, in model order.
+
+        Calls that completed are never run again; rejected calls are answered
+        ``permission_denied``; every other call is checked again against the
+        current tools, rules and hooks before it runs. An approval holds only
+        for the same tool and the same final arguments: otherwise the call is
+        asked again. A state resumes once (``StateError`` after that).
+        """
+        if not isinstance(state, RunState):
+            raise TypeError(f"resume() takes the RunState of an interrupted run, got {type(state).__name__}")
+        records = state._claim()
+        cap = resolve_cap(self.strategy)
+        emit = self._emitter(None)
+        turn = _Turn(len(records), context, self.interactive, emit)
+        slot_calls = [ToolCall(record.call_id, record.name, record.args) for record in records]
+        todo: list[int] = []
+        for slot, record in enumerate(records):
+            if record.result is not None:
+                turn.carry(slot, record.result)
+            elif record.status == "rejected":
+                turn.answer(slot, slot_calls[slot], record.tool or record.name, "permission_denied", _not_approved(
+                    record.tool or record.name, record.message
+                ))
+            else:
+                todo.append(slot)
+        calls = [slot_calls[slot] for slot in todo]
+        planned, _ = self.registry._table.prepare(calls, self.registry.disabled_mask(), **self._limits)
+        jobs: list[_Job] = []
+        for (index, tool_index, args, error_kind, message) in planned:
+            slot, call = todo[index], calls[index]
+            if error_kind is None:
+                jobs.append(_Job(slot, call, self._tools[tool_index], self._facts[tool_index], args, tool_index))
+                continue
+            message = message or ""
+            if error_kind == "unknown_tool" and self.unknown_tool == "raise":
+                raise UnknownToolError(message, call_id=call.id, tool_name=call.name)
+            name = self._tools[tool_index].name if tool_index >= 0 else call.name
+            turn.answer(slot, call, name, cast(ErrorKind, error_kind), message)
+        jobs = await self._check_semantics(jobs, turn)
+        held: list[_Held] = []
+        if jobs:
+            jobs = await self._admit(jobs, turn, held, state)
+        steering_messages = await self._run_batches(jobs, turn, cap, steering)
+        if emit is not None:
+            await emit.flush()
+        duplicates = list(state._duplicates)
+        if held:
+            return self._interrupted(slot_calls, turn, held, duplicates, steering_messages, state)
+        return Outcome(turn.ordered(), duplicates, steering_messages)
+
     # -- the pipeline -------------------------------------------------------------
 
     def _emitter(self, extra: Callable[[Event], Any] | None) -> _Emitter | None:
@@ -298,7 +463,7 @@ class Executor:
         for slot, (index, tool_index, args, error_kind, message) in enumerate(planned):
             call = calls[index]
             if error_kind is None:
-                jobs.append(_Job(slot, call, self._tools[tool_index], self._facts[tool_index], args))
+                jobs.append(_Job(slot, call, self._tools[tool_index], self._facts[tool_index], args, tool_index))
                 continue
             text = str(message)
             if error_kind == "unknown_tool" and self.unknown_tool == "raise":
@@ -308,9 +473,15 @@ class Executor:
         duplicates = [Duplicate(calls[i].id, i, first, differ) for i, first, differ in duplicate_rows]
 
         jobs = await self._check_semantics(jobs, turn)
+        held: list[_Held] = []
+        if self._admits and jobs:
+            jobs = await self._admit(jobs, turn, held, None)
         steering_messages = await self._run_batches(jobs, turn, cap, steering)
         if emit is not None:
             await emit.flush()
+        if held:
+            slot_calls = [calls[row[0]] for row in planned]
+            return self._interrupted(slot_calls, turn, held, duplicates, steering_messages, None)
         return Outcome(turn.ordered(), duplicates, steering_messages)
 
     def _context(self, job: _Job, turn: _Turn) -> ToolContext:
@@ -369,14 +540,22 @@ class Executor:
             concurrent = concurrency > 1 and len(batch) > 1
             if turn.emit is not None:
                 turn.emit(BatchStarted(number, tuple(job.call.id for job in batch), concurrent))
-            if concurrent:
+            blocked = await self._before_batch(batch, number, concurrent, turn) if self._pre_batch else None
+            if blocked is not None:
+                for job in batch:
+                    turn.answer(job.slot, job.call, job.tool.name, "hook_blocked", blocked, number)
+            elif concurrent:
                 await self._run_pool(batch, concurrency, number, turn)
             else:
                 for job in batch:
                     await self._execute(job, number, False, turn)
+            if self._post_batch:
+                await self._after_batch(batch, number, concurrent, turn)
             if turn.emit is not None:
                 turn.emit(BatchFinished(number, tuple(job.call.id for job in batch)))
                 await turn.emit.flush()
+            if turn.tripped is not None:
+                raise self._trip(turn)
             if self.on_error == "raise" or any(job.tool.timeout_behavior == "raise" for job in batch):
                 self._raise_failure(batch, turn)
         return []
@@ -410,11 +589,17 @@ class Executor:
         output: Any = None
         started = time.perf_counter()
         try:
+            if self._input_guardrails is not None:
+                await self._guard(self._input_guardrails, job, None, turn)
             if tool.max_concurrency is not None:
                 async with job.facts.limiter():
                     output = await self._invoke(job, ctx)
             else:
                 output = await self._invoke(job, ctx)
+            if self._output_guardrails is not None:
+                await self._guard(self._output_guardrails, job, output, turn)
+        except _Rejected as exc:
+            kind, error, output = "guardrail_rejected", exc.message, None
         except _Timeout:
             kind, error = "timeout", f"`{tool.name}` did not finish within {tool.timeout} seconds"
         except Exception as exc:
@@ -429,6 +614,8 @@ class Executor:
             offload_path,
         )
         turn.record(job.slot, result)
+        if self._post_hooked:
+            await self._after_call(job, result, turn)
         if emit is not None:
             await emit.flush()
 
@@ -440,6 +627,331 @@ class Executor:
             return await job.facts.invoke(job.args, ctx)
         # Only this scope's own deadline ends up here; an outer cancellation propagates.
         raise _Timeout
+
+
+    # -- the control plane: admission, approvals, guardrails, hooks ---------------
+
+    async def _admit(self, jobs: list[_Job], turn: _Turn, held: list[_Held], prior: RunState | None) -> list[_Job]:
+        """Phase 4 for the whole turn, in model order: hooks, rules, mode, the tool, then the approver.
+
+        Denied calls are answered; calls that wait for a person go to ``held``;
+        the admitted calls come back with their final input.
+        """
+        policies = self._policies
+        records = {record.call_id: record for record in prior._records} if prior is not None else {}
+        admitted = []
+        for job in jobs:
+            policy = policies[job.index]
+            if not policy.admit:
+                admitted.append(job)
+                continue
+            record = records.get(job.call.id)
+            behavior, kind, message = await self._decide(job, policy, turn, record)
+            if behavior == "ask":
+                behavior, message = await self._settle(job, message or "", record, prior, held)
+                kind = "permission_denied"
+            if behavior == "allow":
+                admitted.append(job)
+            elif behavior == "deny" and kind is not None:
+                turn.answer(job.slot, job.call, job.tool.name, kind, message or "")
+        return admitted
+
+    async def _decide(
+        self, job: _Job, policy: _Policy, turn: _Turn, record: CallRecord | None
+    ) -> tuple[Behavior, ErrorKind | None, str | None]:
+        """One call's merged decision: (allow | deny | ask, the error kind of a denial, the reason).
+
+        ``record`` is the call's entry in the state being resumed: an approval
+        given for this very tool and final input answers every ask (the tool is
+        not asked again), though a deny still wins.
+        """
+        tool = job.tool
+        if policy.refuse_interaction:
+            return "deny", "interaction_required", f"`{tool.name}` needs a person present; this run is not interactive"
+        hook_allowed = False
+        hook_ask: str | None = None
+        if policy.pre:
+            rewritten = False
+            for hook in policy.pre:
+                event = HookEvent(job.call.id, tool.name, detached(job.args), None, None, turn.context)
+                try:
+                    answer = await hook(event)
+                except HookTimeout as exc:
+                    return "deny", "hook_blocked", f"{hook.label} {exc}; the call was blocked"
+                except Exception as exc:
+                    logger.warning("%s failed on call %s", hook.label, job.call.id, exc_info=True)
+                    detail = format_error(exc, job.call)
+                    return "deny", "hook_blocked", f"{hook.label} failed ({detail}); the call was blocked"
+                if answer is None:
+                    continue
+                if isinstance(answer, Rewrite):
+                    job.args = answer.args
+                    rewritten = True
+                elif isinstance(answer, Decision):
+                    if answer.behavior == "deny":
+                        return "deny", "hook_blocked", answer.reason or f"blocked by {hook.label}"
+                    if answer.behavior == "ask":
+                        hook_ask = hook_ask or answer.reason or f"{hook.label} asks for approval"
+                    else:
+                        hook_allowed = True
+                else:
+                    return "deny", "hook_blocked", (
+                        f"{hook.label} returned {answer!r}, not None, a Decision or a Rewrite; the call was blocked"
+                    )
+            if rewritten:
+                refusal = await self._recheck(job, turn)
+                if refusal is not None:
+                    return "deny", "hook_blocked", refusal
+        rule = policy.rules.evaluate(job.args) if policy.rules is not None else None
+        if rule is not None and rule[0] == "deny":
+            return "deny", "permission_denied", f"`{tool.name}` with this input is denied by the rule `{rule[1]}`"
+        mode = self._mode
+        if mode == "plan" and not self._is_read_only(job):
+            return "deny", "permission_denied", f"plan mode: `{tool.name}` may change state, so it does not run"
+        tool_ask: str | None = None
+        if job.facts.checks_permissions:
+            decision = await self._tool_decision(job, turn)
+            if decision.behavior == "deny":
+                return "deny", "permission_denied", decision.reason or f"`{tool.name}` refused this call"
+            if decision.behavior == "ask":
+                tool_ask = decision.reason or f"`{tool.name}` asks for approval of this call"
+        if (
+            record is not None
+            and record.status == "approved"
+            and record.fingerprint == self._fingerprint(job.index)
+            and record.digest == args_digest(job.args)
+        ):
+            return "allow", None, None
+        waived = hook_allowed or (rule is not None and rule[0] == "allow")
+        reason: str | None = None
+        if rule is not None and rule[0] == "ask":
+            reason = f"matches the ask rule `{rule[1]}`"
+        elif hook_ask is not None:
+            reason = hook_ask
+        elif tool_ask is not None:
+            reason = tool_ask
+        elif not waived:
+            if mode == "ask":
+                reason = "every call needs approval in ask mode"
+            elif mode == "accept_reads" and not self._is_read_only(job):
+                reason = f"`{tool.name}` may change state; accept_reads mode asks first"
+            elif self._needs_approval(job):
+                reason = f"`{tool.name}` needs approval before it runs"
+        if reason is None or mode == "bypass":
+            return "allow", None, None
+        return "ask", None, reason
+
+    async def _recheck(self, job: _Job, turn: _Turn) -> str | None:
+        """Validates input rewritten by hooks again (schema, then ``validate_input``); the refusal, if any."""
+        checked, message = self.registry._table.check(job.index, job.args, **self._limits)
+        if message is not None:
+            return f"the input rewritten by a pre_tool_use hook is invalid: {message}"
+        job.args = detached(checked)
+        if job.facts.validates_input:
+            try:
+                await job.tool.validate_input(job.args, self._context(job, turn))
+            except SemanticError as exc:
+                return f"the input rewritten by a pre_tool_use hook was refused: {exc}"
+            except Exception as exc:
+                return f"the input rewritten by a pre_tool_use hook was refused: {format_error(exc, job.call)}"
+        return None
+
+    async def _tool_decision(self, job: _Job, turn: _Turn) -> Decision:
+        """The tool's ``check_permissions``; an error or a wrong answer denies (fail closed)."""
+        try:
+            decision = await job.tool.check_permissions(job.args, self._context(job, turn))
+        except Exception as exc:
+            logger.warning("check_permissions of %s failed", job.tool.name, exc_info=True)
+            return Decision.deny(f"permission check of `{job.tool.name}` failed: {format_error(exc, job.call)}")
+        if not isinstance(decision, Decision):
+            return Decision.deny(f"permission check of `{job.tool.name}` returned {decision!r}, not a Decision")
+        return decision
+
+    @staticmethod
+    def _is_read_only(job: _Job) -> bool:
+        static = job.facts.static_read_only
+        if static is not None:
+            return static
+        try:
+            return bool(job.tool.is_read_only(job.args))
+        except Exception:
+            logger.warning("is_read_only of %s raised; treating the call as a write", job.tool.name, exc_info=True)
+            return False
+
+    @staticmethod
+    def _needs_approval(job: _Job) -> bool:
+        static = job.facts.static_needs_approval
+        if static is not None:
+            return static
+        try:
+            return bool(job.tool.requires_approval(job.args))
+        except Exception:
+            logger.warning("needs_approval of %s raised; asking for approval", job.tool.name, exc_info=True)
+            return True
+
+    def _fingerprint(self, index: int) -> str:
+        fingerprint = self._fingerprints.get(index)
+        if fingerprint is None:
+            fingerprint = self._fingerprints[index] = tool_fingerprint(self._tools[index])
+        return fingerprint
+
+    async def _settle(
+        self, job: _Job, reason: str, record: CallRecord | None, prior: RunState | None, held: list[_Held]
+    ) -> tuple[Behavior, str | None]:
+        """A call that asks: an earlier decision bound to this tool and input, else the approver, else held."""
+        tool = job.tool
+        fingerprint = self._fingerprint(job.index)
+        digest = args_digest(job.args)
+        if prior is not None:
+            standing = prior._standing(tool.name, fingerprint)
+            if standing is not None:
+                if standing[0] == "rejected":
+                    return "deny", _not_approved(tool.name, standing[1])
+                return "allow", None
+            if record is not None and record.status == "approved":
+                # An approval for this call that _decide did not honour: given for another tool or input.
+                changed = "the tool" if record.fingerprint != fingerprint else "the arguments"
+                reason = f"{reason} (asked again: {changed} changed since the approval)"
+        if self.approver is not None:
+            request = ApprovalRequest(job.call.id, tool.name, detached(job.args), reason)
+            try:
+                answer = await _maybe_await(self.approver(request))
+            except Exception as exc:
+                logger.warning("the approver failed on call %s", job.call.id, exc_info=True)
+                return "deny", _not_approved(tool.name, f"the approver failed ({format_error(exc, job.call)})")
+            if answer is True or (isinstance(answer, Decision) and answer.behavior == "allow"):
+                return "allow", None
+            if answer is False:
+                return "deny", _not_approved(tool.name, None)
+            if isinstance(answer, Decision) and answer.behavior == "deny":
+                return "deny", _not_approved(tool.name, answer.reason)
+            if not (isinstance(answer, Decision) and answer.behavior == "ask"):
+                logger.warning("the approver returned %r for call %s; rejecting it", answer, job.call.id)
+                return "deny", _not_approved(tool.name, f"the approver returned {answer!r}")
+        held.append(_Held(job, reason, digest, fingerprint))
+        return "ask", None
+
+    def _interrupted(
+        self,
+        slot_calls: list[ToolCall],
+        turn: _Turn,
+        held: list[_Held],
+        duplicates: list[Duplicate],
+        steering_messages: list[Any],
+        prior: RunState | None,
+    ) -> Outcome:
+        """The outcome of a run that waits for decisions, with the state to resume it from."""
+        results = dict(zip(turn.slots, turn.completed, strict=True))
+        waiting = {entry.job.slot: entry for entry in held}
+        records = []
+        for slot, call in enumerate(slot_calls):
+            args = call.args if isinstance(call.args, str) else detached(dict(call.args))
+            result = results.get(slot)
+            if result is not None:
+                records.append(CallRecord(call.id, call.name, args, "done", result=result))
+                continue
+            entry = waiting[slot]
+            records.append(
+                CallRecord(
+                    call.id,
+                    call.name,
+                    args,
+                    "pending",
+                    tool=entry.job.tool.name,
+                    fingerprint=entry.fingerprint,
+                    request_args=detached(entry.job.args),
+                    reason=entry.reason,
+                    digest=entry.digest,
+                )
+            )
+        always_allow = dict(prior._always_allow) if prior is not None else {}
+        always_reject = dict(prior._always_reject) if prior is not None else {}
+        state = RunState._create(records, list(duplicates), always_allow, always_reject)
+        return Outcome(turn.ordered_partial(), duplicates, steering_messages, True, state.pending, state)
+
+    async def _guard(self, guardrails: Guardrails, job: _Job, output: Any, turn: _Turn) -> None:
+        """Runs input (``output`` None) or output guardrails; raises ``_Rejected`` with the refusal."""
+        stage = guardrails.stage
+        event = GuardrailEvent(stage, job.call.id, job.tool.name, detached(job.args), output, turn.context)
+        try:
+            refusal = await guardrails.refusal(event)
+        except GuardrailTripped as exc:
+            if turn.tripped is None:
+                turn.tripped = exc
+            raise _Rejected(exc.message) from None
+        if refusal is not None:
+            raise _Rejected(refusal)
+
+    @staticmethod
+    def _trip(turn: _Turn) -> GuardrailTripped:
+        tripped = turn.tripped
+        assert tripped is not None
+        tripped.results = tuple(turn.ordered_partial())
+        return tripped
+
+    async def _after_call(self, job: _Job, result: ToolResult, turn: _Turn) -> None:
+        """Phase 8: ``post_tool_use`` or ``post_tool_use_failure``; they observe, their errors are logged."""
+        policy = self._policies[job.index]
+        hooks = policy.post_failure if result.is_error else policy.post_success
+        if not hooks:
+            return
+        event = HookEvent(job.call.id, job.tool.name, detached(job.args), result.batch, result, turn.context)
+        for hook in hooks:
+            try:
+                await hook(event)
+            except Exception:
+                logger.warning("%s failed on call %s", hook.label, job.call.id, exc_info=True)
+
+    def _batch_event(self, batch: list[_Job], number: int, concurrent: bool, turn: _Turn, done: bool) -> BatchEvent:
+        calls = tuple(ToolCall(job.call.id, job.tool.name, detached(job.args)) for job in batch)
+        results: tuple[ToolResult, ...] = ()
+        if done:
+            ids = {job.call.id for job in batch}
+            results = tuple(result for result in turn.ordered_partial() if result.call_id in ids)
+        return BatchEvent(number, calls, concurrent, results, turn.context)
+
+    @staticmethod
+    def _batch_hooks(hooks: tuple[Hook, ...], batch: list[_Job]) -> list[Hook]:
+        return [
+            hook for hook in hooks if any(hook.matcher.matches((job.tool.name, *job.tool.aliases)) for job in batch)
+        ]
+
+    async def _before_batch(self, batch: list[_Job], number: int, concurrent: bool, turn: _Turn) -> str | None:
+        """``pre_batch`` hooks; a deny, an error or a timeout blocks the whole batch (the reason is returned)."""
+        hooks = self._batch_hooks(self._pre_batch, batch)
+        if not hooks:
+            return None
+        event = self._batch_event(batch, number, concurrent, turn, False)
+        for hook in hooks:
+            try:
+                answer = await hook(event)
+            except HookTimeout as exc:
+                return f"{hook.label} {exc}; the batch was blocked"
+            except Exception as exc:
+                logger.warning("%s failed on batch %d", hook.label, number, exc_info=True)
+                detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                return f"{hook.label} failed ({detail}); the batch was blocked"
+            if isinstance(answer, Decision) and answer.behavior == "deny":
+                return answer.reason or f"blocked by {hook.label}"
+            if answer is not None and not isinstance(answer, Decision):
+                return f"{hook.label} returned {answer!r}, not None or a Decision; the batch was blocked"
+        return None
+
+    async def _after_batch(self, batch: list[_Job], number: int, concurrent: bool, turn: _Turn) -> None:
+        hooks = self._batch_hooks(self._post_batch, batch)
+        if not hooks:
+            return
+        event = self._batch_event(batch, number, concurrent, turn, True)
+        for hook in hooks:
+            try:
+                await hook(event)
+            except Exception:
+                logger.warning("%s failed on batch %d", hook.label, number, exc_info=True)
+
+
+def _not_approved(tool_name: str, message: str | None) -> str:
+    text = f"the call to `{tool_name}` was not approved"
+    return f"{text}: {message}" if message else text
 
 
 class _Timeout(Exception):
