@@ -1,0 +1,154 @@
+"""The MCP bridge against a real MCP server process (stdio, and streamable HTTP on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+import toolsched as ts
+from toolsched import mcp as ts_mcp
+
+pytestmark = pytest.mark.anyio
+
+SERVER = str(Path(__file__).with_name("mcp_server.py"))
+# Every test is bounded: a server that hangs fails the test instead of the suite.
+LIMIT = 30
+
+
+async def test_stdio_tools_map_hints_run_through_the_pipeline_and_refresh() -> None:
+    with anyio.fail_after(LIMIT):
+        async with ts_mcp.connect_stdio(sys.executable, [SERVER]) as server:
+            tools = {member.name: member for member in await server.tools()}
+            assert set(tools) >= {"add", "write_note", "wipe", "fail", "refuse", "count_to", "grow"}
+
+            add, note, wipe = tools["add"], tools["write_note"], tools["wipe"]
+            assert (add.read_only, add.concurrency_safe, add.destructive, add.open_world) == (True, True, False, False)
+            assert (note.read_only, note.concurrency_safe, note.destructive) == (False, False, False)
+            assert note.idempotent and note.open_world is True
+            # No annotations: MCP's defaults (may write, destructive), unsafe to share a batch.
+            assert (wipe.read_only, wipe.concurrency_safe, wipe.destructive, wipe.open_world) == (
+                False,
+                False,
+                True,
+                None,
+            )
+            assert add.input_schema["required"] == ["a"]
+
+            progress: list[ts.ToolProgress] = []
+            executor = ts.Executor(list(tools.values()), on_progress=progress.append)
+            outcome = await executor.run(
+                [
+                    ts.ToolCall("1", "add", {"a": 1}),
+                    ts.ToolCall("2", "add", '{"a": "one"}'),
+                    ts.ToolCall("3", "fail", {"reason": "disk full"}),
+                    ts.ToolCall("4", "refuse", {}),
+                    ts.ToolCall("5", "count_to", {"n": 3}),
+                    ts.ToolCall("6", "add", {"a": 40, "b": 2}),
+                ]
+            )
+            by_id = {result.call_id: result for result in outcome.results}
+            assert [result.call_id for result in outcome.results] == ["1", "2", "3", "4", "5", "6"]
+            assert by_id["1"].output == "3" and not by_id["1"].is_error
+            assert by_id["2"].error_kind == "invalid_input" and "/a" in (by_id["2"].error or "")
+            assert by_id["3"].error_kind == "execution_error" and "disk full" in (by_id["3"].error or "")
+            assert "McpToolError" in (by_id["3"].error or "")
+            assert by_id["4"].error_kind == "execution_error" and "refusing on purpose" in (by_id["4"].error or "")
+            assert by_id["5"].output == "counted to 3"
+            assert [event.fraction for event in progress] == pytest.approx([1 / 3, 2 / 3, 1.0])
+            assert by_id["6"].output == "42"
+
+            # The call the engine rejected never reached the server.
+            audit = await executor.run([ts.ToolCall("a", "received_calls", {})])
+            assert audit.results[0].output == "add,fail,refuse,count_to,add"
+
+            # Between turns, a changed tool list is picked up.
+            assert "echo" not in tools
+            grown = await executor.run([ts.ToolCall("g", "grow", {})])
+            assert grown.results[0].output == "grown"
+            assert await server.tools() == list(tools.values())  # listed once, until refreshed
+            after = {member.name: member for member in await server.refresh_tools()}
+            assert set(after) == set(tools) | {"echo"}
+            # Unchanged tools keep their objects, so executors built on them stay valid.
+            assert all(after[name] is member for name, member in tools.items())
+            echoed = await ts.Executor(list(after.values())).run([ts.ToolCall("e", "echo", {"text": "back"})])
+            assert echoed.results[0].output == "back"
+
+
+async def test_server_exiting_mid_call_answers_every_call_with_an_error() -> None:
+    with anyio.fail_after(LIMIT):
+        async with ts_mcp.connect_stdio(sys.executable, [SERVER]) as server:
+            executor = ts.Executor(await server.tools())
+            outcome = await executor.run(
+                [
+                    ts.ToolCall("1", "add", {"a": 1}),
+                    ts.ToolCall("2", "exit_now", {}),
+                    ts.ToolCall("3", "add", {"a": 2}),
+                ]
+            )
+            assert [result.call_id for result in outcome.results] == ["1", "2", "3"]
+            assert outcome.results[0].output == "3"
+            for result in outcome.results[1:]:
+                assert result.error_kind == "execution_error"
+                assert "McpConnectionError" in (result.error or "")
+                assert "closed the connection" in (result.error or "")
+            with pytest.raises(ts.McpConnectionError, match="could not list"):
+                await server.refresh_tools()
+
+
+async def test_a_server_that_cannot_start_is_a_connection_error() -> None:
+    with anyio.fail_after(LIMIT):
+        with pytest.raises(ts.McpConnectionError, match="could not connect"):
+            async with ts_mcp.connect_stdio(sys.executable, ["-c", "import sys; sys.exit(2)"]):
+                pass
+        connection = ts_mcp.connect_stdio(sys.executable, [SERVER])
+        with pytest.raises(ts.McpConnectionError, match="not connected"):
+            await connection.tools()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def _wait_for_port(port: int) -> None:
+    while True:
+        try:
+            stream = await anyio.connect_tcp("127.0.0.1", port)
+        except OSError:
+            await anyio.sleep(0.05)
+            continue
+        await stream.aclose()
+        return
+
+
+async def test_streamable_http_server() -> None:
+    port = _free_port()
+    process = await anyio.open_process(
+        [sys.executable, SERVER, "http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        with anyio.fail_after(LIMIT):
+            await _wait_for_port(port)
+            async with ts_mcp.connect_http(
+                f"http://127.0.0.1:{port}/mcp", headers={"x-test": "1"}, prefix="web_"
+            ) as server:
+                tools = {member.name: member for member in await server.tools()}
+                assert tools["web_add"].read_only
+                executor = ts.Executor(list(tools.values()))
+                outcome = await executor.run(
+                    [ts.ToolCall("1", "web_add", {"a": 2, "b": 3}), ts.ToolCall("2", "web_fail", {"reason": "no"})]
+                )
+                assert outcome.results[0].output == "5"
+                assert outcome.results[1].error_kind == "execution_error"
+    finally:
+        process.kill()
+        with anyio.CancelScope(shield=True):
+            await process.wait()
+            await process.aclose()
