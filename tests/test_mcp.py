@@ -39,7 +39,7 @@ async def test_stdio_tools_map_hints_run_through_the_pipeline_and_refresh() -> N
             )
             assert add.input_schema["required"] == ["a"]
 
-            progress: list[ts.ToolProgress] = []
+            progress: list[ts.Event] = []
             executor = ts.Executor(list(tools.values()), on_progress=progress.append)
             outcome = await executor.run(
                 [
@@ -59,7 +59,9 @@ async def test_stdio_tools_map_hints_run_through_the_pipeline_and_refresh() -> N
             assert "McpToolError" in (by_id["3"].error or "")
             assert by_id["4"].error_kind == "execution_error" and "refusing on purpose" in (by_id["4"].error or "")
             assert by_id["5"].output == "counted to 3"
-            assert [event.fraction for event in progress] == pytest.approx([1 / 3, 2 / 3, 1.0])
+            assert [event.fraction for event in progress if isinstance(event, ts.ToolProgress)] == pytest.approx(
+                [1 / 3, 2 / 3, 1.0]
+            )
             assert by_id["6"].output == "42"
 
             # The call the engine rejected never reached the server.

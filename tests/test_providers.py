@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from typing import Any, Literal
 
 import pydantic
@@ -150,7 +153,9 @@ async def test_anthropic_outputs_are_serialised_and_errors_kept_in_budget() -> N
         raise RuntimeError("E" * 100_000)
 
     executor = ts.Executor([count, nothing, point, explode])
-    blocks = [{"type": "tool_use", "id": name, "name": name, "input": {}} for name in ("count", "nothing", "point")]
+    blocks: list[dict[str, Any]] = [
+        {"type": "tool_use", "id": name, "name": name, "input": {}} for name in ("count", "nothing", "point")
+    ]
     blocks.append({"type": "tool_use", "id": "explode", "name": "explode", "input": {}})
     turn = await anthropic.execute(executor, {"role": "assistant", "content": blocks})
     assert turn.message is not None
@@ -210,8 +215,10 @@ async def test_openai_strict_nulls_for_optional_parameters_are_dropped(provider:
     ran: list[tuple[str, Any]] = []
     executor = make_executor(ran)
     module = openai_responses if provider == "openai_responses" else openai_chat
-    exported = {tool["name"] if "name" in tool else tool["function"]["name"]: tool for tool in
-                module.tool_definitions(executor, strict=True)}
+    exported = {
+        tool["name"] if "name" in tool else tool["function"]["name"]: tool
+        for tool in module.tool_definitions(executor, strict=True)
+    }
     parameters = exported["search"].get("parameters") or exported["search"]["function"]["parameters"]
     assert parameters["required"] == ["query", "limit", "label", "filters"]
 
@@ -291,8 +298,18 @@ async def test_gemini_answers_with_function_response_parts() -> None:
     turn = await gemini.execute(make_executor(ran), await sdk_response("gemini", "function_calls"))
     assert turn.content is not None and turn.content["role"] == "user"
     assert turn.parts == [
-        {"functionResponse": {"name": "get_weather", "response": {"output": {"city": "Paris", "temp": 18, "unit": "c"}}}},
-        {"functionResponse": {"name": "get_weather", "response": {"output": {"city": "London", "temp": 59, "unit": "f"}}}},
+        {
+            "functionResponse": {
+                "name": "get_weather",
+                "response": {"output": {"city": "Paris", "temp": 18, "unit": "c"}},
+            }
+        },
+        {
+            "functionResponse": {
+                "name": "get_weather",
+                "response": {"output": {"city": "London", "temp": 59, "unit": "f"}},
+            }
+        },
     ]
 
 
@@ -302,7 +319,13 @@ async def test_gemini_bad_calls_each_get_one_readable_result(caplog: pytest.LogC
         turn = await gemini.execute(make_executor(ran), load("gemini", "bad_calls"))
     responses = [part["functionResponse"] for part in turn.parts]
     assert [response.get("id") for response in responses] == ["fc-with-id", None, None, None, None]
-    assert [response["name"] for response in responses] == ["lookup", "lookup", "launch_rockets", "lookup", "big_report"]
+    assert [response["name"] for response in responses] == [
+        "lookup",
+        "lookup",
+        "launch_rockets",
+        "lookup",
+        "big_report",
+    ]
     assert responses[0]["response"] == {"output": "definition of with id"}
     assert responses[1]["response"] == {"output": "definition of no id"}
     assert "launch_rockets" in responses[2]["response"]["error"]
@@ -367,3 +390,43 @@ def test_tool_definitions_reuse_the_registry_export() -> None:
     assert all("$ref" not in json.dumps(tool) for tool in openai_responses.tool_definitions(executor))
     with pytest.raises(TypeError, match="Executor or ToolRegistry"):
         anthropic.tool_definitions([])  # type: ignore[arg-type]
+
+
+def test_adapters_loops_and_the_bridge_import_without_any_sdk() -> None:
+    script = """
+import sys
+for name in ("anthropic", "openai", "google", "google.genai", "mcp", "mcp_types", "httpx2"):
+    sys.modules[name] = None  # an import of any of these now fails
+import anyio
+import toolsched as ts
+from toolsched import loops, mcp
+from toolsched.providers import anthropic, gemini, openai_chat, openai_responses
+
+@ts.tool
+async def ping() -> str:
+    return "pong"
+
+async def main():
+    turn = await anthropic.execute(ts.Executor([ping]), {"content": [{"type": "tool_use", "id": "a", "name": "ping"}]})
+    print(turn.message["content"][0]["content"])
+    try:
+        async with mcp.connect_stdio("true"):
+            pass
+    except ImportError as exc:
+        print(exc)
+
+anyio.run(main)
+"""
+    completed = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines() == [
+        "pong",
+        "toolsched.mcp needs the `mcp` package: pip install 'toolsched[mcp]'",
+    ]

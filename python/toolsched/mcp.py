@@ -68,6 +68,8 @@ class McpTool(Tool):
     connection's prefix); ``open_world`` and ``title`` are the server's hints.
     """
 
+    input_schema: dict[str, Any]
+
     def __init__(self, connection: McpConnection, spec: mcp_types.Tool, *, name: str, trust_hints: bool) -> None:
         self.connection = connection
         self.spec = spec
