@@ -1,14 +1,13 @@
 """An MCP server's tools next to local ones, in an Anthropic tool loop.
 
 The connection stays open across turns; `refresh_tools` picks up a changed
-tool list between turns. Run with ANTHROPIC_API_KEY set and an MCP server
-command: `python examples/mcp_tools.py python path/to/server.py`.
+tool list between turns. Run with ANTHROPIC_API_KEY set and the command of an
+MCP server that speaks stdio: `python examples/mcp_tools.py python path/to/server.py`.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -26,8 +25,8 @@ async def today() -> str:
     return "2026-05-01"
 
 
-async def main(client: Any, command: str, args: Sequence[str], question: str) -> LoopResult:
-    async with ts_mcp.connect_stdio(command, args) as server:
+async def main(client: Any, connection: ts_mcp.McpConnection, question: str) -> LoopResult:
+    async with connection as server:
         executor = ts.Executor([today, *await server.tools()])
 
         async def refresh_tools() -> ts.Executor | None:
@@ -48,5 +47,5 @@ async def main(client: Any, command: str, args: Sequence[str], question: str) ->
 if __name__ == "__main__":
     from anthropic import AsyncAnthropic
 
-    result = anyio.run(main, AsyncAnthropic(), sys.argv[1], sys.argv[2:], "What is 2 + 40?")
-    print(result.text)
+    connection = ts_mcp.connect_stdio(sys.argv[1], sys.argv[2:])
+    print(anyio.run(main, AsyncAnthropic(), connection, "What is 2 + 40?").text)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -154,3 +156,97 @@ async def test_streamable_http_server() -> None:
         with anyio.CancelScope(shield=True):
             await process.wait()
             await process.aclose()
+
+
+def _low_level_server() -> Any:
+    """An in-process server with paged tool lists, odd names, a broken schema and non-text results."""
+    from mcp.server import Server
+    from mcp_types import (
+        CallToolResult,
+        ImageContent,
+        ListToolsResult,
+        TextContent,
+        Tool,
+        ToolAnnotations,
+    )
+
+    pages = {
+        None: ListToolsResult(
+            tools=[
+                Tool(
+                    name="files/read.all",
+                    description="Read every file.",
+                    input_schema={"type": "object", "properties": {}},
+                    annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False),
+                ),
+                Tool(name="broken", input_schema={"type": "object", "properties": {"x": {"type": "nonsense"}}}),
+            ],
+            next_cursor="page-2",
+        ),
+        "page-2": ListToolsResult(
+            tools=[
+                Tool(name="picture", input_schema={"type": "object"}),
+                Tool(name="stats", input_schema={"type": "object"}),
+                Tool(name="files_read_all", input_schema={"type": "object"}),
+            ]
+        ),
+    }
+
+    async def list_tools(ctx: Any, params: Any) -> ListToolsResult:
+        return pages[params.cursor if params is not None else None]
+
+    async def call_tool(ctx: Any, params: Any) -> CallToolResult:
+        if params.name == "picture":
+            return CallToolResult(
+                content=[TextContent(text="a dot"), ImageContent(data="iVBORw0KGgo=", mime_type="image/png")]
+            )
+        if params.name == "stats":
+            return CallToolResult(content=[], structured_content={"files": 3})
+        return CallToolResult(content=[TextContent(text="one"), TextContent(text="two")])
+
+    return Server("low-level", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def test_paged_lists_odd_names_broken_schemas_and_content_kinds(caplog: pytest.LogCaptureFixture) -> None:
+    from mcp import Client
+
+    with anyio.fail_after(LIMIT), caplog.at_level(logging.WARNING, logger="toolsched.mcp"):
+        async with ts_mcp.connect(Client(_low_level_server()), label="low-level") as server:
+            tools = {member.name: member for member in await server.tools()}
+            # Both pages are listed; names become provider-safe and unique; the broken schema is left out.
+            assert list(tools) == ["files_read_all", "picture", "stats", "files_read_all_2"]
+            assert tools["files_read_all"].remote_name == "files/read.all"
+            assert tools["files_read_all"].read_only and not tools["files_read_all"].destructive
+            assert any("broken" in record.getMessage() for record in caplog.records)
+            outcome = await ts.Executor(list(tools.values())).run(
+                [
+                    ts.ToolCall("1", "files_read_all", {}),
+                    ts.ToolCall("2", "picture", {}),
+                    ts.ToolCall("3", "stats", {}),
+                ]
+            )
+            texts, picture, stats = (result.output for result in outcome.results)
+            assert texts == "one\ntwo"
+            assert picture == [
+                {"type": "text", "text": "a dot"},
+                {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+            ]
+            assert stats == {"files": 3}
+
+        distrusting = ts_mcp.connect(Client(_low_level_server()), trust_hints=False)
+        async with distrusting as server:
+            first = (await server.tools())[0]
+            assert (first.read_only, first.concurrency_safe, first.destructive, first.open_world) == (
+                False,
+                False,
+                True,
+                None,
+            )
+
+
+def test_local_names_fit_every_provider() -> None:
+    assert ts_mcp.local_name("gh_", "repos/list.all", set()) == "gh_repos_list_all"
+    long_name = ts_mcp.local_name("", "t" * 100, set())
+    assert len(long_name) == 64 and long_name == ts_mcp.local_name("", "t" * 100, set())
+    assert long_name != ts_mcp.local_name("", "t" * 99, set())
+    assert ts_mcp.local_name("", "a.b", {"a_b", "a_b_2"}) == "a_b_3"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -12,6 +11,7 @@ import anyio
 import pytest
 
 from tests.recorded import Recorded
+from toolsched import mcp as ts_mcp
 
 pytestmark = pytest.mark.anyio
 
@@ -57,11 +57,15 @@ async def test_provider_example(example: str, provider: str, responses: tuple[st
 
 
 async def test_mcp_example() -> None:
+    from mcp import Client
+
+    from tests.mcp_server import server
+
     module = load_example("mcp_tools")
     recorded = Recorded("anthropic", "mcp_tool_use", "mcp_end_turn")
-    server = str(Path(__file__).with_name("mcp_server.py"))
+    connection = ts_mcp.connect(Client(server), label="in-process test server")
     with anyio.fail_after(30):
-        result = await module.main(recorded.anthropic(), sys.executable, [server], "What is 2 + 40?")
+        result = await module.main(recorded.anthropic(), connection, "What is 2 + 40?")
     assert (result.stop, result.text) == ("done", "2 + 40 = 42 (on 2026-05-01).")
     offered = [tool["name"] for tool in recorded.requests[0]["tools"]]
     assert "add" in offered and "today" in offered and offered == sorted(offered)

@@ -21,6 +21,16 @@ annotations map to the tool's flags:
 - ``idempotentHint`` true: ``idempotent``;
 - ``openWorldHint``: recorded as ``open_world`` (None when not given).
 
+Tool names are made acceptable to every provider (``local_name``: letters,
+digits, ``_`` and ``-``, at most 64) while calls use the server's own name; a
+tool whose input schema the engine cannot compile is left out of the list
+with a warning on the ``toolsched.mcp`` logger, so one bad tool does not cost
+the others.
+
+A successful call's output is its text (several text blocks joined by
+newlines), else its content blocks as dicts (images, resources), else its
+structured content.
+
 Annotations are hints from the server; with ``trust_hints=False`` they are
 ignored and every tool is treated as writing, destructive and unsafe to run
 alongside others. A tool the server reports as failed, a protocol error or a
@@ -32,6 +42,9 @@ the run. The ``mcp`` package is imported only when a connection is made
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import re
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -41,17 +54,44 @@ from typing import TYPE_CHECKING, Any, TextIO
 import anyio
 
 from toolsched.context import ToolContext
-from toolsched.errors import McpConnectionError, McpToolError
+from toolsched.errors import McpConnectionError, McpToolError, SchemaError, ToolDefinitionError
+from toolsched.registry import ToolRegistry
 from toolsched.tools import Tool
 
 if TYPE_CHECKING:
     import mcp
     import mcp_types
 
-__all__ = ["McpConnection", "McpTool", "connect", "connect_http", "connect_stdio"]
+__all__ = ["McpConnection", "McpTool", "connect", "connect_http", "connect_stdio", "local_name"]
+
+logger = logging.getLogger("toolsched.mcp")
+
+# Provider APIs accept tool names of letters, digits, `_` and `-`, at most 64 of them.
+_NAME_LIMIT = 64
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 # Bound on the pages of one tools/list walk, so a server that never stops paginating cannot hang a refresh.
 MAX_TOOL_PAGES = 100
+
+
+def local_name(prefix: str, remote_name: str, taken: set[str]) -> str:
+    """The toolsched name of a server tool: ``prefix + remote_name``, made acceptable to every provider.
+
+    Characters other than letters, digits, ``_`` and ``-`` become ``_``; a name
+    over 64 characters is cut and ends with a short digest of the full name;
+    a name already taken on the connection gets ``_2``, ``_3``, ... The server
+    is always called by its own name (``McpTool.remote_name``).
+    """
+    name = _UNSAFE_NAME.sub("_", prefix + remote_name) or "_"
+    if len(name) > _NAME_LIMIT:
+        digest = hashlib.sha256(remote_name.encode()).hexdigest()[:8]
+        name = f"{name[: _NAME_LIMIT - 9]}_{digest}"
+    candidate, number = name, 1
+    while candidate in taken:
+        number += 1
+        suffix = f"_{number}"
+        candidate = name[: _NAME_LIMIT - len(suffix)] + suffix
+    return candidate
 
 
 def _require_mcp() -> None:
@@ -200,13 +240,23 @@ class McpConnection:
         except (MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             raise McpConnectionError(f"could not list the tools of MCP server {self.label}: {exc}") from exc
         previous = {member.remote_name: member for member in self._tools or ()}
-        fresh = []
+        fresh: list[McpTool] = []
+        taken: set[str] = set()
         for spec in specs:
             kept = previous.get(spec.name)
-            if kept is not None and kept.spec == spec:
-                fresh.append(kept)
+            if kept is not None and kept.spec == spec and kept.name not in taken:
+                member = kept
             else:
-                fresh.append(McpTool(self, spec, name=f"{self.prefix}{spec.name}", trust_hints=self.trust_hints))
+                member = McpTool(
+                    self, spec, name=local_name(self.prefix, spec.name, taken), trust_hints=self.trust_hints
+                )
+                try:
+                    ToolRegistry([member])
+                except (SchemaError, ToolDefinitionError) as exc:
+                    logger.warning("MCP server %s: tool %r is left out: %s", self.label, spec.name, exc)
+                    continue
+            taken.add(member.name)
+            fresh.append(member)
         self._tools = fresh
         return list(fresh)
 
