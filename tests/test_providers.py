@@ -430,3 +430,11 @@ anyio.run(main)
         "pong",
         "toolsched.mcp needs the `mcp` package: pip install 'toolsched[mcp]'",
     ]
+
+
+async def test_gemini_blocked_prompt_has_nothing_to_call() -> None:
+    ran: list[tuple[str, Any]] = []
+    for response in (await sdk_response("gemini", "blocked"), load("gemini", "blocked")):
+        turn = await gemini.execute(make_executor(ran), response)
+        assert turn.calls == [] and turn.content is None
+    assert ran == []

@@ -92,6 +92,14 @@ _KNOWN_FIELDS = frozenset(
 )
 
 
+# Fields that mark a whole response (rather than one Content), in both spellings.
+_RESPONSE_FIELDS = ("candidates", "promptFeedback", "prompt_feedback", "usageMetadata", "usage_metadata")
+
+
+def _has(item: Any, field: str) -> bool:
+    return field in item if isinstance(item, Mapping) else hasattr(item, field)
+
+
 @dataclass(frozen=True, slots=True)
 class GeminiExecution(Execution):
     """``calls``, ``outcome`` and ``content``: ``{"role": "user", "parts": [functionResponse, ...]}``.
@@ -118,12 +126,12 @@ def model_content(response: Any, *, candidate: int = 0) -> Any:
             f"{PROVIDER}: expected a GenerateContentResponse, a response dict, a Content or a list of parts, "
             f"got {type(response).__name__}"
         )
-    candidates = read(response, "candidates")
-    if candidates is None:
-        if read(response, "parts") is None and not (isinstance(response, Mapping) and "parts" in response):
-            raise ResponseFormatError(f"{PROVIDER}: the response has neither `candidates` nor `parts`")
+    if _has(response, "parts") and not _has(response, "candidates"):
         return response
-    candidates = sequence_of(candidates, PROVIDER, "candidates")
+    if not any(_has(response, key) for key in _RESPONSE_FIELDS):
+        raise ResponseFormatError(f"{PROVIDER}: the response has neither `candidates` nor `parts`")
+    # A response without candidates (a blocked prompt) has nothing to call.
+    candidates = sequence_of(read(response, "candidates"), PROVIDER, "candidates")
     if not candidates:
         return None
     if not 0 <= candidate < len(candidates):

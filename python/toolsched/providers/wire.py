@@ -73,7 +73,7 @@ class Execution:
 
 def read(item: Any, *names: str) -> Any:
     """The first of ``names`` present on ``item``: a key of a dict, or an attribute of an SDK object."""
-    if isinstance(item, Mapping):
+    if type(item) is dict or isinstance(item, Mapping):
         for name in names:
             if name in item:
                 return item[name]
@@ -87,6 +87,8 @@ def read(item: Any, *names: str) -> Any:
 
 def is_record(item: Any) -> bool:
     """Whether ``item`` can hold fields: a mapping or an SDK model object."""
+    if type(item) is dict:
+        return True
     return isinstance(item, Mapping) or (
         hasattr(item, "__dict__") and not isinstance(item, (str, bytes, int, float, list, tuple))
     )
@@ -146,6 +148,8 @@ def call_arguments(raw: Any) -> Mapping[str, Any] | str:
     Anything else (a list, a number) is passed on as JSON so that the engine
     answers it with an ``invalid_input`` result naming the rule.
     """
+    if type(raw) is dict or type(raw) is str:
+        return raw
     if raw is None:
         return {}
     if isinstance(raw, (str, Mapping)):
