@@ -15,8 +15,6 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
-logging.basicConfig(level=logging.CRITICAL)
-
 server = MCPServer("bridge-test")
 received: list[str] = []
 
@@ -91,6 +89,7 @@ def grow() -> str:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.CRITICAL)
     if len(sys.argv) == 3 and sys.argv[1] == "http":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:
