@@ -8,8 +8,9 @@ from typing import Any, Literal
 import pytest
 
 import toolsched as ts
-from tests.recorded import Recorded
+from tests.recorded import Recorded, sdk_response
 from toolsched.loops import anthropic_loop, gemini_loop, openai_chat_loop, openai_responses_loop
+from toolsched.providers import anthropic as ts_anthropic
 
 pytestmark = pytest.mark.anyio
 
@@ -121,7 +122,7 @@ async def test_held_calls_interrupt_the_loop_and_resume_runs_them_once() -> None
     client = recorded.anthropic()
     options: dict[str, Any] = {"model": "claude-sonnet-4-6", "max_tokens": 1024}
     paused = await anthropic_loop(client, executor, messages=[{"role": "user", "content": QUESTION}], **options)
-    assert paused.stop == "interrupted"
+    assert paused.stop == "interrupted" and paused.state is not None
     assert [call.id for call in paused.pending] == ["toolu_01Paris", "toolu_02London"]
     assert ran == [] and len(recorded.requests) == 1
     assert [message["role"] for message in paused.history] == ["user", "assistant"]
@@ -135,6 +136,20 @@ async def test_held_calls_interrupt_the_loop_and_resume_runs_them_once() -> None
     ]
     with pytest.raises(ts.OptionError, match="interrupted"):
         await anthropic_loop(client, executor, messages=finished.history, resume=finished, **options)
+
+
+async def test_an_interrupted_execute_is_finished_by_resume() -> None:
+    ran: list[str] = []
+    executor = HoldingExecutor(weather_tools(ran), held={"get_weather"})
+    response = await sdk_response("anthropic", "tool_use")
+    turn = await ts_anthropic.execute(executor, response)
+    assert turn.interrupted and turn.message is None and ran == []
+    with pytest.raises(ts.MissingResultError, match="toolu_01Paris"):
+        ts_anthropic.results_to_message(turn.calls, turn.results)
+    finished = await ts_anthropic.resume(executor, turn, turn.outcome.state)
+    assert finished.message is not None
+    assert [block["tool_use_id"] for block in finished.message["content"]] == ["toolu_01Paris", "toolu_02London"]
+    assert sorted(ran) == ["London", "Paris"]
 
 
 # -- OpenAI Responses -----------------------------------------------------------------------------

@@ -7,8 +7,10 @@ or ``max_turns`` requests have been made. What needs a person surfaces to
 the caller instead of being decided here:
 
 - calls held for approval end the loop with ``stop="interrupted"`` (the
-  pending requests are in ``result.outcome.pending``); decide them on
-  ``result.outcome.state`` and call the loop again with ``resume=result``;
+  pending requests are in ``result.pending``); decide them on
+  ``result.state`` (``approve``/``reject``) and call the loop again with
+  ``messages=result.history`` (or ``input=``/``contents=``),
+  ``resume=result`` and ``result.executor``;
 - a steering callback that returns messages ends the loop with
   ``stop="steered"`` after the skipped calls are answered
   (``result.steering_messages``);
@@ -55,7 +57,9 @@ class LoopResult:
       ``"interrupted"`` (calls wait for approval) or ``"steered"``;
     - ``turns``: requests made by this call of the loop;
     - ``outcome``: the last turn's ``Outcome`` (None if no tool ran);
-    - ``executor``: the executor in use at the end (after ``refresh_tools``).
+    - ``executor``: the executor in use at the end (after ``refresh_tools``);
+    - ``state``: when interrupted, the run's ``RunState`` (read once from the
+      outcome): approve or reject on it, then pass ``resume=`` this result.
     """
 
     history: list[Any]
@@ -65,6 +69,7 @@ class LoopResult:
     turns: int
     outcome: Outcome | None
     executor: Executor
+    state: Any = None
 
     @property
     def pending(self) -> list[Any]:
@@ -255,7 +260,8 @@ async def _run_loop(
     response: Any = None
 
     def finish(stop: Stop) -> LoopResult:
-        return LoopResult(history, response, dialect.text(response), stop, turns, outcome, executor)
+        state = outcome.state if stop == "interrupted" and outcome is not None else None
+        return LoopResult(history, response, dialect.text(response), stop, turns, outcome, executor, state)
 
     async def answer(calls: list[ToolCall], settled: Outcome) -> Stop | None:
         """Appends the reply to a turn's calls; says why the loop must stop, if it must."""
@@ -267,10 +273,10 @@ async def _run_loop(
         return "steered" if settled.steering_messages else None
 
     if resume is not None:
-        if resume.stop != "interrupted" or resume.outcome is None:
+        if resume.stop != "interrupted" or resume.state is None:
             raise OptionError(f"resume= takes the result of an interrupted loop, got one that stopped {resume.stop!r}")
         response = resume.response
-        outcome = await resume_outcome(executor, resume.outcome.state)
+        outcome = await resume_outcome(executor, resume.state)
         stop = await answer(dialect.calls(response, executor.registry), outcome)
         if stop is not None:
             return finish(stop)

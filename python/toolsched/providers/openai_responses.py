@@ -164,7 +164,11 @@ async def execute(
     return _finish(executor, calls, outcome)
 
 
-async def resume(executor: Executor, execution: ResponsesExecution, *, state: Any = None) -> ResponsesExecution:
-    """Finishes an interrupted ``execute`` once its held calls are approved or rejected."""
-    outcome = await resume_outcome(executor, execution.outcome.state if state is None else state)
+async def resume(executor: Executor, execution: ResponsesExecution, state: Any) -> ResponsesExecution:
+    """Finishes an interrupted ``execute``: ``state`` is its ``RunState`` with the held calls decided.
+
+    Read the state once (``state = execution.outcome.state``), approve or
+    reject on it, then pass that same object here.
+    """
+    outcome = await resume_outcome(executor, state)
     return _finish(executor, execution.calls, outcome)
