@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any, Literal
 
 import pytest
@@ -33,26 +32,14 @@ def weather_tools(ran: list[str]) -> list[ts.Tool]:
     return [get_weather, lookup]
 
 
-class HoldingExecutor(ts.Executor):
-    """Holds the calls of the tools named in ``held`` for approval, answering the rest (the §6 flow)."""
+def approval_tools(ran: list[str]) -> list[ts.Tool]:
+    @ts.tool(read_only=True, concurrency_safe=True, needs_approval=True)
+    async def get_weather(city: str, unit: Literal["c", "f"] = "c") -> str:
+        """Current weather for a city (each call needs a person's approval)."""
+        ran.append(city)
+        return f"{city}: {18 if unit == 'c' else 59}°{unit.upper()}"
 
-    def __init__(self, tools: list[ts.Tool], held: set[str]) -> None:
-        super().__init__(tools)
-        self.held = held
-
-    async def run(self, calls: Iterable[ts.ToolCall], **options: Any) -> ts.Outcome:
-        calls = list(calls)
-        waiting = [call for call in calls if call.name in self.held]
-        done = await super().run([call for call in calls if call not in waiting], **options)
-        if not waiting:
-            return done
-        return ts.Outcome(done.results, interrupted=True, pending=waiting, state={"calls": calls, "done": done})
-
-    async def resume(self, state: dict[str, Any]) -> ts.Outcome:
-        finished = {result.call_id for result in state["done"].results}
-        rest = await super().run([call for call in state["calls"] if call.id not in finished])
-        by_id = {result.call_id: result for result in [*state["done"].results, *rest.results]}
-        return ts.Outcome([by_id[call.id] for call in state["calls"] if call.id in by_id])
+    return [get_weather]
 
 
 # -- Anthropic ------------------------------------------------------------------------------------
@@ -117,38 +104,44 @@ async def test_anthropic_pause_turn_is_sent_back_as_it_is() -> None:
 
 async def test_held_calls_interrupt_the_loop_and_resume_runs_them_once() -> None:
     ran: list[str] = []
-    executor = HoldingExecutor(weather_tools(ran), held={"get_weather"})
+    executor = ts.Executor(approval_tools(ran))
     recorded = Recorded("anthropic", "tool_use", "end_turn")
     client = recorded.anthropic()
     options: dict[str, Any] = {"model": "claude-sonnet-4-6", "max_tokens": 1024}
     paused = await anthropic_loop(client, executor, messages=[{"role": "user", "content": QUESTION}], **options)
-    assert paused.stop == "interrupted" and paused.state is not None
-    assert [call.id for call in paused.pending] == ["toolu_01Paris", "toolu_02London"]
+    assert paused.stop == "interrupted" and isinstance(paused.state, ts.RunState)
+    assert [request.call_id for request in paused.pending] == ["toolu_01Paris", "toolu_02London"]
     assert ran == [] and len(recorded.requests) == 1
     assert [message["role"] for message in paused.history] == ["user", "assistant"]
 
-    finished = await anthropic_loop(client, executor, messages=paused.history, resume=paused, **options)
+    paused.state.approve("toolu_01Paris")
+    paused.state.reject("toolu_02London", "not London today")
+    finished = await anthropic_loop(client, paused.executor, messages=paused.history, resume=paused, **options)
     assert (finished.stop, finished.text) == ("done", ANSWER)
-    assert sorted(ran) == ["London", "Paris"]
-    assert [block["tool_use_id"] for block in recorded.requests[1]["messages"][2]["content"]] == [
-        "toolu_01Paris",
-        "toolu_02London",
-    ]
+    assert ran == ["Paris"]
+    paris, london = recorded.requests[1]["messages"][2]["content"]
+    assert paris == {"type": "tool_result", "tool_use_id": "toolu_01Paris", "content": "Paris: 18°C"}
+    assert london["tool_use_id"] == "toolu_02London" and london["is_error"] is True
+    assert "not London today" in london["content"]
     with pytest.raises(ts.OptionError, match="interrupted"):
         await anthropic_loop(client, executor, messages=finished.history, resume=finished, **options)
 
 
 async def test_an_interrupted_execute_is_finished_by_resume() -> None:
     ran: list[str] = []
-    executor = HoldingExecutor(weather_tools(ran), held={"get_weather"})
+    executor = ts.Executor(approval_tools(ran))
     response = await sdk_response("anthropic", "tool_use")
     turn = await ts_anthropic.execute(executor, response)
     assert turn.interrupted and turn.message is None and ran == []
     with pytest.raises(ts.MissingResultError, match="toolu_01Paris"):
         ts_anthropic.results_to_message(turn.calls, turn.results)
-    finished = await ts_anthropic.resume(executor, turn, turn.outcome.state)
+    state = turn.outcome.state
+    assert state is not None
+    state.approve("toolu_01Paris")
+    state.approve("toolu_02London")
+    finished = await ts_anthropic.resume(executor, turn, state)
     assert finished.message is not None
-    assert [block["tool_use_id"] for block in finished.message["content"]] == ["toolu_01Paris", "toolu_02London"]
+    assert [block["content"] for block in finished.message["content"]] == ["Paris: 18°C", "London: 59°F"]
     assert sorted(ran) == ["London", "Paris"]
 
 
