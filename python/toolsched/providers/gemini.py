@@ -21,6 +21,7 @@ carries no ``id`` (the API matches them by order and name).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,6 @@ from toolsched.providers.wire import (
     error_text,
     fit_to_budget,
     is_record,
-    json_value,
     left_alone,
     output_text,
     read,
@@ -177,9 +177,15 @@ def _response_part(call: ToolCall, result: ToolResult, registry: ToolRegistry | 
     if result.is_error:
         response: dict[str, Any] = {"error": fit_to_budget(error_text(result), result.tool_name, registry)}
     else:
-        text = output_text(result.output)
+        output = result.output
+        text = output_text(output)
         fitted = fit_to_budget(text, result.tool_name, registry)
-        response = {"output": fitted if fitted is not text else json_value(result.output)}
+        if fitted is not text or output is None or isinstance(output, (str, bytes, bool, int, float)):
+            value = fitted if isinstance(output, (str, bytes)) or fitted is not text else output
+        else:
+            # The JSON the budget was measured on, read back: the value the model sees.
+            value = json.loads(text)
+        response = {"output": value}
     function_response: dict[str, Any] = {"name": call.name, "response": response}
     if not call.id.startswith(SYNTHETIC_ID_PREFIX):
         function_response["id"] = call.id

@@ -30,7 +30,6 @@ __all__ = [
     "error_text",
     "fit_to_budget",
     "is_record",
-    "json_value",
     "left_alone",
     "output_text",
     "read",
@@ -178,6 +177,10 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+# One encoder for every reply: building one per call costs more than encoding a small output.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=_json_default)
+
+
 def output_text(output: Any) -> str:
     """A tool's output as the text a function-call reply carries.
 
@@ -191,16 +194,7 @@ def output_text(output: Any) -> str:
         return output
     if isinstance(output, bytes):
         return output.decode("utf-8", errors="replace")
-    return json.dumps(output, ensure_ascii=False, default=_json_default)
-
-
-def json_value(output: Any) -> Any:
-    """A tool's output as a JSON value (for APIs that take structured replies)."""
-    if output is None or isinstance(output, (str, bool, int, float)):
-        return output
-    if isinstance(output, bytes):
-        return output.decode("utf-8", errors="replace")
-    return json.loads(json.dumps(output, ensure_ascii=False, default=_json_default))
+    return _ENCODER.encode(output)
 
 
 def error_text(result: ToolResult) -> str:
