@@ -23,6 +23,7 @@ from toolsched.errors import (
     ToolNameError,
     ToolschedError,
     UnknownToolError,
+    WorkloadError,
 )
 from toolsched.events import (
     BatchFinished,
@@ -41,7 +42,7 @@ from toolsched.outcome import Outcome
 from toolsched.permissions import Decision, Permissions
 from toolsched.registry import ToolRegistry
 from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
-from toolsched.strategies import Batched, Parallel, Partitioned, Sequential, Strategy
+from toolsched.strategies import Batched, Parallel, Partitioned, ResourceAware, Sequential, Strategy
 from toolsched.tools import Access, FunctionTool, Tool, tool
 
 __version__ = "0.1.0"
@@ -74,6 +75,7 @@ __all__ = [
     "Partitioned",
     "Permissions",
     "Reject",
+    "ResourceAware",
     "ResponseFormatError",
     "Rewrite",
     "RuleError",
@@ -98,6 +100,7 @@ __all__ = [
     "ToolUpdated",
     "ToolschedError",
     "UnknownToolError",
+    "WorkloadError",
     "__version__",
     "tool",
 ]

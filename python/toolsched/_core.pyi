@@ -10,7 +10,9 @@ __all__ = [
     "ToolNameError",
     "ToolTable",
     "assemble",
+    "normalize_key",
     "plan_batches",
+    "plan_conflicts",
     "truncate",
 ]
 
