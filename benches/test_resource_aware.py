@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
+
 import toolsched as ts
 
 

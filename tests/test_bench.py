@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 import toolsched as ts
 from toolsched import bench
 from toolsched.cli import _ProgressBar, main

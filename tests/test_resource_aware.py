@@ -10,12 +10,12 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-import toolsched as ts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from toolsched import _core
 
+import toolsched as ts
 from tests.conftest import InFlight
+from toolsched import _core
 
 pytestmark = pytest.mark.anyio
 
