@@ -600,10 +600,8 @@ class Executor:
             return None
         return access.reads, access.writes
 
-    def _stops_run(self, job: _Job, turn: _Turn) -> bool:
-        """Whether nothing new may start after ``job`` finished: a guardrail tripped, or a failure must raise."""
-        if turn.tripped is not None:
-            return True
+    def _raises(self, job: _Job, turn: _Turn) -> bool:
+        """Whether ``job``, just finished, failed in a way that must raise (then nothing new starts)."""
         if self.on_error != "raise" and job.tool.timeout_behavior != "raise":
             return False
         for position in range(len(turn.slots) - 1, -1, -1):
@@ -646,6 +644,7 @@ class Executor:
             ready = [i for i in range(count) if remaining[i] == 0]  # ascending, so already a heap
             # A call of unknown resources waits for every earlier call, and every later one waits for it.
             overlaps = [concurrent and access is not None for access in accesses]
+            may_raise = self.on_error == "raise" or any(job.tool.timeout_behavior == "raise" for job in jobs)
 
             async with anyio.create_task_group() as group:
 
@@ -664,11 +663,13 @@ class Executor:
                             state.running += 1
                             await _NoticeFirstSuspension(self._execute(job, 0, overlaps[index], turn), grow)
                             state.running -= 1
-                            for later in dependents[dependent_offsets[index] : dependent_offsets[index + 1]]:
-                                remaining[later] -= 1
-                                if remaining[later] == 0:
-                                    heapq.heappush(ready, later)
-                            if self._stops_run(job, turn):
+                            first, end = dependent_offsets[index], dependent_offsets[index + 1]
+                            if first != end:
+                                for later in dependents[first:end]:
+                                    remaining[later] -= 1
+                                    if remaining[later] == 0:
+                                        heapq.heappush(ready, later)
+                            if turn.tripped is not None or (may_raise and self._raises(job, turn)):
                                 state.stopped = True
                             elif steering is not None and state.started < count and not state.stopped:
                                 await self._steer(steering, state)
