@@ -480,3 +480,71 @@ async def test_class_tools_declare_resources_by_method(in_flight: InFlight) -> N
 def test_bad_caps_are_refused(value: Any) -> None:
     with pytest.raises(ts.OptionError, match=r"ResourceAware\(max_concurrency=...\)"):
         ts.ResourceAware(max_concurrency=value)
+
+
+# -- the control plane around the graph -----------------------------------------------------------------------
+
+
+async def test_batch_hooks_see_the_whole_turn_as_one_batch() -> None:
+    events: list[tuple[str, int, tuple[str, ...], tuple[Any, ...]]] = []
+
+    @ts.tool(resources=lambda args: ts.Access(reads=[args["path"]]))
+    async def read(path: str) -> str:
+        return path
+
+    async def before(event: ts.BatchEvent) -> None:
+        events.append(("pre", event.batch, tuple(c.id for c in event.calls), ()))
+
+    async def after(event: ts.BatchEvent) -> None:
+        events.append(("post", event.batch, tuple(c.id for c in event.calls), tuple(r.output for r in event.results)))
+
+    hooks = ts.Hooks().pre_batch("*", before).post_batch("*", after)
+    calls = [ts.ToolCall("1", "read", {"path": "a"}), ts.ToolCall("2", "read", {"path": "b"})]
+    await ts.Executor([read], strategy=ts.ResourceAware(), hooks=hooks).run(calls)
+    assert events == [("pre", 0, ("1", "2"), ()), ("post", 0, ("1", "2"), ("a", "b"))]
+
+
+async def test_a_pre_batch_hook_that_denies_blocks_every_call() -> None:
+    runs: list[str] = []
+
+    @ts.tool(resources=lambda args: ts.Access(writes=[args["path"]]))
+    async def edit(path: str) -> str:
+        runs.append(path)
+        return path
+
+    async def gate(event: ts.BatchEvent) -> ts.Decision:
+        return ts.Decision.deny("snapshot failed")
+
+    calls = [ts.ToolCall("1", "edit", {"path": "a"}), ts.ToolCall("2", "edit", {"path": "b"})]
+    outcome = await ts.Executor([edit], strategy=ts.ResourceAware(), hooks=ts.Hooks().pre_batch("*", gate)).run(calls)
+    assert [(r.error_kind, r.error) for r in outcome.results] == [("hook_blocked", "snapshot failed")] * 2
+    assert runs == []
+
+
+async def test_a_tripped_guardrail_starts_nothing_more() -> None:
+    runs: list[str] = []
+    evil_checked = anyio.Event()
+
+    @ts.tool(resources=lambda args: ts.Access(reads=[args["url"]]))
+    async def fetch(url: str) -> str:
+        runs.append(url)
+        if url == "slow":
+            await evil_checked.wait()
+        return url
+
+    def tripwire(event: ts.GuardrailEvent) -> None:
+        if event.args.get("url") == "evil":
+            evil_checked.set()
+            raise ts.GuardrailTripped("prompt injection detected")
+
+    calls = [
+        ts.ToolCall("1", "fetch", {"url": "slow"}),
+        ts.ToolCall("2", "fetch", {"url": "evil"}),
+        ts.ToolCall("3", "fetch", {"url": "later"}),
+    ]
+    executor = ts.Executor([fetch], strategy=ts.ResourceAware(max_concurrency=2), input_guardrails=[tripwire])
+    with pytest.raises(ts.GuardrailTripped, match="prompt injection detected") as caught:
+        await executor.run(calls)
+    # The call in flight settled; the one after the trip never started.
+    assert runs == ["slow"]
+    assert [(r.call_id, r.error_kind) for r in caught.value.results] == [("1", None), ("2", "guardrail_rejected")]
