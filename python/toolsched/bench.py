@@ -689,7 +689,7 @@ def plot_report(report: BenchReport, path: str | Path) -> None:
     timeline.set_yticks(range(len(first.outcome.results)), [r.call_id for r in first.outcome.results], fontsize=7)
     timeline.invert_yaxis()
     timeline.set_xlabel("time from the start of the turn (ms)")
-    timeline.set_title(f"Turn 1 under {shown.strategy}: bars that overlap ran together", fontsize=10)
+    timeline.set_title(f"First turn under {shown.strategy}: bars that overlap ran together", fontsize=10)
     handles, names = timeline.get_legend_handles_labels()
     unique = dict(zip(names, handles, strict=True))
     timeline.set_xlim(left=0)
