@@ -65,7 +65,7 @@ def as_engine_input(access: ts.Access | None) -> tuple[tuple[str, ...], tuple[st
     return None if access is None else (access.reads, access.writes)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(turn=st.lists(accesses, max_size=40))
 def test_the_plan_orders_every_conflict_and_waits_only_on_conflicts(turn: list[ts.Access | None]) -> None:
     wait_offsets, waits, dependent_offsets, dependents = _core.plan_conflicts([as_engine_input(a) for a in turn])
