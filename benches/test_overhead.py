@@ -78,6 +78,34 @@ def test_toolsched_run(benchmark: Any, loop: asyncio.AbstractEventLoop, count: i
     benchmark(drive(loop, lambda: executor.run(calls)))
 
 
+@ts.tool(concurrency_safe=True, rule_subject="path", name="noop")
+async def guarded_noop(path: str, limit: int = 10) -> None:
+    return None
+
+
+async def allow_known(event: ts.HookEvent) -> None:
+    return None
+
+
+async def observe(event: ts.HookEvent) -> None:
+    return None
+
+
+@pytest.mark.parametrize("count", SIZES)
+def test_toolsched_run_guarded(benchmark: Any, loop: asyncio.AbstractEventLoop, count: int) -> None:
+    """The full pipeline: as above, plus one pre hook, one post hook and permission rules on the path."""
+    benchmark.group = f"turn of {count} calls"
+    executor = ts.Executor(
+        [guarded_noop],
+        hooks=ts.Hooks().pre_tool_use("noop", allow_known).post_tool_use("noop", observe),
+        permissions=ts.Permissions(allow=["noop(src/**)"], deny=["noop(secret/**)"], root="/work/project"),
+    )
+    calls = [ts.ToolCall(f"c{i}", "noop", text) for i, text in enumerate(texts(count))]
+    result = loop.run_until_complete(executor.run(calls))
+    assert len(result.results) == count and not any(r.is_error for r in result.results)
+    benchmark(drive(loop, lambda: executor.run(calls)))
+
+
 def test_direct_call(benchmark: Any, loop: asyncio.AbstractEventLoop) -> None:
     """Calling the tool function directly: the floor for a single-call turn."""
     benchmark.group = "turn of 1 calls"

@@ -1,20 +1,52 @@
-"""Every script in examples/ runs and prints what it promises."""
+"""Every script in examples/ runs, as a user would run it, and says what it should."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import toolsched as ts
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+PACKAGE_ROOT = str(Path(ts.__file__).resolve().parent.parent)
 
 
-def run_example(name: str) -> str:
-    completed = subprocess.run(
-        [sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, timeout=120, check=False
+def run_example(name: str, *args: str) -> str:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        capture_output=True, text=True, env=env, timeout=120, check=False, stdin=subprocess.DEVNULL,
     )
-    assert completed.returncode == 0, completed.stderr
-    return completed.stdout
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_human_approval_flow() -> None:
+    lines = run_example("human_approval.py", "--approve", "c2", "--reject", "c3").splitlines()
+    assert lines[0] == "step 1: 2 of 4 calls answered; 2 wait for a person"
+    assert "person: approved c2" in lines
+    assert "person: rejected c3" in lines
+    step_two = lines[lines.index("step 2 (a new process): every call answered, in the model's order") + 1 :]
+    assert step_two[0] == "  c1 list_files -> ['.git', 'draft.txt', 'notes.txt']"
+    assert step_two[1] == "  c2 delete_file -> 'deleted draft.txt'"
+    assert step_two[2].startswith("  c3 delete_file -> error permission_denied: the call to `delete_file` was not")
+    assert step_two[3].startswith("  c4 delete_file -> error permission_denied:")
+    assert "delete_file(**/.git/**)" in step_two[3]
+    # The approved deletion happened once; the rejected and denied ones never did.
+    assert step_two[4] == "files left: .git/config, notes.txt"
+
+
+def test_permissions_quickstart() -> None:
+    assert run_example("permissions_quickstart.py").splitlines() == [
+        "ran c1",
+        "ran c4",
+        "c1 # Guide",
+        "c2 hook_blocked",
+        "c3 permission_denied",
+        "c4 deleted build/out.bin",
+    ]
 
 
 def test_quickstart() -> None:
@@ -28,14 +60,19 @@ def test_quickstart() -> None:
 
 
 def test_demo_command() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")])}
     completed = subprocess.run(
-        [sys.executable, "-m", "toolsched", "demo"], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-m", "toolsched", "demo"], capture_output=True, text=True, env=env, timeout=120, check=False
     )
     assert completed.returncode == 0, completed.stderr
     out = completed.stdout
-    for strategy in ["Sequential()", "Parallel(", "Batched(", "Partitioned("]:
+    for strategy in ["Sequential()", "Parallel(", "Batched(", "Partitioned(", "ResourceAware("]:
         assert strategy in out
-    assert "identical under every strategy" in out
+    same = next(line for line in out.splitlines() if line.startswith("Results and final workspace as when run"))
+    # Strategies that keep conflicting calls apart give Sequential's results, whatever the timing.
+    assert "Partitioned(max_concurrency=None)" in same
+    assert "ResourceAware(max_concurrency=None)" in same
+    assert "c4 edit_file  \"edited src/app.py: 2 x 'load()' -> 'load(cache=True)'\"" in out
     assert "unknown tool `deploy`" in out
 
 

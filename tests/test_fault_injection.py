@@ -55,6 +55,11 @@ def safe(args: Any) -> bool:
     return bool(args["safe"])
 
 
+def access(args: Any) -> ts.Access:
+    """For ResourceAware: safe calls only read; the others write one of three keys, so some conflict."""
+    return ts.Access(reads=["shared"]) if args["safe"] else ts.Access(writes=[f"key{args['n'] % 3}"])
+
+
 async def body(seconds: float, value: Any = None, error: Exception | None = None) -> Any:
     """A tool body that counts itself alive until it ends, however it ends."""
     state = harness()
@@ -70,62 +75,62 @@ async def body(seconds: float, value: Any = None, error: Exception | None = None
         state.alive -= 1
 
 
-@ts.tool(concurrency_safe=safe)
+@ts.tool(resources=access, concurrency_safe=safe)
 async def work(n: int, safe: bool, delay: float) -> int:
     return int(await body(delay, n))
 
 
-@ts.tool(concurrency_safe=safe, interrupt_behavior="cancel")
+@ts.tool(resources=access, concurrency_safe=safe, interrupt_behavior="cancel")
 async def browse(n: int, safe: bool, delay: float) -> int:
     return int(await body(delay * 5, n))
 
 
-@ts.tool(concurrency_safe=safe)
+@ts.tool(resources=access, concurrency_safe=safe)
 async def fail(n: int, safe: bool, delay: float) -> None:
     await body(delay, error=ValueError(f"fault {n}"))
 
 
-@ts.tool(concurrency_safe=safe, abort_siblings_on_error=True)
+@ts.tool(resources=access, concurrency_safe=safe, abort_siblings_on_error=True)
 async def fail_abort(n: int, safe: bool, delay: float) -> None:
     await body(delay, error=OSError(f"fault {n}"))
 
 
-@ts.tool(concurrency_safe=safe, timeout=TIMEOUT)
+@ts.tool(resources=access, concurrency_safe=safe, timeout=TIMEOUT)
 async def slow(n: int, safe: bool, delay: float) -> None:
     await body(5)
 
 
-@ts.tool(concurrency_safe=safe, timeout=TIMEOUT)
+@ts.tool(resources=access, concurrency_safe=safe, timeout=TIMEOUT)
 async def hang(n: int, safe: bool, delay: float) -> None:
     await body(float("inf"))
 
 
-@ts.tool(concurrency_safe=safe, timeout=TIMEOUT)
+@ts.tool(resources=access, concurrency_safe=safe, timeout=TIMEOUT)
 def hang_sync(n: int, safe: bool, delay: float, ctx: ts.ToolContext) -> None:
     harness().release.wait(5)
 
 
-@ts.tool(concurrency_safe=safe, timeout=5)
+@ts.tool(resources=access, concurrency_safe=safe, timeout=5)
 async def quit_early(n: int, safe: bool, delay: float, ctx: ts.ToolContext) -> None:
     # In a cancel scope (it has a timeout): stopped at its next await.
     ctx.cancel("gave up")
     await body(5)
 
 
-@ts.tool(concurrency_safe=safe)
+@ts.tool(resources=access, concurrency_safe=safe)
 async def quit_returning(n: int, safe: bool, delay: float, ctx: ts.ToolContext) -> int:
     # Without a cancel scope: it returns, and the result is still cancelled.
     ctx.cancel("gave up")
     return int(await body(delay, n))
 
 
-@ts.tool(concurrency_safe=safe, timeout=5)
+@ts.tool(resources=access, concurrency_safe=safe, timeout=5)
 async def victim(n: int, safe: bool, delay: float, ctx: ts.ToolContext) -> None:
     # Cancelled by the caller as it starts; its cancel scope stops it.
     await body(5)
 
 
-@ts.tool(concurrency_safe=safe)
+@ts.tool(resources=access, concurrency_safe=safe)
 async def polite(n: int, safe: bool, delay: float, ctx: ts.ToolContext) -> int:
     # Asked by the caller to stop as it starts; without a cancel scope it stops by itself.
     state = harness()
@@ -140,7 +145,7 @@ async def polite(n: int, safe: bool, delay: float, ctx: ts.ToolContext) -> int:
         state.alive -= 1
 
 
-@ts.tool(concurrency_safe=safe)
+@ts.tool(resources=access, concurrency_safe=safe)
 async def interrupter(n: int, safe: bool, delay: float) -> int:
     state = harness()
     state.log.append("interrupt")
@@ -179,7 +184,13 @@ call_specs = st.tuples(
 )
 turns = st.lists(call_specs, min_size=1, max_size=8)
 
-STRATEGIES = [ts.Sequential(), ts.Parallel(max_concurrency=3), ts.Batched(2), ts.Partitioned(max_concurrency=3)]
+STRATEGIES = [
+    ts.Sequential(),
+    ts.Parallel(max_concurrency=3),
+    ts.Batched(2),
+    ts.Partitioned(max_concurrency=3),
+    ts.ResourceAware(max_concurrency=3),
+]
 
 
 @dataclass

@@ -3,12 +3,21 @@
 One result per call, in the model's order, with a Rust engine on the hot path.
 """
 
+from toolsched.approvals import ApprovalRequest, RunState
 from toolsched.context import ToolContext
 from toolsched.errors import (
+    ApprovalError,
     AssemblyError,
+    GuardrailTripped,
+    McpConnectionError,
+    McpToolError,
+    MissingResultError,
     OptionError,
+    ResponseFormatError,
+    RuleError,
     SchemaError,
     SemanticError,
+    StateError,
     ToolCallFailed,
     ToolDefinitionError,
     ToolNameError,
@@ -16,6 +25,7 @@ from toolsched.errors import (
     ToolTimeoutError,
     UnknownToolError,
     WorkerProcessError,
+    WorkloadError,
 )
 from toolsched.events import (
     BatchFinished,
@@ -28,33 +38,55 @@ from toolsched.events import (
     ToolUpdated,
 )
 from toolsched.executor import Executor
+from toolsched.guardrails import GuardrailEvent, Reject
+from toolsched.hooks import BatchEvent, HookEvent, Hooks, Rewrite
 from toolsched.outcome import Outcome
+from toolsched.permissions import Decision, Permissions
 from toolsched.registry import ToolRegistry
 from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
-from toolsched.strategies import Batched, Parallel, Partitioned, Sequential, Strategy
+from toolsched.strategies import Batched, Parallel, Partitioned, ResourceAware, Sequential, Strategy
 from toolsched.tools import Access, FunctionTool, Tool, tool
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Access",
+    "ApprovalError",
+    "ApprovalRequest",
     "AssemblyError",
+    "BatchEvent",
     "BatchFinished",
     "BatchStarted",
     "Batched",
+    "Decision",
     "Duplicate",
     "ErrorKind",
     "Event",
     "Executor",
     "FunctionTool",
+    "GuardrailEvent",
+    "GuardrailTripped",
+    "HookEvent",
+    "Hooks",
+    "McpConnectionError",
+    "McpToolError",
+    "MissingResultError",
     "OptionError",
     "Outcome",
     "Parallel",
     "Partitioned",
+    "Permissions",
+    "Reject",
+    "ResourceAware",
+    "ResponseFormatError",
+    "Rewrite",
+    "RuleError",
     "RunFinished",
+    "RunState",
     "SchemaError",
     "SemanticError",
     "Sequential",
+    "StateError",
     "Strategy",
     "Tool",
     "ToolCall",
@@ -72,6 +104,7 @@ __all__ = [
     "ToolschedError",
     "UnknownToolError",
     "WorkerProcessError",
+    "WorkloadError",
     "__version__",
     "tool",
 ]

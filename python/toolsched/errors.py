@@ -11,10 +11,18 @@ if TYPE_CHECKING:
     from toolsched.results import ToolResult
 
 __all__ = [
+    "ApprovalError",
     "AssemblyError",
+    "GuardrailTripped",
+    "McpConnectionError",
+    "McpToolError",
+    "MissingResultError",
     "OptionError",
+    "ResponseFormatError",
+    "RuleError",
     "SchemaError",
     "SemanticError",
+    "StateError",
     "ToolCallFailed",
     "ToolDefinitionError",
     "ToolNameError",
@@ -22,6 +30,7 @@ __all__ = [
     "ToolschedError",
     "UnknownToolError",
     "WorkerProcessError",
+    "WorkloadError",
 ]
 
 
@@ -80,3 +89,47 @@ class WorkerProcessError(ToolschedError):
 
     The call gets an ``execution_error`` result whose message comes from this error.
     """
+class RuleError(ToolschedError, ValueError):
+    """A permission rule or a hook matcher that does not parse; raised when it is built."""
+
+
+class ApprovalError(ToolschedError, LookupError):
+    """An approval or rejection names a call that is not waiting for one."""
+
+
+class StateError(ToolschedError, ValueError):
+    """A saved run state that cannot be used: malformed, truncated, altered, or already resumed."""
+
+
+class GuardrailTripped(ToolschedError):
+    """Raised by a guardrail to stop the whole run (rather than reject one call).
+
+    The executor lets the calls already running settle, then raises it from
+    ``run``/``resume`` with ``results`` set to every result of the turn so far.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.call_id: str | None = None
+        self.results: tuple[ToolResult, ...] = ()
+
+
+class ResponseFormatError(ToolschedError, ValueError):
+    """A provider response (or message) that an adapter cannot read: the message names the field and the rule."""
+
+
+class MissingResultError(ToolschedError, ValueError):
+    """A reply was asked for while a call still has no result (resume an interrupted run first)."""
+
+
+class McpConnectionError(ToolschedError, ConnectionError):
+    """An MCP server could not be reached, or its connection dropped."""
+
+
+class McpToolError(ToolschedError):
+    """An MCP server reported that a tool call failed; the message is the server's."""
+
+
+class WorkloadError(ToolschedError, ValueError):
+    """A benchmark workload file is malformed; the message names the line and the field."""

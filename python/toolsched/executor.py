@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import inspect
 import logging
 import math
@@ -17,16 +18,27 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from toolsched import _core
+from toolsched.approvals import ApprovalRequest, Approver, CallRecord, RunState, args_digest, detached, tool_fingerprint
 from toolsched.context import ToolContext
-from toolsched.errors import OptionError, SemanticError, ToolCallFailed, ToolTimeoutError, UnknownToolError
+from toolsched.errors import (
+    GuardrailTripped,
+    OptionError,
+    SemanticError,
+    ToolCallFailed,
+    ToolTimeoutError,
+    UnknownToolError,
+)
 from toolsched.events import BatchFinished, BatchStarted, Event, RunFinished, ToolFinished, ToolProgress, ToolStarted
+from toolsched.guardrails import Guardrail, GuardrailEvent, Guardrails
+from toolsched.hooks import BatchEvent, Hook, HookEvent, Hooks, HookTimeout, Rewrite, ToolHooks
 from toolsched.outcome import Outcome
-from toolsched.pool import run_pool
+from toolsched.permissions import Behavior, Decision, Permissions, ToolRules
+from toolsched.pool import _NoticeFirstSuspension, run_pool
 from toolsched.registry import ToolRegistry
 from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
 from toolsched.shaping import shape_output
 from toolsched.strategies import Partitioned, Strategy, resolve_cap
-from toolsched.tools import Tool, ToolFacts
+from toolsched.tools import Access, Tool, ToolFacts
 
 __all__ = ["Executor"]
 
@@ -98,14 +110,27 @@ class _Emitter:
 class _Job:
     """One runnable call of a turn (internal, mutable while the turn runs)."""
 
-    __slots__ = ("args", "call", "cancel_reason", "ctx", "declared", "facts", "scope", "slot", "state", "tool")
+    __slots__ = (
+        "args",
+        "call",
+        "cancel_reason",
+        "ctx",
+        "declared",
+        "facts",
+        "index",
+        "scope",
+        "slot",
+        "state",
+        "tool",
+    )
 
-    def __init__(self, slot: int, call: ToolCall, tool: Tool, facts: ToolFacts, args: Any) -> None:
+    def __init__(self, slot: int, call: ToolCall, tool: Tool, facts: ToolFacts, args: Any, index: int) -> None:
         self.slot = slot
         self.call = call
         self.tool = tool
         self.facts = facts
         self.args = args
+        self.index = index
         self.state = _PENDING
         self.scope: anyio.CancelScope | None = None
         self.cancel_reason: str | None = None
@@ -143,6 +168,45 @@ class _Job:
             self.scope.cancel()
 
 
+class _Policy:
+    """What admission must do for one tool, worked out once per executor (internal).
+
+    ``admit`` is False when nothing can stop or ask about the tool's calls:
+    they go straight to scheduling.
+    """
+
+    __slots__ = ("admit", "hooks", "post_failure", "post_success", "pre", "refuse_interaction", "rules")
+
+    def __init__(self, rules: ToolRules | None, hooks: ToolHooks | None, refuse_interaction: bool, admit: bool) -> None:
+        self.rules = rules
+        self.hooks = hooks
+        self.pre: tuple[Hook, ...] = hooks.pre if hooks is not None else ()
+        self.post_success: tuple[Hook, ...] = hooks.post_success if hooks is not None else ()
+        self.post_failure: tuple[Hook, ...] = hooks.post_failure if hooks is not None else ()
+        self.refuse_interaction = refuse_interaction
+        self.admit = admit
+
+
+class _Held:
+    """A call waiting for a person's decision (internal)."""
+
+    __slots__ = ("digest", "fingerprint", "job", "reason")
+
+    def __init__(self, job: _Job, reason: str, digest: str, fingerprint: str) -> None:
+        self.job = job
+        self.reason = reason
+        self.digest = digest
+        self.fingerprint = fingerprint
+
+
+class _Rejected(Exception):
+    """A guardrail refused a call (internal)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 class _Turn:
     """Results of one run as they complete, and what the run's calls can see."""
 
@@ -159,6 +223,7 @@ class _Turn:
         "jobs",
         "scoped",
         "slots",
+        "tripped",
     )
 
     def __init__(self, count: int, context: Any, interactive: bool, emit: _Emitter | None) -> None:
@@ -168,6 +233,7 @@ class _Turn:
         self.emit = emit
         self.completed: list[ToolResult] = []
         self.slots: list[int] = []
+        self.tripped: GuardrailTripped | None = None
         # The calls that reach execution, and the batch running now.
         self.jobs: Sequence[_Job] = ()
         self.batch: Sequence[_Job] = ()
@@ -179,6 +245,11 @@ class _Turn:
         self.halt: str | None = None
         # Failures that end the run once their batch settles: (slot, result, exception).
         self.failures: list[tuple[int, ToolResult, BaseException | None]] | None = None
+
+    def carry(self, slot: int, result: ToolResult) -> None:
+        """Takes over a result from an earlier part of the run (no events: it was reported then)."""
+        self.completed.append(result)
+        self.slots.append(slot)
 
     def record(self, slot: int, result: ToolResult) -> None:
         self.completed.append(result)
@@ -226,7 +297,13 @@ class Executor:
     - ``interactive``: whether a person is present (``ToolContext.interactive``);
     - ``offload_dir``: where ``truncate="offload"`` writes full outputs;
     - ``error_formatter``: ``(exception, call) -> message`` for failed tools
-      (if it fails, the default message is used).
+      (if it fails, the default message is used);
+    - ``permissions``: a ``Permissions`` (rules and mode) deciding which calls run;
+    - ``hooks``: a ``Hooks`` registry (pre/post call, pre/post batch);
+    - ``approver``: ``async (ApprovalRequest) -> bool | Decision`` for calls that
+      ask; without one such calls are held and the run ends ``interrupted``;
+    - ``input_guardrails`` / ``output_guardrails``: checks just before a call
+      runs and on its output (see ``toolsched.guardrails``).
     """
 
     def __init__(
@@ -245,6 +322,11 @@ class Executor:
         interactive: bool = False,
         offload_dir: str | Path | None = None,
         error_formatter: ErrorFormatter = format_error,
+        permissions: Permissions | None = None,
+        hooks: Hooks | None = None,
+        approver: Approver | None = None,
+        input_guardrails: Iterable[Guardrail] = (),
+        output_guardrails: Iterable[Guardrail] = (),
     ) -> None:
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.strategy: Strategy = Partitioned() if strategy is None else strategy
@@ -282,6 +364,51 @@ class Executor:
         self._facts = tuple(member._facts() for member in self._tools)
         # Runs executing on this executor now, for ``interrupt`` and ``cancel``.
         self._runs: set[_Turn] = set()
+        self._control_plane(permissions, hooks, approver, input_guardrails, output_guardrails)
+
+    def _control_plane(
+        self,
+        permissions: Permissions | None,
+        hooks: Hooks | None,
+        approver: Approver | None,
+        input_guardrails: Iterable[Guardrail],
+        output_guardrails: Iterable[Guardrail],
+    ) -> None:
+        """Checks the permission, hook, approval and guardrail options and precomputes each tool's policy."""
+        if permissions is not None and not isinstance(permissions, Permissions):
+            raise OptionError(f"permissions must be a toolsched.Permissions, got {permissions!r}")
+        if hooks is not None and not isinstance(hooks, Hooks):
+            raise OptionError(f"hooks must be a toolsched.Hooks, got {hooks!r}")
+        if approver is not None and not callable(approver):
+            raise OptionError(f"approver must be an async callable of an ApprovalRequest, got {approver!r}")
+        self.permissions = permissions
+        self.hooks = hooks
+        self.approver = approver
+        checks_in, checks_out = Guardrails("input", input_guardrails), Guardrails("output", output_guardrails)
+        self._input_guardrails: Guardrails | None = checks_in if checks_in else None
+        self._output_guardrails: Guardrails | None = checks_out if checks_out else None
+        self._mode = permissions.mode if permissions is not None else "default"
+        policies = []
+        for member, facts in zip(self._tools, self._facts, strict=True):
+            rules = permissions.for_tool(member) if permissions is not None else None
+            tool_hooks = hooks.for_tool((member.name, *member.aliases)) if hooks is not None else None
+            refuse_interaction = member.requires_user_interaction and not self.interactive
+            asks = facts.static_needs_approval is not False and self._mode != "bypass"
+            admit = bool(
+                refuse_interaction
+                or rules is not None
+                or (tool_hooks is not None and tool_hooks.pre)
+                or self._mode not in ("default", "bypass")
+                or facts.checks_permissions
+                or asks
+            )
+            policies.append(_Policy(rules, tool_hooks, refuse_interaction, admit))
+        self._policies = tuple(policies)
+        self._admits = any(policy.admit for policy in policies)
+        self._post_hooked = any(policy.post_success or policy.post_failure for policy in policies)
+        self._pre_batch = hooks.batch_hooks("pre_batch") if hooks is not None else ()
+        self._post_batch = hooks.batch_hooks("post_batch") if hooks is not None else ()
+        self._fingerprints: dict[int, str] = {}
 
     # -- public API -------------------------------------------------------------
 
@@ -338,7 +465,8 @@ class Executor:
         Running calls of tools with ``interrupt_behavior="cancel"`` are cancelled
         (``cancelled`` results); ``"block"`` tools finish; calls not started yet
         get ``skipped`` results. ``reason`` is added to those results' messages.
-        Returns how many runs it reached. Call it from the event loop's thread.
+        Returns how many runs it reached (runs that are executing their calls).
+        Call it from the event loop's thread.
         """
         suffix = f" ({reason})" if reason else ""
         for turn in self._runs:
@@ -367,6 +495,63 @@ class Executor:
                 if job.call.id == call_id and job.state != _DONE:
                     stopped = job.cancel(f"`{job.tool.name}` was cancelled by the caller{suffix}") or stopped
         return stopped
+
+    async def resume(
+        self,
+        state: RunState,
+        *,
+        steering: Steering | None = None,
+        context: Any = None,
+    ) -> Outcome:
+        """Continues an interrupted run from its ``RunState``; returns every result, in model order.
+
+        Calls that completed are never run again; rejected calls are answered
+        ``permission_denied``; every other call is checked again against the
+        current tools, rules and hooks before it runs. An approval holds only
+        for the same tool and the same final arguments: otherwise the call is
+        asked again. A state resumes once (``StateError`` after that).
+        """
+        if not isinstance(state, RunState):
+            raise TypeError(f"resume() takes the RunState of an interrupted run, got {type(state).__name__}")
+        records = state._claim()
+        cap = resolve_cap(self.strategy)
+        emit = self._emitter(None)
+        turn = _Turn(len(records), context, self.interactive, emit)
+        slot_calls = [ToolCall(record.call_id, record.name, record.args) for record in records]
+        todo: list[int] = []
+        for slot, record in enumerate(records):
+            if record.result is not None:
+                turn.carry(slot, record.result)
+            elif record.status == "rejected":
+                turn.answer(slot, slot_calls[slot], record.tool or record.name, "permission_denied", _not_approved(
+                    record.tool or record.name, record.message
+                ))
+            else:
+                todo.append(slot)
+        calls = [slot_calls[slot] for slot in todo]
+        planned, _ = self.registry._table.prepare(calls, self.registry.disabled_mask(), **self._limits)
+        jobs: list[_Job] = []
+        for (index, tool_index, args, error_kind, message) in planned:
+            slot, call = todo[index], calls[index]
+            if error_kind is None:
+                jobs.append(_Job(slot, call, self._tools[tool_index], self._facts[tool_index], args, tool_index))
+                continue
+            message = message or ""
+            if error_kind == "unknown_tool" and self.unknown_tool == "raise":
+                raise UnknownToolError(message, call_id=call.id, tool_name=call.name)
+            name = self._tools[tool_index].name if tool_index >= 0 else call.name
+            turn.answer(slot, call, name, cast(ErrorKind, error_kind), message)
+        jobs = await self._check_semantics(jobs, turn)
+        held: list[_Held] = []
+        if jobs:
+            jobs = await self._admit(jobs, turn, held, state)
+        steering_messages = await self._run_batches(jobs, turn, cap, steering)
+        if emit is not None:
+            await emit.flush()
+        duplicates = list(state._duplicates)
+        if held:
+            return self._interrupted(slot_calls, turn, held, duplicates, steering_messages, state)
+        return Outcome(turn.ordered(), duplicates, steering_messages)
 
     # -- the pipeline -------------------------------------------------------------
 
@@ -413,7 +598,7 @@ class Executor:
         for slot, (index, tool_index, args, error_kind, message) in enumerate(planned):
             call = calls[index]
             if error_kind is None:
-                jobs.append(_Job(slot, call, self._tools[tool_index], self._facts[tool_index], args))
+                jobs.append(_Job(slot, call, self._tools[tool_index], self._facts[tool_index], args, tool_index))
                 continue
             text = str(message)
             if error_kind == "unknown_tool" and self.unknown_tool == "raise":
@@ -423,9 +608,15 @@ class Executor:
         duplicates = [Duplicate(calls[i].id, i, first, differ) for i, first, differ in duplicate_rows]
 
         jobs = await self._check_semantics(jobs, turn)
+        held: list[_Held] = []
+        if self._admits and jobs:
+            jobs = await self._admit(jobs, turn, held, None)
         steering_messages = await self._run_batches(jobs, turn, cap, steering)
         if emit is not None:
             await emit.flush()
+        if held:
+            slot_calls = [calls[row[0]] for row in planned]
+            return self._interrupted(slot_calls, turn, held, duplicates, steering_messages, None)
         return Outcome(turn.ordered(), duplicates, steering_messages)
 
     def _context(self, job: _Job, turn: _Turn) -> ToolContext:
@@ -473,42 +664,57 @@ class Executor:
     async def _run_batches(
         self, jobs: list[_Job], turn: _Turn, cap: int, steering: Steering | None
     ) -> list[Any]:
-        """Runs the batches in order; while they run, the run can be interrupted and its calls cancelled."""
+        """Runs the admitted calls; meanwhile the run can be interrupted and its calls cancelled."""
         turn.jobs = jobs
         self._runs.add(turn)
         try:
-            for number, (start, end, concurrency) in enumerate(self._batches(jobs, cap)):
-                if turn.halt is not None:
-                    self._answer_unstarted(jobs[start:], turn, "skipped", turn.halt)
-                    return []
-                if number and steering is not None:
-                    messages = await _maybe_await(steering())
-                    if messages:
-                        self._answer_unstarted(jobs[start:], turn, "skipped", _SKIPPED)
-                        return list(messages)
-                batch = jobs[start:end]
-                concurrent = concurrency > 1 and len(batch) > 1
-                turn.batch = batch
-                turn.scoped = concurrent and (
-                    self.abort_siblings_on_error or any(job.tool.abort_siblings_on_error for job in batch)
-                )
-                if turn.emit is not None:
-                    turn.emit(BatchStarted(number, tuple(job.call.id for job in batch), concurrent))
-                if concurrent:
-                    await self._run_pool(batch, concurrency, number, turn)
-                else:
-                    for job in batch:
-                        await self._execute(job, number, False, turn)
-                turn.abort = None
-                turn.scoped = False
-                if turn.emit is not None:
-                    turn.emit(BatchFinished(number, tuple(job.call.id for job in batch)))
-                    await turn.emit.flush()
-                if turn.failures is not None:
-                    await self._raise_failure(jobs[end:], turn, turn.failures)
-            return []
+            if self.strategy.kind == "resource_aware":
+                return await self._run_graph(jobs, turn, cap, steering)
+            return await self._run_batch_sequence(jobs, turn, cap, steering)
         finally:
             self._runs.discard(turn)
+
+    async def _run_batch_sequence(
+        self, jobs: list[_Job], turn: _Turn, cap: int, steering: Steering | None
+    ) -> list[Any]:
+        """The planned batches, one after another; steering and interrupts are checked between them."""
+        for number, (start, end, concurrency) in enumerate(self._batches(jobs, cap)):
+            if turn.halt is not None:
+                self._answer_unstarted(jobs[start:], turn, "skipped", turn.halt)
+                return []
+            if number and steering is not None:
+                messages = await _maybe_await(steering())
+                if messages:
+                    self._answer_unstarted(jobs[start:], turn, "skipped", _SKIPPED)
+                    return list(messages)
+            batch = jobs[start:end]
+            concurrent = concurrency > 1 and len(batch) > 1
+            turn.batch = batch
+            turn.scoped = concurrent and (
+                self.abort_siblings_on_error or any(job.tool.abort_siblings_on_error for job in batch)
+            )
+            if turn.emit is not None:
+                turn.emit(BatchStarted(number, tuple(job.call.id for job in batch), concurrent))
+            blocked = await self._before_batch(batch, number, concurrent, turn) if self._pre_batch else None
+            if blocked is not None:
+                self._answer_unstarted(batch, turn, "hook_blocked", blocked, number)
+            elif concurrent:
+                await self._run_pool(batch, concurrency, number, turn)
+            else:
+                for job in batch:
+                    await self._execute(job, number, False, turn)
+            turn.abort = None
+            turn.scoped = False
+            if self._post_batch:
+                await self._after_batch(batch, number, concurrent, turn)
+            if turn.emit is not None:
+                turn.emit(BatchFinished(number, tuple(job.call.id for job in batch)))
+                await turn.emit.flush()
+            if turn.tripped is not None:
+                raise self._trip(turn)
+            if turn.failures is not None:
+                await self._raise_failure(jobs[end:], turn, turn.failures)
+        return []
 
     def _answer_unstarted(
         self, jobs: list[_Job], turn: _Turn, kind: ErrorKind, message: str, batch: int | None = None
@@ -526,8 +732,8 @@ class Executor:
     ) -> None:
         """Ends a run whose batch had a raising failure: the first in model order is raised.
 
-        The calls after the batch are answered as skipped first, so the error
-        carries a result for every call.
+        The calls that did not start are answered as skipped first, so the
+        error carries a result for every call.
         """
         failures = sorted(failures, key=lambda failure: failure[0])
         _, first, cause = failures[0]
@@ -541,8 +747,134 @@ class Executor:
         """Runs a concurrent batch on a pool that grows only when calls wait."""
         await run_pool(batch, concurrency, lambda job: self._execute(job, number, True, turn))
 
+    @staticmethod
+    def _access(job: _Job) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """The call's declared ``(reads, writes)``, or None when unknown (it then conflicts with every call)."""
+        try:
+            access = job.tool.resources(job.args)
+        except Exception:
+            logger.warning(
+                "resources() of %s raised; the call conflicts with every other call", job.tool.name, exc_info=True
+            )
+            return None
+        if access is None:
+            return None
+        if not isinstance(access, Access):
+            logger.warning(
+                "resources() of %s returned %r, not a toolsched.Access; the call conflicts with every other call",
+                job.tool.name,
+                access,
+            )
+            return None
+        return access.reads, access.writes
+
+    async def _run_graph(self, jobs: list[_Job], turn: _Turn, cap: int, steering: Steering | None) -> list[Any]:
+        """``ResourceAware``: a call starts once every earlier call it conflicts with has finished.
+
+        The engine plans the waits from the declared resources in one
+        crossing. Workers take the ready calls, earliest in model order first;
+        the calling task is the first worker, and another joins (up to ``cap``)
+        each time a running call first waits while calls are ready, so calls
+        that never wait cost no task. Steering is checked after each call
+        while calls remain unstarted. The whole turn is batch 0, so a failure
+        that aborts its siblings cancels every call still running or waiting.
+        """
+        count = len(jobs)
+        if count == 0:
+            return []
+        emit = turn.emit
+        workers_cap = min(cap, count)
+        concurrent = workers_cap > 1
+        turn.batch = jobs
+        turn.scoped = concurrent and (
+            self.abort_siblings_on_error or any(job.tool.abort_siblings_on_error for job in jobs)
+        )
+        if emit is not None:
+            emit(BatchStarted(0, tuple(job.call.id for job in jobs), concurrent))
+        blocked = await self._before_batch(jobs, 0, concurrent, turn) if self._pre_batch else None
+        state = _GraphState()
+        started = bytearray(count)
+        if blocked is not None:
+            self._answer_unstarted(jobs, turn, "hook_blocked", blocked, 0)
+        elif count == 1:
+            # Nothing to plan: no crossing, no task.
+            started[0] = 1
+            await self._execute(jobs[0], 0, False, turn)
+        else:
+            accesses = [self._access(job) for job in jobs]
+            wait_offsets, _, dependent_offsets, dependents = _core.plan_conflicts(accesses)
+            remaining = [wait_offsets[i + 1] - wait_offsets[i] for i in range(count)]
+            ready = [i for i in range(count) if remaining[i] == 0]  # ascending, so already a heap
+            # A call of unknown resources waits for every earlier call, and every later one waits for it.
+            overlaps = [concurrent and access is not None for access in accesses]
+
+            async with anyio.create_task_group() as group:
+
+                def grow() -> None:
+                    if ready and state.workers < workers_cap and not state.stopped:
+                        state.workers += 1
+                        group.start_soon(worker)
+
+                async def worker() -> None:
+                    while True:
+                        if ready and not state.stopped:
+                            index = heapq.heappop(ready)
+                            job = jobs[index]
+                            started[index] = 1
+                            state.started += 1
+                            state.running += 1
+                            await _NoticeFirstSuspension(self._execute(job, 0, overlaps[index], turn), grow)
+                            state.running -= 1
+                            first, end = dependent_offsets[index], dependent_offsets[index + 1]
+                            if first != end:
+                                for later in dependents[first:end]:
+                                    remaining[later] -= 1
+                                    if remaining[later] == 0:
+                                        heapq.heappush(ready, later)
+                            if turn.tripped is not None or turn.failures is not None:
+                                state.stopped = True
+                            elif steering is not None and state.started < count and not state.stopped:
+                                await self._steer(steering, state)
+                            state.wake_all()
+                        elif state.running == 0 or state.stopped:
+                            return
+                        else:
+                            await state.wait()
+
+                await worker()
+        if state.failure is not None:
+            raise state.failure
+        turn.abort = None
+        turn.scoped = False
+        unstarted = [jobs[index] for index in range(count) if not started[index]] if blocked is None else []
+        if state.messages and turn.failures is None:
+            self._answer_unstarted(unstarted, turn, "skipped", _SKIPPED)
+        if self._post_batch:
+            await self._after_batch(jobs, 0, concurrent, turn)
+        if emit is not None:
+            emit(BatchFinished(0, tuple(job.call.id for job in jobs)))
+            await emit.flush()
+        if turn.tripped is not None:
+            raise self._trip(turn)
+        if turn.failures is not None:
+            await self._raise_failure(unstarted, turn, turn.failures)
+        return state.messages
+
+    @staticmethod
+    async def _steer(steering: Steering, state: _GraphState) -> None:
+        try:
+            messages = await _maybe_await(steering())
+        except Exception as exc:
+            # Raised from the run as it is, not inside the pool's exception group.
+            state.failure = exc
+            state.stopped = True
+            return
+        if messages and not state.stopped:
+            state.stopped = True
+            state.messages = list(messages)
+
     async def _execute(self, job: _Job, batch: int, concurrent: bool, turn: _Turn) -> None:
-        """Phases 6 to 9 for one call: execute, shape, record."""
+        """Phases 5 to 9 for one call: input guardrails, execute, output guardrails, post hooks, shape, record."""
         tool = job.tool
         call = job.call
         emit = turn.emit
@@ -559,9 +891,10 @@ class Executor:
         scope = None
         if job.facts.scoped or turn.scoped:
             # ``move_on_after`` builds the backend's scope directly (``CancelScope()``
-            # initialises it twice). With a concurrency cap the deadline is set once
-            # the call gets its slot.
-            scope = job.scope = anyio.move_on_after(None if tool.max_concurrency is not None else tool.timeout)
+            # initialises it twice). The deadline waits for the input guardrails and
+            # the concurrency slot when there are any.
+            deferred = tool.max_concurrency is not None or self._input_guardrails is not None
+            scope = job.scope = anyio.move_on_after(None if deferred else tool.timeout)
         ctx = None
         if job.facts.takes_context:
             ctx = job.ctx = ToolContext(call.id, tool.name, turn.context, turn.interactive, emit, job.declare_cancelled)
@@ -574,6 +907,8 @@ class Executor:
         started = time.perf_counter()
         try:
             if scope is None:
+                if self._input_guardrails is not None:
+                    await self._guard(self._input_guardrails, job, None, turn)
                 if tool.max_concurrency is None:
                     output = await job.facts.invoke(job.args, ctx)
                 else:
@@ -582,6 +917,10 @@ class Executor:
                 # A scope cancelled before it is entered (say by an event callback
                 # on ToolStarted) stops the call at its first checkpoint.
                 with scope:
+                    if self._input_guardrails is not None:
+                        await self._guard(self._input_guardrails, job, None, turn)
+                        if tool.timeout is not None and tool.max_concurrency is None:
+                            scope.deadline = anyio.current_time() + tool.timeout
                     if tool.max_concurrency is None:
                         output = await job.facts.invoke(job.args, ctx)
                     else:
@@ -589,6 +928,10 @@ class Executor:
                 job.scope = None
                 if scope.cancelled_caught:
                     kind, error = self._stopped(job)
+            if kind is None and self._output_guardrails is not None:
+                await self._guard(self._output_guardrails, job, output, turn)
+        except _Rejected as exc:
+            kind, error, output = "guardrail_rejected", exc.message, None
         except Exception as exc:
             if anyio.current_effective_deadline() == -math.inf:
                 # The run itself is being cancelled and the tool turned that into
@@ -625,6 +968,8 @@ class Executor:
         turn.record(job.slot, result)
         if kind is not None and kind in _EXECUTION_FAILURES:
             self._failed(job, result, cause, turn)
+        if self._post_hooked:
+            await self._after_call(job, result, turn)
         if emit is not None:
             await emit.flush()
 
@@ -676,6 +1021,359 @@ class Executor:
             if scope is not None and timeout is not None:
                 scope.deadline = anyio.current_time() + timeout
             return await job.facts.invoke(job.args, ctx)
+
+    # -- the control plane: admission, approvals, guardrails, hooks ---------------
+
+    async def _admit(self, jobs: list[_Job], turn: _Turn, held: list[_Held], prior: RunState | None) -> list[_Job]:
+        """Phase 4 for the whole turn, in model order: hooks, rules, mode, the tool, then the approver.
+
+        Denied calls are answered; calls that wait for a person go to ``held``;
+        the admitted calls come back with their final input.
+        """
+        policies = self._policies
+        records = {record.call_id: record for record in prior._records} if prior is not None else {}
+        admitted = []
+        for job in jobs:
+            policy = policies[job.index]
+            if not policy.admit:
+                admitted.append(job)
+                continue
+            record = records.get(job.call.id)
+            behavior, kind, message = await self._decide(job, policy, turn, record)
+            if behavior == "ask":
+                behavior, message = await self._settle(job, message or "", record, prior, held)
+                kind = "permission_denied"
+            if behavior == "allow":
+                admitted.append(job)
+            elif behavior == "deny" and kind is not None:
+                turn.answer(job.slot, job.call, job.tool.name, kind, message or "")
+        return admitted
+
+    async def _decide(
+        self, job: _Job, policy: _Policy, turn: _Turn, record: CallRecord | None
+    ) -> tuple[Behavior, ErrorKind | None, str | None]:
+        """One call's merged decision: (allow | deny | ask, the error kind of a denial, the reason).
+
+        ``record`` is the call's entry in the state being resumed: an approval
+        given for this very tool and final input answers every ask (the tool is
+        not asked again), though a deny still wins.
+        """
+        tool = job.tool
+        if policy.refuse_interaction:
+            return "deny", "interaction_required", f"`{tool.name}` needs a person present; this run is not interactive"
+        hook_allowed = False
+        hook_ask: str | None = None
+        if policy.pre:
+            rewritten = False
+            for hook in policy.pre:
+                event = HookEvent(job.call.id, tool.name, detached(job.args), None, None, turn.context)
+                try:
+                    answer = await hook(event)
+                except HookTimeout as exc:
+                    return "deny", "hook_blocked", f"{hook.label} {exc}; the call was blocked"
+                except Exception as exc:
+                    logger.warning("%s failed on call %s", hook.label, job.call.id, exc_info=True)
+                    detail = format_error(exc, job.call)
+                    return "deny", "hook_blocked", f"{hook.label} failed ({detail}); the call was blocked"
+                if answer is None:
+                    continue
+                if isinstance(answer, Rewrite):
+                    job.args = answer.args
+                    rewritten = True
+                elif isinstance(answer, Decision):
+                    if answer.behavior == "deny":
+                        return "deny", "hook_blocked", answer.reason or f"blocked by {hook.label}"
+                    if answer.behavior == "ask":
+                        hook_ask = hook_ask or answer.reason or f"{hook.label} asks for approval"
+                    else:
+                        hook_allowed = True
+                else:
+                    return "deny", "hook_blocked", (
+                        f"{hook.label} returned {answer!r}, not None, a Decision or a Rewrite; the call was blocked"
+                    )
+            if rewritten:
+                refusal = await self._recheck(job, turn)
+                if refusal is not None:
+                    return "deny", "hook_blocked", refusal
+        rule = policy.rules.evaluate(job.args) if policy.rules is not None else None
+        if rule is not None and rule[0] == "deny":
+            return "deny", "permission_denied", f"`{tool.name}` with this input is denied by the rule `{rule[1]}`"
+        mode = self._mode
+        if mode == "plan" and not self._is_read_only(job):
+            return "deny", "permission_denied", f"plan mode: `{tool.name}` may change state, so it does not run"
+        tool_ask: str | None = None
+        if job.facts.checks_permissions:
+            decision = await self._tool_decision(job, turn)
+            if decision.behavior == "deny":
+                return "deny", "permission_denied", decision.reason or f"`{tool.name}` refused this call"
+            if decision.behavior == "ask":
+                tool_ask = decision.reason or f"`{tool.name}` asks for approval of this call"
+        if (
+            record is not None
+            and record.status == "approved"
+            and record.fingerprint == self._fingerprint(job.index)
+            and record.digest == args_digest(job.args)
+        ):
+            return "allow", None, None
+        waived = hook_allowed or (rule is not None and rule[0] == "allow")
+        reason: str | None = None
+        if rule is not None and rule[0] == "ask":
+            reason = f"matches the ask rule `{rule[1]}`"
+        elif hook_ask is not None:
+            reason = hook_ask
+        elif tool_ask is not None:
+            reason = tool_ask
+        elif not waived:
+            if mode == "ask":
+                reason = "every call needs approval in ask mode"
+            elif mode == "accept_reads" and not self._is_read_only(job):
+                reason = f"`{tool.name}` may change state; accept_reads mode asks first"
+            elif self._needs_approval(job):
+                reason = f"`{tool.name}` needs approval before it runs"
+        if reason is None or mode == "bypass":
+            return "allow", None, None
+        return "ask", None, reason
+
+    async def _recheck(self, job: _Job, turn: _Turn) -> str | None:
+        """Validates input rewritten by hooks again (schema, then ``validate_input``); the refusal, if any."""
+        checked, message = self.registry._table.check(job.index, job.args, **self._limits)
+        if message is not None:
+            return f"the input rewritten by a pre_tool_use hook is invalid: {message}"
+        job.args = detached(checked)
+        if job.facts.validates_input:
+            try:
+                await job.tool.validate_input(job.args, self._context(job, turn))
+            except SemanticError as exc:
+                return f"the input rewritten by a pre_tool_use hook was refused: {exc}"
+            except Exception as exc:
+                return f"the input rewritten by a pre_tool_use hook was refused: {format_error(exc, job.call)}"
+        return None
+
+    async def _tool_decision(self, job: _Job, turn: _Turn) -> Decision:
+        """The tool's ``check_permissions``; an error or a wrong answer denies (fail closed)."""
+        try:
+            decision = await job.tool.check_permissions(job.args, self._context(job, turn))
+        except Exception as exc:
+            logger.warning("check_permissions of %s failed", job.tool.name, exc_info=True)
+            return Decision.deny(f"permission check of `{job.tool.name}` failed: {format_error(exc, job.call)}")
+        if not isinstance(decision, Decision):
+            return Decision.deny(f"permission check of `{job.tool.name}` returned {decision!r}, not a Decision")
+        return decision
+
+    @staticmethod
+    def _is_read_only(job: _Job) -> bool:
+        static = job.facts.static_read_only
+        if static is not None:
+            return static
+        try:
+            return bool(job.tool.is_read_only(job.args))
+        except Exception:
+            logger.warning("is_read_only of %s raised; treating the call as a write", job.tool.name, exc_info=True)
+            return False
+
+    @staticmethod
+    def _needs_approval(job: _Job) -> bool:
+        static = job.facts.static_needs_approval
+        if static is not None:
+            return static
+        try:
+            return bool(job.tool.requires_approval(job.args))
+        except Exception:
+            logger.warning("needs_approval of %s raised; asking for approval", job.tool.name, exc_info=True)
+            return True
+
+    def _fingerprint(self, index: int) -> str:
+        fingerprint = self._fingerprints.get(index)
+        if fingerprint is None:
+            fingerprint = self._fingerprints[index] = tool_fingerprint(self._tools[index])
+        return fingerprint
+
+    async def _settle(
+        self, job: _Job, reason: str, record: CallRecord | None, prior: RunState | None, held: list[_Held]
+    ) -> tuple[Behavior, str | None]:
+        """A call that asks: an earlier decision bound to this tool and input, else the approver, else held."""
+        tool = job.tool
+        fingerprint = self._fingerprint(job.index)
+        digest = args_digest(job.args)
+        if prior is not None:
+            standing = prior._standing(tool.name, fingerprint)
+            if standing is not None:
+                if standing[0] == "rejected":
+                    return "deny", _not_approved(tool.name, standing[1])
+                return "allow", None
+            if record is not None and record.status == "approved":
+                # An approval for this call that _decide did not honour: given for another tool or input.
+                changed = "the tool" if record.fingerprint != fingerprint else "the arguments"
+                reason = f"{reason} (asked again: {changed} changed since the approval)"
+        if self.approver is not None:
+            request = ApprovalRequest(job.call.id, tool.name, detached(job.args), reason)
+            try:
+                answer = await _maybe_await(self.approver(request))
+            except Exception as exc:
+                logger.warning("the approver failed on call %s", job.call.id, exc_info=True)
+                return "deny", _not_approved(tool.name, f"the approver failed ({format_error(exc, job.call)})")
+            if answer is True or (isinstance(answer, Decision) and answer.behavior == "allow"):
+                return "allow", None
+            if answer is False:
+                return "deny", _not_approved(tool.name, None)
+            if isinstance(answer, Decision) and answer.behavior == "deny":
+                return "deny", _not_approved(tool.name, answer.reason)
+            if not (isinstance(answer, Decision) and answer.behavior == "ask"):
+                logger.warning("the approver returned %r for call %s; rejecting it", answer, job.call.id)
+                return "deny", _not_approved(tool.name, f"the approver returned {answer!r}")
+        held.append(_Held(job, reason, digest, fingerprint))
+        return "ask", None
+
+    def _interrupted(
+        self,
+        slot_calls: list[ToolCall],
+        turn: _Turn,
+        held: list[_Held],
+        duplicates: list[Duplicate],
+        steering_messages: list[Any],
+        prior: RunState | None,
+    ) -> Outcome:
+        """The outcome of a run that waits for decisions, with the state to resume it from."""
+        results = dict(zip(turn.slots, turn.completed, strict=True))
+        waiting = {entry.job.slot: entry for entry in held}
+        records = []
+        for slot, call in enumerate(slot_calls):
+            args = call.args if isinstance(call.args, str) else detached(dict(call.args))
+            result = results.get(slot)
+            if result is not None:
+                records.append(CallRecord(call.id, call.name, args, "done", result=result))
+                continue
+            entry = waiting[slot]
+            records.append(
+                CallRecord(
+                    call.id,
+                    call.name,
+                    args,
+                    "pending",
+                    tool=entry.job.tool.name,
+                    fingerprint=entry.fingerprint,
+                    request_args=detached(entry.job.args),
+                    reason=entry.reason,
+                    digest=entry.digest,
+                )
+            )
+        always_allow = dict(prior._always_allow) if prior is not None else {}
+        always_reject = dict(prior._always_reject) if prior is not None else {}
+        state = RunState._create(records, list(duplicates), always_allow, always_reject)
+        return Outcome(turn.ordered_partial(), duplicates, steering_messages, True, state.pending, state)
+
+    async def _guard(self, guardrails: Guardrails, job: _Job, output: Any, turn: _Turn) -> None:
+        """Runs input (``output`` None) or output guardrails; raises ``_Rejected`` with the refusal."""
+        stage = guardrails.stage
+        event = GuardrailEvent(stage, job.call.id, job.tool.name, detached(job.args), output, turn.context)
+        try:
+            refusal = await guardrails.refusal(event)
+        except GuardrailTripped as exc:
+            if turn.tripped is None:
+                turn.tripped = exc
+            raise _Rejected(exc.message) from None
+        if refusal is not None:
+            raise _Rejected(refusal)
+
+    @staticmethod
+    def _trip(turn: _Turn) -> GuardrailTripped:
+        tripped = turn.tripped
+        assert tripped is not None
+        tripped.results = tuple(turn.ordered_partial())
+        return tripped
+
+    async def _after_call(self, job: _Job, result: ToolResult, turn: _Turn) -> None:
+        """Phase 8: ``post_tool_use`` or ``post_tool_use_failure``; they observe, their errors are logged."""
+        policy = self._policies[job.index]
+        hooks = policy.post_failure if result.is_error else policy.post_success
+        if not hooks:
+            return
+        event = HookEvent(job.call.id, job.tool.name, detached(job.args), result.batch, result, turn.context)
+        for hook in hooks:
+            try:
+                await hook(event)
+            except Exception:
+                logger.warning("%s failed on call %s", hook.label, job.call.id, exc_info=True)
+
+    def _batch_event(self, batch: list[_Job], number: int, concurrent: bool, turn: _Turn, done: bool) -> BatchEvent:
+        calls = tuple(ToolCall(job.call.id, job.tool.name, detached(job.args)) for job in batch)
+        results: tuple[ToolResult, ...] = ()
+        if done:
+            ids = {job.call.id for job in batch}
+            results = tuple(result for result in turn.ordered_partial() if result.call_id in ids)
+        return BatchEvent(number, calls, concurrent, results, turn.context)
+
+    @staticmethod
+    def _batch_hooks(hooks: tuple[Hook, ...], batch: list[_Job]) -> list[Hook]:
+        return [
+            hook for hook in hooks if any(hook.matcher.matches((job.tool.name, *job.tool.aliases)) for job in batch)
+        ]
+
+    async def _before_batch(self, batch: list[_Job], number: int, concurrent: bool, turn: _Turn) -> str | None:
+        """``pre_batch`` hooks; a deny, an error or a timeout blocks the whole batch (the reason is returned)."""
+        hooks = self._batch_hooks(self._pre_batch, batch)
+        if not hooks:
+            return None
+        event = self._batch_event(batch, number, concurrent, turn, False)
+        for hook in hooks:
+            try:
+                answer = await hook(event)
+            except HookTimeout as exc:
+                return f"{hook.label} {exc}; the batch was blocked"
+            except Exception as exc:
+                logger.warning("%s failed on batch %d", hook.label, number, exc_info=True)
+                detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                return f"{hook.label} failed ({detail}); the batch was blocked"
+            if isinstance(answer, Decision) and answer.behavior == "deny":
+                return answer.reason or f"blocked by {hook.label}"
+            if answer is not None and not isinstance(answer, Decision):
+                return f"{hook.label} returned {answer!r}, not None or a Decision; the batch was blocked"
+        return None
+
+    async def _after_batch(self, batch: list[_Job], number: int, concurrent: bool, turn: _Turn) -> None:
+        hooks = self._batch_hooks(self._post_batch, batch)
+        if not hooks:
+            return
+        event = self._batch_event(batch, number, concurrent, turn, True)
+        for hook in hooks:
+            try:
+                await hook(event)
+            except Exception:
+                logger.warning("%s failed on batch %d", hook.label, number, exc_info=True)
+
+
+def _not_approved(tool_name: str, message: str | None) -> str:
+    text = f"the call to `{tool_name}` was not approved"
+    return f"{text}: {message}" if message else text
+
+
+class _GraphState:
+    """What the workers of a ``ResourceAware`` run share (internal)."""
+
+    __slots__ = ("_wake", "failure", "messages", "running", "started", "stopped", "waiting", "workers")
+
+    def __init__(self) -> None:
+        self.failure: Exception | None = None
+        self.messages: list[Any] = []
+        self.running = 0
+        self.started = 0
+        self.stopped = False
+        self.waiting = 0
+        self.workers = 1
+        self._wake = anyio.Event()
+
+    async def wait(self) -> None:
+        """Waits until a call finishes."""
+        self.waiting += 1
+        try:
+            await self._wake.wait()
+        finally:
+            self.waiting -= 1
+
+    def wake_all(self) -> None:
+        if self.waiting:
+            self._wake.set()
+            self._wake = anyio.Event()
 
 
 _SKIPPED = "not run: the run was steered away before this call started"

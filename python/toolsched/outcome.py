@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolsched.approvals import ApprovalRequest, RunState
 from toolsched.results import Duplicate, ToolResult
 
 __all__ = ["Outcome"]
@@ -12,17 +13,26 @@ __all__ = ["Outcome"]
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What ``Executor.run`` returns.
+    """What ``Executor.run`` and ``Executor.resume`` return.
 
     ``results`` holds one result per unique call ID, in the model's order;
     ``duplicates`` the calls dropped for repeating an ID; ``steering_messages``
     what the steering callback returned when it stopped the run.
+
+    When calls wait for a person's decision, ``interrupted`` is True,
+    ``results`` holds only the calls answered so far and ``pending`` the
+    ``ApprovalRequest``s; ``state`` is what ``Executor.resume`` continues from.
     """
 
     results: list[ToolResult]
     duplicates: list[Duplicate] = field(default_factory=list)
     steering_messages: list[Any] = field(default_factory=list)
     interrupted: bool = False
-    pending: list[Any] = field(default_factory=list)
-    state: Any = None
+    pending: list[ApprovalRequest] = field(default_factory=list)
+    _state: RunState | None = field(default=None, repr=False, compare=False)
     run_id: str | None = None
+
+    @property
+    def state(self) -> RunState | None:
+        """The interrupted run's state: a new, independent copy each time it is read (None when not interrupted)."""
+        return None if self._state is None else self._state.copy()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolsched import _core
 from toolsched.schema import inline_refs, strict_schema, to_gemini_schema
 from toolsched.tools import Tool, tool
+
+if TYPE_CHECKING:
+    from toolsched.permissions import Permissions
 
 __all__ = ["ToolRegistry"]
 
@@ -24,7 +27,10 @@ class ToolRegistry:
         members = [item if isinstance(item, Tool) else tool(item) for item in tools]
         facts = [member._facts() for member in members]
         self._table = _core.ToolTable(
-            [(member.name, list(member.aliases), fact.input_schema) for member, fact in zip(members, facts, strict=True)]
+            [
+                (member.name, list(member.aliases), fact.input_schema)
+                for member, fact in zip(members, facts, strict=True)
+            ]
         )
         self._tools: tuple[Tool, ...] = tuple(members)
         self._by_name: dict[str, Tool] = {}
@@ -64,28 +70,33 @@ class ToolRegistry:
                 mask[index] = True
         return mask
 
-    def exported(self) -> list[Tool]:
-        """The tools the model should see this turn, sorted by name (stable for prompt caching)."""
+    def exported(self, *, permissions: Permissions | None = None) -> list[Tool]:
+        """The tools the model should see this turn, sorted by name (stable for prompt caching).
+
+        With ``permissions``, tools that no call could ever run (denied outright) are left out.
+        """
         mask = self.disabled_mask()
         offered = [
             member
             for index, member in enumerate(self._tools)
-            if not (mask and mask[index]) and (member.always_load or not member.should_defer)
+            if not (mask and mask[index])
+            and (member.always_load or not member.should_defer)
+            and not (permissions is not None and permissions.denies_outright(member))
         ]
         return sorted(offered, key=lambda member: member.name)
 
-    def _schemas(self) -> Iterator[tuple[Tool, dict[str, Any]]]:
-        for member in self.exported():
+    def _schemas(self, permissions: Permissions | None) -> Iterator[tuple[Tool, dict[str, Any]]]:
+        for member in self.exported(permissions=permissions):
             yield member, inline_refs(member._facts().input_schema)
 
-    def to_anthropic(self) -> list[dict[str, Any]]:
+    def to_anthropic(self, *, permissions: Permissions | None = None) -> list[dict[str, Any]]:
         """Tool definitions for the Anthropic Messages API."""
         return [
             {"name": member.name, "description": member.description, "input_schema": schema}
-            for member, schema in self._schemas()
+            for member, schema in self._schemas(permissions)
         ]
 
-    def to_openai(self, *, strict: bool = False) -> list[dict[str, Any]]:
+    def to_openai(self, *, strict: bool = False, permissions: Permissions | None = None) -> list[dict[str, Any]]:
         """Function tools for the OpenAI Responses API (strict form on request)."""
         return [
             {
@@ -95,21 +106,21 @@ class ToolRegistry:
                 "parameters": strict_schema(schema) if strict else schema,
                 "strict": strict,
             }
-            for member, schema in self._schemas()
+            for member, schema in self._schemas(permissions)
         ]
 
-    def to_openai_chat(self, *, strict: bool = False) -> list[dict[str, Any]]:
+    def to_openai_chat(self, *, strict: bool = False, permissions: Permissions | None = None) -> list[dict[str, Any]]:
         """Function tools for the OpenAI Chat Completions API."""
         return [
             {"type": "function", "function": {key: value for key, value in item.items() if key != "type"}}
-            for item in self.to_openai(strict=strict)
+            for item in self.to_openai(strict=strict, permissions=permissions)
         ]
 
-    def to_gemini(self) -> list[dict[str, Any]]:
+    def to_gemini(self, *, permissions: Permissions | None = None) -> list[dict[str, Any]]:
         """A Gemini ``tools`` list: one entry holding every function declaration."""
         declarations = [
             {"name": member.name, "description": member.description, "parameters": to_gemini_schema(schema)}
-            for member, schema in self._schemas()
+            for member, schema in self._schemas(permissions)
         ]
         return [{"function_declarations": declarations}] if declarations else []
 

@@ -20,6 +20,7 @@ import pydantic
 from toolsched.context import ToolContext
 from toolsched.errors import ToolDefinitionError
 from toolsched.isolation import function_invoker, method_invoker
+from toolsched.permissions import Decision
 from toolsched.schema import JsonSchema, function_schema, model_schema
 
 __all__ = ["Access", "FunctionTool", "Tool", "tool"]
@@ -75,10 +76,12 @@ class ToolFacts:
 
     __slots__ = (
         "_limiter",
+        "checks_permissions",
         "input_schema",
         "invoke",
         "max_concurrency",
         "scoped",
+        "static_needs_approval",
         "static_read_only",
         "static_safe",
         "takes_context",
@@ -95,6 +98,8 @@ class ToolFacts:
         validates_input: bool,
         max_concurrency: int | None,
         scoped: bool = False,
+        checks_permissions: bool = False,
+        static_needs_approval: bool | None = False,
     ) -> None:
         self.input_schema = input_schema
         self.max_concurrency = max_concurrency
@@ -109,6 +114,9 @@ class ToolFacts:
         # that declare one of those get it: a scope costs more than all the rest
         # of a call's bookkeeping.
         self.scoped = scoped
+        # Whether admission must ask the tool: check_permissions overridden, needs_approval not a constant.
+        self.checks_permissions = checks_permissions
+        self.static_needs_approval = static_needs_approval
 
     def limiter(self) -> anyio.CapacityLimiter:
         """The tool's cap on calls in flight, shared by every run on the current event loop."""
@@ -180,6 +188,13 @@ class Tool:
 
     async def validate_input(self, args: Args, ctx: ToolContext) -> None:
         """Semantic checks after the schema passed; raise ``SemanticError`` to refuse."""
+
+    async def check_permissions(self, args: Args, ctx: ToolContext) -> Decision:
+        """The tool's own say on whether this call may run: allow, deny (with a reason) or ask.
+
+        Merged with the permission rules, the mode and the hooks (deny > ask > allow).
+        """
+        return Decision.allow()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
@@ -264,6 +279,12 @@ class Tool:
             validates_input=cls.validate_input is not Tool.validate_input,
             max_concurrency=self.max_concurrency,
             scoped=self.timeout is not None or self.interrupt_behavior == "cancel" or self.isolation == "process",
+            checks_permissions=cls.check_permissions is not Tool.check_permissions,
+            static_needs_approval=(
+                bool(self.needs_approval)
+                if cls.requires_approval is Tool.requires_approval and not callable(self.needs_approval)
+                else None
+            ),
         )
         self._facts_cache = facts
         return facts

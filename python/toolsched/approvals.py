@@ -1,0 +1,395 @@
+"""Approvals and resumable runs: ``ApprovalRequest`` and ``RunState``.
+
+A run whose calls need a person's decision, and that has no approver, ends
+interrupted: ``Outcome.pending`` lists the requests and ``Outcome.state`` holds
+everything needed to finish it later, in this process or another one. An
+approval is bound to the call ID, the tool (a fingerprint of its name,
+description, schema and implementation) and a digest of the arguments the
+person saw: if any of them differs when the run resumes, the call is asked
+again instead of run.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import hmac
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from toolsched.errors import ApprovalError, StateError
+from toolsched.permissions import Decision
+from toolsched.results import ERROR_KINDS, Duplicate, ToolResult
+
+if TYPE_CHECKING:
+    from toolsched.tools import Tool
+
+__all__ = ["ApprovalRequest", "Approver", "RunState"]
+
+Status = Literal["done", "pending", "approved", "rejected"]
+_STATUSES = ("done", "pending", "approved", "rejected")
+_FORMAT = "toolsched.RunState"
+_VERSION = 1
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """A call waiting for a person: the tool, the input that would run, and why it asks."""
+
+    call_id: str
+    tool_name: str
+    args: Mapping[str, Any]
+    reason: str | None = None
+
+
+Approver = Callable[[ApprovalRequest], Awaitable[bool | Decision] | bool | Decision]
+
+
+def detached(args: Any) -> Any:
+    """A copy of a call's input that shares nothing mutable with the original."""
+    if type(args) is dict:
+        for value in args.values():
+            if type(value) not in _SCALARS:
+                return copy.deepcopy(args)
+        return args.copy()
+    return copy.deepcopy(args)
+
+
+def args_digest(args: Any) -> str:
+    """A digest of a call's input, independent of key order."""
+    text = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def tool_fingerprint(tool: Tool) -> str:
+    """What makes a tool the same tool across processes: name, description, schema, subject, implementation."""
+    body = getattr(tool, "fn", None)
+    implementation = body if body is not None else type(tool)
+    module = getattr(implementation, "__module__", "?")
+    qualname = getattr(implementation, "__qualname__", "?")
+    identity = {
+        "name": tool.name,
+        "description": tool.description,
+        "input_schema": tool._facts().input_schema,
+        "rule_subject": tool.rule_subject,
+        "implementation": f"{module}.{qualname}",
+    }
+    text = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One call of a saved run (internal). ``args`` is the input as the model sent it.
+
+    A ``done`` record holds its result; the others hold the request a person
+    sees (``request_args``, ``reason``, ``digest``) and, once decided, the decision.
+    """
+
+    call_id: str
+    name: str
+    args: Any
+    status: Status
+    result: ToolResult | None = None
+    tool: str | None = None
+    fingerprint: str | None = None
+    request_args: Any = None
+    reason: str | None = None
+    digest: str | None = None
+    message: str | None = None
+
+
+class RunState:
+    """Everything needed to finish an interrupted run, in this process or another.
+
+    Decide pending calls with ``approve`` / ``reject``, then
+    ``await executor.resume(state)``: calls that completed are never run
+    again. ``to_json()`` / ``RunState.from_json(text)`` carry a state between
+    processes; with ``key=`` the text is signed (HMAC-SHA256) so that an
+    altered state is refused, otherwise a checksum catches corruption.
+    Each state is an independent copy; a state can be resumed once.
+    """
+
+    __slots__ = ("_always_allow", "_always_reject", "_duplicates", "_records", "_resumed")
+
+    _records: list[CallRecord]
+    _duplicates: list[Duplicate]
+    _always_allow: dict[str, str]
+    _always_reject: dict[str, tuple[str, str | None]]
+    _resumed: bool
+
+    def __init__(self) -> None:
+        raise TypeError("RunState comes from Outcome.state or RunState.from_json")
+
+    @classmethod
+    def _create(
+        cls,
+        records: list[CallRecord],
+        duplicates: list[Duplicate],
+        always_allow: dict[str, str],
+        always_reject: dict[str, tuple[str, str | None]],
+    ) -> RunState:
+        state = object.__new__(cls)
+        state._records = records
+        state._duplicates = duplicates
+        state._always_allow = always_allow
+        state._always_reject = always_reject
+        state._resumed = False
+        return state
+
+    # -- reading ------------------------------------------------------------------
+
+    @property
+    def pending(self) -> list[ApprovalRequest]:
+        """The calls still waiting for a decision, in model order."""
+        return [
+            ApprovalRequest(r.call_id, r.tool or r.name, detached(r.request_args), r.reason)
+            for r in self._records
+            if r.status == "pending"
+        ]
+
+    @property
+    def results(self) -> list[ToolResult]:
+        """The results of the calls that completed, in model order."""
+        return [r.result for r in self._records if r.result is not None]
+
+    @property
+    def decisions(self) -> dict[str, Status]:
+        """Every call's status: ``done``, ``pending``, ``approved`` or ``rejected``."""
+        return {r.call_id: r.status for r in self._records}
+
+    def __repr__(self) -> str:
+        counts = {status: 0 for status in _STATUSES}
+        for record in self._records:
+            counts[record.status] += 1
+        return "RunState(" + ", ".join(f"{status}={count}" for status, count in counts.items()) + ")"
+
+    # -- deciding -----------------------------------------------------------------
+
+    def _undecided(self, call_id: str, verb: str) -> int:
+        self._check_live()
+        for position, record in enumerate(self._records):
+            if record.call_id == call_id:
+                if record.status == "done":
+                    raise ApprovalError(f"cannot {verb} call {call_id!r}: it already completed")
+                return position
+        known = ", ".join(repr(r.call_id) for r in self._records if r.status != "done") or "none"
+        raise ApprovalError(f"cannot {verb} call {call_id!r}: this run has no such call (waiting: {known})")
+
+    def approve(self, call_id: str, *, always: bool = False) -> None:
+        """Approves a waiting call; ``always`` approves every call of its tool in this run."""
+        position = self._undecided(call_id, "approve")
+        record = self._records[position]
+        self._records[position] = replace(record, status="approved", message=None)
+        if always and record.tool is not None and record.fingerprint is not None:
+            self._always_allow[record.tool] = record.fingerprint
+            self._always_reject.pop(record.tool, None)
+            self._decide_tool(record.tool, record.fingerprint, "approved", None)
+
+    def reject(self, call_id: str, message: str | None = None, *, always: bool = False) -> None:
+        """Rejects a waiting call (``message`` tells the model why); ``always`` rejects every call of its tool."""
+        if message is not None and not isinstance(message, str):
+            raise TypeError(f"reject(message=...) must be a string, got {type(message).__name__}")
+        position = self._undecided(call_id, "reject")
+        record = self._records[position]
+        self._records[position] = replace(record, status="rejected", message=message)
+        if always and record.tool is not None and record.fingerprint is not None:
+            self._always_reject[record.tool] = (record.fingerprint, message)
+            self._always_allow.pop(record.tool, None)
+            self._decide_tool(record.tool, record.fingerprint, "rejected", message)
+
+    def _decide_tool(self, tool: str, fingerprint: str, status: Status, message: str | None) -> None:
+        for position, record in enumerate(self._records):
+            if record.status == "pending" and record.tool == tool and record.fingerprint == fingerprint:
+                self._records[position] = replace(record, status=status, message=message)
+
+    # -- copies and resumption ----------------------------------------------------
+
+    def _check_live(self) -> None:
+        if self._resumed:
+            raise StateError("this state was already resumed; continue from the resumed run's Outcome.state")
+
+    def copy(self) -> RunState:
+        """An independent copy: deciding in one never affects the other."""
+        self._check_live()
+        return RunState._create(
+            list(self._records), list(self._duplicates), dict(self._always_allow), dict(self._always_reject)
+        )
+
+    def _claim(self) -> list[CallRecord]:
+        """Marks the state as resumed (a state resumes once) and returns its records."""
+        self._check_live()
+        self._resumed = True
+        return list(self._records)
+
+    def _standing(self, tool: str, fingerprint: str) -> tuple[Status, str | None] | None:
+        """A decision given with ``always=True`` for this tool, if it still is the same tool."""
+        rejected = self._always_reject.get(tool)
+        if rejected is not None and rejected[0] == fingerprint:
+            return "rejected", rejected[1]
+        if self._always_allow.get(tool) == fingerprint:
+            return "approved", None
+        return None
+
+    # -- serialisation ------------------------------------------------------------
+
+    def to_json(self, *, key: bytes | str | None = None) -> str:
+        """The state as JSON text; with ``key``, signed so that ``from_json`` refuses any alteration."""
+        self._check_live()
+        body = {
+            "format": _FORMAT,
+            "version": _VERSION,
+            "calls": [_record_to_json(record) for record in self._records],
+            "duplicates": [[d.call_id, d.index, d.first_index, d.args_differ] for d in self._duplicates],
+            "always_allow": dict(self._always_allow),
+            "always_reject": {tool: [fp, message] for tool, (fp, message) in self._always_reject.items()},
+        }
+        try:
+            canonical = _canonical(body)
+        except (TypeError, ValueError) as exc:
+            raise StateError(f"the run state holds a value that JSON cannot carry: {exc}") from None
+        body["seal"] = _seal(canonical, key)
+        return json.dumps(body, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str | bytes, *, key: bytes | str | None = None) -> RunState:
+        """Loads a state saved by ``to_json``; a malformed, truncated or altered text raises ``StateError``."""
+        try:
+            body = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise StateError(f"the run state is not valid JSON (truncated?): {exc}") from None
+        if not isinstance(body, dict) or body.get("format") != _FORMAT:
+            raise StateError("the text is not a toolsched run state")
+        if body.get("version") != _VERSION:
+            raise StateError(f"run state version {body.get('version')!r} is not supported (expected {_VERSION})")
+        seal = body.pop("seal", None)
+        if not isinstance(seal, str):
+            raise StateError("the run state has no seal; it was not written by RunState.to_json")
+        if not hmac.compare_digest(seal, _seal(_canonical(body), key)):
+            if key is None and seal.startswith("hmac-sha256:"):
+                raise StateError("the run state is signed; load it with the key it was saved with")
+            raise StateError("the run state was altered or corrupted after it was saved (its seal does not match)")
+        records = [_record_from_json(item, f"calls[{i}]") for i, item in enumerate(_list(body, "calls", "state"))]
+        ids = [record.call_id for record in records]
+        if len(set(ids)) != len(ids):
+            raise StateError("the run state repeats a call ID")
+        duplicates = []
+        for i, row in enumerate(_list(body, "duplicates", "state")):
+            if not (isinstance(row, list) and len(row) == 4 and isinstance(row[0], str)):
+                raise StateError(f"duplicates[{i}] is malformed")
+            duplicates.append(Duplicate(row[0], int(row[1]), int(row[2]), bool(row[3])))
+        always_allow = body.get("always_allow")
+        always_reject = body.get("always_reject")
+        if not (isinstance(always_allow, dict) and all(isinstance(v, str) for v in always_allow.values())):
+            raise StateError("always_allow is malformed")
+        if not (
+            isinstance(always_reject, dict)
+            and all(isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) for v in always_reject.values())
+        ):
+            raise StateError("always_reject is malformed")
+        return cls._create(
+            records, duplicates, dict(always_allow), {tool: (v[0], v[1]) for tool, v in always_reject.items()}
+        )
+
+
+def _canonical(body: Mapping[str, Any]) -> str:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _seal(canonical: str, key: bytes | str | None) -> str:
+    if key is None:
+        return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+    secret = key.encode() if isinstance(key, str) else key
+    return "hmac-sha256:" + hmac.new(secret, canonical.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+
+_RESULT_FIELDS = tuple(f.name for f in fields(ToolResult))
+
+
+def _record_to_json(record: CallRecord) -> dict[str, Any]:
+    item: dict[str, Any] = {"id": record.call_id, "name": record.name, "args": record.args, "status": record.status}
+    if record.result is not None:
+        item["result"] = {name: getattr(record.result, name) for name in _RESULT_FIELDS}
+    else:
+        item["tool"] = record.tool
+        item["fingerprint"] = record.fingerprint
+        item["request"] = {"args": record.request_args, "reason": record.reason, "digest": record.digest}
+        item["message"] = record.message
+    return item
+
+
+def _list(body: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    value = body.get(key)
+    if not isinstance(value, list):
+        raise StateError(f"{where}.{key} must be a list")
+    return value
+
+
+def _text(item: Mapping[str, Any], key: str, where: str, *, optional: bool = False) -> Any:
+    value = item.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise StateError(f"{where}.{key} must be a string")
+    return value
+
+
+def _record_from_json(item: Any, where: str) -> CallRecord:
+    if not isinstance(item, dict):
+        raise StateError(f"{where} must be an object")
+    call_id = _text(item, "id", where)
+    name = _text(item, "name", where)
+    status = item.get("status")
+    if status not in _STATUSES:
+        raise StateError(f"{where}.status must be one of {', '.join(_STATUSES)}")
+    args = item.get("args")
+    if not isinstance(args, dict | str):
+        raise StateError(f"{where}.args must be an object or JSON text")
+    if status == "done":
+        return CallRecord(call_id, name, args, "done", result=_result_from_json(item.get("result"), call_id, where))
+    request = item.get("request")
+    if not isinstance(request, dict) or not isinstance(request.get("args"), dict):
+        raise StateError(f"{where}.request must hold the arguments the person saw")
+    digest = _text(request, "digest", f"{where}.request")
+    if digest != args_digest(request["args"]):
+        raise StateError(f"{where}: the request's arguments do not match their digest")
+    return CallRecord(
+        call_id,
+        name,
+        args,
+        status,
+        tool=_text(item, "tool", where),
+        fingerprint=_text(item, "fingerprint", where),
+        request_args=request["args"],
+        reason=_text(request, "reason", f"{where}.request", optional=True),
+        digest=digest,
+        message=_text(item, "message", where, optional=True),
+    )
+
+
+def _result_from_json(value: Any, call_id: str, where: str) -> ToolResult:
+    if not isinstance(value, dict) or set(value) != set(_RESULT_FIELDS):
+        raise StateError(f"{where}.result must hold exactly the fields of a ToolResult")
+    if value["call_id"] != call_id or not isinstance(value["tool_name"], str):
+        raise StateError(f"{where}.result does not belong to call {call_id!r}")
+    kind = value["error_kind"]
+    if kind is not None and kind not in ERROR_KINDS:
+        raise StateError(f"{where}.result.error_kind {kind!r} is not an error kind")
+    checks = {
+        "error": (str, type(None)),
+        "is_error": (bool,),
+        "duration_ms": (int, float),
+        "was_concurrent": (bool,),
+        "batch": (int, type(None)),
+        "truncated": (bool,),
+        "offload_path": (str, type(None)),
+    }
+    for name, types in checks.items():
+        if not isinstance(value[name], types):
+            raise StateError(f"{where}.result.{name} has the wrong type")
+    if value["is_error"] != (kind is not None):
+        raise StateError(f"{where}.result: is_error and error_kind disagree")
+    return ToolResult(**value)

@@ -1,0 +1,381 @@
+"""Permission rules, modes and decisions: which calls run, which must ask, which never run.
+
+A rule is a string: ``read_file`` names every call of a tool (or of one of its
+aliases; ``*`` in a name is a wildcard), ``edit_file(src/**)`` names the calls
+whose rule-subject argument matches the pattern. Precedence is deny > ask >
+allow, whatever the order of the lists.
+
+Patterns against a path subject (the argument's schema has ``"format": "path"``
+— a ``pathlib.Path`` parameter — or the argument is named ``path``, ``file``,
+``dir``, ``*_path`` ...) are compared after lexical normalisation of both sides:
+``~`` is expanded, relative paths are joined to ``root``, and ``.``, ``..`` and
+repeated slashes are folded, so no spelling of a path slips past a rule. ``*``
+matches within one path segment, ``**`` (a whole segment) any number of
+segments; a pattern that starts with ``**`` matches anywhere. ``dir/**`` covers
+the directory itself and everything below it. Other subjects are matched as
+text, where ``*`` matches anything.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from toolsched.errors import OptionError, RuleError
+
+if TYPE_CHECKING:
+    from toolsched.tools import Tool
+
+__all__ = ["Decision", "Mode", "Permissions"]
+
+Behavior = Literal["allow", "ask", "deny"]
+Mode = Literal["default", "ask", "accept_reads", "plan", "bypass"]
+MODES: tuple[str, ...] = ("default", "ask", "accept_reads", "plan", "bypass")
+
+_NAME = re.compile(r"[A-Za-z0-9_.\-*]+")
+_PATH_NAMES = frozenset(
+    {"path", "paths", "file", "files", "filename", "filepath", "dir", "dirs", "dirname", "directory", "folder", "cwd"}
+)
+_PATH_SUFFIXES = ("_path", "_paths", "_file", "_files", "_dir", "_dirs", "_directory", "_folder")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Whether a call may run: ``Decision.allow()``, ``Decision.deny(reason)`` or ``Decision.ask(reason)``.
+
+    Returned by a tool's ``check_permissions``, by ``pre_tool_use`` hooks and by
+    approvers. ``reason`` is what the model (deny) or the person (ask) reads.
+    """
+
+    behavior: Behavior
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.behavior not in ("allow", "ask", "deny"):
+            raise ValueError(f"Decision.behavior must be 'allow', 'ask' or 'deny', got {self.behavior!r}")
+        if self.reason is not None and not isinstance(self.reason, str):
+            raise TypeError(f"Decision.reason must be a string or None, got {type(self.reason).__name__}")
+
+    @classmethod
+    def allow(cls, reason: str | None = None) -> Decision:
+        """The call may run."""
+        return cls("allow", reason)
+
+    @classmethod
+    def deny(cls, reason: str) -> Decision:
+        """The call must not run; ``reason`` tells the model why."""
+        if not isinstance(reason, str) or not reason:
+            raise TypeError("Decision.deny(reason) needs a non-empty reason: the model reads it")
+        return cls("deny", reason)
+
+    @classmethod
+    def ask(cls, reason: str | None = None) -> Decision:
+        """A person must approve the call before it runs."""
+        return cls("ask", reason)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """One parsed rule: a tool-name glob and an optional subject pattern."""
+
+    text: str
+    name: re.Pattern[str]
+    pattern: str | None
+    wildcard: bool
+
+    def names_any(self, names: Iterable[str]) -> bool:
+        return any(self.name.fullmatch(name) for name in names)
+
+
+def _parse_rule(text: Any, where: str) -> _Rule:
+    if not isinstance(text, str):
+        raise RuleError(f"{where}: a rule is a string such as `read_file` or `edit_file(src/**)`, got {text!r}")
+    stripped = text.strip()
+    if not stripped:
+        raise RuleError(f"{where}: empty rule")
+    opening = stripped.find("(")
+    pattern: str | None
+    if opening == -1:
+        name, pattern = stripped, None
+    else:
+        if not stripped.endswith(")"):
+            raise RuleError(f"{where}: rule `{text}` opens `(` but does not end with `)`")
+        name, pattern = stripped[:opening], stripped[opening + 1 : -1]
+        if not pattern.strip():
+            raise RuleError(f"{where}: rule `{text}` has an empty pattern; write `{name}` to name every call")
+    if not _NAME.fullmatch(name):
+        raise RuleError(
+            f"{where}: rule `{text}`: the tool name `{name}` may hold only letters, digits, `_`, `-`, `.` "
+            "and the wildcard `*`"
+        )
+    if pattern is not None:
+        _check_pattern(pattern, text, where)
+    name_regex = re.compile(".*".join(re.escape(piece) for piece in name.split("*")))
+    return _Rule(text, name_regex, pattern, "*" in name)
+
+
+def _check_pattern(pattern: str, text: str, where: str) -> None:
+    if "\x00" in pattern:
+        raise RuleError(f"{where}: rule `{text!r}` holds a NUL character")
+    if "***" in pattern:
+        raise RuleError(f"{where}: rule `{text}`: `***` is not a wildcard; use `*` (one segment) or `**` (any depth)")
+    for found in re.finditer(r"\*\*", pattern):
+        start, end = found.span()
+        if (start > 0 and pattern[start - 1] != "/") or (end < len(pattern) and pattern[end] != "/"):
+            raise RuleError(f"{where}: rule `{text}`: `**` must be a whole path segment, as in `src/**/*.py`")
+    segments = pattern.split("/")
+    for before, segment in itertools.pairwise(segments):
+        if segment == ".." and ("*" in before or "?" in before):
+            raise RuleError(f"{where}: rule `{text}`: `..` cannot follow a wildcard segment")
+
+
+def _glob_segment(segment: str) -> str:
+    out = []
+    for char in segment:
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        else:
+            out.append(re.escape(char))
+    return "".join(out)
+
+
+def _glob_text(pattern: str) -> re.Pattern[str]:
+    out = []
+    for char in pattern:
+        if char == "*":
+            out.append(".*")
+        elif char == "?":
+            out.append(".")
+        else:
+            out.append(re.escape(char))
+    return re.compile("".join(out), re.DOTALL)
+
+
+def _fold(path: str, base: list[str]) -> list[str]:
+    """Lexically folds ``path`` onto ``base``: drops ``.`` and empty segments, applies ``..``."""
+    parts = base
+    for segment in path.split("/"):
+        if segment in ("", "."):
+            continue
+        if segment == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(segment)
+    return parts
+
+
+def normalize_path(path: str, root: str) -> str:
+    """The lexical absolute form of ``path`` (relative paths are joined to ``root``); ``""`` is ``/``.
+
+    ``root`` is itself normalised (``""`` for the filesystem root).
+    """
+    if path.startswith("~"):
+        path = os.path.expanduser(path)
+    elif path and path[0] not in "/." and path[-1] != "/" and "//" not in path and "/." not in path:
+        # Already clean and relative: nothing to fold.
+        return f"{root}/{path}"
+    base = [] if path.startswith("/") else _fold(root, [])
+    return "".join("/" + part for part in _fold(path, base))
+
+
+def _glob_path(pattern: str, root: str) -> re.Pattern[str]:
+    if pattern.startswith("~"):
+        pattern = os.path.expanduser(pattern)
+    if pattern.startswith("/"):
+        parts = _fold(pattern, [])
+    elif pattern.split("/", 1)[0] == "**":
+        parts = _fold(pattern, [])
+    else:
+        parts = _fold(pattern, _fold(root, []))
+    pieces = ["(?:/[^/]+)*" if part == "**" else "/" + _glob_segment(part) for part in parts]
+    return re.compile("".join(pieces), re.DOTALL)
+
+
+def subject_is_path(name: str, schema: Mapping[str, Any]) -> bool:
+    """Whether a tool's rule subject holds a path: by its schema's ``format`` or by its name."""
+    properties = schema.get("properties")
+    spec = properties.get(name) if isinstance(properties, Mapping) else None
+    if isinstance(spec, Mapping):
+        items = spec.get("items")
+        if spec.get("format") == "path" or (isinstance(items, Mapping) and items.get("format") == "path"):
+            return True
+    lowered = name.lower()
+    return lowered in _PATH_NAMES or lowered.endswith(_PATH_SUFFIXES)
+
+
+_MISSING: Any = object()
+
+
+class ToolRules:
+    """The rules that name one tool, compiled for its rule subject (internal)."""
+
+    __slots__ = ("allow", "allow_all", "ask", "ask_all", "default", "deny", "deny_all", "is_path", "root", "subject")
+
+    def __init__(
+        self,
+        rules: Mapping[str, list[_Rule]],
+        subject: str | None,
+        is_path: bool,
+        default: Any,
+        root: str,
+    ) -> None:
+        self.subject = subject
+        self.is_path = is_path
+        self.default = default
+        self.root = "".join("/" + part for part in _fold(root, []))
+
+        def everything(kind: str) -> str | None:
+            return next((rule.text for rule in rules[kind] if rule.pattern is None), None)
+
+        def patterns(kind: str) -> tuple[tuple[str, re.Pattern[str]], ...]:
+            compile_one = (lambda p: _glob_path(p, root)) if is_path else _glob_text
+            return tuple((rule.text, compile_one(rule.pattern)) for rule in rules[kind] if rule.pattern is not None)
+
+        self.deny_all, self.ask_all, self.allow_all = everything("deny"), everything("ask"), everything("allow")
+        self.deny, self.ask, self.allow = patterns("deny"), patterns("ask"), patterns("allow")
+
+    def _subjects(self, args: Any) -> tuple[str, ...]:
+        if self.subject is None:
+            return ()
+        value = args.get(self.subject, _MISSING) if type(args) is dict or isinstance(args, Mapping) else _MISSING
+        if value is _MISSING:
+            value = self.default
+        if type(value) is str:
+            return (normalize_path(value, self.root),) if self.is_path else (value,)
+        if isinstance(value, str):
+            items: tuple[str, ...] = (value,)
+        elif isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
+            items = tuple(value)
+        elif isinstance(value, int | float):
+            items = (str(value),)
+        else:
+            return ()
+        if self.is_path:
+            return tuple(normalize_path(item, self.root) for item in items)
+        return items
+
+    def evaluate(self, args: Any) -> tuple[Behavior, str] | None:
+        """The strongest rule that names this call, as (behavior, rule text), or None.
+
+        Deny and ask rules match when any subject value matches; an allow rule
+        only when every value does.
+        """
+        if self.deny_all is not None:
+            return "deny", self.deny_all
+        values = self._subjects(args) if (self.deny or self.ask or self.allow) else ()
+        for text, regex in self.deny:
+            for value in values:
+                if regex.fullmatch(value):
+                    return "deny", text
+        if self.ask_all is not None:
+            return "ask", self.ask_all
+        for text, regex in self.ask:
+            for value in values:
+                if regex.fullmatch(value):
+                    return "ask", text
+        if self.allow_all is not None:
+            return "allow", self.allow_all
+        if values:
+            for text, regex in self.allow:
+                if all(regex.fullmatch(value) for value in values):
+                    return "allow", text
+        return None
+
+
+class Permissions:
+    """Rules and a mode that decide, per call, whether it runs, asks or is refused.
+
+    ``allow``, ``ask`` and ``deny`` are lists of rules (see the module docs);
+    ``mode`` is one of:
+
+    - ``"default"``: a call runs unless a rule or the tool asks or denies; an
+      allow rule (or a hook's allow) waives the tool's own ``needs_approval``;
+    - ``"ask"``: every call asks unless an allow rule or a hook allows it;
+    - ``"accept_reads"``: like ``"ask"``, but read-only calls run;
+    - ``"plan"``: only read-only calls may run; the rest are denied;
+    - ``"bypass"``: everything runs except what a deny (rule, hook, tool) refuses.
+
+    ``root`` is the directory relative path subjects and patterns are resolved
+    against (default: the working directory when the ``Permissions`` is built).
+    A rule that does not parse raises ``RuleError`` here.
+    """
+
+    __slots__ = ("_rules", "allow", "ask", "deny", "mode", "root")
+
+    def __init__(
+        self,
+        allow: Iterable[str] = (),
+        ask: Iterable[str] = (),
+        deny: Iterable[str] = (),
+        mode: Mode = "default",
+        *,
+        root: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise OptionError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+        self.mode: Mode = mode
+        self._rules: dict[str, list[_Rule]] = {}
+        for label, rules in (("allow", allow), ("ask", ask), ("deny", deny)):
+            if isinstance(rules, str):
+                raise TypeError(f"Permissions({label}=...) takes a list of rules, not a single string")
+            self._rules[label] = [_parse_rule(rule, f"{label}[{i}]") for i, rule in enumerate(rules)]
+        self.allow = tuple(rule.text for rule in self._rules["allow"])
+        self.ask = tuple(rule.text for rule in self._rules["ask"])
+        self.deny = tuple(rule.text for rule in self._rules["deny"])
+        folded = _fold(os.path.abspath(os.fspath(root if root is not None else os.getcwd())), [])
+        self.root = "/" + "/".join(folded)
+
+    def __repr__(self) -> str:
+        rules = f"allow={list(self.allow)!r}, ask={list(self.ask)!r}, deny={list(self.deny)!r}"
+        return f"Permissions({rules}, mode={self.mode!r}, root={self.root!r})"
+
+    def denies_outright(self, tool: Tool) -> bool:
+        """Whether no call of ``tool`` can ever run: a deny rule without a pattern, or plan mode and a writer.
+
+        Such tools are left out of the tool lists sent to the model.
+        """
+        names = (tool.name, *tool.aliases)
+        if any(rule.pattern is None and rule.names_any(names) for rule in self._rules["deny"]):
+            return True
+        return self.mode == "plan" and tool._facts().static_read_only is False
+
+    def for_tool(self, tool: Tool) -> ToolRules | None:
+        """The rules naming ``tool`` (by name or alias), compiled; None when no rule names it.
+
+        A rule with a pattern that names a tool declaring no ``rule_subject``
+        could never match, so it is an error (``RuleError``) rather than a
+        silent gap; a wildcard rule (``*(secret/**)``) applies to the tools
+        that have a subject.
+        """
+        names = (tool.name, *tool.aliases)
+        subject = tool.rule_subject
+        matching = {
+            kind: [
+                rule
+                for rule in rules
+                if rule.names_any(names) and not (subject is None and rule.wildcard and rule.pattern is not None)
+            ]
+            for kind, rules in self._rules.items()
+        }
+        if not any(matching.values()):
+            return None
+        schema = tool._facts().input_schema
+        if subject is None:
+            with_pattern = [rule.text for rules in matching.values() for rule in rules if rule.pattern is not None]
+            if with_pattern:
+                raise RuleError(
+                    f"rule `{with_pattern[0]}` has a pattern, but tool `{tool.name}` declares no rule_subject "
+                    "(the argument patterns are matched against)"
+                )
+            return ToolRules(matching, None, False, _MISSING, self.root)
+        properties = schema.get("properties")
+        spec = properties.get(subject) if isinstance(properties, Mapping) else None
+        default = spec.get("default", _MISSING) if isinstance(spec, Mapping) else _MISSING
+        return ToolRules(matching, subject, subject_is_path(subject, schema), default, self.root)

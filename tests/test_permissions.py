@@ -1,0 +1,511 @@
+"""Permissions: rules, precedence, modes, path normalisation, and the tool's own say."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import toolsched as ts
+
+pytestmark = pytest.mark.anyio
+
+
+class Workspace:
+    """Tools that record every invocation, so a test can tell what ran."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[str, Any]] = []
+        runs = self.runs
+
+        @ts.tool(rule_subject="path", aliases=["old_edit"])
+        async def edit(path: str, text: str = "") -> str:
+            """Edit a file."""
+            runs.append(("edit", path))
+            return f"edited {path}"
+
+        @ts.tool(read_only=True, concurrency_safe=True, rule_subject="path")
+        async def read(path: str) -> str:
+            """Read a file."""
+            runs.append(("read", path))
+            return f"read {path}"
+
+        @ts.tool(needs_approval=True)
+        async def remove(target: str) -> str:
+            """Remove something."""
+            runs.append(("remove", target))
+            return f"removed {target}"
+
+        @ts.tool(rule_subject="command")
+        async def bash(command: str) -> str:
+            """Run a command."""
+            runs.append(("bash", command))
+            return f"ran {command}"
+
+        @ts.tool(rule_subject="paths")
+        async def bulk(paths: list[str]) -> int:
+            """Touch several files."""
+            runs.append(("bulk", tuple(paths)))
+            return len(paths)
+
+        @ts.tool(read_only=True, rule_subject="path")
+        async def grep(pattern: str, path: str = ".") -> str:
+            """Search files."""
+            runs.append(("grep", path))
+            return f"grep {pattern} in {path}"
+
+        self.tools = [edit, read, remove, bash, bulk, grep]
+
+    def executor(self, **options: Any) -> ts.Executor:
+        return ts.Executor(self.tools, **options)
+
+
+def permissions(**options: Any) -> ts.Permissions:
+    return ts.Permissions(root="/work/project", **options)
+
+
+async def run_one(executor: ts.Executor, name: str, args: dict[str, Any]) -> ts.Outcome:
+    return await executor.run([ts.ToolCall("c1", name, args)])
+
+
+def verdict(outcome: ts.Outcome) -> str:
+    """'ran', 'asked', or the error kind of the one call of the turn."""
+    if outcome.interrupted:
+        assert [request.call_id for request in outcome.pending] == ["c1"]
+        assert outcome.results == []
+        return "asked"
+    (result,) = outcome.results
+    return result.error_kind or "ran"
+
+
+# -- rules that do not parse -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "rule",
+    ["", "   ", "edit(", "edit()", "edit( )", "ed it", "edit(src)x", "(src)", "edit(src/***)", "edit(a**b)",
+     "edit(src/**x)", "edit(*/../x)", "edit(a\x00b)", 42, None],
+)
+def test_a_rule_that_does_not_parse_is_refused_when_permissions_are_built(rule: Any) -> None:
+    with pytest.raises(ts.RuleError) as caught:
+        ts.Permissions(deny=["read", rule])
+    assert isinstance(caught.value, ValueError)
+    assert "deny[1]" in str(caught.value)
+
+
+def test_rules_must_come_as_a_list_and_the_mode_must_exist() -> None:
+    with pytest.raises(TypeError, match="list of rules"):
+        ts.Permissions(allow="read")
+    with pytest.raises(ts.OptionError, match="mode must be one of"):
+        ts.Permissions(mode="yolo")  # type: ignore[arg-type]
+
+
+async def test_a_pattern_rule_for_a_tool_without_a_rule_subject_is_an_error() -> None:
+    workspace = Workspace()
+    with pytest.raises(ts.RuleError, match="declares no rule_subject"):
+        workspace.executor(permissions=permissions(deny=["remove(x/**)"]))
+    # A wildcard rule applies to the tools that have a subject and leaves the others alone.
+    executor = workspace.executor(permissions=permissions(deny=["*(secret/**)"]))
+    assert verdict(await run_one(executor, "edit", {"path": "secret/a"})) == "permission_denied"
+    assert verdict(await run_one(executor, "read", {"path": "./secret/b"})) == "permission_denied"
+    assert verdict(await run_one(executor, "bash", {"command": "secret/x"})) == "permission_denied"
+    assert verdict(await run_one(executor, "remove", {"target": "secret/x"})) == "asked"
+
+
+# -- precedence ----------------------------------------------------------------------
+
+PRECEDENCE = [
+    ({"allow": ["edit"]}, "ran"),
+    ({"ask": ["edit"]}, "asked"),
+    ({"deny": ["edit"]}, "permission_denied"),
+    ({"allow": ["edit"], "ask": ["edit"]}, "asked"),
+    ({"allow": ["edit"], "deny": ["edit"]}, "permission_denied"),
+    ({"ask": ["edit"], "deny": ["edit"]}, "permission_denied"),
+    ({"allow": ["edit"], "ask": ["edit"], "deny": ["edit"]}, "permission_denied"),
+    ({"allow": ["edit(src/**)"], "deny": ["edit"]}, "permission_denied"),
+    ({"allow": ["edit"], "deny": ["edit(src/**)"]}, "permission_denied"),
+    ({"allow": ["edit"], "ask": ["edit(src/**)"]}, "asked"),
+    ({"ask": ["edit"], "allow": ["edit(src/**)"]}, "asked"),
+    ({"deny": ["edit(lib/**)"]}, "ran"),
+]
+
+
+@pytest.mark.parametrize(("rules", "expected"), PRECEDENCE)
+async def test_deny_beats_ask_beats_allow(rules: dict[str, list[str]], expected: str) -> None:
+    workspace = Workspace()
+    outcome = await run_one(workspace.executor(permissions=permissions(**rules)), "edit", {"path": "src/a.py"})
+    assert verdict(outcome) == expected
+    assert workspace.runs == ([("edit", "src/a.py")] if expected == "ran" else [])
+
+
+async def test_precedence_does_not_depend_on_the_order_of_the_lists() -> None:
+    rules = ["edit", "edit(src/**)", "edit(src/a.py)"]
+    for order in itertools.permutations(rules):
+        workspace = Workspace()
+        perms = permissions(allow=list(order), ask=[order[0]], deny=[order[1]])
+        assert verdict(await run_one(workspace.executor(permissions=perms), "edit", {"path": "src/a.py"})) == (
+            "permission_denied"
+        )
+        assert workspace.runs == []
+
+
+async def test_an_allow_rule_waives_the_tools_needs_approval_but_not_an_ask_rule() -> None:
+    workspace = Workspace()
+    assert verdict(await run_one(workspace.executor(), "remove", {"target": "x"})) == "asked"
+    allowed = workspace.executor(permissions=permissions(allow=["remove"]))
+    assert verdict(await run_one(allowed, "remove", {"target": "x"})) == "ran"
+    both = workspace.executor(permissions=permissions(allow=["remove"], ask=["remove"]))
+    assert verdict(await run_one(both, "remove", {"target": "y"})) == "asked"
+    assert workspace.runs == [("remove", "x")]
+
+
+async def test_a_denial_tells_the_model_which_rule_refused() -> None:
+    workspace = Workspace()
+    outcome = await run_one(workspace.executor(permissions=permissions(deny=["edit(secret/**)"])), "edit",
+                            {"path": "secret/key"})
+    assert outcome.results[0].is_error
+    assert "edit(secret/**)" in (outcome.results[0].error or "")
+
+
+async def test_aliases_and_name_wildcards_match_like_the_name() -> None:
+    workspace = Workspace()
+    executor = workspace.executor(permissions=permissions(deny=["old_edit"]))
+    assert verdict(await run_one(executor, "edit", {"path": "a"})) == "permission_denied"
+    assert verdict(await run_one(executor, "old_edit", {"path": "a"})) == "permission_denied"
+    wildcard = workspace.executor(permissions=permissions(deny=["re*"]))
+    assert verdict(await run_one(wildcard, "read", {"path": "a"})) == "permission_denied"
+    assert verdict(await run_one(wildcard, "remove", {"target": "a"})) == "permission_denied"
+    assert verdict(await run_one(wildcard, "edit", {"path": "a"})) == "ran"
+    assert workspace.runs == [("edit", "a")]
+
+
+# -- path subjects -----------------------------------------------------------------
+
+SECRET_SPELLINGS = [
+    "secret/key",
+    "./secret/key",
+    "secret//key",
+    "secret/./key",
+    "docs/../secret/key",
+    "docs/../../project/secret/key",
+    "/work/project/secret/key",
+    "//work///project/secret/key",
+    "/work/project/docs/../secret/key",
+    "secret/",
+    "secret",
+    "secret/deep/er/key",
+]
+
+
+@pytest.mark.parametrize("path", SECRET_SPELLINGS)
+async def test_no_spelling_of_a_path_slips_past_a_deny_rule(path: str) -> None:
+    workspace = Workspace()
+    executor = workspace.executor(permissions=permissions(deny=["edit(secret/**)"]))
+    assert verdict(await run_one(executor, "edit", {"path": path})) == "permission_denied"
+    assert workspace.runs == []
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "//etc/passwd", "/tmp/../etc/passwd", "/../etc/passwd",
+                                  "../../etc/passwd", "../../../../../etc/passwd", "/etc/./ssh/../passwd"])
+async def test_absolute_deny_rules_hold_for_relative_and_folded_spellings(path: str) -> None:
+    workspace = Workspace()
+    executor = workspace.executor(permissions=permissions(deny=["read(/etc/**)"]))
+    assert verdict(await run_one(executor, "read", {"path": path})) == "permission_denied"
+    assert workspace.runs == []
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("src/a.py", "ran"),
+        ("./src/pkg/b.py", "ran"),
+        ("src", "ran"),
+        ("src/../etc/passwd", "asked"),
+        ("src/../../outside", "asked"),
+        ("/src/a.py", "asked"),
+        ("srcx/a.py", "asked"),
+        ("../project2/src/a.py", "asked"),
+    ],
+)
+async def test_an_allow_rule_covers_only_what_its_pattern_names(path: str, expected: str) -> None:
+    workspace = Workspace()
+    executor = workspace.executor(permissions=permissions(allow=["edit(src/**)"], mode="ask"))
+    assert verdict(await run_one(executor, "edit", {"path": path})) == expected
+
+
+async def test_single_star_stays_within_a_segment_and_leading_double_star_matches_anywhere() -> None:
+    workspace = Workspace()
+    executor = workspace.executor(permissions=permissions(allow=["edit(src/*.py)"], deny=["edit(**/.env)"],
+                                                          mode="ask"))
+    assert verdict(await run_one(executor, "edit", {"path": "src/a.py"})) == "ran"
+    assert verdict(await run_one(executor, "edit", {"path": "src/pkg/a.py"})) == "asked"
+    assert verdict(await run_one(executor, "edit", {"path": "/anywhere/at/all/.env"})) == "permission_denied"
+    assert verdict(await run_one(executor, "edit", {"path": ".env"})) == "permission_denied"
+
+
+async def test_home_is_expanded_on_both_sides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", "/home/person")
+    workspace = Workspace()
+    executor = workspace.executor(permissions=permissions(deny=["read(~/.ssh/**)"]))
+    assert verdict(await run_one(executor, "read", {"path": "~/.ssh/id_ed25519"})) == "permission_denied"
+    assert verdict(await run_one(executor, "read", {"path": "/home/person/.ssh/id_ed25519"})) == "permission_denied"
+    assert verdict(await run_one(executor, "read", {"path": "/home/other/.ssh/id_ed25519"})) == "ran"
+
+
+async def test_path_typed_arguments_are_paths_whatever_their_name() -> None:
+    runs: list[str] = []
+
+    @ts.tool(rule_subject="target")
+    async def publish(target: Path) -> str:
+        runs.append(str(target))
+        return "published"
+
+    executor = ts.Executor([publish], permissions=permissions(deny=["publish(private/**)"]))
+    assert verdict(await run_one(executor, "publish", {"target": "public/../private/x"})) == "permission_denied"
+    assert verdict(await run_one(executor, "publish", {"target": "public/x"})) == "ran"
+    assert runs == ["public/x"]
+
+
+async def test_the_root_defaults_to_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    workspace = Workspace()
+    executor = workspace.executor(permissions=ts.Permissions(deny=["edit(secret/**)"]))
+    assert verdict(await run_one(executor, "edit", {"path": str(tmp_path / "secret" / "k")})) == "permission_denied"
+
+
+async def test_a_missing_subject_is_matched_by_its_schema_default() -> None:
+    workspace = Workspace()
+    executor = workspace.executor(permissions=permissions(allow=["grep(.)"], mode="ask"))
+    assert verdict(await run_one(executor, "grep", {"pattern": "x"})) == "ran"
+    assert verdict(await run_one(executor, "grep", {"pattern": "x", "path": "./"})) == "ran"
+    assert verdict(await run_one(executor, "grep", {"pattern": "x", "path": "sub"})) == "asked"
+
+
+async def test_list_subjects_deny_when_any_item_matches_and_allow_only_when_all_do() -> None:
+    workspace = Workspace()
+    executor = workspace.executor(permissions=permissions(allow=["bulk(src/**)"], deny=["bulk(secret/**)"],
+                                                          mode="ask"))
+    assert verdict(await run_one(executor, "bulk", {"paths": ["src/a", "src/b"]})) == "ran"
+    assert verdict(await run_one(executor, "bulk", {"paths": ["src/a", "lib/b"]})) == "asked"
+    assert verdict(await run_one(executor, "bulk", {"paths": ["src/a", "./secret/b"]})) == "permission_denied"
+    assert verdict(await run_one(executor, "bulk", {"paths": []})) == "asked"
+
+
+async def test_text_subjects_match_as_text() -> None:
+    workspace = Workspace()
+    executor = workspace.executor(permissions=permissions(allow=["bash(npm test *)", "bash(ls)"], mode="ask"))
+    assert verdict(await run_one(executor, "bash", {"command": "npm test src/a.test.js"})) == "ran"
+    assert verdict(await run_one(executor, "bash", {"command": "ls"})) == "ran"
+    assert verdict(await run_one(executor, "bash", {"command": "ls -la"})) == "asked"
+    assert verdict(await run_one(executor, "bash", {"command": "npm install left-pad"})) == "asked"
+
+
+# -- modes ---------------------------------------------------------------------------
+
+MODES = [
+    # mode, tool, args, expected
+    ("default", "edit", {"path": "a"}, "ran"),
+    ("default", "remove", {"target": "a"}, "asked"),
+    ("ask", "read", {"path": "a"}, "asked"),
+    ("ask", "edit", {"path": "a"}, "asked"),
+    ("accept_reads", "read", {"path": "a"}, "ran"),
+    ("accept_reads", "edit", {"path": "a"}, "asked"),
+    ("accept_reads", "remove", {"target": "a"}, "asked"),
+    ("plan", "read", {"path": "a"}, "ran"),
+    ("plan", "edit", {"path": "a"}, "permission_denied"),
+    ("plan", "remove", {"target": "a"}, "permission_denied"),
+    ("bypass", "edit", {"path": "a"}, "ran"),
+    ("bypass", "remove", {"target": "a"}, "ran"),
+]
+
+
+@pytest.mark.parametrize(("mode", "name", "args", "expected"), MODES)
+async def test_each_mode(mode: str, name: str, args: dict[str, Any], expected: str) -> None:
+    workspace = Workspace()
+    outcome = await run_one(workspace.executor(permissions=permissions(mode=mode)), name, args)
+    assert verdict(outcome) == expected
+    assert len(workspace.runs) == (1 if expected == "ran" else 0)
+
+
+async def test_allow_rules_waive_the_ask_of_ask_and_accept_reads_modes() -> None:
+    for mode in ("ask", "accept_reads"):
+        workspace = Workspace()
+        executor = workspace.executor(permissions=permissions(mode=mode, allow=["edit(src/**)"]))
+        assert verdict(await run_one(executor, "edit", {"path": "src/a"})) == "ran"
+        assert verdict(await run_one(executor, "edit", {"path": "lib/a"})) == "asked"
+
+
+async def test_bypass_runs_ask_rules_but_never_a_deny() -> None:
+    workspace = Workspace()
+    executor = workspace.executor(permissions=permissions(mode="bypass", ask=["edit"], deny=["edit(secret/**)"]))
+    assert verdict(await run_one(executor, "edit", {"path": "src/a"})) == "ran"
+    assert verdict(await run_one(executor, "edit", {"path": "secret/a"})) == "permission_denied"
+    assert workspace.runs == [("edit", "src/a")]
+
+
+async def test_plan_mode_judges_read_only_per_call() -> None:
+    runs: list[str] = []
+
+    @ts.tool(read_only=lambda args: args["mode"] == "r")
+    async def open_file(name: str, mode: str) -> str:
+        runs.append(mode)
+        return mode
+
+    executor = ts.Executor([open_file], permissions=permissions(mode="plan"))
+    assert verdict(await run_one(executor, "open_file", {"name": "a", "mode": "r"})) == "ran"
+    assert verdict(await run_one(executor, "open_file", {"name": "a", "mode": "w"})) == "permission_denied"
+    assert runs == ["r"]
+    # Read-only is decided per call, so the tool stays in the tool list even in plan mode.
+    assert [tool["name"] for tool in executor.registry.to_anthropic(permissions=permissions(mode="plan"))] == [
+        "open_file"
+    ]
+
+
+# -- the tool's own say ------------------------------------------------------------
+
+
+LEVEL_SCHEMA = {
+    "type": "object",
+    "properties": {"level": {"type": "string"}},
+    "required": ["level"],
+    "additionalProperties": False,
+}
+
+
+class Guarded(ts.Tool):
+    name = "guarded"
+    description = "A tool that decides for itself."
+    input_schema = LEVEL_SCHEMA
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+        self.checked: list[tuple[str, bool]] = []
+
+    async def check_permissions(self, args: Any, ctx: ts.ToolContext) -> ts.Decision:
+        self.checked.append((ctx.call_id, ctx.interactive))
+        level = args["level"]
+        if level == "deny":
+            return ts.Decision.deny("level deny is never allowed")
+        if level == "ask":
+            return ts.Decision.ask("level ask needs a person")
+        if level == "raise":
+            raise RuntimeError("permission backend down")
+        if level == "garbage":
+            return "yes"  # type: ignore[return-value]
+        return ts.Decision.allow()
+
+    async def call(self, args: Any, ctx: ts.ToolContext) -> str:
+        level = str(args["level"])
+        self.runs.append(level)
+        return level
+
+
+@pytest.mark.parametrize(
+    ("level", "rules", "expected"),
+    [
+        ("allow", {}, "ran"),
+        ("deny", {}, "permission_denied"),
+        ("ask", {}, "asked"),
+        ("deny", {"allow": ["guarded"]}, "permission_denied"),
+        ("ask", {"allow": ["guarded"]}, "asked"),
+        ("allow", {"deny": ["guarded"]}, "permission_denied"),
+        ("allow", {"ask": ["guarded"]}, "asked"),
+        ("raise", {"allow": ["guarded"]}, "permission_denied"),
+        ("garbage", {"allow": ["guarded"]}, "permission_denied"),
+    ],
+)
+async def test_check_permissions_feeds_the_same_decision(level: str, rules: dict[str, Any], expected: str) -> None:
+    tool = Guarded()
+    outcome = await run_one(ts.Executor([tool], permissions=permissions(**rules)), "guarded", {"level": level})
+    assert verdict(outcome) == expected
+    assert tool.runs == ([level] if expected == "ran" else [])
+
+
+async def test_check_permissions_reasons_reach_the_model_and_the_person() -> None:
+    tool = Guarded()
+    executor = ts.Executor([tool])
+    denied = await run_one(executor, "guarded", {"level": "deny"})
+    assert denied.results[0].error == "level deny is never allowed"
+    asked = await run_one(executor, "guarded", {"level": "ask"})
+    assert asked.pending[0].reason == "level ask needs a person"
+    failed = await run_one(executor, "guarded", {"level": "raise"})
+    assert "permission backend down" in (failed.results[0].error or "")
+    assert tool.checked == [("c1", False)] * 3
+
+
+async def test_needs_approval_is_judged_on_the_parsed_arguments() -> None:
+    runs: list[int] = []
+
+    @ts.tool(needs_approval=lambda args: args["amount"] > 100)
+    async def pay(amount: int) -> int:
+        runs.append(amount)
+        return amount
+
+    executor = ts.Executor([pay])
+    outcome = await executor.run(
+        [ts.ToolCall("small", "pay", {"amount": 5}), ts.ToolCall("big", "pay", '{"amount": 500}')]
+    )
+    assert [r.call_id for r in outcome.results] == ["small"]
+    assert [p.call_id for p in outcome.pending] == ["big"]
+    assert runs == [5]
+
+
+async def test_a_needs_approval_that_raises_asks() -> None:
+    def judge(args: Any) -> bool:
+        raise KeyError("nope")
+
+    @ts.tool(needs_approval=judge)
+    async def act() -> str:
+        return "done"
+
+    assert verdict(await run_one(ts.Executor([act]), "act", {})) == "asked"
+
+
+# -- interaction and exports -------------------------------------------------------
+
+
+async def test_tools_that_need_a_person_are_refused_in_non_interactive_runs() -> None:
+    runs: list[str] = []
+
+    @ts.tool(requires_user_interaction=True)
+    async def ask_user(question: str) -> str:
+        runs.append(question)
+        return "yes"
+
+    refused = await run_one(ts.Executor([ask_user]), "ask_user", {"question": "ok?"})
+    assert verdict(refused) == "interaction_required"
+    ran = await run_one(ts.Executor([ask_user], interactive=True), "ask_user", {"question": "ok?"})
+    assert verdict(ran) == "ran"
+    assert runs == ["ok?"]
+
+
+def test_a_tool_denied_outright_disappears_from_every_tool_list() -> None:
+    registry = ts.ToolRegistry(Workspace().tools)
+    perms = permissions(deny=["remove", "old_edit", "read(/etc/**)"])
+    expected = ["bash", "bulk", "grep", "read"]
+    assert [t["name"] for t in registry.to_anthropic(permissions=perms)] == expected
+    assert [t["name"] for t in registry.to_openai(permissions=perms)] == expected
+    assert [t["name"] for t in registry.to_openai(strict=True, permissions=perms)] == expected
+    assert [t["function"]["name"] for t in registry.to_openai_chat(permissions=perms)] == expected
+    assert [d["name"] for d in registry.to_gemini(permissions=perms)[0]["function_declarations"]] == expected
+    assert len(registry.to_anthropic()) == 6
+    planning = permissions(mode="plan")
+    assert [t["name"] for t in registry.to_anthropic(permissions=planning)] == ["grep", "read"]
+
+
+async def test_a_denied_call_in_a_turn_leaves_its_siblings_alone() -> None:
+    workspace = Workspace()
+    executor = workspace.executor(permissions=permissions(deny=["edit(secret/**)"]))
+    outcome = await executor.run(
+        [
+            ts.ToolCall("1", "read", {"path": "a"}),
+            ts.ToolCall("2", "edit", {"path": "secret/x"}),
+            ts.ToolCall("3", "edit", {"path": "b"}),
+        ]
+    )
+    assert [(r.call_id, r.error_kind) for r in outcome.results] == [
+        ("1", None), ("2", "permission_denied"), ("3", None)
+    ]
+    assert workspace.runs == [("read", "a"), ("edit", "b")]
