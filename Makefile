@@ -22,9 +22,11 @@ demo: build
 test-rust:
 	cargo test --quiet
 
+# The journal tests need PostgreSQL: the script runs pytest beside a
+# throwaway server (installing Debian's postgresql package when missing).
 test-python: build
 	$(BIN)/python -m mypy.stubtest toolsched._core
-	$(BIN)/python -m pytest
+	tests/postgres_server.sh $(BIN)/python -m pytest
 
 test: test-rust test-python
 

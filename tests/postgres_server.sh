@@ -29,13 +29,17 @@ find_bindir() {
 
 bindir="$(find_bindir)"
 if [ -z "$bindir" ]; then
+    as_root=()
     if [ "$(id -u)" -ne 0 ]; then
-        echo "PostgreSQL is not installed and installing it needs root: apt-get install postgresql" >&2
-        exit 1
+        if ! sudo -n true 2>/dev/null; then
+            echo "PostgreSQL is not installed and installing it needs root: apt-get install postgresql" >&2
+            exit 1
+        fi
+        as_root=(sudo -n)
     fi
     echo "installing PostgreSQL (Debian package postgresql) for the journal tests" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    "${as_root[@]}" apt-get update -qq
+    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
     bindir="$(find_bindir)"
     if [ -z "$bindir" ]; then
         echo "the postgresql package installed no initdb under /usr/lib/postgresql/*/bin" >&2

@@ -193,16 +193,21 @@ class PostgresJournal(Journal):
                 self.dsn,
                 autocommit=True,
                 connect_timeout=max(1, round(self.connect_timeout)),
-                application_name="toolsched-journal",
+                # Names the owner, so an operator can see which process holds a connection.
+                application_name=f"toolsched-journal {self.owner}"[:63],
             )
         except psycopg.Error as exc:
             raise JournalError(f"cannot connect to the journal's {self._where}: {exc}") from None
         if self.schema is not None:
             from psycopg import sql
 
+            schema = sql.Identifier(self.schema)
             try:
-                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
-                conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+                try:
+                    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+                except psycopg.errors.UniqueViolation:
+                    pass  # another journal created it at the same moment
+                conn.execute(sql.SQL("SET search_path TO {}").format(schema))
             except psycopg.Error as exc:
                 conn.close()
                 raise JournalError(f"cannot use schema {self.schema!r} on {self._where}: {exc}") from None
