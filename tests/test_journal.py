@@ -370,6 +370,32 @@ async def test_concurrent_runs_on_one_and_on_several_connections(store: Store) -
             await journal.close()
 
 
+async def test_writes_made_at_once_each_get_their_own_answer(store: Store) -> None:
+    calls = turn(8)
+    answers: dict[str, str] = {}
+    async with store.open() as journal:
+        await journal.begin_run("r", calls)
+        await journal.record("r", "c3", "finished", result("c3"))
+
+        async def start(call_id: str) -> None:
+            try:
+                await journal.record("r", call_id, "started")
+            except ts.JournalError as exc:
+                answers[call_id] = str(exc)
+            else:
+                answers[call_id] = "written"
+
+        async with anyio.create_task_group() as group:
+            for call in calls:
+                group.start_soon(start, call.id)
+        record = await journal.load("r")
+    assert answers.pop("c3") == "call 'c3' of run 'r' already finished; its result is final"
+    assert set(answers.values()) == {"written"} and len(answers) == 7
+    assert [(entry.state, entry.starts) for entry in record.calls] == [
+        ("finished", 0) if entry.call_id == "c3" else ("started", 1) for entry in record.calls
+    ]
+
+
 # -- claims ----------------------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ drive the same run.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -459,6 +460,20 @@ def check_age(older_than: timedelta) -> timedelta:
 T = TypeVar("T")
 
 
+class PendingRecord:
+    """One ``record`` waiting to be written; the writer that takes it sets ``error`` or leaves it None."""
+
+    __slots__ = ("call_id", "done", "error", "payload", "run_id", "transition")
+
+    def __init__(self, run_id: str, call_id: str, transition: str, payload: str | None) -> None:
+        self.run_id = run_id
+        self.call_id = call_id
+        self.transition = transition
+        self.payload = payload
+        self.done = False
+        self.error: BaseException | None = None
+
+
 class Journal(ABC):
     """Where a durable run records its calls' transitions (``SqliteJournal``, ``PostgresJournal``).
 
@@ -487,6 +502,8 @@ class Journal(ABC):
         self.owner = owner if owner is not None else default_owner()
         self.lease = check_lease(lease)
         self._lock = threading.Lock()
+        self._queue_lock = threading.Lock()
+        self._queue: list[PendingRecord] = []
         self._opened = False
         self._closed = False
 
@@ -522,12 +539,41 @@ class Journal(ABC):
 
     def _locked(self, operation: Callable[[], T]) -> T:
         with self._lock:
-            if self._closed:
-                raise JournalError("the journal is closed")
-            if not self._opened:
-                self._connect()
-                self._opened = True
+            self._ready()
             return operation()
+
+    def _ready(self) -> None:
+        if self._closed:
+            raise JournalError("the journal is closed")
+        if not self._opened:
+            self._connect()
+            self._opened = True
+
+    def _write_record(self, write: PendingRecord) -> None:
+        """Group commit: whoever holds the connection writes every queued transition in one transaction.
+
+        Each caller still returns only once its own row is committed; a write
+        the journal refuses fails alone, a database failure fails the batch.
+        """
+        with self._queue_lock:
+            self._queue.append(write)
+        with self._lock:
+            if not write.done:
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                try:
+                    self._ready()
+                    self._record_batch(batch)
+                except BaseException as exc:
+                    for pending in batch:
+                        if pending.error is None:
+                            pending.error = exc if pending is write else copy.copy(exc)
+                    raise
+                finally:
+                    for pending in batch:
+                        pending.done = True
+        if write.error is not None:
+            raise write.error
 
     # -- operations -----------------------------------------------------------------
 
@@ -561,7 +607,7 @@ class Journal(ABC):
         if transition == "finished" and isinstance(payload, ToolResult) and payload.call_id != call_id:
             raise JournalError(f"the result of call {payload.call_id!r} cannot finish call {call_id!r}")
         stored = encode_payload(transition, call_id, payload)
-        await self._run(lambda: self._record(run_id, call_id, transition, stored))
+        await anyio.to_thread.run_sync(self._write_record, PendingRecord(run_id, call_id, transition, stored))
 
     async def load(self, run_id: str) -> RunRecord:
         """The run as journaled; ``UnknownRunError`` when there is none."""
@@ -611,7 +657,8 @@ class Journal(ABC):
     def _begin_run(self, run_id: str, rows: Sequence[tuple[int, str, str, str, str, str]]) -> None: ...
 
     @abstractmethod
-    def _record(self, run_id: str, call_id: str, transition: str, payload: str | None) -> None: ...
+    def _record_batch(self, writes: Sequence[PendingRecord]) -> None:
+        """Writes the transitions in one transaction; sets ``error`` on each one refused."""
 
     @abstractmethod
     def _load(self, run_id: str) -> RunRecord: ...

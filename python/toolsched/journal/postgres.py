@@ -24,6 +24,7 @@ from toolsched.journal.base import (
     JournalCorruptError,
     JournalError,
     JournalVersionError,
+    PendingRecord,
     RunClaimedError,
     RunExistsError,
     RunRecord,
@@ -326,25 +327,34 @@ class PostgresJournal(Journal):
                 for row in rows:
                     copy.write_row((run_id, *row))
 
-    def _record(self, run_id: str, call_id: str, transition: str, payload: str | None) -> None:
-        params = {
-            "run": run_id,
-            "call": call_id,
-            "owner": self.owner,
-            "kind": transition,
-            "payload": payload,
-            "lease": self.lease.total_seconds(),
-            "allowed": sorted(ALLOWED_FROM[transition]),
-        }
+    def _record_batch(self, writes: Sequence[PendingRecord]) -> None:
         with self._translated():
             conn = self._connection()
-            if conn.execute(_RECORD, params).fetchone() is not None:
+            if len(writes) == 1:
+                # Autocommit: the one statement is its own transaction, one round trip.
+                self._record(conn, writes[0])
                 return
-            refusal = self._refusal(conn, run_id)
-            if not isinstance(refusal, RunClaimedError) or refusal.owner != self.owner:
-                raise refusal
+            with conn.transaction():
+                for write in writes:
+                    self._record(conn, write)
+
+    def _record(self, conn: psycopg.Connection[Any], write: PendingRecord) -> None:
+        params = {
+            "run": write.run_id,
+            "call": write.call_id,
+            "owner": self.owner,
+            "kind": write.transition,
+            "payload": write.payload,
+            "lease": self.lease.total_seconds(),
+            "allowed": sorted(ALLOWED_FROM[write.transition]),
+        }
+        if conn.execute(_RECORD, params).fetchone() is not None:
+            return
+        refusal = self._refusal(conn, write.run_id)
+        if isinstance(refusal, RunClaimedError) and refusal.owner == self.owner:
             current = conn.execute(_STATE, params).fetchone()
-            raise transition_refused(run_id, call_id, transition, current[0] if current else None)
+            refusal = transition_refused(write.run_id, write.call_id, write.transition, current[0] if current else None)
+        write.error = refusal
 
     def _read(self, conn: psycopg.Connection[Any], run_id: str) -> RunRecord:
         run = conn.execute(

@@ -25,6 +25,7 @@ from toolsched.journal.base import (
     JournalCorruptError,
     JournalError,
     JournalVersionError,
+    PendingRecord,
     RunClaimedError,
     RunExistsError,
     RunRecord,
@@ -286,23 +287,31 @@ class SqliteJournal(Journal):
                 [(run_id, *row) for row in rows],
             )
 
-    def _record(self, run_id: str, call_id: str, transition: str, payload: str | None) -> None:
+    def _record_batch(self, writes: Sequence[PendingRecord]) -> None:
         now = time.time()
         with self._transaction(write=True) as conn:
-            held = conn.execute(
-                "UPDATE toolsched_runs SET updated_at = ?, lease_until = ? WHERE run_id = ? AND owner = ?",
-                (now, now + self.lease.total_seconds(), run_id, self.owner),
-            )
-            if held.rowcount == 0:
-                raise self._refusal(conn, run_id)
-            current = self._state(conn, run_id, call_id)
-            if current not in ALLOWED_FROM[transition]:
-                raise transition_refused(run_id, call_id, transition, current)
-            conn.execute(
-                "INSERT INTO toolsched_transitions (run_id, call_id, kind, payload, recorded_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (run_id, call_id, transition, payload, now),
-            )
+            for write in writes:
+                try:
+                    self._record(conn, now, write)
+                except JournalError as refused:
+                    # Only the checks raise here, before this write changed anything but its own lease.
+                    write.error = refused
+
+    def _record(self, conn: sqlite3.Connection, now: float, write: PendingRecord) -> None:
+        run_id, call_id, transition = write.run_id, write.call_id, write.transition
+        held = conn.execute(
+            "UPDATE toolsched_runs SET updated_at = ?, lease_until = ? WHERE run_id = ? AND owner = ?",
+            (now, now + self.lease.total_seconds(), run_id, self.owner),
+        )
+        if held.rowcount == 0:
+            raise self._refusal(conn, run_id)
+        current = self._state(conn, run_id, call_id)
+        if current not in ALLOWED_FROM[transition]:
+            raise transition_refused(run_id, call_id, transition, current)
+        conn.execute(
+            "INSERT INTO toolsched_transitions (run_id, call_id, kind, payload, recorded_at) VALUES (?, ?, ?, ?, ?)",
+            (run_id, call_id, transition, write.payload, now),
+        )
 
     @staticmethod
     def _state(conn: sqlite3.Connection, run_id: str, call_id: str) -> str | None:
