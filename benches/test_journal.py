@@ -59,7 +59,7 @@ def journal(
         schema = f"journal_bench_{uuid4().hex[:12]}"
         made = ts.PostgresJournal(dsn, schema=schema)
     else:
-        made = ts.SqliteJournal(tmp_path / "journal.db", synchronous=request.param.removeprefix("sqlite-"))  # type: ignore[arg-type]
+        made = ts.SqliteJournal(tmp_path / "journal.db", synchronous=request.param.removeprefix("sqlite-"))
     loop.run_until_complete(made.open())
     yield made
     loop.run_until_complete(made.close())

@@ -81,7 +81,7 @@ def raw(store: Store, statement: str, params: tuple[Any, ...] = ()) -> list[tupl
     assert store.dsn is not None and store.schema is not None
     with psycopg.connect(store.dsn, autocommit=True) as pg:
         pg.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(store.schema)))
-        cursor = pg.execute(statement.replace("?", "%s"), params)  # type: ignore[arg-type]
+        cursor = pg.execute(statement.replace("?", "%s"), params)
         return cursor.fetchall() if cursor.description else []
 
 
@@ -226,7 +226,7 @@ async def test_transitions_out_of_order_are_refused(store: Store) -> None:
         with pytest.raises(ts.JournalError, match="has no call 'zz'"):
             await journal.record("r", "zz", "started")
         with pytest.raises(ts.JournalError, match="transition must be one of"):
-            await journal.record("r", "a", "planned")  # type: ignore[arg-type]
+            await journal.record("r", "a", "planned")
         with pytest.raises(ts.JournalError, match="cannot finish call 'a'"):
             await journal.record("r", "a", "finished", result("b"))
         with pytest.raises(ts.JournalError, match="carries a ToolResult"):
@@ -715,6 +715,14 @@ async def test_a_damaged_or_foreign_sqlite_file_is_refused_and_not_overwritten(t
     assert str(path) in str(caught.value)
     assert path.read_bytes() == before
     assert not wal_exists(path)
+
+
+async def test_a_sqlite_path_that_cannot_hold_a_journal_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ts.JournalError, match="is a directory"):
+        await ts.SqliteJournal(tmp_path).open()
+    missing = tmp_path / "no such dir" / "journal.db"
+    with pytest.raises(ts.JournalError, match=r"cannot open the journal .*no such dir"):
+        await ts.SqliteJournal(missing).open()
 
 
 async def test_an_empty_file_becomes_a_journal(tmp_path: Path) -> None:
