@@ -32,8 +32,9 @@ from uuid import uuid4
 import anyio
 import psycopg
 import pytest
-import toolsched as ts
 from psycopg import sql
+
+import toolsched as ts
 
 DSN_VARIABLE = "TOOLSCHED_TEST_POSTGRES_DSN"
 OUTPUT = {"path": "src/module.py", "lines": ["x = 1"] * 20}

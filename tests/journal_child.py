@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+
 import toolsched as ts
 
 

@@ -27,12 +27,13 @@ import anyio
 import anyio.lowlevel
 import psycopg
 import pytest
-import toolsched as ts
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 from journal_child import CHILD, Store, expected_output, turn
 from psycopg import sql
 from pydantic import BaseModel
+
+import toolsched as ts
 
 pytestmark = pytest.mark.anyio
 
