@@ -38,6 +38,19 @@ from toolsched.events import (
 from toolsched.executor import Executor
 from toolsched.guardrails import GuardrailEvent, Reject
 from toolsched.hooks import BatchEvent, HookEvent, Hooks, Rewrite
+from toolsched.journal import (
+    Journal,
+    JournalCorruptError,
+    JournaledCall,
+    JournalError,
+    JournalVersionError,
+    PostgresJournal,
+    RunClaimedError,
+    RunExistsError,
+    RunRecord,
+    SqliteJournal,
+    UnknownRunError,
+)
 from toolsched.outcome import Outcome
 from toolsched.permissions import Decision, Permissions
 from toolsched.registry import ToolRegistry
@@ -66,6 +79,11 @@ __all__ = [
     "GuardrailTripped",
     "HookEvent",
     "Hooks",
+    "Journal",
+    "JournalCorruptError",
+    "JournalError",
+    "JournalVersionError",
+    "JournaledCall",
     "McpConnectionError",
     "McpToolError",
     "MissingResultError",
@@ -74,16 +92,21 @@ __all__ = [
     "Parallel",
     "Partitioned",
     "Permissions",
+    "PostgresJournal",
     "Reject",
     "ResourceAware",
     "ResponseFormatError",
     "Rewrite",
     "RuleError",
+    "RunClaimedError",
+    "RunExistsError",
     "RunFinished",
+    "RunRecord",
     "RunState",
     "SchemaError",
     "SemanticError",
     "Sequential",
+    "SqliteJournal",
     "StateError",
     "Strategy",
     "Tool",
@@ -99,6 +122,7 @@ __all__ = [
     "ToolStarted",
     "ToolUpdated",
     "ToolschedError",
+    "UnknownRunError",
     "UnknownToolError",
     "WorkloadError",
     "__version__",
