@@ -40,6 +40,19 @@ from toolsched.events import (
 from toolsched.executor import Executor
 from toolsched.guardrails import GuardrailEvent, Reject
 from toolsched.hooks import BatchEvent, HookEvent, Hooks, Rewrite
+from toolsched.journal import (
+    Journal,
+    JournalCorruptError,
+    JournaledCall,
+    JournalError,
+    JournalVersionError,
+    PostgresJournal,
+    RunClaimedError,
+    RunExistsError,
+    RunRecord,
+    SqliteJournal,
+    UnknownRunError,
+)
 from toolsched.outcome import Outcome
 from toolsched.permissions import Decision, Permissions
 from toolsched.registry import ToolRegistry
@@ -68,6 +81,11 @@ __all__ = [
     "GuardrailTripped",
     "HookEvent",
     "Hooks",
+    "Journal",
+    "JournalCorruptError",
+    "JournalError",
+    "JournalVersionError",
+    "JournaledCall",
     "McpConnectionError",
     "McpToolError",
     "MissingResultError",
@@ -76,16 +94,21 @@ __all__ = [
     "Parallel",
     "Partitioned",
     "Permissions",
+    "PostgresJournal",
     "Reject",
     "ResourceAware",
     "ResponseFormatError",
     "Rewrite",
     "RuleError",
+    "RunClaimedError",
+    "RunExistsError",
     "RunFinished",
+    "RunRecord",
     "RunState",
     "SchemaError",
     "SemanticError",
     "Sequential",
+    "SqliteJournal",
     "StateError",
     "Strategy",
     "Tool",
@@ -102,6 +125,7 @@ __all__ = [
     "ToolTimeoutError",
     "ToolUpdated",
     "ToolschedError",
+    "UnknownRunError",
     "UnknownToolError",
     "WorkerProcessError",
     "WorkloadError",
