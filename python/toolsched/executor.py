@@ -200,7 +200,7 @@ class Executor:
 
     - ``strategy``: how calls are scheduled (default ``Partitioned()``);
     - ``on_event`` / ``on_progress``: callbacks (plain or async) for every event,
-      or for progress only;
+      or for progress only; ``on_event`` may be a list of callbacks, each called in turn;
     - ``on_error``: ``"result"`` (a failed tool becomes an ``execution_error``
       result) or ``"raise"`` (``ToolCallFailed`` once the failing batch settles);
     - ``unknown_tool``: ``"result"`` or ``"raise"`` (``UnknownToolError``);
@@ -221,7 +221,7 @@ class Executor:
         tools: ToolRegistry | Iterable[Tool | Callable[..., Any]],
         *,
         strategy: Strategy | None = None,
-        on_event: EventCallback | None = None,
+        on_event: EventCallback | Sequence[EventCallback] | None = None,
         on_progress: EventCallback | None = None,
         on_error: Literal["result", "raise"] = "result",
         unknown_tool: Literal["result", "raise"] = "result",
@@ -252,7 +252,13 @@ class Executor:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise OptionError(f"{label} must be a positive integer, got {value!r}")
-        self.on_event = on_event
+        if isinstance(on_event, (list, tuple)):
+            on_event = tuple(on_event)
+            if not all(callable(sink) for sink in on_event):
+                raise OptionError(f"on_event must be a callable or a list of callables, got {on_event!r}")
+        elif on_event is not None and not callable(on_event):
+            raise OptionError(f"on_event must be a callable or a list of callables, got {on_event!r}")
+        self.on_event: EventCallback | tuple[EventCallback, ...] | None = on_event
         self.on_progress = on_progress
         self.on_error = on_error
         self.unknown_tool = unknown_tool
@@ -422,7 +428,9 @@ class Executor:
 
     def _emitter(self, extra: Callable[[Event], Any] | None) -> _Emitter | None:
         sinks: list[Callable[[Event], Any]] = []
-        if self.on_event is not None:
+        if isinstance(self.on_event, (list, tuple)):
+            sinks.extend(self.on_event)
+        elif self.on_event is not None:
             sinks.append(self.on_event)
         if self.on_progress is not None:
             on_progress = self.on_progress
