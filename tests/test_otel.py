@@ -1,4 +1,4 @@
-"""OpenTelemetry: spans per call and per batch (GenAI conventions) and metrics, read from the SDK's in-memory exporter."""
+"""OpenTelemetry: spans per call and per batch (GenAI conventions) and metrics, read from in-memory exporters."""
 
 from __future__ import annotations
 
