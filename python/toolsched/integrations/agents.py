@@ -53,9 +53,9 @@ from toolsched.tools import _TOOL_OPTIONS, Tool
 
 try:
     from agents import Agent, FunctionTool
-    from agents import ToolContext as AgentsToolContext
+    from agents.tool_context import ToolContext as AgentsToolContext
     from pydantic import BaseModel
-except ImportError as exc:  # pragma: no cover - depends on the environment
+except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "toolsched.integrations.agents needs the `openai-agents` package: pip install 'toolsched[agents]'"
     ) from exc

@@ -44,7 +44,7 @@ try:
     from langchain_core.messages import ToolMessage
     from langchain_core.tools import BaseTool
     from langchain_core.utils.function_calling import convert_to_openai_function
-except ImportError as exc:  # pragma: no cover - depends on the environment
+except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "toolsched.integrations.langchain needs the `langchain-core` package: pip install 'toolsched[langgraph]'"
     ) from exc

@@ -64,7 +64,7 @@ try:
     from langgraph.errors import GraphBubbleUp
     from langgraph.prebuilt import InjectedState, InjectedStore, ToolRuntime
     from langgraph.runtime import get_runtime
-except ImportError as exc:  # pragma: no cover - depends on the environment
+except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "toolsched.integrations.langgraph needs the `langgraph` package: pip install 'toolsched[langgraph]'"
     ) from exc
