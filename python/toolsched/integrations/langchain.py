@@ -18,8 +18,9 @@ tool is treated as writing and unsafe to run beside others.
 
 A call invokes the tool as LangGraph does, with a tool call (so
 ``InjectedToolCallId`` arguments receive the call's ID and LangChain's callbacks
-and tracing see the run); async tools are awaited, sync ones run in a worker
-thread. The output is the ``ToolMessage``'s content. A message the tool marks
+and tracing see the run); async tools are awaited (on trio, where LangChain's
+async code cannot run, on an asyncio loop in a worker thread), sync ones run
+in a worker thread. The output is the ``ToolMessage``'s content. A message the tool marks
 as an error (its ``handle_tool_error``) becomes an ``execution_error`` whose
 message is the tool's text (``LangChainToolError``). Model-supplied values for
 injected arguments are dropped. Needs ``langchain-core``
@@ -32,8 +33,10 @@ import functools
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+import anyio
 import anyio.to_thread
 import pydantic
+import sniffio
 
 from toolsched.context import ToolContext
 from toolsched.errors import ToolDefinitionError, ToolschedError
@@ -162,8 +165,13 @@ class LangChainTool(Tool):
             arguments.update(injected)
         tool_call = {"name": self.tool.name, "args": arguments, "id": call_id or None, "type": "tool_call"}
         try:
-            if self._async:
+            if self._async and sniffio.current_async_library() == "asyncio":
                 response = await self.tool.ainvoke(tool_call, config)
+            elif self._async:
+                # LangChain's async machinery needs asyncio: elsewhere (trio) the call gets an asyncio loop
+                # of its own in a worker thread, which a timeout abandons rather than cancels.
+                run_on_asyncio = functools.partial(anyio.run, self.tool.ainvoke, tool_call, config, backend="asyncio")
+                response = await anyio.to_thread.run_sync(run_on_asyncio, abandon_on_cancel=self.timeout is not None)
             else:
                 invoke = functools.partial(self.tool.invoke, tool_call, config)
                 response = await anyio.to_thread.run_sync(invoke, abandon_on_cancel=self.timeout is not None)

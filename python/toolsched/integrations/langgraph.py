@@ -403,8 +403,9 @@ class ToolNode(Runnable[Any, Any]):
             return self._message(result.call_id, name, result.error or result.error_kind, error=True)
         if isinstance(response, ToolMessage):
             update: dict[str, Any] = {}
-            if result.truncated:
-                update["content"] = _content(result.output)
+            content = _content(result.output if result.truncated else response.content)
+            if content != response.content:
+                update["content"] = content
             if response.name is None:
                 update["name"] = name
             return response.model_copy(update=update) if update else response
