@@ -23,6 +23,7 @@ from toolsched.errors import (
     ToolNameError,
     ToolschedError,
     UnknownToolError,
+    WorkloadError,
 )
 from toolsched.events import (
     BatchFinished,
@@ -37,11 +38,24 @@ from toolsched.events import (
 from toolsched.executor import Executor
 from toolsched.guardrails import GuardrailEvent, Reject
 from toolsched.hooks import BatchEvent, HookEvent, Hooks, Rewrite
+from toolsched.journal import (
+    Journal,
+    JournalCorruptError,
+    JournaledCall,
+    JournalError,
+    JournalVersionError,
+    PostgresJournal,
+    RunClaimedError,
+    RunExistsError,
+    RunRecord,
+    SqliteJournal,
+    UnknownRunError,
+)
 from toolsched.outcome import Outcome
 from toolsched.permissions import Decision, Permissions
 from toolsched.registry import ToolRegistry
 from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
-from toolsched.strategies import Batched, Parallel, Partitioned, Sequential, Strategy
+from toolsched.strategies import Batched, Parallel, Partitioned, ResourceAware, Sequential, Strategy
 from toolsched.tools import Access, FunctionTool, Tool, tool
 
 __version__ = "0.1.0"
@@ -65,6 +79,11 @@ __all__ = [
     "GuardrailTripped",
     "HookEvent",
     "Hooks",
+    "Journal",
+    "JournalCorruptError",
+    "JournalError",
+    "JournalVersionError",
+    "JournaledCall",
     "McpConnectionError",
     "McpToolError",
     "MissingResultError",
@@ -73,15 +92,21 @@ __all__ = [
     "Parallel",
     "Partitioned",
     "Permissions",
+    "PostgresJournal",
     "Reject",
+    "ResourceAware",
     "ResponseFormatError",
     "Rewrite",
     "RuleError",
+    "RunClaimedError",
+    "RunExistsError",
     "RunFinished",
+    "RunRecord",
     "RunState",
     "SchemaError",
     "SemanticError",
     "Sequential",
+    "SqliteJournal",
     "StateError",
     "Strategy",
     "Tool",
@@ -97,7 +122,9 @@ __all__ = [
     "ToolStarted",
     "ToolUpdated",
     "ToolschedError",
+    "UnknownRunError",
     "UnknownToolError",
+    "WorkloadError",
     "__version__",
     "tool",
 ]

@@ -28,6 +28,7 @@ __all__ = [
     "ToolNameError",
     "ToolschedError",
     "UnknownToolError",
+    "WorkloadError",
 ]
 
 
@@ -110,3 +111,7 @@ class McpConnectionError(ToolschedError, ConnectionError):
 
 class McpToolError(ToolschedError):
     """An MCP server reported that a tool call failed; the message is the server's."""
+
+
+class WorkloadError(ToolschedError, ValueError):
+    """A benchmark workload file is malformed; the message names the line and the field."""
