@@ -15,6 +15,8 @@ __all__ = [
     "AssemblyError",
     "GuardrailTripped",
     "OptionError",
+    "RefreshError",
+    "ResourceError",
     "RuleError",
     "SchemaError",
     "SemanticError",
@@ -90,3 +92,11 @@ class GuardrailTripped(ToolschedError):
         self.message = message
         self.call_id: str | None = None
         self.results: tuple[ToolResult, ...] = ()
+
+
+class RefreshError(ToolschedError):
+    """A registry's ``refresh_tools`` failed or gave something other than tools; the previous tool set stays."""
+
+
+class ResourceError(ToolschedError):
+    """A tool's per-run resource could not be opened, or is asked for where there is none."""
