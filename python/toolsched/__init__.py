@@ -10,6 +10,8 @@ from toolsched.errors import (
     AssemblyError,
     GuardrailTripped,
     OptionError,
+    RefreshError,
+    ResourceError,
     RuleError,
     SchemaError,
     SemanticError,
@@ -27,15 +29,19 @@ from toolsched.events import (
     RunFinished,
     ToolFinished,
     ToolProgress,
+    ToolsChanged,
+    ToolsRefreshFailed,
     ToolStarted,
     ToolUpdated,
 )
 from toolsched.executor import Executor
 from toolsched.guardrails import GuardrailEvent, Reject
 from toolsched.hooks import BatchEvent, HookEvent, Hooks, Rewrite
+from toolsched.nested import AgentTool, ChildRun, agent_tool
 from toolsched.outcome import Outcome
 from toolsched.permissions import Decision, Permissions
 from toolsched.registry import ToolRegistry
+from toolsched.resources import RunScope
 from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
 from toolsched.strategies import Batched, Parallel, Partitioned, Sequential, Strategy
 from toolsched.tools import Access, FunctionTool, Tool, tool
@@ -44,6 +50,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Access",
+    "AgentTool",
     "ApprovalError",
     "ApprovalRequest",
     "AssemblyError",
@@ -51,6 +58,7 @@ __all__ = [
     "BatchFinished",
     "BatchStarted",
     "Batched",
+    "ChildRun",
     "Decision",
     "Duplicate",
     "ErrorKind",
@@ -66,10 +74,13 @@ __all__ = [
     "Parallel",
     "Partitioned",
     "Permissions",
+    "RefreshError",
     "Reject",
+    "ResourceError",
     "Rewrite",
     "RuleError",
     "RunFinished",
+    "RunScope",
     "RunState",
     "SchemaError",
     "SemanticError",
@@ -88,8 +99,11 @@ __all__ = [
     "ToolResult",
     "ToolStarted",
     "ToolUpdated",
+    "ToolsChanged",
+    "ToolsRefreshFailed",
     "ToolschedError",
     "UnknownToolError",
     "__version__",
+    "agent_tool",
     "tool",
 ]

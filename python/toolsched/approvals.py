@@ -219,12 +219,19 @@ class RunState:
 
     @property
     def decisions(self) -> dict[str, Status]:
-        """Every call's status: ``done``, ``pending``, ``approved``, ``rejected`` or ``nested`` (its nested
-        run waits); the calls of a nested run follow, under prefixed IDs (``"p1/c2"``)."""
+        """Every call's status: ``done``, ``pending``, ``approved``, ``rejected`` or ``nested``.
+
+        ``nested`` is a call whose nested run waits; the calls of that run
+        follow it, under prefixed IDs (``"p1/c2"``).
+        """
         decisions: dict[str, Status] = {}
         for r in self._records:
             decisions[r.call_id] = r.status
             if r.child is not None:
+                for entry in r.child.journal:
+                    if isinstance(entry, TurnEntry):
+                        for result in entry.results:
+                            decisions[f"{r.call_id}/{result.call_id}"] = "done"
                 for call_id, status in r.child.state.decisions.items():
                     decisions[f"{r.call_id}/{call_id}"] = status
         return decisions

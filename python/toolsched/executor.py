@@ -255,8 +255,8 @@ class _Turn:
         self.completed: list[ToolResult] = []
         self.slots: list[int] = []
         self.tripped: GuardrailTripped | None = None
-        # Calls whose nested runs wait for approvals: (job, the nested run's record).
-        self.parked: list[tuple[_Job, ChildRecord]] = []
+        # Calls whose nested runs wait for approvals: (job, the nested run's record); None when none do.
+        self.parked: list[tuple[_Job, ChildRecord]] | None = None
 
     def carry(self, slot: int, result: ToolResult) -> None:
         """Takes over a result from an earlier part of the run (no events: it was reported then)."""
@@ -621,7 +621,7 @@ class Executor:
                 continue
             message = message or ""
             if error_kind == "unknown_tool":
-                message = _unavailable(view, tool_index, message)
+                message = _unavailable(view, call.name, message)
                 if self.unknown_tool == "raise":
                     raise UnknownToolError(message, call_id=call.id, tool_name=call.name)
             name = tools[tool_index].name if tool_index >= 0 else call.name
@@ -690,7 +690,7 @@ class Executor:
                 continue
             text = str(message)
             if error_kind == "unknown_tool":
-                text = _unavailable(view, tool_index, text)
+                text = _unavailable(view, call.name, text)
                 if self.unknown_tool == "raise":
                     raise UnknownToolError(text, call_id=call.id, tool_name=call.name)
             name = tools[tool_index].name if tool_index >= 0 else call.name
@@ -832,6 +832,8 @@ class Executor:
             kind, error, output = "guardrail_rejected", exc.message, None
         except NestedHold as hold:
             # The call's nested run waits for approvals: no result yet, the run ends interrupted.
+            if turn.parked is None:
+                turn.parked = []
             turn.parked.append((job, hold.record))
             if emit is not None:
                 await emit.flush()
@@ -1073,7 +1075,7 @@ class Executor:
         """The outcome of a run that waits for decisions, with the state to resume it from."""
         results = dict(zip(turn.slots, turn.completed, strict=True))
         waiting = {entry.job.slot: entry for entry in held}
-        parked = {job.slot: (job, child) for job, child in turn.parked}
+        parked = {job.slot: (job, child) for job, child in turn.parked or ()}
         records = []
         for slot, call in enumerate(slot_calls):
             args = call.args if isinstance(call.args, str) else detached(dict(call.args))
@@ -1201,14 +1203,16 @@ def _not_approved(tool_name: str, message: str | None) -> str:
     return f"{text}: {message}" if message else text
 
 
-def _unavailable(view: _View, tool_index: int, message: str) -> str:
+def _unavailable(view: _View, name: str, message: str) -> str:
     """The ``unknown_tool`` message, telling how to load a deferred tool that has not been."""
-    if tool_index < 0 or tool_index not in view.toolset.hidden:
+    toolset = view.toolset
+    member = toolset.by_name.get(name)
+    if member is None or member.name not in toolset.deferred or member.name in toolset.loaded:
         return message
-    name = view.tools[tool_index].name
-    search = f"`{SEARCH_TOOL_NAME}`" if SEARCH_TOOL_NAME in view.toolset.by_name else "tool search"
+    search = f"`{SEARCH_TOOL_NAME}`" if SEARCH_TOOL_NAME in toolset.by_name else "tool search"
     return (
-        f"tool `{name}` is not loaded yet: find it with {search} (which loads it), then call it in a later turn"
+        f"tool `{member.name}` is not loaded yet: find it with {search} (which loads it), "
+        "then call it in a later turn"
     )
 
 

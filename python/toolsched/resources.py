@@ -131,46 +131,44 @@ class RunResources:
     async def _keep(self, key: object, entry: _Entry, factory: ResourceFactory) -> None:
         scope = entry.scope
         name = scope.tool_name
-        try:
-            manager = factory(scope)
-            value = await manager.__aenter__()
-        except BaseException as exc:
-            # Later calls in this run try again; the calls waiting now fail with the reason.
-            del self._entries[key]
-            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            entry.failure = f"opening the per-run resource of `{name}` failed ({detail})"
-            entry.ready.set()
-            if isinstance(exc, Exception):
-                logger.warning("opening the per-run resource of %s failed", name, exc_info=True)
-                return
-            raise
-        entry.value = value
-        if scope.resource is None:
-            scope.resource = value
-        entry.ready.set()
-        ended: BaseException | None = None
-        try:
-            await self._closing.wait()
-        except BaseException as exc:
-            ended = exc
-            raise
-        finally:
-            await self._exit(manager, name, scope, ended if ended is not None else self.error)
-
-    @staticmethod
-    async def _exit(
-        manager: AbstractAsyncContextManager[Any], name: str, scope: RunScope, error: BaseException | None
-    ) -> None:
-        scope.error = error
-        with anyio.CancelScope(shield=True):
+        # Shielded only once the resource is open, so that closing completes even when the run
+        # is cancelled; the manager's own cancel scopes stay nested inside this one.
+        with anyio.CancelScope() as guard:
             try:
-                if error is None:
-                    await manager.__aexit__(None, None, None)
-                else:
-                    await manager.__aexit__(type(error), error, error.__traceback__)
+                manager = factory(scope)
+                value = await manager.__aenter__()
             except BaseException as exc:
-                if exc is not error:
-                    logger.warning("closing the per-run resource of %s failed", name, exc_info=True)
+                # Later calls in this run try again; the calls waiting now fail with the reason.
+                del self._entries[key]
+                detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                entry.failure = f"opening the per-run resource of `{name}` failed ({detail})"
+                entry.ready.set()
+                if isinstance(exc, Exception):
+                    logger.warning("opening the per-run resource of %s failed", name, exc_info=True)
+                    return
+                raise
+            entry.value = value
+            if scope.resource is None:
+                scope.resource = value
+            entry.ready.set()
+            ended: BaseException | None = None
+            try:
+                await self._closing.wait()
+            except BaseException as exc:
+                ended = exc
+                raise
+            finally:
+                guard.shield = True
+                error = ended if ended is not None else self.error
+                scope.error = error
+                try:
+                    if error is None:
+                        await manager.__aexit__(None, None, None)
+                    else:
+                        await manager.__aexit__(type(error), error, error.__traceback__)
+                except Exception as exc:
+                    if exc is not error:
+                        logger.warning("closing the per-run resource of %s failed", name, exc_info=True)
 
 
 current_resources: ContextVar[RunResources | None] = ContextVar("toolsched_run_resources", default=None)
