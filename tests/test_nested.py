@@ -316,3 +316,53 @@ def test_agent_tool_definitions_are_checked() -> None:
     schema = ts.ToolRegistry([fine]).to_anthropic()[0]
     assert schema["name"] == "helper"
     assert list(schema["input_schema"]["properties"]) == ["question"]
+
+
+async def test_parent_and_child_approvals_wait_together_and_decisions_are_not_asked_twice() -> None:
+    child = Child()
+    asked: list[str] = []
+
+    @ts.agent_tool(child.executor, needs_approval=True)
+    async def purge(paths: list[str], child: ts.ChildRun) -> list[Any]:
+        outcome = await child.run([ts.ToolCall(f"d{i}", "delete", {"path": p}) for i, p in enumerate(paths)])
+        return [r.output or r.error_kind for r in outcome.results]
+
+    def log_asks(event: ts.HookEvent) -> None:
+        asked.append(event.call_id)
+
+    executor = ts.Executor([purge], hooks=ts.Hooks().pre_tool_use("purge", log_asks))
+    first = await executor.run([ts.ToolCall("p1", "purge", {"paths": ["a", "b", "c"]})])
+    assert [r.call_id for r in first.pending] == ["p1"]
+    state = first.state
+    assert state is not None
+    state.approve("p1")
+    second = await executor.resume(state)
+    # The agent tool ran; now its child waits for three deletions.
+    assert [r.call_id for r in second.pending] == ["p1/d0", "p1/d1", "p1/d2"]
+    assert all(r.parent_call_id == "p1" for r in second.pending)
+    state = second.state
+    assert state is not None
+    with pytest.raises(ts.ApprovalError, match="p1/d0"):
+        state.approve("p1/d9")
+    state.reject("p1/d1")
+    state.approve("p1/d0", always=True)  # approves every waiting `delete` of the child run
+    assert state.decisions == {"p1": "nested", "p1/d0": "approved", "p1/d1": "rejected", "p1/d2": "approved"}
+    third = await executor.resume(ts.RunState.from_json(state.to_json(key="k"), key="k"))
+    assert third.results[0].output == ["deleted a", "permission_denied", "deleted c"]
+    assert child.ran == {"delete a": 1, "delete c": 1}
+    # The hooks see the call at each admission, but the approval given once holds: it is not asked again.
+    assert asked == ["p1", "p1", "p1"]
+    assert not third.interrupted and third.pending == []
+
+
+async def test_a_state_is_an_independent_copy_down_to_its_child_runs() -> None:
+    child = Child()
+    executor = ts.Executor(parent_tools(child, Counter()))
+    outcome = await executor.run([ts.ToolCall("p1", "tidy", {"site": "s"})])
+    one, two = outcome.state, outcome.state
+    assert one is not None and two is not None
+    one.approve("p1/d1")
+    assert two.decisions["p1/d1"] == "pending"
+    final = await executor.resume(two)
+    assert final.interrupted and [r.call_id for r in final.pending] == ["p1/d1"]
+    assert "delete s/old" not in child.ran

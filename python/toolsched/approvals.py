@@ -251,8 +251,14 @@ class RunState:
                 if record.status == "done":
                     raise ApprovalError(f"cannot {verb} call {call_id!r}: it already completed")
                 return position
+        raise self._refusal(call_id, verb)
+
+    def _refusal(self, call_id: str, verb: str) -> ApprovalError:
+        """Why ``call_id`` cannot be decided, from this run's point of view (nested calls by prefixed ID)."""
+        if self.decisions.get(call_id) == "done":
+            return ApprovalError(f"cannot {verb} call {call_id!r}: it already completed")
         known = ", ".join(repr(request.call_id) for request in self.pending) or "none"
-        raise ApprovalError(f"cannot {verb} call {call_id!r}: this run has no such call (waiting: {known})")
+        return ApprovalError(f"cannot {verb} call {call_id!r}: this run has no such call (waiting: {known})")
 
     def _nested(self, call_id: str) -> tuple[RunState, str] | None:
         """The nested run state that holds ``call_id`` (a prefixed ID) and the ID within it, if any."""
@@ -272,7 +278,10 @@ class RunState:
         """
         nested = self._nested(call_id)
         if nested is not None:
-            nested[0].approve(nested[1], always=always)
+            try:
+                nested[0].approve(nested[1], always=always)
+            except ApprovalError:
+                raise self._refusal(call_id, "approve") from None
             return
         position = self._undecided(call_id, "approve")
         if self._records[position].status == "nested":
@@ -298,7 +307,10 @@ class RunState:
             raise TypeError(f"reject(message=...) must be a string, got {type(message).__name__}")
         nested = self._nested(call_id)
         if nested is not None:
-            nested[0].reject(nested[1], message, always=always)
+            try:
+                nested[0].reject(nested[1], message, always=always)
+            except ApprovalError:
+                raise self._refusal(call_id, "reject") from None
             return
         position = self._undecided(call_id, "reject")
         record = self._records[position]
