@@ -313,6 +313,13 @@ class Executor:
       ask; without one such calls are held and the run ends ``interrupted``;
     - ``input_guardrails`` / ``output_guardrails``: checks just before a call
       runs and on its output (see ``toolsched.guardrails``).
+
+    Each run uses the registry's tool set as it is when the run starts; a
+    registry with ``refresh_tools`` is refreshed after each run's results are
+    complete (``ToolsChanged`` / ``ToolsRefreshFailed`` events), so the next
+    run sees the new set. Tools with per-run resources (``toolsched.resources``)
+    have them opened by the run on first use and closed when it ends; agent
+    tools (``toolsched.nested``) run child executors inside their calls.
     """
 
     def __init__(
