@@ -114,6 +114,9 @@ class RunResources:
     async def acquire(self, key: object, tool_name: str, factory: ResourceFactory) -> Any:
         """The resource of tool ``key`` in this run, opened by the first call that asks for it."""
         entry = self._entries.get(key)
+        if entry is not None and entry.ready.is_set() and entry.failure is None:
+            # Open already: no need to wait (waiting is a checkpoint, which would make the call suspend).
+            return entry.value
         if entry is None:
             if self._closing.is_set():
                 raise ResourceError(f"the run is ending: the per-run resource of `{tool_name}` cannot be opened")
