@@ -30,6 +30,7 @@ test: test-rust test-python
 
 bench: build
 	cargo bench --bench plan
+	cargo bench --bench conflicts
 	$(BIN)/python -m pytest benches --benchmark-only --benchmark-columns=min,median,mean,rounds -p no:randomly
 	$(BIN)/python benches/compare.py
 

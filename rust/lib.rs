@@ -5,6 +5,7 @@
 
 pub mod assemble;
 pub mod catalog;
+pub mod conflicts;
 pub mod error;
 pub mod plan;
 pub mod schedule;

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -256,6 +258,29 @@ async def test_is_enabled_is_asked_each_turn_for_calls_and_exports() -> None:
     switch["on"] = True
     assert (await executor.run([ts.ToolCall("c3", "deploy", {"n": 3})])).results[0].output == 3
     assert ran == [1, 3]
+
+
+async def test_a_real_mcp_server_adding_a_tool_is_seen_from_the_next_turn() -> None:
+    from toolsched import mcp as ts_mcp
+
+    server_script = str(Path(__file__).with_name("mcp_server.py"))
+    events: list[ts.Event] = []
+    with anyio.fail_after(30):
+        async with ts_mcp.connect_stdio(sys.executable, [server_script]) as server:
+            registry = ts.ToolRegistry(await server.tools(), refresh_tools=server.refresh_tools)
+            executor = ts.Executor(registry, on_event=events.append)
+            assert "echo" not in names(registry)
+            first = await executor.run(
+                [ts.ToolCall("g", "grow", {}), ts.ToolCall("e1", "echo", {"text": "too early"})]
+            )
+            assert first.results[0].output == "grown"
+            assert first.results[1].error_kind == "unknown_tool"
+            assert [e for e in events if isinstance(e, ts.ToolsChanged)] == [ts.ToolsChanged(("echo",), ())]
+            assert "echo" in names(registry)
+            second = await executor.run([ts.ToolCall("e2", "echo", {"text": "back"})])
+            assert second.results[0].output == "back"
+            # The list did not change after turn 2: its tools kept their objects, so no new set, no event.
+            assert len([e for e in events if isinstance(e, ts.ToolsChanged)]) == 1
 
 
 # -- deferred tools and tool_search ---------------------------------------------------

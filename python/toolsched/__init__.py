@@ -9,9 +9,13 @@ from toolsched.errors import (
     ApprovalError,
     AssemblyError,
     GuardrailTripped,
+    McpConnectionError,
+    McpToolError,
+    MissingResultError,
     OptionError,
     RefreshError,
     ResourceError,
+    ResponseFormatError,
     RuleError,
     SchemaError,
     SemanticError,
@@ -21,6 +25,7 @@ from toolsched.errors import (
     ToolNameError,
     ToolschedError,
     UnknownToolError,
+    WorkloadError,
 )
 from toolsched.events import (
     BatchFinished,
@@ -43,7 +48,7 @@ from toolsched.permissions import Decision, Permissions
 from toolsched.registry import ToolRegistry
 from toolsched.resources import RunScope
 from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
-from toolsched.strategies import Batched, Parallel, Partitioned, Sequential, Strategy
+from toolsched.strategies import Batched, Parallel, Partitioned, ResourceAware, Sequential, Strategy
 from toolsched.tools import Access, FunctionTool, Tool, tool
 
 __version__ = "0.1.0"
@@ -69,6 +74,9 @@ __all__ = [
     "GuardrailTripped",
     "HookEvent",
     "Hooks",
+    "McpConnectionError",
+    "McpToolError",
+    "MissingResultError",
     "OptionError",
     "Outcome",
     "Parallel",
@@ -76,7 +84,9 @@ __all__ = [
     "Permissions",
     "RefreshError",
     "Reject",
+    "ResourceAware",
     "ResourceError",
+    "ResponseFormatError",
     "Rewrite",
     "RuleError",
     "RunFinished",
@@ -103,6 +113,7 @@ __all__ = [
     "ToolsRefreshFailed",
     "ToolschedError",
     "UnknownToolError",
+    "WorkloadError",
     "__version__",
     "agent_tool",
     "tool",

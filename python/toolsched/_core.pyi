@@ -10,7 +10,9 @@ __all__ = [
     "ToolNameError",
     "ToolTable",
     "assemble",
+    "normalize_key",
     "plan_batches",
+    "plan_conflicts",
     "truncate",
 ]
 
@@ -45,5 +47,9 @@ class ToolTable:
 def plan_batches(
     strategy_name: str, safe: Sequence[bool], *, max_concurrency: int, size: int = 1
 ) -> list[tuple[int, int, int]]: ...
+def plan_conflicts(
+    accesses: Sequence[tuple[Sequence[str], Sequence[str]] | None],
+) -> tuple[list[int], list[int], list[int], list[int]]: ...
+def normalize_key(key: str) -> str: ...
 def assemble(count: int, slots: Sequence[int], results: list[Any]) -> list[Any]: ...
 def truncate(text: str, max_chars: int, *, max_lines: int | None = None, cut: str = "tail") -> tuple[str, int] | None: ...

@@ -14,9 +14,13 @@ __all__ = [
     "ApprovalError",
     "AssemblyError",
     "GuardrailTripped",
+    "McpConnectionError",
+    "McpToolError",
+    "MissingResultError",
     "OptionError",
     "RefreshError",
     "ResourceError",
+    "ResponseFormatError",
     "RuleError",
     "SchemaError",
     "SemanticError",
@@ -26,6 +30,7 @@ __all__ = [
     "ToolNameError",
     "ToolschedError",
     "UnknownToolError",
+    "WorkloadError",
 ]
 
 
@@ -92,6 +97,26 @@ class GuardrailTripped(ToolschedError):
         self.message = message
         self.call_id: str | None = None
         self.results: tuple[ToolResult, ...] = ()
+
+
+class ResponseFormatError(ToolschedError, ValueError):
+    """A provider response (or message) that an adapter cannot read: the message names the field and the rule."""
+
+
+class MissingResultError(ToolschedError, ValueError):
+    """A reply was asked for while a call still has no result (resume an interrupted run first)."""
+
+
+class McpConnectionError(ToolschedError, ConnectionError):
+    """An MCP server could not be reached, or its connection dropped."""
+
+
+class McpToolError(ToolschedError):
+    """An MCP server reported that a tool call failed; the message is the server's."""
+
+
+class WorkloadError(ToolschedError, ValueError):
+    """A benchmark workload file is malformed; the message names the line and the field."""
 
 
 class RefreshError(ToolschedError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import inspect
 import logging
 import math
@@ -45,13 +46,13 @@ from toolsched.hooks import BatchEvent, Hook, HookEvent, Hooks, HookTimeout, Rew
 from toolsched.nested import NestedHold, resuming
 from toolsched.outcome import Outcome
 from toolsched.permissions import Behavior, Decision, Permissions, ToolRules
-from toolsched.pool import run_pool
+from toolsched.pool import _NoticeFirstSuspension, run_pool
 from toolsched.registry import SEARCH_TOOL_NAME, ToolRegistry, ToolSet
 from toolsched.resources import RunResources, current_resources
 from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
 from toolsched.shaping import shape_output
 from toolsched.strategies import Partitioned, Strategy, resolve_cap
-from toolsched.tools import Tool, ToolFacts
+from toolsched.tools import Access, Tool, ToolFacts
 
 __all__ = ["Executor"]
 
@@ -766,6 +767,8 @@ class Executor:
     async def _run_batches(
         self, jobs: list[_Job], turn: _Turn, cap: int, steering: Steering | None
     ) -> list[Any]:
+        if self.strategy.kind == "resource_aware":
+            return await self._run_graph(jobs, turn, cap, steering)
         for number, (start, end, concurrency) in enumerate(self._batches(jobs, cap)):
             if number and steering is not None:
                 messages = await _maybe_await(steering())
@@ -812,6 +815,138 @@ class Executor:
     async def _run_pool(self, batch: list[_Job], concurrency: int, number: int, turn: _Turn) -> None:
         """Runs a concurrent batch on a pool that grows only when calls wait."""
         await run_pool(batch, concurrency, lambda job: self._execute(job, number, True, turn))
+
+    @staticmethod
+    def _access(job: _Job) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """The call's declared ``(reads, writes)``, or None when unknown (it then conflicts with every call)."""
+        try:
+            access = job.tool.resources(job.args)
+        except Exception:
+            logger.warning(
+                "resources() of %s raised; the call conflicts with every other call", job.tool.name, exc_info=True
+            )
+            return None
+        if access is None:
+            return None
+        if not isinstance(access, Access):
+            logger.warning(
+                "resources() of %s returned %r, not a toolsched.Access; the call conflicts with every other call",
+                job.tool.name,
+                access,
+            )
+            return None
+        return access.reads, access.writes
+
+    def _raises(self, job: _Job, turn: _Turn) -> bool:
+        """Whether ``job``, just finished, failed in a way that must raise (then nothing new starts)."""
+        if self.on_error != "raise" and job.tool.timeout_behavior != "raise":
+            return False
+        for position in range(len(turn.slots) - 1, -1, -1):
+            if turn.slots[position] == job.slot:
+                kind = turn.completed[position].error_kind
+                return kind == "timeout" or (kind == "execution_error" and self.on_error == "raise")
+        return False
+
+    async def _run_graph(self, jobs: list[_Job], turn: _Turn, cap: int, steering: Steering | None) -> list[Any]:
+        """``ResourceAware``: a call starts once every earlier call it conflicts with has finished.
+
+        The engine plans the waits from the declared resources in one
+        crossing. Workers take the ready calls, earliest in model order first;
+        the calling task is the first worker, and another joins (up to ``cap``)
+        each time a running call first waits while calls are ready, so calls
+        that never wait cost no task. Steering is checked after each call
+        while calls remain unstarted. The whole turn is batch 0.
+        """
+        count = len(jobs)
+        if count == 0:
+            return []
+        emit = turn.emit
+        workers_cap = min(cap, count)
+        concurrent = workers_cap > 1
+        if emit is not None:
+            emit(BatchStarted(0, tuple(job.call.id for job in jobs), concurrent))
+        blocked = await self._before_batch(jobs, 0, concurrent, turn) if self._pre_batch else None
+        state = _GraphState()
+        started = bytearray(count)
+        if blocked is not None:
+            for job in jobs:
+                turn.answer(job.slot, job.call, job.tool.name, "hook_blocked", blocked, 0)
+        elif count == 1:
+            # Nothing to plan: no crossing, no task.
+            await self._execute(jobs[0], 0, False, turn)
+        else:
+            accesses = [self._access(job) for job in jobs]
+            wait_offsets, _, dependent_offsets, dependents = _core.plan_conflicts(accesses)
+            remaining = [wait_offsets[i + 1] - wait_offsets[i] for i in range(count)]
+            ready = [i for i in range(count) if remaining[i] == 0]  # ascending, so already a heap
+            # A call of unknown resources waits for every earlier call, and every later one waits for it.
+            overlaps = [concurrent and access is not None for access in accesses]
+            may_raise = self.on_error == "raise" or any(job.tool.timeout_behavior == "raise" for job in jobs)
+
+            async with anyio.create_task_group() as group:
+
+                def grow() -> None:
+                    if ready and state.workers < workers_cap and not state.stopped:
+                        state.workers += 1
+                        group.start_soon(worker)
+
+                async def worker() -> None:
+                    while True:
+                        if ready and not state.stopped:
+                            index = heapq.heappop(ready)
+                            job = jobs[index]
+                            started[index] = 1
+                            state.started += 1
+                            state.running += 1
+                            await _NoticeFirstSuspension(self._execute(job, 0, overlaps[index], turn), grow)
+                            state.running -= 1
+                            first, end = dependent_offsets[index], dependent_offsets[index + 1]
+                            if first != end:
+                                for later in dependents[first:end]:
+                                    remaining[later] -= 1
+                                    if remaining[later] == 0:
+                                        heapq.heappush(ready, later)
+                            if turn.tripped is not None or (may_raise and self._raises(job, turn)):
+                                state.stopped = True
+                            elif steering is not None and state.started < count and not state.stopped:
+                                await self._steer(steering, state)
+                            state.wake_all()
+                        elif state.running == 0 or state.stopped:
+                            return
+                        else:
+                            await state.wait()
+
+                await worker()
+        if state.failure is not None:
+            raise state.failure
+        if state.messages:
+            for index in range(count):
+                if not started[index]:
+                    job = jobs[index]
+                    turn.answer(job.slot, job.call, job.tool.name, "skipped", _SKIPPED)
+        if self._post_batch:
+            await self._after_batch(jobs, 0, concurrent, turn)
+        if emit is not None:
+            emit(BatchFinished(0, tuple(job.call.id for job in jobs)))
+            await emit.flush()
+        if turn.tripped is not None:
+            raise self._trip(turn)
+        if self.on_error == "raise" or any(job.tool.timeout_behavior == "raise" for job in jobs):
+            self._raise_failure(jobs, turn)
+        return state.messages
+
+    @staticmethod
+    async def _steer(steering: Steering, state: _GraphState) -> None:
+        try:
+            messages = await _maybe_await(steering())
+        except Exception as exc:
+            # Raised from the run as it is, not inside the pool's exception group.
+            state.failure = exc
+            state.stopped = True
+            return
+        if messages and not state.stopped:
+            state.stopped = True
+            state.messages = list(messages)
 
     async def _execute(self, job: _Job, batch: int, concurrent: bool, turn: _Turn) -> None:
         """Phases 6 to 9 for one call: execute, shape, record."""
@@ -1221,6 +1356,35 @@ def _unavailable(view: _View, name: str, message: str) -> str:
         f"tool `{member.name}` is not loaded yet: find it with {search} (which loads it), "
         "then call it in a later turn"
     )
+
+
+class _GraphState:
+    """What the workers of a ``ResourceAware`` run share (internal)."""
+
+    __slots__ = ("_wake", "failure", "messages", "running", "started", "stopped", "waiting", "workers")
+
+    def __init__(self) -> None:
+        self.failure: Exception | None = None
+        self.messages: list[Any] = []
+        self.running = 0
+        self.started = 0
+        self.stopped = False
+        self.waiting = 0
+        self.workers = 1
+        self._wake = anyio.Event()
+
+    async def wait(self) -> None:
+        """Waits until a call finishes."""
+        self.waiting += 1
+        try:
+            await self._wake.wait()
+        finally:
+            self.waiting -= 1
+
+    def wake_all(self) -> None:
+        if self.waiting:
+            self._wake.set()
+            self._wake = anyio.Event()
 
 
 class _Timeout(Exception):

@@ -7,7 +7,16 @@ from dataclasses import dataclass
 
 from toolsched.errors import OptionError
 
-__all__ = ["DEFAULT_MAX_CONCURRENCY", "Batched", "Parallel", "Partitioned", "Sequential", "Strategy", "resolve_cap"]
+__all__ = [
+    "DEFAULT_MAX_CONCURRENCY",
+    "Batched",
+    "Parallel",
+    "Partitioned",
+    "ResourceAware",
+    "Sequential",
+    "Strategy",
+    "resolve_cap",
+]
 
 DEFAULT_MAX_CONCURRENCY = 10
 ENVIRONMENT_VARIABLE = "TOOLSCHED_MAX_CONCURRENCY"
@@ -62,7 +71,27 @@ class Partitioned:
         _check_size("Partitioned(max_concurrency=...)", self.max_concurrency)
 
 
-Strategy = Sequential | Parallel | Batched | Partitioned
+@dataclass(frozen=True, slots=True)
+class ResourceAware:
+    """Calls overlap unless they conflict over what they read and write.
+
+    Each call's ``resources(args)`` declares its keys (``Access(reads=...,
+    writes=...)``, with a directory key covering what is below it). A call
+    waits for every earlier call it conflicts with — one writes a key the other
+    reads or writes — and for nothing else; a call whose resources are unknown
+    conflicts with every call. At most ``max_concurrency`` calls are in flight,
+    earlier calls first. The final state is the same as running the calls one
+    by one in model order, given honest declarations.
+    """
+
+    max_concurrency: int | None = None
+    kind = "resource_aware"
+
+    def __post_init__(self) -> None:
+        _check_size("ResourceAware(max_concurrency=...)", self.max_concurrency)
+
+
+Strategy = Sequential | Parallel | Batched | Partitioned | ResourceAware
 
 
 def resolve_cap(strategy: Strategy) -> int:

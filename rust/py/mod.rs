@@ -13,6 +13,7 @@ use pyo3::types::{PyList, PyString, PyTuple};
 
 use crate::assemble::model_order;
 use crate::catalog::{Catalog, ToolSpec};
+use crate::conflicts::{normalize_key as engine_normalize_key, plan_dependencies, Access};
 use crate::error::EngineError;
 use crate::plan::{prepare_turn, Arguments, CallInput, Verdict};
 use crate::schedule::{plan_batches as engine_plan_batches, Strategy};
@@ -224,6 +225,34 @@ fn plan_batches(
     Ok(batches.into_iter().map(|b| (b.start, b.end, b.concurrency)).collect())
 }
 
+/// Plans a turn by resource conflicts. `accesses[i]` is call `i`'s
+/// `(reads, writes)` keys, or None when its resources are unknown.
+///
+/// Returns `(wait_offsets, waits, dependent_offsets, dependents)`: call `i`
+/// waits for the calls `waits[wait_offsets[i]:wait_offsets[i + 1]]` (earlier
+/// calls it conflicts with), and the calls in
+/// `dependents[dependent_offsets[i]:dependent_offsets[i + 1]]` wait for it.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn plan_conflicts(
+    py: Python<'_>,
+    accesses: Vec<Option<(Vec<String>, Vec<String>)>>,
+) -> PyResult<(Vec<u32>, Vec<u32>, Vec<u32>, Vec<u32>)> {
+    let calls: Vec<Option<Access>> = accesses
+        .into_iter()
+        .map(|access| access.map(|(reads, writes)| Access { reads, writes }))
+        .collect();
+    let plan = py.detach(|| plan_dependencies(&calls))?;
+    Ok((plan.wait_offsets, plan.waits, plan.dependent_offsets, plan.dependents))
+}
+
+/// A resource key in the form the conflict planner compares: `.` components,
+/// doubled and trailing slashes dropped, `name/..` resolved.
+#[pyfunction]
+fn normalize_key(key: &str) -> String {
+    engine_normalize_key(key)
+}
+
 /// Puts results that arrived in completion order into model order.
 /// `slots[i]` is the model-order slot of `results[i]`; every slot in
 /// `0..count` must be answered exactly once, else `AssemblyError`.
@@ -284,6 +313,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PyToolTable>()?;
     m.add_function(wrap_pyfunction!(plan_batches, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_conflicts, m)?)?;
+    m.add_function(wrap_pyfunction!(normalize_key, m)?)?;
     m.add_function(wrap_pyfunction!(assemble, m)?)?;
     m.add_function(wrap_pyfunction!(truncate, m)?)?;
     m.add("SchemaError", py.get_type::<SchemaError>())?;

@@ -1,0 +1,427 @@
+"""Tool loops for the official SDKs: send, execute, reinject, repeat.
+
+Each loop sends the conversation with the executor's tools, runs the tool
+calls of the reply through the executor, appends the assistant turn and the
+results to the conversation, and repeats until the model stops calling tools
+or ``max_turns`` requests have been made. What needs a person surfaces to
+the caller instead of being decided here:
+
+- calls held for approval end the loop with ``stop="interrupted"`` (the
+  pending requests are in ``result.pending``); decide them on
+  ``result.state`` (``approve``/``reject``) and call the loop again with
+  ``messages=result.history`` (or ``input=``/``contents=``),
+  ``resume=result`` and ``result.executor``;
+- a steering callback that returns messages ends the loop with
+  ``stop="steered"`` after the skipped calls are answered
+  (``result.steering_messages``);
+- cancelling the task that runs the loop cancels the request or the tools
+  in flight and propagates.
+
+``refresh_tools`` (a plain or async callable returning a new ``Executor``,
+or None to keep the current one) is consulted after each turn's results are
+complete, so the next request carries the new tool list; the executor in
+use at the end is ``result.executor``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from toolsched.errors import OptionError
+from toolsched.executor import Executor, Steering
+from toolsched.outcome import Outcome
+from toolsched.providers import anthropic, gemini, openai_chat, openai_responses
+from toolsched.providers.wire import read, resume_outcome
+from toolsched.registry import ToolRegistry
+from toolsched.results import ToolCall, ToolResult
+
+__all__ = ["LoopResult", "anthropic_loop", "gemini_loop", "openai_chat_loop", "openai_responses_loop"]
+
+Stop = Literal["done", "max_turns", "interrupted", "steered"]
+RefreshTools = Callable[[], Awaitable[Executor | None] | Executor | None]
+
+
+@dataclass(frozen=True, slots=True)
+class LoopResult:
+    """How a tool loop ended.
+
+    - ``history``: the conversation as the API takes it (messages for
+      Anthropic and Chat, input items for Responses, contents for Gemini),
+      ready to be sent again;
+    - ``response``: the last response from the model;
+    - ``text``: the text of that response, if any;
+    - ``stop``: ``"done"`` (no more tool calls), ``"max_turns"``,
+      ``"interrupted"`` (calls wait for approval) or ``"steered"``;
+    - ``turns``: requests made by this call of the loop;
+    - ``outcome``: the last turn's ``Outcome`` (None if no tool ran);
+    - ``executor``: the executor in use at the end (after ``refresh_tools``);
+    - ``state``: when interrupted, the run's ``RunState`` (read once from the
+      outcome): approve or reject on it, then pass ``resume=`` this result.
+    """
+
+    history: list[Any]
+    response: Any
+    text: str | None
+    stop: Stop
+    turns: int
+    outcome: Outcome | None
+    executor: Executor
+    state: Any = None
+
+    @property
+    def pending(self) -> list[Any]:
+        """The approval requests an interrupted loop waits for."""
+        return [] if self.outcome is None else self.outcome.pending
+
+    @property
+    def steering_messages(self) -> list[Any]:
+        """What the steering callback returned when it stopped the loop."""
+        return [] if self.outcome is None else self.outcome.steering_messages
+
+
+class _Dialect:
+    """What differs between APIs: the request, the assistant turn, the calls and the reply."""
+
+    async def request(self, history: list[Any], executor: Executor) -> Any:
+        raise NotImplementedError
+
+    def assistant_turn(self, response: Any) -> list[Any]:
+        raise NotImplementedError
+
+    def calls(self, response: Any, registry: ToolRegistry) -> list[ToolCall]:
+        raise NotImplementedError
+
+    def reply(self, calls: list[ToolCall], results: list[ToolResult], registry: ToolRegistry) -> list[Any]:
+        raise NotImplementedError
+
+    def text(self, response: Any) -> str | None:
+        raise NotImplementedError
+
+    def paused(self, response: Any) -> bool:
+        """Whether the model paused a long server-side turn and expects the conversation back as it is."""
+        return False
+
+
+def _with_tools(request: dict[str, Any], tools: list[Any]) -> dict[str, Any]:
+    """The request keywords with the executor's tools first and the caller's own (hosted) tools after."""
+    merged = [*tools, *request.get("tools", ())]
+    options = {key: value for key, value in request.items() if key != "tools"}
+    if merged:
+        options["tools"] = merged
+    return options
+
+
+class _Anthropic(_Dialect):
+    def __init__(self, client: Any, request: dict[str, Any]) -> None:
+        self.create = client.messages.create
+        self.options = request
+
+    async def request(self, history: list[Any], executor: Executor) -> Any:
+        return await self.create(messages=history, **_with_tools(self.options, anthropic.tool_definitions(executor)))
+
+    def assistant_turn(self, response: Any) -> list[Any]:
+        return [{"role": "assistant", "content": read(response, "content")}]
+
+    def calls(self, response: Any, registry: ToolRegistry) -> list[ToolCall]:
+        return anthropic.calls_from(response)
+
+    def reply(self, calls: list[ToolCall], results: list[ToolResult], registry: ToolRegistry) -> list[Any]:
+        return [anthropic.results_to_message(calls, results, registry=registry)]
+
+    def text(self, response: Any) -> str | None:
+        texts = [read(block, "text") for block in read(response, "content") or () if read(block, "type") == "text"]
+        return "".join(text for text in texts if isinstance(text, str)) if texts else None
+
+    def paused(self, response: Any) -> bool:
+        return bool(read(response, "stop_reason") == "pause_turn")
+
+
+class _Responses(_Dialect):
+    def __init__(self, client: Any, request: dict[str, Any], strict: bool) -> None:
+        self.create = client.responses.create
+        self.options = request
+        self.strict = strict
+
+    async def request(self, history: list[Any], executor: Executor) -> Any:
+        tools = openai_responses.tool_definitions(executor, strict=self.strict)
+        return await self.create(input=history, **_with_tools(self.options, tools))
+
+    def assistant_turn(self, response: Any) -> list[Any]:
+        return list(read(response, "output") or ())
+
+    def calls(self, response: Any, registry: ToolRegistry) -> list[ToolCall]:
+        return openai_responses.calls_from(response, registry=registry)
+
+    def reply(self, calls: list[ToolCall], results: list[ToolResult], registry: ToolRegistry) -> list[Any]:
+        return list(openai_responses.results_to_items(calls, results, registry=registry))
+
+    def text(self, response: Any) -> str | None:
+        texts = [
+            read(part, "text")
+            for item in read(response, "output") or ()
+            if read(item, "type") == "message"
+            for part in read(item, "content") or ()
+            if read(part, "type") == "output_text"
+        ]
+        return "".join(text for text in texts if isinstance(text, str)) if texts else None
+
+
+class _Chat(_Dialect):
+    def __init__(self, client: Any, request: dict[str, Any], strict: bool) -> None:
+        self.create = client.chat.completions.create
+        self.options = request
+        self.strict = strict
+
+    async def request(self, history: list[Any], executor: Executor) -> Any:
+        tools = openai_chat.tool_definitions(executor, strict=self.strict)
+        return await self.create(messages=history, **_with_tools(self.options, tools))
+
+    def assistant_turn(self, response: Any) -> list[Any]:
+        return [openai_chat.assistant_message(response)]
+
+    def calls(self, response: Any, registry: ToolRegistry) -> list[ToolCall]:
+        return openai_chat.calls_from(response, registry=registry)
+
+    def reply(self, calls: list[ToolCall], results: list[ToolResult], registry: ToolRegistry) -> list[Any]:
+        return list(openai_chat.results_to_messages(calls, results, registry=registry))
+
+    def text(self, response: Any) -> str | None:
+        content = read(openai_chat.assistant_message(response), "content")
+        return content if isinstance(content, str) else None
+
+
+class _Gemini(_Dialect):
+    def __init__(self, client: Any, model: str, config: Any) -> None:
+        self.generate = getattr(client, "aio", client).models.generate_content
+        self.model = model
+        if config is None:
+            self.config: dict[str, Any] = {}
+        elif isinstance(config, dict):
+            self.config = dict(config)
+        elif hasattr(config, "model_dump"):
+            self.config = config.model_dump(exclude_none=True)
+        else:
+            raise TypeError(f"config must be a dict or a GenerateContentConfig, got {type(config).__name__}")
+
+    async def request(self, history: list[Any], executor: Executor) -> Any:
+        config = _with_tools(self.config, gemini.tool_definitions(executor))
+        return await self.generate(model=self.model, contents=history, config=config)
+
+    def assistant_turn(self, response: Any) -> list[Any]:
+        content = gemini.model_content(response)
+        return [] if content is None else [content]
+
+    def calls(self, response: Any, registry: ToolRegistry) -> list[ToolCall]:
+        return gemini.calls_from(response)
+
+    def reply(self, calls: list[ToolCall], results: list[ToolResult], registry: ToolRegistry) -> list[Any]:
+        return [gemini.results_to_content(calls, results, registry=registry)]
+
+    def text(self, response: Any) -> str | None:
+        content = gemini.model_content(response)
+        texts = [read(part, "text") for part in (read(content, "parts") or ()) if not read(part, "thought")]
+        found = [text for text in texts if isinstance(text, str)]
+        return "".join(found) if found else None
+
+
+async def _refreshed(executor: Executor, refresh_tools: RefreshTools | None) -> Executor:
+    if refresh_tools is None:
+        return executor
+    fresh = refresh_tools()
+    if inspect.isawaitable(fresh):
+        fresh = await fresh
+    if fresh is None:
+        return executor
+    if not isinstance(fresh, Executor):
+        raise TypeError(f"refresh_tools must return an Executor or None, got {type(fresh).__name__}")
+    return fresh
+
+
+async def _run_loop(
+    dialect: _Dialect,
+    executor: Executor,
+    history: list[Any],
+    *,
+    max_turns: int,
+    refresh_tools: RefreshTools | None,
+    steering: Steering | None,
+    context: Any,
+    resume: LoopResult | None,
+) -> LoopResult:
+    if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
+        raise OptionError(f"max_turns must be a positive integer, got {max_turns!r}")
+    if not isinstance(executor, Executor):
+        raise TypeError(f"executor must be a toolsched Executor, got {type(executor).__name__}")
+    turns = 0
+    outcome: Outcome | None = None
+    response: Any = None
+
+    def finish(stop: Stop) -> LoopResult:
+        state = outcome.state if stop == "interrupted" and outcome is not None else None
+        return LoopResult(history, response, dialect.text(response), stop, turns, outcome, executor, state)
+
+    async def answer(calls: list[ToolCall], settled: Outcome) -> Stop | None:
+        """Appends the reply to a turn's calls; says why the loop must stop, if it must."""
+        nonlocal executor
+        if settled.interrupted:
+            return "interrupted"
+        history.extend(dialect.reply(calls, settled.results, executor.registry))
+        executor = await _refreshed(executor, refresh_tools)
+        return "steered" if settled.steering_messages else None
+
+    if resume is not None:
+        if resume.stop != "interrupted" or resume.state is None:
+            raise OptionError(f"resume= takes the result of an interrupted loop, got one that stopped {resume.stop!r}")
+        response = resume.response
+        outcome = await resume_outcome(executor, resume.state)
+        stop = await answer(dialect.calls(response, executor.registry), outcome)
+        if stop is not None:
+            return finish(stop)
+
+    while True:
+        response = await dialect.request(history, executor)
+        turns += 1
+        history.extend(dialect.assistant_turn(response))
+        calls = dialect.calls(response, executor.registry)
+        if not calls:
+            if dialect.paused(response) and turns < max_turns:
+                continue
+            return finish("max_turns" if dialect.paused(response) else "done")
+        outcome = await executor.run(calls, steering=steering, context=context)
+        stop = await answer(calls, outcome)
+        if stop is not None:
+            return finish(stop)
+        if turns >= max_turns:
+            return finish("max_turns")
+
+
+async def anthropic_loop(
+    client: Any,
+    executor: Executor,
+    *,
+    messages: Sequence[Any],
+    max_turns: int = 10,
+    refresh_tools: RefreshTools | None = None,
+    steering: Steering | None = None,
+    context: Any = None,
+    resume: LoopResult | None = None,
+    **request: Any,
+) -> LoopResult:
+    """Runs the Anthropic Messages tool loop with an ``anthropic.AsyncAnthropic`` client.
+
+    ``request`` holds the other ``messages.create`` keywords (``model``,
+    ``max_tokens``, ``system``, ...); ``tools`` given there (server tools such
+    as web search) are sent after the executor's. A ``pause_turn`` response is
+    sent back as it is. See the module doc for stops, approvals and refresh.
+    """
+    return await _run_loop(
+        _Anthropic(client, request),
+        executor,
+        list(messages),
+        max_turns=max_turns,
+        refresh_tools=refresh_tools,
+        steering=steering,
+        context=context,
+        resume=resume,
+    )
+
+
+async def openai_responses_loop(
+    client: Any,
+    executor: Executor,
+    *,
+    input: str | Sequence[Any],
+    max_turns: int = 10,
+    strict: bool = False,
+    refresh_tools: RefreshTools | None = None,
+    steering: Steering | None = None,
+    context: Any = None,
+    resume: LoopResult | None = None,
+    **request: Any,
+) -> LoopResult:
+    """Runs the OpenAI Responses tool loop with an ``openai.AsyncOpenAI`` client.
+
+    ``input`` is the first user text or a list of input items; the loop keeps
+    the whole conversation in ``input`` (it works with ``store=False``).
+    ``strict=True`` exports the tools in strict form. ``request`` holds the
+    other ``responses.create`` keywords; ``tools`` given there (hosted tools)
+    are sent after the executor's.
+    """
+    history: list[Any] = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
+    return await _run_loop(
+        _Responses(client, request, strict),
+        executor,
+        history,
+        max_turns=max_turns,
+        refresh_tools=refresh_tools,
+        steering=steering,
+        context=context,
+        resume=resume,
+    )
+
+
+async def openai_chat_loop(
+    client: Any,
+    executor: Executor,
+    *,
+    messages: Sequence[Any],
+    max_turns: int = 10,
+    strict: bool = False,
+    refresh_tools: RefreshTools | None = None,
+    steering: Steering | None = None,
+    context: Any = None,
+    resume: LoopResult | None = None,
+    **request: Any,
+) -> LoopResult:
+    """Runs the OpenAI Chat Completions tool loop with an ``openai.AsyncOpenAI`` client.
+
+    ``strict=True`` exports the tools in strict form. ``request`` holds the
+    other ``chat.completions.create`` keywords (``model``, ...).
+    """
+    return await _run_loop(
+        _Chat(client, request, strict),
+        executor,
+        list(messages),
+        max_turns=max_turns,
+        refresh_tools=refresh_tools,
+        steering=steering,
+        context=context,
+        resume=resume,
+    )
+
+
+async def gemini_loop(
+    client: Any,
+    executor: Executor,
+    *,
+    model: str,
+    contents: str | Sequence[Any],
+    config: Any = None,
+    max_turns: int = 10,
+    refresh_tools: RefreshTools | None = None,
+    steering: Steering | None = None,
+    context: Any = None,
+    resume: LoopResult | None = None,
+) -> LoopResult:
+    """Runs the Gemini tool loop with a ``google.genai.Client`` (its ``aio`` side).
+
+    ``contents`` is the first user text or a list of contents; ``config`` a
+    dict or ``GenerateContentConfig`` whose ``tools`` (hosted tools) are sent
+    after the executor's function declarations.
+    """
+    history: list[Any] = (
+        [{"role": "user", "parts": [{"text": contents}]}] if isinstance(contents, str) else list(contents)
+    )
+    return await _run_loop(
+        _Gemini(client, model, config),
+        executor,
+        history,
+        max_turns=max_turns,
+        refresh_tools=refresh_tools,
+        steering=steering,
+        context=context,
+        resume=resume,
+    )

@@ -1,0 +1,372 @@
+"""The MCP bridge: the tools of a Model Context Protocol server as toolsched tools.
+
+::
+
+    from toolsched import mcp as ts_mcp
+
+    async with ts_mcp.connect_stdio("python", ["server.py"]) as server:
+        executor = ts.Executor([*local_tools, *await server.tools()])
+        ...                                   # turns of a tool loop
+        executor = ts.Executor([*local_tools, *await server.refresh_tools()])
+
+A connection stays open for as long as its ``async with`` block, across any
+number of turns. Each server tool becomes an ``McpTool``: its input schema is
+validated by the engine before anything is sent, and every call passes the
+full pipeline (hooks, permissions, timeouts, shaping). The server's
+annotations map to the tool's flags:
+
+- ``readOnlyHint`` true: read-only and concurrency-safe;
+- ``destructiveHint``: destructive unless the server says false (the MCP
+  default is true) or the tool is read-only;
+- ``idempotentHint`` true: ``idempotent``;
+- ``openWorldHint``: recorded as ``open_world`` (None when not given).
+
+Tool names are made acceptable to every provider (``local_name``: letters,
+digits, ``_`` and ``-``, at most 64) while calls use the server's own name; a
+tool whose input schema the engine cannot compile is left out of the list
+with a warning on the ``toolsched.mcp`` logger, so one bad tool does not cost
+the others.
+
+A successful call's output is its text (several text blocks joined by
+newlines), else its content blocks as dicts (images, resources), else its
+structured content.
+
+Annotations are hints from the server; with ``trust_hints=False`` they are
+ignored and every tool is treated as writing, destructive and unsafe to run
+alongside others. A tool the server reports as failed, a protocol error or a
+dropped connection becomes that call's ``execution_error`` result
+(``McpToolError`` / ``McpConnectionError`` as the message), never a crash of
+the run. The ``mcp`` package is imported only when a connection is made
+(``pip install 'toolsched[mcp]'``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TextIO
+
+import anyio
+
+from toolsched.context import ToolContext
+from toolsched.errors import McpConnectionError, McpToolError, SchemaError, ToolDefinitionError
+from toolsched.registry import ToolRegistry
+from toolsched.tools import Tool
+
+if TYPE_CHECKING:
+    import mcp
+    import mcp_types
+
+__all__ = ["McpConnection", "McpTool", "connect", "connect_http", "connect_stdio", "local_name"]
+
+logger = logging.getLogger("toolsched.mcp")
+
+# Provider APIs accept tool names of letters, digits, `_` and `-`, at most 64 of them.
+_NAME_LIMIT = 64
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+# Bound on the pages of one tools/list walk, so a server that never stops paginating cannot hang a refresh.
+MAX_TOOL_PAGES = 100
+
+
+def local_name(prefix: str, remote_name: str, taken: set[str]) -> str:
+    """The toolsched name of a server tool: ``prefix + remote_name``, made acceptable to every provider.
+
+    Characters other than letters, digits, ``_`` and ``-`` become ``_``; a name
+    over 64 characters is cut and ends with a short digest of the full name;
+    a name already taken on the connection gets ``_2``, ``_3``, ... The server
+    is always called by its own name (``McpTool.remote_name``).
+    """
+    name = _UNSAFE_NAME.sub("_", prefix + remote_name) or "_"
+    if len(name) > _NAME_LIMIT:
+        digest = hashlib.sha256(remote_name.encode()).hexdigest()[:8]
+        name = f"{name[: _NAME_LIMIT - 9]}_{digest}"
+    candidate, number = name, 1
+    while candidate in taken:
+        number += 1
+        suffix = f"_{number}"
+        candidate = name[: _NAME_LIMIT - len(suffix)] + suffix
+    return candidate
+
+
+def _require_mcp() -> None:
+    try:
+        import mcp  # noqa: F401
+    except ImportError as exc:
+        raise ImportError("toolsched.mcp needs the `mcp` package: pip install 'toolsched[mcp]'") from exc
+
+
+class McpTool(Tool):
+    """One tool of an MCP server, called through its ``McpConnection``.
+
+    ``remote_name`` is the server's name for it (``name`` may carry the
+    connection's prefix); ``open_world`` and ``title`` are the server's hints.
+    """
+
+    input_schema: dict[str, Any]
+
+    def __init__(self, connection: McpConnection, spec: mcp_types.Tool, *, name: str, trust_hints: bool) -> None:
+        self.connection = connection
+        self.spec = spec
+        self.remote_name = spec.name
+        self.name = name
+        self.description = spec.description or spec.title or ""
+        self.input_schema = dict(spec.input_schema)
+        hints = spec.annotations if trust_hints else None
+        self.title = spec.title or (hints.title if hints is not None else None)
+        read_only = hints is not None and hints.read_only_hint is True
+        self.read_only = read_only
+        self.concurrency_safe = read_only
+        self.destructive = not read_only and (hints is None or hints.destructive_hint is not False)
+        self.idempotent = hints is not None and hints.idempotent_hint is True
+        self.open_world: bool | None = None if hints is None else hints.open_world_hint
+
+    async def call(self, args: Mapping[str, Any], ctx: ToolContext | None) -> Any:
+        """Sends the call to the server; its text (or content blocks) is the output."""
+        return await self.connection.call_tool(self.remote_name, args, ctx)
+
+
+def _first_cause(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return str(exc) or type(exc).__name__
+
+
+def _content_output(result: mcp_types.CallToolResult) -> Any:
+    """What a successful call returns: its text, else its content blocks, else its structured content."""
+    blocks = result.content
+    if not blocks:
+        return result.structured_content
+    texts = [getattr(block, "text", None) for block in blocks if getattr(block, "type", None) == "text"]
+    if len(texts) == len(blocks):
+        return "\n".join(text for text in texts if isinstance(text, str))
+    return [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in blocks]
+
+
+def _error_message(result: mcp_types.CallToolResult) -> str:
+    texts = [getattr(block, "text", "") for block in result.content if getattr(block, "type", None) == "text"]
+    return "\n".join(text for text in texts if text) or "the tool reported an error without a message"
+
+
+class McpConnection:
+    """An open connection to one MCP server (use it as ``async with``).
+
+    ``tools()`` lists the server's tools once and then returns the same
+    ``McpTool`` objects; ``refresh_tools()`` lists them again (between
+    turns), keeping the objects of tools that did not change. A
+    ``notifications/tools/list_changed`` from the server marks the list
+    stale (``tools_changed``), so the next ``tools()`` lists again.
+    """
+
+    def __init__(
+        self,
+        client_factory: Any,
+        *,
+        label: str,
+        prefix: str = "",
+        trust_hints: bool = True,
+    ) -> None:
+        self.label = label
+        self.prefix = prefix
+        self.trust_hints = trust_hints
+        self._client_factory = client_factory
+        self._client: mcp.Client | None = None
+        self._tools: list[McpTool] | None = None
+        self._changed = False
+
+    async def __aenter__(self) -> McpConnection:
+        _require_mcp()
+        client = self._client_factory(self._on_message)
+        try:
+            await client.__aenter__()
+        except Exception as exc:
+            # Whatever stops the handshake (a process that exits, a refused socket, a protocol
+            # mismatch) arrives wrapped in the transport's task groups: report the first cause.
+            raise McpConnectionError(f"could not connect to MCP server {self.label}: {_first_cause(exc)}") from exc
+        self._client = client
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.__aexit__(exc_type, exc, tb)
+
+    @property
+    def client(self) -> mcp.Client:
+        """The underlying ``mcp.Client`` (for resources, prompts and the rest of the protocol)."""
+        if self._client is None:
+            raise McpConnectionError(f"MCP server {self.label} is not connected (use `async with`)")
+        return self._client
+
+    @property
+    def tools_changed(self) -> bool:
+        """Whether the server said its tool list changed since it was last listed."""
+        return self._changed
+
+    async def _on_message(self, message: Any) -> None:
+        method = getattr(getattr(message, "root", message), "method", None)
+        if method == "notifications/tools/list_changed":
+            self._changed = True
+        await anyio.lowlevel.checkpoint()
+
+    async def tools(self) -> list[McpTool]:
+        """The server's tools as toolsched tools (listed on first use, or when the server said they changed)."""
+        if self._tools is None or self._changed:
+            return await self.refresh_tools()
+        return list(self._tools)
+
+    async def refresh_tools(self) -> list[McpTool]:
+        """Lists the server's tools again; unchanged tools keep their ``McpTool`` object."""
+        from mcp.shared.exceptions import MCPError
+
+        client = self.client
+        self._changed = False
+        specs: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        try:
+            for _ in range(MAX_TOOL_PAGES):
+                page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+                specs.extend(page.tools)
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+        except (MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
+            raise McpConnectionError(f"could not list the tools of MCP server {self.label}: {exc}") from exc
+        previous = {member.remote_name: member for member in self._tools or ()}
+        fresh: list[McpTool] = []
+        taken: set[str] = set()
+        for spec in specs:
+            kept = previous.get(spec.name)
+            if kept is not None and kept.spec == spec and kept.name not in taken:
+                member = kept
+            else:
+                member = McpTool(
+                    self, spec, name=local_name(self.prefix, spec.name, taken), trust_hints=self.trust_hints
+                )
+                try:
+                    ToolRegistry([member])
+                except (SchemaError, ToolDefinitionError) as exc:
+                    logger.warning("MCP server %s: tool %r is left out: %s", self.label, spec.name, exc)
+                    continue
+            taken.add(member.name)
+            fresh.append(member)
+        self._tools = fresh
+        return list(fresh)
+
+    async def call_tool(self, name: str, args: Mapping[str, Any], ctx: ToolContext | None = None) -> Any:
+        """Calls the server's tool ``name``; raises ``McpToolError`` or ``McpConnectionError`` on failure.
+
+        Progress the server reports is passed on as ``ctx.report_progress``.
+        """
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED
+
+        client = self.client
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            if ctx is not None and total:
+                ctx.report_progress(min(max(progress / total, 0.0), 1.0), message)
+
+        try:
+            result = await client.call_tool(name, dict(args), progress_callback=on_progress)
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED:
+                raise McpConnectionError(
+                    f"MCP server {self.label} closed the connection during `{name}`: {exc.message}"
+                ) from exc
+            raise McpToolError(f"MCP server {self.label} refused `{name}`: {exc.message}") from exc
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
+            raise McpConnectionError(f"MCP server {self.label} closed the connection during `{name}`") from exc
+        if result.is_error:
+            raise McpToolError(_error_message(result))
+        return _content_output(result)
+
+
+def connect(client: Any, *, label: str = "", prefix: str = "", trust_hints: bool = True) -> McpConnection:
+    """A connection through an ``mcp.Client`` you built (any transport, or an in-process server).
+
+    The client must not be entered yet; the connection enters and exits it.
+    """
+    return McpConnection(
+        lambda _handler: client, label=label or repr(client.server), prefix=prefix, trust_hints=trust_hints
+    )
+
+
+def connect_stdio(
+    command: str,
+    args: Sequence[str] = (),
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    prefix: str = "",
+    trust_hints: bool = True,
+    read_timeout: float | None = None,
+    errlog: TextIO | None = None,
+) -> McpConnection:
+    """A connection to a server started as a subprocess that speaks MCP over its stdin and stdout.
+
+    ``env`` is merged over a minimal default environment; ``errlog`` receives
+    the server's stderr (default ``sys.stderr``); ``read_timeout`` bounds each
+    request's wait for an answer. ``prefix`` is put before every tool name.
+    """
+
+    def build(handler: Any) -> Any:
+        from mcp import Client, StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+        parameters = StdioServerParameters(
+            command=command, args=list(args), env=dict(env) if env is not None else None, cwd=cwd
+        )
+        transport = stdio_client(parameters, errlog=errlog if errlog is not None else sys.stderr)
+        return Client(transport, message_handler=handler, read_timeout_seconds=read_timeout)
+
+    return McpConnection(build, label=f"`{command}`", prefix=prefix, trust_hints=trust_hints)
+
+
+def connect_http(
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    http_client: Any = None,
+    prefix: str = "",
+    trust_hints: bool = True,
+    read_timeout: float | None = None,
+) -> McpConnection:
+    """A connection to a server over streamable HTTP at ``url``.
+
+    ``headers`` are sent with every request (e.g. authorization); for more
+    control pass your own ``http_client`` (an ``httpx2.AsyncClient``).
+    """
+
+    def build(handler: Any) -> Any:
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
+        if http_client is not None or not headers:
+            return Client(
+                streamable_http_client(url, http_client=http_client),
+                message_handler=handler,
+                read_timeout_seconds=read_timeout,
+            )
+
+        import httpx2
+
+        # The transport's own defaults: 30 s to connect and write, 300 s to read a held-open stream.
+        @asynccontextmanager
+        async def with_headers() -> AsyncIterator[Any]:
+            async with (
+                httpx2.AsyncClient(headers=dict(headers), timeout=httpx2.Timeout(30.0, read=300.0)) as own_client,
+                streamable_http_client(url, http_client=own_client) as streams,
+            ):
+                yield streams
+
+        return Client(with_headers(), message_handler=handler, read_timeout_seconds=read_timeout)
+
+    return McpConnection(build, label=f"at {url}", prefix=prefix, trust_hints=trust_hints)

@@ -1,0 +1,188 @@
+"""Anthropic Messages: ``tool_use`` blocks in, ``tool_result`` blocks out, in one user message.
+
+Works on the ``anthropic`` SDK's objects (``Message`` and its content blocks)
+and on plain dicts from raw HTTP; the SDK itself is never imported here.
+Server tool blocks (``server_tool_use``, ``web_search_tool_result``, ...) and
+text or thinking blocks are left alone; a block of a type this module does
+not know is left alone too, with a warning on the ``toolsched.providers``
+logger.
+
+::
+
+    response = await client.messages.create(model=..., messages=messages, tools=tool_definitions(executor))
+    turn = await execute(executor, response)
+    messages += [{"role": "assistant", "content": response.content}, turn.message]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from toolsched.errors import ResponseFormatError
+from toolsched.executor import Executor, Steering
+from toolsched.providers.wire import (
+    Execution,
+    assign_ids,
+    block_type,
+    call_arguments,
+    call_name,
+    error_text,
+    fit_to_budget,
+    is_record,
+    left_alone,
+    output_text,
+    read,
+    registry_of,
+    results_by_call,
+    resume_outcome,
+    sequence_of,
+)
+from toolsched.registry import ToolRegistry
+from toolsched.results import ToolCall, ToolResult
+
+__all__ = [
+    "AnthropicExecution",
+    "calls_from",
+    "execute",
+    "results_to_blocks",
+    "results_to_message",
+    "resume",
+    "tool_definitions",
+]
+
+PROVIDER = "anthropic"
+
+# Blocks that are not client tool calls: model text, reasoning, and server (hosted) tools.
+_KNOWN = frozenset(
+    {
+        "text",
+        "thinking",
+        "redacted_thinking",
+        "server_tool_use",
+        "mcp_tool_use",
+        "mcp_tool_result",
+        "container_upload",
+        "image",
+        "document",
+        "search_result",
+        "tool_result",
+    }
+)
+_HOSTED_SUFFIXES = ("_tool_result",)
+
+
+@dataclass(frozen=True, slots=True)
+class AnthropicExecution(Execution):
+    """``calls``, ``outcome`` and ``message``: the user message with every ``tool_result``.
+
+    ``message`` is None when the response had no tool calls, or while the run
+    is interrupted (then ``resume`` builds it).
+    """
+
+    message: dict[str, Any] | None
+
+
+def _content(response: Any) -> Sequence[Any]:
+    if isinstance(response, (list, tuple)):
+        return response
+    if not is_record(response):
+        raise ResponseFormatError(
+            f"{PROVIDER}: expected a Message, a message dict or a list of content blocks, got {type(response).__name__}"
+        )
+    content = read(response, "content")
+    if isinstance(content, str):
+        return []
+    if content is None:
+        raise ResponseFormatError(f"{PROVIDER}: the response has no `content`")
+    return sequence_of(content, PROVIDER, "content")
+
+
+def calls_from(response: Any) -> list[ToolCall]:
+    """The ``tool_use`` blocks of a response, as calls in the model's order.
+
+    ``response`` is an SDK ``Message``, its dict form, an assistant message
+    (``{"role": "assistant", "content": [...]}``) or a list of content blocks.
+    A ``tool_use`` without an ``id`` gets ``toolsched_call_{position}`` (its
+    index among the response's tool calls); a missing or non-object ``input``
+    is passed on for the engine to answer with ``invalid_input``.
+    Raises ``ResponseFormatError`` for something that is not a response.
+    """
+    uses = []
+    for index, block in enumerate(_content(response)):
+        kind = block_type(block, PROVIDER, f"content[{index}]")
+        if kind == "tool_use":
+            uses.append(block)
+        else:
+            left_alone(PROVIDER, f"content[{index}]", kind, _KNOWN, _HOSTED_SUFFIXES)
+    ids = assign_ids([read(block, "id") for block in uses])
+    return [
+        ToolCall(call_id, call_name(read(block, "name")), call_arguments(read(block, "input")))
+        for call_id, block in zip(ids, uses, strict=True)
+    ]
+
+
+def _result_block(call: ToolCall, result: ToolResult, registry: ToolRegistry | None) -> dict[str, Any]:
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": call.id}
+    if result.is_error:
+        block["content"] = fit_to_budget(error_text(result), result.tool_name, registry)
+        block["is_error"] = True
+        return block
+    text = fit_to_budget(output_text(result.output), result.tool_name, registry)
+    if text:
+        block["content"] = text
+    return block
+
+
+def results_to_blocks(
+    calls: Sequence[ToolCall], results: Sequence[ToolResult], *, registry: ToolRegistry | None = None
+) -> list[dict[str, Any]]:
+    """One ``tool_result`` block per unique call ID, in the model's order.
+
+    Text outputs go as they are, other outputs as JSON, ``None`` as a block
+    without content; failures carry the error message and ``is_error: true``.
+    With ``registry``, every text is held to its tool's result budget.
+    Raises ``MissingResultError`` when a call has no result.
+    """
+    return [_result_block(call, result, registry) for call, result in results_by_call(calls, results, PROVIDER)]
+
+
+def results_to_message(
+    calls: Sequence[ToolCall], results: Sequence[ToolResult], *, registry: ToolRegistry | None = None
+) -> dict[str, Any]:
+    """The user message that answers every call: ``{"role": "user", "content": [tool_result, ...]}``."""
+    return {"role": "user", "content": results_to_blocks(calls, results, registry=registry)}
+
+
+def tool_definitions(tools: Executor | ToolRegistry) -> list[dict[str, Any]]:
+    """The ``tools`` parameter: the registry's Anthropic export (sorted by name, ``$ref``-free)."""
+    return registry_of(tools).to_anthropic()
+
+
+def _finish(executor: Executor, calls: list[ToolCall], outcome: Any) -> AnthropicExecution:
+    message = (
+        None
+        if outcome.interrupted or not calls
+        else results_to_message(calls, outcome.results, registry=executor.registry)
+    )
+    return AnthropicExecution(calls, outcome, message)
+
+
+async def execute(
+    executor: Executor, response: Any, *, steering: Steering | None = None, context: Any = None
+) -> AnthropicExecution:
+    """Runs a response's tool calls and builds the reply: ``calls_from`` + ``Executor.run`` + ``results_to_message``."""
+    calls = calls_from(response)
+    outcome = await executor.run(calls, steering=steering, context=context)
+    return _finish(executor, calls, outcome)
+
+
+async def resume(executor: Executor, execution: AnthropicExecution, state: Any) -> AnthropicExecution:
+    """Finishes an interrupted ``execute``: ``state`` is its ``RunState`` with the held calls decided.
+
+    Read the state once (``state = execution.outcome.state``), approve or
+    reject on it, then pass that same object here.
+    """
+    outcome = await resume_outcome(executor, state)
+    return _finish(executor, execution.calls, outcome)

@@ -1,0 +1,245 @@
+"""Google Gemini: ``functionCall`` parts in, ``functionResponse`` parts out.
+
+Works on the ``google-genai`` SDK's objects (``GenerateContentResponse``,
+``Content``, ``Part``) and on plain dicts from the REST API (camelCase or
+snake_case keys); the SDK itself is never imported here. Text, thoughts and
+hosted code execution parts are left alone; a dict part of a kind this module
+does not know is left alone too, with a warning on the ``toolsched.providers``
+logger.
+
+Gemini may send function calls without IDs: those get
+``toolsched_call_{position}`` for the run, and their ``functionResponse``
+carries no ``id`` (the API matches them by order and name).
+
+::
+
+    response = await client.aio.models.generate_content(model=..., contents=contents,
+                                                        config={"tools": tool_definitions(executor)})
+    turn = await execute(executor, response)
+    contents += [response.candidates[0].content, turn.content]
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from toolsched.errors import ResponseFormatError
+from toolsched.executor import Executor, Steering
+from toolsched.providers.wire import (
+    SYNTHETIC_ID_PREFIX,
+    Execution,
+    assign_ids,
+    call_arguments,
+    call_name,
+    error_text,
+    fit_to_budget,
+    is_record,
+    left_alone,
+    output_text,
+    read,
+    registry_of,
+    results_by_call,
+    resume_outcome,
+    sequence_of,
+)
+from toolsched.registry import ToolRegistry
+from toolsched.results import ToolCall, ToolResult
+
+__all__ = [
+    "GeminiExecution",
+    "calls_from",
+    "execute",
+    "model_content",
+    "results_to_content",
+    "results_to_parts",
+    "resume",
+    "tool_definitions",
+]
+
+PROVIDER = "gemini"
+
+# Part fields that are not client function calls, in both spellings the REST API accepts.
+_KNOWN_FIELDS = frozenset(
+    {
+        "text",
+        "thought",
+        "thoughtSignature",
+        "thought_signature",
+        "inlineData",
+        "inline_data",
+        "fileData",
+        "file_data",
+        "executableCode",
+        "executable_code",
+        "codeExecutionResult",
+        "code_execution_result",
+        "functionResponse",
+        "function_response",
+        "videoMetadata",
+        "video_metadata",
+        "mediaResolution",
+        "media_resolution",
+        "partMetadata",
+        "part_metadata",
+        "toolCall",
+        "tool_call",
+        "toolResponse",
+        "tool_response",
+    }
+)
+
+
+# Fields that mark a whole response (rather than one Content), in both spellings.
+_RESPONSE_FIELDS = ("candidates", "promptFeedback", "prompt_feedback", "usageMetadata", "usage_metadata")
+
+
+def _has(item: Any, field: str) -> bool:
+    return field in item if isinstance(item, Mapping) else hasattr(item, field)
+
+
+@dataclass(frozen=True, slots=True)
+class GeminiExecution(Execution):
+    """``calls``, ``outcome`` and ``content``: ``{"role": "user", "parts": [functionResponse, ...]}``.
+
+    ``content`` is None when the response had no function calls, or while the
+    run is interrupted (then ``resume`` builds it).
+    """
+
+    content: dict[str, Any] | None
+
+    @property
+    def parts(self) -> list[dict[str, Any]]:
+        """The ``functionResponse`` parts alone."""
+        return [] if self.content is None else list(self.content["parts"])
+
+
+def model_content(response: Any, *, candidate: int = 0) -> Any:
+    """The model's ``Content`` of a response (``candidates[candidate].content``), or None when it has none.
+
+    A ``Content`` (with ``parts``) is returned as it is.
+    """
+    if not is_record(response):
+        raise ResponseFormatError(
+            f"{PROVIDER}: expected a GenerateContentResponse, a response dict, a Content or a list of parts, "
+            f"got {type(response).__name__}"
+        )
+    if _has(response, "parts") and not _has(response, "candidates"):
+        return response
+    if not any(_has(response, key) for key in _RESPONSE_FIELDS):
+        raise ResponseFormatError(f"{PROVIDER}: the response has neither `candidates` nor `parts`")
+    # A response without candidates (a blocked prompt) has nothing to call.
+    candidates = sequence_of(read(response, "candidates"), PROVIDER, "candidates")
+    if not candidates:
+        return None
+    if not 0 <= candidate < len(candidates):
+        raise ResponseFormatError(
+            f"{PROVIDER}: the response has {len(candidates)} candidates; candidate {candidate} does not exist"
+        )
+    return read(candidates[candidate], "content")
+
+
+def _parts(response: Any, candidate: int) -> Sequence[Any]:
+    if isinstance(response, (list, tuple)):
+        return response
+    content = model_content(response, candidate=candidate)
+    return [] if content is None else sequence_of(read(content, "parts"), PROVIDER, "parts")
+
+
+def calls_from(response: Any, *, candidate: int = 0) -> list[ToolCall]:
+    """The ``functionCall`` parts of a response, as calls in the model's order.
+
+    ``response`` is an SDK ``GenerateContentResponse``, its REST dict, a
+    ``Content`` or a list of parts. A call without an ``id`` gets
+    ``toolsched_call_{position}`` (its index among the response's calls).
+    A response without candidates has no calls. Raises
+    ``ResponseFormatError`` for something that is not a response.
+    """
+    function_calls = []
+    for index, part in enumerate(_parts(response, candidate)):
+        if not is_record(part):
+            raise ResponseFormatError(f"{PROVIDER}: parts[{index}] must be an object, got {type(part).__name__}")
+        function_call = read(part, "function_call", "functionCall")
+        if function_call is not None:
+            function_calls.append(function_call)
+        elif isinstance(part, Mapping) and part and not _KNOWN_FIELDS.intersection(part):
+            left_alone(PROVIDER, f"parts[{index}]", "/".join(sorted(map(str, part))), frozenset())
+    ids = assign_ids([read(function_call, "id") for function_call in function_calls])
+    return [
+        ToolCall(call_id, call_name(read(function_call, "name")), call_arguments(read(function_call, "args")))
+        for call_id, function_call in zip(ids, function_calls, strict=True)
+    ]
+
+
+def _response_part(call: ToolCall, result: ToolResult, registry: ToolRegistry | None) -> dict[str, Any]:
+    if result.is_error:
+        response: dict[str, Any] = {"error": fit_to_budget(error_text(result), result.tool_name, registry)}
+    else:
+        output = result.output
+        text = output_text(output)
+        fitted = fit_to_budget(text, result.tool_name, registry)
+        if fitted is not text or output is None or isinstance(output, (str, bytes, bool, int, float)):
+            value = fitted if isinstance(output, (str, bytes)) or fitted is not text else output
+        else:
+            # The JSON the budget was measured on, read back: the value the model sees.
+            value = json.loads(text)
+        response = {"output": value}
+    function_response: dict[str, Any] = {"name": call.name, "response": response}
+    if not call.id.startswith(SYNTHETIC_ID_PREFIX):
+        function_response["id"] = call.id
+    return {"functionResponse": function_response}
+
+
+def results_to_parts(
+    calls: Sequence[ToolCall], results: Sequence[ToolResult], *, registry: ToolRegistry | None = None
+) -> list[dict[str, Any]]:
+    """One ``functionResponse`` part per unique call ID, in the model's order.
+
+    ``response`` is ``{"output": value}`` (the tool's value as JSON) or
+    ``{"error": message}``; ``name`` is the name the model called. With
+    ``registry``, outputs and errors are held to their tool's result budget.
+    Raises ``MissingResultError`` when a call has no result.
+    """
+    return [_response_part(call, result, registry) for call, result in results_by_call(calls, results, PROVIDER)]
+
+
+def results_to_content(
+    calls: Sequence[ToolCall], results: Sequence[ToolResult], *, registry: ToolRegistry | None = None
+) -> dict[str, Any]:
+    """The ``Content`` that answers every call: ``{"role": "user", "parts": [functionResponse, ...]}``."""
+    return {"role": "user", "parts": results_to_parts(calls, results, registry=registry)}
+
+
+def tool_definitions(tools: Executor | ToolRegistry) -> list[dict[str, Any]]:
+    """The ``tools`` config entry: the registry's Gemini export (one entry with every function declaration)."""
+    return registry_of(tools).to_gemini()
+
+
+def _finish(executor: Executor, calls: list[ToolCall], outcome: Any) -> GeminiExecution:
+    content = (
+        None
+        if outcome.interrupted or not calls
+        else results_to_content(calls, outcome.results, registry=executor.registry)
+    )
+    return GeminiExecution(calls, outcome, content)
+
+
+async def execute(
+    executor: Executor, response: Any, *, candidate: int = 0, steering: Steering | None = None, context: Any = None
+) -> GeminiExecution:
+    """Runs a response's function calls and builds the reply: ``calls_from`` + run + ``results_to_content``."""
+    calls = calls_from(response, candidate=candidate)
+    outcome = await executor.run(calls, steering=steering, context=context)
+    return _finish(executor, calls, outcome)
+
+
+async def resume(executor: Executor, execution: GeminiExecution, state: Any) -> GeminiExecution:
+    """Finishes an interrupted ``execute``: ``state`` is its ``RunState`` with the held calls decided.
+
+    Read the state once (``state = execution.outcome.state``), approve or
+    reject on it, then pass that same object here.
+    """
+    outcome = await resume_outcome(executor, state)
+    return _finish(executor, execution.calls, outcome)

@@ -1,0 +1,171 @@
+"""OpenAI Chat Completions: ``tool_calls`` in, ``role: "tool"`` messages out, keyed by ``tool_call_id``.
+
+Works on the ``openai`` SDK's ``ChatCompletion`` (or one of its messages) and
+on plain dicts from raw HTTP; the SDK itself is never imported here.
+Arguments arrive as JSON text and are validated by the engine straight from
+the text. ``custom`` tool calls are left alone; a tool call of a type this
+module does not know is left alone too, with a warning on the
+``toolsched.providers`` logger.
+
+With ``tool_definitions(executor, strict=True)`` the model sends ``null`` for
+optional parameters; ``calls_from`` drops those nulls when the parameter's own
+schema does not admit null (see ``toolsched.providers.strict``).
+
+::
+
+    completion = await client.chat.completions.create(model=..., messages=messages, tools=tool_definitions(executor))
+    turn = await execute(executor, completion)
+    messages += [completion.choices[0].message, *turn.messages]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from toolsched.errors import ResponseFormatError
+from toolsched.executor import Executor, Steering
+from toolsched.providers.strict import drop_strict_nulls_for
+from toolsched.providers.wire import (
+    ERROR_PREFIX,
+    Execution,
+    assign_ids,
+    block_type,
+    call_arguments,
+    call_name,
+    error_text,
+    fit_to_budget,
+    is_record,
+    left_alone,
+    output_text,
+    read,
+    registry_of,
+    results_by_call,
+    resume_outcome,
+    sequence_of,
+)
+from toolsched.registry import ToolRegistry
+from toolsched.results import ToolCall, ToolResult
+
+__all__ = [
+    "ChatExecution",
+    "assistant_message",
+    "calls_from",
+    "execute",
+    "results_to_messages",
+    "resume",
+    "tool_definitions",
+]
+
+PROVIDER = "openai chat"
+
+_KNOWN = frozenset({"custom"})
+
+
+@dataclass(frozen=True, slots=True)
+class ChatExecution(Execution):
+    """``calls``, ``outcome`` and ``messages``: one ``role: "tool"`` message per call (empty while interrupted)."""
+
+    messages: list[dict[str, Any]]
+
+
+def assistant_message(response: Any, *, choice: int = 0) -> Any:
+    """The assistant message of a completion (``choices[choice].message``); a message is returned as it is."""
+    if not is_record(response):
+        raise ResponseFormatError(
+            f"{PROVIDER}: expected a ChatCompletion, a completion dict or a message, got {type(response).__name__}"
+        )
+    choices = read(response, "choices")
+    if choices is None:
+        if read(response, "role") is None and read(response, "tool_calls") is None:
+            raise ResponseFormatError(f"{PROVIDER}: the response has neither `choices` nor a message's `role`")
+        return response
+    choices = sequence_of(choices, PROVIDER, "choices")
+    if not 0 <= choice < len(choices):
+        raise ResponseFormatError(
+            f"{PROVIDER}: the response has {len(choices)} choices; choice {choice} does not exist"
+        )
+    message = read(choices[choice], "message")
+    if message is None or not is_record(message):
+        raise ResponseFormatError(f"{PROVIDER}: choices[{choice}] has no `message`")
+    return message
+
+
+def calls_from(response: Any, *, choice: int = 0, registry: ToolRegistry | None = None) -> list[ToolCall]:
+    """The function ``tool_calls`` of a completion's message, as calls in the model's order.
+
+    ``response`` is an SDK ``ChatCompletion``, its dict form, or an assistant
+    message (SDK object or dict). A tool call without an ``id`` gets
+    ``toolsched_call_{position}`` (its index among the message's tool calls).
+    Arguments stay JSON text (text that does not parse is answered by the
+    engine with ``invalid_input``). With ``registry``, strict mode's nulls for
+    optional parameters are dropped. Raises ``ResponseFormatError`` for
+    something that is not a completion.
+    """
+    message = assistant_message(response, choice=choice)
+    functions = []
+    for index, entry in enumerate(sequence_of(read(message, "tool_calls"), PROVIDER, "tool_calls")):
+        kind = block_type(entry, PROVIDER, f"tool_calls[{index}]")
+        if kind == "function":
+            functions.append(entry)
+        else:
+            left_alone(PROVIDER, f"tool_calls[{index}]", kind, _KNOWN)
+    ids = assign_ids([read(entry, "id") for entry in functions])
+    calls = []
+    for call_id, entry in zip(ids, functions, strict=True):
+        function = read(entry, "function")
+        if function is None or not is_record(function):
+            calls.append(ToolCall(call_id, "", {}))
+            continue
+        name = call_name(read(function, "name"))
+        arguments = call_arguments(read(function, "arguments"))
+        calls.append(ToolCall(call_id, name, drop_strict_nulls_for(name, arguments, registry)))
+    return calls
+
+
+def _tool_message(call: ToolCall, result: ToolResult, registry: ToolRegistry | None) -> dict[str, Any]:
+    text = ERROR_PREFIX + error_text(result) if result.is_error else output_text(result.output)
+    return {"role": "tool", "tool_call_id": call.id, "content": fit_to_budget(text, result.tool_name, registry)}
+
+
+def results_to_messages(
+    calls: Sequence[ToolCall], results: Sequence[ToolResult], *, registry: ToolRegistry | None = None
+) -> list[dict[str, Any]]:
+    """One ``role: "tool"`` message per unique call ID, in the model's order.
+
+    ``content`` is the text the tool returned, or JSON for other values (empty
+    for ``None``); a failure's content is ``"Error: "`` and the message. With
+    ``registry``, every text is held to its tool's result budget. Raises
+    ``MissingResultError`` when a call has no result.
+    """
+    return [_tool_message(call, result, registry) for call, result in results_by_call(calls, results, PROVIDER)]
+
+
+def tool_definitions(tools: Executor | ToolRegistry, *, strict: bool = False) -> list[dict[str, Any]]:
+    """The ``tools`` parameter: the registry's Chat Completions export (sorted, ``$ref``-free, strict on request)."""
+    return registry_of(tools).to_openai_chat(strict=strict)
+
+
+def _finish(executor: Executor, calls: list[ToolCall], outcome: Any) -> ChatExecution:
+    messages = [] if outcome.interrupted else results_to_messages(calls, outcome.results, registry=executor.registry)
+    return ChatExecution(calls, outcome, messages)
+
+
+async def execute(
+    executor: Executor, response: Any, *, choice: int = 0, steering: Steering | None = None, context: Any = None
+) -> ChatExecution:
+    """Runs a completion's tool calls and builds the tool messages: ``calls_from`` + run + ``results_to_messages``."""
+    calls = calls_from(response, choice=choice, registry=executor.registry)
+    outcome = await executor.run(calls, steering=steering, context=context)
+    return _finish(executor, calls, outcome)
+
+
+async def resume(executor: Executor, execution: ChatExecution, state: Any) -> ChatExecution:
+    """Finishes an interrupted ``execute``: ``state`` is its ``RunState`` with the held calls decided.
+
+    Read the state once (``state = execution.outcome.state``), approve or
+    reject on it, then pass that same object here.
+    """
+    outcome = await resume_outcome(executor, state)
+    return _finish(executor, execution.calls, outcome)

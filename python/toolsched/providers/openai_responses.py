@@ -1,0 +1,174 @@
+"""OpenAI Responses: ``function_call`` items in, ``function_call_output`` items out, keyed by ``call_id``.
+
+Works on the ``openai`` SDK's ``Response`` (and its output items) and on plain
+dicts from raw HTTP; the SDK itself is never imported here. Arguments arrive
+as JSON text and are validated by the engine straight from the text. Hosted
+tool items (``web_search_call``, ``file_search_call``, ``mcp_call``, ...),
+messages and reasoning are left alone; an item of a type this module does not
+know is left alone too, with a warning on the ``toolsched.providers`` logger.
+
+With ``tool_definitions(executor, strict=True)`` the model sends ``null`` for
+optional parameters; ``calls_from`` drops those nulls when the parameter's own
+schema does not admit null (see ``toolsched.providers.strict``).
+
+::
+
+    response = await client.responses.create(model=..., input=items, tools=tool_definitions(executor))
+    turn = await execute(executor, response)
+    items += [*response.output, *turn.items]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from toolsched.errors import ResponseFormatError
+from toolsched.executor import Executor, Steering
+from toolsched.providers.strict import drop_strict_nulls_for
+from toolsched.providers.wire import (
+    ERROR_PREFIX,
+    Execution,
+    assign_ids,
+    block_type,
+    call_arguments,
+    call_name,
+    error_text,
+    fit_to_budget,
+    is_record,
+    left_alone,
+    output_text,
+    read,
+    registry_of,
+    results_by_call,
+    resume_outcome,
+    sequence_of,
+)
+from toolsched.registry import ToolRegistry
+from toolsched.results import ToolCall, ToolResult
+
+__all__ = [
+    "ResponsesExecution",
+    "calls_from",
+    "execute",
+    "results_to_items",
+    "resume",
+    "tool_definitions",
+]
+
+PROVIDER = "openai responses"
+
+# Output items that are not client function calls.
+_KNOWN = frozenset(
+    {
+        "message",
+        "reasoning",
+        "compaction",
+        "mcp_list_tools",
+        "mcp_approval_request",
+        "mcp_approval_response",
+        "function_call_output",
+        "item_reference",
+    }
+)
+_HOSTED_SUFFIXES = ("_call", "_call_output")
+
+
+@dataclass(frozen=True, slots=True)
+class ResponsesExecution(Execution):
+    """``calls``, ``outcome`` and ``items``: one ``function_call_output`` per call (empty while interrupted)."""
+
+    items: list[dict[str, Any]]
+
+
+def _output(response: Any) -> Sequence[Any]:
+    if isinstance(response, (list, tuple)):
+        return response
+    if not is_record(response):
+        raise ResponseFormatError(
+            f"{PROVIDER}: expected a Response, a response dict or a list of output items, got {type(response).__name__}"
+        )
+    output = read(response, "output")
+    if output is None:
+        raise ResponseFormatError(f"{PROVIDER}: the response has no `output`")
+    return sequence_of(output, PROVIDER, "output")
+
+
+def calls_from(response: Any, *, registry: ToolRegistry | None = None) -> list[ToolCall]:
+    """The ``function_call`` items of a response, as calls in the model's order.
+
+    ``response`` is an SDK ``Response``, its dict form, or a list of output
+    items. A ``function_call`` without a ``call_id`` gets
+    ``toolsched_call_{position}`` (its index among the response's calls).
+    Arguments stay JSON text (text that does not parse is answered by the
+    engine with ``invalid_input``). With ``registry``, strict mode's nulls for
+    optional parameters are dropped. Raises ``ResponseFormatError`` for
+    something that is not a response.
+    """
+    function_calls = []
+    for index, item in enumerate(_output(response)):
+        kind = block_type(item, PROVIDER, f"output[{index}]")
+        if kind == "function_call":
+            function_calls.append(item)
+        else:
+            left_alone(PROVIDER, f"output[{index}]", kind, _KNOWN, _HOSTED_SUFFIXES)
+    ids = assign_ids([read(item, "call_id") for item in function_calls])
+    calls = []
+    for call_id, item in zip(ids, function_calls, strict=True):
+        name = call_name(read(item, "name"))
+        calls.append(
+            ToolCall(call_id, name, drop_strict_nulls_for(name, call_arguments(read(item, "arguments")), registry))
+        )
+    return calls
+
+
+def _output_item(call: ToolCall, result: ToolResult, registry: ToolRegistry | None) -> dict[str, Any]:
+    text = ERROR_PREFIX + error_text(result) if result.is_error else output_text(result.output)
+    return {
+        "type": "function_call_output",
+        "call_id": call.id,
+        "output": fit_to_budget(text, result.tool_name, registry),
+    }
+
+
+def results_to_items(
+    calls: Sequence[ToolCall], results: Sequence[ToolResult], *, registry: ToolRegistry | None = None
+) -> list[dict[str, Any]]:
+    """One ``function_call_output`` item per unique call ID, in the model's order.
+
+    ``output`` is the text the tool returned, or JSON for other values (empty
+    for ``None``); a failure's output is ``"Error: "`` and the message. With
+    ``registry``, every text is held to its tool's result budget. Raises
+    ``MissingResultError`` when a call has no result.
+    """
+    return [_output_item(call, result, registry) for call, result in results_by_call(calls, results, PROVIDER)]
+
+
+def tool_definitions(tools: Executor | ToolRegistry, *, strict: bool = False) -> list[dict[str, Any]]:
+    """The ``tools`` parameter: the registry's Responses export (sorted, ``$ref``-free, strict on request)."""
+    return registry_of(tools).to_openai(strict=strict)
+
+
+def _finish(executor: Executor, calls: list[ToolCall], outcome: Any) -> ResponsesExecution:
+    items = [] if outcome.interrupted else results_to_items(calls, outcome.results, registry=executor.registry)
+    return ResponsesExecution(calls, outcome, items)
+
+
+async def execute(
+    executor: Executor, response: Any, *, steering: Steering | None = None, context: Any = None
+) -> ResponsesExecution:
+    """Runs a response's function calls and builds the output items: ``calls_from`` + run + ``results_to_items``."""
+    calls = calls_from(response, registry=executor.registry)
+    outcome = await executor.run(calls, steering=steering, context=context)
+    return _finish(executor, calls, outcome)
+
+
+async def resume(executor: Executor, execution: ResponsesExecution, state: Any) -> ResponsesExecution:
+    """Finishes an interrupted ``execute``: ``state`` is its ``RunState`` with the held calls decided.
+
+    Read the state once (``state = execution.outcome.state``), approve or
+    reject on it, then pass that same object here.
+    """
+    outcome = await resume_outcome(executor, state)
+    return _finish(executor, execution.calls, outcome)

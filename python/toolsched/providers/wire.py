@@ -1,0 +1,264 @@
+"""What every provider adapter shares: reading SDK objects and plain dicts alike,
+call IDs, and results turned into wire text within each tool's budget."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from toolsched import _core
+from toolsched.errors import MissingResultError, ResponseFormatError
+from toolsched.outcome import Outcome
+from toolsched.results import ToolCall, ToolResult
+
+if TYPE_CHECKING:
+    from toolsched.executor import Executor
+    from toolsched.registry import ToolRegistry
+
+__all__ = [
+    "ERROR_PREFIX",
+    "SYNTHETIC_ID_PREFIX",
+    "Execution",
+    "assign_ids",
+    "block_type",
+    "call_arguments",
+    "call_name",
+    "error_text",
+    "fit_to_budget",
+    "is_record",
+    "left_alone",
+    "output_text",
+    "read",
+    "registry_of",
+    "results_by_call",
+    "resume_outcome",
+    "sequence_of",
+]
+
+logger = logging.getLogger("toolsched.providers")
+
+# What a failed call's text starts with in APIs that have no error flag (OpenAI's).
+ERROR_PREFIX = "Error: "
+
+# A call that arrives without an ID gets this prefix and its position among the response's calls.
+SYNTHETIC_ID_PREFIX = "toolsched_call_"
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """One turn's tool calls, run: what ``execute`` returns (each provider adds its wire payload).
+
+    ``outcome`` is the executor's ``Outcome``; when it is ``interrupted``
+    (calls held for approval) the wire payload is None until the run is resumed.
+    """
+
+    calls: list[ToolCall]
+    outcome: Outcome
+
+    @property
+    def results(self) -> list[ToolResult]:
+        """One result per unique call ID, in the model's order."""
+        return self.outcome.results
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether calls are waiting for approval (see ``outcome.pending``)."""
+        return self.outcome.interrupted
+
+
+def read(item: Any, *names: str) -> Any:
+    """The first of ``names`` present on ``item``: a key of a dict, or an attribute of an SDK object."""
+    if type(item) is dict or isinstance(item, Mapping):
+        for name in names:
+            if name in item:
+                return item[name]
+        return None
+    for name in names:
+        value = getattr(item, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+def is_record(item: Any) -> bool:
+    """Whether ``item`` can hold fields: a mapping or an SDK model object."""
+    if type(item) is dict:
+        return True
+    return isinstance(item, Mapping) or (
+        hasattr(item, "__dict__") and not isinstance(item, (str, bytes, int, float, list, tuple))
+    )
+
+
+def sequence_of(value: Any, provider: str, where: str) -> Sequence[Any]:
+    """``value`` as a list of items, or a ``ResponseFormatError`` naming what was expected."""
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ResponseFormatError(f"{provider}: `{where}` must be a list, got {type(value).__name__}")
+    return value
+
+
+def block_type(item: Any, provider: str, where: str) -> str:
+    """The ``type`` of a content block or output item; a block without one is malformed."""
+    if not is_record(item):
+        raise ResponseFormatError(f"{provider}: {where} must be an object with a `type`, got {type(item).__name__}")
+    kind = read(item, "type")
+    if not isinstance(kind, str) or not kind:
+        raise ResponseFormatError(f"{provider}: {where} has no `type` string")
+    return kind
+
+
+def left_alone(provider: str, where: str, kind: str, known: frozenset[str], suffixes: tuple[str, ...] = ()) -> None:
+    """Notes a block the adapter does not execute: silent for known kinds, a warning for unknown ones."""
+    if kind in known or kind.endswith(suffixes):
+        return
+    logger.warning("%s: %s has type %r, which toolsched does not know; it is left alone", provider, where, kind)
+
+
+def assign_ids(raw_ids: Sequence[object]) -> list[str]:
+    """Every call's ID: the one the model sent when it is a non-empty string, else a synthesised one.
+
+    A synthesised ID is ``toolsched_call_{position}``, ``position`` being the
+    call's index among the response's tool calls, so the same response always
+    gets the same IDs; it never equals an ID the model sent (a ``_`` is added
+    until it is unique). Each call still gets exactly one result.
+    """
+    taken = {raw for raw in raw_ids if isinstance(raw, str) and raw}
+    ids: list[str] = []
+    for position, raw in enumerate(raw_ids):
+        if isinstance(raw, str) and raw:
+            ids.append(raw)
+            continue
+        candidate = f"{SYNTHETIC_ID_PREFIX}{position}"
+        while candidate in taken:
+            candidate += "_"
+        taken.add(candidate)
+        ids.append(candidate)
+    return ids
+
+
+def call_arguments(raw: Any) -> Mapping[str, Any] | str:
+    """Arguments as the engine takes them: a mapping, or JSON text it parses and validates.
+
+    Anything else (a list, a number) is passed on as JSON so that the engine
+    answers it with an ``invalid_input`` result naming the rule.
+    """
+    if type(raw) is dict or type(raw) is str:
+        return raw
+    if raw is None:
+        return {}
+    if isinstance(raw, (str, Mapping)):
+        return raw
+    if hasattr(raw, "model_dump"):
+        dumped = raw.model_dump(mode="json")
+        if isinstance(dumped, Mapping):
+            return dumped
+    return json.dumps(raw, default=str)
+
+
+def call_name(raw: Any) -> str:
+    """The tool name of a call; a missing or non-string name is answered as an unknown tool."""
+    return raw if isinstance(raw, str) else ""
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+# One encoder for every reply: building one per call costs more than encoding a small output.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=_json_default)
+
+
+def output_text(output: Any) -> str:
+    """A tool's output as the text a function-call reply carries.
+
+    Text stays as it is, ``None`` is empty, bytes are decoded as UTF-8, and
+    anything else is JSON (pydantic models and dataclasses as their fields;
+    what JSON cannot hold as its ``str``).
+    """
+    if output is None:
+        return ""
+    if isinstance(output, str):
+        return output
+    if isinstance(output, bytes):
+        return output.decode("utf-8", errors="replace")
+    return _ENCODER.encode(output)
+
+
+def error_text(result: ToolResult) -> str:
+    """The message the model sees for a failed call."""
+    return result.error or f"the call of `{result.tool_name}` failed ({result.error_kind or 'error'})"
+
+
+def fit_to_budget(text: str, tool_name: str, registry: ToolRegistry | None) -> str:
+    """``text`` cut to the tool's result budget (``max_result_chars``, ``max_result_lines``).
+
+    Outputs are already shaped by the executor; this also bounds error
+    messages and the JSON of outputs that grew when serialised.
+    """
+    if registry is None:
+        return text
+    member = registry.get(tool_name)
+    if member is None or (len(text) <= member.max_result_chars and member.max_result_lines is None):
+        return text
+    cut = "tail" if member.truncate == "offload" else member.truncate
+    shaped = _core.truncate(text, member.max_result_chars, max_lines=member.max_result_lines, cut=cut)
+    return text if shaped is None else shaped[0]
+
+
+def results_by_call(
+    calls: Sequence[ToolCall], results: Sequence[ToolResult], provider: str
+) -> list[tuple[ToolCall, ToolResult]]:
+    """Pairs each unique call ID with its result, in the model's order.
+
+    Every call must have a result: an interrupted run must be resumed first
+    (``MissingResultError``). A repeated call ID is answered once.
+    """
+    by_id = {result.call_id: result for result in results}
+    pairs: list[tuple[ToolCall, ToolResult]] = []
+    seen: set[str] = set()
+    for call in calls:
+        if call.id in seen:
+            continue
+        seen.add(call.id)
+        result = by_id.get(call.id)
+        if result is None:
+            raise MissingResultError(
+                f"{provider}: call {call.id!r} ({call.name}) has no result; "
+                "resume an interrupted run before building the reply"
+            )
+        pairs.append((call, result))
+    return pairs
+
+
+def registry_of(tools: Executor | ToolRegistry) -> ToolRegistry:
+    """The registry behind an executor (or the registry itself)."""
+    from toolsched.executor import Executor
+    from toolsched.registry import ToolRegistry
+
+    if isinstance(tools, Executor):
+        return tools.registry
+    if isinstance(tools, ToolRegistry):
+        return tools
+    raise TypeError(f"expected a toolsched Executor or ToolRegistry, got {type(tools).__name__}")
+
+
+async def resume_outcome(executor: Executor, state: Any) -> Outcome:
+    """``executor.resume(state)``: the full outcome once held calls are decided."""
+    resume = getattr(executor, "resume", None)
+    if resume is None:
+        raise TypeError(f"{type(executor).__name__} cannot resume a run (it has no `resume` method)")
+    outcome: Outcome = await resume(state)
+    return outcome

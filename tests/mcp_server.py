@@ -1,0 +1,96 @@
+"""A small MCP server for the bridge's tests, written with the `mcp` package's server API.
+
+Run as `python tests/mcp_server.py` (stdio) or `python tests/mcp_server.py http PORT`
+(streamable HTTP on 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from mcp import MCPError
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+
+server = MCPServer("bridge-test")
+received: list[str] = []
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
+def add(a: int, b: int = 2) -> int:
+    """Add two integers."""
+    received.append("add")
+    return a + b
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def received_calls() -> str:
+    """The names of the calls this server received, in order."""
+    return ",".join(received)
+
+
+@server.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=True))
+def write_note(text: str) -> str:
+    """Write a note (additive, idempotent)."""
+    received.append("write_note")
+    return f"noted: {text}"
+
+
+@server.tool()
+def wipe() -> str:
+    """Wipe everything (no annotations: MCP's defaults apply)."""
+    received.append("wipe")
+    return "wiped"
+
+
+@server.tool()
+def fail(reason: str) -> str:
+    """Always fails with the given reason."""
+    received.append("fail")
+    raise ToolError(reason)
+
+
+@server.tool()
+def refuse() -> str:
+    """Answers with a protocol error instead of a result."""
+    received.append("refuse")
+    raise MCPError(-32602, "refusing on purpose")
+
+
+@server.tool()
+async def count_to(n: int, ctx: Context) -> str:
+    """Count to n, reporting progress."""
+    received.append("count_to")
+    for step in range(1, n + 1):
+        await ctx.report_progress(step, n, f"step {step}")
+    return f"counted to {n}"
+
+
+@server.tool()
+def exit_now() -> str:
+    """Ends the server process in the middle of the call."""
+    sys.stdout.flush()
+    os._exit(3)
+
+
+@server.tool()
+def grow() -> str:
+    """Adds the tool `echo` to this server."""
+    received.append("grow")
+
+    def echo(text: str) -> str:
+        return text
+
+    server.add_tool(echo, name="echo", description="Echo the text back.")
+    return "grown"
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.CRITICAL)
+    if len(sys.argv) == 3 and sys.argv[1] == "http":
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")

@@ -1,0 +1,252 @@
+"""The MCP bridge against a real MCP server process (stdio, and streamable HTTP on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import toolsched as ts
+from toolsched import mcp as ts_mcp
+
+pytestmark = pytest.mark.anyio
+
+SERVER = str(Path(__file__).with_name("mcp_server.py"))
+# Every test is bounded: a server that hangs fails the test instead of the suite.
+LIMIT = 30
+
+
+async def test_stdio_tools_map_hints_run_through_the_pipeline_and_refresh() -> None:
+    with anyio.fail_after(LIMIT):
+        async with ts_mcp.connect_stdio(sys.executable, [SERVER]) as server:
+            tools = {member.name: member for member in await server.tools()}
+            assert set(tools) >= {"add", "write_note", "wipe", "fail", "refuse", "count_to", "grow"}
+
+            add, note, wipe = tools["add"], tools["write_note"], tools["wipe"]
+            assert (add.read_only, add.concurrency_safe, add.destructive, add.open_world) == (True, True, False, False)
+            assert (note.read_only, note.concurrency_safe, note.destructive) == (False, False, False)
+            assert note.idempotent and note.open_world is True
+            # No annotations: MCP's defaults (may write, destructive), unsafe to share a batch.
+            assert (wipe.read_only, wipe.concurrency_safe, wipe.destructive, wipe.open_world) == (
+                False,
+                False,
+                True,
+                None,
+            )
+            assert add.input_schema["required"] == ["a"]
+
+            progress: list[ts.Event] = []
+            executor = ts.Executor(list(tools.values()), on_progress=progress.append)
+            outcome = await executor.run(
+                [
+                    ts.ToolCall("1", "add", {"a": 1}),
+                    ts.ToolCall("2", "add", '{"a": "one"}'),
+                    ts.ToolCall("3", "fail", {"reason": "disk full"}),
+                    ts.ToolCall("4", "refuse", {}),
+                    ts.ToolCall("5", "count_to", {"n": 3}),
+                    ts.ToolCall("6", "add", {"a": 40, "b": 2}),
+                ]
+            )
+            by_id = {result.call_id: result for result in outcome.results}
+            assert [result.call_id for result in outcome.results] == ["1", "2", "3", "4", "5", "6"]
+            assert by_id["1"].output == "3" and not by_id["1"].is_error
+            assert by_id["2"].error_kind == "invalid_input" and "/a" in (by_id["2"].error or "")
+            assert by_id["3"].error_kind == "execution_error" and "disk full" in (by_id["3"].error or "")
+            assert "McpToolError" in (by_id["3"].error or "")
+            assert by_id["4"].error_kind == "execution_error" and "refusing on purpose" in (by_id["4"].error or "")
+            assert by_id["5"].output == "counted to 3"
+            assert [event.fraction for event in progress if isinstance(event, ts.ToolProgress)] == pytest.approx(
+                [1 / 3, 2 / 3, 1.0]
+            )
+            assert by_id["6"].output == "42"
+
+            # The call the engine rejected never reached the server.
+            audit = await executor.run([ts.ToolCall("a", "received_calls", {})])
+            assert audit.results[0].output == "add,fail,refuse,count_to,add"
+
+            # Between turns, a changed tool list is picked up.
+            assert "echo" not in tools
+            grown = await executor.run([ts.ToolCall("g", "grow", {})])
+            assert grown.results[0].output == "grown"
+            assert await server.tools() == list(tools.values())  # listed once, until refreshed
+            after = {member.name: member for member in await server.refresh_tools()}
+            assert set(after) == set(tools) | {"echo"}
+            # Unchanged tools keep their objects, so executors built on them stay valid.
+            assert all(after[name] is member for name, member in tools.items())
+            echoed = await ts.Executor(list(after.values())).run([ts.ToolCall("e", "echo", {"text": "back"})])
+            assert echoed.results[0].output == "back"
+
+
+async def test_server_exiting_mid_call_answers_every_call_with_an_error() -> None:
+    with anyio.fail_after(LIMIT):
+        async with ts_mcp.connect_stdio(sys.executable, [SERVER]) as server:
+            executor = ts.Executor(await server.tools())
+            outcome = await executor.run(
+                [
+                    ts.ToolCall("1", "add", {"a": 1}),
+                    ts.ToolCall("2", "exit_now", {}),
+                    ts.ToolCall("3", "add", {"a": 2}),
+                ]
+            )
+            assert [result.call_id for result in outcome.results] == ["1", "2", "3"]
+            assert outcome.results[0].output == "3"
+            for result in outcome.results[1:]:
+                assert result.error_kind == "execution_error"
+                assert "McpConnectionError" in (result.error or "")
+                assert "closed the connection" in (result.error or "")
+            with pytest.raises(ts.McpConnectionError, match="could not list"):
+                await server.refresh_tools()
+
+
+async def test_a_server_that_cannot_start_is_a_connection_error() -> None:
+    with anyio.fail_after(LIMIT):
+        with pytest.raises(ts.McpConnectionError, match="could not connect"):
+            async with ts_mcp.connect_stdio(sys.executable, ["-c", "import sys; sys.exit(2)"]):
+                pass
+        connection = ts_mcp.connect_stdio(sys.executable, [SERVER])
+        with pytest.raises(ts.McpConnectionError, match="not connected"):
+            await connection.tools()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def _wait_for_port(port: int) -> None:
+    while True:
+        try:
+            stream = await anyio.connect_tcp("127.0.0.1", port)
+        except OSError:
+            await anyio.sleep(0.05)
+            continue
+        await stream.aclose()
+        return
+
+
+async def test_streamable_http_server() -> None:
+    port = _free_port()
+    process = await anyio.open_process(
+        [sys.executable, SERVER, "http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        with anyio.fail_after(LIMIT):
+            await _wait_for_port(port)
+            async with ts_mcp.connect_http(
+                f"http://127.0.0.1:{port}/mcp", headers={"x-test": "1"}, prefix="web_"
+            ) as server:
+                tools = {member.name: member for member in await server.tools()}
+                assert tools["web_add"].read_only
+                executor = ts.Executor(list(tools.values()))
+                outcome = await executor.run(
+                    [ts.ToolCall("1", "web_add", {"a": 2, "b": 3}), ts.ToolCall("2", "web_fail", {"reason": "no"})]
+                )
+                assert outcome.results[0].output == "5"
+                assert outcome.results[1].error_kind == "execution_error"
+    finally:
+        process.kill()
+        with anyio.CancelScope(shield=True):
+            await process.wait()
+            await process.aclose()
+
+
+def _low_level_server() -> Any:
+    """An in-process server with paged tool lists, odd names, a broken schema and non-text results."""
+    from mcp.server import Server
+    from mcp_types import (
+        CallToolResult,
+        ImageContent,
+        ListToolsResult,
+        TextContent,
+        Tool,
+        ToolAnnotations,
+    )
+
+    pages = {
+        None: ListToolsResult(
+            tools=[
+                Tool(
+                    name="files/read.all",
+                    description="Read every file.",
+                    input_schema={"type": "object", "properties": {}},
+                    annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False),
+                ),
+                Tool(name="broken", input_schema={"type": "object", "properties": {"x": {"type": "nonsense"}}}),
+            ],
+            next_cursor="page-2",
+        ),
+        "page-2": ListToolsResult(
+            tools=[
+                Tool(name="picture", input_schema={"type": "object"}),
+                Tool(name="stats", input_schema={"type": "object"}),
+                Tool(name="files_read_all", input_schema={"type": "object"}),
+            ]
+        ),
+    }
+
+    async def list_tools(ctx: Any, params: Any) -> ListToolsResult:
+        return pages[params.cursor if params is not None else None]
+
+    async def call_tool(ctx: Any, params: Any) -> CallToolResult:
+        if params.name == "picture":
+            return CallToolResult(
+                content=[TextContent(text="a dot"), ImageContent(data="iVBORw0KGgo=", mime_type="image/png")]
+            )
+        if params.name == "stats":
+            return CallToolResult(content=[], structured_content={"files": 3})
+        return CallToolResult(content=[TextContent(text="one"), TextContent(text="two")])
+
+    return Server("low-level", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def test_paged_lists_odd_names_broken_schemas_and_content_kinds(caplog: pytest.LogCaptureFixture) -> None:
+    from mcp import Client
+
+    with anyio.fail_after(LIMIT), caplog.at_level(logging.WARNING, logger="toolsched.mcp"):
+        async with ts_mcp.connect(Client(_low_level_server()), label="low-level") as server:
+            tools = {member.name: member for member in await server.tools()}
+            # Both pages are listed; names become provider-safe and unique; the broken schema is left out.
+            assert list(tools) == ["files_read_all", "picture", "stats", "files_read_all_2"]
+            assert tools["files_read_all"].remote_name == "files/read.all"
+            assert tools["files_read_all"].read_only and not tools["files_read_all"].destructive
+            assert any("broken" in record.getMessage() for record in caplog.records)
+            outcome = await ts.Executor(list(tools.values())).run(
+                [
+                    ts.ToolCall("1", "files_read_all", {}),
+                    ts.ToolCall("2", "picture", {}),
+                    ts.ToolCall("3", "stats", {}),
+                ]
+            )
+            texts, picture, stats = (result.output for result in outcome.results)
+            assert texts == "one\ntwo"
+            assert picture == [
+                {"type": "text", "text": "a dot"},
+                {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+            ]
+            assert stats == {"files": 3}
+
+        distrusting = ts_mcp.connect(Client(_low_level_server()), trust_hints=False)
+        async with distrusting as server:
+            first = (await server.tools())[0]
+            assert (first.read_only, first.concurrency_safe, first.destructive, first.open_world) == (
+                False,
+                False,
+                True,
+                None,
+            )
+
+
+def test_local_names_fit_every_provider() -> None:
+    assert ts_mcp.local_name("gh_", "repos/list.all", set()) == "gh_repos_list_all"
+    long_name = ts_mcp.local_name("", "t" * 100, set())
+    assert len(long_name) == 64 and long_name == ts_mcp.local_name("", "t" * 100, set())
+    assert long_name != ts_mcp.local_name("", "t" * 99, set())
+    assert ts_mcp.local_name("", "a.b", {"a_b", "a_b_2"}) == "a_b_3"
