@@ -435,3 +435,16 @@ async def test_loaded_tools_stay_loaded_across_a_refresh_while_they_exist() -> N
     offered[:] = [read_file]
     await registry.refresh()
     assert names(registry) == ["read_file"]
+
+
+async def test_a_run_that_raises_still_refreshes_the_set() -> None:
+    @ts.tool
+    async def broken() -> str:
+        raise RuntimeError("disk full")
+
+    offered: list[Any] = [broken]
+    executor = ts.Executor(ts.ToolRegistry([broken], refresh_tools=lambda: list(offered)), on_error="raise")
+    offered[:] = [read_file]
+    with pytest.raises(ts.ToolCallFailed, match="disk full"):
+        await executor.run([ts.ToolCall("c1", "broken")])
+    assert names(executor.registry) == ["read_file"]

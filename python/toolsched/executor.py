@@ -517,13 +517,19 @@ class Executor:
         """
         view = self._current_view()
         children = state._children() if state is not None else None
-        if view.resourceful or children:
-            outcome = await self._scoped(calls, state, steering, context, sink, parent, view, children)
-        elif state is None:
-            assert calls is not None
-            outcome = await self._run(calls, steering, context, sink, view, parent)
-        else:
-            outcome = await self._resume(state, steering, context, sink, view, parent)
+        try:
+            if view.resourceful or children:
+                outcome = await self._scoped(calls, state, steering, context, sink, parent, view, children)
+            elif state is None:
+                assert calls is not None
+                outcome = await self._run(calls, steering, context, sink, view, parent)
+            else:
+                outcome = await self._resume(state, steering, context, sink, view, parent)
+        except Exception:
+            # A run that raises (on_error="raise", a tripped guardrail) has its results too: refresh all the same.
+            if self.registry._source is not None:
+                await self._refresh(sink, parent)
+            raise
         if self.registry._source is not None:
             await self._refresh(sink, parent)
         return outcome
