@@ -285,8 +285,8 @@ class Hooks:
 
         Observe it, or return False to suppress it: listeners never see a
         suppressed update. The call's final result is never affected. ``fn``
-        must be a plain function: it runs inside ``ctx.update``. A hook that
-        raises suppresses the update (and is logged).
+        must be a plain function: it runs inside ``ctx.update`` (so no timeout
+        applies). A hook that raises suppresses the update (and is logged).
         """
         if inspect.iscoroutinefunction(fn):
             raise TypeError(
