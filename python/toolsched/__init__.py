@@ -42,6 +42,19 @@ from toolsched.events import (
 from toolsched.executor import Executor
 from toolsched.guardrails import GuardrailEvent, Reject
 from toolsched.hooks import BatchEvent, HookEvent, Hooks, Rewrite
+from toolsched.journal import (
+    Journal,
+    JournalCorruptError,
+    JournaledCall,
+    JournalError,
+    JournalVersionError,
+    PostgresJournal,
+    RunClaimedError,
+    RunExistsError,
+    RunRecord,
+    SqliteJournal,
+    UnknownRunError,
+)
 from toolsched.nested import AgentTool, ChildRun, agent_tool
 from toolsched.outcome import Outcome
 from toolsched.permissions import Decision, Permissions
@@ -74,6 +87,11 @@ __all__ = [
     "GuardrailTripped",
     "HookEvent",
     "Hooks",
+    "Journal",
+    "JournalCorruptError",
+    "JournalError",
+    "JournalVersionError",
+    "JournaledCall",
     "McpConnectionError",
     "McpToolError",
     "MissingResultError",
@@ -82,6 +100,7 @@ __all__ = [
     "Parallel",
     "Partitioned",
     "Permissions",
+    "PostgresJournal",
     "RefreshError",
     "Reject",
     "ResourceAware",
@@ -89,12 +108,16 @@ __all__ = [
     "ResponseFormatError",
     "Rewrite",
     "RuleError",
+    "RunClaimedError",
+    "RunExistsError",
     "RunFinished",
+    "RunRecord",
     "RunScope",
     "RunState",
     "SchemaError",
     "SemanticError",
     "Sequential",
+    "SqliteJournal",
     "StateError",
     "Strategy",
     "Tool",
@@ -112,6 +135,7 @@ __all__ = [
     "ToolsChanged",
     "ToolsRefreshFailed",
     "ToolschedError",
+    "UnknownRunError",
     "UnknownToolError",
     "WorkloadError",
     "__version__",
