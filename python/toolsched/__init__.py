@@ -13,6 +13,8 @@ from toolsched.errors import (
     McpToolError,
     MissingResultError,
     OptionError,
+    RefreshError,
+    ResourceError,
     ResponseFormatError,
     RuleError,
     SchemaError,
@@ -32,6 +34,8 @@ from toolsched.events import (
     RunFinished,
     ToolFinished,
     ToolProgress,
+    ToolsChanged,
+    ToolsRefreshFailed,
     ToolStarted,
     ToolUpdated,
 )
@@ -51,9 +55,11 @@ from toolsched.journal import (
     SqliteJournal,
     UnknownRunError,
 )
+from toolsched.nested import AgentTool, ChildRun, agent_tool
 from toolsched.outcome import Outcome
 from toolsched.permissions import Decision, Permissions
 from toolsched.registry import ToolRegistry
+from toolsched.resources import RunScope
 from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
 from toolsched.strategies import Batched, Parallel, Partitioned, ResourceAware, Sequential, Strategy
 from toolsched.tools import Access, FunctionTool, Tool, tool
@@ -62,6 +68,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Access",
+    "AgentTool",
     "ApprovalError",
     "ApprovalRequest",
     "AssemblyError",
@@ -69,6 +76,7 @@ __all__ = [
     "BatchFinished",
     "BatchStarted",
     "Batched",
+    "ChildRun",
     "Decision",
     "Duplicate",
     "ErrorKind",
@@ -93,8 +101,10 @@ __all__ = [
     "Partitioned",
     "Permissions",
     "PostgresJournal",
+    "RefreshError",
     "Reject",
     "ResourceAware",
+    "ResourceError",
     "ResponseFormatError",
     "Rewrite",
     "RuleError",
@@ -102,6 +112,7 @@ __all__ = [
     "RunExistsError",
     "RunFinished",
     "RunRecord",
+    "RunScope",
     "RunState",
     "SchemaError",
     "SemanticError",
@@ -121,10 +132,13 @@ __all__ = [
     "ToolResult",
     "ToolStarted",
     "ToolUpdated",
+    "ToolsChanged",
+    "ToolsRefreshFailed",
     "ToolschedError",
     "UnknownRunError",
     "UnknownToolError",
     "WorkloadError",
     "__version__",
+    "agent_tool",
     "tool",
 ]

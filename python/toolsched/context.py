@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from toolsched.errors import ResourceError
 from toolsched.events import Event, ToolProgress, ToolUpdated
 
 __all__ = ["ToolContext"]
@@ -16,7 +17,10 @@ class ToolContext:
     ``context`` is the object the caller passed to ``Executor.run``.
     """
 
-    __slots__ = ("_cancelled", "_emit", "call_id", "context", "interactive", "tool_name")
+    __slots__ = ("_cancelled", "_emit", "_resource", "call_id", "context", "interactive", "tool_name")
+
+    # Set only for tools with a per-run resource, just before the call (see ``resource``).
+    _resource: Any
 
     def __init__(
         self,
@@ -44,6 +48,20 @@ class ToolContext:
         """Streams partial output; the final result is still what the tool returns."""
         if self._emit is not None:
             self._emit(ToolUpdated(self.call_id, self.tool_name, partial_output))
+
+    @property
+    def resource(self) -> Any:
+        """This tool's per-run resource: what its ``open`` (or ``run_resource`` factory) gave for this run.
+
+        The run opens it on the tool's first call and closes it when the run
+        ends; every call of the tool in the run sees the same one.
+        """
+        try:
+            return self._resource
+        except AttributeError:
+            raise ResourceError(
+                f"`{self.tool_name}` has no per-run resource: define open()/close() or run_resource on the tool"
+            ) from None
 
     @property
     def cancelled(self) -> bool:
