@@ -101,3 +101,20 @@ def test_failures() -> None:
         "before returning a result",
         "  a1 \"announced 'parsed'\"",
     ]
+def test_dynamic_tools() -> None:
+    lines = run_example("dynamic_tools.py").splitlines()
+    assert lines[0] == "turn 1 offers: ['lookup_order', 'resolve_ticket', 'tool_search']"
+    # One connection for the two lookups of turn 1, closed by that run, before the refresh.
+    assert lines[1:4] == [
+        "  database: connected",
+        "  database: disconnected",
+        "  tools changed: added ['track_parcel'], removed []",
+    ]
+    assert lines[4].startswith("  s1 tool_search -> {'tools': [{'name': 'refund_order'")
+    assert "turn 2 offers: ['lookup_order', 'refund_order', 'resolve_ticket', 'tool_search', 'track_parcel']" in lines
+    assert "waiting for a person: [('t1/x1', 'close_ticket', {'ticket': 'T-7'})]" in lines
+    assert lines[-1] == "  t1 resolve_ticket -> 'T-7 is open; then closed T-7'"
+    # The sub-agent read the ticket once: resuming replayed its finished call.
+    assert lines.count("  support desk: read T-7") == 1
+    assert lines.count("  support desk: closed T-7") == 1
+    assert "  event from the sub-agent of t1: x1 finished" in lines

@@ -13,6 +13,8 @@ from toolsched.errors import (
     McpToolError,
     MissingResultError,
     OptionError,
+    RefreshError,
+    ResourceError,
     ResponseFormatError,
     RuleError,
     SchemaError,
@@ -34,6 +36,8 @@ from toolsched.events import (
     RunFinished,
     ToolFinished,
     ToolProgress,
+    ToolsChanged,
+    ToolsRefreshFailed,
     ToolStarted,
     ToolUpdated,
 )
@@ -53,9 +57,11 @@ from toolsched.journal import (
     SqliteJournal,
     UnknownRunError,
 )
+from toolsched.nested import AgentTool, ChildRun, agent_tool
 from toolsched.outcome import Outcome
 from toolsched.permissions import Decision, Permissions
 from toolsched.registry import ToolRegistry
+from toolsched.resources import RunScope
 from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
 from toolsched.strategies import Batched, Parallel, Partitioned, ResourceAware, Sequential, Strategy
 from toolsched.tools import Access, FunctionTool, Tool, tool
@@ -64,6 +70,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Access",
+    "AgentTool",
     "ApprovalError",
     "ApprovalRequest",
     "AssemblyError",
@@ -71,6 +78,7 @@ __all__ = [
     "BatchFinished",
     "BatchStarted",
     "Batched",
+    "ChildRun",
     "Decision",
     "Duplicate",
     "ErrorKind",
@@ -95,8 +103,10 @@ __all__ = [
     "Partitioned",
     "Permissions",
     "PostgresJournal",
+    "RefreshError",
     "Reject",
     "ResourceAware",
+    "ResourceError",
     "ResponseFormatError",
     "Rewrite",
     "RuleError",
@@ -104,6 +114,7 @@ __all__ = [
     "RunExistsError",
     "RunFinished",
     "RunRecord",
+    "RunScope",
     "RunState",
     "SchemaError",
     "SemanticError",
@@ -124,11 +135,14 @@ __all__ = [
     "ToolStarted",
     "ToolTimeoutError",
     "ToolUpdated",
+    "ToolsChanged",
+    "ToolsRefreshFailed",
     "ToolschedError",
     "UnknownRunError",
     "UnknownToolError",
     "WorkerProcessError",
     "WorkloadError",
     "__version__",
+    "agent_tool",
     "tool",
 ]

@@ -7,6 +7,11 @@ approval is bound to the call ID, the tool (a fingerprint of its name,
 description, schema and implementation) and a digest of the arguments the
 person saw: if any of them differs when the run resumes, the call is asked
 again instead of run.
+
+A call whose tool runs a nested run (``toolsched.nested``) may wait too: its
+child run was interrupted. The child's requests appear among the parent's,
+their call IDs prefixed with the parent call's (``"p1/c2"``), and the parent's
+state carries the child's, so that resuming the parent resumes the child.
 """
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ApprovalRequest", "Approver", "RunState"]
 
-Status = Literal["done", "pending", "approved", "rejected"]
-_STATUSES = ("done", "pending", "approved", "rejected")
+Status = Literal["done", "pending", "approved", "rejected", "nested"]
+_STATUSES = ("done", "pending", "approved", "rejected", "nested")
 _FORMAT = "toolsched.RunState"
 _VERSION = 1
 _SCALARS = frozenset({str, int, float, bool, type(None)})
@@ -37,12 +42,18 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 @dataclass(frozen=True, slots=True)
 class ApprovalRequest:
-    """A call waiting for a person: the tool, the input that would run, and why it asks."""
+    """A call waiting for a person: the tool, the input that would run, and why it asks.
+
+    For a call of a nested run, ``call_id`` is prefixed with the parent call's
+    ID (``"p1/c2"``: decide it under that ID) and ``parent_call_id`` names the
+    parent call (``"p1"``).
+    """
 
     call_id: str
     tool_name: str
     args: Mapping[str, Any]
     reason: str | None = None
+    parent_call_id: str | None = None
 
 
 Approver = Callable[[ApprovalRequest], Awaitable[bool | Decision] | bool | Decision]
@@ -81,12 +92,56 @@ def tool_fingerprint(tool: Tool) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+CallSignature = tuple[tuple[str, str, str], ...]
+
+
+def call_signature(calls: Any) -> CallSignature:
+    """What identifies a turn's calls on replay: each call's ID, tool name and argument digest."""
+    return tuple((call.id, call.name, args_digest(call.args)) for call in calls)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEntry:
+    """A child turn that completed before its run was interrupted: replayed on resume, never run again."""
+
+    calls: CallSignature
+    results: tuple[ToolResult, ...]
+    duplicates: tuple[Duplicate, ...] = ()
+    steering_messages: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StepEntry:
+    """The value of a step (``ChildRun.step``) taken before the nested run was interrupted."""
+
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRecord:
+    """The nested run of a call that waits (internal): what happened in it, and where it stopped.
+
+    ``journal`` holds the steps and completed child turns in order;
+    ``waiting`` identifies the child turn that was interrupted, and ``state``
+    is that turn's own run state.
+    """
+
+    state: RunState
+    journal: tuple[TurnEntry | StepEntry, ...]
+    waiting: CallSignature
+
+    def copy(self) -> ChildRecord:
+        return replace(self, state=self.state.copy(), journal=copy.deepcopy(self.journal))
+
+
 @dataclass(frozen=True, slots=True)
 class CallRecord:
     """One call of a saved run (internal). ``args`` is the input as the model sent it.
 
     A ``done`` record holds its result; the others hold the request a person
-    sees (``request_args``, ``reason``, ``digest``) and, once decided, the decision.
+    sees (``request_args``, ``reason``, ``digest``) and, once decided, the
+    decision. A ``nested`` record is a call that was admitted and ran, and
+    whose nested run (``child``) waits for decisions.
     """
 
     call_id: str
@@ -100,6 +155,7 @@ class CallRecord:
     reason: str | None = None
     digest: str | None = None
     message: str | None = None
+    child: ChildRecord | None = None
 
 
 class RunState:
@@ -144,12 +200,17 @@ class RunState:
 
     @property
     def pending(self) -> list[ApprovalRequest]:
-        """The calls still waiting for a decision, in model order."""
-        return [
-            ApprovalRequest(r.call_id, r.tool or r.name, detached(r.request_args), r.reason)
-            for r in self._records
-            if r.status == "pending"
-        ]
+        """The calls still waiting for a decision, in model order (those of nested runs in their parent's place)."""
+        requests = []
+        for r in self._records:
+            if r.status == "pending":
+                requests.append(ApprovalRequest(r.call_id, r.tool or r.name, detached(r.request_args), r.reason))
+            elif r.child is not None:
+                prefix = r.call_id
+                for inner in r.child.state.pending:
+                    parent = prefix if inner.parent_call_id is None else f"{prefix}/{inner.parent_call_id}"
+                    requests.append(replace(inner, call_id=f"{prefix}/{inner.call_id}", parent_call_id=parent))
+        return requests
 
     @property
     def results(self) -> list[ToolResult]:
@@ -158,8 +219,22 @@ class RunState:
 
     @property
     def decisions(self) -> dict[str, Status]:
-        """Every call's status: ``done``, ``pending``, ``approved`` or ``rejected``."""
-        return {r.call_id: r.status for r in self._records}
+        """Every call's status: ``done``, ``pending``, ``approved``, ``rejected`` or ``nested``.
+
+        ``nested`` is a call whose nested run waits; the calls of that run
+        follow it, under prefixed IDs (``"p1/c2"``).
+        """
+        decisions: dict[str, Status] = {}
+        for r in self._records:
+            decisions[r.call_id] = r.status
+            if r.child is not None:
+                for entry in r.child.journal:
+                    if isinstance(entry, TurnEntry):
+                        for result in entry.results:
+                            decisions[f"{r.call_id}/{result.call_id}"] = "done"
+                for call_id, status in r.child.state.decisions.items():
+                    decisions[f"{r.call_id}/{call_id}"] = status
+        return decisions
 
     def __repr__(self) -> str:
         counts = {status: 0 for status in _STATUSES}
@@ -176,12 +251,44 @@ class RunState:
                 if record.status == "done":
                     raise ApprovalError(f"cannot {verb} call {call_id!r}: it already completed")
                 return position
-        known = ", ".join(repr(r.call_id) for r in self._records if r.status != "done") or "none"
-        raise ApprovalError(f"cannot {verb} call {call_id!r}: this run has no such call (waiting: {known})")
+        raise self._refusal(call_id, verb)
+
+    def _refusal(self, call_id: str, verb: str) -> ApprovalError:
+        """Why ``call_id`` cannot be decided, from this run's point of view (nested calls by prefixed ID)."""
+        if self.decisions.get(call_id) == "done":
+            return ApprovalError(f"cannot {verb} call {call_id!r}: it already completed")
+        known = ", ".join(repr(request.call_id) for request in self.pending) or "none"
+        return ApprovalError(f"cannot {verb} call {call_id!r}: this run has no such call (waiting: {known})")
+
+    def _nested(self, call_id: str) -> tuple[RunState, str] | None:
+        """The nested run state that holds ``call_id`` (a prefixed ID) and the ID within it, if any."""
+        self._check_live()
+        if any(record.call_id == call_id for record in self._records):
+            return None
+        for record in self._records:
+            if record.child is not None and call_id.startswith(record.call_id + "/"):
+                return record.child.state, call_id[len(record.call_id) + 1 :]
+        return None
 
     def approve(self, call_id: str, *, always: bool = False) -> None:
-        """Approves a waiting call; ``always`` approves every call of its tool in this run."""
+        """Approves a waiting call; ``always`` approves every call of its tool in this run.
+
+        A call of a nested run is approved under its prefixed ID (``"p1/c2"``);
+        ``always`` then holds within that nested run.
+        """
+        nested = self._nested(call_id)
+        if nested is not None:
+            try:
+                nested[0].approve(nested[1], always=always)
+            except ApprovalError:
+                raise self._refusal(call_id, "approve") from None
+            return
         position = self._undecided(call_id, "approve")
+        if self._records[position].status == "nested":
+            inner = ", ".join(repr(r.call_id) for r in self.pending if r.parent_call_id == call_id) or "none"
+            raise ApprovalError(
+                f"cannot approve call {call_id!r}: it already runs; its nested run waits for decisions on {inner}"
+            )
         record = self._records[position]
         self._records[position] = replace(record, status="approved", message=None)
         if always and record.tool is not None and record.fingerprint is not None:
@@ -190,12 +297,24 @@ class RunState:
             self._decide_tool(record.tool, record.fingerprint, "approved", None)
 
     def reject(self, call_id: str, message: str | None = None, *, always: bool = False) -> None:
-        """Rejects a waiting call (``message`` tells the model why); ``always`` rejects every call of its tool."""
+        """Rejects a waiting call (``message`` tells the model why); ``always`` rejects every call of its tool.
+
+        A call of a nested run is rejected under its prefixed ID (``"p1/c2"``).
+        Rejecting a ``nested`` call itself abandons its nested run: the call is
+        answered ``permission_denied``.
+        """
         if message is not None and not isinstance(message, str):
             raise TypeError(f"reject(message=...) must be a string, got {type(message).__name__}")
+        nested = self._nested(call_id)
+        if nested is not None:
+            try:
+                nested[0].reject(nested[1], message, always=always)
+            except ApprovalError:
+                raise self._refusal(call_id, "reject") from None
+            return
         position = self._undecided(call_id, "reject")
         record = self._records[position]
-        self._records[position] = replace(record, status="rejected", message=message)
+        self._records[position] = replace(record, status="rejected", message=message, child=None)
         if always and record.tool is not None and record.fingerprint is not None:
             self._always_reject[record.tool] = (record.fingerprint, message)
             self._always_allow.pop(record.tool, None)
@@ -215,15 +334,18 @@ class RunState:
     def copy(self) -> RunState:
         """An independent copy: deciding in one never affects the other."""
         self._check_live()
-        return RunState._create(
-            list(self._records), list(self._duplicates), dict(self._always_allow), dict(self._always_reject)
-        )
+        records = [r if r.child is None else replace(r, child=r.child.copy()) for r in self._records]
+        return RunState._create(records, list(self._duplicates), dict(self._always_allow), dict(self._always_reject))
 
     def _claim(self) -> list[CallRecord]:
         """Marks the state as resumed (a state resumes once) and returns its records."""
         self._check_live()
         self._resumed = True
         return list(self._records)
+
+    def _children(self) -> dict[str, CallRecord]:
+        """The calls whose nested runs wait, by call ID."""
+        return {record.call_id: record for record in self._records if record.child is not None}
 
     def _standing(self, tool: str, fingerprint: str) -> tuple[Status, str | None] | None:
         """A decision given with ``always=True`` for this tool, if it still is the same tool."""
@@ -239,14 +361,7 @@ class RunState:
     def to_json(self, *, key: bytes | str | None = None) -> str:
         """The state as JSON text; with ``key``, signed so that ``from_json`` refuses any alteration."""
         self._check_live()
-        body = {
-            "format": _FORMAT,
-            "version": _VERSION,
-            "calls": [_record_to_json(record) for record in self._records],
-            "duplicates": [[d.call_id, d.index, d.first_index, d.args_differ] for d in self._duplicates],
-            "always_allow": dict(self._always_allow),
-            "always_reject": {tool: [fp, message] for tool, (fp, message) in self._always_reject.items()},
-        }
+        body = self._body()
         try:
             canonical = _canonical(body)
         except (TypeError, ValueError) as exc:
@@ -272,24 +387,40 @@ class RunState:
             if key is None and seal.startswith("hmac-sha256:"):
                 raise StateError("the run state is signed; load it with the key it was saved with")
             raise StateError("the run state was altered or corrupted after it was saved (its seal does not match)")
-        records = [_record_from_json(item, f"calls[{i}]") for i, item in enumerate(_list(body, "calls", "state"))]
+        return cls._from_body(body, "state")
+
+    def _body(self) -> dict[str, Any]:
+        return {
+            "format": _FORMAT,
+            "version": _VERSION,
+            "calls": [_record_to_json(record) for record in self._records],
+            "duplicates": [_duplicate_to_json(d) for d in self._duplicates],
+            "always_allow": dict(self._always_allow),
+            "always_reject": {tool: [fp, message] for tool, (fp, message) in self._always_reject.items()},
+        }
+
+    @classmethod
+    def _from_body(cls, body: Any, where: str) -> RunState:
+        if not isinstance(body, dict):
+            raise StateError(f"{where} must be an object")
+        calls = _list(body, "calls", where)
+        records = [_record_from_json(item, f"{where}.calls[{i}]") for i, item in enumerate(calls)]
         ids = [record.call_id for record in records]
         if len(set(ids)) != len(ids):
-            raise StateError("the run state repeats a call ID")
-        duplicates = []
-        for i, row in enumerate(_list(body, "duplicates", "state")):
-            if not (isinstance(row, list) and len(row) == 4 and isinstance(row[0], str)):
-                raise StateError(f"duplicates[{i}] is malformed")
-            duplicates.append(Duplicate(row[0], int(row[1]), int(row[2]), bool(row[3])))
+            raise StateError(f"{where} repeats a call ID")
+        duplicates = [
+            _duplicate_from_json(row, f"{where}.duplicates[{i}]")
+            for i, row in enumerate(_list(body, "duplicates", where))
+        ]
         always_allow = body.get("always_allow")
         always_reject = body.get("always_reject")
         if not (isinstance(always_allow, dict) and all(isinstance(v, str) for v in always_allow.values())):
-            raise StateError("always_allow is malformed")
+            raise StateError(f"{where}.always_allow is malformed")
         if not (
             isinstance(always_reject, dict)
             and all(isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) for v in always_reject.values())
         ):
-            raise StateError("always_reject is malformed")
+            raise StateError(f"{where}.always_reject is malformed")
         return cls._create(
             records, duplicates, dict(always_allow), {tool: (v[0], v[1]) for tool, v in always_reject.items()}
         )
@@ -312,13 +443,91 @@ _RESULT_FIELDS = tuple(f.name for f in fields(ToolResult))
 def _record_to_json(record: CallRecord) -> dict[str, Any]:
     item: dict[str, Any] = {"id": record.call_id, "name": record.name, "args": record.args, "status": record.status}
     if record.result is not None:
-        item["result"] = {name: getattr(record.result, name) for name in _RESULT_FIELDS}
+        item["result"] = _result_to_json(record.result)
     else:
         item["tool"] = record.tool
         item["fingerprint"] = record.fingerprint
         item["request"] = {"args": record.request_args, "reason": record.reason, "digest": record.digest}
         item["message"] = record.message
+    if record.child is not None:
+        item["child"] = _child_to_json(record.child)
     return item
+
+
+def _duplicate_to_json(duplicate: Duplicate) -> list[Any]:
+    return [duplicate.call_id, duplicate.index, duplicate.first_index, duplicate.args_differ]
+
+
+def _duplicate_from_json(row: Any, where: str) -> Duplicate:
+    if not (
+        isinstance(row, list)
+        and len(row) == 4
+        and isinstance(row[0], str)
+        and all(isinstance(n, int) and not isinstance(n, bool) for n in row[1:3])
+        and isinstance(row[3], bool)
+    ):
+        raise StateError(f"{where} is malformed")
+    return Duplicate(row[0], row[1], row[2], row[3])
+
+
+def _result_to_json(result: ToolResult) -> dict[str, Any]:
+    return {name: getattr(result, name) for name in _RESULT_FIELDS}
+
+
+def _child_to_json(child: ChildRecord) -> dict[str, Any]:
+    journal: list[dict[str, Any]] = []
+    for entry in child.journal:
+        if isinstance(entry, StepEntry):
+            journal.append({"kind": "step", "value": entry.value})
+        else:
+            journal.append(
+                {
+                    "kind": "turn",
+                    "calls": [list(call) for call in entry.calls],
+                    "results": [_result_to_json(result) for result in entry.results],
+                    "duplicates": [_duplicate_to_json(d) for d in entry.duplicates],
+                    "steering_messages": list(entry.steering_messages),
+                }
+            )
+    return {"state": child.state._body(), "journal": journal, "waiting": [list(call) for call in child.waiting]}
+
+
+def _signature_from_json(value: Any, where: str) -> CallSignature:
+    if not (
+        isinstance(value, list)
+        and all(isinstance(call, list) and len(call) == 3 and all(isinstance(p, str) for p in call) for call in value)
+    ):
+        raise StateError(f"{where} must list calls as [id, name, digest]")
+    return tuple((call[0], call[1], call[2]) for call in value)
+
+
+def _child_from_json(value: Any, where: str) -> ChildRecord:
+    if not isinstance(value, dict):
+        raise StateError(f"{where} must be an object")
+    state = RunState._from_body(value.get("state"), f"{where}.state")
+    journal: list[TurnEntry | StepEntry] = []
+    for i, item in enumerate(_list(value, "journal", where)):
+        at = f"{where}.journal[{i}]"
+        if not isinstance(item, dict) or item.get("kind") not in ("turn", "step"):
+            raise StateError(f"{at} must be a step or a turn")
+        if item["kind"] == "step":
+            journal.append(StepEntry(item.get("value")))
+            continue
+        calls = _signature_from_json(item.get("calls"), f"{at}.calls")
+        results = tuple(
+            _result_from_json(result, _result_call_id(result), f"{at}.results[{j}]")
+            for j, result in enumerate(_list(item, "results", at))
+        )
+        duplicates = tuple(
+            _duplicate_from_json(row, f"{at}.duplicates[{j}]") for j, row in enumerate(_list(item, "duplicates", at))
+        )
+        journal.append(TurnEntry(calls, results, duplicates, tuple(_list(item, "steering_messages", at))))
+    return ChildRecord(state, tuple(journal), _signature_from_json(value.get("waiting"), f"{where}.waiting"))
+
+
+def _result_call_id(value: Any) -> str:
+    call_id = value.get("call_id") if isinstance(value, dict) else None
+    return call_id if isinstance(call_id, str) else ""
 
 
 def _list(body: Mapping[str, Any], key: str, where: str) -> list[Any]:
@@ -356,6 +565,11 @@ def _record_from_json(item: Any, where: str) -> CallRecord:
     digest = _text(request, "digest", f"{where}.request")
     if digest != args_digest(request["args"]):
         raise StateError(f"{where}: the request's arguments do not match their digest")
+    child = None
+    if status == "nested":
+        child = _child_from_json(item.get("child"), f"{where}.child")
+    elif "child" in item:
+        raise StateError(f"{where}: only a nested call carries a child run")
     return CallRecord(
         call_id,
         name,
@@ -367,6 +581,7 @@ def _record_from_json(item: Any, where: str) -> CallRecord:
         reason=_text(request, "reason", f"{where}.request", optional=True),
         digest=digest,
         message=_text(item, "message", where, optional=True),
+        child=child,
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import anyio.from_thread
 
+from toolsched.errors import ResourceError
 from toolsched.events import Event, ToolProgress, ToolUpdated
 
 __all__ = ["ToolContext"]
@@ -24,11 +25,15 @@ class ToolContext:
         "_cancelled",
         "_emit",
         "_loop_thread",
+        "_resource",
         "call_id",
         "context",
         "interactive",
         "tool_name",
     )
+
+    # Set only for tools with a per-run resource, just before the call (see ``resource``).
+    _resource: Any
 
     def __init__(
         self,
@@ -71,6 +76,20 @@ class ToolContext:
         # Checked again on the event loop: nothing is reported after the call's result.
         if self._emit is not None:
             self._emit(event)
+
+    @property
+    def resource(self) -> Any:
+        """This tool's per-run resource: what its ``open`` (or ``run_resource`` factory) gave for this run.
+
+        The run opens it on the tool's first call and closes it when the run
+        ends; every call of the tool in the run sees the same one.
+        """
+        try:
+            return self._resource
+        except AttributeError:
+            raise ResourceError(
+                f"`{self.tool_name}` has no per-run resource: define open()/close() or run_resource on the tool"
+            ) from None
 
     @property
     def cancelled(self) -> bool:

@@ -18,6 +18,8 @@ __all__ = [
     "McpToolError",
     "MissingResultError",
     "OptionError",
+    "RefreshError",
+    "ResourceError",
     "ResponseFormatError",
     "RuleError",
     "SchemaError",
@@ -133,3 +135,11 @@ class McpToolError(ToolschedError):
 
 class WorkloadError(ToolschedError, ValueError):
     """A benchmark workload file is malformed; the message names the line and the field."""
+
+
+class RefreshError(ToolschedError):
+    """A registry's ``refresh_tools`` failed or gave something other than tools; the previous tool set stays."""
+
+
+class ResourceError(ToolschedError):
+    """A tool's per-run resource could not be opened, or is asked for where there is none."""

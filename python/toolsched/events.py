@@ -1,7 +1,15 @@
-"""Events emitted while a run proceeds (``on_event=`` and ``Executor.stream``)."""
+"""Events emitted while a run proceeds (``on_event=`` and ``Executor.stream``).
+
+Events of a nested run (a tool whose body runs its own executor, see
+``toolsched.nested``) reach the parent run's listeners too, with
+``parent_call_id`` naming the parent call: ``"p1"`` for a child of call
+``p1``, ``"p1/a2"`` for a grandchild run under the child call ``a2``.
+Events of the run itself have ``parent_call_id=None``.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +27,8 @@ __all__ = [
     "ToolProgress",
     "ToolStarted",
     "ToolUpdated",
+    "ToolsChanged",
+    "ToolsRefreshFailed",
 ]
 
 
@@ -30,6 +40,7 @@ class ToolStarted:
     tool_name: str
     batch: int | None
     ran: bool = True
+    parent_call_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,15 +51,17 @@ class ToolProgress:
     tool_name: str
     fraction: float
     message: str | None = None
+    parent_call_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ToolUpdated:
-    """A tool streamed partial output through ``ctx.update``."""
+    """A tool streamed partial output through ``ctx.update`` (``tool_update`` hooks may suppress it)."""
 
     call_id: str
     tool_name: str
     partial: Any
+    parent_call_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +69,7 @@ class ToolFinished:
     """A call has its final result."""
 
     result: ToolResult
+    parent_call_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +79,7 @@ class BatchStarted:
     batch: int
     call_ids: tuple[str, ...]
     concurrent: bool
+    parent_call_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +88,24 @@ class BatchFinished:
 
     batch: int
     call_ids: tuple[str, ...]
+    parent_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsChanged:
+    """The registry's ``refresh_tools`` gave a new tool set after a run: the next turn sees it."""
+
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    parent_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsRefreshFailed:
+    """Refreshing the tool set after a run failed; the previous set stays. ``error`` says why."""
+
+    error: str
+    parent_call_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,4 +115,22 @@ class RunFinished:
     outcome: Outcome
 
 
-Event = ToolStarted | ToolProgress | ToolUpdated | ToolFinished | BatchStarted | BatchFinished | RunFinished
+Event = (
+    ToolStarted
+    | ToolProgress
+    | ToolUpdated
+    | ToolFinished
+    | BatchStarted
+    | BatchFinished
+    | ToolsChanged
+    | ToolsRefreshFailed
+    | RunFinished
+)
+
+
+def under_parent(event: Event, parent_call_id: str) -> Event:
+    """``event`` as seen from the run that holds call ``parent_call_id``: its parent path gains that call."""
+    if isinstance(event, RunFinished):
+        return event
+    inner = event.parent_call_id
+    return dataclasses.replace(event, parent_call_id=parent_call_id if inner is None else f"{parent_call_id}/{inner}")

@@ -18,7 +18,16 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from toolsched import _core
-from toolsched.approvals import ApprovalRequest, Approver, CallRecord, RunState, args_digest, detached, tool_fingerprint
+from toolsched.approvals import (
+    ApprovalRequest,
+    Approver,
+    CallRecord,
+    ChildRecord,
+    RunState,
+    args_digest,
+    detached,
+    tool_fingerprint,
+)
 from toolsched.context import ToolContext
 from toolsched.errors import (
     GuardrailTripped,
@@ -28,13 +37,26 @@ from toolsched.errors import (
     ToolTimeoutError,
     UnknownToolError,
 )
-from toolsched.events import BatchFinished, BatchStarted, Event, RunFinished, ToolFinished, ToolProgress, ToolStarted
+from toolsched.events import (
+    BatchFinished,
+    BatchStarted,
+    Event,
+    RunFinished,
+    ToolFinished,
+    ToolProgress,
+    ToolsChanged,
+    ToolsRefreshFailed,
+    ToolStarted,
+    under_parent,
+)
 from toolsched.guardrails import Guardrail, GuardrailEvent, Guardrails
-from toolsched.hooks import BatchEvent, Hook, HookEvent, Hooks, HookTimeout, Rewrite, ToolHooks
+from toolsched.hooks import BatchEvent, Hook, HookEvent, Hooks, HookTimeout, Rewrite, ToolHooks, UpdateFilter
+from toolsched.nested import NestedHold, resuming
 from toolsched.outcome import Outcome
 from toolsched.permissions import Behavior, Decision, Permissions, ToolRules
 from toolsched.pool import _NoticeFirstSuspension, run_pool
-from toolsched.registry import ToolRegistry
+from toolsched.registry import SEARCH_TOOL_NAME, ToolRegistry, ToolSet
+from toolsched.resources import RunResources, current_resources
 from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
 from toolsched.shaping import shape_output
 from toolsched.strategies import Partitioned, Strategy, resolve_cap
@@ -69,12 +91,14 @@ class _Emitter:
 
     Plain callbacks run at once; async ones are awaited at the executor's next
     checkpoint, so emitting never needs a task. Events from worker threads
-    hop back to the event loop first.
+    hop back to the event loop first. The emitter of a nested run stamps each
+    event with its parent call (``parent``).
     """
 
-    __slots__ = ("_async_sinks", "_loop_thread", "_pending", "_plain_sinks")
+    __slots__ = ("_async_sinks", "_loop_thread", "_parent", "_pending", "_plain_sinks")
 
-    def __init__(self, sinks: Iterable[Callable[[Event], Any]]) -> None:
+    def __init__(self, sinks: Iterable[Callable[[Event], Any]], parent: str | None = None) -> None:
+        self._parent = parent
         self._plain_sinks: list[Callable[[Event], Any]] = []
         self._async_sinks: list[Callable[[Event], Awaitable[Any]]] = []
         for sink in sinks:
@@ -89,6 +113,8 @@ class _Emitter:
             self._deliver(event)
 
     def _deliver(self, event: Event) -> None:
+        if self._parent is not None:
+            event = under_parent(event, self._parent)
         for sink in self._plain_sinks:
             try:
                 sink(event)
@@ -175,7 +201,7 @@ class _Policy:
     they go straight to scheduling.
     """
 
-    __slots__ = ("admit", "hooks", "post_failure", "post_success", "pre", "refuse_interaction", "rules")
+    __slots__ = ("admit", "hooks", "post_failure", "post_success", "pre", "refuse_interaction", "rules", "update")
 
     def __init__(self, rules: ToolRules | None, hooks: ToolHooks | None, refuse_interaction: bool, admit: bool) -> None:
         self.rules = rules
@@ -183,8 +209,78 @@ class _Policy:
         self.pre: tuple[Hook, ...] = hooks.pre if hooks is not None else ()
         self.post_success: tuple[Hook, ...] = hooks.post_success if hooks is not None else ()
         self.post_failure: tuple[Hook, ...] = hooks.post_failure if hooks is not None else ()
+        self.update: tuple[Hook, ...] = hooks.update if hooks is not None else ()
         self.refuse_interaction = refuse_interaction
         self.admit = admit
+
+
+class _View:
+    """What an executor works out for one tool set of its registry (internal, fixed once built).
+
+    A turn takes the view current when it starts and uses it to the end, so
+    a tool set that changes meanwhile never mixes into a running turn. A view
+    is rebuilt only when the registry's set changes; loading deferred tools
+    keeps the compiled table, and with it every tool's policy.
+    """
+
+    __slots__ = (
+        "admits",
+        "facts",
+        "fingerprints",
+        "plain",
+        "policies",
+        "post_hooked",
+        "resourceful",
+        "table",
+        "tools",
+        "toolset",
+        "update_hooked",
+    )
+
+    tools: tuple[Tool, ...]
+    facts: tuple[ToolFacts, ...]
+    policies: tuple[_Policy, ...]
+    admits: bool
+    post_hooked: bool
+    update_hooked: bool
+    resourceful: bool
+    fingerprints: dict[int, str]
+
+    def __init__(self, executor: Executor, toolset: ToolSet, previous: _View | None) -> None:
+        self.toolset = toolset
+        self.table = toolset.table
+        if previous is not None and previous.table is toolset.table:
+            for name in ("tools", "facts", "policies", "admits", "post_hooked", "update_hooked", "resourceful"):
+                setattr(self, name, getattr(previous, name))
+            self.fingerprints = previous.fingerprints
+        else:
+            self.tools = toolset.tools
+            self.facts = tuple(member._facts() for member in self.tools)
+            reused: dict[int, tuple[Tool, _Policy]] = {}
+            if previous is not None:
+                reused = {
+                    id(member): (member, policy)
+                    for member, policy in zip(previous.tools, previous.policies, strict=True)
+                }
+            policies = []
+            for member, facts in zip(self.tools, self.facts, strict=True):
+                known = reused.get(id(member))
+                policies.append(known[1] if known is not None else executor._policy(member, facts))
+            self.policies = tuple(policies)
+            self.admits = any(policy.admit for policy in policies)
+            self.post_hooked = any(policy.post_success or policy.post_failure for policy in policies)
+            self.update_hooked = any(policy.update for policy in policies)
+            self.resourceful = any(facts.run_resource is not None for facts in self.facts)
+            self.fingerprints = {}
+        # Runs that need nothing around them: no per-run resources, no refresh afterwards.
+        self.plain = not self.resourceful and executor.registry._source is None
+
+    def fingerprint(self, index: int) -> str:
+        fingerprint = self.fingerprints.get(index)
+        if fingerprint is None:
+            fingerprint = tool_fingerprint(self.tools[index])
+            self.fingerprints[index] = fingerprint
+        return fingerprint
 
 
 class _Held:
@@ -221,19 +317,24 @@ class _Turn:
         "halt",
         "interactive",
         "jobs",
+        "parked",
         "scoped",
         "slots",
         "tripped",
+        "view",
     )
 
-    def __init__(self, count: int, context: Any, interactive: bool, emit: _Emitter | None) -> None:
+    def __init__(self, count: int, context: Any, interactive: bool, emit: _Emitter | None, view: _View) -> None:
         self.count = count
         self.context = context
         self.interactive = interactive
         self.emit = emit
+        self.view = view
         self.completed: list[ToolResult] = []
         self.slots: list[int] = []
         self.tripped: GuardrailTripped | None = None
+        # Calls whose nested runs wait for approvals: (job, the nested run's record); None when none do.
+        self.parked: list[tuple[_Job, ChildRecord]] | None = None
         # The calls that reach execution, and the batch running now.
         self.jobs: Sequence[_Job] = ()
         self.batch: Sequence[_Job] = ()
@@ -287,7 +388,7 @@ class Executor:
 
     - ``strategy``: how calls are scheduled (default ``Partitioned()``);
     - ``on_event`` / ``on_progress``: callbacks (plain or async) for every event,
-      or for progress only;
+      or for progress only; ``on_event`` may be a list of callbacks, each called in turn;
     - ``on_error``: ``"result"`` (a failed tool becomes an ``execution_error``
       result) or ``"raise"`` (``ToolCallFailed`` once the failing batch settles);
     - ``abort_siblings_on_error``: a failure cancels the rest of its batch, for
@@ -304,6 +405,13 @@ class Executor:
       ask; without one such calls are held and the run ends ``interrupted``;
     - ``input_guardrails`` / ``output_guardrails``: checks just before a call
       runs and on its output (see ``toolsched.guardrails``).
+
+    Each run uses the registry's tool set as it is when the run starts; a
+    registry with ``refresh_tools`` is refreshed after each run's results are
+    complete (``ToolsChanged`` / ``ToolsRefreshFailed`` events), so the next
+    run sees the new set. Tools with per-run resources (``toolsched.resources``)
+    have them opened by the run on first use and closed when it ends; agent
+    tools (``toolsched.nested``) run child executors inside their calls.
     """
 
     def __init__(
@@ -311,7 +419,7 @@ class Executor:
         tools: ToolRegistry | Iterable[Tool | Callable[..., Any]],
         *,
         strategy: Strategy | None = None,
-        on_event: EventCallback | None = None,
+        on_event: EventCallback | Sequence[EventCallback] | None = None,
         on_progress: EventCallback | None = None,
         on_error: Literal["result", "raise"] = "result",
         abort_siblings_on_error: bool = False,
@@ -347,7 +455,13 @@ class Executor:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise OptionError(f"{label} must be a positive integer, got {value!r}")
-        self.on_event = on_event
+        if isinstance(on_event, (list, tuple)):
+            on_event = tuple(on_event)
+            if not all(callable(sink) for sink in on_event):
+                raise OptionError(f"on_event must be a callable or a list of callables, got {on_event!r}")
+        elif on_event is not None and not callable(on_event):
+            raise OptionError(f"on_event must be a callable or a list of callables, got {on_event!r}")
+        self.on_event: EventCallback | tuple[EventCallback, ...] | None = on_event
         self.on_progress = on_progress
         self.on_error = on_error
         self.abort_siblings_on_error = abort_siblings_on_error
@@ -360,11 +474,10 @@ class Executor:
             "max_input_depth": max_input_depth,
             "max_errors": max_schema_errors,
         }
-        self._tools = tuple(self.registry)
-        self._facts = tuple(member._facts() for member in self._tools)
+        self._control_plane(permissions, hooks, approver, input_guardrails, output_guardrails)
+        self._view = _View(self, self.registry._set, None)
         # Runs executing on this executor now, for ``interrupt`` and ``cancel``.
         self._runs: set[_Turn] = set()
-        self._control_plane(permissions, hooks, approver, input_guardrails, output_guardrails)
 
     def _control_plane(
         self,
@@ -388,27 +501,33 @@ class Executor:
         self._input_guardrails: Guardrails | None = checks_in if checks_in else None
         self._output_guardrails: Guardrails | None = checks_out if checks_out else None
         self._mode = permissions.mode if permissions is not None else "default"
-        policies = []
-        for member, facts in zip(self._tools, self._facts, strict=True):
-            rules = permissions.for_tool(member) if permissions is not None else None
-            tool_hooks = hooks.for_tool((member.name, *member.aliases)) if hooks is not None else None
-            refuse_interaction = member.requires_user_interaction and not self.interactive
-            asks = facts.static_needs_approval is not False and self._mode != "bypass"
-            admit = bool(
-                refuse_interaction
-                or rules is not None
-                or (tool_hooks is not None and tool_hooks.pre)
-                or self._mode not in ("default", "bypass")
-                or facts.checks_permissions
-                or asks
-            )
-            policies.append(_Policy(rules, tool_hooks, refuse_interaction, admit))
-        self._policies = tuple(policies)
-        self._admits = any(policy.admit for policy in policies)
-        self._post_hooked = any(policy.post_success or policy.post_failure for policy in policies)
         self._pre_batch = hooks.batch_hooks("pre_batch") if hooks is not None else ()
         self._post_batch = hooks.batch_hooks("post_batch") if hooks is not None else ()
-        self._fingerprints: dict[int, str] = {}
+
+    def _policy(self, member: Tool, facts: ToolFacts) -> _Policy:
+        """What admission must do for one tool: its rules, its hooks, whether it can be stopped or asked about."""
+        permissions, hooks = self.permissions, self.hooks
+        rules = permissions.for_tool(member) if permissions is not None else None
+        tool_hooks = hooks.for_tool((member.name, *member.aliases)) if hooks is not None else None
+        refuse_interaction = member.requires_user_interaction and not self.interactive
+        asks = facts.static_needs_approval is not False and self._mode != "bypass"
+        admit = bool(
+            refuse_interaction
+            or rules is not None
+            or (tool_hooks is not None and tool_hooks.pre)
+            or self._mode not in ("default", "bypass")
+            or facts.checks_permissions
+            or asks
+        )
+        return _Policy(rules, tool_hooks, refuse_interaction, admit)
+
+    def _current_view(self) -> _View:
+        """The view of the registry's tool set as it is now (rebuilt only when the set changed)."""
+        view = self._view
+        toolset = self.registry._set
+        if view.toolset is not toolset:
+            view = self._view = _View(self, toolset, view)
+        return view
 
     # -- public API -------------------------------------------------------------
 
@@ -419,8 +538,16 @@ class Executor:
         steering: Steering | None = None,
         context: Any = None,
     ) -> Outcome:
-        """Runs a turn's calls; returns one result per unique call ID, in model order."""
-        return await self._run(calls, steering, context, None)
+        """Runs a turn's calls; returns one result per unique call ID, in model order.
+
+        The turn uses the registry's tool set as it is when the turn starts.
+        With a registry that has ``refresh_tools``, the set is refreshed once
+        the results are complete, before this returns.
+        """
+        view = self._current_view()
+        if view.plain:
+            return await self._run(calls, steering, context, None, view, None)
+        return await self._start(calls, None, steering, context, None, None)
 
     async def stream(
         self,
@@ -440,7 +567,7 @@ class Executor:
         async def drive() -> None:
             async with send:
                 try:
-                    outcome = await self._run(calls, steering, context, send.send_nowait)
+                    outcome = await self._start(calls, None, steering, context, send.send_nowait, None)
                 except Exception as exc:
                     failure.append(exc)
                 else:
@@ -513,10 +640,121 @@ class Executor:
         """
         if not isinstance(state, RunState):
             raise TypeError(f"resume() takes the RunState of an interrupted run, got {type(state).__name__}")
+        return await self._start(None, state, steering, context, None, None)
+
+    async def _start(
+        self,
+        calls: Iterable[ToolCall] | None,
+        state: RunState | None,
+        steering: Steering | None,
+        context: Any,
+        sink: Callable[[Event], Any] | None,
+        parent: str | None,
+    ) -> Outcome:
+        """Runs a turn (``calls``) or resumes one (``state``) with what surrounds it.
+
+        Around: the run's per-run resources, and the nested runs it resumes.
+        After: the registry's refresh, once the results are complete.
+        ``sink`` receives the events too; ``parent`` is the parent call of a nested run.
+        """
+        view = self._current_view()
+        children = state._children() if state is not None else None
+        try:
+            if view.resourceful or children:
+                outcome = await self._scoped(calls, state, steering, context, sink, parent, view, children)
+            elif state is None:
+                assert calls is not None
+                outcome = await self._run(calls, steering, context, sink, view, parent)
+            else:
+                outcome = await self._resume(state, steering, context, sink, view, parent)
+        except Exception:
+            # A run that raises (on_error="raise", a tripped guardrail) has its results too: refresh all the same.
+            if self.registry._source is not None:
+                await self._refresh(sink, parent)
+            raise
+        if self.registry._source is not None:
+            await self._refresh(sink, parent)
+        return outcome
+
+    async def _scoped(
+        self,
+        calls: Iterable[ToolCall] | None,
+        state: RunState | None,
+        steering: Steering | None,
+        context: Any,
+        sink: Callable[[Event], Any] | None,
+        parent: str | None,
+        view: _View,
+        children: dict[str, CallRecord] | None,
+    ) -> Outcome:
+        """A run with per-run resources (opened on first use, closed when it ends) or nested runs to resume."""
+        resumed = resuming.set(children) if children else None
+        try:
+            if not view.resourceful:
+                if state is None:
+                    assert calls is not None
+                    return await self._run(calls, steering, context, sink, view, parent)
+                return await self._resume(state, steering, context, sink, view, parent)
+            failure: Exception | None = None
+            outcome: Outcome | None = None
+            async with anyio.create_task_group() as group:
+                resources = RunResources(group, context)
+                token = current_resources.set(resources)
+                try:
+                    if state is None:
+                        assert calls is not None
+                        outcome = await self._run(calls, steering, context, sink, view, parent)
+                    else:
+                        outcome = await self._resume(state, steering, context, sink, view, parent)
+                except Exception as exc:
+                    # Raised after the task group, which would wrap it: the resources close first.
+                    failure = resources.error = exc
+                except BaseException as exc:
+                    resources.error = exc
+                    raise
+                finally:
+                    current_resources.reset(token)
+                    resources.close()
+            if failure is not None:
+                raise failure
+            assert outcome is not None
+            return outcome
+        finally:
+            if resumed is not None:
+                resuming.reset(resumed)
+
+    async def _refresh(self, sink: Callable[[Event], Any] | None, parent: str | None) -> None:
+        """Refreshes the registry after a run; a failure keeps the previous set and is reported, never raised."""
+        before = {member.name for member in self.registry}
+        try:
+            changed = await self.registry.refresh()
+        except Exception as exc:
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            logger.warning("refreshing the tool set failed; the previous set stays", exc_info=True)
+            event: Event = ToolsRefreshFailed(detail)
+        else:
+            if not changed:
+                return
+            after = {member.name for member in self.registry}
+            event = ToolsChanged(tuple(sorted(after - before)), tuple(sorted(before - after)))
+        emit = self._emitter(sink, parent)
+        if emit is not None:
+            emit(event)
+            await emit.flush()
+
+    async def _resume(
+        self,
+        state: RunState,
+        steering: Steering | None,
+        context: Any,
+        sink: Callable[[Event], Any] | None,
+        view: _View,
+        parent: str | None,
+    ) -> Outcome:
         records = state._claim()
         cap = resolve_cap(self.strategy)
-        emit = self._emitter(None)
-        turn = _Turn(len(records), context, self.interactive, emit)
+        emit = self._emitter(sink, parent)
+        turn = _Turn(len(records), context, self.interactive, emit, view)
         slot_calls = [ToolCall(record.call_id, record.name, record.args) for record in records]
         todo: list[int] = []
         for slot, record in enumerate(records):
@@ -529,17 +767,20 @@ class Executor:
             else:
                 todo.append(slot)
         calls = [slot_calls[slot] for slot in todo]
-        planned, _ = self.registry._table.prepare(calls, self.registry.disabled_mask(), **self._limits)
+        tools, facts = view.tools, view.facts
+        planned, _ = view.table.prepare(calls, view.toolset.disabled_mask(), **self._limits)
         jobs: list[_Job] = []
         for (index, tool_index, args, error_kind, message) in planned:
             slot, call = todo[index], calls[index]
             if error_kind is None:
-                jobs.append(_Job(slot, call, self._tools[tool_index], self._facts[tool_index], args, tool_index))
+                jobs.append(_Job(slot, call, tools[tool_index], facts[tool_index], args, tool_index))
                 continue
             message = message or ""
-            if error_kind == "unknown_tool" and self.unknown_tool == "raise":
-                raise UnknownToolError(message, call_id=call.id, tool_name=call.name)
-            name = self._tools[tool_index].name if tool_index >= 0 else call.name
+            if error_kind == "unknown_tool":
+                message = _unavailable(view, call.name, message)
+                if self.unknown_tool == "raise":
+                    raise UnknownToolError(message, call_id=call.id, tool_name=call.name)
+            name = tools[tool_index].name if tool_index >= 0 else call.name
             turn.answer(slot, call, name, cast(ErrorKind, error_kind), message)
         jobs = await self._check_semantics(jobs, turn)
         held: list[_Held] = []
@@ -549,15 +790,17 @@ class Executor:
         if emit is not None:
             await emit.flush()
         duplicates = list(state._duplicates)
-        if held:
+        if held or turn.parked:
             return self._interrupted(slot_calls, turn, held, duplicates, steering_messages, state)
         return Outcome(turn.ordered(), duplicates, steering_messages)
 
     # -- the pipeline -------------------------------------------------------------
 
-    def _emitter(self, extra: Callable[[Event], Any] | None) -> _Emitter | None:
+    def _emitter(self, extra: Callable[[Event], Any] | None, parent: str | None = None) -> _Emitter | None:
         sinks: list[Callable[[Event], Any]] = []
-        if self.on_event is not None:
+        if isinstance(self.on_event, (list, tuple)):
+            sinks.extend(self.on_event)
+        elif self.on_event is not None:
             sinks.append(self.on_event)
         if self.on_progress is not None:
             on_progress = self.on_progress
@@ -577,7 +820,7 @@ class Executor:
                 sinks.append(progress_only)
         if extra is not None:
             sinks.append(extra)
-        return _Emitter(sinks) if sinks else None
+        return _Emitter(sinks, parent) if sinks else None
 
     async def _run(
         self,
@@ -585,42 +828,52 @@ class Executor:
         steering: Steering | None,
         context: Any,
         extra_sink: Callable[[Event], Any] | None,
+        view: _View,
+        parent: str | None,
     ) -> Outcome:
         calls = calls if isinstance(calls, list) else list(calls)
         for position, call in enumerate(calls):
             if not isinstance(call, ToolCall):
                 raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
         cap = resolve_cap(self.strategy)
-        planned, duplicate_rows = self.registry._table.prepare(calls, self.registry.disabled_mask(), **self._limits)
-        emit = self._emitter(extra_sink)
-        turn = _Turn(len(planned), context, self.interactive, emit)
+        planned, duplicate_rows = view.table.prepare(calls, view.toolset.disabled_mask(), **self._limits)
+        emit = self._emitter(extra_sink, parent)
+        turn = _Turn(len(planned), context, self.interactive, emit, view)
+        tools, facts = view.tools, view.facts
         jobs: list[_Job] = []
         for slot, (index, tool_index, args, error_kind, message) in enumerate(planned):
             call = calls[index]
             if error_kind is None:
-                jobs.append(_Job(slot, call, self._tools[tool_index], self._facts[tool_index], args, tool_index))
+                jobs.append(_Job(slot, call, tools[tool_index], facts[tool_index], args, tool_index))
                 continue
             text = str(message)
-            if error_kind == "unknown_tool" and self.unknown_tool == "raise":
-                raise UnknownToolError(text, call_id=call.id, tool_name=call.name)
-            name = self._tools[tool_index].name if tool_index >= 0 else call.name
+            if error_kind == "unknown_tool":
+                text = _unavailable(view, call.name, text)
+                if self.unknown_tool == "raise":
+                    raise UnknownToolError(text, call_id=call.id, tool_name=call.name)
+            name = tools[tool_index].name if tool_index >= 0 else call.name
             turn.answer(slot, call, name, cast(ErrorKind, error_kind), text)
         duplicates = [Duplicate(calls[i].id, i, first, differ) for i, first, differ in duplicate_rows]
 
         jobs = await self._check_semantics(jobs, turn)
         held: list[_Held] = []
-        if self._admits and jobs:
+        if view.admits and jobs:
             jobs = await self._admit(jobs, turn, held, None)
         steering_messages = await self._run_batches(jobs, turn, cap, steering)
         if emit is not None:
             await emit.flush()
-        if held:
+        if held or turn.parked:
             slot_calls = [calls[row[0]] for row in planned]
             return self._interrupted(slot_calls, turn, held, duplicates, steering_messages, None)
         return Outcome(turn.ordered(), duplicates, steering_messages)
 
-    def _context(self, job: _Job, turn: _Turn) -> ToolContext:
-        return ToolContext(job.call.id, job.tool.name, turn.context, turn.interactive, turn.emit)
+    def _context(self, job: _Job, turn: _Turn, cancel_call: Callable[[str], object] | None = None) -> ToolContext:
+        emit: Callable[[Event], None] | None = turn.emit
+        if turn.view.update_hooked:
+            hooks = turn.view.policies[job.index].update
+            if hooks:
+                emit = UpdateFilter(hooks, emit)
+        return ToolContext(job.call.id, job.tool.name, turn.context, turn.interactive, emit, cancel_call)
 
     async def _check_semantics(self, jobs: list[_Job], turn: _Turn) -> list[_Job]:
         """Phase 3: each tool's ``validate_input``; a refusal answers the call."""
@@ -897,7 +1150,7 @@ class Executor:
             scope = job.scope = anyio.move_on_after(None if deferred else tool.timeout)
         ctx = None
         if job.facts.takes_context:
-            ctx = job.ctx = ToolContext(call.id, tool.name, turn.context, turn.interactive, emit, job.declare_cancelled)
+            ctx = job.ctx = self._context(job, turn, job.declare_cancelled)
         if emit is not None:
             emit(ToolStarted(call.id, tool.name, batch))
         error: str | None = None
@@ -932,6 +1185,15 @@ class Executor:
                 await self._guard(self._output_guardrails, job, output, turn)
         except _Rejected as exc:
             kind, error, output = "guardrail_rejected", exc.message, None
+        except NestedHold as hold:
+            # The call's nested run waits for approvals: no result yet, the run ends interrupted.
+            self._close(job, ctx)
+            if turn.parked is None:
+                turn.parked = []
+            turn.parked.append((job, hold.record))
+            if emit is not None:
+                await emit.flush()
+            return
         except Exception as exc:
             if anyio.current_effective_deadline() == -math.inf:
                 # The run itself is being cancelled and the tool turned that into
@@ -968,7 +1230,7 @@ class Executor:
         turn.record(job.slot, result)
         if kind is not None and kind in _EXECUTION_FAILURES:
             self._failed(job, result, cause, turn)
-        if self._post_hooked:
+        if turn.view.post_hooked:
             await self._after_call(job, result, turn)
         if emit is not None:
             await emit.flush()
@@ -991,7 +1253,7 @@ class Executor:
 
     @staticmethod
     def _close(job: _Job, ctx: ToolContext | None) -> None:
-        """A call ends without a result because its run is cancelled."""
+        """A call ends here without a result of its own (its run is cancelled, or it waits in a nested run)."""
         job.state = _DONE
         if ctx is not None:
             ctx._finish(True)
@@ -1030,7 +1292,7 @@ class Executor:
         Denied calls are answered; calls that wait for a person go to ``held``;
         the admitted calls come back with their final input.
         """
-        policies = self._policies
+        policies = turn.view.policies
         records = {record.call_id: record for record in prior._records} if prior is not None else {}
         admitted = []
         for job in jobs:
@@ -1041,7 +1303,7 @@ class Executor:
             record = records.get(job.call.id)
             behavior, kind, message = await self._decide(job, policy, turn, record)
             if behavior == "ask":
-                behavior, message = await self._settle(job, message or "", record, prior, held)
+                behavior, message = await self._settle(job, message or "", record, prior, held, turn)
                 kind = "permission_denied"
             if behavior == "allow":
                 admitted.append(job)
@@ -1110,8 +1372,8 @@ class Executor:
                 tool_ask = decision.reason or f"`{tool.name}` asks for approval of this call"
         if (
             record is not None
-            and record.status == "approved"
-            and record.fingerprint == self._fingerprint(job.index)
+            and record.status in ("approved", "nested")
+            and record.fingerprint == turn.view.fingerprint(job.index)
             and record.digest == args_digest(job.args)
         ):
             return "allow", None, None
@@ -1136,7 +1398,7 @@ class Executor:
 
     async def _recheck(self, job: _Job, turn: _Turn) -> str | None:
         """Validates input rewritten by hooks again (schema, then ``validate_input``); the refusal, if any."""
-        checked, message = self.registry._table.check(job.index, job.args, **self._limits)
+        checked, message = turn.view.table.check(job.index, job.args, **self._limits)
         if message is not None:
             return f"the input rewritten by a pre_tool_use hook is invalid: {message}"
         job.args = detached(checked)
@@ -1182,18 +1444,12 @@ class Executor:
             logger.warning("needs_approval of %s raised; asking for approval", job.tool.name, exc_info=True)
             return True
 
-    def _fingerprint(self, index: int) -> str:
-        fingerprint = self._fingerprints.get(index)
-        if fingerprint is None:
-            fingerprint = self._fingerprints[index] = tool_fingerprint(self._tools[index])
-        return fingerprint
-
     async def _settle(
-        self, job: _Job, reason: str, record: CallRecord | None, prior: RunState | None, held: list[_Held]
+        self, job: _Job, reason: str, record: CallRecord | None, prior: RunState | None, held: list[_Held], turn: _Turn
     ) -> tuple[Behavior, str | None]:
         """A call that asks: an earlier decision bound to this tool and input, else the approver, else held."""
         tool = job.tool
-        fingerprint = self._fingerprint(job.index)
+        fingerprint = turn.view.fingerprint(job.index)
         digest = args_digest(job.args)
         if prior is not None:
             standing = prior._standing(tool.name, fingerprint)
@@ -1201,7 +1457,7 @@ class Executor:
                 if standing[0] == "rejected":
                     return "deny", _not_approved(tool.name, standing[1])
                 return "allow", None
-            if record is not None and record.status == "approved":
+            if record is not None and record.status in ("approved", "nested"):
                 # An approval for this call that _decide did not honour: given for another tool or input.
                 changed = "the tool" if record.fingerprint != fingerprint else "the arguments"
                 reason = f"{reason} (asked again: {changed} changed since the approval)"
@@ -1236,12 +1492,29 @@ class Executor:
         """The outcome of a run that waits for decisions, with the state to resume it from."""
         results = dict(zip(turn.slots, turn.completed, strict=True))
         waiting = {entry.job.slot: entry for entry in held}
+        parked = {job.slot: (job, child) for job, child in turn.parked or ()}
         records = []
         for slot, call in enumerate(slot_calls):
             args = call.args if isinstance(call.args, str) else detached(dict(call.args))
             result = results.get(slot)
             if result is not None:
                 records.append(CallRecord(call.id, call.name, args, "done", result=result))
+                continue
+            if slot in parked:
+                job, child = parked[slot]
+                records.append(
+                    CallRecord(
+                        call.id,
+                        call.name,
+                        args,
+                        "nested",
+                        tool=job.tool.name,
+                        fingerprint=turn.view.fingerprint(job.index),
+                        request_args=detached(job.args),
+                        digest=args_digest(job.args),
+                        child=child,
+                    )
+                )
                 continue
             entry = waiting[slot]
             records.append(
@@ -1284,7 +1557,7 @@ class Executor:
 
     async def _after_call(self, job: _Job, result: ToolResult, turn: _Turn) -> None:
         """Phase 8: ``post_tool_use`` or ``post_tool_use_failure``; they observe, their errors are logged."""
-        policy = self._policies[job.index]
+        policy = turn.view.policies[job.index]
         hooks = policy.post_failure if result.is_error else policy.post_success
         if not hooks:
             return
@@ -1345,6 +1618,19 @@ class Executor:
 def _not_approved(tool_name: str, message: str | None) -> str:
     text = f"the call to `{tool_name}` was not approved"
     return f"{text}: {message}" if message else text
+
+
+def _unavailable(view: _View, name: str, message: str) -> str:
+    """The ``unknown_tool`` message, telling how to load a deferred tool that has not been."""
+    toolset = view.toolset
+    member = toolset.by_name.get(name)
+    if member is None or member.name not in toolset.deferred or member.name in toolset.loaded:
+        return message
+    search = f"`{SEARCH_TOOL_NAME}`" if SEARCH_TOOL_NAME in toolset.by_name else "tool search"
+    return (
+        f"tool `{member.name}` is not loaded yet: find it with {search} (which loads it), "
+        "then call it in a later turn"
+    )
 
 
 class _GraphState:

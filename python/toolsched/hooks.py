@@ -4,26 +4,34 @@
 registration order; each sees a frozen ``HookEvent`` and returns ``None``
 (continue), a ``Decision`` (allow, deny, ask) or a ``Rewrite`` (continue with
 new input). ``post_tool_use`` / ``post_tool_use_failure`` observe a call's
-final result, ``pre_batch`` / ``post_batch`` a whole batch. Hooks may be
-plain or async callables.
+final result, ``pre_batch`` / ``post_batch`` a whole batch, ``tool_update``
+the partial output a call streams with ``ctx.update`` (and may suppress it).
+Hooks may be plain or async callables, except ``tool_update`` hooks: they run
+inside ``ctx.update``, which tools call without awaiting, so they are plain.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 import re
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
+import anyio.from_thread
 
 from toolsched.errors import RuleError
+from toolsched.events import Event, ToolUpdated
 from toolsched.results import ToolCall, ToolResult
 
-__all__ = ["BatchEvent", "HookEvent", "Hooks", "Rewrite"]
+__all__ = ["BatchEvent", "HookEvent", "Hooks", "Rewrite", "UpdateFilter"]
 
-Stage = Literal["pre_tool_use", "post_tool_use", "post_tool_use_failure", "pre_batch", "post_batch"]
+logger = logging.getLogger("toolsched")
+
+Stage = Literal["pre_tool_use", "post_tool_use", "post_tool_use_failure", "pre_batch", "post_batch", "tool_update"]
 HookFunction = Callable[[Any], Any]
 
 _NAME_LIST = re.compile(r"[A-Za-z0-9_.\-]+(?:\|[A-Za-z0-9_.\-]+)*")
@@ -146,12 +154,69 @@ class HookTimeout(Exception):
 class ToolHooks:
     """The hooks that apply to one tool, resolved once per executor (internal)."""
 
-    __slots__ = ("post_failure", "post_success", "pre")
+    __slots__ = ("post_failure", "post_success", "pre", "update")
 
-    def __init__(self, pre: tuple[Hook, ...], post_success: tuple[Hook, ...], post_failure: tuple[Hook, ...]) -> None:
+    def __init__(
+        self,
+        pre: tuple[Hook, ...],
+        post_success: tuple[Hook, ...],
+        post_failure: tuple[Hook, ...],
+        update: tuple[Hook, ...] = (),
+    ) -> None:
         self.pre = pre
         self.post_success = post_success
         self.post_failure = post_failure
+        self.update = update
+
+
+class UpdateFilter:
+    """The event sink of one call whose tool has ``tool_update`` hooks (internal).
+
+    The call's own ``ToolUpdated`` events pass through the hooks, in
+    registration order, on the event loop's thread; a hook that returns
+    False suppresses the event (later hooks and listeners never see it), as
+    does a hook that raises or returns anything but None, True or False
+    (fail closed). Every other event goes straight on, including those of a
+    nested run (they carry a ``parent_call_id``).
+    """
+
+    __slots__ = ("_emit", "_hooks", "_loop_thread")
+
+    def __init__(self, hooks: tuple[Hook, ...], emit: Callable[[Event], None] | None) -> None:
+        self._hooks = hooks
+        self._emit = emit
+        self._loop_thread = threading.get_ident()
+
+    def __call__(self, event: Event) -> None:
+        if threading.get_ident() != self._loop_thread:
+            anyio.from_thread.run_sync(self, event)
+            return
+        if isinstance(event, ToolUpdated) and event.parent_call_id is None and not self._passes(event):
+            return
+        if self._emit is not None:
+            self._emit(event)
+
+    def _passes(self, event: ToolUpdated) -> bool:
+        for hook in self._hooks:
+            try:
+                answer = hook.fn(event)
+            except Exception:
+                logger.warning("%s failed on an update of call %s; the update was suppressed", hook.label,
+                               event.call_id, exc_info=True)
+                return False
+            if answer is False:
+                return False
+            if answer is not None and answer is not True:
+                logger.warning("%s returned %r, not None, True or False; the update was suppressed", hook.label,
+                               answer)
+                return False
+        return True
+
+    async def flush(self) -> None:
+        """Delivers what async listeners still wait for."""
+        flush = getattr(self._emit, "flush", None)
+        if flush is not None:
+            await flush()
 
 
 def _check_timeout(timeout: Any) -> float | None:
@@ -215,17 +280,40 @@ class Hooks:
         """``fn(BatchEvent)`` after a batch holding a matching call; ``event.results`` are its results."""
         return self._add("post_batch", matcher, fn, timeout)
 
+    def tool_update(self, matcher: str, fn: Callable[[ToolUpdated], bool | None]) -> Hooks:
+        """``fn(ToolUpdated) -> None | bool`` on each partial output a matching call streams (``ctx.update``).
+
+        Observe it, or return False to suppress it: listeners never see a
+        suppressed update. The call's final result is never affected. ``fn``
+        must be a plain function: it runs inside ``ctx.update`` (so no timeout
+        applies). A hook that raises suppresses the update (and is logged).
+        """
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError(
+                f"tool_update hook {getattr(fn, '__qualname__', fn)!r} must be a plain function, not async: "
+                "it runs inside ctx.update, which tools call without awaiting"
+            )
+        return self._add("tool_update", matcher, fn, None)
+
     def for_tool(self, names: Iterable[str]) -> ToolHooks | None:
         """The call hooks that match a tool's names, in registration order; None when there are none."""
         names = tuple(names)
-        chosen: dict[str, list[Hook]] = {"pre_tool_use": [], "post_tool_use": [], "post_tool_use_failure": []}
+        chosen: dict[str, list[Hook]] = {
+            "pre_tool_use": [],
+            "post_tool_use": [],
+            "post_tool_use_failure": [],
+            "tool_update": [],
+        }
         for hook in self._hooks:
             if hook.stage in chosen and hook.matcher.matches(names):
                 chosen[hook.stage].append(hook)
         if not any(chosen.values()):
             return None
         return ToolHooks(
-            tuple(chosen["pre_tool_use"]), tuple(chosen["post_tool_use"]), tuple(chosen["post_tool_use_failure"])
+            tuple(chosen["pre_tool_use"]),
+            tuple(chosen["post_tool_use"]),
+            tuple(chosen["post_tool_use_failure"]),
+            tuple(chosen["tool_update"]),
         )
 
     def batch_hooks(self, stage: Literal["pre_batch", "post_batch"]) -> tuple[Hook, ...]:

@@ -6,7 +6,7 @@ import copy
 import inspect
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal, Union
 
 import pydantic
@@ -60,12 +60,13 @@ def model_schema(model: type[pydantic.BaseModel]) -> JsonSchema:
 
 
 def function_schema(
-    fn: Callable[..., Any],
+    fn: Callable[..., Any], *, injected: Collection[str] = ()
 ) -> tuple[JsonSchema, type[pydantic.BaseModel] | None, bool]:
     """Describes ``fn``'s parameters as a JSON Schema.
 
     Returns the schema, a pydantic model to coerce arguments with when some
     parameter is not a plain JSON type (else None), and whether ``fn`` takes ``ctx``.
+    Parameters named in ``injected`` are filled in by the tool, not the model: they are left out.
     """
     try:
         signature = inspect.signature(fn)
@@ -78,6 +79,8 @@ def function_schema(
     for name, parameter in signature.parameters.items():
         if name == CONTEXT_PARAMETER:
             wants_ctx = True
+            continue
+        if name in injected:
             continue
         if parameter.kind is inspect.Parameter.VAR_KEYWORD:
             open_ended = True

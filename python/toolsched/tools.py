@@ -21,6 +21,7 @@ from toolsched.context import ToolContext
 from toolsched.errors import ToolDefinitionError
 from toolsched.isolation import function_invoker, method_invoker
 from toolsched.permissions import Decision
+from toolsched.resources import ResourceFactory, RunScope, open_close, with_run_resource
 from toolsched.schema import JsonSchema, function_schema, model_schema
 
 __all__ = ["Access", "FunctionTool", "Tool", "tool"]
@@ -80,6 +81,7 @@ class ToolFacts:
         "input_schema",
         "invoke",
         "max_concurrency",
+        "run_resource",
         "scoped",
         "static_needs_approval",
         "static_read_only",
@@ -100,6 +102,7 @@ class ToolFacts:
         scoped: bool = False,
         checks_permissions: bool = False,
         static_needs_approval: bool | None = False,
+        run_resource: ResourceFactory | None = None,
     ) -> None:
         self.input_schema = input_schema
         self.max_concurrency = max_concurrency
@@ -117,6 +120,8 @@ class ToolFacts:
         # Whether admission must ask the tool: check_permissions overridden, needs_approval not a constant.
         self.checks_permissions = checks_permissions
         self.static_needs_approval = static_needs_approval
+        # The factory of the tool's per-run resource, if it has one (``invoke`` then opens it first).
+        self.run_resource = run_resource
 
     def limiter(self) -> anyio.CapacityLimiter:
         """The tool's cap on calls in flight, shared by every run on the current event loop."""
@@ -159,6 +164,7 @@ class Tool:
     always_load: bool = False
     idempotent: bool = False
     backend: str | None = None
+    run_resource: ResourceFactory | None = None
 
     _facts_cache: ToolFacts | None = None
 
@@ -196,8 +202,37 @@ class Tool:
         """
         return Decision.allow()
 
+    async def open(self, run: RunScope) -> Any:
+        """Opens this tool's per-run resource; override (with ``close``) to have one.
+
+        Called once per run, by the first call of the tool in that run; every
+        call of the tool in the run then finds the value as ``ctx.resource``.
+        """
+        return None
+
+    async def close(self, run: RunScope) -> None:
+        """Closes the per-run resource (``run.resource``) when the run ends: with results, an error, or cancelled.
+
+        ``run.error`` is the exception the run ended with, if any.
+        """
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+    def _resource_factory(self) -> ResourceFactory | None:
+        """The per-run resource the tool declares: ``run_resource``, or ``open``/``close`` overridden."""
+        cls = type(self)
+        methods = cls.open is not Tool.open or cls.close is not Tool.close
+        factory = self.run_resource
+        if factory is None:
+            return open_close(self.open, self.close) if methods else None
+        if methods:
+            raise ToolDefinitionError(f"tool `{self.name}`: declare open()/close() or run_resource, not both")
+        if not callable(factory):
+            raise ToolDefinitionError(
+                f"tool `{self.name}`: run_resource must be a callable (RunScope) -> async context manager"
+            )
+        return factory
 
     # -- registration ---------------------------------------------------------
 
@@ -270,10 +305,24 @@ class Tool:
             if cls.is_read_only is Tool.is_read_only and not callable(self.read_only)
             else None
         )
+        invoke = self._invoker()
+        takes_context = self._takes_context()
+        factory = self._resource_factory()
+        if factory is not None:
+            if self.isolation == "process":
+                raise ToolDefinitionError(
+                    f"tool `{name}`: a per-run resource cannot reach a process-isolated tool; use isolation='none'"
+                )
+            if not takes_context:
+                raise ToolDefinitionError(
+                    f"tool `{name}`: a tool with a per-run resource takes a `ctx` parameter (it finds the "
+                    "resource as ctx.resource)"
+                )
+            invoke = with_run_resource(self, name, factory, invoke)
         facts = ToolFacts(
             input_schema=self._describe_input(),
-            invoke=self._invoker(),
-            takes_context=self._takes_context(),
+            invoke=invoke,
+            takes_context=takes_context,
             static_safe=static_safe,
             static_read_only=static_read_only,
             validates_input=cls.validate_input is not Tool.validate_input,
@@ -285,6 +334,7 @@ class Tool:
                 if cls.requires_approval is Tool.requires_approval and not callable(self.needs_approval)
                 else None
             ),
+            run_resource=factory,
         )
         self._facts_cache = facts
         return facts
@@ -295,6 +345,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class FunctionTool(Tool):
     """A tool made from a function by ``@tool``. Calling it calls the function."""
+
+    # Parameters (besides ``ctx``) that the tool fills in itself: not part of the input schema.
+    _injected: frozenset[str] = frozenset()
 
     def __init__(self, fn: Callable[..., Any], **metadata: Any) -> None:
         if not callable(fn):
@@ -312,7 +365,7 @@ class FunctionTool(Tool):
             self.description = inspect.getdoc(fn) or ""
         self.aliases = tuple(metadata.get("aliases") or ())
         functools.update_wrapper(self, fn, updated=())
-        self._schema, self._coerce_model, self._wants_ctx = function_schema(fn)
+        self._schema, self._coerce_model, self._wants_ctx = function_schema(fn, injected=self._injected)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -390,6 +443,7 @@ _TOOL_OPTIONS = frozenset(
         "always_load",
         "idempotent",
         "backend",
+        "run_resource",
     }
 )
 
@@ -425,6 +479,7 @@ def tool(
     always_load: bool | None = None,
     idempotent: bool | None = None,
     backend: str | None = None,
+    run_resource: ResourceFactory | None = None,
 ) -> Callable[[F], FunctionTool]: ...
 
 
@@ -433,7 +488,9 @@ def tool(fn: Callable[..., Any] | None = None, /, **metadata: Any) -> Any:
 
     The parameters' type hints give the input schema (through pydantic); the
     docstring gives the description. A parameter named ``ctx`` receives the
-    ``ToolContext``. Sync functions run in a worker thread.
+    ``ToolContext``. Sync functions run in a worker thread. ``run_resource``
+    is a per-run resource: a callable ``(RunScope) -> async context manager``
+    whose value the function finds as ``ctx.resource`` (see ``toolsched.resources``).
     """
     if fn is not None:
         if metadata:

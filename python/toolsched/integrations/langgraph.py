@@ -1,0 +1,426 @@
+"""A LangGraph ``ToolNode`` that runs the calls through toolsched.
+
+::
+
+    from toolsched.integrations.langgraph import ToolNode   # was: from langgraph.prebuilt import ToolNode
+
+    graph.add_node("tools", ToolNode([search, calculator], permissions=ts.Permissions(deny=["shell"])))
+
+It accepts what LangGraph's prebuilt ``ToolNode`` accepts and returns what it
+returns:
+
+- input: a state holding messages (a dict, or an object with the messages
+  attribute; ``messages_key`` names it), a list of messages, a list of tool
+  calls, or a ``tool_call_with_context`` payload (the ``Send`` API); the calls
+  are those of the last ``AIMessage``;
+- output: ``{messages_key: [ToolMessage, ...]}`` for a state, a list of
+  ``ToolMessage`` for a list, one message per unique call ID, in the model's
+  order; with tools that return a ``Command``, a list of updates and commands;
+- tools: LangChain tools (``BaseTool``; plain functions are made into LangChain
+  tools as LangGraph does), tools wrapped with ``from_langchain(tool, **flags)``
+  to give them toolsched's metadata, and toolsched tools (``@ts.tool``);
+- injection as LangGraph does it: ``InjectedState`` (whole state or one
+  field), ``InjectedStore``, ``ToolRuntime``; ``InjectedToolCallId`` and
+  LangChain's callbacks work because tools are invoked with the tool call.
+
+Behind it is a ``ts.Executor`` (``node.executor``) built with the keyword
+options given (``strategy``, ``permissions``, ``hooks``, ``approver``,
+``input_guardrails``, ``on_event``, ...), so every call is validated against
+its JSON Schema, admitted by the permission rules and hooks, scheduled
+(``concurrency_safe`` calls together, the rest one at a time), timed out and
+shaped. Unlike LangGraph's node, a failing tool becomes an error
+``ToolMessage`` (``status="error"``) with toolsched's message rather than an
+exception, as do unknown tools, invalid arguments and denied calls; with
+``handle_tool_errors=False`` a tool's exception propagates out of the graph
+once the turn's calls have settled. ``interrupt()`` inside a tool always
+propagates. Calls that ask for approval need ``approver=``: without one they
+are answered as not approved. Needs ``langgraph``
+(``pip install 'toolsched[langgraph]'``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args, get_origin
+
+import anyio
+
+from toolsched.errors import OptionError, ResponseFormatError, ToolCallFailed
+from toolsched.executor import Executor
+from toolsched.integrations.langchain import LangChainTool
+from toolsched.results import ToolCall, ToolResult
+from toolsched.tools import Tool
+
+try:
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.runnables import Runnable, RunnableConfig
+    from langchain_core.tools import BaseTool
+    from langchain_core.tools import tool as make_langchain_tool
+    from langchain_core.tools.base import get_all_basemodel_annotations
+    from langgraph.errors import GraphBubbleUp
+    from langgraph.prebuilt import InjectedState, InjectedStore, ToolRuntime
+    from langgraph.runtime import get_runtime
+except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "toolsched.integrations.langgraph needs the `langgraph` package: pip install 'toolsched[langgraph]'"
+    ) from exc
+
+__all__ = ["ToolNode"]
+
+logger = logging.getLogger("toolsched.langgraph")
+
+InputKind = Literal["list", "dict", "tool_calls"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Injections:
+    """Where a LangChain tool's injected arguments come from (internal)."""
+
+    state: Mapping[str, str | None]
+    optional_state: frozenset[str]
+    store: str | None
+    runtime: str | None
+
+    @property
+    def empty(self) -> bool:
+        return not self.state and self.store is None and self.runtime is None
+
+
+def _marker(annotation: Any, kind: type) -> Any:
+    """The ``kind`` marker in an annotation (an instance, or the class itself), looking through Annotated/Union."""
+    if isinstance(annotation, kind) or (isinstance(annotation, type) and issubclass(annotation, kind)):
+        return annotation
+    origin = get_origin(annotation)
+    if isinstance(origin, type) and issubclass(origin, kind):
+        return origin
+    if origin is not None:
+        for argument in get_args(annotation):
+            found = _marker(argument, kind)
+            if found is not None:
+                return found
+    return None
+
+
+def _injections(tool: BaseTool) -> _Injections:
+    schema = tool.get_input_schema()
+    annotations: dict[str, Any] = {}
+    function = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
+    if function is not None:
+        try:
+            annotations.update(typing.get_type_hints(function, include_extras=True))
+        except Exception:
+            logger.debug("could not read the type hints of %s", tool.name, exc_info=True)
+    annotations.update(get_all_basemodel_annotations(schema))
+    fields = getattr(schema, "model_fields", {})
+    state: dict[str, str | None] = {}
+    optional: set[str] = set()
+    store: str | None = None
+    runtime: str | None = None
+    for name, annotation in annotations.items():
+        if name == "return":
+            continue
+        marker = _marker(annotation, InjectedState)
+        if marker is not None:
+            state[name] = marker.field if isinstance(marker, InjectedState) else None
+            info = fields.get(name)
+            if info is not None and not info.is_required():
+                optional.add(name)
+        if _marker(annotation, InjectedStore) is not None:
+            store = name
+        if _marker(annotation, ToolRuntime) is not None:
+            runtime = name
+    return _Injections(state, frozenset(optional), store, runtime)
+
+
+@dataclass(slots=True)
+class _GraphTurn:
+    """One invocation of the node: what injected arguments are made of, and what the tools answered (internal)."""
+
+    node: ToolNode
+    state: Any
+    config: RunnableConfig | None
+    runtime: Any
+    responses: dict[str, Any] = field(default_factory=dict)
+    raised: dict[str, BaseException] = field(default_factory=dict)
+
+    def invocation(self, tool: LangChainTool, call_id: str) -> tuple[dict[str, Any], Any]:
+        injections = self.node._injections.get(tool.name)
+        if injections is None or injections.empty:
+            return {}, self.config
+        injected: dict[str, Any] = {}
+        if injections.state:
+            state = self.state
+            if isinstance(state, list):
+                state = {self.node.messages_key: state}
+            for argument, name in injections.state.items():
+                if name is None:
+                    injected[argument] = state
+                elif isinstance(state, Mapping) and name in state:
+                    injected[argument] = state[name]
+                elif not isinstance(state, Mapping) and hasattr(state, name):
+                    injected[argument] = getattr(state, name)
+                elif argument not in injections.optional_state:
+                    raise ResponseFormatError(
+                        f"tool `{tool.name}` takes the state field `{name}` (argument `{argument}`), "
+                        "which the graph state does not have"
+                    )
+        runtime = self.runtime
+        if injections.store is not None:
+            store = getattr(runtime, "store", None)
+            if store is None:
+                raise ResponseFormatError(
+                    f"tool `{tool.name}` takes the store (argument `{injections.store}`): "
+                    "compile the graph with a store"
+                )
+            injected[injections.store] = store
+        if injections.runtime is not None:
+            injected[injections.runtime] = ToolRuntime(
+                state=self.state,
+                context=getattr(runtime, "context", None),
+                config=self.config or {},
+                stream_writer=getattr(runtime, "stream_writer", None) or _discard,
+                tool_call_id=call_id,
+                store=getattr(runtime, "store", None),
+                tools=list(self.node._langchain_tools),
+                execution_info=getattr(runtime, "execution_info", None),
+                server_info=getattr(runtime, "server_info", None),
+            )
+        return injected, self.config
+
+    def keep(self, call_id: str, response: Any, error: BaseException | None) -> None:
+        if error is not None:
+            self.raised[call_id] = error
+        else:
+            self.responses[call_id] = response
+
+
+def _discard(chunk: Any) -> None:
+    """A stream writer for runs outside a graph: writes go nowhere."""
+
+
+def _content(output: Any) -> str | list[Any]:
+    """A toolsched output as ``ToolMessage`` content: text and content blocks as they are, else JSON."""
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list) and all(isinstance(item, dict) and "type" in item for item in output):
+        return output
+    try:
+        return json.dumps(output, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(output)
+
+
+def _current_runtime() -> Any:
+    """The LangGraph runtime of the node being run, or None outside a graph."""
+    try:
+        return get_runtime()
+    except Exception:
+        return None
+
+
+class ToolNode(Runnable[Any, Any]):
+    """Runs the tool calls of the last ``AIMessage`` through toolsched; returns LangGraph's ``ToolMessage``s.
+
+    ``tools``: LangChain tools, plain functions, ``from_langchain(...)``
+    wrappers or toolsched tools. ``executor_options`` go to ``ts.Executor``.
+    """
+
+    def __init__(
+        self,
+        tools: Sequence[BaseTool | Tool | Callable[..., Any]],
+        *,
+        name: str = "tools",
+        tags: list[str] | None = None,
+        messages_key: str = "messages",
+        handle_tool_errors: bool = True,
+        **executor_options: Any,
+    ) -> None:
+        if not isinstance(messages_key, str) or not messages_key:
+            raise OptionError(f"messages_key must be a non-empty string, got {messages_key!r}")
+        if not isinstance(handle_tool_errors, bool):
+            raise OptionError(f"handle_tool_errors must be True or False, got {handle_tool_errors!r}")
+        members: list[Tool] = []
+        for position, item in enumerate(tools):
+            if isinstance(item, Tool):
+                members.append(item)
+            elif isinstance(item, BaseTool):
+                members.append(LangChainTool(item))
+            elif callable(item):
+                members.append(LangChainTool(make_langchain_tool(item)))
+            else:
+                raise OptionError(f"tools[{position}] must be a tool or a function, got {type(item).__name__}")
+        self.executor = Executor(members, **executor_options)
+        self.name = name
+        self.tags = tags
+        self.messages_key = messages_key
+        self.handle_tool_errors = handle_tool_errors
+        self._langchain_tools = [member.tool for member in members if isinstance(member, LangChainTool)]
+        self._injections = {
+            member.name: _injections(member.tool) for member in members if isinstance(member, LangChainTool)
+        }
+
+    @property
+    def tools_by_name(self) -> dict[str, Tool]:
+        """The node's tools by name (toolsched tools; a wrapped LangChain tool's ``.tool`` is the original)."""
+        return {member.name: member for member in self.executor.registry}
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """Runs the calls from synchronous code (a graph run with ``invoke``), on an event loop of its own."""
+        return anyio.run(self._run_node, input, config)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """Runs the calls of ``input`` and returns the ToolMessages (or commands) LangGraph expects."""
+        return await self._run_node(input, config)
+
+    async def _run_node(self, input: Any, config: RunnableConfig | None) -> Any:
+        tool_calls, kind, state = self._read_input(input)
+        if not tool_calls:
+            return [] if kind == "list" else {self.messages_key: []}
+        calls = self._calls(tool_calls)
+        turn = _GraphTurn(self, state, config, _current_runtime())
+        outcome = await self.executor.run(calls, context=turn)
+        answered = {result.call_id: result for result in outcome.results}
+        order = list(dict.fromkeys(call.id for call in calls))
+        self._propagate(order, answered, turn)
+        names = {call.id: call.name for call in reversed(calls)}
+        outputs: list[Any] = []
+        for call_id in order:
+            result = answered.get(call_id)
+            if result is None:
+                # Held for approval: a ToolNode has no one to ask, so the call is answered as not run.
+                logger.warning("call %s (%s) asks for approval, but the ToolNode has no approver", call_id,
+                               names[call_id])
+                message = f"`{names[call_id]}` needs approval before it runs, and no approver was given; it did not run"
+                outputs.append(self._message(call_id, names[call_id], message, error=True))
+            else:
+                outputs.append(self._answer(result, names[call_id], turn))
+        return self._combine(outputs, kind)
+
+    # -- input ----------------------------------------------------------------------
+
+    def _read_input(self, input: Any) -> tuple[list[Mapping[str, Any]], InputKind, Any]:
+        key = self.messages_key
+        kind: InputKind
+        messages: Any
+        state: Any
+        if isinstance(input, list):
+            if not input:
+                raise ResponseFormatError("ToolNode got an empty list: give it messages or tool calls")
+            last = input[-1]
+            if isinstance(last, Mapping) and last.get("type") == "tool_call":
+                return list(input), "tool_calls", {}
+            messages = input
+            kind, state = "list", input
+        elif isinstance(input, Mapping) and input.get("__type") == "tool_call_with_context":
+            return [input["tool_call"]], "tool_calls", input.get("state", {})
+        elif isinstance(input, Mapping):
+            messages = input.get(key)
+            if not messages:
+                present = ", ".join(sorted(map(str, input))) or "none"
+                raise ResponseFormatError(
+                    f"ToolNode input has no messages: the state's `{key}` is missing or empty "
+                    f"(keys present: {present}); set messages_key= if the messages live elsewhere"
+                )
+            kind, state = "dict", input
+        else:
+            messages = getattr(input, key, None)
+            if not messages:
+                raise ResponseFormatError(
+                    f"ToolNode input has no messages: {type(input).__name__} has no non-empty `{key}` attribute "
+                    "(give it a state with messages, a list of messages, or a list of tool calls)"
+                )
+            kind, state = "dict", input
+        if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
+            raise ResponseFormatError(
+                f"ToolNode input: `{key}` must be a list of messages, got {type(messages).__name__}"
+            )
+        last_ai = next((message for message in reversed(messages) if isinstance(message, AIMessage)), None)
+        if last_ai is None:
+            raise ResponseFormatError(f"ToolNode input: `{key}` holds no AIMessage, so there are no tool calls")
+        return [dict(tool_call) for tool_call in last_ai.tool_calls], kind, state
+
+    @staticmethod
+    def _calls(tool_calls: list[Mapping[str, Any]]) -> list[ToolCall]:
+        calls = []
+        for position, tool_call in enumerate(tool_calls):
+            if not isinstance(tool_call, Mapping):
+                raise ResponseFormatError(
+                    f"tool call {position} must be a dict with name, args and id, got {type(tool_call).__name__}"
+                )
+            name = tool_call.get("name")
+            call_id = tool_call.get("id")
+            if not isinstance(name, str) or not name:
+                raise ResponseFormatError(f"tool call {position} has no tool name")
+            if not isinstance(call_id, str) or not call_id:
+                raise ResponseFormatError(
+                    f"tool call {position} (`{name}`) has no id: every call needs one so that its "
+                    "ToolMessage can answer it"
+                )
+            args = tool_call.get("args")
+            if args is None:
+                args = {}
+            if not isinstance(args, (Mapping, str)):
+                raise ResponseFormatError(
+                    f"tool call {position} (`{name}`): args must be a dict, got {type(args).__name__}"
+                )
+            calls.append(ToolCall(call_id, name, args))
+        return calls
+
+    # -- output ---------------------------------------------------------------------
+
+    def _propagate(self, order: list[str], answered: dict[str, ToolResult], turn: _GraphTurn) -> None:
+        """Re-raises what must leave the graph: an ``interrupt()``, or any tool error without error handling."""
+        for call_id in order:
+            error = turn.raised.get(call_id)
+            if isinstance(error, GraphBubbleUp):
+                raise error
+        if self.handle_tool_errors:
+            return
+        results = [answered[call_id] for call_id in order if call_id in answered]
+        failed = [result for result in results if result.error_kind in ("execution_error", "timeout")]
+        if not failed:
+            return
+        error = turn.raised.get(failed[0].call_id)
+        if error is not None:
+            raise error
+        raise ToolCallFailed(failed[0], failed[1:], results)
+
+    @staticmethod
+    def _message(call_id: str, name: str, content: Any, *, error: bool) -> ToolMessage:
+        return ToolMessage(content=content, name=name, tool_call_id=call_id, status="error" if error else "success")
+
+    def _answer(self, result: ToolResult, name: str, turn: _GraphTurn) -> Any:
+        response = turn.responses.get(result.call_id)
+        if result.is_error:
+            own_error = isinstance(response, ToolMessage) and response.status == "error"
+            if own_error and result.error_kind == "execution_error":
+                # The tool's own error message, as the tool wrote it.
+                return response
+            return self._message(result.call_id, name, result.error or result.error_kind, error=True)
+        if isinstance(response, ToolMessage):
+            update: dict[str, Any] = {}
+            content = _content(result.output if result.truncated else response.content)
+            if content != response.content:
+                update["content"] = content
+            if response.name is None:
+                update["name"] = name
+            return response.model_copy(update=update) if update else response
+        if response is not None:
+            # A Command, or a list of commands and messages: LangGraph applies it as the tool returned it.
+            return response
+        return self._message(result.call_id, name, _content(result.output), error=False)
+
+    def _combine(self, outputs: list[Any], kind: InputKind) -> Any:
+        flat: list[Any] = []
+        for output in outputs:
+            flat.extend(output if isinstance(output, list) else [output])
+        if all(isinstance(item, ToolMessage) for item in flat):
+            return flat if kind == "list" else {self.messages_key: flat}
+        return [
+            ([item] if kind == "list" else {self.messages_key: [item]}) if isinstance(item, ToolMessage) else item
+            for item in flat
+        ]

@@ -1,0 +1,399 @@
+"""OpenTelemetry for toolsched: a span per call and per batch, and metrics.
+
+::
+
+    from toolsched.integrations import otel
+
+    executor = otel.instrument(ts.Executor(tools))   # global tracer and meter providers
+    outcome = await executor.run(calls)               # spans under the caller's current span
+
+Spans follow the OpenTelemetry GenAI semantic conventions for tool execution:
+
+- one ``execute_tool {tool name}`` span per call (kind INTERNAL) with
+  ``gen_ai.operation.name`` = ``execute_tool``, ``gen_ai.tool.name``,
+  ``gen_ai.tool.call.id``, ``gen_ai.tool.type`` = ``function``,
+  ``gen_ai.tool.description``, and on failure ``error.type`` (the result's
+  ``error_kind``) with an ERROR status carrying the message;
+- the call span is the current span while the tool runs, so spans the tool
+  makes itself (an HTTP client, a nested run) are its children;
+- one ``toolsched.batch`` span per batch, parent of its calls' spans, with
+  ``toolsched.batch.index``, ``toolsched.batch.size`` and
+  ``toolsched.batch.concurrent``; batches are children of whatever span was
+  current when ``run`` was called;
+- a call answered without running (unknown tool, invalid input, denied)
+  still gets its span, with ``toolsched.call.ran`` false;
+- progress reports become ``progress`` span events.
+
+Arguments (``gen_ai.tool.call.arguments``) and outputs
+(``gen_ai.tool.call.result``) are recorded only with ``record_arguments=True``
+/ ``record_outputs=True``: they may hold personal or secret data. Arguments
+are those of ``run`` and ``stream`` calls, as the model sent them.
+
+Metrics (meter ``toolsched``):
+
+- ``toolsched.tool.calls`` (counter): every answered call, by
+  ``gen_ai.tool.name`` and, for failures, ``error.type``;
+- ``toolsched.tool.errors`` (counter): failed calls, by ``gen_ai.tool.name``
+  and ``error.type``;
+- ``toolsched.tool.duration`` (histogram, seconds): how long calls that ran
+  took, by ``gen_ai.tool.name`` (and ``error.type`` for failures).
+
+Everything attaches through the executor's ``on_event`` callbacks and a thin
+wrapper around ``run``, ``resume`` and ``stream`` (which keeps concurrent runs
+on one executor apart, and ends the spans of a cancelled run with
+``error.type`` = ``cancelled``); nothing is added to the call path when an
+executor is not instrumented. Needs ``opentelemetry-api``
+(``pip install 'toolsched[otel]'``); install an SDK to export.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+import anyio
+
+from toolsched.errors import OptionError
+from toolsched.events import BatchFinished, BatchStarted, Event, ToolFinished, ToolProgress, ToolStarted
+from toolsched.executor import Executor
+from toolsched.results import ToolCall, ToolResult
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import Span, TracerProvider
+
+__all__ = ["OtelObserver", "instrument", "is_instrumented", "uninstrument"]
+
+logger = logging.getLogger("toolsched.otel")
+
+OPERATION = "execute_tool"
+# Upper bounds (seconds) suited to tool calls: from sub-millisecond lookups to minutes-long jobs.
+DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+def _require_otel() -> None:
+    try:
+        import opentelemetry.trace  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            "toolsched.integrations.otel needs the `opentelemetry-api` package: pip install 'toolsched[otel]'"
+        ) from exc
+
+
+@dataclass(slots=True)
+class _OpenCall:
+    span: Span
+    token: Token[Context] | None
+    task: int | None
+
+
+@dataclass(slots=True)
+class _RunSpans:
+    """The open spans of one run (internal)."""
+
+    batches: dict[int, Span] = field(default_factory=dict)
+    calls: dict[str, _OpenCall] = field(default_factory=dict)
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+# The run whose events the current task emits; set by the wrappers around run, resume and stream.
+_CURRENT_RUN: ContextVar[_RunSpans | None] = ContextVar("toolsched_otel_run", default=None)
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+class OtelObserver:
+    """Turns a run's events into spans and metrics; ``instrument`` installs one.
+
+    A plain (not async) event callback, so each span starts and ends when its
+    event happens. Used on its own as ``on_event``, it keeps one set of open
+    spans for the executor: concurrent runs then need ``instrument``, which
+    gives each run its own.
+    """
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        record_arguments: bool = False,
+        record_outputs: bool = False,
+        descriptions: Mapping[str, str] | None = None,
+    ) -> None:
+        _require_otel()
+        from opentelemetry import metrics, trace
+
+        from toolsched import __version__
+
+        self.record_arguments = record_arguments
+        self.record_outputs = record_outputs
+        self._descriptions = dict(descriptions or {})
+        self._tracer = trace.get_tracer("toolsched", __version__, tracer_provider=tracer_provider)
+        meter = metrics.get_meter("toolsched", __version__, meter_provider=meter_provider)
+        self._calls = meter.create_counter("toolsched.tool.calls", unit="{call}", description="Tool calls answered")
+        self._errors = meter.create_counter(
+            "toolsched.tool.errors", unit="{call}", description="Tool calls answered with an error, by error.type"
+        )
+        self._duration = meter.create_histogram(
+            "toolsched.tool.duration",
+            unit="s",
+            description="How long tool calls ran",
+            explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
+        )
+        self._loose = _RunSpans()
+
+    # -- events -----------------------------------------------------------------
+
+    def __call__(self, event: Event) -> None:
+        run = _CURRENT_RUN.get() or self._loose
+        if isinstance(event, ToolStarted):
+            self._started(run, event)
+        elif isinstance(event, ToolFinished):
+            self._finished(run, event.result)
+        elif isinstance(event, BatchStarted):
+            self._batch_started(run, event)
+        elif isinstance(event, BatchFinished):
+            span = run.batches.pop(event.batch, None)
+            if span is not None:
+                span.end()
+        elif isinstance(event, ToolProgress):
+            open_call = run.calls.get(event.call_id)
+            if open_call is not None:
+                attributes: dict[str, Any] = {"toolsched.progress.fraction": event.fraction}
+                if event.message is not None:
+                    attributes["toolsched.progress.message"] = event.message
+                open_call.span.add_event("progress", attributes)
+
+    def _batch_started(self, run: _RunSpans, event: BatchStarted) -> None:
+        span = self._tracer.start_span(
+            "toolsched.batch",
+            attributes={
+                "toolsched.batch.index": event.batch,
+                "toolsched.batch.size": len(event.call_ids),
+                "toolsched.batch.concurrent": event.concurrent,
+            },
+        )
+        run.batches[event.batch] = span
+
+    def _started(self, run: _RunSpans, event: ToolStarted) -> None:
+        from opentelemetry import context, trace
+
+        parent: Context | None = None
+        batch_span = run.batches.get(event.batch) if event.batch is not None else None
+        if batch_span is not None:
+            parent = trace.set_span_in_context(batch_span)
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": OPERATION,
+            "gen_ai.tool.name": event.tool_name,
+            "gen_ai.tool.call.id": event.call_id,
+            "gen_ai.tool.type": "function",
+            "toolsched.call.ran": event.ran,
+        }
+        description = self._descriptions.get(event.tool_name)
+        if description:
+            attributes["gen_ai.tool.description"] = description
+        if event.batch is not None:
+            attributes["toolsched.batch.index"] = event.batch
+        if self.record_arguments and event.call_id in run.arguments:
+            attributes["gen_ai.tool.call.arguments"] = _as_text(run.arguments[event.call_id])
+        span = self._tracer.start_span(
+            f"{OPERATION} {event.tool_name}", context=parent, kind=trace.SpanKind.INTERNAL, attributes=attributes
+        )
+        token: Token[Context] | None = None
+        task: int | None = None
+        if event.ran:
+            # The tool runs in this task next: its own spans become children of this one.
+            token = context.attach(trace.set_span_in_context(span))
+            task = _task_id()
+        run.calls[event.call_id] = _OpenCall(span, token, task)
+
+    def _finished(self, run: _RunSpans, result: ToolResult) -> None:
+        from opentelemetry import context
+        from opentelemetry.trace import Status, StatusCode
+
+        open_call = run.calls.pop(result.call_id, None)
+        run.arguments.pop(result.call_id, None)
+        attributes: dict[str, Any] = {"gen_ai.tool.name": result.tool_name, "gen_ai.operation.name": OPERATION}
+        if result.is_error:
+            attributes["error.type"] = result.error_kind or "execution_error"
+        if open_call is not None:
+            span = open_call.span
+            if open_call.token is not None and open_call.task == _task_id():
+                context.detach(open_call.token)
+            if result.is_error:
+                span.set_attribute("error.type", attributes["error.type"])
+                span.set_status(Status(StatusCode.ERROR, result.error or None))
+            elif self.record_outputs:
+                span.set_attribute("gen_ai.tool.call.result", _as_text(result.output))
+            if result.truncated:
+                span.set_attribute("toolsched.result.truncated", True)
+            span.end()
+        self._calls.add(1, attributes)
+        if result.is_error:
+            self._errors.add(1, attributes)
+        if open_call is None or open_call.token is not None:
+            self._duration.record(result.duration_ms / 1000.0, attributes)
+
+    # -- runs that end without their events ------------------------------------
+
+    def _abandon(self, run: _RunSpans, error_type: str, message: str) -> None:
+        """Ends the spans a run left open when it was cancelled or raised."""
+        from opentelemetry import context
+        from opentelemetry.trace import Status, StatusCode
+
+        current = _task_id()
+        for call_id, open_call in list(run.calls.items()):
+            if open_call.token is not None and open_call.task == current:
+                context.detach(open_call.token)
+            open_call.span.set_attribute("error.type", error_type)
+            open_call.span.set_status(Status(StatusCode.ERROR, message))
+            open_call.span.end()
+            del run.calls[call_id]
+        for number, span in list(run.batches.items()):
+            span.set_attribute("error.type", error_type)
+            span.set_status(Status(StatusCode.ERROR, message))
+            span.end()
+            del run.batches[number]
+        run.arguments.clear()
+
+
+def _task_id() -> int | None:
+    try:
+        return anyio.get_current_task().id
+    except RuntimeError:
+        return None
+
+
+def _failure(exc: BaseException) -> tuple[str, str]:
+    if isinstance(exc, (anyio.get_cancelled_exc_class(), GeneratorExit)):
+        return "cancelled", "the run was cancelled"
+    return type(exc).__qualname__, str(exc) or type(exc).__qualname__
+
+
+_INSTRUMENTED: weakref.WeakKeyDictionary[Executor, tuple[OtelObserver, Any]] = weakref.WeakKeyDictionary()
+
+
+def instrument(
+    executor: Executor,
+    *,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+    record_arguments: bool = False,
+    record_outputs: bool = False,
+) -> Executor:
+    """Makes ``executor`` report its calls and batches as spans and metrics; returns it.
+
+    Providers default to the global ones (``opentelemetry.trace`` /
+    ``opentelemetry.metrics``). The executor's own ``on_event`` callbacks keep
+    working. Instrumenting again replaces the earlier options;
+    ``uninstrument`` undoes it.
+    """
+    if not isinstance(executor, Executor):
+        raise OptionError(f"instrument() takes a toolsched.Executor, got {type(executor).__name__}")
+    for label, flag in (("record_arguments", record_arguments), ("record_outputs", record_outputs)):
+        if not isinstance(flag, bool):
+            raise OptionError(f"{label} must be True or False, got {flag!r}")
+    if executor in _INSTRUMENTED:
+        uninstrument(executor)
+    observer = OtelObserver(
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        record_arguments=record_arguments,
+        record_outputs=record_outputs,
+        descriptions={member.name: member.description for member in executor.registry},
+    )
+    previous = executor.on_event
+    if previous is None:
+        executor.on_event = observer
+    elif isinstance(previous, tuple):
+        executor.on_event = (*previous, observer)
+    else:
+        executor.on_event = (previous, observer)
+    _INSTRUMENTED[executor] = (observer, previous)
+    executor.run = _traced_run(observer, executor.run, record_arguments)  # type: ignore[method-assign]
+    executor.resume = _traced_run(observer, executor.resume, False)  # type: ignore[method-assign]
+    executor.stream = _traced_stream(observer, executor.stream, record_arguments)  # type: ignore[method-assign]
+    return executor
+
+
+def uninstrument(executor: Executor) -> None:
+    """Removes what ``instrument`` added to ``executor`` (nothing happens if it was not instrumented)."""
+    installed = _INSTRUMENTED.pop(executor, None)
+    if installed is None:
+        return
+    _, previous = installed
+    executor.on_event = previous
+    for name in ("run", "resume", "stream"):
+        executor.__dict__.pop(name, None)
+
+
+def is_instrumented(executor: Executor) -> bool:
+    """Whether ``instrument`` was applied to ``executor`` (and not undone)."""
+    return executor in _INSTRUMENTED
+
+
+def _remember_arguments(run: _RunSpans, calls: Iterable[ToolCall]) -> list[ToolCall]:
+    listed = calls if isinstance(calls, list) else list(calls)
+    for call in listed:
+        if isinstance(call, ToolCall):
+            run.arguments.setdefault(call.id, call.args)
+    return listed
+
+
+def _traced_run(observer: OtelObserver, method: Callable[..., Any], record_arguments: bool) -> Callable[..., Any]:
+    @functools.wraps(method)
+    async def traced(first: Any, /, **options: Any) -> Any:
+        run = _RunSpans()
+        if record_arguments:
+            first = _remember_arguments(run, first)
+        token = _CURRENT_RUN.set(run)
+        try:
+            return await method(first, **options)
+        except BaseException as exc:
+            observer._abandon(run, *_failure(exc))
+            raise
+        finally:
+            _CURRENT_RUN.reset(token)
+
+    return traced
+
+
+def _traced_stream(
+    observer: OtelObserver, method: Callable[..., AsyncIterator[Event]], record_arguments: bool
+) -> Callable[..., AsyncGenerator[Event, None]]:
+    @functools.wraps(method)
+    async def traced(calls: Iterable[ToolCall], /, **options: Any) -> AsyncGenerator[Event, None]:
+        run = _RunSpans()
+        if record_arguments:
+            calls = _remember_arguments(run, calls)
+        token = _CURRENT_RUN.set(run)
+        try:
+            async with contextlib.aclosing(cast(AsyncGenerator[Event, None], method(calls, **options))) as events:
+                async for event in events:
+                    yield event
+        except BaseException as exc:
+            observer._abandon(run, *_failure(exc))
+            raise
+        finally:
+            try:
+                _CURRENT_RUN.reset(token)
+            except ValueError:
+                # Closed from another context (a garbage-collected generator): nothing to restore there.
+                pass
+
+    return traced

@@ -1,0 +1,253 @@
+"""The OpenAI Agents SDK's Runner.run, end to end with a scripted Model, its function tools run by toolsched."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+from agents import Agent, RunConfig, Runner, function_tool
+from agents.items import ToolCallOutputItem
+
+import toolsched as ts
+from tests.conftest import InFlight
+from tests.scripted_models import ScriptedAgentModel, final_message, function_call
+from toolsched.integrations.agents import AgentsFunctionTool, from_function_tool, function_tools, scheduled
+
+pytestmark = pytest.mark.anyio
+
+NO_TRACING = RunConfig(tracing_disabled=True)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    # The Agents SDK runs on asyncio only.
+    return "asyncio"
+
+
+def outputs(result: Any) -> dict[str, Any]:
+    """The SDK's output items of a run, by call ID."""
+    found = {}
+    for item in result.new_items:
+        if isinstance(item, ToolCallOutputItem):
+            found[item.raw_item["call_id"]] = item.output
+    return found
+
+
+def sent_outputs(model: ScriptedAgentModel, turn: int) -> dict[str, str]:
+    """The function_call_output items the model received on a turn."""
+    items = model.inputs[turn]
+    assert isinstance(items, list)
+    return {item["call_id"]: item["output"] for item in items if item.get("type") == "function_call_output"}
+
+
+def file_tools(in_flight: InFlight, ran: list[str]) -> tuple[Any, Any]:
+    @function_tool
+    async def read_file(path: str) -> str:
+        """Read a text file."""
+        ran.append(f"read {path}")
+        await in_flight.hold(path)
+        return f"contents of {path}"
+
+    @function_tool
+    async def write_file(path: str, text: str) -> str:
+        """Write a text file."""
+        ran.append(f"write {path}")
+        await in_flight.hold(path)
+        return f"wrote {len(text)} characters to {path}"
+
+    return read_file, write_file
+
+
+async def test_runner_run_answers_every_call_through_toolsched(in_flight: InFlight) -> None:
+    ran: list[str] = []
+    read_file, write_file = file_tools(in_flight, ran)
+    model = ScriptedAgentModel([
+        [
+            function_call("c1", "read_file", {"path": "a.txt"}),
+            function_call("c2", "write_file", {"path": "c.txt", "text": "hello"}),
+            function_call("c3", "read_file", {"path": "b.txt"}),
+        ],
+        [final_message("copied")],
+    ])
+    agent = scheduled(
+        Agent(name="files", model=model, tools=[read_file, write_file]),
+        tools=[from_function_tool(read_file, read_only=True, concurrency_safe=True)],
+    )
+    result = await Runner.run(agent, "copy a and b into c", run_config=NO_TRACING)
+
+    assert result.final_output == "copied"
+    expected = {"c1": "contents of a.txt", "c2": "wrote 5 characters to c.txt", "c3": "contents of b.txt"}
+    assert outputs(result) == expected
+    assert sent_outputs(model, 1) == expected
+    assert sorted(ran) == ["read a.txt", "read b.txt", "write c.txt"]
+    # The SDK starts all three at once; the write, not concurrency-safe, still never overlapped a read.
+    write_start, write_end = in_flight.position("start", "c.txt"), in_flight.position("end", "c.txt")
+    for path in ("a.txt", "b.txt"):
+        start, end = in_flight.position("start", path), in_flight.position("end", path)
+        assert end < write_start or start > write_end
+    assert agent.toolsched_executor.registry.names == ["read_file", "write_file"]  # type: ignore[attr-defined]
+
+
+async def test_reads_overlap_inside_a_run_and_separate_runs_do_not_wait_for_each_other() -> None:
+    reading = 0
+    all_reading = anyio.Event()
+    written: list[str] = []
+
+    @function_tool
+    async def read_file(path: str) -> str:
+        """Read a text file (returns once four reads are in flight at the same time)."""
+        nonlocal reading
+        reading += 1
+        if reading == 4:
+            all_reading.set()
+        await all_reading.wait()
+        return f"contents of {path}"
+
+    @function_tool
+    def write_file(path: str, text: str) -> str:
+        """Write a text file."""
+        written.append(path)
+        return "ok"
+
+    def script(prefix: str) -> ScriptedAgentModel:
+        return ScriptedAgentModel([
+            [function_call("c1", "read_file", {"path": f"{prefix}-1"}),
+             function_call("c2", "read_file", {"path": f"{prefix}-2"})],
+            [function_call("c3", "write_file", {"path": f"{prefix}-out", "text": "x"})],
+            [final_message("ok")],
+        ])
+
+    base = Agent(name="files", tools=[read_file, write_file])
+    safe_reads = [from_function_tool(read_file, concurrency_safe=True)]
+
+    async def conversation(prefix: str) -> None:
+        agent = scheduled(base.clone(model=script(prefix)), tools=safe_reads)
+        result = await Runner.run(agent, "go", run_config=NO_TRACING)
+        assert result.final_output == "ok"
+
+    # Two reads per run, two runs: all four must be in flight together for any of them to return.
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(conversation, "alice")
+            group.start_soon(conversation, "bob")
+    assert sorted(written) == ["alice-out", "bob-out"]
+
+
+async def test_refusals_and_failures_answer_the_model_instead_of_ending_the_run(in_flight: InFlight) -> None:
+    ran: list[str] = []
+    read_file, write_file = file_tools(in_flight, ran)
+
+    @ts.tool
+    def fail() -> str:
+        """Always fails."""
+        raise RuntimeError("backend down")
+
+    model = ScriptedAgentModel([
+        [
+            function_call("c1", "write_file", {"path": "/etc/passwd", "text": "x"}),
+            function_call("c2", "read_file", {"path": 7}),
+            function_call("c3", "read_file", "{not json"),
+            function_call("c4", "fail", {}),
+        ],
+        [final_message("sorry")],
+    ])
+    agent = scheduled(
+        Agent(name="files", model=model, tools=[read_file, write_file]),
+        tools=[from_function_tool(write_file, rule_subject="path"), fail],
+        permissions=ts.Permissions(deny=["write_file(/etc/**)"]),
+    )
+    result = await Runner.run(agent, "break things", run_config=NO_TRACING)
+    answers = outputs(result)
+    assert result.final_output == "sorry"
+    assert "denied by the rule `write_file(/etc/**)`" in answers["c1"]
+    assert "7 is not of type" in answers["c2"]
+    assert answers["c3"].startswith("arguments for `read_file` are not valid JSON")
+    assert answers["c4"] == "RuntimeError: backend down"
+    assert ran == []
+
+
+async def test_an_executors_tools_offered_to_an_agent(in_flight: InFlight) -> None:
+    @ts.tool(read_only=True, concurrency_safe=True)
+    async def weather(city: str) -> dict[str, Any]:
+        """Today's weather."""
+        return {"city": city, "sky": "clear"}
+
+    executor = ts.Executor([weather])
+    model = ScriptedAgentModel([[function_call("c1", "weather", {"city": "Oslo"})], [final_message("clear")]])
+    agent = Agent(name="weather", model=model, tools=function_tools(executor))
+    result = await Runner.run(agent, "weather in Oslo?", run_config=NO_TRACING)
+    assert json.loads(outputs(result)["c1"]) == {"city": "Oslo", "sky": "clear"}
+
+
+async def test_calls_that_ask_go_to_the_approver(in_flight: InFlight) -> None:
+    ran: list[str] = []
+    _, write_file = file_tools(in_flight, ran)
+    asked: list[ts.ApprovalRequest] = []
+
+    async def approver(request: ts.ApprovalRequest) -> bool:
+        asked.append(request)
+        return request.args["path"] == "ok.txt"
+
+    def script() -> ScriptedAgentModel:
+        return ScriptedAgentModel([
+            [function_call("c1", "write_file", {"path": "ok.txt", "text": "x"}),
+             function_call("c2", "write_file", {"path": "no.txt", "text": "y"})],
+            [final_message("done")],
+        ])
+
+    gated = [from_function_tool(write_file, needs_approval=True)]
+    agent = scheduled(Agent(name="w", model=script(), tools=[write_file]), tools=gated, approver=approver)
+    answers = outputs(await Runner.run(agent, "write", run_config=NO_TRACING))
+    assert answers["c1"] == "wrote 1 characters to ok.txt"
+    assert "was not approved" in answers["c2"]
+    assert [request.call_id for request in asked] == ["c1", "c2"]
+
+    unattended = scheduled(Agent(name="w", model=script(), tools=[write_file]), tools=gated)
+    answers = outputs(await Runner.run(unattended, "write", run_config=NO_TRACING))
+    assert all("needs approval" in answer for answer in answers.values())
+    assert ran == ["write ok.txt"]
+
+
+async def test_an_sdk_tool_imported_into_a_plain_executor(in_flight: InFlight) -> None:
+    ran: list[str] = []
+    read_file, _ = file_tools(in_flight, ran)
+    imported = from_function_tool(read_file, concurrency_safe=True)
+    assert isinstance(imported, AgentsFunctionTool)
+    assert imported.input_schema["required"] == ["path"]
+    outcome = await ts.Executor([imported]).run([
+        ts.ToolCall("c1", "read_file", {"path": "x"}),
+        ts.ToolCall("c2", "read_file", {"path": "y"}),
+    ])
+    assert [result.output for result in outcome.results] == ["contents of x", "contents of y"]
+    assert in_flight.peak == 2
+
+
+async def test_the_run_is_visible_to_opentelemetry(in_flight: InFlight) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from toolsched.integrations import otel
+
+    ran: list[str] = []
+    read_file, _ = file_tools(in_flight, ran)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    model = ScriptedAgentModel([[function_call("c1", "read_file", {"path": "a"})], [final_message("ok")]])
+    agent = scheduled(Agent(name="files", model=model, tools=[read_file]))
+    otel.instrument(agent.toolsched_executor, tracer_provider=provider)  # type: ignore[attr-defined]
+    await Runner.run(agent, "read", run_config=NO_TRACING)
+    (span,) = [span for span in exporter.get_finished_spans() if span.name == "execute_tool read_file"]
+    assert dict(span.attributes or {})["gen_ai.tool.call.id"] == "c1"
+
+
+def test_bad_arguments_are_refused_by_name() -> None:
+    with pytest.raises(ts.OptionError, match="takes an Agents SDK Agent"):
+        scheduled("agent")  # type: ignore[arg-type]
+    with pytest.raises(ts.ToolDefinitionError, match="takes an Agents SDK FunctionTool"):
+        from_function_tool(lambda: None)  # type: ignore[arg-type]
+    with pytest.raises(ts.OptionError, match=r"tools\[0\] must be a toolsched tool"):
+        scheduled(Agent(name="a"), tools=["read_file"])  # type: ignore[list-item]
