@@ -4,6 +4,15 @@ One result per call, in the model's order, with a Rust engine on the hot path.
 """
 
 from toolsched.approvals import ApprovalRequest, RunState
+from toolsched.backends import (
+    Backend,
+    BackendError,
+    BackendUnavailableError,
+    LocalBackend,
+    RayBackend,
+    ResultTooLargeError,
+    WorkerLostError,
+)
 from toolsched.context import ToolContext
 from toolsched.errors import (
     ApprovalError,
@@ -52,6 +61,9 @@ __all__ = [
     "ApprovalError",
     "ApprovalRequest",
     "AssemblyError",
+    "Backend",
+    "BackendError",
+    "BackendUnavailableError",
     "BatchEvent",
     "BatchFinished",
     "BatchStarted",
@@ -66,6 +78,7 @@ __all__ = [
     "GuardrailTripped",
     "HookEvent",
     "Hooks",
+    "LocalBackend",
     "McpConnectionError",
     "McpToolError",
     "MissingResultError",
@@ -74,9 +87,11 @@ __all__ = [
     "Parallel",
     "Partitioned",
     "Permissions",
+    "RayBackend",
     "Reject",
     "ResourceAware",
     "ResponseFormatError",
+    "ResultTooLargeError",
     "Rewrite",
     "RuleError",
     "RunFinished",
@@ -100,6 +115,7 @@ __all__ = [
     "ToolUpdated",
     "ToolschedError",
     "UnknownToolError",
+    "WorkerLostError",
     "WorkloadError",
     "__version__",
     "tool",

@@ -9,7 +9,7 @@ import math
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -18,6 +18,7 @@ import anyio.from_thread
 
 from toolsched import _core
 from toolsched.approvals import ApprovalRequest, Approver, CallRecord, RunState, args_digest, detached, tool_fingerprint
+from toolsched.backends import Backend, assign_backends
 from toolsched.context import ToolContext
 from toolsched.errors import GuardrailTripped, OptionError, SemanticError, ToolCallFailed, UnknownToolError
 from toolsched.events import BatchFinished, BatchStarted, Event, RunFinished, ToolFinished, ToolProgress, ToolStarted
@@ -214,7 +215,10 @@ class Executor:
     - ``approver``: ``async (ApprovalRequest) -> bool | Decision`` for calls that
       ask; without one such calls are held and the run ends ``interrupted``;
     - ``input_guardrails`` / ``output_guardrails``: checks just before a call
-      runs and on its output (see ``toolsched.guardrails``).
+      runs and on its output (see ``toolsched.guardrails``);
+    - ``backends`` / ``default_backend``: where tool bodies run besides this
+      process, by name (``{"ray": RayBackend()}``), and the backend of tools
+      that name none (default ``"local"``).
     """
 
     def __init__(
@@ -237,6 +241,8 @@ class Executor:
         approver: Approver | None = None,
         input_guardrails: Iterable[Guardrail] = (),
         output_guardrails: Iterable[Guardrail] = (),
+        backends: Mapping[str, Backend] | None = None,
+        default_backend: str | None = None,
     ) -> None:
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.strategy: Strategy = Partitioned() if strategy is None else strategy
@@ -267,6 +273,8 @@ class Executor:
         }
         self._tools = tuple(self.registry)
         self._facts = tuple(member._facts() for member in self._tools)
+        # The invoker of each tool whose body runs on a backend other than this process.
+        self._remote = assign_backends(self._tools, backends, default_backend)
         self._control_plane(permissions, hooks, approver, input_guardrails, output_guardrails)
 
     def _control_plane(
@@ -755,11 +763,12 @@ class Executor:
             await emit.flush()
 
     async def _invoke(self, job: _Job, ctx: ToolContext | None) -> Any:
+        invoke = self._remote.get(job.tool, job.facts.invoke) if self._remote else job.facts.invoke
         timeout = job.tool.timeout
         if timeout is None:
-            return await job.facts.invoke(job.args, ctx)
+            return await invoke(job.args, ctx)
         with anyio.move_on_after(timeout):
-            return await job.facts.invoke(job.args, ctx)
+            return await invoke(job.args, ctx)
         # Only this scope's own deadline ends up here; an outer cancellation propagates.
         raise _Timeout
 
