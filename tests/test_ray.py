@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import runpy
 import signal
 import socket
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 import ray
 import ray.cloudpickle
@@ -53,9 +55,13 @@ async def step(name: str, log: str, safe: bool = True, partner: str = "") -> str
     """Logs its start, waits until its partner has started too (proof that they overlap), logs its end."""
     await append_line(log, f"start {name}")
     if partner:
-        with anyio.fail_after(20):
-            while f"start {partner}\n" not in await anyio.Path(log).read_text():
-                await anyio.sleep(0.01)
+        # The partner runs in another process: watch the shared log for it, for at most 20 seconds.
+        for _ in range(2000):
+            if f"start {partner}\n" in await anyio.Path(log).read_text():
+                break
+            await anyio.sleep(0.01)
+        else:
+            raise TimeoutError(f"{partner} never started while {name} was running")
     await append_line(log, f"end {name}")
     return f"{name}@{os.getpid()}"
 
@@ -127,7 +133,7 @@ class AsyncTally(Tally):
     name = "async_tally"
 
     async def call(self, args: dict[str, Any], ctx: ts.ToolContext) -> str:  # type: ignore[override]
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         self.count += 1
         return f"{self.count}@{os.getpid()}"
 
@@ -138,7 +144,9 @@ def ray_executor(tools: list[Any], **options: Any) -> ts.Executor:
 
 def step_calls(log: Path, pairs: dict[str, str], unsafe: set[str]) -> list[ts.ToolCall]:
     return [
-        ts.ToolCall(f"c-{name}", "step", {"name": name, "log": str(log), "safe": name not in unsafe, "partner": partner})
+        ts.ToolCall(
+            f"c-{name}", "step", {"name": name, "log": str(log), "safe": name not in unsafe, "partner": partner}
+        )
         for name, partner in pairs.items()
     ]
 
@@ -324,15 +332,25 @@ def test_backend_wiring_is_checked_when_the_executor_is_built() -> None:
         ts.Executor([echo], backends={"local": ts.RayBackend()})
     with pytest.raises(ts.OptionError, match=r"backends\['ray'\] must be a backend"):
         ts.Executor([echo], backends={"ray": object()})  # type: ignore[dict-item]
-    with pytest.raises(ts.OptionError, match="actor_pool=...\\) names `tally`, which is not a tool"):
+    with pytest.raises(ts.OptionError, match=r"actor_pool=...\) names `tally`, which is not a tool"):
         ts.Executor([echo], backends={"ray": ts.RayBackend(actor_pool={"tally": 2})}, default_backend="ray")
     with pytest.raises(ts.ToolDefinitionError, match="max_retries=2 would run a call again"):
         ts.Executor([ts.tool(max_retries=2)(echo.fn)])
     with pytest.raises(ts.OptionError, match="must be 'host:port', 'ray://host:port', 'auto' or None"):
         ts.RayBackend(address="http://example")
-    # Tools that name no backend, or "local", stay in this process even when another backend is configured.
-    executor = ts.Executor([echo, ts.tool(backend="local", name="echo_here")(echo.fn)], backends={"ray": ts.RayBackend()})
-    assert executor._remote == {}
+
+
+async def test_tools_that_name_no_backend_or_local_stay_in_this_process(tmp_path: Path) -> None:
+    step_here = ts.tool(backend="local", name="step_here", concurrency_safe=True)(step.fn)
+    log = tmp_path / "here.log"
+    executor = ts.Executor([step, step_here], backends={"ray": ts.RayBackend()})
+    outcome = await executor.run(
+        [
+            ts.ToolCall("1", "step", {"name": "a", "log": str(log), "safe": True}),
+            ts.ToolCall("2", "step_here", {"name": "b", "log": str(log)}),
+        ]
+    )
+    assert [r.output for r in outcome.results] == [f"a@{os.getpid()}", f"b@{os.getpid()}"]
 
 
 def test_a_body_that_cannot_be_serialised_is_refused_naming_the_tool() -> None:
@@ -345,6 +363,9 @@ def test_a_body_that_cannot_be_serialised_is_refused_naming_the_tool() -> None:
 
     with pytest.raises(ts.ToolDefinitionError, match="tool `guarded` cannot run on Ray: its body cannot be serialised"):
         ts.Executor([guarded], backends={"ray": ts.RayBackend()})
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def closed_port() -> int:
@@ -391,3 +412,16 @@ def test_an_address_that_never_answers_times_out_instead_of_hanging() -> None:
     assert completed.stdout.strip() == (
         f"no Ray cluster answered at '{address}' within 1 seconds (RayBackend(connect_timeout=...))"
     )
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_scale_out_example_runs_on_the_cluster(cluster: None, capsys: pytest.CaptureFixture[str]) -> None:
+    example = runpy.run_path(str(EXAMPLES / "ray_scale_out.py"))
+    with anyio.fail_after(60):
+        await example["main"](ts.RayBackend(actor_pool={"glossary": 1}))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("c1 checksum ok ") and lines[0].endswith(" (on a Ray worker)")
+    assert lines[1] == "c2 word_count ok 4 words (here)"
+    assert lines[2] == "c3 glossary ok a framework for distributed Python (lookup 1 on this worker, on a Ray worker)"
+    assert lines[3] == "c4 glossary ok a stateful Ray worker (lookup 2 on this worker, on a Ray worker)"
+    assert lines[4] == "c5 checksum invalid_input invalid arguments for `checksum`:"
