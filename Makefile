@@ -33,6 +33,7 @@ bench: build
 	cargo bench --bench conflicts
 	$(BIN)/python -m pytest benches --benchmark-only --benchmark-columns=min,median,mean,rounds -p no:randomly
 	$(BIN)/python benches/compare.py
+	$(BIN)/python benches/ray_throughput.py
 
 lint: build
 	cargo fmt --check

@@ -138,6 +138,29 @@ class AsyncTally(Tally):
         return f"{self.count}@{os.getpid()}"
 
 
+class Patient(ts.Tool):
+    """Waits (watching ``ctx.cancelled``) or reports how its earlier calls on this worker ended."""
+
+    name = "patient"
+    description = "Waits, or reports."
+    input_schema = {"type": "object", "properties": {"wait": {"type": "boolean"}}, "required": ["wait"]}
+    timeout = 1.0
+
+    def __init__(self) -> None:
+        self.history: list[str] = []
+
+    def call(self, args: dict[str, Any], ctx: ts.ToolContext) -> str:
+        if not args["wait"]:
+            return "; ".join(self.history) or "nothing yet"
+        for _ in range(400):
+            if ctx.cancelled:
+                self.history.append("stopped when cancelled")
+                return "stopped"
+            time.sleep(0.05)
+        self.history.append("ran to the end")
+        return "finished"
+
+
 def ray_executor(tools: list[Any], **options: Any) -> ts.Executor:
     return ts.Executor(tools, backends={"ray": ts.RayBackend()}, default_backend="ray", **options)
 
@@ -265,12 +288,12 @@ async def test_a_tool_raising_on_ray_fails_like_it_does_locally(cluster: None) -
     assert raised.value.result.error == "PermissionError: no access to /etc"
 
 
-async def test_actor_pools_keep_per_worker_state_and_relay_progress(cluster: None) -> None:
-    tally, async_tally = Tally(), AsyncTally()
-    backend = ts.RayBackend(actor_pool={"tally": 1, "async_tally": 1})
+async def test_actor_pools_keep_per_worker_state_relay_progress_and_stop_timed_out_calls(cluster: None) -> None:
+    tally, async_tally, patient = Tally(), AsyncTally(), Patient()
+    backend = ts.RayBackend(actor_pool={"tally": 1, "async_tally": 1, "patient": 1})
     progress: list[ts.ToolProgress] = []
     executor = ts.Executor(
-        [tally, async_tally],
+        [tally, async_tally, patient],
         backends={"ray": backend},
         default_backend="ray",
         strategy=ts.Sequential(),
@@ -279,17 +302,27 @@ async def test_actor_pools_keep_per_worker_state_and_relay_progress(cluster: Non
     names = ["tally", "tally", "async_tally", "tally", "async_tally"]
     try:
         with anyio.fail_after(60):
-            outcome = await executor.run([ts.ToolCall(str(i), name, {}) for i, name in enumerate(names)])
+            tallies = (await executor.run([ts.ToolCall(str(i), name, {}) for i, name in enumerate(names)])).results
+            # Straight to the backend, with no timeout: waits until the patient's actor is up.
+            ready = await backend.invoke(patient, {"wait": False}, None)
+            # A call that outlives its timeout, then one that asks its worker how that call ended.
+            waits = (
+                await executor.run(
+                    [ts.ToolCall(f"p{i}", "patient", {"wait": wait}) for i, wait in enumerate((True, False))]
+                )
+            ).results
     finally:
         backend.close()
-    assert [r.error for r in outcome.results] == [None] * len(names)
-    counts = [r.output.split("@")[0] for r in outcome.results]
-    workers = [r.output.split("@")[1] for r in outcome.results]
+    assert [r.error for r in tallies] == [None] * len(names)
+    counts = [r.output.split("@")[0] for r in tallies]
+    workers = [r.output.split("@")[1] for r in tallies]
     assert counts == ["1", "2", "1", "3", "2"]
     assert workers[0] == workers[1] == workers[3] != workers[2] == workers[4]
     assert str(os.getpid()) not in workers
-    assert (tally.count, async_tally.count) == (0, 0)
+    assert (tally.count, async_tally.count, patient.history) == (0, 0, [])
     assert [(p.call_id, p.message) for p in progress] == [("0", "call 1"), ("1", "call 2"), ("3", "call 3")]
+    assert ready == "nothing yet"
+    assert [(r.output, r.error_kind) for r in waits] == [(None, "timeout"), ("stopped when cancelled", None)]
 
 
 async def test_results_and_context_cross_by_reference_or_are_refused_with_a_message(cluster: None) -> None:

@@ -422,17 +422,24 @@ class _Placement:
                     **self.options,
                 )
             return self.task.remote(positional, keywords, spec), -1
-        if not self.actors:
-            worker = _AsyncToolWorker if self.body.is_async else _SyncToolWorker
-            actor_class = ray.remote(worker).options(
-                max_restarts=-1, max_task_retries=self.retries, max_concurrency=1, **self.options
-            )
-            self.actors = [actor_class.remote(self.body) for _ in range(self.actor_count)]
-            self.busy = [0] * self.actor_count
+        self.start_actors()
         index = min(range(self.actor_count), key=self.busy.__getitem__)
         reference = self.actors[index].run.remote(positional, keywords, spec)
         self.busy[index] += 1
         return reference, index
+
+    def start_actors(self) -> None:
+        """Starts the tool's actors, if it has a pool and they are not running yet (needs a connection)."""
+        if self.actors or not self.actor_count:
+            return
+        worker = _AsyncToolWorker if self.body.is_async else _SyncToolWorker
+        actor_class = (
+            _ray()
+            .remote(worker)
+            .options(max_restarts=-1, max_task_retries=self.retries, max_concurrency=1, **self.options)
+        )
+        self.actors = [actor_class.remote(self.body) for _ in range(self.actor_count)]
+        self.busy = [0] * self.actor_count
 
     def settle(self, index: int) -> None:
         if index >= 0 and index < len(self.busy):
@@ -494,6 +501,12 @@ class RayBackend:
     cancellation kills the task's worker; an actor call is cancelled when its
     body is async, and otherwise finishes on the actor (its result is dropped;
     the body can watch ``ctx.cancelled``).
+
+    The first call connects (or starts the local cluster, which takes
+    seconds); call ``connect()`` before the first run to keep that out of it.
+    Tool code must be importable on the workers (installed there, or shipped
+    with Ray's ``runtime_env``), or registered with
+    ``ray.cloudpickle.register_pickle_by_value(module)``.
     """
 
     def __init__(
@@ -525,6 +538,11 @@ class RayBackend:
             )
         if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)) or connect_timeout <= 0:
             raise OptionError(f"RayBackend(connect_timeout=...) must be a positive number, got {connect_timeout!r}")
+        clashing = {"address", "namespace"} & set(init_options or {})
+        if clashing:
+            raise OptionError(
+                f"RayBackend(init_options=...) cannot set {', '.join(sorted(clashing))}: pass them to RayBackend"
+            )
         self.address = address.strip() if address is not None else None
         self.namespace = namespace
         self.actor_pool = pools
@@ -561,7 +579,10 @@ class RayBackend:
 
     def _place(self, tool: Tool) -> _Placement:
         tool._facts()
-        return _Placement(tool, self.actor_pool.get(tool.name, 0), self.max_result_bytes)
+        placement = _Placement(tool, self.actor_pool.get(tool.name, 0), self.max_result_bytes)
+        if self._connected:
+            placement.start_actors()
+        return placement
 
     async def invoke(self, tool: Tool, args: Args, ctx: ToolContext | None) -> Any:
         if not self._connected:
@@ -604,7 +625,7 @@ class RayBackend:
     # -- connecting --------------------------------------------------------------
 
     def connect(self) -> None:
-        """Connects to the cluster now (the first call does it otherwise).
+        """Connects to the cluster now (the first call does it otherwise) and starts the actor pools.
 
         Raises ``BackendUnavailableError`` when the cluster cannot be reached;
         never waits longer than ``connect_timeout`` for an existing cluster.
@@ -619,17 +640,18 @@ class RayBackend:
                 if not ray.is_initialized():
                     # In this thread: a local cluster's processes end with the thread that started them.
                     ray.init(address=address, namespace=self.namespace, **self.init_options)
-                self._connected = True
-                return
-            target = _parse_address(address)
-            if target is not None:
-                _probe(address, target, self.connect_timeout)
-            if ray.is_initialized():
-                _check_same_cluster(ray, address)
-                self._connected = True
-                return
-            self._join(ray, address)
+            else:
+                target = _parse_address(address)
+                if target is not None:
+                    _probe(address, target, self.connect_timeout)
+                if ray.is_initialized():
+                    _check_same_cluster(ray, address)
+                else:
+                    self._join(ray, address)
             self._connected = True
+            # Actors take seconds to start: start them now rather than under a first call's timeout.
+            for placement in list(self._placements.values()):
+                placement.start_actors()
 
     def _join(self, ray: Any, address: str) -> None:
         """Joins an existing cluster in a helper thread, so an address that never answers cannot hang us."""
