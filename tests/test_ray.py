@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 import os
 import runpy
@@ -12,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ import ray
 import ray.cloudpickle
 
 import toolsched as ts
+from toolsched.cli import main
 
 pytestmark = pytest.mark.anyio
 
@@ -50,8 +54,11 @@ async def append_line(path: str, line: str) -> None:
         await journal.write(line + "\n")
 
 
-@ts.tool(concurrency_safe=lambda args: bool(args["safe"]))
-async def step(name: str, log: str, safe: bool = True, partner: str = "") -> str:
+@ts.tool(
+    concurrency_safe=lambda args: bool(args.get("safe", True)),
+    resources=lambda args: ts.Access(writes=[args["key"]]) if args.get("key") else ts.Access(),
+)
+async def step(name: str, log: str, safe: bool = True, partner: str = "", key: str = "") -> str:
     """Logs its start, waits until its partner has started too (proof that they overlap), logs its end."""
     await append_line(log, f"start {name}")
     if partner:
@@ -165,28 +172,60 @@ def ray_executor(tools: list[Any], **options: Any) -> ts.Executor:
     return ts.Executor(tools, backends={"ray": ts.RayBackend()}, default_backend="ray", **options)
 
 
-def step_calls(log: Path, pairs: dict[str, str], unsafe: set[str]) -> list[ts.ToolCall]:
-    return [
-        ts.ToolCall(
-            f"c-{name}", "step", {"name": name, "log": str(log), "safe": name not in unsafe, "partner": partner}
-        )
-        for name, partner in pairs.items()
-    ]
+@dataclass(frozen=True)
+class Schedule:
+    """A turn of ``step`` calls a, b, c, d, e and what its strategy promises about them."""
+
+    strategy: ts.Strategy
+    # Each call's partner: the two must be running at the same moment.
+    partners: dict[str, str]
+    # Pairs (earlier, later) that must not overlap: the later starts after the earlier ended.
+    apart: list[tuple[str, str]]
+    unsafe: frozenset[str] = frozenset()
+    keys: dict[str, str] = field(default_factory=dict)
+
+    def calls(self, log: Path) -> list[ts.ToolCall]:
+        return [
+            ts.ToolCall(
+                f"c-{name}",
+                "step",
+                {
+                    "name": name,
+                    "log": str(log),
+                    "safe": name not in self.unsafe,
+                    "partner": partner,
+                    "key": self.keys.get(name, ""),
+                },
+            )
+            for name, partner in self.partners.items()
+        ]
 
 
+NAMES = ["a", "b", "c", "d", "e"]
 SCHEDULES = {
-    # strategy, each call's partner (calls that must overlap), the calls that are not concurrency-safe
-    "partitioned": (ts.Partitioned(), {"a": "b", "b": "a", "c": "", "d": "e", "e": "d"}, {"c"}),
-    "parallel": (ts.Parallel(max_concurrency=2), {"a": "b", "b": "a", "c": "d", "d": "c", "e": ""}, set()),
-    "sequential": (ts.Sequential(), {"a": "", "b": "", "c": "", "d": "", "e": ""}, set()),
+    "partitioned": Schedule(
+        ts.Partitioned(),
+        {"a": "b", "b": "a", "c": "", "d": "e", "e": "d"},
+        [("a", "c"), ("b", "c"), ("c", "d"), ("c", "e")],
+        unsafe=frozenset("c"),
+    ),
+    "parallel": Schedule(ts.Parallel(max_concurrency=2), {"a": "b", "b": "a", "c": "d", "d": "c", "e": ""}, []),
+    "sequential": Schedule(ts.Sequential(), dict.fromkeys(NAMES, ""), list(itertools.pairwise(NAMES))),
+    # c writes the directory a, b and d write into: it waits for a and b, and d waits for it; e conflicts with none.
+    "resource_aware": Schedule(
+        ts.ResourceAware(max_concurrency=2),
+        {"a": "b", "b": "a", "c": "", "d": "e", "e": "d"},
+        [("a", "c"), ("b", "c"), ("c", "d")],
+        keys={"a": "src/a", "b": "src/b", "c": "src", "d": "src/d", "e": "docs/e"},
+    ),
 }
 
 
-@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
 async def test_ray_runs_keep_the_order_batches_and_overlap_of_local_runs(
-    cluster: None, schedule: str, tmp_path: Path
+    cluster: None, name: str, tmp_path: Path
 ) -> None:
-    strategy, pairs, unsafe = SCHEDULES[schedule]
+    schedule = SCHEDULES[name]
     runs: dict[str, tuple[ts.Outcome, list[ts.BatchStarted], list[str]]] = {}
     with anyio.fail_after(60):
         for where in ("local", "ray"):
@@ -198,33 +237,26 @@ async def test_ray_runs_keep_the_order_batches_and_overlap_of_local_runs(
                 if isinstance(event, ts.BatchStarted):
                     batches.append(event)
 
-            options: dict[str, Any] = {"strategy": strategy, "on_event": note}
+            options: dict[str, Any] = {"strategy": schedule.strategy, "on_event": note}
             executor = ray_executor([step], **options) if where == "ray" else ts.Executor([step], **options)
-            outcome = await executor.run(step_calls(log, pairs, unsafe))
+            outcome = await executor.run(schedule.calls(log))
             runs[where] = (outcome, batches, (await anyio.Path(log).read_text()).splitlines())
 
     local, remote = runs["local"], runs["ray"]
-    assert [r.error for r in remote[0].results] == [None] * len(pairs)
+    assert [r.error for r in remote[0].results] == [None] * len(NAMES)
 
     def shape(outcome: ts.Outcome) -> list[tuple[str, str, int | None, bool]]:
         return [(r.call_id, r.output.split("@")[0], r.batch, r.was_concurrent) for r in outcome.results]
 
     assert shape(remote[0]) == shape(local[0])
-    assert [r.call_id for r in remote[0].results] == [f"c-{name}" for name in pairs]
+    assert [r.call_id for r in remote[0].results] == [f"c-{n}" for n in NAMES]
     assert remote[1] == local[1]
     assert {r.output.split("@")[1] for r in local[0].results} == {str(os.getpid())}
     assert str(os.getpid()) not in {r.output.split("@")[1] for r in remote[0].results}
-    log_lines = remote[2]
-    assert sorted(log_lines) == sorted(f"{edge} {name}" for name in pairs for edge in ("start", "end"))
-    if schedule == "sequential":
-        assert log_lines == [f"{edge} {name}" for name in pairs for edge in ("start", "end")]
-    for name in unsafe:
-        # An unsafe call runs alone: everything before it has ended, nothing after it has started.
-        at_start, at_end = log_lines.index(f"start {name}"), log_lines.index(f"end {name}")
-        assert at_end == at_start + 1
-        names = list(pairs)
-        assert all(log_lines.index(f"end {n}") < at_start for n in names[: names.index(name)])
-        assert all(log_lines.index(f"start {n}") > at_end for n in names[names.index(name) + 1 :])
+    for log_lines in (local[2], remote[2]):
+        assert sorted(log_lines) == sorted(f"{edge} {n}" for n in NAMES for edge in ("start", "end"))
+        for earlier, later in schedule.apart:
+            assert log_lines.index(f"end {earlier}") < log_lines.index(f"start {later}"), (earlier, later, log_lines)
 
 
 async def test_a_dead_worker_fails_only_its_call_and_an_idempotent_tool_is_retried(
@@ -458,3 +490,31 @@ async def test_the_scale_out_example_runs_on_the_cluster(cluster: None, capsys: 
     assert lines[2] == "c3 glossary ok a framework for distributed Python (lookup 1 on this worker, on a Ray worker)"
     assert lines[3] == "c4 glossary ok a stateful Ray worker (lookup 2 on this worker, on a Ray worker)"
     assert lines[4] == "c5 checksum invalid_input invalid arguments for `checksum`:"
+
+
+def test_bench_runs_its_tool_bodies_on_ray_with_the_same_results(
+    cluster: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["bench", "--turns", "2", "--calls", "8", "--latency", "1", "--conflict-rate", "0.4"]
+    argv += ["--strategies", "partitioned,resource_aware", "--max-concurrency", "4"]
+    assert main([*argv, "--backend", "ray", "--ray-cpus", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["backend"] == "RayBackend(address=None)"
+    assert [row["name"] for row in report["strategies"]] == ["sequential", "partitioned", "resource_aware"]
+    assert all(row["same_results_as_sequential"] for row in report["strategies"])
+    assert main([*argv, "--backend", "ray", "--ray-cpus", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "backend: RayBackend(address=None), 1 CPU per call"
+
+
+def test_bench_refuses_an_unreachable_cluster_and_ray_options_without_ray(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    address = f"127.0.0.1:{closed_port()}"
+    with pytest.raises(SystemExit) as refused:
+        main(["bench", "--turns", "1", "--backend", "ray", "--ray-address", address])
+    assert refused.value.code == 2
+    assert f"cannot reach the Ray cluster at '{address}'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", "--turns", "1", "--ray-address", address])
+    assert "--ray-address and --ray-cpus go with --backend ray" in capsys.readouterr().err
