@@ -502,7 +502,7 @@ def test_bench_runs_its_tool_bodies_on_ray_with_the_same_results(
     assert report["backend"] == "RayBackend(address=None)"
     assert [row["name"] for row in report["strategies"]] == ["sequential", "partitioned", "resource_aware"]
     assert all(row["same_results_as_sequential"] for row in report["strategies"])
-    assert main([*argv, "--backend", "ray", "--ray-cpus", "1"]) == 0
+    assert main([*argv, "--backend", "ray"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == "backend: RayBackend(address=None), 1 CPU per call"
 

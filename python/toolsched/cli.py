@@ -127,8 +127,8 @@ def _bench_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
                        help="where the simulated tool bodies run (default local: this process)")
     bench.add_argument("--ray-address", help="with --backend ray: the cluster to join, 'host:port' or "
                        "'ray://host:port' (default: start a local cluster)")
-    bench.add_argument("--ray-cpus", type=_cpus, default=0.25,
-                       help="with --backend ray: CPUs each simulated call asks Ray for (default 0.25: they only sleep)")
+    bench.add_argument("--ray-cpus", type=_cpus,
+                       help="with --backend ray: CPUs each simulated call asks Ray for (default 1, as Ray's tasks)")
     bench.add_argument("--json", action="store_true", help="print the report as JSON on standard output, nothing else")
     bench.add_argument("--plot", metavar="FILE.png", help="also draw makespan per strategy and a timeline of one turn")
     return bench
@@ -146,7 +146,7 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, stdout
         if clashing:
             verb = "shapes" if len(clashing) == 1 else "shape"
             parser.error(f"{', '.join(clashing)} {verb} a synthetic workload and cannot be combined with --workload")
-    if args.backend != "ray" and (args.ray_address is not None or args.ray_cpus != 0.25):
+    if args.backend != "ray" and (args.ray_address is not None or args.ray_cpus is not None):
         parser.error("--ray-address and --ray-cpus go with --backend ray")
     if args.plot is not None and not args.plot.lower().endswith(".png"):
         parser.error(f"--plot must name a .png file, got {args.plot!r}")
@@ -182,7 +182,7 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, stdout
             max_concurrency=args.max_concurrency,
             progress=progress,
             backend=backend,
-            num_cpus=args.ray_cpus if backend is not None else None,
+            num_cpus=None if backend is None else args.ray_cpus or 1.0,
         )
     )
     if args.json:
@@ -190,7 +190,7 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, stdout
     else:
         stdout.write(f"workload: {bench.describe_workload(report.workload)}\n")
         if backend is not None:
-            stdout.write(f"backend: {report.backend}, {args.ray_cpus:g} CPU per call\n")
+            stdout.write(f"backend: {report.backend}, {args.ray_cpus or 1.0:g} CPU per call\n")
         stdout.write(f"\n{bench.format_table(report)}\n")
     if args.plot is not None:
         bench.plot_report(report, args.plot)
