@@ -25,6 +25,7 @@ import ray
 import ray.cloudpickle
 
 import toolsched as ts
+from toolsched import backends
 from toolsched.cli import main
 
 pytestmark = pytest.mark.anyio
@@ -518,3 +519,12 @@ def test_bench_refuses_an_unreachable_cluster_and_ray_options_without_ray(
     with pytest.raises(SystemExit):
         main(["bench", "--turns", "1", "--ray-address", address])
     assert "--ray-address and --ray-cpus go with --backend ray" in capsys.readouterr().err
+
+
+def test_without_ray_installed_the_backend_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)
+    monkeypatch.setattr(backends, "_ray_module", None)
+    with pytest.raises(
+        ts.BackendUnavailableError, match=r"RayBackend needs the `ray` package: pip install 'toolsched\[ray\]'"
+    ):
+        ts.RayBackend()

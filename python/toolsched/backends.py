@@ -490,7 +490,9 @@ class RayBackend:
       time: what the body keeps (a loaded model, a client, a cache) lives on
       across calls. Every other tool runs as a Ray task.
     - ``max_result_bytes``: a larger result is refused in the worker with a
-      ``ResultTooLargeError`` before it is stored or sent (``None``: no limit).
+      ``ResultTooLargeError`` before it is stored or sent (``None``: no limit,
+      and no measuring: results other than text and bytes are measured by
+      pickling them once more).
     - ``init_options``: more keyword arguments for ``ray.init`` (``runtime_env``,
       ``num_cpus`` of a local cluster, ...).
 
