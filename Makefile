@@ -22,16 +22,18 @@ demo: build
 test-rust:
 	cargo test --quiet
 
+# The journal tests need PostgreSQL: the script runs pytest beside a
+# throwaway server (installing Debian's postgresql package when missing).
 test-python: build
 	$(BIN)/python -m mypy.stubtest toolsched._core
-	$(BIN)/python -m pytest
+	tests/postgres_server.sh $(BIN)/python -m pytest
 
 test: test-rust test-python
 
 bench: build
 	cargo bench --bench plan
 	cargo bench --bench conflicts
-	$(BIN)/python -m pytest benches --benchmark-only --benchmark-columns=min,median,mean,rounds -p no:randomly
+	tests/postgres_server.sh $(BIN)/python -m pytest benches --benchmark-only --benchmark-columns=min,median,mean,rounds -p no:randomly
 	$(BIN)/python benches/compare.py
 	$(BIN)/python benches/ray_throughput.py
 

@@ -47,6 +47,19 @@ from toolsched.events import (
 from toolsched.executor import Executor
 from toolsched.guardrails import GuardrailEvent, Reject
 from toolsched.hooks import BatchEvent, HookEvent, Hooks, Rewrite
+from toolsched.journal import (
+    Journal,
+    JournalCorruptError,
+    JournaledCall,
+    JournalError,
+    JournalVersionError,
+    PostgresJournal,
+    RunClaimedError,
+    RunExistsError,
+    RunRecord,
+    SqliteJournal,
+    UnknownRunError,
+)
 from toolsched.outcome import Outcome
 from toolsched.permissions import Decision, Permissions
 from toolsched.registry import ToolRegistry
@@ -78,6 +91,11 @@ __all__ = [
     "GuardrailTripped",
     "HookEvent",
     "Hooks",
+    "Journal",
+    "JournalCorruptError",
+    "JournalError",
+    "JournalVersionError",
+    "JournaledCall",
     "LocalBackend",
     "McpConnectionError",
     "McpToolError",
@@ -87,6 +105,7 @@ __all__ = [
     "Parallel",
     "Partitioned",
     "Permissions",
+    "PostgresJournal",
     "RayBackend",
     "Reject",
     "ResourceAware",
@@ -94,11 +113,15 @@ __all__ = [
     "ResultTooLargeError",
     "Rewrite",
     "RuleError",
+    "RunClaimedError",
+    "RunExistsError",
     "RunFinished",
+    "RunRecord",
     "RunState",
     "SchemaError",
     "SemanticError",
     "Sequential",
+    "SqliteJournal",
     "StateError",
     "Strategy",
     "Tool",
@@ -114,6 +137,7 @@ __all__ = [
     "ToolStarted",
     "ToolUpdated",
     "ToolschedError",
+    "UnknownRunError",
     "UnknownToolError",
     "WorkerLostError",
     "WorkloadError",

@@ -1,0 +1,685 @@
+"""The journal interface: what a durable run writes, and what recovery reads back.
+
+A run is recorded as the turn's calls (the *planned* transition, written when
+the run begins) followed by one row per transition of a call: ``pending``
+(held for a person's decision), ``approved`` / ``rejected``, ``started`` and
+``finished`` (with the call's result). Every write is a committed transaction
+before the awaiting caller continues, and rows are never rewritten: a call's
+state is its latest transition.
+
+A run is held by one owner at a time (the process that runs or recovers it).
+Only the holder may write its transitions; ``claim`` hands a run to another
+owner once the holder released it or its lease ran out, so two processes never
+drive the same run.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+import secrets
+import socket
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, is_dataclass
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, Literal, Self, TypeVar, cast
+
+import anyio.to_thread
+
+from toolsched.errors import ToolschedError
+from toolsched.results import ERROR_KINDS, ToolCall, ToolResult
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "TRANSITIONS",
+    "Journal",
+    "JournalCorruptError",
+    "JournalError",
+    "JournalVersionError",
+    "JournaledCall",
+    "RunClaimedError",
+    "RunExistsError",
+    "RunRecord",
+    "Transition",
+    "UnknownRunError",
+]
+
+#: The version of the tables this release writes. A journal at a higher
+#: version was written by a newer toolsched and is refused, untouched.
+SCHEMA_VERSION = 1
+
+Transition = Literal["planned", "pending", "approved", "rejected", "started", "finished"]
+TRANSITIONS: tuple[Transition, ...] = ("planned", "pending", "approved", "rejected", "started", "finished")
+
+# The states a call may be in for each transition to be written. A finished
+# call is final; a started call can only start again (an idempotent call re-run
+# by recovery) or finish; a call waiting for a person cannot start.
+ALLOWED_FROM: dict[str, frozenset[str]] = {
+    "pending": frozenset({"planned", "pending", "approved"}),
+    "approved": frozenset({"planned", "pending"}),
+    "rejected": frozenset({"planned", "pending"}),
+    "started": frozenset({"planned", "approved", "started"}),
+    "finished": frozenset({"planned", "pending", "approved", "rejected", "started"}),
+}
+
+_DECISIONS = frozenset({"pending", "approved", "rejected"})
+_MAX_RUN_ID = 200
+_RESULT_SCALARS = ("error", "error_kind", "is_error", "duration_ms", "was_concurrent", "batch", "truncated")
+
+
+# -- errors ---------------------------------------------------------------------------
+
+
+class JournalError(ToolschedError):
+    """The journal could not do what was asked; the run must not go on as if it had.
+
+    Raised for a database that went away or is locked past the busy timeout, a
+    write that breaks a call's order of transitions, and values a journal
+    cannot store.
+    """
+
+
+class JournalVersionError(JournalError):
+    """The journal was written by a newer toolsched (a higher schema version); it was left untouched."""
+
+    def __init__(self, message: str, *, found: int, supported: int) -> None:
+        super().__init__(message)
+        self.found = found
+        self.supported = supported
+
+
+class JournalCorruptError(JournalError):
+    """The file or database is not a toolsched journal, or is damaged; nothing in it was overwritten."""
+
+
+class UnknownRunError(JournalError, LookupError):
+    """No run with this ID is in the journal (never begun, or pruned)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"the journal has no run {run_id!r} (never begun here, or pruned)")
+        self.run_id = run_id
+
+
+class RunExistsError(JournalError):
+    """A run with this ID was already begun; recover it, or begin the new run under another ID."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} is already in the journal; recover it or choose another run ID")
+        self.run_id = run_id
+
+
+class RunClaimedError(JournalError):
+    """Another owner holds the run: it is running or recovering it.
+
+    ``owner`` names the holder (``None`` when nobody holds the run and this
+    process must ``claim`` it before writing); ``lease_until`` is when the
+    holder's lease runs out unless it keeps writing.
+    """
+
+    def __init__(self, run_id: str, owner: str | None, lease_until: datetime | None) -> None:
+        if owner is None:
+            message = f"run {run_id!r} is not held by this process; claim it before writing to it"
+        else:
+            until = f" until {lease_until.isoformat()}" if lease_until is not None else ""
+            message = f"run {run_id!r} is held by {owner!r}{until}; it is being run or recovered there"
+        super().__init__(message)
+        self.run_id = run_id
+        self.owner = owner
+        self.lease_until = lease_until
+
+
+# -- records --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JournaledCall:
+    """What the journal knows of one call (one per unique call ID).
+
+    ``state`` is the latest transition; ``starts`` how many times the call
+    started (more than once only when recovery re-ran an idempotent call);
+    ``decision`` the payload of the latest ``pending``/``approved``/``rejected``
+    transition; ``result`` the finished result. ``output_exact`` is False when
+    the output was not a value JSON holds exactly and ``result.output`` is the
+    form it was stored in (see ``encode_output``).
+    """
+
+    call_id: str
+    tool_name: str
+    position: int
+    digest: str
+    state: Transition
+    starts: int = 0
+    decision: Mapping[str, Any] | None = None
+    result: ToolResult | None = None
+    output_exact: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A run as the journal holds it.
+
+    ``turn`` is every call as it was given to ``begin_run`` (repeated IDs
+    included), in model order, so the turn can be planned again; ``calls`` has
+    one entry per unique call ID, in order of first appearance.
+    """
+
+    run_id: str
+    turn: tuple[ToolCall, ...]
+    calls: tuple[JournaledCall, ...]
+    owner: str | None
+    lease_until: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    def call(self, call_id: str) -> JournaledCall:
+        """The entry of one call; ``KeyError`` when the run has no such call."""
+        for entry in self.calls:
+            if entry.call_id == call_id:
+                return entry
+        raise KeyError(call_id)
+
+    @property
+    def results(self) -> list[ToolResult]:
+        """The results of the finished calls, in model order."""
+        return [entry.result for entry in self.calls if entry.result is not None]
+
+    @property
+    def complete(self) -> bool:
+        """Whether every call finished."""
+        return all(entry.state == "finished" for entry in self.calls)
+
+
+# -- values as stored ----------------------------------------------------------------
+
+
+def check_run_id(run_id: object) -> str:
+    if not isinstance(run_id, str) or not run_id:
+        raise JournalError(f"run_id must be a non-empty string, got {run_id!r}")
+    if len(run_id) > _MAX_RUN_ID:
+        raise JournalError(f"run_id must be at most {_MAX_RUN_ID} characters, got {len(run_id)}")
+    check_text("run_id", run_id)
+    return run_id
+
+
+def check_text(label: str, value: str) -> None:
+    """Text a journal stores as a column: no NUL character, valid Unicode (no lone surrogates)."""
+    if "\x00" in value:
+        raise JournalError(f"{label} {value!r} contains a NUL character, which a journal cannot store")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise JournalError(f"{label} {value!r} is not valid Unicode text (a lone surrogate)") from None
+
+
+def to_json(value: Any) -> str:
+    """Storage form of a JSON value: ASCII only, so any string survives any database."""
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
+
+
+def canonical_digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def args_digest(args: Mapping[str, Any] | str) -> str:
+    """A digest of a call's arguments that ignores key order and spelling of the JSON text.
+
+    Arguments given as JSON text have the digest of the value they parse to
+    (the digest of the mapping itself); text that does not parse has the
+    digest of the text.
+    """
+    if isinstance(args, str):
+        try:
+            parsed = json.loads(args)
+        except ValueError:
+            return "text:" + hashlib.sha256(args.encode("utf-8", "surrogatepass")).hexdigest()
+        return canonical_digest(parsed)
+    return canonical_digest(args)
+
+
+def encode_call(position: int, call: ToolCall) -> tuple[int, str, str, str, str, str]:
+    """``(position, call_id, tool_name, args, args_form, digest)`` as stored; refuses what cannot be stored."""
+    if not isinstance(call, ToolCall):
+        raise JournalError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
+    check_text(f"calls[{position}].id", call.id)
+    check_text(f"calls[{position}].name", call.name)
+    if isinstance(call.args, str):
+        return position, call.id, call.name, to_json(call.args), "text", args_digest(call.args)
+    try:
+        args = dict(call.args)
+        stored = to_json(args)
+        digest = canonical_digest(args)
+    except (TypeError, ValueError) as exc:
+        raise JournalError(
+            f"the arguments of call {call.id!r} ({call.name}) are not JSON, so a journal cannot store them: {exc}"
+        ) from None
+    return position, call.id, call.name, stored, "object", digest
+
+
+def decode_call(run_id: str, position: int, call_id: str, name: str, args: str, form: str, digest: str) -> ToolCall:
+    where = f"run {run_id!r}, call {call_id!r}"
+    try:
+        value = json.loads(args)
+    except ValueError:
+        raise JournalCorruptError(f"{where}: the stored arguments are not JSON") from None
+    if form == "text" and isinstance(value, str):
+        restored: Mapping[str, Any] | str = value
+    elif form == "object" and isinstance(value, dict):
+        restored = value
+    else:
+        raise JournalCorruptError(f"{where}: the stored arguments do not match their form {form!r}")
+    if args_digest(restored) != digest:
+        raise JournalCorruptError(f"{where}: the stored arguments do not match their digest (altered?)")
+    try:
+        return ToolCall(call_id, name, restored)
+    except (TypeError, ValueError) as exc:
+        raise JournalCorruptError(f"{where}: {exc}") from None
+
+
+def _jsonable(value: Any) -> Any:
+    """What a value JSON cannot hold is stored as: the form provider adapters send."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", errors="replace")
+    return str(value)
+
+
+def encode_output(output: Any) -> tuple[str, bool]:
+    """A result's output as stored, and whether it comes back equal to what the tool returned.
+
+    JSON values come back equal (a NaN float as NaN). Anything else is stored
+    as the JSON that provider adapters send for it: pydantic models and
+    dataclasses as their fields, sets and tuples as lists, bytes as UTF-8 text,
+    any other object as its ``str()``; it comes back in that form.
+    """
+    if output is None or type(output) in (str, int, bool):
+        return to_json(output), True
+    if type(output) is float:
+        return to_json(output), not math.isnan(output)
+    try:
+        text = to_json(output)
+    except (TypeError, ValueError):
+        return json.dumps(output, ensure_ascii=True, separators=(",", ":"), default=_jsonable), False
+    return text, json.loads(text) == output
+
+
+def encode_result(result: ToolResult) -> str:
+    if not isinstance(result, ToolResult):
+        raise JournalError(f"a finished transition carries a ToolResult, got {type(result).__name__}")
+    output, exact = encode_output(result.output)
+    body = {name: getattr(result, name) for name in _RESULT_SCALARS}
+    body["call_id"] = result.call_id
+    body["tool_name"] = result.tool_name
+    body["offload_path"] = result.offload_path
+    body["exact"] = exact
+    try:
+        scalars = to_json(body)
+    except (TypeError, ValueError) as exc:
+        raise JournalError(f"the result of call {result.call_id!r} has a field JSON cannot hold: {exc}") from None
+    # The output is spliced in as stored text, so it is encoded only once.
+    return scalars[:-1] + ',"output":' + output + "}"
+
+
+_RESULT_TYPES: dict[str, tuple[type, ...]] = {
+    "call_id": (str,),
+    "tool_name": (str,),
+    "error": (str, type(None)),
+    "error_kind": (str, type(None)),
+    "is_error": (bool,),
+    "duration_ms": (int, float),
+    "was_concurrent": (bool,),
+    "batch": (int, type(None)),
+    "truncated": (bool,),
+    "offload_path": (str, type(None)),
+    "exact": (bool,),
+}
+
+
+def decode_result(where: str, call_id: str, text: str | None) -> tuple[ToolResult, bool]:
+    try:
+        body = json.loads(text) if text is not None else None
+    except ValueError:
+        raise JournalCorruptError(f"{where}: the stored result is not JSON") from None
+    if not isinstance(body, dict) or set(body) != {*_RESULT_TYPES, "output"}:
+        raise JournalCorruptError(f"{where}: the stored result does not hold the fields of a ToolResult")
+    for name, types in _RESULT_TYPES.items():
+        if type(body[name]) not in types:
+            raise JournalCorruptError(f"{where}: the stored result's {name} has the wrong type")
+    kind = body["error_kind"]
+    if body["call_id"] != call_id or (kind is not None and kind not in ERROR_KINDS):
+        raise JournalCorruptError(f"{where}: the stored result does not belong to this call")
+    exact = body.pop("exact")
+    return ToolResult(**body), exact
+
+
+def encode_payload(transition: str, call_id: str, payload: Any) -> str | None:
+    if transition == "finished":
+        return encode_result(payload)
+    if payload is None:
+        return None
+    if not isinstance(payload, Mapping):
+        kind = type(payload).__name__
+        raise JournalError(f"the payload of a {transition!r} transition must be a mapping, got {kind}")
+    try:
+        return to_json(dict(payload))
+    except (TypeError, ValueError) as exc:
+        raise JournalError(f"the payload of {transition!r} for call {call_id!r} is not JSON: {exc}") from None
+
+
+def build_record(
+    run_id: str,
+    run_row: tuple[str | None, datetime | None, datetime, datetime],
+    call_rows: Sequence[tuple[int, str, str, str, str, str]],
+    transition_rows: Sequence[tuple[str, str, str | None]],
+) -> RunRecord:
+    """A ``RunRecord`` from the stored rows: calls by position, transitions by sequence."""
+    owner, lease_until, created_at, updated_at = run_row
+    turn: list[ToolCall] = []
+    first: dict[str, tuple[int, ToolCall, str]] = {}
+    for position, call_id, name, args, form, digest in call_rows:
+        call = decode_call(run_id, position, call_id, name, args, form, digest)
+        turn.append(call)
+        first.setdefault(call_id, (position, call, digest))
+    state: dict[str, Transition] = dict.fromkeys(first, "planned")
+    starts: dict[str, int] = dict.fromkeys(first, 0)
+    decisions: dict[str, Mapping[str, Any] | None] = {}
+    results: dict[str, tuple[ToolResult, bool]] = {}
+    for call_id, kind, payload in transition_rows:
+        where = f"run {run_id!r}, call {call_id!r}"
+        if call_id not in first:
+            raise JournalCorruptError(f"{where}: a transition names a call the run does not have")
+        if kind not in ALLOWED_FROM:
+            raise JournalCorruptError(f"{where}: unknown transition {kind!r}")
+        if state[call_id] not in ALLOWED_FROM[kind]:
+            raise JournalCorruptError(f"{where}: transition {kind!r} cannot follow {state[call_id]!r}")
+        state[call_id] = cast(Transition, kind)
+        if kind == "started":
+            starts[call_id] += 1
+        elif kind == "finished":
+            results[call_id] = decode_result(where, call_id, payload)
+        elif kind in _DECISIONS:
+            try:
+                decoded = json.loads(payload) if payload is not None else None
+            except ValueError:
+                raise JournalCorruptError(f"{where}: the payload of {kind!r} is not JSON") from None
+            if decoded is not None and not isinstance(decoded, dict):
+                raise JournalCorruptError(f"{where}: the payload of {kind!r} is not an object")
+            decisions[call_id] = decoded
+    calls = []
+    for call_id, (position, call, digest) in first.items():
+        finished = results.get(call_id)
+        calls.append(
+            JournaledCall(
+                call_id,
+                call.name,
+                position,
+                digest,
+                state[call_id],
+                starts[call_id],
+                decisions.get(call_id),
+                finished[0] if finished else None,
+                finished[1] if finished else True,
+            )
+        )
+    return RunRecord(run_id, tuple(turn), tuple(calls), owner, lease_until, created_at, updated_at)
+
+
+def default_owner() -> str:
+    """``host:pid:random``: unique to this journal object, readable in ``RunClaimedError``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def check_lease(lease: timedelta | float) -> timedelta:
+    if isinstance(lease, bool) or not isinstance(lease, (timedelta, int, float)):
+        raise JournalError(f"lease must be a timedelta or a number of seconds, got {lease!r}")
+    lease = lease if isinstance(lease, timedelta) else timedelta(seconds=lease)
+    if lease <= timedelta(0):
+        raise JournalError(f"lease must be positive, got {lease}")
+    return lease
+
+
+def check_age(older_than: timedelta) -> timedelta:
+    if not isinstance(older_than, timedelta) or older_than < timedelta(0):
+        raise JournalError(f"older_than must be a non-negative timedelta, got {older_than!r}")
+    return older_than
+
+
+# -- the interface ----------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+class PendingRecord:
+    """One ``record`` waiting to be written; the writer that takes it sets ``error`` or leaves it None."""
+
+    __slots__ = ("call_id", "done", "error", "payload", "run_id", "transition")
+
+    def __init__(self, run_id: str, call_id: str, transition: str, payload: str | None) -> None:
+        self.run_id = run_id
+        self.call_id = call_id
+        self.transition = transition
+        self.payload = payload
+        self.done = False
+        self.error: BaseException | None = None
+
+
+class Journal(ABC):
+    """Where a durable run records its calls' transitions (``SqliteJournal``, ``PostgresJournal``).
+
+    Every method is a committed transaction by the time it returns. The
+    database is opened on first use (or by ``open()`` / ``async with``) and
+    its schema created or migrated then; a database that is not a journal, is
+    damaged, or was written by a newer version is refused without a write.
+
+    ``owner`` names this process in claims (default ``host:pid:random``);
+    ``lease`` is how long a claim lasts after the holder's last write before
+    another process may take the run over.
+
+    The driver is blocking (sqlite3, psycopg), so each operation runs in a
+    worker thread, one at a time per journal object: one connection per
+    journal, and every event loop (asyncio, trio) works the same way.
+    """
+
+    owner: str
+    lease: timedelta
+
+    def __init__(self, *, owner: str | None, lease: timedelta | float) -> None:
+        if owner is not None:
+            if not isinstance(owner, str) or not owner:
+                raise JournalError(f"owner must be a non-empty string, got {owner!r}")
+            check_text("owner", owner)
+        self.owner = owner if owner is not None else default_owner()
+        self.lease = check_lease(lease)
+        self._lock = threading.Lock()
+        self._queue_lock = threading.Lock()
+        self._queue: list[PendingRecord] = []
+        self._opened = False
+        self._closed = False
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Opens the database now (it opens on first use otherwise), creating or migrating its schema."""
+        await self._run(lambda: None)
+
+    async def close(self) -> None:
+        """Closes the connection. A closed journal refuses further use."""
+        await anyio.to_thread.run_sync(self._close_locked)
+
+    def _close_locked(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                if self._opened:
+                    self._disconnect()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def _run(self, operation: Callable[[], T]) -> T:
+        """Runs ``operation`` in a worker thread, alone on this journal's connection."""
+        return await anyio.to_thread.run_sync(self._locked, operation)
+
+    def _locked(self, operation: Callable[[], T]) -> T:
+        with self._lock:
+            self._ready()
+            return operation()
+
+    def _ready(self) -> None:
+        if self._closed:
+            raise JournalError("the journal is closed")
+        if not self._opened:
+            self._connect()
+            self._opened = True
+
+    def _write_record(self, write: PendingRecord) -> None:
+        """Group commit: whoever holds the connection writes every queued transition in one transaction.
+
+        Each caller still returns only once its own row is committed; a write
+        the journal refuses fails alone, a database failure fails the batch.
+        """
+        with self._queue_lock:
+            self._queue.append(write)
+        with self._lock:
+            if not write.done:
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                try:
+                    self._ready()
+                    self._record_batch(batch)
+                except BaseException as exc:
+                    for pending in batch:
+                        if pending.error is None:
+                            pending.error = exc if pending is write else copy.copy(exc)
+                    raise
+                finally:
+                    for pending in batch:
+                        pending.done = True
+        if write.error is not None:
+            raise write.error
+
+    # -- operations -----------------------------------------------------------------
+
+    async def begin_run(self, run_id: str, calls: Sequence[ToolCall]) -> None:
+        """Records a new run: the turn's calls in model order (each call *planned*), held by this owner.
+
+        ``calls`` is the turn as given (a repeated ID is stored too, so the
+        turn can be planned again). Raises ``RunExistsError`` for a run ID
+        already in the journal, ``JournalError`` for arguments that are not
+        JSON.
+        """
+        run_id = check_run_id(run_id)
+        rows = [encode_call(position, call) for position, call in enumerate(calls)]
+        await self._run(lambda: self._begin_run(run_id, rows))
+
+    async def record(self, run_id: str, call_id: str, transition: Transition, payload: Any = None) -> None:
+        """Records one transition of a call: ``pending``, ``approved``, ``rejected``, ``started`` or ``finished``.
+
+        ``finished`` carries the call's ``ToolResult``; the others may carry a
+        JSON mapping (what was asked, who decided). Only the run's holder may
+        write (``RunClaimedError`` otherwise); a transition that cannot follow
+        the call's current state (anything after ``finished``, ``started``
+        while a decision is pending) raises ``JournalError``.
+        """
+        run_id = check_run_id(run_id)
+        if transition not in ALLOWED_FROM:
+            allowed = ", ".join(ALLOWED_FROM)
+            raise JournalError(f"transition must be one of {allowed}; got {transition!r}")
+        if not isinstance(call_id, str):
+            raise JournalError(f"call_id must be a string, got {type(call_id).__name__}")
+        if transition == "finished" and isinstance(payload, ToolResult) and payload.call_id != call_id:
+            raise JournalError(f"the result of call {payload.call_id!r} cannot finish call {call_id!r}")
+        stored = encode_payload(transition, call_id, payload)
+        await anyio.to_thread.run_sync(self._write_record, PendingRecord(run_id, call_id, transition, stored))
+
+    async def load(self, run_id: str) -> RunRecord:
+        """The run as journaled; ``UnknownRunError`` when there is none."""
+        run_id = check_run_id(run_id)
+        return await self._run(lambda: self._load(run_id))
+
+    async def claim(self, run_id: str, *, force: bool = False) -> RunRecord:
+        """Makes this owner the run's holder and returns the run as journaled.
+
+        Succeeds when this owner holds it already, nobody does (released), or
+        the holder's lease ran out; otherwise raises ``RunClaimedError`` naming
+        the holder. ``force=True`` takes the run from a holder you know is dead
+        (a crashed process on a restarted host) without waiting for its lease.
+        Of two processes claiming at once, exactly one wins.
+        """
+        run_id = check_run_id(run_id)
+        return await self._run(lambda: self._claim(run_id, force))
+
+    async def renew(self, run_id: str) -> None:
+        """Extends this owner's lease on the run (every write extends it too)."""
+        run_id = check_run_id(run_id)
+        await self._run(lambda: self._renew(run_id))
+
+    async def release(self, run_id: str) -> None:
+        """Lets go of the run so another process can claim it at once (a run ends, or stops for approvals)."""
+        run_id = check_run_id(run_id)
+        await self._run(lambda: self._release(run_id))
+
+    async def prune(self, *, older_than: timedelta) -> int:
+        """Deletes every run whose last write is older than ``older_than`` and that no live lease holds.
+
+        A run's rows go together, in one transaction. Returns how many runs were deleted.
+        """
+        age = check_age(older_than)
+        return await self._run(lambda: self._prune(age))
+
+    # -- what a backend provides (called in a worker thread, under the lock) ---------
+
+    @abstractmethod
+    def _connect(self) -> None:
+        """Opens the connection, checks the database is a journal, creates or migrates the schema."""
+
+    @abstractmethod
+    def _disconnect(self) -> None: ...
+
+    @abstractmethod
+    def _begin_run(self, run_id: str, rows: Sequence[tuple[int, str, str, str, str, str]]) -> None: ...
+
+    @abstractmethod
+    def _record_batch(self, writes: Sequence[PendingRecord]) -> None:
+        """Writes the transitions in one transaction; sets ``error`` on each one refused."""
+
+    @abstractmethod
+    def _load(self, run_id: str) -> RunRecord: ...
+
+    @abstractmethod
+    def _claim(self, run_id: str, force: bool) -> RunRecord: ...
+
+    @abstractmethod
+    def _renew(self, run_id: str) -> None: ...
+
+    @abstractmethod
+    def _release(self, run_id: str) -> None: ...
+
+    @abstractmethod
+    def _prune(self, older_than: timedelta) -> int: ...
+
+
+def transition_refused(run_id: str, call_id: str, transition: str, current: str | None) -> JournalError:
+    """The error for a transition the call's state does not allow (``current`` None: no such call)."""
+    if current is None:
+        return JournalError(f"run {run_id!r} has no call {call_id!r}")
+    if current == "finished":
+        return JournalError(f"call {call_id!r} of run {run_id!r} already finished; its result is final")
+    return JournalError(f"call {call_id!r} of run {run_id!r} cannot go from {current!r} to {transition!r}")

@@ -1,0 +1,422 @@
+"""``PostgresJournal``: the journal for fleets, in PostgreSQL through psycopg 3.
+
+Several processes on several machines can share one database: runs are held by
+one owner at a time (row locks decide a race between claimers), and leases use
+the server's clock, so the machines' clocks need not agree.
+
+psycopg's async connection only runs on asyncio; this journal drives its
+blocking connection from a worker thread instead (like ``SqliteJournal``), so
+it works the same on asyncio and trio. Each transition is one statement, one
+round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from toolsched.journal.base import (
+    ALLOWED_FROM,
+    SCHEMA_VERSION,
+    Journal,
+    JournalCorruptError,
+    JournalError,
+    JournalVersionError,
+    PendingRecord,
+    RunClaimedError,
+    RunExistsError,
+    RunRecord,
+    UnknownRunError,
+    build_record,
+    check_text,
+    transition_refused,
+)
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["PostgresJournal"]
+
+_TABLES = ("toolsched_meta", "toolsched_runs", "toolsched_calls", "toolsched_transitions")
+
+# Each entry moves the schema up by one version; entry i creates version i + 1.
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        "CREATE TABLE toolsched_meta (key text PRIMARY KEY, value text NOT NULL)",
+        """CREATE TABLE toolsched_runs (
+            run_id text PRIMARY KEY,
+            owner text,
+            lease_until timestamptz,
+            created_at timestamptz NOT NULL,
+            updated_at timestamptz NOT NULL
+        )""",
+        "CREATE INDEX toolsched_runs_updated ON toolsched_runs (updated_at)",
+        """CREATE TABLE toolsched_calls (
+            run_id text NOT NULL,
+            position integer NOT NULL,
+            call_id text NOT NULL,
+            tool_name text NOT NULL,
+            args text NOT NULL,
+            args_form text NOT NULL,
+            args_digest text NOT NULL,
+            PRIMARY KEY (run_id, position)
+        )""",
+        "CREATE INDEX toolsched_calls_id ON toolsched_calls (run_id, call_id)",
+        """CREATE TABLE toolsched_transitions (
+            seq bigserial PRIMARY KEY,
+            run_id text NOT NULL,
+            call_id text NOT NULL,
+            kind text NOT NULL,
+            payload text,
+            recorded_at timestamptz NOT NULL
+        )""",
+        "CREATE INDEX toolsched_transitions_call ON toolsched_transitions (run_id, call_id, seq)",
+    ),
+)
+assert len(_MIGRATIONS) == SCHEMA_VERSION
+
+_LEASE = "clock_timestamp() + make_interval(secs => %(lease)s)"
+
+# One statement: renew the holder's lease, read the call's state, append the
+# transition when both allow it. No row back means the write was refused.
+_RECORD = f"""
+WITH held AS (
+    UPDATE toolsched_runs SET updated_at = clock_timestamp(), lease_until = {_LEASE}
+    WHERE run_id = %(run)s AND owner = %(owner)s
+    RETURNING run_id
+), current AS (
+    SELECT COALESCE(
+        (SELECT kind FROM toolsched_transitions WHERE run_id = %(run)s AND call_id = %(call)s
+         ORDER BY seq DESC LIMIT 1),
+        (SELECT 'planned' FROM toolsched_calls WHERE run_id = %(run)s AND call_id = %(call)s LIMIT 1)
+    ) AS kind
+)
+INSERT INTO toolsched_transitions (run_id, call_id, kind, payload, recorded_at)
+SELECT %(run)s, %(call)s, %(kind)s, %(payload)s, clock_timestamp() FROM held, current
+WHERE current.kind = ANY(%(allowed)s)
+RETURNING seq
+"""
+
+_STATE = """
+SELECT COALESCE(
+    (SELECT kind FROM toolsched_transitions WHERE run_id = %(run)s AND call_id = %(call)s ORDER BY seq DESC LIMIT 1),
+    (SELECT 'planned' FROM toolsched_calls WHERE run_id = %(run)s AND call_id = %(call)s LIMIT 1)
+)
+"""
+
+_PRUNE = """
+WITH stale AS (
+    SELECT run_id FROM toolsched_runs
+    WHERE updated_at < clock_timestamp() - make_interval(secs => %(age)s)
+      AND (owner IS NULL OR lease_until IS NULL OR lease_until <= clock_timestamp())
+    FOR UPDATE SKIP LOCKED
+), gone_transitions AS (
+    DELETE FROM toolsched_transitions WHERE run_id IN (SELECT run_id FROM stale)
+), gone_calls AS (
+    DELETE FROM toolsched_calls WHERE run_id IN (SELECT run_id FROM stale)
+)
+DELETE FROM toolsched_runs WHERE run_id IN (SELECT run_id FROM stale) RETURNING run_id
+"""
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return None if value is None else value.astimezone(UTC)
+
+
+class PostgresJournal(Journal):
+    """A journal in a PostgreSQL database (``pip install 'toolsched[postgres]'``).
+
+    - ``dsn``: a libpq connection string or URI.
+    - ``schema``: the PostgreSQL schema that holds the tables (created when
+      missing); default: the connection's ``search_path``.
+    - ``owner`` / ``lease``: see ``Journal`` (default lease 30 seconds).
+    - ``connect_timeout``: seconds to wait for the server when connecting.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str | None = None,
+        owner: str | None = None,
+        lease: timedelta | float = 30.0,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        super().__init__(owner=owner, lease=lease)
+        if not isinstance(dsn, str):
+            raise JournalError(f"dsn must be a connection string, got {type(dsn).__name__}")
+        if schema is not None:
+            if not isinstance(schema, str) or not schema:
+                raise JournalError(f"schema must be a non-empty string, got {schema!r}")
+            check_text("schema", schema)
+        if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)) or connect_timeout <= 0:
+            raise JournalError(f"connect_timeout must be a positive number of seconds, got {connect_timeout!r}")
+        self.dsn = dsn
+        self.schema = schema
+        self.connect_timeout = connect_timeout
+        self._conn: psycopg.Connection[Any] | None = None
+        self._where = "PostgreSQL"
+
+    def __repr__(self) -> str:
+        return f"PostgresJournal({self._where!r}, schema={self.schema!r}, owner={self.owner!r})"
+
+    # -- opening ----------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        try:
+            import psycopg
+            from psycopg import conninfo
+        except ImportError:
+            raise JournalError("PostgresJournal needs psycopg 3: pip install 'toolsched[postgres]'") from None
+        try:
+            params = conninfo.conninfo_to_dict(self.dsn)
+        except psycopg.ProgrammingError as exc:
+            raise JournalError(f"dsn is not a valid connection string: {exc}") from None
+        # Messages name the server, never the password.
+        self._where = f"PostgreSQL at {params.get('host', 'localhost')}:{params.get('port', 5432)}"
+        self._where += f"/{params.get('dbname', '')}" if params.get("dbname") else ""
+        conn = self._open_connection()
+        try:
+            with self._translated():
+                self._prepare(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    def _open_connection(self) -> psycopg.Connection[Any]:
+        import psycopg
+
+        try:
+            conn = psycopg.connect(
+                self.dsn,
+                autocommit=True,
+                connect_timeout=max(1, round(self.connect_timeout)),
+                # Names the owner, so an operator can see which process holds a connection.
+                application_name=f"toolsched-journal {self.owner}"[:63],
+            )
+        except psycopg.Error as exc:
+            raise JournalError(f"cannot connect to the journal's {self._where}: {exc}") from None
+        if self.schema is not None:
+            from psycopg import sql
+
+            schema = sql.Identifier(self.schema)
+            try:
+                try:
+                    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+                except psycopg.errors.UniqueViolation:
+                    pass  # another journal created it at the same moment
+                conn.execute(sql.SQL("SET search_path TO {}").format(schema))
+            except psycopg.Error as exc:
+                conn.close()
+                raise JournalError(f"cannot use schema {self.schema!r} on {self._where}: {exc}") from None
+        return conn
+
+    def _prepare(self, conn: psycopg.Connection[Any]) -> None:
+        version = self._version(conn)
+        if version is not None and version > SCHEMA_VERSION:
+            raise JournalVersionError(
+                f"the journal on {self._where} is at schema version {version}, written by a newer toolsched; "
+                f"this one reads versions up to {SCHEMA_VERSION} and left it untouched",
+                found=version,
+                supported=SCHEMA_VERSION,
+            )
+        if version == SCHEMA_VERSION:
+            return
+        with conn.transaction():
+            # One migrator at a time; the others find the schema ready.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('toolsched journal schema'))")
+            current = self._version(conn) or 0
+            if current > SCHEMA_VERSION:
+                raise JournalVersionError(
+                    f"the journal on {self._where} was moved to schema version {current} by a newer toolsched",
+                    found=current,
+                    supported=SCHEMA_VERSION,
+                )
+            for statements in _MIGRATIONS[current:]:
+                for statement in statements:
+                    conn.execute(statement)
+            conn.execute(
+                "INSERT INTO toolsched_meta (key, value) VALUES ('schema_version', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(SCHEMA_VERSION),),
+            )
+
+    def _version(self, conn: psycopg.Connection[Any]) -> int | None:
+        found = {
+            row[0]
+            for row in conn.execute(
+                "SELECT c.relname FROM pg_class c WHERE c.relname = ANY(%s) AND c.relkind IN ('r', 'p') "
+                "AND c.relnamespace = current_schema()::regnamespace",
+                (list(_TABLES),),
+            )
+        }
+        if "toolsched_meta" not in found:
+            if found:
+                raise JournalCorruptError(
+                    f"the journal on {self._where} is damaged: it has {', '.join(sorted(found))} "
+                    "but no toolsched_meta table recording its version"
+                )
+            return None
+        row = conn.execute("SELECT value FROM toolsched_meta WHERE key = 'schema_version'").fetchone()
+        if row is None or not str(row[0]).isdigit():
+            raise JournalCorruptError(f"the journal on {self._where} is damaged: it records no valid schema version")
+        return int(row[0])
+
+    def _disconnect(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        import psycopg
+
+        try:
+            yield
+        except psycopg.OperationalError as exc:
+            raise JournalError(f"the journal's {self._where} went away: {exc}") from None
+        except psycopg.Error as exc:
+            raise JournalError(f"the journal's {self._where} failed: {exc}") from None
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        """The connection, opened again when the server dropped the previous one (after that failure was raised)."""
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            if conn is not None:
+                conn.close()
+            self._conn = None
+            conn = self._open_connection()
+            self._conn = conn
+        return conn
+
+    @contextmanager
+    def _transaction(self, *, snapshot: bool = False) -> Iterator[psycopg.Connection[Any]]:
+        with self._translated():
+            conn = self._connection()
+            with conn.transaction():
+                if snapshot:
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                yield conn
+
+    def _refusal(self, conn: psycopg.Connection[Any], run_id: str) -> JournalError:
+        row = conn.execute("SELECT owner, lease_until FROM toolsched_runs WHERE run_id = %s", (run_id,)).fetchone()
+        if row is None:
+            return UnknownRunError(run_id)
+        return RunClaimedError(run_id, row[0], _utc(row[1]))
+
+    # -- operations -------------------------------------------------------------------
+
+    def _begin_run(self, run_id: str, rows: Sequence[tuple[int, str, str, str, str, str]]) -> None:
+        with self._transaction() as conn:
+            inserted = conn.execute(
+                "INSERT INTO toolsched_runs (run_id, owner, lease_until, created_at, updated_at) "
+                f"VALUES (%(run)s, %(owner)s, {_LEASE}, clock_timestamp(), clock_timestamp()) "
+                "ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
+                {"run": run_id, "owner": self.owner, "lease": self.lease.total_seconds()},
+            ).fetchone()
+            if inserted is None:
+                raise RunExistsError(run_id)
+            with conn.cursor().copy(
+                "COPY toolsched_calls (run_id, position, call_id, tool_name, args, args_form, args_digest) FROM STDIN"
+            ) as copy:
+                for row in rows:
+                    copy.write_row((run_id, *row))
+
+    def _record_batch(self, writes: Sequence[PendingRecord]) -> None:
+        with self._translated():
+            conn = self._connection()
+            if len(writes) == 1:
+                # Autocommit: the one statement is its own transaction, one round trip.
+                self._record(conn, writes[0])
+                return
+            with conn.transaction():
+                for write in writes:
+                    self._record(conn, write)
+
+    def _record(self, conn: psycopg.Connection[Any], write: PendingRecord) -> None:
+        params = {
+            "run": write.run_id,
+            "call": write.call_id,
+            "owner": self.owner,
+            "kind": write.transition,
+            "payload": write.payload,
+            "lease": self.lease.total_seconds(),
+            "allowed": sorted(ALLOWED_FROM[write.transition]),
+        }
+        if conn.execute(_RECORD, params).fetchone() is not None:
+            return
+        refusal = self._refusal(conn, write.run_id)
+        if isinstance(refusal, RunClaimedError) and refusal.owner == self.owner:
+            current = conn.execute(_STATE, params).fetchone()
+            refusal = transition_refused(write.run_id, write.call_id, write.transition, current[0] if current else None)
+        write.error = refusal
+
+    def _read(self, conn: psycopg.Connection[Any], run_id: str) -> RunRecord:
+        run = conn.execute(
+            "SELECT owner, lease_until, created_at, updated_at FROM toolsched_runs WHERE run_id = %s", (run_id,)
+        ).fetchone()
+        if run is None:
+            raise UnknownRunError(run_id)
+        calls = conn.execute(
+            "SELECT position, call_id, tool_name, args, args_form, args_digest FROM toolsched_calls "
+            "WHERE run_id = %s ORDER BY position",
+            (run_id,),
+        ).fetchall()
+        transitions = conn.execute(
+            "SELECT call_id, kind, payload FROM toolsched_transitions WHERE run_id = %s ORDER BY seq", (run_id,)
+        ).fetchall()
+        owner, lease_until, created_at, updated_at = run
+        stamps = (owner, _utc(lease_until), created_at.astimezone(UTC), updated_at.astimezone(UTC))
+        return build_record(run_id, stamps, calls, transitions)
+
+    def _load(self, run_id: str) -> RunRecord:
+        with self._transaction(snapshot=True) as conn:
+            return self._read(conn, run_id)
+
+    def _claim(self, run_id: str, force: bool) -> RunRecord:
+        with self._transaction() as conn:
+            row = conn.execute(
+                "SELECT owner, lease_until, lease_until IS NULL OR lease_until <= clock_timestamp() "
+                "FROM toolsched_runs WHERE run_id = %s FOR UPDATE",
+                (run_id,),
+            ).fetchone()
+            if row is None:
+                raise UnknownRunError(run_id)
+            owner, lease_until, expired = row
+            if not (owner is None or owner == self.owner or expired or force):
+                raise RunClaimedError(run_id, owner, _utc(lease_until))
+            conn.execute(
+                f"UPDATE toolsched_runs SET owner = %(owner)s, lease_until = {_LEASE}, updated_at = clock_timestamp() "
+                "WHERE run_id = %(run)s",
+                {"run": run_id, "owner": self.owner, "lease": self.lease.total_seconds()},
+            )
+            return self._read(conn, run_id)
+
+    def _renew(self, run_id: str) -> None:
+        with self._transaction() as conn:
+            held = conn.execute(
+                f"UPDATE toolsched_runs SET lease_until = {_LEASE} WHERE run_id = %(run)s AND owner = %(owner)s",
+                {"run": run_id, "owner": self.owner, "lease": self.lease.total_seconds()},
+            )
+            if held.rowcount == 0:
+                raise self._refusal(conn, run_id)
+
+    def _release(self, run_id: str) -> None:
+        with self._transaction() as conn:
+            held = conn.execute(
+                "UPDATE toolsched_runs SET owner = NULL, lease_until = NULL WHERE run_id = %s AND owner = %s",
+                (run_id, self.owner),
+            )
+            if held.rowcount == 0:
+                refusal = self._refusal(conn, run_id)
+                if not (isinstance(refusal, RunClaimedError) and refusal.owner is None):
+                    raise refusal
+
+    def _prune(self, older_than: timedelta) -> int:
+        with self._transaction() as conn:
+            return len(conn.execute(_PRUNE, {"age": older_than.total_seconds()}).fetchall())

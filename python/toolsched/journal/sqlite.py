@@ -1,0 +1,402 @@
+"""``SqliteJournal``: the embedded journal, one file, the standard library's sqlite3.
+
+The file is in WAL mode with ``synchronous=FULL``, so a committed transition
+survives the process being killed and the machine losing power. Each journal
+object holds one connection; its operations take turns on it, and other
+processes writing the same file wait for each other up to the busy timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import struct
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Literal
+
+from toolsched.journal.base import (
+    ALLOWED_FROM,
+    SCHEMA_VERSION,
+    Journal,
+    JournalCorruptError,
+    JournalError,
+    JournalVersionError,
+    PendingRecord,
+    RunClaimedError,
+    RunExistsError,
+    RunRecord,
+    UnknownRunError,
+    build_record,
+    transition_refused,
+)
+
+__all__ = ["SqliteJournal"]
+
+_HEADER = b"SQLite format 3\x00"
+
+# Each entry moves the schema up by one version; entry i creates version i + 1.
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        "CREATE TABLE toolsched_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        """CREATE TABLE toolsched_runs (
+            run_id TEXT PRIMARY KEY,
+            owner TEXT,
+            lease_until REAL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        )""",
+        "CREATE INDEX toolsched_runs_updated ON toolsched_runs (updated_at)",
+        """CREATE TABLE toolsched_calls (
+            run_id TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            call_id TEXT NOT NULL,
+            tool_name TEXT NOT NULL,
+            args TEXT NOT NULL,
+            args_form TEXT NOT NULL,
+            args_digest TEXT NOT NULL,
+            PRIMARY KEY (run_id, position)
+        )""",
+        "CREATE INDEX toolsched_calls_id ON toolsched_calls (run_id, call_id)",
+        """CREATE TABLE toolsched_transitions (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            run_id TEXT NOT NULL,
+            call_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            payload TEXT,
+            recorded_at REAL NOT NULL
+        )""",
+        "CREATE INDEX toolsched_transitions_call ON toolsched_transitions (run_id, call_id, seq)",
+    ),
+)
+assert len(_MIGRATIONS) == SCHEMA_VERSION
+
+
+def _timestamp(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, UTC)
+
+
+class SqliteJournal(Journal):
+    """A journal in one SQLite file (created when missing).
+
+    - ``path``: the file; its directory must exist.
+    - ``owner`` / ``lease``: see ``Journal`` (default lease 30 seconds).
+    - ``busy_timeout``: seconds to wait for another process's write before
+      failing with ``JournalError`` (default 10).
+    - ``synchronous``: ``"full"`` (default; a commit survives power loss) or
+      ``"normal"`` (survives the process being killed, may lose the last
+      commits on power loss; several times cheaper per transition).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        owner: str | None = None,
+        lease: timedelta | float = 30.0,
+        busy_timeout: float = 10.0,
+        synchronous: Literal["full", "normal"] = "full",
+    ) -> None:
+        super().__init__(owner=owner, lease=lease)
+        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)) or busy_timeout < 0:
+            raise JournalError(f"busy_timeout must be a non-negative number of seconds, got {busy_timeout!r}")
+        if synchronous not in ("full", "normal"):
+            raise JournalError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
+        self.path = Path(path)
+        self.busy_timeout = float(busy_timeout)
+        self.synchronous = synchronous
+        self._conn: sqlite3.Connection | None = None
+        self._identity: tuple[int, int] | None = None
+
+    def __repr__(self) -> str:
+        return f"SqliteJournal({str(self.path)!r}, owner={self.owner!r})"
+
+    # -- opening ----------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        path = self.path
+        if path.is_dir():
+            raise JournalError(f"the journal path {path} is a directory")
+        existing = path.exists() and path.stat().st_size > 0
+        if existing:
+            self._check_header(path)
+        try:
+            conn = sqlite3.connect(path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot open the journal {path}: {exc}") from None
+        try:
+            with self._translated():
+                self._prepare(conn, existing)
+            stat = path.stat()
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        self._identity = (stat.st_dev, stat.st_ino)
+
+    def _check_header(self, path: Path) -> None:
+        """Refuses, before SQLite touches it, a file that is not an SQLite database or was cut short."""
+        with path.open("rb") as handle:
+            header = handle.read(100)
+        size = path.stat().st_size
+        if not header.startswith(_HEADER):
+            raise JournalCorruptError(f"{path} is not a toolsched journal: it is not an SQLite database")
+        if len(header) < 100:
+            raise JournalCorruptError(f"{path} is damaged: it ends inside the SQLite header")
+        (page_size,) = struct.unpack(">H", header[16:18])
+        page_size = 65536 if page_size == 1 else page_size
+        change_counter, pages = struct.unpack(">II", header[24:32])
+        (valid_for,) = struct.unpack(">I", header[92:96])
+        if valid_for == change_counter and pages * page_size > size:
+            raise JournalCorruptError(
+                f"{path} is damaged: its header counts {pages * page_size} bytes but the file has {size} (truncated?)"
+            )
+
+    def _prepare(self, conn: sqlite3.Connection, existing: bool) -> None:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        version = self._version(conn, tables)
+        if version is None and existing and tables:
+            names = ", ".join(sorted(tables))
+            raise JournalCorruptError(
+                f"{self.path} is an SQLite database but not a toolsched journal (tables: {names})"
+            )
+        if version is not None and version > SCHEMA_VERSION:
+            raise JournalVersionError(
+                f"{self.path} is a journal of schema version {version}, written by a newer toolsched; "
+                f"this one reads versions up to {SCHEMA_VERSION} and left the file untouched",
+                found=version,
+                supported=SCHEMA_VERSION,
+            )
+        # The checks passed: from here on the file may be written.
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise JournalError(f"{self.path} cannot be put in WAL mode (journal_mode is {mode!r})")
+        conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+        if version == SCHEMA_VERSION:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Another process may have created or migrated the schema meanwhile.
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            current = self._version(conn, tables) or 0
+            if current > SCHEMA_VERSION:
+                raise JournalVersionError(
+                    f"{self.path} was moved to schema version {current} by a newer toolsched",
+                    found=current,
+                    supported=SCHEMA_VERSION,
+                )
+            for statements in _MIGRATIONS[current:]:
+                for statement in statements:
+                    conn.execute(statement)
+            conn.execute(
+                "INSERT INTO toolsched_meta (key, value) VALUES ('schema_version', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (str(SCHEMA_VERSION),),
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _version(self, conn: sqlite3.Connection, tables: set[str]) -> int | None:
+        if "toolsched_meta" not in tables:
+            return None
+        row = conn.execute("SELECT value FROM toolsched_meta WHERE key = 'schema_version'").fetchone()
+        if row is None or not str(row[0]).isdigit():
+            raise JournalCorruptError(f"{self.path} is a damaged journal: it records no valid schema version")
+        return int(row[0])
+
+    def _disconnect(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        """Turns sqlite3's errors into the journal's."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            text = str(exc)
+            if "locked" in text or "busy" in text:
+                raise JournalError(
+                    f"the journal {self.path} stayed locked by another connection past the busy timeout "
+                    f"({self.busy_timeout:g} s): {text}"
+                ) from None
+            raise JournalError(f"the journal {self.path} failed: {text}") from None
+        except sqlite3.DatabaseError as exc:
+            raise JournalCorruptError(f"the journal {self.path} is damaged: {exc}") from None
+        except sqlite3.Error as exc:
+            raise JournalError(f"the journal {self.path} failed: {exc}") from None
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[sqlite3.Connection]:
+        conn = self._conn
+        if conn is None:
+            raise JournalError("the journal is not open")
+        self._check_file()
+        with self._translated():
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _check_file(self) -> None:
+        """Refuses to go on when the file was deleted or replaced: writes to it would be lost."""
+        try:
+            stat = self.path.stat()
+        except OSError:
+            raise JournalError(
+                f"the journal file {self.path} was deleted while open; nothing more can be recorded"
+            ) from None
+        if (stat.st_dev, stat.st_ino) != self._identity:
+            raise JournalError(f"the journal file {self.path} was replaced while open; nothing more can be recorded")
+
+    def _refusal(self, conn: sqlite3.Connection, run_id: str) -> JournalError:
+        """Why this owner may not write the run: unknown, or held by someone else."""
+        row = conn.execute("SELECT owner, lease_until FROM toolsched_runs WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            return UnknownRunError(run_id)
+        return RunClaimedError(run_id, row[0], _timestamp(row[1]))
+
+    # -- operations -------------------------------------------------------------------
+
+    def _begin_run(self, run_id: str, rows: Sequence[tuple[int, str, str, str, str, str]]) -> None:
+        now = time.time()
+        with self._transaction(write=True) as conn:
+            try:
+                conn.execute(
+                    "INSERT INTO toolsched_runs (run_id, owner, lease_until, created_at, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (run_id, self.owner, now + self.lease.total_seconds(), now, now),
+                )
+            except sqlite3.IntegrityError:
+                raise RunExistsError(run_id) from None
+            conn.executemany(
+                "INSERT INTO toolsched_calls (run_id, position, call_id, tool_name, args, args_form, args_digest) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, *row) for row in rows],
+            )
+
+    def _record_batch(self, writes: Sequence[PendingRecord]) -> None:
+        now = time.time()
+        with self._transaction(write=True) as conn:
+            for write in writes:
+                try:
+                    self._record(conn, now, write)
+                except JournalError as refused:
+                    # Only the checks raise here, before this write changed anything but its own lease.
+                    write.error = refused
+
+    def _record(self, conn: sqlite3.Connection, now: float, write: PendingRecord) -> None:
+        run_id, call_id, transition = write.run_id, write.call_id, write.transition
+        held = conn.execute(
+            "UPDATE toolsched_runs SET updated_at = ?, lease_until = ? WHERE run_id = ? AND owner = ?",
+            (now, now + self.lease.total_seconds(), run_id, self.owner),
+        )
+        if held.rowcount == 0:
+            raise self._refusal(conn, run_id)
+        current = self._state(conn, run_id, call_id)
+        if current not in ALLOWED_FROM[transition]:
+            raise transition_refused(run_id, call_id, transition, current)
+        conn.execute(
+            "INSERT INTO toolsched_transitions (run_id, call_id, kind, payload, recorded_at) VALUES (?, ?, ?, ?, ?)",
+            (run_id, call_id, transition, write.payload, now),
+        )
+
+    @staticmethod
+    def _state(conn: sqlite3.Connection, run_id: str, call_id: str) -> str | None:
+        row = conn.execute(
+            "SELECT kind FROM toolsched_transitions WHERE run_id = ? AND call_id = ? ORDER BY seq DESC LIMIT 1",
+            (run_id, call_id),
+        ).fetchone()
+        if row is not None:
+            return str(row[0])
+        exists = conn.execute(
+            "SELECT 1 FROM toolsched_calls WHERE run_id = ? AND call_id = ? LIMIT 1", (run_id, call_id)
+        ).fetchone()
+        return "planned" if exists else None
+
+    def _read(self, conn: sqlite3.Connection, run_id: str) -> RunRecord:
+        run = conn.execute(
+            "SELECT owner, lease_until, created_at, updated_at FROM toolsched_runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if run is None:
+            raise UnknownRunError(run_id)
+        calls = conn.execute(
+            "SELECT position, call_id, tool_name, args, args_form, args_digest FROM toolsched_calls "
+            "WHERE run_id = ? ORDER BY position",
+            (run_id,),
+        ).fetchall()
+        transitions = conn.execute(
+            "SELECT call_id, kind, payload FROM toolsched_transitions WHERE run_id = ? ORDER BY seq", (run_id,)
+        ).fetchall()
+        owner, lease_until, created_at, updated_at = run
+        created = _timestamp(created_at)
+        updated = _timestamp(updated_at)
+        if created is None or updated is None:
+            raise JournalCorruptError(f"run {run_id!r} has no timestamps")
+        return build_record(run_id, (owner, _timestamp(lease_until), created, updated), calls, transitions)
+
+    def _load(self, run_id: str) -> RunRecord:
+        with self._transaction(write=False) as conn:
+            return self._read(conn, run_id)
+
+    def _claim(self, run_id: str, force: bool) -> RunRecord:
+        now = time.time()
+        with self._transaction(write=True) as conn:
+            row = conn.execute("SELECT owner, lease_until FROM toolsched_runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise UnknownRunError(run_id)
+            owner, lease_until = row
+            free = owner is None or owner == self.owner or lease_until is None or lease_until <= now
+            if not (free or force):
+                raise RunClaimedError(run_id, owner, _timestamp(lease_until))
+            conn.execute(
+                "UPDATE toolsched_runs SET owner = ?, lease_until = ?, updated_at = ? WHERE run_id = ?",
+                (self.owner, now + self.lease.total_seconds(), now, run_id),
+            )
+            return self._read(conn, run_id)
+
+    def _renew(self, run_id: str) -> None:
+        now = time.time()
+        with self._transaction(write=True) as conn:
+            held = conn.execute(
+                "UPDATE toolsched_runs SET lease_until = ? WHERE run_id = ? AND owner = ?",
+                (now + self.lease.total_seconds(), run_id, self.owner),
+            )
+            if held.rowcount == 0:
+                raise self._refusal(conn, run_id)
+
+    def _release(self, run_id: str) -> None:
+        with self._transaction(write=True) as conn:
+            held = conn.execute(
+                "UPDATE toolsched_runs SET owner = NULL, lease_until = NULL WHERE run_id = ? AND owner = ?",
+                (run_id, self.owner),
+            )
+            if held.rowcount == 0:
+                refusal = self._refusal(conn, run_id)
+                if not (isinstance(refusal, RunClaimedError) and refusal.owner is None):
+                    raise refusal
+
+    def _prune(self, older_than: timedelta) -> int:
+        now = time.time()
+        cutoff = now - older_than.total_seconds()
+        stale = (
+            "SELECT run_id FROM toolsched_runs WHERE updated_at < ? "
+            "AND (owner IS NULL OR lease_until IS NULL OR lease_until <= ?)"
+        )
+        with self._transaction(write=True) as conn:
+            conn.execute(f"DELETE FROM toolsched_transitions WHERE run_id IN ({stale})", (cutoff, now))
+            conn.execute(f"DELETE FROM toolsched_calls WHERE run_id IN ({stale})", (cutoff, now))
+            deleted = conn.execute(f"DELETE FROM toolsched_runs WHERE run_id IN ({stale})", (cutoff, now))
+            return deleted.rowcount
