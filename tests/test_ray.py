@@ -105,6 +105,12 @@ def stall(pid_file: str) -> str:
     return "finished"
 
 
+@ts.tool(num_cpus=2, memory=64 * 1024 * 1024, max_retries=0)
+def placed() -> dict[str, float]:
+    """Reports what Ray gave the task it runs in."""
+    return {key: float(value) for key, value in ray.get_runtime_context().get_assigned_resources().items()}
+
+
 @ts.tool
 def refuse(reason: str) -> None:
     raise PermissionError(reason)
@@ -299,6 +305,13 @@ async def test_a_timeout_answers_the_call_and_kills_its_ray_task(cluster: None, 
             except ProcessLookupError:
                 break
             await anyio.sleep(0.05)
+
+
+async def test_tool_metadata_becomes_the_ray_task_resource_request(cluster: None) -> None:
+    with anyio.fail_after(30):
+        outcome = await ray_executor([placed]).run([ts.ToolCall("1", "placed", {})])
+    assert outcome.results[0].error is None
+    assert outcome.results[0].output == {"CPU": 2.0, "memory": 64.0 * 1024 * 1024}
 
 
 async def test_a_tool_raising_on_ray_fails_like_it_does_locally(cluster: None) -> None:
