@@ -4,6 +4,15 @@ One result per call, in the model's order, with a Rust engine on the hot path.
 """
 
 from toolsched.approvals import ApprovalRequest, RunState
+from toolsched.backends import (
+    Backend,
+    BackendError,
+    BackendUnavailableError,
+    LocalBackend,
+    RayBackend,
+    ResultTooLargeError,
+    WorkerLostError,
+)
 from toolsched.context import ToolContext
 from toolsched.errors import (
     ApprovalError,
@@ -72,6 +81,9 @@ __all__ = [
     "ApprovalError",
     "ApprovalRequest",
     "AssemblyError",
+    "Backend",
+    "BackendError",
+    "BackendUnavailableError",
     "BatchEvent",
     "BatchFinished",
     "BatchStarted",
@@ -92,6 +104,7 @@ __all__ = [
     "JournalError",
     "JournalVersionError",
     "JournaledCall",
+    "LocalBackend",
     "McpConnectionError",
     "McpToolError",
     "MissingResultError",
@@ -101,11 +114,13 @@ __all__ = [
     "Partitioned",
     "Permissions",
     "PostgresJournal",
+    "RayBackend",
     "RefreshError",
     "Reject",
     "ResourceAware",
     "ResourceError",
     "ResponseFormatError",
+    "ResultTooLargeError",
     "Rewrite",
     "RuleError",
     "RunClaimedError",
@@ -137,6 +152,7 @@ __all__ = [
     "ToolschedError",
     "UnknownRunError",
     "UnknownToolError",
+    "WorkerLostError",
     "WorkloadError",
     "__version__",
     "agent_tool",

@@ -9,7 +9,7 @@ import math
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -27,6 +27,7 @@ from toolsched.approvals import (
     detached,
     tool_fingerprint,
 )
+from toolsched.backends import Backend, assign_backends
 from toolsched.context import ToolContext
 from toolsched.errors import GuardrailTripped, OptionError, SemanticError, ToolCallFailed, UnknownToolError
 from toolsched.events import (
@@ -195,6 +196,10 @@ class _View:
         else:
             self.tools = toolset.tools
             self.facts = tuple(member._facts() for member in self.tools)
+            if executor._backends is not None or executor._default_backend is not None:
+                executor._remote.update(
+                    assign_backends(self.tools, executor._backends, executor._default_backend)
+                )
             reused: dict[int, tuple[Tool, _Policy]] = {}
             if previous is not None:
                 reused = {
@@ -313,7 +318,10 @@ class Executor:
     - ``approver``: ``async (ApprovalRequest) -> bool | Decision`` for calls that
       ask; without one such calls are held and the run ends ``interrupted``;
     - ``input_guardrails`` / ``output_guardrails``: checks just before a call
-      runs and on its output (see ``toolsched.guardrails``).
+      runs and on its output (see ``toolsched.guardrails``);
+    - ``backends`` / ``default_backend``: where tool bodies run besides this
+      process, by name (``{"ray": RayBackend()}``), and the backend of tools
+      that name none (default ``"local"``).
 
     Each run uses the registry's tool set as it is when the run starts; a
     registry with ``refresh_tools`` is refreshed after each run's results are
@@ -343,6 +351,8 @@ class Executor:
         approver: Approver | None = None,
         input_guardrails: Iterable[Guardrail] = (),
         output_guardrails: Iterable[Guardrail] = (),
+        backends: Mapping[str, Backend] | None = None,
+        default_backend: str | None = None,
     ) -> None:
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.strategy: Strategy = Partitioned() if strategy is None else strategy
@@ -377,6 +387,11 @@ class Executor:
             "max_input_depth": max_input_depth,
             "max_errors": max_schema_errors,
         }
+        # The invoker of each tool whose body runs on a backend other than this process;
+        # extended whenever a refreshed tool set brings new tools (see _View).
+        self._backends = backends
+        self._default_backend = default_backend
+        self._remote = assign_backends(tuple(self.registry), backends, default_backend)
         self._control_plane(permissions, hooks, approver, input_guardrails, output_guardrails)
         self._view = _View(self, self.registry._set, None)
 
@@ -1014,11 +1029,12 @@ class Executor:
             await emit.flush()
 
     async def _invoke(self, job: _Job, ctx: ToolContext | None) -> Any:
+        invoke = self._remote.get(job.tool, job.facts.invoke) if self._remote else job.facts.invoke
         timeout = job.tool.timeout
         if timeout is None:
-            return await job.facts.invoke(job.args, ctx)
+            return await invoke(job.args, ctx)
         with anyio.move_on_after(timeout):
-            return await job.facts.invoke(job.args, ctx)
+            return await invoke(job.args, ctx)
         # Only this scope's own deadline ends up here; an outer cancellation propagates.
         raise _Timeout
 
