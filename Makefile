@@ -35,6 +35,7 @@ bench: build
 	cargo bench --bench conflicts
 	tests/postgres_server.sh $(BIN)/python -m pytest benches --benchmark-only --benchmark-columns=min,median,mean,rounds -p no:randomly
 	$(BIN)/python benches/compare.py
+	$(BIN)/python benches/ray_throughput.py
 
 lint: build
 	cargo fmt --check

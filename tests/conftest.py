@@ -1,9 +1,17 @@
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import anyio
 import pytest
+
+# Ray (tests/test_ray.py) reads these when it is imported, so they are set before
+# any test module can import it: a cluster on the loopback interface only, with
+# no usage reporting and no token file written to the home directory.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+os.environ["RAY_AUTH_MODE"] = "disabled"
 
 
 @pytest.fixture(params=["asyncio", "trio"])

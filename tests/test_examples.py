@@ -97,7 +97,7 @@ def test_failures() -> None:
         "  n2 skipped: not run: the user interrupted the run (the user sent a new message)",
     ]
     assert lines[17:] == [
-        "  p1 execution_error: WorkerProcessError: the worker process running `parse_pdf` exited "
+        "  p1 execution_error: WorkerLostError: the worker process running `parse_pdf` exited "
         "before returning a result",
         "  a1 \"announced 'parsed'\"",
     ]

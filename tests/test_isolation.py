@@ -90,7 +90,7 @@ async def test_process_tools_run_in_worker_processes_and_a_crash_fails_only_its_
     assert results["2"].output == "Friday"
     assert results["3"].error_kind == "execution_error"
     assert results["3"].error == (
-        "WorkerProcessError: the worker process running `crash` exited before returning a result"
+        "WorkerLostError: the worker process running `crash` exited before returning a result"
     )
     assert results["4"].output == 5
     pid, got_no_context, salted = results["5"].output

@@ -4,6 +4,15 @@ One result per call, in the model's order, with a Rust engine on the hot path.
 """
 
 from toolsched.approvals import ApprovalRequest, RunState
+from toolsched.backends import (
+    Backend,
+    BackendError,
+    BackendUnavailableError,
+    LocalBackend,
+    RayBackend,
+    ResultTooLargeError,
+    WorkerLostError,
+)
 from toolsched.context import ToolContext
 from toolsched.errors import (
     ApprovalError,
@@ -26,7 +35,6 @@ from toolsched.errors import (
     ToolschedError,
     ToolTimeoutError,
     UnknownToolError,
-    WorkerProcessError,
     WorkloadError,
 )
 from toolsched.events import (
@@ -74,6 +82,9 @@ __all__ = [
     "ApprovalError",
     "ApprovalRequest",
     "AssemblyError",
+    "Backend",
+    "BackendError",
+    "BackendUnavailableError",
     "BatchEvent",
     "BatchFinished",
     "BatchStarted",
@@ -94,6 +105,7 @@ __all__ = [
     "JournalError",
     "JournalVersionError",
     "JournaledCall",
+    "LocalBackend",
     "McpConnectionError",
     "McpToolError",
     "MissingResultError",
@@ -103,11 +115,13 @@ __all__ = [
     "Partitioned",
     "Permissions",
     "PostgresJournal",
+    "RayBackend",
     "RefreshError",
     "Reject",
     "ResourceAware",
     "ResourceError",
     "ResponseFormatError",
+    "ResultTooLargeError",
     "Rewrite",
     "RuleError",
     "RunClaimedError",
@@ -140,7 +154,7 @@ __all__ = [
     "ToolschedError",
     "UnknownRunError",
     "UnknownToolError",
-    "WorkerProcessError",
+    "WorkerLostError",
     "WorkloadError",
     "__version__",
     "agent_tool",

@@ -2,9 +2,11 @@
 
 Tool latencies are simulated with sleeps, so the comparison measures scheduling,
 not the tools. Each simulated call reads and writes an in-memory workspace as it
-declares (what it reads is its output; a write appends the call's ID to the keys
-it covers), so the report can also say whether a strategy produced the same
-results and the same final workspace as running the calls one by one.
+declares (it reads when it starts and writes when it finishes; a write appends
+the call's ID to the keys it covers), so the report can also say whether a
+strategy produced the same reads and the same final workspace as running the
+calls one by one. The workspace lives in the executor's process, so the tool
+bodies (the sleeps) can run on another backend (``run_bench(backend=...)``).
 
 Workloads are synthetic (``synthetic_workload``) or recorded: a JSONL file with
 one turn per line::
@@ -41,6 +43,7 @@ from typing import Any
 import anyio
 
 from toolsched import _core
+from toolsched.backends import Backend
 from toolsched.errors import OptionError, WorkloadError
 from toolsched.events import Event, ToolFinished, ToolStarted
 from toolsched.executor import Executor
@@ -83,8 +86,9 @@ _TOOL_OF_KIND = {"reads": "read_file", "search": "grep", "writes": "edit_file", 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _CALL_FIELDS = frozenset({"id", "name", "args", "latency_ms", "reads", "writes", "concurrency_safe"})
 _TURN_FIELDS = frozenset({"turn", "calls"})
-# The argument through which a simulated tool finds its call's specification.
+# The arguments through which a simulated tool finds its call's specification and its latency.
 _SPEC_KEY = "_bench_call"
+_LATENCY_KEY = "_bench_latency_ms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,22 +385,44 @@ class _Workspace:
 
 
 class _Simulation:
-    """The turn being run: its calls' specifications and its workspace."""
+    """The turn being run: its calls' specifications, its workspace, and what each call read.
 
-    __slots__ = ("specs", "workspace")
+    An ``on_event`` callback: a call reads the workspace when it starts and
+    writes it when it finishes, here in the executor's process wherever its body runs.
+    """
+
+    __slots__ = ("by_id", "reads", "specs", "workspace")
 
     def __init__(self) -> None:
         self.specs: Sequence[SimulatedCall] = ()
+        self.by_id: dict[str, SimulatedCall] = {}
         self.workspace = _Workspace()
+        self.reads: dict[str, Any] = {}
+
+    def begin(self, specs: Sequence[SimulatedCall]) -> None:
+        self.specs = specs
+        self.by_id = {}
+        for spec in specs:
+            # A repeated call ID runs once: its first occurrence.
+            self.by_id.setdefault(spec.id, spec)
+        self.workspace = _Workspace()
+        self.reads = {}
 
     def spec(self, args: Mapping[str, Any]) -> SimulatedCall:
         return self.specs[int(args[_SPEC_KEY])]
 
-    async def perform(self, spec: SimulatedCall) -> Any:
-        seen = self.workspace.read(self.workspace.keys_of(spec.access))
-        await anyio.sleep(spec.latency_ms / 1000)
-        self.workspace.write(spec.access, spec.id)
-        return seen
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, ToolStarted) and event.ran and event.call_id in self.by_id:
+            spec = self.by_id[event.call_id]
+            self.reads[spec.id] = self.workspace.read(self.workspace.keys_of(spec.access))
+        elif isinstance(event, ToolFinished) and event.result.call_id in self.reads:
+            self.workspace.write(self.by_id[event.result.call_id].access, event.result.call_id)
+
+    def calls(self) -> list[ToolCall]:
+        return [
+            ToolCall(spec.id, spec.name, {**spec.args, _SPEC_KEY: i, _LATENCY_KEY: spec.latency_ms})
+            for i, spec in enumerate(self.specs)
+        ]
 
 
 class _SimulatedTool(Tool):
@@ -404,10 +430,11 @@ class _SimulatedTool(Tool):
 
     input_schema = {"type": "object"}
 
-    def __init__(self, name: str, simulation: _Simulation) -> None:
+    def __init__(self, name: str, simulation: _Simulation, num_cpus: float | None = None) -> None:
         self.name = name
         self.description = f"simulated {name}"
         self._simulation = simulation
+        self.num_cpus = num_cpus
 
     def resources(self, args: Mapping[str, Any]) -> Access | None:
         return self._simulation.spec(args).access
@@ -415,8 +442,9 @@ class _SimulatedTool(Tool):
     def is_concurrency_safe(self, args: Mapping[str, Any]) -> bool:
         return self._simulation.spec(args).concurrency_safe
 
-    async def call(self, args: Mapping[str, Any], ctx: Any) -> Any:
-        return await self._simulation.perform(self._simulation.spec(args))
+    async def call(self, args: Mapping[str, Any], ctx: Any) -> None:
+        # Only the latency: the body may run in another process (see _Simulation).
+        await anyio.sleep(float(args[_LATENCY_KEY]) / 1000)
 
 
 class TurnTimer:
@@ -448,6 +476,7 @@ class TurnTiming:
     spans: Mapping[str, tuple[float, float]]
     outcome: Outcome
     final_state: Mapping[str, str] = field(default_factory=dict)
+    reads: Mapping[str, Any] = field(default_factory=dict)
 
 
 async def time_turn(executor: Executor, timer: TurnTimer, calls: Sequence[ToolCall]) -> TurnTiming:
@@ -459,24 +488,38 @@ async def time_turn(executor: Executor, timer: TurnTimer, calls: Sequence[ToolCa
 
 
 async def _run_strategy(
-    workload: Workload, strategy: Strategy, step: Callable[[], None] | None
+    workload: Workload,
+    strategy: Strategy,
+    step: Callable[[], None] | None,
+    backend: Backend | None = None,
+    num_cpus: float | None = None,
 ) -> list[TurnTiming]:
     simulation = _Simulation()
     names = sorted({call.name for turn in workload.turns for call in turn})
     timer = TurnTimer()
-    executor = Executor([_SimulatedTool(name, simulation) for name in names], strategy=strategy, on_event=timer)
+
+    def observe(event: Event) -> None:
+        simulation(event)
+        timer(event)
+
+    tools = [_SimulatedTool(name, simulation, num_cpus) for name in names]
+    if backend is None:
+        executor = Executor(tools, strategy=strategy, on_event=observe)
+    else:
+        executor = Executor(
+            tools, strategy=strategy, on_event=observe, backends={"bench": backend}, default_backend="bench"
+        )
     # One unmeasured pass over the first turn with no latency: first runs pay one-time costs.
-    first = workload.turns[0]
-    simulation.specs = [dataclasses.replace(spec, latency_ms=0.0) for spec in first]
-    await executor.run([ToolCall(spec.id, spec.name, {**spec.args, _SPEC_KEY: i}) for i, spec in enumerate(first)])
+    simulation.begin([dataclasses.replace(spec, latency_ms=0.0) for spec in workload.turns[0]])
+    await executor.run(simulation.calls())
     timings = []
     for turn in workload.turns:
-        simulation.specs = turn
-        simulation.workspace = _Workspace()
-        calls = [ToolCall(spec.id, spec.name, {**spec.args, _SPEC_KEY: i}) for i, spec in enumerate(turn)]
-        timing = await time_turn(executor, timer, calls)
+        simulation.begin(turn)
+        timing = await time_turn(executor, timer, simulation.calls())
         timings.append(
-            TurnTiming(timing.makespan_s, timing.spans, timing.outcome, dict(simulation.workspace.data))
+            TurnTiming(
+                timing.makespan_s, timing.spans, timing.outcome, dict(simulation.workspace.data), simulation.reads
+            )
         )
         if step is not None:
             step()
@@ -491,8 +534,8 @@ def _percentile(sorted_values: Sequence[float], percent: float) -> float:
     return sorted_values[rank - 1]
 
 
-def _answers(timing: TurnTiming) -> list[tuple[str, Any, str | None]]:
-    return [(r.call_id, r.output, r.error_kind) for r in timing.outcome.results]
+def _answers(timing: TurnTiming) -> list[tuple[str, Any, Any, str | None]]:
+    return [(r.call_id, r.output, timing.reads.get(r.call_id), r.error_kind) for r in timing.outcome.results]
 
 
 @dataclass(frozen=True, slots=True)
@@ -558,11 +601,13 @@ class BenchReport:
     workload: Mapping[str, Any]
     max_concurrency: int
     strategies: tuple[StrategyReport, ...]
+    backend: str = "local"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "workload": dict(self.workload),
             "max_concurrency": self.max_concurrency,
+            "backend": self.backend,
             "strategies": [report.to_json() for report in self.strategies],
         }
 
@@ -573,10 +618,14 @@ async def run_bench(
     *,
     max_concurrency: int,
     progress: Callable[[int, int, str], None] | None = None,
+    backend: Backend | None = None,
+    num_cpus: float | None = None,
 ) -> BenchReport:
     """Runs ``workload`` under each strategy, Sequential first (it is the baseline), and compares them.
 
-    ``progress(done, total, name)`` is called after every turn.
+    ``progress(done, total, name)`` is called after every turn. With ``backend``
+    (say a ``RayBackend``) the simulated tool bodies run there, each asking for
+    ``num_cpus``; scheduling, the workspace and the timing stay in this process.
     """
     chosen = list(strategies)
     if not any(name == "sequential" for name, _ in chosen):
@@ -593,9 +642,9 @@ async def run_bench(
             if progress is not None:
                 progress(done, total, name)
 
-        timings[name] = await _run_strategy(workload, strategy, step)
+        timings[name] = await _run_strategy(workload, strategy, step, backend, num_cpus)
     reports = tuple(summarize(name, strategy, timings[name], timings["sequential"]) for name, strategy in chosen)
-    return BenchReport(workload.description, max_concurrency, reports)
+    return BenchReport(workload.description, max_concurrency, reports, "local" if backend is None else repr(backend))
 
 
 # -- reporting --------------------------------------------------------------------------------------------------

@@ -6,7 +6,10 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from toolsched.backends import RayBackend
 
 __all__ = ["main"]
 
@@ -20,6 +23,11 @@ workloads:
   a call with neither conflicts with every call) and concurrency_safe.
 
 Sequential always runs: it is the baseline for the speed-up and for "same results".
+
+backends:
+  --backend ray runs the simulated tool bodies as Ray tasks (a local cluster unless
+  --ray-address names one, e.g. ray://head-node:10001); planning, scheduling and the
+  workspace stay in this process. Needs: pip install 'toolsched[ray]'.
 """
 
 # Options that shape a synthetic workload; they make no sense with --workload.
@@ -43,6 +51,16 @@ def _rate(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number between 0 and 1, got {text!r}") from None
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
+    return value
+
+
+def _cpus(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of CPUs, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {value:g}")
     return value
 
 
@@ -105,6 +123,12 @@ def _bench_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
                        help="the cap of every strategy (default 10)")
     bench.add_argument("--batch-size", type=_positive_int, default=4,
                        help="size of Batched's chunks (default 4)")
+    bench.add_argument("--backend", choices=("local", "ray"), default="local",
+                       help="where the simulated tool bodies run (default local: this process)")
+    bench.add_argument("--ray-address", help="with --backend ray: the cluster to join, 'host:port' or "
+                       "'ray://host:port' (default: start a local cluster)")
+    bench.add_argument("--ray-cpus", type=_cpus,
+                       help="with --backend ray: CPUs each simulated call asks Ray for (default 1, as Ray's tasks)")
     bench.add_argument("--json", action="store_true", help="print the report as JSON on standard output, nothing else")
     bench.add_argument("--plot", metavar="FILE.png", help="also draw makespan per strategy and a timeline of one turn")
     return bench
@@ -114,6 +138,7 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, stdout
     import anyio
 
     from toolsched import bench
+    from toolsched.backends import BackendError
     from toolsched.errors import OptionError, WorkloadError
 
     if args.workload is not None:
@@ -121,6 +146,8 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, stdout
         if clashing:
             verb = "shapes" if len(clashing) == 1 else "shape"
             parser.error(f"{', '.join(clashing)} {verb} a synthetic workload and cannot be combined with --workload")
+    if args.backend != "ray" and (args.ray_address is not None or args.ray_cpus is not None):
+        parser.error("--ray-address and --ray-cpus go with --backend ray")
     if args.plot is not None and not args.plot.lower().endswith(".png"):
         parser.error(f"--plot must name a .png file, got {args.plot!r}")
     try:
@@ -143,21 +170,47 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, stdout
                 import matplotlib  # noqa: F401
             except ImportError:
                 raise OptionError("--plot needs matplotlib: pip install 'toolsched[plot]'") from None
-    except (OptionError, WorkloadError) as exc:
+        backend = _ray_backend(args) if args.backend == "ray" else None
+    except (OptionError, WorkloadError, BackendError) as exc:
         parser.error(str(exc))
 
     progress = _ProgressBar(stderr)
     report = anyio.run(
-        lambda: bench.run_bench(workload, strategies, max_concurrency=args.max_concurrency, progress=progress)
+        lambda: bench.run_bench(
+            workload,
+            strategies,
+            max_concurrency=args.max_concurrency,
+            progress=progress,
+            backend=backend,
+            num_cpus=None if backend is None else args.ray_cpus or 1.0,
+        )
     )
     if args.json:
         stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
     else:
-        stdout.write(f"workload: {bench.describe_workload(report.workload)}\n\n{bench.format_table(report)}\n")
+        stdout.write(f"workload: {bench.describe_workload(report.workload)}\n")
+        if backend is not None:
+            stdout.write(f"backend: {report.backend}, {args.ray_cpus or 1.0:g} CPU per call\n")
+        stdout.write(f"\n{bench.format_table(report)}\n")
     if args.plot is not None:
         bench.plot_report(report, args.plot)
         stderr.write(f"plot written to {args.plot}\n")
     return 0
+
+
+def _ray_backend(args: argparse.Namespace) -> RayBackend:
+    """The Ray backend of ``bench --backend ray``, connected (a local cluster is started here)."""
+    import logging
+
+    from toolsched.backends import RayBackend
+
+    if args.ray_address is None:
+        options = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+        backend = RayBackend(init_options=options)
+    else:
+        backend = RayBackend(address=args.ray_address)
+    backend.connect()
+    return backend
 
 
 def main(argv: Sequence[str] | None = None) -> int:

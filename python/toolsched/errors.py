@@ -31,7 +31,6 @@ __all__ = [
     "ToolTimeoutError",
     "ToolschedError",
     "UnknownToolError",
-    "WorkerProcessError",
     "WorkloadError",
 ]
 
@@ -83,13 +82,6 @@ class ToolTimeoutError(ToolCallFailed, TimeoutError):
 
     Like ``ToolCallFailed`` it is raised after the batch settles, and carries
     the ``timeout`` result, the other failures and every result of the turn.
-    """
-
-
-class WorkerProcessError(ToolschedError):
-    """A process-isolated tool's worker died before returning (a crash, ``os._exit``, a signal).
-
-    The call gets an ``execution_error`` result whose message comes from this error.
     """
 class RuleError(ToolschedError, ValueError):
     """A permission rule or a hook matcher that does not parse; raised when it is built."""

@@ -9,7 +9,7 @@ import math
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -28,6 +28,7 @@ from toolsched.approvals import (
     detached,
     tool_fingerprint,
 )
+from toolsched.backends import Backend, assign_backends
 from toolsched.context import ToolContext
 from toolsched.errors import (
     GuardrailTripped,
@@ -256,6 +257,10 @@ class _View:
         else:
             self.tools = toolset.tools
             self.facts = tuple(member._facts() for member in self.tools)
+            if executor._backends is not None or executor._default_backend is not None:
+                executor._remote.update(
+                    assign_backends(self.tools, executor._backends, executor._default_backend)
+                )
             reused: dict[int, tuple[Tool, _Policy]] = {}
             if previous is not None:
                 reused = {
@@ -404,7 +409,10 @@ class Executor:
     - ``approver``: ``async (ApprovalRequest) -> bool | Decision`` for calls that
       ask; without one such calls are held and the run ends ``interrupted``;
     - ``input_guardrails`` / ``output_guardrails``: checks just before a call
-      runs and on its output (see ``toolsched.guardrails``).
+      runs and on its output (see ``toolsched.guardrails``);
+    - ``backends`` / ``default_backend``: where tool bodies run besides this
+      process, by name (``{"ray": RayBackend()}``), and the backend of tools
+      that name none (default ``"local"``).
 
     Each run uses the registry's tool set as it is when the run starts; a
     registry with ``refresh_tools`` is refreshed after each run's results are
@@ -435,6 +443,8 @@ class Executor:
         approver: Approver | None = None,
         input_guardrails: Iterable[Guardrail] = (),
         output_guardrails: Iterable[Guardrail] = (),
+        backends: Mapping[str, Backend] | None = None,
+        default_backend: str | None = None,
     ) -> None:
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.strategy: Strategy = Partitioned() if strategy is None else strategy
@@ -474,6 +484,11 @@ class Executor:
             "max_input_depth": max_input_depth,
             "max_errors": max_schema_errors,
         }
+        # The invoker of each tool whose body runs on a backend other than this process;
+        # extended whenever a refreshed tool set brings new tools (see _View).
+        self._backends = backends
+        self._default_backend = default_backend
+        self._remote = assign_backends(tuple(self.registry), backends, default_backend)
         self._control_plane(permissions, hooks, approver, input_guardrails, output_guardrails)
         self._view = _View(self, self.registry._set, None)
         # Runs executing on this executor now, for ``interrupt`` and ``cancel``.
@@ -1158,14 +1173,16 @@ class Executor:
         output: Any = None
         cause: BaseException | None = None
         started = time.perf_counter()
+        # The tool's body runs here, or on the backend the tool names.
+        invoke = self._remote.get(tool, job.facts.invoke) if self._remote else job.facts.invoke
         try:
             if scope is None:
                 if self._input_guardrails is not None:
                     await self._guard(self._input_guardrails, job, None, turn)
                 if tool.max_concurrency is None:
-                    output = await job.facts.invoke(job.args, ctx)
+                    output = await invoke(job.args, ctx)
                 else:
-                    output = await self._invoke_limited(job, ctx, None)
+                    output = await self._invoke_limited(job, invoke, ctx, None)
             else:
                 # A scope cancelled before it is entered (say by an event callback
                 # on ToolStarted) stops the call at its first checkpoint.
@@ -1175,9 +1192,9 @@ class Executor:
                         if tool.timeout is not None and tool.max_concurrency is None:
                             scope.deadline = anyio.current_time() + tool.timeout
                     if tool.max_concurrency is None:
-                        output = await job.facts.invoke(job.args, ctx)
+                        output = await invoke(job.args, ctx)
                     else:
-                        output = await self._invoke_limited(job, ctx, scope)
+                        output = await self._invoke_limited(job, invoke, ctx, scope)
                 job.scope = None
                 if scope.cancelled_caught:
                     kind, error = self._stopped(job)
@@ -1276,13 +1293,19 @@ class Executor:
             return format_error(exc, call)
         return message
 
-    async def _invoke_limited(self, job: _Job, ctx: ToolContext | None, scope: anyio.CancelScope | None) -> Any:
+    async def _invoke_limited(
+        self,
+        job: _Job,
+        invoke: Callable[[Any, ToolContext | None], Awaitable[Any]],
+        ctx: ToolContext | None,
+        scope: anyio.CancelScope | None,
+    ) -> Any:
         """Calls the tool under its concurrency cap; its timeout counts from when it gets a slot."""
         timeout = job.tool.timeout
         async with job.facts.limiter():
             if scope is not None and timeout is not None:
                 scope.deadline = anyio.current_time() + timeout
-            return await job.facts.invoke(job.args, ctx)
+            return await invoke(job.args, ctx)
 
     # -- the control plane: admission, approvals, guardrails, hooks ---------------
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_process
 
-from toolsched.errors import ToolDefinitionError, WorkerProcessError
+from toolsched.errors import ToolDefinitionError
 
 if TYPE_CHECKING:
     from toolsched.context import ToolContext
@@ -77,9 +77,10 @@ async def _run_in_worker(
     try:
         return await anyio.to_process.run_sync(_call_in_worker, target, args, kwargs, cancellable=True)
     except anyio.BrokenWorkerProcess as exc:
-        raise WorkerProcessError(
-            f"the worker process running `{tool_name}` exited before returning a result"
-        ) from exc
+        # Imported here: the backends module builds on the tools module, which builds on this one.
+        from toolsched.backends import WorkerLostError
+
+        raise WorkerLostError(f"the worker process running `{tool_name}` exited before returning a result") from exc
 
 
 def _importable(tool_name: str, what: str, qualname: str) -> None:

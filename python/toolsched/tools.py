@@ -64,6 +64,14 @@ def _choice(tool: str, field: str, value: Any, allowed: tuple[str, ...]) -> None
         raise ToolDefinitionError(f"tool `{tool}`: {field} must be one of {', '.join(allowed)}; got {value!r}")
 
 
+def _non_negative(tool: str, field: str, value: Any, *, integer: bool) -> None:
+    if value is None:
+        return
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or value < 0:
+        raise ToolDefinitionError(f"tool `{tool}`: {field} must be a number of at least 0; got {value!r}")
+
+
 def _positive(tool: str, field: str, value: Any, *, optional: bool, integer: bool) -> None:
     if value is None and optional:
         return
@@ -165,6 +173,13 @@ class Tool:
     idempotent: bool = False
     backend: str | None = None
     run_resource: ResourceFactory | None = None
+    # What one call needs where a remote backend runs it (Ray's task options);
+    # the local backend ignores them. Retries rerun a call whose worker died,
+    # so they need ``idempotent=True``.
+    num_cpus: float | None = None
+    num_gpus: float | None = None
+    memory: int | None = None
+    max_retries: int | None = None
 
     _facts_cache: ToolFacts | None = None
 
@@ -275,6 +290,21 @@ class Tool:
     def _takes_context(self) -> bool:
         return True
 
+    def _check_placement(self) -> None:
+        """Checks where the body may run: the backend's name and what a remote worker needs."""
+        name = self.name
+        if self.backend is not None and (not isinstance(self.backend, str) or not self.backend):
+            raise ToolDefinitionError(f"tool `{name}`: backend must be a backend's name; got {self.backend!r}")
+        _non_negative(name, "num_cpus", self.num_cpus, integer=False)
+        _non_negative(name, "num_gpus", self.num_gpus, integer=False)
+        _positive(name, "memory", self.memory, optional=True, integer=True)
+        _non_negative(name, "max_retries", self.max_retries, integer=True)
+        if self.max_retries and not self.idempotent:
+            raise ToolDefinitionError(
+                f"tool `{name}`: max_retries={self.max_retries} would run a call again after its worker died; "
+                "declare idempotent=True if running it twice is safe"
+            )
+
     def _facts(self) -> ToolFacts:
         """Checks the metadata and computes what the executor needs; cached."""
         if self._facts_cache is not None:
@@ -294,6 +324,7 @@ class Tool:
         _positive(name, "max_result_chars", self.max_result_chars, optional=False, integer=True)
         _positive(name, "max_result_lines", self.max_result_lines, optional=True, integer=True)
         _positive(name, "max_concurrency", self.max_concurrency, optional=True, integer=True)
+        self._check_placement()
         cls = type(self)
         static_safe = (
             bool(self.concurrency_safe)
@@ -444,6 +475,10 @@ _TOOL_OPTIONS = frozenset(
         "idempotent",
         "backend",
         "run_resource",
+        "num_cpus",
+        "num_gpus",
+        "memory",
+        "max_retries",
     }
 )
 
@@ -480,6 +515,10 @@ def tool(
     idempotent: bool | None = None,
     backend: str | None = None,
     run_resource: ResourceFactory | None = None,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    memory: int | None = None,
+    max_retries: int | None = None,
 ) -> Callable[[F], FunctionTool]: ...
 
 

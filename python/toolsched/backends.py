@@ -1,0 +1,792 @@
+"""Where tool bodies run: in this process (``LocalBackend``) or on a Ray cluster (``RayBackend``).
+
+A backend runs only the body of a call. Planning, validation, permissions,
+hooks, scheduling, timeouts, shaping and result assembly stay in the
+executor's process, so every guarantee of a run holds whichever backend a
+tool uses. ``Executor(backends={"ray": RayBackend()})`` names the backends; a
+tool's ``backend="ray"`` (or the executor's ``default_backend``) picks one.
+
+A backend's ``invoke`` is cancelled when its call must stop (a timeout, an
+interrupt, a cancelled run): it stops the work it started and lets the
+cancellation propagate, so the executor answers the call as it always does.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import logging
+import os
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+from urllib.parse import urlsplit
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+
+from toolsched.context import ToolContext
+from toolsched.errors import OptionError, ToolDefinitionError, ToolschedError
+from toolsched.events import Event, ToolProgress, ToolUpdated
+from toolsched.tools import FunctionTool, Tool
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "BackendUnavailableError",
+    "LocalBackend",
+    "RayBackend",
+    "ResultTooLargeError",
+    "WorkerLostError",
+    "assign_backends",
+]
+
+logger = logging.getLogger("toolsched")
+
+Args = Mapping[str, Any]
+Invoker = Callable[[Args, ToolContext | None], Awaitable[Any]]
+
+LOCAL = "local"
+DEFAULT_MAX_RESULT_BYTES = 64 * 1024 * 1024
+
+# Threads that wait for Ray results, per event loop. Each call in flight on Ray
+# holds one while it waits; the cap keeps a huge turn from starting thousands.
+_WAITING_THREADS = 256
+# How often an abandoned waiting thread checks whether to give up (seconds).
+_POLL_SECONDS = 0.5
+
+
+class BackendError(ToolschedError):
+    """A backend could not run a call: it is unreachable, or the call could not be sent or answered."""
+
+
+class BackendUnavailableError(BackendError, ConnectionError):
+    """The backend cannot be reached (a Ray cluster address that does not answer) or is not installed."""
+
+
+class WorkerLostError(BackendError):
+    """The worker process or node running a call died before it returned a result."""
+
+
+class ResultTooLargeError(BackendError):
+    """A call's result is too large to send back (``RayBackend(max_result_bytes=...)`` or the object store)."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Runs tool bodies somewhere; the executor keeps every other phase of a call."""
+
+    def bind(self, tools: Sequence[Tool]) -> None:
+        """Checks, when an executor is built, that each of ``tools`` can run here (raise to refuse)."""
+
+    async def invoke(self, tool: Tool, args: Args, ctx: ToolContext | None) -> Any:
+        """Runs one call's body on validated ``args``; returns its output or raises its error."""
+
+
+class LocalBackend:
+    """The default: async bodies on the event loop, sync bodies in worker threads, in this process."""
+
+    def bind(self, tools: Sequence[Tool]) -> None:
+        for member in tools:
+            member._facts()
+
+    async def invoke(self, tool: Tool, args: Args, ctx: ToolContext | None) -> Any:
+        return await tool._facts().invoke(args, ctx)
+
+    def __repr__(self) -> str:
+        return "LocalBackend()"
+
+
+def assign_backends(
+    tools: Sequence[Tool], backends: Mapping[str, Backend] | None, default_backend: str | None
+) -> dict[Tool, Invoker]:
+    """Checks an executor's backends and returns the invoker of every tool that does not run locally.
+
+    Raises ``OptionError`` for a backend that is not one, or a tool (or the
+    default) naming a backend the executor lacks; a backend's own ``bind``
+    may refuse a tool (``ToolDefinitionError``).
+    """
+    configured: dict[str, Backend] = {}
+    if backends is not None:
+        if not isinstance(backends, Mapping):
+            raise OptionError(f"backends must be a mapping of names to backends, got {type(backends).__name__}")
+        for name, backend in backends.items():
+            if not isinstance(name, str) or not name:
+                raise OptionError(f"backends: names must be non-empty strings, got {name!r}")
+            if not isinstance(backend, Backend):
+                raise OptionError(f"backends[{name!r}] must be a backend (bind and invoke), got {backend!r}")
+            if name == LOCAL and not isinstance(backend, LocalBackend):
+                raise OptionError(
+                    f"backends: the name {LOCAL!r} is the built-in local backend; name {backend!r} otherwise"
+                )
+            configured[name] = backend
+    if default_backend is not None and default_backend != LOCAL and default_backend not in configured:
+        raise OptionError(
+            f"default_backend={default_backend!r} names no backend of this executor ({_listed(configured)})"
+        )
+    default = default_backend or LOCAL
+    groups: dict[str, list[Tool]] = {}
+    for member in tools:
+        name = member.backend or default
+        if name != LOCAL and name not in configured:
+            raise OptionError(
+                f"tool `{member.name}` runs on backend {name!r}, which this executor does not have "
+                f"({_listed(configured)}); pass backends={{{name!r}: ...}}"
+            )
+        groups.setdefault(name, []).append(member)
+    invokers: dict[Tool, Invoker] = {}
+    for name, members in groups.items():
+        chosen = configured.get(name)
+        if chosen is None or isinstance(chosen, LocalBackend):
+            continue
+        chosen.bind(members)
+        for member in members:
+            invokers[member] = functools.partial(chosen.invoke, member)
+    return invokers
+
+
+def _listed(configured: Mapping[str, Backend]) -> str:
+    return "it has " + ", ".join(repr(name) for name in (LOCAL, *configured))
+
+
+# -- what a Ray worker runs ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Body:
+    """A tool's body as a Ray worker receives it: the function and how it takes its context."""
+
+    tool_name: str
+    fn: Callable[..., Any]
+    is_async: bool
+    # "keyword": a ``@tool`` function with a ``ctx`` parameter; "positional": a
+    # class-form tool's ``call(args, ctx)``; "none": no context.
+    context: Literal["keyword", "positional", "none"]
+    max_result_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _ContextSpec:
+    """What of a ``ToolContext`` crosses to the worker."""
+
+    call_id: str
+    tool_name: str
+    context: Any
+    interactive: bool
+
+
+class _WorkerContext(ToolContext):
+    """The context a body sees on a Ray worker.
+
+    Progress and partial updates are collected and reported by the executor
+    when the call returns; ``cancelled`` also reads Ray's cancellation flag
+    (set when a timed-out call on a sync actor is cancelled).
+    """
+
+    __slots__ = ()
+
+    @property
+    def cancelled(self) -> bool:
+        if self._cancelled:
+            return True
+        try:
+            return bool(_ray().get_runtime_context().is_canceled())
+        except (RuntimeError, AttributeError):
+            return False
+
+
+def _arguments(
+    body: _Body, positional: tuple[Any, ...], keywords: dict[str, Any], spec: _ContextSpec | None, events: list[Event]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if body.context == "none":
+        return positional, keywords
+    ctx = (
+        None
+        if spec is None
+        else _WorkerContext(spec.call_id, spec.tool_name, spec.context, spec.interactive, events.append)
+    )
+    if body.context == "keyword":
+        return positional, {**keywords, "ctx": ctx}
+    return (*positional, ctx), keywords
+
+
+def _result_bytes(value: Any) -> int:
+    """The size of a result as it will be stored: exact for text and bytes, pickled size otherwise."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return 0
+    if isinstance(value, str):
+        return len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, (bytes, bytearray)):
+        return len(value)
+    if isinstance(value, memoryview):
+        return value.nbytes
+    out_of_band = 0
+
+    def count(buffer: Any) -> bool:
+        nonlocal out_of_band
+        out_of_band += buffer.raw().nbytes
+        return False
+
+    return len(_ray().cloudpickle.dumps(value, protocol=5, buffer_callback=count)) + out_of_band
+
+
+def _checked(body: _Body, value: Any) -> Any:
+    """Refuses, in the worker, a result over the backend's size limit or one that cannot be sent back."""
+    if body.max_result_bytes is None:
+        return value
+    try:
+        size = _result_bytes(value)
+    except Exception as exc:
+        raise BackendError(
+            f"the result of `{body.tool_name}` ({type(value).__name__}) cannot be sent back from the Ray worker: "
+            f"{type(exc).__name__}: {_summary(exc)}"
+        ) from None
+    if size > body.max_result_bytes:
+        raise ResultTooLargeError(
+            f"the result of `{body.tool_name}` is {size:,} bytes, over the Ray backend's limit of "
+            f"{body.max_result_bytes:,} (RayBackend(max_result_bytes=...)); return less, or store it "
+            "and return where it is"
+        )
+    return value
+
+
+def _run_body(
+    body: _Body, positional: tuple[Any, ...], keywords: dict[str, Any], spec: _ContextSpec | None
+) -> tuple[Any, tuple[Event, ...]]:
+    """Runs in a Ray worker: the body (an async one on its own event loop), its result and its events."""
+    events: list[Event] = []
+    positional, keywords = _arguments(body, positional, keywords, spec, events)
+    if body.is_async:
+        value = anyio.run(functools.partial(body.fn, *positional, **keywords))
+    else:
+        value = body.fn(*positional, **keywords)
+    return _checked(body, value), tuple(events)
+
+
+def _task(body: _Body) -> Callable[..., tuple[Any, tuple[Event, ...]]]:
+    """The Ray task of one tool: its body travels with the function, exported to the cluster once."""
+
+    def run_tool(
+        positional: tuple[Any, ...], keywords: dict[str, Any], spec: _ContextSpec | None
+    ) -> tuple[Any, tuple[Event, ...]]:
+        return _run_body(body, positional, keywords, spec)
+
+    return run_tool
+
+
+class _SyncToolWorker:
+    """A Ray actor holding its own copy of a tool with a sync body, one call at a time."""
+
+    def __init__(self, body: _Body) -> None:
+        self._body = body
+
+    def run(
+        self, positional: tuple[Any, ...], keywords: dict[str, Any], spec: _ContextSpec | None
+    ) -> tuple[Any, tuple[Event, ...]]:
+        return _run_body(self._body, positional, keywords, spec)
+
+
+class _AsyncToolWorker:
+    """A Ray actor holding its own copy of a tool with an async body, on the actor's event loop."""
+
+    def __init__(self, body: _Body) -> None:
+        self._body = body
+
+    async def run(
+        self, positional: tuple[Any, ...], keywords: dict[str, Any], spec: _ContextSpec | None
+    ) -> tuple[Any, tuple[Event, ...]]:
+        body = self._body
+        events: list[Event] = []
+        positional, keywords = _arguments(body, positional, keywords, spec, events)
+        value = await body.fn(*positional, **keywords)
+        return _checked(body, value), tuple(events)
+
+
+# -- the caller's side ------------------------------------------------------------
+
+
+_ray_module: Any = None
+
+
+def _ray() -> Any:
+    """The ``ray`` module, imported on first use (importing it takes a second or more)."""
+    global _ray_module
+    if _ray_module is None:
+        try:
+            import ray
+        except ImportError as exc:
+            raise BackendUnavailableError("RayBackend needs the `ray` package: pip install 'toolsched[ray]'") from exc
+        _ray_module = ray
+    return _ray_module
+
+
+def _summary(exc: BaseException) -> str:
+    """The first line of an exception's message, kept short."""
+    text = ""
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
+    for line in text.splitlines():
+        if line.strip():
+            text = line.strip()
+            break
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _error_classes(module: Any, names: Iterable[str]) -> tuple[type[BaseException], ...]:
+    # Some of these appeared in later Ray releases than the oldest one supported.
+    return tuple(getattr(module, name) for name in names if hasattr(module, name))
+
+
+def _tool_body(
+    tool: Tool, max_result_bytes: int | None
+) -> tuple[_Body, Callable[[Args], tuple[tuple[Any, ...], dict[str, Any]]]]:
+    """A tool's body for a worker, and how the caller turns validated arguments into its arguments."""
+    if isinstance(tool, FunctionTool):
+        fn = tool.fn
+        model = tool._coerce_model
+        wants_ctx = tool._wants_ctx
+
+        def keywords(args: Args) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            if model is None:
+                return (), dict(args)
+            parsed = model.model_validate(args)
+            return (), {key: getattr(parsed, key) for key in args}
+
+        context: Literal["keyword", "positional", "none"] = "keyword" if wants_ctx else "none"
+        return _Body(tool.name, fn, inspect.iscoroutinefunction(fn), context, max_result_bytes), keywords
+    call = getattr(tool, "call", None)
+    if call is None or not callable(call):
+        raise ToolDefinitionError(f"tool class {type(tool).__name__} must define call(self, args, ctx)")
+    # The worker gets its own copy of the tool, without what this process caches about it.
+    replica = copy.copy(tool)
+    if "_facts_cache" in getattr(replica, "__dict__", {}):
+        del replica._facts_cache
+    input_model = tool.input_model
+
+    def parsed(args: Args) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return ((input_model.model_validate(args) if input_model else dict(args)),), {}
+
+    method = getattr(replica, "call", call)
+    return _Body(tool.name, method, inspect.iscoroutinefunction(method), "positional", max_result_bytes), parsed
+
+
+class _Placement:
+    """How one tool runs on Ray: its task, or its pool of actors."""
+
+    __slots__ = ("actor_count", "actors", "body", "busy", "options", "prepare", "retries", "task")
+
+    def __init__(self, tool: Tool, actor_count: int, max_result_bytes: int | None) -> None:
+        self.body, self.prepare = _tool_body(tool, max_result_bytes)
+        try:
+            _ray().cloudpickle.dumps(self.body)
+        except Exception as exc:
+            raise ToolDefinitionError(
+                f"tool `{tool.name}` cannot run on Ray: its body cannot be serialised "
+                f"({type(exc).__name__}: {_summary(exc)}); keep what it refers to picklable "
+                "(no locks, open files or live clients: create those inside the body)"
+            ) from exc
+        if tool.idempotent:
+            self.retries = 3 if tool.max_retries is None else tool.max_retries
+        else:
+            self.retries = 0
+        options: dict[str, Any] = {}
+        for field in ("num_cpus", "num_gpus", "memory"):
+            value = getattr(tool, field)
+            if value is not None:
+                options[field] = value
+        self.options = options
+        self.actor_count = actor_count
+        self.actors: list[Any] = []
+        self.busy: list[int] = []
+        self.task: Any = None
+
+    def submit(self, args: Args, ctx: ToolContext | None) -> tuple[Any, int]:
+        """Starts the call on Ray; returns its result's reference and the actor it went to (-1: a task)."""
+        ray = _ray()
+        positional, keywords = self.prepare(args)
+        spec = None
+        if ctx is not None and self.body.context != "none":
+            spec = _ContextSpec(ctx.call_id, ctx.tool_name, ctx.context, ctx.interactive)
+        if not self.actor_count:
+            if self.task is None:
+                self.task = ray.remote(_task(self.body)).options(
+                    name=f"toolsched:{self.body.tool_name}",
+                    max_retries=self.retries,
+                    retry_exceptions=False,
+                    **self.options,
+                )
+            return self.task.remote(positional, keywords, spec), -1
+        self.start_actors()
+        index = min(range(self.actor_count), key=self.busy.__getitem__)
+        reference = self.actors[index].run.remote(positional, keywords, spec)
+        self.busy[index] += 1
+        return reference, index
+
+    def start_actors(self) -> None:
+        """Starts the tool's actors, if it has a pool and they are not running yet (needs a connection)."""
+        if self.actors or not self.actor_count:
+            return
+        worker = _AsyncToolWorker if self.body.is_async else _SyncToolWorker
+        actor_class = (
+            _ray()
+            .remote(worker)
+            .options(max_restarts=-1, max_task_retries=self.retries, max_concurrency=1, **self.options)
+        )
+        self.actors = [actor_class.remote(self.body) for _ in range(self.actor_count)]
+        self.busy = [0] * self.actor_count
+
+    def settle(self, index: int) -> None:
+        if index >= 0 and index < len(self.busy):
+            self.busy[index] -= 1
+
+    def cancel(self, reference: Any, index: int) -> None:
+        """Stops a call in flight: a task's worker is killed; an actor call is cancelled as Ray allows."""
+        try:
+            _ray().cancel(reference, force=index < 0)
+        except Exception:
+            logger.warning("could not cancel the Ray call of %s", self.body.tool_name, exc_info=True)
+
+    def close(self) -> None:
+        ray = _ray()
+        for actor in self.actors:
+            try:
+                ray.kill(actor)
+            except Exception:
+                logger.warning("could not stop an actor of %s", self.body.tool_name, exc_info=True)
+        self.actors = []
+        self.busy = []
+
+
+def _fetch(reference: Any, stop: threading.Event) -> Any:
+    """Waits in a worker thread for a Ray result; gives up quietly once ``stop`` is set."""
+    ray = _ray()
+    while True:
+        try:
+            return ray.get(reference, timeout=_POLL_SECONDS)
+        except ray.exceptions.GetTimeoutError:
+            if stop.is_set():
+                return None
+
+
+class RayBackend:
+    """Runs tool bodies on a Ray cluster, as Ray tasks or on a pool of actors.
+
+    - ``address``: ``None`` starts a local cluster in this process (or joins
+      the one ``RAY_ADDRESS`` names), as ``ray.init()`` does; ``"auto"`` joins
+      the cluster running on this machine; ``"host:port"`` a cluster's head;
+      ``"ray://host:port"`` connects through the Ray client. An existing
+      cluster that does not answer within ``connect_timeout`` seconds is a
+      ``BackendUnavailableError``.
+    - ``namespace``: the Ray namespace of this process's job, when this
+      backend is the one that connects.
+    - ``actor_pool``: ``{tool name: number of actors}``. Those tools run on
+      long-lived actors, each holding its own copy of the tool, one call at a
+      time: what the body keeps (a loaded model, a client, a cache) lives on
+      across calls. Every other tool runs as a Ray task.
+    - ``max_result_bytes``: a larger result is refused in the worker with a
+      ``ResultTooLargeError`` before it is stored or sent (``None``: no limit,
+      and no measuring: results other than text and bytes are measured by
+      pickling them once more).
+    - ``init_options``: more keyword arguments for ``ray.init`` (``runtime_env``,
+      ``num_cpus`` of a local cluster, ...).
+
+    A tool's ``num_cpus``, ``num_gpus`` and ``memory`` become its Ray resource
+    requests. A worker or node that dies during a call makes that call an
+    ``execution_error`` (``WorkerLostError``); an ``idempotent`` tool is run
+    again instead, up to ``max_retries`` times (3 unless set). A timeout or
+    cancellation kills the task's worker; an actor call is cancelled when its
+    body is async, and otherwise finishes on the actor (its result is dropped;
+    the body can watch ``ctx.cancelled``).
+
+    The first call connects (or starts the local cluster, which takes
+    seconds); call ``connect()`` before the first run to keep that out of it.
+    Tool code must be importable on the workers (installed there, or shipped
+    with Ray's ``runtime_env``), or registered with
+    ``ray.cloudpickle.register_pickle_by_value(module)``.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        namespace: str | None = None,
+        actor_pool: Mapping[str, int] | None = None,
+        max_result_bytes: int | None = DEFAULT_MAX_RESULT_BYTES,
+        connect_timeout: float = 30.0,
+        init_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if address is not None and (not isinstance(address, str) or not address.strip()):
+            raise OptionError(f"RayBackend(address=...) must be a cluster address or None, got {address!r}")
+        if namespace is not None and (not isinstance(namespace, str) or not namespace):
+            raise OptionError(f"RayBackend(namespace=...) must be a non-empty string or None, got {namespace!r}")
+        pools = dict(actor_pool or {})
+        for name, count in pools.items():
+            if not isinstance(name, str) or isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise OptionError(
+                    f"RayBackend(actor_pool=...) maps tool names to a number of actors (at least 1), "
+                    f"got {name!r}: {count!r}"
+                )
+        if max_result_bytes is not None and (
+            isinstance(max_result_bytes, bool) or not isinstance(max_result_bytes, int) or max_result_bytes < 1
+        ):
+            raise OptionError(
+                f"RayBackend(max_result_bytes=...) must be a positive integer or None, got {max_result_bytes!r}"
+            )
+        if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)) or connect_timeout <= 0:
+            raise OptionError(f"RayBackend(connect_timeout=...) must be a positive number, got {connect_timeout!r}")
+        clashing = {"address", "namespace"} & set(init_options or {})
+        if clashing:
+            raise OptionError(
+                f"RayBackend(init_options=...) cannot set {', '.join(sorted(clashing))}: pass them to RayBackend"
+            )
+        self.address = address.strip() if address is not None else None
+        self.namespace = namespace
+        self.actor_pool = pools
+        self.max_result_bytes = max_result_bytes
+        self.connect_timeout = float(connect_timeout)
+        self.init_options = dict(init_options or {})
+        _ray()
+        if self.address is not None:
+            _parse_address(self.address)
+        self._placements: dict[Tool, _Placement] = {}
+        self._connected = False
+        self._lock = threading.Lock()
+        self._connecting: threading.Thread | None = None
+        self._connect_error: BaseException | None = None
+        self._waiters: tuple[object, anyio.CapacityLimiter] | None = None
+
+    def __repr__(self) -> str:
+        return f"RayBackend(address={self.address!r})"
+
+    # -- the Backend protocol ------------------------------------------------------
+
+    def bind(self, tools: Sequence[Tool]) -> None:
+        """Prepares each tool for Ray; a body that cannot be serialised is refused here, naming the tool."""
+        names = {member.name for member in tools}
+        for name in self.actor_pool:
+            if name not in names:
+                raise OptionError(
+                    f"RayBackend(actor_pool=...) names `{name}`, which is not a tool this executor runs on Ray "
+                    f"({', '.join(sorted(names)) or 'none'})"
+                )
+        for member in tools:
+            if member not in self._placements:
+                self._placements[member] = self._place(member)
+
+    def _place(self, tool: Tool) -> _Placement:
+        tool._facts()
+        placement = _Placement(tool, self.actor_pool.get(tool.name, 0), self.max_result_bytes)
+        if self._connected:
+            placement.start_actors()
+        return placement
+
+    async def invoke(self, tool: Tool, args: Args, ctx: ToolContext | None) -> Any:
+        if not self._connected:
+            await self._connect_from_loop()
+        placement = self._placements.get(tool)
+        if placement is None:
+            placement = self._placements[tool] = self._place(tool)
+        try:
+            reference, index = placement.submit(args, ctx)
+        except (BackendError, ToolDefinitionError):
+            raise
+        except Exception as exc:
+            raise BackendError(
+                f"the call of `{tool.name}` cannot be sent to Ray: {type(exc).__name__}: {_summary(exc)}"
+            ) from exc
+        stop = threading.Event()
+        try:
+            value, events = await anyio.to_thread.run_sync(
+                _fetch, reference, stop, abandon_on_cancel=True, limiter=self._waiting_threads()
+            )
+        except anyio.get_cancelled_exc_class():
+            stop.set()
+            placement.cancel(reference, index)
+            raise
+        except _ray().exceptions.RayError as exc:
+            error = self._translate(exc, placement)
+            if isinstance(error, BackendError):
+                raise error from exc
+            raise error from None
+        finally:
+            placement.settle(index)
+        if ctx is not None:
+            for event in events:
+                if isinstance(event, ToolProgress):
+                    ctx.report_progress(event.fraction, event.message)
+                elif isinstance(event, ToolUpdated):
+                    ctx.update(event.partial)
+        return value
+
+    # -- connecting --------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Connects to the cluster now (the first call does it otherwise) and starts the actor pools.
+
+        Raises ``BackendUnavailableError`` when the cluster cannot be reached;
+        never waits longer than ``connect_timeout`` for an existing cluster.
+        Starting a local cluster (``address=None``) waits for Ray to start it.
+        """
+        with self._lock:
+            if self._connected:
+                return
+            ray = _ray()
+            address = self.address or os.environ.get("RAY_ADDRESS") or None
+            if address is None or address == LOCAL:
+                if not ray.is_initialized():
+                    # In this thread: a local cluster's processes end with the thread that started them.
+                    ray.init(address=address, namespace=self.namespace, **self.init_options)
+            else:
+                target = _parse_address(address)
+                if target is not None:
+                    _probe(address, target, self.connect_timeout)
+                if ray.is_initialized():
+                    _check_same_cluster(ray, address)
+                else:
+                    self._join(ray, address)
+            self._connected = True
+            # Actors take seconds to start: start them now rather than under a first call's timeout.
+            for placement in list(self._placements.values()):
+                placement.start_actors()
+
+    def _join(self, ray: Any, address: str) -> None:
+        """Joins an existing cluster in a helper thread, so an address that never answers cannot hang us."""
+        thread = self._connecting
+        if thread is None or not thread.is_alive():
+            self._connect_error = None
+
+            def join() -> None:
+                try:
+                    ray.init(address=address, namespace=self.namespace, **self.init_options)
+                except BaseException as exc:
+                    self._connect_error = exc
+
+            thread = self._connecting = threading.Thread(target=join, name="toolsched-ray-connect", daemon=True)
+            thread.start()
+        thread.join(self.connect_timeout)
+        if thread.is_alive():
+            raise BackendUnavailableError(
+                f"no Ray cluster answered at {address!r} within {self.connect_timeout:g} seconds "
+                "(RayBackend(connect_timeout=...))"
+            )
+        error = self._connect_error
+        if error is not None:
+            raise BackendUnavailableError(
+                f"cannot connect to the Ray cluster at {address!r}: {type(error).__name__}: {_summary(error)}"
+            ) from error
+
+    async def _connect_from_loop(self) -> None:
+        address = self.address or os.environ.get("RAY_ADDRESS") or None
+        if address is None or address == LOCAL:
+            self.connect()
+        else:
+            await anyio.to_thread.run_sync(self.connect, abandon_on_cancel=True)
+
+    def _waiting_threads(self) -> anyio.CapacityLimiter:
+        loop = anyio.lowlevel.current_token().native_token
+        if self._waiters is None or self._waiters[0] is not loop:
+            self._waiters = (loop, anyio.CapacityLimiter(_WAITING_THREADS))
+        return self._waiters[1]
+
+    def close(self) -> None:
+        """Stops this backend's actors (Ray itself stays connected: other code may use it)."""
+        for placement in self._placements.values():
+            placement.close()
+
+    # -- errors ----------------------------------------------------------------
+
+    def _translate(self, exc: BaseException, placement: _Placement) -> BaseException:
+        """A Ray error as the call's error: the tool's own exception, or what went wrong around it."""
+        errors = _ray().exceptions
+        name = placement.body.tool_name
+        if isinstance(exc, errors.RayTaskError):
+            cause = exc.cause
+            if isinstance(cause, errors.RayError):
+                return self._translate(cause, placement)
+            if isinstance(cause, Exception):
+                # Ray's text of the error carries the worker's traceback.
+                cause.add_note(f"raised on a Ray worker: {exc}")
+                return cause
+            return BackendError(f"`{name}` failed on Ray: {_summary(exc)}")
+        if isinstance(exc, _error_classes(errors, ("ObjectStoreFullError", "OutOfDiskError"))):
+            return ResultTooLargeError(f"the result of `{name}` does not fit in the Ray object store: {_summary(exc)}")
+        lost = _error_classes(
+            errors,
+            (
+                "WorkerCrashedError",
+                "RayActorError",
+                "NodeDiedError",
+                "ObjectLostError",
+                "LocalRayletDiedError",
+                "OutOfMemoryError",
+            ),
+        )
+        if isinstance(exc, lost):
+            if placement.retries:
+                note = f" (and on each of {placement.retries} retries)"
+            else:
+                note = " (not run again: the tool is not idempotent)"
+            return WorkerLostError(
+                f"the Ray worker running `{name}` died before returning a result{note}: {_summary(exc)}"
+            )
+        if isinstance(exc, _error_classes(errors, ("TaskUnschedulableError", "ActorUnschedulableError"))):
+            return BackendError(f"Ray cannot schedule `{name}` on this cluster: {_summary(exc)}")
+        return BackendError(f"Ray could not run `{name}`: {type(exc).__name__}: {_summary(exc)}")
+
+
+def _parse_address(address: str) -> tuple[str, int] | None:
+    """The host and port an address names (None for ``"auto"``); a malformed one is an ``OptionError``."""
+    if address in ("auto", LOCAL):
+        return None
+    text = address if "://" in address else f"//{address}"
+    try:
+        parts = urlsplit(text)
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise OptionError(f"RayBackend(address={address!r}): {exc}") from None
+    if parts.scheme not in ("", "ray") or not host or port is None:
+        raise OptionError(f"RayBackend(address={address!r}) must be 'host:port', 'ray://host:port', 'auto' or None")
+    return host, port
+
+
+def _probe(address: str, target: tuple[str, int], timeout: float) -> None:
+    """Fails fast when nothing listens at the address (Ray itself would retry for minutes)."""
+    try:
+        with socket.create_connection(target, timeout=timeout):
+            pass
+    except OSError as exc:
+        raise BackendUnavailableError(
+            f"cannot reach the Ray cluster at {address!r}: {exc.strerror or _summary(exc)}"
+        ) from None
+
+
+def _check_same_cluster(ray: Any, address: str) -> None:
+    """This process is connected already: only to the same cluster (one process talks to one cluster)."""
+    if address == "auto":
+        return
+    try:
+        through_client = bool(ray.util.client.ray.is_connected())
+    except Exception:
+        through_client = False
+    if through_client:
+        if address.startswith("ray://"):
+            return
+        current = "through the Ray client"
+    else:
+        try:
+            head = str(ray.get_runtime_context().gcs_address)
+        except Exception:
+            head = ""
+        if head and address == head:
+            return
+        current = f"at {head!r}" if head else "elsewhere"
+    raise BackendUnavailableError(
+        f"this process is already connected to a Ray cluster {current}, not to {address!r}: "
+        "a process talks to one Ray cluster"
+    )

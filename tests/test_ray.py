@@ -1,0 +1,543 @@
+"""Tool bodies on a real Ray cluster started here: same answers, same schedule, same failure semantics."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import runpy
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+import ray
+import ray.cloudpickle
+
+import toolsched as ts
+from toolsched import backends
+from toolsched.cli import main
+
+pytestmark = pytest.mark.anyio
+
+# Ray workers cannot import this test module: its tools travel to them by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[None]:
+    """A two-CPU Ray cluster on this machine (loopback only: see conftest.py), shut down after the module."""
+    ray.init(
+        address="local",
+        num_cpus=2,
+        object_store_memory=128 * 1024 * 1024,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+        namespace="toolsched-tests",
+    )
+    yield
+    ray.shutdown()
+
+
+async def append_line(path: str, line: str) -> None:
+    async with await anyio.open_file(path, "a") as journal:
+        await journal.write(line + "\n")
+
+
+@ts.tool(
+    concurrency_safe=lambda args: bool(args.get("safe", True)),
+    resources=lambda args: ts.Access(writes=[args["key"]]) if args.get("key") else ts.Access(),
+)
+async def step(name: str, log: str, safe: bool = True, partner: str = "", key: str = "") -> str:
+    """Logs its start, waits until its partner has started too (proof that they overlap), logs its end."""
+    await append_line(log, f"start {name}")
+    if partner:
+        # The partner runs in another process: watch the shared log for it, for at most 20 seconds.
+        for _ in range(2000):
+            if f"start {partner}\n" in await anyio.Path(log).read_text():
+                break
+            await anyio.sleep(0.01)
+        else:
+            raise TimeoutError(f"{partner} never started while {name} was running")
+    await append_line(log, f"end {name}")
+    return f"{name}@{os.getpid()}"
+
+
+@ts.tool(concurrency_safe=True)
+def crash(marker: str) -> str:
+    """Its worker process dies mid-call."""
+    with open(marker, "a") as runs:
+        runs.write(f"{os.getpid()}\n")
+    os._exit(1)
+
+
+@ts.tool(concurrency_safe=True, idempotent=True, max_retries=1)
+def flaky(attempts: str) -> str:
+    """Its first attempt is killed with SIGKILL; the second one answers."""
+    with open(attempts, "a") as runs:
+        runs.write(f"{os.getpid()}\n")
+    if len(Path(attempts).read_text().splitlines()) == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "second attempt"
+
+
+@ts.tool(concurrency_safe=True)
+def echo(text: str) -> str:
+    return text
+
+
+@ts.tool(concurrency_safe=True, timeout=3.0)
+def stall(pid_file: str) -> str:
+    """Records its worker's PID, then runs far past its timeout."""
+    Path(pid_file).write_text(str(os.getpid()))
+    time.sleep(60)
+    return "finished"
+
+
+@ts.tool(num_cpus=2, memory=64 * 1024 * 1024, max_retries=0)
+def placed() -> dict[str, float]:
+    """Reports what Ray gave the task it runs in."""
+    return {key: float(value) for key, value in ray.get_runtime_context().get_assigned_resources().items()}
+
+
+@ts.tool
+def refuse(reason: str) -> None:
+    raise PermissionError(reason)
+
+
+@ts.tool(max_result_chars=1000)
+def produce(size: int) -> str:
+    return "x" * size
+
+
+@ts.tool
+def whoami(ctx: ts.ToolContext) -> str:
+    ctx.report_progress(0.5, "looking")
+    return f"{ctx.context['user']} in {ctx.call_id}"
+
+
+class Tally(ts.Tool):
+    """Counts the calls its own copy has answered: state that lives on its worker."""
+
+    name = "tally"
+    description = "Counts its calls."
+    input_schema = {"type": "object", "properties": {}, "additionalProperties": False}
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def call(self, args: dict[str, Any], ctx: ts.ToolContext) -> str:
+        self.count += 1
+        ctx.report_progress(1.0, f"call {self.count}")
+        return f"{self.count}@{os.getpid()}"
+
+
+class AsyncTally(Tally):
+    name = "async_tally"
+
+    async def call(self, args: dict[str, Any], ctx: ts.ToolContext) -> str:  # type: ignore[override]
+        await anyio.lowlevel.checkpoint()
+        self.count += 1
+        return f"{self.count}@{os.getpid()}"
+
+
+class Patient(ts.Tool):
+    """Waits (watching ``ctx.cancelled``) or reports how its earlier calls on this worker ended."""
+
+    name = "patient"
+    description = "Waits, or reports."
+    input_schema = {"type": "object", "properties": {"wait": {"type": "boolean"}}, "required": ["wait"]}
+    timeout = 1.0
+
+    def __init__(self) -> None:
+        self.history: list[str] = []
+
+    def call(self, args: dict[str, Any], ctx: ts.ToolContext) -> str:
+        if not args["wait"]:
+            return "; ".join(self.history) or "nothing yet"
+        for _ in range(400):
+            if ctx.cancelled:
+                self.history.append("stopped when cancelled")
+                return "stopped"
+            time.sleep(0.05)
+        self.history.append("ran to the end")
+        return "finished"
+
+
+def ray_executor(tools: list[Any], **options: Any) -> ts.Executor:
+    return ts.Executor(tools, backends={"ray": ts.RayBackend()}, default_backend="ray", **options)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A turn of ``step`` calls a, b, c, d, e and what its strategy promises about them."""
+
+    strategy: ts.Strategy
+    # Each call's partner: the two must be running at the same moment.
+    partners: dict[str, str]
+    # Pairs (earlier, later) that must not overlap: the later starts after the earlier ended.
+    apart: list[tuple[str, str]]
+    unsafe: frozenset[str] = frozenset()
+    keys: dict[str, str] = field(default_factory=dict)
+
+    def calls(self, log: Path) -> list[ts.ToolCall]:
+        return [
+            ts.ToolCall(
+                f"c-{name}",
+                "step",
+                {
+                    "name": name,
+                    "log": str(log),
+                    "safe": name not in self.unsafe,
+                    "partner": partner,
+                    "key": self.keys.get(name, ""),
+                },
+            )
+            for name, partner in self.partners.items()
+        ]
+
+
+NAMES = ["a", "b", "c", "d", "e"]
+SCHEDULES = {
+    "partitioned": Schedule(
+        ts.Partitioned(),
+        {"a": "b", "b": "a", "c": "", "d": "e", "e": "d"},
+        [("a", "c"), ("b", "c"), ("c", "d"), ("c", "e")],
+        unsafe=frozenset("c"),
+    ),
+    "parallel": Schedule(ts.Parallel(max_concurrency=2), {"a": "b", "b": "a", "c": "d", "d": "c", "e": ""}, []),
+    "sequential": Schedule(ts.Sequential(), dict.fromkeys(NAMES, ""), list(itertools.pairwise(NAMES))),
+    # c writes the directory a, b and d write into: it waits for a and b, and d waits for it; e conflicts with none.
+    "resource_aware": Schedule(
+        ts.ResourceAware(max_concurrency=2),
+        {"a": "b", "b": "a", "c": "", "d": "e", "e": "d"},
+        [("a", "c"), ("b", "c"), ("c", "d")],
+        keys={"a": "src/a", "b": "src/b", "c": "src", "d": "src/d", "e": "docs/e"},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+async def test_ray_runs_keep_the_order_batches_and_overlap_of_local_runs(
+    cluster: None, name: str, tmp_path: Path
+) -> None:
+    schedule = SCHEDULES[name]
+    runs: dict[str, tuple[ts.Outcome, list[ts.BatchStarted], list[str]]] = {}
+    with anyio.fail_after(60):
+        for where in ("local", "ray"):
+            log = tmp_path / f"{where}.log"
+            log.touch()
+            batches: list[ts.BatchStarted] = []
+
+            def note(event: ts.Event, batches: list[ts.BatchStarted] = batches) -> None:
+                if isinstance(event, ts.BatchStarted):
+                    batches.append(event)
+
+            options: dict[str, Any] = {"strategy": schedule.strategy, "on_event": note}
+            executor = ray_executor([step], **options) if where == "ray" else ts.Executor([step], **options)
+            outcome = await executor.run(schedule.calls(log))
+            runs[where] = (outcome, batches, (await anyio.Path(log).read_text()).splitlines())
+
+    local, remote = runs["local"], runs["ray"]
+    assert [r.error for r in remote[0].results] == [None] * len(NAMES)
+
+    def shape(outcome: ts.Outcome) -> list[tuple[str, str, int | None, bool]]:
+        return [(r.call_id, r.output.split("@")[0], r.batch, r.was_concurrent) for r in outcome.results]
+
+    assert shape(remote[0]) == shape(local[0])
+    assert [r.call_id for r in remote[0].results] == [f"c-{n}" for n in NAMES]
+    assert remote[1] == local[1]
+    assert {r.output.split("@")[1] for r in local[0].results} == {str(os.getpid())}
+    assert str(os.getpid()) not in {r.output.split("@")[1] for r in remote[0].results}
+    for log_lines in (local[2], remote[2]):
+        assert sorted(log_lines) == sorted(f"{edge} {n}" for n in NAMES for edge in ("start", "end"))
+        for earlier, later in schedule.apart:
+            assert log_lines.index(f"end {earlier}") < log_lines.index(f"start {later}"), (earlier, later, log_lines)
+
+
+async def test_a_dead_worker_fails_only_its_call_and_an_idempotent_tool_is_retried(
+    cluster: None, tmp_path: Path
+) -> None:
+    crashes, attempts = tmp_path / "crash.runs", tmp_path / "flaky.runs"
+    calls = [
+        ts.ToolCall("1", "crash", {"marker": str(crashes)}),
+        ts.ToolCall("2", "flaky", {"attempts": str(attempts)}),
+        ts.ToolCall("3", "echo", {"text": "still here"}),
+    ]
+    with anyio.fail_after(60):
+        outcome = await ray_executor([crash, flaky, echo]).run(calls)
+    died, retried, sibling = outcome.results
+    assert died.error_kind == "execution_error"
+    assert died.error is not None
+    assert died.error.startswith("WorkerLostError: the Ray worker running `crash` died before returning a result")
+    assert "not run again" in died.error
+    assert len(crashes.read_text().splitlines()) == 1
+    assert (retried.output, retried.error) == ("second attempt", None)
+    assert len(attempts.read_text().splitlines()) == 2
+    assert (sibling.output, sibling.error) == ("still here", None)
+    assert all(result.batch == 0 and result.was_concurrent for result in outcome.results)
+
+
+async def test_a_timeout_answers_the_call_and_kills_its_ray_task(cluster: None, tmp_path: Path) -> None:
+    pid_file = tmp_path / "stall.pid"
+    calls = [ts.ToolCall("1", "stall", {"pid_file": str(pid_file)}), ts.ToolCall("2", "echo", {"text": "done"})]
+    with anyio.fail_after(60):
+        outcome = await ray_executor([stall, echo]).run(calls)
+        assert [r.error_kind for r in outcome.results] == ["timeout", None]
+        assert outcome.results[0].error == "`stall` did not finish within 3.0 seconds"
+        assert outcome.results[1].output == "done"
+        pid = int(pid_file.read_text())
+        assert pid != os.getpid()
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            await anyio.sleep(0.05)
+
+
+async def test_tool_metadata_becomes_the_ray_task_resource_request(cluster: None) -> None:
+    with anyio.fail_after(30):
+        outcome = await ray_executor([placed]).run([ts.ToolCall("1", "placed", {})])
+    assert outcome.results[0].error is None
+    assert outcome.results[0].output == {"CPU": 2.0, "memory": 64.0 * 1024 * 1024}
+
+
+async def test_a_tool_raising_on_ray_fails_like_it_does_locally(cluster: None) -> None:
+    seen: list[BaseException] = []
+
+    def formatter(exc: BaseException, call: ts.ToolCall) -> str:
+        seen.append(exc)
+        return ts.executor.format_error(exc, call)
+
+    call = ts.ToolCall("1", "refuse", {"reason": "no access to /etc"})
+    with anyio.fail_after(30):
+        remote = await ray_executor([refuse], error_formatter=formatter).run([call])
+        local = await ts.Executor([refuse]).run([call])
+        with pytest.raises(ts.ToolCallFailed) as raised:
+            await ray_executor([refuse], on_error="raise").run([call])
+    assert remote.results[0].error == local.results[0].error == "PermissionError: no access to /etc"
+    assert remote.results[0].error_kind == "execution_error"
+    assert type(seen[0]) is PermissionError
+    assert any("raised on a Ray worker" in note for note in getattr(seen[0], "__notes__", []))
+    assert raised.value.result.error == "PermissionError: no access to /etc"
+
+
+async def test_actor_pools_keep_per_worker_state_relay_progress_and_stop_timed_out_calls(cluster: None) -> None:
+    tally, async_tally, patient = Tally(), AsyncTally(), Patient()
+    backend = ts.RayBackend(actor_pool={"tally": 1, "async_tally": 1, "patient": 1})
+    progress: list[ts.ToolProgress] = []
+    executor = ts.Executor(
+        [tally, async_tally, patient],
+        backends={"ray": backend},
+        default_backend="ray",
+        strategy=ts.Sequential(),
+        on_progress=progress.append,
+    )
+    names = ["tally", "tally", "async_tally", "tally", "async_tally"]
+    try:
+        with anyio.fail_after(60):
+            tallies = (await executor.run([ts.ToolCall(str(i), name, {}) for i, name in enumerate(names)])).results
+            # Straight to the backend, with no timeout: waits until the patient's actor is up.
+            ready = await backend.invoke(patient, {"wait": False}, None)
+            # A call that outlives its timeout, then one that asks its worker how that call ended.
+            waits = (
+                await executor.run(
+                    [ts.ToolCall(f"p{i}", "patient", {"wait": wait}) for i, wait in enumerate((True, False))]
+                )
+            ).results
+    finally:
+        backend.close()
+    assert [r.error for r in tallies] == [None] * len(names)
+    counts = [r.output.split("@")[0] for r in tallies]
+    workers = [r.output.split("@")[1] for r in tallies]
+    assert counts == ["1", "2", "1", "3", "2"]
+    assert workers[0] == workers[1] == workers[3] != workers[2] == workers[4]
+    assert str(os.getpid()) not in workers
+    assert (tally.count, async_tally.count, patient.history) == (0, 0, [])
+    assert [(p.call_id, p.message) for p in progress] == [("0", "call 1"), ("1", "call 2"), ("3", "call 3")]
+    assert ready == "nothing yet"
+    assert [(r.output, r.error_kind) for r in waits] == [(None, "timeout"), ("stopped when cancelled", None)]
+
+
+async def test_results_and_context_cross_by_reference_or_are_refused_with_a_message(cluster: None) -> None:
+    backend = ts.RayBackend(max_result_bytes=1_000_000)
+    executor = ts.Executor([produce, whoami], backends={"ray": backend}, default_backend="ray")
+    progress: list[ts.ToolProgress] = []
+    with anyio.fail_after(60):
+        sized = await executor.run(
+            [ts.ToolCall("big", "produce", {"size": 300_000}), ts.ToolCall("huge", "produce", {"size": 2_000_000})]
+        )
+        named = await ts.Executor(
+            [whoami], backends={"ray": backend}, default_backend="ray", on_progress=progress.append
+        ).run([ts.ToolCall("w1", "whoami", {})], context={"user": "ada"})
+        unsendable = await executor.run([ts.ToolCall("w2", "whoami", {})], context={"lock": threading.Lock()})
+    big, huge = sized.results
+    assert big.error is None and big.truncated
+    assert len(big.output) <= 1000 and big.output.startswith("x" * 900)
+    assert huge.error_kind == "execution_error"
+    assert huge.error == (
+        "ResultTooLargeError: the result of `produce` is 2,000,000 bytes, over the Ray backend's limit of "
+        "1,000,000 (RayBackend(max_result_bytes=...)); return less, or store it and return where it is"
+    )
+    assert named.results[0].output == "ada in w1"
+    assert [(p.call_id, p.fraction, p.message) for p in progress] == [("w1", 0.5, "looking")]
+    assert unsendable.results[0].error_kind == "execution_error"
+    assert unsendable.results[0].error is not None
+    assert unsendable.results[0].error.startswith("BackendError: the call of `whoami` cannot be sent to Ray")
+
+
+def test_backend_wiring_is_checked_when_the_executor_is_built() -> None:
+    @ts.tool(backend="gpu")
+    def render(scene: str) -> str:
+        return scene
+
+    with pytest.raises(ts.OptionError, match=r"tool `render` runs on backend 'gpu', which this executor does not"):
+        ts.Executor([render], backends={"ray": ts.RayBackend()})
+    with pytest.raises(ts.OptionError, match="default_backend='ray' names no backend"):
+        ts.Executor([echo], default_backend="ray")
+    with pytest.raises(ts.OptionError, match="the name 'local' is the built-in local backend"):
+        ts.Executor([echo], backends={"local": ts.RayBackend()})
+    with pytest.raises(ts.OptionError, match=r"backends\['ray'\] must be a backend"):
+        ts.Executor([echo], backends={"ray": object()})  # type: ignore[dict-item]
+    with pytest.raises(ts.OptionError, match=r"actor_pool=...\) names `tally`, which is not a tool"):
+        ts.Executor([echo], backends={"ray": ts.RayBackend(actor_pool={"tally": 2})}, default_backend="ray")
+    with pytest.raises(ts.ToolDefinitionError, match="max_retries=2 would run a call again"):
+        ts.Executor([ts.tool(max_retries=2)(echo.fn)])
+    with pytest.raises(ts.OptionError, match="must be 'host:port', 'ray://host:port', 'auto' or None"):
+        ts.RayBackend(address="http://example")
+
+
+async def test_tools_that_name_no_backend_or_local_stay_in_this_process(tmp_path: Path) -> None:
+    step_here = ts.tool(backend="local", name="step_here", concurrency_safe=True)(step.fn)
+    log = tmp_path / "here.log"
+    executor = ts.Executor([step, step_here], backends={"ray": ts.RayBackend()})
+    outcome = await executor.run(
+        [
+            ts.ToolCall("1", "step", {"name": "a", "log": str(log), "safe": True}),
+            ts.ToolCall("2", "step_here", {"name": "b", "log": str(log)}),
+        ]
+    )
+    assert [r.output for r in outcome.results] == [f"a@{os.getpid()}", f"b@{os.getpid()}"]
+
+
+def test_a_body_that_cannot_be_serialised_is_refused_naming_the_tool() -> None:
+    guard = threading.Lock()
+
+    @ts.tool(backend="ray")
+    def guarded(text: str) -> str:
+        with guard:
+            return text
+
+    with pytest.raises(ts.ToolDefinitionError, match="tool `guarded` cannot run on Ray: its body cannot be serialised"):
+        ts.Executor([guarded], backends={"ray": ts.RayBackend()})
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_an_unreachable_cluster_is_a_clear_error_not_a_hang() -> None:
+    port = closed_port()
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        backend = ts.RayBackend(address=address, connect_timeout=5)
+        with pytest.raises(ts.BackendUnavailableError, match=f"cannot reach the Ray cluster at '{address}'"):
+            backend.connect()
+        with anyio.fail_after(10):
+            outcome = await ts.Executor([echo], backends={"ray": backend}, default_backend="ray").run(
+                [ts.ToolCall("1", "echo", {"text": "hi"}), ts.ToolCall("2", "echo", {"text": "there"})]
+            )
+        for result in outcome.results:
+            assert result.error_kind == "execution_error"
+            assert result.error is not None
+            assert result.error.startswith(f"BackendUnavailableError: cannot reach the Ray cluster at '{address}'")
+
+
+def test_an_address_that_never_answers_times_out_instead_of_hanging() -> None:
+    # A listener that accepts connections and never speaks: Ray would wait for it for minutes.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        script = (
+            "import os, toolsched as ts\n"
+            "try:\n"
+            f"    ts.RayBackend(address={address!r}, connect_timeout=1).connect()\n"
+            "except ts.BackendUnavailableError as exc:\n"
+            "    print(exc, flush=True)\n"
+            "    os._exit(0)\n"
+            "os._exit(1)\n"
+        )
+        completed = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+        )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == (
+        f"no Ray cluster answered at '{address}' within 1 seconds (RayBackend(connect_timeout=...))"
+    )
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_scale_out_example_runs_on_the_cluster(cluster: None, capsys: pytest.CaptureFixture[str]) -> None:
+    example = runpy.run_path(str(EXAMPLES / "ray_scale_out.py"))
+    with anyio.fail_after(60):
+        await example["main"](ts.RayBackend(actor_pool={"glossary": 1}))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("c1 checksum ok ") and lines[0].endswith(" (on a Ray worker)")
+    assert lines[1] == "c2 word_count ok 4 words (here)"
+    assert lines[2] == "c3 glossary ok a framework for distributed Python (lookup 1 on this worker, on a Ray worker)"
+    assert lines[3] == "c4 glossary ok a stateful Ray worker (lookup 2 on this worker, on a Ray worker)"
+    assert lines[4] == "c5 checksum invalid_input invalid arguments for `checksum`:"
+
+
+def test_bench_runs_its_tool_bodies_on_ray_with_the_same_results(
+    cluster: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["bench", "--turns", "2", "--calls", "8", "--latency", "1", "--conflict-rate", "0.4"]
+    argv += ["--strategies", "partitioned,resource_aware", "--max-concurrency", "4"]
+    assert main([*argv, "--backend", "ray", "--ray-cpus", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["backend"] == "RayBackend(address=None)"
+    assert [row["name"] for row in report["strategies"]] == ["sequential", "partitioned", "resource_aware"]
+    assert all(row["same_results_as_sequential"] for row in report["strategies"])
+    assert main([*argv, "--backend", "ray"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "backend: RayBackend(address=None), 1 CPU per call"
+
+
+def test_bench_refuses_an_unreachable_cluster_and_ray_options_without_ray(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    address = f"127.0.0.1:{closed_port()}"
+    with pytest.raises(SystemExit) as refused:
+        main(["bench", "--turns", "1", "--backend", "ray", "--ray-address", address])
+    assert refused.value.code == 2
+    assert f"cannot reach the Ray cluster at '{address}'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", "--turns", "1", "--ray-address", address])
+    assert "--ray-address and --ray-cpus go with --backend ray" in capsys.readouterr().err
+
+
+def test_without_ray_installed_the_backend_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)
+    monkeypatch.setattr(backends, "_ray_module", None)
+    with pytest.raises(
+        ts.BackendUnavailableError, match=r"RayBackend needs the `ray` package: pip install 'toolsched\[ray\]'"
+    ):
+        ts.RayBackend()
