@@ -12,9 +12,11 @@ $(BIN)/maturin:
 	$(BIN)/pip install --quiet "maturin>=1.9,<2"
 
 # Builds the extension in release mode (cargo is incremental, so a no-op
-# rebuild takes seconds) and installs the package with its dev dependencies.
+# rebuild takes seconds) and installs the package with its dev dependencies
+# (`make bench` adds the other executors that benches/compare.py measures).
+EXTRAS ?= dev
 build: $(BIN)/maturin
-	$(BIN)/maturin develop --release --extras dev --quiet
+	$(BIN)/maturin develop --release --extras $(EXTRAS) --quiet
 
 demo: build
 	$(BIN)/toolsched demo
@@ -30,6 +32,7 @@ test-python: build
 
 test: test-rust test-python
 
+bench: EXTRAS = dev,compare
 bench: build
 	cargo bench --bench plan
 	cargo bench --bench conflicts

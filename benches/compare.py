@@ -548,6 +548,9 @@ def plan_cell(lane: Lane, count: int, settings: Settings) -> Plan | None:
     except Exception as exc:
         lane.errors[count] = f"{type(exc).__name__}: {exc}"
         return None
+    if first > settings.budget:
+        # One turn outlasts the whole budget (other executors at large N): two rounds after the checked turn.
+        return Plan(lane, turn, count, 1, min(settings.min_rounds, 2), first)
     reps = max(1, math.ceil(settings.round_seconds / max(turn_seconds, 1e-9)))
     rounds = int(settings.budget / max(turn_seconds * reps, 1e-9))
     rounds = min(settings.max_rounds, max(settings.min_rounds, rounds))
@@ -837,17 +840,16 @@ def metadata(argv: Sequence[str]) -> dict[str, Any]:
 
 
 def fmt_us(value: float) -> str:
-    if value >= 1000:
+    """Three significant digits at least, with thousands separated."""
+    if value >= 99.95:
         return f"{value:,.0f}"
-    if value >= 100:
-        return f"{value:.0f}"
-    if value >= 10:
+    if value >= 9.995:
         return f"{value:.1f}"
     return f"{value:.2f}"
 
 
 def fmt_ratio(value: float) -> str:
-    digits = 0 if value >= 100 else 1 if value >= 10 else 2
+    digits = 0 if value >= 99.5 else 1 if value >= 9.995 else 2
     return f"{value:.{digits}f}\N{MULTIPLICATION SIGN}"
 
 
