@@ -583,6 +583,7 @@ def measure_size(lanes: Sequence[Lane], count: int, settings: Settings) -> None:
                 "rounds": len(plan.samples),
                 "turns_per_round": plan.reps,
                 "verified_tool_runs": count,
+                "verified_hook_runs": plan.lane.contender.hooks_per_call * count,
                 "first_turn_ms": plan.verify_seconds * 1e3,
             }
 
