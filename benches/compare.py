@@ -451,6 +451,7 @@ class Settings:
     planning_calls: int
     scale_calls: int  # 0: no scale section
     memory_calls: int
+    clock: str = "cpu"  # what min and median are of: "cpu" (process time) or "wall"
 
 
 FULL = Settings(
@@ -497,7 +498,8 @@ class Plan:
     reps: int
     rounds: int
     verify_seconds: float
-    samples: list[float] = field(default_factory=list)
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
 
 
 async def verified_turn(contender: Contender, texts: list[str], max_concurrency: int | None) -> tuple[Turn, float]:
@@ -531,12 +533,22 @@ async def warm_up(turn: Turn, seconds: float, first: float) -> float:
             return fastest
 
 
-async def timed_round(turn: Turn, reps: int) -> float:
+async def timed_round(turn: Turn, reps: int) -> tuple[float, float]:
+    """Wall-clock and CPU seconds of ``reps`` turns."""
     run = turn.run
-    started = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(reps):
         await run()
-    return time.perf_counter() - started
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def summary(wall: list[float], cpu: list[float], clock: str) -> dict[str, Any]:
+    """min and median in µs by the chosen clock, with both clocks' figures alongside."""
+    figures = {
+        name: {"min_us": min(samples) * 1e6, "median_us": statistics.median(samples) * 1e6}
+        for name, samples in (("wall", wall), ("cpu", cpu))
+    }
+    return {**figures[clock], "clock": clock, **figures, "rounds": len(wall)}
 
 
 def plan_cell(lane: Lane, count: int, settings: Settings) -> Plan | None:
@@ -567,20 +579,19 @@ def measure_size(lanes: Sequence[Lane], count: int, settings: Settings) -> None:
             for plan in plans:
                 if round_number < plan.rounds and plan.count not in plan.lane.errors:
                     try:
-                        seconds = plan.lane.runner.run(timed_round(plan.turn, plan.reps))
+                        wall, cpu = plan.lane.runner.run(timed_round(plan.turn, plan.reps))
                     except Exception as exc:
                         plan.lane.errors[count] = f"{type(exc).__name__}: {exc}"
                         continue
-                    plan.samples.append(seconds / (plan.reps * count))
+                    plan.wall.append(wall / (plan.reps * count))
+                    plan.cpu.append(cpu / (plan.reps * count))
     finally:
         gc.unfreeze()
     for plan in plans:
-        if plan.samples:
+        if plan.wall:
             plan.lane.cells[count] = {
                 "count": count,
-                "min_us": min(plan.samples) * 1e6,
-                "median_us": statistics.median(plan.samples) * 1e6,
-                "rounds": len(plan.samples),
+                **summary(plan.wall, plan.cpu, settings.clock),
                 "turns_per_round": plan.reps,
                 "verified_tool_runs": count,
                 "verified_hook_runs": plan.lane.contender.hooks_per_call * count,
@@ -641,20 +652,22 @@ async def memory_in_flight(contender: Contender, count: int, patience: float) ->
 # -- validation and planning (no event loop) ------------------------------------------------------
 
 
-def time_sync(work: Callable[[], Any], per: int, settings: Settings) -> dict[str, float]:
+def time_sync(work: Callable[[], Any], per: int, settings: Settings) -> dict[str, Any]:
     """min and median seconds of ``work()`` divided by ``per``, over rounds of repeated calls."""
     started = time.perf_counter()
     work()
     once = time.perf_counter() - started
     reps = max(1, math.ceil(settings.round_seconds / max(once, 1e-9)))
     rounds = min(settings.max_rounds, max(settings.min_rounds, int(settings.budget / max(once * reps, 1e-9))))
-    samples = []
+    wall: list[float] = []
+    cpu: list[float] = []
     for _ in range(rounds):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         for _ in range(reps):
             work()
-        samples.append((time.perf_counter() - started) / (reps * per))
-    return {"min_us": min(samples) * 1e6, "median_us": statistics.median(samples) * 1e6, "rounds": rounds}
+        wall.append((time.perf_counter() - started) / (reps * per))
+        cpu.append((time.process_time() - cpu_started) / (reps * per))
+    return summary(wall, cpu, settings.clock)
 
 
 def validation_section(settings: Settings) -> dict[str, Any]:
@@ -756,19 +769,21 @@ def planning_section(settings: Settings) -> dict[str, Any]:
     rounds = max(settings.min_rounds, 5)
     prepare_ms: list[float] = []
     plan_ms: list[float] = []
+    now = time.process_time if settings.clock == "cpu" else time.perf_counter
     for _ in range(rounds):
         gc.collect()
-        started = time.perf_counter()
+        started = now()
         table.prepare(calls, [], **limits)
-        middle = time.perf_counter()
+        middle = now()
         _core.plan_batches("partitioned", safe, max_concurrency=10)
-        ended = time.perf_counter()
+        ended = now()
         prepare_ms.append((middle - started) * 1e3)
         plan_ms.append((ended - middle) * 1e3)
     total = [a + b for a, b in zip(prepare_ms, plan_ms, strict=True)]
     return {
         "calls": count,
         "rounds": rounds,
+        "clock": settings.clock,
         "prepare_ms": {"min": min(prepare_ms), "median": statistics.median(prepare_ms)},
         "plan_batches_ms": {"min": min(plan_ms), "median": statistics.median(plan_ms)},
         "total_ms": {"min": min(total), "median": statistics.median(total)},
@@ -865,7 +880,13 @@ def render(report: dict[str, Any]) -> str:
     turns = report["turns"]
     sizes = turns["sizes"]
     header = ["per call, µs", *[f"N = {n:,}" for n in sizes]]
-    for stat, title in (("median", "median"), ("min", "min")):
+    clock = report["settings"]["clock"]
+    clock_name = {"cpu": "CPU time", "wall": "wall-clock time"}
+    floor = next((row for row in turns["rows"] if row["key"] == turns["floor"]), None)
+    tables = [(clock, "median"), (clock, "min")]
+    if clock == "cpu":
+        tables.append(("wall", "median"))
+    for table_clock, stat in tables:
         rows = []
         for row in turns["rows"]:
             if not row["available"]:
@@ -876,12 +897,16 @@ def render(report: dict[str, Any]) -> str:
                 cell = row["cells"].get(str(n))
                 if cell is None:
                     cells.append(row["errors"].get(str(n), "—"))
-                else:
-                    ratio = cell.get(f"ratio_{stat}")
-                    suffix = f" ({fmt_ratio(ratio)})" if ratio is not None else ""
-                    cells.append(fmt_us(cell[f"{stat}_us"]) + suffix)
+                    continue
+                value = cell[table_clock][f"{stat}_us"]
+                base = floor["cells"].get(str(n)) if floor is not None else None
+                suffix = f" ({fmt_ratio(value / base[table_clock][f'{stat}_us'])})" if base else ""
+                cells.append(fmt_us(value) + suffix)
             rows.append([row["label"], *cells])
-        out.append(f"Turn of N no-op async calls, {title} µs per call (ratio to the TaskGroup floor's {title}):\n")
+        out.append(
+            f"Turn of N no-op async calls: {stat} {clock_name[table_clock]} per call, µs "
+            f"(ratio to the TaskGroup floor's {stat}):\n"
+        )
         out.append(markdown_table(header, rows))
         out.append("")
     if report["targets"]["rows"]:
@@ -894,7 +919,7 @@ def render(report: dict[str, Any]) -> str:
         out.append("")
     single = report["single_call"]
     if single["rows"]:
-        out.append("Single-call turn, µs per turn:\n")
+        out.append(f"Single-call turn, µs per turn ({clock_name[clock]}):\n")
         rows = [
             [
                 row["label"],
@@ -909,7 +934,7 @@ def render(report: dict[str, Any]) -> str:
         out.append("")
     validation = report["validation"]
     if validation:
-        out.append(f"Validation of {validation['calls']:,} argument texts, µs per call:\n")
+        out.append(f"Validation of {validation['calls']:,} argument texts, µs per call ({clock_name[clock]}):\n")
         rows = []
         for row in validation["rows"]:
             if "median_us" not in row:
@@ -927,7 +952,7 @@ def render(report: dict[str, Any]) -> str:
         out.append("")
     planning = report["planning"]
     if planning:
-        out.append(f"Planning {planning['calls']:,} calls (prepare + plan_batches), ms:\n")
+        out.append(f"Planning {planning['calls']:,} calls (prepare + plan_batches), ms ({clock_name[clock]}):\n")
         rows = [
             [label, f"{planning[key]['median']:.1f}", f"{planning[key]['min']:.1f}"]
             for key, label in (
@@ -943,7 +968,7 @@ def render(report: dict[str, Any]) -> str:
         out.append("")
     scale = report["scale"]
     if scale["rows"]:
-        out.append(f"Scale: a turn of {scale['count']:,} calls, µs per call:\n")
+        out.append(f"Scale: a turn of {scale['count']:,} calls, µs per call ({clock_name[clock]}):\n")
         rows = [
             [
                 row["label"],
@@ -1105,6 +1130,11 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--planning-calls", type=int, help="calls in the planning section (default 100,000)")
     parser.add_argument("--scale-calls", type=int, help="calls in the scale section (0: skip)")
     parser.add_argument("--memory-calls", type=int, help="calls in flight in the memory section (0: skip)")
+    parser.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        help="report process CPU time (default: robust to other load on the machine) or wall-clock time",
+    )
     parser.add_argument("--list", action="store_true", help="list the contenders and exit")
     return parser.parse_args(argv)
 
@@ -1114,7 +1144,7 @@ def settings_from(arguments: argparse.Namespace) -> Settings:
     changes: dict[str, Any] = {}
     if arguments.sizes:
         changes["sizes"] = tuple(int(part.replace("_", "")) for part in arguments.sizes.split(","))
-    for name in ("budget", "validation_calls", "planning_calls", "scale_calls", "memory_calls"):
+    for name in ("budget", "validation_calls", "planning_calls", "scale_calls", "memory_calls", "clock"):
         value = getattr(arguments, name)
         if value is not None:
             changes[name] = value

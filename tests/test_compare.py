@@ -44,6 +44,8 @@ def test_report_covers_every_requested_row_and_size(tmp_path: Path) -> None:
         for n, cell in row["cells"].items():
             assert cell["count"] == cell["verified_tool_runs"] == int(n)
             assert 0 < cell["min_us"] <= cell["median_us"]
+            assert cell["clock"] == "cpu" and cell["cpu"]["median_us"] == cell["median_us"]
+            assert 0 < cell["wall"]["min_us"] <= cell["wall"]["median_us"]
             assert cell["rounds"] >= 2
             assert cell["ratio_min"] == cell["min_us"] / turns["rows"][0]["cells"][n]["min_us"]
     floor = turns["rows"][0]
