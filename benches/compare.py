@@ -23,12 +23,13 @@ subtracted:
 Each harness is checked before it is timed: the tool body really ran N times, N results came
 back without error, and hooks ran once per call and stage. Each framework has its own event
 loop for the whole run; at each N the contenders take turns round by round, so load from
-elsewhere on the machine falls on all of them alike. The garbage collector stays on;
-objects that exist before timing starts are frozen (``gc.freeze``), so a collection costs
-what the turns themselves allocate.
+elsewhere on the machine falls on all of them alike. Rounds are timed in process CPU time
+(reported by default: other processes do not inflate it) and in wall-clock time. The
+garbage collector stays on; objects that exist before timing starts are frozen
+(``gc.freeze``), so a collection costs what the turns themselves allocate.
 
-Competitors are optional (``pip install -e .[compare]``); a contender that is not installed
-is reported as such, never a crash.
+The other executors come from the ``compare`` extra (``make bench`` installs it); one that
+is not installed is reported as such, never a crash. See benches/README.md.
 """
 
 from __future__ import annotations
@@ -639,8 +640,11 @@ async def memory_in_flight(contender: Contender, count: int, patience: float) ->
         tracemalloc.stop()
         PROBE.gate = None
         PROBE.all_in = None
-    if in_flight == 0 or turn.answered(value) != count:
-        raise HarnessError(f"{contender.key}: {in_flight} calls in flight, {turn.answered(value)} good results")
+    answered = turn.answered(value)
+    if in_flight == 0 or answered != count or PROBE.hooks != contender.hooks_per_call * count:
+        raise HarnessError(
+            f"{contender.key}: {in_flight} calls in flight, {answered} good results, {PROBE.hooks} hook runs"
+        )
     return {
         "count": count,
         "in_flight": in_flight,
