@@ -9,7 +9,9 @@ import math
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -29,6 +31,7 @@ from toolsched.approvals import (
 )
 from toolsched.backends import Backend, assign_backends
 from toolsched.context import ToolContext
+from toolsched.durable import JournalFailed, RunJournal
 from toolsched.errors import GuardrailTripped, OptionError, SemanticError, ToolCallFailed, UnknownToolError
 from toolsched.events import (
     BatchFinished,
@@ -44,6 +47,7 @@ from toolsched.events import (
 )
 from toolsched.guardrails import Guardrail, GuardrailEvent, Guardrails
 from toolsched.hooks import BatchEvent, Hook, HookEvent, Hooks, HookTimeout, Rewrite, ToolHooks, UpdateFilter
+from toolsched.journal import Journal
 from toolsched.nested import NestedHold, resuming
 from toolsched.outcome import Outcome
 from toolsched.permissions import Behavior, Decision, Permissions, ToolRules
@@ -250,7 +254,9 @@ class _Rejected(Exception):
 class _Turn:
     """Results of one run as they complete, and what the run's calls can see."""
 
-    __slots__ = ("completed", "context", "count", "emit", "interactive", "parked", "slots", "tripped", "view")
+    __slots__ = (
+        "completed", "context", "count", "durable", "emit", "interactive", "parked", "slots", "tripped", "view"
+    )
 
     def __init__(self, count: int, context: Any, interactive: bool, emit: _Emitter | None, view: _View) -> None:
         self.count = count
@@ -263,6 +269,8 @@ class _Turn:
         self.tripped: GuardrailTripped | None = None
         # Calls whose nested runs wait for approvals: (job, the nested run's record); None when none do.
         self.parked: list[tuple[_Job, ChildRecord]] | None = None
+        # The run's journal when the run is durable: every answer is journaled before it is recorded.
+        self.durable: RunJournal | None = None
 
     def carry(self, slot: int, result: ToolResult) -> None:
         """Takes over a result from an earlier part of the run (no events: it was reported then)."""
@@ -275,13 +283,16 @@ class _Turn:
         if self.emit is not None:
             self.emit(ToolFinished(result))
 
-    def answer(
+    async def answer(
         self, slot: int, call: ToolCall, tool_name: str, kind: ErrorKind, message: str, batch: int | None = None
     ) -> None:
-        """Answers a call that does not run with an error result."""
+        """Answers a call that does not run with an error result (journaled first in a durable run)."""
+        result = ToolResult(call.id, tool_name, None, message, kind, True, 0.0, False, batch, False, None)
+        if self.durable is not None:
+            await self.durable.finished(result)
         if self.emit is not None:
             self.emit(ToolStarted(call.id, tool_name, batch, ran=False))
-        self.record(slot, ToolResult(call.id, tool_name, None, message, kind, True, 0.0, False, batch, False, None))
+        self.record(slot, result)
 
     def ordered_partial(self) -> list[ToolResult]:
         """The results recorded so far, in model order."""
@@ -321,7 +332,10 @@ class Executor:
       runs and on its output (see ``toolsched.guardrails``);
     - ``backends`` / ``default_backend``: where tool bodies run besides this
       process, by name (``{"ray": RayBackend()}``), and the backend of tools
-      that name none (default ``"local"``).
+      that name none (default ``"local"``);
+    - ``journal``: a ``Journal`` (``SqliteJournal``, ``PostgresJournal``) that makes
+      runs durable: each call's transitions are written before the run goes on,
+      and ``recover(run_id)`` finishes a run after a crash.
 
     Each run uses the registry's tool set as it is when the run starts; a
     registry with ``refresh_tools`` is refreshed after each run's results are
@@ -353,7 +367,11 @@ class Executor:
         output_guardrails: Iterable[Guardrail] = (),
         backends: Mapping[str, Backend] | None = None,
         default_backend: str | None = None,
+        journal: Journal | None = None,
     ) -> None:
+        if journal is not None and not isinstance(journal, Journal):
+            raise OptionError(f"journal must be a toolsched.Journal (SqliteJournal, PostgresJournal), got {journal!r}")
+        self.journal = journal
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.strategy: Strategy = Partitioned() if strategy is None else strategy
         if not hasattr(self.strategy, "kind"):
@@ -453,17 +471,68 @@ class Executor:
         *,
         steering: Steering | None = None,
         context: Any = None,
+        run_id: str | None = None,
     ) -> Outcome:
         """Runs a turn's calls; returns one result per unique call ID, in model order.
 
         The turn uses the registry's tool set as it is when the turn starts.
         With a registry that has ``refresh_tools``, the set is refreshed once
         the results are complete, before this returns.
+
+        With a journal, the run is journaled under ``run_id`` (a new one when
+        not given; ``Outcome.run_id``): ``RunExistsError`` for an ID already in
+        the journal, and a ``JournalError`` raised when the journal fails mid-run.
         """
+        if self.journal is not None:
+            durable = RunJournal(self.journal, uuid.uuid4().hex if run_id is None else run_id)
+            return await self._journaled(
+                durable, lambda: self._start(calls, None, steering, context, None, None, durable)
+            )
         view = self._current_view()
         if view.plain:
-            return await self._run(calls, steering, context, None, view, None)
-        return await self._start(calls, None, steering, context, None, None)
+            outcome = await self._run(calls, steering, context, None, view, None)
+        else:
+            outcome = await self._start(calls, None, steering, context, None, None)
+        return outcome if run_id is None else replace(outcome, run_id=run_id)
+
+    async def recover(
+        self,
+        run_id: str,
+        *,
+        steering: Steering | None = None,
+        context: Any = None,
+        force: bool = False,
+    ) -> Outcome:
+        """Finishes a journaled run after a crash and returns its outcome, in model order.
+
+        Calls that finished are answered from the journal and never run again.
+        A call that started but did not finish runs again only if its tool is
+        ``idempotent``; otherwise it gets an ``interrupted`` error result (its
+        outcome is unknown). Calls approved or still waiting for a person keep
+        that decision; calls that never started run as they would have.
+
+        Raises ``UnknownRunError`` for a run the journal does not have and
+        ``RunClaimedError`` while another process holds the run (``force=True``
+        takes it from a holder known to be dead).
+        """
+        if self.journal is None:
+            raise OptionError("recover() needs an executor built with journal=")
+        durable = RunJournal(self.journal, run_id)
+        return await self._journaled(durable, lambda: self._recover(durable, force, steering, context))
+
+    async def _journaled(self, durable: RunJournal, body: Callable[[], Awaitable[Outcome]]) -> Outcome:
+        """Runs a durable run's ``body``, then releases the run; a journal failure is raised as itself."""
+        try:
+            outcome = await body()
+        except Exception:
+            if durable.failure is not None:
+                raise durable.failure from None
+            raise
+        finally:
+            await durable.release()
+        if durable.failure is not None:
+            raise durable.failure
+        return replace(outcome, run_id=durable.run_id)
 
     async def stream(
         self,
@@ -519,6 +588,11 @@ class Executor:
         """
         if not isinstance(state, RunState):
             raise TypeError(f"resume() takes the RunState of an interrupted run, got {type(state).__name__}")
+        if self.journal is not None and state._run_id is not None:
+            durable = RunJournal(self.journal, state._run_id)
+            return await self._journaled(
+                durable, lambda: self._start(None, state, steering, context, None, None, durable)
+            )
         return await self._start(None, state, steering, context, None, None)
 
     async def _start(
@@ -529,6 +603,7 @@ class Executor:
         context: Any,
         sink: Callable[[Event], Any] | None,
         parent: str | None,
+        durable: RunJournal | None = None,
     ) -> Outcome:
         """Runs a turn (``calls``) or resumes one (``state``) with what surrounds it.
 
@@ -540,12 +615,12 @@ class Executor:
         children = state._children() if state is not None else None
         try:
             if view.resourceful or children:
-                outcome = await self._scoped(calls, state, steering, context, sink, parent, view, children)
+                outcome = await self._scoped(calls, state, steering, context, sink, parent, view, children, durable)
             elif state is None:
                 assert calls is not None
-                outcome = await self._run(calls, steering, context, sink, view, parent)
+                outcome = await self._run(calls, steering, context, sink, view, parent, durable)
             else:
-                outcome = await self._resume(state, steering, context, sink, view, parent)
+                outcome = await self._resume(state, steering, context, sink, view, parent, durable)
         except Exception:
             # A run that raises (on_error="raise", a tripped guardrail) has its results too: refresh all the same.
             if self.registry._source is not None:
@@ -565,6 +640,7 @@ class Executor:
         parent: str | None,
         view: _View,
         children: dict[str, CallRecord] | None,
+        durable: RunJournal | None = None,
     ) -> Outcome:
         """A run with per-run resources (opened on first use, closed when it ends) or nested runs to resume."""
         resumed = resuming.set(children) if children else None
@@ -572,8 +648,8 @@ class Executor:
             if not view.resourceful:
                 if state is None:
                     assert calls is not None
-                    return await self._run(calls, steering, context, sink, view, parent)
-                return await self._resume(state, steering, context, sink, view, parent)
+                    return await self._run(calls, steering, context, sink, view, parent, durable)
+                return await self._resume(state, steering, context, sink, view, parent, durable)
             failure: Exception | None = None
             outcome: Outcome | None = None
             async with anyio.create_task_group() as group:
@@ -582,9 +658,9 @@ class Executor:
                 try:
                     if state is None:
                         assert calls is not None
-                        outcome = await self._run(calls, steering, context, sink, view, parent)
+                        outcome = await self._run(calls, steering, context, sink, view, parent, durable)
                     else:
-                        outcome = await self._resume(state, steering, context, sink, view, parent)
+                        outcome = await self._resume(state, steering, context, sink, view, parent, durable)
                 except Exception as exc:
                     # Raised after the task group, which would wrap it: the resources close first.
                     failure = resources.error = exc
@@ -629,20 +705,25 @@ class Executor:
         sink: Callable[[Event], Any] | None,
         view: _View,
         parent: str | None,
+        durable: RunJournal | None = None,
     ) -> Outcome:
         records = state._claim()
+        if durable is not None:
+            await self._journal_resumed(durable, records)
         cap = resolve_cap(self.strategy)
         emit = self._emitter(sink, parent)
         turn = _Turn(len(records), context, self.interactive, emit, view)
+        turn.durable = durable
         slot_calls = [ToolCall(record.call_id, record.name, record.args) for record in records]
         todo: list[int] = []
         for slot, record in enumerate(records):
             if record.result is not None:
                 turn.carry(slot, record.result)
             elif record.status == "rejected":
-                turn.answer(slot, slot_calls[slot], record.tool or record.name, "permission_denied", _not_approved(
-                    record.tool or record.name, record.message
-                ))
+                name = record.tool or record.name
+                await turn.answer(
+                    slot, slot_calls[slot], name, "permission_denied", _not_approved(name, record.message)
+                )
             else:
                 todo.append(slot)
         calls = [slot_calls[slot] for slot in todo]
@@ -660,7 +741,7 @@ class Executor:
                 if self.unknown_tool == "raise":
                     raise UnknownToolError(message, call_id=call.id, tool_name=call.name)
             name = tools[tool_index].name if tool_index >= 0 else call.name
-            turn.answer(slot, call, name, cast(ErrorKind, error_kind), message)
+            await turn.answer(slot, call, name, cast(ErrorKind, error_kind), message)
         jobs = await self._check_semantics(jobs, turn)
         held: list[_Held] = []
         if jobs:
@@ -671,6 +752,101 @@ class Executor:
         duplicates = list(state._duplicates)
         if held or turn.parked:
             return self._interrupted(slot_calls, turn, held, duplicates, steering_messages, state)
+        return Outcome(turn.ordered(), duplicates, steering_messages)
+
+    # -- durable runs -------------------------------------------------------------
+
+    @staticmethod
+    async def _journal_resumed(durable: RunJournal, records: list[CallRecord]) -> None:
+        """Claims a journaled run being resumed and journals the decisions a person made since."""
+        await durable.claim(False)
+        for record in records:
+            if record.status == "approved":
+                await durable.write(record.call_id, "approved", {"args": record.request_args, "digest": record.digest})
+            elif record.status == "rejected":
+                await durable.write(record.call_id, "rejected", {"message": record.message})
+
+    @staticmethod
+    async def _journal_decision(
+        durable: RunJournal, job: _Job, behavior: Behavior, message: str | None, held: list[_Held]
+    ) -> None:
+        """Journals how a call that asked was settled: held for a person, approved, or rejected."""
+        if behavior == "ask":
+            entry = held[-1]
+            payload = {
+                "args": detached(job.args),
+                "reason": entry.reason,
+                "digest": entry.digest,
+                "fingerprint": entry.fingerprint,
+            }
+            await durable.write(job.call.id, "pending", payload)
+        elif behavior == "allow":
+            await durable.write(job.call.id, "approved", {"args": detached(job.args), "digest": args_digest(job.args)})
+        else:
+            await durable.write(job.call.id, "rejected", {"message": message})
+
+    async def _recover(
+        self, durable: RunJournal, force: bool, steering: Steering | None, context: Any
+    ) -> Outcome:
+        """Finishes a journaled run from where its calls were left (see ``recover``)."""
+        record = await durable.claim(force)
+        view = self._current_view()
+        calls = list(record.turn)
+        planned, duplicate_rows = view.table.prepare(calls, view.toolset.disabled_mask(), **self._limits)
+        emit = self._emitter(None, None)
+        turn = _Turn(len(planned), context, self.interactive, emit, view)
+        turn.durable = durable
+        tools, facts = view.tools, view.facts
+        entries = {entry.call_id: entry for entry in record.calls}
+        fresh: list[_Job] = []
+        ready: list[_Job] = []
+        held: list[_Held] = []
+        for slot, (index, tool_index, args, error_kind, message) in enumerate(planned):
+            call = calls[index]
+            entry = entries[call.id]
+            if entry.result is not None:
+                turn.carry(slot, entry.result)
+                continue
+            if error_kind is not None:
+                # The tool set changed since the crash: the call is answered as it would be now.
+                text = _unavailable(view, call.name, str(message)) if error_kind == "unknown_tool" else str(message)
+                name = tools[tool_index].name if tool_index >= 0 else call.name
+                await turn.answer(slot, call, name, cast(ErrorKind, error_kind), text)
+                continue
+            tool = tools[tool_index]
+            job = _Job(slot, call, tool, facts[tool_index], args, tool_index)
+            decision = entry.decision or {}
+            if entry.state == "planned":
+                fresh.append(job)
+            elif entry.state == "rejected":
+                refusal = _not_approved(tool.name, decision.get("message"))
+                await turn.answer(slot, call, tool.name, "permission_denied", refusal)
+            elif entry.state == "pending":
+                job.args = decision.get("args", args)
+                fingerprint = str(decision.get("fingerprint", view.fingerprint(tool_index)))
+                digest = str(decision.get("digest", args_digest(job.args)))
+                held.append(_Held(job, str(decision.get("reason", "")), digest, fingerprint))
+            elif entry.state == "approved":
+                job.args = decision.get("args", args)
+                ready.append(job)
+            elif tool.idempotent:
+                run_with = entry.run_with or {}
+                job.args = run_with.get("args", args)
+                ready.append(job)
+            else:
+                await turn.answer(slot, call, tool.name, "interrupted", _unknown_outcome(tool.name))
+        jobs = await self._check_semantics(fresh, turn)
+        if view.admits and jobs:
+            jobs = await self._admit(jobs, turn, held, None)
+        if ready:
+            jobs = sorted(jobs + ready, key=lambda job: job.slot)
+        steering_messages = await self._run_batches(jobs, turn, resolve_cap(self.strategy), steering)
+        if emit is not None:
+            await emit.flush()
+        duplicates = [Duplicate(calls[i].id, i, first, differ) for i, first, differ in duplicate_rows]
+        if held or turn.parked:
+            slot_calls = [calls[row[0]] for row in planned]
+            return self._interrupted(slot_calls, turn, held, duplicates, steering_messages, None)
         return Outcome(turn.ordered(), duplicates, steering_messages)
 
     # -- the pipeline -------------------------------------------------------------
@@ -709,15 +885,19 @@ class Executor:
         extra_sink: Callable[[Event], Any] | None,
         view: _View,
         parent: str | None,
+        durable: RunJournal | None = None,
     ) -> Outcome:
         calls = calls if isinstance(calls, list) else list(calls)
         for position, call in enumerate(calls):
             if not isinstance(call, ToolCall):
                 raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
+        if durable is not None:
+            await durable.begin(calls)
         cap = resolve_cap(self.strategy)
         planned, duplicate_rows = view.table.prepare(calls, view.toolset.disabled_mask(), **self._limits)
         emit = self._emitter(extra_sink, parent)
         turn = _Turn(len(planned), context, self.interactive, emit, view)
+        turn.durable = durable
         tools, facts = view.tools, view.facts
         jobs: list[_Job] = []
         for slot, (index, tool_index, args, error_kind, message) in enumerate(planned):
@@ -731,7 +911,7 @@ class Executor:
                 if self.unknown_tool == "raise":
                     raise UnknownToolError(text, call_id=call.id, tool_name=call.name)
             name = tools[tool_index].name if tool_index >= 0 else call.name
-            turn.answer(slot, call, name, cast(ErrorKind, error_kind), text)
+            await turn.answer(slot, call, name, cast(ErrorKind, error_kind), text)
         duplicates = [Duplicate(calls[i].id, i, first, differ) for i, first, differ in duplicate_rows]
 
         jobs = await self._check_semantics(jobs, turn)
@@ -764,11 +944,11 @@ class Executor:
                 try:
                     await job.tool.validate_input(job.args, self._context(job, turn))
                 except SemanticError as exc:
-                    turn.answer(job.slot, job.call, job.tool.name, "semantic_error", str(exc))
+                    await turn.answer(job.slot, job.call, job.tool.name, "semantic_error", str(exc))
                     continue
                 except Exception as exc:
                     message = f"input check of `{job.tool.name}` failed: {format_error(exc, job.call)}"
-                    turn.answer(job.slot, job.call, job.tool.name, "semantic_error", message)
+                    await turn.answer(job.slot, job.call, job.tool.name, "semantic_error", message)
                     continue
             passed.append(job)
         return passed
@@ -803,7 +983,7 @@ class Executor:
                 messages = await _maybe_await(steering())
                 if messages:
                     for job in jobs[start:]:
-                        turn.answer(job.slot, job.call, job.tool.name, "skipped", _SKIPPED)
+                        await turn.answer(job.slot, job.call, job.tool.name, "skipped", _SKIPPED)
                     return list(messages)
             batch = jobs[start:end]
             concurrent = concurrency > 1 and len(batch) > 1
@@ -812,7 +992,7 @@ class Executor:
             blocked = await self._before_batch(batch, number, concurrent, turn) if self._pre_batch else None
             if blocked is not None:
                 for job in batch:
-                    turn.answer(job.slot, job.call, job.tool.name, "hook_blocked", blocked, number)
+                    await turn.answer(job.slot, job.call, job.tool.name, "hook_blocked", blocked, number)
             elif concurrent:
                 await self._run_pool(batch, concurrency, number, turn)
             else:
@@ -899,7 +1079,7 @@ class Executor:
         started = bytearray(count)
         if blocked is not None:
             for job in jobs:
-                turn.answer(job.slot, job.call, job.tool.name, "hook_blocked", blocked, 0)
+                await turn.answer(job.slot, job.call, job.tool.name, "hook_blocked", blocked, 0)
         elif count == 1:
             # Nothing to plan: no crossing, no task.
             await self._execute(jobs[0], 0, False, turn)
@@ -952,7 +1132,7 @@ class Executor:
             for index in range(count):
                 if not started[index]:
                     job = jobs[index]
-                    turn.answer(job.slot, job.call, job.tool.name, "skipped", _SKIPPED)
+                    await turn.answer(job.slot, job.call, job.tool.name, "skipped", _SKIPPED)
         if self._post_batch:
             await self._after_batch(jobs, 0, concurrent, turn)
         if emit is not None:
@@ -992,6 +1172,8 @@ class Executor:
         try:
             if self._input_guardrails is not None:
                 await self._guard(self._input_guardrails, job, None, turn)
+            if turn.durable is not None:
+                await turn.durable.started(call.id, job.args)
             if tool.max_concurrency is not None:
                 async with job.facts.limiter():
                     output = await self._invoke(job, ctx)
@@ -1011,6 +1193,8 @@ class Executor:
             return
         except _Timeout:
             kind, error = "timeout", f"`{tool.name}` did not finish within {tool.timeout} seconds"
+        except JournalFailed:
+            raise
         except Exception as exc:
             kind, error = "execution_error", self.error_formatter(exc, call)
         duration_ms = (time.perf_counter() - started) * 1000.0
@@ -1022,6 +1206,8 @@ class Executor:
             call.id, tool.name, output, error, kind, kind is not None, duration_ms, concurrent, batch, truncated,
             offload_path,
         )
+        if turn.durable is not None:
+            await turn.durable.finished(result)
         turn.record(job.slot, result)
         if turn.view.post_hooked:
             await self._after_call(job, result, turn)
@@ -1060,10 +1246,12 @@ class Executor:
             if behavior == "ask":
                 behavior, message = await self._settle(job, message or "", record, prior, held, turn)
                 kind = "permission_denied"
+                if turn.durable is not None:
+                    await self._journal_decision(turn.durable, job, behavior, message, held)
             if behavior == "allow":
                 admitted.append(job)
             elif behavior == "deny" and kind is not None:
-                turn.answer(job.slot, job.call, job.tool.name, kind, message or "")
+                await turn.answer(job.slot, job.call, job.tool.name, kind, message or "")
         return admitted
 
     async def _decide(
@@ -1288,6 +1476,8 @@ class Executor:
         always_allow = dict(prior._always_allow) if prior is not None else {}
         always_reject = dict(prior._always_reject) if prior is not None else {}
         state = RunState._create(records, list(duplicates), always_allow, always_reject)
+        if turn.durable is not None:
+            state._run_id = turn.durable.run_id
         return Outcome(turn.ordered_partial(), duplicates, steering_messages, True, state.pending, state)
 
     async def _guard(self, guardrails: Guardrails, job: _Job, output: Any, turn: _Turn) -> None:
@@ -1373,6 +1563,13 @@ class Executor:
 def _not_approved(tool_name: str, message: str | None) -> str:
     text = f"the call to `{tool_name}` was not approved"
     return f"{text}: {message}" if message else text
+
+
+def _unknown_outcome(tool_name: str) -> str:
+    return (
+        "the outcome of this call is unknown: it started before the run was interrupted and "
+        f"`{tool_name}` is not idempotent, so it was not run again"
+    )
 
 
 def _unavailable(view: _View, name: str, message: str) -> str:
