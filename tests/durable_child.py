@@ -36,9 +36,7 @@ TURN = [
     ts.ToolCall("c5", "missing", {}),
 ]
 IDEMPOTENT = {"lookup"}
-POINTS = [
-    f"{stage} {call_id}" for call_id in ("c0", "c1", "c3", "c4") for stage in ("before", "inside", "finished")
-]
+POINTS = [f"{stage} {call_id}" for call_id in ("c0", "c1", "c3", "c4") for stage in ("before", "inside", "finished")]
 
 _point: str | None = None
 
@@ -95,8 +93,9 @@ def on_event(event: ts.Event) -> None:
 
 
 def executor(journal: ts.Journal, *, observed: bool = False) -> ts.Executor:
-    return ts.Executor([append, lookup, deploy], strategy=ts.Sequential(), journal=journal,
-                       on_event=on_event if observed else None)
+    return ts.Executor(
+        [append, lookup, deploy], strategy=ts.Sequential(), journal=journal, on_event=on_event if observed else None
+    )
 
 
 def expected_output(call: ts.ToolCall) -> Any:
