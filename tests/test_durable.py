@@ -291,3 +291,23 @@ async def test_the_database_going_away_fails_the_run_loudly(store: Store, tmp_pa
         recovered = await ts.Executor([step], journal=reopened).recover("cut", force=True)
     assert [result.error_kind for result in recovered.results] == [None, "interrupted", None]
     assert ran == ["s0", "s1", "s2"]
+
+
+async def test_a_streamed_run_is_durable_too(store: Store, tmp_path: Path) -> None:
+    log = tmp_path / "executions.log"
+    async with store.open() as journal:
+        events = [event async for event in executor(journal).stream(TURN[:2], context=str(log))]
+        final = events[-1]
+        assert isinstance(final, ts.RunFinished) and final.outcome.run_id is not None
+        record = await journal.load(final.outcome.run_id)
+        assert record.complete and record.results == final.outcome.results
+
+
+async def test_a_started_call_whose_tool_is_gone_is_interrupted(store: Store) -> None:
+    async with store.open(owner="crashed") as crashed:
+        await crashed.begin_run("gone", [ts.ToolCall("g1", "retired", {"x": 1}), ts.ToolCall("g2", "append", {})])
+        await crashed.record("gone", "g1", "started", {"args": {"x": 1}})
+    async with store.open() as journal:
+        outcome = await executor(journal).recover("gone", force=True)
+    assert [result.error_kind for result in outcome.results] == ["interrupted", "invalid_input"]
+    assert "`retired` is not idempotent" in (outcome.results[0].error or "")

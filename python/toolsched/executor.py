@@ -544,7 +544,8 @@ class Executor:
         """Runs a turn, yielding its events as they happen; the last is ``RunFinished``.
 
         Leaving the loop early cancels the run (wrap in ``contextlib.aclosing``
-        to make that prompt).
+        to make that prompt). With a journal the run is durable, as with ``run``
+        (its ID is ``RunFinished.outcome.run_id``).
         """
         send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
         failure: list[BaseException] = []
@@ -552,7 +553,13 @@ class Executor:
         async def drive() -> None:
             async with send:
                 try:
-                    outcome = await self._start(calls, None, steering, context, send.send_nowait, None)
+                    if self.journal is not None:
+                        durable, sink = RunJournal(self.journal, uuid.uuid4().hex), send.send_nowait
+                        outcome = await self._journaled(
+                            durable, lambda: self._start(calls, None, steering, context, sink, None, durable)
+                        )
+                    else:
+                        outcome = await self._start(calls, None, steering, context, send.send_nowait, None)
                 except Exception as exc:
                     failure.append(exc)
                 else:
@@ -806,6 +813,10 @@ class Executor:
             entry = entries[call.id]
             if entry.result is not None:
                 turn.carry(slot, entry.result)
+                continue
+            if error_kind is not None and entry.state == "started":
+                # Started with a tool that is gone now: whether it is idempotent cannot be known.
+                await turn.answer(slot, call, call.name, "interrupted", _unknown_outcome(call.name))
                 continue
             if error_kind is not None:
                 # The tool set changed since the crash: the call is answered as it would be now.
