@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 import jsonschema_rs
 import pytest
+
 import toolsched as ts
 
 SCHEMA = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import anyio
+
 import toolsched as ts
 
 

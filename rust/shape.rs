@@ -137,6 +137,7 @@ pub fn truncate(text: &str, budget: Budget, cut: Cut) -> Option<Shaped> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fmt::Write as _;
 
     fn chars(max_chars: usize) -> Budget {
         Budget {
@@ -191,7 +192,10 @@ mod tests {
 
     #[test]
     fn lines_are_limited_too() {
-        let text: String = (0..10).map(|i| format!("line {i}\n")).collect();
+        let text = (0..10).fold(String::new(), |mut text, i| {
+            let _ = writeln!(text, "line {i}");
+            text
+        });
         let budget = Budget {
             max_chars: 10_000,
             max_lines: Some(3),

@@ -1,5 +1,7 @@
 //! Compiled argument validators and the limits applied before any deep work.
 
+use std::fmt::Write as _;
+
 use jsonschema::{Retrieve, Uri, Validator};
 use serde_json::Value;
 
@@ -74,7 +76,7 @@ impl InputRejection {
                     } else {
                         violation.path.as_str()
                     };
-                    text.push_str(&format!("\n- at {path}: {}", violation.message));
+                    let _ = write!(text, "\n- at {path}: {}", violation.message);
                 }
                 if *more {
                     text.push_str("\n- (more errors not shown)");

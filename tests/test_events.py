@@ -7,6 +7,7 @@ from contextlib import aclosing
 import anyio
 import anyio.lowlevel
 import pytest
+
 import toolsched as ts
 
 pytestmark = pytest.mark.anyio

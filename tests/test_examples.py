@@ -76,6 +76,31 @@ def test_demo_command() -> None:
     assert "unknown tool `deploy`" in out
 
 
+def test_failures() -> None:
+    lines = run_example("failures.py").splitlines()
+    assert lines[1:5] == [
+        "  f1 'fetched https://example.com/a'",
+        "  f2 timeout: `fetch` did not finish within 0.1 seconds",
+        "  l1 'a.py: clean'",
+        "  l2 execution_error: lint failed: b.bin is not a text file. Check the arguments or try another tool.",
+    ]
+    assert lines[6:10] == [
+        "  d1 cancelled: `deploy` was cancelled: call d2 (`deploy`) failed and cancelled the rest of its batch",
+        "  d2 execution_error: ConnectionError: eu gateway refused the release",
+        "  d3 cancelled: not run: call d2 (`deploy`) failed and cancelled the rest of its batch",
+        "  a1 \"announced 'release halted'\"",
+    ]
+    assert lines[11] == "  raised for l1; results: ['execution_error', 'skipped']"
+    assert lines[13:16] == [
+        "  s1 cancelled: `search` was cancelled because the user interrupted the run (the user sent a new message)",
+        "  n1 \"saved 'draft'\"",
+        "  n2 skipped: not run: the user interrupted the run (the user sent a new message)",
+    ]
+    assert lines[17:] == [
+        "  p1 execution_error: WorkerLostError: the worker process running `parse_pdf` exited "
+        "before returning a result",
+        "  a1 \"announced 'parsed'\"",
+    ]
 def test_dynamic_tools() -> None:
     lines = run_example("dynamic_tools.py").splitlines()
     assert lines[0] == "turn 1 offers: ['lookup_order', 'resolve_ticket', 'tool_search']"

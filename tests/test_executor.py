@@ -9,10 +9,10 @@ from typing import Any
 
 import anyio
 import pytest
-import toolsched as ts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import toolsched as ts
 from tests.conftest import InFlight
 
 pytestmark = pytest.mark.anyio
@@ -319,7 +319,9 @@ async def test_semantic_validation_refuses_before_running() -> None:
             runs.append(args["path"])
             return str(args["path"])
 
-    outcome = await ts.Executor([Read()]).run([ts.ToolCall("1", "read", {"path": "/etc"}), ts.ToolCall("2", "read", {"path": "a"})])
+    outcome = await ts.Executor([Read()]).run(
+        [ts.ToolCall("1", "read", {"path": "/etc"}), ts.ToolCall("2", "read", {"path": "a"})]
+    )
     assert outcome.results[0].error_kind == "semantic_error"
     assert outcome.results[0].error == "path must be relative to the workspace"
     assert outcome.results[1].output == "a"

@@ -7,6 +7,7 @@ from typing import Any
 
 import pydantic
 import pytest
+
 import toolsched as ts
 
 
@@ -81,7 +82,7 @@ def test_bad_schemas_and_remote_refs_are_refused_at_registration() -> None:
         async def call(self, args: Any, ctx: Any) -> None:
             return None
 
-    with pytest.raises(ts.SchemaError, match="example.com"):
+    with pytest.raises(ts.SchemaError, match=r"example\.com"):
         ts.ToolRegistry([Remote()])
 
     class Broken(ts.Tool):

@@ -428,7 +428,11 @@ async def test_on_error_raise_starts_nothing_after_a_failure() -> None:
     assert caught.value.result.call_id == "1"
     # "b" overlapped the failure and settled; the second write of "a" waited for it and never ran.
     assert runs == ["a", "b"]
-    assert [r.call_id for r in caught.value.results] == ["1", "2"]
+    # Every call is answered: the one that never started is skipped, naming the failure.
+    assert [(r.call_id, r.error_kind) for r in caught.value.results] == [
+        ("1", "execution_error"), ("2", None), ("3", "skipped"),
+    ]
+    assert caught.value.results[2].error == "not run: call 1 (`put`) failed"
 
 
 async def test_every_call_is_answered_once_with_rejected_calls_mixed_in() -> None:

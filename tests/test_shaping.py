@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
-import toolsched as ts
 from hypothesis import given
 from hypothesis import strategies as st
+
+import toolsched as ts
 from toolsched import _core
 
 pytestmark = pytest.mark.anyio
@@ -68,7 +70,7 @@ async def test_offload_writes_the_whole_output_and_returns_a_preview(tmp_path: P
     result = await run_one(make(text, max_result_chars=300, truncate="offload"), tmp_path)
     assert result.truncated
     assert result.offload_path is not None
-    assert Path(result.offload_path).read_text() == text
+    assert await anyio.Path(result.offload_path).read_text() == text
     assert result.offload_path in result.output
     assert len(result.output) <= 300
 

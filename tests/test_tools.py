@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 import pydantic
 import pytest
+
 import toolsched as ts
 
 

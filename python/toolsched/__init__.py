@@ -33,6 +33,7 @@ from toolsched.errors import (
     ToolDefinitionError,
     ToolNameError,
     ToolschedError,
+    ToolTimeoutError,
     UnknownToolError,
     WorkloadError,
 )
@@ -146,6 +147,7 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "ToolStarted",
+    "ToolTimeoutError",
     "ToolUpdated",
     "ToolsChanged",
     "ToolsRefreshFailed",

@@ -28,6 +28,7 @@ __all__ = [
     "ToolCallFailed",
     "ToolDefinitionError",
     "ToolNameError",
+    "ToolTimeoutError",
     "ToolschedError",
     "UnknownToolError",
     "WorkloadError",
@@ -61,8 +62,11 @@ class UnknownToolError(ToolschedError, LookupError):
 class ToolCallFailed(ToolschedError):
     """Raised with ``on_error="raise"``: the first failed call in model order.
 
-    ``result`` is that call's result; ``others`` are the other failed results,
-    and ``results`` every result of the turn, so nothing is lost.
+    It is raised once the failing batch has settled. ``result`` is that call's
+    result; ``others`` are the other failures that would have raised; ``results``
+    holds every result of the turn, in model order (calls after the failing
+    batch are ``skipped``), so nothing is lost. The exception the tool raised,
+    when there was one, is the ``__cause__``.
     """
 
     def __init__(self, result: ToolResult, others: Sequence[ToolResult], results: Sequence[ToolResult]) -> None:
@@ -73,6 +77,12 @@ class ToolCallFailed(ToolschedError):
         self.results = tuple(results)
 
 
+class ToolTimeoutError(ToolCallFailed, TimeoutError):
+    """Raised when a tool with ``timeout_behavior="raise"`` runs past its timeout.
+
+    Like ``ToolCallFailed`` it is raised after the batch settles, and carries
+    the ``timeout`` result, the other failures and every result of the turn.
+    """
 class RuleError(ToolschedError, ValueError):
     """A permission rule or a hook matcher that does not parse; raised when it is built."""
 

@@ -17,6 +17,7 @@ from typing import Any, Literal, cast
 
 import anyio
 import anyio.from_thread
+import anyio.lowlevel
 
 from toolsched import _core
 from toolsched.approvals import (
@@ -32,7 +33,14 @@ from toolsched.approvals import (
 from toolsched.backends import Backend, assign_backends
 from toolsched.context import ToolContext
 from toolsched.durable import JournalFailed, RunJournal
-from toolsched.errors import GuardrailTripped, OptionError, SemanticError, ToolCallFailed, UnknownToolError
+from toolsched.errors import (
+    GuardrailTripped,
+    OptionError,
+    SemanticError,
+    ToolCallFailed,
+    ToolTimeoutError,
+    UnknownToolError,
+)
 from toolsched.events import (
     BatchFinished,
     BatchStarted,
@@ -67,13 +75,19 @@ Steering = Callable[[], Sequence[Any] | Awaitable[Sequence[Any] | None] | None]
 EventCallback = Callable[[Event], Any]
 ErrorFormatter = Callable[[BaseException, ToolCall], str]
 
-# Failures of the tool itself; with on_error="raise" these end the run.
+# Failures of the tool itself: they can abort the batch's siblings and end a raising run.
 _EXECUTION_FAILURES = frozenset({"execution_error", "timeout"})
+
+# The life of a job: waiting for a worker, running, answered.
+_PENDING, _RUNNING, _DONE = 0, 1, 2
 
 
 def format_error(exc: BaseException, call: ToolCall) -> str:
     """The default message for a tool that raised: the exception's type and text."""
-    text = str(exc)
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -127,7 +141,19 @@ class _Emitter:
 class _Job:
     """One runnable call of a turn (internal, mutable while the turn runs)."""
 
-    __slots__ = ("args", "call", "facts", "index", "slot", "tool")
+    __slots__ = (
+        "args",
+        "call",
+        "cancel_reason",
+        "ctx",
+        "declared",
+        "facts",
+        "index",
+        "scope",
+        "slot",
+        "state",
+        "tool",
+    )
 
     def __init__(self, slot: int, call: ToolCall, tool: Tool, facts: ToolFacts, args: Any, index: int) -> None:
         self.slot = slot
@@ -136,6 +162,41 @@ class _Job:
         self.facts = facts
         self.args = args
         self.index = index
+        self.state = _PENDING
+        self.scope: anyio.CancelScope | None = None
+        self.cancel_reason: str | None = None
+        self.ctx: ToolContext | None = None
+        # Set when the tool cancelled its own call (``ctx.cancel``): it ends cancelled whatever follows.
+        self.declared = False
+
+    def cancel(self, message: str) -> bool:
+        """Asks the call to stop with a ``cancelled`` result carrying ``message``.
+
+        Returns whether it will: a call not started yet never starts, and a
+        running call in a cancel scope is stopped. A running call without one
+        can only be asked (``ctx.cancelled`` turns true) and keeps its own result.
+        """
+        if self.state == _DONE:
+            return False
+        if self.ctx is not None:
+            self.ctx._cancelled = True
+        if self.state == _PENDING or self.scope is not None:
+            if self.cancel_reason is None:
+                self.cancel_reason = message
+            if self.scope is not None:
+                self.scope.cancel()
+            return True
+        return False
+
+    def declare_cancelled(self, message: str) -> None:
+        """The tool cancelled its own call: its result is ``cancelled``, and a scope stops it now."""
+        if self.state == _DONE:
+            return
+        if self.cancel_reason is None:
+            self.cancel_reason = message
+        self.declared = True
+        if self.scope is not None:
+            self.scope.cancel()
 
 
 class _Policy:
@@ -255,7 +316,22 @@ class _Turn:
     """Results of one run as they complete, and what the run's calls can see."""
 
     __slots__ = (
-        "completed", "context", "count", "durable", "emit", "interactive", "parked", "slots", "tripped", "view"
+        "abort",
+        "batch",
+        "completed",
+        "context",
+        "count",
+        "durable",
+        "emit",
+        "failures",
+        "halt",
+        "interactive",
+        "jobs",
+        "parked",
+        "scoped",
+        "slots",
+        "tripped",
+        "view",
     )
 
     def __init__(self, count: int, context: Any, interactive: bool, emit: _Emitter | None, view: _View) -> None:
@@ -271,6 +347,17 @@ class _Turn:
         self.parked: list[tuple[_Job, ChildRecord]] | None = None
         # The run's journal when the run is durable: every answer is journaled before it is recorded.
         self.durable: RunJournal | None = None
+        # The calls that reach execution, and the batch running now.
+        self.jobs: Sequence[_Job] = ()
+        self.batch: Sequence[_Job] = ()
+        # Whether every call of the running batch gets a cancel scope (its siblings may abort it).
+        self.scoped = False
+        # Set when a failure aborts the running batch: why its other calls are cancelled.
+        self.abort: str | None = None
+        # Set by an interrupt: why the calls not started yet are skipped.
+        self.halt: str | None = None
+        # Failures that end the run once their batch settles: (slot, result, exception).
+        self.failures: list[tuple[int, ToolResult, BaseException | None]] | None = None
 
     def carry(self, slot: int, result: ToolResult) -> None:
         """Takes over a result from an earlier part of the run (no events: it was reported then)."""
@@ -319,11 +406,14 @@ class Executor:
       or for progress only; ``on_event`` may be a list of callbacks, each called in turn;
     - ``on_error``: ``"result"`` (a failed tool becomes an ``execution_error``
       result) or ``"raise"`` (``ToolCallFailed`` once the failing batch settles);
+    - ``abort_siblings_on_error``: a failure cancels the rest of its batch, for
+      every tool (each tool can also ask for it with its own flag);
     - ``unknown_tool``: ``"result"`` or ``"raise"`` (``UnknownToolError``);
     - ``max_input_bytes`` / ``max_input_depth`` / ``max_schema_errors``: argument limits;
     - ``interactive``: whether a person is present (``ToolContext.interactive``);
     - ``offload_dir``: where ``truncate="offload"`` writes full outputs;
-    - ``error_formatter``: ``(exception, call) -> message`` for failed tools;
+    - ``error_formatter``: ``(exception, call) -> message`` for failed tools
+      (if it fails, the default message is used);
     - ``permissions``: a ``Permissions`` (rules and mode) deciding which calls run;
     - ``hooks``: a ``Hooks`` registry (pre/post call, pre/post batch);
     - ``approver``: ``async (ApprovalRequest) -> bool | Decision`` for calls that
@@ -353,6 +443,7 @@ class Executor:
         on_event: EventCallback | Sequence[EventCallback] | None = None,
         on_progress: EventCallback | None = None,
         on_error: Literal["result", "raise"] = "result",
+        abort_siblings_on_error: bool = False,
         unknown_tool: Literal["result", "raise"] = "result",
         max_input_bytes: int = 16 * 1024 * 1024,
         max_input_depth: int = 64,
@@ -380,6 +471,10 @@ class Executor:
             raise OptionError(f"on_error must be 'result' or 'raise', got {on_error!r}")
         if unknown_tool not in ("result", "raise"):
             raise OptionError(f"unknown_tool must be 'result' or 'raise', got {unknown_tool!r}")
+        if not isinstance(abort_siblings_on_error, bool):
+            raise OptionError(f"abort_siblings_on_error must be True or False, got {abort_siblings_on_error!r}")
+        if not callable(error_formatter):
+            raise OptionError(f"error_formatter must be a callable (exception, call) -> str, got {error_formatter!r}")
         for label, value in (
             ("max_input_bytes", max_input_bytes),
             ("max_input_depth", max_input_depth),
@@ -396,6 +491,7 @@ class Executor:
         self.on_event: EventCallback | tuple[EventCallback, ...] | None = on_event
         self.on_progress = on_progress
         self.on_error = on_error
+        self.abort_siblings_on_error = abort_siblings_on_error
         self.unknown_tool = unknown_tool
         self.interactive = interactive
         self.error_formatter = error_formatter
@@ -412,6 +508,8 @@ class Executor:
         self._remote = assign_backends(tuple(self.registry), backends, default_backend)
         self._control_plane(permissions, hooks, approver, input_guardrails, output_guardrails)
         self._view = _View(self, self.registry._set, None)
+        # Runs executing on this executor now, for ``interrupt`` and ``cancel``.
+        self._runs: set[_Turn] = set()
 
     def _control_plane(
         self,
@@ -577,6 +675,43 @@ class Executor:
                 return
         if failure:
             raise failure[0]
+
+    def interrupt(self, reason: str | None = None) -> int:
+        """A user message arrived: stops every run in progress on this executor.
+
+        Running calls of tools with ``interrupt_behavior="cancel"`` are cancelled
+        (``cancelled`` results); ``"block"`` tools finish; calls not started yet
+        get ``skipped`` results. ``reason`` is added to those results' messages.
+        Returns how many runs it reached (runs that are executing their calls).
+        Call it from the event loop's thread.
+        """
+        suffix = f" ({reason})" if reason else ""
+        for turn in self._runs:
+            if turn.halt is None:
+                turn.halt = f"not run: the user interrupted the run{suffix}"
+            for job in turn.jobs:
+                if job.state == _RUNNING and job.tool.interrupt_behavior == "cancel":
+                    job.cancel(f"`{job.tool.name}` was cancelled because the user interrupted the run{suffix}")
+        return len(self._runs)
+
+    def cancel(self, call_id: str, reason: str | None = None) -> bool:
+        """Cancels one call of the runs in progress on this executor; it gets a ``cancelled`` result.
+
+        A call that has not started never runs. A running call is stopped if it
+        runs in a cancel scope: its tool has a ``timeout``,
+        ``interrupt_behavior="cancel"`` or ``isolation="process"``, or its batch
+        can be aborted by a failure. Any other running call is only asked to stop
+        (``ctx.cancelled`` turns true; the tool may end its call with
+        ``ctx.cancel()``) and otherwise keeps its own result. Returns whether a
+        call will end cancelled. Call it from the event loop's thread.
+        """
+        suffix = f": {reason}" if reason else ""
+        stopped = False
+        for turn in self._runs:
+            for job in turn.jobs:
+                if job.call.id == call_id and job.state != _DONE:
+                    stopped = job.cancel(f"`{job.tool.name}` was cancelled by the caller{suffix}") or stopped
+        return stopped
 
     async def resume(
         self,
@@ -937,13 +1072,13 @@ class Executor:
             return self._interrupted(slot_calls, turn, held, duplicates, steering_messages, None)
         return Outcome(turn.ordered(), duplicates, steering_messages)
 
-    def _context(self, job: _Job, turn: _Turn) -> ToolContext:
+    def _context(self, job: _Job, turn: _Turn, cancel_call: Callable[[str], object] | None = None) -> ToolContext:
         emit: Callable[[Event], None] | None = turn.emit
         if turn.view.update_hooked:
             hooks = turn.view.policies[job.index].update
             if hooks:
                 emit = UpdateFilter(hooks, emit)
-        return ToolContext(job.call.id, job.tool.name, turn.context, turn.interactive, emit)
+        return ToolContext(job.call.id, job.tool.name, turn.context, turn.interactive, emit, cancel_call)
 
     async def _check_semantics(self, jobs: list[_Job], turn: _Turn) -> list[_Job]:
         """Phase 3: each tool's ``validate_input``; a refusal answers the call."""
@@ -987,28 +1122,47 @@ class Executor:
     async def _run_batches(
         self, jobs: list[_Job], turn: _Turn, cap: int, steering: Steering | None
     ) -> list[Any]:
-        if self.strategy.kind == "resource_aware":
-            return await self._run_graph(jobs, turn, cap, steering)
+        """Runs the admitted calls; meanwhile the run can be interrupted and its calls cancelled."""
+        turn.jobs = jobs
+        self._runs.add(turn)
+        try:
+            if self.strategy.kind == "resource_aware":
+                return await self._run_graph(jobs, turn, cap, steering)
+            return await self._run_batch_sequence(jobs, turn, cap, steering)
+        finally:
+            self._runs.discard(turn)
+
+    async def _run_batch_sequence(
+        self, jobs: list[_Job], turn: _Turn, cap: int, steering: Steering | None
+    ) -> list[Any]:
+        """The planned batches, one after another; steering and interrupts are checked between them."""
         for number, (start, end, concurrency) in enumerate(self._batches(jobs, cap)):
+            if turn.halt is not None:
+                await self._answer_unstarted(jobs[start:], turn, "skipped", turn.halt)
+                return []
             if number and steering is not None:
                 messages = await _maybe_await(steering())
                 if messages:
-                    for job in jobs[start:]:
-                        await turn.answer(job.slot, job.call, job.tool.name, "skipped", _SKIPPED)
+                    await self._answer_unstarted(jobs[start:], turn, "skipped", _SKIPPED)
                     return list(messages)
             batch = jobs[start:end]
             concurrent = concurrency > 1 and len(batch) > 1
+            turn.batch = batch
+            turn.scoped = concurrent and (
+                self.abort_siblings_on_error or any(job.tool.abort_siblings_on_error for job in batch)
+            )
             if turn.emit is not None:
                 turn.emit(BatchStarted(number, tuple(job.call.id for job in batch), concurrent))
             blocked = await self._before_batch(batch, number, concurrent, turn) if self._pre_batch else None
             if blocked is not None:
-                for job in batch:
-                    await turn.answer(job.slot, job.call, job.tool.name, "hook_blocked", blocked, number)
+                await self._answer_unstarted(batch, turn, "hook_blocked", blocked, number)
             elif concurrent:
                 await self._run_pool(batch, concurrency, number, turn)
             else:
                 for job in batch:
                     await self._execute(job, number, False, turn)
+            turn.abort = None
+            turn.scoped = False
             if self._post_batch:
                 await self._after_batch(batch, number, concurrent, turn)
             if turn.emit is not None:
@@ -1016,21 +1170,37 @@ class Executor:
                 await turn.emit.flush()
             if turn.tripped is not None:
                 raise self._trip(turn)
-            if self.on_error == "raise" or any(job.tool.timeout_behavior == "raise" for job in batch):
-                self._raise_failure(batch, turn)
+            if turn.failures is not None:
+                await self._raise_failure(jobs[end:], turn, turn.failures)
         return []
 
-    def _raise_failure(self, batch: list[_Job], turn: _Turn) -> None:
-        raising = {job.call.id for job in batch if self.on_error == "raise" or job.tool.timeout_behavior == "raise"}
-        failed = [
-            result
-            for result in turn.ordered_partial()
-            if result.call_id in raising
-            and result.error_kind in _EXECUTION_FAILURES
-            and (self.on_error == "raise" or result.error_kind == "timeout")
-        ]
-        if failed:
-            raise ToolCallFailed(failed[0], failed[1:], turn.ordered_partial())
+    async def _answer_unstarted(
+        self, jobs: list[_Job], turn: _Turn, kind: ErrorKind, message: str, batch: int | None = None
+    ) -> None:
+        """Answers calls that will not run; one cancelled on its own keeps its own reason."""
+        for job in jobs:
+            job.state = _DONE
+            if job.cancel_reason is not None:
+                await turn.answer(job.slot, job.call, job.tool.name, "cancelled", job.cancel_reason, batch)
+            else:
+                await turn.answer(job.slot, job.call, job.tool.name, kind, message, batch)
+
+    async def _raise_failure(
+        self, rest: list[_Job], turn: _Turn, failures: list[tuple[int, ToolResult, BaseException | None]]
+    ) -> None:
+        """Ends a run whose batch had a raising failure: the first in model order is raised.
+
+        The calls that did not start are answered as skipped first, so the
+        error carries a result for every call.
+        """
+        failures = sorted(failures, key=lambda failure: failure[0])
+        _, first, cause = failures[0]
+        reason = f"not run: call {first.call_id} (`{first.tool_name}`) failed"
+        await self._answer_unstarted(rest, turn, "skipped", reason)
+        if turn.emit is not None:
+            await turn.emit.flush()
+        error = ToolTimeoutError if first.error_kind == "timeout" else ToolCallFailed
+        raise error(first, [failure[1] for failure in failures[1:]], turn.ordered_partial()) from cause
 
     async def _run_pool(self, batch: list[_Job], concurrency: int, number: int, turn: _Turn) -> None:
         """Runs a concurrent batch on a pool that grows only when calls wait."""
@@ -1057,16 +1227,6 @@ class Executor:
             return None
         return access.reads, access.writes
 
-    def _raises(self, job: _Job, turn: _Turn) -> bool:
-        """Whether ``job``, just finished, failed in a way that must raise (then nothing new starts)."""
-        if self.on_error != "raise" and job.tool.timeout_behavior != "raise":
-            return False
-        for position in range(len(turn.slots) - 1, -1, -1):
-            if turn.slots[position] == job.slot:
-                kind = turn.completed[position].error_kind
-                return kind == "timeout" or (kind == "execution_error" and self.on_error == "raise")
-        return False
-
     async def _run_graph(self, jobs: list[_Job], turn: _Turn, cap: int, steering: Steering | None) -> list[Any]:
         """``ResourceAware``: a call starts once every earlier call it conflicts with has finished.
 
@@ -1075,7 +1235,8 @@ class Executor:
         the calling task is the first worker, and another joins (up to ``cap``)
         each time a running call first waits while calls are ready, so calls
         that never wait cost no task. Steering is checked after each call
-        while calls remain unstarted. The whole turn is batch 0.
+        while calls remain unstarted. The whole turn is batch 0, so a failure
+        that aborts its siblings cancels every call still running or waiting.
         """
         count = len(jobs)
         if count == 0:
@@ -1083,16 +1244,20 @@ class Executor:
         emit = turn.emit
         workers_cap = min(cap, count)
         concurrent = workers_cap > 1
+        turn.batch = jobs
+        turn.scoped = concurrent and (
+            self.abort_siblings_on_error or any(job.tool.abort_siblings_on_error for job in jobs)
+        )
         if emit is not None:
             emit(BatchStarted(0, tuple(job.call.id for job in jobs), concurrent))
         blocked = await self._before_batch(jobs, 0, concurrent, turn) if self._pre_batch else None
         state = _GraphState()
         started = bytearray(count)
         if blocked is not None:
-            for job in jobs:
-                await turn.answer(job.slot, job.call, job.tool.name, "hook_blocked", blocked, 0)
+            await self._answer_unstarted(jobs, turn, "hook_blocked", blocked, 0)
         elif count == 1:
             # Nothing to plan: no crossing, no task.
+            started[0] = 1
             await self._execute(jobs[0], 0, False, turn)
         else:
             accesses = [self._access(job) for job in jobs]
@@ -1101,7 +1266,6 @@ class Executor:
             ready = [i for i in range(count) if remaining[i] == 0]  # ascending, so already a heap
             # A call of unknown resources waits for every earlier call, and every later one waits for it.
             overlaps = [concurrent and access is not None for access in accesses]
-            may_raise = self.on_error == "raise" or any(job.tool.timeout_behavior == "raise" for job in jobs)
 
             async with anyio.create_task_group() as group:
 
@@ -1126,7 +1290,7 @@ class Executor:
                                     remaining[later] -= 1
                                     if remaining[later] == 0:
                                         heapq.heappush(ready, later)
-                            if turn.tripped is not None or (may_raise and self._raises(job, turn)):
+                            if turn.tripped is not None or turn.failures is not None:
                                 state.stopped = True
                             elif steering is not None and state.started < count and not state.stopped:
                                 await self._steer(steering, state)
@@ -1139,11 +1303,11 @@ class Executor:
                 await worker()
         if state.failure is not None:
             raise state.failure
-        if state.messages:
-            for index in range(count):
-                if not started[index]:
-                    job = jobs[index]
-                    await turn.answer(job.slot, job.call, job.tool.name, "skipped", _SKIPPED)
+        turn.abort = None
+        turn.scoped = False
+        unstarted = [jobs[index] for index in range(count) if not started[index]] if blocked is None else []
+        if state.messages and turn.failures is None:
+            await self._answer_unstarted(unstarted, turn, "skipped", _SKIPPED)
         if self._post_batch:
             await self._after_batch(jobs, 0, concurrent, turn)
         if emit is not None:
@@ -1151,8 +1315,8 @@ class Executor:
             await emit.flush()
         if turn.tripped is not None:
             raise self._trip(turn)
-        if self.on_error == "raise" or any(job.tool.timeout_behavior == "raise" for job in jobs):
-            self._raise_failure(jobs, turn)
+        if turn.failures is not None:
+            await self._raise_failure(unstarted, turn, turn.failures)
         return state.messages
 
     @staticmethod
@@ -1169,72 +1333,178 @@ class Executor:
             state.messages = list(messages)
 
     async def _execute(self, job: _Job, batch: int, concurrent: bool, turn: _Turn) -> None:
-        """Phases 6 to 9 for one call: execute, shape, record."""
+        """Phases 5 to 9 for one call: input guardrails, execute, output guardrails, post hooks, shape, record."""
         tool = job.tool
         call = job.call
         emit = turn.emit
+        if job.cancel_reason is not None or turn.abort is not None or turn.halt is not None:
+            # Stopped before it started: answered without running.
+            if turn.abort is not None:
+                await self._answer_unstarted([job], turn, "cancelled", f"not run: {turn.abort}", batch)
+            else:
+                await self._answer_unstarted([job], turn, "skipped", turn.halt or _SKIPPED, batch)
+            if emit is not None:
+                await emit.flush()
+            return
+        job.state = _RUNNING
+        scope = None
+        if job.facts.scoped or turn.scoped:
+            # ``move_on_after`` builds the backend's scope directly (``CancelScope()``
+            # initialises it twice). The deadline waits for the input guardrails and
+            # the concurrency slot when there are any.
+            deferred = tool.max_concurrency is not None or self._input_guardrails is not None
+            scope = job.scope = anyio.move_on_after(None if deferred else tool.timeout)
+        ctx = None
+        if job.facts.takes_context:
+            ctx = job.ctx = self._context(job, turn, job.declare_cancelled)
         if emit is not None:
             emit(ToolStarted(call.id, tool.name, batch))
-        ctx = self._context(job, turn) if job.facts.takes_context else None
         error: str | None = None
         kind: ErrorKind | None = None
         output: Any = None
+        cause: BaseException | None = None
         started = time.perf_counter()
+        # The tool's body runs here, or on the backend the tool names.
+        invoke = self._remote.get(tool, job.facts.invoke) if self._remote else job.facts.invoke
         try:
-            if self._input_guardrails is not None:
-                await self._guard(self._input_guardrails, job, None, turn)
-            if turn.durable is not None:
-                await turn.durable.started(call.id, job.args)
-            if tool.max_concurrency is not None:
-                async with job.facts.limiter():
-                    output = await self._invoke(job, ctx)
+            if scope is None:
+                if self._input_guardrails is not None:
+                    await self._guard(self._input_guardrails, job, None, turn)
+                if turn.durable is not None:
+                    await turn.durable.started(call.id, job.args)
+                if tool.max_concurrency is None:
+                    output = await invoke(job.args, ctx)
+                else:
+                    output = await self._invoke_limited(job, invoke, ctx, None)
             else:
-                output = await self._invoke(job, ctx)
-            if self._output_guardrails is not None:
+                # A scope cancelled before it is entered (say by an event callback
+                # on ToolStarted) stops the call at its first checkpoint.
+                with scope:
+                    if self._input_guardrails is not None:
+                        await self._guard(self._input_guardrails, job, None, turn)
+                        if tool.timeout is not None and tool.max_concurrency is None:
+                            scope.deadline = anyio.current_time() + tool.timeout
+                    if turn.durable is not None:
+                        await turn.durable.started(call.id, job.args)
+                    if tool.max_concurrency is None:
+                        output = await invoke(job.args, ctx)
+                    else:
+                        output = await self._invoke_limited(job, invoke, ctx, scope)
+                job.scope = None
+                if scope.cancelled_caught:
+                    kind, error = self._stopped(job)
+            if kind is None and self._output_guardrails is not None:
                 await self._guard(self._output_guardrails, job, output, turn)
         except _Rejected as exc:
             kind, error, output = "guardrail_rejected", exc.message, None
         except NestedHold as hold:
             # The call's nested run waits for approvals: no result yet, the run ends interrupted.
+            self._close(job, ctx)
             if turn.parked is None:
                 turn.parked = []
             turn.parked.append((job, hold.record))
             if emit is not None:
                 await emit.flush()
             return
-        except _Timeout:
-            kind, error = "timeout", f"`{tool.name}` did not finish within {tool.timeout} seconds"
         except JournalFailed:
             raise
         except Exception as exc:
-            kind, error = "execution_error", self.error_formatter(exc, call)
+            if anyio.current_effective_deadline() == -math.inf:
+                # The run itself is being cancelled and the tool turned that into
+                # an error: this checkpoint raises the run's cancellation instead.
+                self._close(job, ctx)
+                await anyio.lowlevel.checkpoint()
+            if scope is not None and scope.cancel_called:
+                # The tool turned its own cancellation into an exception: still a cancellation.
+                kind, error = self._stopped(job)
+            else:
+                kind, error, cause = "execution_error", self._describe_failure(exc, call), exc
+        except BaseException:
+            # The run itself is cancelled: no result, and nothing reported after this.
+            self._close(job, ctx)
+            raise
         duration_ms = (time.perf_counter() - started) * 1000.0
+        if ctx is not None:
+            if job.declared:
+                kind, error, cause, output = "cancelled", job.cancel_reason, None, None
+            ctx._finish(kind is not None and kind != "execution_error")
         truncated = False
         offload_path = None
         if kind is None:
-            output, truncated, offload_path = await shape_output(output, tool, call.id, self.offload_dir)
+            try:
+                output, truncated, offload_path = await shape_output(output, tool, call.id, self.offload_dir)
+            except Exception as exc:
+                kind, error, cause = "execution_error", f"the output of `{tool.name}` could not be shaped: {exc}", exc
+                output = None
         result = ToolResult(
             call.id, tool.name, output, error, kind, kind is not None, duration_ms, concurrent, batch, truncated,
             offload_path,
         )
         if turn.durable is not None:
             await turn.durable.finished(result)
+        job.state = _DONE
         turn.record(job.slot, result)
+        if kind is not None and kind in _EXECUTION_FAILURES:
+            self._failed(job, result, cause, turn)
         if turn.view.post_hooked:
             await self._after_call(job, result, turn)
         if emit is not None:
             await emit.flush()
 
-    async def _invoke(self, job: _Job, ctx: ToolContext | None) -> Any:
-        invoke = self._remote.get(job.tool, job.facts.invoke) if self._remote else job.facts.invoke
-        timeout = job.tool.timeout
-        if timeout is None:
-            return await invoke(job.args, ctx)
-        with anyio.move_on_after(timeout):
-            return await invoke(job.args, ctx)
-        # Only this scope's own deadline ends up here; an outer cancellation propagates.
-        raise _Timeout
+    def _failed(self, job: _Job, result: ToolResult, cause: BaseException | None, turn: _Turn) -> None:
+        """A call failed: note it if it ends the run, and abort its batch if that is the policy."""
+        tool = job.tool
+        if (result.error_kind == "execution_error" and self.on_error == "raise") or (
+            result.error_kind == "timeout" and tool.timeout_behavior == "raise"
+        ):
+            if turn.failures is None:
+                turn.failures = []
+            turn.failures.append((job.slot, result, cause))
+        aborts = self.abort_siblings_on_error or tool.abort_siblings_on_error
+        if aborts and turn.abort is None and len(turn.batch) > 1:
+            turn.abort = f"call {job.call.id} (`{tool.name}`) failed and cancelled the rest of its batch"
+            for sibling in turn.batch:
+                if sibling.state == _RUNNING:
+                    sibling.cancel(f"`{sibling.tool.name}` was cancelled: {turn.abort}")
 
+    @staticmethod
+    def _close(job: _Job, ctx: ToolContext | None) -> None:
+        """A call ends here without a result of its own (its run is cancelled, or it waits in a nested run)."""
+        job.state = _DONE
+        if ctx is not None:
+            ctx._finish(True)
+
+    @staticmethod
+    def _stopped(job: _Job) -> tuple[ErrorKind, str]:
+        """Why a call's scope stopped it: a cancellation (which wins) or its deadline."""
+        if job.cancel_reason is not None:
+            return "cancelled", job.cancel_reason
+        return "timeout", f"`{job.tool.name}` did not finish within {job.tool.timeout} seconds"
+
+    def _describe_failure(self, exc: Exception, call: ToolCall) -> str:
+        """The message of an ``execution_error``: the formatter's, or the default if it fails."""
+        try:
+            message = self.error_formatter(exc, call)
+            if not isinstance(message, str):
+                raise TypeError(f"error_formatter returned {type(message).__name__}, not str")
+        except Exception:
+            logger.exception("error_formatter %r failed for call %s", self.error_formatter, call.id)
+            return format_error(exc, call)
+        return message
+
+    async def _invoke_limited(
+        self,
+        job: _Job,
+        invoke: Callable[[Any, ToolContext | None], Awaitable[Any]],
+        ctx: ToolContext | None,
+        scope: anyio.CancelScope | None,
+    ) -> Any:
+        """Calls the tool under its concurrency cap; its timeout counts from when it gets a slot."""
+        timeout = job.tool.timeout
+        async with job.facts.limiter():
+            if scope is not None and timeout is not None:
+                scope.deadline = anyio.current_time() + timeout
+            return await invoke(job.args, ctx)
 
     # -- the control plane: admission, approvals, guardrails, hooks ---------------
 
@@ -1623,10 +1893,6 @@ class _GraphState:
         if self.waiting:
             self._wake.set()
             self._wake = anyio.Event()
-
-
-class _Timeout(Exception):
-    """A call ran past its tool's timeout (internal)."""
 
 
 _SKIPPED = "not run: the run was steered away before this call started"

@@ -19,6 +19,7 @@ import pydantic
 
 from toolsched.context import ToolContext
 from toolsched.errors import ToolDefinitionError
+from toolsched.isolation import function_invoker, method_invoker
 from toolsched.permissions import Decision
 from toolsched.resources import ResourceFactory, RunScope, open_close, with_run_resource
 from toolsched.schema import JsonSchema, function_schema, model_schema
@@ -89,6 +90,7 @@ class ToolFacts:
         "invoke",
         "max_concurrency",
         "run_resource",
+        "scoped",
         "static_needs_approval",
         "static_read_only",
         "static_safe",
@@ -105,6 +107,7 @@ class ToolFacts:
         static_read_only: bool | None,
         validates_input: bool,
         max_concurrency: int | None,
+        scoped: bool = False,
         checks_permissions: bool = False,
         static_needs_approval: bool | None = False,
         run_resource: ResourceFactory | None = None,
@@ -117,6 +120,11 @@ class ToolFacts:
         self.static_safe = static_safe
         self.static_read_only = static_read_only
         self.validates_input = validates_input
+        # Whether each call runs in its own cancel scope, so that it can be stopped
+        # while it runs (its timeout, an interrupt, a cancellation). Only tools
+        # that declare one of those get it: a scope costs more than all the rest
+        # of a call's bookkeeping.
+        self.scoped = scoped
         # Whether admission must ask the tool: check_permissions overridden, needs_approval not a constant.
         self.checks_permissions = checks_permissions
         self.static_needs_approval = static_needs_approval
@@ -259,16 +267,23 @@ class Tool:
         if call is None or not callable(call):
             raise ToolDefinitionError(f"tool class {type(self).__name__} must define call(self, args, ctx)")
         model = self.input_model
+
+        def parse(args: Args) -> Any:
+            return model.model_validate(args) if model else args
+
+        if self.isolation == "process":
+            return method_invoker(self, parse)
         if inspect.iscoroutinefunction(call):
 
             async def invoke_async(args: Args, ctx: ToolContext | None) -> Any:
-                return await call(model.model_validate(args) if model else args, ctx)
+                return await call(parse(args), ctx)
 
             return invoke_async
 
         async def invoke_in_thread(args: Args, ctx: ToolContext | None) -> Any:
-            parsed = model.model_validate(args) if model else args
-            return await anyio.to_thread.run_sync(call, parsed, ctx, abandon_on_cancel=self.timeout is not None)
+            # A thread cannot be stopped: a cancelled call is answered at once and
+            # its thread is left to see ``ctx.cancelled`` and return.
+            return await anyio.to_thread.run_sync(call, parse(args), ctx, abandon_on_cancel=True)
 
         return invoke_in_thread
 
@@ -343,6 +358,7 @@ class Tool:
             static_read_only=static_read_only,
             validates_input=cls.validate_input is not Tool.validate_input,
             max_concurrency=self.max_concurrency,
+            scoped=self.timeout is not None or self.interrupt_behavior == "cancel" or self.isolation == "process",
             checks_permissions=cls.check_permissions is not Tool.check_permissions,
             static_needs_approval=(
                 bool(self.needs_approval)
@@ -395,7 +411,6 @@ class FunctionTool(Tool):
         fn = self.fn
         model = self._coerce_model
         wants_ctx = self._wants_ctx
-        abandon = self.timeout is not None
 
         def keywords(args: Args, ctx: ToolContext | None) -> dict[str, Any]:
             if model is None:
@@ -407,6 +422,13 @@ class FunctionTool(Tool):
                 kwargs["ctx"] = ctx
             return kwargs
 
+        if self.isolation == "process":
+            if wants_ctx:
+                raise ToolDefinitionError(
+                    f"tool `{self.name}`: a process-isolated tool cannot take ctx "
+                    "(a ToolContext does not cross into the worker process)"
+                )
+            return function_invoker(self.name, fn, lambda args: keywords(args, None))
         if inspect.iscoroutinefunction(fn):
             if model is None and not wants_ctx:
 
@@ -421,9 +443,7 @@ class FunctionTool(Tool):
             return invoke_async
 
         async def invoke_in_thread(args: Args, ctx: ToolContext | None) -> Any:
-            return await anyio.to_thread.run_sync(
-                functools.partial(fn, **keywords(args, ctx)), abandon_on_cancel=abandon
-            )
+            return await anyio.to_thread.run_sync(functools.partial(fn, **keywords(args, ctx)), abandon_on_cancel=True)
 
         return invoke_in_thread
 

@@ -36,8 +36,9 @@ impl From<EngineError> for PyErr {
         let message = err.to_string();
         match err {
             EngineError::InvalidSchema { .. } => SchemaError::new_err(message),
-            EngineError::DuplicateName { .. } => ToolNameError::new_err(message),
-            EngineError::InvalidOption { option: "name", .. } => ToolNameError::new_err(message),
+            EngineError::DuplicateName { .. } | EngineError::InvalidOption { option: "name", .. } => {
+                ToolNameError::new_err(message)
+            }
             EngineError::InvalidOption { .. } => OptionError::new_err(message),
             EngineError::Assembly(_) => AssemblyError::new_err(message),
         }

@@ -127,7 +127,7 @@ impl PyToolTable {
                     };
                     (
                         call.index,
-                        *tool as isize,
+                        isize::try_from(*tool).unwrap_or(-1),
                         args,
                         py.None().into_bound(py),
                         py.None().into_bound(py),
@@ -144,7 +144,7 @@ impl PyToolTable {
                     .into_pyobject(py)?,
                 Verdict::InvalidInput { tool, message, .. } => (
                     call.index,
-                    *tool as isize,
+                    isize::try_from(*tool).unwrap_or(-1),
                     py.None().into_bound(py),
                     invalid.clone().into_any(),
                     PyString::new(py, message).into_any(),
