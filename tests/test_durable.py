@@ -258,9 +258,12 @@ async def cut_off(store: Store, journal: ts.Journal) -> None:
         )
 
 
-async def test_the_database_going_away_fails_the_run_loudly(store: Store, tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", [ts.Sequential(), ts.Parallel()], ids=["sequential", "parallel"])
+async def test_the_database_going_away_fails_the_run_loudly(
+    store: Store, strategy: ts.Sequential | ts.Parallel
+) -> None:
     ran: list[str] = []
-    finished: list[str] = []
+    reported: list[str] = []
     journal = store.open(owner="doomed")
 
     @ts.tool
@@ -273,24 +276,33 @@ async def test_the_database_going_away_fails_the_run_loudly(store: Store, tmp_pa
 
     def on_event(event: ts.Event) -> None:
         if isinstance(event, ts.ToolFinished):
-            finished.append(event.result.call_id)
+            reported.append(event.result.call_id)
 
     calls = [ts.ToolCall(f"s{n}", "step", {"n": n}) for n in range(3)]
-    doomed = ts.Executor([step], strategy=ts.Sequential(), journal=journal, on_event=on_event)
+    doomed = ts.Executor([step], strategy=strategy, journal=journal, on_event=on_event)
     try:
         with pytest.raises(ts.JournalError):
             await doomed.run(calls, run_id="cut")
     finally:
         await journal.close()
-    # Nothing was reported done that is not journaled, and nothing ran past the failure.
-    assert ran == ["s0", "s1"]
-    assert finished == ["s0"]
     async with store.open() as reopened:
         record = await reopened.load("cut")
-        assert [entry.state for entry in record.calls] == ["finished", "started", "planned"]
+        journaled = [entry.call_id for entry in record.calls if entry.state == "finished"]
+        # Nothing was reported done that is not journaled.
+        assert reported == journaled
+        assert record.call("s1").state == "started"
+        if isinstance(strategy, ts.Sequential):
+            # Nothing ran past the failure.
+            assert ran == ["s0", "s1"] and journaled == ["s0"]
         recovered = await ts.Executor([step], journal=reopened).recover("cut", force=True)
-    assert [result.error_kind for result in recovered.results] == [None, "interrupted", None]
-    assert ran == ["s0", "s1", "s2"]
+    by_id = {result.call_id: result for result in recovered.results}
+    assert [result.call_id for result in recovered.results] == ["s0", "s1", "s2"]
+    assert by_id["s1"].error_kind == "interrupted"
+    for entry in record.calls:
+        if entry.result is not None:
+            assert by_id[entry.call_id] == entry.result
+    # No call ran twice.
+    assert sorted(ran) == sorted(set(ran))
 
 
 async def test_a_streamed_run_is_durable_too(store: Store, tmp_path: Path) -> None:
