@@ -178,8 +178,9 @@ async def test_a_rejection_is_journaled_and_recovered(store: Store, tmp_path: Pa
     log = tmp_path / "executions.log"
     async with store.open() as journal:
         outcome = await executor(journal).run(TURN[2:3], run_id="asks", context=str(log))
-        state = outcome.state
-        assert state is not None
+        assert outcome.state is not None
+        # The state names its run, also after a trip through JSON (to another process).
+        state = ts.RunState.from_json(outcome.state.to_json())
         state.reject("c2", "not today")
         rejected = await executor(journal).resume(state, context=str(log))
         assert rejected.results[0].error_kind == "permission_denied"
