@@ -169,13 +169,15 @@ class RunState:
     Each state is an independent copy; a state can be resumed once.
     """
 
-    __slots__ = ("_always_allow", "_always_reject", "_duplicates", "_records", "_resumed")
+    __slots__ = ("_always_allow", "_always_reject", "_duplicates", "_records", "_resumed", "_run_id")
 
     _records: list[CallRecord]
     _duplicates: list[Duplicate]
     _always_allow: dict[str, str]
     _always_reject: dict[str, tuple[str, str | None]]
     _resumed: bool
+    # The journaled run this state continues (None when the run is not durable).
+    _run_id: str | None
 
     def __init__(self) -> None:
         raise TypeError("RunState comes from Outcome.state or RunState.from_json")
@@ -194,6 +196,7 @@ class RunState:
         state._always_allow = always_allow
         state._always_reject = always_reject
         state._resumed = False
+        state._run_id = None
         return state
 
     # -- reading ------------------------------------------------------------------
@@ -335,7 +338,9 @@ class RunState:
         """An independent copy: deciding in one never affects the other."""
         self._check_live()
         records = [r if r.child is None else replace(r, child=r.child.copy()) for r in self._records]
-        return RunState._create(records, list(self._duplicates), dict(self._always_allow), dict(self._always_reject))
+        state = RunState._create(records, list(self._duplicates), dict(self._always_allow), dict(self._always_reject))
+        state._run_id = self._run_id
+        return state
 
     def _claim(self) -> list[CallRecord]:
         """Marks the state as resumed (a state resumes once) and returns its records."""
@@ -390,7 +395,7 @@ class RunState:
         return cls._from_body(body, "state")
 
     def _body(self) -> dict[str, Any]:
-        return {
+        body = {
             "format": _FORMAT,
             "version": _VERSION,
             "calls": [_record_to_json(record) for record in self._records],
@@ -398,6 +403,9 @@ class RunState:
             "always_allow": dict(self._always_allow),
             "always_reject": {tool: [fp, message] for tool, (fp, message) in self._always_reject.items()},
         }
+        if self._run_id is not None:
+            body["run_id"] = self._run_id
+        return body
 
     @classmethod
     def _from_body(cls, body: Any, where: str) -> RunState:
@@ -421,9 +429,14 @@ class RunState:
             and all(isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) for v in always_reject.values())
         ):
             raise StateError(f"{where}.always_reject is malformed")
-        return cls._create(
+        run_id = body.get("run_id")
+        if run_id is not None and not isinstance(run_id, str):
+            raise StateError(f"{where}.run_id must be a string")
+        state = cls._create(
             records, duplicates, dict(always_allow), {tool: (v[0], v[1]) for tool, v in always_reject.items()}
         )
+        state._run_id = run_id
+        return state
 
 
 def _canonical(body: Mapping[str, Any]) -> str:

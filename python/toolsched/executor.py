@@ -9,7 +9,9 @@ import math
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -30,6 +32,7 @@ from toolsched.approvals import (
 )
 from toolsched.backends import Backend, assign_backends
 from toolsched.context import ToolContext
+from toolsched.durable import JournalFailed, RunJournal
 from toolsched.errors import (
     GuardrailTripped,
     OptionError,
@@ -52,6 +55,7 @@ from toolsched.events import (
 )
 from toolsched.guardrails import Guardrail, GuardrailEvent, Guardrails
 from toolsched.hooks import BatchEvent, Hook, HookEvent, Hooks, HookTimeout, Rewrite, ToolHooks, UpdateFilter
+from toolsched.journal import Journal
 from toolsched.nested import NestedHold, resuming
 from toolsched.outcome import Outcome
 from toolsched.permissions import Behavior, Decision, Permissions, ToolRules
@@ -317,6 +321,7 @@ class _Turn:
         "completed",
         "context",
         "count",
+        "durable",
         "emit",
         "failures",
         "halt",
@@ -340,6 +345,8 @@ class _Turn:
         self.tripped: GuardrailTripped | None = None
         # Calls whose nested runs wait for approvals: (job, the nested run's record); None when none do.
         self.parked: list[tuple[_Job, ChildRecord]] | None = None
+        # The run's journal when the run is durable: every answer is journaled before it is recorded.
+        self.durable: RunJournal | None = None
         # The calls that reach execution, and the batch running now.
         self.jobs: Sequence[_Job] = ()
         self.batch: Sequence[_Job] = ()
@@ -363,13 +370,16 @@ class _Turn:
         if self.emit is not None:
             self.emit(ToolFinished(result))
 
-    def answer(
+    async def answer(
         self, slot: int, call: ToolCall, tool_name: str, kind: ErrorKind, message: str, batch: int | None = None
     ) -> None:
-        """Answers a call that does not run with an error result."""
+        """Answers a call that does not run with an error result (journaled first in a durable run)."""
+        result = ToolResult(call.id, tool_name, None, message, kind, True, 0.0, False, batch, False, None)
+        if self.durable is not None:
+            await self.durable.finished(result)
         if self.emit is not None:
             self.emit(ToolStarted(call.id, tool_name, batch, ran=False))
-        self.record(slot, ToolResult(call.id, tool_name, None, message, kind, True, 0.0, False, batch, False, None))
+        self.record(slot, result)
 
     def ordered_partial(self) -> list[ToolResult]:
         """The results recorded so far, in model order."""
@@ -412,7 +422,10 @@ class Executor:
       runs and on its output (see ``toolsched.guardrails``);
     - ``backends`` / ``default_backend``: where tool bodies run besides this
       process, by name (``{"ray": RayBackend()}``), and the backend of tools
-      that name none (default ``"local"``).
+      that name none (default ``"local"``);
+    - ``journal``: a ``Journal`` (``SqliteJournal``, ``PostgresJournal``) that makes
+      runs durable: each call's transitions are written before the run goes on,
+      and ``recover(run_id)`` finishes a run after a crash.
 
     Each run uses the registry's tool set as it is when the run starts; a
     registry with ``refresh_tools`` is refreshed after each run's results are
@@ -445,7 +458,11 @@ class Executor:
         output_guardrails: Iterable[Guardrail] = (),
         backends: Mapping[str, Backend] | None = None,
         default_backend: str | None = None,
+        journal: Journal | None = None,
     ) -> None:
+        if journal is not None and not isinstance(journal, Journal):
+            raise OptionError(f"journal must be a toolsched.Journal (SqliteJournal, PostgresJournal), got {journal!r}")
+        self.journal = journal
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.strategy: Strategy = Partitioned() if strategy is None else strategy
         if not hasattr(self.strategy, "kind"):
@@ -552,17 +569,68 @@ class Executor:
         *,
         steering: Steering | None = None,
         context: Any = None,
+        run_id: str | None = None,
     ) -> Outcome:
         """Runs a turn's calls; returns one result per unique call ID, in model order.
 
         The turn uses the registry's tool set as it is when the turn starts.
         With a registry that has ``refresh_tools``, the set is refreshed once
         the results are complete, before this returns.
+
+        With a journal, the run is journaled under ``run_id`` (a new one when
+        not given; ``Outcome.run_id``): ``RunExistsError`` for an ID already in
+        the journal, and a ``JournalError`` raised when the journal fails mid-run.
         """
+        if self.journal is not None:
+            durable = RunJournal(self.journal, uuid.uuid4().hex if run_id is None else run_id)
+            return await self._journaled(
+                durable, lambda: self._start(calls, None, steering, context, None, None, durable)
+            )
         view = self._current_view()
         if view.plain:
-            return await self._run(calls, steering, context, None, view, None)
-        return await self._start(calls, None, steering, context, None, None)
+            outcome = await self._run(calls, steering, context, None, view, None)
+        else:
+            outcome = await self._start(calls, None, steering, context, None, None)
+        return outcome if run_id is None else replace(outcome, run_id=run_id)
+
+    async def recover(
+        self,
+        run_id: str,
+        *,
+        steering: Steering | None = None,
+        context: Any = None,
+        force: bool = False,
+    ) -> Outcome:
+        """Finishes a journaled run after a crash and returns its outcome, in model order.
+
+        Calls that finished are answered from the journal and never run again.
+        A call that started but did not finish runs again only if its tool is
+        ``idempotent``; otherwise it gets an ``interrupted`` error result (its
+        outcome is unknown). Calls approved or still waiting for a person keep
+        that decision; calls that never started run as they would have.
+
+        Raises ``UnknownRunError`` for a run the journal does not have and
+        ``RunClaimedError`` while another process holds the run (``force=True``
+        takes it from a holder known to be dead).
+        """
+        if self.journal is None:
+            raise OptionError("recover() needs an executor built with journal=")
+        durable = RunJournal(self.journal, run_id)
+        return await self._journaled(durable, lambda: self._recover(durable, force, steering, context))
+
+    async def _journaled(self, durable: RunJournal, body: Callable[[], Awaitable[Outcome]]) -> Outcome:
+        """Runs a durable run's ``body``, then releases the run; a journal failure is raised as itself."""
+        try:
+            outcome = await body()
+        except Exception:
+            if durable.failure is not None:
+                raise durable.failure from None
+            raise
+        finally:
+            await durable.release()
+        if durable.failure is not None:
+            raise durable.failure
+        return replace(outcome, run_id=durable.run_id)
 
     async def stream(
         self,
@@ -574,7 +642,8 @@ class Executor:
         """Runs a turn, yielding its events as they happen; the last is ``RunFinished``.
 
         Leaving the loop early cancels the run (wrap in ``contextlib.aclosing``
-        to make that prompt).
+        to make that prompt). With a journal the run is durable, as with ``run``
+        (its ID is ``RunFinished.outcome.run_id``).
         """
         send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
         failure: list[BaseException] = []
@@ -582,7 +651,13 @@ class Executor:
         async def drive() -> None:
             async with send:
                 try:
-                    outcome = await self._start(calls, None, steering, context, send.send_nowait, None)
+                    if self.journal is not None:
+                        durable, sink = RunJournal(self.journal, uuid.uuid4().hex), send.send_nowait
+                        outcome = await self._journaled(
+                            durable, lambda: self._start(calls, None, steering, context, sink, None, durable)
+                        )
+                    else:
+                        outcome = await self._start(calls, None, steering, context, send.send_nowait, None)
                 except Exception as exc:
                     failure.append(exc)
                 else:
@@ -655,6 +730,11 @@ class Executor:
         """
         if not isinstance(state, RunState):
             raise TypeError(f"resume() takes the RunState of an interrupted run, got {type(state).__name__}")
+        if self.journal is not None and state._run_id is not None:
+            durable = RunJournal(self.journal, state._run_id)
+            return await self._journaled(
+                durable, lambda: self._start(None, state, steering, context, None, None, durable)
+            )
         return await self._start(None, state, steering, context, None, None)
 
     async def _start(
@@ -665,6 +745,7 @@ class Executor:
         context: Any,
         sink: Callable[[Event], Any] | None,
         parent: str | None,
+        durable: RunJournal | None = None,
     ) -> Outcome:
         """Runs a turn (``calls``) or resumes one (``state``) with what surrounds it.
 
@@ -676,12 +757,12 @@ class Executor:
         children = state._children() if state is not None else None
         try:
             if view.resourceful or children:
-                outcome = await self._scoped(calls, state, steering, context, sink, parent, view, children)
+                outcome = await self._scoped(calls, state, steering, context, sink, parent, view, children, durable)
             elif state is None:
                 assert calls is not None
-                outcome = await self._run(calls, steering, context, sink, view, parent)
+                outcome = await self._run(calls, steering, context, sink, view, parent, durable)
             else:
-                outcome = await self._resume(state, steering, context, sink, view, parent)
+                outcome = await self._resume(state, steering, context, sink, view, parent, durable)
         except Exception:
             # A run that raises (on_error="raise", a tripped guardrail) has its results too: refresh all the same.
             if self.registry._source is not None:
@@ -701,6 +782,7 @@ class Executor:
         parent: str | None,
         view: _View,
         children: dict[str, CallRecord] | None,
+        durable: RunJournal | None = None,
     ) -> Outcome:
         """A run with per-run resources (opened on first use, closed when it ends) or nested runs to resume."""
         resumed = resuming.set(children) if children else None
@@ -708,8 +790,8 @@ class Executor:
             if not view.resourceful:
                 if state is None:
                     assert calls is not None
-                    return await self._run(calls, steering, context, sink, view, parent)
-                return await self._resume(state, steering, context, sink, view, parent)
+                    return await self._run(calls, steering, context, sink, view, parent, durable)
+                return await self._resume(state, steering, context, sink, view, parent, durable)
             failure: Exception | None = None
             outcome: Outcome | None = None
             async with anyio.create_task_group() as group:
@@ -718,9 +800,9 @@ class Executor:
                 try:
                     if state is None:
                         assert calls is not None
-                        outcome = await self._run(calls, steering, context, sink, view, parent)
+                        outcome = await self._run(calls, steering, context, sink, view, parent, durable)
                     else:
-                        outcome = await self._resume(state, steering, context, sink, view, parent)
+                        outcome = await self._resume(state, steering, context, sink, view, parent, durable)
                 except Exception as exc:
                     # Raised after the task group, which would wrap it: the resources close first.
                     failure = resources.error = exc
@@ -765,20 +847,25 @@ class Executor:
         sink: Callable[[Event], Any] | None,
         view: _View,
         parent: str | None,
+        durable: RunJournal | None = None,
     ) -> Outcome:
         records = state._claim()
+        if durable is not None:
+            await self._journal_resumed(durable, records)
         cap = resolve_cap(self.strategy)
         emit = self._emitter(sink, parent)
         turn = _Turn(len(records), context, self.interactive, emit, view)
+        turn.durable = durable
         slot_calls = [ToolCall(record.call_id, record.name, record.args) for record in records]
         todo: list[int] = []
         for slot, record in enumerate(records):
             if record.result is not None:
                 turn.carry(slot, record.result)
             elif record.status == "rejected":
-                turn.answer(slot, slot_calls[slot], record.tool or record.name, "permission_denied", _not_approved(
-                    record.tool or record.name, record.message
-                ))
+                name = record.tool or record.name
+                await turn.answer(
+                    slot, slot_calls[slot], name, "permission_denied", _not_approved(name, record.message)
+                )
             else:
                 todo.append(slot)
         calls = [slot_calls[slot] for slot in todo]
@@ -796,7 +883,7 @@ class Executor:
                 if self.unknown_tool == "raise":
                     raise UnknownToolError(message, call_id=call.id, tool_name=call.name)
             name = tools[tool_index].name if tool_index >= 0 else call.name
-            turn.answer(slot, call, name, cast(ErrorKind, error_kind), message)
+            await turn.answer(slot, call, name, cast(ErrorKind, error_kind), message)
         jobs = await self._check_semantics(jobs, turn)
         held: list[_Held] = []
         if jobs:
@@ -807,6 +894,105 @@ class Executor:
         duplicates = list(state._duplicates)
         if held or turn.parked:
             return self._interrupted(slot_calls, turn, held, duplicates, steering_messages, state)
+        return Outcome(turn.ordered(), duplicates, steering_messages)
+
+    # -- durable runs -------------------------------------------------------------
+
+    @staticmethod
+    async def _journal_resumed(durable: RunJournal, records: list[CallRecord]) -> None:
+        """Claims a journaled run being resumed and journals the decisions a person made since."""
+        await durable.claim(False)
+        for record in records:
+            if record.status == "approved":
+                await durable.write(record.call_id, "approved", {"args": record.request_args, "digest": record.digest})
+            elif record.status == "rejected":
+                await durable.write(record.call_id, "rejected", {"message": record.message})
+
+    @staticmethod
+    async def _journal_decision(
+        durable: RunJournal, job: _Job, behavior: Behavior, message: str | None, held: list[_Held]
+    ) -> None:
+        """Journals how a call that asked was settled: held for a person, approved, or rejected."""
+        if behavior == "ask":
+            entry = held[-1]
+            payload = {
+                "args": detached(job.args),
+                "reason": entry.reason,
+                "digest": entry.digest,
+                "fingerprint": entry.fingerprint,
+            }
+            await durable.write(job.call.id, "pending", payload)
+        elif behavior == "allow":
+            await durable.write(job.call.id, "approved", {"args": detached(job.args), "digest": args_digest(job.args)})
+        else:
+            await durable.write(job.call.id, "rejected", {"message": message})
+
+    async def _recover(
+        self, durable: RunJournal, force: bool, steering: Steering | None, context: Any
+    ) -> Outcome:
+        """Finishes a journaled run from where its calls were left (see ``recover``)."""
+        record = await durable.claim(force)
+        view = self._current_view()
+        calls = list(record.turn)
+        planned, duplicate_rows = view.table.prepare(calls, view.toolset.disabled_mask(), **self._limits)
+        emit = self._emitter(None, None)
+        turn = _Turn(len(planned), context, self.interactive, emit, view)
+        turn.durable = durable
+        tools, facts = view.tools, view.facts
+        entries = {entry.call_id: entry for entry in record.calls}
+        fresh: list[_Job] = []
+        ready: list[_Job] = []
+        held: list[_Held] = []
+        for slot, (index, tool_index, args, error_kind, message) in enumerate(planned):
+            call = calls[index]
+            entry = entries[call.id]
+            if entry.result is not None:
+                turn.carry(slot, entry.result)
+                continue
+            if error_kind is not None and entry.state == "started":
+                # Started with a tool that is gone now: whether it is idempotent cannot be known.
+                await turn.answer(slot, call, call.name, "interrupted", _unknown_outcome(call.name))
+                continue
+            if error_kind is not None:
+                # The tool set changed since the crash: the call is answered as it would be now.
+                text = _unavailable(view, call.name, str(message)) if error_kind == "unknown_tool" else str(message)
+                name = tools[tool_index].name if tool_index >= 0 else call.name
+                await turn.answer(slot, call, name, cast(ErrorKind, error_kind), text)
+                continue
+            tool = tools[tool_index]
+            job = _Job(slot, call, tool, facts[tool_index], args, tool_index)
+            decision = entry.decision or {}
+            if entry.state == "planned":
+                fresh.append(job)
+            elif entry.state == "rejected":
+                refusal = _not_approved(tool.name, decision.get("message"))
+                await turn.answer(slot, call, tool.name, "permission_denied", refusal)
+            elif entry.state == "pending":
+                job.args = decision.get("args", args)
+                fingerprint = str(decision.get("fingerprint", view.fingerprint(tool_index)))
+                digest = str(decision.get("digest", args_digest(job.args)))
+                held.append(_Held(job, str(decision.get("reason", "")), digest, fingerprint))
+            elif entry.state == "approved":
+                job.args = decision.get("args", args)
+                ready.append(job)
+            elif tool.idempotent:
+                run_with = entry.run_with or {}
+                job.args = run_with.get("args", args)
+                ready.append(job)
+            else:
+                await turn.answer(slot, call, tool.name, "interrupted", _unknown_outcome(tool.name))
+        jobs = await self._check_semantics(fresh, turn)
+        if view.admits and jobs:
+            jobs = await self._admit(jobs, turn, held, None)
+        if ready:
+            jobs = sorted(jobs + ready, key=lambda job: job.slot)
+        steering_messages = await self._run_batches(jobs, turn, resolve_cap(self.strategy), steering)
+        if emit is not None:
+            await emit.flush()
+        duplicates = [Duplicate(calls[i].id, i, first, differ) for i, first, differ in duplicate_rows]
+        if held or turn.parked:
+            slot_calls = [calls[row[0]] for row in planned]
+            return self._interrupted(slot_calls, turn, held, duplicates, steering_messages, None)
         return Outcome(turn.ordered(), duplicates, steering_messages)
 
     # -- the pipeline -------------------------------------------------------------
@@ -845,15 +1031,19 @@ class Executor:
         extra_sink: Callable[[Event], Any] | None,
         view: _View,
         parent: str | None,
+        durable: RunJournal | None = None,
     ) -> Outcome:
         calls = calls if isinstance(calls, list) else list(calls)
         for position, call in enumerate(calls):
             if not isinstance(call, ToolCall):
                 raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
+        if durable is not None:
+            await durable.begin(calls)
         cap = resolve_cap(self.strategy)
         planned, duplicate_rows = view.table.prepare(calls, view.toolset.disabled_mask(), **self._limits)
         emit = self._emitter(extra_sink, parent)
         turn = _Turn(len(planned), context, self.interactive, emit, view)
+        turn.durable = durable
         tools, facts = view.tools, view.facts
         jobs: list[_Job] = []
         for slot, (index, tool_index, args, error_kind, message) in enumerate(planned):
@@ -867,7 +1057,7 @@ class Executor:
                 if self.unknown_tool == "raise":
                     raise UnknownToolError(text, call_id=call.id, tool_name=call.name)
             name = tools[tool_index].name if tool_index >= 0 else call.name
-            turn.answer(slot, call, name, cast(ErrorKind, error_kind), text)
+            await turn.answer(slot, call, name, cast(ErrorKind, error_kind), text)
         duplicates = [Duplicate(calls[i].id, i, first, differ) for i, first, differ in duplicate_rows]
 
         jobs = await self._check_semantics(jobs, turn)
@@ -900,11 +1090,11 @@ class Executor:
                 try:
                     await job.tool.validate_input(job.args, self._context(job, turn))
                 except SemanticError as exc:
-                    turn.answer(job.slot, job.call, job.tool.name, "semantic_error", str(exc))
+                    await turn.answer(job.slot, job.call, job.tool.name, "semantic_error", str(exc))
                     continue
                 except Exception as exc:
                     message = f"input check of `{job.tool.name}` failed: {format_error(exc, job.call)}"
-                    turn.answer(job.slot, job.call, job.tool.name, "semantic_error", message)
+                    await turn.answer(job.slot, job.call, job.tool.name, "semantic_error", message)
                     continue
             passed.append(job)
         return passed
@@ -948,12 +1138,12 @@ class Executor:
         """The planned batches, one after another; steering and interrupts are checked between them."""
         for number, (start, end, concurrency) in enumerate(self._batches(jobs, cap)):
             if turn.halt is not None:
-                self._answer_unstarted(jobs[start:], turn, "skipped", turn.halt)
+                await self._answer_unstarted(jobs[start:], turn, "skipped", turn.halt)
                 return []
             if number and steering is not None:
                 messages = await _maybe_await(steering())
                 if messages:
-                    self._answer_unstarted(jobs[start:], turn, "skipped", _SKIPPED)
+                    await self._answer_unstarted(jobs[start:], turn, "skipped", _SKIPPED)
                     return list(messages)
             batch = jobs[start:end]
             concurrent = concurrency > 1 and len(batch) > 1
@@ -965,7 +1155,7 @@ class Executor:
                 turn.emit(BatchStarted(number, tuple(job.call.id for job in batch), concurrent))
             blocked = await self._before_batch(batch, number, concurrent, turn) if self._pre_batch else None
             if blocked is not None:
-                self._answer_unstarted(batch, turn, "hook_blocked", blocked, number)
+                await self._answer_unstarted(batch, turn, "hook_blocked", blocked, number)
             elif concurrent:
                 await self._run_pool(batch, concurrency, number, turn)
             else:
@@ -984,16 +1174,16 @@ class Executor:
                 await self._raise_failure(jobs[end:], turn, turn.failures)
         return []
 
-    def _answer_unstarted(
+    async def _answer_unstarted(
         self, jobs: list[_Job], turn: _Turn, kind: ErrorKind, message: str, batch: int | None = None
     ) -> None:
         """Answers calls that will not run; one cancelled on its own keeps its own reason."""
         for job in jobs:
             job.state = _DONE
             if job.cancel_reason is not None:
-                turn.answer(job.slot, job.call, job.tool.name, "cancelled", job.cancel_reason, batch)
+                await turn.answer(job.slot, job.call, job.tool.name, "cancelled", job.cancel_reason, batch)
             else:
-                turn.answer(job.slot, job.call, job.tool.name, kind, message, batch)
+                await turn.answer(job.slot, job.call, job.tool.name, kind, message, batch)
 
     async def _raise_failure(
         self, rest: list[_Job], turn: _Turn, failures: list[tuple[int, ToolResult, BaseException | None]]
@@ -1005,7 +1195,8 @@ class Executor:
         """
         failures = sorted(failures, key=lambda failure: failure[0])
         _, first, cause = failures[0]
-        self._answer_unstarted(rest, turn, "skipped", f"not run: call {first.call_id} (`{first.tool_name}`) failed")
+        reason = f"not run: call {first.call_id} (`{first.tool_name}`) failed"
+        await self._answer_unstarted(rest, turn, "skipped", reason)
         if turn.emit is not None:
             await turn.emit.flush()
         error = ToolTimeoutError if first.error_kind == "timeout" else ToolCallFailed
@@ -1063,7 +1254,7 @@ class Executor:
         state = _GraphState()
         started = bytearray(count)
         if blocked is not None:
-            self._answer_unstarted(jobs, turn, "hook_blocked", blocked, 0)
+            await self._answer_unstarted(jobs, turn, "hook_blocked", blocked, 0)
         elif count == 1:
             # Nothing to plan: no crossing, no task.
             started[0] = 1
@@ -1116,7 +1307,7 @@ class Executor:
         turn.scoped = False
         unstarted = [jobs[index] for index in range(count) if not started[index]] if blocked is None else []
         if state.messages and turn.failures is None:
-            self._answer_unstarted(unstarted, turn, "skipped", _SKIPPED)
+            await self._answer_unstarted(unstarted, turn, "skipped", _SKIPPED)
         if self._post_batch:
             await self._after_batch(jobs, 0, concurrent, turn)
         if emit is not None:
@@ -1149,9 +1340,9 @@ class Executor:
         if job.cancel_reason is not None or turn.abort is not None or turn.halt is not None:
             # Stopped before it started: answered without running.
             if turn.abort is not None:
-                self._answer_unstarted([job], turn, "cancelled", f"not run: {turn.abort}", batch)
+                await self._answer_unstarted([job], turn, "cancelled", f"not run: {turn.abort}", batch)
             else:
-                self._answer_unstarted([job], turn, "skipped", turn.halt or _SKIPPED, batch)
+                await self._answer_unstarted([job], turn, "skipped", turn.halt or _SKIPPED, batch)
             if emit is not None:
                 await emit.flush()
             return
@@ -1179,6 +1370,8 @@ class Executor:
             if scope is None:
                 if self._input_guardrails is not None:
                     await self._guard(self._input_guardrails, job, None, turn)
+                if turn.durable is not None:
+                    await turn.durable.started(call.id, job.args)
                 if tool.max_concurrency is None:
                     output = await invoke(job.args, ctx)
                 else:
@@ -1191,6 +1384,8 @@ class Executor:
                         await self._guard(self._input_guardrails, job, None, turn)
                         if tool.timeout is not None and tool.max_concurrency is None:
                             scope.deadline = anyio.current_time() + tool.timeout
+                    if turn.durable is not None:
+                        await turn.durable.started(call.id, job.args)
                     if tool.max_concurrency is None:
                         output = await invoke(job.args, ctx)
                     else:
@@ -1211,6 +1406,8 @@ class Executor:
             if emit is not None:
                 await emit.flush()
             return
+        except JournalFailed:
+            raise
         except Exception as exc:
             if anyio.current_effective_deadline() == -math.inf:
                 # The run itself is being cancelled and the tool turned that into
@@ -1243,6 +1440,8 @@ class Executor:
             call.id, tool.name, output, error, kind, kind is not None, duration_ms, concurrent, batch, truncated,
             offload_path,
         )
+        if turn.durable is not None:
+            await turn.durable.finished(result)
         job.state = _DONE
         turn.record(job.slot, result)
         if kind is not None and kind in _EXECUTION_FAILURES:
@@ -1328,10 +1527,12 @@ class Executor:
             if behavior == "ask":
                 behavior, message = await self._settle(job, message or "", record, prior, held, turn)
                 kind = "permission_denied"
+                if turn.durable is not None:
+                    await self._journal_decision(turn.durable, job, behavior, message, held)
             if behavior == "allow":
                 admitted.append(job)
             elif behavior == "deny" and kind is not None:
-                turn.answer(job.slot, job.call, job.tool.name, kind, message or "")
+                await turn.answer(job.slot, job.call, job.tool.name, kind, message or "")
         return admitted
 
     async def _decide(
@@ -1556,6 +1757,8 @@ class Executor:
         always_allow = dict(prior._always_allow) if prior is not None else {}
         always_reject = dict(prior._always_reject) if prior is not None else {}
         state = RunState._create(records, list(duplicates), always_allow, always_reject)
+        if turn.durable is not None:
+            state._run_id = turn.durable.run_id
         return Outcome(turn.ordered_partial(), duplicates, steering_messages, True, state.pending, state)
 
     async def _guard(self, guardrails: Guardrails, job: _Job, output: Any, turn: _Turn) -> None:
@@ -1641,6 +1844,13 @@ class Executor:
 def _not_approved(tool_name: str, message: str | None) -> str:
     text = f"the call to `{tool_name}` was not approved"
     return f"{text}: {message}" if message else text
+
+
+def _unknown_outcome(tool_name: str) -> str:
+    return (
+        "the outcome of this call is unknown: it started before the run was interrupted and "
+        f"`{tool_name}` is not idempotent, so it was not run again"
+    )
 
 
 def _unavailable(view: _View, name: str, message: str) -> str:

@@ -144,7 +144,8 @@ class JournaledCall:
     ``state`` is the latest transition; ``starts`` how many times the call
     started (more than once only when recovery re-ran an idempotent call);
     ``decision`` the payload of the latest ``pending``/``approved``/``rejected``
-    transition; ``result`` the finished result. ``output_exact`` is False when
+    transition; ``run_with`` the payload of the latest ``started`` transition
+    (what the call was started with); ``result`` the finished result. ``output_exact`` is False when
     the output was not a value JSON holds exactly and ``result.output`` is the
     form it was stored in (see ``encode_output``).
     """
@@ -158,6 +159,7 @@ class JournaledCall:
     decision: Mapping[str, Any] | None = None
     result: ToolResult | None = None
     output_exact: bool = True
+    run_with: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,6 +396,7 @@ def build_record(
     state: dict[str, Transition] = dict.fromkeys(first, "planned")
     starts: dict[str, int] = dict.fromkeys(first, 0)
     decisions: dict[str, Mapping[str, Any] | None] = {}
+    run_with: dict[str, Mapping[str, Any] | None] = {}
     results: dict[str, tuple[ToolResult, bool]] = {}
     for call_id, kind, payload in transition_rows:
         where = f"run {run_id!r}, call {call_id!r}"
@@ -408,14 +411,14 @@ def build_record(
             starts[call_id] += 1
         elif kind == "finished":
             results[call_id] = decode_result(where, call_id, payload)
-        elif kind in _DECISIONS:
+        if kind == "started" or kind in _DECISIONS:
             try:
                 decoded = json.loads(payload) if payload is not None else None
             except ValueError:
                 raise JournalCorruptError(f"{where}: the payload of {kind!r} is not JSON") from None
             if decoded is not None and not isinstance(decoded, dict):
                 raise JournalCorruptError(f"{where}: the payload of {kind!r} is not an object")
-            decisions[call_id] = decoded
+            (run_with if kind == "started" else decisions)[call_id] = decoded
     calls = []
     for call_id, (position, call, digest) in first.items():
         finished = results.get(call_id)
@@ -430,6 +433,7 @@ def build_record(
                 decisions.get(call_id),
                 finished[0] if finished else None,
                 finished[1] if finished else True,
+                run_with.get(call_id),
             )
         )
     return RunRecord(run_id, tuple(turn), tuple(calls), owner, lease_until, created_at, updated_at)

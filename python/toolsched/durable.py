@@ -1,0 +1,92 @@
+"""What a durable run writes to its journal as it goes (internal to the executor).
+
+A ``RunJournal`` is one run's handle on a ``Journal``: every write is
+shielded from cancellation (a call that finished is journaled even while the
+run is being cancelled) and completes before the run takes its next step. The
+first failed write is kept in ``failure``: the run then ends by raising it,
+and nothing that was not journaled is reported as done.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from toolsched.journal import Journal, JournalError, Transition
+from toolsched.results import ToolCall, ToolResult
+
+__all__ = ["JournalFailed", "RunJournal"]
+
+logger = logging.getLogger("toolsched")
+
+
+class JournalFailed(Exception):
+    """A journal write failed mid-run (internal): carried past the tool-failure handlers to the run."""
+
+    def __init__(self, error: JournalError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class RunJournal:
+    """One run's writes to a journal (internal)."""
+
+    __slots__ = ("failure", "held", "journal", "run_id")
+
+    def __init__(self, journal: Journal, run_id: str) -> None:
+        self.journal = journal
+        self.run_id = run_id
+        self.failure: JournalError | None = None
+        # Whether this process holds the run (begun or claimed here), so it must release it.
+        self.held = False
+
+    async def begin(self, calls: Sequence[ToolCall]) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.journal.begin_run(self.run_id, calls)
+        self.held = True
+
+    async def claim(self, force: bool) -> Any:
+        with anyio.CancelScope(shield=True):
+            record = await self.journal.claim(self.run_id, force=force)
+        self.held = True
+        return record
+
+    async def write(self, call_id: str, transition: Transition, payload: Any = None) -> None:
+        if self.failure is not None:
+            raise JournalFailed(self.failure)
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.journal.record(self.run_id, call_id, transition, payload)
+        except JournalError as exc:
+            if self.failure is None:
+                self.failure = exc
+            raise JournalFailed(exc) from exc
+
+    async def finished(self, result: ToolResult) -> None:
+        await self.write(result.call_id, "finished", result)
+
+    async def started(self, call_id: str, args: Any) -> None:
+        await self.write(call_id, "started", {"args": _storable(args)})
+
+    async def release(self) -> None:
+        """Lets go of the run; a failure here is logged, never raised (the run's outcome stands)."""
+        if not self.held:
+            return
+        self.held = False
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.journal.release(self.run_id)
+        except Exception:
+            logger.warning("releasing run %s in the journal failed", self.run_id, exc_info=True)
+
+
+def _storable(args: Any) -> Any:
+    """The arguments a call runs with, as the journal stores them (a mapping becomes a dict)."""
+    if isinstance(args, Mapping):
+        return dict(args)
+    if hasattr(args, "model_dump"):
+        return args.model_dump(mode="json")
+    return args
