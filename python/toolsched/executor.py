@@ -138,6 +138,20 @@ class _Emitter:
                     logger.exception("event callback %r failed on %r", sink, event)
 
 
+def _judge_call(
+    job: _Job, static: bool | None, judge: Callable[[Any], bool], if_it_raises: bool, consequence: str
+) -> bool:
+    """A per-call flag: the tool's constant when it has one, else its judgement of the
+    arguments; a judgement that raises counts as the fail-closed answer."""
+    if static is not None:
+        return static
+    try:
+        return bool(judge(job.args))
+    except Exception:
+        logger.warning("%s of %s raised; %s", judge.__name__, job.tool.name, consequence, exc_info=True)
+        return if_it_raises
+
+
 class _Job:
     """One runnable call of a turn (internal, mutable while the turn runs)."""
 
@@ -1110,14 +1124,7 @@ class Executor:
 
     @staticmethod
     def _is_safe(job: _Job) -> bool:
-        static = job.facts.static_safe
-        if static is not None:
-            return static
-        try:
-            return bool(job.tool.is_concurrency_safe(job.args))
-        except Exception:
-            logger.warning("is_concurrency_safe of %s raised; running the call alone", job.tool.name, exc_info=True)
-            return False
+        return _judge_call(job, job.facts.static_safe, job.tool.is_concurrency_safe, False, "running the call alone")
 
     async def _run_batches(
         self, jobs: list[_Job], turn: _Turn, cap: int, steering: Steering | None
@@ -1649,24 +1656,12 @@ class Executor:
     @staticmethod
     def _is_read_only(job: _Job) -> bool:
         static = job.facts.static_read_only
-        if static is not None:
-            return static
-        try:
-            return bool(job.tool.is_read_only(job.args))
-        except Exception:
-            logger.warning("is_read_only of %s raised; treating the call as a write", job.tool.name, exc_info=True)
-            return False
+        return _judge_call(job, static, job.tool.is_read_only, False, "treating the call as a write")
 
     @staticmethod
     def _needs_approval(job: _Job) -> bool:
         static = job.facts.static_needs_approval
-        if static is not None:
-            return static
-        try:
-            return bool(job.tool.requires_approval(job.args))
-        except Exception:
-            logger.warning("needs_approval of %s raised; asking for approval", job.tool.name, exc_info=True)
-            return True
+        return _judge_call(job, static, job.tool.requires_approval, True, "asking for approval")
 
     async def _settle(
         self, job: _Job, reason: str, record: CallRecord | None, prior: RunState | None, held: list[_Held], turn: _Turn
