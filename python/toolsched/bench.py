@@ -206,7 +206,7 @@ def synthetic_workload(
                     fresh += 1
                     directory = f"lib/pkg{fresh}"
                 used_dirs.append(directory)
-                access, args = Access(reads=[directory]), {"pattern": "TODO", "path": directory}
+                access, args = Access(reads=[directory]), {"pattern": "deprecated", "path": directory}
             else:
                 if reuse and used_files:
                     path = rng.choice(used_files)

@@ -25,6 +25,7 @@ use at the end is ``result.executor``.
 
 from __future__ import annotations
 
+import abc
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -82,23 +83,28 @@ class LoopResult:
         return [] if self.outcome is None else self.outcome.steering_messages
 
 
-class _Dialect:
+class _Dialect(abc.ABC):
     """What differs between APIs: the request, the assistant turn, the calls and the reply."""
 
+    @abc.abstractmethod
     async def request(self, history: list[Any], executor: Executor) -> Any:
-        raise NotImplementedError
+        """Sends the conversation so far with the executor's tools; returns the response."""
 
+    @abc.abstractmethod
     def assistant_turn(self, response: Any) -> list[Any]:
-        raise NotImplementedError
+        """The history entries that record the model's turn."""
 
+    @abc.abstractmethod
     def calls(self, response: Any, registry: ToolRegistry) -> list[ToolCall]:
-        raise NotImplementedError
+        """The tool calls of a response."""
 
+    @abc.abstractmethod
     def reply(self, calls: list[ToolCall], results: list[ToolResult], registry: ToolRegistry) -> list[Any]:
-        raise NotImplementedError
+        """The history entries that answer the calls."""
 
+    @abc.abstractmethod
     def text(self, response: Any) -> str | None:
-        raise NotImplementedError
+        """The response's text, if any."""
 
     def paused(self, response: Any) -> bool:
         """Whether the model paused a long server-side turn and expects the conversation back as it is."""
