@@ -37,6 +37,9 @@ from toolsched.journal.base import (
 __all__ = ["SqliteJournal"]
 
 _HEADER = b"SQLite format 3\x00"
+# How often, and how far apart, opening asks again while another connection is creating the file.
+_SETTLE_ATTEMPTS = 20
+_SETTLE_PAUSE = 0.025
 
 # Each entry moves the schema up by one version; entry i creates version i + 1.
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -122,7 +125,7 @@ class SqliteJournal(Journal):
             raise JournalError(f"the journal path {path} is a directory")
         existing = path.exists() and path.stat().st_size > 0
         if existing:
-            self._check_header(path)
+            self._check_header_settled(path)
         try:
             conn = sqlite3.connect(path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
@@ -136,6 +139,22 @@ class SqliteJournal(Journal):
             raise
         self._conn = conn
         self._identity = (stat.st_dev, stat.st_ino)
+
+    def _check_header_settled(self, path: Path) -> None:
+        """Checks the header, allowing a moment for another connection that is creating the file.
+
+        While a writer is busy (its ``-wal`` or ``-journal`` file is there), the header can be read
+        half-written or ahead of the file's size; a damaged file stays damaged when asked again.
+        """
+        for attempt in range(_SETTLE_ATTEMPTS):
+            try:
+                self._check_header(path)
+                return
+            except JournalCorruptError:
+                busy = any(path.with_name(path.name + suffix).exists() for suffix in ("-wal", "-journal"))
+                if not busy or attempt == _SETTLE_ATTEMPTS - 1:
+                    raise
+                time.sleep(_SETTLE_PAUSE)
 
     def _check_header(self, path: Path) -> None:
         """Refuses, before SQLite touches it, a file that is not an SQLite database or was cut short."""
@@ -171,7 +190,13 @@ class SqliteJournal(Journal):
                 supported=SCHEMA_VERSION,
             )
         # The checks passed: from here on the file may be written.
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        # Another connection switching the same new file to WAL holds it for a moment; SQLite then
+        # answers with the old mode instead of waiting, so ask again before giving up.
+        for _ in range(_SETTLE_ATTEMPTS):
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() == "wal":
+                break
+            time.sleep(_SETTLE_PAUSE)
         if str(mode).lower() != "wal":
             raise JournalError(f"{self.path} cannot be put in WAL mode (journal_mode is {mode!r})")
         conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
