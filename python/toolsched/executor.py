@@ -54,16 +54,25 @@ from toolsched.events import (
     under_parent,
 )
 from toolsched.guardrails import Guardrail, GuardrailEvent, Guardrails
-from toolsched.hooks import BatchEvent, Hook, HookEvent, Hooks, HookTimeout, Rewrite, ToolHooks, UpdateFilter
+from toolsched.hooks import (
+    BatchEvent,
+    Hook,
+    Hooks,
+    HookTimeout,
+    Rewrite,
+    ToolHooks,
+    UpdateFilter,
+    new_hook_event,
+)
 from toolsched.journal import Journal
 from toolsched.nested import NestedHold, resuming
-from toolsched.outcome import Outcome
+from toolsched.outcome import Outcome, new_outcome
 from toolsched.permissions import Behavior, Decision, Permissions, ToolRules
 from toolsched.pool import _NoticeFirstSuspension, run_pool
 from toolsched.registry import SEARCH_TOOL_NAME, ToolRegistry, ToolSet
 from toolsched.resources import RunResources, current_resources
-from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
-from toolsched.shaping import shape_output
+from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult, new_result
+from toolsched.shaping import fits_as_is, shape_output
 from toolsched.strategies import Partitioned, Strategy, resolve_cap
 from toolsched.tools import Access, Tool, ToolFacts
 
@@ -244,6 +253,7 @@ class _View:
 
     __slots__ = (
         "admits",
+        "checks_input",
         "facts",
         "fingerprints",
         "plain",
@@ -260,6 +270,7 @@ class _View:
     facts: tuple[ToolFacts, ...]
     policies: tuple[_Policy, ...]
     admits: bool
+    checks_input: bool
     post_hooked: bool
     update_hooked: bool
     resourceful: bool
@@ -269,7 +280,16 @@ class _View:
         self.toolset = toolset
         self.table = toolset.table
         if previous is not None and previous.table is toolset.table:
-            for name in ("tools", "facts", "policies", "admits", "post_hooked", "update_hooked", "resourceful"):
+            for name in (
+                "tools",
+                "facts",
+                "policies",
+                "admits",
+                "checks_input",
+                "post_hooked",
+                "update_hooked",
+                "resourceful",
+            ):
                 setattr(self, name, getattr(previous, name))
             self.fingerprints = previous.fingerprints
         else:
@@ -291,6 +311,7 @@ class _View:
                 policies.append(known[1] if known is not None else executor._policy(member, facts))
             self.policies = tuple(policies)
             self.admits = any(policy.admit for policy in policies)
+            self.checks_input = any(facts.validates_input for facts in self.facts)
             self.post_hooked = any(policy.post_success or policy.post_failure for policy in policies)
             self.update_hooked = any(policy.update for policy in policies)
             self.resourceful = any(facts.run_resource is not None for facts in self.facts)
@@ -388,7 +409,7 @@ class _Turn:
         self, slot: int, call: ToolCall, tool_name: str, kind: ErrorKind, message: str, batch: int | None = None
     ) -> None:
         """Answers a call that does not run with an error result (journaled first in a durable run)."""
-        result = ToolResult(call.id, tool_name, None, message, kind, True, 0.0, False, batch, False, None)
+        result = new_result(call.id, tool_name, None, message, kind, True, 0.0, False, batch, False, None)
         if self.durable is not None:
             await self.durable.finished(result)
         if self.emit is not None:
@@ -908,7 +929,7 @@ class Executor:
         duplicates = list(state._duplicates)
         if held or turn.parked:
             return self._interrupted(slot_calls, turn, held, duplicates, steering_messages, state)
-        return Outcome(turn.ordered(), duplicates, steering_messages)
+        return new_outcome(turn.ordered(), duplicates, steering_messages, False, [], None, None)
 
     # -- durable runs -------------------------------------------------------------
 
@@ -1007,11 +1028,13 @@ class Executor:
         if held or turn.parked:
             slot_calls = [calls[row[0]] for row in planned]
             return self._interrupted(slot_calls, turn, held, duplicates, steering_messages, None)
-        return Outcome(turn.ordered(), duplicates, steering_messages)
+        return new_outcome(turn.ordered(), duplicates, steering_messages, False, [], None, None)
 
     # -- the pipeline -------------------------------------------------------------
 
     def _emitter(self, extra: Callable[[Event], Any] | None, parent: str | None = None) -> _Emitter | None:
+        if extra is None and self.on_event is None and self.on_progress is None:
+            return None
         sinks: list[Callable[[Event], Any]] = []
         if isinstance(self.on_event, (list, tuple)):
             sinks.extend(self.on_event)
@@ -1084,7 +1107,7 @@ class Executor:
         if held or turn.parked:
             slot_calls = [calls[row[0]] for row in planned]
             return self._interrupted(slot_calls, turn, held, duplicates, steering_messages, None)
-        return Outcome(turn.ordered(), duplicates, steering_messages)
+        return new_outcome(turn.ordered(), duplicates, steering_messages, False, [], None, None)
 
     def _context(self, job: _Job, turn: _Turn, cancel_call: Callable[[str], object] | None = None) -> ToolContext:
         emit: Callable[[Event], None] | None = turn.emit
@@ -1096,7 +1119,7 @@ class Executor:
 
     async def _check_semantics(self, jobs: list[_Job], turn: _Turn) -> list[_Job]:
         """Phase 3: each tool's ``validate_input``; a refusal answers the call."""
-        if not any(job.facts.validates_input for job in jobs):
+        if not turn.view.checks_input:
             return jobs
         passed = []
         for job in jobs:
@@ -1437,13 +1460,13 @@ class Executor:
             ctx._finish(kind is not None and kind != "execution_error")
         truncated = False
         offload_path = None
-        if kind is None:
+        if kind is None and not fits_as_is(output, tool):
             try:
                 output, truncated, offload_path = await shape_output(output, tool, call.id, self.offload_dir)
             except Exception as exc:
                 kind, error, cause = "execution_error", f"the output of `{tool.name}` could not be shaped: {exc}", exc
                 output = None
-        result = ToolResult(
+        result = new_result(
             call.id, tool.name, output, error, kind, kind is not None, duration_ms, concurrent, batch, truncated,
             offload_path,
         )
@@ -1559,7 +1582,7 @@ class Executor:
         if policy.pre:
             rewritten = False
             for hook in policy.pre:
-                event = HookEvent(job.call.id, tool.name, detached(job.args), None, None, turn.context)
+                event = new_hook_event(job.call.id, tool.name, detached(job.args), None, None, turn.context)
                 try:
                     answer = await hook(event)
                 except HookTimeout as exc:
@@ -1782,7 +1805,7 @@ class Executor:
         hooks = policy.post_failure if result.is_error else policy.post_success
         if not hooks:
             return
-        event = HookEvent(job.call.id, job.tool.name, detached(job.args), result.batch, result, turn.context)
+        event = new_hook_event(job.call.id, job.tool.name, detached(job.args), result.batch, result, turn.context)
         for hook in hooks:
             try:
                 await hook(event)

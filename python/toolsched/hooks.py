@@ -25,6 +25,7 @@ import anyio.from_thread
 
 from toolsched.errors import RuleError
 from toolsched.events import Event, ToolUpdated
+from toolsched.frozen import positional_builder
 from toolsched.results import ToolCall, ToolResult
 
 __all__ = ["BatchEvent", "HookEvent", "Hooks", "Rewrite", "UpdateFilter"]
@@ -52,6 +53,10 @@ class HookEvent:
     batch: int | None = None
     result: ToolResult | None = None
     context: Any = None
+
+
+# ``new_hook_event(call_id, tool_name, args, batch, result, context)``: hook events are made per call and hook stage.
+new_hook_event = positional_builder(HookEvent)
 
 
 @dataclass(frozen=True, slots=True)

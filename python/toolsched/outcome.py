@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolsched.approvals import ApprovalRequest, RunState
+from toolsched.frozen import positional_builder
 from toolsched.results import Duplicate, ToolResult
 
 __all__ = ["Outcome"]
@@ -36,3 +37,8 @@ class Outcome:
     def state(self) -> RunState | None:
         """The interrupted run's state: a new, independent copy each time it is read (None when not interrupted)."""
         return None if self._state is None else self._state.copy()
+
+
+# ``new_outcome(results, duplicates, steering_messages, interrupted, pending, _state, run_id)``:
+# one per run, every field given.
+new_outcome = positional_builder(Outcome)

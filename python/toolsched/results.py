@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from toolsched.frozen import positional_builder
+
 __all__ = ["ERROR_KINDS", "Duplicate", "ErrorKind", "ToolCall", "ToolResult"]
 
 ErrorKind = Literal[
@@ -75,3 +77,8 @@ class Duplicate:
     index: int
     first_index: int
     args_differ: bool
+
+
+# Results are made once per call on the hot path: ``new_result(call_id, tool_name, output, error,
+# error_kind, is_error, duration_ms, was_concurrent, batch, truncated, offload_path)``.
+new_result = positional_builder(ToolResult)

@@ -12,7 +12,7 @@ import anyio.to_thread
 from toolsched import _core
 from toolsched.tools import Tool
 
-__all__ = ["shape_output"]
+__all__ = ["fits_as_is", "shape_output"]
 
 _UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -29,6 +29,14 @@ def _as_text(output: Any) -> str | None:
         return json.dumps(output, ensure_ascii=False, default=str)
     except (TypeError, ValueError):
         return str(output)
+
+
+def fits_as_is(output: Any, tool: Tool) -> bool:
+    """Whether ``output`` certainly needs no shaping (None, a scalar, a short string): no need to call ``shape_output``."""
+    kind = type(output)
+    if output is None or kind is bool or kind is int or kind is float:
+        return True
+    return kind is str and tool.max_result_lines is None and len(output) <= tool.max_result_chars
 
 
 async def shape_output(output: Any, tool: Tool, call_id: str, offload_dir: Path) -> tuple[Any, bool, str | None]:

@@ -10,7 +10,7 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, cast, overload
 
 import anyio
 import anyio.lowlevel
@@ -274,9 +274,12 @@ class Tool:
         if self.isolation == "process":
             return method_invoker(self, parse)
         if inspect.iscoroutinefunction(call):
+            if model is None:
+                # The method's coroutine is awaited as it is: no frame of ours around it.
+                return cast(Callable[[Args, ToolContext | None], Awaitable[Any]], call)
 
-            async def invoke_async(args: Args, ctx: ToolContext | None) -> Any:
-                return await call(parse(args), ctx)
+            def invoke_async(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
+                return cast(Awaitable[Any], call(parse(args), ctx))
 
             return invoke_async
 
@@ -430,15 +433,16 @@ class FunctionTool(Tool):
                 )
             return function_invoker(self.name, fn, lambda args: keywords(args, None))
         if inspect.iscoroutinefunction(fn):
+            # These return the function's own coroutine, awaited by the caller: no frame of ours around it.
             if model is None and not wants_ctx:
 
-                async def invoke_plain(args: Args, ctx: ToolContext | None) -> Any:
-                    return await fn(**args)
+                def invoke_plain(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
+                    return cast(Awaitable[Any], fn(**args))
 
                 return invoke_plain
 
-            async def invoke_async(args: Args, ctx: ToolContext | None) -> Any:
-                return await fn(**keywords(args, ctx))
+            def invoke_async(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
+                return cast(Awaitable[Any], fn(**keywords(args, ctx)))
 
             return invoke_async
 
