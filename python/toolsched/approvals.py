@@ -61,10 +61,7 @@ Approver = Callable[[ApprovalRequest], Awaitable[bool | Decision] | bool | Decis
 
 def detached(args: Any) -> Any:
     """A copy of a call's input that shares nothing mutable with the original."""
-    if type(args) is dict:
-        for value in args.values():
-            if type(value) not in _SCALARS:
-                return copy.deepcopy(args)
+    if type(args) is dict and _SCALARS.issuperset(map(type, args.values())):
         return args.copy()
     return copy.deepcopy(args)
 

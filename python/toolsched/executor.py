@@ -68,7 +68,7 @@ from toolsched.journal import Journal
 from toolsched.nested import NestedHold, resuming
 from toolsched.outcome import Outcome, new_outcome
 from toolsched.permissions import Behavior, Decision, Permissions, ToolRules
-from toolsched.pool import _NoticeFirstSuspension, run_pool
+from toolsched.pool import run_pool, run_until_suspended
 from toolsched.registry import SEARCH_TOOL_NAME, ToolRegistry, ToolSet
 from toolsched.resources import RunResources, current_resources
 from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult, new_result
@@ -1097,7 +1097,8 @@ class Executor:
             await turn.answer(slot, call, name, cast(ErrorKind, error_kind), text)
         duplicates = [Duplicate(calls[i].id, i, first, differ) for i, first, differ in duplicate_rows]
 
-        jobs = await self._check_semantics(jobs, turn)
+        if view.checks_input:
+            jobs = await self._check_semantics(jobs, turn)
         held: list[_Held] = []
         if view.admits and jobs:
             jobs = await self._admit(jobs, turn, held, None)
@@ -1312,7 +1313,10 @@ class Executor:
                             started[index] = 1
                             state.started += 1
                             state.running += 1
-                            await _NoticeFirstSuspension(self._execute(job, 0, overlaps[index], turn), grow)
+                            suspended = run_until_suspended(self._execute(job, 0, overlaps[index], turn))
+                            if suspended is not None:
+                                grow()
+                                await suspended
                             state.running -= 1
                             first, end = dependent_offsets[index], dependent_offsets[index + 1]
                             if first != end:
@@ -1584,7 +1588,7 @@ class Executor:
             for hook in policy.pre:
                 event = new_hook_event(job.call.id, tool.name, detached(job.args), None, None, turn.context)
                 try:
-                    answer = await hook(event)
+                    answer = await hook.invoke(event)
                 except HookTimeout as exc:
                     return "deny", "hook_blocked", f"{hook.label} {exc}; the call was blocked"
                 except Exception as exc:
@@ -1808,7 +1812,7 @@ class Executor:
         event = new_hook_event(job.call.id, job.tool.name, detached(job.args), result.batch, result, turn.context)
         for hook in hooks:
             try:
-                await hook(event)
+                await hook.invoke(event)
             except Exception:
                 logger.warning("%s failed on call %s", hook.label, job.call.id, exc_info=True)
 

@@ -117,7 +117,7 @@ class Matcher:
 class Hook:
     """One registered hook (internal): its stage, matcher, function and timeout."""
 
-    __slots__ = ("direct", "fn", "is_async", "label", "matcher", "stage", "timeout")
+    __slots__ = ("direct", "fn", "invoke", "is_async", "label", "matcher", "stage", "timeout")
 
     def __init__(self, stage: Stage, matcher: Matcher, fn: HookFunction, timeout: float | None) -> None:
         self.stage = stage
@@ -127,6 +127,8 @@ class Hook:
         self.is_async = inspect.iscoroutinefunction(fn)
         # An async hook without a timeout is awaited as it is: no wrapper coroutine per call.
         self.direct = self.is_async and timeout is None
+        # What to call with an event, its answer to be awaited: the hook itself when direct.
+        self.invoke: Callable[[Any], Awaitable[Any]] = fn if self.direct else self._guarded
         self.label = f"{stage} hook {getattr(fn, '__qualname__', None) or repr(fn)}"
 
     def __call__(self, event: Any) -> Awaitable[Any]:

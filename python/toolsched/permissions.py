@@ -282,7 +282,12 @@ class ToolRules:
                     return "ask", text
         if self.allow_all is not None:
             return "allow", self.allow_all
-        if values:
+        if len(values) == 1:
+            (value,) = values
+            for text, regex in self.allow:
+                if regex.fullmatch(value):
+                    return "allow", text
+        elif values:
             for text, regex in self.allow:
                 if all(regex.fullmatch(value) for value in values):
                     return "allow", text

@@ -14,48 +14,56 @@ from typing import Any, TypeVar
 
 import anyio
 
-__all__ = ["run_pool"]
+__all__ = ["Resume", "run_pool", "run_until_suspended"]
 
 T = TypeVar("T")
 
 
-class _NoticeFirstSuspension:
-    """Awaits a coroutine, calling ``on_suspend`` when it first yields to the event loop.
+class Resume:
+    """Awaits the rest of a coroutine that its caller started by hand and that suspended, yielding ``first``.
 
-    Everything the coroutine yields is passed to the event loop unchanged and
-    everything sent or thrown back is passed in unchanged, so it behaves as a
+    A worker runs each call's coroutine up to its first suspension itself
+    (``coroutine.send(None)``): a call that finishes without waiting costs no
+    wrapper at all, and one that waits is handed to this, which passes
+    ``first`` and everything after it to the event loop unchanged and
+    everything sent or thrown back in unchanged, so the whole behaves as a
     plain ``await`` on asyncio and trio alike (cancellation included).
     """
 
-    __slots__ = ("_coroutine", "_on_suspend")
+    __slots__ = ("_coroutine", "_first")
 
-    def __init__(self, coroutine: Coroutine[Any, Any, Any], on_suspend: Callable[[], None]) -> None:
+    def __init__(self, coroutine: Coroutine[Any, Any, Any], first: Any) -> None:
         self._coroutine = coroutine
-        self._on_suspend = on_suspend
+        self._first = first
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        inner = self._coroutine.__await__()
-        try:
-            yielded = inner.send(None)
-        except StopIteration as finished:
-            return finished.value
-        self._on_suspend()
+        coroutine = self._coroutine
+        yielded = self._first
         while True:
             try:
                 sent = yield yielded
             except GeneratorExit:
-                inner.close()
+                coroutine.close()
                 raise
             except BaseException as thrown:
                 try:
-                    yielded = inner.throw(thrown)
+                    yielded = coroutine.throw(thrown)
                 except StopIteration as finished:
                     return finished.value
             else:
                 try:
-                    yielded = inner.send(sent)
+                    yielded = coroutine.send(sent)
                 except StopIteration as finished:
                     return finished.value
+
+
+def run_until_suspended(coroutine: Coroutine[Any, Any, None]) -> Resume | None:
+    """Runs ``coroutine`` up to its first suspension: None when it finished, else what awaits the rest of it."""
+    try:
+        first = coroutine.send(None)
+    except StopIteration:
+        return None
+    return Resume(coroutine, first)
 
 
 async def run_pool(items: Sequence[T], concurrency: int, work: Callable[[T], Coroutine[Any, Any, None]]) -> None:
@@ -70,14 +78,6 @@ async def run_pool(items: Sequence[T], concurrency: int, work: Callable[[T], Cor
     position = 0
     workers = 1
 
-    def next_item() -> tuple[bool, Any]:
-        nonlocal position
-        if position >= total:
-            return False, None
-        item = items[position]
-        position += 1
-        return True, item
-
     async with anyio.create_task_group() as group:
 
         def grow() -> None:
@@ -87,10 +87,13 @@ async def run_pool(items: Sequence[T], concurrency: int, work: Callable[[T], Cor
                 group.start_soon(worker)
 
         async def worker() -> None:
-            while True:
-                found, item = next_item()
-                if not found:
-                    return
-                await _NoticeFirstSuspension(work(item), grow)
+            nonlocal position
+            while position < total:
+                item = items[position]
+                position += 1
+                suspended = run_until_suspended(work(item))
+                if suspended is not None:
+                    grow()
+                    await suspended
 
         await worker()

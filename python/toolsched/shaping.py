@@ -32,7 +32,7 @@ def _as_text(output: Any) -> str | None:
 
 
 def fits_as_is(output: Any, tool: Tool) -> bool:
-    """Whether ``output`` certainly needs no shaping (None, a scalar, a short string): no need to call ``shape_output``."""
+    """Whether ``output`` certainly needs no shaping (None, a scalar, a short string): ``shape_output`` is skipped."""
     kind = type(output)
     if output is None or kind is bool or kind is int or kind is float:
         return True
