@@ -1153,57 +1153,56 @@ class Executor:
     async def _run_batches(
         self, jobs: list[_Job], turn: _Turn, cap: int, steering: Steering | None
     ) -> list[Any]:
-        """Runs the admitted calls; meanwhile the run can be interrupted and its calls cancelled."""
+        """Runs the admitted calls; meanwhile the run can be interrupted and its calls cancelled.
+
+        ``ResourceAware`` runs them as a graph; every other strategy runs its
+        planned batches one after another, with steering and interrupts
+        checked between them.
+        """
         turn.jobs = jobs
         self._runs.add(turn)
         try:
             if self.strategy.kind == "resource_aware":
                 return await self._run_graph(jobs, turn, cap, steering)
-            return await self._run_batch_sequence(jobs, turn, cap, steering)
+            for number, (start, end, concurrency) in enumerate(self._batches(jobs, cap)):
+                if turn.halt is not None:
+                    await self._answer_unstarted(jobs[start:], turn, "skipped", turn.halt)
+                    return []
+                if number and steering is not None:
+                    messages = await _maybe_await(steering())
+                    if messages:
+                        await self._answer_unstarted(jobs[start:], turn, "skipped", _SKIPPED)
+                        return list(messages)
+                batch = jobs[start:end]
+                concurrent = concurrency > 1 and len(batch) > 1
+                turn.batch = batch
+                turn.scoped = concurrent and (
+                    self.abort_siblings_on_error or any(job.tool.abort_siblings_on_error for job in batch)
+                )
+                if turn.emit is not None:
+                    turn.emit(BatchStarted(number, tuple(job.call.id for job in batch), concurrent))
+                blocked = await self._before_batch(batch, number, concurrent, turn) if self._pre_batch else None
+                if blocked is not None:
+                    await self._answer_unstarted(batch, turn, "hook_blocked", blocked, number)
+                elif concurrent:
+                    await self._run_pool(batch, concurrency, number, turn)
+                else:
+                    for job in batch:
+                        await self._execute(job, number, False, turn)
+                turn.abort = None
+                turn.scoped = False
+                if self._post_batch:
+                    await self._after_batch(batch, number, concurrent, turn)
+                if turn.emit is not None:
+                    turn.emit(BatchFinished(number, tuple(job.call.id for job in batch)))
+                    await turn.emit.flush()
+                if turn.tripped is not None:
+                    raise self._trip(turn)
+                if turn.failures is not None:
+                    await self._raise_failure(jobs[end:], turn, turn.failures)
+            return []
         finally:
             self._runs.discard(turn)
-
-    async def _run_batch_sequence(
-        self, jobs: list[_Job], turn: _Turn, cap: int, steering: Steering | None
-    ) -> list[Any]:
-        """The planned batches, one after another; steering and interrupts are checked between them."""
-        for number, (start, end, concurrency) in enumerate(self._batches(jobs, cap)):
-            if turn.halt is not None:
-                await self._answer_unstarted(jobs[start:], turn, "skipped", turn.halt)
-                return []
-            if number and steering is not None:
-                messages = await _maybe_await(steering())
-                if messages:
-                    await self._answer_unstarted(jobs[start:], turn, "skipped", _SKIPPED)
-                    return list(messages)
-            batch = jobs[start:end]
-            concurrent = concurrency > 1 and len(batch) > 1
-            turn.batch = batch
-            turn.scoped = concurrent and (
-                self.abort_siblings_on_error or any(job.tool.abort_siblings_on_error for job in batch)
-            )
-            if turn.emit is not None:
-                turn.emit(BatchStarted(number, tuple(job.call.id for job in batch), concurrent))
-            blocked = await self._before_batch(batch, number, concurrent, turn) if self._pre_batch else None
-            if blocked is not None:
-                await self._answer_unstarted(batch, turn, "hook_blocked", blocked, number)
-            elif concurrent:
-                await self._run_pool(batch, concurrency, number, turn)
-            else:
-                for job in batch:
-                    await self._execute(job, number, False, turn)
-            turn.abort = None
-            turn.scoped = False
-            if self._post_batch:
-                await self._after_batch(batch, number, concurrent, turn)
-            if turn.emit is not None:
-                turn.emit(BatchFinished(number, tuple(job.call.id for job in batch)))
-                await turn.emit.flush()
-            if turn.tripped is not None:
-                raise self._trip(turn)
-            if turn.failures is not None:
-                await self._raise_failure(jobs[end:], turn, turn.failures)
-        return []
 
     async def _answer_unstarted(
         self, jobs: list[_Job], turn: _Turn, kind: ErrorKind, message: str, batch: int | None = None

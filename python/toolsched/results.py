@@ -28,24 +28,39 @@ ErrorKind = Literal[
 ERROR_KINDS: frozenset[str] = frozenset(ErrorKind.__args__)  # type: ignore[attr-defined]
 
 
-@dataclass(frozen=True, slots=True)
+_NO_ARGS: Any = object()
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class ToolCall:
     """One tool call as the model emitted it.
 
-    ``args`` is a mapping, or JSON text as OpenAI sends it.
+    ``args`` is a mapping, or JSON text as OpenAI sends it (an empty mapping when not given).
     """
 
     id: str
     name: str
     args: Mapping[str, Any] | str = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id:
-            raise ValueError(f"ToolCall.id must be a non-empty string, got {self.id!r}")
-        if not isinstance(self.name, str):
-            raise TypeError(f"ToolCall.name must be a string, got {type(self.name).__name__}")
-        if not isinstance(self.args, (str, Mapping)):
-            raise TypeError(f"ToolCall.args must be a mapping or JSON text, got {type(self.args).__name__}")
+    # Written out rather than generated: a turn builds one per call, and setting the
+    # slots directly costs half of what the generated ``__init__`` does.
+    def __init__(self, id: str, name: str, args: Mapping[str, Any] | str = _NO_ARGS) -> None:
+        if not isinstance(id, str) or not id:
+            raise ValueError(f"ToolCall.id must be a non-empty string, got {id!r}")
+        if not isinstance(name, str):
+            raise TypeError(f"ToolCall.name must be a string, got {type(name).__name__}")
+        if args is _NO_ARGS:
+            args = {}
+        elif not isinstance(args, (str, Mapping)):
+            raise TypeError(f"ToolCall.args must be a mapping or JSON text, got {type(args).__name__}")
+        _set_call_id(self, id)
+        _set_call_name(self, name)
+        _set_call_args(self, args)
+
+
+_set_call_id = vars(ToolCall)["id"].__set__
+_set_call_name = vars(ToolCall)["name"].__set__
+_set_call_args = vars(ToolCall)["args"].__set__
 
 
 @dataclass(frozen=True, slots=True)
