@@ -7,8 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
 
 import toolsched as ts
+from toolsched.permissions import _glob_path, _glob_text, _path_matcher, _text_matcher, normalize_path
 
 pytestmark = pytest.mark.anyio
 
@@ -509,3 +512,45 @@ async def test_a_denied_call_in_a_turn_leaves_its_siblings_alone() -> None:
         ("1", None), ("2", "permission_denied"), ("3", None)
     ]
     assert workspace.runs == [("read", "a"), ("edit", "b")]
+
+
+_SEGMENTS = ["src", "a.py", "*", "*.py", "x?z", "**", "..", "."]
+_SUBJECT_SEGMENTS = ["src", "srcx", "a.py", "xaz", "..", "."]
+
+
+@st.composite
+def path_patterns(draw: st.DrawFn) -> str:
+    segments = draw(st.lists(st.sampled_from(_SEGMENTS), min_size=1, max_size=3))
+    pattern = ("/" if draw(st.booleans()) else "") + "/".join(segments)
+    assume("***" not in pattern)
+    for before, segment in itertools.pairwise(segments):
+        assume(not (segment == ".." and ("*" in before or "?" in before)))
+    return pattern
+
+
+@given(
+    pattern=path_patterns(),
+    subject=st.lists(st.sampled_from(_SUBJECT_SEGMENTS), max_size=3).map("/".join),
+    absolute=st.booleans(),
+)
+@example(pattern="src/**", subject="srcx", absolute=False)
+@example(pattern="src/**", subject="src", absolute=False)
+@example(pattern="/**", subject="", absolute=True)
+@example(pattern="src/a.py", subject="src/./a.py", absolute=False)
+@settings(max_examples=1000, deadline=None)
+def test_path_patterns_without_regexes_match_as_their_globs_do(pattern: str, subject: str, absolute: bool) -> None:
+    root = "/work/project"
+    value = normalize_path(("/" if absolute else "") + subject, root)
+    fast = bool(_path_matcher(pattern, root)(value))
+    assert fast == bool(_glob_path(pattern, root).fullmatch(value)), (pattern, value)
+
+
+@given(
+    pattern=st.text(alphabet="ab*?-", min_size=1, max_size=6),
+    value=st.text(alphabet="ab-\n", max_size=6),
+)
+@example(pattern="ab*", value="a")
+@example(pattern="ab*", value="abba")
+@settings(max_examples=1000, deadline=None)
+def test_text_patterns_without_regexes_match_as_their_globs_do(pattern: str, value: str) -> None:
+    assert bool(_text_matcher(pattern)(value)) == bool(_glob_text(pattern).fullmatch(value))

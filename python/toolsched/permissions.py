@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -145,6 +145,41 @@ def _glob_segment(segment: str) -> str:
     return "".join(out)
 
 
+# A compiled subject pattern: called with a subject value, truthy when the value matches.
+Matcher = Callable[[str], object]
+
+
+def _has_wildcard(text: str) -> bool:
+    return "*" in text or "?" in text
+
+
+def _text_matcher(pattern: str) -> Matcher:
+    """Matches text subjects; a literal or ``literal*`` pattern needs no regex."""
+    if not _has_wildcard(pattern):
+        return pattern.__eq__
+    if pattern.endswith("*") and not _has_wildcard(pattern[:-1]):
+        prefix = pattern[:-1]
+        return lambda value: value.startswith(prefix)
+    return _glob_text(pattern).fullmatch
+
+
+def _path_matcher(pattern: str, root: str) -> Matcher:
+    """Matches normalised path subjects; a literal path or ``dir/**`` needs no regex.
+
+    A normalised subject has no empty segment and no trailing slash, so
+    ``dir/**`` (``dir`` itself and everything below it) is an equality or a
+    prefix test.
+    """
+    parts = _path_parts(pattern, root)
+    if not any(_has_wildcard(part) for part in parts):
+        return "".join("/" + part for part in parts).__eq__
+    if parts[-1] == "**" and not any(_has_wildcard(part) for part in parts[:-1]):
+        directory = "".join("/" + part for part in parts[:-1])
+        below = directory + "/"
+        return lambda value: value == directory or value.startswith(below)
+    return _glob_path(pattern, root).fullmatch
+
+
 def _glob_text(pattern: str) -> re.Pattern[str]:
     out = []
     for char in pattern:
@@ -185,15 +220,17 @@ def normalize_path(path: str, root: str) -> str:
     return "".join("/" + part for part in _fold(path, base))
 
 
-def _glob_path(pattern: str, root: str) -> re.Pattern[str]:
+def _path_parts(pattern: str, root: str) -> list[str]:
+    """The segments of a path pattern, folded onto ``root`` as subjects are."""
     if pattern.startswith("~"):
         pattern = os.path.expanduser(pattern)
-    if pattern.startswith("/"):
-        parts = _fold(pattern, [])
-    elif pattern.split("/", 1)[0] == "**":
-        parts = _fold(pattern, [])
-    else:
-        parts = _fold(pattern, _fold(root, []))
+    if pattern.startswith("/") or pattern.split("/", 1)[0] == "**":
+        return _fold(pattern, [])
+    return _fold(pattern, _fold(root, []))
+
+
+def _glob_path(pattern: str, root: str) -> re.Pattern[str]:
+    parts = _path_parts(pattern, root)
     pieces = ["(?:/[^/]+)*" if part == "**" else "/" + _glob_segment(part) for part in parts]
     return re.compile("".join(pieces), re.DOTALL)
 
@@ -234,8 +271,8 @@ class ToolRules:
         def everything(kind: str) -> str | None:
             return next((rule.text for rule in rules[kind] if rule.pattern is None), None)
 
-        def patterns(kind: str) -> tuple[tuple[str, re.Pattern[str]], ...]:
-            compile_one = (lambda p: _glob_path(p, root)) if is_path else _glob_text
+        def patterns(kind: str) -> tuple[tuple[str, Matcher], ...]:
+            compile_one = (lambda p: _path_matcher(p, root)) if is_path else _text_matcher
             return tuple((rule.text, compile_one(rule.pattern)) for rule in rules[kind] if rule.pattern is not None)
 
         self.deny_all, self.ask_all, self.allow_all = everything("deny"), everything("ask"), everything("allow")
@@ -270,26 +307,26 @@ class ToolRules:
         if self.deny_all is not None:
             return "deny", self.deny_all
         values = self._subjects(args) if (self.deny or self.ask or self.allow) else ()
-        for text, regex in self.deny:
+        for text, matches in self.deny:
             for value in values:
-                if regex.fullmatch(value):
+                if matches(value):
                     return "deny", text
         if self.ask_all is not None:
             return "ask", self.ask_all
-        for text, regex in self.ask:
+        for text, matches in self.ask:
             for value in values:
-                if regex.fullmatch(value):
+                if matches(value):
                     return "ask", text
         if self.allow_all is not None:
             return "allow", self.allow_all
         if len(values) == 1:
             (value,) = values
-            for text, regex in self.allow:
-                if regex.fullmatch(value):
+            for text, matches in self.allow:
+                if matches(value):
                     return "allow", text
         elif values:
-            for text, regex in self.allow:
-                if all(regex.fullmatch(value) for value in values):
+            for text, matches in self.allow:
+                if all(matches(value) for value in values):
                     return "allow", text
         return None
 
