@@ -1900,10 +1900,13 @@ class _GraphState:
         self.stopped = False
         self.waiting = 0
         self.workers = 1
-        self._wake = anyio.Event()
+        # Made when a worker first waits: most runs never wait, and an event costs microseconds.
+        self._wake: anyio.Event | None = None
 
     async def wait(self) -> None:
         """Waits until a call finishes."""
+        if self._wake is None:
+            self._wake = anyio.Event()
         self.waiting += 1
         try:
             await self._wake.wait()
@@ -1911,9 +1914,9 @@ class _GraphState:
             self.waiting -= 1
 
     def wake_all(self) -> None:
-        if self.waiting:
+        if self.waiting and self._wake is not None:
             self._wake.set()
-            self._wake = anyio.Event()
+            self._wake = None
 
 
 _SKIPPED = "not run: the run was steered away before this call started"
