@@ -1615,9 +1615,13 @@ class Executor:
                 if refusal is not None:
                     return "deny", "hook_blocked", refusal
         rule = policy.rules.evaluate(job.args) if policy.rules is not None else None
-        if rule is not None and rule[0] == "deny":
-            return "deny", "permission_denied", f"`{tool.name}` with this input is denied by the rule `{rule[1]}`"
         mode = self._mode
+        if rule is not None:
+            if rule[0] == "deny":
+                return "deny", "permission_denied", f"`{tool.name}` with this input is denied by the rule `{rule[1]}`"
+            if rule[0] == "allow" and hook_ask is None and mode != "plan" and not job.facts.checks_permissions:
+                # An allow rule waives every other ask, and nothing is left that could deny.
+                return "allow", None, None
         if mode == "plan" and not self._is_read_only(job):
             return "deny", "permission_denied", f"plan mode: `{tool.name}` may change state, so it does not run"
         tool_ask: str | None = None
