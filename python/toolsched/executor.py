@@ -8,11 +8,11 @@ import logging
 import math
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from time import perf_counter
 from typing import Any, Literal, cast
 
 import anyio
@@ -1141,7 +1141,13 @@ class Executor:
         strategy = self.strategy
         if len(jobs) <= 1:
             return [(0, len(jobs), 1)] if jobs else []
-        safe = [self._is_safe(job) for job in jobs] if strategy.kind == "partitioned" else [False] * len(jobs)
+        if strategy.kind == "partitioned":
+            # Most tools declare a constant: the tool is asked only when it judges its arguments.
+            safe = [
+                job.facts.static_safe if job.facts.static_safe is not None else self._is_safe(job) for job in jobs
+            ]
+        else:
+            safe = [False] * len(jobs)
         size = getattr(strategy, "size", 1)
         batches: list[tuple[int, int, int]] = _core.plan_batches(strategy.kind, safe, max_concurrency=cap, size=size)
         return batches
@@ -1396,7 +1402,7 @@ class Executor:
         kind: ErrorKind | None = None
         output: Any = None
         cause: BaseException | None = None
-        started = time.perf_counter()
+        started = perf_counter()
         # The tool's body runs here, or on the backend the tool names.
         invoke = self._remote.get(tool, job.facts.invoke) if self._remote else job.facts.invoke
         try:
@@ -1456,7 +1462,7 @@ class Executor:
             # The run itself is cancelled: no result, and nothing reported after this.
             self._close(job, ctx)
             raise
-        duration_ms = (time.perf_counter() - started) * 1000.0
+        duration_ms = (perf_counter() - started) * 1000.0
         if ctx is not None:
             if job.declared:
                 kind, error, cause, output = "cancelled", job.cancel_reason, None, None
@@ -1476,7 +1482,11 @@ class Executor:
         if turn.durable is not None:
             await turn.durable.finished(result)
         job.state = _DONE
-        turn.record(job.slot, result)
+        # ``turn.record``, written out: this runs once per call.
+        turn.completed.append(result)
+        turn.slots.append(job.slot)
+        if emit is not None:
+            emit(ToolFinished(result))
         if kind is not None and kind in _EXECUTION_FAILURES:
             self._failed(job, result, cause, turn)
         if turn.view.post_hooked:
