@@ -1168,6 +1168,16 @@ class Executor:
         turn.jobs = jobs
         self._runs.add(turn)
         try:
+            if len(jobs) == 1 and turn.emit is None and not self._pre_batch and not self._post_batch:
+                # One call, no batch hooks, no events: batch 0 without the batch bookkeeping.
+                # Nothing has awaited since the run was registered, so no interrupt can be pending.
+                turn.batch = jobs
+                await self._execute(jobs[0], 0, False, turn)
+                if turn.tripped is not None:
+                    raise self._trip(turn)
+                if turn.failures is not None:
+                    await self._raise_failure([], turn, turn.failures)
+                return []
             if self.strategy.kind == "resource_aware":
                 return await self._run_graph(jobs, turn, cap, steering)
             for number, (start, end, concurrency) in enumerate(self._batches(jobs, cap)):
