@@ -24,13 +24,26 @@ fn catalog() -> Catalog {
     Catalog::new(specs).unwrap()
 }
 
-fn turn(count: usize) -> Vec<CallInput> {
-    let names = ["read_file", "grep", "edit_file", "bash"];
+/// The IDs and argument texts of a turn of `count` calls.
+fn turn_text(count: usize) -> Vec<(String, String)> {
     (0..count)
-        .map(|i| CallInput {
-            id: format!("call_{i}"),
-            name: names[i % 4].into(),
-            args: Arguments::Text(format!(r#"{{"path": "src/file_{i}.rs", "limit": {}}}"#, i % 100 + 1)),
+        .map(|i| {
+            (
+                format!("call_{i}"),
+                format!(r#"{{"path": "src/file_{i}.rs", "limit": {}}}"#, i % 100 + 1),
+            )
+        })
+        .collect()
+}
+
+fn turn(text: &[(String, String)]) -> Vec<CallInput<'_>> {
+    let names = ["read_file", "grep", "edit_file", "bash"];
+    text.iter()
+        .enumerate()
+        .map(|(i, (id, args))| CallInput {
+            id,
+            name: names[i % 4],
+            args: Arguments::Text(args),
         })
         .collect()
 }
@@ -40,7 +53,8 @@ fn bench_plan(c: &mut Criterion) {
     let limits = Limits::default();
     let mut group = c.benchmark_group("plan_turn");
     for count in [1_000usize, 100_000] {
-        let calls = turn(count);
+        let text = turn_text(count);
+        let calls = turn(&text);
         group.throughput(Throughput::Elements(count as u64));
         group.sample_size(if count > 10_000 { 10 } else { 50 });
         group.bench_with_input(BenchmarkId::from_parameter(count), &calls, |b, calls| {

@@ -15,7 +15,7 @@ use crate::assemble::model_order;
 use crate::catalog::{Catalog, ToolSpec};
 use crate::conflicts::{normalize_key as engine_normalize_key, plan_dependencies, Access};
 use crate::error::EngineError;
-use crate::plan::{prepare_turn, Arguments, CallInput, Verdict};
+use crate::plan::{same_arguments, Admission, Arguments, CallInput, TurnPlanner, Verdict};
 use crate::schedule::{plan_batches as engine_plan_batches, Strategy};
 use crate::shape::{truncate as engine_truncate, Budget, Cut};
 use crate::validate::Limits;
@@ -94,70 +94,25 @@ impl PyToolTable {
         max_errors: usize,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let limits = limits(max_input_bytes, max_input_depth, max_errors);
-        let mut inputs = Vec::new();
-        let mut originals = Vec::new();
+        let expected = calls.len().unwrap_or(0);
+        let mut turn = Preparation {
+            py,
+            planner: TurnPlanner::new(&self.catalog, &disabled, limits, expected),
+            limits,
+            originals: Vec::with_capacity(expected),
+            chunk: Vec::with_capacity(CHUNK_CALLS),
+            converted: Vec::with_capacity(CHUNK_CALLS),
+            planned: PyList::empty(py),
+            duplicates: PyList::empty(py),
+        };
         for call in calls.try_iter()? {
-            let call = call?;
-            let id: String = call.getattr(intern!(py, "id"))?.extract()?;
-            let name: String = call.getattr(intern!(py, "name"))?.extract()?;
-            let raw = call.getattr(intern!(py, "args"))?;
-            let args = if let Ok(text) = raw.cast::<PyString>() {
-                Arguments::Text(text.to_str()?.to_owned())
-            } else {
-                match to_json(&raw, &limits) {
-                    Ok(value) => Arguments::Value(value),
-                    Err(rejection) => Arguments::Rejected(rejection),
-                }
-            };
-            inputs.push(CallInput { id, name, args });
-            originals.push(raw);
+            turn.read(&call?)?;
+            if turn.chunk.len() == CHUNK_CALLS {
+                turn.judge_chunk()?;
+            }
         }
-        let catalog = Arc::clone(&self.catalog);
-        let plan = py.detach(move || prepare_turn(&catalog, &inputs, &disabled, &limits));
-
-        let unknown = intern!(py, "unknown_tool");
-        let invalid = intern!(py, "invalid_input");
-        let planned = PyList::empty(py);
-        for call in &plan.calls {
-            let entry = match &call.verdict {
-                Verdict::Ready { tool, parsed } => {
-                    let args = match parsed {
-                        Some(value) => to_python(py, value)?,
-                        None => originals[call.index].clone(),
-                    };
-                    (
-                        call.index,
-                        isize::try_from(*tool).unwrap_or(-1),
-                        args,
-                        py.None().into_bound(py),
-                        py.None().into_bound(py),
-                    )
-                        .into_pyobject(py)?
-                }
-                Verdict::UnknownTool { message } => (
-                    call.index,
-                    -1isize,
-                    py.None().into_bound(py),
-                    unknown.clone().into_any(),
-                    PyString::new(py, message).into_any(),
-                )
-                    .into_pyobject(py)?,
-                Verdict::InvalidInput { tool, message, .. } => (
-                    call.index,
-                    isize::try_from(*tool).unwrap_or(-1),
-                    py.None().into_bound(py),
-                    invalid.clone().into_any(),
-                    PyString::new(py, message).into_any(),
-                )
-                    .into_pyobject(py)?,
-            };
-            planned.append(entry)?;
-        }
-        let duplicates = PyList::empty(py);
-        for duplicate in &plan.duplicates {
-            duplicates.append((duplicate.index, duplicate.first, duplicate.args_differ))?;
-        }
-        PyTuple::new(py, [planned.into_any(), duplicates.into_any()])
+        turn.judge_chunk()?;
+        PyTuple::new(py, [turn.planned.into_any(), turn.duplicates.into_any()])
     }
 
     /// Checks arguments (a mapping or JSON text) against tool `tool`'s schema,
@@ -196,6 +151,153 @@ impl PyToolTable {
             }
             Err(rejection) => PyTuple::new(py, [none(), PyString::new(py, &rejection.message(name)).into_any()]),
         }
+    }
+}
+
+/// How many calls a prepare judges per release of the interpreter: few enough
+/// that a chunk's parsed arguments are dropped while still in cache, enough that
+/// releasing the interpreter costs nothing per call.
+const CHUNK_CALLS: usize = 512;
+
+/// One `ToolTable.prepare` in progress: calls are read with the interpreter
+/// held, judged a chunk at a time without it, and each chunk's verdicts turned
+/// into result rows before the next chunk is read.
+struct Preparation<'t, 'py> {
+    py: Python<'py>,
+    planner: TurnPlanner<'t>,
+    limits: Limits,
+    /// Every call's arguments object, by position in the turn: returned as-is
+    /// when valid, and read again when a later call repeats its ID.
+    originals: Vec<Bound<'py, PyAny>>,
+    /// The current chunk's first calls: position, ID and name.
+    chunk: Vec<(usize, Bound<'py, PyString>, Bound<'py, PyString>)>,
+    /// Their arguments when not text, converted as they were read (text is
+    /// borrowed when the chunk is judged).
+    converted: Vec<Option<Arguments<'static>>>,
+    planned: Bound<'py, PyList>,
+    duplicates: Bound<'py, PyList>,
+}
+
+impl<'py> Preparation<'_, 'py> {
+    /// Reads the next call: a repeated ID becomes a duplicate row at once, a
+    /// first call joins the chunk.
+    fn read(&mut self, call: &Bound<'py, PyAny>) -> PyResult<()> {
+        let py = self.py;
+        // Each attribute is checked as it is read, so a bad call fails the same way wherever it is.
+        let id = call.getattr(intern!(py, "id"))?.cast_into::<PyString>()?;
+        id.to_str()?;
+        let name = call.getattr(intern!(py, "name"))?.cast_into::<PyString>()?;
+        name.to_str()?;
+        let raw = call.getattr(intern!(py, "args"))?;
+        let converted = if let Ok(text) = raw.cast::<PyString>() {
+            text.to_str()?;
+            None
+        } else {
+            Some(converted_arguments(&raw, &self.limits))
+        };
+        match self.planner.admit(id.to_str()?) {
+            Admission::First { index } => {
+                self.chunk.push((index, id, name));
+                self.converted.push(converted);
+            }
+            Admission::Repeat { index, first } => {
+                let args = match converted {
+                    Some(args) => args,
+                    None => arguments(&raw, &self.limits)?,
+                };
+                let earlier = arguments(&self.originals[first], &self.limits)?;
+                let args_differ = !same_arguments(&earlier, &args, &self.limits);
+                self.duplicates.append((index, first, args_differ))?;
+            }
+        }
+        self.originals.push(raw);
+        Ok(())
+    }
+
+    /// Judges the chunk's calls with the interpreter released, then appends
+    /// their rows and drops their parsed arguments.
+    fn judge_chunk(&mut self) -> PyResult<()> {
+        if self.chunk.is_empty() {
+            return Ok(());
+        }
+        let py = self.py;
+        let inputs = self
+            .chunk
+            .iter()
+            .zip(self.converted.drain(..))
+            .map(|((index, id, name), converted)| {
+                Ok(CallInput {
+                    id: id.to_str()?,
+                    name: name.to_str()?,
+                    args: match converted {
+                        Some(args) => args,
+                        None => Arguments::Text(self.originals[*index].cast::<PyString>()?.to_str()?),
+                    },
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let planner = &self.planner;
+        let verdicts: Vec<Verdict> = py.detach(|| inputs.iter().map(|call| planner.judge(call)).collect());
+        drop(inputs);
+        for ((index, _, _), verdict) in self.chunk.iter().zip(verdicts) {
+            let row = planned_row(py, *index, verdict, &self.originals[*index])?;
+            self.planned.append(row)?;
+        }
+        self.chunk.clear();
+        Ok(())
+    }
+}
+
+/// A call's arguments as the engine takes them: text borrowed from the Python
+/// string, anything else converted to JSON.
+fn arguments<'a>(raw: &'a Bound<'_, PyAny>, limits: &Limits) -> PyResult<Arguments<'a>> {
+    match raw.cast::<PyString>() {
+        Ok(text) => Ok(Arguments::Text(text.to_str()?)),
+        Err(_) => Ok(converted_arguments(raw, limits)),
+    }
+}
+
+/// Arguments that are not text, converted to JSON (or refused).
+fn converted_arguments(raw: &Bound<'_, PyAny>, limits: &Limits) -> Arguments<'static> {
+    match to_json(raw, limits) {
+        Ok(value) => Arguments::Value(value),
+        Err(rejection) => Arguments::Rejected(rejection),
+    }
+}
+
+/// The `(index, tool, args, error_kind, message)` row of one planned call.
+fn planned_row<'py>(
+    py: Python<'py>,
+    index: usize,
+    verdict: Verdict,
+    original: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let none = || py.None().into_bound(py);
+    let position = |tool: usize| isize::try_from(tool).unwrap_or(-1);
+    match verdict {
+        Verdict::Ready { tool, parsed } => {
+            let args = match parsed {
+                Some(value) => to_python(py, &value)?,
+                None => original.clone(),
+            };
+            (index, position(tool), args, none(), none()).into_pyobject(py)
+        }
+        Verdict::UnknownTool { message } => (
+            index,
+            -1isize,
+            none(),
+            intern!(py, "unknown_tool").clone().into_any(),
+            PyString::new(py, &message).into_any(),
+        )
+            .into_pyobject(py),
+        Verdict::InvalidInput { tool, message, .. } => (
+            index,
+            position(tool),
+            none(),
+            intern!(py, "invalid_input").clone().into_any(),
+            PyString::new(py, &message).into_any(),
+        )
+            .into_pyobject(py),
     }
 }
 
