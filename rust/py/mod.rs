@@ -95,6 +95,7 @@ impl PyToolTable {
     ) -> PyResult<Bound<'py, PyTuple>> {
         let limits = limits(max_input_bytes, max_input_depth, max_errors);
         let expected = calls.len().unwrap_or(0);
+        let _paused = CollectorPause::new(py);
         let mut turn = Preparation {
             py,
             planner: TurnPlanner::new(&self.catalog, &disabled, limits, expected),
@@ -245,6 +246,35 @@ impl<'py> Preparation<'_, 'py> {
         }
         self.chunk.clear();
         Ok(())
+    }
+}
+
+/// Keeps Python's cyclic garbage collector off while a prepare builds its
+/// result, and puts back the state it found when dropped, on error too.
+///
+/// The rows are tuples, lists and dicts that cannot form cycles, yet each one
+/// counts towards a collection; with the collector on, a large turn would
+/// trigger hundreds of collections that walk the rows built so far.
+struct CollectorPause<'py> {
+    // Ties the pause to the attached interpreter, where it must end.
+    _py: Python<'py>,
+    was_enabled: bool,
+}
+
+impl<'py> CollectorPause<'py> {
+    fn new(py: Python<'py>) -> Self {
+        // SAFETY: the interpreter is attached (we hold `Python`).
+        let was_enabled = unsafe { pyo3::ffi::PyGC_Disable() } != 0;
+        Self { _py: py, was_enabled }
+    }
+}
+
+impl Drop for CollectorPause<'_> {
+    fn drop(&mut self) {
+        if self.was_enabled {
+            // SAFETY: dropped where it was made, with the interpreter attached.
+            unsafe { pyo3::ffi::PyGC_Enable() };
+        }
     }
 }
 
