@@ -20,7 +20,7 @@ use crate::schedule::{plan_batches as engine_plan_batches, Strategy};
 use crate::shape::{truncate as engine_truncate, Budget, Cut};
 use crate::validate::Limits;
 
-use convert::{to_json, to_python};
+use convert::{to_json, to_python, KeyStrings};
 use errors::{AssemblyError, OptionError, SchemaError, ToolNameError};
 
 fn limits(max_input_bytes: usize, max_input_depth: usize, max_errors: usize) -> Limits {
@@ -105,6 +105,7 @@ impl PyToolTable {
             converted: Vec::with_capacity(CHUNK_CALLS),
             planned: PyList::empty(py),
             duplicates: PyList::empty(py),
+            keys: KeyStrings::new(),
         };
         for call in calls.try_iter()? {
             turn.read(&call?)?;
@@ -144,7 +145,7 @@ impl PyToolTable {
         match checked {
             Ok(value) => {
                 let args = if from_text {
-                    to_python(py, &value)?
+                    to_python(py, &value, &mut KeyStrings::new())?
                 } else {
                     args.clone()
                 };
@@ -177,6 +178,7 @@ struct Preparation<'t, 'py> {
     converted: Vec<Option<Arguments<'static>>>,
     planned: Bound<'py, PyList>,
     duplicates: Bound<'py, PyList>,
+    keys: KeyStrings<'py>,
 }
 
 impl<'py> Preparation<'_, 'py> {
@@ -241,7 +243,7 @@ impl<'py> Preparation<'_, 'py> {
         let verdicts: Vec<Verdict> = py.detach(|| inputs.iter().map(|call| planner.judge(call)).collect());
         drop(inputs);
         for ((index, _, _), verdict) in self.chunk.iter().zip(verdicts) {
-            let row = planned_row(py, *index, verdict, &self.originals[*index])?;
+            let row = planned_row(py, *index, verdict, &self.originals[*index], &mut self.keys)?;
             self.planned.append(row)?;
         }
         self.chunk.clear();
@@ -301,13 +303,14 @@ fn planned_row<'py>(
     index: usize,
     verdict: Verdict,
     original: &Bound<'py, PyAny>,
+    keys: &mut KeyStrings<'py>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let none = || py.None().into_bound(py);
     let position = |tool: usize| isize::try_from(tool).unwrap_or(-1);
     match verdict {
         Verdict::Ready { tool, parsed } => {
             let args = match parsed {
-                Some(value) => to_python(py, &value)?,
+                Some(value) => to_python(py, &value, keys)?,
                 None => original.clone(),
             };
             (index, position(tool), args, none(), none()).into_pyobject(py)
