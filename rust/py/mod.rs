@@ -15,7 +15,7 @@ use crate::assemble::model_order;
 use crate::catalog::{Catalog, ToolSpec};
 use crate::conflicts::{normalize_key as engine_normalize_key, plan_dependencies, Access};
 use crate::error::EngineError;
-use crate::plan::{same_arguments, Admission, Arguments, CallInput, TurnPlanner, Verdict};
+use crate::plan::{same_arguments, Admission, Arguments, TurnPlanner, Verdict};
 use crate::schedule::{plan_batches as engine_plan_batches, Strategy};
 use crate::shape::{truncate as engine_truncate, Budget, Cut};
 use crate::validate::Limits;
@@ -171,8 +171,8 @@ struct Preparation<'t, 'py> {
     /// Every call's arguments object, by position in the turn: returned as-is
     /// when valid, and read again when a later call repeats its ID.
     originals: Vec<Bound<'py, PyAny>>,
-    /// The current chunk's first calls: position, ID and name.
-    chunk: Vec<(usize, Bound<'py, PyString>, Bound<'py, PyString>)>,
+    /// The current chunk's first calls: position and tool name.
+    chunk: Vec<(usize, Bound<'py, PyString>)>,
     /// Their arguments when not text, converted as they were read (text is
     /// borrowed when the chunk is judged).
     converted: Vec<Option<Arguments<'static>>>,
@@ -188,7 +188,7 @@ impl<'py> Preparation<'_, 'py> {
         let py = self.py;
         // Each attribute is checked as it is read, so a bad call fails the same way wherever it is.
         let id = call.getattr(intern!(py, "id"))?.cast_into::<PyString>()?;
-        id.to_str()?;
+        let id = id.to_str()?;
         let name = call.getattr(intern!(py, "name"))?.cast_into::<PyString>()?;
         name.to_str()?;
         let raw = call.getattr(intern!(py, "args"))?;
@@ -198,9 +198,9 @@ impl<'py> Preparation<'_, 'py> {
         } else {
             Some(converted_arguments(&raw, &self.limits))
         };
-        match self.planner.admit(id.to_str()?) {
+        match self.planner.admit(id) {
             Admission::First { index } => {
-                self.chunk.push((index, id, name));
+                self.chunk.push((index, name));
                 self.converted.push(converted);
             }
             Admission::Repeat { index, first } => {
@@ -228,21 +228,19 @@ impl<'py> Preparation<'_, 'py> {
             .chunk
             .iter()
             .zip(self.converted.drain(..))
-            .map(|((index, id, name), converted)| {
-                Ok(CallInput {
-                    id: id.to_str()?,
-                    name: name.to_str()?,
-                    args: match converted {
-                        Some(args) => args,
-                        None => Arguments::Text(self.originals[*index].cast::<PyString>()?.to_str()?),
-                    },
-                })
+            .map(|((index, name), converted)| {
+                let args = match converted {
+                    Some(args) => args,
+                    None => Arguments::Text(self.originals[*index].cast::<PyString>()?.to_str()?),
+                };
+                Ok((name.to_str()?, args))
             })
             .collect::<PyResult<Vec<_>>>()?;
         let planner = &self.planner;
-        let verdicts: Vec<Verdict> = py.detach(|| inputs.iter().map(|call| planner.judge(call)).collect());
+        let verdicts: Vec<Verdict> =
+            py.detach(|| inputs.iter().map(|(name, args)| planner.judge(name, args)).collect());
         drop(inputs);
-        for ((index, _, _), verdict) in self.chunk.iter().zip(verdicts) {
+        for ((index, _), verdict) in self.chunk.iter().zip(verdicts) {
             let row = planned_row(py, *index, verdict, &self.originals[*index], &mut self.keys)?;
             self.planned.append(row)?;
         }
