@@ -106,6 +106,7 @@ impl PyToolTable {
             planned: PyList::empty(py),
             duplicates: PyList::empty(py),
             keys: KeyStrings::new(),
+            verdicts: Vec::with_capacity(CHUNK_CALLS),
         };
         for call in calls.try_iter()? {
             turn.read(&call?)?;
@@ -179,6 +180,7 @@ struct Preparation<'t, 'py> {
     planned: Bound<'py, PyList>,
     duplicates: Bound<'py, PyList>,
     keys: KeyStrings<'py>,
+    verdicts: Vec<Verdict>,
 }
 
 impl<'py> Preparation<'_, 'py> {
@@ -237,10 +239,10 @@ impl<'py> Preparation<'_, 'py> {
             })
             .collect::<PyResult<Vec<_>>>()?;
         let planner = &self.planner;
-        let verdicts: Vec<Verdict> =
-            py.detach(|| inputs.iter().map(|(name, args)| planner.judge(name, args)).collect());
+        let verdicts = &mut self.verdicts;
+        py.detach(|| verdicts.extend(inputs.iter().map(|(name, args)| planner.judge(name, args))));
         drop(inputs);
-        for ((index, _), verdict) in self.chunk.iter().zip(verdicts) {
+        for ((index, _), verdict) in self.chunk.iter().zip(self.verdicts.drain(..)) {
             let row = planned_row(py, *index, verdict, &self.originals[*index], &mut self.keys)?;
             self.planned.append(row)?;
         }
