@@ -188,7 +188,8 @@ impl<'py> Preparation<'_, 'py> {
     /// first call joins the chunk.
     fn read(&mut self, call: &Bound<'py, PyAny>) -> PyResult<()> {
         let py = self.py;
-        // Each attribute is checked as it is read, so a bad call fails the same way wherever it is.
+        // Each attribute is checked as it is read (id, name, args), so the first
+        // bad attribute in turn order is the one reported, as with whole-turn reading.
         let id = call.getattr(intern!(py, "id"))?.cast_into::<PyString>()?;
         let id = id.to_str()?;
         let name = call.getattr(intern!(py, "name"))?.cast_into::<PyString>()?;
@@ -256,7 +257,9 @@ impl<'py> Preparation<'_, 'py> {
 ///
 /// The rows are tuples, lists and dicts that cannot form cycles, yet each one
 /// counts towards a collection; with the collector on, a large turn would
-/// trigger hundreds of collections that walk the rows built so far.
+/// trigger hundreds of collections that walk the rows built so far. Threads
+/// that run while a chunk is judged see the collector off too, for as long as
+/// the prepare lasts.
 struct CollectorPause<'py> {
     // Ties the pause to the attached interpreter, where it must end.
     _py: Python<'py>,
