@@ -3,7 +3,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use serde_json::json;
 
 use _core::catalog::{Catalog, ToolSpec};
-use _core::plan::{prepare_turn, Arguments, CallInput};
+use _core::plan::{prepare_turn, Admission, Arguments, CallInput, TurnPlanner};
 use _core::schedule::{plan_batches, Strategy};
 use _core::validate::Limits;
 
@@ -68,5 +68,36 @@ fn bench_plan(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_plan);
+/// The same turns planned the way the binding does: IDs admitted call by call,
+/// first calls judged a chunk of 512 at a time and each chunk's verdicts dropped
+/// before the next.
+fn bench_plan_in_chunks(c: &mut Criterion) {
+    let catalog = catalog();
+    let limits = Limits::default();
+    let mut group = c.benchmark_group("plan_turn_in_chunks");
+    for count in [1_000usize, 100_000] {
+        let text = turn_text(count);
+        let calls = turn(&text);
+        group.throughput(Throughput::Elements(count as u64));
+        group.sample_size(if count > 10_000 { 10 } else { 50 });
+        group.bench_with_input(BenchmarkId::from_parameter(count), &calls, |b, calls| {
+            b.iter(|| {
+                let mut planner = TurnPlanner::new(&catalog, &[], limits, calls.len());
+                let mut ready = 0usize;
+                for chunk in calls.chunks(512) {
+                    let firsts: Vec<_> = chunk
+                        .iter()
+                        .filter(|call| matches!(planner.admit(call.id), Admission::First { .. }))
+                        .collect();
+                    let verdicts: Vec<_> = firsts.iter().map(|call| planner.judge(call.name, &call.args)).collect();
+                    ready += verdicts.len();
+                }
+                ready
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_plan, bench_plan_in_chunks);
 criterion_main!(benches);
