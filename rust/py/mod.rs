@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyList, PyString, PyTuple};
 
 use crate::assemble::model_order;
@@ -102,11 +103,10 @@ impl PyToolTable {
             limits,
             originals: Vec::with_capacity(expected),
             chunk: Vec::with_capacity(CHUNK_CALLS),
-            converted: Vec::with_capacity(CHUNK_CALLS),
+            verdicts: Vec::with_capacity(CHUNK_CALLS),
             planned: PyList::empty(py),
             duplicates: PyList::empty(py),
             keys: KeyStrings::new(),
-            verdicts: Vec::with_capacity(CHUNK_CALLS),
         };
         for call in calls.try_iter()? {
             turn.read(&call?)?;
@@ -114,7 +114,9 @@ impl PyToolTable {
                 turn.judge_chunk()?;
             }
         }
-        turn.judge_chunk()?;
+        if !turn.chunk.is_empty() {
+            turn.judge_chunk()?;
+        }
         PyTuple::new(py, [turn.planned.into_any(), turn.duplicates.into_any()])
     }
 
@@ -172,15 +174,37 @@ struct Preparation<'t, 'py> {
     /// Every call's arguments object, by position in the turn: returned as-is
     /// when valid, and read again when a later call repeats its ID.
     originals: Vec<Bound<'py, PyAny>>,
-    /// The current chunk's first calls: position and tool name.
-    chunk: Vec<(usize, Bound<'py, PyString>)>,
-    /// Their arguments when not text, converted as they were read (text is
-    /// borrowed when the chunk is judged).
-    converted: Vec<Option<Arguments<'static>>>,
+    /// The current chunk's first calls, waiting to be judged.
+    chunk: Vec<Pending>,
+    /// The chunk's verdicts, in chunk order (the buffer is reused by every chunk).
+    verdicts: Vec<Verdict>,
     planned: Bound<'py, PyList>,
     duplicates: Bound<'py, PyList>,
     keys: KeyStrings<'py>,
-    verdicts: Vec<Verdict>,
+}
+
+/// A first call waiting for its chunk to be judged. Its strings stay in the
+/// Python objects, which it keeps alive.
+struct Pending {
+    index: usize,
+    name: PyBackedStr,
+    args: PendingArguments,
+}
+
+/// A waiting call's arguments: JSON text, or anything else converted as it was read.
+enum PendingArguments {
+    Text(PyBackedStr),
+    Converted(Arguments<'static>),
+}
+
+impl PendingArguments {
+    /// Calls `f` with the arguments as the engine takes them.
+    fn with<R>(&self, f: impl FnOnce(&Arguments<'_>) -> R) -> R {
+        match self {
+            Self::Text(text) => f(&Arguments::Text(text)),
+            Self::Converted(args) => f(args),
+        }
+    }
 }
 
 impl<'py> Preparation<'_, 'py> {
@@ -192,27 +216,17 @@ impl<'py> Preparation<'_, 'py> {
         // bad attribute in turn order is the one reported, as with whole-turn reading.
         let id = call.getattr(intern!(py, "id"))?.cast_into::<PyString>()?;
         let id = id.to_str()?;
-        let name = call.getattr(intern!(py, "name"))?.cast_into::<PyString>()?;
-        name.to_str()?;
+        let name = PyBackedStr::try_from(call.getattr(intern!(py, "name"))?.cast_into::<PyString>()?)?;
         let raw = call.getattr(intern!(py, "args"))?;
-        let converted = if let Ok(text) = raw.cast::<PyString>() {
-            text.to_str()?;
-            None
-        } else {
-            Some(converted_arguments(&raw, &self.limits))
+        let args = match raw.cast::<PyString>() {
+            Ok(text) => PendingArguments::Text(PyBackedStr::try_from(text.clone())?),
+            Err(_) => PendingArguments::Converted(converted_arguments(&raw, &self.limits)),
         };
         match self.planner.admit(id) {
-            Admission::First { index } => {
-                self.chunk.push((index, name));
-                self.converted.push(converted);
-            }
+            Admission::First { index } => self.chunk.push(Pending { index, name, args }),
             Admission::Repeat { index, first } => {
-                let args = match converted {
-                    Some(args) => args,
-                    None => arguments(&raw, &self.limits)?,
-                };
                 let earlier = arguments(&self.originals[first], &self.limits)?;
-                let args_differ = !same_arguments(&earlier, &args, &self.limits);
+                let args_differ = args.with(|args| !same_arguments(&earlier, args, &self.limits));
                 self.duplicates.append((index, first, args_differ))?;
             }
         }
@@ -223,28 +237,17 @@ impl<'py> Preparation<'_, 'py> {
     /// Judges the chunk's calls with the interpreter released, then appends
     /// their rows and drops their parsed arguments.
     fn judge_chunk(&mut self) -> PyResult<()> {
-        if self.chunk.is_empty() {
-            return Ok(());
-        }
         let py = self.py;
-        let inputs = self
-            .chunk
-            .iter()
-            .zip(self.converted.drain(..))
-            .map(|((index, name), converted)| {
-                let args = match converted {
-                    Some(args) => args,
-                    None => Arguments::Text(self.originals[*index].cast::<PyString>()?.to_str()?),
-                };
-                Ok((name.to_str()?, args))
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        let planner = &self.planner;
-        let verdicts = &mut self.verdicts;
-        py.detach(|| verdicts.extend(inputs.iter().map(|(name, args)| planner.judge(name, args))));
-        drop(inputs);
-        for ((index, _), verdict) in self.chunk.iter().zip(self.verdicts.drain(..)) {
-            let row = planned_row(py, *index, verdict, &self.originals[*index], &mut self.keys)?;
+        let (planner, chunk, verdicts) = (&self.planner, &self.chunk, &mut self.verdicts);
+        py.detach(|| {
+            verdicts.extend(
+                chunk
+                    .iter()
+                    .map(|call| call.args.with(|args| planner.judge(&call.name, args))),
+            );
+        });
+        for (call, verdict) in self.chunk.iter().zip(self.verdicts.drain(..)) {
+            let row = planned_row(py, call.index, verdict, &self.originals[call.index], &mut self.keys)?;
             self.planned.append(row)?;
         }
         self.chunk.clear();
