@@ -3,7 +3,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use serde_json::json;
 
 use _core::catalog::{Catalog, ToolSpec};
-use _core::plan::{prepare_turn, Arguments, CallInput};
+use _core::plan::{prepare_turn, Admission, Arguments, CallInput, TurnPlanner};
 use _core::schedule::{plan_batches, Strategy};
 use _core::validate::Limits;
 
@@ -24,13 +24,26 @@ fn catalog() -> Catalog {
     Catalog::new(specs).unwrap()
 }
 
-fn turn(count: usize) -> Vec<CallInput> {
-    let names = ["read_file", "grep", "edit_file", "bash"];
+/// The IDs and argument texts of a turn of `count` calls.
+fn turn_text(count: usize) -> Vec<(String, String)> {
     (0..count)
-        .map(|i| CallInput {
-            id: format!("call_{i}"),
-            name: names[i % 4].into(),
-            args: Arguments::Text(format!(r#"{{"path": "src/file_{i}.rs", "limit": {}}}"#, i % 100 + 1)),
+        .map(|i| {
+            (
+                format!("call_{i}"),
+                format!(r#"{{"path": "src/file_{i}.rs", "limit": {}}}"#, i % 100 + 1),
+            )
+        })
+        .collect()
+}
+
+fn turn(text: &[(String, String)]) -> Vec<CallInput<'_>> {
+    let names = ["read_file", "grep", "edit_file", "bash"];
+    text.iter()
+        .enumerate()
+        .map(|(i, (id, args))| CallInput {
+            id,
+            name: names[i % 4],
+            args: Arguments::Text(args),
         })
         .collect()
 }
@@ -40,7 +53,8 @@ fn bench_plan(c: &mut Criterion) {
     let limits = Limits::default();
     let mut group = c.benchmark_group("plan_turn");
     for count in [1_000usize, 100_000] {
-        let calls = turn(count);
+        let text = turn_text(count);
+        let calls = turn(&text);
         group.throughput(Throughput::Elements(count as u64));
         group.sample_size(if count > 10_000 { 10 } else { 50 });
         group.bench_with_input(BenchmarkId::from_parameter(count), &calls, |b, calls| {
@@ -54,5 +68,36 @@ fn bench_plan(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_plan);
+/// The same turns planned the way the binding does: IDs admitted call by call,
+/// first calls judged a chunk of 512 at a time and each chunk's verdicts dropped
+/// before the next.
+fn bench_plan_in_chunks(c: &mut Criterion) {
+    let catalog = catalog();
+    let limits = Limits::default();
+    let mut group = c.benchmark_group("plan_turn_in_chunks");
+    for count in [1_000usize, 100_000] {
+        let text = turn_text(count);
+        let calls = turn(&text);
+        group.throughput(Throughput::Elements(count as u64));
+        group.sample_size(if count > 10_000 { 10 } else { 50 });
+        group.bench_with_input(BenchmarkId::from_parameter(count), &calls, |b, calls| {
+            b.iter(|| {
+                let mut planner = TurnPlanner::new(&catalog, &[], limits, calls.len());
+                let mut ready = 0usize;
+                for chunk in calls.chunks(512) {
+                    let firsts: Vec<_> = chunk
+                        .iter()
+                        .filter(|call| matches!(planner.admit(call.id), Admission::First { .. }))
+                        .collect();
+                    let verdicts: Vec<_> = firsts.iter().map(|call| planner.judge(call.name, &call.args)).collect();
+                    ready += verdicts.len();
+                }
+                ready
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_plan, bench_plan_in_chunks);
 criterion_main!(benches);

@@ -1,6 +1,11 @@
-//! Planning a turn: lookup, dedup by call ID and validation, for every call at once.
+//! Planning a turn: lookup, dedup by call ID and validation.
+//!
+//! [`prepare_turn`] plans a whole turn at once. [`TurnPlanner`] plans it call by
+//! call, so that a caller can hand calls over in chunks and drop each chunk's
+//! parsed arguments before the next: dedup still spans the whole turn.
 
-use ahash::AHashMap;
+use ahash::RandomState;
+use hashbrown::HashTable;
 use serde_json::Value;
 
 use crate::catalog::Catalog;
@@ -8,21 +13,21 @@ use crate::validate::{parse_arguments, InputRejection, Limits};
 
 /// A call's arguments as the model sent them.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Arguments {
+pub enum Arguments<'a> {
     /// JSON text (OpenAI sends arguments this way).
-    Text(String),
+    Text(&'a str),
     /// An already-decoded object.
     Value(Value),
     /// The binding could not turn the arguments into JSON at all.
     Rejected(InputRejection),
 }
 
-/// One tool call of a turn.
+/// One tool call of a turn. Its strings are borrowed from the caller.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CallInput {
-    pub id: String,
-    pub name: String,
-    pub args: Arguments,
+pub struct CallInput<'a> {
+    pub id: &'a str,
+    pub name: &'a str,
+    pub args: Arguments<'a>,
 }
 
 /// What planning decided for one call.
@@ -75,35 +80,151 @@ const NAMES_IN_MESSAGE: usize = 30;
 ///
 /// `disabled[i]` marks tool `i` as absent this turn. No call ever makes this
 /// fail: each problem becomes that call's verdict.
-pub fn prepare_turn(catalog: &Catalog, calls: &[CallInput], disabled: &[bool], limits: &Limits) -> TurnPlan {
+pub fn prepare_turn(catalog: &Catalog, calls: &[CallInput<'_>], disabled: &[bool], limits: &Limits) -> TurnPlan {
+    let mut planner = TurnPlanner::new(catalog, disabled, *limits, calls.len());
     let mut plan = TurnPlan {
         calls: Vec::with_capacity(calls.len()),
         duplicates: Vec::new(),
     };
-    let mut first_by_id: AHashMap<&str, usize> = AHashMap::with_capacity(calls.len());
-    for (index, call) in calls.iter().enumerate() {
-        if let Some(&first) = first_by_id.get(call.id.as_str()) {
-            let args_differ = !same_arguments(&calls[first].args, &call.args, limits);
-            plan.duplicates.push(Duplicate {
+    for call in calls {
+        match planner.admit(call.id) {
+            Admission::First { index } => plan.calls.push(PlannedCall {
+                index,
+                verdict: planner.judge(call.name, &call.args),
+            }),
+            Admission::Repeat { index, first } => plan.duplicates.push(Duplicate {
                 index,
                 first,
-                args_differ,
-            });
-            continue;
+                args_differ: !same_arguments(&calls[first].args, &call.args, limits),
+            }),
         }
-        first_by_id.insert(&call.id, index);
-        let verdict = judge(catalog, call, disabled, limits);
-        plan.calls.push(PlannedCall { index, verdict });
     }
     plan
 }
 
-fn judge(catalog: &Catalog, call: &CallInput, disabled: &[bool], limits: &Limits) -> Verdict {
-    let tool = match catalog.resolve(&call.name) {
+/// Whether the next call of a turn is the first with its ID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// The call at position `index` is the first with its ID: judge it.
+    First { index: usize },
+    /// The call at position `index` repeats the ID of the call at `first`, which runs instead.
+    Repeat { index: usize, first: usize },
+}
+
+/// Plans one turn call by call: [`TurnPlanner::admit`] each call's ID in turn
+/// order, then [`TurnPlanner::judge`] the calls admitted as first.
+///
+/// The planner remembers only the IDs (copied into one buffer), so a caller can
+/// judge the calls in chunks and drop each chunk's inputs and verdicts before
+/// the next while dedup still covers the whole turn. A repeated call is compared
+/// with its first occurrence by [`same_arguments`], which needs both calls'
+/// arguments: the caller keeps what it needs to produce them again.
+#[derive(Debug)]
+pub struct TurnPlanner<'t> {
+    catalog: &'t Catalog,
+    disabled: &'t [bool],
+    limits: Limits,
+    ids: CallIds,
+    admitted: usize,
+}
+
+impl<'t> TurnPlanner<'t> {
+    /// A planner for a turn of about `expected_calls` calls (a capacity hint).
+    pub fn new(catalog: &'t Catalog, disabled: &'t [bool], limits: Limits, expected_calls: usize) -> Self {
+        Self {
+            catalog,
+            disabled,
+            limits,
+            ids: CallIds::with_capacity(expected_calls),
+            admitted: 0,
+        }
+    }
+
+    /// Takes the next call of the turn by its ID: the first call with an ID is
+    /// planned, a later one is dropped in favour of the first.
+    pub fn admit(&mut self, id: &str) -> Admission {
+        let index = self.admitted;
+        self.admitted += 1;
+        match self.ids.first_or_insert(id, index) {
+            None => Admission::First { index },
+            Some(first) => Admission::Repeat { index, first },
+        }
+    }
+
+    /// The verdict for a call admitted as [`Admission::First`]: lookup of its
+    /// tool, then its arguments against the limits and the tool's schema.
+    pub fn judge(&self, name: &str, args: &Arguments<'_>) -> Verdict {
+        judge(self.catalog, name, args, self.disabled, &self.limits)
+    }
+}
+
+/// The call IDs of a turn so far, each with the position of its first call.
+///
+/// The IDs live in one buffer rather than one allocation each, and the hash
+/// table holds only positions in `firsts`: it stays small enough to be probed
+/// from cache on turns of 100,000 calls, while `firsts` and `text` only grow at
+/// their ends.
+#[derive(Debug)]
+struct CallIds {
+    text: String,
+    firsts: Vec<FirstCall>,
+    table: HashTable<usize>,
+    hasher: RandomState,
+}
+
+/// Where a first call's ID lies in [`CallIds::text`], and the call's position.
+#[derive(Debug, Clone, Copy)]
+struct FirstCall {
+    start: usize,
+    end: usize,
+    index: usize,
+}
+
+impl CallIds {
+    fn with_capacity(calls: usize) -> Self {
+        Self {
+            text: String::new(),
+            firsts: Vec::with_capacity(calls),
+            table: HashTable::with_capacity(calls),
+            hasher: RandomState::new(),
+        }
+    }
+
+    /// The position of the first call with `id`, or None after recording `index` as that call.
+    fn first_or_insert(&mut self, id: &str, index: usize) -> Option<usize> {
+        let Self {
+            text,
+            firsts,
+            table,
+            hasher,
+        } = self;
+        let id_of = |first: &FirstCall| &text[first.start..first.end];
+        let hash = hasher.hash_one(id);
+        if let Some(&slot) = table.find(hash, |&slot| id_of(&firsts[slot]) == id) {
+            return Some(firsts[slot].index);
+        }
+        let start = text.len();
+        text.push_str(id);
+        firsts.push(FirstCall {
+            start,
+            end: text.len(),
+            index,
+        });
+        let text = &*text;
+        table.insert_unique(hash, firsts.len() - 1, |&slot| {
+            let first = &firsts[slot];
+            hasher.hash_one(&text[first.start..first.end])
+        });
+        None
+    }
+}
+
+fn judge(catalog: &Catalog, name: &str, args: &Arguments<'_>, disabled: &[bool], limits: &Limits) -> Verdict {
+    let tool = match catalog.resolve(name) {
         Some(tool) if !disabled.get(tool).copied().unwrap_or(false) => tool,
         found => {
             return Verdict::UnknownTool {
-                message: unknown_tool_message(catalog, &call.name, found, disabled),
+                message: unknown_tool_message(catalog, name, found, disabled),
             }
         }
     };
@@ -115,7 +236,7 @@ fn judge(catalog: &Catalog, call: &CallInput, disabled: &[bool], limits: &Limits
             message,
         }
     };
-    match &call.args {
+    match args {
         Arguments::Rejected(rejection) => reject(rejection.clone()),
         Arguments::Value(value) => match catalog.check(tool, value, limits) {
             Ok(()) => Verdict::Ready { tool, parsed: None },
@@ -157,7 +278,9 @@ fn unknown_tool_message(catalog: &Catalog, name: &str, found: Option<usize>, dis
     }
 }
 
-fn same_arguments(a: &Arguments, b: &Arguments, limits: &Limits) -> bool {
+/// Whether two calls' arguments are the same: equal text, or equal once decoded.
+/// Arguments that were rejected are never the same as anything.
+pub fn same_arguments(a: &Arguments<'_>, b: &Arguments<'_>, limits: &Limits) -> bool {
     let decode = |args: &Arguments| match args {
         Arguments::Value(value) => Some(value.clone()),
         Arguments::Text(text) => parse_arguments(text, limits).ok(),
@@ -193,16 +316,12 @@ mod tests {
         .unwrap()
     }
 
-    fn call(id: &str, name: &str, args: Arguments) -> CallInput {
-        CallInput {
-            id: id.into(),
-            name: name.into(),
-            args,
-        }
+    fn call<'a>(id: &'a str, name: &'a str, args: Arguments<'a>) -> CallInput<'a> {
+        CallInput { id, name, args }
     }
 
-    fn text(s: &str) -> Arguments {
-        Arguments::Text(s.into())
+    fn text(s: &str) -> Arguments<'_> {
+        Arguments::Text(s)
     }
 
     #[test]
@@ -308,5 +427,121 @@ mod tests {
             panic!()
         };
         assert!(message.ends_with("and 10 more"), "{message}");
+    }
+
+    /// Plans `calls` the way the binding does: admit every call of a chunk,
+    /// judge that chunk's first calls, and compare repeats with first calls
+    /// from any earlier chunk.
+    fn plan_in_chunks(catalog: &Catalog, calls: &[CallInput<'_>], chunk: usize, limits: &Limits) -> TurnPlan {
+        let mut planner = TurnPlanner::new(catalog, &[], *limits, 0);
+        let mut plan = TurnPlan::default();
+        for part in calls.chunks(chunk) {
+            let mut firsts = Vec::new();
+            for call in part {
+                match planner.admit(call.id) {
+                    Admission::First { index } => firsts.push((index, call)),
+                    Admission::Repeat { index, first } => plan.duplicates.push(Duplicate {
+                        index,
+                        first,
+                        args_differ: !same_arguments(&calls[first].args, &call.args, limits),
+                    }),
+                }
+            }
+            for (index, call) in firsts {
+                plan.calls.push(PlannedCall {
+                    index,
+                    verdict: planner.judge(call.name, &call.args),
+                });
+            }
+        }
+        plan
+    }
+
+    #[test]
+    fn a_turn_planned_in_chunks_matches_the_whole_turn() {
+        let ids: Vec<String> = (0..60).map(|i| format!("call_{}", i % 23)).collect();
+        let texts: Vec<String> = (0..60)
+            .map(|i| match i % 5 {
+                0 => format!(r#"{{"path": "f{}"}}"#, i % 23),
+                1 => format!(r#"{{ "path" : "f{}" }}"#, i % 23),
+                2 => r#"{"path": 7}"#.to_owned(),
+                3 => "{broken".to_owned(),
+                _ => String::new(),
+            })
+            .collect();
+        let calls: Vec<CallInput<'_>> = (0..60)
+            .map(|i| {
+                let name = ["read", "cat", "write", "nope"][i % 4];
+                let args = match i % 7 {
+                    0 => Arguments::Value(json!({"path": format!("f{}", i % 23)})),
+                    1 => Arguments::Rejected(InputRejection::NotJson("a set".into())),
+                    _ => Arguments::Text(&texts[i]),
+                };
+                call(&ids[i], name, args)
+            })
+            .collect();
+        let limits = Limits::default();
+        let whole = prepare_turn(&catalog(), &calls, &[], &limits);
+        assert_eq!(whole.calls.len(), 23);
+        assert_eq!(whole.duplicates.len(), 37);
+        assert!(whole.duplicates.iter().any(|d| d.args_differ));
+        assert!(whole.duplicates.iter().any(|d| !d.args_differ));
+        for chunk in [1, 4, 7, 23, 60] {
+            assert_eq!(
+                plan_in_chunks(&catalog(), &calls, chunk, &limits),
+                whole,
+                "chunks of {chunk}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_repeat_in_a_later_chunk_is_compared_with_the_first_call() {
+        let calls = [
+            call("a", "read", text(r#"{"path": "x"}"#)),
+            call("b", "read", text(r#"{"path": "y"}"#)),
+            call("a", "read", Arguments::Value(json!({"path": "x"}))),
+            call("b", "read", text(r#"{"path": "z"}"#)),
+        ];
+        let plan = plan_in_chunks(&catalog(), &calls, 2, &Limits::default());
+        assert_eq!(plan.calls.iter().map(|c| c.index).collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(
+            plan.duplicates,
+            vec![
+                Duplicate {
+                    index: 2,
+                    first: 0,
+                    args_differ: false
+                },
+                Duplicate {
+                    index: 3,
+                    first: 1,
+                    args_differ: true
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn ids_are_told_apart_exactly() {
+        let catalog = catalog();
+        let mut planner = TurnPlanner::new(&catalog, &[], Limits::default(), 2);
+        let admitted: Vec<Admission> = ["ab", "a", "b", "", "ba", "ab", "", "a"]
+            .iter()
+            .map(|id| planner.admit(id))
+            .collect();
+        assert_eq!(
+            admitted,
+            vec![
+                Admission::First { index: 0 },
+                Admission::First { index: 1 },
+                Admission::First { index: 2 },
+                Admission::First { index: 3 },
+                Admission::First { index: 4 },
+                Admission::Repeat { index: 5, first: 0 },
+                Admission::Repeat { index: 6, first: 3 },
+                Admission::Repeat { index: 7, first: 1 },
+            ]
+        );
     }
 }

@@ -198,6 +198,12 @@ pub fn nesting_depth(value: &Value) -> usize {
     fn containers(value: &Value) -> bool {
         matches!(value, Value::Array(_) | Value::Object(_))
     }
+    // Most arguments are one flat object: answer without building a stack.
+    match value {
+        Value::Object(map) if !map.values().any(containers) => return 1,
+        Value::Array(items) if !items.iter().any(containers) => return 1,
+        _ => {}
+    }
     let mut deepest = 0;
     let mut stack: Vec<(&Value, usize)> = Vec::new();
     if containers(value) {
@@ -292,6 +298,16 @@ mod tests {
             schema().check(&deep, &limits),
             Err(InputRejection::TooDeep { limit: 3 })
         );
+    }
+
+    #[test]
+    fn nesting_depth_counts_containers() {
+        assert_eq!(nesting_depth(&json!(3)), 0);
+        assert_eq!(nesting_depth(&json!({})), 1);
+        assert_eq!(nesting_depth(&json!({"a": 1, "b": "c"})), 1);
+        assert_eq!(nesting_depth(&json!([1, null])), 1);
+        assert_eq!(nesting_depth(&json!({"a": 1, "b": [2, {"c": []}]})), 4);
+        assert_eq!(nesting_depth(&json!([[], 1])), 2);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Conversion between Python objects and JSON values, done once per turn.
 
+use ahash::AHashMap;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
@@ -115,8 +116,38 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .map_or_else(|_| "?".to_owned(), |name| name.to_string())
 }
 
+/// Longest object key kept in [`KeyStrings`]; longer keys are made afresh.
+const KEPT_KEY_BYTES: usize = 64;
+/// Most distinct object keys kept in [`KeyStrings`].
+const KEPT_KEYS: usize = 512;
+
+/// The Python strings made for object keys during one conversion pass: the
+/// same property names come back in every call's arguments, so each is made
+/// (and interned) once and shared by every dict that uses it.
+pub struct KeyStrings<'py> {
+    keys: AHashMap<Box<str>, Bound<'py, PyString>>,
+}
+
+impl<'py> KeyStrings<'py> {
+    pub fn new() -> Self {
+        Self { keys: AHashMap::new() }
+    }
+
+    fn get(&mut self, py: Python<'py>, key: &str) -> Bound<'py, PyString> {
+        if let Some(kept) = self.keys.get(key) {
+            return kept.clone();
+        }
+        if key.len() > KEPT_KEY_BYTES || self.keys.len() >= KEPT_KEYS {
+            return PyString::new(py, key);
+        }
+        let made = PyString::intern(py, key);
+        self.keys.insert(key.into(), made.clone());
+        made
+    }
+}
+
 /// Builds the Python object for a JSON value.
-pub fn to_python<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+pub fn to_python<'py>(py: Python<'py>, value: &Value, keys: &mut KeyStrings<'py>) -> PyResult<Bound<'py, PyAny>> {
     Ok(match value {
         Value::Null => py.None().into_bound(py),
         Value::Bool(flag) => PyBool::new(py, *flag).to_owned().into_any(),
@@ -133,14 +164,14 @@ pub fn to_python<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyA
         Value::Array(items) => {
             let list = PyList::empty(py);
             for item in items {
-                list.append(to_python(py, item)?)?;
+                list.append(to_python(py, item, keys)?)?;
             }
             list.into_any()
         }
         Value::Object(map) => {
             let dict = PyDict::new(py);
             for (key, item) in map {
-                dict.set_item(PyString::new(py, key), to_python(py, item)?)?;
+                dict.set_item(keys.get(py, key), to_python(py, item, keys)?)?;
             }
             dict.into_any()
         }

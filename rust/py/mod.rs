@@ -9,18 +9,19 @@ use std::sync::Arc;
 
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyList, PyString, PyTuple};
 
 use crate::assemble::model_order;
 use crate::catalog::{Catalog, ToolSpec};
 use crate::conflicts::{normalize_key as engine_normalize_key, plan_dependencies, Access};
 use crate::error::EngineError;
-use crate::plan::{prepare_turn, Arguments, CallInput, Verdict};
+use crate::plan::{same_arguments, Admission, Arguments, TurnPlanner, Verdict};
 use crate::schedule::{plan_batches as engine_plan_batches, Strategy};
 use crate::shape::{truncate as engine_truncate, Budget, Cut};
 use crate::validate::Limits;
 
-use convert::{to_json, to_python};
+use convert::{to_json, to_python, KeyStrings};
 use errors::{AssemblyError, OptionError, SchemaError, ToolNameError};
 
 fn limits(max_input_bytes: usize, max_input_depth: usize, max_errors: usize) -> Limits {
@@ -94,70 +95,29 @@ impl PyToolTable {
         max_errors: usize,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let limits = limits(max_input_bytes, max_input_depth, max_errors);
-        let mut inputs = Vec::new();
-        let mut originals = Vec::new();
+        let expected = calls.len().unwrap_or(0);
+        let _paused = CollectorPause::new(py);
+        let mut turn = Preparation {
+            py,
+            planner: TurnPlanner::new(&self.catalog, &disabled, limits, expected),
+            limits,
+            originals: Vec::with_capacity(expected),
+            chunk: Vec::with_capacity(CHUNK_CALLS),
+            verdicts: Vec::with_capacity(CHUNK_CALLS),
+            planned: PyList::empty(py),
+            duplicates: PyList::empty(py),
+            keys: KeyStrings::new(),
+        };
         for call in calls.try_iter()? {
-            let call = call?;
-            let id: String = call.getattr(intern!(py, "id"))?.extract()?;
-            let name: String = call.getattr(intern!(py, "name"))?.extract()?;
-            let raw = call.getattr(intern!(py, "args"))?;
-            let args = if let Ok(text) = raw.cast::<PyString>() {
-                Arguments::Text(text.to_str()?.to_owned())
-            } else {
-                match to_json(&raw, &limits) {
-                    Ok(value) => Arguments::Value(value),
-                    Err(rejection) => Arguments::Rejected(rejection),
-                }
-            };
-            inputs.push(CallInput { id, name, args });
-            originals.push(raw);
+            turn.read(&call?)?;
+            if turn.chunk.len() == CHUNK_CALLS {
+                turn.judge_chunk()?;
+            }
         }
-        let catalog = Arc::clone(&self.catalog);
-        let plan = py.detach(move || prepare_turn(&catalog, &inputs, &disabled, &limits));
-
-        let unknown = intern!(py, "unknown_tool");
-        let invalid = intern!(py, "invalid_input");
-        let planned = PyList::empty(py);
-        for call in &plan.calls {
-            let entry = match &call.verdict {
-                Verdict::Ready { tool, parsed } => {
-                    let args = match parsed {
-                        Some(value) => to_python(py, value)?,
-                        None => originals[call.index].clone(),
-                    };
-                    (
-                        call.index,
-                        isize::try_from(*tool).unwrap_or(-1),
-                        args,
-                        py.None().into_bound(py),
-                        py.None().into_bound(py),
-                    )
-                        .into_pyobject(py)?
-                }
-                Verdict::UnknownTool { message } => (
-                    call.index,
-                    -1isize,
-                    py.None().into_bound(py),
-                    unknown.clone().into_any(),
-                    PyString::new(py, message).into_any(),
-                )
-                    .into_pyobject(py)?,
-                Verdict::InvalidInput { tool, message, .. } => (
-                    call.index,
-                    isize::try_from(*tool).unwrap_or(-1),
-                    py.None().into_bound(py),
-                    invalid.clone().into_any(),
-                    PyString::new(py, message).into_any(),
-                )
-                    .into_pyobject(py)?,
-            };
-            planned.append(entry)?;
+        if !turn.chunk.is_empty() {
+            turn.judge_chunk()?;
         }
-        let duplicates = PyList::empty(py);
-        for duplicate in &plan.duplicates {
-            duplicates.append((duplicate.index, duplicate.first, duplicate.args_differ))?;
-        }
-        PyTuple::new(py, [planned.into_any(), duplicates.into_any()])
+        PyTuple::new(py, [turn.planned.into_any(), turn.duplicates.into_any()])
     }
 
     /// Checks arguments (a mapping or JSON text) against tool `tool`'s schema,
@@ -188,7 +148,7 @@ impl PyToolTable {
         match checked {
             Ok(value) => {
                 let args = if from_text {
-                    to_python(py, &value)?
+                    to_python(py, &value, &mut KeyStrings::new())?
                 } else {
                     args.clone()
                 };
@@ -196,6 +156,187 @@ impl PyToolTable {
             }
             Err(rejection) => PyTuple::new(py, [none(), PyString::new(py, &rejection.message(name)).into_any()]),
         }
+    }
+}
+
+/// How many calls a prepare judges per release of the interpreter: few enough
+/// that a chunk's parsed arguments are dropped while still in cache, enough that
+/// releasing the interpreter costs nothing per call.
+const CHUNK_CALLS: usize = 512;
+
+/// One `ToolTable.prepare` in progress: calls are read with the interpreter
+/// held, judged a chunk at a time without it, and each chunk's verdicts turned
+/// into result rows before the next chunk is read.
+struct Preparation<'t, 'py> {
+    py: Python<'py>,
+    planner: TurnPlanner<'t>,
+    limits: Limits,
+    /// Every call's arguments object, by position in the turn: returned as-is
+    /// when valid, and read again when a later call repeats its ID.
+    originals: Vec<Bound<'py, PyAny>>,
+    /// The current chunk's first calls, waiting to be judged.
+    chunk: Vec<Pending>,
+    /// The chunk's verdicts, in chunk order (the buffer is reused by every chunk).
+    verdicts: Vec<Verdict>,
+    planned: Bound<'py, PyList>,
+    duplicates: Bound<'py, PyList>,
+    keys: KeyStrings<'py>,
+}
+
+/// A first call waiting for its chunk to be judged. Its strings stay in the
+/// Python objects, which it keeps alive.
+struct Pending {
+    index: usize,
+    name: PyBackedStr,
+    args: PendingArguments,
+}
+
+/// A waiting call's arguments: JSON text, or anything else converted as it was read.
+enum PendingArguments {
+    Text(PyBackedStr),
+    Converted(Arguments<'static>),
+}
+
+impl PendingArguments {
+    /// Calls `f` with the arguments as the engine takes them.
+    fn with<R>(&self, f: impl FnOnce(&Arguments<'_>) -> R) -> R {
+        match self {
+            Self::Text(text) => f(&Arguments::Text(text)),
+            Self::Converted(args) => f(args),
+        }
+    }
+}
+
+impl<'py> Preparation<'_, 'py> {
+    /// Reads the next call: a repeated ID becomes a duplicate row at once, a
+    /// first call joins the chunk.
+    fn read(&mut self, call: &Bound<'py, PyAny>) -> PyResult<()> {
+        let py = self.py;
+        // Each attribute is checked as it is read (id, name, args), so the first
+        // bad attribute in turn order is the one reported, as with whole-turn reading.
+        let id = call.getattr(intern!(py, "id"))?.cast_into::<PyString>()?;
+        let id = id.to_str()?;
+        let name = PyBackedStr::try_from(call.getattr(intern!(py, "name"))?.cast_into::<PyString>()?)?;
+        let raw = call.getattr(intern!(py, "args"))?;
+        let args = match raw.cast::<PyString>() {
+            Ok(text) => PendingArguments::Text(PyBackedStr::try_from(text.clone())?),
+            Err(_) => PendingArguments::Converted(converted_arguments(&raw, &self.limits)),
+        };
+        match self.planner.admit(id) {
+            Admission::First { index } => self.chunk.push(Pending { index, name, args }),
+            Admission::Repeat { index, first } => {
+                let earlier = arguments(&self.originals[first], &self.limits)?;
+                let args_differ = args.with(|args| !same_arguments(&earlier, args, &self.limits));
+                self.duplicates.append((index, first, args_differ))?;
+            }
+        }
+        self.originals.push(raw);
+        Ok(())
+    }
+
+    /// Judges the chunk's calls with the interpreter released, then appends
+    /// their rows and drops their parsed arguments.
+    fn judge_chunk(&mut self) -> PyResult<()> {
+        let py = self.py;
+        let (planner, chunk, verdicts) = (&self.planner, &self.chunk, &mut self.verdicts);
+        py.detach(|| {
+            verdicts.extend(
+                chunk
+                    .iter()
+                    .map(|call| call.args.with(|args| planner.judge(&call.name, args))),
+            );
+        });
+        for (call, verdict) in self.chunk.iter().zip(self.verdicts.drain(..)) {
+            let row = planned_row(py, call.index, verdict, &self.originals[call.index], &mut self.keys)?;
+            self.planned.append(row)?;
+        }
+        self.chunk.clear();
+        Ok(())
+    }
+}
+
+/// Keeps Python's cyclic garbage collector off while a prepare builds its
+/// result, and puts back the state it found when dropped, on error too.
+///
+/// The rows are tuples, lists and dicts that cannot form cycles, yet each one
+/// counts towards a collection; with the collector on, a large turn would
+/// trigger hundreds of collections that walk the rows built so far. Threads
+/// that run while a chunk is judged see the collector off too, for as long as
+/// the prepare lasts.
+struct CollectorPause<'py> {
+    // Ties the pause to the attached interpreter, where it must end.
+    _py: Python<'py>,
+    was_enabled: bool,
+}
+
+impl<'py> CollectorPause<'py> {
+    fn new(py: Python<'py>) -> Self {
+        // SAFETY: the interpreter is attached (we hold `Python`).
+        let was_enabled = unsafe { pyo3::ffi::PyGC_Disable() } != 0;
+        Self { _py: py, was_enabled }
+    }
+}
+
+impl Drop for CollectorPause<'_> {
+    fn drop(&mut self) {
+        if self.was_enabled {
+            // SAFETY: dropped where it was made, with the interpreter attached.
+            unsafe { pyo3::ffi::PyGC_Enable() };
+        }
+    }
+}
+
+/// A call's arguments as the engine takes them: text borrowed from the Python
+/// string, anything else converted to JSON.
+fn arguments<'a>(raw: &'a Bound<'_, PyAny>, limits: &Limits) -> PyResult<Arguments<'a>> {
+    match raw.cast::<PyString>() {
+        Ok(text) => Ok(Arguments::Text(text.to_str()?)),
+        Err(_) => Ok(converted_arguments(raw, limits)),
+    }
+}
+
+/// Arguments that are not text, converted to JSON (or refused).
+fn converted_arguments(raw: &Bound<'_, PyAny>, limits: &Limits) -> Arguments<'static> {
+    match to_json(raw, limits) {
+        Ok(value) => Arguments::Value(value),
+        Err(rejection) => Arguments::Rejected(rejection),
+    }
+}
+
+/// The `(index, tool, args, error_kind, message)` row of one planned call.
+fn planned_row<'py>(
+    py: Python<'py>,
+    index: usize,
+    verdict: Verdict,
+    original: &Bound<'py, PyAny>,
+    keys: &mut KeyStrings<'py>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let none = || py.None().into_bound(py);
+    let position = |tool: usize| isize::try_from(tool).unwrap_or(-1);
+    match verdict {
+        Verdict::Ready { tool, parsed } => {
+            let args = match parsed {
+                Some(value) => to_python(py, &value, keys)?,
+                None => original.clone(),
+            };
+            (index, position(tool), args, none(), none()).into_pyobject(py)
+        }
+        Verdict::UnknownTool { message } => (
+            index,
+            -1isize,
+            none(),
+            intern!(py, "unknown_tool").clone().into_any(),
+            PyString::new(py, &message).into_any(),
+        )
+            .into_pyobject(py),
+        Verdict::InvalidInput { tool, message, .. } => (
+            index,
+            position(tool),
+            none(),
+            intern!(py, "invalid_input").clone().into_any(),
+            PyString::new(py, &message).into_any(),
+        )
+            .into_pyobject(py),
     }
 }
 

@@ -1,0 +1,109 @@
+"""ToolTable.prepare on turns larger than one chunk: dedup over the whole turn, and the collector left as found."""
+
+from __future__ import annotations
+
+import gc
+import json
+import random
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import toolsched as ts
+from toolsched import _core
+
+LIMITS = {"max_input_bytes": 16 * 1024 * 1024, "max_input_depth": 64, "max_errors": 10}
+SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+
+
+def table() -> _core.ToolTable:
+    return _core.ToolTable([("read", ["cat"], SCHEMA), ("write", [], SCHEMA)])
+
+
+def decoded(args: Any) -> Any:
+    if not isinstance(args, str):
+        return args
+    try:
+        return json.loads(args) if args.strip() else {}
+    except ValueError:
+        return None
+
+
+def same_arguments(a: Any, b: Any) -> bool:
+    if isinstance(a, str) and isinstance(b, str) and a == b:
+        return True
+    first, second = decoded(a), decoded(b)
+    return first is not None and second is not None and first == second
+
+
+def large_turn(count: int, seed: int) -> list[ts.ToolCall]:
+    """Calls whose IDs repeat far apart, with the same or other arguments, as text or objects."""
+    rng = random.Random(seed)
+    calls = []
+    for _ in range(count):
+        key = rng.randrange(count // 2)
+        path = f"src/{rng.choice([key, key + 1])}.py"
+        args: Any = rng.choice(
+            [json.dumps({"path": path}), json.dumps({"path": path}, indent=2), {"path": path}, '{"path": 1}', "{oops"]
+        )
+        calls.append(ts.ToolCall(f"call_{key}", rng.choice(["read", "cat", "write", "nope"]), args))
+    return calls
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_repeated_ids_far_apart_are_dropped_in_favour_of_the_first(seed: int) -> None:
+    calls = large_turn(3000, seed)
+    planned, duplicates = table().prepare(calls, [], **LIMITS)
+
+    first_index: dict[str, int] = {}
+    expected_duplicates = []
+    for index, call in enumerate(calls):
+        if call.id in first_index:
+            first = first_index[call.id]
+            expected_duplicates.append((index, first, not same_arguments(calls[first].args, call.args)))
+        else:
+            first_index[call.id] = index
+    assert [row[0] for row in planned] == list(first_index.values())
+    assert duplicates == expected_duplicates
+    assert any(index - first > 1000 for index, first, _ in duplicates)
+    assert {differ for _, _, differ in duplicates} == {True, False}
+
+
+def test_every_first_call_gets_the_verdict_it_gets_alone() -> None:
+    tools = table()
+    calls = large_turn(3000, 4)
+    planned, _ = tools.prepare(calls, [], **LIMITS)
+    for row in planned:
+        alone, no_duplicates = tools.prepare([calls[row[0]]], [], **LIMITS)
+        assert no_duplicates == []
+        assert row[1:] == alone[0][1:]
+
+
+def test_valid_text_arguments_come_back_decoded_and_objects_as_given() -> None:
+    calls = [ts.ToolCall(f"c{i}", "read", json.dumps({"path": f"p{i}"}) if i % 2 else {"path": f"p{i}"})
+             for i in range(1500)]
+    planned, _ = table().prepare(calls, [], **LIMITS)
+    assert [row[2] for row in planned] == [{"path": f"p{i}"} for i in range(1500)]
+    assert all(row[2] is calls[row[0]].args for row in planned if not isinstance(calls[row[0]].args, str))
+
+
+def calls_then_a_bad_one(count: int) -> Iterator[Any]:
+    yield from (ts.ToolCall(f"c{i}", "read", '{"path": "a"}') for i in range(count))
+    yield SimpleNamespace(id=7, name="read", args='{"path": "a"}')
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_prepare_leaves_the_collector_as_it_found_it(enabled: bool) -> None:
+    was_enabled = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        planned, _ = table().prepare([ts.ToolCall(f"c{i}", "read", '{"path": "a"}') for i in range(2000)], [], **LIMITS)
+        assert len(planned) == 2000
+        assert gc.isenabled() is enabled
+        with pytest.raises(TypeError):
+            table().prepare(calls_then_a_bad_one(1200), [], **LIMITS)
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was_enabled else gc.disable()
