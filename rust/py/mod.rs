@@ -96,14 +96,14 @@ impl PyToolTable {
     ) -> PyResult<Bound<'py, PyTuple>> {
         let limits = limits(max_input_bytes, max_input_depth, max_errors);
         let expected = calls.len().unwrap_or(0);
-        let _paused = CollectorPause::new(py);
         let mut turn = Preparation {
             py,
+            collector: CollectorPause::new(py),
             planner: TurnPlanner::new(&self.catalog, &disabled, limits, expected),
             limits,
             originals: Vec::with_capacity(expected),
-            chunk: Vec::with_capacity(CHUNK_CALLS),
-            verdicts: Vec::with_capacity(CHUNK_CALLS),
+            chunk: Vec::with_capacity(expected.min(CHUNK_CALLS)),
+            verdicts: Vec::with_capacity(expected.min(CHUNK_CALLS)),
             planned: PyList::empty(py),
             duplicates: PyList::empty(py),
             keys: KeyStrings::new(),
@@ -159,6 +159,11 @@ impl PyToolTable {
     }
 }
 
+/// Below this many calls a chunk is judged without releasing the interpreter:
+/// for a turn of a few calls, releasing and taking it back costs more than the
+/// work another thread could do meanwhile.
+const DETACH_MIN_CALLS: usize = 16;
+
 /// How many calls a prepare judges per release of the interpreter: few enough
 /// that a chunk's parsed arguments are dropped while still in cache, enough that
 /// releasing the interpreter costs nothing per call.
@@ -169,6 +174,8 @@ const CHUNK_CALLS: usize = 512;
 /// into result rows before the next chunk is read.
 struct Preparation<'t, 'py> {
     py: Python<'py>,
+    /// The cyclic collector, paused while this prepare holds the interpreter.
+    collector: CollectorPause<'py>,
     planner: TurnPlanner<'t>,
     limits: Limits,
     /// Every call's arguments object, by position in the turn: returned as-is
@@ -239,13 +246,20 @@ impl<'py> Preparation<'_, 'py> {
     fn judge_chunk(&mut self) -> PyResult<()> {
         let py = self.py;
         let (planner, chunk, verdicts) = (&self.planner, &self.chunk, &mut self.verdicts);
-        py.detach(|| {
+        let mut judge_all = || {
             verdicts.extend(
                 chunk
                     .iter()
                     .map(|call| call.args.with(|args| planner.judge(&call.name, args))),
             );
-        });
+        };
+        if chunk.len() < DETACH_MIN_CALLS {
+            judge_all();
+        } else {
+            // Other threads run meanwhile, with the collector as this prepare found it.
+            let _resumed = self.collector.resumed();
+            py.detach(judge_all);
+        }
         for (call, verdict) in self.chunk.iter().zip(self.verdicts.drain(..)) {
             let row = planned_row(py, call.index, verdict, &self.originals[call.index], &mut self.keys)?;
             self.planned.append(row)?;
@@ -260,9 +274,9 @@ impl<'py> Preparation<'_, 'py> {
 ///
 /// The rows are tuples, lists and dicts that cannot form cycles, yet each one
 /// counts towards a collection; with the collector on, a large turn would
-/// trigger hundreds of collections that walk the rows built so far. Threads
-/// that run while a chunk is judged see the collector off too, for as long as
-/// the prepare lasts.
+/// trigger hundreds of collections that walk the rows built so far. While a
+/// chunk is judged with the interpreter released, the collector is back as it
+/// was found, so other threads never run with it paused.
 struct CollectorPause<'py> {
     // Ties the pause to the attached interpreter, where it must end.
     _py: Python<'py>,
@@ -277,11 +291,40 @@ impl<'py> CollectorPause<'py> {
     }
 }
 
+impl CollectorPause<'_> {
+    /// Puts the collector back as it was found until the returned guard is
+    /// dropped; call it before releasing the interpreter.
+    fn resumed(&self) -> CollectorResumed {
+        if self.was_enabled {
+            // SAFETY: the interpreter is attached (the pause holds `Python`).
+            unsafe { pyo3::ffi::PyGC_Enable() };
+        }
+        CollectorResumed {
+            was_enabled: self.was_enabled,
+        }
+    }
+}
+
 impl Drop for CollectorPause<'_> {
     fn drop(&mut self) {
         if self.was_enabled {
             // SAFETY: dropped where it was made, with the interpreter attached.
             unsafe { pyo3::ffi::PyGC_Enable() };
+        }
+    }
+}
+
+/// The collector resumed while a chunk is judged; pauses it again when dropped,
+/// which happens after the interpreter is attached again.
+struct CollectorResumed {
+    was_enabled: bool,
+}
+
+impl Drop for CollectorResumed {
+    fn drop(&mut self) {
+        if self.was_enabled {
+            // SAFETY: dropped in `judge_chunk` after `py.detach` returned, with the interpreter attached.
+            unsafe { pyo3::ffi::PyGC_Disable() };
         }
     }
 }
