@@ -697,8 +697,8 @@ def validation_section(settings: Settings) -> dict[str, Any]:
         return [json.loads(text) for text in texts]
 
     rows: list[dict[str, Any]] = []
-    planned, _ = engine()
-    if not all(row[3] is None for row in planned) or table.prepare(bad, [], **limits)[0][0][3] != "invalid_input":
+    _, _, failures, _, _ = engine()
+    if failures or table.prepare(bad, [], **limits)[2][0][1] != "invalid_input":
         raise HarnessError("the engine's validation does not accept the workload or does not reject bad input")
     rows.append(
         {
@@ -762,13 +762,9 @@ def planning_section(settings: Settings) -> dict[str, Any]:
     table = ts.ToolRegistry([ts.tool(concurrency_safe=True)(noop)])._table
     limits = {"max_input_bytes": 16 * 1024 * 1024, "max_input_depth": 64, "max_errors": 10}
     safe = [True] * count
-    planned, _ = table.prepare(calls, [], **limits)
+    tools, _, failures, _, _ = table.prepare(calls, [], **limits)
     batches = _core.plan_batches("partitioned", safe, max_concurrency=10)
-    if (
-        len(planned) != count
-        or any(row[3] is not None for row in planned)
-        or sum(e - s for s, e, _ in batches) != count
-    ):
+    if len(tools) != count or failures or sum(e - s for s, e, _ in batches) != count:
         raise HarnessError("planning did not cover every call")
     rounds = max(settings.min_rounds, 5)
     prepare_ms: list[float] = []

@@ -123,8 +123,8 @@ def test_validate_toolsched(benchmark: Any) -> None:
     table = ts.ToolRegistry([noop])._table
     calls = [ts.ToolCall(f"c{i}", "noop", text) for i, text in enumerate(texts(VALIDATION_BATCH))]
     limits = {"max_input_bytes": 1 << 24, "max_input_depth": 64, "max_errors": 10}
-    planned, _ = table.prepare(calls, [], **limits)
-    assert all(row[3] is None for row in planned)
+    tools, _, failures, _, _ = table.prepare(calls, [], **limits)
+    assert len(tools) == VALIDATION_BATCH and not failures
     benchmark(lambda: table.prepare(calls, [], **limits))
 
 

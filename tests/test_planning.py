@@ -22,6 +22,25 @@ def table() -> _core.ToolTable:
     return _core.ToolTable([("read", ["cat"], SCHEMA), ("write", [], SCHEMA)])
 
 
+Row = tuple[int, int, Any, str | None, str | None]
+
+
+def prepare(tools: _core.ToolTable, calls: Any) -> tuple[list[Row], list[tuple[int, int, bool]]]:
+    """``prepare``'s columns as ``(index, tool, args, error_kind, message)`` rows, checking the columns agree."""
+    tool_rows, arg_rows, failures, positions, duplicates = tools.prepare(calls, [], **LIMITS)
+    assert len(tool_rows) == len(arg_rows)
+    assert (positions is None) == (not duplicates)
+    indices = list(range(len(tool_rows))) if positions is None else positions
+    assert len(indices) == len(tool_rows)
+    columns = zip(indices, tool_rows, arg_rows, strict=True)
+    rows: list[Row] = [(index, tool, args, None, None) for index, tool, args in columns]
+    assert [slot for slot, _, _ in failures] == sorted({slot for slot, _, _ in failures})
+    for slot, kind, message in failures:
+        assert arg_rows[slot] is None
+        rows[slot] = (indices[slot], tool_rows[slot], None, kind, message)
+    return rows, duplicates
+
+
 def decoded(args: Any) -> Any:
     if not isinstance(args, str):
         return args
@@ -55,7 +74,7 @@ def large_turn(count: int, seed: int) -> list[ts.ToolCall]:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_repeated_ids_far_apart_are_dropped_in_favour_of_the_first(seed: int) -> None:
     calls = large_turn(3000, seed)
-    planned, duplicates = table().prepare(calls, [], **LIMITS)
+    planned, duplicates = prepare(table(), calls)
 
     first_index: dict[str, int] = {}
     expected_duplicates = []
@@ -74,9 +93,9 @@ def test_repeated_ids_far_apart_are_dropped_in_favour_of_the_first(seed: int) ->
 def test_every_first_call_gets_the_verdict_it_gets_alone() -> None:
     tools = table()
     calls = large_turn(3000, 4)
-    planned, _ = tools.prepare(calls, [], **LIMITS)
+    planned, _ = prepare(tools, calls)
     for row in planned:
-        alone, no_duplicates = tools.prepare([calls[row[0]]], [], **LIMITS)
+        alone, no_duplicates = prepare(tools, [calls[row[0]]])
         assert no_duplicates == []
         assert row[1:] == alone[0][1:]
 
@@ -84,7 +103,7 @@ def test_every_first_call_gets_the_verdict_it_gets_alone() -> None:
 def test_valid_text_arguments_come_back_decoded_and_objects_as_given() -> None:
     calls = [ts.ToolCall(f"c{i}", "read", json.dumps({"path": f"p{i}"}) if i % 2 else {"path": f"p{i}"})
              for i in range(1500)]
-    planned, _ = table().prepare(calls, [], **LIMITS)
+    planned, _ = prepare(table(), calls)
     assert [row[2] for row in planned] == [{"path": f"p{i}"} for i in range(1500)]
     assert all(row[2] is calls[row[0]].args for row in planned if not isinstance(calls[row[0]].args, str))
 
@@ -99,7 +118,7 @@ def test_prepare_leaves_the_collector_as_it_found_it(enabled: bool) -> None:
     was_enabled = gc.isenabled()
     try:
         gc.enable() if enabled else gc.disable()
-        planned, _ = table().prepare([ts.ToolCall(f"c{i}", "read", '{"path": "a"}') for i in range(2000)], [], **LIMITS)
+        planned, _ = prepare(table(), [ts.ToolCall(f"c{i}", "read", '{"path": "a"}') for i in range(2000)])
         assert len(planned) == 2000
         assert gc.isenabled() is enabled
         with pytest.raises(TypeError):
@@ -107,3 +126,13 @@ def test_prepare_leaves_the_collector_as_it_found_it(enabled: bool) -> None:
         assert gc.isenabled() is enabled
     finally:
         gc.enable() if was_enabled else gc.disable()
+
+
+def test_a_turn_without_repeated_ids_has_no_position_column() -> None:
+    calls = [ts.ToolCall(f"c{i}", "read" if i % 3 else "nope", '{"path": "a"}') for i in range(700)]
+    tool_rows, arg_rows, failures, positions, duplicates = table().prepare(calls, [], **LIMITS)
+    assert positions is None and duplicates == []
+    assert tool_rows == [0 if i % 3 else -1 for i in range(700)]
+    assert [slot for slot, kind, _ in failures] == [i for i in range(700) if i % 3 == 0]
+    assert {kind for _, kind, _ in failures} == {"unknown_tool"}
+    assert arg_rows == [{"path": "a"} if i % 3 else None for i in range(700)]

@@ -33,7 +33,9 @@ class ToolTable:
         max_input_bytes: int,
         max_input_depth: int,
         max_errors: int,
-    ) -> tuple[list[tuple[int, int, Any, str | None, str | None]], list[tuple[int, int, bool]]]: ...
+    ) -> tuple[
+        list[int], list[Any], list[tuple[int, str, str]], list[int] | None, list[tuple[int, int, bool]]
+    ]: ...
     def check(
         self,
         tool: int,

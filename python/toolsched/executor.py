@@ -147,6 +147,23 @@ class _Emitter:
                     logger.exception("event callback %r failed on %r", sink, event)
 
 
+_PlannedRow = tuple[int, int, Any, str | None, str | None]
+
+
+def _planned_rows(
+    prepared: tuple[list[int], list[Any], list[tuple[int, str, str]], list[int] | None, list[tuple[int, int, bool]]],
+) -> list[_PlannedRow]:
+    """``ToolTable.prepare``'s columns as one ``(index, tool, args, error_kind, message)`` row per planned call."""
+    tool_rows, arg_rows, failures, positions, _ = prepared
+    indices = range(len(tool_rows)) if positions is None else positions
+    rows: list[_PlannedRow] = [
+        (index, tool, args, None, None) for index, tool, args in zip(indices, tool_rows, arg_rows, strict=True)
+    ]
+    for slot, error_kind, message in failures:
+        rows[slot] = (rows[slot][0], rows[slot][1], None, error_kind, message)
+    return rows
+
+
 def _judge_call(
     job: _Job, static: bool | None, judge: Callable[[Any], bool], if_it_raises: bool, consequence: str
 ) -> bool:
@@ -905,7 +922,7 @@ class Executor:
                 todo.append(slot)
         calls = [slot_calls[slot] for slot in todo]
         tools, facts = view.tools, view.facts
-        planned, _ = view.table.prepare(calls, view.toolset.disabled_mask(), **self._limits)
+        planned = _planned_rows(view.table.prepare(calls, view.toolset.disabled_mask(), **self._limits))
         jobs: list[_Job] = []
         for (index, tool_index, args, error_kind, message) in planned:
             slot, call = todo[index], calls[index]
@@ -969,7 +986,8 @@ class Executor:
         record = await durable.claim(force)
         view = self._current_view()
         calls = list(record.turn)
-        planned, duplicate_rows = view.table.prepare(calls, view.toolset.disabled_mask(), **self._limits)
+        prepared = view.table.prepare(calls, view.toolset.disabled_mask(), **self._limits)
+        planned, duplicate_rows = _planned_rows(prepared), prepared[4]
         emit = self._emitter(None, None)
         turn = _Turn(len(planned), context, self.interactive, emit, view)
         turn.durable = durable
@@ -1077,24 +1095,35 @@ class Executor:
         if durable is not None:
             await durable.begin(calls)
         cap = resolve_cap(self.strategy)
-        planned, duplicate_rows = view.table.prepare(calls, view.toolset.disabled_mask(), **self._limits)
+        tool_rows, arg_rows, failures, positions, duplicate_rows = view.table.prepare(
+            calls, view.toolset.disabled_mask(), **self._limits
+        )
         emit = self._emitter(extra_sink, parent)
-        turn = _Turn(len(planned), context, self.interactive, emit, view)
+        turn = _Turn(len(tool_rows), context, self.interactive, emit, view)
         turn.durable = durable
         tools, facts = view.tools, view.facts
-        jobs: list[_Job] = []
-        for slot, (index, tool_index, args, error_kind, message) in enumerate(planned):
-            call = calls[index]
-            if error_kind is None:
-                jobs.append(_Job(slot, call, tools[tool_index], facts[tool_index], args, tool_index))
-                continue
-            text = str(message)
-            if error_kind == "unknown_tool":
-                text = _unavailable(view, call.name, text)
-                if self.unknown_tool == "raise":
-                    raise UnknownToolError(text, call_id=call.id, tool_name=call.name)
-            name = tools[tool_index].name if tool_index >= 0 else call.name
-            await turn.answer(slot, call, name, cast(ErrorKind, error_kind), text)
+        slot_calls = calls if positions is None else [calls[index] for index in positions]
+        if failures:
+            refused = {failure[0] for failure in failures}
+            jobs = [
+                _Job(slot, slot_calls[slot], tools[tool_index], facts[tool_index], args, tool_index)
+                for slot, (tool_index, args) in enumerate(zip(tool_rows, arg_rows, strict=True))
+                if slot not in refused
+            ]
+            for slot, error_kind, message in failures:
+                call = slot_calls[slot]
+                if error_kind == "unknown_tool":
+                    message = _unavailable(view, call.name, message)
+                    if self.unknown_tool == "raise":
+                        raise UnknownToolError(message, call_id=call.id, tool_name=call.name)
+                tool_index = tool_rows[slot]
+                name = tools[tool_index].name if tool_index >= 0 else call.name
+                await turn.answer(slot, call, name, cast(ErrorKind, error_kind), message)
+        else:
+            jobs = [
+                _Job(slot, call, tools[tool_index], facts[tool_index], args, tool_index)
+                for slot, (call, tool_index, args) in enumerate(zip(slot_calls, tool_rows, arg_rows, strict=True))
+            ]
         duplicates = [Duplicate(calls[i].id, i, first, differ) for i, first, differ in duplicate_rows]
 
         if view.checks_input:
@@ -1106,7 +1135,6 @@ class Executor:
         if emit is not None:
             await emit.flush()
         if held or turn.parked:
-            slot_calls = [calls[row[0]] for row in planned]
             return self._interrupted(slot_calls, turn, held, duplicates, steering_messages, None)
         return new_outcome(turn.ordered(), duplicates, steering_messages, False, [], None, None)
 

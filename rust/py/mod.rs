@@ -78,11 +78,16 @@ impl PyToolTable {
     /// Resolves, dedups and validates a turn of calls (objects with `id`,
     /// `name` and `args`, the latter a mapping or JSON text).
     ///
-    /// Returns `(planned, duplicates)`. `planned` holds, per unique call ID in
-    /// order of first appearance, `(index, tool, args, error_kind, message)`:
-    /// `tool` is the tool's position (-1 when unknown), `args` the validated
-    /// arguments (the caller's own mapping, or one decoded from text) or None,
-    /// and `error_kind` None when the call may proceed. `duplicates` holds
+    /// The planned calls are the first call of each ID, in order of first
+    /// appearance; a call's *slot* is its place among them. Returns columns
+    /// rather than a row per call, so a large turn costs no tuple per call:
+    /// `(tools, args, failures, positions, duplicates)`, where `tools[slot]`
+    /// is the call's tool position (-1 when unknown), `args[slot]` its
+    /// validated arguments (the caller's own mapping, or one decoded from
+    /// text; None when refused), `failures` the refused calls as
+    /// `(slot, error_kind, message)` in slot order, `positions[slot]` the
+    /// call's index in the turn (None when no call was dropped, so that slot
+    /// and index agree), and `duplicates` the dropped calls as
     /// `(index, first_index, args_differ)`.
     #[pyo3(signature = (calls, disabled, *, max_input_bytes, max_input_depth, max_errors))]
     fn prepare<'py>(
@@ -104,7 +109,10 @@ impl PyToolTable {
             originals: Vec::with_capacity(expected),
             chunk: Vec::with_capacity(expected.min(CHUNK_CALLS)),
             verdicts: Vec::with_capacity(expected.min(CHUNK_CALLS)),
-            planned: PyList::empty(py),
+            tools: Vec::with_capacity(expected),
+            args: Vec::with_capacity(expected),
+            positions: Vec::with_capacity(expected),
+            failures: PyList::empty(py),
             duplicates: PyList::empty(py),
             keys: KeyStrings::new(),
         };
@@ -117,7 +125,21 @@ impl PyToolTable {
         if !turn.chunk.is_empty() {
             turn.judge_chunk()?;
         }
-        PyTuple::new(py, [turn.planned.into_any(), turn.duplicates.into_any()])
+        let positions = if turn.duplicates.is_empty() {
+            py.None().into_bound(py)
+        } else {
+            PyList::new(py, turn.positions)?.into_any()
+        };
+        PyTuple::new(
+            py,
+            [
+                PyList::new(py, turn.tools)?.into_any(),
+                PyList::new(py, turn.args)?.into_any(),
+                turn.failures.into_any(),
+                positions,
+                turn.duplicates.into_any(),
+            ],
+        )
     }
 
     /// Checks arguments (a mapping or JSON text) against tool `tool`'s schema,
@@ -185,7 +207,11 @@ struct Preparation<'t, 'py> {
     chunk: Vec<Pending>,
     /// The chunk's verdicts, in chunk order (the buffer is reused by every chunk).
     verdicts: Vec<Verdict>,
-    planned: Bound<'py, PyList>,
+    /// The result columns, by slot (see `prepare`).
+    tools: Vec<isize>,
+    args: Vec<Bound<'py, PyAny>>,
+    positions: Vec<usize>,
+    failures: Bound<'py, PyList>,
     duplicates: Bound<'py, PyList>,
     keys: KeyStrings<'py>,
 }
@@ -261,8 +287,29 @@ impl<'py> Preparation<'_, 'py> {
             py.detach(judge_all);
         }
         for (call, verdict) in self.chunk.iter().zip(self.verdicts.drain(..)) {
-            let row = planned_row(py, call.index, verdict, &self.originals[call.index], &mut self.keys)?;
-            self.planned.append(row)?;
+            let slot = self.tools.len();
+            self.positions.push(call.index);
+            let refused = |tool: isize, kind: &Bound<'py, PyString>, message: &str| {
+                (tool, (slot, kind.clone(), PyString::new(py, message)))
+            };
+            let failure = match verdict {
+                Verdict::Ready { tool, parsed } => {
+                    let args = match parsed {
+                        Some(value) => to_python(py, &value, &mut self.keys)?,
+                        None => self.originals[call.index].clone(),
+                    };
+                    self.tools.push(tool_position(tool));
+                    self.args.push(args);
+                    continue;
+                }
+                Verdict::UnknownTool { message } => refused(-1, intern!(py, "unknown_tool"), &message),
+                Verdict::InvalidInput { tool, message, .. } => {
+                    refused(tool_position(tool), intern!(py, "invalid_input"), &message)
+                }
+            };
+            self.tools.push(failure.0);
+            self.args.push(py.None().into_bound(py));
+            self.failures.append(failure.1)?;
         }
         self.chunk.clear();
         Ok(())
@@ -346,41 +393,9 @@ fn converted_arguments(raw: &Bound<'_, PyAny>, limits: &Limits) -> Arguments<'st
     }
 }
 
-/// The `(index, tool, args, error_kind, message)` row of one planned call.
-fn planned_row<'py>(
-    py: Python<'py>,
-    index: usize,
-    verdict: Verdict,
-    original: &Bound<'py, PyAny>,
-    keys: &mut KeyStrings<'py>,
-) -> PyResult<Bound<'py, PyTuple>> {
-    let none = || py.None().into_bound(py);
-    let position = |tool: usize| isize::try_from(tool).unwrap_or(-1);
-    match verdict {
-        Verdict::Ready { tool, parsed } => {
-            let args = match parsed {
-                Some(value) => to_python(py, &value, keys)?,
-                None => original.clone(),
-            };
-            (index, position(tool), args, none(), none()).into_pyobject(py)
-        }
-        Verdict::UnknownTool { message } => (
-            index,
-            -1isize,
-            none(),
-            intern!(py, "unknown_tool").clone().into_any(),
-            PyString::new(py, &message).into_any(),
-        )
-            .into_pyobject(py),
-        Verdict::InvalidInput { tool, message, .. } => (
-            index,
-            position(tool),
-            none(),
-            intern!(py, "invalid_input").clone().into_any(),
-            PyString::new(py, &message).into_any(),
-        )
-            .into_pyobject(py),
-    }
+/// A tool's position as Python sees it (-1 stands for no tool).
+fn tool_position(tool: usize) -> isize {
+    isize::try_from(tool).unwrap_or(-1)
 }
 
 fn strategy(name: &str, max_concurrency: usize, size: usize) -> PyResult<Strategy> {
