@@ -164,6 +164,10 @@ def _planned_rows(
     return rows
 
 
+def _duplicates(calls: list[ToolCall], rows: list[tuple[int, int, bool]]) -> list[Duplicate]:
+    return [Duplicate(calls[index].id, index, first, differ) for index, first, differ in rows]
+
+
 def _judge_call(
     job: _Job, static: bool | None, judge: Callable[[Any], bool], if_it_raises: bool, consequence: str
 ) -> bool:
@@ -1042,7 +1046,7 @@ class Executor:
         steering_messages = await self._run_batches(jobs, turn, resolve_cap(self.strategy), steering)
         if emit is not None:
             await emit.flush()
-        duplicates = [Duplicate(calls[i].id, i, first, differ) for i, first, differ in duplicate_rows]
+        duplicates = _duplicates(calls, duplicate_rows) if duplicate_rows else []
         if held or turn.parked:
             slot_calls = [calls[row[0]] for row in planned]
             return self._interrupted(slot_calls, turn, held, duplicates, steering_messages, None)
@@ -1120,11 +1124,11 @@ class Executor:
                 name = tools[tool_index].name if tool_index >= 0 else call.name
                 await turn.answer(slot, call, name, cast(ErrorKind, error_kind), message)
         else:
-            jobs = [
-                _Job(slot, call, tools[tool_index], facts[tool_index], args, tool_index)
-                for slot, (call, tool_index, args) in enumerate(zip(slot_calls, tool_rows, arg_rows, strict=True))
-            ]
-        duplicates = [Duplicate(calls[i].id, i, first, differ) for i, first, differ in duplicate_rows]
+            jobs = []
+            for slot, call in enumerate(slot_calls):
+                tool_index = tool_rows[slot]
+                jobs.append(_Job(slot, call, tools[tool_index], facts[tool_index], arg_rows[slot], tool_index))
+        duplicates = _duplicates(calls, duplicate_rows) if duplicate_rows else []
 
         if view.checks_input:
             jobs = await self._check_semantics(jobs, turn)
