@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from toolsched.frozen import positional_builder
 from toolsched.results import ToolResult
 
 if TYPE_CHECKING:
@@ -134,3 +135,9 @@ def under_parent(event: Event, parent_call_id: str) -> Event:
         return event
     inner = event.parent_call_id
     return dataclasses.replace(event, parent_call_id=parent_call_id if inner is None else f"{parent_call_id}/{inner}")
+
+
+# Per-call events on the hot path, every field given:
+# ``new_tool_started(call_id, tool_name, batch, ran, parent_call_id)``, ``new_tool_finished(result, parent_call_id)``.
+new_tool_started = positional_builder(ToolStarted)
+new_tool_finished = positional_builder(ToolFinished)

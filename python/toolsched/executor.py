@@ -51,6 +51,8 @@ from toolsched.events import (
     ToolsChanged,
     ToolsRefreshFailed,
     ToolStarted,
+    new_tool_finished,
+    new_tool_started,
     under_parent,
 )
 from toolsched.guardrails import Guardrail, GuardrailEvent, Guardrails
@@ -109,7 +111,7 @@ class _Emitter:
     event with its parent call (``parent``).
     """
 
-    __slots__ = ("_async_sinks", "_loop_thread", "_parent", "_pending", "_plain_sinks")
+    __slots__ = ("_async_sinks", "_loop_thread", "_parent", "_plain_sinks", "pending")
 
     def __init__(self, sinks: Iterable[Callable[[Event], Any]], parent: str | None = None) -> None:
         self._parent = parent
@@ -117,7 +119,8 @@ class _Emitter:
         self._async_sinks: list[Callable[[Event], Awaitable[Any]]] = []
         for sink in sinks:
             (self._async_sinks if inspect.iscoroutinefunction(sink) else self._plain_sinks).append(sink)
-        self._pending: list[Event] = []
+        # Events waiting for the async callbacks: ``flush`` delivers them (callers skip it while empty).
+        self.pending: list[Event] = []
         self._loop_thread = threading.get_ident()
 
     def __call__(self, event: Event) -> None:
@@ -135,11 +138,11 @@ class _Emitter:
             except Exception:
                 logger.exception("event callback %r failed on %r", sink, event)
         if self._async_sinks:
-            self._pending.append(event)
+            self.pending.append(event)
 
     async def flush(self) -> None:
-        while self._pending:
-            event = self._pending.pop(0)
+        while self.pending:
+            event = self.pending.pop(0)
             for sink in self._async_sinks:
                 try:
                     await sink(event)
@@ -1243,7 +1246,8 @@ class Executor:
                     await self._after_batch(batch, number, concurrent, turn)
                 if turn.emit is not None:
                     turn.emit(BatchFinished(number, tuple(job.call.id for job in batch)))
-                    await turn.emit.flush()
+                    if turn.emit.pending:
+                        await turn.emit.flush()
                 if turn.tripped is not None:
                     raise self._trip(turn)
                 if turn.failures is not None:
@@ -1439,7 +1443,7 @@ class Executor:
         if job.facts.takes_context:
             ctx = job.ctx = self._context(job, turn, job.declare_cancelled)
         if emit is not None:
-            emit(ToolStarted(call.id, tool.name, batch))
+            emit(new_tool_started(call.id, tool.name, batch, True, None))
         error: str | None = None
         kind: ErrorKind | None = None
         output: Any = None
@@ -1528,12 +1532,12 @@ class Executor:
         turn.completed.append(result)
         turn.slots.append(job.slot)
         if emit is not None:
-            emit(ToolFinished(result))
+            emit(new_tool_finished(result, None))
         if kind is not None and kind in _EXECUTION_FAILURES:
             self._failed(job, result, cause, turn)
         if turn.view.post_hooked:
             await self._after_call(job, result, turn)
-        if emit is not None:
+        if emit is not None and emit.pending:
             await emit.flush()
 
     def _failed(self, job: _Job, result: ToolResult, cause: BaseException | None, turn: _Turn) -> None:
