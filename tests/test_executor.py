@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import threading
 from typing import Any
 
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 import toolsched as ts
 from tests.conftest import InFlight
+from toolsched.strategies import resolve_cap
 
 pytestmark = pytest.mark.anyio
 
@@ -421,3 +423,10 @@ async def test_every_unique_call_id_gets_exactly_one_result(turn: list[tuple[str
     assert [r.call_id for r in outcome.results] == first_seen
     assert all(count == 1 for count in counts.values())
     assert len(outcome.duplicates) == len(turn) - len(first_seen)
+
+
+def test_the_cap_follows_an_environment_replaced_wholesale(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "environ", {"TOOLSCHED_MAX_CONCURRENCY": "4"})
+    assert resolve_cap(ts.Partitioned()) == 4
+    monkeypatch.setattr(os, "environ", {})
+    assert resolve_cap(ts.Partitioned()) == 10

@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import pytest
 
@@ -669,3 +670,58 @@ async def test_an_interrupt_reaches_every_run_in_progress_on_the_executor() -> N
     assert sorted(started) == ["x1", "y1"]
     assert executor.interrupt() == 0
 
+
+
+# -- a lone call (no batch hooks, no event sinks: it skips the batch bookkeeping) ----------
+
+
+async def test_a_lone_call_is_batch_zero_and_not_concurrent_under_every_strategy() -> None:
+    @ts.tool(concurrency_safe=True)
+    async def echo(text: str) -> str:
+        await anyio.lowlevel.checkpoint()
+        return text
+
+    for strategy in (ts.Sequential(), ts.Parallel(), ts.Batched(3), ts.Partitioned(), ts.ResourceAware()):
+        outcome = await ts.Executor([echo], strategy=strategy).run([ts.ToolCall("c", "echo", {"text": "x"})])
+        (result,) = outcome.results
+        assert (result.output, result.batch, result.was_concurrent, result.is_error) == ("x", 0, False, False)
+
+
+async def test_a_lone_call_can_be_cancelled_by_the_caller_and_interrupted() -> None:
+    def browse_tool(entered: anyio.Event) -> ts.Tool:
+        @ts.tool(interrupt_behavior="cancel")
+        async def browse(name: str) -> str:
+            entered.set()
+            await anyio.sleep(5)
+            return name
+
+        return browse
+
+    for stop in ("cancel", "interrupt"):
+        entered = anyio.Event()
+        executor = ts.Executor([browse_tool(entered)])
+
+        async def stop_soon(executor: ts.Executor = executor, stop: str = stop, entered: anyio.Event = entered) -> None:
+            await entered.wait()
+            if stop == "cancel":
+                assert executor.cancel("b", "the user closed the tab")
+            else:
+                assert executor.interrupt("the user typed a message") == 1
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as group:
+                group.start_soon(stop_soon)
+                outcome = await executor.run([ts.ToolCall("b", "browse", {"name": "b"})])
+        (result,) = outcome.results
+        assert result.error_kind == "cancelled", stop
+
+
+async def test_a_lone_call_that_fails_raises_when_the_executor_raises() -> None:
+    @ts.tool
+    async def broken() -> None:
+        raise RuntimeError("disk on fire")
+
+    with pytest.raises(ts.ToolCallFailed) as caught:
+        await ts.Executor([broken], on_error="raise").run([ts.ToolCall("c", "broken")])
+    assert caught.value.result.error_kind == "execution_error"
+    assert [r.call_id for r in caught.value.results] == ["c"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 
 import pytest
 
@@ -68,3 +70,28 @@ async def test_results_of_a_run_are_frozen_tool_results() -> None:
     assert result == ts.ToolResult("c1", "read", "A", None, None, False, result.duration_ms, False, 0, False, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         result.is_error = True  # type: ignore[misc]
+
+
+def test_calls_and_results_survive_replace_pickle_and_copy() -> None:
+    call = ts.ToolCall("c1", "read", {"path": "a"})
+    result = new_result("c1", "read", {"n": [1]}, None, None, False, 1.5, True, 0, False, None)
+    for value in (call, result):
+        assert pickle.loads(pickle.dumps(value)) == value
+        assert copy.copy(value) == value
+        assert copy.deepcopy(value) == value
+    assert dataclasses.replace(call, args='{"path": "b"}') == ts.ToolCall("c1", "read", '{"path": "b"}')
+    assert ts.ToolCall("c1", "read").args == {}
+    with pytest.raises(ValueError, match="non-empty"):
+        dataclasses.replace(call, id="")
+
+
+def test_a_dataclass_subclass_of_tool_call_is_validated_too() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class TracedCall(ts.ToolCall):
+        trace: str = ""
+
+    assert TracedCall("c1", "read", {}, "t").trace == "t"
+    with pytest.raises(ValueError, match="non-empty"):
+        TracedCall("", "read")
+    with pytest.raises(TypeError, match="mapping or JSON text"):
+        TracedCall("c1", "read", 3)  # type: ignore[arg-type]

@@ -28,7 +28,23 @@ ErrorKind = Literal[
 ERROR_KINDS: frozenset[str] = frozenset(ErrorKind.__args__)  # type: ignore[attr-defined]
 
 
-_NO_ARGS: Any = object()
+class _NoArgs:
+    """The default of ``ToolCall.args``: a fresh empty mapping for each call."""
+
+    def __repr__(self) -> str:
+        return "{}"
+
+
+_NO_ARGS: Any = _NoArgs()
+
+
+def _check_call(id: str, name: str, args: Any) -> None:
+    if not isinstance(id, str) or not id:
+        raise ValueError(f"ToolCall.id must be a non-empty string, got {id!r}")
+    if not isinstance(name, str):
+        raise TypeError(f"ToolCall.name must be a string, got {type(name).__name__}")
+    if not isinstance(args, (str, Mapping)):
+        raise TypeError(f"ToolCall.args must be a mapping or JSON text, got {type(args).__name__}")
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -45,17 +61,16 @@ class ToolCall:
     # Written out rather than generated: a turn builds one per call, and setting the
     # slots directly costs half of what the generated ``__init__`` does.
     def __init__(self, id: str, name: str, args: Mapping[str, Any] | str = _NO_ARGS) -> None:
-        if not isinstance(id, str) or not id:
-            raise ValueError(f"ToolCall.id must be a non-empty string, got {id!r}")
-        if not isinstance(name, str):
-            raise TypeError(f"ToolCall.name must be a string, got {type(name).__name__}")
         if args is _NO_ARGS:
             args = {}
-        elif not isinstance(args, (str, Mapping)):
-            raise TypeError(f"ToolCall.args must be a mapping or JSON text, got {type(args).__name__}")
+        _check_call(id, name, args)
         _set_call_id(self, id)
         _set_call_name(self, name)
         _set_call_args(self, args)
+
+    def __post_init__(self) -> None:
+        # Not called by the ``__init__`` above; a dataclass subclass's generated ``__init__`` calls it.
+        _check_call(self.id, self.name, self.args)
 
 
 _set_call_id = vars(ToolCall)["id"].__set__

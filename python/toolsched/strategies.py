@@ -113,6 +113,9 @@ def _environment_reader() -> Callable[[], str | None]:
     key = encodekey(ENVIRONMENT_VARIABLE)
 
     def read() -> str | None:
+        if os.environ is not environ:
+            # Replaced wholesale (as test helpers may do): read what is there now.
+            return os.environ.get(ENVIRONMENT_VARIABLE)
         raw = data.get(key)
         return None if raw is None else str(decodevalue(raw))
 

@@ -5,6 +5,7 @@
 mod convert;
 mod errors;
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use pyo3::intern;
@@ -100,7 +101,8 @@ impl PyToolTable {
         max_errors: usize,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let limits = limits(max_input_bytes, max_input_depth, max_errors);
-        let expected = calls.len().unwrap_or(0);
+        // A capacity hint only: a sequence may misreport its length.
+        let expected = calls.len().unwrap_or(0).min(MAX_CAPACITY_HINT);
         let mut turn = Preparation {
             py,
             collector: CollectorPause::new(py),
@@ -108,6 +110,7 @@ impl PyToolTable {
             limits,
             originals: Vec::with_capacity(expected),
             chunk: Vec::with_capacity(expected.min(CHUNK_CALLS)),
+            chunk_bytes: 0,
             verdicts: Vec::with_capacity(expected.min(CHUNK_CALLS)),
             tools: Vec::with_capacity(expected),
             args: Vec::with_capacity(expected),
@@ -181,10 +184,15 @@ impl PyToolTable {
     }
 }
 
-/// Below this many calls a chunk is judged without releasing the interpreter:
-/// for a turn of a few calls, releasing and taking it back costs more than the
-/// work another thread could do meanwhile.
+/// A chunk of fewer calls than this, and less argument text than
+/// `DETACH_MIN_BYTES`, is judged without releasing the interpreter: for a few
+/// small calls, releasing and taking it back costs more than the work another
+/// thread could do meanwhile.
 const DETACH_MIN_CALLS: usize = 16;
+const DETACH_MIN_BYTES: usize = 64 * 1024;
+
+/// The most calls a prepare reserves room for before it has read them.
+const MAX_CAPACITY_HINT: usize = 1 << 20;
 
 /// How many calls a prepare judges per release of the interpreter: few enough
 /// that a chunk's parsed arguments are dropped while still in cache, enough that
@@ -203,8 +211,9 @@ struct Preparation<'t, 'py> {
     /// Every call's arguments object, by position in the turn: returned as-is
     /// when valid, and read again when a later call repeats its ID.
     originals: Vec<Bound<'py, PyAny>>,
-    /// The current chunk's first calls, waiting to be judged.
+    /// The current chunk's first calls, waiting to be judged, and the length of their argument texts.
     chunk: Vec<Pending>,
+    chunk_bytes: usize,
     /// The chunk's verdicts, in chunk order (the buffer is reused by every chunk).
     verdicts: Vec<Verdict>,
     /// The result columns, by slot (see `prepare`).
@@ -256,7 +265,12 @@ impl<'py> Preparation<'_, 'py> {
             Err(_) => PendingArguments::Converted(converted_arguments(&raw, &self.limits)),
         };
         match self.planner.admit(id) {
-            Admission::First { index } => self.chunk.push(Pending { index, name, args }),
+            Admission::First { index } => {
+                if let PendingArguments::Text(text) = &args {
+                    self.chunk_bytes += text.len();
+                }
+                self.chunk.push(Pending { index, name, args });
+            }
             Admission::Repeat { index, first } => {
                 let earlier = arguments(&self.originals[first], &self.limits)?;
                 let args_differ = args.with(|args| !same_arguments(&earlier, args, &self.limits));
@@ -279,7 +293,7 @@ impl<'py> Preparation<'_, 'py> {
                     .map(|call| call.args.with(|args| planner.judge(&call.name, args))),
             );
         };
-        if chunk.len() < DETACH_MIN_CALLS {
+        if chunk.len() < DETACH_MIN_CALLS && self.chunk_bytes < DETACH_MIN_BYTES {
             judge_all();
         } else {
             // Other threads run meanwhile, with the collector as this prepare found it.
@@ -312,67 +326,72 @@ impl<'py> Preparation<'_, 'py> {
             self.failures.append(failure.1)?;
         }
         self.chunk.clear();
+        self.chunk_bytes = 0;
         Ok(())
     }
 }
 
 /// Keeps Python's cyclic garbage collector off while a prepare builds its
-/// result, and puts back the state it found when dropped, on error too.
+/// result, and puts it back on when dropped (on error too) if the pause turned
+/// it off.
 ///
 /// The rows are tuples, lists and dicts that cannot form cycles, yet each one
 /// counts towards a collection; with the collector on, a large turn would
 /// trigger hundreds of collections that walk the rows built so far. While a
 /// chunk is judged with the interpreter released, the collector is back as it
-/// was found, so other threads never run with it paused.
+/// was, so other threads run with it as they expect; Python code that the
+/// prepare itself runs (a mapping's methods, a property of a call) runs with it
+/// paused.
 struct CollectorPause<'py> {
     // Ties the pause to the attached interpreter, where it must end.
     _py: Python<'py>,
-    was_enabled: bool,
+    /// Whether the collector was on when the pause last turned it off: what to put back.
+    was_enabled: Cell<bool>,
 }
 
 impl<'py> CollectorPause<'py> {
     fn new(py: Python<'py>) -> Self {
         // SAFETY: the interpreter is attached (we hold `Python`).
         let was_enabled = unsafe { pyo3::ffi::PyGC_Disable() } != 0;
-        Self { _py: py, was_enabled }
+        Self {
+            _py: py,
+            was_enabled: Cell::new(was_enabled),
+        }
     }
-}
 
-impl CollectorPause<'_> {
-    /// Puts the collector back as it was found until the returned guard is
-    /// dropped; call it before releasing the interpreter.
-    fn resumed(&self) -> CollectorResumed {
-        if self.was_enabled {
+    /// Puts the collector back as it was until the returned guard is dropped;
+    /// call it before releasing the interpreter.
+    fn resumed(&self) -> CollectorResumed<'_, 'py> {
+        if self.was_enabled.get() {
             // SAFETY: the interpreter is attached (the pause holds `Python`).
             unsafe { pyo3::ffi::PyGC_Enable() };
         }
-        CollectorResumed {
-            was_enabled: self.was_enabled,
-        }
+        CollectorResumed { pause: self }
     }
 }
 
 impl Drop for CollectorPause<'_> {
     fn drop(&mut self) {
-        if self.was_enabled {
+        if self.was_enabled.get() {
             // SAFETY: dropped where it was made, with the interpreter attached.
             unsafe { pyo3::ffi::PyGC_Enable() };
         }
     }
 }
 
-/// The collector resumed while a chunk is judged; pauses it again when dropped,
-/// which happens after the interpreter is attached again.
-struct CollectorResumed {
-    was_enabled: bool,
+/// The collector resumed while a chunk is judged. Dropped once the interpreter
+/// is attached again, it pauses the collector anew and remembers the state it
+/// found then: another thread may have switched the collector meanwhile, and
+/// that choice is what the prepare puts back at its end.
+struct CollectorResumed<'p, 'py> {
+    pause: &'p CollectorPause<'py>,
 }
 
-impl Drop for CollectorResumed {
+impl Drop for CollectorResumed<'_, '_> {
     fn drop(&mut self) {
-        if self.was_enabled {
-            // SAFETY: dropped in `judge_chunk` after `py.detach` returned, with the interpreter attached.
-            unsafe { pyo3::ffi::PyGC_Disable() };
-        }
+        // SAFETY: dropped in `judge_chunk` after `py.detach` returned, with the interpreter attached.
+        let was_enabled = unsafe { pyo3::ffi::PyGC_Disable() } != 0;
+        self.pause.was_enabled.set(was_enabled);
     }
 }
 
