@@ -132,13 +132,32 @@ class SqliteJournal(Journal):
             raise JournalError(f"cannot open the journal {path}: {exc}") from None
         try:
             with self._translated():
-                self._prepare(conn, existing)
+                self._prepare_waiting(conn, existing)
             stat = path.stat()
         except BaseException:
             conn.close()
             raise
         self._conn = conn
         self._identity = (stat.st_dev, stat.st_ino)
+
+    def _prepare_waiting(self, conn: sqlite3.Connection, existing: bool) -> None:
+        """``_prepare``, asked again while another connection holds a new file for a moment.
+
+        A connection reading a database that another one is switching to WAL gets
+        "database is locked" at once, without SQLite's busy timeout: it retries
+        until the busy timeout is spent.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                self._prepare(conn, existing)
+                return
+            except sqlite3.OperationalError as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(_SETTLE_PAUSE)
 
     def _check_header_settled(self, path: Path) -> None:
         """Checks the header, allowing a moment for another connection that is creating the file.
