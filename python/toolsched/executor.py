@@ -1536,7 +1536,16 @@ class Executor:
         if kind is not None and kind in _EXECUTION_FAILURES:
             self._failed(job, result, cause, turn)
         if turn.view.post_hooked:
-            await self._after_call(job, result, turn)
+            # Phase 8: ``post_tool_use`` or ``post_tool_use_failure``; they observe, their errors are logged.
+            policy = turn.view.policies[job.index]
+            hooks = policy.post_success if kind is None else policy.post_failure
+            if hooks:
+                event = new_hook_event(call.id, tool.name, detached(job.args), batch, result, turn.context)
+                for hook in hooks:
+                    try:
+                        await hook.invoke(event)
+                    except Exception:
+                        logger.warning("%s failed on call %s", hook.label, call.id, exc_info=True)
         if emit is not None and emit.pending:
             await emit.flush()
 
@@ -1861,19 +1870,6 @@ class Executor:
         assert tripped is not None
         tripped.results = tuple(turn.ordered_partial())
         return tripped
-
-    async def _after_call(self, job: _Job, result: ToolResult, turn: _Turn) -> None:
-        """Phase 8: ``post_tool_use`` or ``post_tool_use_failure``; they observe, their errors are logged."""
-        policy = turn.view.policies[job.index]
-        hooks = policy.post_failure if result.is_error else policy.post_success
-        if not hooks:
-            return
-        event = new_hook_event(job.call.id, job.tool.name, detached(job.args), result.batch, result, turn.context)
-        for hook in hooks:
-            try:
-                await hook.invoke(event)
-            except Exception:
-                logger.warning("%s failed on call %s", hook.label, job.call.id, exc_info=True)
 
     def _batch_event(self, batch: list[_Job], number: int, concurrent: bool, turn: _Turn, done: bool) -> BatchEvent:
         calls = tuple(ToolCall(job.call.id, job.tool.name, detached(job.args)) for job in batch)
