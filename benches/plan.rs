@@ -48,24 +48,29 @@ fn turn(text: &[(String, String)]) -> Vec<CallInput<'_>> {
         .collect()
 }
 
-fn bench_plan(c: &mut Criterion) {
-    let catalog = catalog();
-    let limits = Limits::default();
-    let mut group = c.benchmark_group("plan_turn");
+/// Runs `plan` over turns of 1,000 and 100,000 calls as the benchmark group `name`.
+fn bench_turns<R>(c: &mut Criterion, name: &str, plan: impl Fn(&[CallInput<'_>]) -> R) {
+    let mut group = c.benchmark_group(name);
     for count in [1_000usize, 100_000] {
         let text = turn_text(count);
         let calls = turn(&text);
         group.throughput(Throughput::Elements(count as u64));
         group.sample_size(if count > 10_000 { 10 } else { 50 });
         group.bench_with_input(BenchmarkId::from_parameter(count), &calls, |b, calls| {
-            b.iter(|| {
-                let plan = prepare_turn(&catalog, calls, &[], &limits);
-                let safe: Vec<bool> = plan.calls.iter().map(|c| c.index % 4 < 2).collect();
-                plan_batches(Strategy::Partitioned { max_concurrency: 10 }, &safe).unwrap()
-            });
+            b.iter(|| plan(calls));
         });
     }
     group.finish();
+}
+
+fn bench_plan(c: &mut Criterion) {
+    let catalog = catalog();
+    let limits = Limits::default();
+    bench_turns(c, "plan_turn", |calls| {
+        let plan = prepare_turn(&catalog, calls, &[], &limits);
+        let safe: Vec<bool> = plan.calls.iter().map(|c| c.index % 4 < 2).collect();
+        plan_batches(Strategy::Partitioned { max_concurrency: 10 }, &safe).unwrap()
+    });
 }
 
 /// The same turns planned the way the binding does: IDs admitted call by call,
@@ -74,29 +79,19 @@ fn bench_plan(c: &mut Criterion) {
 fn bench_plan_in_chunks(c: &mut Criterion) {
     let catalog = catalog();
     let limits = Limits::default();
-    let mut group = c.benchmark_group("plan_turn_in_chunks");
-    for count in [1_000usize, 100_000] {
-        let text = turn_text(count);
-        let calls = turn(&text);
-        group.throughput(Throughput::Elements(count as u64));
-        group.sample_size(if count > 10_000 { 10 } else { 50 });
-        group.bench_with_input(BenchmarkId::from_parameter(count), &calls, |b, calls| {
-            b.iter(|| {
-                let mut planner = TurnPlanner::new(&catalog, &[], limits, calls.len());
-                let mut ready = 0usize;
-                for chunk in calls.chunks(512) {
-                    let firsts: Vec<_> = chunk
-                        .iter()
-                        .filter(|call| matches!(planner.admit(call.id), Admission::First { .. }))
-                        .collect();
-                    let verdicts: Vec<_> = firsts.iter().map(|call| planner.judge(call.name, &call.args)).collect();
-                    ready += verdicts.len();
-                }
-                ready
-            });
-        });
-    }
-    group.finish();
+    bench_turns(c, "plan_turn_in_chunks", |calls| {
+        let mut planner = TurnPlanner::new(&catalog, &[], limits, calls.len());
+        let mut ready = 0usize;
+        for chunk in calls.chunks(512) {
+            let firsts: Vec<_> = chunk
+                .iter()
+                .filter(|call| matches!(planner.admit(call.id), Admission::First { .. }))
+                .collect();
+            let verdicts: Vec<_> = firsts.iter().map(|call| planner.judge(call.name, &call.args)).collect();
+            ready += verdicts.len();
+        }
+        ready
+    });
 }
 
 criterion_group!(benches, bench_plan, bench_plan_in_chunks);
