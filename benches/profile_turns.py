@@ -3,13 +3,15 @@
     python benches/profile_turns.py turn full 1000            # per-call CPU time of every row, then cProfile of "full"
     python benches/profile_turns.py turn validation 1 --sort cumtime
     python benches/profile_turns.py prepare 100000            # ToolTable.prepare in a loop, for `perf record -g`
+    python benches/profile_turns.py values                    # what the per-call pieces cost, one by one
 
 ``turn`` times each contender of compare.py in one event loop (turns awaited back to
 back, CPU time, best of five rounds), then profiles the chosen one with cProfile.
 Rows: ``direct`` (N = 1 only), ``floor``, ``validation``, ``full``, ``resource_aware``.
 ``prepare`` calls the engine's ``ToolTable.prepare`` on N JSON-text calls over and over
 (``--seconds``) and prints the time per call; run it under ``perf record -g`` to see
-the engine and the allocator.
+the engine and the allocator. ``values`` times the pieces the executor makes or
+reads per call or per turn, each against the way it was made before.
 """
 
 from __future__ import annotations
@@ -18,17 +20,23 @@ import argparse
 import asyncio
 import cProfile
 import gc
+import os
 import pstats
 import sys
 import time
+import timeit
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import compare
 
 import toolsched as ts
+from toolsched.results import new_result
+from toolsched.strategies import resolve_cap
 
 ROWS = {
     "direct": compare.direct_call,
@@ -81,6 +89,41 @@ def loop_prepare(count: int, seconds: float) -> None:
     print(f"ToolTable.prepare, {count} calls: {rounds} rounds, {per_call:.3f} µs per call")
 
 
+def time_values() -> None:
+    fields = ("c1", "noop", None, None, None, False, 0.0, False, 0, False, None)
+    strategy = ts.Partitioned()
+    pieces: list[tuple[str, Any]] = [
+        ("ToolResult(...), the dataclass __init__", lambda: ts.ToolResult(*fields)),
+        ("new_result(...), the slot builder", lambda: new_result(*fields)),
+        ("ToolCall(id, name, text)", lambda: ts.ToolCall("call_0", "noop", '{"path": "a"}')),
+        ("os.environ.get(...)", lambda: os.environ.get("TOOLSCHED_MAX_CONCURRENCY")),
+        ("resolve_cap(Partitioned())", lambda: resolve_cap(strategy)),
+    ]
+    for label, make in pieces:
+        best = min(timeit.repeat(make, number=100_000, repeat=5)) / 100_000 * 1e6
+        print(f"{label:45s} {best:6.2f} µs")
+
+    async def groups() -> None:
+        async def empty_anyio() -> None:
+            async with anyio.create_task_group():
+                pass
+
+        async def empty_asyncio() -> None:
+            async with asyncio.TaskGroup():
+                pass
+
+        for label, enter in (("an empty anyio task group", empty_anyio), ("an empty asyncio.TaskGroup", empty_asyncio)):
+            best = float("inf")
+            for _ in range(5):
+                started = time.process_time()
+                for _ in range(20_000):
+                    await enter()
+                best = min(best, (time.process_time() - started) / 20_000 * 1e6)
+            print(f"{label:45s} {best:6.2f} µs")
+
+    asyncio.run(groups())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     modes = parser.add_subparsers(dest="mode", required=True)
@@ -92,16 +135,19 @@ def main() -> None:
     prepare = modes.add_parser("prepare", help="ToolTable.prepare in a loop")
     prepare.add_argument("calls", type=int)
     prepare.add_argument("--seconds", type=float, default=5.0)
+    modes.add_parser("values", help="what the per-call pieces cost")
     args = parser.parse_args()
     if args.mode == "turn":
         if args.calls < 1 or (args.row == "direct" and args.calls != 1):
             parser.error("calls must be at least 1, and exactly 1 for the direct row")
         turns = args.turns or max(1, 20_000 // args.calls)
         asyncio.run(profile_turns(args.row, args.calls, turns, args.sort))
-    else:
+    elif args.mode == "prepare":
         if args.calls < 1:
             parser.error("calls must be at least 1")
         loop_prepare(args.calls, args.seconds)
+    else:
+        time_values()
 
 
 if __name__ == "__main__":

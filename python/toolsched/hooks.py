@@ -133,10 +133,7 @@ class Hook:
 
     def __call__(self, event: Any) -> Awaitable[Any]:
         """The hook's answer to ``event``, to be awaited."""
-        if self.direct:
-            answer: Awaitable[Any] = self.fn(event)
-            return answer
-        return self._guarded(event)
+        return self.invoke(event)
 
     async def _guarded(self, event: Any) -> Any:
         if self.timeout is None:
