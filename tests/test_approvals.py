@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import hashlib
 import json
 import logging
@@ -13,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 
 import toolsched as ts
@@ -539,10 +542,57 @@ async def test_a_signed_state_refuses_any_alteration_and_any_other_key() -> None
         ts.RunState.from_json(reseal(body), key=b"secret")
 
 
-async def test_a_state_with_values_json_cannot_carry_says_so() -> None:
+class Point(pydantic.BaseModel):
+    x: int
+    y: int
+
+
+@dataclasses.dataclass
+class Span:
+    start: int
+    end: int
+
+
+async def test_a_state_carries_outputs_json_cannot_hold_in_the_form_adapters_send() -> None:
+    # Outputs a journal can store (models, dataclasses, dates, tuples, any object as its text)
+    # do not stop a state from being saved: it carries them in the same form.
+    @ts.tool
+    async def make(kind: str) -> object:
+        return {
+            "model": Point(x=1, y=2),
+            "dataclass": Span(3, 4),
+            "datetime": datetime.datetime(2026, 1, 2, 3, 4, 5),
+            "tuple": (1, 2),
+            "object": Opaque(),
+        }[kind]
+
+    @ts.tool(needs_approval=True)
+    async def act() -> str:
+        return "ok"
+
+    kinds = ["model", "dataclass", "datetime", "tuple", "object"]
+    calls = [ts.ToolCall(kind, "make", {"kind": kind}) for kind in kinds] + [ts.ToolCall("act", "act", {})]
+    executor = ts.Executor([make, act])
+    state = (await executor.run(calls)).state
+    assert state is not None
+    restored = ts.RunState.from_json(state.to_json())
+    restored.approve("act")
+    outcome = await executor.resume(restored)
+    outputs = {result.call_id: result.output for result in outcome.results}
+    assert outputs["model"] == {"x": 1, "y": 2}
+    assert outputs["dataclass"] == {"start": 3, "end": 4}
+    assert outputs["datetime"] == "2026-01-02 03:04:05"
+    assert outputs["tuple"] == [1, 2]
+    assert outputs["object"] == "an opaque value"
+    assert outputs["act"] == "ok"
+
+
+async def test_a_state_refuses_an_output_that_has_no_json_form() -> None:
     @ts.tool
     async def make() -> object:
-        return object()
+        looped: list[object] = []
+        looped.append(looped)
+        return looped
 
     @ts.tool(needs_approval=True)
     async def act() -> str:
@@ -550,8 +600,13 @@ async def test_a_state_with_values_json_cannot_carry_says_so() -> None:
 
     state = (await ts.Executor([make, act]).run([ts.ToolCall("1", "make", {}), ts.ToolCall("2", "act", {})])).state
     assert state is not None
-    with pytest.raises(ts.StateError, match="JSON cannot carry"):
+    with pytest.raises(ts.StateError, match="cannot be saved"):
         state.to_json()
+
+
+class Opaque:
+    def __str__(self) -> str:
+        return "an opaque value"
 
 
 def test_run_state_is_not_built_by_hand() -> None:

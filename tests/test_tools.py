@@ -16,7 +16,7 @@ def test_decorator_builds_schema_and_description_from_the_function() -> None:
         """Read a text file."""
         return path
 
-    facts = read_file._facts()
+    facts = read_file.facts
     assert read_file.name == "read_file"
     assert read_file.description == "Read a text file."
     schema = facts.input_schema
@@ -34,7 +34,7 @@ def test_field_descriptions_reach_the_schema() -> None:
     def grep(pattern: Annotated[str, pydantic.Field(description="a regular expression")]) -> list[str]:
         return []
 
-    assert grep._facts().input_schema["properties"]["pattern"]["description"] == "a regular expression"
+    assert grep.facts.input_schema["properties"]["pattern"]["description"] == "a regular expression"
 
 
 def test_defaults_are_fail_closed() -> None:
@@ -68,7 +68,7 @@ def test_flags_may_be_judged_per_call() -> None:
     assert touch.is_concurrency_safe({"path": "/tmp/x"}) is True
     assert touch.is_concurrency_safe({"path": "/etc/x"}) is False
     assert touch.is_read_only({"path": "/etc/x"}) is True
-    assert touch._facts().static_safe is None
+    assert touch.facts.static_safe is None
 
 
 def test_decorated_function_stays_callable() -> None:
@@ -98,7 +98,7 @@ class EditFile(ts.Tool):
 
 
 def test_class_form_with_input_model() -> None:
-    facts = EditFile()._facts()
+    facts = EditFile().facts
     assert facts.input_schema["required"] == ["path", "old", "new"]
 
 
@@ -114,7 +114,7 @@ def test_class_form_with_raw_schema_and_overrides() -> None:
             return str(args["cmd"])
 
     shell = Shell()
-    assert shell._facts().static_safe is None
+    assert shell.facts.static_safe is None
     assert shell.is_concurrency_safe({"cmd": "ls -l"})
 
 

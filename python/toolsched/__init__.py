@@ -3,7 +3,6 @@
 One result per call, in the model's order, with a Rust engine on the hot path.
 """
 
-from toolsched.approvals import ApprovalRequest, RunState
 from toolsched.backends import (
     Backend,
     BackendError,
@@ -71,6 +70,7 @@ from toolsched.permissions import Decision, Permissions
 from toolsched.registry import ToolRegistry
 from toolsched.resources import RunScope
 from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
+from toolsched.runstate import ApprovalRequest, RunState
 from toolsched.strategies import Batched, Parallel, Partitioned, ResourceAware, Sequential, Strategy
 from toolsched.tools import Access, FunctionTool, Tool, tool
 

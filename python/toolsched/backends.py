@@ -30,7 +30,14 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from toolsched.context import ToolContext
-from toolsched.errors import OptionError, ToolDefinitionError, ToolschedError
+from toolsched.errors import (
+    BackendError,
+    BackendUnavailableError,
+    OptionError,
+    ResultTooLargeError,
+    ToolDefinitionError,
+    WorkerLostError,
+)
 from toolsched.events import Event, ToolProgress, ToolUpdated
 from toolsched.tools import FunctionTool, Tool
 
@@ -60,22 +67,6 @@ _WAITING_THREADS = 256
 _POLL_SECONDS = 0.5
 
 
-class BackendError(ToolschedError):
-    """A backend could not run a call: it is unreachable, or the call could not be sent or answered."""
-
-
-class BackendUnavailableError(BackendError, ConnectionError):
-    """The backend cannot be reached (a Ray cluster address that does not answer) or is not installed."""
-
-
-class WorkerLostError(BackendError):
-    """The worker process or node running a call died before it returned a result."""
-
-
-class ResultTooLargeError(BackendError):
-    """A call's result is too large to send back (``RayBackend(max_result_bytes=...)`` or the object store)."""
-
-
 @runtime_checkable
 class Backend(Protocol):
     """Runs tool bodies somewhere; the executor keeps every other phase of a call."""
@@ -92,10 +83,10 @@ class LocalBackend:
 
     def bind(self, tools: Sequence[Tool]) -> None:
         for member in tools:
-            member._facts()
+            _ = member.facts  # checks the tool's metadata (ToolDefinitionError)
 
     async def invoke(self, tool: Tool, args: Args, ctx: ToolContext | None) -> Any:
-        return await tool._facts().invoke(args, ctx)
+        return await tool.facts.invoke(args, ctx)
 
     def __repr__(self) -> str:
         return "LocalBackend()"
@@ -580,7 +571,7 @@ class RayBackend:
                 self._placements[member] = self._place(member)
 
     def _place(self, tool: Tool) -> _Placement:
-        tool._facts()
+        _ = tool.facts  # checks the tool's metadata (ToolDefinitionError)
         placement = _Placement(tool, self.actor_pool.get(tool.name, 0), self.max_result_bytes)
         if self._connected:
             placement.start_actors()

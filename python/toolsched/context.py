@@ -122,8 +122,22 @@ class ToolContext:
             # The run's event loop is gone: the call is over already.
             return
 
-    def _finish(self, stopped: bool) -> None:
-        """The call has its result: later progress is dropped; a stopped call reads as cancelled."""
+    @property
+    def event_sink(self) -> Callable[[Event], None] | None:
+        """Where this call's events go (internal to toolsched: a nested run sends its events there too)."""
+        return self._emit
+
+    def attach_resource(self, value: Any) -> None:
+        """Sets this call's per-run resource (internal to toolsched: the run's resources do it)."""
+        self._resource = value
+
+    def request_cancel(self) -> None:
+        """Marks the call as asked to stop (``cancelled`` turns true); the executor decides what else happens."""
+        self._cancelled = True
+
+    def finish(self, stopped: bool) -> None:
+        """The call has its result (internal to toolsched): later progress is dropped; a stopped call reads as
+        cancelled."""
         self._emit = None
         self._cancel_call = None
         if stopped:

@@ -135,3 +135,19 @@ class RefreshError(ToolschedError):
 
 class ResourceError(ToolschedError):
     """A tool's per-run resource could not be opened, or is asked for where there is none."""
+
+
+class BackendError(ToolschedError):
+    """A backend could not run a call: it is unreachable, or the call could not be sent or answered."""
+
+
+class BackendUnavailableError(BackendError, ConnectionError):
+    """The backend cannot be reached (a Ray cluster address that does not answer) or is not installed."""
+
+
+class WorkerLostError(BackendError):
+    """The worker process or node running a call died before it returned a result."""
+
+
+class ResultTooLargeError(BackendError):
+    """A call's result is too large to send back (``RayBackend(max_result_bytes=...)`` or the object store)."""

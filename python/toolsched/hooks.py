@@ -26,7 +26,7 @@ import anyio.from_thread
 from toolsched.errors import RuleError
 from toolsched.events import Event, ToolUpdated
 from toolsched.frozen import positional_builder
-from toolsched.results import ToolCall, ToolResult
+from toolsched.results import Rewrite, ToolCall, ToolResult
 
 __all__ = ["BatchEvent", "HookEvent", "Hooks", "Rewrite", "UpdateFilter"]
 
@@ -68,20 +68,6 @@ class BatchEvent:
     concurrent: bool
     results: tuple[ToolResult, ...] = ()
     context: Any = None
-
-
-@dataclass(frozen=True, slots=True)
-class Rewrite:
-    """Returned by a ``pre_tool_use`` hook: continue with ``args`` as the call's input.
-
-    The final input is validated against the tool's schema again.
-    """
-
-    args: Mapping[str, Any] | str
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.args, Mapping | str):
-            raise TypeError(f"Rewrite(args) takes a mapping or JSON text, got {type(self.args).__name__}")
 
 
 class Matcher:

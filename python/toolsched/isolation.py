@@ -15,16 +15,21 @@ import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.to_process
 
-from toolsched.errors import ToolDefinitionError
+from toolsched.errors import ToolDefinitionError, WorkerLostError
 
 if TYPE_CHECKING:
     from toolsched.context import ToolContext
-    from toolsched.tools import Tool
+
+
+class _NamedTool(Protocol):
+    """What process isolation needs of a class-form tool: its name (its class and state are pickled)."""
+
+    name: str
 
 __all__ = ["function_invoker", "method_invoker"]
 
@@ -39,15 +44,14 @@ class _ModuleFunction:
     qualname: str
 
     def resolve(self) -> Callable[..., Any]:
-        from toolsched.tools import FunctionTool
-
         target: Any = importlib.import_module(self.module)
         for part in self.qualname.split("."):
             if not hasattr(target, part):
                 raise LookupError(f"the worker process cannot find {self.module}.{self.qualname}")
             target = getattr(target, part)
         # ``@tool`` leaves a FunctionTool under the function's name: run the function it wraps.
-        return target.fn if isinstance(target, FunctionTool) else target
+        body: Callable[..., Any] = target.fn if getattr(target, "is_function_tool", False) else target
+        return body
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +81,6 @@ async def _run_in_worker(
     try:
         return await anyio.to_process.run_sync(_call_in_worker, target, args, kwargs, cancellable=True)
     except anyio.BrokenWorkerProcess as exc:
-        # Imported here: the backends module builds on the tools module, which builds on this one.
-        from toolsched.backends import WorkerLostError
-
         raise WorkerLostError(f"the worker process running `{tool_name}` exited before returning a result") from exc
 
 
@@ -108,7 +109,7 @@ def function_invoker(
     return invoke_in_process
 
 
-def method_invoker(tool: Tool, parse: Callable[[Mapping[str, Any]], Any]) -> Invoker:
+def method_invoker(tool: _NamedTool, parse: Callable[[Mapping[str, Any]], Any]) -> Invoker:
     """The invoker of a process-isolated class-form tool: ``call(args, None)`` in the worker."""
     cls = type(tool)
     _importable(tool.name, "the tool class", cls.__qualname__)

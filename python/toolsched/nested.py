@@ -27,43 +27,30 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
-from toolsched.approvals import (
-    CallRecord,
-    CallSignature,
-    ChildRecord,
-    StepEntry,
-    TurnEntry,
-    args_digest,
-    call_signature,
-)
 from toolsched.context import ToolContext
 from toolsched.errors import StateError, ToolDefinitionError
+from toolsched.executor import Executor, Steering
 from toolsched.outcome import Outcome
-from toolsched.results import ToolCall
+from toolsched.results import ToolCall, args_digest
+from toolsched.runstate import (
+    CallSignature,
+    ChildRecord,
+    NestedHold,
+    StepEntry,
+    TurnEntry,
+    call_signature,
+    resuming,
+)
 from toolsched.tools import FunctionTool
 
-if TYPE_CHECKING:
-    from toolsched.executor import Executor, Steering
+__all__ = ["AgentTool", "ChildRun", "agent_tool"]
 
-__all__ = ["AgentTool", "ChildRun", "NestedHold", "agent_tool", "resuming"]
-
-# The calls of the run being resumed whose nested runs wait, by call ID (set by Executor.resume).
-resuming: ContextVar[Mapping[str, CallRecord] | None] = ContextVar("toolsched_resuming", default=None)
 
 _PARENT_CONTEXT: Any = object()
-
-
-class NestedHold(Exception):
-    """A child turn ended waiting for approvals: the parent call waits too (internal; the executor holds it)."""
-
-    def __init__(self, record: ChildRecord) -> None:
-        super().__init__("the nested run waits for approvals")
-        self.record = record
 
 
 def _describe(signature: CallSignature) -> str:
@@ -173,12 +160,17 @@ class ChildRun:
         run_context = ctx.context if context is _PARENT_CONTEXT else context
         token = resuming.set(None)
         try:
-            outcome = await self._executor._start(
-                calls if state is None else None, state, steering, run_context, ctx._emit, ctx.call_id
+            outcome = await self._executor.run_nested(
+                calls if state is None else None,
+                state,
+                steering=steering,
+                context=run_context,
+                sink=ctx.event_sink,
+                parent_call_id=ctx.call_id,
             )
         finally:
             resuming.reset(token)
-        flush = getattr(ctx._emit, "flush", None)
+        flush = getattr(ctx.event_sink, "flush", None)
         if flush is not None:
             await flush()
         if outcome.interrupted:
@@ -219,8 +211,6 @@ class AgentTool(FunctionTool):
     def __init__(
         self, fn: Callable[..., Awaitable[Any]], executor: Executor | Callable[[], Executor], **metadata: Any
     ) -> None:
-        from toolsched.executor import Executor
-
         if not inspect.iscoroutinefunction(fn):
             raise ToolDefinitionError(f"agent_tool needs an async function, got {fn!r}")
         if "child" not in inspect.signature(fn).parameters:
@@ -238,8 +228,6 @@ class AgentTool(FunctionTool):
         return True
 
     def _child_executor(self) -> Executor:
-        from toolsched.executor import Executor
-
         executor = self.executor
         if isinstance(executor, Executor):
             return executor

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolsched.approvals import ApprovalRequest, RunState
 from toolsched.frozen import positional_builder
 from toolsched.results import Duplicate, ToolResult
+from toolsched.runstate import ApprovalRequest, RunState
 
 __all__ = ["Outcome"]
 

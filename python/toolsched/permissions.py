@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from toolsched.errors import OptionError, RuleError
+from toolsched.results import Behavior, Decision
 
 if TYPE_CHECKING:
     from toolsched.tools import Tool
 
-__all__ = ["Decision", "Mode", "Permissions"]
+__all__ = ["Decision", "Mode", "Permissions", "resolve_permission"]
 
-Behavior = Literal["allow", "ask", "deny"]
 Mode = Literal["default", "ask", "accept_reads", "plan", "bypass"]
 MODES: tuple[str, ...] = ("default", "ask", "accept_reads", "plan", "bypass")
 
@@ -41,41 +41,6 @@ _PATH_NAMES = frozenset(
     {"path", "paths", "file", "files", "filename", "filepath", "dir", "dirs", "dirname", "directory", "folder", "cwd"}
 )
 _PATH_SUFFIXES = ("_path", "_paths", "_file", "_files", "_dir", "_dirs", "_directory", "_folder")
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """Whether a call may run: ``Decision.allow()``, ``Decision.deny(reason)`` or ``Decision.ask(reason)``.
-
-    Returned by a tool's ``check_permissions``, by ``pre_tool_use`` hooks and by
-    approvers. ``reason`` is what the model (deny) or the person (ask) reads.
-    """
-
-    behavior: Behavior
-    reason: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.behavior not in ("allow", "ask", "deny"):
-            raise ValueError(f"Decision.behavior must be 'allow', 'ask' or 'deny', got {self.behavior!r}")
-        if self.reason is not None and not isinstance(self.reason, str):
-            raise TypeError(f"Decision.reason must be a string or None, got {type(self.reason).__name__}")
-
-    @classmethod
-    def allow(cls, reason: str | None = None) -> Decision:
-        """The call may run."""
-        return cls("allow", reason)
-
-    @classmethod
-    def deny(cls, reason: str) -> Decision:
-        """The call must not run; ``reason`` tells the model why."""
-        if not isinstance(reason, str) or not reason:
-            raise TypeError("Decision.deny(reason) needs a non-empty reason: the model reads it")
-        return cls("deny", reason)
-
-    @classmethod
-    def ask(cls, reason: str | None = None) -> Decision:
-        """A person must approve the call before it runs."""
-        return cls("ask", reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,7 +351,7 @@ class Permissions:
         names = (tool.name, *tool.aliases)
         if any(rule.pattern is None and rule.names_any(names) for rule in self._rules["deny"]):
             return True
-        return self.mode == "plan" and tool._facts().static_read_only is False
+        return self.mode == "plan" and tool.facts.static_read_only is False
 
     def for_tool(self, tool: Tool) -> ToolRules | None:
         """The rules naming ``tool`` (by name or alias), compiled; None when no rule names it.
@@ -408,7 +373,7 @@ class Permissions:
         }
         if not any(matching.values()):
             return None
-        schema = tool._facts().input_schema
+        schema = tool.facts.input_schema
         if subject is None:
             with_pattern = [rule.text for rules in matching.values() for rule in rules if rule.pattern is not None]
             if with_pattern:
@@ -421,3 +386,49 @@ class Permissions:
         spec = properties.get(subject) if isinstance(properties, Mapping) else None
         default = spec.get("default", _MISSING) if isinstance(spec, Mapping) else _MISSING
         return ToolRules(matching, subject, subject_is_path(subject, schema), default, self.root)
+
+
+def resolve_permission(
+    tool_name: str,
+    *,
+    mode: Mode,
+    rule: tuple[Behavior, str] | None,
+    hook_ask: str | None,
+    hook_allowed: bool,
+    tool_decision: Decision | None,
+    is_read_only: Callable[[], bool],
+    needs_approval: Callable[[], bool],
+) -> tuple[Behavior, str | None]:
+    """The merge of a call's permission decisions: deny > ask > allow, and the reason.
+
+    ``rule`` is the rules' verdict on the final input (``(behavior, rule text)``);
+    ``hook_ask`` / ``hook_allowed`` what the ``pre_tool_use`` hooks said;
+    ``tool_decision`` the tool's ``check_permissions``. The tool's own facts are
+    asked only when the merge needs them (``is_read_only`` in ``accept_reads``
+    mode, ``needs_approval`` otherwise): an allow rule or a hook's allow waives
+    them, never an ask rule, a hook's ask or the tool's ask. ``bypass`` allows
+    whatever only asks.
+    """
+    if tool_decision is not None and tool_decision.behavior == "deny":
+        return "deny", tool_decision.reason or f"`{tool_name}` refused this call"
+    tool_ask: str | None = None
+    if tool_decision is not None and tool_decision.behavior == "ask":
+        tool_ask = tool_decision.reason or f"`{tool_name}` asks for approval of this call"
+    waived = hook_allowed or (rule is not None and rule[0] == "allow")
+    reason: str | None = None
+    if rule is not None and rule[0] == "ask":
+        reason = f"matches the ask rule `{rule[1]}`"
+    elif hook_ask is not None:
+        reason = hook_ask
+    elif tool_ask is not None:
+        reason = tool_ask
+    elif not waived:
+        if mode == "ask":
+            reason = "every call needs approval in ask mode"
+        elif mode == "accept_reads" and not is_read_only():
+            reason = f"`{tool_name}` may change state; accept_reads mode asks first"
+        elif needs_approval():
+            reason = f"`{tool_name}` needs approval before it runs"
+    if reason is None or mode == "bypass":
+        return "allow", None
+    return "ask", reason

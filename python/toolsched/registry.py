@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from toolsched import _core
 from toolsched.errors import OptionError, RefreshError, ToolNameError
 from toolsched.schema import inline_refs, strict_schema, to_gemini_schema
+from toolsched.search import ToolSearch
 from toolsched.tools import Tool, tool
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class ToolSet:
         if deferred_any and not any(SEARCH_TOOL_NAME in (m.name, *m.aliases) for m in members):
             search_tool = search()
             members.append(search_tool)
-        facts = [member._facts() for member in members]
+        facts = [member.facts for member in members]
         table = _core.ToolTable(
             [
                 (member.name, list(member.aliases), fact.input_schema)
@@ -168,10 +169,22 @@ class ToolRegistry:
 
     def _search_tool(self) -> Tool:
         if self._search is None:
-            from toolsched.search import ToolSearch
-
-            self._search = ToolSearch(self)
+            self._search = ToolSearch(self._deferred_tools, self.load)
         return self._search
+
+    def _deferred_tools(self) -> dict[str, Tool]:
+        toolset = self._set
+        return {name: toolset.tools[index] for name, index in toolset.deferred.items()}
+
+    @property
+    def toolset(self) -> ToolSet:
+        """The tool set as it is now (internal to toolsched: a run takes it once and keeps it to the end)."""
+        return self._set
+
+    @property
+    def refreshes(self) -> bool:
+        """Whether the registry has ``refresh_tools`` (it is then refreshed after every run)."""
+        return self._source is not None
 
     # -- lookup -----------------------------------------------------------------
 
@@ -289,7 +302,7 @@ class ToolRegistry:
 
     def _schemas(self, permissions: Permissions | None) -> Iterator[tuple[Tool, dict[str, Any]]]:
         for member in self.exported(permissions=permissions):
-            yield member, inline_refs(member._facts().input_schema)
+            yield member, inline_refs(member.facts.input_schema)
 
     def to_anthropic(self, *, permissions: Permissions | None = None) -> list[dict[str, Any]]:
         """Tool definitions for the Anthropic Messages API."""

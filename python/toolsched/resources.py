@@ -191,7 +191,7 @@ def with_run_resource(
             raise ResourceError(f"`{tool_name}` has a per-run resource and runs only inside an Executor run")
         value = await resources.acquire(key, tool_name, factory)
         if ctx is not None:
-            ctx._resource = value
+            ctx.attach_resource(value)
         return await invoke(args, ctx)
 
     return invoke_with_resource

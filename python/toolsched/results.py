@@ -1,14 +1,35 @@
-"""The values that cross phases: calls, results and duplicates. All frozen."""
+"""The values every phase shares: calls, results, duplicates, decisions and rewrites (all frozen),
+the one digest of a call's arguments, and the one codec that turns outputs and results into JSON
+(run states and journals both use it).
+"""
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
 from toolsched.frozen import positional_builder
 
-__all__ = ["ERROR_KINDS", "Duplicate", "ErrorKind", "ToolCall", "ToolResult"]
+__all__ = [
+    "ERROR_KINDS",
+    "Behavior",
+    "Decision",
+    "Duplicate",
+    "ErrorKind",
+    "Rewrite",
+    "ToolCall",
+    "ToolResult",
+    "args_digest",
+    "detached",
+    "encode_output",
+    "jsonable",
+    "result_fields",
+]
 
 ErrorKind = Literal[
     "unknown_tool",
@@ -112,3 +133,137 @@ class Duplicate:
 # Results are made once per call on the hot path: ``new_result(call_id, tool_name, output, error,
 # error_kind, is_error, duration_ms, was_concurrent, batch, truncated, offload_path)``.
 new_result = positional_builder(ToolResult)
+
+
+Behavior = Literal["allow", "ask", "deny"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Whether a call may run: ``Decision.allow()``, ``Decision.deny(reason)`` or ``Decision.ask(reason)``.
+
+    Returned by a tool's ``check_permissions``, by ``pre_tool_use`` hooks and by
+    approvers. ``reason`` is what the model (deny) or the person (ask) reads.
+    """
+
+    behavior: Behavior
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.behavior not in ("allow", "ask", "deny"):
+            raise ValueError(f"Decision.behavior must be 'allow', 'ask' or 'deny', got {self.behavior!r}")
+        if self.reason is not None and not isinstance(self.reason, str):
+            raise TypeError(f"Decision.reason must be a string or None, got {type(self.reason).__name__}")
+
+    @classmethod
+    def allow(cls, reason: str | None = None) -> Decision:
+        """The call may run."""
+        return cls("allow", reason)
+
+    @classmethod
+    def deny(cls, reason: str) -> Decision:
+        """The call must not run; ``reason`` tells the model why."""
+        if not isinstance(reason, str) or not reason:
+            raise TypeError("Decision.deny(reason) needs a non-empty reason: the model reads it")
+        return cls("deny", reason)
+
+    @classmethod
+    def ask(cls, reason: str | None = None) -> Decision:
+        """A person must approve the call before it runs."""
+        return cls("ask", reason)
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """Returned by a ``pre_tool_use`` hook: continue with ``args`` as the call's input.
+
+    The final input is validated against the tool's schema again.
+    """
+
+    args: Mapping[str, Any] | str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.args, Mapping | str):
+            raise TypeError(f"Rewrite(args) takes a mapping or JSON text, got {type(self.args).__name__}")
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def detached(args: Any) -> Any:
+    """A copy of a call's input that shares nothing mutable with the original."""
+    if type(args) is dict and _SCALARS.issuperset(map(type, args.values())):
+        return args.copy()
+    return copy.deepcopy(args)
+
+
+# -- the codec: arguments and outputs as JSON -------------------------------------------
+
+
+def jsonable(value: Any) -> Any:
+    """The JSON form of a value JSON cannot hold as it is: the form provider adapters send.
+
+    Pydantic models and dataclasses become their fields, sets and tuples lists,
+    bytes UTF-8 text, anything else (dates too) its ``str()``.
+    """
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _canonical_digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=jsonable)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def args_digest(args: Any) -> str:
+    """A digest of a call's arguments that ignores key order and the spelling of JSON text.
+
+    Arguments given as JSON text have the digest of the value they parse to;
+    text that does not parse has the digest of the text. Values JSON cannot
+    hold count in their ``jsonable`` form. Approvals and journals both bind to it.
+    """
+    if isinstance(args, str):
+        try:
+            parsed = json.loads(args)
+        except ValueError:
+            return "text:" + hashlib.sha256(args.encode("utf-8", "surrogatepass")).hexdigest()
+        return _canonical_digest(parsed)
+    if isinstance(args, Mapping) and type(args) is not dict:
+        args = dict(args)
+    return _canonical_digest(args)
+
+
+def encode_output(output: Any) -> tuple[str, bool]:
+    """An output as ASCII JSON text, and whether it decodes back equal to what the tool returned.
+
+    JSON values come back equal (a NaN float as NaN). Anything else is encoded
+    in its ``jsonable`` form and comes back in that form. Raises ``ValueError``
+    for what has no JSON form at all (a list that contains itself).
+    """
+    if output is None or type(output) in (str, int, bool):
+        return json.dumps(output, ensure_ascii=True), True
+    if type(output) is float:
+        return json.dumps(output), not math.isnan(output)
+    try:
+        text = json.dumps(output, ensure_ascii=True, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        try:
+            return json.dumps(output, ensure_ascii=True, separators=(",", ":"), default=jsonable), False
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ValueError(f"the value has no JSON form ({type(exc).__name__}: {exc})") from None
+    return text, json.loads(text) == output
+
+
+def result_fields() -> tuple[str, ...]:
+    """The names of ``ToolResult``'s fields, in declaration order."""
+    return _RESULT_FIELDS
+
+
+_RESULT_FIELDS = tuple(f.name for f in fields(ToolResult))

@@ -10,15 +10,12 @@ schema and all, from the next turn on.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from toolsched.context import ToolContext
 from toolsched.errors import SemanticError
 from toolsched.tools import Tool
-
-if TYPE_CHECKING:
-    from toolsched.registry import ToolRegistry
 
 __all__ = ["ToolSearch"]
 
@@ -92,8 +89,10 @@ class ToolSearch(Tool):
     read_only = True
     concurrency_safe = True
 
-    def __init__(self, registry: ToolRegistry) -> None:
-        self._registry = registry
+    def __init__(self, deferred: Callable[[], Mapping[str, Tool]], load: Callable[..., None]) -> None:
+        # The registry's deferred tools by name as they are now, and how to load some of them.
+        self._deferred = deferred
+        self._load = load
 
     async def validate_input(self, args: Mapping[str, Any], ctx: ToolContext) -> None:
         if not _words(args["query"]):
@@ -103,11 +102,9 @@ class ToolSearch(Tool):
         query: str = args["query"]
         limit: int = args.get("max_results", DEFAULT_RESULTS)
         words = list(dict.fromkeys(_words(query)))[:MAX_QUERY_WORDS]
-        registry = self._registry
-        toolset = registry._set
+        deferred = self._deferred()
         ranked: list[tuple[int, str, Tool]] = []
-        for name, index in toolset.deferred.items():
-            member = toolset.tools[index]
+        for name, member in deferred.items():
             try:
                 if not member.is_enabled():
                     continue
@@ -119,13 +116,13 @@ class ToolSearch(Tool):
         ranked.sort(key=lambda entry: (entry[0], entry[1]))
         found = [member for _, _, member in ranked[:limit]]
         if not found:
-            names = sorted(toolset.deferred)
+            names = sorted(deferred)
             listed = ", ".join(names[:NAMES_IN_HINT]) + (", ..." if len(names) > NAMES_IN_HINT else "")
             return {
                 "tools": [],
                 "note": f"no tool matches {query[:100]!r}; the tools that can be loaded are: {listed or 'none'}",
             }
-        registry.load(*(member.name for member in found))
+        self._load(*(member.name for member in found))
         return {
             "tools": [
                 {"name": member.name, "description": member.description[:MAX_DESCRIPTION_CHARS]} for member in found

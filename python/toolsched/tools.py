@@ -7,7 +7,9 @@ concurrency-safe, unknown resources (conflicts with everything).
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
+import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast, overload
@@ -20,11 +22,11 @@ import pydantic
 from toolsched.context import ToolContext
 from toolsched.errors import ToolDefinitionError
 from toolsched.isolation import function_invoker, method_invoker
-from toolsched.permissions import Decision
 from toolsched.resources import ResourceFactory, RunScope, open_close, with_run_resource
+from toolsched.results import Decision
 from toolsched.schema import JsonSchema, function_schema, model_schema
 
-__all__ = ["Access", "FunctionTool", "Tool", "tool"]
+__all__ = ["Access", "FunctionTool", "Tool", "ToolFacts", "tool", "tool_fingerprint"]
 
 Truncate = Literal["head", "tail", "middle", "offload"]
 Isolation = Literal["none", "process"]
@@ -308,8 +310,9 @@ class Tool:
                 "declare idempotent=True if running it twice is safe"
             )
 
-    def _facts(self) -> ToolFacts:
-        """Checks the metadata and computes what the executor needs; cached."""
+    @property
+    def facts(self) -> ToolFacts:
+        """What the executor needs of this tool (internal to toolsched): the metadata, checked once and cached."""
         if self._facts_cache is not None:
             return self._facts_cache
         name = self.name
@@ -379,6 +382,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class FunctionTool(Tool):
     """A tool made from a function by ``@tool``. Calling it calls the function."""
+
+    # Tells a process worker that imports this object by name to run ``fn``, the function it wraps.
+    is_function_tool = True
 
     # Parameters (besides ``ctx``) that the tool fills in itself: not part of the input schema.
     _injected: frozenset[str] = frozenset()
@@ -544,3 +550,23 @@ def tool(fn: Callable[..., Any] | None = None, /, **metadata: Any) -> Any:
         return FunctionTool(fn, **metadata)
 
     return decorate
+
+
+def tool_fingerprint(tool: Tool) -> str:
+    """What makes a tool the same tool across processes: name, description, schema, subject, implementation.
+
+    An approval is bound to it: a call is asked again when its tool changed since.
+    """
+    body = getattr(tool, "fn", None)
+    implementation = body if body is not None else type(tool)
+    module = getattr(implementation, "__module__", "?")
+    qualname = getattr(implementation, "__qualname__", "?")
+    identity = {
+        "name": tool.name,
+        "description": tool.description,
+        "input_schema": tool.facts.input_schema,
+        "rule_subject": tool.rule_subject,
+        "implementation": f"{module}.{qualname}",
+    }
+    text = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -195,7 +195,7 @@ class _Gates:
 
 def _is_safe(tool: Tool, arguments: str) -> bool:
     """Whether a call may overlap others, judged on its parsed arguments (anything odd counts as unsafe)."""
-    facts = tool._facts()
+    facts = tool.facts
     if facts.static_safe is not None:
         return facts.static_safe
     try:
@@ -229,7 +229,7 @@ def function_tools(executor: Executor, *, strict: bool = False) -> list[Function
     made = []
     for member in executor.registry:
         spec = exported.get(member.name)
-        schema = spec["parameters"] if spec is not None else dict(member._facts().input_schema)
+        schema = spec["parameters"] if spec is not None else dict(member.facts.input_schema)
         made.append(
             FunctionTool(
                 name=member.name,

@@ -17,10 +17,10 @@ from toolsched.journal.base import (
     RunRecord,
     Transition,
     UnknownRunError,
-    args_digest,
 )
 from toolsched.journal.postgres import PostgresJournal
 from toolsched.journal.sqlite import SqliteJournal
+from toolsched.results import args_digest
 
 __all__ = [
     "SCHEMA_VERSION",

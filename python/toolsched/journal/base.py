@@ -16,16 +16,14 @@ drive the same run.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
-import math
 import os
 import secrets
 import socket
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar, cast
@@ -33,7 +31,7 @@ from typing import Any, Literal, Self, TypeVar, cast
 import anyio.to_thread
 
 from toolsched.errors import ToolschedError
-from toolsched.results import ERROR_KINDS, ToolCall, ToolResult
+from toolsched.results import ERROR_KINDS, ToolCall, ToolResult, args_digest, encode_output
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -224,27 +222,6 @@ def to_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
 
 
-def canonical_digest(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def args_digest(args: Mapping[str, Any] | str) -> str:
-    """A digest of a call's arguments that ignores key order and spelling of the JSON text.
-
-    Arguments given as JSON text have the digest of the value they parse to
-    (the digest of the mapping itself); text that does not parse has the
-    digest of the text.
-    """
-    if isinstance(args, str):
-        try:
-            parsed = json.loads(args)
-        except ValueError:
-            return "text:" + hashlib.sha256(args.encode("utf-8", "surrogatepass")).hexdigest()
-        return canonical_digest(parsed)
-    return canonical_digest(args)
-
-
 def encode_call(position: int, call: ToolCall) -> tuple[int, str, str, str, str, str]:
     """``(position, call_id, tool_name, args, args_form, digest)`` as stored; refuses what cannot be stored."""
     if not isinstance(call, ToolCall):
@@ -256,7 +233,7 @@ def encode_call(position: int, call: ToolCall) -> tuple[int, str, str, str, str,
     try:
         args = dict(call.args)
         stored = to_json(args)
-        digest = canonical_digest(args)
+        digest = args_digest(args)
     except (TypeError, ValueError) as exc:
         raise JournalError(
             f"the arguments of call {call.id!r} ({call.name}) are not JSON, so a journal cannot store them: {exc}"
@@ -284,42 +261,13 @@ def decode_call(run_id: str, position: int, call_id: str, name: str, args: str, 
         raise JournalCorruptError(f"{where}: {exc}") from None
 
 
-def _jsonable(value: Any) -> Any:
-    """What a value JSON cannot hold is stored as: the form provider adapters send."""
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")
-    if is_dataclass(value) and not isinstance(value, type):
-        return asdict(value)
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", errors="replace")
-    return str(value)
-
-
-def encode_output(output: Any) -> tuple[str, bool]:
-    """A result's output as stored, and whether it comes back equal to what the tool returned.
-
-    JSON values come back equal (a NaN float as NaN). Anything else is stored
-    as the JSON that provider adapters send for it: pydantic models and
-    dataclasses as their fields, sets and tuples as lists, bytes as UTF-8 text,
-    any other object as its ``str()``; it comes back in that form.
-    """
-    if output is None or type(output) in (str, int, bool):
-        return to_json(output), True
-    if type(output) is float:
-        return to_json(output), not math.isnan(output)
-    try:
-        text = to_json(output)
-    except (TypeError, ValueError):
-        return json.dumps(output, ensure_ascii=True, separators=(",", ":"), default=_jsonable), False
-    return text, json.loads(text) == output
-
-
 def encode_result(result: ToolResult) -> str:
     if not isinstance(result, ToolResult):
         raise JournalError(f"a finished transition carries a ToolResult, got {type(result).__name__}")
-    output, exact = encode_output(result.output)
+    try:
+        output, exact = encode_output(result.output)
+    except ValueError as exc:
+        raise JournalError(f"the output of call {result.call_id!r} cannot be journaled: {exc}") from None
     body = {name: getattr(result, name) for name in _RESULT_SCALARS}
     body["call_id"] = result.call_id
     body["tool_name"] = result.tool_name

@@ -122,7 +122,7 @@ def drop_strict_nulls_for(
         return args
     if member not in _schemas:
         try:
-            _schemas[member] = inline_refs(member._facts().input_schema)
+            _schemas[member] = inline_refs(member.facts.input_schema)
         except SchemaError:
             _schemas[member] = None
     schema = _schemas[member]

@@ -1,4 +1,4 @@
-"""Approvals and resumable runs: ``ApprovalRequest`` and ``RunState``.
+"""Approvals and resumable runs: ``ApprovalRequest`` and ``RunState`` (and the holds of nested runs).
 
 A run whose calls need a person's decision, and that has no approver, ends
 interrupted: ``Outcome.pending`` lists the requests and ``Outcome.state`` holds
@@ -21,23 +21,39 @@ import hashlib
 import hmac
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, Literal
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from toolsched.errors import ApprovalError, StateError
-from toolsched.permissions import Decision
-from toolsched.results import ERROR_KINDS, Duplicate, ToolResult
+from toolsched.results import (
+    ERROR_KINDS,
+    Decision,
+    Duplicate,
+    ToolResult,
+    args_digest,
+    detached,
+    encode_output,
+    result_fields,
+)
 
-if TYPE_CHECKING:
-    from toolsched.tools import Tool
-
-__all__ = ["ApprovalRequest", "Approver", "RunState"]
+__all__ = [
+    "ApprovalRequest",
+    "Approver",
+    "NestedHold",
+    "RunState",
+    "claim",
+    "new_state",
+    "records_by_id",
+    "resuming",
+    "standing_decision",
+    "waiting_children",
+]
 
 Status = Literal["done", "pending", "approved", "rejected", "nested"]
 _STATUSES = ("done", "pending", "approved", "rejected", "nested")
 _FORMAT = "toolsched.RunState"
 _VERSION = 1
-_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,36 +73,6 @@ class ApprovalRequest:
 
 
 Approver = Callable[[ApprovalRequest], Awaitable[bool | Decision] | bool | Decision]
-
-
-def detached(args: Any) -> Any:
-    """A copy of a call's input that shares nothing mutable with the original."""
-    if type(args) is dict and _SCALARS.issuperset(map(type, args.values())):
-        return args.copy()
-    return copy.deepcopy(args)
-
-
-def args_digest(args: Any) -> str:
-    """A digest of a call's input, independent of key order."""
-    text = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def tool_fingerprint(tool: Tool) -> str:
-    """What makes a tool the same tool across processes: name, description, schema, subject, implementation."""
-    body = getattr(tool, "fn", None)
-    implementation = body if body is not None else type(tool)
-    module = getattr(implementation, "__module__", "?")
-    qualname = getattr(implementation, "__qualname__", "?")
-    identity = {
-        "name": tool.name,
-        "description": tool.description,
-        "input_schema": tool._facts().input_schema,
-        "rule_subject": tool.rule_subject,
-        "implementation": f"{module}.{qualname}",
-    }
-    text = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 CallSignature = tuple[tuple[str, str, str], ...]
@@ -211,6 +197,16 @@ class RunState:
                     parent = prefix if inner.parent_call_id is None else f"{prefix}/{inner.parent_call_id}"
                     requests.append(replace(inner, call_id=f"{prefix}/{inner.call_id}", parent_call_id=parent))
         return requests
+
+    @property
+    def run_id(self) -> str | None:
+        """The journaled run this state continues (None when the run is not durable)."""
+        return self._run_id
+
+    @property
+    def duplicates(self) -> list[Duplicate]:
+        """The calls of the run dropped for repeating an ID."""
+        return list(self._duplicates)
 
     @property
     def results(self) -> list[ToolResult]:
@@ -447,7 +443,7 @@ def _seal(canonical: str, key: bytes | str | None) -> str:
     return "hmac-sha256:" + hmac.new(secret, canonical.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
 
-_RESULT_FIELDS = tuple(f.name for f in fields(ToolResult))
+_RESULT_FIELDS = result_fields()
 
 
 def _record_to_json(record: CallRecord) -> dict[str, Any]:
@@ -481,7 +477,15 @@ def _duplicate_from_json(row: Any, where: str) -> Duplicate:
 
 
 def _result_to_json(result: ToolResult) -> dict[str, Any]:
-    return {name: getattr(result, name) for name in _RESULT_FIELDS}
+    """A result as the state carries it: an output JSON cannot hold goes in the form adapters send."""
+    body = {name: getattr(result, name) for name in _RESULT_FIELDS}
+    try:
+        text, exact = encode_output(result.output)
+    except ValueError as exc:
+        raise StateError(f"the output of call {result.call_id!r} cannot be saved: {exc}") from None
+    if not exact:
+        body["output"] = json.loads(text)
+    return body
 
 
 def _child_to_json(child: ChildRecord) -> dict[str, Any]:
@@ -618,3 +622,49 @@ def _result_from_json(value: Any, call_id: str, where: str) -> ToolResult:
     if value["is_error"] != (kind is not None):
         raise StateError(f"{where}.result: is_error and error_kind disagree")
     return ToolResult(**value)
+
+
+# -- what the executor does with a state (internal) -----------------------------------
+
+
+class NestedHold(Exception):
+    """Raised out of a call whose nested run waits for approvals (internal): the call has no result yet."""
+
+    def __init__(self, record: ChildRecord) -> None:
+        super().__init__("the nested run waits for decisions")
+        self.record = record
+
+
+# The calls of the run being resumed whose nested runs wait, by call ID (set by Executor.resume).
+resuming: ContextVar[Mapping[str, CallRecord] | None] = ContextVar("toolsched_resuming", default=None)
+
+
+def new_state(
+    records: list[CallRecord], duplicates: list[Duplicate], prior: RunState | None, run_id: str | None
+) -> RunState:
+    """The state of a run that ends waiting: its records, keeping the standing decisions of ``prior``."""
+    always_allow = dict(prior._always_allow) if prior is not None else {}
+    always_reject = dict(prior._always_reject) if prior is not None else {}
+    state = RunState._create(records, duplicates, always_allow, always_reject)
+    state._run_id = run_id
+    return state
+
+
+def claim(state: RunState) -> list[CallRecord]:
+    """Marks the state as resumed (a state resumes once) and returns its records."""
+    return state._claim()
+
+
+def waiting_children(state: RunState) -> dict[str, CallRecord]:
+    """The calls whose nested runs wait, by call ID."""
+    return state._children()
+
+
+def records_by_id(state: RunState) -> dict[str, CallRecord]:
+    """The state's records by call ID."""
+    return {record.call_id: record for record in state._records}
+
+
+def standing_decision(state: RunState, tool: str, fingerprint: str) -> tuple[Status, str | None] | None:
+    """A decision given with ``always=True`` for this tool, if it still is the same tool."""
+    return state._standing(tool, fingerprint)

@@ -16,9 +16,10 @@ from typing import Any
 import anyio
 
 from toolsched.journal import Journal, JournalError, Transition
-from toolsched.results import ToolCall, ToolResult
+from toolsched.results import Behavior, ToolCall, ToolResult, args_digest, detached
+from toolsched.runstate import CallRecord
 
-__all__ = ["JournalFailed", "RunJournal"]
+__all__ = ["JournalFailed", "RunJournal", "storable"]
 
 logger = logging.getLogger("toolsched")
 
@@ -69,7 +70,33 @@ class RunJournal:
         await self.write(result.call_id, "finished", result)
 
     async def started(self, call_id: str, args: Any) -> None:
-        await self.write(call_id, "started", {"args": _storable(args)})
+        await self.write(call_id, "started", {"args": storable(args)})
+
+    async def resumed(self, records: Sequence[CallRecord]) -> None:
+        """Claims a journaled run being resumed and journals the decisions a person made since."""
+        await self.claim(False)
+        for record in records:
+            if record.status == "approved":
+                await self.write(record.call_id, "approved", {"args": record.request_args, "digest": record.digest})
+            elif record.status == "rejected":
+                await self.write(record.call_id, "rejected", {"message": record.message})
+
+    async def decided(
+        self, call_id: str, behavior: Behavior, args: Any, reason: str | None, fingerprint: str, message: str | None
+    ) -> None:
+        """Journals how a call that asked was settled: held for a person (ask), approved or rejected."""
+        if behavior == "ask":
+            payload = {
+                "args": detached(args),
+                "reason": reason,
+                "digest": args_digest(args),
+                "fingerprint": fingerprint,
+            }
+            await self.write(call_id, "pending", payload)
+        elif behavior == "allow":
+            await self.write(call_id, "approved", {"args": detached(args), "digest": args_digest(args)})
+        else:
+            await self.write(call_id, "rejected", {"message": message})
 
     async def release(self) -> None:
         """Lets go of the run; a failure here is logged, never raised (the run's outcome stands)."""
@@ -83,7 +110,7 @@ class RunJournal:
             logger.warning("releasing run %s in the journal failed", self.run_id, exc_info=True)
 
 
-def _storable(args: Any) -> Any:
+def storable(args: Any) -> Any:
     """The arguments a call runs with, as the journal stores them (a mapping becomes a dict)."""
     if isinstance(args, Mapping):
         return dict(args)

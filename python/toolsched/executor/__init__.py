@@ -1,0 +1,598 @@
+"""The executor: runs a turn's calls on anyio and answers every call exactly once.
+
+The rooms of a run, in the order a call meets them:
+
+- ``settings``: the executor's options, checked once;
+- ``view``: what is worked out once per tool set (facts, admission policies);
+- ``turn``: the Turn — calls in (one decoded plan), results out in model order, one way to finish;
+- ``admit``: phases 3 and 4 (``validate_input``, hooks, rules, mode, approvals);
+- ``schedule``: the strategies, on one worker pool that grows only when calls wait;
+- ``call``: phases 5 to 9 for one call (guardrails, limits, timeout, cancellation, backend, post hooks, shaping);
+- ``durable`` and ``recovery``: a durable run's journal writes, and finishing a run after a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+
+from toolsched.backends import Backend
+from toolsched.errors import OptionError
+from toolsched.events import Event, RunFinished, ToolsChanged, ToolsRefreshFailed
+from toolsched.executor.admit import admit, check_semantics, not_approved
+from toolsched.executor.durable import RunJournal
+from toolsched.executor.recovery import recovered_jobs
+from toolsched.executor.schedule import run_jobs
+from toolsched.executor.settings import ErrorFormatter, EventCallback, Settings, Steering, format_error
+from toolsched.executor.turn import DONE, RUNNING, Held, Job, Turn, plan_calls
+from toolsched.executor.view import View
+from toolsched.guardrails import Guardrail
+from toolsched.hooks import Hooks
+from toolsched.journal import Journal
+from toolsched.outcome import Outcome
+from toolsched.permissions import Permissions
+from toolsched.registry import ToolRegistry
+from toolsched.resources import RunResources, current_resources
+from toolsched.results import Duplicate, ToolCall
+from toolsched.runstate import Approver, CallRecord, RunState, claim, resuming, waiting_children
+from toolsched.strategies import Strategy
+from toolsched.tools import Tool
+
+__all__ = ["ErrorFormatter", "EventCallback", "Executor", "Steering", "format_error"]
+
+logger = logging.getLogger("toolsched")
+
+
+class Executor:
+    """Runs the tool calls of a turn.
+
+    ``tools`` is a ``ToolRegistry`` or anything it accepts. Options:
+
+    - ``strategy``: how calls are scheduled (default ``Partitioned()``);
+    - ``on_event`` / ``on_progress``: callbacks (plain or async) for every event,
+      or for progress only; ``on_event`` may be a list of callbacks, each called in turn;
+    - ``on_error``: ``"result"`` (a failed tool becomes an ``execution_error``
+      result) or ``"raise"`` (``ToolCallFailed`` once the failing batch settles);
+    - ``abort_siblings_on_error``: a failure cancels the rest of its batch, for
+      every tool (each tool can also ask for it with its own flag);
+    - ``unknown_tool``: ``"result"`` or ``"raise"`` (``UnknownToolError``);
+    - ``max_input_bytes`` / ``max_input_depth`` / ``max_schema_errors``: argument limits;
+    - ``interactive``: whether a person is present (``ToolContext.interactive``);
+    - ``offload_dir``: where ``truncate="offload"`` writes full outputs;
+    - ``error_formatter``: ``(exception, call) -> message`` for failed tools
+      (if it fails, the default message is used);
+    - ``permissions``: a ``Permissions`` (rules and mode) deciding which calls run;
+    - ``hooks``: a ``Hooks`` registry (pre/post call, pre/post batch);
+    - ``approver``: ``async (ApprovalRequest) -> bool | Decision`` for calls that
+      ask; without one such calls are held and the run ends ``interrupted``;
+    - ``input_guardrails`` / ``output_guardrails``: checks just before a call
+      runs and on its output (see ``toolsched.guardrails``);
+    - ``backends`` / ``default_backend``: where tool bodies run besides this
+      process, by name (``{"ray": RayBackend()}``), and the backend of tools
+      that name none (default ``"local"``);
+    - ``journal``: a ``Journal`` (``SqliteJournal``, ``PostgresJournal``) that makes
+      runs durable: each call's transitions are written before the run goes on,
+      and ``recover(run_id)`` finishes a run after a crash.
+
+    Each run uses the registry's tool set as it is when the run starts; a
+    registry with ``refresh_tools`` is refreshed after each run's results are
+    complete (``ToolsChanged`` / ``ToolsRefreshFailed`` events), so the next
+    run sees the new set. Tools with per-run resources (``toolsched.resources``)
+    have them opened by the run on first use and closed when it ends; agent
+    tools (``toolsched.nested``) run child executors inside their calls.
+    """
+
+    def __init__(
+        self,
+        tools: ToolRegistry | Iterable[Tool | Callable[..., Any]],
+        *,
+        strategy: Strategy | None = None,
+        on_event: EventCallback | Sequence[EventCallback] | None = None,
+        on_progress: EventCallback | None = None,
+        on_error: Literal["result", "raise"] = "result",
+        abort_siblings_on_error: bool = False,
+        unknown_tool: Literal["result", "raise"] = "result",
+        max_input_bytes: int = 16 * 1024 * 1024,
+        max_input_depth: int = 64,
+        max_schema_errors: int = 10,
+        interactive: bool = False,
+        offload_dir: str | Path | None = None,
+        error_formatter: ErrorFormatter = format_error,
+        permissions: Permissions | None = None,
+        hooks: Hooks | None = None,
+        approver: Approver | None = None,
+        input_guardrails: Iterable[Guardrail] = (),
+        output_guardrails: Iterable[Guardrail] = (),
+        backends: Mapping[str, Backend] | None = None,
+        default_backend: str | None = None,
+        journal: Journal | None = None,
+    ) -> None:
+        self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+        self._settings = Settings(
+            self.registry,
+            strategy=strategy,
+            on_event=on_event,
+            on_progress=on_progress,
+            on_error=on_error,
+            abort_siblings_on_error=abort_siblings_on_error,
+            unknown_tool=unknown_tool,
+            max_input_bytes=max_input_bytes,
+            max_input_depth=max_input_depth,
+            max_schema_errors=max_schema_errors,
+            interactive=interactive,
+            offload_dir=offload_dir,
+            error_formatter=error_formatter,
+            permissions=permissions,
+            hooks=hooks,
+            approver=approver,
+            input_guardrails=input_guardrails,
+            output_guardrails=output_guardrails,
+            backends=backends,
+            default_backend=default_backend,
+            journal=journal,
+        )
+        self._view = View(self._settings, self.registry.toolset, None, self.registry.refreshes)
+        # Runs executing their calls on this executor now, for ``interrupt`` and ``cancel``.
+        self._runs: set[Turn] = set()
+
+    # -- options --------------------------------------------------------------------
+
+    @property
+    def strategy(self) -> Strategy:
+        return self._settings.strategy
+
+    @property
+    def journal(self) -> Journal | None:
+        return self._settings.journal
+
+    @property
+    def permissions(self) -> Permissions | None:
+        return self._settings.permissions
+
+    @property
+    def hooks(self) -> Hooks | None:
+        return self._settings.hooks
+
+    @property
+    def approver(self) -> Approver | None:
+        return self._settings.approver
+
+    @property
+    def on_error(self) -> Literal["result", "raise"]:
+        return self._settings.on_error
+
+    @property
+    def interactive(self) -> bool:
+        return self._settings.interactive
+
+    @property
+    def on_event(self) -> EventCallback | tuple[EventCallback, ...] | None:
+        """The event callbacks; assigning replaces them for the runs that start afterwards."""
+        return self._settings.on_event
+
+    @on_event.setter
+    def on_event(self, value: EventCallback | Sequence[EventCallback] | None) -> None:
+        if isinstance(value, (list, tuple)):
+            value = tuple(value)
+            if not all(callable(sink) for sink in value):
+                raise OptionError(f"on_event must be a callable or a list of callables, got {value!r}")
+        elif value is not None and not callable(value):
+            raise OptionError(f"on_event must be a callable or a list of callables, got {value!r}")
+        self._settings.on_event = value
+
+    def _current_view(self) -> View:
+        """The view of the registry's tool set as it is now (rebuilt only when the set changed)."""
+        view = self._view
+        toolset = self.registry.toolset
+        if view.toolset is not toolset:
+            view = self._view = View(self._settings, toolset, view, self.registry.refreshes)
+        return view
+
+    # -- running ----------------------------------------------------------------------
+
+    async def run(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        steering: Steering | None = None,
+        context: Any = None,
+        run_id: str | None = None,
+    ) -> Outcome:
+        """Runs a turn's calls; returns one result per unique call ID, in model order.
+
+        The turn uses the registry's tool set as it is when the turn starts.
+        With a registry that has ``refresh_tools``, the set is refreshed once
+        the results are complete, before this returns.
+
+        With a journal, the run is journaled under ``run_id`` (a new one when
+        not given; ``Outcome.run_id``): ``RunExistsError`` for an ID already in
+        the journal, and a ``JournalError`` raised when the journal fails mid-run.
+        """
+        journal = self._settings.journal
+        if journal is not None:
+            durable = RunJournal(journal, uuid.uuid4().hex if run_id is None else run_id)
+            return await self._journaled(
+                durable, lambda: self._start(calls, None, steering, context, None, None, durable)
+            )
+        view = self._current_view()
+        if view.plain:
+            outcome = await self._run(calls, steering, context, None, view, None)
+        else:
+            outcome = await self._start(calls, None, steering, context, None, None)
+        return outcome if run_id is None else replace(outcome, run_id=run_id)
+
+    async def recover(
+        self,
+        run_id: str,
+        *,
+        steering: Steering | None = None,
+        context: Any = None,
+        force: bool = False,
+    ) -> Outcome:
+        """Finishes a journaled run after a crash and returns its outcome, in model order.
+
+        Calls that finished are answered from the journal and never run again.
+        A call that started but did not finish runs again only if its tool is
+        ``idempotent``; otherwise it gets an ``interrupted`` error result (its
+        outcome is unknown). Calls approved or still waiting for a person keep
+        that decision; calls that never started run as they would have.
+
+        Raises ``UnknownRunError`` for a run the journal does not have and
+        ``RunClaimedError`` while another process holds the run (``force=True``
+        takes it from a holder known to be dead).
+        """
+        journal = self._settings.journal
+        if journal is None:
+            raise OptionError("recover() needs an executor built with journal=")
+        durable = RunJournal(journal, run_id)
+        return await self._journaled(durable, lambda: self._recover(durable, force, steering, context))
+
+    async def _journaled(self, durable: RunJournal, body: Callable[[], Awaitable[Outcome]]) -> Outcome:
+        """Runs a durable run's ``body``, then releases the run; a journal failure is raised as itself."""
+        try:
+            outcome = await body()
+        except Exception:
+            if durable.failure is not None:
+                raise durable.failure from None
+            raise
+        finally:
+            await durable.release()
+        if durable.failure is not None:
+            raise durable.failure
+        return replace(outcome, run_id=durable.run_id)
+
+    async def stream(
+        self,
+        calls: Iterable[ToolCall],
+        *,
+        steering: Steering | None = None,
+        context: Any = None,
+    ) -> AsyncIterator[Event]:
+        """Runs a turn, yielding its events as they happen; the last is ``RunFinished``.
+
+        Leaving the loop early cancels the run (wrap in ``contextlib.aclosing``
+        to make that prompt). With a journal the run is durable, as with ``run``
+        (its ID is ``RunFinished.outcome.run_id``).
+        """
+        send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
+        failure: list[BaseException] = []
+        journal = self._settings.journal
+
+        async def drive() -> None:
+            async with send:
+                try:
+                    if journal is not None:
+                        durable, sink = RunJournal(journal, uuid.uuid4().hex), send.send_nowait
+                        outcome = await self._journaled(
+                            durable, lambda: self._start(calls, None, steering, context, sink, None, durable)
+                        )
+                    else:
+                        outcome = await self._start(calls, None, steering, context, send.send_nowait, None)
+                except Exception as exc:
+                    failure.append(exc)
+                else:
+                    send.send_nowait(RunFinished(outcome))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(drive)
+            try:
+                async with receive:
+                    async for event in receive:
+                        yield event
+            except GeneratorExit:
+                # The consumer left: stop the run and let the task group settle.
+                group.cancel_scope.cancel()
+                return
+        if failure:
+            raise failure[0]
+
+    def interrupt(self, reason: str | None = None) -> int:
+        """A user message arrived: stops every run in progress on this executor.
+
+        Running calls of tools with ``interrupt_behavior="cancel"`` are cancelled
+        (``cancelled`` results); ``"block"`` tools finish; calls not started yet
+        get ``skipped`` results. ``reason`` is added to those results' messages.
+        Returns how many runs it reached (runs that are executing their calls).
+        Call it from the event loop's thread.
+        """
+        suffix = f" ({reason})" if reason else ""
+        for turn in self._runs:
+            if turn.halt is None:
+                turn.halt = f"not run: the user interrupted the run{suffix}"
+            for job in turn.jobs:
+                if job.state == RUNNING and job.tool.interrupt_behavior == "cancel":
+                    job.cancel(f"`{job.tool.name}` was cancelled because the user interrupted the run{suffix}")
+        return len(self._runs)
+
+    def cancel(self, call_id: str, reason: str | None = None) -> bool:
+        """Cancels one call of the runs in progress on this executor; it gets a ``cancelled`` result.
+
+        A call that has not started never runs. A running call is stopped if it
+        runs in a cancel scope: its tool has a ``timeout``,
+        ``interrupt_behavior="cancel"`` or ``isolation="process"``, or its batch
+        can be aborted by a failure. Any other running call is only asked to stop
+        (``ctx.cancelled`` turns true; the tool may end its call with
+        ``ctx.cancel()``) and otherwise keeps its own result. Returns whether a
+        call will end cancelled. Call it from the event loop's thread.
+        """
+        suffix = f": {reason}" if reason else ""
+        stopped = False
+        for turn in self._runs:
+            for job in turn.jobs:
+                if job.call.id == call_id and job.state != DONE:
+                    stopped = job.cancel(f"`{job.tool.name}` was cancelled by the caller{suffix}") or stopped
+        return stopped
+
+    async def resume(
+        self,
+        state: RunState,
+        *,
+        steering: Steering | None = None,
+        context: Any = None,
+    ) -> Outcome:
+        """Continues an interrupted run from its ``RunState``; returns every result, in model order.
+
+        Calls that completed are never run again; rejected calls are answered
+        ``permission_denied``; every other call is checked again against the
+        current tools, rules and hooks before it runs. An approval holds only
+        for the same tool and the same final arguments: otherwise the call is
+        asked again. A state resumes once (``StateError`` after that).
+        """
+        if not isinstance(state, RunState):
+            raise TypeError(f"resume() takes the RunState of an interrupted run, got {type(state).__name__}")
+        journal = self._settings.journal
+        if journal is not None and state.run_id is not None:
+            durable = RunJournal(journal, state.run_id)
+            return await self._journaled(
+                durable, lambda: self._start(None, state, steering, context, None, None, durable)
+            )
+        return await self._start(None, state, steering, context, None, None)
+
+    async def run_nested(
+        self,
+        calls: Iterable[ToolCall] | None,
+        state: RunState | None,
+        *,
+        steering: Steering | None,
+        context: Any,
+        sink: Callable[[Event], Any] | None,
+        parent_call_id: str,
+    ) -> Outcome:
+        """Runs (``calls``) or resumes (``state``) a child turn inside the call ``parent_call_id``.
+
+        For nested runs (``toolsched.nested``): the child's events go to ``sink``
+        as well, stamped with the parent call.
+        """
+        return await self._start(calls, state, steering, context, sink, parent_call_id)
+
+    # -- the entry paths --------------------------------------------------------------
+
+    async def _start(
+        self,
+        calls: Iterable[ToolCall] | None,
+        state: RunState | None,
+        steering: Steering | None,
+        context: Any,
+        sink: Callable[[Event], Any] | None,
+        parent: str | None,
+        durable: RunJournal | None = None,
+    ) -> Outcome:
+        """Runs a turn (``calls``) or resumes one (``state``) with what surrounds it.
+
+        Around: the run's per-run resources, and the nested runs it resumes.
+        After: the registry's refresh, once the results are complete.
+        ``sink`` receives the events too; ``parent`` is the parent call of a nested run.
+        """
+        view = self._current_view()
+        children = waiting_children(state) if state is not None else None
+        try:
+            if view.resourceful or children:
+                outcome = await self._scoped(calls, state, steering, context, sink, parent, view, children, durable)
+            else:
+                outcome = await self._begin(calls, state, steering, context, sink, parent, view, durable)
+        except Exception:
+            # A run that raises (on_error="raise", a tripped guardrail) has its results too: refresh all the same.
+            if self.registry.refreshes:
+                await self._refresh(sink, parent)
+            raise
+        if self.registry.refreshes:
+            await self._refresh(sink, parent)
+        return outcome
+
+    async def _begin(
+        self,
+        calls: Iterable[ToolCall] | None,
+        state: RunState | None,
+        steering: Steering | None,
+        context: Any,
+        sink: Callable[[Event], Any] | None,
+        parent: str | None,
+        view: View,
+        durable: RunJournal | None,
+    ) -> Outcome:
+        if state is None:
+            assert calls is not None
+            return await self._run(calls, steering, context, sink, view, parent, durable)
+        return await self._resume(state, steering, context, sink, view, parent, durable)
+
+    async def _scoped(
+        self,
+        calls: Iterable[ToolCall] | None,
+        state: RunState | None,
+        steering: Steering | None,
+        context: Any,
+        sink: Callable[[Event], Any] | None,
+        parent: str | None,
+        view: View,
+        children: dict[str, CallRecord] | None,
+        durable: RunJournal | None = None,
+    ) -> Outcome:
+        """A run with per-run resources (opened on first use, closed when it ends) or nested runs to resume."""
+        resumed = resuming.set(children) if children else None
+        try:
+            if not view.resourceful:
+                return await self._begin(calls, state, steering, context, sink, parent, view, durable)
+            failure: Exception | None = None
+            outcome: Outcome | None = None
+            async with anyio.create_task_group() as group:
+                resources = RunResources(group, context)
+                token = current_resources.set(resources)
+                try:
+                    outcome = await self._begin(calls, state, steering, context, sink, parent, view, durable)
+                except Exception as exc:
+                    # Raised after the task group, which would wrap it: the resources close first.
+                    failure = resources.error = exc
+                except BaseException as exc:
+                    resources.error = exc
+                    raise
+                finally:
+                    current_resources.reset(token)
+                    resources.close()
+            if failure is not None:
+                raise failure
+            assert outcome is not None
+            return outcome
+        finally:
+            if resumed is not None:
+                resuming.reset(resumed)
+
+    async def _refresh(self, sink: Callable[[Event], Any] | None, parent: str | None) -> None:
+        """Refreshes the registry after a run; a failure keeps the previous set and is reported, never raised."""
+        before = {member.name for member in self.registry}
+        try:
+            changed = await self.registry.refresh()
+        except Exception as exc:
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            logger.warning("refreshing the tool set failed; the previous set stays", exc_info=True)
+            event: Event = ToolsRefreshFailed(detail)
+        else:
+            if not changed:
+                return
+            after = {member.name for member in self.registry}
+            event = ToolsChanged(tuple(sorted(after - before)), tuple(sorted(before - after)))
+        emit = self._settings.emitter(sink, parent)
+        if emit is not None:
+            emit(event)
+            await emit.flush()
+
+    async def _run(
+        self,
+        calls: Iterable[ToolCall],
+        steering: Steering | None,
+        context: Any,
+        sink: Callable[[Event], Any] | None,
+        view: View,
+        parent: str | None,
+        durable: RunJournal | None = None,
+    ) -> Outcome:
+        """A new turn: plan its calls, answer what the engine refused, run the rest."""
+        calls = calls if isinstance(calls, list) else list(calls)
+        for position, call in enumerate(calls):
+            if not isinstance(call, ToolCall):
+                raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
+        if durable is not None:
+            await durable.begin(calls)
+        settings = self._settings
+        plan = plan_calls(settings, view, calls)
+        turn = Turn(settings, view, len(plan), context, settings.emitter(sink, parent), self._runs, durable)
+        for slot in plan.refused:
+            await turn.answer_refused(plan, slot)
+        return await self._drive(turn, plan.jobs(view), [], [], plan.calls, plan.duplicates, steering, None)
+
+    async def _resume(
+        self,
+        state: RunState,
+        steering: Steering | None,
+        context: Any,
+        sink: Callable[[Event], Any] | None,
+        view: View,
+        parent: str | None,
+        durable: RunJournal | None = None,
+    ) -> Outcome:
+        """An interrupted turn from its state: completed calls carried over, the rest planned again."""
+        records = claim(state)
+        if durable is not None:
+            await durable.resumed(records)
+        settings = self._settings
+        turn = Turn(settings, view, len(records), context, settings.emitter(sink, parent), self._runs, durable)
+        slot_calls = [ToolCall(record.call_id, record.name, record.args) for record in records]
+        todo: list[int] = []
+        for slot, record in enumerate(records):
+            if record.result is not None:
+                turn.carry(slot, record.result)
+            elif record.status == "rejected":
+                name = record.tool or record.name
+                await turn.answer(slot, slot_calls[slot], name, "permission_denied", not_approved(name, record.message))
+            else:
+                todo.append(slot)
+        # A state's call IDs are unique, so the plan has one slot per call, in order.
+        plan = plan_calls(settings, view, [slot_calls[slot] for slot in todo])
+        jobs: list[Job] = []
+        for slot, turn_slot in enumerate(todo):
+            if slot in plan.refused:
+                await turn.answer_refused(plan, slot, turn_slot)
+            else:
+                jobs.append(plan.job(view, slot, turn_slot))
+        return await self._drive(turn, jobs, [], [], slot_calls, state.duplicates, steering, state)
+
+    async def _recover(self, durable: RunJournal, force: bool, steering: Steering | None, context: Any) -> Outcome:
+        """Finishes a journaled run from where its calls were left (see ``recover``)."""
+        record = await durable.claim(force)
+        view = self._current_view()
+        settings = self._settings
+        plan = plan_calls(settings, view, list(record.turn))
+        turn = Turn(settings, view, len(plan), context, settings.emitter(None, None), self._runs, durable)
+        fresh, ready, held = await recovered_jobs(turn, plan, record)
+        return await self._drive(turn, fresh, ready, held, plan.calls, plan.duplicates, steering, None)
+
+    async def _drive(
+        self,
+        turn: Turn,
+        fresh: list[Job],
+        ready: list[Job],
+        held: list[Held],
+        slot_calls: list[ToolCall],
+        duplicates: list[Duplicate],
+        steering: Steering | None,
+        prior: RunState | None,
+    ) -> Outcome:
+        """What every entry path shares: admit the fresh calls, run them with the ready ones, finish."""
+        view = turn.view
+        jobs = fresh
+        if view.checks_input:
+            jobs = await check_semantics(jobs, turn)
+        if view.admits and jobs:
+            jobs = await admit(jobs, turn, held, prior)
+        if ready:
+            jobs = sorted(jobs + ready, key=lambda job: job.slot)
+        steering_messages = await run_jobs(jobs, turn, steering)
+        if turn.emit is not None:
+            await turn.emit.flush()
+        return turn.finish(slot_calls, held, duplicates, steering_messages, prior)

@@ -1,0 +1,263 @@
+"""Phases 5 to 9 for one call: input guardrails, execution, output guardrails, post hooks, shaping.
+
+``execute`` runs one admitted call to its one result: under its cancel scope
+(timeout, cancellation, sibling abort) when it has one, its concurrency slot,
+its backend, and the journal of a durable run; then records the result and
+lets the post hooks observe it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from time import perf_counter
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from toolsched.context import ToolContext
+from toolsched.errors import GuardrailTripped
+from toolsched.events import new_tool_finished, new_tool_started
+from toolsched.executor.durable import JournalFailed
+from toolsched.executor.turn import DONE, RUNNING, Job, Turn
+from toolsched.guardrails import GuardrailEvent, Guardrails
+from toolsched.hooks import new_hook_event
+from toolsched.results import ErrorKind, ToolResult, detached, new_result
+from toolsched.runstate import NestedHold
+from toolsched.shaping import fits_as_is, shape_output
+
+__all__ = ["answer_unstarted", "execute"]
+
+logger = logging.getLogger("toolsched")
+
+# Failures of the tool itself: they can abort the batch's siblings and end a raising run.
+_EXECUTION_FAILURES = frozenset({"execution_error", "timeout"})
+
+SKIPPED = "not run: the run was steered away before this call started"
+
+
+class _Rejected(Exception):
+    """A guardrail refused a call (internal)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+async def answer_unstarted(
+    jobs: list[Job], turn: Turn, kind: ErrorKind, message: str, batch: int | None = None
+) -> None:
+    """Answers calls that will not run; one cancelled on its own keeps its own reason."""
+    for job in jobs:
+        job.state = DONE
+        if job.cancel_reason is not None:
+            await turn.answer(job.slot, job.call, job.tool.name, "cancelled", job.cancel_reason, batch)
+        else:
+            await turn.answer(job.slot, job.call, job.tool.name, kind, message, batch)
+
+
+async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
+    """Phases 5 to 9 for one call: input guardrails, execute, output guardrails, post hooks, shape, record."""
+    tool = job.tool
+    call = job.call
+    emit = turn.emit
+    settings = turn.settings
+    if job.cancel_reason is not None or turn.abort is not None or turn.halt is not None:
+        # Stopped before it started: answered without running.
+        if turn.abort is not None:
+            await answer_unstarted([job], turn, "cancelled", f"not run: {turn.abort}", batch)
+        else:
+            await answer_unstarted([job], turn, "skipped", turn.halt or SKIPPED, batch)
+        if emit is not None:
+            await emit.flush()
+        return
+    job.state = RUNNING
+    scope = None
+    input_guardrails = settings.input_guardrails
+    if job.facts.scoped or turn.scoped:
+        # ``move_on_after`` builds the backend's scope directly (``CancelScope()``
+        # initialises it twice). The deadline waits for the input guardrails and
+        # the concurrency slot when there are any.
+        deferred = tool.max_concurrency is not None or input_guardrails is not None
+        scope = job.scope = anyio.move_on_after(None if deferred else tool.timeout)
+    ctx = None
+    if job.facts.takes_context:
+        ctx = job.ctx = turn.context_for(job, job.declare_cancelled)
+    if emit is not None:
+        emit(new_tool_started(call.id, tool.name, batch, True, None))
+    error: str | None = None
+    kind: ErrorKind | None = None
+    output: Any = None
+    cause: BaseException | None = None
+    started = perf_counter()
+    # The tool's body runs here, or on the backend the tool names.
+    remote = settings.remote
+    invoke = remote.get(tool, job.facts.invoke) if remote else job.facts.invoke
+    try:
+        if scope is None:
+            if input_guardrails is not None:
+                await _guard(input_guardrails, job, None, turn)
+            if turn.durable is not None:
+                await turn.durable.started(call.id, job.args)
+            if tool.max_concurrency is None:
+                output = await invoke(job.args, ctx)
+            else:
+                output = await _invoke_limited(job, invoke, ctx, None)
+        else:
+            # A scope cancelled before it is entered (say by an event callback
+            # on ToolStarted) stops the call at its first checkpoint.
+            with scope:
+                if input_guardrails is not None:
+                    await _guard(input_guardrails, job, None, turn)
+                    if tool.timeout is not None and tool.max_concurrency is None:
+                        scope.deadline = anyio.current_time() + tool.timeout
+                if turn.durable is not None:
+                    await turn.durable.started(call.id, job.args)
+                if tool.max_concurrency is None:
+                    output = await invoke(job.args, ctx)
+                else:
+                    output = await _invoke_limited(job, invoke, ctx, scope)
+            job.scope = None
+            if scope.cancelled_caught:
+                kind, error = _stopped(job)
+        if kind is None and settings.output_guardrails is not None:
+            await _guard(settings.output_guardrails, job, output, turn)
+    except _Rejected as exc:
+        kind, error, output = "guardrail_rejected", exc.message, None
+    except NestedHold as hold:
+        # The call's nested run waits for approvals: no result yet, the run ends interrupted.
+        _close(job, ctx)
+        if turn.parked is None:
+            turn.parked = []
+        turn.parked.append((job, hold.record))
+        if emit is not None:
+            await emit.flush()
+        return
+    except JournalFailed:
+        raise
+    except Exception as exc:
+        if anyio.current_effective_deadline() == -math.inf:
+            # The run itself is being cancelled and the tool turned that into
+            # an error: this checkpoint raises the run's cancellation instead.
+            _close(job, ctx)
+            await anyio.lowlevel.checkpoint()
+        if scope is not None and scope.cancel_called:
+            # The tool turned its own cancellation into an exception: still a cancellation.
+            kind, error = _stopped(job)
+        else:
+            kind, error, cause = "execution_error", settings.describe_failure(exc, call), exc
+    except BaseException:
+        # The run itself is cancelled: no result, and nothing reported after this.
+        _close(job, ctx)
+        raise
+    duration_ms = (perf_counter() - started) * 1000.0
+    if ctx is not None:
+        if job.declared:
+            kind, error, cause, output = "cancelled", job.cancel_reason, None, None
+        ctx.finish(kind is not None and kind != "execution_error")
+    truncated = False
+    offload_path = None
+    if kind is None and not fits_as_is(output, tool):
+        try:
+            output, truncated, offload_path = await shape_output(output, tool, call.id, settings.offload_dir)
+        except Exception as exc:
+            kind, error, cause = "execution_error", f"the output of `{tool.name}` could not be shaped: {exc}", exc
+            output = None
+    result = new_result(
+        call.id,
+        tool.name,
+        output,
+        error,
+        kind,
+        kind is not None,
+        duration_ms,
+        concurrent,
+        batch,
+        truncated,
+        offload_path,
+    )
+    if turn.durable is not None:
+        await turn.durable.finished(result)
+    job.state = DONE
+    # ``turn.record``, written out: this runs once per call.
+    turn.completed.append(result)
+    turn.slots.append(job.slot)
+    if emit is not None:
+        emit(new_tool_finished(result, None))
+    if kind is not None and kind in _EXECUTION_FAILURES:
+        _failed(job, result, cause, turn)
+    if turn.view.post_hooked:
+        # Phase 8: ``post_tool_use`` or ``post_tool_use_failure``; they observe, their errors are logged.
+        policy = turn.view.policies[job.index]
+        hooks = policy.post_success if kind is None else policy.post_failure
+        if hooks:
+            event = new_hook_event(call.id, tool.name, detached(job.args), batch, result, turn.context)
+            for hook in hooks:
+                try:
+                    await hook.invoke(event)
+                except Exception:
+                    logger.warning("%s failed on call %s", hook.label, call.id, exc_info=True)
+    if emit is not None and emit.pending:
+        await emit.flush()
+
+
+def _failed(job: Job, result: ToolResult, cause: BaseException | None, turn: Turn) -> None:
+    """A call failed: note it if it ends the run, and abort its batch if that is the policy."""
+    tool = job.tool
+    settings = turn.settings
+    if (result.error_kind == "execution_error" and settings.on_error == "raise") or (
+        result.error_kind == "timeout" and tool.timeout_behavior == "raise"
+    ):
+        if turn.failures is None:
+            turn.failures = []
+        turn.failures.append((job.slot, result, cause))
+    aborts = settings.abort_siblings_on_error or tool.abort_siblings_on_error
+    if aborts and turn.abort is None and len(turn.batch) > 1:
+        turn.abort = f"call {job.call.id} (`{tool.name}`) failed and cancelled the rest of its batch"
+        for sibling in turn.batch:
+            if sibling.state == RUNNING:
+                sibling.cancel(f"`{sibling.tool.name}` was cancelled: {turn.abort}")
+
+
+def _close(job: Job, ctx: ToolContext | None) -> None:
+    """A call ends here without a result of its own (its run is cancelled, or it waits in a nested run)."""
+    job.state = DONE
+    if ctx is not None:
+        ctx.finish(True)
+
+
+def _stopped(job: Job) -> tuple[ErrorKind, str]:
+    """Why a call's scope stopped it: a cancellation (which wins) or its deadline."""
+    if job.cancel_reason is not None:
+        return "cancelled", job.cancel_reason
+    return "timeout", f"`{job.tool.name}` did not finish within {job.tool.timeout} seconds"
+
+
+async def _invoke_limited(
+    job: Job,
+    invoke: Callable[[Any, ToolContext | None], Awaitable[Any]],
+    ctx: ToolContext | None,
+    scope: anyio.CancelScope | None,
+) -> Any:
+    """Calls the tool under its concurrency cap; its timeout counts from when it gets a slot."""
+    timeout = job.tool.timeout
+    async with job.facts.limiter():
+        if scope is not None and timeout is not None:
+            scope.deadline = anyio.current_time() + timeout
+        return await invoke(job.args, ctx)
+
+
+async def _guard(guardrails: Guardrails, job: Job, output: Any, turn: Turn) -> None:
+    """Runs input (``output`` None) or output guardrails; raises ``_Rejected`` with the refusal."""
+    stage = guardrails.stage
+    event = GuardrailEvent(stage, job.call.id, job.tool.name, detached(job.args), output, turn.context)
+    try:
+        refusal = await guardrails.refusal(event)
+    except GuardrailTripped as exc:
+        if turn.tripped is None:
+            turn.tripped = exc
+        raise _Rejected(exc.message) from None
+    if refusal is not None:
+        raise _Rejected(refusal)

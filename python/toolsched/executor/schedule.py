@@ -1,0 +1,517 @@
+"""Running a turn's admitted calls under its strategy, on one worker pool that grows only when calls wait.
+
+Spawning a task costs more than running a no-op tool call end to end, so
+calls run on a pool that starts with one worker (the calling task) and adds
+another each time a running call first suspends on the event loop, up to the
+concurrency cap: calls that never wait run back to back with no task at all;
+calls that wait overlap exactly as if every worker had been started up front.
+
+Sequential, Parallel, Batched and Partitioned run the engine's batches one
+after another (steering and interrupts checked between them); ResourceAware
+runs the whole turn as one graph, each call starting once every earlier call
+it conflicts with has finished.
+"""
+
+from __future__ import annotations
+
+import heapq
+import inspect
+import logging
+from collections.abc import Callable, Coroutine, Generator, Sequence
+from typing import Any
+
+import anyio
+
+from toolsched import _core
+from toolsched.errors import GuardrailTripped, ToolCallFailed, ToolTimeoutError
+from toolsched.events import BatchFinished, BatchStarted
+from toolsched.executor.call import SKIPPED, answer_unstarted, execute
+from toolsched.executor.settings import Steering
+from toolsched.executor.turn import Job, Turn, judge
+from toolsched.hooks import BatchEvent, Hook, HookTimeout
+from toolsched.results import Decision, ToolCall, ToolResult, detached
+from toolsched.strategies import resolve_cap
+from toolsched.tools import Access
+
+__all__ = ["Resume", "run_jobs", "run_pool", "run_until_suspended"]
+
+logger = logging.getLogger("toolsched")
+
+
+# -- the pool -----------------------------------------------------------------------
+
+
+class Resume:
+    """Awaits the rest of a coroutine that its caller started by hand and that suspended, yielding ``first``.
+
+    A worker runs each call's coroutine up to its first suspension itself
+    (``coroutine.send(None)``): a call that finishes without waiting costs no
+    wrapper at all, and one that waits is handed to this, which passes
+    ``first`` and everything after it to the event loop unchanged and
+    everything sent or thrown back in unchanged, so the whole behaves as a
+    plain ``await`` on asyncio and trio alike (cancellation included).
+    """
+
+    __slots__ = ("_coroutine", "_first")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, Any], first: Any) -> None:
+        self._coroutine = coroutine
+        self._first = first
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coroutine = self._coroutine
+        yielded = self._first
+        while True:
+            try:
+                sent = yield yielded
+            except GeneratorExit:
+                coroutine.close()
+                raise
+            except BaseException as thrown:
+                try:
+                    yielded = coroutine.throw(thrown)
+                except StopIteration as finished:
+                    return finished.value
+            else:
+                try:
+                    yielded = coroutine.send(sent)
+                except StopIteration as finished:
+                    return finished.value
+
+
+def run_until_suspended(coroutine: Coroutine[Any, Any, None]) -> Resume | None:
+    """Runs ``coroutine`` up to its first suspension: None when it finished, else what awaits the rest of it."""
+    try:
+        first = coroutine.send(None)
+    except StopIteration:
+        return None
+    return Resume(coroutine, first)
+
+
+class _Ready:
+    """The work of a pool: hands out ready items and learns when each is done (internal).
+
+    The plain form hands out a list in order and never waits. ``ResourceAware``
+    subclasses it with the conflict graph: finishing a call may make later
+    calls ready, and workers wait while calls run but none is ready.
+    """
+
+    __slots__ = ("_items", "_position")
+
+    # Whether ``done`` does anything: the plain form skips awaiting it.
+    tracks_done = False
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self._items = items
+        self._position = 0
+
+    def take(self) -> Any:
+        """The next item to start, or None when none is ready now."""
+        position = self._position
+        if position < len(self._items):
+            self._position = position + 1
+            return self._items[position]
+        return None
+
+    def has_ready(self) -> bool:
+        return self._position < len(self._items)
+
+    async def done(self, item: Any) -> None:
+        """An item finished (the graph releases what waited for it)."""
+
+    def over(self) -> bool:
+        """No item will ever become ready again: idle workers leave."""
+        return True
+
+
+async def run_pool(
+    ready: _Ready | Sequence[Any], concurrency: int, work: Callable[[Any], Coroutine[Any, Any, None]]
+) -> None:
+    """Runs ``work(item)`` for every item ``ready`` hands out, at most ``concurrency`` at once.
+
+    ``ready`` is a list (items start in order) or a ``_Ready`` source. ``work``
+    must return a coroutine. An exception from ``work`` cancels the other
+    workers and propagates, as in a task group.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    source = ready if isinstance(ready, _Ready) else _Ready(ready)
+    workers = 1
+    running = 0
+    waiting = 0
+    # Made when a worker first waits: most pools never wait, and an event costs microseconds.
+    wake: anyio.Event | None = None
+
+    async with anyio.create_task_group() as group:
+
+        def grow() -> None:
+            nonlocal workers
+            if workers < concurrency and source.has_ready():
+                workers += 1
+                group.start_soon(worker)
+
+        async def worker() -> None:
+            nonlocal running, waiting, wake
+            take = source.take
+            tracks_done = source.tracks_done
+            while True:
+                item = take()
+                if item is not None:
+                    running += 1
+                    suspended = run_until_suspended(work(item))
+                    if suspended is not None:
+                        grow()
+                        await suspended
+                    running -= 1
+                    if tracks_done:
+                        await source.done(item)
+                    if waiting and wake is not None:
+                        wake.set()
+                        wake = None
+                elif running == 0 or source.over():
+                    return
+                else:
+                    if wake is None:
+                        wake = anyio.Event()
+                    event = wake
+                    waiting += 1
+                    try:
+                        await event.wait()
+                    finally:
+                        waiting -= 1
+
+        await worker()
+
+
+# -- running a turn -----------------------------------------------------------------
+
+
+async def run_jobs(jobs: list[Job], turn: Turn, steering: Steering | None) -> list[Any]:
+    """Runs the admitted calls; meanwhile the run can be interrupted and its calls cancelled.
+
+    Returns the steering messages when steering stopped the run.
+    """
+    settings = turn.settings
+    # Read when a run starts (the environment may say), whatever the turn holds.
+    cap = resolve_cap(settings.strategy)
+    turn.jobs = jobs
+    turn.live.add(turn)
+    try:
+        if len(jobs) == 1 and turn.emit is None and not settings.pre_batch and not settings.post_batch:
+            # One call, no batch hooks, no events: batch 0 without the batch bookkeeping.
+            # Nothing has awaited since the run was registered, so no interrupt can be pending.
+            turn.batch = jobs
+            await execute(jobs[0], 0, False, turn)
+            if turn.tripped is not None:
+                raise _trip(turn)
+            if turn.failures is not None:
+                await _raise_failure([], turn, turn.failures)
+            return []
+        if settings.strategy.kind == "resource_aware":
+            return await _run_graph(jobs, turn, cap, steering)
+        return await _run_batches(jobs, turn, cap, steering)
+    finally:
+        turn.live.discard(turn)
+
+
+def _batches(jobs: list[Job], turn: Turn, cap: int) -> list[tuple[int, int, int]]:
+    strategy = turn.settings.strategy
+    if len(jobs) <= 1:
+        return [(0, len(jobs), 1)] if jobs else []
+    if strategy.kind == "partitioned":
+        # Most tools declare a constant: the tool is asked only when it judges its arguments.
+        safe = [job.facts.static_safe if job.facts.static_safe is not None else _is_safe(job) for job in jobs]
+    else:
+        safe = [False] * len(jobs)
+    size = getattr(strategy, "size", 1)
+    batches: list[tuple[int, int, int]] = _core.plan_batches(strategy.kind, safe, max_concurrency=cap, size=size)
+    return batches
+
+
+def _is_safe(job: Job) -> bool:
+    return judge(job, job.facts.static_safe, job.tool.is_concurrency_safe, False, "running the call alone")
+
+
+def _aborts(jobs: Sequence[Job], turn: Turn) -> bool:
+    return turn.settings.abort_siblings_on_error or any(job.tool.abort_siblings_on_error for job in jobs)
+
+
+async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering | None) -> list[Any]:
+    """The planned batches one after another, with steering and interrupts checked between them."""
+    settings = turn.settings
+    for number, (start, end, concurrency) in enumerate(_batches(jobs, turn, cap)):
+        if turn.halt is not None:
+            await answer_unstarted(jobs[start:], turn, "skipped", turn.halt)
+            return []
+        if number and steering is not None:
+            messages = await _steer(steering)
+            if messages:
+                await answer_unstarted(jobs[start:], turn, "skipped", SKIPPED)
+                return list(messages)
+        batch = jobs[start:end]
+        concurrent = concurrency > 1 and len(batch) > 1
+        turn.batch = batch
+        turn.scoped = concurrent and _aborts(batch, turn)
+        if turn.emit is not None:
+            turn.emit(BatchStarted(number, tuple(job.call.id for job in batch), concurrent))
+        blocked = await _before_batch(batch, number, concurrent, turn) if settings.pre_batch else None
+        if blocked is not None:
+            await answer_unstarted(batch, turn, "hook_blocked", blocked, number)
+        elif concurrent:
+            await _run_concurrent(batch, concurrency, number, turn)
+        else:
+            for job in batch:
+                await execute(job, number, False, turn)
+        turn.abort = None
+        turn.scoped = False
+        if settings.post_batch:
+            await _after_batch(batch, number, concurrent, turn)
+        if turn.emit is not None:
+            turn.emit(BatchFinished(number, tuple(job.call.id for job in batch)))
+            if turn.emit.pending:
+                await turn.emit.flush()
+        if turn.tripped is not None:
+            raise _trip(turn)
+        if turn.failures is not None:
+            await _raise_failure(jobs[end:], turn, turn.failures)
+    return []
+
+
+async def _run_concurrent(batch: list[Job], concurrency: int, number: int, turn: Turn) -> None:
+    await run_pool(batch, concurrency, lambda job: execute(job, number, True, turn))
+
+
+async def _steer(steering: Steering) -> Sequence[Any] | None:
+    messages = steering()
+    if inspect.isawaitable(messages):
+        messages = await messages
+    return messages
+
+
+def _access(job: Job) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """The call's declared ``(reads, writes)``, or None when unknown (it then conflicts with every call)."""
+    try:
+        access = job.tool.resources(job.args)
+    except Exception:
+        logger.warning(
+            "resources() of %s raised; the call conflicts with every other call", job.tool.name, exc_info=True
+        )
+        return None
+    if access is None:
+        return None
+    if not isinstance(access, Access):
+        logger.warning(
+            "resources() of %s returned %r, not a toolsched.Access; the call conflicts with every other call",
+            job.tool.name,
+            access,
+        )
+        return None
+    return access.reads, access.writes
+
+
+class _Graph(_Ready):
+    """``ResourceAware``'s ready calls: a call is ready once every earlier call it conflicts with finished.
+
+    Ready calls start earliest in model order first. Steering is checked after
+    each call while calls remain unstarted; a raising failure or a tripped
+    guardrail stops new starts.
+    """
+
+    tracks_done = True
+
+    __slots__ = (
+        "_dependent_offsets",
+        "_dependents",
+        "_heap",
+        "_remaining",
+        "_steering",
+        "_turn",
+        "accesses",
+        "count",
+        "failure",
+        "messages",
+        "started",
+        "stopped",
+        "taken",
+    )
+
+    def __init__(self, jobs: list[Job], turn: Turn, steering: Steering | None) -> None:
+        super().__init__(jobs)
+        count = len(jobs)
+        self.accesses = accesses = [_access(job) for job in jobs]
+        wait_offsets, _, self._dependent_offsets, self._dependents = _core.plan_conflicts(accesses)
+        self._remaining = [wait_offsets[i + 1] - wait_offsets[i] for i in range(count)]
+        self._heap = [i for i in range(count) if self._remaining[i] == 0]  # ascending, so already a heap
+        self._turn = turn
+        self._steering = steering
+        self.count = count
+        self.started = bytearray(count)
+        self.taken = 0
+        self.stopped = False
+        self.failure: Exception | None = None
+        self.messages: list[Any] = []
+
+    def take(self) -> Any:
+        if not self._heap or self.stopped:
+            return None
+        index = heapq.heappop(self._heap)
+        self.started[index] = 1
+        self.taken += 1
+        return index
+
+    def has_ready(self) -> bool:
+        return bool(self._heap) and not self.stopped
+
+    def over(self) -> bool:
+        return self.stopped
+
+    async def done(self, item: Any) -> None:
+        index: int = item
+        first, end = self._dependent_offsets[index], self._dependent_offsets[index + 1]
+        if first != end:
+            remaining = self._remaining
+            for later in self._dependents[first:end]:
+                remaining[later] -= 1
+                if remaining[later] == 0:
+                    heapq.heappush(self._heap, later)
+        turn = self._turn
+        if turn.tripped is not None or turn.failures is not None:
+            self.stopped = True
+        elif self._steering is not None and self.taken < self.count and not self.stopped:
+            try:
+                messages = await _steer(self._steering)
+            except Exception as exc:
+                # Raised from the run as it is, not inside the pool's exception group.
+                self.failure = exc
+                self.stopped = True
+                return
+            if messages and not self.stopped:
+                self.stopped = True
+                self.messages = list(messages)
+
+
+async def _run_graph(jobs: list[Job], turn: Turn, cap: int, steering: Steering | None) -> list[Any]:
+    """``ResourceAware``: the whole turn is batch 0, run as a conflict graph.
+
+    The engine plans the waits from the declared resources in one crossing. A
+    failure that aborts its siblings cancels every call still running or
+    waiting; a call of unknown resources waits for every earlier call, and
+    every later one waits for it.
+    """
+    count = len(jobs)
+    if count == 0:
+        return []
+    settings = turn.settings
+    emit = turn.emit
+    workers_cap = min(cap, count)
+    concurrent = workers_cap > 1
+    turn.batch = jobs
+    turn.scoped = concurrent and _aborts(jobs, turn)
+    if emit is not None:
+        emit(BatchStarted(0, tuple(job.call.id for job in jobs), concurrent))
+    blocked = await _before_batch(jobs, 0, concurrent, turn) if settings.pre_batch else None
+    messages: list[Any] = []
+    unstarted: list[Job] = []
+    if blocked is not None:
+        await answer_unstarted(jobs, turn, "hook_blocked", blocked, 0)
+    elif count == 1:
+        # Nothing to plan: no crossing, no task.
+        await execute(jobs[0], 0, False, turn)
+    else:
+        graph = _Graph(jobs, turn, steering)
+        # A call of unknown resources waits for every earlier call, and every later one waits for it.
+        overlaps = [concurrent and access is not None for access in graph.accesses]
+        await run_pool(graph, workers_cap, lambda index: execute(jobs[index], 0, overlaps[index], turn))
+        if graph.failure is not None:
+            raise graph.failure
+        messages = graph.messages
+        unstarted = [jobs[index] for index in range(count) if not graph.started[index]]
+    turn.abort = None
+    turn.scoped = False
+    if messages and turn.failures is None:
+        await answer_unstarted(unstarted, turn, "skipped", SKIPPED)
+    if settings.post_batch:
+        await _after_batch(jobs, 0, concurrent, turn)
+    if emit is not None:
+        emit(BatchFinished(0, tuple(job.call.id for job in jobs)))
+        await emit.flush()
+    if turn.tripped is not None:
+        raise _trip(turn)
+    if turn.failures is not None:
+        await _raise_failure(unstarted, turn, turn.failures)
+    return messages
+
+
+async def _raise_failure(
+    rest: list[Job], turn: Turn, failures: list[tuple[int, ToolResult, BaseException | None]]
+) -> None:
+    """Ends a run whose batch had a raising failure: the first in model order is raised.
+
+    The calls that did not start are answered as skipped first, so the
+    error carries a result for every call.
+    """
+    failures = sorted(failures, key=lambda failure: failure[0])
+    _, first, cause = failures[0]
+    reason = f"not run: call {first.call_id} (`{first.tool_name}`) failed"
+    await answer_unstarted(rest, turn, "skipped", reason)
+    if turn.emit is not None:
+        await turn.emit.flush()
+    error = ToolTimeoutError if first.error_kind == "timeout" else ToolCallFailed
+    raise error(first, [failure[1] for failure in failures[1:]], turn.ordered_partial()) from cause
+
+
+def _trip(turn: Turn) -> GuardrailTripped:
+    tripped = turn.tripped
+    assert tripped is not None
+    tripped.results = tuple(turn.ordered_partial())
+    return tripped
+
+
+# -- batch hooks --------------------------------------------------------------------
+
+
+def _batch_event(batch: list[Job], number: int, concurrent: bool, turn: Turn, done: bool) -> BatchEvent:
+    calls = tuple(ToolCall(job.call.id, job.tool.name, detached(job.args)) for job in batch)
+    results: tuple[ToolResult, ...] = ()
+    if done:
+        ids = {job.call.id for job in batch}
+        results = tuple(result for result in turn.ordered_partial() if result.call_id in ids)
+    return BatchEvent(number, calls, concurrent, results, turn.context)
+
+
+def _batch_hooks(hooks: tuple[Hook, ...], batch: list[Job]) -> list[Hook]:
+    return [hook for hook in hooks if any(hook.matcher.matches((job.tool.name, *job.tool.aliases)) for job in batch)]
+
+
+async def _before_batch(batch: list[Job], number: int, concurrent: bool, turn: Turn) -> str | None:
+    """``pre_batch`` hooks; a deny, an error or a timeout blocks the whole batch (the reason is returned)."""
+    hooks = _batch_hooks(turn.settings.pre_batch, batch)
+    if not hooks:
+        return None
+    event = _batch_event(batch, number, concurrent, turn, False)
+    for hook in hooks:
+        try:
+            answer = await hook(event)
+        except HookTimeout as exc:
+            return f"{hook.label} {exc}; the batch was blocked"
+        except Exception as exc:
+            logger.warning("%s failed on batch %d", hook.label, number, exc_info=True)
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            return f"{hook.label} failed ({detail}); the batch was blocked"
+        if isinstance(answer, Decision) and answer.behavior == "deny":
+            return answer.reason or f"blocked by {hook.label}"
+        if answer is not None and not isinstance(answer, Decision):
+            return f"{hook.label} returned {answer!r}, not None or a Decision; the batch was blocked"
+    return None
+
+
+async def _after_batch(batch: list[Job], number: int, concurrent: bool, turn: Turn) -> None:
+    hooks = _batch_hooks(turn.settings.post_batch, batch)
+    if not hooks:
+        return
+    event = _batch_event(batch, number, concurrent, turn, True)
+    for hook in hooks:
+        try:
+            await hook(event)
+        except Exception:
+            logger.warning("%s failed on batch %d", hook.label, number, exc_info=True)

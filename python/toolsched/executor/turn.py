@@ -1,0 +1,384 @@
+"""The Turn: one run's calls in, one result per call out, in model order.
+
+A turn is planned once (``plan_calls``: the engine's lookup, dedup and
+validation, decoded in one place), its runnable calls become ``Job``s, and it
+ends in one place (``Turn.finish``): every result in model order, or, when
+calls wait for a person, the state to resume from.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import anyio
+
+from toolsched import _core
+from toolsched.context import ToolContext
+from toolsched.errors import GuardrailTripped, UnknownToolError
+from toolsched.events import Event, ToolFinished, ToolStarted
+from toolsched.executor.durable import RunJournal
+from toolsched.executor.emitter import Emitter
+from toolsched.executor.settings import Settings
+from toolsched.executor.view import View
+from toolsched.hooks import UpdateFilter
+from toolsched.outcome import Outcome, new_outcome
+from toolsched.registry import SEARCH_TOOL_NAME
+from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult, args_digest, detached, new_result
+from toolsched.runstate import CallRecord, ChildRecord, RunState, new_state
+from toolsched.tools import Tool, ToolFacts
+
+__all__ = ["DONE", "PENDING", "RUNNING", "Held", "Job", "Plan", "Turn", "judge", "plan_calls"]
+
+logger = logging.getLogger("toolsched")
+
+# The life of a job: waiting for a worker, running, answered.
+PENDING, RUNNING, DONE = 0, 1, 2
+
+
+class Job:
+    """One runnable call of a turn (internal, mutable while the turn runs)."""
+
+    __slots__ = (
+        "args",
+        "call",
+        "cancel_reason",
+        "ctx",
+        "declared",
+        "facts",
+        "index",
+        "scope",
+        "slot",
+        "state",
+        "tool",
+    )
+
+    def __init__(self, slot: int, call: ToolCall, tool: Tool, facts: ToolFacts, args: Any, index: int) -> None:
+        self.slot = slot
+        self.call = call
+        self.tool = tool
+        self.facts = facts
+        self.args = args
+        self.index = index
+        self.state = PENDING
+        self.scope: anyio.CancelScope | None = None
+        self.cancel_reason: str | None = None
+        self.ctx: ToolContext | None = None
+        # Set when the tool cancelled its own call (``ctx.cancel``): it ends cancelled whatever follows.
+        self.declared = False
+
+    def cancel(self, message: str) -> bool:
+        """Asks the call to stop with a ``cancelled`` result carrying ``message``.
+
+        Returns whether it will: a call not started yet never starts, and a
+        running call in a cancel scope is stopped. A running call without one
+        can only be asked (``ctx.cancelled`` turns true) and keeps its own result.
+        """
+        if self.state == DONE:
+            return False
+        if self.ctx is not None:
+            self.ctx.request_cancel()
+        if self.state == PENDING or self.scope is not None:
+            if self.cancel_reason is None:
+                self.cancel_reason = message
+            if self.scope is not None:
+                self.scope.cancel()
+            return True
+        return False
+
+    def declare_cancelled(self, message: str) -> None:
+        """The tool cancelled its own call: its result is ``cancelled``, and a scope stops it now."""
+        if self.state == DONE:
+            return
+        if self.cancel_reason is None:
+            self.cancel_reason = message
+        self.declared = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+
+def judge(
+    job: Job, static: bool | None, judgement: Callable[[Any], bool], if_it_raises: bool, consequence: str
+) -> bool:
+    """A per-call flag: the tool's constant when it has one, else its judgement of the
+    arguments; a judgement that raises counts as the fail-closed answer."""
+    if static is not None:
+        return static
+    try:
+        return bool(judgement(job.args))
+    except Exception:
+        logger.warning("%s of %s raised; %s", judgement.__name__, job.tool.name, consequence, exc_info=True)
+        return if_it_raises
+
+
+class Held:
+    """A call waiting for a person's decision (internal)."""
+
+    __slots__ = ("digest", "fingerprint", "job", "reason")
+
+    def __init__(self, job: Job, reason: str, digest: str, fingerprint: str) -> None:
+        self.job = job
+        self.reason = reason
+        self.digest = digest
+        self.fingerprint = fingerprint
+
+
+class Plan:
+    """The engine's plan of a list of calls, decoded (internal).
+
+    ``calls`` are the planned calls by slot (first occurrences, model order);
+    ``tools``/``args`` the tool index and validated arguments of each slot;
+    ``refused`` the slots the engine answered, with the error kind and message;
+    ``duplicates`` the calls dropped for repeating an ID.
+    """
+
+    __slots__ = ("args", "calls", "duplicates", "refused", "tools")
+
+    def __init__(
+        self,
+        calls: list[ToolCall],
+        tools: list[int],
+        args: list[Any],
+        refused: dict[int, tuple[ErrorKind, str]],
+        duplicates: list[Duplicate],
+    ) -> None:
+        self.calls = calls
+        self.tools = tools
+        self.args = args
+        self.refused = refused
+        self.duplicates = duplicates
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    def job(self, view: View, slot: int, turn_slot: int | None = None) -> Job:
+        """The job of a planned slot that the engine did not refuse (``turn_slot`` places it in the turn)."""
+        index = self.tools[slot]
+        return Job(
+            slot if turn_slot is None else turn_slot,
+            self.calls[slot],
+            view.tools[index],
+            view.facts[index],
+            self.args[slot],
+            index,
+        )
+
+    def jobs(self, view: View) -> list[Job]:
+        """The job of every slot the engine did not refuse, in model order."""
+        tools, facts, calls, args = view.tools, view.facts, self.calls, self.args
+        refused = self.refused
+        if not refused:
+            return [
+                Job(slot, calls[slot], tools[index], facts[index], args[slot], index)
+                for slot, index in enumerate(self.tools)
+            ]
+        return [
+            Job(slot, calls[slot], tools[index], facts[index], args[slot], index)
+            for slot, index in enumerate(self.tools)
+            if slot not in refused
+        ]
+
+    def tool_name(self, view: View, slot: int) -> str:
+        """The canonical name of a slot's tool, or the name the model used when there is none."""
+        index = self.tools[slot]
+        return view.tools[index].name if index >= 0 else self.calls[slot].name
+
+
+def plan_calls(settings: Settings, view: View, calls: list[ToolCall]) -> Plan:
+    """One crossing into the engine for a list of calls: lookup, dedup by ID, validation."""
+    tool_rows, arg_rows, failures, positions, duplicate_rows = view.table.prepare(
+        calls, view.toolset.disabled_mask(), **settings.limits
+    )
+    planned = calls if positions is None else [calls[index] for index in positions]
+    refused: dict[int, tuple[ErrorKind, str]] = {}
+    for slot, error_kind, message in failures:
+        if error_kind == "unknown_tool":
+            message = unavailable(view, planned[slot].name, message)
+        refused[slot] = (cast(ErrorKind, error_kind), message)
+    duplicates = (
+        [Duplicate(calls[index].id, index, first, differ) for index, first, differ in duplicate_rows]
+        if duplicate_rows
+        else []
+    )
+    return Plan(planned, tool_rows, arg_rows, refused, duplicates)
+
+
+def unavailable(view: View, name: str, message: str) -> str:
+    """The ``unknown_tool`` message, telling how to load a deferred tool that has not been."""
+    toolset = view.toolset
+    member = toolset.by_name.get(name)
+    if member is None or member.name not in toolset.deferred or member.name in toolset.loaded:
+        return message
+    search = f"`{SEARCH_TOOL_NAME}`" if SEARCH_TOOL_NAME in toolset.by_name else "tool search"
+    return (
+        f"tool `{member.name}` is not loaded yet: find it with {search} (which loads it), then call it in a later turn"
+    )
+
+
+class Turn:
+    """Results of one run as they complete, and what the run's calls can see."""
+
+    __slots__ = (
+        "abort",
+        "batch",
+        "completed",
+        "context",
+        "count",
+        "durable",
+        "emit",
+        "failures",
+        "halt",
+        "interactive",
+        "jobs",
+        "live",
+        "parked",
+        "scoped",
+        "settings",
+        "slots",
+        "tripped",
+        "view",
+    )
+
+    def __init__(
+        self,
+        settings: Settings,
+        view: View,
+        count: int,
+        context: Any,
+        emit: Emitter | None,
+        live: set[Turn],
+        durable: RunJournal | None,
+    ) -> None:
+        self.settings = settings
+        self.view = view
+        self.count = count
+        self.context = context
+        self.interactive = settings.interactive
+        self.emit = emit
+        # The executor's runs in progress: a turn is among them while its calls execute.
+        self.live = live
+        self.completed: list[ToolResult] = []
+        self.slots: list[int] = []
+        self.tripped: GuardrailTripped | None = None
+        # Calls whose nested runs wait for approvals: (job, the nested run's record); None when none do.
+        self.parked: list[tuple[Job, ChildRecord]] | None = None
+        # The run's journal when the run is durable: every answer is journaled before it is recorded.
+        self.durable = durable
+        # The calls that reach execution, and the batch running now.
+        self.jobs: Sequence[Job] = ()
+        self.batch: Sequence[Job] = ()
+        # Whether every call of the running batch gets a cancel scope (its siblings may abort it).
+        self.scoped = False
+        # Set when a failure aborts the running batch: why its other calls are cancelled.
+        self.abort: str | None = None
+        # Set by an interrupt: why the calls not started yet are skipped.
+        self.halt: str | None = None
+        # Failures that end the run once their batch settles: (slot, result, exception).
+        self.failures: list[tuple[int, ToolResult, BaseException | None]] | None = None
+
+    def carry(self, slot: int, result: ToolResult) -> None:
+        """Takes over a result from an earlier part of the run (no events: it was reported then)."""
+        self.completed.append(result)
+        self.slots.append(slot)
+
+    def record(self, slot: int, result: ToolResult) -> None:
+        self.completed.append(result)
+        self.slots.append(slot)
+        if self.emit is not None:
+            self.emit(ToolFinished(result))
+
+    async def answer(
+        self, slot: int, call: ToolCall, tool_name: str, kind: ErrorKind, message: str, batch: int | None = None
+    ) -> None:
+        """Answers a call that does not run with an error result (journaled first in a durable run)."""
+        result = new_result(call.id, tool_name, None, message, kind, True, 0.0, False, batch, False, None)
+        if self.durable is not None:
+            await self.durable.finished(result)
+        if self.emit is not None:
+            self.emit(ToolStarted(call.id, tool_name, batch, ran=False))
+        self.record(slot, result)
+
+    async def answer_refused(self, plan: Plan, slot: int, turn_slot: int | None = None) -> None:
+        """Answers a call the engine refused; an unknown tool raises instead when the executor says so."""
+        kind, message = plan.refused[slot]
+        call = plan.calls[slot]
+        if kind == "unknown_tool" and self.settings.unknown_tool == "raise":
+            raise UnknownToolError(message, call_id=call.id, tool_name=call.name)
+        await self.answer(
+            slot if turn_slot is None else turn_slot, call, plan.tool_name(self.view, slot), kind, message
+        )
+
+    def context_for(self, job: Job, cancel_call: Callable[[str], object] | None = None) -> ToolContext:
+        """The ``ToolContext`` a call's tool sees (its updates filtered by ``on_update`` hooks)."""
+        emit: Callable[[Event], None] | None = self.emit
+        if self.view.update_hooked:
+            hooks = self.view.policies[job.index].update
+            if hooks:
+                emit = UpdateFilter(hooks, emit)
+        return ToolContext(job.call.id, job.tool.name, self.context, self.interactive, emit, cancel_call)
+
+    def ordered_partial(self) -> list[ToolResult]:
+        """The results recorded so far, in model order."""
+        return [result for _, result in sorted(zip(self.slots, self.completed, strict=True), key=lambda p: p[0])]
+
+    def ordered(self) -> list[ToolResult]:
+        if self.count == len(self.completed) == 1:
+            return list(self.completed)
+        ordered: list[ToolResult] = _core.assemble(self.count, self.slots, self.completed)
+        return ordered
+
+    def finish(
+        self,
+        slot_calls: Sequence[ToolCall],
+        held: list[Held],
+        duplicates: list[Duplicate],
+        steering_messages: list[Any],
+        prior: RunState | None,
+    ) -> Outcome:
+        """The run's outcome: every result in model order, or, when calls wait, the state to resume from."""
+        if not held and not self.parked:
+            return new_outcome(self.ordered(), duplicates, steering_messages, False, [], None, None)
+        results = dict(zip(self.slots, self.completed, strict=True))
+        waiting = {entry.job.slot: entry for entry in held}
+        parked = {job.slot: (job, child) for job, child in self.parked or ()}
+        records = []
+        for slot, call in enumerate(slot_calls):
+            args = call.args if isinstance(call.args, str) else detached(dict(call.args))
+            result = results.get(slot)
+            if result is not None:
+                records.append(CallRecord(call.id, call.name, args, "done", result=result))
+                continue
+            if slot in parked:
+                job, child = parked[slot]
+                records.append(
+                    CallRecord(
+                        call.id,
+                        call.name,
+                        args,
+                        "nested",
+                        tool=job.tool.name,
+                        fingerprint=self.view.fingerprint(job.index),
+                        request_args=detached(job.args),
+                        digest=args_digest(job.args),
+                        child=child,
+                    )
+                )
+                continue
+            entry = waiting[slot]
+            records.append(
+                CallRecord(
+                    call.id,
+                    call.name,
+                    args,
+                    "pending",
+                    tool=entry.job.tool.name,
+                    fingerprint=entry.fingerprint,
+                    request_args=detached(entry.job.args),
+                    reason=entry.reason,
+                    digest=entry.digest,
+                )
+            )
+        run_id = self.durable.run_id if self.durable is not None else None
+        state = new_state(records, list(duplicates), prior, run_id)
+        return Outcome(self.ordered_partial(), duplicates, steering_messages, True, state.pending, state)
