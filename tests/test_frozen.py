@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 import toolsched as ts
-from toolsched.frozen import positional_builder
+from toolsched.fastpath import positional_builder
 from toolsched.hooks import HookEvent, new_hook_event
 from toolsched.outcome import new_outcome
 from toolsched.results import new_result

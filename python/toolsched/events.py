@@ -10,10 +10,11 @@ Events of the run itself have ``parent_call_id=None``.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from toolsched.frozen import positional_builder
+from toolsched.fastpath import positional_builder
 from toolsched.results import ToolResult
 
 if TYPE_CHECKING:
@@ -139,5 +140,5 @@ def under_parent(event: Event, parent_call_id: str) -> Event:
 
 # Per-call events on the hot path, every field given:
 # ``new_tool_started(call_id, tool_name, batch, ran, parent_call_id)``, ``new_tool_finished(result, parent_call_id)``.
-new_tool_started = positional_builder(ToolStarted)
-new_tool_finished = positional_builder(ToolFinished)
+new_tool_started: Callable[[str, str, int | None, bool, str | None], ToolStarted] = positional_builder(ToolStarted)
+new_tool_finished: Callable[[ToolResult, str | None], ToolFinished] = positional_builder(ToolFinished)

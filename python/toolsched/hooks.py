@@ -25,7 +25,7 @@ import anyio.from_thread
 
 from toolsched.errors import RuleError
 from toolsched.events import Event, ToolUpdated
-from toolsched.frozen import positional_builder
+from toolsched.fastpath import positional_builder
 from toolsched.results import Rewrite, ToolCall, ToolResult
 
 __all__ = ["BatchEvent", "HookEvent", "Hooks", "Rewrite", "UpdateFilter"]
@@ -56,7 +56,9 @@ class HookEvent:
 
 
 # ``new_hook_event(call_id, tool_name, args, batch, result, context)``: hook events are made per call and hook stage.
-new_hook_event = positional_builder(HookEvent)
+new_hook_event: Callable[[str, str, Any, int | None, ToolResult | None, Any], HookEvent] = positional_builder(
+    HookEvent
+)
 
 
 @dataclass(frozen=True, slots=True)

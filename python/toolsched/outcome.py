@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolsched.frozen import positional_builder
+from toolsched.fastpath import positional_builder
 from toolsched.results import Duplicate, ToolResult
 from toolsched.runstate import ApprovalRequest, RunState
 
@@ -41,4 +42,6 @@ class Outcome:
 
 # ``new_outcome(results, duplicates, steering_messages, interrupted, pending, _state, run_id)``:
 # one per run, every field given.
-new_outcome = positional_builder(Outcome)
+new_outcome: Callable[
+    [list[ToolResult], list[Duplicate], list[Any], bool, list[ApprovalRequest], RunState | None, str | None], Outcome
+] = positional_builder(Outcome)

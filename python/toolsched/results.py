@@ -9,11 +9,11 @@ import copy
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
-from toolsched.frozen import positional_builder
+from toolsched.fastpath import positional_builder
 
 __all__ = [
     "ERROR_KINDS",
@@ -132,7 +132,9 @@ class Duplicate:
 
 # Results are made once per call on the hot path: ``new_result(call_id, tool_name, output, error,
 # error_kind, is_error, duration_ms, was_concurrent, batch, truncated, offload_path)``.
-new_result = positional_builder(ToolResult)
+new_result: Callable[
+    [str, str, Any, str | None, ErrorKind | None, bool, float, bool, int | None, bool, str | None], ToolResult
+] = positional_builder(ToolResult)
 
 
 Behavior = Literal["allow", "ask", "deny"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 import inspect
 import logging
-from collections.abc import Callable, Coroutine, Generator, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import anyio
@@ -28,64 +28,18 @@ from toolsched.events import BatchFinished, BatchStarted
 from toolsched.executor.call import SKIPPED, answer_unstarted, execute
 from toolsched.executor.settings import Steering
 from toolsched.executor.turn import Job, Turn, judge
+from toolsched.fastpath import run_until_suspended
 from toolsched.hooks import BatchEvent, Hook, HookTimeout
 from toolsched.results import Decision, ToolCall, ToolResult, detached
 from toolsched.strategies import resolve_cap
 from toolsched.tools import Access
 
-__all__ = ["Resume", "run_jobs", "run_pool", "run_until_suspended"]
+__all__ = ["run_jobs", "run_pool"]
 
 logger = logging.getLogger("toolsched")
 
 
 # -- the pool -----------------------------------------------------------------------
-
-
-class Resume:
-    """Awaits the rest of a coroutine that its caller started by hand and that suspended, yielding ``first``.
-
-    A worker runs each call's coroutine up to its first suspension itself
-    (``coroutine.send(None)``): a call that finishes without waiting costs no
-    wrapper at all, and one that waits is handed to this, which passes
-    ``first`` and everything after it to the event loop unchanged and
-    everything sent or thrown back in unchanged, so the whole behaves as a
-    plain ``await`` on asyncio and trio alike (cancellation included).
-    """
-
-    __slots__ = ("_coroutine", "_first")
-
-    def __init__(self, coroutine: Coroutine[Any, Any, Any], first: Any) -> None:
-        self._coroutine = coroutine
-        self._first = first
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coroutine = self._coroutine
-        yielded = self._first
-        while True:
-            try:
-                sent = yield yielded
-            except GeneratorExit:
-                coroutine.close()
-                raise
-            except BaseException as thrown:
-                try:
-                    yielded = coroutine.throw(thrown)
-                except StopIteration as finished:
-                    return finished.value
-            else:
-                try:
-                    yielded = coroutine.send(sent)
-                except StopIteration as finished:
-                    return finished.value
-
-
-def run_until_suspended(coroutine: Coroutine[Any, Any, None]) -> Resume | None:
-    """Runs ``coroutine`` up to its first suspension: None when it finished, else what awaits the rest of it."""
-    try:
-        first = coroutine.send(None)
-    except StopIteration:
-        return None
-    return Resume(coroutine, first)
 
 
 class _Ready:

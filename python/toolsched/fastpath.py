@@ -1,0 +1,92 @@
+"""The speed tricks of the hot path, in one place: each is paid per call, and each names its benchmark.
+
+- ``positional_builder``: frozen slotted dataclasses made once per call (``ToolResult``,
+  ``ToolStarted``, ``ToolFinished``, ``HookEvent``, ``Outcome``) are built by writing each slot
+  through its descriptor. A frozen dataclass's generated ``__init__`` sets each field through
+  ``object.__setattr__``, a name lookup per field; for an eleven-field ``ToolResult`` that is
+  about 1.7 µs, more than running a no-op tool; a builder takes about half
+  (``python benches/profile_turns.py values``). The builders are typed where they are made.
+- ``run_until_suspended`` / ``Resume``: a worker of the pool (``executor/schedule.py``) steps a
+  call's coroutine itself up to its first suspension, so a call that never waits costs no task
+  and no wrapper (``python benches/compare.py``: a task costs more than a whole no-op call).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, TypeVar
+
+__all__ = ["Resume", "positional_builder", "run_until_suspended"]
+
+T = TypeVar("T")
+
+
+def positional_builder(cls: type[T]) -> Callable[..., T]:
+    """A function taking every field of ``cls`` positionally, in declaration order, and returning the instance."""
+    if not (dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen):  # type: ignore[attr-defined]
+        raise TypeError(f"{cls.__name__} is not a frozen dataclass")
+    if "__slots__" not in cls.__dict__:
+        raise TypeError(f"{cls.__name__} has no slots")
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__} has a __post_init__, which a builder would skip")
+    names = [field.name for field in dataclasses.fields(cls)]
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    for position, name in enumerate(names):
+        namespace[f"_set{position}"] = getattr(cls, name).__set__
+    parameters = ", ".join(f"v{position}" for position in range(len(names)))
+    body = "".join(f"    _set{position}(self, v{position})\n" for position in range(len(names)))
+    source = f"def build({parameters}):\n    self = _new(_cls)\n{body}    return self\n"
+    # The source holds nothing but parameter positions, so nothing outside can reach it.
+    exec(source, namespace)
+    build: Callable[..., T] = namespace["build"]
+    build.__name__ = build.__qualname__ = f"build_{cls.__name__}"
+    build.__doc__ = f"{cls.__name__}({', '.join(names)}), every field given positionally."
+    return build
+
+
+class Resume:
+    """Awaits the rest of a coroutine that its caller started by hand and that suspended, yielding ``first``.
+
+    A worker runs each call's coroutine up to its first suspension itself
+    (``coroutine.send(None)``): a call that finishes without waiting costs no
+    wrapper at all, and one that waits is handed to this, which passes
+    ``first`` and everything after it to the event loop unchanged and
+    everything sent or thrown back in unchanged, so the whole behaves as a
+    plain ``await`` on asyncio and trio alike (cancellation included).
+    """
+
+    __slots__ = ("_coroutine", "_first")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, Any], first: Any) -> None:
+        self._coroutine = coroutine
+        self._first = first
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coroutine = self._coroutine
+        yielded = self._first
+        while True:
+            try:
+                sent = yield yielded
+            except GeneratorExit:
+                coroutine.close()
+                raise
+            except BaseException as thrown:
+                try:
+                    yielded = coroutine.throw(thrown)
+                except StopIteration as finished:
+                    return finished.value
+            else:
+                try:
+                    yielded = coroutine.send(sent)
+                except StopIteration as finished:
+                    return finished.value
+
+
+def run_until_suspended(coroutine: Coroutine[Any, Any, None]) -> Resume | None:
+    """Runs ``coroutine`` up to its first suspension: None when it finished, else what awaits the rest of it."""
+    try:
+        first = coroutine.send(None)
+    except StopIteration:
+        return None
+    return Resume(coroutine, first)
