@@ -31,7 +31,7 @@ from toolsched.executor.durable import RunJournal
 from toolsched.executor.recovery import recovered_jobs
 from toolsched.executor.schedule import run_jobs
 from toolsched.executor.settings import ErrorFormatter, EventCallback, Settings, Steering, format_error
-from toolsched.executor.turn import DONE, RUNNING, Held, Job, Turn, plan_calls
+from toolsched.executor.turn import DONE, RUNNING, Held, Job, Plan, Turn, plan_calls
 from toolsched.executor.view import View
 from toolsched.guardrails import Guardrail
 from toolsched.hooks import Hooks
@@ -223,7 +223,8 @@ class Executor:
             )
         view = self._current_view()
         if view.plain:
-            outcome = await self._run(calls, steering, context, None, view, None)
+            turn, plan = self._open(calls, context, None, view, None, None)
+            outcome = await self._drive(turn, plan, plan.jobs, [], [], plan.calls, plan.duplicates, steering, None)
         else:
             outcome = await self._start(calls, None, steering, context, None, None)
         return outcome if run_id is None else replace(outcome, run_id=run_id)
@@ -513,18 +514,34 @@ class Executor:
         durable: RunJournal | None = None,
     ) -> Outcome:
         """A new turn: plan its calls, answer what the engine refused, run the rest."""
+        if durable is not None:
+            calls = self._checked(calls)
+            await durable.begin(calls)
+        turn, plan = self._open(calls, context, sink, view, parent, durable)
+        return await self._drive(turn, plan, plan.jobs, [], [], plan.calls, plan.duplicates, steering, None)
+
+    @staticmethod
+    def _checked(calls: Iterable[ToolCall]) -> list[ToolCall]:
         calls = calls if isinstance(calls, list) else list(calls)
         for position, call in enumerate(calls):
             if not isinstance(call, ToolCall):
                 raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
-        if durable is not None:
-            await durable.begin(calls)
+        return calls
+
+    def _open(
+        self,
+        calls: Iterable[ToolCall],
+        context: Any,
+        sink: Callable[[Event], Any] | None,
+        view: View,
+        parent: str | None,
+        durable: RunJournal | None,
+    ) -> tuple[Turn, Plan]:
+        """A new turn and the plan of its calls (one crossing into the engine); nothing has run yet."""
         settings = self._settings
-        plan = plan_calls(settings, view, calls)
-        turn = Turn(settings, view, len(plan), context, settings.emitter(sink, parent), self._runs, durable)
-        for slot in plan.refused:
-            await turn.answer_refused(plan, slot)
-        return await self._drive(turn, plan.jobs(view), [], [], plan.calls, plan.duplicates, steering, None)
+        plan = plan_calls(settings, view, self._checked(calls), jobs=True)
+        turn = Turn(settings, view, len(plan.tools), context, settings.emitter(sink, parent), self._runs, durable)
+        return turn, plan
 
     async def _resume(
         self,
@@ -560,7 +577,7 @@ class Executor:
                 await turn.answer_refused(plan, slot, turn_slot)
             else:
                 jobs.append(plan.job(view, slot, turn_slot))
-        return await self._drive(turn, jobs, [], [], slot_calls, state.duplicates, steering, state)
+        return await self._drive(turn, None, jobs, [], [], slot_calls, state.duplicates, steering, state)
 
     async def _recover(self, durable: RunJournal, force: bool, steering: Steering | None, context: Any) -> Outcome:
         """Finishes a journaled run from where its calls were left (see ``recover``)."""
@@ -570,11 +587,12 @@ class Executor:
         plan = plan_calls(settings, view, list(record.turn))
         turn = Turn(settings, view, len(plan), context, settings.emitter(None, None), self._runs, durable)
         fresh, ready, held = await recovered_jobs(turn, plan, record)
-        return await self._drive(turn, fresh, ready, held, plan.calls, plan.duplicates, steering, None)
+        return await self._drive(turn, None, fresh, ready, held, plan.calls, plan.duplicates, steering, None)
 
     async def _drive(
         self,
         turn: Turn,
+        refused: Plan | None,
         fresh: list[Job],
         ready: list[Job],
         held: list[Held],
@@ -583,7 +601,11 @@ class Executor:
         steering: Steering | None,
         prior: RunState | None,
     ) -> Outcome:
-        """What every entry path shares: admit the fresh calls, run them with the ready ones, finish."""
+        """What every entry path shares: answer what the engine refused (``refused``), admit the fresh
+        calls, run them with the ready ones, finish."""
+        if refused is not None and refused.refused:
+            for slot in refused.refused:
+                await turn.answer_refused(refused, slot)
         view = turn.view
         jobs = fresh
         if view.checks_input:

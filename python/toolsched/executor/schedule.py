@@ -18,7 +18,7 @@ import heapq
 import inspect
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -42,55 +42,41 @@ logger = logging.getLogger("toolsched")
 # -- the pool -----------------------------------------------------------------------
 
 
-class _Ready:
-    """The work of a pool: hands out ready items and learns when each is done (internal).
+class _Ready(Protocol):
+    """A source of work that hands out items as they become ready (``ResourceAware``'s conflict graph).
 
-    The plain form hands out a list in order and never waits. ``ResourceAware``
-    subclasses it with the conflict graph: finishing a call may make later
-    calls ready, and workers wait while calls run but none is ready.
+    Finishing an item may make others ready; workers wait while items run but
+    none is ready, and leave once the source is over.
     """
-
-    __slots__ = ("_items", "_position")
-
-    # Whether ``done`` does anything: the plain form skips awaiting it.
-    tracks_done = False
-
-    def __init__(self, items: Sequence[Any]) -> None:
-        self._items = items
-        self._position = 0
 
     def take(self) -> Any:
         """The next item to start, or None when none is ready now."""
-        position = self._position
-        if position < len(self._items):
-            self._position = position + 1
-            return self._items[position]
-        return None
 
-    def has_ready(self) -> bool:
-        return self._position < len(self._items)
+    def has_ready(self) -> bool: ...
 
     async def done(self, item: Any) -> None:
-        """An item finished (the graph releases what waited for it)."""
+        """An item finished (what waited for it may become ready)."""
 
     def over(self) -> bool:
-        """No item will ever become ready again: idle workers leave."""
-        return True
+        """No item will ever become ready again."""
 
 
 async def run_pool(
-    ready: _Ready | Sequence[Any], concurrency: int, work: Callable[[Any], Coroutine[Any, Any, None]]
+    ready: Sequence[Any] | _Ready, concurrency: int, work: Callable[[Any], Coroutine[Any, Any, None]]
 ) -> None:
-    """Runs ``work(item)`` for every item ``ready`` hands out, at most ``concurrency`` at once.
+    """Runs ``work(item)`` for every item, at most ``concurrency`` at once, on workers that grow on suspension.
 
-    ``ready`` is a list (items start in order) or a ``_Ready`` source. ``work``
-    must return a coroutine. An exception from ``work`` cancels the other
-    workers and propagates, as in a task group.
+    ``ready`` is a list (items start in order, every one is ready) or a
+    ``_Ready`` source. ``work`` must return a coroutine. An exception from
+    ``work`` cancels the other workers and propagates, as in a task group.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-    source = ready if isinstance(ready, _Ready) else _Ready(ready)
     workers = 1
+    position = 0
+    items: Sequence[Any] = ready if isinstance(ready, Sequence) else ()
+    total = len(items)
+    source: _Ready | None = None if isinstance(ready, Sequence) else ready
     running = 0
     waiting = 0
     # Made when a worker first waits: most pools never wait, and an event costs microseconds.
@@ -100,16 +86,26 @@ async def run_pool(
 
         def grow() -> None:
             nonlocal workers
-            if workers < concurrency and source.has_ready():
+            if workers < concurrency and (position < total if source is None else source.has_ready()):
                 workers += 1
                 group.start_soon(worker)
 
-        async def worker() -> None:
+        async def take_in_order() -> None:
+            # Every item is ready: a worker takes the next until none is left (no waiting, no bookkeeping).
+            nonlocal position
+            while position < total:
+                item = items[position]
+                position += 1
+                suspended = run_until_suspended(work(item))
+                if suspended is not None:
+                    grow()
+                    await suspended
+
+        async def take_when_ready() -> None:
             nonlocal running, waiting, wake
-            take = source.take
-            tracks_done = source.tracks_done
+            assert source is not None
             while True:
-                item = take()
+                item = source.take()
                 if item is not None:
                     running += 1
                     suspended = run_until_suspended(work(item))
@@ -117,8 +113,7 @@ async def run_pool(
                         grow()
                         await suspended
                     running -= 1
-                    if tracks_done:
-                        await source.done(item)
+                    await source.done(item)
                     if waiting and wake is not None:
                         wake.set()
                         wake = None
@@ -134,6 +129,7 @@ async def run_pool(
                     finally:
                         waiting -= 1
 
+        worker = take_in_order if source is None else take_when_ready
         await worker()
 
 
@@ -212,7 +208,7 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
         if blocked is not None:
             await answer_unstarted(batch, turn, "hook_blocked", blocked, number)
         elif concurrent:
-            await _run_concurrent(batch, concurrency, number, turn)
+            await run_pool(batch, concurrency, _in_batch(number, turn))
         else:
             for job in batch:
                 await execute(job, number, False, turn)
@@ -231,8 +227,9 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
     return []
 
 
-async def _run_concurrent(batch: list[Job], concurrency: int, number: int, turn: Turn) -> None:
-    await run_pool(batch, concurrency, lambda job: execute(job, number, True, turn))
+def _in_batch(number: int, turn: Turn) -> Callable[[Job], Coroutine[Any, Any, None]]:
+    """The work of a concurrent batch's pool: each call executed as part of batch ``number``."""
+    return lambda job: execute(job, number, True, turn)
 
 
 async def _steer(steering: Steering) -> Sequence[Any] | None:
@@ -263,15 +260,13 @@ def _access(job: Job) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     return access.reads, access.writes
 
 
-class _Graph(_Ready):
+class _Graph:
     """``ResourceAware``'s ready calls: a call is ready once every earlier call it conflicts with finished.
 
     Ready calls start earliest in model order first. Steering is checked after
     each call while calls remain unstarted; a raising failure or a tripped
     guardrail stops new starts.
     """
-
-    tracks_done = True
 
     __slots__ = (
         "_dependent_offsets",
@@ -290,7 +285,6 @@ class _Graph(_Ready):
     )
 
     def __init__(self, jobs: list[Job], turn: Turn, steering: Steering | None) -> None:
-        super().__init__(jobs)
         count = len(jobs)
         self.accesses = accesses = [_access(job) for job in jobs]
         wait_offsets, _, self._dependent_offsets, self._dependents = _core.plan_conflicts(accesses)

@@ -133,7 +133,7 @@ class Plan:
     ``duplicates`` the calls dropped for repeating an ID.
     """
 
-    __slots__ = ("args", "calls", "duplicates", "refused", "tools")
+    __slots__ = ("args", "calls", "duplicates", "jobs", "refused", "tools")
 
     def __init__(
         self,
@@ -148,6 +148,8 @@ class Plan:
         self.args = args
         self.refused = refused
         self.duplicates = duplicates
+        # The job of every slot the engine did not refuse, in model order (when ``plan_calls`` is asked for them).
+        self.jobs: list[Job] = []
 
     def __len__(self) -> int:
         return len(self.tools)
@@ -164,29 +166,17 @@ class Plan:
             index,
         )
 
-    def jobs(self, view: View) -> list[Job]:
-        """The job of every slot the engine did not refuse, in model order."""
-        tools, facts, calls, args = view.tools, view.facts, self.calls, self.args
-        refused = self.refused
-        if not refused:
-            return [
-                Job(slot, calls[slot], tools[index], facts[index], args[slot], index)
-                for slot, index in enumerate(self.tools)
-            ]
-        return [
-            Job(slot, calls[slot], tools[index], facts[index], args[slot], index)
-            for slot, index in enumerate(self.tools)
-            if slot not in refused
-        ]
-
     def tool_name(self, view: View, slot: int) -> str:
         """The canonical name of a slot's tool, or the name the model used when there is none."""
         index = self.tools[slot]
         return view.tools[index].name if index >= 0 else self.calls[slot].name
 
 
-def plan_calls(settings: Settings, view: View, calls: list[ToolCall]) -> Plan:
-    """One crossing into the engine for a list of calls: lookup, dedup by ID, validation."""
+def plan_calls(settings: Settings, view: View, calls: list[ToolCall], *, jobs: bool = False) -> Plan:
+    """One crossing into the engine for a list of calls: lookup, dedup by ID, validation.
+
+    With ``jobs``, the plan also holds the job of every call the engine did not refuse.
+    """
     tool_rows, arg_rows, failures, positions, duplicate_rows = view.table.prepare(
         calls, view.toolset.disabled_mask(), **settings.limits
     )
@@ -201,7 +191,25 @@ def plan_calls(settings: Settings, view: View, calls: list[ToolCall]) -> Plan:
         if duplicate_rows
         else []
     )
-    return Plan(planned, tool_rows, arg_rows, refused, duplicates)
+    plan = Plan(planned, tool_rows, arg_rows, refused, duplicates)
+    if jobs:
+        tools, facts = view.tools, view.facts
+        if refused:
+            plan.jobs = [
+                Job(slot, planned[slot], tools[index], facts[index], arg_rows[slot], index)
+                for slot, index in enumerate(tool_rows)
+                if slot not in refused
+            ]
+        elif len(tool_rows) == 1:
+            # A lone call, the commonest turn: no comprehension.
+            index = tool_rows[0]
+            plan.jobs = [Job(0, planned[0], tools[index], facts[index], arg_rows[0], index)]
+        else:
+            plan.jobs = [
+                Job(slot, planned[slot], tools[index], facts[index], arg_rows[slot], index)
+                for slot, index in enumerate(tool_rows)
+            ]
+    return plan
 
 
 def unavailable(view: View, name: str, message: str) -> str:
