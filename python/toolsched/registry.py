@@ -145,12 +145,13 @@ class ToolRegistry:
         self._started = 0
         self._applied = 0
         given, self._wrapped = self._members(tools)
-        self._set = ToolSet.build(given, frozenset(), self._search_tool)
+        # The tool set as it is now (read by the executor: a run takes it once and keeps it to the end).
+        self.toolset = ToolSet.build(given, frozenset(), self._search_tool)
 
     def _members(self, tools: ToolSource | ToolRegistry) -> tuple[tuple[Tool, ...], dict[Any, Tool]]:
         """The tools of a list, functions wrapped with ``@tool`` (the same wrapper for the same function)."""
         if isinstance(tools, ToolRegistry):
-            return tools._set.given, dict(tools._wrapped)
+            return tools.toolset.given, dict(tools._wrapped)
         if isinstance(tools, str | bytes | dict) or not isinstance(tools, Iterable):
             raise TypeError(f"tools must be a collection of tools or functions, got {type(tools).__name__}")
         wrapped: dict[Any, Tool] = {}
@@ -173,13 +174,8 @@ class ToolRegistry:
         return self._search
 
     def _deferred_tools(self) -> dict[str, Tool]:
-        toolset = self._set
+        toolset = self.toolset
         return {name: toolset.tools[index] for name, index in toolset.deferred.items()}
-
-    @property
-    def toolset(self) -> ToolSet:
-        """The tool set as it is now (internal to toolsched: a run takes it once and keeps it to the end)."""
-        return self._set
 
     @property
     def refreshes(self) -> bool:
@@ -190,52 +186,52 @@ class ToolRegistry:
 
     @property
     def _table(self) -> _core.ToolTable:
-        return self._set.table
+        return self.toolset.table
 
     def get(self, name: str) -> Tool | None:
         """The tool called ``name`` (by name or alias), or None."""
-        return self._set.by_name.get(name)
+        return self.toolset.by_name.get(name)
 
     def __iter__(self) -> Iterator[Tool]:
-        return iter(self._set.tools)
+        return iter(self.toolset.tools)
 
     def __len__(self) -> int:
-        return len(self._set.tools)
+        return len(self.toolset.tools)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._set.by_name
+        return name in self.toolset.by_name
 
     @property
     def names(self) -> list[str]:
         """Canonical names, sorted."""
-        return sorted(member.name for member in self._set.tools)
+        return sorted(member.name for member in self.toolset.tools)
 
     def disabled_mask(self) -> list[bool]:
         """Per tool, whether it is absent this turn: disabled by ``is_enabled()``, or deferred and not loaded."""
-        return self._set.disabled_mask()
+        return self.toolset.disabled_mask()
 
     # -- a changing tool set -------------------------------------------------------
 
     @property
     def deferred(self) -> list[str]:
         """The names of the deferred tools (loaded or not), sorted."""
-        return sorted(self._set.deferred)
+        return sorted(self.toolset.deferred)
 
     @property
     def loaded(self) -> frozenset[str]:
         """The deferred tools loaded so far: exported and callable from the next turn on."""
-        return self._set.loaded
+        return self.toolset.loaded
 
     def load(self, *names: str) -> None:
         """Loads deferred tools by name, as ``tool_search`` does: the next turn exports and accepts them."""
-        toolset = self._set
+        toolset = self.toolset
         unknown = [name for name in names if name not in toolset.deferred]
         if unknown:
             choices = ", ".join(sorted(toolset.deferred)) or "none"
             listed = ", ".join(map(repr, unknown))
             raise ToolNameError(f"cannot load {listed}: no such deferred tool (deferred: {choices})")
         if not set(names) <= toolset.loaded:
-            self._set = toolset.with_loaded(toolset.loaded | frozenset(names))
+            self.toolset = toolset.with_loaded(toolset.loaded | frozenset(names))
 
     async def refresh(self) -> bool:
         """Asks ``refresh_tools`` for the current tool list and makes it the set the next turn sees.
@@ -262,7 +258,7 @@ class ToolRegistry:
         if fresh is None:
             return False
         if isinstance(fresh, ToolRegistry):
-            fresh = fresh._set.given
+            fresh = fresh.toolset.given
         if isinstance(fresh, str | bytes | dict) or not isinstance(fresh, Iterable):
             raise RefreshError(
                 f"refresh_tools must return a list of tools, a ToolRegistry or None, got {type(fresh).__name__}; "
@@ -272,13 +268,13 @@ class ToolRegistry:
         if ticket < self._applied:
             # A refresh that started later has already given a newer set.
             return False
-        current = self._set
+        current = self.toolset
         if len(given) == len(current.given) and all(a is b for a, b in zip(given, current.given, strict=True)):
             self._applied = ticket
             return False
         toolset = ToolSet.build(given, current.loaded, self._search_tool)
         self._applied = ticket
-        self._set = toolset
+        self.toolset = toolset
         self._wrapped = wrapped
         return True
 
@@ -290,7 +286,7 @@ class ToolRegistry:
         Disabled tools and deferred tools not loaded yet are left out; with
         ``permissions``, so are tools that no call could ever run (denied outright).
         """
-        toolset = self._set
+        toolset = self.toolset
         mask = toolset.disabled_mask()
         offered = [
             member

@@ -36,7 +36,7 @@ from toolsched.executor.view import View
 from toolsched.guardrails import Guardrail
 from toolsched.hooks import Hooks
 from toolsched.journal import Journal
-from toolsched.outcome import Outcome
+from toolsched.outcome import Outcome, new_outcome
 from toolsched.permissions import Permissions
 from toolsched.registry import ToolRegistry
 from toolsched.resources import RunResources, current_resources
@@ -539,7 +539,11 @@ class Executor:
     ) -> tuple[Turn, Plan]:
         """A new turn and the plan of its calls (one crossing into the engine); nothing has run yet."""
         settings = self._settings
-        plan = plan_calls(settings, view, self._checked(calls), jobs=True)
+        calls = calls if isinstance(calls, list) else list(calls)
+        for position, call in enumerate(calls):
+            if not isinstance(call, ToolCall):
+                raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
+        plan = plan_calls(settings, view, calls, jobs=True)
         turn = Turn(settings, view, len(plan.tools), context, settings.emitter(sink, parent), self._runs, durable)
         return turn, plan
 
@@ -617,4 +621,6 @@ class Executor:
         steering_messages = await run_jobs(jobs, turn, steering)
         if turn.emit is not None:
             await turn.emit.flush()
+        if not held and not turn.parked:
+            return new_outcome(turn.ordered(), duplicates, steering_messages, False, [], None, None)
         return turn.finish(slot_calls, held, duplicates, steering_messages, prior)

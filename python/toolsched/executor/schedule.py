@@ -74,9 +74,11 @@ async def run_pool(
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     workers = 1
     position = 0
-    items: Sequence[Any] = ready if isinstance(ready, Sequence) else ()
+    # A list is checked by its type: an isinstance check against an ABC costs more than a no-op call.
+    in_order = type(ready) is list or isinstance(ready, tuple)
+    items: Sequence[Any] = ready if in_order else ()  # type: ignore[assignment]
     total = len(items)
-    source: _Ready | None = None if isinstance(ready, Sequence) else ready
+    source: _Ready | None = None if in_order else ready  # type: ignore[assignment]
     running = 0
     waiting = 0
     # Made when a worker first waits: most pools never wait, and an event costs microseconds.
