@@ -6,15 +6,17 @@
   ``object.__setattr__``, a name lookup per field; for an eleven-field ``ToolResult`` that is
   about 1.7 µs, more than running a no-op tool; a builder takes about half
   (``python benches/profile_turns.py values``). The builders are typed where they are made.
-- ``run_until_suspended`` / ``Resume``: a worker of the pool (``executor/schedule.py``) steps a
-  call's coroutine itself up to its first suspension, so a call that never waits costs no task
-  and no wrapper (``python benches/compare.py``: a task costs more than a whole no-op call).
+- ``run_until_suspended`` / ``Resume``: a worker of the pool
+  (``executor/schedule.py``) steps a call's coroutine itself up to its first suspension, in the
+  call's own copy of the context (as a task would run it), so a call that never waits costs no
+  task and no wrapper (``python benches/compare.py``: a task costs more than a whole no-op call).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Coroutine, Generator
+from contextvars import Context, copy_context
 from typing import Any, TypeVar
 
 __all__ = ["Resume", "positional_builder", "run_until_suspended"]
@@ -53,40 +55,48 @@ class Resume:
     wrapper at all, and one that waits is handed to this, which passes
     ``first`` and everything after it to the event loop unchanged and
     everything sent or thrown back in unchanged, so the whole behaves as a
-    plain ``await`` on asyncio and trio alike (cancellation included).
+    plain ``await`` on asyncio and trio alike (cancellation included). Every
+    step runs in ``context``, the call's own copy of its caller's context.
     """
 
-    __slots__ = ("_coroutine", "_first")
+    __slots__ = ("_context", "_coroutine", "_first")
 
-    def __init__(self, coroutine: Coroutine[Any, Any, Any], first: Any) -> None:
+    def __init__(self, coroutine: Coroutine[Any, Any, Any], first: Any, context: Context) -> None:
         self._coroutine = coroutine
         self._first = first
+        self._context = context
 
     def __await__(self) -> Generator[Any, Any, Any]:
         coroutine = self._coroutine
+        run = self._context.run
         yielded = self._first
         while True:
             try:
                 sent = yield yielded
             except GeneratorExit:
-                coroutine.close()
+                run(coroutine.close)
                 raise
             except BaseException as thrown:
                 try:
-                    yielded = coroutine.throw(thrown)
+                    yielded = run(coroutine.throw, thrown)
                 except StopIteration as finished:
                     return finished.value
             else:
                 try:
-                    yielded = coroutine.send(sent)
+                    yielded = run(coroutine.send, sent)
                 except StopIteration as finished:
                     return finished.value
 
 
 def run_until_suspended(coroutine: Coroutine[Any, Any, None]) -> Resume | None:
-    """Runs ``coroutine`` up to its first suspension: None when it finished, else what awaits the rest of it."""
+    """Runs ``coroutine`` up to its first suspension in a copy of the current context, as a new task would.
+
+    None when it finished; else what awaits the rest of it (in the same copy).
+    Whatever the coroutine does to context variables stays in its copy.
+    """
+    context = copy_context()
     try:
-        first = coroutine.send(None)
+        first = context.run(coroutine.send, None)
     except StopIteration:
         return None
-    return Resume(coroutine, first)
+    return Resume(coroutine, first, context)

@@ -141,6 +141,10 @@ async def run_pool(
 async def run_jobs(jobs: list[Job], turn: Turn, steering: Steering | None) -> list[Any]:
     """Runs the admitted calls; meanwhile the run can be interrupted and its calls cancelled.
 
+    Every call runs in its own copy of the caller's context, as a task would
+    (``run_until_suspended``): what a tool does to context variables stays in
+    its call.
+
     Returns the steering messages when steering stopped the run.
     """
     settings = turn.settings
@@ -153,7 +157,9 @@ async def run_jobs(jobs: list[Job], turn: Turn, steering: Steering | None) -> li
             # One call, no batch hooks, no events: batch 0 without the batch bookkeeping.
             # Nothing has awaited since the run was registered, so no interrupt can be pending.
             turn.batch = jobs
-            await execute(jobs[0], 0, False, turn)
+            suspended = run_until_suspended(execute(jobs[0], 0, False, turn))
+            if suspended is not None:
+                await suspended
             if turn.tripped is not None:
                 raise _trip(turn)
             if turn.failures is not None:
@@ -213,7 +219,9 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
             await run_pool(batch, concurrency, _in_batch(number, turn))
         else:
             for job in batch:
-                await execute(job, number, False, turn)
+                suspended = run_until_suspended(execute(job, number, False, turn))
+                if suspended is not None:
+                    await suspended
         turn.abort = None
         turn.scoped = False
         if settings.post_batch:
@@ -366,7 +374,9 @@ async def _run_graph(jobs: list[Job], turn: Turn, cap: int, steering: Steering |
         await answer_unstarted(jobs, turn, "hook_blocked", blocked, 0)
     elif count == 1:
         # Nothing to plan: no crossing, no task.
-        await execute(jobs[0], 0, False, turn)
+        suspended = run_until_suspended(execute(jobs[0], 0, False, turn))
+        if suspended is not None:
+            await suspended
     else:
         graph = _Graph(jobs, turn, steering)
         # A call of unknown resources waits for every earlier call, and every later one waits for it.

@@ -1,0 +1,71 @@
+"""Each call runs in its own copy of the caller's context, as a task would: what a tool does
+to context variables never reaches its siblings, the next turn or the caller."""
+
+from __future__ import annotations
+
+import contextvars
+
+import anyio
+import pytest
+
+import toolsched as ts
+
+pytestmark = pytest.mark.anyio
+
+marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
+
+STRATEGIES = [
+    ts.Sequential(),
+    ts.Parallel(),
+    ts.Batched(2),
+    ts.Partitioned(),
+    ts.ResourceAware(),
+]
+
+
+def tools() -> tuple[ts.Tool, ts.Tool, list[tuple[str, str]]]:
+    seen: list[tuple[str, str]] = []
+
+    @ts.tool(concurrency_safe=True, read_only=True, resources=lambda args: ts.Access(reads=("x",)))
+    async def setter(value: str) -> str:
+        seen.append(("setter saw", marker.get()))
+        marker.set(value)
+        await anyio.sleep(0)
+        return marker.get()
+
+    @ts.tool(concurrency_safe=True, read_only=True, resources=lambda args: ts.Access(reads=("x",)))
+    def reader_in_thread() -> str:
+        seen.append(("thread saw", marker.get()))
+        return marker.get()
+
+    return setter, reader_in_thread, seen
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda s: type(s).__name__)
+async def test_a_context_variable_set_by_a_tool_stays_in_its_call(strategy: ts.Strategy) -> None:
+    setter, reader, seen = tools()
+    executor = ts.Executor([setter, reader], strategy=strategy)
+    marker.set("caller")
+    calls = [
+        ts.ToolCall("a", "setter", {"value": "from a"}),
+        ts.ToolCall("b", "reader_in_thread", {}),
+        ts.ToolCall("c", "setter", {"value": "from c"}),
+    ]
+    outcome = await executor.run(calls)
+    assert [result.output for result in outcome.results] == ["from a", "caller", "from c"]
+    # Every call started from the caller's value, whatever ran before it.
+    assert seen.count(("setter saw", "caller")) == 2
+    assert ("thread saw", "caller") in seen
+    assert marker.get() == "caller"
+    # The next turn starts clean too.
+    seen.clear()
+    outcome = await executor.run([ts.ToolCall("d", "setter", {"value": "from d"})])
+    assert seen == [("setter saw", "caller")]
+    assert marker.get() == "caller"
+
+
+async def test_a_lone_call_does_not_leak_into_the_caller() -> None:
+    setter, _, _ = tools()
+    marker.set("caller")
+    await ts.Executor([setter]).run([ts.ToolCall("a", "setter", {"value": "leaked?"})])
+    assert marker.get() == "caller"
