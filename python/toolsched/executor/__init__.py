@@ -27,6 +27,7 @@ from toolsched.backends import Backend
 from toolsched.errors import OptionError
 from toolsched.events import Event, RunFinished, ToolsChanged, ToolsRefreshFailed
 from toolsched.executor.admit import admit, check_semantics, not_approved
+from toolsched.executor.detached import start_detached
 from toolsched.executor.durable import RunJournal
 from toolsched.executor.recovery import recovered_jobs
 from toolsched.executor.schedule import run_jobs
@@ -278,39 +279,47 @@ class Executor:
     ) -> AsyncIterator[Event]:
         """Runs a turn, yielding its events as they happen; the last is ``RunFinished``.
 
-        Leaving the loop early cancels the run (wrap in ``contextlib.aclosing``
-        to make that prompt). With a journal the run is durable, as with ``run``
-        (its ID is ``RunFinished.outcome.run_id``).
+        Leaving the loop early (``break``) cancels the run, as soon as the
+        generator is closed: at once under ``contextlib.aclosing``, otherwise
+        when the interpreter finalises it (right after the loop on CPython).
+        The run is driven by a task of its own, so the generator may be closed
+        from any task. With a journal the run is durable, as with ``run`` (its
+        ID is ``RunFinished.outcome.run_id``).
         """
         send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
         failure: list[BaseException] = []
         journal = self._settings.journal
+        # The run's own scope: leaving the loop early cancels it, from whichever task closes this generator.
+        scope = anyio.CancelScope()
+        cancelled = anyio.get_cancelled_exc_class()
 
         async def drive() -> None:
-            async with send:
+            with send:
                 try:
-                    if journal is not None:
-                        durable, sink = RunJournal(journal, uuid.uuid4().hex), send.send_nowait
-                        outcome = await self._journaled(
-                            durable, lambda: self._start(calls, None, steering, context, sink, None, durable)
-                        )
-                    else:
-                        outcome = await self._start(calls, None, steering, context, send.send_nowait, None)
-                except Exception as exc:
+                    with scope:
+                        if journal is not None:
+                            durable, sink = RunJournal(journal, uuid.uuid4().hex), send.send_nowait
+                            outcome = await self._journaled(
+                                durable, lambda: self._start(calls, None, steering, context, sink, None, durable)
+                            )
+                        else:
+                            outcome = await self._start(calls, None, steering, context, send.send_nowait, None)
+                        send.send_nowait(RunFinished(outcome))
+                except cancelled:
+                    # The run was stopped from outside (the loop is shutting down): nothing is left to report.
+                    return
+                except BaseException as exc:
+                    # Handed to the consumer: nothing awaits this task.
                     failure.append(exc)
-                else:
-                    send.send_nowait(RunFinished(outcome))
 
-        async with anyio.create_task_group() as group:
-            group.start_soon(drive)
-            try:
-                async with receive:
-                    async for event in receive:
-                        yield event
-            except GeneratorExit:
-                # The consumer left: stop the run and let the task group settle.
-                group.cancel_scope.cancel()
-                return
+        start_detached(drive)
+        try:
+            with receive:
+                async for event in receive:
+                    yield event
+        finally:
+            # Whether the consumer left early, was cancelled or read to the end: the run stops (if it still runs).
+            scope.cancel()
         if failure:
             raise failure[0]
 

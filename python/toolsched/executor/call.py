@@ -8,6 +8,7 @@ lets the post hooks observe it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -148,10 +149,16 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
             kind, error = _stopped(job)
         else:
             kind, error, cause = "execution_error", settings.describe_failure(exc, call), exc
-    except BaseException:
-        # The run itself is cancelled: no result, and nothing reported after this.
-        _close(job, ctx)
-        raise
+    except BaseException as exc:
+        if not _foreign_cancellation(exc):
+            # The run itself is cancelled (or the process is asked to stop): no result, nothing reported after this.
+            _close(job, ctx)
+            raise
+        # Something outside the run cancelled what the tool awaited: that call failed, the run goes on.
+        if job.cancel_reason is not None:
+            kind, error = "cancelled", job.cancel_reason
+        else:
+            kind, error, cause = "execution_error", _cancelled_from_outside(tool.name, exc), exc
     duration_ms = (perf_counter() - started) * 1000.0
     if ctx is not None:
         if job.declared:
@@ -201,6 +208,25 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
                     logger.warning("%s failed on call %s", hook.label, call.id, exc_info=True)
     if emit is not None and emit.pending:
         await emit.flush()
+
+
+def _foreign_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is a cancellation that is not this run's: a future the tool awaited was cancelled
+    by someone else, while nothing asked the running task to stop."""
+    if not isinstance(exc, asyncio.CancelledError):
+        # trio's Cancelled only ever comes from the run's own cancel scopes.
+        return False
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        # Not on asyncio: an asyncio cancellation raised by hand is the tool's own failure.
+        return True
+    return task is not None and task.cancelling() == 0
+
+
+def _cancelled_from_outside(tool_name: str, exc: BaseException) -> str:
+    detail = f": {exc}" if str(exc) else ""
+    return f"`{tool_name}` failed: something it awaited was cancelled from outside this run (CancelledError{detail})"
 
 
 def _failed(job: Job, result: ToolResult, cause: BaseException | None, turn: Turn) -> None:

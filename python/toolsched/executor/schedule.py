@@ -84,55 +84,75 @@ async def run_pool(
     # Made when a worker first waits: most pools never wait, and an event costs microseconds.
     wake: anyio.Event | None = None
 
-    async with anyio.create_task_group() as group:
+    try:
+        async with anyio.create_task_group() as group:
 
-        def grow() -> None:
-            nonlocal workers
-            if workers < concurrency and (position < total if source is None else source.has_ready()):
-                workers += 1
-                group.start_soon(worker)
+            def grow() -> None:
+                nonlocal workers
+                if workers < concurrency and (position < total if source is None else source.has_ready()):
+                    workers += 1
+                    group.start_soon(worker)
 
-        async def take_in_order() -> None:
-            # Every item is ready: a worker takes the next until none is left (no waiting, no bookkeeping).
-            nonlocal position
-            while position < total:
-                item = items[position]
-                position += 1
-                suspended = run_until_suspended(work(item))
-                if suspended is not None:
-                    grow()
-                    await suspended
-
-        async def take_when_ready() -> None:
-            nonlocal running, waiting, wake
-            assert source is not None
-            while True:
-                item = source.take()
-                if item is not None:
-                    running += 1
+            async def take_in_order() -> None:
+                # Every item is ready: a worker takes the next until none is left (no waiting, no bookkeeping).
+                nonlocal position
+                while position < total:
+                    item = items[position]
+                    position += 1
                     suspended = run_until_suspended(work(item))
                     if suspended is not None:
                         grow()
                         await suspended
-                    running -= 1
-                    await source.done(item)
-                    if waiting and wake is not None:
-                        wake.set()
-                        wake = None
-                elif running == 0 or source.over():
-                    return
-                else:
-                    if wake is None:
-                        wake = anyio.Event()
-                    event = wake
-                    waiting += 1
-                    try:
-                        await event.wait()
-                    finally:
-                        waiting -= 1
 
-        worker = take_in_order if source is None else take_when_ready
-        await worker()
+            async def take_when_ready() -> None:
+                nonlocal running, waiting, wake
+                assert source is not None
+                while True:
+                    item = source.take()
+                    if item is not None:
+                        running += 1
+                        suspended = run_until_suspended(work(item))
+                        if suspended is not None:
+                            grow()
+                            await suspended
+                        running -= 1
+                        await source.done(item)
+                        if waiting and wake is not None:
+                            wake.set()
+                            wake = None
+                    elif running == 0 or source.over():
+                        return
+                    else:
+                        if wake is None:
+                            wake = anyio.Event()
+                        event = wake
+                        waiting += 1
+                        try:
+                            await event.wait()
+                        finally:
+                            waiting -= 1
+
+            worker = take_in_order if source is None else take_when_ready
+            await worker()
+    except BaseExceptionGroup as failures:
+        # The same exception whatever the strategy: a tool that raised KeyboardInterrupt, SystemExit or
+        # GeneratorExit stops the run with that exception, not with a group only concurrent batches make.
+        stopping = _stopping(failures)
+        if stopping is None:
+            raise
+        raise stopping from None
+
+
+def _stopping(failures: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The first KeyboardInterrupt, SystemExit or GeneratorExit in a group of failures, if any."""
+    for failure in failures.exceptions:
+        if isinstance(failure, BaseExceptionGroup):
+            found = _stopping(failure)
+            if found is not None:
+                return found
+        elif isinstance(failure, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            return failure
+    return None
 
 
 # -- running a turn -----------------------------------------------------------------

@@ -1,0 +1,165 @@
+"""Cancellation from every side: a foreign cancellation fails only its call, a process-level
+exception raised by a tool propagates as itself under every strategy, and leaving a stream
+early stops the run without touching the consumer's task."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from typing import Any
+
+import anyio
+import pytest
+
+import toolsched as ts
+
+pytestmark = pytest.mark.anyio
+
+STRATEGIES = [
+    ts.Sequential(),
+    ts.Parallel(),
+    ts.Batched(2),
+    ts.Partitioned(),
+    ts.ResourceAware(),
+]
+
+
+def strategy_id(strategy: ts.Strategy) -> str:
+    return type(strategy).__name__
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=strategy_id)
+async def test_a_future_cancelled_by_someone_else_fails_only_its_call(
+    strategy: ts.Strategy, anyio_backend: str
+) -> None:
+    blocker: dict[str, Any] = {}
+
+    @ts.tool(concurrency_safe=True, resources=lambda args: ts.Access(reads=("a",)))
+    async def waits() -> str:
+        if anyio_backend == "asyncio":
+            future = asyncio.get_running_loop().create_future()
+            blocker["future"] = future
+            await future
+        else:
+            # trio has no foreign cancellation; an asyncio one raised by hand is the tool's own failure.
+            await anyio.sleep(0.01)
+            raise asyncio.CancelledError("raised by the tool")
+        return "unreachable"
+
+    @ts.tool(concurrency_safe=True, resources=lambda args: ts.Access(reads=("a",)))
+    async def fine(n: int) -> int:
+        await anyio.sleep(0.02)
+        return n
+
+    async def cancel_it_from_outside() -> None:
+        while "future" not in blocker:
+            await anyio.sleep(0.001)
+        blocker["future"].cancel("somebody else gave up")
+
+    executor = ts.Executor([waits, fine], strategy=strategy)
+    calls = [ts.ToolCall("f1", "fine", {"n": 1}), ts.ToolCall("w", "waits"), ts.ToolCall("f2", "fine", {"n": 2})]
+    async with anyio.create_task_group() as group:
+        if anyio_backend == "asyncio":
+            group.start_soon(cancel_it_from_outside)
+        outcome = await executor.run(calls)
+    by_id = {result.call_id: result for result in outcome.results}
+    assert [result.call_id for result in outcome.results] == ["f1", "w", "f2"]
+    assert by_id["f1"].output == 1 and by_id["f2"].output == 2
+    assert by_id["w"].error_kind == "execution_error"
+    assert "CancelledError" in (by_id["w"].error or "")
+    # The caller's own task is not cancelled: it carries on.
+    await anyio.sleep(0)
+
+
+async def test_a_lone_call_cancelled_from_outside_is_its_own_failure(anyio_backend: str) -> None:
+    if anyio_backend != "asyncio":
+        pytest.skip("a foreign cancellation is an asyncio notion; trio is covered by the strategy test")
+
+    @ts.tool
+    async def waits() -> None:
+        future = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(0.01, future.cancel)
+        await future
+
+    outcome = await ts.Executor([waits]).run([ts.ToolCall("w", "waits")])
+    assert outcome.results[0].error_kind == "execution_error"
+
+
+async def test_the_run_s_own_cancellation_still_propagates(anyio_backend: str) -> None:
+    ran: list[str] = []
+
+    @ts.tool(concurrency_safe=True)
+    async def slow(n: int) -> None:
+        await anyio.sleep(5)
+        ran.append("finished")
+
+    executor = ts.Executor([slow])
+    with anyio.move_on_after(0.05) as scope:
+        await executor.run([ts.ToolCall(str(n), "slow", {"n": n}) for n in range(3)])
+    assert scope.cancelled_caught
+    assert ran == []
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=strategy_id)
+@pytest.mark.parametrize("stopping", [KeyboardInterrupt, SystemExit, GeneratorExit])
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_process_level_exception_from_a_tool_propagates_as_itself(
+    strategy: ts.Strategy, stopping: type[BaseException], backend: str
+) -> None:
+    @ts.tool(concurrency_safe=True, resources=lambda args: ts.Access(reads=("a",)))
+    async def stops() -> None:
+        await anyio.sleep(0.01)
+        raise stopping()
+
+    @ts.tool(concurrency_safe=True, resources=lambda args: ts.Access(reads=("a",)))
+    async def other(n: int) -> int:
+        await anyio.sleep(0.005)
+        return n
+
+    async def main() -> None:
+        executor = ts.Executor([stops, other], strategy=strategy)
+        await executor.run(
+            [ts.ToolCall("o1", "other", {"n": 1}), ts.ToolCall("s", "stops"), ts.ToolCall("o2", "other", {"n": 2})]
+        )
+
+    with pytest.raises(stopping) as caught:
+        anyio.run(main, backend=backend)
+    assert not isinstance(caught.value, BaseExceptionGroup)
+
+
+async def test_leaving_a_stream_with_break_stops_the_run_and_leaves_the_caller_alone(anyio_backend: str) -> None:
+    finished: list[int] = []
+    started = 0
+
+    @ts.tool(concurrency_safe=True)
+    async def slow(n: int) -> None:
+        await anyio.sleep(0.5)
+        finished.append(n)
+
+    executor = ts.Executor([slow])
+    async for event in executor.stream([ts.ToolCall(str(n), "slow", {"n": n}) for n in range(4)]):
+        if isinstance(event, ts.ToolStarted):
+            started += 1
+            if started == 2:
+                break
+    gc.collect()
+    # The caller's task is not cancelled, and the run stopped: no call finishes afterwards.
+    await anyio.sleep(0.7)
+    assert finished == []
+    # And the executor takes the next turn as usual.
+    outcome = await executor.run([ts.ToolCall("again", "slow", {"n": 9})])
+    assert finished == [9]
+    assert outcome.results[0].is_error is False
+
+
+async def test_a_stream_read_to_the_end_reports_everything(anyio_backend: str) -> None:
+    @ts.tool(concurrency_safe=True)
+    async def quick(n: int) -> int:
+        await anyio.sleep(0.001)
+        return n
+
+    events = [
+        event async for event in ts.Executor([quick]).stream([ts.ToolCall(str(n), "quick", {"n": n}) for n in range(3)])
+    ]
+    assert isinstance(events[-1], ts.RunFinished)
+    assert [result.output for result in events[-1].outcome.results] == [0, 1, 2]
