@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextvars
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import toolsched as ts
@@ -30,7 +31,7 @@ def tools() -> tuple[ts.Tool, ts.Tool, list[tuple[str, str]]]:
     async def setter(value: str) -> str:
         seen.append(("setter saw", marker.get()))
         marker.set(value)
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         return marker.get()
 
     @ts.tool(concurrency_safe=True, read_only=True, resources=lambda args: ts.Access(reads=("x",)))

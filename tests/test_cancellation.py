@@ -9,6 +9,7 @@ import gc
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import toolsched as ts
@@ -52,8 +53,7 @@ async def test_a_future_cancelled_by_someone_else_fails_only_its_call(
         return n
 
     async def cancel_it_from_outside() -> None:
-        while "future" not in blocker:
-            await anyio.sleep(0.001)
+        await anyio.sleep(0.005)  # the tool is waiting on its future by now
         blocker["future"].cancel("somebody else gave up")
 
     executor = ts.Executor([waits, fine], strategy=strategy)
@@ -68,7 +68,7 @@ async def test_a_future_cancelled_by_someone_else_fails_only_its_call(
     assert by_id["w"].error_kind == "execution_error"
     assert "CancelledError" in (by_id["w"].error or "")
     # The caller's own task is not cancelled: it carries on.
-    await anyio.sleep(0)
+    await anyio.lowlevel.checkpoint()
 
 
 async def test_a_lone_call_cancelled_from_outside_is_its_own_failure(anyio_backend: str) -> None:
