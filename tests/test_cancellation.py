@@ -34,12 +34,14 @@ async def test_a_future_cancelled_by_someone_else_fails_only_its_call(
     strategy: ts.Strategy, anyio_backend: str
 ) -> None:
     blocker: dict[str, Any] = {}
+    waiting = anyio.Event()
 
     @ts.tool(concurrency_safe=True, resources=lambda args: ts.Access(reads=("a",)))
     async def waits() -> str:
         if anyio_backend == "asyncio":
             future = asyncio.get_running_loop().create_future()
             blocker["future"] = future
+            waiting.set()
             await future
         else:
             # trio has no foreign cancellation; an asyncio one raised by hand is the tool's own failure.
@@ -53,7 +55,7 @@ async def test_a_future_cancelled_by_someone_else_fails_only_its_call(
         return n
 
     async def cancel_it_from_outside() -> None:
-        await anyio.sleep(0.005)  # the tool is waiting on its future by now
+        await waiting.wait()
         blocker["future"].cancel("somebody else gave up")
 
     executor = ts.Executor([waits, fine], strategy=strategy)
