@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
+import time
 from typing import Any
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import pytest
 
 import toolsched as ts
@@ -165,3 +168,88 @@ async def test_a_stream_read_to_the_end_reports_everything(anyio_backend: str) -
     ]
     assert isinstance(events[-1], ts.RunFinished)
     assert [result.output for result in events[-1].outcome.results] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("strategy", [ts.Parallel(), ts.Partitioned(), ts.ResourceAware()], ids=strategy_id)
+async def test_a_started_sync_sibling_is_waited_for_and_reports_what_it_did(strategy: ts.Strategy) -> None:
+    # A failure aborts its batch; a sibling whose body already runs in a thread cannot be stopped,
+    # so the model must hear what it did, not `cancelled` (and nothing of it runs after run() returns).
+    log: list[str] = []
+
+    @ts.tool(concurrency_safe=True, resources=lambda args: ts.Access(reads=("a",)))
+    def writes() -> str:
+        log.append("started")
+        time.sleep(0.1)
+        log.append("wrote")
+        return "written"
+
+    @ts.tool(concurrency_safe=True, abort_siblings_on_error=True, resources=lambda args: ts.Access(reads=("a",)))
+    async def fails() -> None:
+        await anyio.sleep(0.03)
+        raise RuntimeError("broken")
+
+    outcome = await ts.Executor([writes, fails], strategy=strategy).run(
+        [ts.ToolCall("w", "writes"), ts.ToolCall("f", "fails")]
+    )
+    assert log == ["started", "wrote"]
+    by_id = {result.call_id: result for result in outcome.results}
+    assert by_id["f"].error_kind == "execution_error"
+    assert by_id["w"].is_error is False and by_id["w"].output == "written"
+    await anyio.sleep(0.15)
+    assert log == ["started", "wrote"]
+
+
+async def test_a_cancelled_sync_call_that_never_started_never_runs() -> None:
+    # The thread pool is held by another body, so the aborted sibling is still waiting for a thread.
+    log: list[str] = []
+    release = threading.Event()
+
+    @ts.tool(concurrency_safe=True)
+    def holds_the_only_thread() -> str:
+        release.wait(2)
+        return "held"
+
+    @ts.tool(concurrency_safe=True)
+    def waits_for_a_thread() -> str:
+        log.append("ran")
+        return "ran"
+
+    @ts.tool(concurrency_safe=True, abort_siblings_on_error=True)
+    async def fails() -> None:
+        await anyio.sleep(0.03)
+        release.set()
+        raise RuntimeError("broken")
+
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    tokens = limiter.total_tokens
+    limiter.total_tokens = 1
+    try:
+        outcome = await ts.Executor([holds_the_only_thread, waits_for_a_thread, fails]).run(
+            [
+                ts.ToolCall("h", "holds_the_only_thread"),
+                ts.ToolCall("w", "waits_for_a_thread"),
+                ts.ToolCall("f", "fails"),
+            ]
+        )
+        await anyio.sleep(0.1)
+    finally:
+        limiter.total_tokens = tokens
+    by_id = {result.call_id: result for result in outcome.results}
+    assert by_id["w"].error_kind == "cancelled"
+    assert log == []
+    assert by_id["h"].output == "held"
+
+
+async def test_a_stuck_sync_call_still_times_out_at_once() -> None:
+    release = threading.Event()
+
+    @ts.tool(timeout=0.05)
+    def stuck() -> str:
+        release.wait(2)
+        return "late"
+
+    started = time.monotonic()
+    outcome = await ts.Executor([stuck]).run([ts.ToolCall("s", "stuck")])
+    release.set()
+    assert outcome.results[0].error_kind == "timeout"
+    assert time.monotonic() - started < 1

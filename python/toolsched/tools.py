@@ -25,6 +25,7 @@ from toolsched.isolation import function_invoker, method_invoker
 from toolsched.resources import ResourceFactory, RunScope, open_close, with_run_resource
 from toolsched.results import Decision
 from toolsched.schema import JsonSchema, function_schema, model_schema
+from toolsched.threads import run_in_thread
 
 __all__ = ["Access", "FunctionTool", "Tool", "ToolFacts", "tool", "tool_fingerprint"]
 
@@ -286,9 +287,8 @@ class Tool:
             return invoke_async
 
         async def invoke_in_thread(args: Args, ctx: ToolContext | None) -> Any:
-            # A thread cannot be stopped: a cancelled call is answered at once and
-            # its thread is left to see ``ctx.cancelled`` and return.
-            return await anyio.to_thread.run_sync(call, parse(args), ctx, abandon_on_cancel=True)
+            # A thread cannot be stopped: see ``toolsched.threads`` for what a cancelled call reports.
+            return await run_in_thread(call, parse(args), ctx)
 
         return invoke_in_thread
 
@@ -453,7 +453,7 @@ class FunctionTool(Tool):
             return invoke_async
 
         async def invoke_in_thread(args: Args, ctx: ToolContext | None) -> Any:
-            return await anyio.to_thread.run_sync(functools.partial(fn, **keywords(args, ctx)), abandon_on_cancel=True)
+            return await run_in_thread(functools.partial(fn, **keywords(args, ctx)))
 
         return invoke_in_thread
 

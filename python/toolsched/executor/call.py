@@ -28,6 +28,7 @@ from toolsched.hooks import new_hook_event
 from toolsched.results import ErrorKind, ToolResult, detached, new_result
 from toolsched.runstate import NestedHold
 from toolsched.shaping import fits_as_is, shape_output
+from toolsched.threads import watching_call
 
 __all__ = ["answer_unstarted", "execute"]
 
@@ -83,6 +84,8 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
         # the concurrency slot when there are any.
         deferred = tool.max_concurrency is not None or input_guardrails is not None
         scope = job.scope = anyio.move_on_after(None if deferred else tool.timeout)
+        # In the call's own context: a sync body in a thread learns how its cancellation is answered.
+        watching_call.set(job)
     ctx = None
     if job.facts.takes_context:
         ctx = job.ctx = turn.context_for(job, job.declare_cancelled)
@@ -121,7 +124,7 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
                 else:
                     output = await _invoke_limited(job, invoke, ctx, scope)
             job.scope = None
-            if scope.cancelled_caught:
+            if scope.cancelled_caught and not job.body_outlived_cancel:
                 kind, error = _stopped(job)
         if kind is None and settings.output_guardrails is not None:
             await _guard(settings.output_guardrails, job, output, turn)
@@ -144,7 +147,7 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
             # an error: this checkpoint raises the run's cancellation instead.
             _close(job, ctx)
             await anyio.lowlevel.checkpoint()
-        if scope is not None and scope.cancel_called:
+        if scope is not None and scope.cancel_called and not job.body_outlived_cancel:
             # The tool turned its own cancellation into an exception: still a cancellation.
             kind, error = _stopped(job)
         else:
@@ -256,7 +259,7 @@ def _close(job: Job, ctx: ToolContext | None) -> None:
 
 def _stopped(job: Job) -> tuple[ErrorKind, str]:
     """Why a call's scope stopped it: a cancellation (which wins) or its deadline."""
-    if job.cancel_reason is not None:
+    if job.cancel_reason is not None and not job.timed_out:
         return "cancelled", job.cancel_reason
     return "timeout", f"`{job.tool.name}` did not finish within {job.tool.timeout} seconds"
 

@@ -9,6 +9,7 @@ calls wait for a person, the state to resume from.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -42,6 +43,7 @@ class Job:
 
     __slots__ = (
         "args",
+        "body_outlived_cancel",
         "call",
         "cancel_reason",
         "ctx",
@@ -51,6 +53,7 @@ class Job:
         "scope",
         "slot",
         "state",
+        "timed_out",
         "tool",
     )
 
@@ -67,6 +70,17 @@ class Job:
         self.ctx: ToolContext | None = None
         # Set when the tool cancelled its own call (``ctx.cancel``): it ends cancelled whatever follows.
         self.declared = False
+        # Set when a body in a thread was waited for after the call was cancelled (``toolsched.threads``).
+        self.body_outlived_cancel = False
+        # Set when the call's deadline passed while its cancelled body was waited for: it ends ``timeout``.
+        self.timed_out = False
+
+    def waits_for_started_body(self) -> bool:
+        """A cancelled call waits for a sync body already running in its thread; a timed-out one does not."""
+        return self.cancel_reason is not None
+
+    def deadline(self) -> float:
+        return self.scope.deadline if self.scope is not None else math.inf
 
     def cancel(self, message: str) -> bool:
         """Asks the call to stop with a ``cancelled`` result carrying ``message``.

@@ -1,0 +1,115 @@
+"""Sync tool bodies in worker threads, answered truthfully when their call is cancelled.
+
+A thread cannot be stopped, so a sync body's call keeps two promises:
+
+- a body that has not started when its call is answered never starts later
+  (a gate, closed under a lock, decides whether the thread runs it at all);
+- a body that did start, in a call that is cancelled (a failed sibling, the
+  caller, an interrupt), is waited for, and the call reports what the body
+  really did: the model is never told ``cancelled`` about work that happened.
+
+The one exception is the call's own timeout: a stuck body is then answered
+``timeout`` at once and its thread is left to return (``ctx.cancelled`` turns
+true), as README says. The executor tells which case applies through
+``watching_call``, set in the call's own context.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any, Protocol
+
+import anyio
+import anyio.to_thread
+
+__all__ = ["CallWatch", "run_in_thread", "watching_call"]
+
+
+class CallWatch(Protocol):
+    """What a threaded body needs to know of its call (the executor's job implements it)."""
+
+    # Set when the body was waited for after its call was cancelled: its outcome is the call's.
+    body_outlived_cancel: bool
+    # Set when the call's own deadline passed while its cancelled body was waited for.
+    timed_out: bool
+
+    def waits_for_started_body(self) -> bool:
+        """Whether a cancellation of the call waits for a body that already started (not a timeout)."""
+        ...
+
+    def deadline(self) -> float:
+        """The call's own deadline (``anyio.current_time()`` scale; ``inf`` when it has no timeout)."""
+        ...
+
+
+# The call being executed, in its own context (None outside the executor, or for calls without a cancel scope).
+watching_call: ContextVar[CallWatch | None] = ContextVar("toolsched_watching_call", default=None)
+
+
+class _Gate:
+    """Whether a body may start, and what it did (shared by the event loop and the worker thread)."""
+
+    __slots__ = ("_lock", "closed", "error", "finished", "started", "value")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.closed = False
+        self.started = False
+        self.finished = threading.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def run(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """In the worker thread: runs the body unless its call was answered first."""
+        with self._lock:
+            if self.closed:
+                return None
+            self.started = True
+        try:
+            self.value = fn(*args)
+            return self.value
+        except BaseException as exc:
+            self.error = exc
+            raise
+        finally:
+            self.finished.set()
+
+    def close_unless_started(self) -> bool:
+        """On the loop: makes sure the body never starts; False when it already had."""
+        with self._lock:
+            if self.started:
+                return False
+            self.closed = True
+            return True
+
+    def outcome(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+async def run_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a worker thread, keeping the promises above."""
+    gate = _Gate()
+    try:
+        return await anyio.to_thread.run_sync(gate.run, fn, args, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        if gate.close_unless_started():
+            raise
+        call = watching_call.get()
+        if call is None or not call.waits_for_started_body():
+            raise
+        # Started, and cancelled (not timed out): the body's real outcome is the call's, unless the
+        # call's own timeout runs out first (it then ends ``timeout``, its thread left to return).
+        deadline = call.deadline()
+        with anyio.CancelScope(shield=True, deadline=deadline) as waiting:
+            left = None if deadline == math.inf else max(deadline - anyio.current_time(), 0.0)
+            await anyio.to_thread.run_sync(gate.finished.wait, left, abandon_on_cancel=True)
+        if waiting.cancelled_caught or not gate.finished.is_set():
+            call.timed_out = True
+            raise
+        call.body_outlived_cancel = True
+        return gate.outcome()
