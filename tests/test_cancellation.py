@@ -253,3 +253,52 @@ async def test_a_stuck_sync_call_still_times_out_at_once() -> None:
     release.set()
     assert outcome.results[0].error_kind == "timeout"
     assert time.monotonic() - started < 1
+
+
+async def test_cancel_by_run_reaches_only_that_run_s_call() -> None:
+    # Two conversations on one shared executor both have a call "c1".
+    finished: list[str] = []
+
+    @ts.tool(interrupt_behavior="cancel")
+    async def work(who: str) -> str:
+        await anyio.sleep(0.1)
+        finished.append(who)
+        return who
+
+    executor = ts.Executor([work])
+    outcomes: dict[str, ts.Outcome] = {}
+
+    async def conversation(run_id: str) -> None:
+        outcomes[run_id] = await executor.run([ts.ToolCall("c1", "work", {"who": run_id})], run_id=run_id)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(conversation, "alice")
+        group.start_soon(conversation, "bob")
+        await anyio.sleep(0.02)
+        assert executor.cancel("c1", run_id="alice") is True
+        assert executor.cancel("c1", run_id="nobody") is False
+    assert outcomes["alice"].results[0].error_kind == "cancelled"
+    assert outcomes["bob"].results[0].output == "bob"
+    assert finished == ["bob"]
+    assert outcomes["alice"].run_id == "alice"
+
+
+async def test_interrupt_by_run_reaches_only_that_run() -> None:
+    @ts.tool(interrupt_behavior="cancel")
+    async def work(who: str) -> str:
+        await anyio.sleep(0.1)
+        return who
+
+    executor = ts.Executor([work])
+    outcomes: dict[str, ts.Outcome] = {}
+
+    async def conversation(run_id: str) -> None:
+        outcomes[run_id] = await executor.run([ts.ToolCall("c1", "work", {"who": run_id})], run_id=run_id)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(conversation, "alice")
+        group.start_soon(conversation, "bob")
+        await anyio.sleep(0.02)
+        assert executor.interrupt(run_id="bob") == 1
+    assert outcomes["alice"].results[0].output == "alice"
+    assert outcomes["bob"].results[0].error_kind == "cancelled"

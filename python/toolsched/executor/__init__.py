@@ -224,10 +224,10 @@ class Executor:
             )
         view = self._current_view()
         if view.plain:
-            turn, plan = self._open(calls, context, None, view, None, None)
+            turn, plan = self._open(calls, context, None, view, None, None, run_id)
             outcome = await self._drive(turn, plan, plan.jobs, [], [], plan.calls, plan.duplicates, steering, None)
         else:
-            outcome = await self._start(calls, None, steering, context, None, None)
+            outcome = await self._start(calls, None, steering, context, None, None, None, run_id)
         return outcome if run_id is None else replace(outcome, run_id=run_id)
 
     async def recover(
@@ -276,6 +276,7 @@ class Executor:
         *,
         steering: Steering | None = None,
         context: Any = None,
+        run_id: str | None = None,
     ) -> AsyncIterator[Event]:
         """Runs a turn, yielding its events as they happen; the last is ``RunFinished``.
 
@@ -298,12 +299,17 @@ class Executor:
                 try:
                     with scope:
                         if journal is not None:
-                            durable, sink = RunJournal(journal, uuid.uuid4().hex), send.send_nowait
+                            durable = RunJournal(journal, uuid.uuid4().hex if run_id is None else run_id)
+                            sink = send.send_nowait
                             outcome = await self._journaled(
                                 durable, lambda: self._start(calls, None, steering, context, sink, None, durable)
                             )
                         else:
-                            outcome = await self._start(calls, None, steering, context, send.send_nowait, None)
+                            outcome = await self._start(
+                                calls, None, steering, context, send.send_nowait, None, None, run_id
+                            )
+                            if run_id is not None:
+                                outcome = replace(outcome, run_id=run_id)
                         send.send_nowait(RunFinished(outcome))
                 except cancelled:
                     # The run was stopped from outside (the loop is shutting down): nothing is left to report.
@@ -323,8 +329,8 @@ class Executor:
         if failure:
             raise failure[0]
 
-    def interrupt(self, reason: str | None = None) -> int:
-        """A user message arrived: stops every run in progress on this executor.
+    def interrupt(self, reason: str | None = None, *, run_id: str | None = None) -> int:
+        """A user message arrived: stops every run in progress on this executor (or only the run ``run_id``).
 
         Running calls of tools with ``interrupt_behavior="cancel"`` are cancelled
         (``cancelled`` results); ``"block"`` tools finish; calls not started yet
@@ -333,16 +339,25 @@ class Executor:
         Call it from the event loop's thread.
         """
         suffix = f" ({reason})" if reason else ""
+        reached = 0
         for turn in self._runs:
+            if run_id is not None and turn.run_id != run_id:
+                continue
+            reached += 1
             if turn.halt is None:
                 turn.halt = f"not run: the user interrupted the run{suffix}"
             for job in turn.jobs:
                 if job.state == RUNNING and job.tool.interrupt_behavior == "cancel":
                     job.cancel(f"`{job.tool.name}` was cancelled because the user interrupted the run{suffix}")
-        return len(self._runs)
+        return reached
 
-    def cancel(self, call_id: str, reason: str | None = None) -> bool:
+    def cancel(self, call_id: str, reason: str | None = None, *, run_id: str | None = None) -> bool:
         """Cancels one call of the runs in progress on this executor; it gets a ``cancelled`` result.
+
+        Call IDs are unique only within a conversation: on an executor shared by
+        many, name the run (``run_id``, as given to ``run``/``stream`` or made by
+        a journal) so that only its call is reached; without ``run_id`` every run
+        in progress with a call of that ID is.
 
         A call that has not started never runs. A running call is stopped if it
         runs in a cancel scope: its tool has a ``timeout``,
@@ -355,6 +370,8 @@ class Executor:
         suffix = f": {reason}" if reason else ""
         stopped = False
         for turn in self._runs:
+            if run_id is not None and turn.run_id != run_id:
+                continue
             for job in turn.jobs:
                 if job.call.id == call_id and job.state != DONE:
                     stopped = job.cancel(f"`{job.tool.name}` was cancelled by the caller{suffix}") or stopped
@@ -413,6 +430,7 @@ class Executor:
         sink: Callable[[Event], Any] | None,
         parent: str | None,
         durable: RunJournal | None = None,
+        run_id: str | None = None,
     ) -> Outcome:
         """Runs a turn (``calls``) or resumes one (``state``) with what surrounds it.
 
@@ -424,9 +442,11 @@ class Executor:
         children = waiting_children(state) if state is not None else None
         try:
             if view.resourceful or children:
-                outcome = await self._scoped(calls, state, steering, context, sink, parent, view, children, durable)
+                outcome = await self._scoped(
+                    calls, state, steering, context, sink, parent, view, children, durable, run_id
+                )
             else:
-                outcome = await self._begin(calls, state, steering, context, sink, parent, view, durable)
+                outcome = await self._begin(calls, state, steering, context, sink, parent, view, durable, run_id)
         except Exception:
             # A run that raises (on_error="raise", a tripped guardrail) has its results too: refresh all the same.
             if self.registry.refreshes:
@@ -446,10 +466,11 @@ class Executor:
         parent: str | None,
         view: View,
         durable: RunJournal | None,
+        run_id: str | None = None,
     ) -> Outcome:
         if state is None:
             assert calls is not None
-            return await self._run(calls, steering, context, sink, view, parent, durable)
+            return await self._run(calls, steering, context, sink, view, parent, durable, run_id)
         return await self._resume(state, steering, context, sink, view, parent, durable)
 
     async def _scoped(
@@ -463,19 +484,20 @@ class Executor:
         view: View,
         children: dict[str, CallRecord] | None,
         durable: RunJournal | None = None,
+        run_id: str | None = None,
     ) -> Outcome:
         """A run with per-run resources (opened on first use, closed when it ends) or nested runs to resume."""
         resumed = resuming.set(children) if children else None
         try:
             if not view.resourceful:
-                return await self._begin(calls, state, steering, context, sink, parent, view, durable)
+                return await self._begin(calls, state, steering, context, sink, parent, view, durable, run_id)
             failure: Exception | None = None
             outcome: Outcome | None = None
             async with anyio.create_task_group() as group:
                 resources = RunResources(group, context)
                 token = current_resources.set(resources)
                 try:
-                    outcome = await self._begin(calls, state, steering, context, sink, parent, view, durable)
+                    outcome = await self._begin(calls, state, steering, context, sink, parent, view, durable, run_id)
                 except Exception as exc:
                     # Raised after the task group, which would wrap it: the resources close first.
                     failure = resources.error = exc
@@ -521,12 +543,13 @@ class Executor:
         view: View,
         parent: str | None,
         durable: RunJournal | None = None,
+        run_id: str | None = None,
     ) -> Outcome:
         """A new turn: plan its calls, answer what the engine refused, run the rest."""
         if durable is not None:
             calls = self._checked(calls)
             await durable.begin(calls)
-        turn, plan = self._open(calls, context, sink, view, parent, durable)
+        turn, plan = self._open(calls, context, sink, view, parent, durable, run_id)
         return await self._drive(turn, plan, plan.jobs, [], [], plan.calls, plan.duplicates, steering, None)
 
     @staticmethod
@@ -545,6 +568,7 @@ class Executor:
         view: View,
         parent: str | None,
         durable: RunJournal | None,
+        run_id: str | None = None,
     ) -> tuple[Turn, Plan]:
         """A new turn and the plan of its calls (one crossing into the engine); nothing has run yet."""
         settings = self._settings
@@ -554,6 +578,8 @@ class Executor:
                 raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
         plan = plan_calls(settings, view, calls, jobs=True)
         turn = Turn(settings, view, len(plan.tools), context, settings.emitter(sink, parent), self._runs, durable)
+        if run_id is not None:
+            turn.run_id = run_id
         return turn, plan
 
     async def _resume(

@@ -255,6 +255,7 @@ class Turn:
         "jobs",
         "live",
         "parked",
+        "run_id",
         "scoped",
         "settings",
         "slots",
@@ -287,6 +288,8 @@ class Turn:
         self.parked: list[tuple[Job, ChildRecord]] | None = None
         # The run's journal when the run is durable: every answer is journaled before it is recorded.
         self.durable = durable
+        # The run's ID when it has one (given to ``run``, or the journal's): ``cancel(run_id=...)`` finds it by it.
+        self.run_id = durable.run_id if durable is not None else None
         # The calls that reach execution, and the batch running now.
         self.jobs: Sequence[Job] = ()
         self.batch: Sequence[Job] = ()
