@@ -12,13 +12,19 @@ DESIGN §4 and §5, checked on every example:
 - sibling results are kept; no tool body and no task is left running when
   ``run`` returns or raises;
 - cancelling the run from outside raises, returns nothing, and never turns
-  into a ``cancelled`` result.
+  into a ``cancelled`` result;
+- a call answered ``cancelled`` or ``skipped`` without having started never
+  runs its body, not even later (sync bodies in threads included), and a
+  cancellation from outside the run (a future someone else cancels) fails only
+  its own call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +48,8 @@ class Harness:
     log: list[Any] = field(default_factory=list)
     alive: int = 0
     release: threading.Event = field(default_factory=threading.Event)
+    # The calls (by ``n``) whose bodies started, for the tools that note it.
+    bodies: list[int] = field(default_factory=list)
 
 
 CURRENT = [Harness()]
@@ -75,9 +83,37 @@ async def body(seconds: float, value: Any = None, error: Exception | None = None
         state.alive -= 1
 
 
+def started_body(n: int) -> None:
+    """Notes that call ``n``'s body started (from the loop or a worker thread)."""
+    harness().bodies.append(n)
+
+
 @ts.tool(resources=access, concurrency_safe=safe)
 async def work(n: int, safe: bool, delay: float) -> int:
+    started_body(n)
     return int(await body(delay, n))
+
+
+@ts.tool(resources=access, concurrency_safe=safe)
+def sync_work(n: int, safe: bool, delay: float) -> int:
+    # In a worker thread: it cannot be stopped once it started, so it must be waited for.
+    started_body(n)
+    time.sleep(delay * 3)
+    return n
+
+
+@ts.tool(resources=access, concurrency_safe=safe)
+async def foreign(n: int, safe: bool, delay: float) -> None:
+    # What it awaits is cancelled by something outside the run.
+    started_body(n)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        await anyio.sleep(delay)
+        raise asyncio.CancelledError("cancelled by someone else") from None
+    future = loop.create_future()
+    loop.call_later(delay, future.cancel)
+    await future
 
 
 @ts.tool(resources=access, concurrency_safe=safe, interrupt_behavior="cancel")
@@ -154,12 +190,17 @@ async def interrupter(n: int, safe: bool, delay: float) -> int:
     return n
 
 
-TOOLS = [work, browse, fail, fail_abort, slow, hang, hang_sync, quit_early, quit_returning, victim, polite, interrupter]
+TOOLS = [
+    work, sync_work, foreign, browse, fail, fail_abort, slow, hang, hang_sync, quit_early, quit_returning, victim,
+    polite, interrupter,
+]
 ABORTING = {"fail_abort"}
 
 # What a call that ran may end as, by tool (besides being cancelled by an aborting sibling).
 RAN_KINDS: dict[str, set[str | None]] = {
     "work": {None},
+    "sync_work": {None},
+    "foreign": {"execution_error"},
     "browse": {None, "cancelled"},
     "fail": {"execution_error"},
     "fail_abort": {"execution_error"},
@@ -292,6 +333,16 @@ def check_each_result_has_a_real_cause(run: Run) -> None:
             raise AssertionError(f"browse cancelled without a cause: {message}")
 
 
+def check_no_body_ran_for_a_call_that_never_started(run: Run, bodies: list[int]) -> None:
+    """A call answered without running (``cancelled``, ``skipped``, ...) never runs its body, even later."""
+    ran = run.started()
+    position = {call.id: n for n, call in enumerate(run.calls)}
+    for result in run.results:
+        if not ran[result.call_id]:
+            assert position[result.call_id] not in bodies, f"{result.call_id} ran after it was answered {result}"
+    assert len(bodies) == len(set(bodies)), f"a body ran twice: {bodies}"
+
+
 def check_raise_semantics(run: Run, on_error: str) -> None:
     failures = [r for r in run.results if r.error_kind == "execution_error"]
     if on_error == "result" or not failures:
@@ -404,10 +455,13 @@ async def test_random_faults_keep_every_promise(
     check_an_aborting_failure_stops_its_batch(run)
     check_each_result_has_a_real_cause(run)
     check_raise_semantics(run, on_error)
+    # Later too: a thread that was queued must not start its body after the run returned.
+    await anyio.sleep(0.02)
+    check_no_body_ran_for_a_call_that_never_started(run, list(state.bodies))
     assert executor.interrupt() == 0
 
 
-OUTSIDE_FAULTS = ["work", "work", "browse", "fail", "fail_abort", "slow", "hang", "hang_sync"]
+OUTSIDE_FAULTS = ["work", "work", "sync_work", "foreign", "browse", "fail", "fail_abort", "slow", "hang", "hang_sync"]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
