@@ -13,7 +13,6 @@ cancellation propagate, so the executor answers the call as it always does.
 
 from __future__ import annotations
 
-import copy
 import functools
 import inspect
 import logging
@@ -340,8 +339,8 @@ def _tool_body(
     """A tool's body for a worker, and how the caller turns validated arguments into its arguments."""
     if isinstance(tool, FunctionTool):
         fn = tool.fn
-        model = tool._coerce_model
-        wants_ctx = tool._wants_ctx
+        model = tool.argument_model
+        wants_ctx = tool.takes_ctx
 
         def keywords(args: Args) -> tuple[tuple[Any, ...], dict[str, Any]]:
             if model is None:
@@ -355,9 +354,7 @@ def _tool_body(
     if call is None or not callable(call):
         raise ToolDefinitionError(f"tool class {type(tool).__name__} must define call(self, args, ctx)")
     # The worker gets its own copy of the tool, without what this process caches about it.
-    replica = copy.copy(tool)
-    if "_facts_cache" in getattr(replica, "__dict__", {}):
-        del replica._facts_cache
+    replica = tool.replica()
     input_model = tool.input_model
 
     def parsed(args: Args) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -6,6 +6,7 @@ concurrency-safe, unknown resources (conflicts with everything).
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import inspect
@@ -237,6 +238,12 @@ class Tool:
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 
+    def replica(self) -> Tool:
+        """A shallow copy without what this process caches about the tool (for a worker elsewhere)."""
+        copied = copy.copy(self)
+        copied.__dict__.pop("_facts_cache", None)
+        return copied
+
     def _resource_factory(self) -> ResourceFactory | None:
         """The per-run resource the tool declares: ``run_resource``, or ``open``/``close`` overridden."""
         cls = type(self)
@@ -393,7 +400,7 @@ class FunctionTool(Tool):
         if not callable(fn):
             raise ToolDefinitionError(f"@tool needs a function, got {fn!r}")
         self.fn = fn
-        unknown = set(metadata) - _TOOL_OPTIONS
+        unknown = set(metadata) - TOOL_OPTIONS
         if unknown:
             raise TypeError(f"@tool got unknown option(s): {', '.join(sorted(unknown))}")
         for key, value in metadata.items():
@@ -409,6 +416,16 @@ class FunctionTool(Tool):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+    @property
+    def argument_model(self) -> type[pydantic.BaseModel] | None:
+        """The pydantic model that coerces the arguments before the call (None when they are plain JSON)."""
+        return self._coerce_model
+
+    @property
+    def takes_ctx(self) -> bool:
+        """Whether the function takes a ``ctx`` parameter."""
+        return self._wants_ctx
 
     def _describe_input(self) -> JsonSchema:
         return self._schema
@@ -458,7 +475,8 @@ class FunctionTool(Tool):
         return invoke_in_thread
 
 
-_TOOL_OPTIONS = frozenset(
+# Every keyword ``@tool`` accepts (integrations that wrap other frameworks' tools accept the same).
+TOOL_OPTIONS = frozenset(
     {
         "name",
         "description",

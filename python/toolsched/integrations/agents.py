@@ -49,7 +49,7 @@ from toolsched.context import ToolContext
 from toolsched.errors import OptionError, ToolDefinitionError
 from toolsched.executor import Executor
 from toolsched.results import ToolCall
-from toolsched.tools import _TOOL_OPTIONS, Tool
+from toolsched.tools import TOOL_OPTIONS, Tool
 
 try:
     from agents import Agent, FunctionTool
@@ -75,7 +75,7 @@ class AgentsFunctionTool(Tool):
             raise ToolDefinitionError(
                 f"from_function_tool() takes an Agents SDK FunctionTool, got {type(tool).__name__}"
             )
-        unknown = set(metadata) - _TOOL_OPTIONS
+        unknown = set(metadata) - TOOL_OPTIONS
         if unknown:
             raise TypeError(f"from_function_tool() got unknown option(s): {', '.join(sorted(unknown))}")
         if not isinstance(tool.params_json_schema, Mapping):
