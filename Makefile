@@ -42,9 +42,11 @@ bench: build
 
 lint: build
 	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings
 	cargo clippy --features python -- -D warnings
 	$(BIN)/ruff check python tests benches examples
 	$(BIN)/mypy python/toolsched
+	$(BIN)/python -m mypy.stubtest toolsched._core
 
 clean:
 	rm -rf $(VENV) target python/toolsched/_core*.so
