@@ -8,8 +8,14 @@ allow, whatever the order of the lists.
 Patterns against a path subject (the argument's schema has ``"format": "path"``
 — a ``pathlib.Path`` parameter — or the argument is named ``path``, ``file``,
 ``dir``, ``*_path`` ...) are compared after lexical normalisation of both sides:
-``~`` is expanded, relative paths are joined to ``root``, and ``.``, ``..`` and
-repeated slashes are folded, so no spelling of a path slips past a rule. ``*``
+relative paths are joined to ``root``, and ``.``, ``..`` and repeated slashes are
+folded, so no spelling of a path slips past a rule. ``~`` means the home
+directory in a pattern; in a subject it is ambiguous (``open()`` and ``pathlib``
+take it literally, a shell expands it), so a subject starting with ``~`` is
+matched both ways: deny and ask rules match if either reading matches, allow
+rules only if both do. A subject the rules cannot read (anything but a string
+or a list of strings: a number, an object, a nested list, a list holding
+``None``) is refused whenever a deny or ask rule with a pattern names the tool. ``*``
 matches within one path segment, ``**`` (a whole segment) any number of
 segments; a pattern that starts with ``**`` matches anywhere. ``dir/**`` covers
 the directory itself and everything below it. Other subjects are matched as
@@ -174,11 +180,10 @@ def _fold(path: str, base: list[str]) -> list[str]:
 def normalize_path(path: str, root: str) -> str:
     """The lexical absolute form of ``path`` (relative paths are joined to ``root``); ``""`` is ``/``.
 
-    ``root`` is itself normalised (``""`` for the filesystem root).
+    ``root`` is itself normalised (``""`` for the filesystem root). Nothing is
+    expanded: ``~`` is a directory name here, as it is to ``open()``.
     """
-    if path.startswith("~"):
-        path = os.path.expanduser(path)
-    elif path and path[0] not in "/." and path[-1] != "/" and "//" not in path and "/." not in path:
+    if path and path[0] not in "/.~" and path[-1] != "/" and "//" not in path and "/." not in path:
         # Already clean and relative: nothing to fold.
         return f"{root}/{path}"
     base = [] if path.startswith("/") else _fold(root, [])
@@ -214,6 +219,31 @@ def subject_is_path(name: str, schema: Mapping[str, Any]) -> bool:
 
 _MISSING: Any = object()
 
+# What the rules say of a call: (behavior, the rule's text, the reason when it is not the rule's plain match).
+Verdict = tuple[Behavior, str, str | None]
+
+
+class _Unreadable(Exception):
+    """A rule subject that patterns cannot be matched against (internal)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if value is None:
+        return "null"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "an object"
+    return f"a {type(value).__name__}"
+
 
 class ToolRules:
     """The rules that name one tool, compiled for its rule subject (internal)."""
@@ -244,55 +274,74 @@ class ToolRules:
         self.deny, self.ask, self.allow = patterns("deny"), patterns("ask"), patterns("allow")
 
     def _subjects(self, args: Any) -> tuple[str, ...]:
+        """The subject values the patterns are matched against; raises ``_Unreadable`` for a value they
+        cannot read. A path starting with ``~`` counts twice: as written and expanded."""
         if self.subject is None:
             return ()
         value = args.get(self.subject, _MISSING) if type(args) is dict or isinstance(args, Mapping) else _MISSING
         if value is _MISSING:
             value = self.default
-        if type(value) is str:
-            return (normalize_path(value, self.root),) if self.is_path else (value,)
-        if isinstance(value, str):
-            items: tuple[str, ...] = (value,)
-        elif isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
-            items = tuple(value)
-        elif isinstance(value, int | float):
-            items = (str(value),)
-        else:
+        if value is _MISSING or value is None:
+            # No target given: the rules have nothing to match.
             return ()
-        if self.is_path:
-            return tuple(normalize_path(item, self.root) for item in items)
-        return items
+        if type(value) is str and not self.is_path:
+            return (value,)
+        if isinstance(value, str):
+            items: tuple[str, ...] = (str(value),)
+        elif isinstance(value, list | tuple):
+            for position, item in enumerate(value):
+                if not isinstance(item, str):
+                    raise _Unreadable(f"its `{self.subject}` argument holds {_kind(item)} at position {position}")
+            items = tuple(str(item) for item in value)
+        else:
+            raise _Unreadable(f"its `{self.subject}` argument is {_kind(value)}, not text")
+        if not self.is_path:
+            return items
+        subjects = []
+        for item in items:
+            subjects.append(normalize_path(item, self.root))
+            if item.startswith("~"):
+                # A tool that expands ``~`` touches the home directory instead: both readings are matched.
+                subjects.append(normalize_path(os.path.expanduser(item), self.root))
+        return tuple(subjects)
 
-    def evaluate(self, args: Any) -> tuple[Behavior, str] | None:
-        """The strongest rule that names this call, as (behavior, rule text), or None.
+    def evaluate(self, args: Any) -> Verdict | None:
+        """The strongest rule that names this call, as (behavior, rule text, why when not plain), or None.
 
         Deny and ask rules match when any subject value matches; an allow rule
-        only when every value does.
+        only when every value does. A subject the rules cannot read is denied
+        when a deny or ask pattern could apply (the text then says why).
         """
         if self.deny_all is not None:
-            return "deny", self.deny_all
-        values = self._subjects(args) if (self.deny or self.ask or self.allow) else ()
+            return "deny", self.deny_all, None
+        try:
+            values = self._subjects(args) if (self.deny or self.ask or self.allow) else ()
+        except _Unreadable as exc:
+            if self.deny or self.ask:
+                guarded = (self.deny or self.ask)[0][0]
+                return "deny", guarded, f"the rule `{guarded}` cannot check this call: {exc.reason}; it is refused"
+            values = ()
         for text, matches in self.deny:
             for value in values:
                 if matches(value):
-                    return "deny", text
+                    return "deny", text, None
         if self.ask_all is not None:
-            return "ask", self.ask_all
+            return "ask", self.ask_all, None
         for text, matches in self.ask:
             for value in values:
                 if matches(value):
-                    return "ask", text
+                    return "ask", text, None
         if self.allow_all is not None:
-            return "allow", self.allow_all
+            return "allow", self.allow_all, None
         if len(values) == 1:
             (value,) = values
             for text, matches in self.allow:
                 if matches(value):
-                    return "allow", text
+                    return "allow", text, None
         elif values:
             for text, matches in self.allow:
                 if all(matches(value) for value in values):
-                    return "allow", text
+                    return "allow", text, None
         return None
 
 

@@ -132,7 +132,11 @@ async def _decide(
     mode = turn.settings.mode
     if rule is not None:
         if rule[0] == "deny":
-            return "deny", "permission_denied", f"`{tool.name}` with this input is denied by the rule `{rule[1]}`"
+            return (
+                "deny",
+                "permission_denied",
+                rule[2] or f"`{tool.name}` with this input is denied by the rule `{rule[1]}`",
+            )
         if rule[0] == "allow" and hook_ask is None and mode != "plan" and not job.facts.checks_permissions:
             # An allow rule waives every other ask, and nothing is left that could deny.
             return "allow", None, None
@@ -152,7 +156,7 @@ async def _decide(
     behavior, reason = resolve_permission(
         tool.name,
         mode=mode,
-        rule=rule,
+        rule=None if rule is None else (rule[0], rule[1]),
         hook_ask=hook_ask,
         hook_allowed=hook_allowed,
         tool_decision=tool_decision,
