@@ -274,7 +274,10 @@ fn unknown_tool_message(catalog: &Catalog, name: &str, found: Option<usize>, dis
     };
     match found {
         Some(_) => format!("tool `{name}` is not available in this turn; available tools: {listed}"),
-        None => format!("unknown tool `{name}`; available tools: {listed}"),
+        None => format!(
+            "unknown tool `{}`; available tools: {listed}",
+            crate::validate::cut_text(name, crate::validate::PREVIEW_CHARS)
+        ),
     }
 }
 

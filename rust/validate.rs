@@ -87,6 +87,60 @@ impl InputRejection {
     }
 }
 
+/// Longest quote of a value in a message: an error must not echo a huge argument back.
+pub const PREVIEW_CHARS: usize = 80;
+
+/// Longest message about one schema violation (names and schema parts included).
+const MAX_VIOLATION_CHARS: usize = 300;
+
+/// `text` cut to at most `limit` characters on a character boundary, saying how much was cut.
+pub fn cut_text(text: &str, limit: usize) -> String {
+    match text.char_indices().nth(limit) {
+        None => text.to_owned(),
+        Some((end, _)) => format!("{}… ({} characters in all)", &text[..end], text.chars().count()),
+    }
+}
+
+/// A short quote of a JSON value: its JSON text up to [`PREVIEW_CHARS`], or
+/// None when the whole text is that short (serialising stops early otherwise).
+fn long_preview(value: &Value) -> Option<String> {
+    struct Bounded {
+        text: Vec<u8>,
+        limit: usize,
+    }
+    impl std::io::Write for Bounded {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let room = self.limit - self.text.len();
+            if buf.len() > room {
+                self.text.extend_from_slice(&buf[..room]);
+                return Err(std::io::Error::other("long"));
+            }
+            self.text.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    // A few bytes over the limit, so that the cut falls on a character boundary below.
+    let mut bounded = Bounded {
+        text: Vec::new(),
+        limit: PREVIEW_CHARS * 4 + 4,
+    };
+    if serde_json::to_writer(&mut bounded, value).is_ok() && bounded.text.len() <= PREVIEW_CHARS {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&bounded.text);
+    let cut: String = text.chars().take(PREVIEW_CHARS).collect();
+    let whole = match value {
+        Value::String(s) => format!("a string of {} characters", s.chars().count()),
+        Value::Array(items) => format!("an array of {} items", items.len()),
+        Value::Object(map) => format!("an object of {} properties", map.len()),
+        other => json_type_name(other).to_owned(),
+    };
+    Some(format!("{cut}… ({whole})"))
+}
+
 /// Names a JSON value's type the way JSON Schema does.
 pub fn json_type_name(value: &Value) -> &'static str {
     match value {
@@ -161,9 +215,14 @@ impl CompiledSchema {
                 more = true;
                 break;
             }
+            // The value is quoted only as a short preview: a 10 MB string is not echoed back.
+            let message = match long_preview(error.instance()) {
+                None => error.to_string(),
+                Some(preview) => error.masked_with(preview).to_string(),
+            };
             violations.push(SchemaViolation {
-                path: error.instance_path().to_string(),
-                message: error.to_string(),
+                path: cut_text(&error.instance_path().to_string(), MAX_VIOLATION_CHARS),
+                message: cut_text(&message, MAX_VIOLATION_CHARS),
             });
         }
         Err(InputRejection::Schema { violations, more })
@@ -181,6 +240,14 @@ pub fn parse_arguments(text: &str, limits: &Limits) -> Result<Value, InputReject
     if text.trim().is_empty() {
         return Ok(Value::Object(serde_json::Map::new()));
     }
+    // serde_json reads an integer past 64 bits as a float, losing digits; as an
+    // object argument such an integer is refused, so it is here too.
+    if let Some(literal) = oversized_integer(text) {
+        return Err(InputRejection::NotJson(format!(
+            "the integer {} is outside the 64-bit range",
+            cut_text(literal, PREVIEW_CHARS)
+        )));
+    }
     // serde_json stops at its own recursion limit (128); say so as a depth error.
     serde_json::from_str(text).map_err(|err| {
         if err.to_string().starts_with("recursion limit exceeded") {
@@ -191,6 +258,57 @@ pub fn parse_arguments(text: &str, limits: &Limits) -> Result<Value, InputReject
             InputRejection::Malformed(err.to_string())
         }
     })
+}
+
+/// The first integer literal (outside strings, without fraction or exponent)
+/// that fits neither `i64` nor `u64`, if any. Digit runs of 19 or fewer never
+/// overflow, so most texts are only scanned.
+fn oversized_integer(text: &str) -> Option<&str> {
+    let bytes = text.as_bytes();
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        let byte = bytes[i];
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+            }
+            i += 1;
+            continue;
+        }
+        if byte == b'"' {
+            in_string = true;
+            i += 1;
+            continue;
+        }
+        if byte.is_ascii_digit() {
+            let start = if i > 0 && bytes[i - 1] == b'-' { i - 1 } else { i };
+            let mut end = i;
+            while end < bytes.len() && bytes[end].is_ascii_digit() {
+                end += 1;
+            }
+            let fraction = end < bytes.len() && matches!(bytes[end], b'.' | b'e' | b'E');
+            if !fraction && end - i > 18 {
+                let literal = &text[start..end];
+                if literal.parse::<i64>().is_err() && literal.parse::<u64>().is_err() {
+                    return Some(literal);
+                }
+            }
+            i = end;
+            // Skip the rest of a number with a fraction or an exponent.
+            while i < bytes.len() && matches!(bytes[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-') {
+                i += 1;
+            }
+            continue;
+        }
+        i += 1;
+    }
+    None
 }
 
 /// The deepest nesting of arrays and objects in `value` (a scalar is depth 0).
@@ -236,6 +354,46 @@ mod tests {
             }),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_huge_bad_value_is_quoted_as_a_short_preview() {
+        let huge = "x".repeat(1_000_000);
+        let err = schema()
+            .check(&json!({"path": "a", "limit": huge}), &Limits::default())
+            .unwrap_err();
+        let message = err.message("read_file");
+        assert!(message.len() < 1_000, "{} bytes", message.len());
+        assert!(message.contains("a string of 1000000 characters"), "{message}");
+        assert!(message.contains("/limit"), "{message}");
+    }
+
+    #[test]
+    fn a_short_bad_value_is_quoted_whole() {
+        let err = schema()
+            .check(&json!({"path": "a", "limit": "ten"}), &Limits::default())
+            .unwrap_err();
+        assert!(
+            err.message("read_file").contains("\"ten\""),
+            "{}",
+            err.message("read_file")
+        );
+    }
+
+    #[test]
+    fn huge_integer_literals_are_refused_and_floats_are_not() {
+        let limits = Limits::default();
+        assert!(matches!(
+            parse_arguments(r#"{"n": 123456789012345678901234567890}"#, &limits),
+            Err(InputRejection::NotJson(_))
+        ));
+        assert!(matches!(
+            parse_arguments(r#"{"n": -9223372036854775809}"#, &limits),
+            Err(InputRejection::NotJson(_))
+        ));
+        assert!(parse_arguments(r#"{"n": 18446744073709551615, "m": -9223372036854775808}"#, &limits).is_ok());
+        assert!(parse_arguments(r#"{"n": 1.5e300, "s": "123456789012345678901234567890"}"#, &limits).is_ok());
+        assert!(parse_arguments(r#"{"n": 123456789012345678901234567890.0}"#, &limits).is_ok());
     }
 
     #[test]

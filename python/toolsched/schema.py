@@ -190,3 +190,33 @@ def to_gemini_schema(schema: JsonSchema) -> JsonSchema:
 
     result: JsonSchema = transform(inline_refs(schema))
     return result
+
+
+def _is_integer(spec: Any) -> bool:
+    """Whether a property schema admits integers and no other number: ``integer``, optionally nullable."""
+    if not isinstance(spec, Mapping):
+        return False
+    kind = spec.get("type")
+    if kind == "integer":
+        return True
+    if isinstance(kind, list) and "integer" in kind and "number" not in kind:
+        return True
+    options = spec.get("anyOf") or spec.get("oneOf")
+    if isinstance(options, list) and options:
+        kinds = [option.get("type") for option in options if isinstance(option, Mapping)]
+        return "integer" in kinds and "number" not in kinds and all(k in ("integer", "null") for k in kinds)
+    return False
+
+
+def integer_fields(schema: Mapping[str, Any]) -> tuple[frozenset[str], frozenset[str]]:
+    """The top-level properties that hold an integer, and those that hold a list of integers."""
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return frozenset(), frozenset()
+    scalars = frozenset(name for name, spec in properties.items() if _is_integer(spec))
+    arrays = frozenset(
+        name
+        for name, spec in properties.items()
+        if isinstance(spec, Mapping) and spec.get("type") == "array" and _is_integer(spec.get("items"))
+    )
+    return scalars, arrays

@@ -25,7 +25,7 @@ from toolsched.errors import ToolDefinitionError
 from toolsched.isolation import function_invoker, method_invoker
 from toolsched.resources import ResourceFactory, RunScope, open_close, with_run_resource
 from toolsched.results import Decision
-from toolsched.schema import JsonSchema, function_schema, model_schema
+from toolsched.schema import JsonSchema, function_schema, integer_fields, model_schema
 from toolsched.threads import run_in_thread
 
 __all__ = ["Access", "FunctionTool", "Tool", "ToolFacts", "tool", "tool_fingerprint"]
@@ -363,8 +363,12 @@ class Tool:
                     "resource as ctx.resource)"
                 )
             invoke = with_run_resource(self, name, factory, invoke)
+        input_schema = self._describe_input()
+        scalars, arrays = integer_fields(input_schema)
+        if scalars or arrays:
+            invoke = _with_exact_integers(invoke, scalars, arrays)
         facts = ToolFacts(
-            input_schema=self._describe_input(),
+            input_schema=input_schema,
             invoke=invoke,
             takes_context=takes_context,
             static_safe=static_safe,
@@ -568,6 +572,29 @@ def tool(fn: Callable[..., Any] | None = None, /, **metadata: Any) -> Any:
         return FunctionTool(fn, **metadata)
 
     return decorate
+
+
+def _with_exact_integers(
+    invoke: Callable[[Args, ToolContext | None], Awaitable[Any]], scalars: frozenset[str], arrays: frozenset[str]
+) -> Callable[[Args, ToolContext | None], Awaitable[Any]]:
+    """``invoke`` handing integer parameters ints: JSON Schema's ``integer`` accepts ``1.0``, a tool's
+    ``int`` parameter gets ``1`` (the schema already refused any fraction)."""
+
+    def invoke_with_integers(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
+        fixed: dict[str, Any] | None = None
+        for key in scalars:
+            value = args.get(key)
+            if type(value) is float:
+                fixed = dict(args) if fixed is None else fixed
+                fixed[key] = int(value)
+        for key in arrays:
+            items = args.get(key)
+            if isinstance(items, list) and any(type(item) is float for item in items):
+                fixed = dict(args) if fixed is None else fixed
+                fixed[key] = [int(item) if type(item) is float else item for item in items]
+        return invoke(args if fixed is None else fixed, ctx)
+
+    return invoke_with_integers
 
 
 def tool_fingerprint(tool: Tool) -> str:

@@ -43,7 +43,7 @@ impl Walker<'_> {
 
     fn convert(&mut self, obj: &Bound<'_, PyAny>, depth: usize) -> Result<Value, InputRejection> {
         if let Ok(text) = obj.cast::<PyString>() {
-            let text = text.to_str().map_err(|err| InputRejection::NotJson(err.to_string()))?;
+            let text = text.to_str().map_err(|_| not_unicode())?;
             self.grow(text.len() + 2)?;
             return Ok(Value::String(text.to_owned()));
         }
@@ -58,7 +58,7 @@ impl Walker<'_> {
                         type_name(&key)
                     )));
                 };
-                let key = key.to_str().map_err(|err| InputRejection::NotJson(err.to_string()))?;
+                let key = key.to_str().map_err(|_| not_unicode())?;
                 self.grow(key.len() + 4)?;
                 let value = self.convert(&value, depth)?;
                 map.insert(key.to_owned(), value);
@@ -108,6 +108,11 @@ impl Walker<'_> {
         }
         Ok(Value::Array(array))
     }
+}
+
+/// A string holding a lone surrogate: not Unicode, so not JSON.
+pub fn not_unicode() -> InputRejection {
+    InputRejection::NotJson("the text holds a lone surrogate, which is not valid Unicode".into())
 }
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {

@@ -6,6 +6,7 @@ mod convert;
 mod errors;
 
 use std::cell::Cell;
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use pyo3::intern;
@@ -22,7 +23,7 @@ use crate::schedule::{plan_batches as engine_plan_batches, Strategy};
 use crate::shape::{truncate as engine_truncate, Budget, Cut};
 use crate::validate::Limits;
 
-use convert::{to_json, to_python, KeyStrings};
+use convert::{not_unicode, to_json, to_python, KeyStrings};
 use errors::{AssemblyError, OptionError, SchemaError, ToolNameError};
 
 fn limits(max_input_bytes: usize, max_input_depth: usize, max_errors: usize) -> Limits {
@@ -165,7 +166,11 @@ impl PyToolTable {
         let name = self.catalog.name(tool);
         let none = || py.None().into_bound(py);
         let (value, from_text) = if let Ok(text) = args.cast::<PyString>() {
-            (crate::validate::parse_arguments(text.to_str()?, &limits), true)
+            let parsed = match text.to_str() {
+                Ok(text) => crate::validate::parse_arguments(text, &limits),
+                Err(_) => Err(not_unicode()),
+            };
+            (parsed, true)
         } else {
             (to_json(args, &limits), false)
         };
@@ -257,14 +262,23 @@ impl<'py> Preparation<'_, 'py> {
         // Each attribute is checked as it is read (id, name, args), so the first
         // bad attribute in turn order is the one reported, as with whole-turn reading.
         let id = call.getattr(intern!(py, "id"))?.cast_into::<PyString>()?;
-        let id = id.to_str()?;
-        let name = PyBackedStr::try_from(call.getattr(intern!(py, "name"))?.cast_into::<PyString>()?)?;
+        let surrogate_key;
+        let id_key = if let Ok(text) = id.to_str() {
+            text
+        } else {
+            surrogate_key = id_key(&id)?;
+            surrogate_key.as_str()
+        };
+        let name = backed_name(call.getattr(intern!(py, "name"))?.cast_into::<PyString>()?)?;
         let raw = call.getattr(intern!(py, "args"))?;
         let args = match raw.cast::<PyString>() {
-            Ok(text) => PendingArguments::Text(PyBackedStr::try_from(text.clone())?),
+            Ok(text) => match PyBackedStr::try_from(text.clone()) {
+                Ok(text) => PendingArguments::Text(text),
+                Err(_) => PendingArguments::Converted(Arguments::Rejected(not_unicode())),
+            },
             Err(_) => PendingArguments::Converted(converted_arguments(&raw, &self.limits)),
         };
-        match self.planner.admit(id) {
+        match self.planner.admit(id_key) {
             Admission::First { index } => {
                 if let PendingArguments::Text(text) = &args {
                     self.chunk_bytes += text.len();
@@ -272,7 +286,7 @@ impl<'py> Preparation<'_, 'py> {
                 self.chunk.push(Pending { index, name, args });
             }
             Admission::Repeat { index, first } => {
-                let earlier = arguments(&self.originals[first], &self.limits)?;
+                let earlier = arguments(&self.originals[first], &self.limits);
                 let args_differ = args.with(|args| !same_arguments(&earlier, args, &self.limits));
                 self.duplicates.append((index, first, args_differ))?;
             }
@@ -397,10 +411,33 @@ impl Drop for CollectorResumed<'_, '_> {
 
 /// A call's arguments as the engine takes them: text borrowed from the Python
 /// string, anything else converted to JSON.
-fn arguments<'a>(raw: &'a Bound<'_, PyAny>, limits: &Limits) -> PyResult<Arguments<'a>> {
+fn arguments<'a>(raw: &'a Bound<'_, PyAny>, limits: &Limits) -> Arguments<'a> {
     match raw.cast::<PyString>() {
-        Ok(text) => Ok(Arguments::Text(text.to_str()?)),
-        Err(_) => Ok(converted_arguments(raw, limits)),
+        Ok(text) => text
+            .to_str()
+            .map_or_else(|_| Arguments::Rejected(not_unicode()), Arguments::Text),
+        Err(_) => converted_arguments(raw, limits),
+    }
+}
+
+/// The key an ID holding lone surrogates is deduplicated by: a spelling no
+/// valid ID can have, so distinct IDs stay distinct.
+fn id_key(id: &Bound<'_, PyString>) -> PyResult<String> {
+    let bytes = id.call_method1(intern!(id.py(), "encode"), ("utf-8", "surrogatepass"))?;
+    let bytes: Vec<u8> = bytes.extract()?;
+    let mut key = String::from("\u{0}surrogates:");
+    for byte in bytes {
+        let _ = write!(key, "{byte:02x}");
+    }
+    Ok(key)
+}
+
+/// A tool name as the engine looks it up; one holding lone surrogates names no
+/// tool, so it is looked up with those replaced (and is then unknown).
+fn backed_name(name: Bound<'_, PyString>) -> PyResult<PyBackedStr> {
+    match PyBackedStr::try_from(name.clone()) {
+        Ok(backed) => Ok(backed),
+        Err(_) => PyBackedStr::try_from(PyString::new(name.py(), &name.to_string_lossy())),
     }
 }
 
