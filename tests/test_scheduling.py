@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import toolsched as ts
 from toolsched import _core
 
 
@@ -59,9 +60,9 @@ def test_every_call_is_in_exactly_one_batch_in_order(safe: list[bool]) -> None:
 
 
 def test_bad_strategy_options_are_refused() -> None:
-    with pytest.raises(_core.OptionError, match="unknown strategy"):
+    with pytest.raises(ts.OptionError, match="unknown strategy"):
         _core.plan_batches("random", [True], max_concurrency=1)
-    with pytest.raises(_core.OptionError, match="max_concurrency"):
+    with pytest.raises(ts.OptionError, match="max_concurrency"):
         _core.plan_batches("partitioned", [True], max_concurrency=0)
 
 
@@ -72,7 +73,7 @@ def test_assembly_restores_model_order(order: list[int]) -> None:
 
 
 def test_assembly_refuses_lost_or_doubled_results() -> None:
-    with pytest.raises(_core.AssemblyError, match="no result for slot 1"):
+    with pytest.raises(ts.AssemblyError, match="no result for slot 1"):
         _core.assemble(2, [0], ["a"])
-    with pytest.raises(_core.AssemblyError, match="two results"):
+    with pytest.raises(ts.AssemblyError, match="two results"):
         _core.assemble(2, [0, 0], ["a", "b"])

@@ -95,5 +95,5 @@ def test_truncation_never_exceeds_the_budget(text: str, max_chars: int, max_line
 
 
 def test_unknown_cut_is_refused() -> None:
-    with pytest.raises(_core.OptionError, match="unknown cut"):
+    with pytest.raises(ts.OptionError, match="unknown cut"):
         _core.truncate("abc", 1, cut="sideways")

@@ -4,10 +4,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any, final
 
 __all__ = [
-    "AssemblyError",
-    "OptionError",
-    "SchemaError",
-    "ToolNameError",
     "ToolTable",
     "assemble",
     "normalize_key",
@@ -15,11 +11,6 @@ __all__ = [
     "plan_conflicts",
     "truncate",
 ]
-
-class SchemaError(ValueError): ...
-class ToolNameError(ValueError): ...
-class OptionError(ValueError): ...
-class AssemblyError(RuntimeError): ...
 
 @final
 class ToolTable:

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from toolsched._core import AssemblyError, OptionError, SchemaError, ToolNameError
-
 if TYPE_CHECKING:
     from toolsched.results import ToolResult
 
@@ -37,6 +35,22 @@ __all__ = [
 
 class ToolschedError(Exception):
     """Base class of the errors toolsched raises on purpose."""
+
+
+class SchemaError(ToolschedError, ValueError):
+    """A tool's input schema is not a valid, self-contained JSON Schema (raised by the engine too)."""
+
+
+class ToolNameError(ToolschedError, ValueError):
+    """A tool name or alias is malformed or used twice (raised by the engine too)."""
+
+
+class OptionError(ToolschedError, ValueError):
+    """An option is out of its range or of the wrong kind (raised by the engine too)."""
+
+
+class AssemblyError(ToolschedError, RuntimeError):
+    """The results of a turn do not answer every call exactly once (an internal fault, raised by the engine)."""
 
 
 class ToolDefinitionError(ToolschedError, ValueError):

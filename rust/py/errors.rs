@@ -1,35 +1,18 @@
-//! Python exception types for engine errors.
+//! Engine errors raised as toolsched's own Python exception classes.
+//!
+//! The classes live in `toolsched.errors` (all of them `ToolschedError`s, so
+//! `except ts.ToolschedError` catches what the engine raises too); the binding
+//! imports each once, the first time it raises one.
 
-use pyo3::create_exception;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::import_exception;
 use pyo3::PyErr;
 
 use crate::error::EngineError;
 
-create_exception!(
-    toolsched._core,
-    SchemaError,
-    PyValueError,
-    "A tool's input schema is not a valid, self-contained JSON Schema."
-);
-create_exception!(
-    toolsched._core,
-    ToolNameError,
-    PyValueError,
-    "A tool name or alias is malformed or used twice."
-);
-create_exception!(
-    toolsched._core,
-    OptionError,
-    PyValueError,
-    "An option is out of its range."
-);
-create_exception!(
-    toolsched._core,
-    AssemblyError,
-    PyRuntimeError,
-    "The results of a turn do not answer every call exactly once."
-);
+import_exception!(toolsched.errors, SchemaError);
+import_exception!(toolsched.errors, ToolNameError);
+import_exception!(toolsched.errors, OptionError);
+import_exception!(toolsched.errors, AssemblyError);
 
 impl From<EngineError> for PyErr {
     fn from(err: EngineError) -> Self {

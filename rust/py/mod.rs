@@ -24,7 +24,7 @@ use crate::shape::{truncate as engine_truncate, Budget, Cut};
 use crate::validate::Limits;
 
 use convert::{not_unicode, to_json, to_python, KeyStrings};
-use errors::{AssemblyError, OptionError, SchemaError, ToolNameError};
+use errors::{AssemblyError, OptionError};
 
 fn limits(max_input_bytes: usize, max_input_depth: usize, max_errors: usize) -> Limits {
     Limits {
@@ -565,16 +565,11 @@ fn truncate(
 /// The toolsched engine, compiled from Rust.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let py = m.py();
     m.add_class::<PyToolTable>()?;
     m.add_function(wrap_pyfunction!(plan_batches, m)?)?;
     m.add_function(wrap_pyfunction!(plan_conflicts, m)?)?;
     m.add_function(wrap_pyfunction!(normalize_key, m)?)?;
     m.add_function(wrap_pyfunction!(assemble, m)?)?;
     m.add_function(wrap_pyfunction!(truncate, m)?)?;
-    m.add("SchemaError", py.get_type::<SchemaError>())?;
-    m.add("ToolNameError", py.get_type::<ToolNameError>())?;
-    m.add("OptionError", py.get_type::<OptionError>())?;
-    m.add("AssemblyError", py.get_type::<AssemblyError>())?;
     Ok(())
 }
