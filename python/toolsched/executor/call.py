@@ -189,7 +189,9 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
         offload_path,
     )
     if turn.durable is not None:
-        await turn.durable.finished(result)
+        result = await turn.durable.finished(result)
+        if result.error_kind != kind:
+            kind, cause = result.error_kind, None
     job.state = DONE
     # ``turn.record``, written out: this runs once per call.
     turn.completed.append(result)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import anyio
 
-from toolsched.journal import Journal, JournalError, Transition
+from toolsched.journal import Journal, JournalError, Transition, UnstorableOutputError
 from toolsched.results import Behavior, ToolCall, ToolResult, args_digest, detached
 from toolsched.runstate import CallRecord
 
@@ -61,13 +62,34 @@ class RunJournal:
         try:
             with anyio.CancelScope(shield=True):
                 await self.journal.record(self.run_id, call_id, transition, payload)
+        except UnstorableOutputError:
+            # Refused before anything was written: the journal itself is fine.
+            raise
         except JournalError as exc:
             if self.failure is None:
                 self.failure = exc
             raise JournalFailed(exc) from exc
 
-    async def finished(self, result: ToolResult) -> None:
-        await self.write(result.call_id, "finished", result)
+    async def finished(self, result: ToolResult) -> ToolResult:
+        """Journals a call's result; returns the result journaled.
+
+        An output with no JSON form cannot be journaled: the call then ends as an
+        ``execution_error`` saying so, journaled in its place (the tool did run).
+        """
+        try:
+            await self.write(result.call_id, "finished", result)
+        except UnstorableOutputError as exc:
+            result = replace(
+                result,
+                output=None,
+                error=str(exc),
+                error_kind="execution_error",
+                is_error=True,
+                truncated=False,
+                offload_path=None,
+            )
+            await self.write(result.call_id, "finished", result)
+        return result
 
     async def started(self, call_id: str, args: Any) -> None:
         await self.write(call_id, "started", {"args": storable(args)})

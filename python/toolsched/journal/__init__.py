@@ -17,6 +17,7 @@ from toolsched.journal.base import (
     RunRecord,
     Transition,
     UnknownRunError,
+    UnstorableOutputError,
 )
 from toolsched.journal.postgres import PostgresJournal
 from toolsched.journal.sqlite import SqliteJournal
@@ -37,5 +38,6 @@ __all__ = [
     "SqliteJournal",
     "Transition",
     "UnknownRunError",
+    "UnstorableOutputError",
     "args_digest",
 ]

@@ -83,6 +83,10 @@ class JournalError(ToolschedError):
     """
 
 
+class UnstorableOutputError(JournalError):
+    """A result's output has no JSON form (a list that holds itself, a dict with tuple keys): nothing was written."""
+
+
 class JournalVersionError(JournalError):
     """The journal was written by a newer toolsched (a higher schema version); it was left untouched."""
 
@@ -267,7 +271,7 @@ def encode_result(result: ToolResult) -> str:
     try:
         output, exact = encode_output(result.output)
     except ValueError as exc:
-        raise JournalError(f"the output of call {result.call_id!r} cannot be journaled: {exc}") from None
+        raise UnstorableOutputError(f"the output of call {result.call_id!r} cannot be journaled: {exc}") from None
     body = {name: getattr(result, name) for name in _RESULT_SCALARS}
     body["call_id"] = result.call_id
     body["tool_name"] = result.tool_name
