@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pydantic
 import pytest
 
@@ -249,12 +250,46 @@ async def test_two_states_from_one_outcome_do_not_share_approvals() -> None:
     assert [p.call_id for p in held.pending] == ["c2", "c4", "c5"]
     assert shop.invocations == Counter({"c1": 1, "c3": 1})
 
-    ran = await executor.resume(first)
-    assert [p.call_id for p in ran.pending] == ["c5"]
-    assert shop.invocations == Counter({"c1": 1, "c2": 1, "c3": 1, "c4": 1})
+    # The run was resumed from one copy; the other copy cannot resume it again.
+    with pytest.raises(ts.StateError, match="already resumed from another copy"):
+        await executor.resume(first)
+    assert shop.invocations == Counter({"c1": 1, "c3": 1})
+    # The run goes on from the resume's own state.
+    state = held.state
+    assert state is not None
+    state.approve("c2")
+    ran = await executor.resume(state)
+    assert [p.call_id for p in ran.pending] == ["c4", "c5"]
+    assert shop.invocations == Counter({"c1": 1, "c2": 1, "c3": 1})
     # The outcome still hands out fresh, undecided copies.
     fresh = outcome.state
     assert fresh is not None and fresh.decisions["c2"] == "pending"
+
+
+async def test_an_approved_call_runs_once_however_its_state_is_copied() -> None:
+    shop = Shop()
+    executor = shop.executor()
+    outcome = await executor.run(TURN)
+    text = outcome.state.to_json()  # type: ignore[union-attr]
+    copies = [outcome.state, outcome.state, ts.RunState.from_json(text), ts.RunState.from_json(text)]
+    for state in copies:
+        assert state is not None
+        state.approve("c2")
+    results: list[object] = []
+
+    async def resume(state: ts.RunState) -> None:
+        try:
+            results.append(await executor.resume(state))
+        except ts.StateError as exc:
+            results.append(exc)
+
+    async with anyio.create_task_group() as group:
+        for state in copies:
+            assert state is not None
+            group.start_soon(resume, state)
+    assert shop.invocations["c2"] == 1
+    assert sum(isinstance(result, ts.Outcome) for result in results) == 1
+    assert sum(isinstance(result, ts.StateError) for result in results) == 3
 
 
 async def test_approving_an_unknown_or_finished_call_is_an_error() -> None:
@@ -353,9 +388,13 @@ async def test_a_changed_tool_is_asked_again_and_a_removed_tool_is_unknown() -> 
     assert summary(outcome) == [("c1", "saw a"), ("c2", "permission_denied")]
     assert changed.invocations == Counter()
 
-    gone = await ts.Executor(shop.tools[:1]).resume(ts.RunState.from_json(text))
+    # A second interruption of the same turn (a state resumes once).
+    again = (await shop.executor().run(TURN[:2])).state
+    assert again is not None
+    again.approve("c2")
+    gone = await ts.Executor(shop.tools[:1]).resume(ts.RunState.from_json(again.to_json()))
     assert summary(gone) == [("c1", "saw a"), ("c2", "unknown_tool")]
-    assert shop.invocations == Counter({"c1": 1})
+    assert shop.invocations == Counter({"c1": 2})
 
 
 # -- saved states -------------------------------------------------------------------------

@@ -20,6 +20,8 @@ import copy
 import hashlib
 import hmac
 import json
+import threading
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -51,6 +53,11 @@ __all__ = [
 ]
 
 Status = Literal["done", "pending", "approved", "rejected", "nested"]
+
+# How many resumed interruptions this process remembers to refuse a second resume of (oldest forgotten first).
+RESUMED_REMEMBERED = 100_000
+_RESUMED: dict[str, None] = {}
+_RESUMED_LOCK = threading.Lock()
 _STATUSES = ("done", "pending", "approved", "rejected", "nested")
 _FORMAT = "toolsched.RunState"
 _VERSION = 1
@@ -152,7 +159,7 @@ class RunState:
     Each state is an independent copy; a state can be resumed once.
     """
 
-    __slots__ = ("_always_allow", "_always_reject", "_duplicates", "_records", "_resumed", "_run_id")
+    __slots__ = ("_always_allow", "_always_reject", "_duplicates", "_records", "_resumed", "_run_id", "_stage")
 
     _records: list[CallRecord]
     _duplicates: list[Duplicate]
@@ -161,6 +168,9 @@ class RunState:
     _resumed: bool
     # The journaled run this state continues (None when the run is not durable).
     _run_id: str | None
+    # Which interruption of the run this is: shared by every copy (``copy``, ``to_json``), so that
+    # only one of them resumes the run.
+    _stage: str
 
     def __init__(self) -> None:
         raise TypeError("RunState comes from Outcome.state or RunState.from_json")
@@ -180,6 +190,7 @@ class RunState:
         state._always_reject = always_reject
         state._resumed = False
         state._run_id = None
+        state._stage = uuid.uuid4().hex
         return state
 
     # -- reading ------------------------------------------------------------------
@@ -333,11 +344,26 @@ class RunState:
         records = [r if r.child is None else replace(r, child=r.child.copy()) for r in self._records]
         state = RunState._create(records, list(self._duplicates), dict(self._always_allow), dict(self._always_reject))
         state._run_id = self._run_id
+        state._stage = self._stage
         return state
 
     def _claim(self) -> list[CallRecord]:
-        """Marks the state as resumed (a state resumes once) and returns its records."""
+        """Marks the state as resumed and returns its records.
+
+        A run resumes once from each interruption, whichever copy of its state
+        is used: a second resume (another copy, the same JSON loaded twice) is
+        refused, so an approved call never runs twice.
+        """
         self._check_live()
+        with _RESUMED_LOCK:
+            if self._stage in _RESUMED:
+                raise StateError(
+                    "this run was already resumed from another copy of this state (Outcome.state read twice, or "
+                    "RunState.from_json of the same text): continue from that resume's outcome"
+                )
+            _RESUMED[self._stage] = None
+            while len(_RESUMED) > RESUMED_REMEMBERED:
+                del _RESUMED[next(iter(_RESUMED))]
         self._resumed = True
         return list(self._records)
 
@@ -398,6 +424,7 @@ class RunState:
         }
         if self._run_id is not None:
             body["run_id"] = self._run_id
+        body["stage"] = self._stage
         return body
 
     @classmethod
@@ -429,6 +456,11 @@ class RunState:
             records, duplicates, dict(always_allow), {tool: (v[0], v[1]) for tool, v in always_reject.items()}
         )
         state._run_id = run_id
+        stage = body.get("stage")
+        if stage is not None:
+            if not isinstance(stage, str) or not stage:
+                raise StateError(f"{where}.stage must be a non-empty string")
+            state._stage = stage
         return state
 
 
