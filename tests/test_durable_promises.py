@@ -4,12 +4,17 @@ left 'started'."""
 
 from __future__ import annotations
 
+import functools
 import os
+import signal
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+import anyio
 import psycopg
 import pytest
 from journal_child import Store
@@ -32,6 +37,15 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     yield Store("postgres", dsn=dsn, schema=schema)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+async def wait_for_file(path: Path) -> None:
+    """Polls for a file another process writes (no event crosses processes)."""
+    for _ in range(600):
+        if await anyio.Path(path).exists():
+            return
+        await anyio.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
 
 
 def looped() -> list[Any]:
@@ -70,3 +84,99 @@ async def test_an_output_the_journal_cannot_store_is_that_call_s_error(store: St
         again = await executor.recover("r1")
         assert [r.error_kind for r in again.results] == [r.error_kind for r in outcome.results]
     assert sorted(ran) == ["fine 1", "fine 2", "odd"]
+
+
+async def test_recover_of_a_run_still_running_here_is_refused(store: Store) -> None:
+    ran: list[str] = []
+    started = anyio.Event()
+
+    @ts.tool(idempotent=True)
+    async def slow() -> str:
+        ran.append("slow")
+        started.set()
+        await anyio.sleep(0.3)
+        return "done"
+
+    async with store.open() as journal:
+        executor = ts.Executor([slow], journal=journal)
+        outcomes: list[ts.Outcome] = []
+
+        async def run() -> None:
+            outcomes.append(await executor.run([ts.ToolCall("s", "slow")], run_id="live"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await started.wait()
+            with pytest.raises(ts.RunClaimedError):
+                await executor.recover("live")
+            with pytest.raises(ts.RunClaimedError):
+                await executor.recover("live", force=True)
+        assert outcomes[0].results[0].output == "done"
+        assert ran == ["slow"]
+        # Once the run is over, recovering it answers from the journal.
+        again = await executor.recover("live")
+        assert again.results[0].output == "done" and ran == ["slow"]
+
+
+async def test_the_lease_is_renewed_while_a_long_call_runs(store: Store) -> None:
+    ran: list[str] = []
+    started = anyio.Event()
+
+    @ts.tool(idempotent=True)
+    async def long_call() -> str:
+        ran.append("long")
+        started.set()
+        await anyio.sleep(1.0)
+        return "done"
+
+    async with store.open(lease=0.3) as journal, store.open(lease=0.3) as other_process:
+        executor = ts.Executor([long_call], journal=journal)
+        elsewhere = ts.Executor([long_call], journal=other_process)
+        async with anyio.create_task_group() as group:
+            group.start_soon(functools.partial(executor.run, [ts.ToolCall("l", "long_call")], run_id="long"))
+            await started.wait()
+            await anyio.sleep(0.6)  # twice the lease: without renewal it would have lapsed
+            with pytest.raises(ts.RunClaimedError):
+                await elsewhere.recover("long")
+        assert ran == ["long"]
+
+
+async def test_a_killed_holder_on_this_host_lets_go_at_once(tmp_path: Path) -> None:
+    # A child process begins a run with a long lease and is killed with SIGKILL in the middle of a call.
+    path = tmp_path / "journal.db"
+    marker = tmp_path / "started"
+    script = textwrap.dedent(
+        f"""
+        import anyio, pathlib
+        import toolsched as ts
+
+        @ts.tool
+        async def hang() -> None:
+            pathlib.Path({str(marker)!r}).write_text("started")
+            await anyio.sleep(60)
+
+        async def main() -> None:
+            async with ts.SqliteJournal({str(path)!r}, lease=600) as journal:
+                await ts.Executor([hang], journal=journal).run([ts.ToolCall("h", "hang")], run_id="orphan")
+
+        anyio.run(main)
+        """
+    )
+    process = await anyio.open_process([sys.executable, "-c", script])
+    try:
+        with anyio.fail_after(30):
+            await wait_for_file(marker)
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+
+    @ts.tool
+    async def hang() -> None:
+        raise AssertionError("not idempotent: never run again")
+
+    async with ts.SqliteJournal(path, lease=600) as journal:
+        # No waiting out the 600 s lease, no force=True: the holder is known to be dead.
+        outcome = await ts.Executor([hang], journal=journal).recover("orphan")
+    assert outcome.results[0].error_kind == "interrupted"

@@ -257,15 +257,27 @@ class Executor:
         return await self._journaled(durable, lambda: self._recover(durable, force, steering, context))
 
     async def _journaled(self, durable: RunJournal, body: Callable[[], Awaitable[Outcome]]) -> Outcome:
-        """Runs a durable run's ``body``, then releases the run; a journal failure is raised as itself."""
+        """Runs a durable run's ``body`` (its lease renewed meanwhile), then releases the run; a journal
+        failure is raised as itself."""
+        failure: Exception | None = None
+        outcome: Outcome | None = None
         try:
-            outcome = await body()
-        except Exception:
-            if durable.failure is not None:
-                raise durable.failure from None
-            raise
+            async with anyio.create_task_group() as group:
+                group.start_soon(durable.keep_alive)
+                try:
+                    outcome = await body()
+                except Exception as exc:
+                    # Raised after the task group, which would wrap it.
+                    failure = exc
+                finally:
+                    group.cancel_scope.cancel()
         finally:
             await durable.release()
+        if failure is not None:
+            if durable.failure is not None:
+                raise durable.failure from None
+            raise failure
+        assert outcome is not None
         if durable.failure is not None:
             raise durable.failure
         return replace(outcome, run_id=durable.run_id)

@@ -10,13 +10,14 @@ and nothing that was not journaled is reported as done.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import anyio
 
-from toolsched.journal import Journal, JournalError, Transition, UnstorableOutputError
+from toolsched.journal import Journal, JournalError, RunClaimedError, Transition, UnstorableOutputError
 from toolsched.results import Behavior, ToolCall, ToolResult, args_digest, detached
 from toolsched.runstate import CallRecord
 
@@ -33,6 +34,18 @@ class JournalFailed(Exception):
         self.error = error
 
 
+# The runs each journal object holds for a run in progress in this process: a recover or a
+# resume of one of them here is refused (the journal itself lets its own owner claim again).
+_live: weakref.WeakKeyDictionary[Journal, set[str]] = weakref.WeakKeyDictionary()
+
+
+def _live_runs(journal: Journal) -> set[str]:
+    runs = _live.get(journal)
+    if runs is None:
+        runs = _live[journal] = set()
+    return runs
+
+
 class RunJournal:
     """One run's writes to a journal (internal)."""
 
@@ -46,15 +59,45 @@ class RunJournal:
         self.held = False
 
     async def begin(self, calls: Sequence[ToolCall]) -> None:
-        with anyio.CancelScope(shield=True):
-            await self.journal.begin_run(self.run_id, calls)
+        self._hold()
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.journal.begin_run(self.run_id, calls)
+        except BaseException:
+            _live_runs(self.journal).discard(self.run_id)
+            raise
         self.held = True
 
     async def claim(self, force: bool) -> Any:
-        with anyio.CancelScope(shield=True):
-            record = await self.journal.claim(self.run_id, force=force)
+        self._hold()
+        try:
+            with anyio.CancelScope(shield=True):
+                record = await self.journal.claim(self.run_id, force=force)
+        except BaseException:
+            _live_runs(self.journal).discard(self.run_id)
+            raise
         self.held = True
         return record
+
+    def _hold(self) -> None:
+        """Marks the run as in progress here; refused while another run of this process holds it."""
+        runs = _live_runs(self.journal)
+        if self.run_id in runs:
+            raise RunClaimedError(self.run_id, f"{self.journal.owner} (a run in progress in this process)", None)
+        runs.add(self.run_id)
+
+    async def keep_alive(self) -> None:
+        """Renews the run's lease while the run lives, so that no other process takes it from a long call."""
+        interval = max(self.journal.lease.total_seconds() / 3, 0.01)
+        while True:
+            await anyio.sleep(interval)
+            if not self.held:
+                continue
+            try:
+                with anyio.CancelScope(shield=True):
+                    await self.journal.renew(self.run_id)
+            except JournalError:
+                logger.warning("renewing the lease of run %s failed", self.run_id, exc_info=True)
 
     async def write(self, call_id: str, transition: Transition, payload: Any = None) -> None:
         if self.failure is not None:
@@ -125,6 +168,7 @@ class RunJournal:
         if not self.held:
             return
         self.held = False
+        _live_runs(self.journal).discard(self.run_id)
         try:
             with anyio.CancelScope(shield=True):
                 await self.journal.release(self.run_id)

@@ -391,6 +391,26 @@ def build_record(
     return RunRecord(run_id, tuple(turn), tuple(calls), owner, lease_until, created_at, updated_at)
 
 
+def holder_is_dead(owner: str | None) -> bool:
+    """Whether a run's holder is known to be gone: an owner named the default way (``host:pid:...``)
+    on this very host whose process no longer exists. Any other holder may be alive."""
+    if owner is None:
+        return False
+    parts = owner.split(":")
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OSError):
+        return False
+    return False
+
+
 def default_owner() -> str:
     """``host:pid:random``: unique to this journal object, readable in ``RunClaimedError``."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -573,11 +593,13 @@ class Journal(ABC):
     async def claim(self, run_id: str, *, force: bool = False) -> RunRecord:
         """Makes this owner the run's holder and returns the run as journaled.
 
-        Succeeds when this owner holds it already, nobody does (released), or
-        the holder's lease ran out; otherwise raises ``RunClaimedError`` naming
-        the holder. ``force=True`` takes the run from a holder you know is dead
-        (a crashed process on a restarted host) without waiting for its lease.
-        Of two processes claiming at once, exactly one wins.
+        Succeeds when this owner holds it already, nobody does (released), the
+        holder's lease ran out, or the holder is known to be dead (a process of
+        this host that no longer exists, as after ``kill -9``); otherwise raises
+        ``RunClaimedError`` naming the holder. ``force=True`` takes the run from
+        a holder you know is dead (a crashed process on a restarted host)
+        without waiting for its lease. Of two processes claiming at once,
+        exactly one wins.
         """
         run_id = check_run_id(run_id)
         return await self._run(lambda: self._claim(run_id, force))

@@ -31,6 +31,7 @@ from toolsched.journal.base import (
     UnknownRunError,
     build_record,
     check_text,
+    holder_is_dead,
     transition_refused,
 )
 
@@ -388,7 +389,7 @@ class PostgresJournal(Journal):
             if row is None:
                 raise UnknownRunError(run_id)
             owner, lease_until, expired = row
-            if not (owner is None or owner == self.owner or expired or force):
+            if not (owner is None or owner == self.owner or expired or force or holder_is_dead(owner)):
                 raise RunClaimedError(run_id, owner, _utc(lease_until))
             conn.execute(
                 f"UPDATE toolsched_runs SET owner = %(owner)s, lease_until = {_LEASE}, updated_at = clock_timestamp() "

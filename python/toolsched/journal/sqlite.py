@@ -31,6 +31,7 @@ from toolsched.journal.base import (
     RunRecord,
     UnknownRunError,
     build_record,
+    holder_is_dead,
     transition_refused,
 )
 
@@ -402,7 +403,13 @@ class SqliteJournal(Journal):
             if row is None:
                 raise UnknownRunError(run_id)
             owner, lease_until = row
-            free = owner is None or owner == self.owner or lease_until is None or lease_until <= now
+            free = (
+                owner is None
+                or owner == self.owner
+                or lease_until is None
+                or lease_until <= now
+                or holder_is_dead(owner)
+            )
             if not (free or force):
                 raise RunClaimedError(run_id, owner, _timestamp(lease_until))
             conn.execute(
