@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from typing import Any, Literal
@@ -103,12 +104,17 @@ async def test_anthropic_answers_every_tool_use_in_one_user_message() -> None:
     assert sorted(ran) == [("get_weather", "London"), ("get_weather", "Paris")]
 
 
+def synthetic(call_id: str) -> str:
+    """A synthesised ID without its content digest (``toolsched_call_0_<12 hex>`` -> ``toolsched_call_0``)."""
+    return re.sub(r"^(toolsched_call_\d+)_[0-9a-f]{12}$", r"\1", call_id)
+
+
 async def test_anthropic_bad_calls_each_get_one_readable_result() -> None:
     ran: list[tuple[str, Any]] = []
     executor = make_executor(ran)
     turn = await anthropic.execute(executor, await sdk_response("anthropic", "bad_calls"))
     assert turn.message is not None
-    blocks = {block["tool_use_id"]: block for block in turn.message["content"]}
+    blocks = {synthetic(block["tool_use_id"]): block for block in turn.message["content"]}
     # A missing ID is synthesised from the call's position; a repeated ID is answered once.
     assert list(blocks) == ["toolsched_call_0", "toolu_dup", "toolu_unknown", "toolu_text_input", "toolu_big"]
     assert blocks["toolsched_call_0"]["content"] == "definition of no id"
@@ -188,7 +194,7 @@ async def test_responses_answers_each_call_id_with_a_function_call_output() -> N
 async def test_responses_bad_calls_each_get_one_readable_result() -> None:
     ran: list[tuple[str, Any]] = []
     turn = await openai_responses.execute(make_executor(ran), await sdk_response("openai_responses", "bad_calls"))
-    outputs = {item["call_id"]: item["output"] for item in turn.items}
+    outputs = {synthetic(item["call_id"]): item["output"] for item in turn.items}
     assert list(outputs) == ["call_broken", "toolsched_call_1", "call_dup", "call_unknown", "call_big"]
     assert outputs["call_broken"].startswith("Error: ") and "not valid JSON" in outputs["call_broken"]
     assert outputs["toolsched_call_1"] == "definition of no call id"
@@ -277,7 +283,7 @@ async def test_chat_bad_calls_each_get_one_readable_result(caplog: pytest.LogCap
     ran: list[tuple[str, Any]] = []
     with caplog.at_level(logging.WARNING, logger="toolsched.providers"):
         turn = await openai_chat.execute(make_executor(ran), await sdk_response("openai_chat", "bad_calls"))
-    contents = {message["tool_call_id"]: message["content"] for message in turn.messages}
+    contents = {synthetic(message["tool_call_id"]): message["content"] for message in turn.messages}
     assert list(contents) == ["call_broken", "toolsched_call_1", "call_dup", "call_unknown", "call_big"]
     assert contents["call_broken"].startswith("Error: ") and "not valid JSON" in contents["call_broken"]
     assert contents["toolsched_call_1"] == "definition of no id"
@@ -438,3 +444,19 @@ async def test_gemini_blocked_prompt_has_nothing_to_call() -> None:
         turn = await gemini.execute(make_executor(ran), response)
         assert turn.calls == [] and turn.content is None
     assert ran == []
+
+
+def test_synthesised_ids_are_stable_for_a_response_and_distinct_across_calls() -> None:
+    def response(args: dict[str, Any]) -> dict[str, Any]:
+        return {"candidates": [{"content": {"role": "model", "parts": [
+            {"functionCall": {"name": "define", "args": args}},
+            {"functionCall": {"name": "define", "args": {"word": "same"}}},
+        ]}}]}
+
+    first = [call.id for call in gemini.calls_from(response({"word": "a"}))]
+    again = [call.id for call in gemini.calls_from(response({"word": "a"}))]
+    other = [call.id for call in gemini.calls_from(response({"word": "b"}))]
+    assert first == again
+    assert first[0] != other[0]
+    assert first[1] == other[1]  # the same call at the same position
+    assert len(set(first)) == 2

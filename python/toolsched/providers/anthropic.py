@@ -116,7 +116,7 @@ def calls_from(response: Any) -> list[ToolCall]:
             uses.append(block)
         else:
             left_alone(PROVIDER, f"content[{index}]", kind, _KNOWN, _HOSTED_SUFFIXES)
-    ids = assign_ids([read(block, "id") for block in uses])
+    ids = assign_ids([read(block, "id") for block in uses], [(read(b, "name"), read(b, "input")) for b in uses])
     return [
         ToolCall(call_id, call_name(read(block, "name")), call_arguments(read(block, "input")))
         for call_id, block in zip(ids, uses, strict=True)

@@ -166,7 +166,10 @@ def calls_from(response: Any, *, candidate: int = 0) -> list[ToolCall]:
             function_calls.append(function_call)
         elif isinstance(part, Mapping) and part and not _KNOWN_FIELDS.intersection(part):
             left_alone(PROVIDER, f"parts[{index}]", "/".join(sorted(map(str, part))), frozenset())
-    ids = assign_ids([read(function_call, "id") for function_call in function_calls])
+    ids = assign_ids(
+        [read(function_call, "id") for function_call in function_calls],
+        [(read(function_call, "name"), read(function_call, "args")) for function_call in function_calls],
+    )
     return [
         ToolCall(call_id, call_name(read(function_call, "name")), call_arguments(read(function_call, "args")))
         for call_id, function_call in zip(ids, function_calls, strict=True)

@@ -111,7 +111,7 @@ def calls_from(response: Any, *, choice: int = 0, registry: ToolRegistry | None 
             functions.append(entry)
         else:
             left_alone(PROVIDER, f"tool_calls[{index}]", kind, _KNOWN)
-    ids = assign_ids([read(entry, "id") for entry in functions])
+    ids = assign_ids([read(entry, "id") for entry in functions], [_content(entry) for entry in functions])
     calls = []
     for call_id, entry in zip(ids, functions, strict=True):
         function = read(entry, "function")
@@ -122,6 +122,14 @@ def calls_from(response: Any, *, choice: int = 0, registry: ToolRegistry | None 
         arguments = call_arguments(read(function, "arguments"))
         calls.append(ToolCall(call_id, name, drop_strict_nulls_for(name, arguments, registry)))
     return calls
+
+
+def _content(entry: Any) -> tuple[object, object]:
+    """A tool call's name and arguments as the wire has them (for the ID of a call that has none)."""
+    function = read(entry, "function")
+    if function is None or not is_record(function):
+        return "", None
+    return read(function, "name"), read(function, "arguments")
 
 
 def _tool_message(call: ToolCall, result: ToolResult, registry: ToolRegistry | None) -> dict[str, Any]:

@@ -113,7 +113,10 @@ def calls_from(response: Any, *, registry: ToolRegistry | None = None) -> list[T
             function_calls.append(item)
         else:
             left_alone(PROVIDER, f"output[{index}]", kind, _KNOWN, _HOSTED_SUFFIXES)
-    ids = assign_ids([read(item, "call_id") for item in function_calls])
+    ids = assign_ids(
+        [read(item, "call_id") for item in function_calls],
+        [(read(item, "name"), read(item, "arguments")) for item in function_calls],
+    )
     calls = []
     for call_id, item in zip(ids, function_calls, strict=True):
         name = call_name(read(item, "name"))

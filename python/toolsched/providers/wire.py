@@ -4,6 +4,7 @@ call IDs, and results turned into wire text within each tool's budget."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from toolsched import _core
 from toolsched.errors import MissingResultError, ResponseFormatError
 from toolsched.outcome import Outcome
-from toolsched.results import ToolCall, ToolResult
+from toolsched.results import ToolCall, ToolResult, args_digest
 
 if TYPE_CHECKING:
     from toolsched.executor import Executor
@@ -119,13 +120,16 @@ def left_alone(provider: str, where: str, kind: str, known: frozenset[str], suff
     logger.warning("%s: %s has type %r, which toolsched does not know; it is left alone", provider, where, kind)
 
 
-def assign_ids(raw_ids: Sequence[object]) -> list[str]:
+def assign_ids(raw_ids: Sequence[object], contents: Sequence[tuple[object, object]] = ()) -> list[str]:
     """Every call's ID: the one the model sent when it is a non-empty string, else a synthesised one.
 
-    A synthesised ID is ``toolsched_call_{position}``, ``position`` being the
-    call's index among the response's tool calls, so the same response always
-    gets the same IDs; it never equals an ID the model sent (a ``_`` is added
-    until it is unique). Each call still gets exactly one result.
+    A synthesised ID is ``toolsched_call_{position}_{digest}``: ``position`` is
+    the call's index among the response's tool calls and ``digest`` a short
+    hash of its ``contents`` entry (tool name and arguments), so re-parsing the
+    same response (after a crash, say) gives the same IDs, while calls of other
+    responses get other IDs (an executor shared by many conversations can tell
+    them apart). It never equals an ID the model sent (a ``_`` is added until
+    it is unique). Each call still gets exactly one result.
     """
     taken = {raw for raw in raw_ids if isinstance(raw, str) and raw}
     ids: list[str] = []
@@ -134,6 +138,10 @@ def assign_ids(raw_ids: Sequence[object]) -> list[str]:
             ids.append(raw)
             continue
         candidate = f"{SYNTHETIC_ID_PREFIX}{position}"
+        if position < len(contents):
+            name, args = contents[position]
+            content = f"{name!s}\x00{args_digest(call_arguments(args))}"
+            candidate += "_" + hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()[:12]
         while candidate in taken:
             candidate += "_"
         taken.add(candidate)
