@@ -8,17 +8,20 @@ when it starts, and keeps it to the end, so the set may change between turns
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from toolsched import _core
 from toolsched.errors import OptionError, RefreshError, ToolNameError
-from toolsched.schema import inline_refs, strict_schema, to_gemini_schema
+from toolsched.schema import NotStrictError, inline_refs, strict_schema, to_gemini_schema
 from toolsched.search import ToolSearch
 from toolsched.tools import Tool, tool
 
 if TYPE_CHECKING:
     from toolsched.permissions import Permissions
+
+logger = logging.getLogger("toolsched")
 
 __all__ = ["RefreshTools", "ToolRegistry"]
 
@@ -308,17 +311,35 @@ class ToolRegistry:
         ]
 
     def to_openai(self, *, strict: bool = False, permissions: Permissions | None = None) -> list[dict[str, Any]]:
-        """Function tools for the OpenAI Responses API (strict form on request)."""
-        return [
-            {
-                "type": "function",
-                "name": member.name,
-                "description": member.description,
-                "parameters": strict_schema(schema) if strict else schema,
-                "strict": strict,
-            }
-            for member, schema in self._schemas(permissions)
-        ]
+        """Function tools for the OpenAI Responses API (strict form on request).
+
+        A tool whose schema strict mode cannot express (a map with free keys,
+        such as ``dict[str, int]``) is exported non-strict, with a warning
+        logged, rather than closed to ``{}``.
+        """
+        exported = []
+        for member, schema in self._schemas(permissions):
+            parameters, tool_strict = schema, False
+            if strict:
+                try:
+                    parameters, tool_strict = strict_schema(schema), True
+                except NotStrictError as exc:
+                    logger.warning(
+                        "tool `%s` is exported without strict mode: its schema holds %s, which strict mode "
+                        "cannot express",
+                        member.name,
+                        exc,
+                    )
+            exported.append(
+                {
+                    "type": "function",
+                    "name": member.name,
+                    "description": member.description,
+                    "parameters": parameters,
+                    "strict": tool_strict,
+                }
+            )
+        return exported
 
     def to_openai_chat(self, *, strict: bool = False, permissions: Permissions | None = None) -> list[dict[str, Any]]:
         """Function tools for the OpenAI Chat Completions API."""

@@ -105,7 +105,9 @@ def function_schema(
 def inline_refs(schema: JsonSchema) -> JsonSchema:
     """Replaces local ``$ref``s to ``$defs`` by their targets.
 
-    Recursive definitions cannot be inlined: they raise ``SchemaError``.
+    Recursive definitions cannot be inlined, and neither can a reference to
+    anything but a definition (``{"$ref": "#"}`` is the whole schema again):
+    both raise ``SchemaError``.
     """
     defs: dict[str, Any] = {**schema.get("definitions", {}), **schema.get("$defs", {})}
     if not defs and "$ref" not in str(schema):
@@ -114,7 +116,14 @@ def inline_refs(schema: JsonSchema) -> JsonSchema:
     def resolve(node: Any, trail: tuple[str, ...]) -> Any:
         if isinstance(node, dict):
             ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith(("#/$defs/", "#/definitions/")):
+            if isinstance(ref, str) and not ref.startswith(("#/$defs/", "#/definitions/")):
+                if ref.startswith("#"):
+                    raise SchemaError(
+                        f"schema refers to `{ref}`, which is not under `$defs`: it cannot be inlined "
+                        "(a reference to the schema itself or into it is recursive)"
+                    )
+                raise SchemaError(f"schema refers to `{ref}`, outside the schema; inline it under `$defs`")
+            if isinstance(ref, str):
                 name = ref.rsplit("/", 1)[1]
                 if name in trail:
                     raise SchemaError(f"schema definition `{name}` is recursive and cannot be inlined")
@@ -132,14 +141,26 @@ def inline_refs(schema: JsonSchema) -> JsonSchema:
     return resolved
 
 
+class NotStrictError(SchemaError):
+    """A schema says something OpenAI's strict mode cannot: a map with free keys (``dict[str, int]``)."""
+
+
 def strict_schema(schema: JsonSchema) -> JsonSchema:
-    """OpenAI strict form: every object closed, every property required (optional ones nullable)."""
+    """OpenAI strict form: every object closed, every property required (optional ones nullable).
+
+    Raises ``NotStrictError`` for what strict mode cannot express (an object
+    whose keys are free, as ``dict[str, int]``): closing it would let the model
+    send only ``{}``.
+    """
 
     def transform(node: Any) -> Any:
         if isinstance(node, list):
             return [transform(item) for item in node]
         if not isinstance(node, dict):
             return node
+        extra = node.get("additionalProperties")
+        if (extra is True or isinstance(extra, dict)) or node.get("patternProperties"):
+            raise NotStrictError("an object with free keys (a map such as dict[str, int])")
         node = {k: transform(v) for k, v in node.items() if k != "default"}
         if node.get("type") == "object" or "properties" in node:
             properties: dict[str, Any] = node.get("properties", {})
@@ -158,6 +179,12 @@ def strict_schema(schema: JsonSchema) -> JsonSchema:
 def _nullable(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
+    if "const" in schema:
+        return {"anyOf": [schema, {"type": "null"}]}
+    enum = schema.get("enum")
+    if isinstance(enum, list) and None not in enum:
+        # An optional Literal: null must be one of the values too, or strict mode never lets it through.
+        schema = {**schema, "enum": [*enum, None]}
     kind = schema.get("type")
     if isinstance(kind, str) and kind != "null":
         return {**schema, "type": [kind, "null"]}

@@ -25,7 +25,7 @@ from toolsched.errors import ToolDefinitionError
 from toolsched.isolation import function_invoker, method_invoker
 from toolsched.resources import ResourceFactory, RunScope, open_close, with_run_resource
 from toolsched.results import Decision
-from toolsched.schema import JsonSchema, function_schema, integer_fields, model_schema
+from toolsched.schema import JsonSchema, function_schema, inline_refs, integer_fields, model_schema
 from toolsched.threads import run_in_thread
 
 __all__ = ["Access", "FunctionTool", "Tool", "ToolFacts", "tool", "tool_fingerprint"]
@@ -364,6 +364,8 @@ class Tool:
                 )
             invoke = with_run_resource(self, name, factory, invoke)
         input_schema = self._describe_input()
+        # Exports inline every reference: one that cannot be (recursive, or not to `$defs`) is refused now.
+        inline_refs(input_schema)
         scalars, arrays = integer_fields(input_schema)
         if scalars or arrays:
             invoke = _with_exact_integers(invoke, scalars, arrays)
