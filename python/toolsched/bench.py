@@ -79,6 +79,8 @@ __all__ = [
 #: What synthetic calls do: read a file, search a directory, edit a file, run a shell command (unknown resources).
 KINDS = ("reads", "search", "writes", "shell")
 DEFAULT_MIX: Mapping[str, float] = {"reads": 0.7, "writes": 0.2, "shell": 0.1}
+# The longest simulated call: a benchmark of calls longer than a minute measures nothing of the executor.
+MAX_LATENCY_MS = 60_000.0
 DEFAULT_LATENCY_MS: Mapping[str, float] = {"reads": 10.0, "search": 20.0, "writes": 15.0, "shell": 40.0}
 STRATEGY_NAMES = ("sequential", "parallel", "batched", "partitioned", "resource_aware")
 
@@ -135,6 +137,8 @@ def _spec_pairs(text: str, option: str) -> dict[str, float]:
             raise OptionError(f"{option}: {name}={raw.strip()!r} is not a number") from None
         if not math.isfinite(value) or value < 0:
             raise OptionError(f"{option}: {name} must be a finite number, 0 or more; got {raw.strip()}")
+        if option == "--latency" and value > MAX_LATENCY_MS:
+            raise OptionError(f"{option}: {name} must be at most {MAX_LATENCY_MS:,.0f} ms; got {raw.strip()}")
         pairs[name] = value
     return pairs
 
@@ -145,6 +149,11 @@ def parse_mix(text: str) -> dict[str, float]:
     total = sum(weights.values())
     if total <= 0:
         raise OptionError("--mix: the shares must not all be zero")
+    if not math.isfinite(total):
+        raise OptionError(
+            "--mix: the shares add up to more than a number can hold; give relative shares such as "
+            "reads=0.7,writes=0.3"
+        )
     return {kind: weights[kind] / total for kind in KINDS if weights.get(kind, 0) > 0}
 
 
@@ -157,6 +166,8 @@ def parse_latency(text: str) -> dict[str, float]:
             raise OptionError(f"--latency takes milliseconds or KIND=MS pairs, got {text!r}") from None
         if not math.isfinite(value) or value < 0:
             raise OptionError(f"--latency must be a finite number of milliseconds, 0 or more; got {text}")
+        if value > MAX_LATENCY_MS:
+            raise OptionError(f"--latency must be at most {MAX_LATENCY_MS:,.0f} ms (a simulated call); got {text}")
         return dict.fromkeys(KINDS, value)
     return {**DEFAULT_LATENCY_MS, **_spec_pairs(text, "--latency")}
 
@@ -240,6 +251,14 @@ def synthetic_workload(
     return Workload(tuple(workload), description)
 
 
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _keys(where: str, value: Any, label: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(k, str) and k for k in value):
         raise WorkloadError(f"{where}: {label} must be a list of non-empty strings, got {json.dumps(value)}")
@@ -259,12 +278,16 @@ def _parse_call(where: str, raw: Any) -> SimulatedCall:
     call_id, name, latency = raw["id"], raw["name"], raw["latency_ms"]
     if not isinstance(call_id, str) or not call_id:
         raise WorkloadError(f"{where}: id must be a non-empty string, got {json.dumps(call_id)}")
+    if not _is_unicode(call_id):
+        raise WorkloadError(f"{where}: id {json.dumps(call_id)} holds a lone surrogate, which is not valid Unicode")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise WorkloadError(
             f"{where}: name must be 1 to 64 letters, digits, '_', '-' or '.', got {json.dumps(name)}"
         )
     if isinstance(latency, bool) or not isinstance(latency, int | float) or not math.isfinite(latency) or latency < 0:
         raise WorkloadError(f"{where}: latency_ms must be a number, 0 or more; got {json.dumps(latency)}")
+    if latency > MAX_LATENCY_MS:
+        raise WorkloadError(f"{where}: latency_ms must be at most {MAX_LATENCY_MS:,.0f}; got {json.dumps(latency)}")
     args = raw.get("args", {})
     if not isinstance(args, dict):
         raise WorkloadError(f"{where}: args must be an object, got {json.dumps(args)}")
@@ -296,6 +319,8 @@ def load_workload(path: str | Path, *, turns: int | None = None) -> Workload:
         where = f"{source} line {number}"
         try:
             turn = json.loads(line)
+        except RecursionError:
+            raise WorkloadError(f"{where}: the line nests too deep to be a workload") from None
         except json.JSONDecodeError as exc:
             raise WorkloadError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
         if not isinstance(turn, dict):

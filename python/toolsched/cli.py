@@ -172,7 +172,9 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, stdout
                 raise OptionError("--plot needs matplotlib: pip install 'toolsched[plot]'") from None
         backend = _ray_backend(args) if args.backend == "ray" else None
     except (OptionError, WorkloadError, BackendError) as exc:
-        parser.error(str(exc))
+        # A value that cannot be used: one line saying which and why (the usage adds nothing here).
+        stderr.write(f"{parser.prog}: error: {exc}\n")
+        return 2
 
     progress = _ProgressBar(stderr)
     report = anyio.run(

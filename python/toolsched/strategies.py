@@ -24,11 +24,18 @@ DEFAULT_MAX_CONCURRENCY = 10
 ENVIRONMENT_VARIABLE = "TOOLSCHED_MAX_CONCURRENCY"
 
 
+# The largest concurrency cap or chunk size taken: more calls than this never run at once in one
+# process, and the engine keeps sizes in machine words.
+MAX_SIZE = 1_000_000
+
+
 def _check_size(label: str, value: int | None) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise OptionError(f"{label} must be a positive integer, got {value!r}")
+    if value > MAX_SIZE:
+        raise OptionError(f"{label} must be at most {MAX_SIZE:,}, got {value:,}")
 
 
 @dataclass(frozen=True, slots=True)
