@@ -22,6 +22,7 @@ from typing import Any
 
 from toolsched.errors import ResponseFormatError
 from toolsched.executor import Executor, Steering
+from toolsched.providers.flow import Flow
 from toolsched.providers.wire import (
     Execution,
     assign_ids,
@@ -36,7 +37,6 @@ from toolsched.providers.wire import (
     read,
     registry_of,
     results_by_call,
-    resume_outcome,
     sequence_of,
 )
 from toolsched.registry import ToolRegistry
@@ -160,22 +160,14 @@ def tool_definitions(tools: Executor | ToolRegistry) -> list[dict[str, Any]]:
     return registry_of(tools).to_anthropic()
 
 
-def _finish(executor: Executor, calls: list[ToolCall], outcome: Any) -> AnthropicExecution:
-    message = (
-        None
-        if outcome.interrupted or not calls
-        else results_to_message(calls, outcome.results, registry=executor.registry)
-    )
-    return AnthropicExecution(calls, outcome, message)
+_FLOW = Flow(AnthropicExecution, results_to_message, lambda: None)
 
 
 async def execute(
     executor: Executor, response: Any, *, steering: Steering | None = None, context: Any = None
 ) -> AnthropicExecution:
     """Runs a response's tool calls and builds the reply: ``calls_from`` + ``Executor.run`` + ``results_to_message``."""
-    calls = calls_from(response)
-    outcome = await executor.run(calls, steering=steering, context=context)
-    return _finish(executor, calls, outcome)
+    return await _FLOW.execute(executor, calls_from(response), steering=steering, context=context)
 
 
 async def resume(executor: Executor, execution: AnthropicExecution, state: Any) -> AnthropicExecution:
@@ -184,5 +176,4 @@ async def resume(executor: Executor, execution: AnthropicExecution, state: Any) 
     Read the state once (``state = execution.outcome.state``), approve or
     reject on it, then pass that same object here.
     """
-    outcome = await resume_outcome(executor, state)
-    return _finish(executor, execution.calls, outcome)
+    return await _FLOW.resume(executor, execution, state)

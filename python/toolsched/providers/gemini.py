@@ -28,6 +28,7 @@ from typing import Any
 
 from toolsched.errors import ResponseFormatError
 from toolsched.executor import Executor, Steering
+from toolsched.providers.flow import Flow
 from toolsched.providers.wire import (
     SYNTHETIC_ID_PREFIX,
     Execution,
@@ -42,7 +43,6 @@ from toolsched.providers.wire import (
     read,
     registry_of,
     results_by_call,
-    resume_outcome,
     sequence_of,
 )
 from toolsched.registry import ToolRegistry
@@ -220,13 +220,7 @@ def tool_definitions(tools: Executor | ToolRegistry) -> list[dict[str, Any]]:
     return registry_of(tools).to_gemini()
 
 
-def _finish(executor: Executor, calls: list[ToolCall], outcome: Any) -> GeminiExecution:
-    content = (
-        None
-        if outcome.interrupted or not calls
-        else results_to_content(calls, outcome.results, registry=executor.registry)
-    )
-    return GeminiExecution(calls, outcome, content)
+_FLOW = Flow(GeminiExecution, results_to_content, lambda: None)
 
 
 async def execute(
@@ -234,8 +228,7 @@ async def execute(
 ) -> GeminiExecution:
     """Runs a response's function calls and builds the reply: ``calls_from`` + run + ``results_to_content``."""
     calls = calls_from(response, candidate=candidate)
-    outcome = await executor.run(calls, steering=steering, context=context)
-    return _finish(executor, calls, outcome)
+    return await _FLOW.execute(executor, calls, steering=steering, context=context)
 
 
 async def resume(executor: Executor, execution: GeminiExecution, state: Any) -> GeminiExecution:
@@ -244,5 +237,4 @@ async def resume(executor: Executor, execution: GeminiExecution, state: Any) -> 
     Read the state once (``state = execution.outcome.state``), approve or
     reject on it, then pass that same object here.
     """
-    outcome = await resume_outcome(executor, state)
-    return _finish(executor, execution.calls, outcome)
+    return await _FLOW.resume(executor, execution, state)

@@ -26,6 +26,7 @@ from typing import Any
 
 from toolsched.errors import ResponseFormatError
 from toolsched.executor import Executor, Steering
+from toolsched.providers.flow import Flow
 from toolsched.providers.strict import drop_strict_nulls_for
 from toolsched.providers.wire import (
     ERROR_PREFIX,
@@ -42,7 +43,6 @@ from toolsched.providers.wire import (
     read,
     registry_of,
     results_by_call,
-    resume_outcome,
     sequence_of,
 )
 from toolsched.registry import ToolRegistry
@@ -155,9 +155,7 @@ def tool_definitions(tools: Executor | ToolRegistry, *, strict: bool = False) ->
     return registry_of(tools).to_openai_chat(strict=strict)
 
 
-def _finish(executor: Executor, calls: list[ToolCall], outcome: Any) -> ChatExecution:
-    messages = [] if outcome.interrupted else results_to_messages(calls, outcome.results, registry=executor.registry)
-    return ChatExecution(calls, outcome, messages)
+_FLOW = Flow(ChatExecution, results_to_messages, list)
 
 
 async def execute(
@@ -165,8 +163,7 @@ async def execute(
 ) -> ChatExecution:
     """Runs a completion's tool calls and builds the tool messages: ``calls_from`` + run + ``results_to_messages``."""
     calls = calls_from(response, choice=choice, registry=executor.registry)
-    outcome = await executor.run(calls, steering=steering, context=context)
-    return _finish(executor, calls, outcome)
+    return await _FLOW.execute(executor, calls, steering=steering, context=context)
 
 
 async def resume(executor: Executor, execution: ChatExecution, state: Any) -> ChatExecution:
@@ -175,5 +172,4 @@ async def resume(executor: Executor, execution: ChatExecution, state: Any) -> Ch
     Read the state once (``state = execution.outcome.state``), approve or
     reject on it, then pass that same object here.
     """
-    outcome = await resume_outcome(executor, state)
-    return _finish(executor, execution.calls, outcome)
+    return await _FLOW.resume(executor, execution, state)

@@ -26,6 +26,7 @@ from typing import Any
 
 from toolsched.errors import ResponseFormatError
 from toolsched.executor import Executor, Steering
+from toolsched.providers.flow import Flow
 from toolsched.providers.strict import drop_strict_nulls_for
 from toolsched.providers.wire import (
     ERROR_PREFIX,
@@ -42,7 +43,6 @@ from toolsched.providers.wire import (
     read,
     registry_of,
     results_by_call,
-    resume_outcome,
     sequence_of,
 )
 from toolsched.registry import ToolRegistry
@@ -153,9 +153,7 @@ def tool_definitions(tools: Executor | ToolRegistry, *, strict: bool = False) ->
     return registry_of(tools).to_openai(strict=strict)
 
 
-def _finish(executor: Executor, calls: list[ToolCall], outcome: Any) -> ResponsesExecution:
-    items = [] if outcome.interrupted else results_to_items(calls, outcome.results, registry=executor.registry)
-    return ResponsesExecution(calls, outcome, items)
+_FLOW = Flow(ResponsesExecution, results_to_items, list)
 
 
 async def execute(
@@ -163,8 +161,7 @@ async def execute(
 ) -> ResponsesExecution:
     """Runs a response's function calls and builds the output items: ``calls_from`` + run + ``results_to_items``."""
     calls = calls_from(response, registry=executor.registry)
-    outcome = await executor.run(calls, steering=steering, context=context)
-    return _finish(executor, calls, outcome)
+    return await _FLOW.execute(executor, calls, steering=steering, context=context)
 
 
 async def resume(executor: Executor, execution: ResponsesExecution, state: Any) -> ResponsesExecution:
@@ -173,5 +170,4 @@ async def resume(executor: Executor, execution: ResponsesExecution, state: Any) 
     Read the state once (``state = execution.outcome.state``), approve or
     reject on it, then pass that same object here.
     """
-    outcome = await resume_outcome(executor, state)
-    return _finish(executor, execution.calls, outcome)
+    return await _FLOW.resume(executor, execution, state)
