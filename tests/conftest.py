@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -12,6 +14,10 @@ import pytest
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 os.environ["RAY_AUTH_MODE"] = "disabled"
+
+# The helpers every area's tests share (scripted models, recorded responses, child processes
+# that tests run and kill) live in tests/support, importable by their module names.
+sys.path.insert(0, str(Path(__file__).with_name("support")))
 
 
 @pytest.fixture(params=["asyncio", "trio"])

@@ -174,7 +174,7 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, stdout
     except (OptionError, WorkloadError, BackendError) as exc:
         # A value that cannot be used: one line saying which and why (the usage adds nothing here).
         stderr.write(f"{parser.prog}: error: {exc}\n")
-        return 2
+        raise SystemExit(2) from None
 
     progress = _ProgressBar(stderr)
     report = anyio.run(

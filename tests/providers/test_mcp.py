@@ -17,7 +17,7 @@ from toolsched import mcp as ts_mcp
 
 pytestmark = pytest.mark.anyio
 
-SERVER = str(Path(__file__).with_name("mcp_server.py"))
+SERVER = str(Path(__file__).resolve().parents[1] / "support" / "mcp_server.py")
 # Every test is bounded: a server that hangs fails the test instead of the suite.
 LIMIT = 30
 

@@ -9,10 +9,10 @@ import anyio
 import pytest
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.items import ToolCallOutputItem
+from scripted_models import ScriptedAgentModel, final_message, function_call
 
 import toolsched as ts
 from tests.conftest import InFlight
-from tests.scripted_models import ScriptedAgentModel, final_message, function_call
 from toolsched.integrations.agents import AgentsFunctionTool, from_function_tool, function_tools, scheduled
 
 pytestmark = pytest.mark.anyio

@@ -374,7 +374,7 @@ async def test_pydantic_types_are_coerced_for_the_function() -> None:
 
 
 async def test_class_tools_get_their_model_and_context() -> None:
-    from tests.test_tools import EditFile
+    from tests.executor.test_tools import EditFile
 
     outcome = await ts.Executor([EditFile()]).run(
         [ts.ToolCall("e1", "edit_file", {"path": "a.py", "old": "x", "new": "y"})], context={"user": "u"}

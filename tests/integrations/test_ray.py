@@ -444,7 +444,7 @@ def test_a_body_that_cannot_be_serialised_is_refused_naming_the_tool() -> None:
         ts.Executor([guarded], backends={"ray": ts.RayBackend()})
 
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def closed_port() -> int:

@@ -1,6 +1,6 @@
 """Durable runs: an executor with a journal survives a crash, against SQLite and a real PostgreSQL server.
 
-The crash tests run a turn in a child process (tests/durable_child.py), kill it
+The crash tests run a turn in a child process (tests/support/durable_child.py), kill it
 with SIGKILL at a chosen point, and recover the run in this process. The
 PostgreSQL server is the one `make test` starts (tests/postgres_server.sh);
 without TOOLSCHED_TEST_POSTGRES_DSN those tests fail rather than skip.

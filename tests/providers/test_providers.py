@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 import pydantic
 import pytest
+from recorded import load, sdk_response
 
 import toolsched as ts
-from tests.recorded import load, sdk_response
 from toolsched.providers import anthropic, gemini, openai_chat, openai_responses
 from toolsched.providers.strict import admits_null, drop_strict_nulls
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import toolsched as ts
 
-COMPARE = Path(__file__).resolve().parent.parent / "benches" / "compare.py"
+COMPARE = Path(__file__).resolve().parents[2] / "benches" / "compare.py"
 TOOLSCHED_ROWS = ["taskgroup", "toolsched", "toolsched_full", "toolsched_resource_aware"]
 SIZES = [1, 3, 20]
 

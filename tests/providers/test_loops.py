@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import pytest
+from recorded import Recorded, sdk_response
 
 import toolsched as ts
-from tests.recorded import Recorded, sdk_response
 from toolsched.loops import anthropic_loop, gemini_loop, openai_chat_loop, openai_responses_loop
 from toolsched.providers import anthropic as ts_anthropic
 

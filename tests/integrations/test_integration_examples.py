@@ -6,17 +6,15 @@ from collections.abc import Iterator
 
 import pytest
 from agents import set_tracing_disabled
+from example_scripts import load_example, run_example
 from langchain_core.messages import AIMessage, ToolMessage
-
-from tests.scripted_models import (
+from scripted_models import (
     ScriptedAgentModel,
     ScriptedChatModel,
     final_message,
     function_call,
     tool_calls_message,
 )
-from tests.test_examples import run_example
-from tests.test_provider_examples import load_example
 
 pytestmark = pytest.mark.anyio
 

@@ -16,10 +16,10 @@ from langgraph.prebuilt import ToolNode as StockToolNode
 from langgraph.store.base import BaseStore
 from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command, interrupt
+from scripted_models import ScriptedChatModel, tool_calls_message
 
 import toolsched as ts
 from tests.conftest import InFlight
-from tests.scripted_models import ScriptedChatModel, tool_calls_message
 from toolsched.integrations.langchain import from_langchain
 from toolsched.integrations.langgraph import ToolNode
 

@@ -15,6 +15,8 @@ import toolsched as ts
 
 pytestmark = pytest.mark.anyio
 
+MCP_SERVER = str(Path(__file__).resolve().parents[1] / "support" / "mcp_server.py")
+
 
 def names(registry: ts.ToolRegistry) -> list[str]:
     return [item["name"] for item in registry.to_anthropic()]
@@ -263,7 +265,7 @@ async def test_is_enabled_is_asked_each_turn_for_calls_and_exports() -> None:
 async def test_a_real_mcp_server_adding_a_tool_is_seen_from_the_next_turn() -> None:
     from toolsched import mcp as ts_mcp
 
-    server_script = str(Path(__file__).with_name("mcp_server.py"))
+    server_script = MCP_SERVER
     events: list[ts.Event] = []
     with anyio.fail_after(30):
         async with ts_mcp.connect_stdio(sys.executable, [server_script]) as server:

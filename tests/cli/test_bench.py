@@ -15,7 +15,7 @@ import toolsched as ts
 from toolsched import bench
 from toolsched.cli import _ProgressBar, main
 
-SAMPLE = Path(__file__).resolve().parent.parent / "benches" / "workloads" / "coding_agent.jsonl"
+SAMPLE = Path(__file__).resolve().parents[2] / "benches" / "workloads" / "coding_agent.jsonl"
 # Small and quick: 1 ms calls.
 TINY = ["--turns", "2", "--calls", "8", "--latency", "1"]
 

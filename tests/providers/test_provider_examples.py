@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import anyio
 import pytest
+from example_scripts import load_example
+from recorded import Recorded
 
-from tests.recorded import Recorded
 from toolsched import mcp as ts_mcp
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ANSWER = "Paris is 18°C and London is 59°F."
-
-
-def load_example(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def sdk_client(recorded: Recorded, provider: str) -> Any:
@@ -58,8 +47,7 @@ async def test_provider_example(example: str, provider: str, responses: tuple[st
 
 async def test_mcp_example() -> None:
     from mcp import Client
-
-    from tests.mcp_server import server
+    from mcp_server import server
 
     module = load_example("mcp_tools")
     recorded = Recorded("anthropic", "mcp_tool_use", "mcp_end_turn")

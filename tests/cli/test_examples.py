@@ -5,22 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-import toolsched as ts
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-PACKAGE_ROOT = str(Path(ts.__file__).resolve().parent.parent)
-
-
-def run_example(name: str, *args: str) -> str:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), *args],
-        capture_output=True, text=True, env=env, timeout=120, check=False, stdin=subprocess.DEVNULL,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+from example_scripts import PACKAGE_ROOT, run_example
 
 
 def test_human_approval_flow() -> None:
