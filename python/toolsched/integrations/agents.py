@@ -36,6 +36,7 @@ Needs ``openai-agents`` (``pip install 'toolsched[agents]'``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections import deque
@@ -287,7 +288,23 @@ def scheduled(
     members.extend(replacing.values())
     executor = Executor(members, **executor_options)
     use_strict = strict if strict is not None else bool(strict_flags) and all(strict_flags)
-    copy = agent.clone(tools=[*function_tools(executor, strict=use_strict), *others])
+    originals = {item.name: item for item in agent.tools if isinstance(item, FunctionTool)}
+    wrapped = []
+    for made in function_tools(executor, strict=use_strict):
+        original = originals.get(made.name)
+        if original is not None:
+            # Everything the SDK does around the call stays the SDK tool's own: needs_approval
+            # (and the RunState approve/reject flow), is_enabled, tool guardrails, timeouts and
+            # their error functions, failure_error_function. Only the invocation goes through
+            # toolsched, with the schema toolsched exports.
+            made = dataclasses.replace(
+                original,
+                on_invoke_tool=made.on_invoke_tool,
+                params_json_schema=made.params_json_schema,
+                strict_json_schema=made.strict_json_schema,
+            )
+        wrapped.append(made)
+    copy = agent.clone(tools=[*wrapped, *others])
     setattr(copy, "toolsched_executor", executor)  # noqa: B010 - an attribute the SDK's Agent does not declare
     return copy
 

@@ -1,0 +1,114 @@
+"""The Agents SDK's function-tool features behave the same with and without toolsched.
+
+Each test runs the same agent and the same scripted model twice, with the SDK's own
+Runner.run: once as the SDK built it, once wrapped with ``scheduled(...)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from agents import Agent, RunConfig, Runner, RunResult, function_tool
+from agents.items import ToolCallOutputItem
+from scripted_models import ScriptedAgentModel, final_message, function_call
+
+from toolsched.integrations.agents import scheduled
+
+pytestmark = pytest.mark.anyio
+
+NO_TRACING = RunConfig(tracing_disabled=True)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    # The Agents SDK runs on asyncio only.
+    return "asyncio"
+
+
+def tool_outputs(result: RunResult) -> list[Any]:
+    return [item.output for item in result.new_items if isinstance(item, ToolCallOutputItem)]
+
+
+def script() -> ScriptedAgentModel:
+    return ScriptedAgentModel([[function_call("c1", "delete", {"path": "a.txt"})], [final_message("done")]])
+
+
+def make_agent(ran: list[str], model: ScriptedAgentModel, **tool_options: Any) -> Agent[Any]:
+    @function_tool(**tool_options)
+    async def delete(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        if path == "boom":
+            raise RuntimeError("disk on fire")
+        return f"deleted {path}"
+
+    return Agent(name="helper", model=model, tools=[delete])
+
+
+Wrap = Callable[[Agent[Any]], Agent[Any]]
+FORMS: list[tuple[str, Wrap]] = [("stock", lambda agent: agent), ("scheduled", lambda agent: scheduled(agent))]
+
+
+@pytest.mark.parametrize(("form", "wrap"), FORMS, ids=[name for name, _ in FORMS])
+async def test_needs_approval_interrupts_and_an_approval_runs_the_call_once(form: str, wrap: Wrap) -> None:
+    ran: list[str] = []
+    agent = wrap(make_agent(ran, script(), needs_approval=True))
+    first = await Runner.run(agent, "delete a.txt", run_config=NO_TRACING)
+    assert ran == [], form
+    assert [item.raw_item.call_id for item in first.interruptions] == ["c1"]
+    state = first.to_state()
+    state.approve(first.interruptions[0])
+    second = await Runner.run(agent, state, run_config=NO_TRACING)
+    assert ran == ["a.txt"], form
+    assert tool_outputs(second) == ["deleted a.txt"]
+    assert second.final_output == "done"
+
+
+@pytest.mark.parametrize(("form", "wrap"), FORMS, ids=[name for name, _ in FORMS])
+async def test_a_rejection_never_runs_the_call(form: str, wrap: Wrap) -> None:
+    ran: list[str] = []
+    agent = wrap(make_agent(ran, script(), needs_approval=True))
+    first = await Runner.run(agent, "delete a.txt", run_config=NO_TRACING)
+    state = first.to_state()
+    state.reject(first.interruptions[0])
+    second = await Runner.run(agent, state, run_config=NO_TRACING)
+    assert ran == [], form
+    assert second.final_output == "done"
+    assert len(tool_outputs(second)) == 1
+
+
+async def test_a_rejection_tells_the_model_the_same_thing() -> None:
+    texts = []
+    for _, wrap in FORMS:
+        agent = wrap(make_agent([], script(), needs_approval=True))
+        first = await Runner.run(agent, "delete a.txt", run_config=NO_TRACING)
+        state = first.to_state()
+        state.reject(first.interruptions[0])
+        texts.append(tool_outputs(await Runner.run(agent, state, run_config=NO_TRACING)))
+    assert texts[0] == texts[1]
+
+
+async def test_a_custom_failure_error_function_answers_the_model_the_same_way() -> None:
+    def explain(context: Any, error: Exception) -> str:
+        return f"the tool broke: {error}"
+
+    outputs = []
+    for _, wrap in FORMS:
+        model = ScriptedAgentModel([[function_call("c1", "delete", {"path": "boom"})], [final_message("done")]])
+        agent = wrap(make_agent([], model, failure_error_function=explain))
+        result = await Runner.run(agent, "delete boom", run_config=NO_TRACING)
+        outputs.append(tool_outputs(result))
+    assert outputs[0] == outputs[1]
+    assert "the tool broke: disk on fire" in str(outputs[1][0])
+
+
+async def test_stop_on_first_tool_gives_the_same_final_output() -> None:
+    finals = []
+    for _, wrap in FORMS:
+        model = ScriptedAgentModel([[function_call("c1", "delete", {"path": "a.txt"})]])
+        agent = make_agent([], model)
+        agent = wrap(agent.clone(tool_use_behavior="stop_on_first_tool"))
+        finals.append((await Runner.run(agent, "delete a.txt", run_config=NO_TRACING)).final_output)
+    assert finals == ["deleted a.txt", "deleted a.txt"]
