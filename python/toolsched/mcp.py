@@ -46,12 +46,13 @@ import hashlib
 import logging
 import re
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
+import anyio.abc
 
 from toolsched.context import ToolContext
 from toolsched.errors import McpConnectionError, McpToolError, SchemaError, ToolDefinitionError
@@ -178,29 +179,78 @@ class McpConnection:
         self._client: mcp.Client | None = None
         self._tools: list[McpTool] | None = None
         self._changed = False
+        # The task that holds the transport open, in a task group of the connection's own: a transport
+        # that fails (the server dies, the socket drops) ends that task, never the caller's.
+        self._stack: AsyncExitStack | None = None
+        self._closing: anyio.Event | None = None
+        # Why the transport is gone, once it is: later calls fail at once with it.
+        self._lost: str | None = None
+        # The cancel scopes of the calls waiting for the server: a lost transport cancels them.
+        self._waiting: set[anyio.CancelScope] = set()
 
     async def __aenter__(self) -> McpConnection:
         _require_mcp()
         client = self._client_factory(self._on_message)
+        self._lost = None
+        self._closing = anyio.Event()
+        stack = AsyncExitStack()
+        group = await stack.enter_async_context(anyio.create_task_group())
         try:
-            await client.__aenter__()
-        except Exception as exc:
+            failure = await group.start(self._hold_open, client)
+        except BaseException:
+            await stack.aclose()
+            raise
+        if failure is not None:
+            await stack.aclose()
             # Whatever stops the handshake (a process that exits, a refused socket, a protocol
             # mismatch) arrives wrapped in the transport's task groups: report the first cause.
-            raise McpConnectionError(f"could not connect to MCP server {self.label}: {_first_cause(exc)}") from exc
-        self._client = client
+            raise McpConnectionError(f"could not connect to MCP server {self.label}: {_first_cause(failure)}") from (
+                failure
+            )
+        self._stack = stack
         return self
+
+    async def _hold_open(self, client: Any, *, task_status: anyio.abc.TaskStatus[Exception | None]) -> None:
+        """Enters the client in this task and keeps it open until the connection closes or the transport fails."""
+        started = False
+        try:
+            async with client:
+                self._client = client
+                started = True
+                task_status.started(None)
+                assert self._closing is not None
+                await self._closing.wait()
+        except Exception as exc:
+            if not started:
+                task_status.started(exc)
+                return
+            self._lose(f"the connection to MCP server {self.label} was lost: {_first_cause(exc)}")
+        finally:
+            self._client = None
+        if started and self._lost is None and self._closing is not None and not self._closing.is_set():
+            self._lose(f"MCP server {self.label} closed the connection")
+
+    def _lose(self, reason: str) -> None:
+        """The transport is gone: the calls waiting for it stop now, later ones fail at once."""
+        logger.warning("%s", reason)
+        self._lost = reason
+        for scope in list(self._waiting):
+            scope.cancel()
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.__aexit__(exc_type, exc, tb)
+        stack, self._stack = self._stack, None
+        if self._closing is not None:
+            self._closing.set()
+        if stack is not None:
+            await stack.aclose()
 
     @property
     def client(self) -> mcp.Client:
         """The underlying ``mcp.Client`` (for resources, prompts and the rest of the protocol)."""
+        if self._lost is not None:
+            raise McpConnectionError(self._lost)
         if self._client is None:
             raise McpConnectionError(f"MCP server {self.label} is not connected (use `async with`)")
         return self._client
@@ -215,6 +265,17 @@ class McpConnection:
         if method == "notifications/tools/list_changed":
             self._changed = True
         await anyio.lowlevel.checkpoint()
+
+    @contextmanager
+    def _watched(self) -> Iterator[anyio.CancelScope]:
+        """A scope around one request: cancelled if the transport is lost while it waits."""
+        scope = anyio.CancelScope()
+        self._waiting.add(scope)
+        try:
+            with scope:
+                yield scope
+        finally:
+            self._waiting.discard(scope)
 
     async def tools(self) -> list[McpTool]:
         """The server's tools as toolsched tools (listed on first use, or when the server said they changed)."""
@@ -231,14 +292,17 @@ class McpConnection:
         specs: list[mcp_types.Tool] = []
         cursor: str | None = None
         try:
-            for _ in range(MAX_TOOL_PAGES):
-                page = await client.list_tools(cursor=cursor, cache_mode="refresh")
-                specs.extend(page.tools)
-                cursor = page.next_cursor
-                if not cursor:
-                    break
+            with self._watched() as scope:
+                for _ in range(MAX_TOOL_PAGES):
+                    page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+                    specs.extend(page.tools)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
         except (MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             raise McpConnectionError(f"could not list the tools of MCP server {self.label}: {exc}") from exc
+        if scope.cancelled_caught:
+            raise McpConnectionError(f"could not list the tools of MCP server {self.label}: {self._lost}")
         previous = {member.remote_name: member for member in self._tools or ()}
         fresh: list[McpTool] = []
         taken: set[str] = set()
@@ -275,7 +339,8 @@ class McpConnection:
                 ctx.report_progress(min(max(progress / total, 0.0), 1.0), message)
 
         try:
-            result = await client.call_tool(name, dict(args), progress_callback=on_progress)
+            with self._watched() as scope:
+                result = await client.call_tool(name, dict(args), progress_callback=on_progress)
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 raise McpConnectionError(
@@ -284,6 +349,8 @@ class McpConnection:
             raise McpToolError(f"MCP server {self.label} refused `{name}`: {exc.message}") from exc
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             raise McpConnectionError(f"MCP server {self.label} closed the connection during `{name}`") from exc
+        if scope.cancelled_caught:
+            raise McpConnectionError(f"{self._lost} (during `{name}`)")
         if result.is_error:
             raise McpToolError(_error_message(result))
         return _content_output(result)

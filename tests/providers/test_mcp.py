@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import subprocess
@@ -250,3 +251,69 @@ def test_local_names_fit_every_provider() -> None:
     assert len(long_name) == 64 and long_name == ts_mcp.local_name("", "t" * 100, set())
     assert long_name != ts_mcp.local_name("", "t" * 99, set())
     assert ts_mcp.local_name("", "a.b", {"a_b", "a_b_2"}) == "a_b_3"
+
+
+async def _http_server() -> tuple[Any, int]:
+    port = _free_port()
+    process = await anyio.open_process(
+        [sys.executable, SERVER, "http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    await _wait_for_port(port)
+    return process, port
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_an_http_server_that_dies_mid_call_fails_only_its_calls(anyio_backend: str) -> None:
+    @ts.tool(concurrency_safe=True)
+    async def local(n: int) -> int:
+        await anyio.sleep(0.05)
+        return n
+
+    process, port = await _http_server()
+    try:
+        with anyio.fail_after(LIMIT):
+            async with ts_mcp.connect_http(f"http://127.0.0.1:{port}/mcp") as server:
+                executor = ts.Executor([local, *await server.tools()])
+                calls = [
+                    ts.ToolCall("1", "local", {"n": 1}),
+                    ts.ToolCall("2", "exit_now"),
+                    ts.ToolCall("3", "add", {"a": 2}),
+                ]
+                outcome = await executor.run(calls)
+                assert [r.call_id for r in outcome.results] == ["1", "2", "3"]
+                assert outcome.results[0].output == 1
+                for result in outcome.results[1:]:
+                    assert result.error_kind == "execution_error", result
+                    assert "McpConnectionError" in (result.error or "")
+                # Later calls fail at once, and the connection still closes cleanly.
+                again = await executor.run([ts.ToolCall("4", "add", {"a": 1}), ts.ToolCall("5", "local", {"n": 5})])
+                assert again.results[0].error_kind == "execution_error"
+                assert again.results[1].output == 5
+    finally:
+        await _stop(process)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_an_http_server_killed_between_turns_fails_the_next_calls(anyio_backend: str) -> None:
+    process, port = await _http_server()
+    try:
+        with anyio.fail_after(LIMIT):
+            async with ts_mcp.connect_http(f"http://127.0.0.1:{port}/mcp") as server:
+                executor = ts.Executor(await server.tools())
+                first = await executor.run([ts.ToolCall("1", "add", {"a": 1})])
+                assert first.results[0].output == "3"
+                process.kill()
+                await process.wait()
+                outcome = await executor.run([ts.ToolCall("2", "add", {"a": 2})])
+                assert outcome.results[0].error_kind == "execution_error"
+                assert "McpConnectionError" in (outcome.results[0].error or "")
+    finally:
+        await _stop(process)
+
+
+async def _stop(process: Any) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
+    with anyio.CancelScope(shield=True):
+        await process.wait()
+        await process.aclose()
