@@ -110,6 +110,25 @@ class _Dialect(abc.ABC):
         """Whether the model paused a long server-side turn and expects the conversation back as it is."""
         return False
 
+    def used_tools(self) -> None:
+        """A turn used tools: a forced tool choice is dropped from the next requests (the model chooses again).
+
+        Forcing a tool on every request leaves the loop only ``max_turns`` to stop at.
+        """
+        self.options.pop("tool_choice", None)
+
+    options: dict[str, Any]
+
+
+def _async_method(method: Any, client: Any, wanted: str) -> Any:
+    """``method`` when it is a coroutine function; a sync client is refused before anything is sent."""
+    if not inspect.iscoroutinefunction(inspect.unwrap(method)):
+        raise OptionError(
+            f"the loop needs an async client ({wanted}), got {type(client).__name__}: a sync client would "
+            "block the event loop; nothing was sent"
+        )
+    return method
+
 
 def _with_tools(request: dict[str, Any], tools: list[Any]) -> dict[str, Any]:
     """The request keywords with the executor's tools first and the caller's own (hosted) tools after."""
@@ -122,8 +141,8 @@ def _with_tools(request: dict[str, Any], tools: list[Any]) -> dict[str, Any]:
 
 class _Anthropic(_Dialect):
     def __init__(self, client: Any, request: dict[str, Any]) -> None:
-        self.create = client.messages.create
-        self.options = request
+        self.create = _async_method(client.messages.create, client, "anthropic.AsyncAnthropic")
+        self.options = dict(request)
 
     async def request(self, history: list[Any], executor: Executor) -> Any:
         return await self.create(messages=history, **_with_tools(self.options, anthropic.tool_definitions(executor)))
@@ -147,8 +166,10 @@ class _Anthropic(_Dialect):
 
 class _Responses(_Dialect):
     def __init__(self, client: Any, request: dict[str, Any], strict: bool) -> None:
-        self.create = client.responses.create
-        self.options = request
+        # A structured output (``text_format=`` a pydantic model) goes through ``parse``.
+        method = client.responses.parse if "text_format" in request else client.responses.create
+        self.create = _async_method(method, client, "openai.AsyncOpenAI")
+        self.options = dict(request)
         self.strict = strict
 
     async def request(self, history: list[Any], executor: Executor) -> Any:
@@ -177,8 +198,11 @@ class _Responses(_Dialect):
 
 class _Chat(_Dialect):
     def __init__(self, client: Any, request: dict[str, Any], strict: bool) -> None:
-        self.create = client.chat.completions.create
-        self.options = request
+        # A structured output (``response_format=`` a pydantic model) goes through ``parse``.
+        structured = isinstance(request.get("response_format"), type)
+        method = client.chat.completions.parse if structured else client.chat.completions.create
+        self.create = _async_method(method, client, "openai.AsyncOpenAI")
+        self.options = dict(request)
         self.strict = strict
 
     async def request(self, history: list[Any], executor: Executor) -> Any:
@@ -201,7 +225,9 @@ class _Chat(_Dialect):
 
 class _Gemini(_Dialect):
     def __init__(self, client: Any, model: str, config: Any) -> None:
-        self.generate = getattr(client, "aio", client).models.generate_content
+        self.generate = _async_method(
+            getattr(client, "aio", client).models.generate_content, client, "google.genai.Client"
+        )
         self.model = model
         if config is None:
             self.config: dict[str, Any] = {}
@@ -215,6 +241,10 @@ class _Gemini(_Dialect):
     async def request(self, history: list[Any], executor: Executor) -> Any:
         config = _with_tools(self.config, gemini.tool_definitions(executor))
         return await self.generate(model=self.model, contents=history, config=config)
+
+    def used_tools(self) -> None:
+        # Gemini forces calls with function_calling_config.mode ANY (or names the allowed functions).
+        self.config.pop("tool_config", None)
 
     def assistant_turn(self, response: Any) -> list[Any]:
         content = gemini.model_content(response)
@@ -256,7 +286,10 @@ async def _run_loop(
     steering: Steering | None,
     context: Any,
     resume: LoopResult | None,
+    reset_tool_choice: bool = True,
 ) -> LoopResult:
+    if not isinstance(reset_tool_choice, bool):
+        raise OptionError(f"reset_tool_choice must be True or False, got {reset_tool_choice!r}")
     if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
         raise OptionError(f"max_turns must be a positive integer, got {max_turns!r}")
     if not isinstance(executor, Executor):
@@ -275,6 +308,8 @@ async def _run_loop(
         if settled.interrupted:
             return "interrupted"
         history.extend(dialect.reply(calls, settled.results, executor.registry))
+        if reset_tool_choice:
+            dialect.used_tools()
         executor = await _refreshed(executor, refresh_tools)
         return "steered" if settled.steering_messages else None
 
@@ -314,6 +349,7 @@ async def anthropic_loop(
     steering: Steering | None = None,
     context: Any = None,
     resume: LoopResult | None = None,
+    reset_tool_choice: bool = True,
     **request: Any,
 ) -> LoopResult:
     """Runs the Anthropic Messages tool loop with an ``anthropic.AsyncAnthropic`` client.
@@ -332,6 +368,7 @@ async def anthropic_loop(
         steering=steering,
         context=context,
         resume=resume,
+        reset_tool_choice=reset_tool_choice,
     )
 
 
@@ -346,6 +383,7 @@ async def openai_responses_loop(
     steering: Steering | None = None,
     context: Any = None,
     resume: LoopResult | None = None,
+    reset_tool_choice: bool = True,
     **request: Any,
 ) -> LoopResult:
     """Runs the OpenAI Responses tool loop with an ``openai.AsyncOpenAI`` client.
@@ -366,6 +404,7 @@ async def openai_responses_loop(
         steering=steering,
         context=context,
         resume=resume,
+        reset_tool_choice=reset_tool_choice,
     )
 
 
@@ -380,6 +419,7 @@ async def openai_chat_loop(
     steering: Steering | None = None,
     context: Any = None,
     resume: LoopResult | None = None,
+    reset_tool_choice: bool = True,
     **request: Any,
 ) -> LoopResult:
     """Runs the OpenAI Chat Completions tool loop with an ``openai.AsyncOpenAI`` client.
@@ -396,6 +436,7 @@ async def openai_chat_loop(
         steering=steering,
         context=context,
         resume=resume,
+        reset_tool_choice=reset_tool_choice,
     )
 
 
@@ -411,6 +452,7 @@ async def gemini_loop(
     steering: Steering | None = None,
     context: Any = None,
     resume: LoopResult | None = None,
+    reset_tool_choice: bool = True,
 ) -> LoopResult:
     """Runs the Gemini tool loop with a ``google.genai.Client`` (its ``aio`` side).
 
@@ -430,4 +472,5 @@ async def gemini_loop(
         steering=steering,
         context=context,
         resume=resume,
+        reset_tool_choice=reset_tool_choice,
     )

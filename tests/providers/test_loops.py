@@ -276,3 +276,104 @@ async def test_loop_options_are_checked() -> None:
     with pytest.raises(TypeError, match="Executor"):
         await anthropic_loop(recorded.anthropic(), [], messages=[])  # type: ignore[arg-type]
     assert recorded.requests == []
+
+
+# -- forced tool choice, sync clients --------------------------------------------------------------
+
+
+async def test_a_forced_tool_choice_is_sent_only_until_a_turn_used_a_tool() -> None:
+    ran: list[str] = []
+    recorded = Recorded("anthropic", "tool_use", "end_turn")
+    request = {"model": "claude-sonnet-4-6", "max_tokens": 1024, "tool_choice": {"type": "any"}}
+    result = await anthropic_loop(
+        recorded.anthropic(),
+        ts.Executor(weather_tools(ran)),
+        messages=[{"role": "user", "content": QUESTION}],
+        **request,
+    )
+    assert result.stop == "done"
+    first, second = recorded.requests
+    assert first["tool_choice"] == {"type": "any"}
+    assert "tool_choice" not in second
+    # The caller's own keywords are left as they were.
+    assert request["tool_choice"] == {"type": "any"}
+
+
+async def test_a_forced_tool_choice_can_be_kept_on_purpose() -> None:
+    recorded = Recorded("openai_chat", "tool_calls", "final")
+    result = await openai_chat_loop(
+        recorded.openai(),
+        ts.Executor(weather_tools([])),
+        messages=[{"role": "user", "content": QUESTION}],
+        model="gpt-5",
+        tool_choice="required",
+        reset_tool_choice=False,
+    )
+    assert result.stop == "done"
+    assert [request["tool_choice"] for request in recorded.requests] == ["required", "required"]
+
+
+async def test_gemini_forced_calling_is_dropped_after_a_tool_turn() -> None:
+    recorded = Recorded("gemini", "function_calls", "final")
+    config = {"tool_config": {"function_calling_config": {"mode": "ANY"}}}
+    result = await gemini_loop(
+        recorded.gemini(),
+        ts.Executor(weather_tools([])),
+        model="gemini-2.5-flash",
+        contents=QUESTION,
+        config=config,
+    )
+    assert result.stop == "done"
+    first, second = recorded.requests
+    assert "toolConfig" in first or "tool_config" in first
+    assert "toolConfig" not in second and "tool_config" not in second
+
+
+def test_a_sync_client_is_refused_before_anything_is_sent() -> None:
+    import anthropic
+    import openai
+
+    async def main() -> None:
+        with pytest.raises(ts.OptionError, match="async client"):
+            await anthropic_loop(
+                anthropic.Anthropic(api_key="unused", base_url="http://127.0.0.1:9"),
+                ts.Executor(weather_tools([])),
+                messages=[{"role": "user", "content": QUESTION}],
+                model="m",
+                max_tokens=10,
+            )
+        with pytest.raises(ts.OptionError, match="async client"):
+            await openai_chat_loop(
+                openai.OpenAI(api_key="unused", base_url="http://127.0.0.1:9"),
+                ts.Executor(weather_tools([])),
+                messages=[{"role": "user", "content": QUESTION}],
+                model="m",
+            )
+        with pytest.raises(ts.OptionError, match="async client"):
+            await openai_responses_loop(
+                openai.OpenAI(api_key="unused", base_url="http://127.0.0.1:9"),
+                ts.Executor(weather_tools([])),
+                input=QUESTION,
+                model="m",
+            )
+
+    import anyio
+
+    anyio.run(main)
+
+
+async def test_a_structured_output_goes_through_parse() -> None:
+    import pydantic
+
+    class Report(pydantic.BaseModel):
+        paris_c: int
+        london_f: int
+
+    recorded = Recorded("openai_responses", "function_calls", "final_structured")
+    result = await openai_responses_loop(
+        recorded.openai(), ts.Executor(weather_tools([])), input=QUESTION, model="gpt-5", text_format=Report
+    )
+    assert result.stop == "done"
+    assert result.response.output_parsed == Report(paris_c=18, london_f=59)
+    # The model was told the format on every request.
+    assert all(request["text"]["format"]["type"] == "json_schema" for request in recorded.requests)
