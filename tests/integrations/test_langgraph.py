@@ -155,6 +155,7 @@ async def test_refused_and_failed_calls_become_error_messages_and_denied_tools_n
     node = ToolNode(
         [read_file, from_langchain(write_file, rule_subject="path"), flaky],
         permissions=ts.Permissions(deny=["write_file(/etc/**)"]),
+        handle_tool_errors=True,
     )
     ai = tool_calls_message(
         ("c1", "write_file", {"path": "/etc/passwd", "text": "x"}),
@@ -169,8 +170,9 @@ async def test_refused_and_failed_calls_become_error_messages_and_denied_tools_n
     assert [m.status for m in messages] == ["error", "error", "error", "error", "success"]
     assert "denied by the rule `write_file(/etc/**)`" in messages[0].content
     assert "at /path: 7 is not of type" in messages[1].content
-    assert "deploy" in messages[2].content and "read_file" in messages[2].content
-    assert messages[3].content == "RuntimeError: backend down"
+    assert messages[1].content.startswith("Error: ToolInvocationError(")
+    assert messages[2].content == "Error: deploy is not a valid tool, try one of [read_file, write_file, flaky]."
+    assert messages[3].content == "Error: RuntimeError('backend down')\n Please fix your mistakes."
     assert ran == ["read ok.txt"]
 
 

@@ -28,20 +28,28 @@ options given (``strategy``, ``permissions``, ``hooks``, ``approver``,
 ``input_guardrails``, ``on_event``, ...), so every call is validated against
 its JSON Schema, admitted by the permission rules and hooks, scheduled
 (``concurrency_safe`` calls together, the rest one at a time), timed out and
-shaped. Unlike LangGraph's node, a failing tool becomes an error
-``ToolMessage`` (``status="error"``) with toolsched's message rather than an
-exception, as do unknown tools, invalid arguments and denied calls; with
-``handle_tool_errors=False`` a tool's exception propagates out of the graph
-once the turn's calls have settled. ``interrupt()`` inside a tool always
-propagates. Calls that ask for approval need ``approver=``: without one they
-are answered as not approved. Needs ``langgraph``
+shaped. Errors are handled as LangGraph's node handles them
+(``handle_tool_errors``: by default invalid arguments answer the model with
+LangGraph's own message and a tool's exception propagates out of the graph
+once the turn's calls have settled; ``True``, a string, exception types or a
+handler function as in LangGraph), with LangGraph's texts; unknown tools are
+answered with LangGraph's message, denied calls with toolsched's.
+``interrupt()`` inside a tool always propagates. ``invoke`` works from
+synchronous code even where an event loop already runs in the thread (a
+notebook): the calls then run on a loop in a worker thread. Calls that ask
+for approval need ``approver=``: without one they are answered as not approved. Needs ``langgraph``
 (``pip install 'toolsched[langgraph]'``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextvars
+import inspect
 import json
 import logging
+import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -63,6 +71,7 @@ try:
     from langchain_core.tools.base import get_all_basemodel_annotations
     from langgraph.errors import GraphBubbleUp
     from langgraph.prebuilt import InjectedState, InjectedStore, ToolRuntime
+    from langgraph.prebuilt.tool_node import ToolInvocationError
     from langgraph.runtime import get_runtime
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
@@ -72,6 +81,42 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
 __all__ = ["ToolNode"]
 
 logger = logging.getLogger("toolsched.langgraph")
+
+# LangGraph's texts, so that prompts and evaluations written against its node read the same.
+INVALID_TOOL_NAME_TEMPLATE = "Error: {requested_tool} is not a valid tool, try one of [{available_tools}]."
+TOOL_CALL_ERROR_TEMPLATE = "Error: {error}\n Please fix your mistakes."
+
+ErrorHandling = bool | str | Callable[..., str] | type[Exception] | tuple[type[Exception], ...]
+
+
+class _Default:
+    """LangGraph's default error handling: invalid arguments answer the model, a tool's exception propagates."""
+
+    def __repr__(self) -> str:
+        return "<default: handle invalid arguments, raise tool errors>"
+
+
+DEFAULT_ERROR_HANDLING: Any = _Default()
+
+
+def _handled_types(handler: Callable[..., Any]) -> tuple[type[Exception], ...]:
+    """The exception types a handler function declares by its first parameter's annotation (Exception if none)."""
+    try:
+        parameters = [p for p in inspect.signature(handler).parameters.values() if p.name not in ("self", "cls")]
+        hints = typing.get_type_hints(handler)
+    except (TypeError, ValueError, NameError):
+        return (Exception,)
+    if not parameters or parameters[0].name not in hints:
+        return (Exception,)
+    annotation = hints[parameters[0].name]
+    options = get_args(annotation) if get_origin(annotation) in (typing.Union, types.UnionType) else (annotation,)
+    if not all(isinstance(option, type) and issubclass(option, Exception) for option in options):
+        raise OptionError(
+            f"handle_tool_errors: the handler's first parameter must be annotated with exception types, "
+            f"got {annotation!r}"
+        )
+    return tuple(options)
+
 
 InputKind = Literal["list", "dict", "tool_calls"]
 
@@ -236,13 +281,26 @@ class ToolNode(Runnable[Any, Any]):
         name: str = "tools",
         tags: list[str] | None = None,
         messages_key: str = "messages",
-        handle_tool_errors: bool = True,
+        handle_tool_errors: ErrorHandling = DEFAULT_ERROR_HANDLING,
         **executor_options: Any,
     ) -> None:
         if not isinstance(messages_key, str) or not messages_key:
             raise OptionError(f"messages_key must be a non-empty string, got {messages_key!r}")
-        if not isinstance(handle_tool_errors, bool):
-            raise OptionError(f"handle_tool_errors must be True or False, got {handle_tool_errors!r}")
+        handled_types: tuple[type[Exception], ...] | None = None
+        if isinstance(handle_tool_errors, type) and issubclass(handle_tool_errors, Exception):
+            handled_types = (handle_tool_errors,)
+        elif isinstance(handle_tool_errors, tuple):
+            if not all(isinstance(t, type) and issubclass(t, Exception) for t in handle_tool_errors):
+                raise OptionError(f"handle_tool_errors: a tuple must hold exception types, got {handle_tool_errors!r}")
+            handled_types = handle_tool_errors
+        elif callable(handle_tool_errors) and handle_tool_errors is not DEFAULT_ERROR_HANDLING:
+            handled_types = _handled_types(handle_tool_errors)
+        elif not isinstance(handle_tool_errors, (bool, str, _Default)):
+            raise OptionError(
+                "handle_tool_errors must be True, False, a message, exception types or a handler function, "
+                f"got {handle_tool_errors!r}"
+            )
+        self._handled_types = handled_types
         members: list[Tool] = []
         for position, item in enumerate(tools):
             if isinstance(item, Tool):
@@ -269,8 +327,23 @@ class ToolNode(Runnable[Any, Any]):
         return {member.name: member for member in self.executor.registry}
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        """Runs the calls from synchronous code (a graph run with ``invoke``), on an event loop of its own."""
-        return anyio.run(self._run_node, input, config)
+        """Runs the calls from synchronous code (a graph run with ``invoke``), on an event loop of its own.
+
+        Where an event loop already runs in this thread (a notebook, sync code called from async code),
+        that loop is left alone: the calls run on a loop of their own in a worker thread, in a copy of
+        this context (the graph's runtime and config go with them).
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return anyio.run(self._run_node, input, config)
+        context = contextvars.copy_context()
+
+        def run_on_its_own_loop() -> Any:
+            return anyio.run(self._run_node, input, config)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolsched-node") as pool:
+            return pool.submit(context.run, run_on_its_own_loop).result()
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """Runs the calls of ``input`` and returns the ToolMessages (or commands) LangGraph expects."""
@@ -285,19 +358,26 @@ class ToolNode(Runnable[Any, Any]):
         outcome = await self.executor.run(calls, context=turn)
         answered = {result.call_id: result for result in outcome.results}
         order = list(dict.fromkeys(call.id for call in calls))
-        self._propagate(order, answered, turn)
         names = {call.id: call.name for call in reversed(calls)}
+        arguments = {call.id: call.args for call in reversed(calls)}
+        errors = {
+            call_id: self._error_of(answered[call_id], names[call_id], arguments[call_id], turn)
+            for call_id in order
+            if call_id in answered and answered[call_id].is_error
+        }
+        self._propagate(order, answered, turn, errors)
         outputs: list[Any] = []
         for call_id in order:
             result = answered.get(call_id)
             if result is None:
                 # Held for approval: a ToolNode has no one to ask, so the call is answered as not run.
-                logger.warning("call %s (%s) asks for approval, but the ToolNode has no approver", call_id,
-                               names[call_id])
+                logger.warning(
+                    "call %s (%s) asks for approval, but the ToolNode has no approver", call_id, names[call_id]
+                )
                 message = f"`{names[call_id]}` needs approval before it runs, and no approver was given; it did not run"
                 outputs.append(self._message(call_id, names[call_id], message, error=True))
             else:
-                outputs.append(self._answer(result, names[call_id], turn))
+                outputs.append(self._answer(result, names[call_id], turn, errors.get(call_id)))
         return self._combine(outputs, kind)
 
     # -- input ----------------------------------------------------------------------
@@ -372,35 +452,74 @@ class ToolNode(Runnable[Any, Any]):
 
     # -- output ---------------------------------------------------------------------
 
-    def _propagate(self, order: list[str], answered: dict[str, ToolResult], turn: _GraphTurn) -> None:
-        """Re-raises what must leave the graph: an ``interrupt()``, or any tool error without error handling."""
+    def _error_of(self, result: ToolResult, name: str, args: Any, turn: _GraphTurn) -> BaseException | None:
+        """The exception LangGraph's node would have met for a failed call (None when it would have met none)."""
+        if result.error_kind == "invalid_input":
+            kwargs = dict(args) if isinstance(args, Mapping) else {}
+            return ToolInvocationError(name, ValueError(result.error or "invalid arguments"), kwargs)  # type: ignore[arg-type]
+        if result.error_kind == "execution_error":
+            return turn.raised.get(result.call_id)
+        return None
+
+    def _handling(self, error: BaseException) -> str | None:
+        """What the model is told of ``error`` under ``handle_tool_errors``; None when it propagates."""
+        flag = self.handle_tool_errors
+        if isinstance(flag, _Default):
+            return error.message if isinstance(error, ToolInvocationError) else None
+        if flag is False:
+            return None
+        if flag is True:
+            return TOOL_CALL_ERROR_TEMPLATE.format(error=repr(error))
+        if isinstance(flag, str):
+            return flag
+        if self._handled_types is None or not isinstance(error, self._handled_types):
+            return None
+        if callable(flag) and not isinstance(flag, (type, tuple)):
+            return str(flag(error))
+        return TOOL_CALL_ERROR_TEMPLATE.format(error=repr(error))
+
+    def _propagate(
+        self,
+        order: list[str],
+        answered: dict[str, ToolResult],
+        turn: _GraphTurn,
+        errors: dict[str, BaseException | None],
+    ) -> None:
+        """Re-raises what must leave the graph: an ``interrupt()``, or a tool error its handling does not take."""
         for call_id in order:
             error = turn.raised.get(call_id)
             if isinstance(error, GraphBubbleUp):
                 raise error
-        if self.handle_tool_errors:
-            return
         results = [answered[call_id] for call_id in order if call_id in answered]
-        failed = [result for result in results if result.error_kind in ("execution_error", "timeout")]
-        if not failed:
-            return
-        error = turn.raised.get(failed[0].call_id)
-        if error is not None:
-            raise error
-        raise ToolCallFailed(failed[0], failed[1:], results)
+        for result in results:
+            error = errors.get(result.call_id)
+            if error is not None and self._handling(error) is None:
+                raise error
+        if self.handle_tool_errors is False:
+            # Failures of toolsched's own tools, which raise nothing LangGraph knows.
+            failed = [
+                r for r in results if r.error_kind in ("execution_error", "timeout") and errors.get(r.call_id) is None
+            ]
+            if failed:
+                raise ToolCallFailed(failed[0], failed[1:], results)
 
     @staticmethod
     def _message(call_id: str, name: str, content: Any, *, error: bool) -> ToolMessage:
         return ToolMessage(content=content, name=name, tool_call_id=call_id, status="error" if error else "success")
 
-    def _answer(self, result: ToolResult, name: str, turn: _GraphTurn) -> Any:
+    def _answer(self, result: ToolResult, name: str, turn: _GraphTurn, error: BaseException | None) -> Any:
         response = turn.responses.get(result.call_id)
         if result.is_error:
             own_error = isinstance(response, ToolMessage) and response.status == "error"
             if own_error and result.error_kind == "execution_error":
                 # The tool's own error message, as the tool wrote it.
                 return response
-            return self._message(result.call_id, name, result.error or result.error_kind, error=True)
+            if result.error_kind == "unknown_tool":
+                available = ", ".join(member.name for member in self.executor.registry)
+                text = INVALID_TOOL_NAME_TEMPLATE.format(requested_tool=name, available_tools=available)
+                return self._message(result.call_id, name, text, error=True)
+            handled = self._handling(error) if error is not None else None
+            return self._message(result.call_id, name, handled or result.error or result.error_kind, error=True)
         if isinstance(response, ToolMessage):
             update: dict[str, Any] = {}
             content = _content(result.output if result.truncated else response.content)
