@@ -69,6 +69,7 @@ __all__ = [
     "make_strategy",
     "parse_latency",
     "parse_mix",
+    "parse_mix_weights",
     "parse_strategies",
     "plot_report",
     "run_bench",
@@ -143,6 +144,11 @@ def _spec_pairs(text: str, option: str) -> dict[str, float]:
     return pairs
 
 
+def parse_mix_weights(text: str) -> dict[str, float]:
+    """``--mix`` as given, before its shares are scaled to sum to 1."""
+    return _spec_pairs(text, "--mix")
+
+
 def parse_mix(text: str) -> dict[str, float]:
     """``reads=0.7,writes=0.2,shell=0.1`` -> the share of each kind of call (normalised to sum to 1)."""
     weights = _spec_pairs(text, "--mix")
@@ -151,8 +157,7 @@ def parse_mix(text: str) -> dict[str, float]:
         raise OptionError("--mix: the shares must not all be zero")
     if not math.isfinite(total):
         raise OptionError(
-            "--mix: the shares add up to more than a number can hold; give relative shares such as "
-            "reads=0.7,writes=0.3"
+            "--mix: the shares add up to more than a number can hold; give relative shares such as reads=0.7,writes=0.3"
         )
     return {kind: weights[kind] / total for kind in KINDS if weights.get(kind, 0) > 0}
 
@@ -281,9 +286,7 @@ def _parse_call(where: str, raw: Any) -> SimulatedCall:
     if not _is_unicode(call_id):
         raise WorkloadError(f"{where}: id {json.dumps(call_id)} holds a lone surrogate, which is not valid Unicode")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise WorkloadError(
-            f"{where}: name must be 1 to 64 letters, digits, '_', '-' or '.', got {json.dumps(name)}"
-        )
+        raise WorkloadError(f"{where}: name must be 1 to 64 letters, digits, '_', '-' or '.', got {json.dumps(name)}")
     if isinstance(latency, bool) or not isinstance(latency, int | float) or not math.isfinite(latency) or latency < 0:
         raise WorkloadError(f"{where}: latency_ms must be a number, 0 or more; got {json.dumps(latency)}")
     if latency > MAX_LATENCY_MS:
@@ -739,8 +742,16 @@ def plot_report(report: BenchReport, path: str | Path) -> None:
     labels = [r.strategy for r in report.strategies]
     makespans = [r.makespan_s for r in report.strategies]
     positions = range(len(labels))
-    shades = ["#9e9e9e" if r.name == "sequential" else "#3b7dd8" for r in report.strategies]
+    # A strategy whose results differ from Sequential's is drawn in red and says so: its speed is not a win.
+    shades = [
+        "#9e9e9e" if r.name == "sequential" else "#3b7dd8" if r.same_results_as_sequential else "#d62728"
+        for r in report.strategies
+    ]
     bars.barh(positions, makespans, color=shades)
+    labels = [
+        label if r.same_results_as_sequential else f"{label} (results differ!)"
+        for label, r in zip(labels, report.strategies, strict=True)
+    ]
     bars.set_yticks(list(positions), labels, fontsize=8)
     bars.invert_yaxis()
     bars.set_xlabel("makespan (s), all turns")
@@ -773,5 +784,3 @@ def plot_report(report: BenchReport, path: str | Path) -> None:
     figure.tight_layout()
     figure.savefig(str(path), dpi=110)
     plt.close(figure)
-
-

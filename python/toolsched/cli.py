@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
@@ -118,7 +119,8 @@ def _bench_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     bench.add_argument("--seed", type=_integer, help="seed of the synthetic workload (default 0)")
     bench.add_argument("--strategies", default=",".join(("sequential", "parallel", "batched", "partitioned",
                                                           "resource_aware")),
-                       help="which strategies to run, separated by commas (default: all)")
+                       help="which strategies to run, separated by commas: sequential, parallel, batched, "
+                       "partitioned, resource_aware (default: all)")
     bench.add_argument("--max-concurrency", type=_positive_int, default=10,
                        help="the cap of every strategy (default 10)")
     bench.add_argument("--batch-size", type=_positive_int, default=4,
@@ -150,6 +152,13 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, stdout
         parser.error("--ray-address and --ray-cpus go with --backend ray")
     if args.plot is not None and not args.plot.lower().endswith(".png"):
         parser.error(f"--plot must name a .png file, got {args.plot!r}")
+    if args.plot is not None:
+        # Checked before the benchmark runs, not after it.
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(folder):
+            parser.error(f"--plot: the directory {folder!r} does not exist")
+        if not os.access(folder, os.W_OK):
+            parser.error(f"--plot: the directory {folder!r} is not writable")
     try:
         strategies = bench.parse_strategies(
             args.strategies, max_concurrency=args.max_concurrency, batch_size=args.batch_size
@@ -157,8 +166,14 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, stdout
         if args.workload is not None:
             workload = bench.load_workload(args.workload, turns=args.turns)
         else:
+            mix = bench.DEFAULT_MIX if args.mix is None else bench.parse_mix(args.mix)
+            if args.mix is not None and not args.json:
+                given = sum(bench.parse_mix_weights(args.mix).values())
+                if abs(given - 1.0) > 1e-9:
+                    shares = ", ".join(f"{kind}={share:.2f}" for kind, share in mix.items())
+                    stderr.write(f"--mix: the shares add up to {given:g}, so they are scaled to {shares}\n")
             workload = bench.synthetic_workload(
-                mix=bench.DEFAULT_MIX if args.mix is None else bench.parse_mix(args.mix),
+                mix=mix,
                 latency_ms=bench.DEFAULT_LATENCY_MS if args.latency is None else bench.parse_latency(args.latency),
                 conflict_rate=0.2 if args.conflict_rate is None else args.conflict_rate,
                 turns=5 if args.turns is None else args.turns,
@@ -217,10 +232,14 @@ def _ray_backend(args: argparse.Namespace) -> RayBackend:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="toolsched", description="Run and compare tool-call schedules.")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"toolsched {_version()}")
+    commands = parser.add_subparsers(dest="command")
     commands.add_parser("demo", help="run one realistic turn under each strategy and show the schedule")
     bench = _bench_parser(commands)
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
     if args.command == "demo":
         from toolsched.demo import run_demo
 
@@ -230,6 +249,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_bench(args, bench, sys.stdout, sys.stderr)
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("toolsched")
+    except PackageNotFoundError:
+        return "(not installed)"
 
 
 if __name__ == "__main__":

@@ -76,3 +76,35 @@ def test_a_concurrency_cap_past_the_limit_is_refused_when_the_strategy_is_built(
         strategy(max_concurrency=2**64)
     with pytest.raises(ts.OptionError, match="at most"):
         ts.Batched(2**64)
+
+
+def toolsched(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "toolsched", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_bare_toolsched_prints_help_and_version_prints_the_version() -> None:
+    bare = toolsched()
+    assert bare.returncode == 0 and "usage: toolsched" in bare.stdout and "bench" in bare.stdout
+    version = toolsched("--version")
+    assert version.returncode == 0 and version.stdout.startswith("toolsched ")
+
+
+def test_the_strategies_help_names_them() -> None:
+    text = toolsched("bench", "--help").stdout
+    for name in ("sequential", "parallel", "batched", "partitioned", "resource_aware"):
+        assert name in text
+
+
+def test_a_plot_into_a_missing_directory_is_refused_before_the_benchmark_runs(tmp_path: Path) -> None:
+    done = toolsched("bench", "--plot", str(tmp_path / "no" / "such" / "x.png"))
+    assert done.returncode == 2
+    assert "does not exist" in done.stderr
+    assert "bench: sequential" not in done.stderr  # nothing ran
+
+
+def test_mix_shares_that_do_not_add_up_to_one_are_scaled_and_it_is_said() -> None:
+    done = bench("--mix", "reads=0.3", "--strategies", "sequential")
+    assert done.returncode == 0, done.stderr
+    assert "scaled to reads=1.00" in done.stderr
