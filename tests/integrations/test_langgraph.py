@@ -72,7 +72,9 @@ def file_tools(in_flight: InFlight, ran: list[str]) -> list[Any]:
 async def test_a_compiled_graph_runs_its_calls_through_toolsched(in_flight: InFlight) -> None:
     ran: list[str] = []
     read_file, write_file = file_tools(in_flight, ran)
-    node = ToolNode([from_langchain(read_file, read_only=True, concurrency_safe=True), write_file])
+    # Declared through from_langchain: the reads may overlap, the write (its flags left at toolsched's
+    # fail-closed defaults) runs alone. A plain LangChain tool would overlap, as in LangGraph's node.
+    node = ToolNode([from_langchain(read_file, read_only=True, concurrency_safe=True), from_langchain(write_file)])
     model = ScriptedChatModel(script=[
         tool_calls_message(
             ("c1", "read_file", {"path": "a.txt"}),

@@ -14,6 +14,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode as StockToolNode
 from scripted_models import tool_calls_message
 
+from tests.conftest import InFlight
 from toolsched.integrations.langgraph import ToolNode
 
 pytestmark = pytest.mark.anyio
@@ -104,3 +105,16 @@ def test_sync_invoke_works_while_an_event_loop_runs_in_the_thread() -> None:
 
     assert asyncio.run(inside_a_running_loop()) == ["2.0"]
     assert [m.content for m in ToolNode([divide]).invoke({"messages": [ai]})["messages"]] == ["2.0"]
+
+
+async def test_plain_langchain_tools_overlap_as_they_do_in_langgraph(in_flight: InFlight) -> None:
+    @tool
+    async def slow(n: int) -> int:
+        """Take a while."""
+        await in_flight.hold(str(n), 0.05)
+        return n
+
+    calls = tool_calls_message(("c1", "slow", {"n": 1}), ("c2", "slow", {"n": 2}), ("c3", "slow", {"n": 3}))
+    out = await ToolNode([slow]).ainvoke({"messages": [calls]})
+    assert [m.content for m in out["messages"]] == ["1", "2", "3"]
+    assert in_flight.peak == 3

@@ -306,9 +306,11 @@ class ToolNode(Runnable[Any, Any]):
             if isinstance(item, Tool):
                 members.append(item)
             elif isinstance(item, BaseTool):
-                members.append(LangChainTool(item))
+                # LangGraph's node runs every call of a turn at once: a tool that declares nothing keeps
+                # that (from_langchain(tool, concurrency_safe=...) says otherwise where it must).
+                members.append(LangChainTool(item, concurrency_safe=True))
             elif callable(item):
-                members.append(LangChainTool(make_langchain_tool(item)))
+                members.append(LangChainTool(make_langchain_tool(item), concurrency_safe=True))
             else:
                 raise OptionError(f"tools[{position}] must be a tool or a function, got {type(item).__name__}")
         self.executor = Executor(members, **executor_options)
