@@ -232,7 +232,7 @@ async def test_injected_arguments_are_filled_as_langgraph_fills_them() -> None:
 
     node = ToolNode([remember])
     # The model sees only `fact`.
-    assert set(node.tools_by_name["remember"].input_schema["properties"]) == {"fact"}
+    assert set(node.toolsched_tools["remember"].input_schema["properties"]) == {"fact"}
     store = InMemoryStore()
     model = ScriptedChatModel(script=[
         # A model trying to supply an injected value does not get its way.

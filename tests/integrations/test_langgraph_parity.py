@@ -118,3 +118,25 @@ async def test_plain_langchain_tools_overlap_as_they_do_in_langgraph(in_flight: 
     out = await ToolNode([slow]).ainvoke({"messages": [calls]})
     assert [m.content for m in out["messages"]] == ["1", "2", "3"]
     assert in_flight.peak == 3
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+async def test_create_react_agent_takes_the_node_as_it_takes_langgraph_s() -> None:
+    from langchain_core.messages import HumanMessage
+    from langgraph.prebuilt import create_react_agent
+    from scripted_models import ScriptedChatModel
+
+    ran: list[int] = []
+
+    @tool
+    def double(n: int) -> int:
+        """Double a number."""
+        ran.append(n)
+        return n * 2
+
+    model = ScriptedChatModel(script=[tool_calls_message(("c1", "double", {"n": 21})), AIMessage("42")])
+    agent = create_react_agent(model, ToolNode([double]))
+    final = await agent.ainvoke({"messages": [HumanMessage("double 21")]})
+    assert ran == [21]
+    assert final["messages"][-1].content == "42"
+    assert [m.content for m in final["messages"] if isinstance(m, ToolMessage)] == ["42"]

@@ -71,6 +71,7 @@ try:
     from langchain_core.tools.base import get_all_basemodel_annotations
     from langgraph.errors import GraphBubbleUp
     from langgraph.prebuilt import InjectedState, InjectedStore, ToolRuntime
+    from langgraph.prebuilt import ToolNode as StockToolNode
     from langgraph.prebuilt.tool_node import ToolInvocationError
     from langgraph.runtime import get_runtime
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
@@ -324,8 +325,17 @@ class ToolNode(Runnable[Any, Any]):
         }
 
     @property
-    def tools_by_name(self) -> dict[str, Tool]:
-        """The node's tools by name (toolsched tools; a wrapped LangChain tool's ``.tool`` is the original)."""
+    def tools_by_name(self) -> dict[str, Any]:
+        """The node's tools by name, as LangGraph's node gives them: the LangChain tools as they were given
+        (``create_react_agent`` binds them to the model), toolsched's own tools as they are."""
+        return {
+            member.name: member.tool if isinstance(member, LangChainTool) else member
+            for member in self.executor.registry
+        }
+
+    @property
+    def toolsched_tools(self) -> dict[str, Tool]:
+        """The node's tools by name as toolsched runs them (a wrapped LangChain tool's ``.tool`` is the original)."""
         return {member.name: member for member in self.executor.registry}
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -545,3 +555,8 @@ class ToolNode(Runnable[Any, Any]):
             ([item] if kind == "list" else {self.messages_key: [item]}) if isinstance(item, ToolMessage) else item
             for item in flat
         ]
+
+
+# Code that accepts LangGraph's node (``create_react_agent(model, node)`` checks ``isinstance(tools,
+# ToolNode)``) accepts this one: it answers as LangGraph's does.
+StockToolNode.register(ToolNode)
