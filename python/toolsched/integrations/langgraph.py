@@ -43,7 +43,6 @@ for approval need ``approver=``: without one they are answered as not approved. 
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextvars
 import inspect
@@ -56,6 +55,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin
 
 import anyio
+import anyio.from_thread
+import anyio.to_thread
+import sniffio
 
 from toolsched.errors import OptionError, ResponseFormatError, ToolCallFailed
 from toolsched.executor import Executor
@@ -70,9 +72,16 @@ try:
     from langchain_core.tools import tool as make_langchain_tool
     from langchain_core.tools.base import get_all_basemodel_annotations
     from langgraph.errors import GraphBubbleUp
+
+    try:
+        from langgraph.errors import is_invalid_resume
+    except ImportError:  # a langgraph without typed interrupts marks no resume errors
+
+        def is_invalid_resume(error: BaseException) -> bool:
+            return False
     from langgraph.prebuilt import InjectedState, InjectedStore, ToolRuntime
     from langgraph.prebuilt import ToolNode as StockToolNode
-    from langgraph.prebuilt.tool_node import ToolInvocationError
+    from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
     from langgraph.runtime import get_runtime
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
@@ -224,16 +233,8 @@ class _GraphTurn:
                 )
             injected[injections.store] = store
         if injections.runtime is not None:
-            injected[injections.runtime] = ToolRuntime(
-                state=self.state,
-                context=getattr(runtime, "context", None),
-                config=self.config or {},
-                stream_writer=getattr(runtime, "stream_writer", None) or _discard,
-                tool_call_id=call_id,
-                store=getattr(runtime, "store", None),
-                tools=list(self.node._langchain_tools),
-                execution_info=getattr(runtime, "execution_info", None),
-                server_info=getattr(runtime, "server_info", None),
+            injected[injections.runtime] = _tool_runtime(
+                self.state, self.config, runtime, call_id, self.node._langchain_tools
             )
         return injected, self.config
 
@@ -242,6 +243,21 @@ class _GraphTurn:
             self.raised[call_id] = error
         else:
             self.responses[call_id] = response
+
+
+def _tool_runtime(state: Any, config: Any, runtime: Any, call_id: Any, tools: list[Any]) -> ToolRuntime:
+    """LangGraph's ``ToolRuntime`` for one call, from the graph's runtime (None outside a graph) and config."""
+    return ToolRuntime(
+        state=state,
+        context=getattr(runtime, "context", None),
+        config=config or RunnableConfig(),
+        stream_writer=getattr(runtime, "stream_writer", None) or _discard,
+        tool_call_id=call_id,
+        store=getattr(runtime, "store", None),
+        tools=list(tools),
+        execution_info=getattr(runtime, "execution_info", None),
+        server_info=getattr(runtime, "server_info", None),
+    )
 
 
 def _discard(chunk: Any) -> None:
@@ -283,6 +299,8 @@ class ToolNode(Runnable[Any, Any]):
         tags: list[str] | None = None,
         messages_key: str = "messages",
         handle_tool_errors: ErrorHandling = DEFAULT_ERROR_HANDLING,
+        wrap_tool_call: Callable[..., Any] | None = None,
+        awrap_tool_call: Callable[..., Any] | None = None,
         **executor_options: Any,
     ) -> None:
         if not isinstance(messages_key, str) or not messages_key:
@@ -302,6 +320,11 @@ class ToolNode(Runnable[Any, Any]):
                 f"got {handle_tool_errors!r}"
             )
         self._handled_types = handled_types
+        for label, interceptor in (("wrap_tool_call", wrap_tool_call), ("awrap_tool_call", awrap_tool_call)):
+            if interceptor is not None and not callable(interceptor):
+                raise OptionError(f"{label} must be a callable (request, execute), got {interceptor!r}")
+        self._wrap_tool_call = wrap_tool_call
+        self._awrap_tool_call = awrap_tool_call
         members: list[Tool] = []
         for position, item in enumerate(tools):
             if isinstance(item, Tool):
@@ -346,12 +369,14 @@ class ToolNode(Runnable[Any, Any]):
         this context (the graph's runtime and config go with them).
         """
         try:
-            asyncio.get_running_loop()
-        except RuntimeError:
+            sniffio.current_async_library()
+        except sniffio.AsyncLibraryNotFoundError:
             return anyio.run(self._run_node, input, config)
         context = contextvars.copy_context()
 
         def run_on_its_own_loop() -> Any:
+            # The copied context says which library the caller's loop is; this thread runs a loop of its own.
+            sniffio.current_async_library_cvar.set(None)
             return anyio.run(self._run_node, input, config)
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolsched-node") as pool:
@@ -365,6 +390,16 @@ class ToolNode(Runnable[Any, Any]):
         tool_calls, kind, state = self._read_input(input)
         if not tool_calls:
             return [] if kind == "list" else {self.messages_key: []}
+        if self._wrap_tool_call is not None or self._awrap_tool_call is not None:
+            outputs = await self._intercepted(tool_calls, state, config)
+        else:
+            outputs = await self._answers(tool_calls, state, config)
+        return self._combine(outputs, kind)
+
+    async def _answers(
+        self, tool_calls: list[Mapping[str, Any]], state: Any, config: RunnableConfig | None
+    ) -> list[Any]:
+        """Runs the calls through toolsched; one ToolMessage (or command) per unique call ID, in order."""
         calls = self._calls(tool_calls)
         turn = _GraphTurn(self, state, config, _current_runtime())
         outcome = await self.executor.run(calls, context=turn)
@@ -390,7 +425,58 @@ class ToolNode(Runnable[Any, Any]):
                 outputs.append(self._message(call_id, names[call_id], message, error=True))
             else:
                 outputs.append(self._answer(result, names[call_id], turn, errors.get(call_id)))
-        return self._combine(outputs, kind)
+        return outputs
+
+    async def _intercepted(
+        self, tool_calls: list[Mapping[str, Any]], state: Any, config: RunnableConfig | None
+    ) -> list[Any]:
+        """Each call through the node's interceptor (``awrap_tool_call``, else ``wrap_tool_call``), all at once.
+
+        The interceptor gets LangGraph's ``ToolCallRequest`` and an ``execute`` that runs a request
+        through toolsched (it may change the request, call it again, or answer without it).
+        """
+        runtime = _current_runtime()
+        outputs: list[Any] = [None] * len(tool_calls)
+        tools = self.tools_by_name
+
+        async def execute(request: ToolCallRequest) -> Any:
+            answers = await self._answers([dict(request.tool_call)], request.state, config)
+            return answers[0]
+
+        def execute_in_thread(request: ToolCallRequest) -> Any:
+            return anyio.from_thread.run(execute, request)
+
+        async def intercept(position: int, tool_call: Mapping[str, Any]) -> None:
+            name = str(tool_call.get("name"))
+            request = ToolCallRequest(
+                tool_call=dict(tool_call),  # type: ignore[arg-type]
+                tool=tools.get(name) if isinstance(tools.get(name), BaseTool) else None,
+                state=state,
+                runtime=_tool_runtime(state, config, runtime, tool_call.get("id"), self._langchain_tools),
+            )
+            try:
+                if self._awrap_tool_call is not None:
+                    outputs[position] = await self._awrap_tool_call(request, execute)
+                else:
+                    wrap = self._wrap_tool_call
+                    assert wrap is not None
+                    outputs[position] = await anyio.to_thread.run_sync(wrap, request, execute_in_thread)
+            except GraphBubbleUp:
+                raise
+            except Exception as exc:
+                text = self._handling(exc)
+                if text is None:
+                    raise
+                outputs[position] = self._message(str(tool_call.get("id")), name, text, error=True)
+
+        try:
+            async with anyio.create_task_group() as group:
+                for position, tool_call in enumerate(tool_calls):
+                    group.start_soon(intercept, position, tool_call)
+        except BaseExceptionGroup as failures:
+            # One call's exception leaves the graph as itself, as from LangGraph's node.
+            raise failures.exceptions[0] from None
+        return outputs
 
     # -- input ----------------------------------------------------------------------
 
@@ -474,7 +560,13 @@ class ToolNode(Runnable[Any, Any]):
         return None
 
     def _handling(self, error: BaseException) -> str | None:
-        """What the model is told of ``error`` under ``handle_tool_errors``; None when it propagates."""
+        """What the model is told of ``error`` under ``handle_tool_errors``; None when it propagates.
+
+        A bad answer to a typed ``interrupt()`` is never handled: the model cannot fix it, and the
+        interrupt must stay pending for a better answer.
+        """
+        if is_invalid_resume(error):
+            return None
         flag = self.handle_tool_errors
         if isinstance(flag, _Default):
             return error.message if isinstance(error, ToolInvocationError) else None
