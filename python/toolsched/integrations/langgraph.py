@@ -90,6 +90,9 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
 
 __all__ = ["ToolNode"]
 
+# Where LangGraph puts a node's runtime in its config (its own constant, not part of its public API).
+CONFIG_KEY_RUNTIME = "__pregel_runtime"
+
 logger = logging.getLogger("toolsched.langgraph")
 
 # LangGraph's texts, so that prompts and evaluations written against its node read the same.
@@ -276,12 +279,17 @@ def _content(output: Any) -> str | list[Any]:
         return str(output)
 
 
-def _current_runtime() -> Any:
-    """The LangGraph runtime of the node being run, or None outside a graph."""
+def _current_runtime(config: Any = None) -> Any:
+    """The LangGraph runtime of the node being run: the graph's, else the one the config carries (as
+    LangGraph hands it to a node invoked on its own), else None."""
     try:
         return get_runtime()
     except Exception:
-        return None
+        pass
+    configurable = config.get("configurable") if isinstance(config, Mapping) else None
+    if isinstance(configurable, Mapping):
+        return configurable.get(CONFIG_KEY_RUNTIME)
+    return None
 
 
 class ToolNode(Runnable[Any, Any]):
@@ -401,7 +409,7 @@ class ToolNode(Runnable[Any, Any]):
     ) -> list[Any]:
         """Runs the calls through toolsched; one ToolMessage (or command) per unique call ID, in order."""
         calls = self._calls(tool_calls)
-        turn = _GraphTurn(self, state, config, _current_runtime())
+        turn = _GraphTurn(self, state, config, _current_runtime(config))
         outcome = await self.executor.run(calls, context=turn)
         answered = {result.call_id: result for result in outcome.results}
         order = list(dict.fromkeys(call.id for call in calls))
@@ -435,7 +443,7 @@ class ToolNode(Runnable[Any, Any]):
         The interceptor gets LangGraph's ``ToolCallRequest`` and an ``execute`` that runs a request
         through toolsched (it may change the request, call it again, or answer without it).
         """
-        runtime = _current_runtime()
+        runtime = _current_runtime(config)
         outputs: list[Any] = [None] * len(tool_calls)
         tools = self.tools_by_name
 
