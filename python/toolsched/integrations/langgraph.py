@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextvars
+import dataclasses
 import inspect
 import json
 import logging
@@ -66,7 +67,7 @@ from toolsched.results import ToolCall, ToolResult
 from toolsched.tools import Tool
 
 try:
-    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage, convert_to_messages
     from langchain_core.runnables import Runnable, RunnableConfig
     from langchain_core.tools import BaseTool
     from langchain_core.tools import tool as make_langchain_tool
@@ -79,10 +80,13 @@ try:
 
         def is_invalid_resume(error: BaseException) -> bool:
             return False
+
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
     from langgraph.prebuilt import InjectedState, InjectedStore, ToolRuntime
     from langgraph.prebuilt import ToolNode as StockToolNode
     from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
     from langgraph.runtime import get_runtime
+    from langgraph.types import Command
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "toolsched.integrations.langgraph needs the `langgraph` package: pip install 'toolsched[langgraph]'"
@@ -263,6 +267,22 @@ def _tool_runtime(state: Any, config: Any, runtime: Any, call_id: Any, tools: li
     )
 
 
+def _named(value: Any, name: str) -> Any:
+    """``value`` with every ToolMessage in it (a command's update, a list) named ``name`` where it has no name."""
+    if isinstance(value, ToolMessage):
+        return value.model_copy(update={"name": name}) if value.name is None else value
+    if isinstance(value, list):
+        return [_named(item, name) for item in value]
+    if isinstance(value, Command):
+        update = value.update
+        if isinstance(update, dict):
+            update = {key: _named(item, name) for key, item in update.items()}
+        elif isinstance(update, list):
+            update = [_named(item, name) for item in update]
+        return dataclasses.replace(value, update=update) if update is not value.update else value
+    return value
+
+
 def _discard(chunk: Any) -> None:
     """A stream writer for runs outside a graph: writes go nowhere."""
 
@@ -378,7 +398,10 @@ class ToolNode(Runnable[Any, Any]):
         """
         try:
             sniffio.current_async_library()
+            in_async_context = True
         except sniffio.AsyncLibraryNotFoundError:
+            in_async_context = False
+        if not in_async_context:
             return anyio.run(self._run_node, input, config)
         context = contextvars.copy_context()
 
@@ -399,13 +422,13 @@ class ToolNode(Runnable[Any, Any]):
         if not tool_calls:
             return [] if kind == "list" else {self.messages_key: []}
         if self._wrap_tool_call is not None or self._awrap_tool_call is not None:
-            outputs = await self._intercepted(tool_calls, state, config)
+            outputs = await self._intercepted(tool_calls, state, config, kind)
         else:
-            outputs = await self._answers(tool_calls, state, config)
+            outputs = await self._answers(tool_calls, state, config, kind)
         return self._combine(outputs, kind)
 
     async def _answers(
-        self, tool_calls: list[Mapping[str, Any]], state: Any, config: RunnableConfig | None
+        self, tool_calls: list[Mapping[str, Any]], state: Any, config: RunnableConfig | None, kind: InputKind
     ) -> list[Any]:
         """Runs the calls through toolsched; one ToolMessage (or command) per unique call ID, in order."""
         calls = self._calls(tool_calls)
@@ -432,11 +455,11 @@ class ToolNode(Runnable[Any, Any]):
                 message = f"`{names[call_id]}` needs approval before it runs, and no approver was given; it did not run"
                 outputs.append(self._message(call_id, names[call_id], message, error=True))
             else:
-                outputs.append(self._answer(result, names[call_id], turn, errors.get(call_id)))
+                outputs.append(self._answer(result, names[call_id], turn, errors.get(call_id), kind))
         return outputs
 
     async def _intercepted(
-        self, tool_calls: list[Mapping[str, Any]], state: Any, config: RunnableConfig | None
+        self, tool_calls: list[Mapping[str, Any]], state: Any, config: RunnableConfig | None, kind: InputKind
     ) -> list[Any]:
         """Each call through the node's interceptor (``awrap_tool_call``, else ``wrap_tool_call``), all at once.
 
@@ -448,7 +471,7 @@ class ToolNode(Runnable[Any, Any]):
         tools = self.tools_by_name
 
         async def execute(request: ToolCallRequest) -> Any:
-            answers = await self._answers([dict(request.tool_call)], request.state, config)
+            answers = await self._answers([dict(request.tool_call)], request.state, config, kind)
             return answers[0]
 
         def execute_in_thread(request: ToolCallRequest) -> Any:
@@ -619,7 +642,9 @@ class ToolNode(Runnable[Any, Any]):
     def _message(call_id: str, name: str, content: Any, *, error: bool) -> ToolMessage:
         return ToolMessage(content=content, name=name, tool_call_id=call_id, status="error" if error else "success")
 
-    def _answer(self, result: ToolResult, name: str, turn: _GraphTurn, error: BaseException | None) -> Any:
+    def _answer(
+        self, result: ToolResult, name: str, turn: _GraphTurn, error: BaseException | None, kind: InputKind
+    ) -> Any:
         response = turn.responses.get(result.call_id)
         if result.is_error:
             own_error = isinstance(response, ToolMessage) and response.status == "error"
@@ -641,9 +666,83 @@ class ToolNode(Runnable[Any, Any]):
                 update["name"] = name
             return response.model_copy(update=update) if update else response
         if response is not None:
-            # A Command, or a list of commands and messages: LangGraph applies it as the tool returned it.
-            return response
+            # A Command, or a list of commands and messages: LangGraph applies it as the tool returned it,
+            # its ToolMessages named after the tool as LangGraph's node names them, and checked as its
+            # node checks them: every call answered by exactly one ToolMessage, updates shaped as the input.
+            try:
+                if isinstance(response, list):
+                    return self._checked_list(response, result.call_id, name, kind)
+                if isinstance(response, Command):
+                    return self._checked_command(response, result.call_id, name, kind, require_answer=True)
+            except ResponseFormatError as exc:
+                # What the tool returned is its own failure, handled as its exceptions are.
+                handled = self._handling(exc)
+                if handled is None:
+                    raise
+                return self._message(result.call_id, name, handled, error=True)
+            return _named(response, name)
         return self._message(result.call_id, name, _content(result.output), error=False)
+
+    def _checked_command(self, command: Any, call_id: str, name: str, kind: InputKind, *, require_answer: bool) -> Any:
+        """A tool's ``Command``: its update shaped as the node's input, and (sent to this graph) answering its call."""
+        update = command.update
+        if isinstance(update, dict):
+            if kind == "list":
+                raise ResponseFormatError(
+                    f"tool `{name}` returned a Command whose update is a dict; with a list of messages as the node's "
+                    "input, give the update as a list of messages"
+                )
+            messages = convert_to_messages(update.get(self.messages_key, []))
+        elif isinstance(update, list):
+            if kind != "list":
+                raise ResponseFormatError(
+                    f"tool `{name}` returned a Command whose update is a list; with a state as the node's input, give "
+                    f"the update as a dict with `{self.messages_key}`"
+                )
+            messages = convert_to_messages(update)
+        else:
+            return command
+        if len(messages) == 1 and isinstance(messages[0], RemoveMessage) and messages[0].id == REMOVE_ALL_MESSAGES:
+            return command
+        answered = False
+        for message in messages:
+            if isinstance(message, ToolMessage) and message.tool_call_id == call_id:
+                message.name = name
+                answered = True
+        if require_answer and command.graph is None and not answered:
+            raise ResponseFormatError(
+                f"tool `{name}` returned a Command without a ToolMessage for its call {call_id!r}: every tool call "
+                "needs one (return Command(update=... ToolMessage(..., tool_call_id=tool_call_id) ...))"
+            )
+        new_update: Any = messages
+        if isinstance(update, dict):
+            new_update = {**update, self.messages_key: messages} if self.messages_key in update else update
+        return dataclasses.replace(command, update=new_update)
+
+    def _checked_list(self, items: list[Any], call_id: str, name: str, kind: InputKind) -> list[Any]:
+        """A tool's list of commands and messages: exactly one ToolMessage answers the call, across the list."""
+        answers = 0
+        for item in items:
+            if isinstance(item, ToolMessage) and item.tool_call_id == call_id:
+                answers += 1
+            elif isinstance(item, Command) and isinstance(item.update, dict):
+                answers += sum(
+                    1
+                    for message in item.update.get(self.messages_key, [])
+                    if isinstance(message, ToolMessage) and message.tool_call_id == call_id
+                )
+        if answers != 1:
+            # LangGraph's wording, which its users' checks look for.
+            raise ResponseFormatError(
+                f"Tool {name} returned a list with {answers} messages bound to tool_call_id {call_id!r}; "
+                "expected exactly one terminating ToolMessage."
+            )
+        return [
+            self._checked_command(item, call_id, name, kind, require_answer=False)
+            if isinstance(item, Command)
+            else _named(item, name)
+            for item in items
+        ]
 
     def _combine(self, outputs: list[Any], kind: InputKind) -> Any:
         flat: list[Any] = []
