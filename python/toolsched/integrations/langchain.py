@@ -152,6 +152,11 @@ class LangChainTool(Tool):
         self._hidden = _hidden_arguments(tool, self.input_schema.get("properties") or {})
         self._async = _runs_async(tool)
 
+    @property
+    def hidden_arguments(self) -> frozenset[str]:
+        """The tool's arguments the model never gives (injected: state, store, runtime, call ID)."""
+        return frozenset(self._hidden)
+
     async def call(self, args: Mapping[str, Any], ctx: ToolContext | None) -> Any:
         """Invokes the LangChain tool with a tool call; the output is the content of its ``ToolMessage``."""
         call_id = ctx.call_id if ctx is not None else ""

@@ -58,6 +58,7 @@ from typing import Any, Literal, get_args, get_origin
 import anyio
 import anyio.from_thread
 import anyio.to_thread
+import pydantic
 import sniffio
 
 from toolsched.errors import OptionError, ResponseFormatError, ToolCallFailed
@@ -585,9 +586,36 @@ class ToolNode(Runnable[Any, Any]):
         """The exception LangGraph's node would have met for a failed call (None when it would have met none)."""
         if result.error_kind == "invalid_input":
             kwargs = dict(args) if isinstance(args, Mapping) else {}
+            details = self._pydantic_errors(name, kwargs)
+            if details is not None:
+                return ToolInvocationError(name, details[0], kwargs, details[1])
             return ToolInvocationError(name, ValueError(result.error or "invalid arguments"), kwargs)  # type: ignore[arg-type]
         if result.error_kind == "execution_error":
             return turn.raised.get(result.call_id)
+        return None
+
+    def _pydantic_errors(self, name: str, kwargs: dict[str, Any]) -> tuple[Any, list[Any]] | None:
+        """For a LangChain tool, its own argument model's account of why ``kwargs`` are invalid, as LangGraph
+        reports it: the errors about arguments the model gives (injected ones left out)."""
+        member = self.toolsched_tools.get(name)
+        if not isinstance(member, LangChainTool):
+            return None
+        model = getattr(member.tool, "args_schema", None)
+        if not (isinstance(model, type) and issubclass(model, pydantic.BaseModel)):
+            return None
+        try:
+            model.model_validate(kwargs)
+        except pydantic.ValidationError as exc:
+            hidden = member.hidden_arguments
+            details = []
+            for detail in exc.errors():
+                if detail["loc"] and detail["loc"][0] in hidden:
+                    continue
+                copied: dict[str, Any] = {**detail}
+                if isinstance(copied.get("input"), dict):
+                    copied["input"] = {k: v for k, v in copied["input"].items() if k not in hidden}
+                details.append(copied)
+            return exc, details
         return None
 
     def _handling(self, error: BaseException) -> str | None:
