@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import cProfile
 import gc
+import json
 import pstats
 import time
 
@@ -27,7 +28,7 @@ async def read(path: str, limit: int = 10) -> str:
 
 async def measure(calls: int, turns: int, profile: bool) -> None:
     executor = ts.Executor([read])
-    texts = [(f"c{i}", '{"path": "a%d"}' % i) for i in range(calls)]
+    texts = [(f"c{i}", json.dumps({"path": f"a{i}"})) for i in range(calls)]
 
     async def turn() -> None:
         await executor.run([ts.ToolCall(call_id, "read", text) for call_id, text in texts])
