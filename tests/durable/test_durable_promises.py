@@ -180,3 +180,55 @@ async def test_a_killed_holder_on_this_host_lets_go_at_once(tmp_path: Path) -> N
         # No waiting out the 600 s lease, no force=True: the holder is known to be dead.
         outcome = await ts.Executor([hang], journal=journal).recover("orphan")
     assert outcome.results[0].error_kind == "interrupted"
+
+
+async def test_an_approved_call_runs_once_across_processes_with_a_journal(tmp_path: Path) -> None:
+    # The state of an interrupted journaled run, resumed here and then, from the same text, in
+    # another process: the journal refuses the second resume, and the approved call ran once.
+    path = tmp_path / "journal.db"
+    log = tmp_path / "ran.log"
+    tools_source = textwrap.dedent(
+        f"""
+        import pathlib
+        import toolsched as ts
+
+        @ts.tool(needs_approval=True)
+        async def pay(amount: int) -> str:
+            with open({str(log)!r}, "a") as out:
+                out.write(f"paid {{amount}}\\n")
+            return "paid"
+        """
+    )
+    namespace: dict[str, Any] = {}
+    exec(tools_source, namespace)
+    async with ts.SqliteJournal(path) as journal:
+        executor = ts.Executor([namespace["pay"]], journal=journal)
+        outcome = await executor.run([ts.ToolCall("p", "pay", {"amount": 5})], run_id="pay-run")
+        assert outcome.interrupted
+        state = outcome.state
+        assert state is not None
+        state.approve("p")
+        text = state.to_json()
+        done = await executor.resume(ts.RunState.from_json(text))
+        assert done.results[0].output == "paid"
+    script = tools_source + textwrap.dedent(
+        f"""
+        import anyio
+
+        async def main() -> None:
+            async with ts.SqliteJournal({str(path)!r}) as journal:
+                executor = ts.Executor([pay], journal=journal)
+                try:
+                    await executor.resume(ts.RunState.from_json({text!r}))
+                except ts.ToolschedError as exc:
+                    print("refused:", type(exc).__name__)
+                else:
+                    print("ran again")
+
+        anyio.run(main)
+        """
+    )
+    other = await anyio.run_process([sys.executable, "-c", script], check=False)
+    assert other.returncode == 0, other.stderr.decode()
+    assert other.stdout.decode().startswith("refused:"), other.stdout.decode()
+    assert (await anyio.Path(log).read_text()).splitlines() == ["paid 5"]
