@@ -3,7 +3,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use serde_json::json;
 
 use _core::catalog::{Catalog, ToolSpec};
-use _core::plan::{prepare_turn, Admission, Arguments, CallInput, TurnPlanner};
+use _core::plan::{prepare_turn, Arguments, CallInput, ChunkedTurn, Pushed, TurnPlanner};
 use _core::schedule::{plan_batches, Strategy};
 use _core::validate::Limits;
 
@@ -80,16 +80,23 @@ fn bench_plan_in_chunks(c: &mut Criterion) {
     let catalog = catalog();
     let limits = Limits::default();
     bench_turns(c, "plan_turn_in_chunks", |calls| {
-        let mut planner = TurnPlanner::new(&catalog, &[], limits, calls.len());
+        let mut turn = ChunkedTurn::new(TurnPlanner::new(&catalog, &[], limits, calls.len()), 512);
         let mut ready = 0usize;
-        for chunk in calls.chunks(512) {
-            let firsts: Vec<_> = chunk
+        let mut judge = |turn: &mut ChunkedTurn<'_, &CallInput<'_>>| {
+            let verdicts: Vec<_> = turn
+                .chunk()
                 .iter()
-                .filter(|call| matches!(planner.admit(call.id), Admission::First { .. }))
+                .map(|(_, call)| turn.planner().judge(call.name, &call.args))
                 .collect();
-            let verdicts: Vec<_> = firsts.iter().map(|call| planner.judge(call.name, &call.args)).collect();
             ready += verdicts.len();
+            turn.clear_chunk();
+        };
+        for call in calls {
+            if matches!(turn.push(call.id, call), Pushed::Joined { full: true }) {
+                judge(&mut turn);
+            }
         }
+        judge(&mut turn);
         ready
     });
 }

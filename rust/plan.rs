@@ -158,6 +158,70 @@ impl<'t> TurnPlanner<'t> {
     }
 }
 
+/// What [`ChunkedTurn::push`] did with a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed<C> {
+    /// The call repeats the ID of the call at `first`: it is handed back for the caller to record the duplicate.
+    Repeat { index: usize, first: usize, call: C },
+    /// The call is the first with its ID and joined the chunk; `full` says the chunk must be judged now.
+    Joined { full: bool },
+}
+
+/// The chunked planning loop, in one place for the binding, the tests and the benches.
+///
+/// Calls are pushed in turn order; a first call joins the current chunk, a
+/// repeat is reported at once. When the chunk is full (and at the end of the
+/// turn) the caller takes it with [`ChunkedTurn::take_chunk`] and judges its
+/// calls with [`TurnPlanner::judge`] however it likes (the binding releases
+/// the interpreter meanwhile); dedup spans every chunk. `C` is the caller's
+/// pending call, which keeps whatever it needs to judge the call later.
+#[derive(Debug)]
+pub struct ChunkedTurn<'t, C> {
+    planner: TurnPlanner<'t>,
+    chunk: Vec<(usize, C)>,
+    chunk_size: usize,
+}
+
+impl<'t, C> ChunkedTurn<'t, C> {
+    /// A chunked plan over `planner`, judging at most `chunk_size` first calls at a time.
+    pub fn new(planner: TurnPlanner<'t>, chunk_size: usize) -> Self {
+        let chunk_size = chunk_size.max(1);
+        Self {
+            planner,
+            chunk: Vec::with_capacity(chunk_size.min(1024)),
+            chunk_size,
+        }
+    }
+
+    /// Takes the next call of the turn by its ID (see [`Pushed`]).
+    pub fn push(&mut self, id: &str, call: C) -> Pushed<C> {
+        match self.planner.admit(id) {
+            Admission::First { index } => {
+                self.chunk.push((index, call));
+                Pushed::Joined {
+                    full: self.chunk.len() >= self.chunk_size,
+                }
+            }
+            Admission::Repeat { index, first } => Pushed::Repeat { index, first, call },
+        }
+    }
+
+    /// The first calls waiting to be judged, each with its position in the turn.
+    pub fn chunk(&self) -> &[(usize, C)] {
+        &self.chunk
+    }
+
+    /// The planner that judges the chunk's calls.
+    pub fn planner(&self) -> &TurnPlanner<'t> {
+        &self.planner
+    }
+
+    /// Empties the chunk once its calls are judged (its buffer is kept for the next).
+    pub fn clear_chunk(&mut self) {
+        self.chunk.clear();
+    }
+}
+
 /// The call IDs of a turn so far, each with the position of its first call.
 ///
 /// The IDs live in one buffer rather than one allocation each, and the hash
@@ -436,27 +500,29 @@ mod tests {
     /// judge that chunk's first calls, and compare repeats with first calls
     /// from any earlier chunk.
     fn plan_in_chunks(catalog: &Catalog, calls: &[CallInput<'_>], chunk: usize, limits: &Limits) -> TurnPlan {
-        let mut planner = TurnPlanner::new(catalog, &[], *limits, 0);
+        let mut turn = ChunkedTurn::new(TurnPlanner::new(catalog, &[], *limits, 0), chunk);
         let mut plan = TurnPlan::default();
-        for part in calls.chunks(chunk) {
-            let mut firsts = Vec::new();
-            for call in part {
-                match planner.admit(call.id) {
-                    Admission::First { index } => firsts.push((index, call)),
-                    Admission::Repeat { index, first } => plan.duplicates.push(Duplicate {
-                        index,
-                        first,
-                        args_differ: !same_arguments(&calls[first].args, &call.args, limits),
-                    }),
-                }
-            }
-            for (index, call) in firsts {
+        let judge = |turn: &mut ChunkedTurn<'_, &CallInput<'_>>, plan: &mut TurnPlan| {
+            for (index, call) in turn.chunk() {
                 plan.calls.push(PlannedCall {
-                    index,
-                    verdict: planner.judge(call.name, &call.args),
+                    index: *index,
+                    verdict: turn.planner().judge(call.name, &call.args),
                 });
             }
+            turn.clear_chunk();
+        };
+        for call in calls {
+            match turn.push(call.id, call) {
+                Pushed::Repeat { index, first, .. } => plan.duplicates.push(Duplicate {
+                    index,
+                    first,
+                    args_differ: !same_arguments(&calls[first].args, &call.args, limits),
+                }),
+                Pushed::Joined { full: true } => judge(&mut turn, &mut plan),
+                Pushed::Joined { full: false } => {}
+            }
         }
+        judge(&mut turn, &mut plan);
         plan
     }
 

@@ -18,7 +18,7 @@ use crate::assemble::model_order;
 use crate::catalog::{Catalog, ToolSpec};
 use crate::conflicts::{normalize_key as engine_normalize_key, plan_dependencies, Access};
 use crate::error::EngineError;
-use crate::plan::{same_arguments, Admission, Arguments, TurnPlanner, Verdict};
+use crate::plan::{same_arguments, Arguments, ChunkedTurn, Pushed, TurnPlanner, Verdict};
 use crate::schedule::{plan_batches as engine_plan_batches, Strategy};
 use crate::shape::{truncate as engine_truncate, Budget, Cut};
 use crate::validate::Limits;
@@ -107,10 +107,12 @@ impl PyToolTable {
         let mut turn = Preparation {
             py,
             collector: CollectorPause::new(py),
-            planner: TurnPlanner::new(&self.catalog, &disabled, limits, expected),
+            turn: ChunkedTurn::new(
+                TurnPlanner::new(&self.catalog, &disabled, limits, expected),
+                CHUNK_CALLS,
+            ),
             limits,
             originals: Vec::with_capacity(expected),
-            chunk: Vec::with_capacity(expected.min(CHUNK_CALLS)),
             chunk_bytes: 0,
             verdicts: Vec::with_capacity(expected.min(CHUNK_CALLS)),
             tools: Vec::with_capacity(expected),
@@ -121,12 +123,11 @@ impl PyToolTable {
             keys: KeyStrings::new(),
         };
         for call in calls.try_iter()? {
-            turn.read(&call?)?;
-            if turn.chunk.len() == CHUNK_CALLS {
+            if turn.read(&call?)? {
                 turn.judge_chunk()?;
             }
         }
-        if !turn.chunk.is_empty() {
+        if !turn.turn.chunk().is_empty() {
             turn.judge_chunk()?;
         }
         let positions = if turn.duplicates.is_empty() {
@@ -211,13 +212,13 @@ struct Preparation<'t, 'py> {
     py: Python<'py>,
     /// The cyclic collector, paused while this prepare holds the interpreter.
     collector: CollectorPause<'py>,
-    planner: TurnPlanner<'t>,
+    /// The turn's dedup and its current chunk of first calls, waiting to be judged.
+    turn: ChunkedTurn<'t, Pending>,
     limits: Limits,
     /// Every call's arguments object, by position in the turn: returned as-is
     /// when valid, and read again when a later call repeats its ID.
     originals: Vec<Bound<'py, PyAny>>,
-    /// The current chunk's first calls, waiting to be judged, and the length of their argument texts.
-    chunk: Vec<Pending>,
+    /// The length of the argument texts of the chunk's calls.
     chunk_bytes: usize,
     /// The chunk's verdicts, in chunk order (the buffer is reused by every chunk).
     verdicts: Vec<Verdict>,
@@ -233,7 +234,6 @@ struct Preparation<'t, 'py> {
 /// A first call waiting for its chunk to be judged. Its strings stay in the
 /// Python objects, which it keeps alive.
 struct Pending {
-    index: usize,
     name: PyBackedStr,
     args: PendingArguments,
 }
@@ -256,8 +256,8 @@ impl PendingArguments {
 
 impl<'py> Preparation<'_, 'py> {
     /// Reads the next call: a repeated ID becomes a duplicate row at once, a
-    /// first call joins the chunk.
-    fn read(&mut self, call: &Bound<'py, PyAny>) -> PyResult<()> {
+    /// first call joins the chunk. Returns whether the chunk is full (to be judged now).
+    fn read(&mut self, call: &Bound<'py, PyAny>) -> PyResult<bool> {
         let py = self.py;
         // Each attribute is checked as it is read (id, name, args), so the first
         // bad attribute in turn order is the one reported, as with whole-turn reading.
@@ -278,33 +278,38 @@ impl<'py> Preparation<'_, 'py> {
             },
             Err(_) => PendingArguments::Converted(converted_arguments(&raw, &self.limits)),
         };
-        match self.planner.admit(id_key) {
-            Admission::First { index } => {
-                if let PendingArguments::Text(text) = &args {
-                    self.chunk_bytes += text.len();
-                }
-                self.chunk.push(Pending { index, name, args });
+        let text_bytes = match &args {
+            PendingArguments::Text(text) => text.len(),
+            PendingArguments::Converted(_) => 0,
+        };
+        let full = match self.turn.push(id_key, Pending { name, args }) {
+            Pushed::Joined { full } => {
+                self.chunk_bytes += text_bytes;
+                full
             }
-            Admission::Repeat { index, first } => {
+            Pushed::Repeat { index, first, call } => {
                 let earlier = arguments(&self.originals[first], &self.limits);
-                let args_differ = args.with(|args| !same_arguments(&earlier, args, &self.limits));
+                let args_differ = call.args.with(|args| !same_arguments(&earlier, args, &self.limits));
                 self.duplicates.append((index, first, args_differ))?;
+                false
             }
-        }
+        };
         self.originals.push(raw);
-        Ok(())
+        Ok(full)
     }
 
     /// Judges the chunk's calls with the interpreter released, then appends
     /// their rows and drops their parsed arguments.
     fn judge_chunk(&mut self) -> PyResult<()> {
         let py = self.py;
-        let (planner, chunk, verdicts) = (&self.planner, &self.chunk, &mut self.verdicts);
+        let (turn, verdicts) = (&self.turn, &mut self.verdicts);
+        let planner = turn.planner();
+        let chunk = turn.chunk();
         let mut judge_all = || {
             verdicts.extend(
                 chunk
                     .iter()
-                    .map(|call| call.args.with(|args| planner.judge(&call.name, args))),
+                    .map(|(_, call)| call.args.with(|args| planner.judge(&call.name, args))),
             );
         };
         if chunk.len() < DETACH_MIN_CALLS && self.chunk_bytes < DETACH_MIN_BYTES {
@@ -314,9 +319,9 @@ impl<'py> Preparation<'_, 'py> {
             let _resumed = self.collector.resumed();
             py.detach(judge_all);
         }
-        for (call, verdict) in self.chunk.iter().zip(self.verdicts.drain(..)) {
+        for ((index, _), verdict) in self.turn.chunk().iter().zip(self.verdicts.drain(..)) {
             let slot = self.tools.len();
-            self.positions.push(call.index);
+            self.positions.push(*index);
             let refused = |tool: isize, kind: &Bound<'py, PyString>, message: &str| {
                 (tool, (slot, kind.clone(), PyString::new(py, message)))
             };
@@ -324,7 +329,7 @@ impl<'py> Preparation<'_, 'py> {
                 Verdict::Ready { tool, parsed } => {
                     let args = match parsed {
                         Some(value) => to_python(py, &value, &mut self.keys)?,
-                        None => self.originals[call.index].clone(),
+                        None => self.originals[*index].clone(),
                     };
                     self.tools.push(tool_position(tool));
                     self.args.push(args);
@@ -339,7 +344,7 @@ impl<'py> Preparation<'_, 'py> {
             self.args.push(py.None().into_bound(py));
             self.failures.append(failure.1)?;
         }
-        self.chunk.clear();
+        self.turn.clear_chunk();
         self.chunk_bytes = 0;
         Ok(())
     }
@@ -564,12 +569,7 @@ fn truncate(
 
 /// The toolsched engine, compiled from Rust.
 #[pymodule]
-fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyToolTable>()?;
-    m.add_function(wrap_pyfunction!(plan_batches, m)?)?;
-    m.add_function(wrap_pyfunction!(plan_conflicts, m)?)?;
-    m.add_function(wrap_pyfunction!(normalize_key, m)?)?;
-    m.add_function(wrap_pyfunction!(assemble, m)?)?;
-    m.add_function(wrap_pyfunction!(truncate, m)?)?;
-    Ok(())
+mod _core {
+    #[pymodule_export]
+    use super::{assemble, normalize_key, plan_batches, plan_conflicts, truncate, PyToolTable};
 }
