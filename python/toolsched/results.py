@@ -17,6 +17,7 @@ from toolsched.fastpath import positional_builder
 
 __all__ = [
     "ERROR_KINDS",
+    "RESULT_FIELD_TYPES",
     "Behavior",
     "Decision",
     "Duplicate",
@@ -261,6 +262,22 @@ def encode_output(output: Any) -> tuple[str, bool]:
         except (TypeError, ValueError, RecursionError) as exc:
             raise ValueError(f"the value has no JSON form ({type(exc).__name__}: {exc})") from None
     return text, json.loads(text) == output
+
+
+# The JSON types of a ToolResult's fields besides its output, as the codecs of run states and
+# journals check what they read back.
+RESULT_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "call_id": (str,),
+    "tool_name": (str,),
+    "error": (str, type(None)),
+    "error_kind": (str, type(None)),
+    "is_error": (bool,),
+    "duration_ms": (int, float),
+    "was_concurrent": (bool,),
+    "batch": (int, type(None)),
+    "truncated": (bool,),
+    "offload_path": (str, type(None)),
+}
 
 
 def result_fields() -> tuple[str, ...]:

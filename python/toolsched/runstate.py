@@ -30,6 +30,7 @@ from typing import Any, Literal
 from toolsched.errors import ApprovalError, StateError
 from toolsched.results import (
     ERROR_KINDS,
+    RESULT_FIELD_TYPES,
     Decision,
     Duplicate,
     ToolResult,
@@ -639,16 +640,9 @@ def _result_from_json(value: Any, call_id: str, where: str) -> ToolResult:
     kind = value["error_kind"]
     if kind is not None and kind not in ERROR_KINDS:
         raise StateError(f"{where}.result.error_kind {kind!r} is not an error kind")
-    checks = {
-        "error": (str, type(None)),
-        "is_error": (bool,),
-        "duration_ms": (int, float),
-        "was_concurrent": (bool,),
-        "batch": (int, type(None)),
-        "truncated": (bool,),
-        "offload_path": (str, type(None)),
-    }
-    for name, types in checks.items():
+    for name, types in RESULT_FIELD_TYPES.items():
+        if name in ("call_id", "tool_name", "error_kind"):
+            continue  # checked above
         if not isinstance(value[name], types):
             raise StateError(f"{where}.result.{name} has the wrong type")
     if value["is_error"] != (kind is not None):

@@ -31,7 +31,7 @@ from typing import Any, Literal, Self, TypeVar, cast
 import anyio.to_thread
 
 from toolsched.errors import ToolschedError
-from toolsched.results import ERROR_KINDS, ToolCall, ToolResult, args_digest, encode_output
+from toolsched.results import ERROR_KINDS, RESULT_FIELD_TYPES, ToolCall, ToolResult, args_digest, encode_output
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -285,19 +285,8 @@ def encode_result(result: ToolResult) -> str:
     return scalars[:-1] + ',"output":' + output + "}"
 
 
-_RESULT_TYPES: dict[str, tuple[type, ...]] = {
-    "call_id": (str,),
-    "tool_name": (str,),
-    "error": (str, type(None)),
-    "error_kind": (str, type(None)),
-    "is_error": (bool,),
-    "duration_ms": (int, float),
-    "was_concurrent": (bool,),
-    "batch": (int, type(None)),
-    "truncated": (bool,),
-    "offload_path": (str, type(None)),
-    "exact": (bool,),
-}
+# A stored result: the fields of a ToolResult (one table with run states), and whether its output is exact.
+_RESULT_TYPES: dict[str, tuple[type, ...]] = {**RESULT_FIELD_TYPES, "exact": (bool,)}
 
 
 def decode_result(where: str, call_id: str, text: str | None) -> tuple[ToolResult, bool]:
