@@ -80,7 +80,7 @@ fn bench_plan_in_chunks(c: &mut Criterion) {
     let catalog = catalog();
     let limits = Limits::default();
     bench_turns(c, "plan_turn_in_chunks", |calls| {
-        let mut turn = ChunkedTurn::new(TurnPlanner::new(&catalog, &[], limits, calls.len()), 512);
+        let mut turn = ChunkedTurn::new(TurnPlanner::new(&catalog, &[], limits, calls.len()), 512, calls.len());
         let mut ready = 0usize;
         let mut judge = |turn: &mut ChunkedTurn<'_, &CallInput<'_>>| {
             let verdicts: Vec<_> = turn

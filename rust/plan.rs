@@ -183,12 +183,13 @@ pub struct ChunkedTurn<'t, C> {
 }
 
 impl<'t, C> ChunkedTurn<'t, C> {
-    /// A chunked plan over `planner`, judging at most `chunk_size` first calls at a time.
-    pub fn new(planner: TurnPlanner<'t>, chunk_size: usize) -> Self {
+    /// A chunked plan over `planner`, judging at most `chunk_size` first calls at a time, for a turn
+    /// of about `expected_calls` calls (a capacity hint: a small turn reserves a small chunk).
+    pub fn new(planner: TurnPlanner<'t>, chunk_size: usize, expected_calls: usize) -> Self {
         let chunk_size = chunk_size.max(1);
         Self {
             planner,
-            chunk: Vec::with_capacity(chunk_size.min(1024)),
+            chunk: Vec::with_capacity(chunk_size.min(expected_calls)),
             chunk_size,
         }
     }
@@ -500,7 +501,7 @@ mod tests {
     /// judge that chunk's first calls, and compare repeats with first calls
     /// from any earlier chunk.
     fn plan_in_chunks(catalog: &Catalog, calls: &[CallInput<'_>], chunk: usize, limits: &Limits) -> TurnPlan {
-        let mut turn = ChunkedTurn::new(TurnPlanner::new(catalog, &[], *limits, 0), chunk);
+        let mut turn = ChunkedTurn::new(TurnPlanner::new(catalog, &[], *limits, 0), chunk, calls.len());
         let mut plan = TurnPlan::default();
         let judge = |turn: &mut ChunkedTurn<'_, &CallInput<'_>>, plan: &mut TurnPlan| {
             for (index, call) in turn.chunk() {

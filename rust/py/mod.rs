@@ -110,6 +110,7 @@ impl PyToolTable {
             turn: ChunkedTurn::new(
                 TurnPlanner::new(&self.catalog, &disabled, limits, expected),
                 CHUNK_CALLS,
+                expected,
             ),
             limits,
             originals: Vec::with_capacity(expected),
