@@ -112,3 +112,38 @@ async def test_stop_on_first_tool_gives_the_same_final_output() -> None:
         agent = wrap(agent.clone(tool_use_behavior="stop_on_first_tool"))
         finals.append((await Runner.run(agent, "delete a.txt", run_config=NO_TRACING)).final_output)
     assert finals == ["deleted a.txt", "deleted a.txt"]
+
+
+async def test_a_failure_the_sdk_answers_as_text_is_a_failure_to_toolsched() -> None:
+    # The model reads the SDK's own failure text, as without toolsched, while toolsched records a
+    # failure: its post_tool_use_failure hooks run and the result is an execution_error.
+    import toolsched as ts
+
+    failures: list[str] = []
+
+    async def on_failure(event: ts.HookEvent) -> None:
+        assert event.result is not None
+        failures.append(f"{event.tool_name} {event.result.error_kind}")
+
+    outputs = []
+    for form, _ in FORMS:
+        model = ScriptedAgentModel([[function_call("c1", "delete", {"path": "boom"})], [final_message("done")]])
+        agent = make_agent([], model)
+        if form == "scheduled":
+            agent = scheduled(agent, hooks=ts.Hooks().post_tool_use_failure("*", on_failure))
+        result = await Runner.run(agent, "delete boom", run_config=NO_TRACING)
+        outputs.append(tool_outputs(result))
+    assert outputs[0] == outputs[1]
+    assert "error occurred while running the tool" in str(outputs[1][0])
+    assert failures == ["delete execution_error"]
+
+
+async def test_without_a_failure_function_the_error_propagates_as_in_the_sdk() -> None:
+    raised = []
+    for _, wrap in FORMS:
+        model = ScriptedAgentModel([[function_call("c1", "delete", {"path": "boom"})], [final_message("done")]])
+        agent = wrap(make_agent([], model, failure_error_function=None))
+        with pytest.raises(Exception) as caught:
+            await Runner.run(agent, "delete boom", run_config=NO_TRACING)
+        raised.append(type(caught.value).__name__)
+    assert raised[0] == raised[1]

@@ -54,6 +54,7 @@ from toolsched.tools import TOOL_OPTIONS, Tool
 
 try:
     from agents import Agent, FunctionTool
+    from agents.tool import maybe_invoke_function_tool_failure_error_function, set_function_tool_failure_error_function
     from agents.tool_context import ToolContext as AgentsToolContext
     from pydantic import BaseModel
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
@@ -80,9 +81,7 @@ class AgentsFunctionTool(Tool):
         if unknown:
             raise TypeError(f"from_function_tool() got unknown option(s): {', '.join(sorted(unknown))}")
         if not isinstance(tool.params_json_schema, Mapping):
-            raise ToolDefinitionError(
-                f"Agents SDK tool `{tool.name}`: params_json_schema must be a JSON Schema object"
-            )
+            raise ToolDefinitionError(f"Agents SDK tool `{tool.name}`: params_json_schema must be a JSON Schema object")
         self.tool = tool
         self.name = tool.name
         self.description = tool.description or ""
@@ -91,6 +90,10 @@ class AgentsFunctionTool(Tool):
                 setattr(self, key, value)
         self.aliases = tuple(metadata.get("aliases") or ())
         self.input_schema = dict(tool.params_json_schema)
+        # With ``failing_copy``: the SDK tool whose failure policy answers the model, and the
+        # exceptions of calls that failed, by call ID, until that answer is made (see ``scheduled``).
+        self.sdk_tool: FunctionTool | None = None
+        self.failures: dict[str, Exception] = {}
 
     async def call(self, args: Mapping[str, Any], ctx: ToolContext | None) -> Any:
         """Invokes the SDK tool with its own ``ToolContext`` (the SDK's, when the call comes from a run)."""
@@ -103,7 +106,12 @@ class AgentsFunctionTool(Tool):
                 tool_call_id=ctx.call_id if ctx is not None else "",
                 tool_arguments=arguments,
             )
-        return await self.tool.on_invoke_tool(sdk_context, arguments)
+        try:
+            return await self.tool.on_invoke_tool(sdk_context, arguments)
+        except Exception as exc:
+            if self.sdk_tool is not None and ctx is not None:
+                self.failures[ctx.call_id] = exc
+            raise
 
 
 def from_function_tool(tool: FunctionTool, **metadata: Any) -> AgentsFunctionTool:
@@ -256,6 +264,17 @@ def _invoker(executor: Executor, member: Tool, gates: _Gates) -> Any:
             return f"`{name}` needs approval before it runs, and no approver was given; it did not run"
         result = outcome.results[0]
         if result.is_error:
+            sdk_tool = member.sdk_tool if isinstance(member, AgentsFunctionTool) else None
+            failure = member.failures.pop(call_id, None) if isinstance(member, AgentsFunctionTool) else None
+            if failure is not None and sdk_tool is not None:
+                # toolsched saw the failure (hooks, spans, on_error, sibling abort); the model reads what
+                # the SDK tool's own failure_error_function says, and with none the error propagates.
+                text = await maybe_invoke_function_tool_failure_error_function(
+                    function_tool=sdk_tool, context=sdk_context, error=failure
+                )
+                if text is None:
+                    raise failure
+                return text
             return result.error or f"`{name}` failed ({result.error_kind})"
         return _wire_output(result.output)
 
@@ -281,7 +300,7 @@ def scheduled(
     for item in agent.tools:
         if isinstance(item, FunctionTool):
             replacement = replacing.pop(item.name, None)
-            members.append(replacement if replacement is not None else from_function_tool(item))
+            members.append(replacement if replacement is not None else _failing_copy(item))
             strict_flags.append(item.strict_json_schema)
         else:
             others.append(item)
@@ -307,6 +326,16 @@ def scheduled(
     copy = agent.clone(tools=[*wrapped, *others])
     setattr(copy, "toolsched_executor", executor)  # noqa: B010 - an attribute the SDK's Agent does not declare
     return copy
+
+
+def _failing_copy(tool: FunctionTool) -> AgentsFunctionTool:
+    """The SDK tool as toolsched runs it inside ``scheduled``: a copy whose failures raise, so toolsched
+    records them as failures, the original's failure policy still answering the model."""
+    copied = dataclasses.replace(tool)
+    set_function_tool_failure_error_function(copied, None)
+    member = AgentsFunctionTool(copied)
+    member.sdk_tool = tool
+    return member
 
 
 def _checked(tools: Iterable[Any]) -> list[Tool]:
