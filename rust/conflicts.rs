@@ -348,6 +348,95 @@ impl Planner {
     }
 }
 
+/// Plans a turn's calls one at a time, as they arrive: each insertion returns
+/// the earlier calls the new call waits for. Inserting a turn's calls in model
+/// order gives the waits `plan_dependencies` gives for the whole turn.
+pub struct ConflictPlanner {
+    planner: Planner,
+    waits: Vec<u32>,
+}
+
+impl Default for ConflictPlanner {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ConflictPlanner {
+    pub fn new() -> Self {
+        Self {
+            planner: Planner {
+                trie: KeyTrie::new(),
+                stamp: Vec::new(),
+                path: Vec::new(),
+                stack: Vec::new(),
+                resolved: Vec::new(),
+            },
+            waits: Vec::new(),
+        }
+    }
+
+    /// Number of calls inserted so far.
+    pub fn len(&self) -> usize {
+        self.planner.stamp.len()
+    }
+
+    /// Whether no call was inserted yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Adds the next call (`None`: its resources are unknown, it conflicts
+    /// with every call); returns the earlier calls it waits for, in
+    /// increasing order.
+    pub fn insert(&mut self, access: Option<&Access>) -> Result<&[u32], EngineError> {
+        let mut waits = std::mem::take(&mut self.waits);
+        waits.clear();
+        let result = self.insert_into(access, &mut waits);
+        self.waits = waits;
+        result?;
+        Ok(&self.waits)
+    }
+
+    fn insert_into(&mut self, access: Option<&Access>, waits: &mut Vec<u32>) -> Result<(), EngineError> {
+        let planner = &mut self.planner;
+        if planner.stamp.len() >= (NONE - 1) as usize {
+            return Err(EngineError::InvalidOption {
+                option: "calls",
+                message: format!("at most {} calls per turn", NONE - 1),
+            });
+        }
+        let call = planner.stamp.len() as u32;
+        planner.stamp.push(0);
+        let start = waits.len();
+        match access {
+            None => planner.write(call, EVERYTHING, waits),
+            Some(access) if access.reads.is_empty() && access.writes.is_empty() => {
+                planner.read(call, NO_KEY, waits);
+            }
+            Some(access) => {
+                // Resolve every key first: the trie grows, the state does not.
+                planner.resolved.clear();
+                for key in access.writes.iter().chain(&access.reads) {
+                    let node = planner.trie.node(key);
+                    planner.resolved.push(node);
+                }
+                let resolved = std::mem::take(&mut planner.resolved);
+                let (written, read) = resolved.split_at(access.writes.len());
+                for &node in written {
+                    planner.write(call, node, waits);
+                }
+                for &node in read {
+                    planner.read(call, node, waits);
+                }
+                planner.resolved = resolved;
+            }
+        }
+        waits[start..].sort_unstable();
+        Ok(())
+    }
+}
+
 /// Builds the dependency plan of a turn. `calls[i]` is call `i`'s declared
 /// access, or `None` when unknown (it then conflicts with every call).
 ///
@@ -362,43 +451,13 @@ pub fn plan_dependencies(calls: &[Option<Access>]) -> Result<Dependencies, Engin
             message: format!("at most {} calls per turn, got {}", NONE - 1, calls.len()),
         });
     }
-    let mut planner = Planner {
-        trie: KeyTrie::new(),
-        stamp: vec![0; calls.len()],
-        path: Vec::new(),
-        stack: Vec::new(),
-        resolved: Vec::new(),
-    };
+    let mut planner = ConflictPlanner::new();
+    planner.planner.stamp.reserve(calls.len());
     let mut wait_offsets = Vec::with_capacity(calls.len() + 1);
     let mut waits = Vec::new();
     wait_offsets.push(0u32);
-    for (index, access) in calls.iter().enumerate() {
-        let call = index as u32;
-        let start = waits.len();
-        match access {
-            None => planner.write(call, EVERYTHING, &mut waits),
-            Some(access) if access.reads.is_empty() && access.writes.is_empty() => {
-                planner.read(call, NO_KEY, &mut waits);
-            }
-            Some(access) => {
-                // Resolve every key first: the trie grows, the state does not.
-                planner.resolved.clear();
-                for key in access.writes.iter().chain(&access.reads) {
-                    let node = planner.trie.node(key);
-                    planner.resolved.push(node);
-                }
-                let resolved = std::mem::take(&mut planner.resolved);
-                let (written, read) = resolved.split_at(access.writes.len());
-                for &node in written {
-                    planner.write(call, node, &mut waits);
-                }
-                for &node in read {
-                    planner.read(call, node, &mut waits);
-                }
-                planner.resolved = resolved;
-            }
-        }
-        waits[start..].sort_unstable();
+    for access in calls {
+        planner.insert_into(access.as_ref(), &mut waits)?;
         wait_offsets.push(waits.len() as u32);
     }
     let (dependent_offsets, dependents) = reverse(calls.len(), &wait_offsets, &waits);
@@ -638,6 +697,26 @@ mod tests {
         let touches =
             |access: &Access, key: &String| access.reads.iter().chain(&access.writes).any(|k| related(k, key));
         first.writes.iter().any(|w| touches(second, w)) || second.writes.iter().any(|w| touches(first, w))
+    }
+
+    #[test]
+    fn calls_inserted_one_at_a_time_wait_as_in_the_whole_plan() {
+        let calls = [
+            Some(access(&[], &["src/a.py"])),
+            None,
+            Some(access(&["src"], &[])),
+            Some(access(&[], &[])),
+            Some(access(&[], &["src"])),
+            Some(access(&["docs"], &[])),
+        ];
+        let whole = waits(&calls);
+        let mut planner = ConflictPlanner::new();
+        let online: Vec<Vec<u32>> = calls
+            .iter()
+            .map(|access| planner.insert(access.as_ref()).unwrap().to_vec())
+            .collect();
+        assert_eq!(online, whole);
+        assert_eq!(planner.len(), calls.len());
     }
 
     #[test]

@@ -28,11 +28,13 @@ from toolsched.errors import (
     SchemaError,
     SemanticError,
     StateError,
+    StreamFailed,
     ToolCallFailed,
     ToolDefinitionError,
     ToolNameError,
     ToolschedError,
     ToolTimeoutError,
+    TurnStateError,
     UnknownToolError,
     WorkloadError,
 )
@@ -49,6 +51,7 @@ from toolsched.events import (
     ToolUpdated,
 )
 from toolsched.executor import Executor
+from toolsched.executor.streaming import StreamingTurn
 from toolsched.guardrails import GuardrailEvent, Reject
 from toolsched.hooks import BatchEvent, HookEvent, Hooks, Rewrite
 from toolsched.journal import (
@@ -136,6 +139,8 @@ __all__ = [
     "SqliteJournal",
     "StateError",
     "Strategy",
+    "StreamFailed",
+    "StreamingTurn",
     "Tool",
     "ToolCall",
     "ToolCallFailed",
@@ -152,6 +157,7 @@ __all__ = [
     "ToolsChanged",
     "ToolsRefreshFailed",
     "ToolschedError",
+    "TurnStateError",
     "UnknownRunError",
     "UnknownToolError",
     "WorkerLostError",

@@ -4,6 +4,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, final
 
 __all__ = [
+    "ConflictPlanner",
     "ToolTable",
     "assemble",
     "normalize_key",
@@ -24,9 +25,7 @@ class ToolTable:
         max_input_bytes: int,
         max_input_depth: int,
         max_errors: int,
-    ) -> tuple[
-        list[int], list[Any], list[tuple[int, str, str]], list[int] | None, list[tuple[int, int, bool]]
-    ]: ...
+    ) -> tuple[list[int], list[Any], list[tuple[int, str, str]], list[int] | None, list[tuple[int, int, bool]]]: ...
     def check(
         self,
         tool: int,
@@ -43,6 +42,13 @@ def plan_batches(
 def plan_conflicts(
     accesses: Sequence[tuple[Sequence[str], Sequence[str]] | None],
 ) -> tuple[list[int], list[int], list[int], list[int]]: ...
+
+@final
+class ConflictPlanner:
+    def __new__(cls) -> ConflictPlanner: ...
+    def insert(self, access: tuple[Sequence[str], Sequence[str]] | None) -> list[int]: ...
+    def __len__(self) -> int: ...
+
 def normalize_key(key: str) -> str: ...
 def assemble(count: int, slots: Sequence[int], results: list[Any]) -> list[Any]: ...
 def truncate(

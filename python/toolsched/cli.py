@@ -107,30 +107,53 @@ def _bench_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     bench.add_argument("--workload", metavar="FILE.jsonl", help="a recorded workload instead of a synthetic one")
-    bench.add_argument("--mix", help="share of each kind of call: reads, search, writes, shell "
-                       "(default reads=0.7,writes=0.2,shell=0.1)")
-    bench.add_argument("--latency", help="simulated latency in ms: one number for every kind, or KIND=MS pairs "
-                       "(default reads=10,search=20,writes=15,shell=40); each call varies by +-50%%")
-    bench.add_argument("--conflict-rate", type=_rate, help="chance that a call touches a path an earlier call of "
-                       "its turn touched (default 0.2)")
-    bench.add_argument("--turns", type=_positive_int, help="number of turns (default 5; with --workload, "
-                       "the first N turns of the file)")
+    bench.add_argument(
+        "--mix",
+        help="share of each kind of call: reads, search, writes, shell (default reads=0.7,writes=0.2,shell=0.1)",
+    )
+    bench.add_argument(
+        "--latency",
+        help="simulated latency in ms: one number for every kind, or KIND=MS pairs "
+        "(default reads=10,search=20,writes=15,shell=40); each call varies by +-50%%",
+    )
+    bench.add_argument(
+        "--conflict-rate",
+        type=_rate,
+        help="chance that a call touches a path an earlier call of its turn touched (default 0.2)",
+    )
+    bench.add_argument(
+        "--turns",
+        type=_positive_int,
+        help="number of turns (default 5; with --workload, the first N turns of the file)",
+    )
     bench.add_argument("--calls", type=_positive_int, help="calls per turn (default 20)")
     bench.add_argument("--seed", type=_integer, help="seed of the synthetic workload (default 0)")
-    bench.add_argument("--strategies", default=",".join(("sequential", "parallel", "batched", "partitioned",
-                                                          "resource_aware")),
-                       help="which strategies to run, separated by commas: sequential, parallel, batched, "
-                       "partitioned, resource_aware (default: all)")
-    bench.add_argument("--max-concurrency", type=_positive_int, default=10,
-                       help="the cap of every strategy (default 10)")
-    bench.add_argument("--batch-size", type=_positive_int, default=4,
-                       help="size of Batched's chunks (default 4)")
-    bench.add_argument("--backend", choices=("local", "ray"), default="local",
-                       help="where the simulated tool bodies run (default local: this process)")
-    bench.add_argument("--ray-address", help="with --backend ray: the cluster to join, 'host:port' or "
-                       "'ray://host:port' (default: start a local cluster)")
-    bench.add_argument("--ray-cpus", type=_cpus,
-                       help="with --backend ray: CPUs each simulated call asks Ray for (default 1, as Ray's tasks)")
+    bench.add_argument(
+        "--strategies",
+        default=",".join(("sequential", "parallel", "batched", "partitioned", "resource_aware")),
+        help="which strategies to run, separated by commas: sequential, parallel, batched, "
+        "partitioned, resource_aware (default: all)",
+    )
+    bench.add_argument(
+        "--max-concurrency", type=_positive_int, default=10, help="the cap of every strategy (default 10)"
+    )
+    bench.add_argument("--batch-size", type=_positive_int, default=4, help="size of Batched's chunks (default 4)")
+    bench.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="where the simulated tool bodies run (default local: this process)",
+    )
+    bench.add_argument(
+        "--ray-address",
+        help="with --backend ray: the cluster to join, 'host:port' or "
+        "'ray://host:port' (default: start a local cluster)",
+    )
+    bench.add_argument(
+        "--ray-cpus",
+        type=_cpus,
+        help="with --backend ray: CPUs each simulated call asks Ray for (default 1, as Ray's tasks)",
+    )
     bench.add_argument("--json", action="store_true", help="print the report as JSON on standard output, nothing else")
     bench.add_argument("--plot", metavar="FILE.png", help="also draw makespan per strategy and a timeline of one turn")
     return bench

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from toolsched.results import ToolResult
@@ -23,11 +23,13 @@ __all__ = [
     "SchemaError",
     "SemanticError",
     "StateError",
+    "StreamFailed",
     "ToolCallFailed",
     "ToolDefinitionError",
     "ToolNameError",
     "ToolTimeoutError",
     "ToolschedError",
+    "TurnStateError",
     "UnknownToolError",
     "WorkloadError",
 ]
@@ -97,6 +99,8 @@ class ToolTimeoutError(ToolCallFailed, TimeoutError):
     Like ``ToolCallFailed`` it is raised after the batch settles, and carries
     the ``timeout`` result, the other failures and every result of the turn.
     """
+
+
 class RuleError(ToolschedError, ValueError):
     """A permission rule or a hook matcher that does not parse; raised when it is built."""
 
@@ -107,6 +111,27 @@ class ApprovalError(ToolschedError, LookupError):
 
 class StateError(ToolschedError, ValueError):
     """A saved run state that cannot be used: malformed, truncated, altered, or already resumed."""
+
+
+class TurnStateError(ToolschedError, RuntimeError):
+    """A streamed turn used out of order: a call submitted after ``close``, or outside the turn's block."""
+
+
+class StreamFailed(ToolschedError):
+    """The stream of a turn's calls broke midway (``Executor.turn``, ``run`` of an async iterable).
+
+    ``outcome`` holds a result for every call submitted before it broke: calls
+    that had finished keep their results, running calls of tools with
+    ``interrupt_behavior="cancel"`` are ``cancelled``, ``"block"`` calls ran to
+    the end, calls not started are ``skipped``. The error of the stream is the
+    ``__cause__``.
+    """
+
+    def __init__(self, outcome: Any, cause: BaseException) -> None:
+        detail = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+        answered = len(outcome.results)
+        super().__init__(f"the stream of calls broke after {answered} calls were answered ({detail})")
+        self.outcome = outcome
 
 
 class GuardrailTripped(ToolschedError):

@@ -88,13 +88,14 @@ class Resume:
                     return finished.value
 
 
-def run_until_suspended(coroutine: Coroutine[Any, Any, None]) -> Resume | None:
-    """Runs ``coroutine`` up to its first suspension in a copy of the current context, as a new task would.
+def run_until_suspended(coroutine: Coroutine[Any, Any, None], base: Context | None = None) -> Resume | None:
+    """Runs ``coroutine`` up to its first suspension in a copy of the current context (or of ``base``),
+    as a new task would.
 
     None when it finished; else what awaits the rest of it (in the same copy).
     Whatever the coroutine does to context variables stays in its copy.
     """
-    context = copy_context()
+    context = copy_context() if base is None else base.copy()
     try:
         first = context.run(coroutine.send, None)
     except StopIteration:

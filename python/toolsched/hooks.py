@@ -56,9 +56,7 @@ class HookEvent:
 
 
 # ``new_hook_event(call_id, tool_name, args, batch, result, context)``: hook events are made per call and hook stage.
-new_hook_event: Callable[[str, str, Any, int | None, ToolResult | None, Any], HookEvent] = positional_builder(
-    HookEvent
-)
+new_hook_event: Callable[[str, str, Any, int | None, ToolResult | None, Any], HookEvent] = positional_builder(HookEvent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,14 +191,17 @@ class UpdateFilter:
             try:
                 answer = hook.fn(event)
             except Exception:
-                logger.warning("%s failed on an update of call %s; the update was suppressed", hook.label,
-                               event.call_id, exc_info=True)
+                logger.warning(
+                    "%s failed on an update of call %s; the update was suppressed",
+                    hook.label,
+                    event.call_id,
+                    exc_info=True,
+                )
                 return False
             if answer is False:
                 return False
             if answer is not None and answer is not True:
-                logger.warning("%s returned %r, not None, True or False; the update was suppressed", hook.label,
-                               answer)
+                logger.warning("%s returned %r, not None, True or False; the update was suppressed", hook.label, answer)
                 return False
         return True
 

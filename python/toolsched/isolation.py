@@ -31,6 +31,7 @@ class _NamedTool(Protocol):
 
     name: str
 
+
 __all__ = ["function_invoker", "method_invoker"]
 
 Invoker = Callable[[Mapping[str, Any], "ToolContext | None"], Awaitable[Any]]

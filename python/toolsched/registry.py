@@ -76,9 +76,7 @@ class ToolSet:
         toolset.tools = tuple(members)
         toolset.by_name = {key: member for member in members for key in (member.name, *member.aliases)}
         toolset.deferred = {
-            member.name: index
-            for index, member in enumerate(members)
-            if member.should_defer and not member.always_load
+            member.name: index for index, member in enumerate(members) if member.should_defer and not member.always_load
         }
         toolset.search = search_tool
         toolset._show(loaded & toolset.deferred.keys())
@@ -88,9 +86,7 @@ class ToolSet:
         self.loaded = loaded
         self.hidden = frozenset(index for name, index in self.deferred.items() if name not in loaded)
         self.gated = tuple(
-            index
-            for index, member in enumerate(self.tools)
-            if index in self.hidden or not _always_enabled(member)
+            index for index, member in enumerate(self.tools) if index in self.hidden or not _always_enabled(member)
         )
 
     def with_loaded(self, loaded: frozenset[str]) -> ToolSet:
@@ -294,8 +290,7 @@ class ToolRegistry:
         offered = [
             member
             for index, member in enumerate(toolset.tools)
-            if not (mask and mask[index])
-            and not (permissions is not None and permissions.denies_outright(member))
+            if not (mask and mask[index]) and not (permissions is not None and permissions.denies_outright(member))
         ]
         return sorted(offered, key=lambda member: member.name)
 

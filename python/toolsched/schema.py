@@ -165,9 +165,7 @@ def strict_schema(schema: JsonSchema) -> JsonSchema:
         if node.get("type") == "object" or "properties" in node:
             properties: dict[str, Any] = node.get("properties", {})
             required = set(node.get("required", []))
-            node["properties"] = {
-                name: sub if name in required else _nullable(sub) for name, sub in properties.items()
-            }
+            node["properties"] = {name: sub if name in required else _nullable(sub) for name, sub in properties.items()}
             node["required"] = list(properties)
             node["additionalProperties"] = False
         return node

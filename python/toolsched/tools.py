@@ -345,9 +345,7 @@ class Tool:
             else None
         )
         static_read_only = (
-            bool(self.read_only)
-            if cls.is_read_only is Tool.is_read_only and not callable(self.read_only)
-            else None
+            bool(self.read_only) if cls.is_read_only is Tool.is_read_only and not callable(self.read_only) else None
         )
         invoke = self._invoker()
         takes_context = self._takes_context()

@@ -16,7 +16,7 @@ use pyo3::types::{PyList, PyString, PyTuple};
 
 use crate::assemble::model_order;
 use crate::catalog::{Catalog, ToolSpec};
-use crate::conflicts::{normalize_key as engine_normalize_key, plan_dependencies, Access};
+use crate::conflicts::{normalize_key as engine_normalize_key, plan_dependencies, Access, ConflictPlanner};
 use crate::error::EngineError;
 use crate::plan::{same_arguments, Arguments, ChunkedTurn, Pushed, TurnPlanner, Verdict};
 use crate::schedule::{plan_batches as engine_plan_batches, Strategy};
@@ -507,6 +507,36 @@ fn plan_conflicts(
     Ok((plan.wait_offsets, plan.waits, plan.dependent_offsets, plan.dependents))
 }
 
+/// The conflict planner of a turn whose calls arrive one at a time (a
+/// streamed turn): `insert(access)` adds the next call and returns the
+/// earlier calls it waits for, as `plan_conflicts` would for the whole turn.
+#[pyclass(module = "toolsched._core", name = "ConflictPlanner")]
+struct PyConflictPlanner {
+    planner: ConflictPlanner,
+}
+
+#[pymethods]
+impl PyConflictPlanner {
+    #[new]
+    fn new() -> Self {
+        Self {
+            planner: ConflictPlanner::new(),
+        }
+    }
+
+    /// Adds the next call: `access` is its `(reads, writes)` keys, or None
+    /// when its resources are unknown. Returns the indexes of the earlier
+    /// calls it waits for, increasing.
+    fn insert(&mut self, access: Option<(Vec<String>, Vec<String>)>) -> PyResult<Vec<u32>> {
+        let access = access.map(|(reads, writes)| Access { reads, writes });
+        Ok(self.planner.insert(access.as_ref())?.to_vec())
+    }
+
+    fn __len__(&self) -> usize {
+        self.planner.len()
+    }
+}
+
 /// A resource key in the form the conflict planner compares: `.` components,
 /// doubled and trailing slashes dropped, `name/..` resolved.
 #[pyfunction]
@@ -572,5 +602,5 @@ fn truncate(
 #[pymodule]
 mod _core {
     #[pymodule_export]
-    use super::{assemble, normalize_key, plan_batches, plan_conflicts, truncate, PyToolTable};
+    use super::{assemble, normalize_key, plan_batches, plan_conflicts, truncate, PyConflictPlanner, PyToolTable};
 }

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +32,7 @@ from toolsched.executor.durable import RunJournal
 from toolsched.executor.recovery import recovered_jobs
 from toolsched.executor.schedule import run_jobs
 from toolsched.executor.settings import ErrorFormatter, EventCallback, Settings, Steering, format_error
+from toolsched.executor.streaming import StreamingTurn
 from toolsched.executor.turn import DONE, RUNNING, Held, Job, Plan, Turn, plan_calls
 from toolsched.executor.view import View
 from toolsched.guardrails import Guardrail
@@ -200,13 +201,18 @@ class Executor:
 
     async def run(
         self,
-        calls: Iterable[ToolCall],
+        calls: Iterable[ToolCall] | AsyncIterable[ToolCall],
         *,
         steering: Steering | None = None,
         context: Any = None,
         run_id: str | None = None,
     ) -> Outcome:
         """Runs a turn's calls; returns one result per unique call ID, in model order.
+
+        ``calls`` is a list (any iterable) or an async iterable: then each call
+        starts the moment the schedule lets it, while later calls are still
+        coming (``turn``); if the iterable raises, ``StreamFailed`` carries the
+        results of the calls it gave.
 
         The turn uses the registry's tool set as it is when the turn starts.
         With a registry that has ``refresh_tools``, the set is refreshed once
@@ -216,6 +222,8 @@ class Executor:
         not given; ``Outcome.run_id``): ``RunExistsError`` for an ID already in
         the journal, and a ``JournalError`` raised when the journal fails mid-run.
         """
+        if isinstance(calls, AsyncIterable):
+            return await self._run_streamed(calls, steering, context, run_id)
         journal = self._settings.journal
         if journal is not None:
             durable = RunJournal(journal, uuid.uuid4().hex if run_id is None else run_id)
@@ -229,6 +237,30 @@ class Executor:
         else:
             outcome = await self._start(calls, None, steering, context, None, None, None, run_id)
         return outcome if run_id is None else replace(outcome, run_id=run_id)
+
+    def turn(
+        self, *, steering: Steering | None = None, context: Any = None, run_id: str | None = None
+    ) -> StreamingTurn:
+        """A turn whose calls arrive over time, for ``async with``: ``submit`` each call as the model
+        streams it, ``close`` at the end, ``results()`` / ``outcome()`` for the results (see ``StreamingTurn``).
+
+        Calls are scheduled as ``run`` schedules them, each starting as soon as
+        it may; the options are ``run``'s.
+        """
+        return StreamingTurn(self, steering=steering, context=context, run_id=run_id)
+
+    async def _run_streamed(
+        self, calls: AsyncIterable[ToolCall], steering: Steering | None, context: Any, run_id: str | None
+    ) -> Outcome:
+        settings = self._settings
+        if settings.pre_batch or settings.post_batch or settings.journal is not None:
+            # Batch hooks see whole batches, and a journal records the turn when it begins: read the calls first.
+            return await self.run([call async for call in calls], steering=steering, context=context, run_id=run_id)
+        async with self.turn(steering=steering, context=context, run_id=run_id) as turn:
+            async for call in calls:
+                turn.submit(call)
+            turn.close()
+            return await turn.outcome()
 
     async def recover(
         self,

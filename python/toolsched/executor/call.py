@@ -30,12 +30,12 @@ from toolsched.runstate import NestedHold
 from toolsched.shaping import fits_as_is, shape_output
 from toolsched.threads import watching_call
 
-__all__ = ["answer_unstarted", "execute"]
+__all__ = ["EXECUTION_FAILURES", "abort_reason", "answer_unstarted", "execute"]
 
 logger = logging.getLogger("toolsched")
 
 # Failures of the tool itself: they can abort the batch's siblings and end a raising run.
-_EXECUTION_FAILURES = frozenset({"execution_error", "timeout"})
+EXECUTION_FAILURES = frozenset({"execution_error", "timeout"})
 
 SKIPPED = "not run: the run was steered away before this call started"
 
@@ -198,7 +198,7 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
     turn.slots.append(job.slot)
     if emit is not None:
         emit(new_tool_finished(result, None))
-    if kind is not None and kind in _EXECUTION_FAILURES:
+    if kind is not None and kind in EXECUTION_FAILURES:
         _failed(job, result, cause, turn)
     if turn.view.post_hooked:
         # Phase 8: ``post_tool_use`` or ``post_tool_use_failure``; they observe, their errors are logged.
@@ -246,10 +246,15 @@ def _failed(job: Job, result: ToolResult, cause: BaseException | None, turn: Tur
         turn.failures.append((job.slot, result, cause))
     aborts = settings.abort_siblings_on_error or tool.abort_siblings_on_error
     if aborts and turn.abort is None and len(turn.batch) > 1:
-        turn.abort = f"call {job.call.id} (`{tool.name}`) failed and cancelled the rest of its batch"
+        turn.abort = abort_reason(job)
         for sibling in turn.batch:
             if sibling.state == RUNNING:
                 sibling.cancel(f"`{sibling.tool.name}` was cancelled: {turn.abort}")
+
+
+def abort_reason(job: Job) -> str:
+    """Why a failed call's siblings are cancelled (``abort_siblings_on_error``)."""
+    return f"call {job.call.id} (`{job.tool.name}`) failed and cancelled the rest of its batch"
 
 
 def _close(job: Job, ctx: ToolContext | None) -> None:

@@ -34,7 +34,7 @@ from toolsched.results import Decision, ToolCall, ToolResult, detached
 from toolsched.strategies import resolve_cap
 from toolsched.tools import Access
 
-__all__ = ["run_jobs", "run_pool"]
+__all__ = ["aborts", "declared_access", "is_safe", "raise_failure", "run_jobs", "run_pool", "steer", "trip"]
 
 logger = logging.getLogger("toolsched")
 
@@ -181,9 +181,9 @@ async def run_jobs(jobs: list[Job], turn: Turn, steering: Steering | None) -> li
             if suspended is not None:
                 await suspended
             if turn.tripped is not None:
-                raise _trip(turn)
+                raise trip(turn)
             if turn.failures is not None:
-                await _raise_failure([], turn, turn.failures)
+                await raise_failure([], turn, turn.failures)
             return []
         if settings.strategy.kind == "resource_aware":
             return await _run_graph(jobs, turn, cap, steering)
@@ -198,7 +198,7 @@ def _batches(jobs: list[Job], turn: Turn, cap: int) -> list[tuple[int, int, int]
         return [(0, len(jobs), 1)] if jobs else []
     if strategy.kind == "partitioned":
         # Most tools declare a constant: the tool is asked only when it judges its arguments.
-        safe = [job.facts.static_safe if job.facts.static_safe is not None else _is_safe(job) for job in jobs]
+        safe = [job.facts.static_safe if job.facts.static_safe is not None else is_safe(job) for job in jobs]
     else:
         safe = [False] * len(jobs)
     size = getattr(strategy, "size", 1)
@@ -206,11 +206,11 @@ def _batches(jobs: list[Job], turn: Turn, cap: int) -> list[tuple[int, int, int]
     return batches
 
 
-def _is_safe(job: Job) -> bool:
+def is_safe(job: Job) -> bool:
     return judge(job, job.facts.static_safe, job.tool.is_concurrency_safe, False, "running the call alone")
 
 
-def _aborts(jobs: Sequence[Job], turn: Turn) -> bool:
+def aborts(jobs: Sequence[Job], turn: Turn) -> bool:
     return turn.settings.abort_siblings_on_error or any(job.tool.abort_siblings_on_error for job in jobs)
 
 
@@ -222,14 +222,14 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
             await answer_unstarted(jobs[start:], turn, "skipped", turn.halt)
             return []
         if number and steering is not None:
-            messages = await _steer(steering)
+            messages = await steer(steering)
             if messages:
                 await answer_unstarted(jobs[start:], turn, "skipped", SKIPPED)
                 return list(messages)
         batch = jobs[start:end]
         concurrent = concurrency > 1 and len(batch) > 1
         turn.batch = batch
-        turn.scoped = concurrent and _aborts(batch, turn)
+        turn.scoped = concurrent and aborts(batch, turn)
         if turn.emit is not None:
             turn.emit(BatchStarted(number, tuple(job.call.id for job in batch), concurrent))
         blocked = await _before_batch(batch, number, concurrent, turn) if settings.pre_batch else None
@@ -251,9 +251,9 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
             if turn.emit.pending:
                 await turn.emit.flush()
         if turn.tripped is not None:
-            raise _trip(turn)
+            raise trip(turn)
         if turn.failures is not None:
-            await _raise_failure(jobs[end:], turn, turn.failures)
+            await raise_failure(jobs[end:], turn, turn.failures)
     return []
 
 
@@ -262,14 +262,14 @@ def _in_batch(number: int, turn: Turn) -> Callable[[Job], Coroutine[Any, Any, No
     return lambda job: execute(job, number, True, turn)
 
 
-async def _steer(steering: Steering) -> Sequence[Any] | None:
+async def steer(steering: Steering) -> Sequence[Any] | None:
     messages = steering()
     if inspect.isawaitable(messages):
         messages = await messages
     return messages
 
 
-def _access(job: Job) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+def declared_access(job: Job) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """The call's declared ``(reads, writes)``, or None when unknown (it then conflicts with every call)."""
     try:
         access = job.tool.resources(job.args)
@@ -316,7 +316,7 @@ class _Graph:
 
     def __init__(self, jobs: list[Job], turn: Turn, steering: Steering | None) -> None:
         count = len(jobs)
-        self.accesses = accesses = [_access(job) for job in jobs]
+        self.accesses = accesses = [declared_access(job) for job in jobs]
         wait_offsets, _, self._dependent_offsets, self._dependents = _core.plan_conflicts(accesses)
         self._remaining = [wait_offsets[i + 1] - wait_offsets[i] for i in range(count)]
         self._heap = [i for i in range(count) if self._remaining[i] == 0]  # ascending, so already a heap
@@ -357,7 +357,7 @@ class _Graph:
             self.stopped = True
         elif self._steering is not None and self.taken < self.count and not self.stopped:
             try:
-                messages = await _steer(self._steering)
+                messages = await steer(self._steering)
             except Exception as exc:
                 # Raised from the run as it is, not inside the pool's exception group.
                 self.failure = exc
@@ -384,7 +384,7 @@ async def _run_graph(jobs: list[Job], turn: Turn, cap: int, steering: Steering |
     workers_cap = min(cap, count)
     concurrent = workers_cap > 1
     turn.batch = jobs
-    turn.scoped = concurrent and _aborts(jobs, turn)
+    turn.scoped = concurrent and aborts(jobs, turn)
     if emit is not None:
         emit(BatchStarted(0, tuple(job.call.id for job in jobs), concurrent))
     blocked = await _before_batch(jobs, 0, concurrent, turn) if settings.pre_batch else None
@@ -416,13 +416,13 @@ async def _run_graph(jobs: list[Job], turn: Turn, cap: int, steering: Steering |
         emit(BatchFinished(0, tuple(job.call.id for job in jobs)))
         await emit.flush()
     if turn.tripped is not None:
-        raise _trip(turn)
+        raise trip(turn)
     if turn.failures is not None:
-        await _raise_failure(unstarted, turn, turn.failures)
+        await raise_failure(unstarted, turn, turn.failures)
     return messages
 
 
-async def _raise_failure(
+async def raise_failure(
     rest: list[Job], turn: Turn, failures: list[tuple[int, ToolResult, BaseException | None]]
 ) -> None:
     """Ends a run whose batch had a raising failure: the first in model order is raised.
@@ -440,7 +440,7 @@ async def _raise_failure(
     raise error(first, [failure[1] for failure in failures[1:]], turn.ordered_partial()) from cause
 
 
-def _trip(turn: Turn) -> GuardrailTripped:
+def trip(turn: Turn) -> GuardrailTripped:
     tripped = turn.tripped
     assert tripped is not None
     tripped.results = tuple(turn.ordered_partial())

@@ -47,9 +47,7 @@ class Flow(Generic[E]):
         results: Sequence[ToolResult] = outcome.results
         return self.execution(calls, outcome, self.reply(calls, results, registry=registry))
 
-    async def execute(
-        self, executor: Executor, calls: list[ToolCall], *, steering: Steering | None, context: Any
-    ) -> E:
+    async def execute(self, executor: Executor, calls: list[ToolCall], *, steering: Steering | None, context: Any) -> E:
         """Runs a response's calls and builds the reply."""
         outcome = await executor.run(calls, steering=steering, context=context)
         return self.finish(executor.registry, calls, outcome)

@@ -1,0 +1,764 @@
+"""A turn whose calls arrive over time: each call starts the moment it may, results come back in model order.
+
+``Executor.turn()`` gives a ``StreamingTurn``: ``submit`` calls as the model
+streams them, ``close`` at the end of the response, ``results()`` yields each
+result in model order as soon as it and every earlier one are ready, and
+``outcome()`` is what ``run`` would have returned for the same calls.
+
+Every call goes through the same rooms as in ``run``: the engine plans it
+(lookup, dedup by ID, validation) as it arrives, admission runs in model
+order (one call after another, as in ``run``), and the strategy's schedule
+is built online, equal to the schedule of the whole turn, only with earlier
+starts:
+
+- Sequential: each call waits for the one before it;
+- Parallel: every call starts at once, up to the cap;
+- Batched: a chunk starts when it is full (or the stream ends) and the chunk
+  before it is done;
+- Partitioned: a concurrency-safe call joins the safe batch in progress and
+  starts at once; an unsafe call waits for every earlier call and holds every
+  later one;
+- ResourceAware: the engine's conflict planner takes the calls one at a time
+  and says which earlier calls each must wait for.
+
+One task decides what starts (``_drive``); arrivals and finished calls only
+change its state and wake it. Batch numbers are the ones ``run`` gives.
+``was_concurrent`` depends on how many calls a batch ends with: a result is
+handed out (``results``, ``outcome``) once that is known, and ``ToolFinished``
+events carry what was known when the call finished.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import AsyncIterator, Sequence
+from contextvars import copy_context
+from dataclasses import replace
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from toolsched import _core
+from toolsched.errors import OptionError, StreamFailed, ToolschedError, TurnStateError
+from toolsched.events import BatchFinished, BatchStarted
+from toolsched.executor.admit import admit, check_semantics
+from toolsched.executor.call import EXECUTION_FAILURES, SKIPPED, abort_reason, answer_unstarted, execute
+from toolsched.executor.schedule import declared_access, is_safe, raise_failure, steer, trip
+from toolsched.executor.settings import Steering
+from toolsched.executor.turn import DONE, PENDING, Held, Job, Plan, Turn, plan_calls
+from toolsched.fastpath import run_until_suspended
+from toolsched.outcome import Outcome, new_outcome
+from toolsched.resources import RunResources, current_resources
+from toolsched.results import Duplicate, ToolCall, ToolResult
+from toolsched.strategies import resolve_cap
+
+if TYPE_CHECKING:
+    from toolsched.executor import Executor
+
+__all__ = ["StreamingTurn"]
+
+
+async def _shielded(work: Any) -> None:
+    with anyio.CancelScope(shield=True):
+        await work()
+
+
+class _Batch:
+    """A batch of the online schedule: its calls so far, and whether more may join."""
+
+    __slots__ = ("concurrency", "done", "ended", "jobs", "next", "number", "safe", "sealed")
+
+    def __init__(self, number: int, concurrency: int, safe: bool) -> None:
+        self.number = number
+        self.concurrency = concurrency
+        self.safe = safe
+        self.jobs: list[Job] = []
+        # Index of the next call of the batch to start, and how many finished.
+        self.next = 0
+        self.done = 0
+        self.sealed = False
+        self.ended = False
+
+    def complete(self) -> bool:
+        return self.sealed and self.done == len(self.jobs)
+
+    def concurrent(self) -> bool | None:
+        """Whether the batch's calls may overlap, as ``run`` says it; None while it could still change."""
+        if self.concurrency <= 1:
+            return False
+        if len(self.jobs) > 1:
+            return True
+        return False if self.sealed else None
+
+
+class _Graph:
+    """ResourceAware's online schedule: calls wait only for the earlier calls they conflict with."""
+
+    __slots__ = (
+        "batch",
+        "dependents",
+        "done",
+        "finished_since_steering",
+        "heap",
+        "index",
+        "known",
+        "planner",
+        "remaining",
+        "unstarted",
+    )
+
+    def __init__(self, batch: _Batch) -> None:
+        self.batch = batch
+        self.planner = _core.ConflictPlanner()
+        self.remaining: list[int] = []
+        self.dependents: list[list[int]] = []
+        self.done: list[bool] = []
+        # Whether each call declared its resources (a call of unknown resources runs alone).
+        self.known: list[bool] = []
+        self.heap: list[int] = []
+        self.unstarted = 0
+        self.finished_since_steering = 0
+        # The graph index of each call, by its slot in the turn.
+        self.index: dict[int, int] = {}
+
+    def add(self, job: Job) -> None:
+        index = len(self.remaining)
+        self.index[job.slot] = index
+        access = declared_access(job)
+        waits = self.planner.insert(access)
+        remaining = 0
+        for earlier in waits:
+            if not self.done[earlier]:
+                remaining += 1
+                self.dependents[earlier].append(index)
+        self.remaining.append(remaining)
+        self.dependents.append([])
+        self.done.append(False)
+        self.known.append(access is not None)
+        self.unstarted += 1
+        if remaining == 0:
+            heapq.heappush(self.heap, index)
+
+    def finished(self, index: int) -> None:
+        self.done[index] = True
+        self.finished_since_steering += 1
+        for later in self.dependents[index]:
+            self.remaining[later] -= 1
+            if self.remaining[later] == 0:
+                heapq.heappush(self.heap, later)
+
+
+class StreamingTurn:
+    """A turn that takes its calls over time (``Executor.turn``); use it as an async context manager.
+
+    ``submit(call)`` hands over a call the moment it is complete; ``close()``
+    says no more will come. ``results()`` yields every result in model order,
+    each as soon as it and all earlier ones are ready; ``outcome()`` returns
+    what ``Executor.run`` returns for the same calls. Leaving the block closes
+    the turn and waits for its calls.
+
+    If the block raises (the model's stream broke, the caller gave up), calls
+    not started are answered ``skipped``, running calls of tools with
+    ``interrupt_behavior="cancel"`` are cancelled, ``"block"`` calls finish,
+    and ``StreamFailed`` is raised carrying the outcome of the calls submitted
+    so far (journaled in a durable run, so ``recover`` never runs them again).
+    A cancellation of the caller is wound down the same way and then goes on.
+    """
+
+    def __init__(
+        self,
+        executor: Executor,
+        *,
+        steering: Steering | None,
+        context: Any,
+        run_id: str | None,
+    ) -> None:
+        settings = executor._settings
+        if settings.pre_batch or settings.post_batch:
+            raise OptionError(
+                "pre_batch/post_batch hooks see a whole batch, which a streamed turn does not have until it"
+                " ends; run the turn with run() (a list, or an async iterable it reads to the end first)"
+            )
+        if settings.journal is not None:
+            raise OptionError("a streamed turn is not journaled yet; run a durable turn with run() and a list")
+        self._executor = executor
+        self._steering = steering
+        self._context = context
+        self._run_id = run_id
+        view = executor._current_view()
+        self._turn = turn = Turn(settings, view, 0, context, settings.emitter(None, None), executor._runs, None)
+        if run_id is not None:
+            turn.run_id = run_id
+        strategy = settings.strategy
+        self._kind = strategy.kind
+        self._cap = resolve_cap(strategy)
+        self._size = max(1, int(getattr(strategy, "size", 1)))
+        # Whether a failure may cancel its siblings: then every call that may overlap runs in a cancel scope.
+        self._may_abort = self._cap > 1 and (
+            settings.abort_siblings_on_error or any(tool.abort_siblings_on_error for tool in view.tools)
+        )
+        # The calls by slot (first occurrences, model order), and the repeats dropped.
+        self._calls: list[ToolCall] = []
+        self._ids: dict[str, int] = {}
+        self._positions = 0
+        self._duplicates: list[Duplicate] = []
+        self._batch_of: dict[int, _Batch] = {}
+        self._held: list[Held] = []
+        self._jobs: list[Job] = []
+        turn.jobs = self._jobs
+        # Admission in model order: (slot, plan) for calls the engine refused, (slot, job) for the rest.
+        self._admission_in, self._admission_out = anyio.create_memory_object_stream[tuple[int, Plan | Job]](
+            max_buffer_size=math.inf
+        )
+        self._admitting = True
+        self._batches: list[_Batch] = []
+        self._current = -1
+        self._graph: _Graph | None = None
+        self._in_flight = 0
+        self._launched: set[int] = set()
+        self._closed = False
+        self._over = False
+        self._entered = False
+        self._steered: list[Any] | None = None
+        self._stop: str | None = None
+        self._error: BaseException | None = None
+        self._delivered = False
+        self._outcome: Outcome | None = None
+        self._wake = anyio.Event()
+        self._finished = anyio.Event()
+        self._ready = anyio.Event()
+        self._group: Any = None
+        # A KeyboardInterrupt, SystemExit or GeneratorExit from a tool: raised as itself once the turn is down.
+        self._fatal: BaseException | None = None
+        self._resources: RunResources | None = None
+        self._token: Any = None
+        self._base = copy_context()
+
+    # -- the block ------------------------------------------------------------------
+
+    async def __aenter__(self) -> StreamingTurn:
+        if self._entered:
+            raise TurnStateError("a streamed turn is entered once")
+        self._entered = True
+        self._group = anyio.create_task_group()
+        await self._group.__aenter__()
+        turn = self._turn
+        if turn.view.resourceful:
+            self._resources = RunResources(self._group, self._context)
+            self._token = current_resources.set(self._resources)
+        # Calls run in copies of the caller's context as it is now (the run's resources included).
+        self._base = copy_context()
+        turn.live.add(turn)
+        # Its tasks are shielded: only the turn stops its calls (a caller's cancellation winds it down).
+        self._group.start_soon(_shielded, self._admit_in_order)
+        self._group.start_soon(_shielded, self._drive)
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        caught: BaseException | None = None
+        if error is None:
+            self.close()
+            try:
+                await self._finished.wait()
+            except BaseException as exc:
+                # Cancelled (or interrupted) while its calls ran: wound down as a broken stream.
+                caught = error = exc
+        if error is not None:
+            with anyio.CancelScope(shield=True):
+                self._wind_down(error)
+                await self._finished.wait()
+        cancelled = anyio.get_cancelled_exc_class()
+        passed = error if isinstance(error, cancelled) else None
+        try:
+            await self._group.__aexit__(
+                None if passed is None else type(passed), passed, None if passed is None else passed.__traceback__
+            )
+        finally:
+            self._release()
+        if caught is not None:
+            raise caught
+        if self._fatal is not None:
+            raise self._fatal
+        if self._executor.registry.refreshes:
+            await self._executor._refresh(None, None)
+        if error is not None:
+            if isinstance(error, Exception) and not isinstance(error, ToolschedError):
+                raise StreamFailed(self._partial(), error) from error
+            return
+        if self._error is not None and not self._delivered:
+            self._delivered = True
+            raise self._error
+
+    def _release(self) -> None:
+        turn = self._turn
+        turn.live.discard(turn)
+        if self._resources is not None:
+            current_resources.reset(self._token)
+            self._resources.close()
+
+    def _wind_down(self, error: BaseException | None) -> None:
+        """The stream broke: nothing new starts; ``"cancel"`` calls are cancelled, ``"block"`` calls finish."""
+        reason = "the stream of calls broke"
+        if error is not None:
+            detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+            reason = f"the stream of calls broke ({detail})"
+        turn = self._turn
+        if turn.halt is None:
+            turn.halt = f"not run: {reason}"
+        for job in self._jobs:
+            if job.state != DONE and job.state != PENDING and job.tool.interrupt_behavior == "cancel":
+                job.cancel(f"`{job.tool.name}` was cancelled: {reason}")
+        self.close()
+
+    # -- input ----------------------------------------------------------------------
+
+    def submit(self, call: ToolCall) -> None:
+        """Hands over the next call of the turn (model order); it starts as soon as the schedule lets it."""
+        if not isinstance(call, ToolCall):
+            raise TypeError(f"submit() takes a ToolCall, got {type(call).__name__}")
+        if not self._entered:
+            raise TurnStateError("submit() needs the turn's block: async with executor.turn() as turn")
+        if self._closed:
+            raise TurnStateError(f"the turn is closed; call {call.id!r} was not taken")
+        position = self._positions
+        self._positions += 1
+        first = self._ids.get(call.id)
+        if first is not None:
+            self._duplicates.append(self._duplicate(call, position, first))
+            return
+        slot = len(self._calls)
+        self._ids[call.id] = position
+        self._calls.append(call)
+        turn = self._turn
+        plan = plan_calls(turn.settings, turn.view, [call], jobs=True)
+        if plan.refused:
+            self._admission_in.send_nowait((slot, plan))
+            return
+        job = plan.jobs[0]
+        job.slot = slot
+        self._jobs.append(job)
+        self._admission_in.send_nowait((slot, job))
+
+    def _duplicate(self, call: ToolCall, position: int, first: int) -> Duplicate:
+        """A repeated call ID: dropped, with whether its arguments differ from the first call's (as the engine says)."""
+        turn = self._turn
+        original = self._calls[self._slot_of_position(first)]
+        rows = turn.view.table.prepare([original, call], turn.view.toolset.disabled_mask(), **turn.settings.limits)[4]
+        differ = bool(rows[0][2]) if rows else True
+        return Duplicate(call.id, position, first, differ)
+
+    def _slot_of_position(self, position: int) -> int:
+        for slot, call in enumerate(self._calls):
+            if self._ids.get(call.id) == position:
+                return slot
+        raise AssertionError("a first occurrence without a slot")
+
+    def close(self) -> None:
+        """No more calls will come (the model's response ended); closing twice is harmless."""
+        if self._closed:
+            return
+        self._closed = True
+        self._admission_in.close()
+
+    # -- output ---------------------------------------------------------------------
+
+    async def results(self) -> AsyncIterator[ToolResult]:
+        """Each result in model order, as soon as it and every earlier result are ready.
+
+        Ends when the turn is over (after ``close``); raises what ``outcome``
+        would raise once the results before the failure are out.
+        """
+        turn = self._turn
+        by_slot: dict[int, ToolResult] = {}
+        seen = 0
+        given = 0
+        while True:
+            completed = turn.completed
+            while seen < len(completed):
+                by_slot[turn.slots[seen]] = completed[seen]
+                seen += 1
+            while given in by_slot:
+                final = self._final(given, by_slot[given])
+                if final is None:
+                    break
+                yield final
+                given += 1
+            if self._over and (given >= len(self._calls) or given not in by_slot):
+                # Every result is out, or the next waits for a person (or the turn failed).
+                break
+            self._ready = anyio.Event()
+            await self._ready.wait()
+        if self._error is not None:
+            self._delivered = True
+            raise self._error
+
+    async def outcome(self) -> Outcome:
+        """Waits for the turn to end (after ``close``) and returns what ``run`` returns for the same calls."""
+        await self._finished.wait()
+        if self._error is not None:
+            self._delivered = True
+            raise self._error
+        assert self._outcome is not None
+        return self._outcome
+
+    def _final(self, slot: int, result: ToolResult) -> ToolResult | None:
+        """A result as it stands once its batch's size is known; None while it is not."""
+        batch = self._batch_of.get(slot)
+        if batch is None or result.batch is None:
+            return result
+        concurrent = batch.concurrent()
+        if concurrent is None:
+            return None
+        if self._graph is not None and concurrent:
+            concurrent = self._graph.known[self._graph.index[slot]]
+        if result.was_concurrent != concurrent:
+            return replace(result, was_concurrent=concurrent)
+        return result
+
+    def _notify(self) -> None:
+        self._ready.set()
+        self._wake.set()
+
+    # -- admission, in model order ----------------------------------------------------
+
+    async def _admit_in_order(self) -> None:
+        turn = self._turn
+        view = turn.view
+        try:
+            async with self._admission_out:
+                async for slot, item in self._admission_out:
+                    if isinstance(item, Plan):
+                        await turn.answer_refused(item, 0, slot)
+                        self._notify()
+                        continue
+                    job = item
+                    if self._stop is not None or turn.halt is not None or self._steered is not None:
+                        await self._skip([job], None)
+                        continue
+                    jobs = [job]
+                    if view.checks_input:
+                        jobs = await check_semantics(jobs, turn)
+                    if view.admits and jobs:
+                        jobs = await admit(jobs, turn, self._held, None)
+                    if jobs:
+                        self._place(job)
+                    self._notify()
+        except Exception as exc:
+            # UnknownToolError (unknown_tool="raise"), a journal failure: the turn ends with it.
+            self._fail(exc)
+        finally:
+            self._admitting = False
+            self._seal_last()
+            self._notify()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._error is None:
+            self._error = exc
+        if self._stop is None:
+            self._stop = f"not run: the turn failed ({type(exc).__name__})"
+
+    # -- the online schedule ------------------------------------------------------------
+
+    def _place(self, job: Job) -> None:
+        """Puts an admitted call into the schedule: its batch, and what it waits for."""
+        kind = self._kind
+        batches = self._batches
+        last = batches[-1] if batches else None
+        if kind == "resource_aware":
+            if self._graph is None:
+                batch = _Batch(0, self._cap, True)
+                batches.append(batch)
+                self._graph = _Graph(batch)
+            batch = self._graph.batch
+            batch.jobs.append(job)
+            self._graph.add(job)
+        elif kind == "parallel":
+            if last is None:
+                last = _Batch(0, self._cap, True)
+                batches.append(last)
+            batch = last
+            batch.jobs.append(job)
+        elif kind == "batched":
+            if last is None or last.sealed:
+                last = _Batch(len(batches), min(self._size, self._cap), True)
+                batches.append(last)
+            batch = last
+            batch.jobs.append(job)
+            if len(batch.jobs) >= self._size:
+                batch.sealed = True
+        elif kind == "partitioned":
+            safe = job.facts.static_safe if job.facts.static_safe is not None else is_safe(job)
+            if safe and last is not None and last.safe and not last.sealed:
+                batch = last
+            else:
+                if last is not None:
+                    last.sealed = True
+                batch = _Batch(len(batches), self._cap if safe else 1, safe)
+                batches.append(batch)
+            batch.jobs.append(job)
+            if not safe:
+                batch.sealed = True
+        else:
+            if last is not None:
+                last.sealed = True
+            batch = _Batch(len(batches), 1, False)
+            batch.jobs.append(job)
+            batch.sealed = True
+            batches.append(batch)
+        self._batch_of[job.slot] = batch
+
+    def _seal_last(self) -> None:
+        if self._batches:
+            self._batches[-1].sealed = True
+
+    async def _drive(self) -> None:
+        """The one task that starts calls: wakes on every arrival and every finished call."""
+        turn = self._turn
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                await self._start_what_may()
+                if turn.emit is not None and turn.emit.pending:
+                    await turn.emit.flush()
+                if not self._admitting and self._in_flight == 0 and self._all_started():
+                    break
+            await self._end()
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                self._fatal = self._fatal or exc
+            self._fail(exc)
+            await self._end()
+
+    def _all_started(self) -> bool:
+        if self._graph is not None:
+            return (not self._graph.heap and self._graph.unstarted == 0) or self._stopped()
+        return self._current >= len(self._batches) - 1 and (
+            not self._batches or self._batches[-1].next >= len(self._batches[-1].jobs)
+        )
+
+    def _stopped(self) -> bool:
+        return self._stop is not None or self._steered is not None
+
+    async def _start_what_may(self) -> None:
+        if self._graph is not None:
+            await self._start_in_graph(self._graph)
+            return
+        turn = self._turn
+        while True:
+            batch = self._batches[self._current] if self._current >= 0 else None
+            if batch is not None and not batch.complete():
+                # A failing batch settles, as in run(): its calls still start; later batches do not.
+                limit = batch.concurrency
+                while self._in_flight < limit and batch.next < len(batch.jobs) and self._may_start(batch):
+                    job = batch.jobs[batch.next]
+                    batch.next += 1
+                    self._launch(job, batch)
+                return
+            if batch is not None:
+                await self._batch_over(batch)
+                if self._stopped():
+                    await self._skip_later()
+                    return
+            following = self._current + 1
+            if following >= len(self._batches):
+                return
+            upcoming = self._batches[following]
+            if upcoming.number and self._steering is not None and turn.halt is None:
+                messages = await steer(self._steering)
+                if messages:
+                    self._steered = list(messages)
+                    await self._skip_later()
+                    return
+            self._current = following
+            turn.batch = upcoming.jobs
+            turn.scoped = self._may_abort and upcoming.concurrency > 1
+            if turn.emit is not None:
+                turn.emit(
+                    BatchStarted(upcoming.number, tuple(j.call.id for j in upcoming.jobs), upcoming.concurrency > 1)
+                )
+
+    def _may_start(self, batch: _Batch) -> bool:
+        # A Batched chunk starts whole: once it is full or the stream ended.
+        return batch.sealed or self._kind != "batched"
+
+    async def _start_in_graph(self, graph: _Graph) -> None:
+        turn = self._turn
+        batch = graph.batch
+        if self._current < 0:
+            self._current = 0
+            turn.batch = batch.jobs
+            turn.scoped = self._may_abort
+            if turn.emit is not None:
+                turn.emit(BatchStarted(0, tuple(j.call.id for j in batch.jobs), self._cap > 1))
+        if self._stopped():
+            await self._skip_graph(graph)
+            return
+        if self._steering is not None and graph.finished_since_steering and graph.unstarted and turn.halt is None:
+            # As in run(): asked after calls finish while calls remain unstarted.
+            graph.finished_since_steering = 0
+            messages = await steer(self._steering)
+            if messages:
+                self._steered = list(messages)
+                await self._skip_graph(graph)
+                return
+        while graph.heap and self._in_flight < self._cap:
+            index = heapq.heappop(graph.heap)
+            graph.unstarted -= 1
+            self._launch(batch.jobs[index], batch)
+
+    def _launch(self, job: Job, batch: _Batch) -> None:
+        self._launched.add(job.slot)
+        self._in_flight += 1
+        concurrent = batch.concurrent()
+        self._group.start_soon(self._run, job, batch, bool(concurrent))
+
+    async def _run(self, job: Job, batch: _Batch, concurrent: bool) -> None:
+        turn = self._turn
+        try:
+            with anyio.CancelScope(shield=True):
+                if self._graph is not None and concurrent:
+                    concurrent = self._graph.known[self._graph.index[job.slot]]
+                suspended = run_until_suspended(execute(job, batch.number, concurrent, turn), self._base)
+                if suspended is not None:
+                    await suspended
+        except Exception as exc:
+            # A journal failure: the turn ends with it.
+            self._fail(exc)
+        except BaseException as exc:
+            self._fatal = self._fatal or exc
+            self._fail(exc)
+        finally:
+            self._in_flight -= 1
+            batch.done += 1
+            if self._graph is not None:
+                self._graph.finished(self._graph.index[job.slot])
+            self._after(job, batch)
+            self._notify()
+
+    def _after(self, job: Job, batch: _Batch) -> None:
+        """A call finished: a raising failure or a tripped guardrail stops new starts; an aborting failure
+        in a batch that may still grow cancels the calls that join it."""
+        turn = self._turn
+        if turn.tripped is not None or turn.failures is not None:
+            if self._stop is None:
+                self._stop = "stopped"
+        result = next((r for s, r in zip(turn.slots, turn.completed, strict=True) if s == job.slot), None)
+        if (
+            result is not None
+            and result.error_kind in EXECUTION_FAILURES
+            and turn.abort is None
+            and not batch.sealed
+            and (turn.settings.abort_siblings_on_error or job.tool.abort_siblings_on_error)
+        ):
+            turn.abort = abort_reason(job)
+
+    async def _batch_over(self, batch: _Batch) -> None:
+        turn = self._turn
+        turn.abort = None
+        turn.scoped = False
+        batch.ended = True
+        if turn.emit is not None:
+            turn.emit(BatchFinished(batch.number, tuple(job.call.id for job in batch.jobs)))
+
+    async def _skip(self, jobs: Sequence[Job], batch: int | None) -> None:
+        turn = self._turn
+        if self._steered is not None and turn.halt is None:
+            await answer_unstarted(list(jobs), turn, "skipped", SKIPPED, batch)
+        elif turn.halt is not None:
+            await answer_unstarted(list(jobs), turn, "skipped", turn.halt, batch)
+        else:
+            await answer_unstarted(list(jobs), turn, "skipped", self._failure_reason())
+        self._notify()
+
+    def _failure_reason(self) -> str:
+        turn = self._turn
+        if turn.failures:
+            _, first, _ = min(turn.failures, key=lambda failure: failure[0])
+            return f"not run: call {first.call_id} (`{first.tool_name}`) failed"
+        return self._stop or "not run"
+
+    async def _skip_unstarted(self, batch: _Batch) -> None:
+        if batch.next < len(batch.jobs):
+            rest = batch.jobs[batch.next :]
+            batch.next = len(batch.jobs)
+            batch.done += len(rest)
+            await self._skip(rest, None)
+
+    async def _skip_later(self) -> None:
+        for batch in self._batches[self._current + 1 :]:
+            await self._skip_unstarted(batch)
+        self._current = len(self._batches) - 1
+
+    async def _skip_graph(self, graph: _Graph) -> None:
+        batch = graph.batch
+        answered = set(self._turn.slots)
+        rest = [job for job in batch.jobs if job.slot not in self._launched and job.slot not in answered]
+        for job in rest:
+            index = graph.index[job.slot]
+            if index in graph.heap:
+                graph.heap.remove(index)
+            graph.unstarted -= 1
+        heapq.heapify(graph.heap)
+        if rest:
+            await self._skip(rest, None)
+
+    async def _end(self) -> None:
+        """The turn is over: the outcome (or the failure), once every call is answered."""
+        turn = self._turn
+        try:
+            if self._graph is not None:
+                await self._skip_graph(self._graph)
+            else:
+                for batch in self._batches:
+                    await self._skip_unstarted(batch)
+            if self._graph is not None and self._current >= 0 and turn.emit is not None:
+                turn.emit(BatchFinished(0, tuple(job.call.id for job in self._graph.batch.jobs)))
+            elif self._current >= 0 and not self._batches[self._current].ended:
+                await self._batch_over(self._batches[self._current])
+            if turn.emit is not None:
+                await turn.emit.flush()
+            self._settle_concurrency()
+            turn.count = len(self._calls)
+            if self._error is None:
+                if turn.tripped is not None:
+                    self._error = trip(turn)
+                elif turn.failures is not None:
+                    try:
+                        await raise_failure([], turn, turn.failures)
+                    except ToolschedError as exc:
+                        self._error = exc
+            if self._error is None:
+                messages = self._steered or []
+                if not self._held and not turn.parked:
+                    self._outcome = new_outcome(turn.ordered(), self._duplicates, messages, False, [], None, None)
+                else:
+                    self._outcome = turn.finish(self._calls, self._held, self._duplicates, messages, None)
+                if self._run_id is not None:
+                    self._outcome = replace(self._outcome, run_id=self._run_id)
+        finally:
+            self._over = True
+            self._finished.set()
+            self._notify()
+
+    def _settle_concurrency(self) -> None:
+        """Every batch is sealed now: results carry the ``was_concurrent`` that ``run`` gives them."""
+        turn = self._turn
+        for batch in self._batches:
+            batch.sealed = True
+        completed = turn.completed
+        for position, slot in enumerate(turn.slots):
+            final = self._final(slot, completed[position])
+            if final is not None:
+                completed[position] = final
+
+    def _partial(self) -> Outcome:
+        """The outcome of the calls submitted before the stream broke (every one answered)."""
+        if self._outcome is not None:
+            return self._outcome
+        turn = self._turn
+        return new_outcome(turn.ordered_partial(), self._duplicates, [], False, [], None, self._run_id)
