@@ -32,7 +32,7 @@ from toolsched.executor.durable import RunJournal
 from toolsched.executor.recovery import recovered_jobs
 from toolsched.executor.schedule import run_jobs
 from toolsched.executor.settings import ErrorFormatter, EventCallback, Settings, Steering, format_error
-from toolsched.executor.streaming import StreamingTurn
+from toolsched.executor.streaming import StreamingTurn, streaming_refusal
 from toolsched.executor.turn import DONE, RUNNING, Held, Job, Plan, Turn, plan_calls
 from toolsched.executor.view import View
 from toolsched.guardrails import Guardrail
@@ -238,6 +238,11 @@ class Executor:
             outcome = await self._start(calls, None, steering, context, None, None, None, run_id)
         return outcome if run_id is None else replace(outcome, run_id=run_id)
 
+    @property
+    def streams(self) -> bool:
+        """Whether turns can take calls over time (``turn``): not with batch hooks or a journal."""
+        return streaming_refusal(self._settings) is None
+
     def turn(
         self, *, steering: Steering | None = None, context: Any = None, run_id: str | None = None
     ) -> StreamingTurn:
@@ -252,8 +257,7 @@ class Executor:
     async def _run_streamed(
         self, calls: AsyncIterable[ToolCall], steering: Steering | None, context: Any, run_id: str | None
     ) -> Outcome:
-        settings = self._settings
-        if settings.pre_batch or settings.post_batch or settings.journal is not None:
+        if not self.streams:
             # Batch hooks see whole batches, and a journal records the turn when it begins: read the calls first.
             return await self.run([call async for call in calls], steering=steering, context=context, run_id=run_id)
         async with self.turn(steering=steering, context=context, run_id=run_id) as turn:

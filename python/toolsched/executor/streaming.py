@@ -46,7 +46,7 @@ from toolsched.events import BatchFinished, BatchStarted
 from toolsched.executor.admit import admit, check_semantics
 from toolsched.executor.call import EXECUTION_FAILURES, SKIPPED, abort_reason, answer_unstarted, execute
 from toolsched.executor.schedule import declared_access, is_safe, raise_failure, steer, trip
-from toolsched.executor.settings import Steering
+from toolsched.executor.settings import Settings, Steering
 from toolsched.executor.turn import DONE, PENDING, Held, Job, Plan, Turn, plan_calls
 from toolsched.fastpath import run_until_suspended
 from toolsched.outcome import Outcome, new_outcome
@@ -57,7 +57,19 @@ from toolsched.strategies import resolve_cap
 if TYPE_CHECKING:
     from toolsched.executor import Executor
 
-__all__ = ["StreamingTurn"]
+__all__ = ["StreamingTurn", "streaming_refusal"]
+
+
+def streaming_refusal(settings: Settings) -> str | None:
+    """Why an executor's turns cannot take calls over time, or None when they can."""
+    if settings.pre_batch or settings.post_batch:
+        return (
+            "pre_batch/post_batch hooks see a whole batch, which a streamed turn does not have until it"
+            " ends; run the turn with run() (a list, or an async iterable it reads to the end first)"
+        )
+    if settings.journal is not None:
+        return "a streamed turn is not journaled yet; run a durable turn with run() (it reads the stream first)"
+    return None
 
 
 async def _shielded(work: Any) -> None:
@@ -176,13 +188,9 @@ class StreamingTurn:
         run_id: str | None,
     ) -> None:
         settings = executor._settings
-        if settings.pre_batch or settings.post_batch:
-            raise OptionError(
-                "pre_batch/post_batch hooks see a whole batch, which a streamed turn does not have until it"
-                " ends; run the turn with run() (a list, or an async iterable it reads to the end first)"
-            )
-        if settings.journal is not None:
-            raise OptionError("a streamed turn is not journaled yet; run a durable turn with run() and a list")
+        refusal = streaming_refusal(settings)
+        if refusal is not None:
+            raise OptionError(refusal)
         self._executor = executor
         self._steering = steering
         self._context = context

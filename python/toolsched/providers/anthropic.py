@@ -16,7 +16,8 @@ logger.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import AsyncIterable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from toolsched.executor import Executor, Steering
 from toolsched.providers.flow import Flow
 from toolsched.providers.wire import (
     Execution,
+    as_record,
     assign_ids,
     block_type,
     call_arguments,
@@ -44,8 +46,10 @@ from toolsched.results import ToolCall, ToolResult
 
 __all__ = [
     "AnthropicExecution",
+    "MessageAssembler",
     "calls_from",
     "execute",
+    "execute_stream",
     "results_to_blocks",
     "results_to_message",
     "resume",
@@ -82,6 +86,8 @@ class AnthropicExecution(Execution):
     """
 
     message: dict[str, Any] | None
+    # What the model said, assembled from a streamed response (``execute_stream``), for the next request.
+    assistant: Any = None
 
 
 def _content(response: Any) -> Sequence[Any]:
@@ -177,3 +183,99 @@ async def resume(executor: Executor, execution: AnthropicExecution, state: Any) 
     reject on it, then pass that same object here.
     """
     return await _FLOW.resume(executor, execution, state)
+
+
+class MessageAssembler:
+    """Reads a streamed Messages response (the SDK's events, or their dicts from raw SSE).
+
+    A ``tool_use`` block is a complete call at its ``content_block_stop``;
+    ``assembled()`` is the assistant message (every block, text and thinking
+    included) to append to the conversation. Calls get the IDs ``calls_from``
+    gives the whole message.
+    """
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, list[str]] = {}
+        # The finished tool_use blocks as calls_from reads them (unparsable input kept as its text).
+        self._uses: list[dict[str, Any]] = []
+        self._taken = 0
+
+    def feed(self, event: Any) -> list[ToolCall]:
+        kind = read(event, "type")
+        if kind == "content_block_start":
+            index = read(event, "index")
+            block = as_record(read(event, "content_block"))
+            if not isinstance(block, dict):
+                raise ResponseFormatError(f"{PROVIDER}: content_block_start without a content block")
+            if block.get("type") in ("tool_use", "server_tool_use", "mcp_tool_use"):
+                self._json[index] = []
+            self._blocks[index] = block
+        elif kind == "content_block_delta":
+            self._delta(read(event, "index"), read(event, "delta"))
+        elif kind == "content_block_stop":
+            return self._stop(read(event, "index"))
+        return []
+
+    def _delta(self, index: Any, delta: Any) -> None:
+        block = self._blocks.get(index)
+        if block is None or delta is None:
+            return
+        kind = read(delta, "type")
+        if kind == "input_json_delta" and index in self._json:
+            self._json[index].append(read(delta, "partial_json") or "")
+        elif kind == "text_delta":
+            block["text"] = block.get("text", "") + (read(delta, "text") or "")
+        elif kind == "thinking_delta":
+            block["thinking"] = block.get("thinking", "") + (read(delta, "thinking") or "")
+        elif kind == "signature_delta":
+            block["signature"] = read(delta, "signature")
+        elif kind == "citations_delta":
+            block.setdefault("citations", []).append(as_record(read(delta, "citation")))
+
+    def _stop(self, index: Any) -> list[ToolCall]:
+        block = self._blocks.get(index)
+        if block is None:
+            return []
+        if index in self._json:
+            text = "".join(self._json.pop(index))
+            arguments: Any = text
+            try:
+                arguments = block["input"] = json.loads(text) if text.strip() else {}
+            except ValueError:
+                # Answered invalid_input; the message keeps an empty input the API accepts.
+                block["input"] = {}
+        else:
+            arguments = block.get("input")
+        if block.get("type") != "tool_use":
+            return []
+        self._uses.append({**block, "input": arguments})
+        calls = calls_from(self._uses)
+        fresh = calls[self._taken :]
+        self._taken = len(calls)
+        return fresh
+
+    def end(self) -> list[ToolCall]:
+        # A tool_use block the stream never finished is not a call: its input is cut off.
+        return []
+
+    def assembled(self) -> dict[str, Any]:
+        return {"role": "assistant", "content": [self._blocks[index] for index in sorted(self._blocks)]}
+
+
+async def execute_stream(
+    executor: Executor,
+    stream: AsyncIterable[Any] | Iterable[Any],
+    *,
+    steering: Steering | None = None,
+    context: Any = None,
+) -> AnthropicExecution:
+    """Runs a streamed response's tool calls, each starting the moment its ``tool_use`` block is complete.
+
+    ``stream`` is what ``client.messages.create(..., stream=True)`` returns (or
+    the ``MessageStream`` of ``client.messages.stream(...)``, or raw event
+    dicts). Returns what ``execute`` returns, with ``assistant`` set to the
+    assistant message: append it and then ``message``. If the stream breaks,
+    ``StreamFailed`` carries the results of the calls already complete.
+    """
+    return await _FLOW.execute_stream(executor, stream, MessageAssembler(), steering=steering, context=context)

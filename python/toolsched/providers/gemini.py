@@ -109,6 +109,8 @@ class GeminiExecution(Execution):
     """
 
     content: dict[str, Any] | None
+    # What the model said, assembled from a streamed response (``execute_stream``), for the next request.
+    assistant: Any = None
 
     @property
     def parts(self) -> list[dict[str, Any]]:

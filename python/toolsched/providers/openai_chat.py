@@ -68,6 +68,8 @@ class ChatExecution(Execution):
     """``calls``, ``outcome`` and ``messages``: one ``role: "tool"`` message per call (empty while interrupted)."""
 
     messages: list[dict[str, Any]]
+    # What the model said, assembled from a streamed response (``execute_stream``), for the next request.
+    assistant: Any = None
 
 
 def assistant_message(response: Any, *, choice: int = 0) -> Any:

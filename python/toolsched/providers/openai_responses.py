@@ -80,6 +80,8 @@ class ResponsesExecution(Execution):
     """``calls``, ``outcome`` and ``items``: one ``function_call_output`` per call (empty while interrupted)."""
 
     items: list[dict[str, Any]]
+    # What the model said, assembled from a streamed response (``execute_stream``), for the next request.
+    assistant: Any = None
 
 
 def _output(response: Any) -> Sequence[Any]:

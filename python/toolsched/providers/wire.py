@@ -168,6 +168,15 @@ def call_arguments(raw: Any) -> Mapping[str, Any] | str:
     return json.dumps(raw, default=str)
 
 
+def as_record(item: Any) -> Any:
+    """A plain, mutable copy of an SDK object (its JSON form, unset fields left out) or of a dict."""
+    if isinstance(item, Mapping):
+        return dict(item)
+    if hasattr(item, "model_dump"):
+        return item.model_dump(mode="json", exclude_none=True)
+    return item
+
+
 def call_name(raw: Any) -> str:
     """The tool name of a call; a missing or non-string name is answered as an unknown tool."""
     return raw if isinstance(raw, str) else ""
