@@ -53,8 +53,9 @@ def test_the_json_report_compares_every_strategy_with_sequential(capsys: pytest.
 
 
 def test_the_table_names_each_strategy_and_its_speed_up(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_cli(["bench", *TINY, "--strategies", "partitioned,resource-aware", "--max-concurrency", "3"],
-                           capsys)
+    code, out, _ = run_cli(
+        ["bench", *TINY, "--strategies", "partitioned,resource-aware", "--max-concurrency", "3"], capsys
+    )
     assert code == 0
     lines = out.splitlines()
     assert lines[0].startswith("workload: source synthetic; turns 2; calls per turn 8; mix reads=0.7,writes=0.2")
@@ -64,7 +65,9 @@ def test_the_table_names_each_strategy_and_its_speed_up(capsys: pytest.CaptureFi
     rows = [line for line in lines if line.split(" ")[0].endswith(")")]
     # Sequential runs too, as the baseline.
     assert [row.split()[0] for row in rows] == [
-        "Sequential()", "Partitioned(max_concurrency=3)", "ResourceAware(max_concurrency=3)",
+        "Sequential()",
+        "Partitioned(max_concurrency=3)",
+        "ResourceAware(max_concurrency=3)",
     ]
     assert rows[0].split()[-2:] == ["1.00x", "yes"]
     assert rows[2].split()[-1] == "yes"
@@ -73,7 +76,10 @@ def test_the_table_names_each_strategy_and_its_speed_up(capsys: pytest.CaptureFi
 def test_json_output_is_alone_on_standard_output_of_the_real_command() -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "toolsched", "bench", *TINY, "--json", "--strategies", "resource_aware"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr
     report = json.loads(completed.stdout)
@@ -128,7 +134,8 @@ def test_the_sample_recorded_workload_runs(capsys: pytest.CaptureFixture[str]) -
     report = json.loads(out)
     assert report["workload"] == {"source": str(SAMPLE), "turns": 1, "calls": 6}
     assert [(row["name"], row["same_results_as_sequential"]) for row in report["strategies"]] == [
-        ("sequential", True), ("resource_aware", True),
+        ("sequential", True),
+        ("resource_aware", True),
     ]
 
 
@@ -150,7 +157,8 @@ def test_parsing_mixes_latencies_and_strategies() -> None:
     assert bench.parse_latency("shell=100")["reads"] == bench.DEFAULT_LATENCY_MS["reads"]
     chosen = bench.parse_strategies("Resource-Aware,batched", max_concurrency=2, batch_size=3)
     assert [(name, repr(strategy)) for name, strategy in chosen] == [
-        ("resource_aware", "ResourceAware(max_concurrency=2)"), ("batched", "Batched(size=3, max_concurrency=2)"),
+        ("resource_aware", "ResourceAware(max_concurrency=2)"),
+        ("batched", "Batched(size=3, max_concurrency=2)"),
     ]
 
 
@@ -178,9 +186,7 @@ def test_parsing_mixes_latencies_and_strategies() -> None:
         (["--workload", "/no/such/workload.jsonl"], "cannot read workload '/no/such/workload.jsonl'"),
     ],
 )
-def test_bad_options_are_refused_by_name(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_bad_options_are_refused_by_name(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(["bench", *argv], capsys)
     assert code == 2
     assert out == ""

@@ -87,6 +87,8 @@ def test_failures() -> None:
         "before returning a result",
         "  a1 \"announced 'parsed'\"",
     ]
+
+
 def test_dynamic_tools() -> None:
     lines = run_example("dynamic_tools.py").splitlines()
     assert lines[0] == "turn 1 offers: ['lookup_order', 'resolve_ticket', 'tool_search']"

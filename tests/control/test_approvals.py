@@ -86,12 +86,17 @@ async def test_the_approver_sees_each_request_and_decides() -> None:
 
     outcome = await shop.executor(approver=approver).run(TURN)
     assert [(r.call_id, r.tool_name, r.args) for r in requests] == [
-        ("c2", "remove", {"item": "b"}), ("c4", "pay", {"amount": 30}), ("c5", "remove", {"item": "e"})
+        ("c2", "remove", {"item": "b"}),
+        ("c4", "pay", {"amount": 30}),
+        ("c5", "remove", {"item": "e"}),
     ]
     assert requests[0].reason == "`remove` needs approval before it runs"
     assert not outcome.interrupted and outcome.pending == [] and outcome.state is None
     assert summary(outcome) == [
-        ("c1", "saw a"), ("c2", "removed b"), ("c3", "saw c"), ("c4", "permission_denied"),
+        ("c1", "saw a"),
+        ("c2", "removed b"),
+        ("c3", "saw c"),
+        ("c4", "permission_denied"),
         ("c5", "permission_denied"),
     ]
     assert outcome.results[3].error == "the call to `pay` was not approved: over budget"
@@ -144,7 +149,9 @@ async def test_interrupt_then_resume_runs_only_what_was_unresolved() -> None:
     assert first.interrupted
     assert summary(first) == [("c1", "saw a"), ("c3", "saw c")]
     assert [(p.call_id, p.tool_name, p.args) for p in first.pending] == [
-        ("c2", "remove", {"item": "b"}), ("c4", "pay", {"amount": 30}), ("c5", "remove", {"item": "e"})
+        ("c2", "remove", {"item": "b"}),
+        ("c4", "pay", {"amount": 30}),
+        ("c5", "remove", {"item": "e"}),
     ]
     assert shop.invocations == Counter({"c1": 1, "c3": 1})
 
@@ -166,7 +173,11 @@ async def test_interrupt_then_resume_runs_only_what_was_unresolved() -> None:
     third = await executor.resume(state)
     assert not third.interrupted and third.state is None
     assert summary(third) == [
-        ("c1", "saw a"), ("c2", "removed b"), ("c3", "saw c"), ("c4", "permission_denied"), ("c5", "removed e")
+        ("c1", "saw a"),
+        ("c2", "removed b"),
+        ("c3", "saw c"),
+        ("c4", "permission_denied"),
+        ("c5", "removed e"),
     ]
     assert shop.invocations == Counter({"c1": 1, "c2": 1, "c3": 1, "c5": 1})
 
@@ -231,7 +242,11 @@ async def test_always_decides_every_call_of_the_tool() -> None:
     assert state.decisions == {"c1": "done", "c2": "approved", "c3": "done", "c4": "rejected", "c5": "approved"}
     outcome = await executor.resume(state)
     assert summary(outcome) == [
-        ("c1", "saw a"), ("c2", "removed b"), ("c3", "saw c"), ("c4", "permission_denied"), ("c5", "removed e")
+        ("c1", "saw a"),
+        ("c2", "removed b"),
+        ("c3", "saw c"),
+        ("c4", "permission_denied"),
+        ("c5", "removed e"),
     ]
 
 
@@ -318,7 +333,9 @@ async def test_calls_answered_in_the_first_run_are_carried_not_rerun() -> None:
     state.approve("c2")
     second = await executor.resume(state)
     assert [(r.call_id, r.error_kind) for r in second.results] == [
-        ("c1", "permission_denied"), ("c2", None), ("x", "unknown_tool")
+        ("c1", "permission_denied"),
+        ("c2", None),
+        ("x", "unknown_tool"),
     ]
     assert second.results[0] is first.results[0]
     assert [d.call_id for d in second.duplicates] == ["c2"]
@@ -468,7 +485,11 @@ def run_phase(script: Path, phase: str, state: Path, log: Path) -> dict[str, Any
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
         [sys.executable, str(script), phase, str(state), str(log)],
-        capture_output=True, text=True, env=env, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     parsed: dict[str, Any] = json.loads(done.stdout)

@@ -41,7 +41,10 @@ async def test_an_input_guardrail_rejects_a_call_with_a_message_for_the_model() 
     hooks = ts.Hooks().post_tool_use_failure("*", lambda event: failures.append(event.call_id))
     executor = ts.Executor(make_tools(runs), input_guardrails=[no_internal_hosts], hooks=hooks)
     outcome = await executor.run(
-        [ts.ToolCall("1", "fetch", {"url": "https://internal.corp"}), ts.ToolCall("2", "fetch", {"url": "https://a.org"})]
+        [
+            ts.ToolCall("1", "fetch", {"url": "https://internal.corp"}),
+            ts.ToolCall("2", "fetch", {"url": "https://a.org"}),
+        ]
     )
     first, second = outcome.results
     assert (first.error_kind, first.error) == ("guardrail_rejected", "internal hosts are off limits; use a public URL")
@@ -59,8 +62,9 @@ async def test_input_guardrails_run_just_before_invocation_on_the_final_input() 
 
     hooks = ts.Hooks().pre_tool_use("send", lambda event: ts.Rewrite({**event.args, "to": event.args["to"].lower()}))
     executor = ts.Executor(make_tools(runs), input_guardrails=[record], hooks=hooks, strategy=ts.Sequential())
-    await executor.run([ts.ToolCall("1", "send", {"to": "ANN", "body": "hi"}),
-                        ts.ToolCall("2", "send", {"to": "BOB", "body": "hi"})])
+    await executor.run(
+        [ts.ToolCall("1", "send", {"to": "ANN", "body": "hi"}), ts.ToolCall("2", "send", {"to": "BOB", "body": "hi"})]
+    )
     # The second call's guardrail ran after the first call had run, not when the turn was admitted.
     assert seen == [("ann", []), ("bob", ["ann"])]
 
@@ -141,7 +145,9 @@ async def test_an_output_guardrail_rejects_output_before_it_is_accepted() -> Non
     )
     first, second = outcome.results
     assert (first.error_kind, first.output, first.error) == (
-        "guardrail_rejected", None, "the page held credentials and was withheld"
+        "guardrail_rejected",
+        None,
+        "the page held credentials and was withheld",
     )
     assert second.output == "<html>plain</html>"
     assert sorted(runs) == ["plain", "secret-page"]

@@ -87,8 +87,14 @@ async def test_hooks_run_one_after_another_whatever_their_speed() -> None:
     calls = [ts.ToolCall("a", "read", {"path": "1"}), ts.ToolCall("b", "read", {"path": "2"})]
     await ts.Executor(files.tools, hooks=hooks).run(calls)
     assert log == [
-        "start slow a", "end slow a", "start fast a", "end fast a",
-        "start slow b", "end slow b", "start fast b", "end fast b",
+        "start slow a",
+        "end slow a",
+        "start fast a",
+        "end fast a",
+        "start slow b",
+        "end slow b",
+        "start fast b",
+        "end fast b",
     ]
 
 
@@ -114,8 +120,12 @@ async def test_matchers_select_tools_by_name_or_alias(matcher: str, expected: li
         return ts.Decision.allow()
 
     executor = ts.Executor(files.tools, hooks=ts.Hooks().pre_tool_use(matcher, hook))
-    for name, args in [("edit", {"path": "a"}), ("read", {"path": "a"}), ("remove", {"target": "a"}),
-                       ("explode", {"message": "x"})]:
+    for name, args in [
+        ("edit", {"path": "a"}),
+        ("read", {"path": "a"}),
+        ("remove", {"target": "a"}),
+        ("explode", {"message": "x"}),
+    ]:
         await executor.run(one(name, args))
     assert seen == expected
 
@@ -351,11 +361,21 @@ async def test_each_call_that_ran_gets_exactly_one_post_hook() -> None:
     ]
     outcome = await ts.Executor(files.tools, hooks=hooks, permissions=perms).run(calls)
     assert sorted(seen) == sorted(
-        [("success", "r1", None), ("success", "r2", None), ("failure", "boom", "execution_error"),
-         ("success", "e1", None)]
+        [
+            ("success", "r1", None),
+            ("success", "r2", None),
+            ("failure", "boom", "execution_error"),
+            ("success", "e1", None),
+        ]
     )
     assert [r.error_kind for r in outcome.results] == [
-        None, None, "execution_error", "permission_denied", "unknown_tool", "invalid_input", None
+        None,
+        None,
+        "execution_error",
+        "permission_denied",
+        "unknown_tool",
+        "invalid_input",
+        None,
     ]
 
 
@@ -412,8 +432,15 @@ async def test_batch_hooks_see_each_batch_its_calls_and_results() -> None:
         events.append(("pre", event.batch, tuple(c.id for c in event.calls), event.concurrent, ()))
 
     async def after(event: ts.BatchEvent) -> None:
-        events.append(("post", event.batch, tuple(c.id for c in event.calls), event.concurrent,
-                       tuple(r.output for r in event.results)))
+        events.append(
+            (
+                "post",
+                event.batch,
+                tuple(c.id for c in event.calls),
+                event.concurrent,
+                tuple(r.output for r in event.results),
+            )
+        )
 
     hooks = ts.Hooks().pre_batch("*", before).post_batch("*", after)
     calls = [
@@ -442,8 +469,11 @@ async def test_a_pre_batch_hook_that_denies_or_fails_blocks_its_batch(answer: st
         return "sure"
 
     hooks = ts.Hooks().pre_batch("edit", gate)
-    calls = [ts.ToolCall("1", "read", {"path": "a"}), ts.ToolCall("2", "edit", {"path": "b"}),
-             ts.ToolCall("3", "read", {"path": "c"})]
+    calls = [
+        ts.ToolCall("1", "read", {"path": "a"}),
+        ts.ToolCall("2", "edit", {"path": "b"}),
+        ts.ToolCall("3", "read", {"path": "c"}),
+    ]
     outcome = await ts.Executor(files.tools, hooks=hooks).run(calls)
     assert [r.error_kind for r in outcome.results] == [None, "hook_blocked", None]
     assert files.runs == [("read", "a"), ("read", "c")]

@@ -52,9 +52,7 @@ SPELLINGS = [
 
 @pytest.mark.parametrize("spelling", SPELLINGS)
 async def test_no_spelling_of_a_denied_path_is_written(tmp_path: Path, spelling: str) -> None:
-    executor = ts.Executor(
-        [writer(tmp_path)], permissions=ts.Permissions(deny=["write_file(src/**)"], root=tmp_path)
-    )
+    executor = ts.Executor([writer(tmp_path)], permissions=ts.Permissions(deny=["write_file(src/**)"], root=tmp_path))
     outcome = await executor.run([ts.ToolCall("1", "write_file", {"path": spelling})])
     assert outcome.results[0].error_kind == "permission_denied", outcome.results[0]
     assert written(tmp_path) == []
@@ -105,18 +103,14 @@ async def test_a_subject_the_rules_cannot_read_is_refused(tmp_path: Path, subjec
 
 
 async def test_a_list_of_paths_is_denied_when_any_is(tmp_path: Path) -> None:
-    executor = ts.Executor(
-        [writer(tmp_path)], permissions=ts.Permissions(deny=["write_file(src/**)"], root=tmp_path)
-    )
+    executor = ts.Executor([writer(tmp_path)], permissions=ts.Permissions(deny=["write_file(src/**)"], root=tmp_path))
     outcome = await executor.run([ts.ToolCall("1", "write_file", {"path": ["docs/a.md", "x/../src/b.py"]})])
     assert outcome.results[0].error_kind == "permission_denied"
     assert written(tmp_path) == []
 
 
 async def test_readable_subjects_outside_the_rule_still_run(tmp_path: Path) -> None:
-    executor = ts.Executor(
-        [writer(tmp_path)], permissions=ts.Permissions(deny=["write_file(src/**)"], root=tmp_path)
-    )
+    executor = ts.Executor([writer(tmp_path)], permissions=ts.Permissions(deny=["write_file(src/**)"], root=tmp_path))
     outcome = await executor.run([ts.ToolCall("1", "write_file", {"path": ["docs/a.md", "~/b.md"]})])
     assert outcome.results[0].output == "written"
     assert written(tmp_path) == ["docs/a.md", "~/b.md"]

@@ -88,8 +88,23 @@ def verdict(outcome: ts.Outcome) -> str:
 
 @pytest.mark.parametrize(
     "rule",
-    ["", "   ", "edit(", "edit()", "edit( )", "ed it", "edit(src)x", "(src)", "edit(src/***)", "edit(a**b)",
-     "edit(src/**x)", "edit(*/../x)", "edit(a\x00b)", 42, None],
+    [
+        "",
+        "   ",
+        "edit(",
+        "edit()",
+        "edit( )",
+        "ed it",
+        "edit(src)x",
+        "(src)",
+        "edit(src/***)",
+        "edit(a**b)",
+        "edit(src/**x)",
+        "edit(*/../x)",
+        "edit(a\x00b)",
+        42,
+        None,
+    ],
 )
 def test_a_rule_that_does_not_parse_is_refused_when_permissions_are_built(rule: Any) -> None:
     with pytest.raises(ts.RuleError) as caught:
@@ -166,8 +181,9 @@ async def test_an_allow_rule_waives_the_tools_needs_approval_but_not_an_ask_rule
 
 async def test_a_denial_tells_the_model_which_rule_refused() -> None:
     workspace = Workspace()
-    outcome = await run_one(workspace.executor(permissions=permissions(deny=["edit(secret/**)"])), "edit",
-                            {"path": "secret/key"})
+    outcome = await run_one(
+        workspace.executor(permissions=permissions(deny=["edit(secret/**)"])), "edit", {"path": "secret/key"}
+    )
     assert outcome.results[0].is_error
     assert "edit(secret/**)" in (outcome.results[0].error or "")
 
@@ -210,8 +226,18 @@ async def test_no_spelling_of_a_path_slips_past_a_deny_rule(path: str) -> None:
     assert workspace.runs == []
 
 
-@pytest.mark.parametrize("path", ["/etc/passwd", "//etc/passwd", "/tmp/../etc/passwd", "/../etc/passwd",
-                                  "../../etc/passwd", "../../../../../etc/passwd", "/etc/./ssh/../passwd"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/etc/passwd",
+        "//etc/passwd",
+        "/tmp/../etc/passwd",
+        "/../etc/passwd",
+        "../../etc/passwd",
+        "../../../../../etc/passwd",
+        "/etc/./ssh/../passwd",
+    ],
+)
 async def test_absolute_deny_rules_hold_for_relative_and_folded_spellings(path: str) -> None:
     workspace = Workspace()
     executor = workspace.executor(permissions=permissions(deny=["read(/etc/**)"]))
@@ -240,8 +266,7 @@ async def test_an_allow_rule_covers_only_what_its_pattern_names(path: str, expec
 
 async def test_single_star_stays_within_a_segment_and_leading_double_star_matches_anywhere() -> None:
     workspace = Workspace()
-    executor = workspace.executor(permissions=permissions(allow=["edit(src/*.py)"], deny=["edit(**/.env)"],
-                                                          mode="ask"))
+    executor = workspace.executor(permissions=permissions(allow=["edit(src/*.py)"], deny=["edit(**/.env)"], mode="ask"))
     assert verdict(await run_one(executor, "edit", {"path": "src/a.py"})) == "ran"
     assert verdict(await run_one(executor, "edit", {"path": "src/pkg/a.py"})) == "asked"
     assert verdict(await run_one(executor, "edit", {"path": "/anywhere/at/all/.env"})) == "permission_denied"
@@ -288,8 +313,7 @@ async def test_a_missing_subject_is_matched_by_its_schema_default() -> None:
 
 async def test_list_subjects_deny_when_any_item_matches_and_allow_only_when_all_do() -> None:
     workspace = Workspace()
-    executor = workspace.executor(permissions=permissions(allow=["bulk(src/**)"], deny=["bulk(secret/**)"],
-                                                          mode="ask"))
+    executor = workspace.executor(permissions=permissions(allow=["bulk(src/**)"], deny=["bulk(secret/**)"], mode="ask"))
     assert verdict(await run_one(executor, "bulk", {"paths": ["src/a", "src/b"]})) == "ran"
     assert verdict(await run_one(executor, "bulk", {"paths": ["src/a", "lib/b"]})) == "asked"
     assert verdict(await run_one(executor, "bulk", {"paths": ["src/a", "./secret/b"]})) == "permission_denied"
@@ -509,7 +533,9 @@ async def test_a_denied_call_in_a_turn_leaves_its_siblings_alone() -> None:
         ]
     )
     assert [(r.call_id, r.error_kind) for r in outcome.results] == [
-        ("1", None), ("2", "permission_denied"), ("3", None)
+        ("1", None),
+        ("2", "permission_denied"),
+        ("3", None),
     ]
     assert workspace.runs == [("read", "a"), ("edit", "b")]
 

@@ -61,8 +61,11 @@ async def test_a_failing_callback_does_not_break_the_run() -> None:
 
 async def test_the_stream_yields_one_start_and_one_finish_per_call_then_the_outcome() -> None:
     executor = ts.Executor([crawl])
-    calls = [ts.ToolCall("a", "crawl", {"pages": 2}), ts.ToolCall("b", "crawl", {"pages": 1}),
-             ts.ToolCall("c", "missing", {})]
+    calls = [
+        ts.ToolCall("a", "crawl", {"pages": 2}),
+        ts.ToolCall("b", "crawl", {"pages": 1}),
+        ts.ToolCall("c", "missing", {}),
+    ]
     events = [event async for event in executor.stream(calls)]
     starts = [e.call_id for e in events if isinstance(e, ts.ToolStarted)]
     finishes = [e.result.call_id for e in events if isinstance(e, ts.ToolFinished)]

@@ -394,8 +394,11 @@ async def test_non_toolcall_input_is_a_type_error() -> None:
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     turn=st.lists(
-        st.tuples(st.sampled_from(["a", "b", "c", "d", "e", "f"]), st.sampled_from(["read", "write", "nope"]),
-                  st.integers(0, 3)),
+        st.tuples(
+            st.sampled_from(["a", "b", "c", "d", "e", "f"]),
+            st.sampled_from(["read", "write", "nope"]),
+            st.integers(0, 3),
+        ),
         max_size=14,
     )
 )

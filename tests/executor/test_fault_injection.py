@@ -191,8 +191,20 @@ async def interrupter(n: int, safe: bool, delay: float) -> int:
 
 
 TOOLS = [
-    work, sync_work, foreign, browse, fail, fail_abort, slow, hang, hang_sync, quit_early, quit_returning, victim,
-    polite, interrupter,
+    work,
+    sync_work,
+    foreign,
+    browse,
+    fail,
+    fail_abort,
+    slow,
+    hang,
+    hang_sync,
+    quit_early,
+    quit_returning,
+    victim,
+    polite,
+    interrupter,
 ]
 ABORTING = {"fail_abort"}
 
@@ -371,8 +383,9 @@ async def test_random_faults_keep_every_promise(
     cancel_last: bool,
 ) -> None:
     state = CURRENT[0] = Harness()
-    calls = [ts.ToolCall(i, name, {"n": n, "safe": flag, "delay": delay})
-             for n, (i, name, flag, delay) in enumerate(turn)]
+    calls = [
+        ts.ToolCall(i, name, {"n": n, "safe": flag, "delay": delay}) for n, (i, name, flag, delay) in enumerate(turn)
+    ]
     last_id = list(dict.fromkeys(call.id for call in calls))[-1]
     cancelled_pending: list[str] = []
     # What executor.cancel answered, and what it should have (callbacks must not raise:
@@ -416,7 +429,10 @@ async def test_random_faults_keep_every_promise(
         on_event(event)
 
     executor = state.executor = ts.Executor(
-        TOOLS, strategy=strategy, on_event=observe, on_error=on_error,  # type: ignore[arg-type]
+        TOOLS,
+        strategy=strategy,
+        on_event=observe,
+        on_error=on_error,  # type: ignore[arg-type]
         abort_siblings_on_error=abort_all,
     )
     before = {task.id for task in anyio.get_running_tasks()}
@@ -446,7 +462,12 @@ async def test_random_faults_keep_every_promise(
         event(f"result: {kind}")
     scoped_batches = {number for number, scoped in batch_scoped.items() if scoped and number is not None}
     run = Run(
-        calls, results, state.log, raised, abort_all, cancelled_pending[0] if cancelled_pending else None,
+        calls,
+        results,
+        state.log,
+        raised,
+        abort_all,
+        cancelled_pending[0] if cancelled_pending else None,
         scoped_batches,
     )
     check_every_call_answered_once(run)
@@ -467,8 +488,12 @@ OUTSIDE_FAULTS = ["work", "work", "sync_work", "foreign", "browse", "fail", "fai
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     turn=st.lists(
-        st.tuples(st.sampled_from("abcdefgh"), st.sampled_from(OUTSIDE_FAULTS), st.booleans(),
-                  st.sampled_from([0.0, 0.001, 0.003])),
+        st.tuples(
+            st.sampled_from("abcdefgh"),
+            st.sampled_from(OUTSIDE_FAULTS),
+            st.booleans(),
+            st.sampled_from([0.0, 0.001, 0.003]),
+        ),
         min_size=1,
         max_size=8,
     ),
@@ -479,8 +504,9 @@ async def test_cancelling_the_run_from_outside_raises_and_leaves_nothing_behind(
     turn: list[tuple[str, str, bool, float]], strategy: ts.Strategy, cancel_after: float
 ) -> None:
     state = CURRENT[0] = Harness()
-    calls = [ts.ToolCall(i, name, {"n": n, "safe": flag, "delay": delay})
-             for n, (i, name, flag, delay) in enumerate(turn)]
+    calls = [
+        ts.ToolCall(i, name, {"n": n, "safe": flag, "delay": delay}) for n, (i, name, flag, delay) in enumerate(turn)
+    ]
     state.executor = ts.Executor(TOOLS, strategy=strategy, on_event=state.log.append)
     before = {task.id for task in anyio.get_running_tasks()}
     outcomes: list[ts.Outcome] = []

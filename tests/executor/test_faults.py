@@ -281,8 +281,13 @@ async def test_a_tool_that_aborts_its_siblings_cancels_the_rest_of_its_batch_onl
         abort_tools(started, finished, abort=True), strategy=ts.Partitioned(max_concurrency=3), on_event=recorder
     )
     outcome = await executor.run(ABORT_TURN)
-    assert kinds(outcome) == {"w1": "cancelled", "f": "execution_error", "w2": "cancelled", "w3": "cancelled",
-                              "next": None}
+    assert kinds(outcome) == {
+        "w1": "cancelled",
+        "f": "execution_error",
+        "w2": "cancelled",
+        "w3": "cancelled",
+        "next": None,
+    }
     # w1 and w2 were running and were stopped; w3 was waiting for a worker and never started.
     assert started == ["w1", "w2", "after"]
     assert finished == []
@@ -297,7 +302,8 @@ async def test_the_executor_can_abort_siblings_for_every_tool() -> None:
     started: list[str] = []
     finished: list[str] = []
     executor = ts.Executor(
-        abort_tools(started, finished, abort=False), strategy=ts.Partitioned(max_concurrency=3),
+        abort_tools(started, finished, abort=False),
+        strategy=ts.Partitioned(max_concurrency=3),
         abort_siblings_on_error=True,
     )
     outcome = await executor.run(ABORT_TURN)
@@ -309,8 +315,10 @@ async def test_without_the_policy_a_failure_keeps_every_sibling_result() -> None
     started: list[str] = []
     finished: list[str] = []
     executor = ts.Executor(abort_tools(started, finished, abort=False), strategy=ts.Partitioned(max_concurrency=3))
-    turn = [ts.ToolCall(c.id, c.name, {**c.args, "delay": 0.02} if c.name == "work" else c.args)  # type: ignore[dict-item]
-            for c in ABORT_TURN]
+    turn = [
+        ts.ToolCall(c.id, c.name, {**c.args, "delay": 0.02} if c.name == "work" else c.args)  # type: ignore[dict-item]
+        for c in ABORT_TURN
+    ]
     outcome = await executor.run(turn)
     assert kinds(outcome) == {"w1": None, "f": "execution_error", "w2": None, "w3": None, "next": None}
     assert sorted(finished) == ["w1", "w2", "w3"]
@@ -491,9 +499,11 @@ async def test_cancelling_the_run_propagates_and_is_never_turned_into_results(st
         async with anyio.create_task_group() as group:
 
             async def run() -> None:
-                returned.append(await executor.run(
-                    [ts.ToolCall("h", "hold", {"name": "h"}), ts.ToolCall("p", "plain", {"name": "p"})]
-                ))
+                returned.append(
+                    await executor.run(
+                        [ts.ToolCall("h", "hold", {"name": "h"}), ts.ToolCall("p", "plain", {"name": "p"})]
+                    )
+                )
 
             group.start_soon(run)
             await entered.wait()
@@ -669,7 +679,6 @@ async def test_an_interrupt_reaches_every_run_in_progress_on_the_executor() -> N
         assert [r.error_kind for r in outcomes[tag].results] == ["cancelled", "skipped"]
     assert sorted(started) == ["x1", "y1"]
     assert executor.interrupt() == 0
-
 
 
 # -- a lone call (no batch hooks, no event sinks: it skips the batch bookkeeping) ----------

@@ -287,8 +287,9 @@ async def test_an_executor_factory_gives_each_call_its_own_child() -> None:
         assert child.executor is made[-1] and child.parent_call_id == child.ctx.call_id
         return (await child.run([ts.ToolCall("e", "echo", {"text": text})])).results[0].output
 
-    outcome = await ts.Executor([relay]).run([ts.ToolCall("p1", "relay", {"text": "a"}),
-                                              ts.ToolCall("p2", "relay", {"text": "b"})])
+    outcome = await ts.Executor([relay]).run(
+        [ts.ToolCall("p1", "relay", {"text": "a"}), ts.ToolCall("p2", "relay", {"text": "b"})]
+    )
     assert [r.output for r in outcome.results] == ["a", "b"]
     assert len(made) == 2
 

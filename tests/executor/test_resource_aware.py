@@ -47,8 +47,25 @@ def conflict(first: ts.Access | None, second: ts.Access | None) -> bool:
 
 # Spellings of a few keys, to exercise normalisation. No key starts with "//" (POSIX keeps that one).
 KEYS = [
-    ".", "./", "src", "src/", "./src", "src/a", "src//a", "./src/a", "src/lib/../a", "src/b", "src/lib", "src/lib/c",
-    "srcs/a", "docs", "docs/x", "docs/./x", "src/lib/deep", "src/lib/deep/d", "src/lib//deep/e",
+    ".",
+    "./",
+    "src",
+    "src/",
+    "./src",
+    "src/a",
+    "src//a",
+    "./src/a",
+    "src/lib/../a",
+    "src/b",
+    "src/lib",
+    "src/lib/c",
+    "srcs/a",
+    "docs",
+    "docs/x",
+    "docs/./x",
+    "src/lib/deep",
+    "src/lib/deep/d",
+    "src/lib//deep/e",
 ]
 
 accesses = st.one_of(
@@ -196,8 +213,12 @@ turn_calls = st.lists(
             delays,
         ),
         st.builds(lambda k, d: ("write", {"key": k, "delay": d}), st.sampled_from(KEYS), delays),
-        st.builds(lambda s, t, d: ("copy", {"source": s, "target": t, "delay": d}), st.sampled_from(KEYS),
-                  st.sampled_from(KEYS), delays),
+        st.builds(
+            lambda s, t, d: ("copy", {"source": s, "target": t, "delay": d}),
+            st.sampled_from(KEYS),
+            st.sampled_from(KEYS),
+            delays,
+        ),
         st.builds(lambda d: ("shell", {"delay": d}), delays),
         st.builds(lambda k, d: ("guess", {"key": k, "delay": d}), st.sampled_from(KEYS), delays),
     ),
@@ -265,7 +286,11 @@ async def test_independent_calls_overlap_and_conflicting_ones_keep_model_order(i
     ]
     outcome = await ts.Executor(file_tools(in_flight, runs), strategy=ts.ResourceAware()).run(calls)
     assert [r.output for r in outcome.results] == [
-        "read src/a.py", "wrote src/a.py", "read docs/b.md", "wrote docs/c.md", "read ./src//a.py",
+        "read src/a.py",
+        "wrote src/a.py",
+        "read docs/b.md",
+        "wrote docs/c.md",
+        "read ./src//a.py",
     ]
     # The write of src/a.py waits for the read before it; the read after waits for the write.
     assert in_flight.position("start", "w1") > in_flight.position("end", "r1")
@@ -430,7 +455,9 @@ async def test_on_error_raise_starts_nothing_after_a_failure() -> None:
     assert runs == ["a", "b"]
     # Every call is answered: the one that never started is skipped, naming the failure.
     assert [(r.call_id, r.error_kind) for r in caught.value.results] == [
-        ("1", "execution_error"), ("2", None), ("3", "skipped"),
+        ("1", "execution_error"),
+        ("2", None),
+        ("3", "skipped"),
     ]
     assert caught.value.results[2].error == "not run: call 1 (`put`) failed"
 
@@ -453,11 +480,15 @@ async def test_every_call_is_answered_once_with_rejected_calls_mixed_in() -> Non
     events: list[ts.Event] = []
     outcome = await ts.Executor([put], strategy=ts.ResourceAware(), on_event=events.append).run(calls)
     assert [(r.call_id, r.error_kind) for r in outcome.results] == [
-        ("1", None), ("2", "unknown_tool"), ("3", "invalid_input"), ("4", None),
+        ("1", None),
+        ("2", "unknown_tool"),
+        ("3", "invalid_input"),
+        ("4", None),
     ]
     assert started == ["a", "a"]
     assert [type(e).__name__ for e in events if isinstance(e, ts.BatchStarted | ts.BatchFinished)] == [
-        "BatchStarted", "BatchFinished",
+        "BatchStarted",
+        "BatchFinished",
     ]
 
 
@@ -473,8 +504,11 @@ async def test_class_tools_declare_resources_by_method(in_flight: InFlight) -> N
             await in_flight.hold(ctx.call_id)
             return str(args["path"])
 
-    calls = [ts.ToolCall("1", "edit", {"path": "a"}), ts.ToolCall("2", "edit", {"path": "b"}),
-             ts.ToolCall("3", "edit", {"path": "a"})]
+    calls = [
+        ts.ToolCall("1", "edit", {"path": "a"}),
+        ts.ToolCall("2", "edit", {"path": "b"}),
+        ts.ToolCall("3", "edit", {"path": "a"}),
+    ]
     await ts.Executor([Edit()], strategy=ts.ResourceAware()).run(calls)
     assert in_flight.position("start", "2") < in_flight.position("end", "1")
     assert in_flight.position("start", "3") > in_flight.position("end", "1")

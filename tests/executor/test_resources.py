@@ -173,8 +173,11 @@ async def test_a_context_manager_factory_is_entered_and_left_in_one_task() -> No
 
     executor = ts.Executor([visit, visit_sync], strategy=ts.Sequential())
     outcome = await executor.run(
-        [ts.ToolCall("v1", "visit", {"url": "a"}), ts.ToolCall("v2", "visit", {"url": "b"}),
-         ts.ToolCall("v3", "visit_sync", {"url": "c"})]
+        [
+            ts.ToolCall("v1", "visit", {"url": "a"}),
+            ts.ToolCall("v2", "visit", {"url": "b"}),
+            ts.ToolCall("v3", "visit_sync", {"url": "c"}),
+        ]
     )
     assert [r.output for r in outcome.results] == ["a (1)", "b (2)", "sync c"]
     # Each tool has its own resource in the run.

@@ -55,9 +55,7 @@ async def test_refresh_after_the_turn_changes_what_the_next_turn_sees() -> None:
     assert asked == [1]
     assert names(registry) == ["list_dir"]
     # The model saw read_file in turn 1 and calls it again: it is gone now.
-    second = await executor.run(
-        [ts.ToolCall("c2", "read_file", {"path": "a"}), ts.ToolCall("c3", "list_dir", {})]
-    )
+    second = await executor.run([ts.ToolCall("c2", "read_file", {"path": "a"}), ts.ToolCall("c3", "list_dir", {})])
     assert second.results[0].error_kind == "unknown_tool"
     assert "read_file" in (second.results[0].error or "") and "list_dir" in (second.results[0].error or "")
     assert second.results[1].output == ["a.txt"]
@@ -272,9 +270,7 @@ async def test_a_real_mcp_server_adding_a_tool_is_seen_from_the_next_turn() -> N
             registry = ts.ToolRegistry(await server.tools(), refresh_tools=server.refresh_tools)
             executor = ts.Executor(registry, on_event=events.append)
             assert "echo" not in names(registry)
-            first = await executor.run(
-                [ts.ToolCall("g", "grow", {}), ts.ToolCall("e1", "echo", {"text": "too early"})]
-            )
+            first = await executor.run([ts.ToolCall("g", "grow", {}), ts.ToolCall("e1", "echo", {"text": "too early"})])
             assert first.results[0].output == "grown"
             assert first.results[1].error_kind == "unknown_tool"
             assert [e for e in events if isinstance(e, ts.ToolsChanged)] == [ts.ToolsChanged(("echo",), ())]

@@ -63,14 +63,16 @@ def file_tools(in_flight: InFlight, ran: list[str]) -> tuple[Any, Any]:
 async def test_runner_run_answers_every_call_through_toolsched(in_flight: InFlight) -> None:
     ran: list[str] = []
     read_file, write_file = file_tools(in_flight, ran)
-    model = ScriptedAgentModel([
+    model = ScriptedAgentModel(
         [
-            function_call("c1", "read_file", {"path": "a.txt"}),
-            function_call("c2", "write_file", {"path": "c.txt", "text": "hello"}),
-            function_call("c3", "read_file", {"path": "b.txt"}),
-        ],
-        [final_message("copied")],
-    ])
+            [
+                function_call("c1", "read_file", {"path": "a.txt"}),
+                function_call("c2", "write_file", {"path": "c.txt", "text": "hello"}),
+                function_call("c3", "read_file", {"path": "b.txt"}),
+            ],
+            [final_message("copied")],
+        ]
+    )
     agent = scheduled(
         Agent(name="files", model=model, tools=[read_file, write_file]),
         tools=[from_function_tool(read_file, read_only=True, concurrency_safe=True)],
@@ -112,12 +114,16 @@ async def test_reads_overlap_inside_a_run_and_separate_runs_do_not_wait_for_each
         return "ok"
 
     def script(prefix: str) -> ScriptedAgentModel:
-        return ScriptedAgentModel([
-            [function_call("c1", "read_file", {"path": f"{prefix}-1"}),
-             function_call("c2", "read_file", {"path": f"{prefix}-2"})],
-            [function_call("c3", "write_file", {"path": f"{prefix}-out", "text": "x"})],
-            [final_message("ok")],
-        ])
+        return ScriptedAgentModel(
+            [
+                [
+                    function_call("c1", "read_file", {"path": f"{prefix}-1"}),
+                    function_call("c2", "read_file", {"path": f"{prefix}-2"}),
+                ],
+                [function_call("c3", "write_file", {"path": f"{prefix}-out", "text": "x"})],
+                [final_message("ok")],
+            ]
+        )
 
     base = Agent(name="files", tools=[read_file, write_file])
     safe_reads = [from_function_tool(read_file, concurrency_safe=True)]
@@ -144,15 +150,17 @@ async def test_refusals_and_failures_answer_the_model_instead_of_ending_the_run(
         """Always fails."""
         raise RuntimeError("backend down")
 
-    model = ScriptedAgentModel([
+    model = ScriptedAgentModel(
         [
-            function_call("c1", "write_file", {"path": "/etc/passwd", "text": "x"}),
-            function_call("c2", "read_file", {"path": 7}),
-            function_call("c3", "read_file", "{not json"),
-            function_call("c4", "fail", {}),
-        ],
-        [final_message("sorry")],
-    ])
+            [
+                function_call("c1", "write_file", {"path": "/etc/passwd", "text": "x"}),
+                function_call("c2", "read_file", {"path": 7}),
+                function_call("c3", "read_file", "{not json"),
+                function_call("c4", "fail", {}),
+            ],
+            [final_message("sorry")],
+        ]
+    )
     agent = scheduled(
         Agent(name="files", model=model, tools=[read_file, write_file]),
         tools=[from_function_tool(write_file, rule_subject="path"), fail],
@@ -191,11 +199,15 @@ async def test_calls_that_ask_go_to_the_approver(in_flight: InFlight) -> None:
         return request.args["path"] == "ok.txt"
 
     def script() -> ScriptedAgentModel:
-        return ScriptedAgentModel([
-            [function_call("c1", "write_file", {"path": "ok.txt", "text": "x"}),
-             function_call("c2", "write_file", {"path": "no.txt", "text": "y"})],
-            [final_message("done")],
-        ])
+        return ScriptedAgentModel(
+            [
+                [
+                    function_call("c1", "write_file", {"path": "ok.txt", "text": "x"}),
+                    function_call("c2", "write_file", {"path": "no.txt", "text": "y"}),
+                ],
+                [final_message("done")],
+            ]
+        )
 
     gated = [from_function_tool(write_file, needs_approval=True)]
     agent = scheduled(Agent(name="w", model=script(), tools=[write_file]), tools=gated, approver=approver)
@@ -216,10 +228,12 @@ async def test_an_sdk_tool_imported_into_a_plain_executor(in_flight: InFlight) -
     imported = from_function_tool(read_file, concurrency_safe=True)
     assert isinstance(imported, AgentsFunctionTool)
     assert imported.input_schema["required"] == ["path"]
-    outcome = await ts.Executor([imported]).run([
-        ts.ToolCall("c1", "read_file", {"path": "x"}),
-        ts.ToolCall("c2", "read_file", {"path": "y"}),
-    ])
+    outcome = await ts.Executor([imported]).run(
+        [
+            ts.ToolCall("c1", "read_file", {"path": "x"}),
+            ts.ToolCall("c2", "read_file", {"path": "y"}),
+        ]
+    )
     assert [result.output for result in outcome.results] == ["contents of x", "contents of y"]
     assert in_flight.peak == 2
 

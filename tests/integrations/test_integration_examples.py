@@ -36,19 +36,24 @@ def no_sdk_tracing() -> Iterator[None]:
 
 async def test_langgraph_example() -> None:
     module = load_example("langgraph_tool_node")
-    model = ScriptedChatModel(script=[
-        tool_calls_message(
-            ("c1", "get_weather", {"city": "Paris"}),
-            ("c2", "get_weather", {"city": "London"}),
-            ("c3", "save_note", {"text": "Paris 18, London 15", "folder": "/etc/cron.d"}),
-            ("c4", "save_note", {"text": "Paris 18, London 15", "folder": "weather"}),
-        ),
-        AIMessage(ANSWER),
-    ])
+    model = ScriptedChatModel(
+        script=[
+            tool_calls_message(
+                ("c1", "get_weather", {"city": "Paris"}),
+                ("c2", "get_weather", {"city": "London"}),
+                ("c3", "save_note", {"text": "Paris 18, London 15", "folder": "/etc/cron.d"}),
+                ("c4", "save_note", {"text": "Paris 18, London 15", "folder": "weather"}),
+            ),
+            AIMessage(ANSWER),
+        ]
+    )
     assert await module.main(model) == ANSWER
     answers = [message for message in model.seen[1] if isinstance(message, ToolMessage)]
     assert [(m.tool_call_id, m.status) for m in answers] == [
-        ("c1", "success"), ("c2", "success"), ("c3", "error"), ("c4", "success"),
+        ("c1", "success"),
+        ("c2", "success"),
+        ("c3", "error"),
+        ("c4", "success"),
     ]
     assert [m.content for m in answers[:2]] == ["Paris: 18°C", "London: 15°C"]
     assert "denied by the rule `save_note(/etc/**)`" in str(answers[2].content)
@@ -57,15 +62,17 @@ async def test_langgraph_example() -> None:
 
 async def test_agents_sdk_example(no_sdk_tracing: None) -> None:
     module = load_example("agents_sdk")
-    model = ScriptedAgentModel([
+    model = ScriptedAgentModel(
         [
-            function_call("c1", "get_weather", {"city": "Paris"}),
-            function_call("c2", "get_weather", {"city": "London"}),
-            function_call("c3", "save_note", {"text": "Paris 18, London 15", "folder": "/etc/cron.d"}),
-            function_call("c4", "save_note", {"text": "Paris 18, London 15", "folder": "weather"}),
-        ],
-        [final_message(ANSWER)],
-    ])
+            [
+                function_call("c1", "get_weather", {"city": "Paris"}),
+                function_call("c2", "get_weather", {"city": "London"}),
+                function_call("c3", "save_note", {"text": "Paris 18, London 15", "folder": "/etc/cron.d"}),
+                function_call("c4", "save_note", {"text": "Paris 18, London 15", "folder": "weather"}),
+            ],
+            [final_message(ANSWER)],
+        ]
+    )
     assert await module.main(model) == ANSWER
     sent = model.inputs[1]
     assert isinstance(sent, list)

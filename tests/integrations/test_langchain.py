@@ -36,11 +36,13 @@ async def test_sync_and_async_langchain_tools_run_with_toolsched_flags(in_flight
         return f"<html>{url}</html>"
 
     executor = ts.Executor([from_langchain(word_count), from_langchain(fetch, read_only=True, concurrency_safe=True)])
-    outcome = await executor.run([
-        ts.ToolCall("c1", "fetch", {"url": "/a"}),
-        ts.ToolCall("c2", "fetch", {"url": "/b"}),
-        ts.ToolCall("c3", "word_count", {"text": "three little words"}),
-    ])
+    outcome = await executor.run(
+        [
+            ts.ToolCall("c1", "fetch", {"url": "/a"}),
+            ts.ToolCall("c2", "fetch", {"url": "/b"}),
+            ts.ToolCall("c3", "word_count", {"text": "three little words"}),
+        ]
+    )
     assert [result.output for result in outcome.results] == ["<html>/a</html>", "<html>/b</html>", "3"]
     assert [result.batch for result in outcome.results] == [0, 0, 1]
     assert in_flight.peak == 2
@@ -65,10 +67,12 @@ async def test_the_schema_is_what_the_model_sees_and_the_engine_checks_it_first(
     assert imported.description == "Search the index."
     assert imported.input_schema["properties"]["query"] == {"type": "string", "description": "What to look for"}
     assert imported.input_schema["required"] == ["query"]
-    outcome = await ts.Executor([imported]).run([
-        ts.ToolCall("c1", "search", {"query": "x", "limit": 500}),
-        ts.ToolCall("c2", "search", '{"query": "llamas", "limit": 2}'),
-    ])
+    outcome = await ts.Executor([imported]).run(
+        [
+            ts.ToolCall("c1", "search", {"query": "x", "limit": 500}),
+            ts.ToolCall("c2", "search", '{"query": "llamas", "limit": 2}'),
+        ]
+    )
     assert outcome.results[0].error_kind == "invalid_input"
     assert "500 is greater than the maximum of 50" in (outcome.results[0].error or "")
     assert outcome.results[1].output == ["llamas 0", "llamas 1"]
@@ -85,9 +89,11 @@ async def test_injected_arguments_are_hidden_from_the_model_and_cannot_be_forged
 
     imported = from_langchain(stamp)
     assert set(imported.input_schema["properties"]) == {"note"}
-    outcome = await ts.Executor([imported]).run([
-        ts.ToolCall("c1", "stamp", {"note": "hi", "call_id": "forged", "user": "mallory"}),
-    ])
+    outcome = await ts.Executor([imported]).run(
+        [
+            ts.ToolCall("c1", "stamp", {"note": "hi", "call_id": "forged", "user": "mallory"}),
+        ]
+    )
     assert outcome.results[0].output == "hi by nobody in c1"
 
 
@@ -104,10 +110,12 @@ async def test_a_tools_own_error_is_an_execution_error_with_its_text() -> None:
         """Crashes."""
         raise ValueError("boom")
 
-    outcome = await ts.Executor([from_langchain(lookup), from_langchain(crash)]).run([
-        ts.ToolCall("c1", "lookup", {"key": "k"}),
-        ts.ToolCall("c2", "crash"),
-    ])
+    outcome = await ts.Executor([from_langchain(lookup), from_langchain(crash)]).run(
+        [
+            ts.ToolCall("c1", "lookup", {"key": "k"}),
+            ts.ToolCall("c2", "crash"),
+        ]
+    )
     assert [(r.error_kind, r.error) for r in outcome.results] == [
         ("execution_error", "LangChainToolError: no such key: k"),
         ("execution_error", "ValueError: boom"),
@@ -125,11 +133,13 @@ async def test_tools_described_by_raw_json_schema_and_artifacts() -> None:
         """Summarise values; the counts are the artifact."""
         return f"{len(values)} values", {str(v): values.count(v) for v in set(values)}
 
-    outcome = await ts.Executor([from_langchain(square), from_langchain(histogram)]).run([
-        ts.ToolCall("c1", "square", {"n": 7}),
-        ts.ToolCall("c2", "square", {"n": "7"}),
-        ts.ToolCall("c3", "histogram", {"values": [1, 1, 2]}),
-    ])
+    outcome = await ts.Executor([from_langchain(square), from_langchain(histogram)]).run(
+        [
+            ts.ToolCall("c1", "square", {"n": 7}),
+            ts.ToolCall("c2", "square", {"n": "7"}),
+            ts.ToolCall("c3", "histogram", {"values": [1, 1, 2]}),
+        ]
+    )
     assert outcome.results[0].output == "49"
     assert outcome.results[1].error_kind == "invalid_input"
     assert outcome.results[2].output == "3 values"
@@ -173,4 +183,3 @@ async def test_a_langchain_tool_runs_under_the_executors_timeout() -> None:
 
     outcome = await ts.Executor([from_langchain(hang, timeout=0.05)]).run([ts.ToolCall("c1", "hang")])
     assert outcome.results[0].error_kind == "timeout"
-

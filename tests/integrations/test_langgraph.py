@@ -75,14 +75,16 @@ async def test_a_compiled_graph_runs_its_calls_through_toolsched(in_flight: InFl
     # Declared through from_langchain: the reads may overlap, the write (its flags left at toolsched's
     # fail-closed defaults) runs alone. A plain LangChain tool would overlap, as in LangGraph's node.
     node = ToolNode([from_langchain(read_file, read_only=True, concurrency_safe=True), from_langchain(write_file)])
-    model = ScriptedChatModel(script=[
-        tool_calls_message(
-            ("c1", "read_file", {"path": "a.txt"}),
-            ("c2", "read_file", {"path": "b.txt"}),
-            ("c3", "write_file", {"path": "c.txt", "text": "hello"}),
-        ),
-        AIMessage(content="All done."),
-    ])
+    model = ScriptedChatModel(
+        script=[
+            tool_calls_message(
+                ("c1", "read_file", {"path": "a.txt"}),
+                ("c2", "read_file", {"path": "b.txt"}),
+                ("c3", "write_file", {"path": "c.txt", "text": "hello"}),
+            ),
+            AIMessage(content="All done."),
+        ]
+    )
     app = agent_graph(node, model)
     final = await app.ainvoke({"messages": [HumanMessage("copy a and b into c")]})
 
@@ -185,9 +187,14 @@ async def test_without_error_handling_a_tools_exception_leaves_the_graph() -> No
         """Always fails."""
         raise RuntimeError("backend down")
 
-    app = agent_graph(ToolNode([flaky], handle_tool_errors=False), ScriptedChatModel(script=[
-        tool_calls_message(("c1", "flaky", {})),
-    ]))
+    app = agent_graph(
+        ToolNode([flaky], handle_tool_errors=False),
+        ScriptedChatModel(
+            script=[
+                tool_calls_message(("c1", "flaky", {})),
+            ]
+        ),
+    )
     with pytest.raises(RuntimeError, match="backend down"):
         await app.ainvoke({"messages": [HumanMessage("go")]})
 
@@ -201,6 +208,7 @@ async def test_a_tools_own_error_message_is_kept() -> None:
     strict_lookup.handle_tool_error = True
 
     seen: list[ts.ToolResult] = []
+
     def keep(event: ts.Event) -> None:
         if isinstance(event, ts.ToolFinished):
             seen.append(event.result)
@@ -235,11 +243,13 @@ async def test_injected_arguments_are_filled_as_langgraph_fills_them() -> None:
     # The model sees only `fact`.
     assert set(node.toolsched_tools["remember"].input_schema["properties"]) == {"fact"}
     store = InMemoryStore()
-    model = ScriptedChatModel(script=[
-        # A model trying to supply an injected value does not get its way.
-        tool_calls_message(("c1", "remember", {"fact": "sky is blue", "call_id": "forged"})),
-        AIMessage("noted"),
-    ])
+    model = ScriptedChatModel(
+        script=[
+            # A model trying to supply an injected value does not get its way.
+            tool_calls_message(("c1", "remember", {"fact": "sky is blue", "call_id": "forged"})),
+            AIMessage("noted"),
+        ]
+    )
     final = await agent_graph(node, model, store=store).ainvoke({"messages": [HumanMessage("remember")]})
     (answer,) = tool_messages(final["messages"])
     assert answer.content == "c1: sky is blue (2 messages, state keys ['messages'])"
@@ -291,10 +301,12 @@ async def test_toolsched_tools_plain_functions_and_a_synchronous_graph() -> None
         """Count items."""
         return len(items)
 
-    model = ScriptedChatModel(script=[
-        tool_calls_message(("c1", "shout", {"text": "hello world"}), ("c2", "count", {"items": ["a", "b"]})),
-        AIMessage("ok"),
-    ])
+    model = ScriptedChatModel(
+        script=[
+            tool_calls_message(("c1", "shout", {"text": "hello world"}), ("c2", "count", {"items": ["a", "b"]})),
+            AIMessage("ok"),
+        ]
+    )
     app = agent_graph(ToolNode([shout, count]), model)
     final = await anyio.to_thread.run_sync(lambda: app.invoke({"messages": [HumanMessage("go")]}))
     shouted, counted = tool_messages(final["messages"])
@@ -315,10 +327,19 @@ async def test_bad_input_gets_a_clear_error() -> None:
     with pytest.raises(ts.ResponseFormatError, match="holds no AIMessage"):
         await node.ainvoke({"messages": [HumanMessage("hi")]})
     with pytest.raises(ts.ResponseFormatError, match=r"tool call 1 \(`add`\) has no id"):
-        await node.ainvoke({"messages": [AIMessage("", tool_calls=[
-            {"name": "add", "args": {"a": 1, "b": 2}, "id": "c1"},
-            {"name": "add", "args": {"a": 1, "b": 2}, "id": None},
-        ])]})
+        await node.ainvoke(
+            {
+                "messages": [
+                    AIMessage(
+                        "",
+                        tool_calls=[
+                            {"name": "add", "args": {"a": 1, "b": 2}, "id": "c1"},
+                            {"name": "add", "args": {"a": 1, "b": 2}, "id": None},
+                        ],
+                    )
+                ]
+            }
+        )
     with pytest.raises(ts.ResponseFormatError, match="empty list"):
         await node.ainvoke([])
     # The state key can be renamed, as in LangGraph.

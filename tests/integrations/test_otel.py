@@ -169,7 +169,10 @@ async def test_failures_carry_error_type_and_status(telemetry: Telemetry, in_fli
     with telemetry.tracer_provider.get_tracer("agent").start_as_current_span("agent turn"):
         outcome = await executor.run(calls)
     assert [result.error_kind for result in outcome.results] == [
-        "execution_error", "unknown_tool", "invalid_input", None,
+        "execution_error",
+        "unknown_tool",
+        "invalid_input",
+        None,
     ]
     root = telemetry.one("agent turn")
     by_id = {attrs(span)["gen_ai.tool.call.id"]: span for span in telemetry.named_like("execute_tool ")}
@@ -227,8 +230,11 @@ async def test_a_tools_own_spans_are_children_of_its_call_span(telemetry: Teleme
             return n * 2
 
     executor = telemetry.instrument(ts.Executor([fetch, crunch]))
-    calls = [ts.ToolCall("c1", "fetch", {"url": "/a"}), ts.ToolCall("c2", "fetch", {"url": "/b"}),
-             ts.ToolCall("c3", "crunch", {"n": 21})]
+    calls = [
+        ts.ToolCall("c1", "fetch", {"url": "/a"}),
+        ts.ToolCall("c2", "fetch", {"url": "/b"}),
+        ts.ToolCall("c3", "crunch", {"n": 21}),
+    ]
     outcome = await executor.run(calls)
     assert [result.output for result in outcome.results] == ["ok", "ok", 42]
     calls_by_id = {attrs(span)["gen_ai.tool.call.id"]: span for span in telemetry.named_like("execute_tool ")}
@@ -243,12 +249,14 @@ async def test_metrics_count_calls_errors_by_kind_and_time_calls_that_ran(
     telemetry: Telemetry, in_flight: InFlight
 ) -> None:
     executor = telemetry.instrument(ts.Executor(make_tools(in_flight)))
-    await executor.run([
-        ts.ToolCall("c1", "read", {"path": "a"}),
-        ts.ToolCall("c2", "read", {"path": "b"}),
-        ts.ToolCall("c3", "explode"),
-        ts.ToolCall("c4", "nope"),
-    ])
+    await executor.run(
+        [
+            ts.ToolCall("c1", "read", {"path": "a"}),
+            ts.ToolCall("c2", "read", {"path": "b"}),
+            ts.ToolCall("c3", "explode"),
+            ts.ToolCall("c4", "nope"),
+        ]
+    )
     counts = {
         (point.attributes["gen_ai.tool.name"], point.attributes.get("error.type")): point.value
         for point in telemetry.metric_points("toolsched.tool.calls")

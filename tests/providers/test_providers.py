@@ -448,10 +448,19 @@ async def test_gemini_blocked_prompt_has_nothing_to_call() -> None:
 
 def test_synthesised_ids_are_stable_for_a_response_and_distinct_across_calls() -> None:
     def response(args: dict[str, Any]) -> dict[str, Any]:
-        return {"candidates": [{"content": {"role": "model", "parts": [
-            {"functionCall": {"name": "define", "args": args}},
-            {"functionCall": {"name": "define", "args": {"word": "same"}}},
-        ]}}]}
+        return {
+            "candidates": [
+                {
+                    "content": {
+                        "role": "model",
+                        "parts": [
+                            {"functionCall": {"name": "define", "args": args}},
+                            {"functionCall": {"name": "define", "args": {"word": "same"}}},
+                        ],
+                    }
+                }
+            ]
+        }
 
     first = [call.id for call in gemini.calls_from(response({"word": "a"}))]
     again = [call.id for call in gemini.calls_from(response({"word": "a"}))]

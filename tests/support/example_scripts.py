@@ -21,7 +21,12 @@ def run_example(name: str, *args: str) -> str:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
         [sys.executable, str(EXAMPLES / name), *args],
-        capture_output=True, text=True, env=env, timeout=120, check=False, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout

@@ -22,7 +22,7 @@ carries no ``id`` (the API matches them by order and name).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,7 @@ from toolsched.providers.flow import Flow
 from toolsched.providers.wire import (
     SYNTHETIC_ID_PREFIX,
     Execution,
+    as_record,
     assign_ids,
     call_arguments,
     call_name,
@@ -49,9 +50,11 @@ from toolsched.registry import ToolRegistry
 from toolsched.results import ToolCall, ToolResult
 
 __all__ = [
+    "ContentAssembler",
     "GeminiExecution",
     "calls_from",
     "execute",
+    "execute_stream",
     "model_content",
     "results_to_content",
     "results_to_parts",
@@ -240,3 +243,80 @@ async def resume(executor: Executor, execution: GeminiExecution, state: Any) -> 
     reject on it, then pass that same object here.
     """
     return await _FLOW.resume(executor, execution, state)
+
+
+class ContentAssembler:
+    """Reads a streamed Gemini answer (``generate_content_stream`` chunks, or their REST dicts).
+
+    Each ``functionCall`` part arrives whole in one chunk: a complete call.
+    ``assembled()`` is the model's ``Content`` (adjacent text pieces joined)
+    to append before the function responses.
+    """
+
+    def __init__(self, candidate: int = 0) -> None:
+        self._candidate = candidate
+        self._parts: list[Any] = []
+        self._calls: list[Any] = []
+        self._taken = 0
+
+    def feed(self, chunk: Any) -> list[ToolCall]:
+        content = model_content(chunk, candidate=self._candidate) if _has_candidates(chunk) else None
+        if content is None:
+            return []
+        fresh_parts = sequence_of(read(content, "parts") or [], PROVIDER, "parts")
+        found = False
+        for part in fresh_parts:
+            record = as_record(part)
+            self._add(record)
+            if read(part, "function_call", "functionCall") is not None:
+                self._calls.append(part)
+                found = True
+        if not found:
+            return []
+        calls = calls_from(self._calls)
+        fresh = calls[self._taken :]
+        self._taken = len(calls)
+        return fresh
+
+    def _add(self, part: Any) -> None:
+        previous = self._parts[-1] if self._parts else None
+        if (
+            isinstance(part, dict)
+            and isinstance(previous, dict)
+            and set(part) == {"text"}
+            and set(previous) == {"text"}
+        ):
+            previous["text"] += part["text"]
+        else:
+            self._parts.append(part)
+
+    def end(self) -> list[ToolCall]:
+        return []
+
+    def assembled(self) -> dict[str, Any]:
+        return {"role": "model", "parts": self._parts}
+
+
+def _has_candidates(chunk: Any) -> bool:
+    candidates = read(chunk, "candidates")
+    return bool(candidates)
+
+
+async def execute_stream(
+    executor: Executor,
+    stream: AsyncIterable[Any] | Iterable[Any],
+    *,
+    candidate: int = 0,
+    steering: Steering | None = None,
+    context: Any = None,
+) -> GeminiExecution:
+    """Runs a streamed answer's function calls, each starting the moment its chunk arrives.
+
+    ``stream`` is what ``client.aio.models.generate_content_stream(...)``
+    returns (or REST chunk dicts). Returns what ``execute`` returns, with
+    ``assistant`` set to the model's ``Content``: append it, then ``content``.
+    If the stream breaks, ``StreamFailed`` carries the results of the calls
+    already complete.
+    """
+    assembler = ContentAssembler(candidate)
+    return await _FLOW.execute_stream(executor, stream, assembler, steering=steering, context=context)

@@ -20,7 +20,7 @@ schema does not admit null (see ``toolsched.providers.strict``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,9 +50,11 @@ from toolsched.results import ToolCall, ToolResult
 
 __all__ = [
     "ChatExecution",
+    "CompletionAssembler",
     "assistant_message",
     "calls_from",
     "execute",
+    "execute_stream",
     "results_to_messages",
     "resume",
     "tool_definitions",
@@ -175,3 +177,95 @@ async def resume(executor: Executor, execution: ChatExecution, state: Any) -> Ch
     reject on it, then pass that same object here.
     """
     return await _FLOW.resume(executor, execution, state)
+
+
+class CompletionAssembler:
+    """Reads a streamed chat completion (the SDK's chunks, or their dicts from raw SSE).
+
+    Tool calls arrive as deltas by index: a call is complete when a later
+    index begins or the choice's ``finish_reason`` arrives. ``assembled()`` is
+    the assistant message to append before the tool messages.
+    """
+
+    def __init__(self, registry: ToolRegistry | None = None, choice: int = 0) -> None:
+        self._registry = registry
+        self._choice = choice
+        self._text: list[str] = []
+        self._entries: dict[int, dict[str, Any]] = {}
+        self._complete = 0
+        self._taken = 0
+
+    def feed(self, chunk: Any) -> list[ToolCall]:
+        for entry in sequence_of(read(chunk, "choices") or [], PROVIDER, "choices"):
+            if read(entry, "index") not in (self._choice, None):
+                continue
+            delta = read(entry, "delta")
+            if delta is not None:
+                content = read(delta, "content")
+                if isinstance(content, str):
+                    self._text.append(content)
+                for part in read(delta, "tool_calls") or ():
+                    self._merge(part)
+            if read(entry, "finish_reason") is not None:
+                return self._complete_below(max(self._entries, default=-1) + 1)
+        return self._complete_below(max(self._entries, default=-1))
+
+    def _merge(self, part: Any) -> None:
+        index = read(part, "index")
+        if not isinstance(index, int):
+            index = max(self._entries, default=-1) + 1
+        entry = self._entries.setdefault(
+            index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+        )
+        if read(part, "id"):
+            entry["id"] = read(part, "id")
+        if read(part, "type"):
+            entry["type"] = read(part, "type")
+        function = read(part, "function")
+        if function is not None:
+            name = read(function, "name")
+            if name:
+                entry["function"]["name"] += name
+            arguments = read(function, "arguments")
+            if arguments:
+                entry["function"]["arguments"] += arguments
+
+    def _complete_below(self, limit: int) -> list[ToolCall]:
+        """The calls at indexes below ``limit``: complete, since a later one began (or the choice finished)."""
+        complete = [self._entries[index] for index in sorted(self._entries) if index < limit]
+        if len(complete) <= self._complete:
+            return []
+        self._complete = len(complete)
+        calls = calls_from({"role": "assistant", "tool_calls": complete}, registry=self._registry)
+        fresh = calls[self._taken :]
+        self._taken = len(calls)
+        return fresh
+
+    def end(self) -> list[ToolCall]:
+        return self._complete_below(max(self._entries, default=-1) + 1)
+
+    def assembled(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text) or None}
+        if self._entries:
+            message["tool_calls"] = [self._entries[index] for index in sorted(self._entries)]
+        return message
+
+
+async def execute_stream(
+    executor: Executor,
+    stream: AsyncIterable[Any] | Iterable[Any],
+    *,
+    choice: int = 0,
+    steering: Steering | None = None,
+    context: Any = None,
+) -> ChatExecution:
+    """Runs a streamed completion's tool calls, each starting the moment it is complete.
+
+    ``stream`` is what ``client.chat.completions.create(..., stream=True)``
+    returns (or raw chunk dicts). Returns what ``execute`` returns, with
+    ``assistant`` set to the assistant message: append it, then ``messages``.
+    If the stream breaks, ``StreamFailed`` carries the results of the calls
+    already complete.
+    """
+    assembler = CompletionAssembler(executor.registry, choice)
+    return await _FLOW.execute_stream(executor, stream, assembler, steering=steering, context=context)

@@ -20,7 +20,7 @@ schema does not admit null (see ``toolsched.providers.strict``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from toolsched.providers.strict import drop_strict_nulls_for
 from toolsched.providers.wire import (
     ERROR_PREFIX,
     Execution,
+    as_record,
     assign_ids,
     block_type,
     call_arguments,
@@ -49,9 +50,11 @@ from toolsched.registry import ToolRegistry
 from toolsched.results import ToolCall, ToolResult
 
 __all__ = [
+    "ResponseAssembler",
     "ResponsesExecution",
     "calls_from",
     "execute",
+    "execute_stream",
     "results_to_items",
     "resume",
     "tool_definitions",
@@ -173,3 +176,66 @@ async def resume(executor: Executor, execution: ResponsesExecution, state: Any) 
     reject on it, then pass that same object here.
     """
     return await _FLOW.resume(executor, execution, state)
+
+
+class ResponseAssembler:
+    """Reads a streamed Responses answer (the SDK's events, or their dicts from raw SSE).
+
+    A ``function_call`` item is a complete call at its
+    ``response.output_item.done``; ``assembled()`` is the list of output items
+    (from ``response.completed`` when the stream sent it) to add to the next
+    request's ``input``.
+    """
+
+    def __init__(self, registry: ToolRegistry | None = None) -> None:
+        self._registry = registry
+        self._items: dict[int, Any] = {}
+        self._calls: list[Any] = []
+        self._taken = 0
+        self._final: list[Any] | None = None
+
+    def feed(self, event: Any) -> list[ToolCall]:
+        kind = read(event, "type")
+        if kind == "response.output_item.done":
+            item = as_record(read(event, "item"))
+            index = read(event, "output_index")
+            self._items[index if isinstance(index, int) else len(self._items)] = item
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                self._calls.append(item)
+                calls = calls_from(self._calls, registry=self._registry)
+                fresh = calls[self._taken :]
+                self._taken = len(calls)
+                return fresh
+        elif kind == "response.completed":
+            response = read(event, "response")
+            output = read(response, "output") if response is not None else None
+            if output is not None:
+                self._final = [as_record(item) for item in output]
+        return []
+
+    def end(self) -> list[ToolCall]:
+        return []
+
+    def assembled(self) -> list[Any]:
+        if self._final is not None:
+            return self._final
+        return [self._items[index] for index in sorted(self._items)]
+
+
+async def execute_stream(
+    executor: Executor,
+    stream: AsyncIterable[Any] | Iterable[Any],
+    *,
+    steering: Steering | None = None,
+    context: Any = None,
+) -> ResponsesExecution:
+    """Runs a streamed answer's function calls, each starting the moment its output item is done.
+
+    ``stream`` is what ``client.responses.create(..., stream=True)`` returns
+    (or raw event dicts). Returns what ``execute`` returns, with ``assistant``
+    set to the answer's output items: add them, then ``items``, to the next
+    ``input``. If the stream breaks, ``StreamFailed`` carries the results of
+    the calls already complete.
+    """
+    assembler = ResponseAssembler(executor.registry)
+    return await _FLOW.execute_stream(executor, stream, assembler, steering=steering, context=context)

@@ -1,0 +1,164 @@
+"""``execute_stream`` with the official SDK clients streaming real SSE from a scripted provider on 127.0.0.1.
+
+For each API: a tool starts before the model's answer has finished streaming, the results and the
+assembled assistant turn are what the non-streamed path gives for the same answer, and a stream cut
+midway keeps (and reports) the results of the calls it completed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import pytest
+from anthropic import AsyncAnthropic
+from google import genai
+from google.genai import types as genai_types
+from openai import AsyncOpenAI
+from sse_provider import BUILDERS, Call, ScriptedProvider, Turn
+
+import toolsched as ts
+from toolsched.providers import anthropic as ts_anthropic
+from toolsched.providers import gemini as ts_gemini
+from toolsched.providers import openai_chat as ts_chat
+from toolsched.providers import openai_responses as ts_responses
+
+pytestmark = pytest.mark.anyio
+
+PROVIDERS = ["anthropic", "openai_responses", "openai_chat", "gemini"]
+MODULES: dict[str, Any] = {
+    "anthropic": ts_anthropic,
+    "openai_responses": ts_responses,
+    "openai_chat": ts_chat,
+    "gemini": ts_gemini,
+}
+
+
+def _tools(started: dict[str, float]) -> list[ts.Tool]:
+    @ts.tool(read_only=True, concurrency_safe=True)
+    async def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        started[city] = time.perf_counter()
+        await anyio.sleep(0.05)
+        return f"{city}: 18°C"
+
+    return [get_weather]
+
+
+TURN = Turn(
+    text="Let me look both up.",
+    calls=[
+        Call("call_paris", "get_weather", {"city": "Paris"}),
+        Call("call_london", "get_weather", {"city": "London"}),
+    ],
+    tokens_per_second=200,
+    token_chars=3,
+)
+
+
+class Client:
+    """The provider's official async client against the scripted server; closed when the block ends."""
+
+    def __init__(self, provider: str, url: str) -> None:
+        self.provider = provider
+        self.url = url
+        self.sdk: Any = None
+
+    async def __aenter__(self) -> Client:
+        if self.provider == "anthropic":
+            self.sdk = AsyncAnthropic(api_key="test-key", base_url=self.url, max_retries=0)
+        elif self.provider == "gemini":
+            options = genai_types.HttpOptions(base_url=self.url)
+            self.sdk = genai.Client(api_key="test-key", http_options=options)
+        else:
+            self.sdk = AsyncOpenAI(api_key="test-key", base_url=f"{self.url}/v1", max_retries=0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.provider == "gemini":
+            await self.sdk.aio.aclose()
+        else:
+            await self.sdk.close()
+
+    async def stream(self) -> Any:
+        sdk = self.sdk
+        if self.provider == "anthropic":
+            return await sdk.messages.create(
+                model="claude-sonnet-4-6", max_tokens=1024, messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+        if self.provider == "openai_responses":
+            return await sdk.responses.create(model="gpt-5", input="hi", stream=True)
+        if self.provider == "openai_chat":
+            return await sdk.chat.completions.create(
+                model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+        return await sdk.aio.models.generate_content_stream(model="gemini-2.5-flash", contents="hi")
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_tools_start_while_the_answer_streams_and_end_as_the_whole_answer_would(provider: str) -> None:
+    started: dict[str, float] = {}
+    executor = ts.Executor(_tools(started))
+    module = MODULES[provider]
+    with ScriptedProvider([BUILDERS[provider](TURN), BUILDERS[provider](TURN)]) as scripted:
+        async with Client(provider, scripted.url) as client:
+            # The SDKs build their event parsers on first use (the Responses one takes a few hundred
+            # milliseconds): a first answer read to the end warms them, as in any long-lived process.
+            async for _ in await client.stream():
+                pass
+            execution = await module.execute_stream(executor, await client.stream())
+        stream_end = scripted.sent_at[1]
+    # Paris was complete long before the answer ended (London's arguments were still streaming).
+    assert started["Paris"] < stream_end
+    assert [call.id for call in execution.calls] == ["call_paris", "call_london"]
+    assert [result.output for result in execution.results] == ["Paris: 18°C", "London: 18°C"]
+    # The assembled turn is a whole answer: the non-streamed path reads the same calls from it.
+    assert module.calls_from(execution.assistant) == execution.calls
+    whole = await module.execute(ts.Executor(_tools({})), execution.assistant)
+    assert [(r.call_id, r.output) for r in whole.results] == [(r.call_id, r.output) for r in execution.results]
+    reply = {
+        "anthropic": lambda e: e.message,
+        "openai_responses": lambda e: e.items,
+        "openai_chat": lambda e: e.messages,
+        "gemini": lambda e: e.content,
+    }[provider]
+    assert reply(whole) == reply(execution)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_stream_cut_midway_keeps_the_results_of_the_calls_it_completed(provider: str) -> None:
+    started: dict[str, float] = {}
+    executor = ts.Executor(_tools(started))
+    events = BUILDERS[provider](TURN)
+    # Cut the connection once the second call has begun, before it is complete (Gemini sends a call
+    # whole, in one event: there the cut comes just before it).
+    second = next(position for position, (_, _, data) in enumerate(events) if "call_london" in str(data))
+    cut = second if provider == "gemini" else second + 1
+    with ScriptedProvider([events], break_after={0: cut}) as scripted:
+        async with Client(provider, scripted.url) as client:
+            with pytest.raises(ts.StreamFailed) as raised:
+                await MODULES[provider].execute_stream(executor, await client.stream())
+    outcome = raised.value.outcome
+    assert [result.call_id for result in outcome.results] == ["call_paris"]
+    assert outcome.results[0].output == "Paris: 18°C"
+    assert "London" not in started
+    assert raised.value.__cause__ is not None
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_an_executor_with_batch_hooks_reads_the_whole_stream_first() -> None:
+    seen: list[int] = []
+
+    async def before(event: ts.BatchEvent) -> None:
+        seen.append(len(event.calls))
+
+    executor = ts.Executor(_tools({}), hooks=ts.Hooks().pre_batch("*", before))
+    assert not executor.streams
+    with ScriptedProvider([BUILDERS["anthropic"](TURN)]) as scripted:
+        async with Client("anthropic", scripted.url) as client:
+            execution = await ts_anthropic.execute_stream(executor, await client.stream())
+    assert seen == [2]
+    assert [result.output for result in execution.results] == ["Paris: 18°C", "London: 18°C"]
