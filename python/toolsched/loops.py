@@ -17,6 +17,9 @@ the caller instead of being decided here:
 - cancelling the task that runs the loop cancels the request or the tools
   in flight and propagates.
 
+``stream=True`` streams each answer and starts every tool call the moment
+the stream completes it (``execute_stream``), results still in model order.
+
 ``refresh_tools`` (a plain or async callable returning a new ``Executor``,
 or None to keep the current one) is consulted after each turn's results are
 complete, so the next request carries the new tool list; the executor in
@@ -119,6 +122,12 @@ class _Dialect(abc.ABC):
 
     options: dict[str, Any]
 
+    @abc.abstractmethod
+    async def execute_stream(
+        self, history: list[Any], executor: Executor, steering: Steering | None, context: Any
+    ) -> tuple[Any, list[ToolCall], Outcome]:
+        """Streams the next answer, its calls starting while it streams: (the answer as a response, calls, outcome)."""
+
 
 def _async_method(method: Any, client: Any, wanted: str) -> Any:
     """``method`` when it is a coroutine function; a sync client is refused before anything is sent."""
@@ -163,6 +172,19 @@ class _Anthropic(_Dialect):
     def paused(self, response: Any) -> bool:
         return bool(read(response, "stop_reason") == "pause_turn")
 
+    async def execute_stream(
+        self, history: list[Any], executor: Executor, steering: Steering | None, context: Any
+    ) -> tuple[Any, list[ToolCall], Outcome]:
+        options = _with_tools(self.options, anthropic.tool_definitions(executor))
+        events = await self.create(messages=history, stream=True, **options)
+        reader = anthropic.MessageAssembler()
+        execution = await anthropic.execute_stream(
+            executor, events, steering=steering, context=context, assembler=reader
+        )
+        response = {**execution.assistant, "stop_reason": reader.stop_reason}
+        return response, execution.calls, execution.outcome
+
+
 
 class _Responses(_Dialect):
     def __init__(self, client: Any, request: dict[str, Any], strict: bool) -> None:
@@ -184,6 +206,16 @@ class _Responses(_Dialect):
 
     def reply(self, calls: list[ToolCall], results: list[ToolResult], registry: ToolRegistry) -> list[Any]:
         return list(openai_responses.results_to_items(calls, results, registry=registry))
+
+    async def execute_stream(
+        self, history: list[Any], executor: Executor, steering: Steering | None, context: Any
+    ) -> tuple[Any, list[ToolCall], Outcome]:
+        if "text_format" in self.options:
+            raise OptionError("stream=True cannot parse a structured output (text_format=); leave stream off")
+        tools = openai_responses.tool_definitions(executor, strict=self.strict)
+        events = await self.create(input=history, stream=True, **_with_tools(self.options, tools))
+        execution = await openai_responses.execute_stream(executor, events, steering=steering, context=context)
+        return {"output": execution.assistant}, execution.calls, execution.outcome
 
     def text(self, response: Any) -> str | None:
         texts = [
@@ -218,6 +250,16 @@ class _Chat(_Dialect):
     def reply(self, calls: list[ToolCall], results: list[ToolResult], registry: ToolRegistry) -> list[Any]:
         return list(openai_chat.results_to_messages(calls, results, registry=registry))
 
+    async def execute_stream(
+        self, history: list[Any], executor: Executor, steering: Steering | None, context: Any
+    ) -> tuple[Any, list[ToolCall], Outcome]:
+        if isinstance(self.options.get("response_format"), type):
+            raise OptionError("stream=True cannot parse a structured output (response_format=); leave stream off")
+        tools = openai_chat.tool_definitions(executor, strict=self.strict)
+        events = await self.create(messages=history, stream=True, **_with_tools(self.options, tools))
+        execution = await openai_chat.execute_stream(executor, events, steering=steering, context=context)
+        return execution.assistant, execution.calls, execution.outcome
+
     def text(self, response: Any) -> str | None:
         content = read(openai_chat.assistant_message(response), "content")
         return content if isinstance(content, str) else None
@@ -228,6 +270,7 @@ class _Gemini(_Dialect):
         self.generate = _async_method(
             getattr(client, "aio", client).models.generate_content, client, "google.genai.Client"
         )
+        self.generate_stream = getattr(client, "aio", client).models.generate_content_stream
         self.model = model
         if config is None:
             self.config: dict[str, Any] = {}
@@ -241,6 +284,14 @@ class _Gemini(_Dialect):
     async def request(self, history: list[Any], executor: Executor) -> Any:
         config = _with_tools(self.config, gemini.tool_definitions(executor))
         return await self.generate(model=self.model, contents=history, config=config)
+
+    async def execute_stream(
+        self, history: list[Any], executor: Executor, steering: Steering | None, context: Any
+    ) -> tuple[Any, list[ToolCall], Outcome]:
+        config = _with_tools(self.config, gemini.tool_definitions(executor))
+        events = await self.generate_stream(model=self.model, contents=history, config=config)
+        execution = await gemini.execute_stream(executor, events, steering=steering, context=context)
+        return {"candidates": [{"content": execution.assistant}]}, execution.calls, execution.outcome
 
     def used_tools(self) -> None:
         # Gemini forces calls with function_calling_config.mode ANY (or names the allowed functions).
@@ -287,7 +338,10 @@ async def _run_loop(
     context: Any,
     resume: LoopResult | None,
     reset_tool_choice: bool = True,
+    stream: bool = False,
 ) -> LoopResult:
+    if not isinstance(stream, bool):
+        raise OptionError(f"stream must be True or False, got {stream!r}")
     if not isinstance(reset_tool_choice, bool):
         raise OptionError(f"reset_tool_choice must be True or False, got {reset_tool_choice!r}")
     if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
@@ -323,15 +377,21 @@ async def _run_loop(
             return finish(stop)
 
     while True:
-        response = await dialect.request(history, executor)
-        turns += 1
-        history.extend(dialect.assistant_turn(response))
-        calls = dialect.calls(response, executor.registry)
+        if stream:
+            # Each call starts while the answer is still streaming.
+            response, calls, streamed = await dialect.execute_stream(history, executor, steering, context)
+            turns += 1
+            history.extend(dialect.assistant_turn(response))
+        else:
+            response = await dialect.request(history, executor)
+            turns += 1
+            history.extend(dialect.assistant_turn(response))
+            calls = dialect.calls(response, executor.registry)
         if not calls:
             if dialect.paused(response) and turns < max_turns:
                 continue
             return finish("max_turns" if dialect.paused(response) else "done")
-        outcome = await executor.run(calls, steering=steering, context=context)
+        outcome = streamed if stream else await executor.run(calls, steering=steering, context=context)
         stop = await answer(calls, outcome)
         if stop is not None:
             return finish(stop)
@@ -350,6 +410,7 @@ async def anthropic_loop(
     context: Any = None,
     resume: LoopResult | None = None,
     reset_tool_choice: bool = True,
+    stream: bool = False,
     **request: Any,
 ) -> LoopResult:
     """Runs the Anthropic Messages tool loop with an ``anthropic.AsyncAnthropic`` client.
@@ -369,6 +430,7 @@ async def anthropic_loop(
         context=context,
         resume=resume,
         reset_tool_choice=reset_tool_choice,
+        stream=stream,
     )
 
 
@@ -384,6 +446,7 @@ async def openai_responses_loop(
     context: Any = None,
     resume: LoopResult | None = None,
     reset_tool_choice: bool = True,
+    stream: bool = False,
     **request: Any,
 ) -> LoopResult:
     """Runs the OpenAI Responses tool loop with an ``openai.AsyncOpenAI`` client.
@@ -405,6 +468,7 @@ async def openai_responses_loop(
         context=context,
         resume=resume,
         reset_tool_choice=reset_tool_choice,
+        stream=stream,
     )
 
 
@@ -420,6 +484,7 @@ async def openai_chat_loop(
     context: Any = None,
     resume: LoopResult | None = None,
     reset_tool_choice: bool = True,
+    stream: bool = False,
     **request: Any,
 ) -> LoopResult:
     """Runs the OpenAI Chat Completions tool loop with an ``openai.AsyncOpenAI`` client.
@@ -437,6 +502,7 @@ async def openai_chat_loop(
         context=context,
         resume=resume,
         reset_tool_choice=reset_tool_choice,
+        stream=stream,
     )
 
 
@@ -453,6 +519,7 @@ async def gemini_loop(
     context: Any = None,
     resume: LoopResult | None = None,
     reset_tool_choice: bool = True,
+    stream: bool = False,
 ) -> LoopResult:
     """Runs the Gemini tool loop with a ``google.genai.Client`` (its ``aio`` side).
 
@@ -473,4 +540,5 @@ async def gemini_loop(
         context=context,
         resume=resume,
         reset_tool_choice=reset_tool_choice,
+        stream=stream,
     )

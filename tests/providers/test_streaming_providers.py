@@ -162,3 +162,40 @@ async def test_an_executor_with_batch_hooks_reads_the_whole_stream_first() -> No
             execution = await ts_anthropic.execute_stream(executor, await client.stream())
     assert seen == [2]
     assert [result.output for result in execution.results] == ["Paris: 18°C", "London: 18°C"]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_streaming_loop_answers_every_call_and_sends_the_conversation_back(provider: str) -> None:
+    from toolsched.loops import anthropic_loop, gemini_loop, openai_chat_loop, openai_responses_loop
+
+    started: dict[str, float] = {}
+    executor = ts.Executor(_tools(started))
+    final = Turn(text="Paris and London are both 18°C.")
+    with ScriptedProvider([BUILDERS[provider](TURN), BUILDERS[provider](final)]) as scripted:
+        async with Client(provider, scripted.url) as client:
+            sdk = client.sdk
+            if provider == "anthropic":
+                result = await anthropic_loop(
+                    sdk,
+                    executor,
+                    messages=[{"role": "user", "content": "weather?"}],
+                    model="m",
+                    max_tokens=99,
+                    stream=True,
+                )
+            elif provider == "openai_responses":
+                result = await openai_responses_loop(sdk, executor, input="weather?", model="m", stream=True)
+            elif provider == "openai_chat":
+                result = await openai_chat_loop(
+                    sdk, executor, messages=[{"role": "user", "content": "weather?"}], model="m", stream=True
+                )
+            else:
+                result = await gemini_loop(sdk, executor, model="m", contents="weather?", stream=True)
+    assert (result.stop, result.turns) == ("done", 2)
+    assert result.text == "Paris and London are both 18°C."
+    assert sorted(started) == ["London", "Paris"]
+    # The second request carried the assistant turn and one answer per call.
+    second = str(scripted.requests[1])
+    assert "call_paris" in second and "call_london" in second and "London: 18°C" in second
+    assert scripted.requests[0].get("stream") in (True, None)

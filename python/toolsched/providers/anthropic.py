@@ -200,10 +200,17 @@ class MessageAssembler:
         # The finished tool_use blocks as calls_from reads them (unparsable input kept as its text).
         self._uses: list[dict[str, Any]] = []
         self._taken = 0
+        # The message's stop reason, from its ``message_delta`` (``pause_turn``, ``tool_use``, ...).
+        self.stop_reason: str | None = None
 
     def feed(self, event: Any) -> list[ToolCall]:
         kind = read(event, "type")
-        if kind == "content_block_start":
+        if kind == "message_delta":
+            delta = read(event, "delta")
+            reason = read(delta, "stop_reason") if delta is not None else None
+            if isinstance(reason, str):
+                self.stop_reason = reason
+        elif kind == "content_block_start":
             index = read(event, "index")
             block = as_record(read(event, "content_block"))
             if not isinstance(block, dict):
@@ -269,6 +276,7 @@ async def execute_stream(
     *,
     steering: Steering | None = None,
     context: Any = None,
+    assembler: MessageAssembler | None = None,
 ) -> AnthropicExecution:
     """Runs a streamed response's tool calls, each starting the moment its ``tool_use`` block is complete.
 
@@ -277,5 +285,7 @@ async def execute_stream(
     dicts). Returns what ``execute`` returns, with ``assistant`` set to the
     assistant message: append it and then ``message``. If the stream breaks,
     ``StreamFailed`` carries the results of the calls already complete.
+    Pass an ``assembler`` to read more of the stream afterwards (its ``stop_reason``).
     """
-    return await _FLOW.execute_stream(executor, stream, MessageAssembler(), steering=steering, context=context)
+    reader = MessageAssembler() if assembler is None else assembler
+    return await _FLOW.execute_stream(executor, stream, reader, steering=steering, context=context)
