@@ -36,7 +36,7 @@ import toolsched as ts
 from toolsched.providers import anthropic as ts_anthropic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-from sse_provider import Call, ScriptedProvider, Turn, anthropic_events  # noqa: E402
+from sse_provider import Call, ScriptedProvider, Turn, anthropic_events
 
 
 @dataclass

@@ -185,7 +185,6 @@ class _Anthropic(_Dialect):
         return response, execution.calls, execution.outcome
 
 
-
 class _Responses(_Dialect):
     def __init__(self, client: Any, request: dict[str, Any], strict: bool) -> None:
         # A structured output (``text_format=`` a pydantic model) goes through ``parse``.

@@ -58,10 +58,11 @@ def executions(log: Path) -> Counter[str]:
     return Counter(log.read_text(encoding="utf-8").split()) if log.exists() else Counter()
 
 
-async def crash_at(store: Store, backend: str, run_id: str, log: Path, point: str) -> None:
-    """Runs the turn in a child process and kills it with SIGKILL once it reaches ``point``."""
+async def crash_at(store: Store, backend: str, run_id: str, log: Path, point: str, stream: bool = False) -> None:
+    """Runs the turn in a child process (its calls streamed one by one with ``stream``) and kills it with
+    SIGKILL once it reaches ``point``."""
     process = await anyio.open_process(
-        [sys.executable, str(CHILD), store.spec(), backend, run_id, str(log), point],
+        [sys.executable, str(CHILD), store.spec(), backend, run_id, str(log), point, *(["stream"] if stream else [])],
         env={**os.environ, "PYTHONPATH": os.pathsep.join([*sys.path, os.environ.get("PYTHONPATH", "")])},
     )
     try:
@@ -306,6 +307,39 @@ async def test_the_database_going_away_fails_the_run_loudly(
             assert result.output == int(entry.call_id[1:])
     # No call ran twice.
     assert sorted(ran) == sorted(set(ran))
+
+
+async def test_a_streamed_turn_killed_at_any_point_recovers_what_it_journaled(store: Store, tmp_path: Path) -> None:
+    # The calls arrive 10 ms apart; each is journaled as it arrives, before anything else happens to it.
+    points = ["inside c0", "finished c1", "before c3", "inside c4"]
+    runs = {point: (f"streamed-{index}", tmp_path / f"streamed-{index}.log") for index, point in enumerate(points)}
+    async with anyio.create_task_group() as group:
+        for point, (run_id, log) in runs.items():
+            group.start_soon(crash_at, store, "asyncio", run_id, log, point, True)
+    first = {call.id: call for call in reversed(TURN)}
+    async with store.open() as journal:
+        for point, (run_id, log) in runs.items():
+            journaled = [call.id for call in (await journal.load(run_id)).turn]
+            # What was journaled is the turn's beginning, in model order.
+            assert journaled == [call.id for call in TURN[: len(journaled)]], point
+            before = executions(log)
+            outcome = await executor(journal).recover(run_id, context=str(log), force=True)
+            ran = executions(log)
+            unique = list(dict.fromkeys(journaled))
+            answered = [result.call_id for result in outcome.results] + [r.call_id for r in outcome.pending]
+            assert sorted(answered) == sorted(unique), point
+            for result in outcome.results:
+                call = first[result.call_id]
+                if call.name == "missing":
+                    assert result.error_kind == "unknown_tool"
+                elif call.name in IDEMPOTENT:
+                    assert result.output == expected_output(call), point
+                elif result.error_kind == "interrupted":
+                    assert ran[call.id] <= 1 and before[call.id] == ran[call.id], point
+                else:
+                    assert result.output == expected_output(call) and ran[call.id] == 1, point
+            # The unjournaled rest of the turn never ran.
+            assert not set(ran) - set(unique), point
 
 
 async def test_a_streamed_run_is_durable_too(store: Store, tmp_path: Path) -> None:

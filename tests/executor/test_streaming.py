@@ -503,3 +503,36 @@ async def test_batch_hooks_refuse_the_push_form_and_run_reads_the_stream_first()
     outcome = await executor.run(calls())
     assert [result.output for result in outcome.results] == ["ok", "ok"]
     assert seen == [2]
+
+
+async def test_a_broken_journaled_stream_is_known_to_recover_which_runs_nothing_again(tmp_path: Any) -> None:
+    ran: list[str] = []
+
+    @ts.tool(concurrency_safe=True)
+    async def step(name: str) -> str:
+        ran.append(name)
+        return name
+
+    class Broken(Exception):
+        pass
+
+    async def calls() -> Any:
+        yield ts.ToolCall("1", "step", {"name": "one"})
+        yield ts.ToolCall("1", "step", {"name": "repeat"})
+        yield ts.ToolCall("2", "step", {"name": "two"})
+        await anyio.sleep(0.01)
+        raise Broken("the model's connection dropped")
+
+    async with ts.SqliteJournal(tmp_path / "journal.db") as journal:
+        executor = ts.Executor([step], journal=journal)
+        with pytest.raises(ts.StreamFailed) as raised:
+            await executor.run(calls(), run_id="streamed")
+        broken = raised.value.outcome
+        assert broken.run_id == "streamed"
+        assert [result.output for result in broken.results] == ["one", "two"]
+        record = await journal.load("streamed")
+        assert [call.id for call in record.turn] == ["1", "1", "2"] and record.complete
+        recovered = await executor.recover("streamed")
+        assert recovered.results == broken.results
+        assert [duplicate.call_id for duplicate in recovered.duplicates] == ["1"]
+    assert ran == ["one", "two"]

@@ -1,6 +1,6 @@
 """A process that runs a durable turn, for the crash tests: the parent kills it at a chosen point.
 
-    python durable_child.py STORE BACKEND RUN_ID LOG POINT
+    python durable_child.py STORE BACKEND RUN_ID LOG POINT [stream]
 
 STORE is the JSON from ``journal_child.Store.spec()``; BACKEND is ``asyncio``
 or ``trio``. The child runs ``TURN`` through an executor journaling to STORE,
@@ -11,7 +11,9 @@ it prints it and freezes there (blocking on stdin, which the parent never
 writes) until the parent kills it with SIGKILL.
 
 The tools append one line per execution to LOG (the context of the run), so
-the parent can count how often each call really ran.
+the parent can count how often each call really ran. With ``stream`` the turn's
+calls arrive one by one (an async iterable, a streamed turn), each journaled as
+it arrives.
 """
 
 from __future__ import annotations
@@ -107,9 +109,16 @@ def expected_output(call: ts.ToolCall) -> Any:
     return f"deployed to {args['target']}"
 
 
-async def main(store: Store, run_id: str, log: str) -> None:
+async def streamed() -> Any:
+    for call in TURN:
+        await anyio.sleep(0.01)
+        yield call
+
+
+async def main(store: Store, run_id: str, log: str, stream: bool = False) -> None:
     async with store.open() as journal:
-        outcome = await executor(journal, observed=True).run(TURN, run_id=run_id, context=log)
+        calls = streamed() if stream else TURN
+        outcome = await executor(journal, observed=True).run(calls, run_id=run_id, context=log)
     say(f"done {len(outcome.results)}")
 
 
@@ -120,4 +129,5 @@ if __name__ == "__main__":
     import durable_child
 
     durable_child._point = sys.argv[5]
-    anyio.run(durable_child.main, Store.from_spec(sys.argv[1]), sys.argv[3], sys.argv[4], backend=sys.argv[2])
+    stream = sys.argv[6:7] == ["stream"]
+    anyio.run(durable_child.main, Store.from_spec(sys.argv[1]), sys.argv[3], sys.argv[4], stream, backend=sys.argv[2])

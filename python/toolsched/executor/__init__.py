@@ -240,7 +240,7 @@ class Executor:
 
     @property
     def streams(self) -> bool:
-        """Whether turns can take calls over time (``turn``): not with batch hooks or a journal."""
+        """Whether turns can take calls over time (``turn``): not with batch hooks."""
         return streaming_refusal(self._settings) is None
 
     def turn(
@@ -258,7 +258,7 @@ class Executor:
         self, calls: AsyncIterable[ToolCall], steering: Steering | None, context: Any, run_id: str | None
     ) -> Outcome:
         if not self.streams:
-            # Batch hooks see whole batches, and a journal records the turn when it begins: read the calls first.
+            # Batch hooks see whole batches: read the calls first.
             return await self.run([call async for call in calls], steering=steering, context=context, run_id=run_id)
         async with self.turn(steering=steering, context=context, run_id=run_id) as turn:
             async for call in calls:

@@ -68,6 +68,18 @@ class RunJournal:
             raise
         self.held = True
 
+    async def add(self, position: int, call: ToolCall) -> None:
+        """Journals a call of a streamed turn as it arrives (*planned*), before anything else of it."""
+        if self.failure is not None:
+            raise JournalFailed(self.failure)
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.journal.add_calls(self.run_id, position, [call])
+        except JournalError as exc:
+            if self.failure is None:
+                self.failure = exc
+            raise JournalFailed(exc) from exc
+
     async def claim(self, force: bool) -> Any:
         self._hold()
         try:

@@ -25,13 +25,16 @@ One task decides what starts (``_drive``); arrivals and finished calls only
 change its state and wake it. Batch numbers are the ones ``run`` gives.
 ``was_concurrent`` depends on how many calls a batch ends with: a result is
 handed out (``results``, ``outcome``) once that is known, and ``ToolFinished``
-events carry what was known when the call finished.
+events carry what was known when the call finished. In a journaled turn every
+result stays as it was journaled when its call finished (what ``recover``
+reads), ``was_concurrent`` included.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextvars import copy_context
 from dataclasses import replace
@@ -45,6 +48,7 @@ from toolsched.errors import OptionError, StreamFailed, ToolschedError, TurnStat
 from toolsched.events import BatchFinished, BatchStarted
 from toolsched.executor.admit import admit, check_semantics
 from toolsched.executor.call import EXECUTION_FAILURES, SKIPPED, abort_reason, answer_unstarted, execute
+from toolsched.executor.durable import JournalFailed, RunJournal
 from toolsched.executor.schedule import declared_access, is_safe, raise_failure, steer, trip
 from toolsched.executor.settings import Settings, Steering
 from toolsched.executor.turn import DONE, PENDING, Held, Job, Plan, Turn, plan_calls
@@ -67,8 +71,6 @@ def streaming_refusal(settings: Settings) -> str | None:
             "pre_batch/post_batch hooks see a whole batch, which a streamed turn does not have until it"
             " ends; run the turn with run() (a list, or an async iterable it reads to the end first)"
         )
-    if settings.journal is not None:
-        return "a streamed turn is not journaled yet; run a durable turn with run() (it reads the stream first)"
     return None
 
 
@@ -216,10 +218,13 @@ class StreamingTurn:
         self._held: list[Held] = []
         self._jobs: list[Job] = []
         turn.jobs = self._jobs
-        # Admission in model order: (slot, plan) for calls the engine refused, (slot, job) for the rest.
-        self._admission_in, self._admission_out = anyio.create_memory_object_stream[tuple[int, Plan | Job]](
-            max_buffer_size=math.inf
-        )
+        # Admission in model order: (position, call, slot, plan) for calls the engine refused,
+        # (..., job) for the rest, (..., None) for a repeated ID (only journaled).
+        self._admission_in, self._admission_out = anyio.create_memory_object_stream[
+            tuple[int, ToolCall, int, Plan | Job | None]
+        ](max_buffer_size=math.inf)
+        self._journal = settings.journal
+        self._keep_alive = anyio.CancelScope()
         self._admitting = True
         self._batches: list[_Batch] = []
         self._current = -1
@@ -250,9 +255,14 @@ class StreamingTurn:
         if self._entered:
             raise TurnStateError("a streamed turn is entered once")
         self._entered = True
+        turn = self._turn
+        if self._journal is not None:
+            durable = RunJournal(self._journal, uuid.uuid4().hex if self._run_id is None else self._run_id)
+            await durable.begin([])
+            turn.durable = durable
+            turn.run_id = self._run_id = durable.run_id
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
-        turn = self._turn
         if turn.view.resourceful:
             self._resources = RunResources(self._group, self._context)
             self._token = current_resources.set(self._resources)
@@ -262,7 +272,13 @@ class StreamingTurn:
         # Its tasks are shielded: only the turn stops its calls (a caller's cancellation winds it down).
         self._group.start_soon(_shielded, self._admit_in_order)
         self._group.start_soon(_shielded, self._drive)
+        if turn.durable is not None:
+            self._group.start_soon(self._renew_lease, turn.durable)
         return self
+
+    async def _renew_lease(self, durable: RunJournal) -> None:
+        with self._keep_alive:
+            await durable.keep_alive()
 
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
@@ -279,6 +295,7 @@ class StreamingTurn:
             with anyio.CancelScope(shield=True):
                 self._wind_down(error)
                 await self._finished.wait()
+        self._keep_alive.cancel()
         cancelled = anyio.get_cancelled_exc_class()
         passed = error if isinstance(error, cancelled) else None
         try:
@@ -287,6 +304,8 @@ class StreamingTurn:
             )
         finally:
             self._release()
+            if self._turn.durable is not None:
+                await self._turn.durable.release()
         if caught is not None:
             raise caught
         if self._fatal is not None:
@@ -337,6 +356,7 @@ class StreamingTurn:
         first = self._ids.get(call.id)
         if first is not None:
             self._duplicates.append(self._duplicate(call, position, first))
+            self._admission_in.send_nowait((position, call, -1, None))
             return
         slot = len(self._calls)
         self._ids[call.id] = position
@@ -344,12 +364,12 @@ class StreamingTurn:
         turn = self._turn
         plan = plan_calls(turn.settings, turn.view, [call], jobs=True)
         if plan.refused:
-            self._admission_in.send_nowait((slot, plan))
+            self._admission_in.send_nowait((position, call, slot, plan))
             return
         job = plan.jobs[0]
         job.slot = slot
         self._jobs.append(job)
-        self._admission_in.send_nowait((slot, job))
+        self._admission_in.send_nowait((position, call, slot, job))
 
     def _duplicate(self, call: ToolCall, position: int, first: int) -> Duplicate:
         """A repeated call ID: dropped, with whether its arguments differ from the first call's (as the engine says)."""
@@ -416,7 +436,8 @@ class StreamingTurn:
     def _final(self, slot: int, result: ToolResult) -> ToolResult | None:
         """A result as it stands once its batch's size is known; None while it is not."""
         batch = self._batch_of.get(slot)
-        if batch is None or result.batch is None:
+        if batch is None or result.batch is None or self._turn.durable is not None:
+            # A journaled result stays as it was journaled when the call finished (recover() reads it so).
             return result
         concurrent = batch.concurrent()
         if concurrent is None:
@@ -438,7 +459,12 @@ class StreamingTurn:
         view = turn.view
         try:
             async with self._admission_out:
-                async for slot, item in self._admission_out:
+                async for position, call, slot, item in self._admission_out:
+                    if turn.durable is not None:
+                        # Journaled before anything else happens to it, so that recover() knows every call.
+                        await turn.durable.add(position, call)
+                    if item is None:
+                        continue
                     if isinstance(item, Plan):
                         await turn.answer_refused(item, 0, slot)
                         self._notify()
@@ -464,6 +490,8 @@ class StreamingTurn:
             self._notify()
 
     def _fail(self, exc: BaseException) -> None:
+        if isinstance(exc, JournalFailed):
+            exc = exc.error
         if self._error is None:
             self._error = exc
         if self._stop is None:

@@ -554,6 +554,15 @@ class Journal(ABC):
         rows = [encode_call(position, call) for position, call in enumerate(calls)]
         await self._run(lambda: self._begin_run(run_id, rows))
 
+    async def add_calls(self, run_id: str, first_position: int, calls: Sequence[ToolCall]) -> None:
+        """Adds calls to a run in progress whose calls arrive over time (a streamed turn), at positions
+        ``first_position`` on, each *planned*. Only the run's holder may add (``RunClaimedError``);
+        a position already taken raises ``JournalError``.
+        """
+        run_id = check_run_id(run_id)
+        rows = [encode_call(first_position + offset, call) for offset, call in enumerate(calls)]
+        await self._run(lambda: self._add_calls(run_id, rows))
+
     async def record(self, run_id: str, call_id: str, transition: Transition, payload: Any = None) -> None:
         """Records one transition of a call: ``pending``, ``approved``, ``rejected``, ``started`` or ``finished``.
 
@@ -622,6 +631,9 @@ class Journal(ABC):
 
     @abstractmethod
     def _begin_run(self, run_id: str, rows: Sequence[tuple[int, str, str, str, str, str]]) -> None: ...
+
+    @abstractmethod
+    def _add_calls(self, run_id: str, rows: Sequence[tuple[int, str, str, str, str, str]]) -> None: ...
 
     @abstractmethod
     def _record_batch(self, writes: Sequence[PendingRecord]) -> None:

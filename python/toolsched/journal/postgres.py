@@ -328,6 +328,27 @@ class PostgresJournal(Journal):
                 for row in rows:
                     copy.write_row((run_id, *row))
 
+    def _add_calls(self, run_id: str, rows: Sequence[tuple[int, str, str, str, str, str]]) -> None:
+        import psycopg
+
+        with self._transaction() as conn:
+            held = conn.execute(
+                f"UPDATE toolsched_runs SET updated_at = clock_timestamp(), lease_until = {_LEASE} "
+                "WHERE run_id = %(run)s AND owner = %(owner)s RETURNING run_id",
+                {"run": run_id, "owner": self.owner, "lease": self.lease.total_seconds()},
+            ).fetchone()
+            if held is None:
+                raise self._refusal(conn, run_id)
+            try:
+                with conn.cursor().copy(
+                    "COPY toolsched_calls (run_id, position, call_id, tool_name, args, args_form, args_digest) "
+                    "FROM STDIN"
+                ) as copy:
+                    for row in rows:
+                        copy.write_row((run_id, *row))
+            except psycopg.errors.UniqueViolation:
+                raise JournalError(f"run {run_id!r} already has a call at one of these positions") from None
+
     def _record_batch(self, writes: Sequence[PendingRecord]) -> None:
         with self._translated():
             conn = self._connection()

@@ -332,6 +332,24 @@ class SqliteJournal(Journal):
                 [(run_id, *row) for row in rows],
             )
 
+    def _add_calls(self, run_id: str, rows: Sequence[tuple[int, str, str, str, str, str]]) -> None:
+        now = time.time()
+        with self._transaction(write=True) as conn:
+            held = conn.execute(
+                "UPDATE toolsched_runs SET updated_at = ?, lease_until = ? WHERE run_id = ? AND owner = ?",
+                (now, now + self.lease.total_seconds(), run_id, self.owner),
+            )
+            if held.rowcount == 0:
+                raise self._refusal(conn, run_id)
+            try:
+                conn.executemany(
+                    "INSERT INTO toolsched_calls (run_id, position, call_id, tool_name, args, args_form, args_digest) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [(run_id, *row) for row in rows],
+                )
+            except sqlite3.IntegrityError:
+                raise JournalError(f"run {run_id!r} already has a call at one of these positions") from None
+
     def _record_batch(self, writes: Sequence[PendingRecord]) -> None:
         now = time.time()
         with self._transaction(write=True) as conn:

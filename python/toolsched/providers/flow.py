@@ -78,7 +78,7 @@ class Flow(Generic[E]):
         reply; the execution's ``assistant`` is what the model said (for the next request).
 
         If the stream breaks, ``StreamFailed`` carries the results of the calls it completed. An executor
-        whose turns cannot stream (batch hooks, a journal) reads the whole stream first, then runs the calls.
+        whose turns cannot stream (batch hooks) reads the whole stream first, then runs the calls.
         """
         calls: list[ToolCall] = []
         if not executor.streams:
