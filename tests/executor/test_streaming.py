@@ -536,3 +536,29 @@ async def test_a_broken_journaled_stream_is_known_to_recover_which_runs_nothing_
         assert recovered.results == broken.results
         assert [duplicate.call_id for duplicate in recovered.duplicates] == ["1"]
     assert ran == ["one", "two"]
+
+
+async def test_stream_of_an_async_iterable_reports_a_call_before_the_next_one_arrives() -> None:
+    @ts.tool(concurrency_safe=True)
+    async def step(name: str) -> str:
+        return name
+
+    executor = ts.Executor([step])
+    first_started = anyio.Event()
+
+    async def calls() -> Any:
+        yield ts.ToolCall("1", "step", {"name": "one"})
+        # Only comes once the first call's start was reported: a turn that read the whole stream first hangs here.
+        await first_started.wait()
+        yield ts.ToolCall("2", "step", {"name": "two"})
+
+    kinds: list[str] = []
+    with anyio.fail_after(5):
+        async for event in executor.stream(calls(), run_id="events"):
+            kinds.append(type(event).__name__)
+            if isinstance(event, ts.ToolStarted) and event.call_id == "1":
+                first_started.set()
+    assert isinstance(event, ts.RunFinished)
+    assert [result.output for result in event.outcome.results] == ["one", "two"]
+    assert event.outcome.run_id == "events"
+    assert kinds.count("ToolFinished") == 2

@@ -255,12 +255,22 @@ class Executor:
         return StreamingTurn(self, steering=steering, context=context, run_id=run_id)
 
     async def _run_streamed(
-        self, calls: AsyncIterable[ToolCall], steering: Steering | None, context: Any, run_id: str | None
+        self,
+        calls: AsyncIterable[ToolCall],
+        steering: Steering | None,
+        context: Any,
+        run_id: str | None,
+        sink: Callable[[Event], Any] | None = None,
     ) -> Outcome:
         if not self.streams:
             # Batch hooks see whole batches: read the calls first.
-            return await self.run([call async for call in calls], steering=steering, context=context, run_id=run_id)
-        async with self.turn(steering=steering, context=context, run_id=run_id) as turn:
+            listed = [call async for call in calls]
+            if sink is None:
+                return await self.run(listed, steering=steering, context=context, run_id=run_id)
+            outcome = await self._start(listed, None, steering, context, sink, None, None, run_id)
+            return outcome if run_id is None else replace(outcome, run_id=run_id)
+        turn = StreamingTurn(self, steering=steering, context=context, run_id=run_id, sink=sink)
+        async with turn:
             async for call in calls:
                 turn.submit(call)
             turn.close()
@@ -320,7 +330,7 @@ class Executor:
 
     async def stream(
         self,
-        calls: Iterable[ToolCall],
+        calls: Iterable[ToolCall] | AsyncIterable[ToolCall],
         *,
         steering: Steering | None = None,
         context: Any = None,
@@ -346,7 +356,9 @@ class Executor:
             with send:
                 try:
                     with scope:
-                        if journal is not None:
+                        if isinstance(calls, AsyncIterable):
+                            outcome = await self._run_streamed(calls, steering, context, run_id, send.send_nowait)
+                        elif journal is not None:
                             durable = RunJournal(journal, uuid.uuid4().hex if run_id is None else run_id)
                             sink = send.send_nowait
                             outcome = await self._journaled(

@@ -35,7 +35,7 @@ from __future__ import annotations
 import heapq
 import math
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextvars import copy_context
 from dataclasses import replace
 from types import TracebackType
@@ -45,7 +45,7 @@ import anyio
 
 from toolsched import _core
 from toolsched.errors import OptionError, StreamFailed, ToolschedError, TurnStateError
-from toolsched.events import BatchFinished, BatchStarted
+from toolsched.events import BatchFinished, BatchStarted, Event
 from toolsched.executor.admit import admit, check_semantics
 from toolsched.executor.call import EXECUTION_FAILURES, SKIPPED, abort_reason, answer_unstarted, execute
 from toolsched.executor.durable import JournalFailed, RunJournal
@@ -188,17 +188,19 @@ class StreamingTurn:
         steering: Steering | None,
         context: Any,
         run_id: str | None,
+        sink: Callable[[Event], Any] | None = None,
     ) -> None:
         settings = executor._settings
         refusal = streaming_refusal(settings)
         if refusal is not None:
             raise OptionError(refusal)
         self._executor = executor
+        self._sink = sink
         self._steering = steering
         self._context = context
         self._run_id = run_id
         view = executor._current_view()
-        self._turn = turn = Turn(settings, view, 0, context, settings.emitter(None, None), executor._runs, None)
+        self._turn = turn = Turn(settings, view, 0, context, settings.emitter(sink, None), executor._runs, None)
         if run_id is not None:
             turn.run_id = run_id
         strategy = settings.strategy
@@ -311,7 +313,7 @@ class StreamingTurn:
         if self._fatal is not None:
             raise self._fatal
         if self._executor.registry.refreshes:
-            await self._executor._refresh(None, None)
+            await self._executor._refresh(self._sink, None)
         if error is not None:
             if isinstance(error, Exception) and not isinstance(error, ToolschedError):
                 raise StreamFailed(self._partial(), error) from error
