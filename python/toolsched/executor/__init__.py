@@ -252,7 +252,22 @@ class Executor:
         Calls are scheduled as ``run`` schedules them, each starting as soon as
         it may; the options are ``run``'s.
         """
-        return StreamingTurn(self, steering=steering, context=context, run_id=run_id)
+        return self._streaming_turn(steering, context, run_id, None)
+
+    def _streaming_turn(
+        self, steering: Steering | None, context: Any, run_id: str | None, sink: Callable[[Event], Any] | None
+    ) -> StreamingTurn:
+        refresh = (lambda: self._refresh(sink, None)) if self.registry.refreshes else None
+        return StreamingTurn(
+            self._settings,
+            self._current_view(),
+            self._runs,
+            refresh,
+            steering=steering,
+            context=context,
+            run_id=run_id,
+            sink=sink,
+        )
 
     async def _run_streamed(
         self,
@@ -269,7 +284,7 @@ class Executor:
                 return await self.run(listed, steering=steering, context=context, run_id=run_id)
             outcome = await self._start(listed, None, steering, context, sink, None, None, run_id)
             return outcome if run_id is None else replace(outcome, run_id=run_id)
-        turn = StreamingTurn(self, steering=steering, context=context, run_id=run_id, sink=sink)
+        turn = self._streaming_turn(steering, context, run_id, sink)
         async with turn:
             async for call in calls:
                 turn.submit(call)

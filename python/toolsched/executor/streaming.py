@@ -35,31 +35,29 @@ from __future__ import annotations
 import heapq
 import math
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextvars import copy_context
 from dataclasses import replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
-from toolsched import _core
 from toolsched.errors import OptionError, StreamFailed, ToolschedError, TurnStateError
 from toolsched.events import BatchFinished, BatchStarted, Event
 from toolsched.executor.admit import admit, check_semantics
 from toolsched.executor.call import EXECUTION_FAILURES, SKIPPED, abort_reason, answer_unstarted, execute
 from toolsched.executor.durable import JournalFailed, RunJournal
-from toolsched.executor.schedule import declared_access, is_safe, raise_failure, steer, trip
+from toolsched.executor.online import Batch, Graph, Schedule
+from toolsched.executor.schedule import raise_failure, steer, trip
 from toolsched.executor.settings import Settings, Steering
 from toolsched.executor.turn import DONE, PENDING, Held, Job, Plan, Turn, plan_calls
+from toolsched.executor.view import View
 from toolsched.fastpath import run_until_suspended
 from toolsched.outcome import Outcome, new_outcome
 from toolsched.resources import RunResources, current_resources
 from toolsched.results import Duplicate, ToolCall, ToolResult
 from toolsched.strategies import resolve_cap
-
-if TYPE_CHECKING:
-    from toolsched.executor import Executor
 
 __all__ = ["StreamingTurn", "streaming_refusal"]
 
@@ -77,91 +75,6 @@ def streaming_refusal(settings: Settings) -> str | None:
 async def _shielded(work: Any) -> None:
     with anyio.CancelScope(shield=True):
         await work()
-
-
-class _Batch:
-    """A batch of the online schedule: its calls so far, and whether more may join."""
-
-    __slots__ = ("concurrency", "done", "ended", "jobs", "next", "number", "safe", "sealed")
-
-    def __init__(self, number: int, concurrency: int, safe: bool) -> None:
-        self.number = number
-        self.concurrency = concurrency
-        self.safe = safe
-        self.jobs: list[Job] = []
-        # Index of the next call of the batch to start, and how many finished.
-        self.next = 0
-        self.done = 0
-        self.sealed = False
-        self.ended = False
-
-    def complete(self) -> bool:
-        return self.sealed and self.done == len(self.jobs)
-
-    def concurrent(self) -> bool | None:
-        """Whether the batch's calls may overlap, as ``run`` says it; None while it could still change."""
-        if self.concurrency <= 1:
-            return False
-        if len(self.jobs) > 1:
-            return True
-        return False if self.sealed else None
-
-
-class _Graph:
-    """ResourceAware's online schedule: calls wait only for the earlier calls they conflict with."""
-
-    __slots__ = (
-        "batch",
-        "dependents",
-        "done",
-        "finished_since_steering",
-        "heap",
-        "index",
-        "known",
-        "planner",
-        "remaining",
-        "unstarted",
-    )
-
-    def __init__(self, batch: _Batch) -> None:
-        self.batch = batch
-        self.planner = _core.ConflictPlanner()
-        self.remaining: list[int] = []
-        self.dependents: list[list[int]] = []
-        self.done: list[bool] = []
-        # Whether each call declared its resources (a call of unknown resources runs alone).
-        self.known: list[bool] = []
-        self.heap: list[int] = []
-        self.unstarted = 0
-        self.finished_since_steering = 0
-        # The graph index of each call, by its slot in the turn.
-        self.index: dict[int, int] = {}
-
-    def add(self, job: Job) -> None:
-        index = len(self.remaining)
-        self.index[job.slot] = index
-        access = declared_access(job)
-        waits = self.planner.insert(access)
-        remaining = 0
-        for earlier in waits:
-            if not self.done[earlier]:
-                remaining += 1
-                self.dependents[earlier].append(index)
-        self.remaining.append(remaining)
-        self.dependents.append([])
-        self.done.append(False)
-        self.known.append(access is not None)
-        self.unstarted += 1
-        if remaining == 0:
-            heapq.heappush(self.heap, index)
-
-    def finished(self, index: int) -> None:
-        self.done[index] = True
-        self.finished_since_steering += 1
-        for later in self.dependents[index]:
-            self.remaining[later] -= 1
-            if self.remaining[later] == 0:
-                heapq.heappush(self.heap, later)
 
 
 class StreamingTurn:
@@ -183,30 +96,32 @@ class StreamingTurn:
 
     def __init__(
         self,
-        executor: Executor,
+        settings: Settings,
+        view: View,
+        runs: set[Turn],
+        refresh: Callable[[], Awaitable[None]] | None,
         *,
         steering: Steering | None,
         context: Any,
         run_id: str | None,
         sink: Callable[[Event], Any] | None = None,
     ) -> None:
-        settings = executor._settings
+        """Made by ``Executor.turn`` (``runs``: the executor's runs in progress; ``refresh``: the
+        registry's refresh once the turn is over, when it has one)."""
         refusal = streaming_refusal(settings)
         if refusal is not None:
             raise OptionError(refusal)
-        self._executor = executor
-        self._sink = sink
+        self._refresh = refresh
         self._steering = steering
         self._context = context
         self._run_id = run_id
-        view = executor._current_view()
-        self._turn = turn = Turn(settings, view, 0, context, settings.emitter(sink, None), executor._runs, None)
+        self._turn = turn = Turn(settings, view, 0, context, settings.emitter(sink, None), runs, None)
         if run_id is not None:
             turn.run_id = run_id
         strategy = settings.strategy
         self._kind = strategy.kind
         self._cap = resolve_cap(strategy)
-        self._size = max(1, int(getattr(strategy, "size", 1)))
+        self._schedule = Schedule(strategy.kind, self._cap, max(1, int(getattr(strategy, "size", 1))))
         # Whether a failure may cancel its siblings: then every call that may overlap runs in a cancel scope.
         self._may_abort = self._cap > 1 and (
             settings.abort_siblings_on_error or any(tool.abort_siblings_on_error for tool in view.tools)
@@ -216,7 +131,6 @@ class StreamingTurn:
         self._ids: dict[str, int] = {}
         self._positions = 0
         self._duplicates: list[Duplicate] = []
-        self._batch_of: dict[int, _Batch] = {}
         self._held: list[Held] = []
         self._jobs: list[Job] = []
         turn.jobs = self._jobs
@@ -228,9 +142,7 @@ class StreamingTurn:
         self._journal = settings.journal
         self._keep_alive = anyio.CancelScope()
         self._admitting = True
-        self._batches: list[_Batch] = []
         self._current = -1
-        self._graph: _Graph | None = None
         self._in_flight = 0
         self._launched: set[int] = set()
         self._closed = False
@@ -312,8 +224,8 @@ class StreamingTurn:
             raise caught
         if self._fatal is not None:
             raise self._fatal
-        if self._executor.registry.refreshes:
-            await self._executor._refresh(self._sink, None)
+        if self._refresh is not None:
+            await self._refresh()
         if error is not None:
             if isinstance(error, Exception) and not isinstance(error, ToolschedError):
                 raise StreamFailed(self._partial(), error) from error
@@ -437,15 +349,15 @@ class StreamingTurn:
 
     def _final(self, slot: int, result: ToolResult) -> ToolResult | None:
         """A result as it stands once its batch's size is known; None while it is not."""
-        batch = self._batch_of.get(slot)
+        batch = self._schedule.batch_of.get(slot)
         if batch is None or result.batch is None or self._turn.durable is not None:
             # A journaled result stays as it was journaled when the call finished (recover() reads it so).
             return result
         concurrent = batch.concurrent()
         if concurrent is None:
             return None
-        if self._graph is not None and concurrent:
-            concurrent = self._graph.known[self._graph.index[slot]]
+        if self._schedule.graph is not None and concurrent:
+            concurrent = self._schedule.graph.known[self._schedule.graph.index[slot]]
         if result.was_concurrent != concurrent:
             return replace(result, was_concurrent=concurrent)
         return result
@@ -481,14 +393,14 @@ class StreamingTurn:
                     if view.admits and jobs:
                         jobs = await admit(jobs, turn, self._held, None)
                     if jobs:
-                        self._place(job)
+                        self._schedule.place(job)
                     self._notify()
         except Exception as exc:
             # UnknownToolError (unknown_tool="raise"), a journal failure: the turn ends with it.
             self._fail(exc)
         finally:
             self._admitting = False
-            self._seal_last()
+            self._schedule.seal_last()
             self._notify()
 
     def _fail(self, exc: BaseException) -> None:
@@ -500,58 +412,6 @@ class StreamingTurn:
             self._stop = f"not run: the turn failed ({type(exc).__name__})"
 
     # -- the online schedule ------------------------------------------------------------
-
-    def _place(self, job: Job) -> None:
-        """Puts an admitted call into the schedule: its batch, and what it waits for."""
-        kind = self._kind
-        batches = self._batches
-        last = batches[-1] if batches else None
-        if kind == "resource_aware":
-            if self._graph is None:
-                batch = _Batch(0, self._cap, True)
-                batches.append(batch)
-                self._graph = _Graph(batch)
-            batch = self._graph.batch
-            batch.jobs.append(job)
-            self._graph.add(job)
-        elif kind == "parallel":
-            if last is None:
-                last = _Batch(0, self._cap, True)
-                batches.append(last)
-            batch = last
-            batch.jobs.append(job)
-        elif kind == "batched":
-            if last is None or last.sealed:
-                last = _Batch(len(batches), min(self._size, self._cap), True)
-                batches.append(last)
-            batch = last
-            batch.jobs.append(job)
-            if len(batch.jobs) >= self._size:
-                batch.sealed = True
-        elif kind == "partitioned":
-            safe = job.facts.static_safe if job.facts.static_safe is not None else is_safe(job)
-            if safe and last is not None and last.safe and not last.sealed:
-                batch = last
-            else:
-                if last is not None:
-                    last.sealed = True
-                batch = _Batch(len(batches), self._cap if safe else 1, safe)
-                batches.append(batch)
-            batch.jobs.append(job)
-            if not safe:
-                batch.sealed = True
-        else:
-            if last is not None:
-                last.sealed = True
-            batch = _Batch(len(batches), 1, False)
-            batch.jobs.append(job)
-            batch.sealed = True
-            batches.append(batch)
-        self._batch_of[job.slot] = batch
-
-    def _seal_last(self) -> None:
-        if self._batches:
-            self._batches[-1].sealed = True
 
     async def _drive(self) -> None:
         """The one task that starts calls: wakes on every arrival and every finished call."""
@@ -573,22 +433,22 @@ class StreamingTurn:
             await self._end()
 
     def _all_started(self) -> bool:
-        if self._graph is not None:
-            return (not self._graph.heap and self._graph.unstarted == 0) or self._stopped()
-        return self._current >= len(self._batches) - 1 and (
-            not self._batches or self._batches[-1].next >= len(self._batches[-1].jobs)
+        if self._schedule.graph is not None:
+            return (not self._schedule.graph.heap and self._schedule.graph.unstarted == 0) or self._stopped()
+        return self._current >= len(self._schedule.batches) - 1 and (
+            not self._schedule.batches or self._schedule.batches[-1].next >= len(self._schedule.batches[-1].jobs)
         )
 
     def _stopped(self) -> bool:
         return self._stop is not None or self._steered is not None
 
     async def _start_what_may(self) -> None:
-        if self._graph is not None:
-            await self._start_in_graph(self._graph)
+        if self._schedule.graph is not None:
+            await self._start_in_graph(self._schedule.graph)
             return
         turn = self._turn
         while True:
-            batch = self._batches[self._current] if self._current >= 0 else None
+            batch = self._schedule.batches[self._current] if self._current >= 0 else None
             if batch is not None and not batch.complete():
                 # A failing batch settles, as in run(): its calls still start; later batches do not.
                 limit = batch.concurrency
@@ -603,9 +463,9 @@ class StreamingTurn:
                     await self._skip_later()
                     return
             following = self._current + 1
-            if following >= len(self._batches):
+            if following >= len(self._schedule.batches):
                 return
-            upcoming = self._batches[following]
+            upcoming = self._schedule.batches[following]
             if upcoming.number and self._steering is not None and turn.halt is None:
                 messages = await steer(self._steering)
                 if messages:
@@ -620,11 +480,11 @@ class StreamingTurn:
                     BatchStarted(upcoming.number, tuple(j.call.id for j in upcoming.jobs), upcoming.concurrency > 1)
                 )
 
-    def _may_start(self, batch: _Batch) -> bool:
+    def _may_start(self, batch: Batch) -> bool:
         # A Batched chunk starts whole: once it is full or the stream ended.
         return batch.sealed or self._kind != "batched"
 
-    async def _start_in_graph(self, graph: _Graph) -> None:
+    async def _start_in_graph(self, graph: Graph) -> None:
         turn = self._turn
         batch = graph.batch
         if self._current < 0:
@@ -649,18 +509,18 @@ class StreamingTurn:
             graph.unstarted -= 1
             self._launch(batch.jobs[index], batch)
 
-    def _launch(self, job: Job, batch: _Batch) -> None:
+    def _launch(self, job: Job, batch: Batch) -> None:
         self._launched.add(job.slot)
         self._in_flight += 1
         concurrent = batch.concurrent()
         self._group.start_soon(self._run, job, batch, bool(concurrent))
 
-    async def _run(self, job: Job, batch: _Batch, concurrent: bool) -> None:
+    async def _run(self, job: Job, batch: Batch, concurrent: bool) -> None:
         turn = self._turn
         try:
             with anyio.CancelScope(shield=True):
-                if self._graph is not None and concurrent:
-                    concurrent = self._graph.known[self._graph.index[job.slot]]
+                if self._schedule.graph is not None and concurrent:
+                    concurrent = self._schedule.graph.known[self._schedule.graph.index[job.slot]]
                 suspended = run_until_suspended(execute(job, batch.number, concurrent, turn), self._base)
                 if suspended is not None:
                     await suspended
@@ -673,12 +533,12 @@ class StreamingTurn:
         finally:
             self._in_flight -= 1
             batch.done += 1
-            if self._graph is not None:
-                self._graph.finished(self._graph.index[job.slot])
+            if self._schedule.graph is not None:
+                self._schedule.graph.finished(self._schedule.graph.index[job.slot])
             self._after(job, batch)
             self._notify()
 
-    def _after(self, job: Job, batch: _Batch) -> None:
+    def _after(self, job: Job, batch: Batch) -> None:
         """A call finished: a raising failure or a tripped guardrail stops new starts; an aborting failure
         in a batch that may still grow cancels the calls that join it."""
         turn = self._turn
@@ -695,7 +555,7 @@ class StreamingTurn:
         ):
             turn.abort = abort_reason(job)
 
-    async def _batch_over(self, batch: _Batch) -> None:
+    async def _batch_over(self, batch: Batch) -> None:
         turn = self._turn
         turn.abort = None
         turn.scoped = False
@@ -720,7 +580,7 @@ class StreamingTurn:
             return f"not run: call {first.call_id} (`{first.tool_name}`) failed"
         return self._stop or "not run"
 
-    async def _skip_unstarted(self, batch: _Batch) -> None:
+    async def _skip_unstarted(self, batch: Batch) -> None:
         if batch.next < len(batch.jobs):
             rest = batch.jobs[batch.next :]
             batch.next = len(batch.jobs)
@@ -728,11 +588,11 @@ class StreamingTurn:
             await self._skip(rest, None)
 
     async def _skip_later(self) -> None:
-        for batch in self._batches[self._current + 1 :]:
+        for batch in self._schedule.batches[self._current + 1 :]:
             await self._skip_unstarted(batch)
-        self._current = len(self._batches) - 1
+        self._current = len(self._schedule.batches) - 1
 
-    async def _skip_graph(self, graph: _Graph) -> None:
+    async def _skip_graph(self, graph: Graph) -> None:
         batch = graph.batch
         answered = set(self._turn.slots)
         rest = [job for job in batch.jobs if job.slot not in self._launched and job.slot not in answered]
@@ -749,15 +609,15 @@ class StreamingTurn:
         """The turn is over: the outcome (or the failure), once every call is answered."""
         turn = self._turn
         try:
-            if self._graph is not None:
-                await self._skip_graph(self._graph)
+            if self._schedule.graph is not None:
+                await self._skip_graph(self._schedule.graph)
             else:
-                for batch in self._batches:
+                for batch in self._schedule.batches:
                     await self._skip_unstarted(batch)
-            if self._graph is not None and self._current >= 0 and turn.emit is not None:
-                turn.emit(BatchFinished(0, tuple(job.call.id for job in self._graph.batch.jobs)))
-            elif self._current >= 0 and not self._batches[self._current].ended:
-                await self._batch_over(self._batches[self._current])
+            if self._schedule.graph is not None and self._current >= 0 and turn.emit is not None:
+                turn.emit(BatchFinished(0, tuple(job.call.id for job in self._schedule.graph.batch.jobs)))
+            elif self._current >= 0 and not self._schedule.batches[self._current].ended:
+                await self._batch_over(self._schedule.batches[self._current])
             if turn.emit is not None:
                 await turn.emit.flush()
             self._settle_concurrency()
@@ -786,7 +646,7 @@ class StreamingTurn:
     def _settle_concurrency(self) -> None:
         """Every batch is sealed now: results carry the ``was_concurrent`` that ``run`` gives them."""
         turn = self._turn
-        for batch in self._batches:
+        for batch in self._schedule.batches:
             batch.sealed = True
         completed = turn.completed
         for position, slot in enumerate(turn.slots):
