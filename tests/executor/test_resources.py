@@ -269,3 +269,18 @@ async def test_a_child_run_opens_and_closes_its_own_resources() -> None:
     # Each child turn is a run: it opens and closes its own connection.
     assert outcome.results[0].output == ["a on connection 1", "b on connection 2"]
     assert query.log == ["open 1", "close 1", "open 2", "close 2"]
+
+
+async def test_a_streamed_turn_opens_a_resource_once_and_closes_it_when_the_turn_ends() -> None:
+    query = Query()
+    executor = ts.Executor([query])
+
+    async def calls() -> Any:
+        yield ts.ToolCall("1", "query", {"sql": "select 1"})
+        await anyio.sleep(0.02)
+        yield ts.ToolCall("2", "query", {"sql": "select 2"})
+
+    outcome = await executor.run(calls())
+    assert [result.is_error for result in outcome.results] == [False, False]
+    assert query.log == ["open 1", "close 1"]
+    assert query.opened[0].queries == ["select 1", "select 2"] and query.opened[0].closed
