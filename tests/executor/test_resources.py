@@ -284,3 +284,30 @@ async def test_a_streamed_turn_opens_a_resource_once_and_closes_it_when_the_turn
     assert [result.is_error for result in outcome.results] == [False, False]
     assert query.log == ["open 1", "close 1"]
     assert query.opened[0].queries == ["select 1", "select 2"] and query.opened[0].closed
+
+
+async def test_a_broken_stream_closes_the_turns_resource_with_the_error() -> None:
+    query = Query()
+    executor = ts.Executor([query])
+
+    async def calls() -> Any:
+        yield ts.ToolCall("1", "query", {"sql": "select 1"})
+        await anyio.sleep(0.02)
+        raise ConnectionError("stream cut")
+
+    with pytest.raises(ts.StreamFailed) as failed:
+        await executor.run(calls())
+    assert [result.output for result in failed.value.outcome.results] == ["select 1 on connection 1"]
+    assert query.log == ["open 1", "close 1"]
+    assert query.errors == ["ConnectionError"]
+
+
+async def test_a_streamed_turn_whose_call_fails_closes_its_resource_normally() -> None:
+    query = Query()
+    executor = ts.Executor([query])
+    async with executor.turn() as turn:
+        turn.submit(q("1", "select 1", fail=True))
+        turn.submit(q("2", "select 2"))
+    outcome = await turn.outcome()
+    assert [result.is_error for result in outcome.results] == [True, False]
+    assert query.log == ["open 1", "close 1"] and query.errors == [None]

@@ -210,6 +210,10 @@ class StreamingTurn:
                 self._wind_down(error)
                 await self._finished.wait()
         self._keep_alive.cancel()
+        if self._resources is not None:
+            # The task group waits for the resources' keepers: they close before it is left.
+            self._resources.error = error if error is not None else self._error
+            self._resources.close()
         cancelled = anyio.get_cancelled_exc_class()
         passed = error if isinstance(error, cancelled) else None
         try:
@@ -239,7 +243,6 @@ class StreamingTurn:
         turn.live.discard(turn)
         if self._resources is not None:
             current_resources.reset(self._token)
-            self._resources.close()
 
     def _wind_down(self, error: BaseException | None) -> None:
         """The stream broke: nothing new starts; ``"cancel"`` calls are cancelled, ``"block"`` calls finish."""
