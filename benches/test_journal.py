@@ -48,9 +48,7 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 
 @pytest.fixture(params=["sqlite-full", "sqlite-normal", "postgres"])
-def journal(
-    request: pytest.FixtureRequest, tmp_path: Path, loop: asyncio.AbstractEventLoop
-) -> Iterator[ts.Journal]:
+def journal(request: pytest.FixtureRequest, tmp_path: Path, loop: asyncio.AbstractEventLoop) -> Iterator[ts.Journal]:
     schema = None
     made: ts.Journal
     if request.param == "postgres":

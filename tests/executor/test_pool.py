@@ -109,3 +109,33 @@ async def test_every_item_runs_once_and_the_cap_holds(delays: list[int], cap: in
     await run_pool(list(range(len(delays))), cap, work)
     assert sorted(done) == list(range(len(delays)))
     assert peak <= cap
+
+
+async def test_a_pool_whose_calls_never_wait_leaves_the_callers_scopes_as_it_found_them() -> None:
+    # The group of such a pool is left without a checkpoint; the caller's own scopes must still work:
+    # a deadline set around it fires at the next wait, and a cancelled scope still cancels.
+    async def work(n: int) -> None:
+        return None
+
+    with anyio.move_on_after(0.01) as deadline:
+        await run_pool(list(range(5)), 5, work)
+        await anyio.sleep(1)
+    assert deadline.cancelled_caught
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await run_pool(list(range(5)), 5, work)
+        await anyio.sleep(1)
+    assert scope.cancelled_caught
+    # And a scope entered and left around many such pools is left cleanly.
+    for _ in range(50):
+        with anyio.CancelScope():
+            await run_pool(list(range(3)), 3, work)
+
+
+async def test_a_pool_whose_first_call_finishes_at_once_still_overlaps_the_ones_that_wait(in_flight: InFlight) -> None:
+    async def work(name: str) -> None:
+        if name != "c0":
+            await in_flight.hold(name, 0.02)
+
+    await run_pool([f"c{i}" for i in range(5)], 4, work)
+    assert in_flight.peak == 4

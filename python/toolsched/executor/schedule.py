@@ -28,7 +28,7 @@ from toolsched.events import BatchFinished, BatchStarted
 from toolsched.executor.call import SKIPPED, answer_unstarted, execute
 from toolsched.executor.settings import Steering
 from toolsched.executor.turn import Job, Turn, judge
-from toolsched.fastpath import run_until_suspended
+from toolsched.fastpath import leave_unused_group, run_until_suspended
 from toolsched.hooks import BatchEvent, Hook, HookTimeout
 from toolsched.results import Decision, ToolCall, ToolResult, detached
 from toolsched.strategies import resolve_cap
@@ -84,8 +84,10 @@ async def run_pool(
     # Made when a worker first waits: most pools never wait, and an event costs microseconds.
     wake: anyio.Event | None = None
 
+    group = anyio.create_task_group()
     try:
-        async with anyio.create_task_group() as group:
+        await group.__aenter__()
+        try:
 
             def grow() -> None:
                 nonlocal workers
@@ -134,6 +136,15 @@ async def run_pool(
 
             worker = take_in_order if source is None else take_when_ready
             await worker()
+        except BaseException as exc:
+            if not await group.__aexit__(type(exc), exc, exc.__traceback__):
+                raise
+        else:
+            if workers == 1:
+                # No call waited, so no worker was started: the group is left without its checkpoint.
+                await leave_unused_group(group)
+            else:
+                await group.__aexit__(None, None, None)
     except BaseExceptionGroup as failures:
         # The same exception whatever the strategy: a tool that raised KeyboardInterrupt, SystemExit or
         # GeneratorExit stops the run with that exception, not with a group only concurrent batches make.
