@@ -4,15 +4,20 @@ Run with ``.venv/bin/python benches/ray_throughput.py`` (``--help`` for the
 options). It starts a local Ray cluster with ``--cpus`` CPUs (loopback only,
 no usage reporting), then runs turns of ``--calls`` calls of a no-op tool and
 of a 10 ms tool through ``Executor.run`` with ``Parallel(max_concurrency=...)``,
-once with the bodies in this process and once on Ray, and prints one row per
-combination: the best of ``--repeat`` turns, as calls per second and as
-microseconds per call. The first Ray turn of each tool is a warm-up (worker
-start, function export) and is not counted.
+once with the bodies in this process and once on Ray, and beside them the same
+bodies as raw Ray tasks (``ray.remote`` with the same ``num_cpus``, at most
+``--concurrency`` in flight, each awaited on the event loop): the floor the Ray
+backend is measured against. It prints one row per combination: the best of
+``--repeat`` turns, as calls per second and as microseconds per call, and for
+the Ray backend its ratio to raw Ray. The first Ray turn of each tool is a
+warm-up (worker start, function export) and is not counted.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import inspect
 import json
 import logging
 import os
@@ -40,6 +45,10 @@ def make_tools(num_cpus: float) -> dict[str, ts.Tool]:
         return None
 
     @ts.tool(concurrency_safe=True, num_cpus=num_cpus)
+    def echo(path: str, limit: int = 10) -> str:
+        return path
+
+    @ts.tool(concurrency_safe=True, num_cpus=num_cpus)
     def wait_10ms() -> None:
         time.sleep(0.01)
 
@@ -47,11 +56,15 @@ def make_tools(num_cpus: float) -> dict[str, ts.Tool]:
     async def wait_10ms_async() -> None:
         await anyio.sleep(0.01)
 
-    return {member.name: member for member in (noop, noop_async, wait_10ms, wait_10ms_async)}
+    return {member.name: member for member in (noop, noop_async, echo, wait_10ms, wait_10ms_async)}
+
+
+# The arguments of each call of a tool that takes some (the same for raw Ray tasks).
+ARGUMENTS = {"echo": {"path": "src/tools/read_file.py", "limit": 20}}
 
 
 async def best_turn(executor: ts.Executor, name: str, calls: int, repeat: int, warm_up: bool) -> float:
-    batch = [ts.ToolCall(f"c{i}", name, {}) for i in range(calls)]
+    batch = [ts.ToolCall(f"c{i}", name, ARGUMENTS.get(name, {})) for i in range(calls)]
     if warm_up:
         await executor.run(batch[: min(calls, 50)])
     best = float("inf")
@@ -63,6 +76,35 @@ async def best_turn(executor: ts.Executor, name: str, calls: int, repeat: int, w
         if failed:
             raise SystemExit(f"{name}: {len(failed)} calls failed, first: {failed[0].error}")
         best = min(best, elapsed)
+    return best
+
+
+async def best_raw_turn(
+    name: str, body: Callable[..., Any], calls: int, concurrency: int, cpus: float, repeat: int
+) -> float:
+    """Raw Ray: the tool's body as a remote function, ``concurrency`` tasks in flight, each awaited."""
+    import ray
+
+    if inspect.iscoroutinefunction(body):
+        coroutine_function = body
+
+        def body() -> Any:  # Ray tasks cannot be async: each runs on an event loop of its own, as Ray advises
+            return asyncio.run(coroutine_function())
+
+    remote = ray.remote(num_cpus=cpus)(body)
+    arguments = ARGUMENTS.get(name, {})
+    await asyncio.gather(*(remote.remote(**arguments) for _ in range(min(calls, 50))))
+    best = float("inf")
+    for _ in range(repeat):
+        slots = asyncio.Semaphore(concurrency)
+
+        async def one(slots: asyncio.Semaphore = slots) -> None:
+            async with slots:
+                await remote.remote(**arguments)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(calls)))
+        best = min(best, time.perf_counter() - started)
     return best
 
 
@@ -85,7 +127,18 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         ),
     }
     rows = []
-    for name in tools:
+    for name, member in tools.items():
+        floor = await best_raw_turn(name, member.fn, args.calls, args.concurrency, args.task_cpus, args.repeat)
+        rows.append(
+            {
+                "tool": name,
+                "backend": "raw ray",
+                "calls": args.calls,
+                "concurrency": args.concurrency,
+                "calls_per_second": args.calls / floor,
+                "us_per_call": floor / args.calls * 1e6,
+            }
+        )
         for backend, build in executors.items():
             seconds = await best_turn(build(), name, args.calls, args.repeat, warm_up=backend == "ray")
             rows.append(
@@ -96,6 +149,7 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "concurrency": args.concurrency,
                     "calls_per_second": args.calls / seconds,
                     "us_per_call": seconds / args.calls * 1e6,
+                    "to_raw_ray": seconds / floor if backend == "ray" else None,
                 }
             )
     return rows
@@ -110,14 +164,18 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="turns per row; the best counts (default 3)")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
-    rows = anyio.run(measure, args)
+    rows = asyncio.run(measure(args))
     print(
         f"{args.calls} calls per turn, Parallel(max_concurrency={args.concurrency}), "
         f"Ray cluster of {args.cpus} CPUs, num_cpus={args.task_cpus:g} per task"
     )
-    print(f"{'tool':<18}{'backend':<9}{'calls/s':>10}{'us/call':>10}")
+    print(f"{'tool':<18}{'backend':<9}{'calls/s':>10}{'us/call':>10}{'to raw ray':>12}")
     for row in rows:
-        print(f"{row['tool']:<18}{row['backend']:<9}{row['calls_per_second']:>10,.0f}{row['us_per_call']:>10,.0f}")
+        ratio = "" if row.get("to_raw_ray") is None else f"{row['to_raw_ray']:.2f}x"
+        print(
+            f"{row['tool']:<18}{row['backend']:<9}{row['calls_per_second']:>10,.0f}{row['us_per_call']:>10,.0f}"
+            f"{ratio:>12}"
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(rows, out, indent=2)

@@ -13,6 +13,7 @@ cancellation propagate, so the executor answers the call as it always does.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -58,12 +59,6 @@ Invoker = Callable[[Args, ToolContext | None], Awaitable[Any]]
 
 LOCAL = "local"
 DEFAULT_MAX_RESULT_BYTES = 64 * 1024 * 1024
-
-# Threads that wait for Ray results, per event loop. Each call in flight on Ray
-# holds one while it waits; the cap keeps a huge turn from starting thousands.
-_WAITING_THREADS = 256
-# How often an abandoned waiting thread checks whether to give up (seconds).
-_POLL_SECONDS = 0.5
 
 
 @runtime_checkable
@@ -251,19 +246,32 @@ def _run_body(
     events: list[Event] = []
     positional, keywords = _arguments(body, positional, keywords, spec, events)
     if body.is_async:
-        value = anyio.run(functools.partial(body.fn, *positional, **keywords))
+        # asyncio's own runner: anyio code runs on it as on anyio.run, which costs more per call.
+        value = asyncio.run(body.fn(*positional, **keywords))
     else:
         value = body.fn(*positional, **keywords)
     return _checked(body, value), tuple(events)
 
 
+# A call's arguments travel to Ray as one value, or none at all: Ray serialises each argument of a
+# task on its own, and each one costs the submitting process tens of microseconds
+# (``python benches/ray_throughput.py``).
+_Packed = tuple[tuple[Any, ...], dict[str, Any], _ContextSpec | None] | None
+_NOTHING: tuple[tuple[Any, ...], dict[str, Any], None] = ((), {}, None)
+
+
+def _pack(positional: tuple[Any, ...], keywords: dict[str, Any], spec: _ContextSpec | None) -> tuple[Any, ...]:
+    """The arguments of a Ray task or actor call for one tool call: ``()`` when there are none."""
+    if not positional and not keywords and spec is None:
+        return ()
+    return ((positional, keywords, spec),)
+
+
 def _task(body: _Body) -> Callable[..., tuple[Any, tuple[Event, ...]]]:
     """The Ray task of one tool: its body travels with the function, exported to the cluster once."""
 
-    def run_tool(
-        positional: tuple[Any, ...], keywords: dict[str, Any], spec: _ContextSpec | None
-    ) -> tuple[Any, tuple[Event, ...]]:
-        return _run_body(body, positional, keywords, spec)
+    def run_tool(packed: _Packed = None) -> tuple[Any, tuple[Event, ...]]:
+        return _run_body(body, *(packed or _NOTHING))
 
     return run_tool
 
@@ -274,10 +282,8 @@ class _SyncToolWorker:
     def __init__(self, body: _Body) -> None:
         self._body = body
 
-    def run(
-        self, positional: tuple[Any, ...], keywords: dict[str, Any], spec: _ContextSpec | None
-    ) -> tuple[Any, tuple[Event, ...]]:
-        return _run_body(self._body, positional, keywords, spec)
+    def run(self, packed: _Packed = None) -> tuple[Any, tuple[Event, ...]]:
+        return _run_body(self._body, *(packed or _NOTHING))
 
 
 class _AsyncToolWorker:
@@ -286,10 +292,9 @@ class _AsyncToolWorker:
     def __init__(self, body: _Body) -> None:
         self._body = body
 
-    async def run(
-        self, positional: tuple[Any, ...], keywords: dict[str, Any], spec: _ContextSpec | None
-    ) -> tuple[Any, tuple[Event, ...]]:
+    async def run(self, packed: _Packed = None) -> tuple[Any, tuple[Event, ...]]:
         body = self._body
+        positional, keywords, spec = packed or _NOTHING
         events: list[Event] = []
         positional, keywords = _arguments(body, positional, keywords, spec, events)
         value = await body.fn(*positional, **keywords)
@@ -409,10 +414,10 @@ class _Placement:
                     retry_exceptions=False,
                     **self.options,
                 )
-            return self.task.remote(positional, keywords, spec), -1
+            return self.task.remote(*_pack(positional, keywords, spec)), -1
         self.start_actors()
         index = min(range(self.actor_count), key=self.busy.__getitem__)
-        reference = self.actors[index].run.remote(positional, keywords, spec)
+        reference = self.actors[index].run.remote(*_pack(positional, keywords, spec))
         self.busy[index] += 1
         return reference, index
 
@@ -451,15 +456,27 @@ class _Placement:
         self.busy = []
 
 
-def _fetch(reference: Any, stop: threading.Event) -> Any:
-    """Waits in a worker thread for a Ray result; gives up quietly once ``stop`` is set."""
-    ray = _ray()
-    while True:
-        try:
-            return ray.get(reference, timeout=_POLL_SECONDS)
-        except ray.exceptions.GetTimeoutError:
-            if stop.is_set():
-                return None
+async def _ray_result(reference: Any) -> Any:
+    """Waits for a Ray result without a thread: Ray's own future wakes this event loop when it is ready.
+
+    A thread per call in flight (``ray.get`` in a worker thread) capped throughput at the thread
+    hand-offs: ``python benches/ray_throughput.py`` measures both beside raw Ray tasks.
+    """
+    future = reference.future()
+    if not future.done():
+        ready = anyio.Event()
+        native: Any = anyio.lowlevel.current_token().native_token
+        call_soon = native.call_soon_threadsafe if hasattr(native, "call_soon_threadsafe") else native.run_sync_soon
+
+        def wake(_: Any) -> None:
+            try:
+                call_soon(ready.set)
+            except RuntimeError:
+                pass  # the event loop is gone: nobody waits any more
+
+        future.add_done_callback(wake)
+        await ready.wait()
+    return future.result()
 
 
 class RayBackend:
@@ -547,7 +564,6 @@ class RayBackend:
         self._lock = threading.Lock()
         self._connecting: threading.Thread | None = None
         self._connect_error: BaseException | None = None
-        self._waiters: tuple[object, anyio.CapacityLimiter] | None = None
 
     def __repr__(self) -> str:
         return f"RayBackend(address={self.address!r})"
@@ -588,13 +604,9 @@ class RayBackend:
             raise BackendError(
                 f"the call of `{tool.name}` cannot be sent to Ray: {type(exc).__name__}: {_summary(exc)}"
             ) from exc
-        stop = threading.Event()
         try:
-            value, events = await anyio.to_thread.run_sync(
-                _fetch, reference, stop, abandon_on_cancel=True, limiter=self._waiting_threads()
-            )
+            value, events = await _ray_result(reference)
         except anyio.get_cancelled_exc_class():
-            stop.set()
             placement.cancel(reference, index)
             raise
         except _ray().exceptions.RayError as exc:
@@ -675,12 +687,6 @@ class RayBackend:
             self.connect()
         else:
             await anyio.to_thread.run_sync(self.connect, abandon_on_cancel=True)
-
-    def _waiting_threads(self) -> anyio.CapacityLimiter:
-        loop = anyio.lowlevel.current_token().native_token
-        if self._waiters is None or self._waiters[0] is not loop:
-            self._waiters = (loop, anyio.CapacityLimiter(_WAITING_THREADS))
-        return self._waiters[1]
 
     def close(self) -> None:
         """Stops this backend's actors (Ray itself stays connected: other code may use it)."""

@@ -307,6 +307,38 @@ async def test_a_timeout_answers_the_call_and_kills_its_ray_task(cluster: None, 
             await anyio.sleep(0.05)
 
 
+@ts.tool(concurrency_safe=True, num_cpus=0.01)
+async def nap(seconds: float) -> float:
+    await anyio.sleep(seconds)
+    return seconds
+
+
+async def test_calls_waiting_on_ray_hold_no_thread_each_and_stop_waiting_when_cancelled(cluster: None) -> None:
+    executor = ray_executor([nap], strategy=ts.Parallel(max_concurrency=200))
+    await executor.run([ts.ToolCall("warm", "nap", {"seconds": 0})])
+    threads: list[int] = []
+
+    async def watch() -> None:
+        while True:
+            threads.append(threading.active_count())
+            await anyio.sleep(0.05)
+
+    before = threading.active_count()
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch)
+            outcome = await executor.run([ts.ToolCall(f"n{i}", "nap", {"seconds": 1.0}) for i in range(60)])
+            group.cancel_scope.cancel()
+    assert [result.output for result in outcome.results] == [1.0] * 60
+    # 60 calls were waiting at once: a waiting thread each would show here.
+    assert max(threads) < before + 20, (before, max(threads))
+    # A run cancelled while its calls wait on Ray stops waiting at once.
+    started = time.perf_counter()
+    with anyio.move_on_after(0.5):
+        await executor.run([ts.ToolCall(f"m{i}", "nap", {"seconds": 30.0}) for i in range(4)])
+    assert time.perf_counter() - started < 5
+
+
 async def test_tool_metadata_becomes_the_ray_task_resource_request(cluster: None) -> None:
     with anyio.fail_after(30):
         outcome = await ray_executor([placed]).run([ts.ToolCall("1", "placed", {})])
