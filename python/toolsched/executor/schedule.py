@@ -18,7 +18,7 @@ import heapq
 import inspect
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -33,6 +33,9 @@ from toolsched.hooks import BatchEvent, Hook, HookTimeout
 from toolsched.results import Decision, ToolCall, ToolResult, detached
 from toolsched.strategies import resolve_cap
 from toolsched.tools import Access
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
 
 __all__ = ["aborts", "declared_access", "is_safe", "raise_failure", "run_jobs", "run_pool", "steer", "trip"]
 
@@ -72,76 +75,36 @@ async def run_pool(
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-    workers = 1
-    position = 0
-    # A list is checked by its type: an isinstance check against an ABC costs more than a no-op call.
-    in_order = type(ready) is list or isinstance(ready, tuple)
-    items: Sequence[Any] = ready if in_order else ()  # type: ignore[assignment]
-    total = len(items)
-    source: _Ready | None = None if in_order else ready  # type: ignore[assignment]
-    running = 0
-    waiting = 0
-    # Made when a worker first waits: most pools never wait, and an event costs microseconds.
-    wake: anyio.Event | None = None
-
     group = anyio.create_task_group()
+    pool: _Pool | None = None
     try:
         await group.__aenter__()
         try:
-
-            def grow() -> None:
-                nonlocal workers
-                if workers < concurrency and (position < total if source is None else source.has_ready()):
-                    workers += 1
-                    group.start_soon(worker)
-
-            async def take_in_order() -> None:
-                # Every item is ready: a worker takes the next until none is left (no waiting, no bookkeeping).
-                nonlocal position
+            # A list is checked by its type: an isinstance check against an ABC costs more than a no-op call.
+            if type(ready) is list or isinstance(ready, tuple):
+                # Every item is ready: this task runs them back to back until one waits; only then is
+                # there a pool, whose workers start one by one as running items wait.
+                position = 0
+                total = len(ready)
                 while position < total:
-                    item = items[position]
+                    item = ready[position]
                     position += 1
                     suspended = run_until_suspended(work(item))
                     if suspended is not None:
-                        grow()
+                        pool = _Pool(group, concurrency, work, ready, position)
+                        pool.grow()
                         await suspended
-
-            async def take_when_ready() -> None:
-                nonlocal running, waiting, wake
-                assert source is not None
-                while True:
-                    item = source.take()
-                    if item is not None:
-                        running += 1
-                        suspended = run_until_suspended(work(item))
-                        if suspended is not None:
-                            grow()
-                            await suspended
-                        running -= 1
-                        await source.done(item)
-                        if waiting and wake is not None:
-                            wake.set()
-                            wake = None
-                    elif running == 0 or source.over():
-                        return
-                    else:
-                        if wake is None:
-                            wake = anyio.Event()
-                        event = wake
-                        waiting += 1
-                        try:
-                            await event.wait()
-                        finally:
-                            waiting -= 1
-
-            worker = take_in_order if source is None else take_when_ready
-            await worker()
+                        await pool.take_in_order()
+                        break
+            else:
+                pool = _Pool(group, concurrency, work, (), 0, ready)  # type: ignore[arg-type]
+                await pool.take_when_ready()
         except BaseException as exc:
             if not await group.__aexit__(type(exc), exc, exc.__traceback__):
                 raise
         else:
-            if workers == 1:
-                # No call waited, so no worker was started: the group is left without its checkpoint.
+            if pool is None or pool.workers == 1:
+                # No worker was started: the group is left without its checkpoint.
                 await leave_unused_group(group)
             else:
                 await group.__aexit__(None, None, None)
@@ -152,6 +115,81 @@ async def run_pool(
         if stopping is None:
             raise
         raise stopping from None
+
+
+class _Pool:
+    """The workers of one ``run_pool`` once an item waited: the calling task is the first of them."""
+
+    __slots__ = ("concurrency", "group", "items", "position", "running", "source", "waiting", "wake", "work", "workers")
+
+    def __init__(
+        self,
+        group: TaskGroup,
+        concurrency: int,
+        work: Callable[[Any], Coroutine[Any, Any, None]],
+        items: Sequence[Any],
+        position: int,
+        source: _Ready | None = None,
+    ) -> None:
+        self.group = group
+        self.concurrency = concurrency
+        self.work = work
+        self.items = items
+        self.position = position
+        self.source = source
+        self.workers = 1
+        self.running = 0
+        self.waiting = 0
+        # Made when a worker first waits: most pools never wait, and an event costs microseconds.
+        self.wake: anyio.Event | None = None
+
+    def grow(self) -> None:
+        """Another worker, when the cap allows and there is something for it to take."""
+        if self.workers < self.concurrency and (
+            self.position < len(self.items) if self.source is None else self.source.has_ready()
+        ):
+            self.workers += 1
+            self.group.start_soon(self.take_in_order if self.source is None else self.take_when_ready)
+
+    async def take_in_order(self) -> None:
+        # Every item is ready: a worker takes the next until none is left (no waiting, no bookkeeping).
+        items = self.items
+        work = self.work
+        while self.position < len(items):
+            item = items[self.position]
+            self.position += 1
+            suspended = run_until_suspended(work(item))
+            if suspended is not None:
+                self.grow()
+                await suspended
+
+    async def take_when_ready(self) -> None:
+        source = self.source
+        assert source is not None
+        while True:
+            item = source.take()
+            if item is not None:
+                self.running += 1
+                suspended = run_until_suspended(self.work(item))
+                if suspended is not None:
+                    self.grow()
+                    await suspended
+                self.running -= 1
+                await source.done(item)
+                if self.waiting and self.wake is not None:
+                    self.wake.set()
+                    self.wake = None
+            elif self.running == 0 or source.over():
+                return
+            else:
+                if self.wake is None:
+                    self.wake = anyio.Event()
+                event = self.wake
+                self.waiting += 1
+                try:
+                    await event.wait()
+                finally:
+                    self.waiting -= 1
 
 
 def _stopping(failures: BaseExceptionGroup[BaseException]) -> BaseException | None:
