@@ -10,11 +10,8 @@
   (``executor/schedule.py``) steps a call's coroutine itself up to its first suspension, in the
   call's own copy of the context (as a task would run it), so a call that never waits costs no
   task and no wrapper (``python benches/compare.py``: a task costs more than a whole no-op call).
-- ``leave_unused_group``: a pool opens a task group for every batch, but most batches of calls
-  that never wait start no task in it. Leaving an anyio task group that started none still runs
-  a checkpoint (a trip through the event loop), about 20 µs on asyncio, more than two no-op
-  calls; such a group is left by closing its cancel scope alone
-  (``python benches/run_cost.py 3 6000``: 37 → 18 µs per three-call turn).
+- ``WorkerGroup`` (``toolsched/workers.py``): the pool's workers as plain asyncio tasks, each in
+  an anyio cancel scope of its own, instead of anyio task-group tasks (about 15 µs each).
 """
 
 from __future__ import annotations
@@ -22,12 +19,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Coroutine, Generator
 from contextvars import Context, copy_context
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-if TYPE_CHECKING:
-    from anyio.abc import TaskGroup
-
-__all__ = ["Resume", "leave_unused_group", "positional_builder", "run_until_suspended"]
+__all__ = ["Resume", "positional_builder", "run_until_suspended"]
 
 T = TypeVar("T")
 
@@ -109,20 +103,3 @@ def run_until_suspended(coroutine: Coroutine[Any, Any, None], base: Context | No
     except StopIteration:
         return None
     return Resume(coroutine, first, context)
-
-
-# The asyncio backend's task group: its cancel scope is an ordinary, synchronous one (on trio,
-# the group is a nursery, which must be left through the group).
-_ASYNCIO_GROUP_MODULE = "anyio._backends._asyncio"
-
-
-async def leave_unused_group(group: TaskGroup) -> None:
-    """Leaves a task group, entered by the caller, in which no task was ever started and nothing failed.
-
-    On asyncio the group's cancel scope is closed without the checkpoint anyio's ``__aexit__``
-    runs when it has no task to wait for; elsewhere (trio) the group is left as usual.
-    """
-    if type(group).__module__ == _ASYNCIO_GROUP_MODULE:
-        group.cancel_scope.__exit__(None, None, None)
-    else:
-        await group.__aexit__(None, None, None)

@@ -18,7 +18,7 @@ import heapq
 import inspect
 import logging
 from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import anyio
 
@@ -28,14 +28,12 @@ from toolsched.events import BatchFinished, BatchStarted
 from toolsched.executor.call import SKIPPED, answer_unstarted, execute
 from toolsched.executor.settings import Steering
 from toolsched.executor.turn import Job, Turn, judge
-from toolsched.fastpath import leave_unused_group, run_until_suspended
+from toolsched.fastpath import run_until_suspended
 from toolsched.hooks import BatchEvent, Hook, HookTimeout
 from toolsched.results import Decision, ToolCall, ToolResult, detached
 from toolsched.strategies import resolve_cap
 from toolsched.tools import Access
-
-if TYPE_CHECKING:
-    from anyio.abc import TaskGroup
+from toolsched.workers import WorkerGroup
 
 __all__ = ["aborts", "declared_access", "is_safe", "raise_failure", "run_jobs", "run_pool", "steer", "trip"]
 
@@ -75,7 +73,7 @@ async def run_pool(
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-    group = anyio.create_task_group()
+    group = WorkerGroup()
     pool: _Pool | None = None
     try:
         await group.__aenter__()
@@ -103,11 +101,7 @@ async def run_pool(
             if not await group.__aexit__(type(exc), exc, exc.__traceback__):
                 raise
         else:
-            if pool is None or pool.workers == 1:
-                # No worker was started: the group is left without its checkpoint.
-                await leave_unused_group(group)
-            else:
-                await group.__aexit__(None, None, None)
+            await group.__aexit__(None, None, None)
     except BaseExceptionGroup as failures:
         # The same exception whatever the strategy: a tool that raised KeyboardInterrupt, SystemExit or
         # GeneratorExit stops the run with that exception, not with a group only concurrent batches make.
@@ -124,7 +118,7 @@ class _Pool:
 
     def __init__(
         self,
-        group: TaskGroup,
+        group: WorkerGroup,
         concurrency: int,
         work: Callable[[Any], Coroutine[Any, Any, None]],
         items: Sequence[Any],

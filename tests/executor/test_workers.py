@@ -1,0 +1,189 @@
+"""The pool's worker group keeps a task group's promises on every event loop (asyncio workers are plain tasks)."""
+
+from __future__ import annotations
+
+import contextvars
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from toolsched.workers import WorkerGroup
+
+pytestmark = pytest.mark.anyio
+
+seen_in_worker: contextvars.ContextVar[str] = contextvars.ContextVar("seen_in_worker", default="unset")
+
+
+async def test_the_group_waits_for_every_worker() -> None:
+    done: list[int] = []
+
+    async def work(n: int) -> None:
+        await anyio.sleep(0.01 * n)
+        done.append(n)
+
+    async with WorkerGroup() as group:
+        for n in range(5):
+            group.start_soon(lambda n=n: work(n))
+    assert sorted(done) == [0, 1, 2, 3, 4]
+
+
+async def test_a_failing_worker_stops_the_body_and_the_other_workers_and_is_raised() -> None:
+    stopped: list[str] = []
+
+    async def fails() -> None:
+        await anyio.sleep(0.01)
+        raise RuntimeError("boom")
+
+    async def sleeps() -> None:
+        try:
+            await anyio.sleep(10)
+        except anyio.get_cancelled_exc_class():
+            stopped.append("worker")
+            raise
+
+    with anyio.fail_after(5):
+        with pytest.raises(BaseExceptionGroup) as caught:
+            async with WorkerGroup() as group:
+                group.start_soon(sleeps)
+                group.start_soon(fails)
+                try:
+                    await anyio.sleep(10)
+                except anyio.get_cancelled_exc_class():
+                    stopped.append("body")
+                    raise
+    assert [type(error) for error in caught.value.exceptions] == [RuntimeError]
+    assert sorted(stopped) == ["body", "worker"]
+
+
+async def test_an_exception_from_the_body_cancels_the_workers() -> None:
+    stopped: list[str] = []
+
+    async def sleeps() -> None:
+        try:
+            await anyio.sleep(10)
+        except anyio.get_cancelled_exc_class():
+            stopped.append("worker")
+            raise
+
+    with anyio.fail_after(5):
+        with pytest.raises(BaseExceptionGroup) as caught:
+            async with WorkerGroup() as group:
+                group.start_soon(sleeps)
+                await anyio.sleep(0.01)
+                raise ValueError("body")
+    assert [type(error) for error in caught.value.exceptions] == [ValueError]
+    assert stopped == ["worker"]
+
+
+async def test_an_outer_cancellation_stops_workers_while_the_body_waits_for_them() -> None:
+    finished: list[str] = []
+
+    async def sleeps() -> None:
+        await anyio.sleep(10)
+        finished.append("worker")
+
+    with anyio.fail_after(5):
+        with anyio.move_on_after(0.05) as outer:
+            async with WorkerGroup() as group:
+                group.start_soon(sleeps)
+                group.start_soon(sleeps)
+        assert outer.cancelled_caught
+    await anyio.sleep(0.05)
+    assert finished == []
+
+
+async def test_an_outer_cancellation_of_the_body_stops_the_workers_before_it_goes_on() -> None:
+    ended: list[str] = []
+
+    async def sleeps() -> None:
+        try:
+            await anyio.sleep(10)
+        finally:
+            ended.append("worker")
+
+    with anyio.fail_after(5):
+        with anyio.move_on_after(0.05) as outer:
+            try:
+                async with WorkerGroup() as group:
+                    group.start_soon(sleeps)
+                    await anyio.sleep(10)
+            finally:
+                # Every worker has ended by the time the cancellation leaves the group.
+                ended.append("group left")
+        assert outer.cancelled_caught
+    assert ended == ["worker", "group left"]
+
+
+async def test_a_shield_inside_a_worker_holds_when_the_group_stops_it() -> None:
+    finished: list[str] = []
+
+    async def must_finish() -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(0.1)
+            finished.append("shielded work")
+
+    async def fails() -> None:
+        await anyio.sleep(0.01)
+        raise RuntimeError("boom")
+
+    with anyio.fail_after(5):
+        with pytest.raises(BaseExceptionGroup):
+            async with WorkerGroup() as group:
+                group.start_soon(must_finish)
+                group.start_soon(fails)
+    assert finished == ["shielded work"]
+
+
+async def test_deadlines_inside_a_worker_work_as_in_any_task() -> None:
+    results: list[bool] = []
+
+    async def bounded() -> None:
+        with anyio.move_on_after(0.02) as scope:
+            await anyio.sleep(10)
+        results.append(scope.cancelled_caught)
+
+    with anyio.fail_after(5):
+        async with WorkerGroup() as group:
+            group.start_soon(bounded)
+            group.start_soon(bounded)
+    assert results == [True, True]
+
+
+async def test_workers_start_in_a_copy_of_the_starting_context() -> None:
+    seen: list[str] = []
+
+    async def read_and_write() -> None:
+        seen.append(seen_in_worker.get())
+        seen_in_worker.set("changed by the worker")
+
+    seen_in_worker.set("the caller's")
+    async with WorkerGroup() as group:
+        group.start_soon(read_and_write)
+    assert seen == ["the caller's"]
+    assert seen_in_worker.get() == "the caller's"
+
+
+async def test_a_keyboard_interrupt_in_a_worker_comes_out_of_the_group() -> None:
+    async def interrupted() -> None:
+        await anyio.lowlevel.checkpoint()
+        raise KeyboardInterrupt
+
+    with anyio.fail_after(5):
+        with pytest.raises(BaseExceptionGroup) as caught:
+            async with WorkerGroup() as group:
+                group.start_soon(interrupted)
+                await anyio.sleep(1)
+    assert [type(error) for error in caught.value.exceptions] == [KeyboardInterrupt]
+
+
+async def test_a_group_that_started_nothing_leaves_the_callers_scopes_working() -> None:
+    with anyio.move_on_after(0.01) as deadline:
+        async with WorkerGroup():
+            pass
+        await anyio.sleep(1)
+    assert deadline.cancelled_caught
+    for _ in range(20):
+        with anyio.CancelScope():
+            async with WorkerGroup():
+                pass
