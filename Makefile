@@ -39,6 +39,7 @@ bench: build
 	tests/postgres_server.sh $(BIN)/python -m pytest benches --benchmark-only --benchmark-columns=min,median,mean,rounds -p no:randomly
 	$(BIN)/python benches/compare.py
 	$(BIN)/python benches/ray_throughput.py
+	$(BIN)/python benches/platform_runs.py
 	$(BIN)/python benches/streaming.py --runs 1
 
 lint: build
