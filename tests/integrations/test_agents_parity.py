@@ -147,3 +147,32 @@ async def test_without_a_failure_function_the_error_propagates_as_in_the_sdk() -
             await Runner.run(agent, "delete boom", run_config=NO_TRACING)
         raised.append(type(caught.value).__name__)
     assert raised[0] == raised[1]
+
+
+async def test_an_unknown_tool_name_ends_the_run_as_the_sdk_does_or_is_answered_when_asked() -> None:
+    # Unknown names never reach a function tool: the SDK resolves them, with or without toolsched.
+    # Its RunConfig(tool_not_found_behavior=...) decides, and scheduled(...) keeps that decision.
+    from agents.exceptions import ModelBehaviorError
+
+    for form, wrap in FORMS:
+        ran: list[str] = []
+        model = ScriptedAgentModel([[function_call("c1", "remove", {"path": "a.txt"})], [final_message("done")]])
+        with pytest.raises(ModelBehaviorError, match="remove"):
+            await Runner.run(wrap(make_agent(ran, model)), "delete a.txt", run_config=NO_TRACING)
+        assert ran == [], form
+    answered = []
+    for form, wrap in FORMS:
+        ran = []
+        model = ScriptedAgentModel(
+            [
+                [function_call("c1", "remove", {"path": "a.txt"}), function_call("c2", "delete", {"path": "b.txt"})],
+                [final_message("done")],
+            ]
+        )
+        config = RunConfig(tracing_disabled=True, tool_not_found_behavior="return_error_to_model")
+        result = await Runner.run(wrap(make_agent(ran, model)), "delete a.txt", run_config=config)
+        assert result.final_output == "done", form
+        assert ran == ["b.txt"], form
+        answered.append(sorted(str(output) for output in tool_outputs(result)))
+    assert answered[0] == answered[1]
+    assert any("remove" in output for output in answered[1])
