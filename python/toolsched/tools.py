@@ -464,7 +464,7 @@ class FunctionTool(Tool):
             if model is None and not wants_ctx:
 
                 def invoke_plain(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
-                    return cast(Awaitable[Any], fn(**args))
+                    return fn(**args)  # type: ignore[no-any-return]
 
                 return invoke_plain
 

@@ -222,7 +222,8 @@ class Executor:
         not given; ``Outcome.run_id``): ``RunExistsError`` for an ID already in
         the journal, and a ``JournalError`` raised when the journal fails mid-run.
         """
-        if isinstance(calls, AsyncIterable):
+        # A list is told by its type first: an isinstance check against an ABC costs more.
+        if type(calls) is not list and isinstance(calls, AsyncIterable):
             return await self._run_streamed(calls, steering, context, run_id)
         journal = self._settings.journal
         if journal is not None:
@@ -647,9 +648,9 @@ class Executor:
     ) -> tuple[Turn, Plan]:
         """A new turn and the plan of its calls (one crossing into the engine); nothing has run yet."""
         settings = self._settings
-        calls = calls if isinstance(calls, list) else list(calls)
+        calls = calls if type(calls) is list else list(calls)
         for position, call in enumerate(calls):
-            if not isinstance(call, ToolCall):
+            if type(call) is not ToolCall and not isinstance(call, ToolCall):
                 raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
         plan = plan_calls(settings, view, calls, jobs=True)
         turn = Turn(settings, view, len(plan.tools), context, settings.emitter(sink, parent), self._runs, durable)
