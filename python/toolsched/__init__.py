@@ -45,6 +45,7 @@ from toolsched.events import (
     RunFinished,
     ToolFinished,
     ToolProgress,
+    ToolRetrying,
     ToolsChanged,
     ToolsRefreshFailed,
     ToolStarted,
@@ -71,6 +72,7 @@ from toolsched.nested import AgentTool, ChildRun, agent_tool
 from toolsched.outcome import Outcome
 from toolsched.permissions import Decision, Permissions
 from toolsched.registry import ToolRegistry
+from toolsched.resilience import CircuitBreaker, RateLimit, Retry, Transient
 from toolsched.resources import RunScope
 from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
 from toolsched.runstate import ApprovalRequest, RunState
@@ -93,6 +95,7 @@ __all__ = [
     "BatchStarted",
     "Batched",
     "ChildRun",
+    "CircuitBreaker",
     "Decision",
     "Duplicate",
     "ErrorKind",
@@ -118,6 +121,7 @@ __all__ = [
     "Partitioned",
     "Permissions",
     "PostgresJournal",
+    "RateLimit",
     "RayBackend",
     "RefreshError",
     "Reject",
@@ -125,6 +129,7 @@ __all__ = [
     "ResourceError",
     "ResponseFormatError",
     "ResultTooLargeError",
+    "Retry",
     "Rewrite",
     "RuleError",
     "RunClaimedError",
@@ -151,12 +156,14 @@ __all__ = [
     "ToolProgress",
     "ToolRegistry",
     "ToolResult",
+    "ToolRetrying",
     "ToolStarted",
     "ToolTimeoutError",
     "ToolUpdated",
     "ToolsChanged",
     "ToolsRefreshFailed",
     "ToolschedError",
+    "Transient",
     "TurnStateError",
     "UnknownRunError",
     "UnknownToolError",

@@ -27,6 +27,7 @@ __all__ = [
     "RunFinished",
     "ToolFinished",
     "ToolProgress",
+    "ToolRetrying",
     "ToolStarted",
     "ToolUpdated",
     "ToolsChanged",
@@ -63,6 +64,21 @@ class ToolUpdated:
     call_id: str
     tool_name: str
     partial: Any
+    parent_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRetrying:
+    """A call failed transiently and runs again after ``delay`` seconds (its ``Retry`` policy).
+
+    ``attempt`` is the attempt that failed (1 for the first run); ``error`` says how.
+    """
+
+    call_id: str
+    tool_name: str
+    attempt: int
+    delay: float
+    error: str
     parent_call_id: str | None = None
 
 
@@ -121,6 +137,7 @@ Event = (
     ToolStarted
     | ToolProgress
     | ToolUpdated
+    | ToolRetrying
     | ToolFinished
     | BatchStarted
     | BatchFinished

@@ -45,6 +45,7 @@ ErrorKind = Literal[
     "skipped",
     "interaction_required",
     "interrupted",
+    "unavailable",
 ]
 
 ERROR_KINDS: frozenset[str] = frozenset(ErrorKind.__args__)  # type: ignore[attr-defined]
@@ -119,6 +120,8 @@ class ToolResult:
     batch: int | None = None
     truncated: bool = False
     offload_path: str | None = None
+    # How many times the tool ran for this call (its ``Retry`` policy may run it again); 0 when it never ran.
+    attempts: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +135,9 @@ class Duplicate:
 
 
 # Results are made once per call on the hot path: ``new_result(call_id, tool_name, output, error,
-# error_kind, is_error, duration_ms, was_concurrent, batch, truncated, offload_path)``.
+# error_kind, is_error, duration_ms, was_concurrent, batch, truncated, offload_path, attempts)``.
 new_result: Callable[
-    [str, str, Any, str | None, ErrorKind | None, bool, float, bool, int | None, bool, str | None], ToolResult
+    [str, str, Any, str | None, ErrorKind | None, bool, float, bool, int | None, bool, str | None, int], ToolResult
 ] = positional_builder(ToolResult)
 
 
@@ -277,6 +280,7 @@ RESULT_FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "batch": (int, type(None)),
     "truncated": (bool,),
     "offload_path": (str, type(None)),
+    "attempts": (int,),
 }
 
 

@@ -633,6 +633,8 @@ def _record_from_json(item: Any, where: str) -> CallRecord:
 
 
 def _result_from_json(value: Any, call_id: str, where: str) -> ToolResult:
+    if isinstance(value, dict) and "attempts" not in value:
+        value = {**value, "attempts": 1}  # a state saved before results counted their attempts
     if not isinstance(value, dict) or set(value) != set(_RESULT_FIELDS):
         raise StateError(f"{where}.result must hold exactly the fields of a ToolResult")
     if value["call_id"] != call_id or not isinstance(value["tool_name"], str):

@@ -23,6 +23,7 @@ import pydantic
 from toolsched.context import ToolContext
 from toolsched.errors import ToolDefinitionError
 from toolsched.isolation import function_invoker, method_invoker
+from toolsched.resilience import CircuitBreaker, RateLimit, Resilience, Retry
 from toolsched.resources import ResourceFactory, RunScope, open_close, with_run_resource
 from toolsched.results import Decision
 from toolsched.schema import JsonSchema, function_schema, inline_refs, integer_fields, model_schema
@@ -89,10 +90,12 @@ class ToolFacts:
 
     __slots__ = (
         "_limiter",
+        "_resilience",
         "checks_permissions",
         "input_schema",
         "invoke",
         "max_concurrency",
+        "policies",
         "run_resource",
         "scoped",
         "static_needs_approval",
@@ -115,6 +118,7 @@ class ToolFacts:
         checks_permissions: bool = False,
         static_needs_approval: bool | None = False,
         run_resource: ResourceFactory | None = None,
+        policies: tuple[Retry | None, RateLimit | None, CircuitBreaker | None] | None = None,
     ) -> None:
         self.input_schema = input_schema
         self.max_concurrency = max_concurrency
@@ -134,6 +138,17 @@ class ToolFacts:
         self.static_needs_approval = static_needs_approval
         # The factory of the tool's per-run resource, if it has one (``invoke`` then opens it first).
         self.run_resource = run_resource
+        # The tool's retry, rate limit and circuit policies (None: it has none), and their state per event loop.
+        self.policies = policies
+        self._resilience: tuple[object, Resilience] | None = None
+
+    def resilience(self) -> Resilience:
+        """The tool's retries, rate limit and circuit, shared by every run on the current event loop."""
+        loop = anyio.lowlevel.current_token().native_token
+        if self._resilience is None or self._resilience[0] is not loop:
+            assert self.policies is not None
+            self._resilience = (loop, Resilience(*self.policies))
+        return self._resilience[1]
 
     def limiter(self) -> anyio.CapacityLimiter:
         """The tool's cap on calls in flight, shared by every run on the current event loop."""
@@ -175,6 +190,10 @@ class Tool:
     should_defer: bool = False
     always_load: bool = False
     idempotent: bool = False
+    # Resilience for shared downstreams (``toolsched.resilience``): retries need ``idempotent=True``.
+    retry: Retry | None = None
+    rate_limit: RateLimit | None = None
+    circuit: CircuitBreaker | None = None
     backend: str | None = None
     run_resource: ResourceFactory | None = None
     # What one call needs where a remote backend runs it (Ray's task options);
@@ -317,6 +336,24 @@ class Tool:
                 "declare idempotent=True if running it twice is safe"
             )
 
+    def _policies(self) -> tuple[Retry | None, RateLimit | None, CircuitBreaker | None] | None:
+        """The tool's resilience policies, checked: a retry needs an idempotent tool."""
+        name = self.name
+        for field, kind in (("retry", Retry), ("rate_limit", RateLimit), ("circuit", CircuitBreaker)):
+            value = getattr(self, field)
+            if value is not None and not isinstance(value, kind):
+                raise ToolDefinitionError(
+                    f"tool `{name}`: {field} must be a ts.{kind.__name__} or None; got {type(value).__name__}"
+                )
+        if self.retry is not None and not self.idempotent:
+            raise ToolDefinitionError(
+                f"tool `{name}`: retry=... would run a call again after it failed; "
+                "declare idempotent=True if running it twice is safe"
+            )
+        if self.retry is None and self.rate_limit is None and self.circuit is None:
+            return None
+        return (self.retry, self.rate_limit, self.circuit)
+
     @property
     def facts(self) -> ToolFacts:
         """What the executor needs of this tool (internal to toolsched): the metadata, checked once and cached."""
@@ -364,6 +401,7 @@ class Tool:
         input_schema = self._describe_input()
         # Exports inline every reference: one that cannot be (recursive, or not to `$defs`) is refused now.
         inline_refs(input_schema)
+        policies = self._policies()
         scalars, arrays = integer_fields(input_schema)
         if scalars or arrays:
             invoke = _with_exact_integers(invoke, scalars, arrays)
@@ -375,7 +413,11 @@ class Tool:
             static_read_only=static_read_only,
             validates_input=cls.validate_input is not Tool.validate_input,
             max_concurrency=self.max_concurrency,
-            scoped=self.timeout is not None or self.interrupt_behavior == "cancel" or self.isolation == "process",
+            # A call that may wait for a token or a retry is stoppable while it waits.
+            scoped=self.timeout is not None
+            or self.interrupt_behavior == "cancel"
+            or self.isolation == "process"
+            or (policies is not None and (policies[0] is not None or policies[1] is not None)),
             checks_permissions=cls.check_permissions is not Tool.check_permissions,
             static_needs_approval=(
                 bool(self.needs_approval)
@@ -383,6 +425,7 @@ class Tool:
                 else None
             ),
             run_resource=factory,
+            policies=policies,
         )
         self._facts_cache = facts
         return facts
@@ -511,6 +554,9 @@ TOOL_OPTIONS = frozenset(
         "num_gpus",
         "memory",
         "max_retries",
+        "retry",
+        "rate_limit",
+        "circuit",
     }
 )
 
@@ -551,6 +597,9 @@ def tool(
     num_gpus: float | None = None,
     memory: int | None = None,
     max_retries: int | None = None,
+    retry: Retry | None = None,
+    rate_limit: RateLimit | None = None,
+    circuit: CircuitBreaker | None = None,
 ) -> Callable[[F], FunctionTool]: ...
 
 

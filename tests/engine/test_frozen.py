@@ -18,7 +18,7 @@ pytestmark = pytest.mark.anyio
 
 
 def test_a_built_result_equals_the_constructed_one_and_stays_frozen() -> None:
-    fields = ("c1", "read", {"n": 1}, None, None, False, 1.5, True, 0, False, None)
+    fields = ("c1", "read", {"n": 1}, None, None, False, 1.5, True, 0, False, None, 2)
     built = new_result(*fields)
     assert type(built) is ts.ToolResult
     assert built == ts.ToolResult(*fields)
@@ -29,7 +29,7 @@ def test_a_built_result_equals_the_constructed_one_and_stays_frozen() -> None:
 
 
 def test_outcome_and_hook_event_builders_fill_every_field() -> None:
-    result = new_result("c1", "read", "x", None, None, False, 0.0, False, 0, False, None)
+    result = new_result("c1", "read", "x", None, None, False, 0.0, False, 0, False, None, 1)
     outcome = new_outcome([result], [], [], False, [], None, None)
     assert outcome == ts.Outcome([result])
     assert outcome.state is None and outcome.run_id is None
@@ -74,7 +74,7 @@ async def test_results_of_a_run_are_frozen_tool_results() -> None:
 
 def test_calls_and_results_survive_replace_pickle_and_copy() -> None:
     call = ts.ToolCall("c1", "read", {"path": "a"})
-    result = new_result("c1", "read", {"n": [1]}, None, None, False, 1.5, True, 0, False, None)
+    result = new_result("c1", "read", {"n": [1]}, None, None, False, 1.5, True, 0, False, None, 1)
     for value in (call, result):
         assert pickle.loads(pickle.dumps(value)) == value
         assert copy.copy(value) == value

@@ -20,11 +20,12 @@ import anyio.lowlevel
 
 from toolsched.context import ToolContext
 from toolsched.errors import GuardrailTripped
-from toolsched.events import new_tool_finished, new_tool_started
+from toolsched.events import ToolRetrying, new_tool_finished, new_tool_started
 from toolsched.executor.durable import JournalFailed
 from toolsched.executor.turn import DONE, RUNNING, Job, Turn
 from toolsched.guardrails import GuardrailEvent, Guardrails
 from toolsched.hooks import new_hook_event
+from toolsched.resilience import CircuitOpen, is_transient
 from toolsched.results import ErrorKind, ToolResult, detached, new_result
 from toolsched.runstate import NestedHold
 from toolsched.shaping import fits_as_is, shape_output
@@ -99,6 +100,8 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
     # The tool's body runs here, or on the backend the tool names.
     remote = settings.remote
     invoke = remote.get(tool, job.facts.invoke) if remote else job.facts.invoke
+    if job.facts.policies is not None:
+        invoke = _resilient(job, turn, invoke)
     try:
         if scope is None:
             if input_guardrails is not None:
@@ -141,6 +144,8 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
         return
     except JournalFailed:
         raise
+    except CircuitOpen as exc:
+        kind, error = "unavailable", str(exc)
     except Exception as exc:
         if anyio.current_effective_deadline() == -math.inf:
             # The run itself is being cancelled and the tool turned that into
@@ -187,6 +192,7 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
         batch,
         truncated,
         offload_path,
+        job.attempts,
     )
     if turn.durable is not None:
         result = await turn.durable.finished(result)
@@ -285,6 +291,64 @@ async def _invoke_limited(
         return await invoke(job.args, ctx)
 
 
+def _resilient(
+    job: Job, turn: Turn, invoke: Callable[[Any, ToolContext | None], Awaitable[Any]]
+) -> Callable[[Any, ToolContext | None], Awaitable[Any]]:
+    """``invoke`` under the tool's circuit, rate limit and retries (``toolsched.resilience``).
+
+    An open circuit refuses the call before it runs (``CircuitOpen``: ``unavailable``). Each
+    attempt waits for a token of the rate limit; a transient failure runs the call again after
+    the policy's backoff while the retry budget and the call's deadline allow, each retry a
+    ``ToolRetrying`` event. Every wait is inside the call's scope: a timeout, an interrupt or a
+    cancellation stops it at once.
+    """
+    state = job.facts.resilience()
+    retry = state.retry
+    tool_name = job.tool.name
+
+    async def invoke_resilient(args: Any, ctx: ToolContext | None) -> Any:
+        probe = state.admit()
+        if probe is None:
+            circuit = state.circuit
+            assert circuit is not None
+            job.attempts = 0
+            raise CircuitOpen(
+                f"`{tool_name}` is unavailable: {circuit.failures} calls in a row failed transiently, so its "
+                f"calls are refused for {state.open_for():.1f} more seconds"
+            )
+        state.first_attempt()
+        attempt = 1
+        try:
+            while True:
+                await state.pace()
+                job.attempts = attempt
+                try:
+                    output = await invoke(args, ctx)
+                except Exception as exc:
+                    transient = is_transient(exc, retry)
+                    state.record(transient, probe)
+                    probe = False
+                    if retry is None or not transient or attempt >= retry.attempts:
+                        raise
+                    delay = retry.delay(attempt, getattr(exc, "retry_after", None), state.draw)
+                    if anyio.current_time() + delay >= anyio.current_effective_deadline() or not state.may_retry():
+                        raise  # no time left for another attempt within the call's timeout, or no budget
+                    if turn.emit is not None:
+                        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                        turn.emit(ToolRetrying(job.call.id, tool_name, attempt, delay, detail))
+                    await anyio.sleep(delay)
+                    attempt += 1
+                    continue
+                state.record(False, probe)
+                probe = False
+                return output
+        finally:
+            if probe:
+                state.release_probe()
+
+    return invoke_resilient
+
+
 async def _guard(guardrails: Guardrails, job: Job, output: Any, turn: Turn) -> None:
     """Runs input (``output`` None) or output guardrails; raises ``_Rejected`` with the refusal."""
     stage = guardrails.stage
@@ -294,6 +358,10 @@ async def _guard(guardrails: Guardrails, job: Job, output: Any, turn: Turn) -> N
     except GuardrailTripped as exc:
         if turn.tripped is None:
             turn.tripped = exc
+        if stage == "input":
+            job.attempts = 0  # refused before the tool ran
         raise _Rejected(exc.message) from None
     if refusal is not None:
+        if stage == "input":
+            job.attempts = 0
         raise _Rejected(refusal)

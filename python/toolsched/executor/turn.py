@@ -43,6 +43,7 @@ class Job:
 
     __slots__ = (
         "args",
+        "attempts",
         "body_outlived_cancel",
         "call",
         "cancel_reason",
@@ -65,6 +66,8 @@ class Job:
         self.args = args
         self.index = index
         self.state = PENDING
+        # How many times the tool has run for this call (a retry policy may run it again).
+        self.attempts = 1
         self.scope: anyio.CancelScope | None = None
         self.cancel_reason: str | None = None
         self.ctx: ToolContext | None = None
@@ -317,7 +320,7 @@ class Turn:
         self, slot: int, call: ToolCall, tool_name: str, kind: ErrorKind, message: str, batch: int | None = None
     ) -> None:
         """Answers a call that does not run with an error result (journaled first in a durable run)."""
-        result = new_result(call.id, tool_name, None, message, kind, True, 0.0, False, batch, False, None)
+        result = new_result(call.id, tool_name, None, message, kind, True, 0.0, False, batch, False, None, 0)
         if self.durable is not None:
             await self.durable.finished(result)
         if self.emit is not None:

@@ -68,7 +68,7 @@ ALLOWED_FROM: dict[str, frozenset[str]] = {
 
 _DECISIONS = frozenset({"pending", "approved", "rejected"})
 _MAX_RUN_ID = 200
-_RESULT_SCALARS = ("error", "error_kind", "is_error", "duration_ms", "was_concurrent", "batch", "truncated")
+_RESULT_SCALARS = ("error", "error_kind", "is_error", "duration_ms", "was_concurrent", "batch", "truncated", "attempts")
 
 
 # -- errors ---------------------------------------------------------------------------
@@ -294,6 +294,8 @@ def decode_result(where: str, call_id: str, text: str | None) -> tuple[ToolResul
         body = json.loads(text) if text is not None else None
     except ValueError:
         raise JournalCorruptError(f"{where}: the stored result is not JSON") from None
+    if isinstance(body, dict) and "attempts" not in body:
+        body["attempts"] = 1  # stored before results counted their attempts
     if not isinstance(body, dict) or set(body) != {*_RESULT_TYPES, "output"}:
         raise JournalCorruptError(f"{where}: the stored result does not hold the fields of a ToolResult")
     for name, types in _RESULT_TYPES.items():

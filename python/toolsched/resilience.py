@@ -1,0 +1,295 @@
+"""Resilience for shared downstreams: retries, rate limits and circuit breakers, per tool.
+
+The executor is shared by every run, so it can pace, retry and cut off the calls of a tool
+across all runs at once, which no single tool can:
+
+- ``Retry``: an ``idempotent=True`` tool's transient failures (``TimeoutError``, the ``on=``
+  exception types, and ``Transient`` raised by the tool) are run again, with exponential
+  backoff and full jitter, a ``Retry-After`` the downstream gave honoured, every attempt
+  inside the call's ``timeout``, and never more retries than the tool's retry budget allows
+  (by default a fifth of its first attempts over the last minute), so that retries cannot
+  multiply the load of a storm.
+- ``RateLimit``: a token bucket per tool shared by every run on the event loop; a call waits
+  for a token (its timeout counts), in the order the calls asked, and never fails for want
+  of one.
+- ``CircuitBreaker``: after that many consecutive transient failures, the tool's calls are
+  answered at once with ``error_kind="unavailable"`` for the cooldown; then one probe call
+  decides whether the circuit closes again.
+
+The policies are values (frozen, checked when made); ``Resilience`` is the state one tool
+keeps on one event loop (internal).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from toolsched.errors import OptionError
+
+__all__ = [
+    "RETRY_FLOOR",
+    "CircuitBreaker",
+    "CircuitOpen",
+    "RateLimit",
+    "Resilience",
+    "Retry",
+    "Transient",
+    "is_transient",
+]
+
+
+# Retries a tool may always make in a minute, whatever its budget: a quiet tool can still retry.
+RETRY_FLOOR = 10
+
+
+class Transient(Exception):
+    """Raised by a tool: this failure may pass if the call is made again.
+
+    ``retry_after`` is how long the downstream asked to wait (its ``Retry-After``), in seconds.
+    """
+
+    def __init__(self, message: str = "", *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        if retry_after is not None and (
+            isinstance(retry_after, bool)
+            or not isinstance(retry_after, (int, float))
+            or not math.isfinite(retry_after)
+            or retry_after < 0
+        ):
+            raise ValueError(f"Transient(retry_after=...) must be a number of seconds ≥ 0, got {retry_after!r}")
+        self.retry_after = None if retry_after is None else float(retry_after)
+
+
+def _number(owner: str, name: str, value: Any, *, minimum: float, strict: bool, integer: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        kind = "a whole number" if integer else "a number"
+        raise OptionError(f"{owner}({name}=...) must be {kind}, got {value!r}")
+    if not math.isfinite(value) or value < minimum or (strict and value == minimum):
+        bound = f"> {minimum:g}" if strict else f"≥ {minimum:g}"
+        raise OptionError(f"{owner}({name}=...) must be {bound}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Run an idempotent tool's call again when it failed transiently.
+
+    ``attempts`` counts every run of the call, the first included. The wait before retry
+    ``n`` is drawn from ``[0, min(max_backoff, backoff * 2 ** (n - 1))]`` (full jitter) or is
+    that bound without ``jitter``; a ``Transient(retry_after=...)`` waits at least that long.
+    ``on`` adds exception types that count as transient. ``budget`` is the most retries, as a
+    fraction of the tool's first attempts over the last minute, on top of a floor of
+    ``RETRY_FLOOR`` retries a minute (so a quiet tool can still retry).
+    """
+
+    attempts: int = 3
+    backoff: float = 0.2
+    max_backoff: float = 10.0
+    jitter: bool = True
+    on: tuple[type[BaseException], ...] = ()
+    budget: float = 0.2
+
+    def __post_init__(self) -> None:
+        _number("Retry", "attempts", self.attempts, minimum=1, strict=False, integer=True)
+        _number("Retry", "backoff", self.backoff, minimum=0, strict=False)
+        _number("Retry", "max_backoff", self.max_backoff, minimum=0, strict=False)
+        _number("Retry", "budget", self.budget, minimum=0, strict=False)
+        if not isinstance(self.jitter, bool):
+            raise OptionError(f"Retry(jitter=...) must be True or False, got {self.jitter!r}")
+        on = self.on
+        if isinstance(on, type):
+            on = (on,)
+        if not isinstance(on, (tuple, list)) or not all(
+            isinstance(kind, type) and issubclass(kind, BaseException) for kind in on
+        ):
+            raise OptionError(f"Retry(on=...) must be exception types, got {self.on!r}")
+        object.__setattr__(self, "on", tuple(on))
+
+    def delay(self, retry: int, retry_after: float | None, draw: Callable[[float, float], float]) -> float:
+        """Seconds to wait before retry number ``retry`` (1 for the first retry)."""
+        bound = min(self.max_backoff, self.backoff * 2.0 ** (retry - 1))
+        wait = draw(0.0, bound) if self.jitter else bound
+        if retry_after is not None:
+            wait = max(wait, retry_after)
+        return wait
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """At most ``calls`` calls of a tool started per ``per`` seconds, across every run.
+
+    ``burst`` is how many may start at once after a quiet spell (the bucket's size;
+    ``calls`` unless given).
+    """
+
+    calls: int
+    per: float = 1.0
+    burst: int | None = None
+
+    def __post_init__(self) -> None:
+        _number("RateLimit", "calls", self.calls, minimum=0, strict=True, integer=True)
+        _number("RateLimit", "per", self.per, minimum=0, strict=True)
+        if self.burst is not None:
+            _number("RateLimit", "burst", self.burst, minimum=0, strict=True, integer=True)
+
+    @property
+    def size(self) -> int:
+        return self.calls if self.burst is None else self.burst
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitBreaker:
+    """After ``failures`` consecutive transient failures, refuse the tool's calls for ``cooldown`` seconds."""
+
+    failures: int = 5
+    cooldown: float = 30.0
+
+    def __post_init__(self) -> None:
+        _number("CircuitBreaker", "failures", self.failures, minimum=0, strict=True, integer=True)
+        _number("CircuitBreaker", "cooldown", self.cooldown, minimum=0, strict=False)
+
+
+def is_transient(error: BaseException, retry: Retry | None) -> bool:
+    """Whether a failure may pass: a timeout, ``Transient``, or one of the policy's ``on`` types."""
+    if isinstance(error, (Transient, TimeoutError)):
+        return True
+    return retry is not None and bool(retry.on) and isinstance(error, retry.on)
+
+
+class CircuitOpen(Exception):
+    """A call refused at once because the tool's circuit is open (internal: answered ``unavailable``)."""
+
+
+@dataclass(slots=True)
+class _Bucket:
+    limit: RateLimit
+    tokens: float
+    updated: float
+    # Calls wait their turn on this lock, first come first served.
+    turn: anyio.Lock = field(default_factory=anyio.Lock)
+
+    async def take(self) -> None:
+        async with self.turn:
+            while True:
+                now = time.monotonic()
+                rate = self.limit.calls / self.limit.per
+                self.tokens = min(float(self.limit.size), self.tokens + (now - self.updated) * rate)
+                self.updated = now
+                if self.tokens >= 1.0:
+                    self.tokens -= 1.0
+                    return
+                await anyio.sleep((1.0 - self.tokens) / rate)
+
+
+class Resilience:
+    """A tool's retries, rate limit and circuit on one event loop (internal: kept with the tool's facts)."""
+
+    __slots__ = (
+        "_bucket",
+        "_failures",
+        "_firsts",
+        "_open_until",
+        "_probing",
+        "_retries",
+        "circuit",
+        "draw",
+        "rate_limit",
+        "retry",
+    )
+
+    def __init__(
+        self,
+        retry: Retry | None,
+        rate_limit: RateLimit | None,
+        circuit: CircuitBreaker | None,
+        draw: Callable[[float, float], float] = random.uniform,
+    ) -> None:
+        self.retry = retry
+        self.rate_limit = rate_limit
+        self.circuit = circuit
+        self.draw = draw
+        self._bucket = None if rate_limit is None else _Bucket(rate_limit, float(rate_limit.size), time.monotonic())
+        self._failures = 0
+        self._open_until = -math.inf
+        self._probing = False
+        # Times of first attempts and of retries over the last minute (the retry budget).
+        self._firsts: deque[float] = deque()
+        self._retries: deque[float] = deque()
+
+    # -- the circuit ----------------------------------------------------------------
+
+    def admit(self) -> bool | None:
+        """Whether a call may start now: None while the circuit is open (or its one probe runs),
+        True when the call is the probe that decides whether the circuit closes, else False.
+
+        A probe must be settled: ``record`` its first attempt's outcome, or ``release_probe``.
+        """
+        circuit = self.circuit
+        if circuit is None or self._failures < circuit.failures:
+            return False
+        if time.monotonic() < self._open_until or self._probing:
+            return None
+        self._probing = True
+        return True
+
+    def record(self, transient_failure: bool, probe: bool = False) -> None:
+        """The outcome of one attempt: a transient failure, or anything else (which closes the circuit).
+
+        ``probe``: the attempt was the probe of a half-open circuit (which it settles).
+        """
+        circuit = self.circuit
+        if circuit is None:
+            return
+        if probe:
+            self._probing = False
+        if transient_failure:
+            self._failures += 1
+            if self._failures >= circuit.failures:
+                self._open_until = time.monotonic() + circuit.cooldown
+        else:
+            self._failures = 0
+            self._open_until = -math.inf
+
+    def release_probe(self) -> None:
+        """The probe call ended without an outcome (cancelled): the next call may probe."""
+        self._probing = False
+
+    def open_for(self) -> float:
+        """Seconds until the open circuit lets a probe through (0 when it would now)."""
+        return max(0.0, self._open_until - time.monotonic())
+
+    # -- the rate limit --------------------------------------------------------------
+
+    async def pace(self) -> None:
+        """Waits for a token of the tool's rate limit, if it has one."""
+        if self._bucket is not None:
+            await self._bucket.take()
+
+    # -- the retry budget ------------------------------------------------------------
+
+    def first_attempt(self) -> None:
+        if self.retry is not None:
+            self._firsts.append(time.monotonic())
+
+    def may_retry(self) -> bool:
+        """Whether the budget allows one more retry now (and counts it when it does)."""
+        retry = self.retry
+        if retry is None:
+            return False
+        now = time.monotonic()
+        for times in (self._firsts, self._retries):
+            while times and now - times[0] > 60.0:
+                times.popleft()
+        if len(self._retries) >= RETRY_FLOOR + retry.budget * len(self._firsts):
+            return False
+        self._retries.append(now)
+        return True

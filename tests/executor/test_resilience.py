@@ -1,0 +1,328 @@
+"""Retries, rate limits and circuit breakers, shared by every run of an executor."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import toolsched as ts
+
+pytestmark = pytest.mark.anyio
+
+
+class Downstream:
+    """A scripted downstream: each call takes the next answer ("ok", "transient", "permanent", ...)."""
+
+    def __init__(self, answers: list[str] | None = None, default: str = "ok") -> None:
+        self.answers = list(answers or [])
+        self.default = default
+        self.calls: list[tuple[str, float]] = []
+
+    def answer(self, key: str) -> str:
+        self.calls.append((key, time.monotonic()))
+        kind = self.answers.pop(0) if self.answers else self.default
+        if kind == "transient":
+            raise ts.Transient("429 too many requests")
+        if kind.startswith("after:"):
+            raise ts.Transient("429", retry_after=float(kind.split(":")[1]))
+        if kind == "timeout":
+            raise TimeoutError("read timed out")
+        if kind == "permanent":
+            raise ValueError("400 bad request")
+        if kind == "connection":
+            raise ConnectionError("reset by peer")
+        return f"{key}: done"
+
+
+def fetch_tool(downstream: Downstream, **options: Any) -> ts.FunctionTool:
+    @ts.tool(concurrency_safe=True, **options)
+    async def fetch(key: str) -> str:
+        return downstream.answer(key)
+
+    return fetch
+
+
+def calls(*keys: str) -> list[ts.ToolCall]:
+    return [ts.ToolCall(f"c{i}", "fetch", {"key": key}) for i, key in enumerate(keys)]
+
+
+FAST = ts.Retry(attempts=3, backoff=0.001, max_backoff=0.002)
+
+
+async def test_a_transient_failure_is_run_again_and_the_result_counts_its_attempts() -> None:
+    downstream = Downstream(["transient", "timeout"])
+    events: list[ts.Event] = []
+    executor = ts.Executor([fetch_tool(downstream, idempotent=True, retry=FAST)], on_event=events.append)
+    outcome = await executor.run(calls("a"))
+    result = outcome.results[0]
+    assert (result.output, result.attempts, result.is_error) == ("a: done", 3, False)
+    retrying = [event for event in events if isinstance(event, ts.ToolRetrying)]
+    assert [(event.attempt, event.error) for event in retrying] == [
+        (1, "Transient: 429 too many requests"),
+        (2, "TimeoutError: read timed out"),
+    ]
+
+
+async def test_a_permanent_failure_is_not_retried() -> None:
+    downstream = Downstream(["permanent"])
+    executor = ts.Executor([fetch_tool(downstream, idempotent=True, retry=FAST)])
+    result = (await executor.run(calls("a"))).results[0]
+    assert (result.error_kind, result.attempts, len(downstream.calls)) == ("execution_error", 1, 1)
+    assert "400 bad request" in (result.error or "")
+
+
+async def test_on_adds_exception_types_that_count_as_transient() -> None:
+    downstream = Downstream(["connection"])
+    retry = ts.Retry(attempts=2, backoff=0.001, on=(ConnectionError,))
+    executor = ts.Executor([fetch_tool(downstream, idempotent=True, retry=retry)])
+    result = (await executor.run(calls("a"))).results[0]
+    assert (result.output, result.attempts) == ("a: done", 2)
+
+
+async def test_attempts_are_never_exceeded_and_the_last_failure_is_the_result() -> None:
+    downstream = Downstream(default="transient")
+    executor = ts.Executor([fetch_tool(downstream, idempotent=True, retry=FAST)])
+    result = (await executor.run(calls("a"))).results[0]
+    assert (result.error_kind, result.attempts, len(downstream.calls)) == ("execution_error", 3, 3)
+
+
+async def test_retry_after_is_honoured() -> None:
+    downstream = Downstream(["after:0.15"])
+    executor = ts.Executor([fetch_tool(downstream, idempotent=True, retry=FAST)])
+    result = (await executor.run(calls("a"))).results[0]
+    assert result.attempts == 2
+    first, second = downstream.calls
+    assert second[1] - first[1] >= 0.15
+
+
+async def test_every_attempt_stays_inside_the_calls_timeout() -> None:
+    # A backoff that would pass the deadline is not waited for: the failure is the answer at once.
+    downstream = Downstream(["after:5"])
+    executor = ts.Executor([fetch_tool(downstream, idempotent=True, retry=FAST, timeout=0.5)])
+    started = time.monotonic()
+    result = (await executor.run(calls("a"))).results[0]
+    assert time.monotonic() - started < 0.4
+    assert (result.error_kind, result.attempts) == ("execution_error", 1)
+
+
+async def test_a_timeout_during_backoff_answers_timeout() -> None:
+    downstream = Downstream(default="transient")
+    retry = ts.Retry(attempts=50, backoff=0.05, max_backoff=0.05, jitter=False, budget=100)
+    executor = ts.Executor([fetch_tool(downstream, idempotent=True, retry=retry, timeout=0.3)])
+    result = (await executor.run(calls("a"))).results[0]
+    assert result.error_kind in ("timeout", "execution_error")
+    assert 2 <= len(downstream.calls) <= 8
+
+
+async def test_an_interrupt_stops_a_backoff_wait_at_once() -> None:
+    downstream = Downstream(["after:30"])
+    executor = ts.Executor(
+        [fetch_tool(downstream, idempotent=True, retry=ts.Retry(attempts=2), interrupt_behavior="cancel")]
+    )
+
+    async def interrupt_soon() -> None:
+        await anyio.sleep(0.1)
+        executor.interrupt("stop")
+
+    started = time.monotonic()
+    async with anyio.create_task_group() as group:
+        group.start_soon(interrupt_soon)
+        outcome = await executor.run(calls("a"))
+    assert time.monotonic() - started < 5
+    assert outcome.results[0].error_kind == "cancelled"
+    assert len(downstream.calls) == 1
+
+
+async def test_a_cancelled_run_stops_its_backoff_wait_at_once() -> None:
+    downstream = Downstream(["after:30"])
+    executor = ts.Executor([fetch_tool(downstream, idempotent=True, retry=ts.Retry(attempts=2))])
+    started = time.monotonic()
+    with anyio.move_on_after(0.1):
+        await executor.run(calls("a"))
+    assert time.monotonic() - started < 5
+    assert len(downstream.calls) == 1
+
+
+def test_retry_on_a_tool_that_is_not_idempotent_is_refused_naming_it() -> None:
+    downstream = Downstream()
+    with pytest.raises(ts.ToolDefinitionError, match=r"tool `fetch`: retry=.*idempotent=True"):
+        ts.Executor([fetch_tool(downstream, retry=FAST)])
+
+
+def test_class_form_tools_take_the_policies_as_attributes() -> None:
+    class Fetch(ts.Tool):
+        name = "fetch"
+        input_schema = {"type": "object", "properties": {"key": {"type": "string"}}}
+        retry = ts.Retry(attempts=2)
+
+        async def call(self, args: Any, ctx: ts.ToolContext) -> str:
+            return "ok"
+
+    with pytest.raises(ts.ToolDefinitionError, match="idempotent"):
+        ts.Executor([Fetch()])
+
+    class BadFetch(Fetch):
+        idempotent = True
+        retry = 3  # type: ignore[assignment]
+
+    with pytest.raises(ts.ToolDefinitionError, match=r"retry must be a ts\.Retry"):
+        ts.Executor([BadFetch()])
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: ts.Retry(attempts=0), "attempts"),
+        (lambda: ts.Retry(attempts=2.5), "whole number"),
+        (lambda: ts.Retry(backoff=-1), "backoff"),
+        (lambda: ts.Retry(on=("ValueError",)), "exception types"),
+        (lambda: ts.Retry(jitter="yes"), "jitter"),
+        (lambda: ts.RateLimit(0), "calls"),
+        (lambda: ts.RateLimit(5, per=0), "per"),
+        (lambda: ts.RateLimit(5, burst=0), "burst"),
+        (lambda: ts.CircuitBreaker(failures=0), "failures"),
+        (lambda: ts.CircuitBreaker(cooldown=float("nan")), "cooldown"),
+    ],
+)
+def test_bad_policies_are_refused_saying_which_argument(make: Any, message: str) -> None:
+    with pytest.raises(ts.OptionError, match=message):
+        make()
+
+
+def test_a_bad_retry_after_is_refused() -> None:
+    with pytest.raises(ValueError, match="retry_after"):
+        ts.Transient("x", retry_after=-1)
+
+
+async def test_a_rate_limit_paces_calls_across_runs() -> None:
+    downstream = Downstream()
+    tool = fetch_tool(downstream, rate_limit=ts.RateLimit(10, per=1.0, burst=2))
+    executor = ts.Executor([tool], strategy=ts.Parallel(max_concurrency=20))
+    started = time.monotonic()
+    async with anyio.create_task_group() as group:
+        for run in range(3):
+            group.start_soon(executor.run, calls(*(f"r{run}-{i}" for i in range(2))))
+    elapsed = time.monotonic() - started
+    times = sorted(moment for _, moment in downstream.calls)
+    assert len(times) == 6
+    # Two at once (the burst), then one every 0.1 s: the sixth starts about 0.4 s in.
+    assert elapsed >= 0.35
+    for earlier, later in itertools.pairwise(times[2:]):
+        assert later - earlier >= 0.08
+
+
+async def test_an_open_circuit_answers_at_once_without_running_the_tool_then_a_probe_closes_it() -> None:
+    downstream = Downstream(["transient", "transient"])
+    tool = fetch_tool(downstream, circuit=ts.CircuitBreaker(failures=2, cooldown=0.2))
+    executor = ts.Executor([tool])
+    for key in ("a", "b"):
+        assert (await executor.run(calls(key))).results[0].error_kind == "execution_error"
+    refused = (await executor.run(calls("c"))).results[0]
+    assert refused.error_kind == "unavailable" and refused.attempts == 0
+    assert "2 calls in a row failed transiently" in (refused.error or "")
+    assert [key for key, _ in downstream.calls] == ["a", "b"]
+    await anyio.sleep(0.25)
+    probe = (await executor.run(calls("d"))).results[0]
+    assert probe.output == "d: done"
+    assert (await executor.run(calls("e"))).results[0].output == "e: done"
+
+
+async def test_a_failed_probe_opens_the_circuit_again() -> None:
+    downstream = Downstream(["transient", "transient"])
+    executor = ts.Executor([fetch_tool(downstream, circuit=ts.CircuitBreaker(failures=1, cooldown=0.1))])
+    assert (await executor.run(calls("a"))).results[0].error_kind == "execution_error"
+    await anyio.sleep(0.15)
+    assert (await executor.run(calls("probe"))).results[0].error_kind == "execution_error"
+    assert (await executor.run(calls("b"))).results[0].error_kind == "unavailable"
+
+
+async def test_while_a_probe_runs_the_other_calls_are_refused() -> None:
+    gate = anyio.Event()
+    ran: list[str] = []
+
+    @ts.tool(concurrency_safe=True, circuit=ts.CircuitBreaker(failures=1, cooldown=0.05))
+    async def fetch(key: str) -> str:
+        ran.append(key)
+        if key == "a":
+            raise ts.Transient("down")
+        await gate.wait()
+        return key
+
+    executor = ts.Executor([fetch], strategy=ts.Parallel(max_concurrency=5))
+    await executor.run(calls("a"))
+    await anyio.sleep(0.1)
+
+    async def open_gate() -> None:
+        await anyio.sleep(0.05)
+        gate.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(open_gate)
+        outcome = await executor.run(calls("probe", "x", "y"))
+    assert [result.error_kind for result in outcome.results] == [None, "unavailable", "unavailable"]
+    assert ran == ["a", "probe"]
+
+
+async def test_the_retry_budget_stops_a_storm_of_retries() -> None:
+    downstream = Downstream(default="transient")
+    retry = ts.Retry(attempts=5, backoff=0.0, jitter=False, budget=0.2)
+    executor = ts.Executor([fetch_tool(downstream, idempotent=True, retry=retry)], strategy=ts.Parallel(20))
+    outcome = await executor.run(calls(*(f"k{i}" for i in range(50))))
+    assert all(result.error_kind == "execution_error" for result in outcome.results)
+    # 50 first attempts: at most 20% of them again plus the floor, not 4 more each (200).
+    assert len(downstream.calls) <= 50 + 10 + ts_floor()
+
+
+async def test_results_with_attempts_survive_the_journal(tmp_path: Any) -> None:
+    downstream = Downstream(["transient"])
+    journal = ts.SqliteJournal(str(tmp_path / "journal.db"))
+    executor = ts.Executor([fetch_tool(downstream, idempotent=True, retry=FAST)], journal=journal)
+    outcome = await executor.run(calls("a"), run_id="run-1")
+    assert outcome.results[0].attempts == 2
+    recovered = await executor.recover("run-1")
+    assert recovered.results[0].attempts == 2
+    assert len(downstream.calls) == 2
+
+
+def ts_floor() -> int:
+    from toolsched.resilience import RETRY_FLOOR
+
+    return RETRY_FLOOR
+
+
+MIXES = st.lists(st.sampled_from(["ok", "transient", "timeout", "permanent"]), min_size=0, max_size=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(answers=MIXES, count=st.integers(min_value=1, max_value=6), attempts=st.integers(min_value=1, max_value=4))
+async def test_random_failure_mixes_answer_every_call_once_within_its_attempts(
+    answers: list[str], count: int, attempts: int
+) -> None:
+    downstream = Downstream(list(answers))
+    retry = ts.Retry(attempts=attempts, backoff=0.0, jitter=False, budget=100)
+    idempotent = fetch_tool(downstream, idempotent=True, retry=retry)
+    once: list[str] = []
+
+    @ts.tool(name="write", concurrency_safe=True)
+    async def write(key: str) -> str:
+        once.append(key)
+        return downstream.answer(key)
+
+    executor = ts.Executor([idempotent, write], strategy=ts.Parallel(max_concurrency=3))
+    batch = [ts.ToolCall(f"c{i}", "fetch" if i % 2 else "write", {"key": f"k{i}"}) for i in range(count)]
+    outcome = await executor.run(batch)
+    assert [result.call_id for result in outcome.results] == [call.id for call in batch]
+    runs: dict[str, int] = {}
+    for key, _ in downstream.calls:
+        runs[key] = runs.get(key, 0) + 1
+    for call, result in zip(batch, outcome.results, strict=True):
+        key = call.args["key"]
+        assert 1 <= runs[key] <= (attempts if call.name == "fetch" else 1)
+        assert result.attempts == runs[key]
+    assert sorted(once) == sorted({call.args["key"] for call in batch if call.name == "write"})
