@@ -40,6 +40,7 @@ bench: build
 	$(BIN)/python benches/compare.py
 	$(BIN)/python benches/ray_throughput.py
 	$(BIN)/python benches/platform_runs.py
+	$(BIN)/python benches/resilience.py
 	$(BIN)/python benches/streaming.py --runs 1
 
 lint: build
