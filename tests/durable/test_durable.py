@@ -360,3 +360,48 @@ async def test_a_started_call_whose_tool_is_gone_is_interrupted(store: Store) ->
         outcome = await executor(journal).recover("gone", force=True)
     assert [result.error_kind for result in outcome.results] == ["interrupted", "invalid_input"]
     assert "`retired` is not idempotent" in (outcome.results[0].error or "")
+
+
+def retrying_fetch(ran: list[str]) -> ts.FunctionTool:
+    @ts.tool(idempotent=True, retry=ts.Retry(attempts=3, backoff=0.001, max_backoff=0.002))
+    async def fetch(key: str) -> str:
+        ran.append(key)
+        if len(ran) == 1:
+            raise ts.Transient("busy")
+        return f"{key}: done"
+
+    return fetch
+
+
+async def test_every_attempt_is_journaled_and_recover_goes_on_from_the_attempts_spent(store: Store) -> None:
+    ran: list[str] = []
+    async with store.open() as journal:
+        outcome = await ts.Executor([retrying_fetch(ran)], journal=journal).run(
+            [ts.ToolCall("f1", "fetch", {"key": "a"})], run_id="retried"
+        )
+        assert outcome.results[0].attempts == 2
+        record = await journal.load("retried")
+        assert record.calls[0].starts == 2
+    # A run that crashed after two attempts started: recover runs the one attempt left, counted as the third.
+    async with store.open(owner="crashed") as crashed:
+        await crashed.begin_run("two-spent", [ts.ToolCall("f1", "fetch", {"key": "b"})])
+        await crashed.record("two-spent", "f1", "started", {"args": {"key": "b"}})
+        await crashed.record("two-spent", "f1", "started", {"args": {"key": "b"}})
+    ran.clear()
+    ran.append("spent")  # the next run of the body succeeds
+    async with store.open() as journal:
+        recovered = await ts.Executor([retrying_fetch(ran)], journal=journal).recover("two-spent", force=True)
+    assert (recovered.results[0].output, recovered.results[0].attempts) == ("b: done", 3)
+
+
+async def test_recover_never_exceeds_the_attempts_of_the_retry_policy(store: Store) -> None:
+    async with store.open(owner="crashed") as crashed:
+        await crashed.begin_run("all-spent", [ts.ToolCall("f1", "fetch", {"key": "c"})])
+        for _ in range(3):
+            await crashed.record("all-spent", "f1", "started", {"args": {"key": "c"}})
+    ran: list[str] = []
+    async with store.open() as journal:
+        recovered = await ts.Executor([retrying_fetch(ran)], journal=journal).recover("all-spent", force=True)
+    result = recovered.results[0]
+    assert result.error_kind == "interrupted" and ran == []
+    assert "all 3 attempts" in (result.error or "")

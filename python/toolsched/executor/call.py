@@ -317,10 +317,13 @@ def _resilient(
                 f"calls are refused for {state.open_for():.1f} more seconds"
             )
         state.first_attempt()
-        attempt = 1
+        attempt = job.prior_attempts + 1
         try:
             while True:
                 await state.pace()
+                if attempt > job.prior_attempts + 1 and turn.durable is not None:
+                    # Every attempt is journaled, so that ``recover`` never exceeds the policy.
+                    await turn.durable.started(job.call.id, args)
                 job.attempts = attempt
                 try:
                     output = await invoke(args, ctx)

@@ -17,6 +17,13 @@ def unknown_outcome(tool_name: str) -> str:
     )
 
 
+def attempts_spent(tool_name: str, starts: int) -> str:
+    return (
+        f"the outcome of this call is unknown: all {starts} attempts its retry policy allows had started "
+        f"before the run was interrupted, so `{tool_name}` was not run again"
+    )
+
+
 async def recovered_jobs(turn: Turn, plan: Plan, record: RunRecord) -> tuple[list[Job], list[Job], list[Held]]:
     """Sorts a journaled run's calls by where each was left: ``(fresh, ready, held)``.
 
@@ -64,8 +71,14 @@ async def recovered_jobs(turn: Turn, plan: Plan, record: RunRecord) -> tuple[lis
             job.args = decision.get("args", job.args)
             ready.append(job)
         elif tool.idempotent:
+            retry = tool.retry
+            if retry is not None and entry.starts >= retry.attempts:
+                # Every attempt its policy allows had started: running it again would exceed the policy.
+                await turn.answer(slot, call, tool.name, "interrupted", attempts_spent(tool.name, entry.starts))
+                continue
             run_with = entry.run_with or {}
             job.args = run_with.get("args", job.args)
+            job.prior_attempts = entry.starts if retry is not None else 0
             ready.append(job)
         else:
             await turn.answer(slot, call, tool.name, "interrupted", unknown_outcome(tool.name))

@@ -51,6 +51,7 @@ class Job:
         "declared",
         "facts",
         "index",
+        "prior_attempts",
         "scope",
         "slot",
         "state",
@@ -66,8 +67,10 @@ class Job:
         self.args = args
         self.index = index
         self.state = PENDING
-        # How many times the tool has run for this call (a retry policy may run it again).
+        # How many times the tool has run for this call (a retry policy may run it again), and how
+        # many runs a journal holds from before a crash (``recover`` goes on from there).
         self.attempts = 1
+        self.prior_attempts = 0
         self.scope: anyio.CancelScope | None = None
         self.cancel_reason: str | None = None
         self.ctx: ToolContext | None = None
