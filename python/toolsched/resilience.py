@@ -177,13 +177,28 @@ class _Bucket:
     # Calls wait their turn on this lock, first come first served.
     turn: anyio.Lock = field(default_factory=anyio.Lock)
 
+    def _refill(self) -> float:
+        """Tops the bucket up for the time that passed; returns the rate (tokens a second)."""
+        now = time.monotonic()
+        rate = self.limit.calls / self.limit.per
+        self.tokens = min(float(self.limit.size), self.tokens + (now - self.updated) * rate)
+        self.updated = now
+        return rate
+
+    def try_take(self) -> bool:
+        """Takes a token now if one is there and nobody waits for one before this call."""
+        if self.turn.locked() or self.turn.statistics().tasks_waiting:
+            return False
+        self._refill()
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
     async def take(self) -> None:
         async with self.turn:
             while True:
-                now = time.monotonic()
-                rate = self.limit.calls / self.limit.per
-                self.tokens = min(float(self.limit.size), self.tokens + (now - self.updated) * rate)
-                self.updated = now
+                rate = self._refill()
                 if self.tokens >= 1.0:
                     self.tokens -= 1.0
                     return
@@ -268,6 +283,10 @@ class Resilience:
         return max(0.0, self._open_until - time.monotonic())
 
     # -- the rate limit --------------------------------------------------------------
+
+    def paced(self) -> bool:
+        """Whether a call may start now as far as the rate limit goes (taking its token if so)."""
+        return self._bucket is None or self._bucket.try_take()
 
     async def pace(self) -> None:
         """Waits for a token of the tool's rate limit, if it has one."""

@@ -326,3 +326,90 @@ async def test_random_failure_mixes_answer_every_call_once_within_its_attempts(
         assert 1 <= runs[key] <= (attempts if call.name == "fetch" else 1)
         assert result.attempts == runs[key]
     assert sorted(once) == sorted({call.args["key"] for call in batch if call.name == "write"})
+
+
+class Working:
+    """Counts the calls inside a tool body at once."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.peak = 0
+        self.started: dict[str, float] = {}
+
+    async def work(self, key: str, seconds: float) -> str:
+        self.started[key] = time.monotonic()
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+        try:
+            await anyio.sleep(seconds)
+        finally:
+            self.now -= 1
+        return key
+
+
+async def test_a_call_waiting_for_a_token_lends_its_slot_to_other_calls() -> None:
+    working = Working()
+
+    @ts.tool(concurrency_safe=True, rate_limit=ts.RateLimit(1, per=0.6, burst=1))
+    async def limited(key: str) -> str:
+        return await working.work(key, 0.3)
+
+    @ts.tool(concurrency_safe=True)
+    async def other(key: str) -> str:
+        return await working.work(key, 0.05)
+
+    executor = ts.Executor([limited, other], strategy=ts.Parallel(max_concurrency=2))
+    batch = [
+        ts.ToolCall("l1", "limited", {"key": "l1"}),
+        ts.ToolCall("l2", "limited", {"key": "l2"}),
+        ts.ToolCall("o1", "other", {"key": "o1"}),
+        ts.ToolCall("o2", "other", {"key": "o2"}),
+    ]
+    started = time.monotonic()
+    outcome = await executor.run(batch)
+    assert [result.output for result in outcome.results] == ["l1", "l2", "o1", "o2"]
+    # l2 waits 0.6 s for its token; meanwhile o1 and o2 run in its slot instead of after l1.
+    assert working.started["o1"] - started < 0.2
+    assert working.started["l2"] - started >= 0.5
+    assert working.peak <= 2
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    kinds=st.lists(st.sampled_from(["limited", "retried", "plain"]), min_size=1, max_size=10),
+    cap=st.integers(min_value=1, max_value=4),
+    strategy=st.sampled_from(["parallel", "partitioned", "resource_aware"]),
+)
+async def test_calls_that_lend_their_slots_never_let_more_than_the_cap_work_at_once(
+    kinds: list[str], cap: int, strategy: str
+) -> None:
+    working = Working()
+    failures: dict[str, int] = {}
+
+    @ts.tool(concurrency_safe=True, rate_limit=ts.RateLimit(50, per=1.0, burst=1))
+    async def limited(key: str) -> str:
+        return await working.work(key, 0.005)
+
+    @ts.tool(concurrency_safe=True, idempotent=True, retry=ts.Retry(attempts=2, backoff=0.01, jitter=False, budget=100))
+    async def retried(key: str) -> str:
+        await working.work(key, 0.002)
+        failures[key] = failures.get(key, 0) + 1
+        if failures[key] == 1:
+            raise ts.Transient("once")
+        return key
+
+    @ts.tool(concurrency_safe=True)
+    async def plain(key: str) -> str:
+        return await working.work(key, 0.003)
+
+    strategies = {
+        "parallel": ts.Parallel(max_concurrency=cap),
+        "partitioned": ts.Partitioned(max_concurrency=cap),
+        "resource_aware": ts.ResourceAware(max_concurrency=cap),
+    }
+    executor = ts.Executor([limited, retried, plain], strategy=strategies[strategy])
+    batch = [ts.ToolCall(f"c{i}", kind, {"key": f"c{i}"}) for i, kind in enumerate(kinds)]
+    with anyio.fail_after(20):
+        outcome = await executor.run(batch)
+    assert [result.output for result in outcome.results] == [call.id for call in batch]
+    assert working.peak <= cap

@@ -320,7 +320,9 @@ def _resilient(
         attempt = job.prior_attempts + 1
         try:
             while True:
-                await state.pace()
+                if not state.paced():
+                    # Waiting for a token is not working: the call lends its slot meanwhile.
+                    await _waiting(turn, state.pace())
                 if attempt > job.prior_attempts + 1 and turn.durable is not None:
                     # Every attempt is journaled, so that ``recover`` never exceeds the policy.
                     await turn.durable.started(job.call.id, args)
@@ -339,7 +341,7 @@ def _resilient(
                     if turn.emit is not None:
                         detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                         turn.emit(ToolRetrying(job.call.id, tool_name, attempt, delay, detail))
-                    await anyio.sleep(delay)
+                    await _waiting(turn, anyio.sleep(delay))
                     attempt += 1
                     continue
                 state.record(False, probe)
@@ -350,6 +352,17 @@ def _resilient(
                 state.release_probe()
 
     return invoke_resilient
+
+
+async def _waiting(turn: Turn, wait: Awaitable[None]) -> None:
+    """Awaits ``wait`` with the call's pool slot lent to other calls, then waits for a slot again."""
+    turn.lend()
+    try:
+        await wait
+    except BaseException:
+        turn.give_back()
+        raise
+    await turn.reclaim()
 
 
 async def _guard(guardrails: Guardrails, job: Job, output: Any, turn: Turn) -> None:

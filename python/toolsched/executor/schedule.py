@@ -62,14 +62,30 @@ class _Ready(Protocol):
         """No item will ever become ready again."""
 
 
+class _Slack(Protocol):
+    """Who may lend the pool's slots (the turn): ``lent`` items wait without working, and ``pool``
+    is the pool of the running batch, once it has one."""
+
+    lent: int
+    pool: Any
+
+
 async def run_pool(
-    ready: Sequence[Any] | _Ready, concurrency: int, work: Callable[[Any], Coroutine[Any, Any, None]]
+    ready: Sequence[Any] | _Ready,
+    concurrency: int,
+    work: Callable[[Any], Coroutine[Any, Any, None]],
+    slack: _Slack | None = None,
 ) -> None:
     """Runs ``work(item)`` for every item, at most ``concurrency`` at once, on workers that grow on suspension.
 
     ``ready`` is a list (items start in order, every one is ready) or a
     ``_Ready`` source. ``work`` must return a coroutine. An exception from
     ``work`` cancels the other workers and propagates, as in a task group.
+
+    With ``slack``, an item that waits without working (for a rate limit's token, or between
+    attempts) lends its slot (``slack.lent``): another worker may start meanwhile, and the
+    item waits for a free slot before it works again, so that at most ``concurrency`` items
+    work at once.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -89,13 +105,13 @@ async def run_pool(
                     position += 1
                     suspended = run_until_suspended(work(item))
                     if suspended is not None:
-                        pool = _Pool(group, concurrency, work, ready, position)
+                        pool = _Pool(group, concurrency, work, ready, position, None, slack)
                         pool.grow()
                         await suspended
                         await pool.take_in_order()
                         break
             else:
-                pool = _Pool(group, concurrency, work, (), 0, ready)  # type: ignore[arg-type]
+                pool = _Pool(group, concurrency, work, (), 0, ready, slack)  # type: ignore[arg-type]
                 await pool.take_when_ready()
         except BaseException as exc:
             if not await group.__aexit__(type(exc), exc, exc.__traceback__):
@@ -114,7 +130,21 @@ async def run_pool(
 class _Pool:
     """The workers of one ``run_pool`` once an item waited: the calling task is the first of them."""
 
-    __slots__ = ("concurrency", "group", "items", "position", "running", "source", "waiting", "wake", "work", "workers")
+    __slots__ = (
+        "concurrency",
+        "freed",
+        "group",
+        "items",
+        "position",
+        "reclaiming",
+        "running",
+        "slack",
+        "source",
+        "waiting",
+        "wake",
+        "work",
+        "workers",
+    )
 
     def __init__(
         self,
@@ -124,6 +154,7 @@ class _Pool:
         items: Sequence[Any],
         position: int,
         source: _Ready | None = None,
+        slack: _Slack | None = None,
     ) -> None:
         self.group = group
         self.concurrency = concurrency
@@ -136,31 +167,71 @@ class _Pool:
         self.waiting = 0
         # Made when a worker first waits: most pools never wait, and an event costs microseconds.
         self.wake: anyio.Event | None = None
+        # Lent slots: items waiting to work again, and what tells them a slot was freed.
+        self.slack = slack
+        self.reclaiming = 0
+        self.freed: anyio.Event | None = None
+        if slack is not None:
+            slack.pool = self
 
     def grow(self) -> None:
         """Another worker, when the cap allows and there is something for it to take."""
-        if self.workers < self.concurrency and (
+        lent = 0 if self.slack is None else self.slack.lent
+        if self.workers - lent < self.concurrency and (
             self.position < len(self.items) if self.source is None else self.source.has_ready()
         ):
             self.workers += 1
             self.group.start_soon(self.take_in_order if self.source is None else self.take_when_ready)
+
+    def _retires(self) -> bool:
+        """A worker between items leaves when items that lent their slots wait for one."""
+        if not self.reclaiming:
+            return False
+        self._leave()
+        return True
+
+    async def reclaim(self) -> None:
+        """An item that lent its slot waits for a free one, then works again (``slack.lent`` less one)."""
+        slack = self.slack
+        assert slack is not None
+        self.reclaiming += 1
+        try:
+            while self.workers - slack.lent >= self.concurrency:
+                if self.freed is None:
+                    self.freed = anyio.Event()
+                await self.freed.wait()
+        finally:
+            self.reclaiming -= 1
+            slack.lent -= 1
 
     async def take_in_order(self) -> None:
         # Every item is ready: a worker takes the next until none is left (no waiting, no bookkeeping).
         items = self.items
         work = self.work
         while self.position < len(items):
+            if self.reclaiming and self._retires():
+                return
             item = items[self.position]
             self.position += 1
             suspended = run_until_suspended(work(item))
             if suspended is not None:
                 self.grow()
                 await suspended
+        self._leave()
+
+    def _leave(self) -> None:
+        """A worker leaves the pool: its slot is free for an item that lent its own."""
+        self.workers -= 1
+        if self.freed is not None:
+            self.freed.set()
+            self.freed = None
 
     async def take_when_ready(self) -> None:
         source = self.source
         assert source is not None
         while True:
+            if self.reclaiming and self._retires():
+                return
             item = source.take()
             if item is not None:
                 self.running += 1
@@ -174,6 +245,7 @@ class _Pool:
                     self.wake.set()
                     self.wake = None
             elif self.running == 0 or source.over():
+                self._leave()
                 return
             else:
                 if self.wake is None:
@@ -279,7 +351,10 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
         if blocked is not None:
             await answer_unstarted(batch, turn, "hook_blocked", blocked, number)
         elif concurrent:
-            await run_pool(batch, concurrency, _in_batch(number, turn))
+            try:
+                await run_pool(batch, concurrency, _in_batch(number, turn), turn)
+            finally:
+                turn.pool = None
         else:
             for job in batch:
                 suspended = run_until_suspended(execute(job, number, False, turn))
@@ -444,7 +519,10 @@ async def _run_graph(jobs: list[Job], turn: Turn, cap: int, steering: Steering |
         graph = _Graph(jobs, turn, steering)
         # A call of unknown resources waits for every earlier call, and every later one waits for it.
         overlaps = [concurrent and access is not None for access in graph.accesses]
-        await run_pool(graph, workers_cap, lambda index: execute(jobs[index], 0, overlaps[index], turn))
+        try:
+            await run_pool(graph, workers_cap, lambda index: execute(jobs[index], 0, overlaps[index], turn), turn)
+        finally:
+            turn.pool = None
         if graph.failure is not None:
             raise graph.failure
         messages = graph.messages

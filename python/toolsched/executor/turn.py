@@ -259,8 +259,10 @@ class Turn:
         "halt",
         "interactive",
         "jobs",
+        "lent",
         "live",
         "parked",
+        "pool",
         "run_id",
         "scoped",
         "settings",
@@ -301,6 +303,10 @@ class Turn:
         self.batch: Sequence[Job] = ()
         # Whether every call of the running batch gets a cancel scope (its siblings may abort it).
         self.scoped = False
+        # Calls of the running batch waiting without working (a rate limit, a backoff): their pool
+        # slots are lent to other calls; ``pool`` is the batch's worker pool once it has one.
+        self.lent = 0
+        self.pool: Any = None
         # Set when a failure aborts the running batch: why its other calls are cancelled.
         self.abort: str | None = None
         # Set by an interrupt: why the calls not started yet are skipped.
@@ -348,6 +354,23 @@ class Turn:
             if hooks:
                 emit = UpdateFilter(hooks, emit)
         return ToolContext(job.call.id, job.tool.name, self.context, self.interactive, emit, cancel_call)
+
+    def lend(self) -> None:
+        """A call of the running batch starts waiting without working: another call may take its slot."""
+        self.lent += 1
+        if self.pool is not None:
+            self.pool.grow()
+
+    async def reclaim(self) -> None:
+        """The call is ready to work again: it waits for a free slot of its batch first."""
+        if self.pool is not None:
+            await self.pool.reclaim()
+        else:
+            self.lent -= 1
+
+    def give_back(self) -> None:
+        """The call stopped while it waited (cancelled): it takes no slot again."""
+        self.lent -= 1
 
     def ordered_partial(self) -> list[ToolResult]:
         """The results recorded so far, in model order."""
