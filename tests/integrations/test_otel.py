@@ -348,6 +348,26 @@ async def test_progress_reports_become_span_events(telemetry: Telemetry) -> None
     }
 
 
+async def test_retries_become_span_events_of_the_one_call_span(telemetry: Telemetry) -> None:
+    tries: list[int] = []
+
+    @ts.tool(idempotent=True, retry=ts.Retry(attempts=3, backoff=0.001, jitter=False))
+    async def fetch() -> str:
+        """Fetch a page."""
+        tries.append(1)
+        if len(tries) < 3:
+            raise ts.Transient("busy")
+        return "page"
+
+    executor = telemetry.instrument(ts.Executor([fetch]))
+    outcome = await executor.run([ts.ToolCall("c1", "fetch")])
+    assert outcome.results[0].attempts == 3
+    events = telemetry.one("execute_tool fetch").events
+    assert [event.name for event in events] == ["retry", "retry"]
+    assert [dict(event.attributes or {})["toolsched.retry.attempt"] for event in events] == [1, 2]
+    assert dict(events[0].attributes or {})["toolsched.retry.error"] == "Transient: busy"
+
+
 async def test_stream_is_traced_and_leaving_early_cancels_the_open_spans(telemetry: Telemetry) -> None:
     release = anyio.Event()
 

@@ -61,7 +61,15 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 
 from toolsched.errors import OptionError
-from toolsched.events import BatchFinished, BatchStarted, Event, ToolFinished, ToolProgress, ToolStarted
+from toolsched.events import (
+    BatchFinished,
+    BatchStarted,
+    Event,
+    ToolFinished,
+    ToolProgress,
+    ToolRetrying,
+    ToolStarted,
+)
 from toolsched.executor import Executor
 from toolsched.results import ToolCall, ToolResult
 
@@ -178,6 +186,17 @@ class OtelObserver:
                 if event.message is not None:
                     attributes["toolsched.progress.message"] = event.message
                 open_call.span.add_event("progress", attributes)
+        elif isinstance(event, ToolRetrying):
+            open_call = run.calls.get(event.call_id)
+            if open_call is not None:
+                open_call.span.add_event(
+                    "retry",
+                    {
+                        "toolsched.retry.attempt": event.attempt,
+                        "toolsched.retry.delay_s": event.delay,
+                        "toolsched.retry.error": event.error,
+                    },
+                )
 
     def _batch_started(self, run: _RunSpans, event: BatchStarted) -> None:
         span = self._tracer.start_span(
