@@ -413,3 +413,69 @@ async def test_calls_that_lend_their_slots_never_let_more_than_the_cap_work_at_o
         outcome = await executor.run(batch)
     assert [result.output for result in outcome.results] == [call.id for call in batch]
     assert working.peak <= cap
+
+
+async def test_a_call_timed_out_while_waiting_for_a_token_takes_none_and_never_runs() -> None:
+    downstream = Downstream()
+    tool = fetch_tool(downstream, rate_limit=ts.RateLimit(1, per=10.0, burst=1), timeout=0.2)
+    executor = ts.Executor([tool], strategy=ts.Parallel(max_concurrency=3))
+    outcome = await executor.run(calls("first", "second", "third"))
+    assert [result.error_kind for result in outcome.results] == [None, "timeout", "timeout"]
+    assert [key for key, _ in downstream.calls] == ["first"]
+
+
+async def test_a_cancelled_waiter_leaves_the_queue_and_the_next_one_gets_the_token() -> None:
+    downstream = Downstream()
+    tool = fetch_tool(downstream, rate_limit=ts.RateLimit(1, per=0.3, burst=1))
+    executor = ts.Executor([tool])
+    await executor.run(calls("spend the burst"))
+    with anyio.move_on_after(0.05):
+        await executor.run(calls("given up"))
+    started = time.monotonic()
+    outcome = await executor.run(calls("next"))
+    assert outcome.results[0].output == "next: done"
+    assert time.monotonic() - started < 0.5
+    assert [key for key, _ in downstream.calls] == ["spend the burst", "next"]
+
+
+async def test_a_keyboard_interrupt_is_never_retried() -> None:
+    runs: list[int] = []
+
+    @ts.tool(idempotent=True, retry=ts.Retry(attempts=5, backoff=0.0, on=(BaseException,)))
+    async def fetch(key: str) -> str:
+        runs.append(1)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        await ts.Executor([fetch]).run(calls("a"))
+    assert runs == [1]
+
+
+async def test_a_cancelled_probe_lets_the_next_call_probe() -> None:
+    gate = anyio.Event()
+    ran: list[str] = []
+
+    @ts.tool(circuit=ts.CircuitBreaker(failures=1, cooldown=0.05))
+    async def fetch(key: str) -> str:
+        ran.append(key)
+        if key == "fail":
+            raise ts.Transient("down")
+        if key == "hang":
+            await gate.wait()
+        return key
+
+    executor = ts.Executor([fetch])
+    await executor.run(calls("fail"))
+    await anyio.sleep(0.1)
+    with anyio.move_on_after(0.05):
+        await executor.run(calls("hang"))  # the probe, cancelled before it settles anything
+    assert (await executor.run(calls("after"))).results[0].output == "after"
+    assert ran == ["fail", "hang", "after"]
+
+
+async def test_a_failure_that_is_not_transient_breaks_the_streak_of_the_circuit() -> None:
+    downstream = Downstream(["transient", "permanent", "transient"])
+    executor = ts.Executor([fetch_tool(downstream, circuit=ts.CircuitBreaker(failures=2, cooldown=10))])
+    kinds = [(await executor.run(calls(key))).results[0].error_kind for key in ("a", "b", "c", "d")]
+    # a: transient (1), b: permanent (the downstream answered: the streak restarts), c: transient (1), d: runs.
+    assert kinds == ["execution_error", "execution_error", "execution_error", None]
