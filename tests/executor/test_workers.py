@@ -15,6 +15,15 @@ pytestmark = pytest.mark.anyio
 seen_in_worker: contextvars.ContextVar[str] = contextvars.ContextVar("seen_in_worker", default="unset")
 
 
+async def sleep_until_cancelled(stopped: list[str], who: str) -> None:
+    """Sleeps until cancelled, noting ``who`` was stopped."""
+    try:
+        await anyio.sleep(10)
+    except anyio.get_cancelled_exc_class():
+        stopped.append(who)
+        raise
+
+
 async def test_the_group_waits_for_every_worker() -> None:
     done: list[int] = []
 
@@ -35,23 +44,12 @@ async def test_a_failing_worker_stops_the_body_and_the_other_workers_and_is_rais
         await anyio.sleep(0.01)
         raise RuntimeError("boom")
 
-    async def sleeps() -> None:
-        try:
-            await anyio.sleep(10)
-        except anyio.get_cancelled_exc_class():
-            stopped.append("worker")
-            raise
-
     with anyio.fail_after(5):
         with pytest.raises(BaseExceptionGroup) as caught:
             async with WorkerGroup() as group:
-                group.start_soon(sleeps)
+                group.start_soon(lambda: sleep_until_cancelled(stopped, "worker"))
                 group.start_soon(fails)
-                try:
-                    await anyio.sleep(10)
-                except anyio.get_cancelled_exc_class():
-                    stopped.append("body")
-                    raise
+                await sleep_until_cancelled(stopped, "body")
     assert [type(error) for error in caught.value.exceptions] == [RuntimeError]
     assert sorted(stopped) == ["body", "worker"]
 
@@ -59,17 +57,10 @@ async def test_a_failing_worker_stops_the_body_and_the_other_workers_and_is_rais
 async def test_an_exception_from_the_body_cancels_the_workers() -> None:
     stopped: list[str] = []
 
-    async def sleeps() -> None:
-        try:
-            await anyio.sleep(10)
-        except anyio.get_cancelled_exc_class():
-            stopped.append("worker")
-            raise
-
     with anyio.fail_after(5):
         with pytest.raises(BaseExceptionGroup) as caught:
             async with WorkerGroup() as group:
-                group.start_soon(sleeps)
+                group.start_soon(lambda: sleep_until_cancelled(stopped, "worker"))
                 await anyio.sleep(0.01)
                 raise ValueError("body")
     assert [type(error) for error in caught.value.exceptions] == [ValueError]
