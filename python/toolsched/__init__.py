@@ -12,6 +12,7 @@ from toolsched.backends import (
     ResultTooLargeError,
     WorkerLostError,
 )
+from toolsched.content import Image
 from toolsched.context import ToolContext
 from toolsched.errors import (
     ApprovalError,
@@ -106,6 +107,7 @@ __all__ = [
     "GuardrailTripped",
     "HookEvent",
     "Hooks",
+    "Image",
     "Journal",
     "JournalCorruptError",
     "JournalError",

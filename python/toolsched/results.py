@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
+from toolsched.content import Image, image_of
 from toolsched.fastpath import positional_builder
 
 __all__ = [
@@ -210,8 +211,13 @@ def jsonable(value: Any) -> Any:
     """The JSON form of a value JSON cannot hold as it is: the form provider adapters send.
 
     Pydantic models and dataclasses become their fields, sets and tuples lists,
-    bytes UTF-8 text, anything else (dates too) its ``str()``.
+    images (``Image``, or bytes of an image file) their MCP form
+    (``{"type": "image", "data": base64, "mimeType": ...}``), other bytes UTF-8
+    text, anything else (dates too) its ``str()``.
     """
+    image = image_of(value) if type(value) is Image or isinstance(value, (bytes, bytearray, memoryview)) else None
+    if image is not None:
+        return image.to_json()
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json")
     if is_dataclass(value) and not isinstance(value, type):

@@ -10,6 +10,7 @@ from typing import Any
 import anyio.to_thread
 
 from toolsched import _core
+from toolsched.content import content_parts, content_text
 from toolsched.tools import Tool
 
 __all__ = ["fits_as_is", "shape_output"]
@@ -45,7 +46,15 @@ async def shape_output(output: Any, tool: Tool, call_id: str, offload_dir: Path)
     An output within budget is returned as it is (an int stays an int); one
     over budget becomes text cut per ``tool.truncate``, or with ``"offload"``
     is written whole to a file and replaced by a preview naming the file.
+    An output with images (``toolsched.content``) keeps its images whole: its
+    text alone is held to the budget, and when cut comes first, followed by the images.
     """
+    parts = content_parts(output)
+    if parts is not None:
+        cut, truncated, saved_to = await shape_output(content_text(parts, describe=False), tool, call_id, offload_dir)
+        if not truncated:
+            return output, False, None
+        return [cut, *(part for part in parts if not isinstance(part, str))], True, saved_to
     text = _as_text(output)
     max_chars = tool.max_result_chars
     max_lines = tool.max_result_lines

@@ -12,10 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from anthropic import AsyncAnthropic
-from google import genai
-from google.genai import types as genai_types
-from openai import AsyncOpenAI
+from sdk_clients import Client
 from sse_provider import BUILDERS, Call, ScriptedProvider, Turn
 
 import toolsched as ts
@@ -55,45 +52,6 @@ TURN = Turn(
     tokens_per_second=200,
     token_chars=3,
 )
-
-
-class Client:
-    """The provider's official async client against the scripted server; closed when the block ends."""
-
-    def __init__(self, provider: str, url: str) -> None:
-        self.provider = provider
-        self.url = url
-        self.sdk: Any = None
-
-    async def __aenter__(self) -> Client:
-        if self.provider == "anthropic":
-            self.sdk = AsyncAnthropic(api_key="test-key", base_url=self.url, max_retries=0)
-        elif self.provider == "gemini":
-            options = genai_types.HttpOptions(base_url=self.url)
-            self.sdk = genai.Client(api_key="test-key", http_options=options)
-        else:
-            self.sdk = AsyncOpenAI(api_key="test-key", base_url=f"{self.url}/v1", max_retries=0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self.provider == "gemini":
-            await self.sdk.aio.aclose()
-        else:
-            await self.sdk.close()
-
-    async def stream(self) -> Any:
-        sdk = self.sdk
-        if self.provider == "anthropic":
-            return await sdk.messages.create(
-                model="claude-sonnet-4-6", max_tokens=1024, messages=[{"role": "user", "content": "hi"}], stream=True
-            )
-        if self.provider == "openai_responses":
-            return await sdk.responses.create(model="gpt-5", input="hi", stream=True)
-        if self.provider == "openai_chat":
-            return await sdk.chat.completions.create(
-                model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], stream=True
-            )
-        return await sdk.aio.models.generate_content_stream(model="gemini-2.5-flash", contents="hi")
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -167,31 +125,12 @@ async def test_an_executor_with_batch_hooks_reads_the_whole_stream_first() -> No
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_a_streaming_loop_answers_every_call_and_sends_the_conversation_back(provider: str) -> None:
-    from toolsched.loops import anthropic_loop, gemini_loop, openai_chat_loop, openai_responses_loop
-
     started: dict[str, float] = {}
     executor = ts.Executor(_tools(started))
     final = Turn(text="Paris and London are both 18°C.")
     with ScriptedProvider([BUILDERS[provider](TURN), BUILDERS[provider](final)]) as scripted:
         async with Client(provider, scripted.url) as client:
-            sdk = client.sdk
-            if provider == "anthropic":
-                result = await anthropic_loop(
-                    sdk,
-                    executor,
-                    messages=[{"role": "user", "content": "weather?"}],
-                    model="m",
-                    max_tokens=99,
-                    stream=True,
-                )
-            elif provider == "openai_responses":
-                result = await openai_responses_loop(sdk, executor, input="weather?", model="m", stream=True)
-            elif provider == "openai_chat":
-                result = await openai_chat_loop(
-                    sdk, executor, messages=[{"role": "user", "content": "weather?"}], model="m", stream=True
-                )
-            else:
-                result = await gemini_loop(sdk, executor, model="m", contents="weather?", stream=True)
+            result = await client.loop(executor, "weather?")
     assert (result.stop, result.turns) == ("done", 2)
     assert result.text == "Paris and London are both 18°C."
     assert sorted(started) == ["London", "Paris"]

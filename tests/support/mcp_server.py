@@ -13,6 +13,7 @@ import sys
 from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.utilities.types import Image
 from mcp.types import ToolAnnotations
 
 server = MCPServer("bridge-test")
@@ -86,6 +87,20 @@ def grow() -> str:
 
     server.add_tool(echo, name="echo", description="Echo the text back.")
     return "grown"
+
+
+# A one-pixel PNG: the image the `snapshot` tool returns, with a caption.
+PIXEL = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
+    "0000000d49444154789c63f8cfc0f01f00050001ff89993d1d0000000049454e44ae426082"
+)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def snapshot(caption: str):  # type: ignore[no-untyped-def]  # unannotated: content, not structured output
+    """A caption and a one-pixel PNG."""
+    received.append("snapshot")
+    return [caption, Image(data=PIXEL, format="png")]
 
 
 if __name__ == "__main__":

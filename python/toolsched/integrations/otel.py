@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
+from toolsched.content import content_parts, content_text
 from toolsched.errors import OptionError
 from toolsched.events import (
     BatchFinished,
@@ -119,6 +120,9 @@ _CURRENT_RUN: ContextVar[_RunSpans | None] = ContextVar("toolsched_otel_run", de
 def _as_text(value: Any) -> str:
     if isinstance(value, str):
         return value
+    parts = content_parts(value)
+    if parts is not None:
+        return content_text(parts)
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError):

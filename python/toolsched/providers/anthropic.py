@@ -21,6 +21,7 @@ from collections.abc import AsyncIterable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from toolsched.content import Image
 from toolsched.errors import ResponseFormatError
 from toolsched.executor import Executor, Steering
 from toolsched.providers.flow import Flow
@@ -35,6 +36,7 @@ from toolsched.providers.wire import (
     fit_to_budget,
     is_record,
     left_alone,
+    output_parts,
     output_text,
     read,
     registry_of,
@@ -135,10 +137,20 @@ def _result_block(call: ToolCall, result: ToolResult, registry: ToolRegistry | N
         block["content"] = fit_to_budget(error_text(result), result.tool_name, registry)
         block["is_error"] = True
         return block
+    parts = output_parts(result.output, result.tool_name, registry)
+    if parts is not None:
+        block["content"] = [_part_block(part) for part in parts]
+        return block
     text = fit_to_budget(output_text(result.output), result.tool_name, registry)
     if text:
         block["content"] = text
     return block
+
+
+def _part_block(part: str | Image) -> dict[str, Any]:
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    return {"type": "image", "source": {"type": "base64", "media_type": part.media_type, "data": part.base64()}}
 
 
 def results_to_blocks(
@@ -146,8 +158,9 @@ def results_to_blocks(
 ) -> list[dict[str, Any]]:
     """One ``tool_result`` block per unique call ID, in the model's order.
 
-    Text outputs go as they are, other outputs as JSON, ``None`` as a block
-    without content; failures carry the error message and ``is_error: true``.
+    Text outputs go as they are, outputs with images (``toolsched.content``)
+    as a list of text and image blocks, other outputs as JSON, ``None`` as a
+    block without content; failures carry the error message and ``is_error: true``.
     With ``registry``, every text is held to its tool's result budget.
     Raises ``MissingResultError`` when a call has no result.
     """

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from toolsched.content import Image
 from toolsched.errors import ResponseFormatError
 from toolsched.executor import Executor, Steering
 from toolsched.providers.flow import Flow
@@ -40,6 +41,7 @@ from toolsched.providers.wire import (
     fit_to_budget,
     is_record,
     left_alone,
+    output_parts,
     output_text,
     read,
     registry_of,
@@ -182,8 +184,17 @@ def calls_from(response: Any, *, candidate: int = 0) -> list[ToolCall]:
 
 
 def _response_part(call: ToolCall, result: ToolResult, registry: ToolRegistry | None) -> dict[str, Any]:
+    media: list[dict[str, Any]] = []
+    parts = None if result.is_error else output_parts(result.output, result.tool_name, registry)
     if result.is_error:
         response: dict[str, Any] = {"error": fit_to_budget(error_text(result), result.tool_name, registry)}
+    elif parts is not None:
+        response = {"output": "\n".join(part for part in parts if isinstance(part, str))}
+        media = [
+            {"inlineData": {"mimeType": part.media_type, "data": part.base64()}}
+            for part in parts
+            if isinstance(part, Image)
+        ]
     else:
         output = result.output
         text = output_text(output)
@@ -197,6 +208,8 @@ def _response_part(call: ToolCall, result: ToolResult, registry: ToolRegistry | 
     function_response: dict[str, Any] = {"name": call.name, "response": response}
     if not call.id.startswith(SYNTHETIC_ID_PREFIX):
         function_response["id"] = call.id
+    if media:
+        function_response["parts"] = media
     return {"functionResponse": function_response}
 
 
@@ -206,7 +219,9 @@ def results_to_parts(
     """One ``functionResponse`` part per unique call ID, in the model's order.
 
     ``response`` is ``{"output": value}`` (the tool's value as JSON) or
-    ``{"error": message}``; ``name`` is the name the model called. With
+    ``{"error": message}``; an output with images (``toolsched.content``) has
+    its text as ``output`` and its images as the response's ``parts``
+    (``inlineData``, base64); ``name`` is the name the model called. With
     ``registry``, outputs and errors are held to their tool's result budget.
     Raises ``MissingResultError`` when a call has no result.
     """

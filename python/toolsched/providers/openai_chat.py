@@ -39,6 +39,7 @@ from toolsched.providers.wire import (
     fit_to_budget,
     is_record,
     left_alone,
+    output_parts,
     output_text,
     read,
     registry_of,
@@ -67,7 +68,8 @@ _KNOWN = frozenset({"custom"})
 
 @dataclass(frozen=True, slots=True)
 class ChatExecution(Execution):
-    """``calls``, ``outcome`` and ``messages``: one ``role: "tool"`` message per call (empty while interrupted)."""
+    """``calls``, ``outcome`` and ``messages``: one ``role: "tool"`` message per call, then a user message
+    with any images (see ``results_to_messages``); empty while interrupted."""
 
     messages: list[dict[str, Any]]
     # What the model said, assembled from a streamed response (``execute_stream``), for the next request.
@@ -136,9 +138,23 @@ def _content(entry: Any) -> tuple[object, object]:
     return read(function, "name"), read(function, "arguments")
 
 
-def _tool_message(call: ToolCall, result: ToolResult, registry: ToolRegistry | None) -> dict[str, Any]:
-    text = ERROR_PREFIX + error_text(result) if result.is_error else output_text(result.output)
-    return {"role": "tool", "tool_call_id": call.id, "content": fit_to_budget(text, result.tool_name, registry)}
+def _tool_message(
+    call: ToolCall, result: ToolResult, registry: ToolRegistry | None, images: list[dict[str, Any]]
+) -> dict[str, Any]:
+    parts = None if result.is_error else output_parts(result.output, result.tool_name, registry)
+    if parts is None:
+        text = ERROR_PREFIX + error_text(result) if result.is_error else output_text(result.output)
+        return {"role": "tool", "tool_call_id": call.id, "content": fit_to_budget(text, result.tool_name, registry)}
+    pieces: list[str] = []
+    label = {"type": "text", "text": f"The images returned by tool call {call.id} ({call.name}):"}
+    images.append(label)
+    for part in parts:
+        if isinstance(part, str):
+            pieces.append(part)
+        else:
+            images.append({"type": "image_url", "image_url": {"url": part.data_url()}})
+            pieces.append(f"[{part.media_type} image, {len(part.data):,} bytes, in the user message that follows]")
+    return {"role": "tool", "tool_call_id": call.id, "content": "\n".join(pieces)}
 
 
 def results_to_messages(
@@ -150,8 +166,20 @@ def results_to_messages(
     for ``None``); a failure's content is ``"Error: "`` and the message. With
     ``registry``, every text is held to its tool's result budget. Raises
     ``MissingResultError`` when a call has no result.
+
+    Chat Completions takes no images in tool messages: an output with images
+    (``toolsched.content``) answers its call with its text and a stand-in for
+    each image, and the images follow, after every tool message, in one
+    ``role: "user"`` message of ``image_url`` parts, each call's images under
+    a line naming the call.
     """
-    return [_tool_message(call, result, registry) for call, result in results_by_call(calls, results, PROVIDER)]
+    images: list[dict[str, Any]] = []
+    messages = [
+        _tool_message(call, result, registry, images) for call, result in results_by_call(calls, results, PROVIDER)
+    ]
+    if images:
+        messages.append({"role": "user", "content": images})
+    return messages
 
 
 def tool_definitions(tools: Executor | ToolRegistry, *, strict: bool = False) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from toolsched.content import Image
 from toolsched.errors import ResponseFormatError
 from toolsched.executor import Executor, Steering
 from toolsched.providers.flow import Flow
@@ -40,6 +41,7 @@ from toolsched.providers.wire import (
     fit_to_budget,
     is_record,
     left_alone,
+    output_parts,
     output_text,
     read,
     registry_of,
@@ -132,6 +134,9 @@ def calls_from(response: Any, *, registry: ToolRegistry | None = None) -> list[T
 
 
 def _output_item(call: ToolCall, result: ToolResult, registry: ToolRegistry | None) -> dict[str, Any]:
+    parts = None if result.is_error else output_parts(result.output, result.tool_name, registry)
+    if parts is not None:
+        return {"type": "function_call_output", "call_id": call.id, "output": [_part_item(part) for part in parts]}
     text = ERROR_PREFIX + error_text(result) if result.is_error else output_text(result.output)
     return {
         "type": "function_call_output",
@@ -140,13 +145,20 @@ def _output_item(call: ToolCall, result: ToolResult, registry: ToolRegistry | No
     }
 
 
+def _part_item(part: str | Image) -> dict[str, Any]:
+    if isinstance(part, str):
+        return {"type": "input_text", "text": part}
+    return {"type": "input_image", "image_url": part.data_url(), "detail": "auto"}
+
+
 def results_to_items(
     calls: Sequence[ToolCall], results: Sequence[ToolResult], *, registry: ToolRegistry | None = None
 ) -> list[dict[str, Any]]:
     """One ``function_call_output`` item per unique call ID, in the model's order.
 
-    ``output`` is the text the tool returned, or JSON for other values (empty
-    for ``None``); a failure's output is ``"Error: "`` and the message. With
+    ``output`` is the text the tool returned, a list of ``input_text`` and
+    ``input_image`` parts for outputs with images (``toolsched.content``), or
+    JSON for other values (empty for ``None``); a failure's output is ``"Error: "`` and the message. With
     ``registry``, every text is held to its tool's result budget. Raises
     ``MissingResultError`` when a call has no result.
     """

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from toolsched import _core
+from toolsched.content import Image, content_parts, content_text
 from toolsched.errors import MissingResultError, ResponseFormatError
 from toolsched.outcome import Outcome
-from toolsched.results import ToolCall, ToolResult, args_digest
+from toolsched.results import ToolCall, ToolResult, args_digest, jsonable
 
 if TYPE_CHECKING:
     from toolsched.executor import Executor
@@ -32,6 +33,7 @@ __all__ = [
     "fit_to_budget",
     "is_record",
     "left_alone",
+    "output_parts",
     "output_text",
     "read",
     "registry_of",
@@ -189,9 +191,7 @@ def _json_default(value: Any) -> Any:
         return dataclasses.asdict(value)
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return str(value)
+    return jsonable(value)
 
 
 # One encoder for every reply: building one per call costs more than encoding a small output.
@@ -201,17 +201,37 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, default=_json_default)
 def output_text(output: Any) -> str:
     """A tool's output as the text a function-call reply carries.
 
-    Text stays as it is, ``None`` is empty, bytes are decoded as UTF-8, and
-    anything else is JSON (pydantic models and dataclasses as their fields;
-    what JSON cannot hold as its ``str``).
+    Text stays as it is, ``None`` is empty, an output with images
+    (``toolsched.content``) its text with a short stand-in for each image,
+    other bytes are decoded as UTF-8, and anything else is JSON (pydantic
+    models and dataclasses as their fields; what JSON cannot hold as its ``str``).
     """
     if output is None:
         return ""
     if isinstance(output, str):
         return output
+    parts = content_parts(output)
+    if parts is not None:
+        return content_text(parts)
     if isinstance(output, bytes):
         return output.decode("utf-8", errors="replace")
     return _ENCODER.encode(output)
+
+
+def output_parts(output: Any, tool_name: str, registry: ToolRegistry | None) -> list[str | Image] | None:
+    """An output with images as its text and image parts, in order: the images whole, the text in budget.
+
+    Text over the tool's result budget is cut as one text and put first.
+    None when the output holds no image (``toolsched.content``): send it as text.
+    """
+    parts = content_parts(output)
+    if parts is None:
+        return None
+    text = content_text(parts, describe=False)
+    fitted = fit_to_budget(text, tool_name, registry)
+    if fitted is text:
+        return [part for part in parts if not isinstance(part, str) or part]
+    return [fitted, *(part for part in parts if isinstance(part, Image))]
 
 
 def error_text(result: ToolResult) -> str:

@@ -1,0 +1,65 @@
+"""The official async SDK clients pointed at a scripted provider on 127.0.0.1 (``sse_provider``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anthropic import AsyncAnthropic
+from google import genai
+from google.genai import types as genai_types
+from openai import AsyncOpenAI
+
+
+class Client:
+    """The provider's official async client against the scripted server; closed when the block ends."""
+
+    def __init__(self, provider: str, url: str) -> None:
+        self.provider = provider
+        self.url = url
+        self.sdk: Any = None
+
+    async def __aenter__(self) -> Client:
+        if self.provider == "anthropic":
+            self.sdk = AsyncAnthropic(api_key="test-key", base_url=self.url, max_retries=0)
+        elif self.provider == "gemini":
+            options = genai_types.HttpOptions(base_url=self.url)
+            self.sdk = genai.Client(api_key="test-key", http_options=options)
+        else:
+            self.sdk = AsyncOpenAI(api_key="test-key", base_url=f"{self.url}/v1", max_retries=0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.provider == "gemini":
+            await self.sdk.aio.aclose()
+        else:
+            await self.sdk.close()
+
+    async def stream(self) -> Any:
+        """A streamed answer to "hi": the next scripted answer, as the SDK's stream object."""
+        sdk = self.sdk
+        if self.provider == "anthropic":
+            return await sdk.messages.create(
+                model="claude-sonnet-4-6", max_tokens=1024, messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+        if self.provider == "openai_responses":
+            return await sdk.responses.create(model="gpt-5", input="hi", stream=True)
+        if self.provider == "openai_chat":
+            return await sdk.chat.completions.create(
+                model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+        return await sdk.aio.models.generate_content_stream(model="gemini-2.5-flash", contents="hi")
+
+    async def loop(self, executor: Any, question: str) -> Any:
+        """The provider's streaming tool loop (``toolsched.loops``) from one user question to the model's stop."""
+        from toolsched.loops import anthropic_loop, gemini_loop, openai_chat_loop, openai_responses_loop
+
+        sdk = self.sdk
+        if self.provider == "anthropic":
+            messages = [{"role": "user", "content": question}]
+            return await anthropic_loop(sdk, executor, messages=messages, model="m", max_tokens=99, stream=True)
+        if self.provider == "openai_responses":
+            return await openai_responses_loop(sdk, executor, input=question, model="m", stream=True)
+        if self.provider == "openai_chat":
+            messages = [{"role": "user", "content": question}]
+            return await openai_chat_loop(sdk, executor, messages=messages, model="m", stream=True)
+        return await gemini_loop(sdk, executor, model="m", contents=question, stream=True)
