@@ -114,7 +114,10 @@ def _field(item: Any, *names: str) -> Any:
                 return item[name]
         return None
     for name in names:
-        value = getattr(item, name, None)
+        try:
+            value = getattr(item, name, None)
+        except Exception:  # an object whose attributes fail to read is no image block
+            return None
         if value is not None:
             return value
     return None

@@ -213,20 +213,24 @@ def jsonable(value: Any) -> Any:
     Pydantic models and dataclasses become their fields, sets and tuples lists,
     images (``Image``, or bytes of an image file) their MCP form
     (``{"type": "image", "data": base64, "mimeType": ...}``), other bytes UTF-8
-    text, anything else (dates too) its ``str()``.
+    text, anything else (dates too) its ``str()``; a value whose conversion
+    raises is named by its type.
     """
     image = image_of(value) if type(value) is Image or isinstance(value, (bytes, bytearray, memoryview)) else None
     if image is not None:
         return image.to_json()
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")
-    if is_dataclass(value) and not isinstance(value, type):
-        return asdict(value)
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
     if isinstance(value, (bytes, bytearray)):
         return bytes(value).decode("utf-8", errors="replace")
-    return str(value)
+    try:
+        if hasattr(value, "model_dump"):
+            return value.model_dump(mode="json")
+        if is_dataclass(value) and not isinstance(value, type):
+            return asdict(value)
+        return str(value)
+    except Exception:  # a value that fails to show itself is named, never a crash of the reply
+        return f"<{type(value).__name__} object that cannot be shown>"
 
 
 def _canonical_digest(value: Any) -> str:

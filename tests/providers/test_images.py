@@ -120,6 +120,25 @@ def test_outputs_without_a_readable_image_are_not_content(output: Any) -> None:
     assert content_parts(output) is None
 
 
+class _Hostile:
+    """An output whose every attribute read fails."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"no reading {name}")
+
+
+def test_outputs_that_fail_to_show_themselves_are_sent_as_text_not_a_crash() -> None:
+    assert content_parts(_Hostile()) is None and content_parts([_Hostile()]) is None
+    calls, results, registry = _results(_Hostile())
+    (block,) = ts_anthropic.results_to_blocks(calls, results, registry=registry)
+    assert not results[0].is_error and "_Hostile object" in block["content"]
+    looped: list[Any] = ["a"]
+    looped.append(looped)
+    calls, results, registry = _results(looped)
+    (block,) = ts_anthropic.results_to_blocks(calls, results, registry=registry)
+    assert block["content"] == "['a', [...]]"
+
+
 # -- the executor: images are never cut by the result budget ------------------------------
 
 

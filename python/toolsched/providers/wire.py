@@ -3,7 +3,6 @@ call IDs, and results turned into wire text within each tool's budget."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -184,18 +183,8 @@ def call_name(raw: Any) -> str:
     return raw if isinstance(raw, str) else ""
 
 
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    return jsonable(value)
-
-
 # One encoder for every reply: building one per call costs more than encoding a small output.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, default=_json_default)
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=jsonable)
 
 
 def output_text(output: Any) -> str:
@@ -215,7 +204,10 @@ def output_text(output: Any) -> str:
         return content_text(parts)
     if isinstance(output, bytes):
         return output.decode("utf-8", errors="replace")
-    return _ENCODER.encode(output)
+    try:
+        return _ENCODER.encode(output)
+    except (ValueError, RecursionError):  # a value that contains itself: its str(), as the budget measured it
+        return str(jsonable(output))
 
 
 def output_parts(output: Any, tool_name: str, registry: ToolRegistry | None) -> list[str | Image] | None:
