@@ -231,9 +231,21 @@ class Executor:
             return await self._journaled(
                 durable, lambda: self._start(calls, None, steering, context, None, None, durable)
             )
-        view = self._current_view()
+        view = self._view
+        if view.toolset is not self.registry.toolset:
+            view = self._current_view()
         if view.plain:
-            turn, plan = self._open(calls, context, None, view, None, None, run_id)
+            # ``_open`` written out: the commonest turn pays for no frame it does not need.
+            settings = self._settings
+            given = calls if type(calls) is list else list(calls)
+            for position, call in enumerate(given):
+                if type(call) is not ToolCall and not isinstance(call, ToolCall):
+                    raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
+            plan = plan_calls(settings, view, given, jobs=True)
+            emit = None if settings.on_event is None and settings.on_progress is None else settings.emitter(None)
+            turn = Turn(settings, view, len(plan.tools), context, emit, self._runs, None)
+            if run_id is not None:
+                turn.run_id = run_id
             outcome = await self._drive(turn, plan, plan.jobs, [], [], plan.calls, plan.duplicates, steering, None)
         else:
             outcome = await self._start(calls, None, steering, context, None, None, None, run_id)
