@@ -235,17 +235,7 @@ class Executor:
         if view.toolset is not self.registry.toolset:
             view = self._current_view()
         if view.plain:
-            # ``_open`` written out: the commonest turn pays for no frame it does not need.
-            settings = self._settings
-            given = calls if type(calls) is list else list(calls)
-            for position, call in enumerate(given):
-                if type(call) is not ToolCall and not isinstance(call, ToolCall):
-                    raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
-            plan = plan_calls(settings, view, given, jobs=True)
-            emit = None if settings.on_event is None and settings.on_progress is None else settings.emitter(None)
-            turn = Turn(settings, view, len(plan.tools), context, emit, self._runs, None)
-            if run_id is not None:
-                turn.run_id = run_id
+            turn, plan = self._open(calls, context, None, view, None, None, run_id)
             outcome = await self._drive(turn, plan, plan.jobs, [], [], plan.calls, plan.duplicates, steering, None)
         else:
             outcome = await self._start(calls, None, steering, context, None, None, None, run_id)
@@ -665,7 +655,10 @@ class Executor:
             if type(call) is not ToolCall and not isinstance(call, ToolCall):
                 raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
         plan = plan_calls(settings, view, calls, jobs=True)
-        turn = Turn(settings, view, len(plan.tools), context, settings.emitter(sink, parent), self._runs, durable)
+        # The emitter's own test written out: most turns have no listener.
+        listens = sink is not None or settings.on_event is not None or settings.on_progress is not None
+        emit = settings.emitter(sink, parent) if listens else None
+        turn = Turn(settings, view, len(plan.tools), context, emit, self._runs, durable)
         if run_id is not None:
             turn.run_id = run_id
         return turn, plan
