@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
 from langchain_core.tools import tool
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.prebuilt import InjectedState, InjectedStore, ToolRuntime
 from langgraph.prebuilt import ToolNode as StockToolNode
+from langgraph.runtime import Runtime
+from langgraph.types import Send
+from pydantic import BaseModel
 from scripted_models import tool_calls_message
+from typing_extensions import TypedDict
 
 from tests.conftest import InFlight
 from toolsched.integrations.langgraph import ToolNode
@@ -140,3 +146,111 @@ async def test_create_react_agent_takes_the_node_as_it_takes_langgraph_s() -> No
     assert ran == [21]
     assert final["messages"][-1].content == "42"
     assert [m.content for m in final["messages"] if isinstance(m, ToolMessage)] == ["42"]
+
+
+# -- the state a node run by Send gets, and what cannot be injected -----------------------------
+
+
+class _PydanticState(BaseModel):
+    messages: Annotated[list[AnyMessage], add_messages]
+    foo: str = ""
+
+
+def _state_seen_by_send_and_by_edge(node_class: type) -> tuple[tuple[type, Any], tuple[type, Any]]:
+    call = ToolCall(name="record", args={}, id="call_1", type="tool_call")
+    seen: list[tuple[type, Any]] = []
+
+    @tool
+    def record(state: Annotated[_PydanticState, InjectedState]) -> str:
+        """Notes the state the tool gets."""
+        seen.append((type(state), state.foo))
+        return "ok"
+
+    def agent(state: _PydanticState) -> dict[str, Any]:
+        return {"messages": [AIMessage("", tool_calls=[call])]}
+
+    def run(route: Callable[[Any], Any]) -> tuple[type, Any]:
+        seen.clear()
+        graph = (
+            StateGraph(_PydanticState)
+            .add_node("agent", agent)
+            .add_node("tools", node_class([record]))
+            .add_edge(START, "agent")
+            .add_conditional_edges("agent", route, ["tools"])
+            .compile()
+        )
+        graph.invoke({"messages": [], "foo": "bar"})
+        return seen[0]
+
+    return run(lambda _: [Send("tools", [call])]), run(lambda _: "tools")
+
+
+def test_a_node_sent_bare_tool_calls_gets_the_graphs_state_as_from_an_edge() -> None:
+    ours = _state_seen_by_send_and_by_edge(ToolNode)
+    assert ours == _state_seen_by_send_and_by_edge(StockToolNode)
+    by_send, by_edge = ours
+    assert by_send == by_edge == (_PydanticState, "bar")
+
+
+def _state_of_the_calling_node(node_class: type) -> list[Any]:
+    seen: list[Any] = []
+
+    @tool
+    def record(runtime: ToolRuntime) -> str:
+        """Notes the state the tool gets."""
+        seen.append(runtime.state)
+        return "ok"
+
+    class State(TypedDict):
+        value: str
+
+    def call_tools(state: State) -> dict[str, Any]:
+        node_class([record]).invoke([ToolCall(name="record", args={}, id="c1", type="tool_call")])
+        return {}
+
+    inner = StateGraph(State).add_node(call_tools).add_edge(START, "call_tools").compile()
+    outer = (
+        StateGraph(State)
+        .add_node("inner", inner)
+        .add_conditional_edges(START, lambda _: [Send("inner", {"value": "inner"})], ["inner"])
+        .compile()
+    )
+    outer.invoke({"value": "outer"})
+    return seen
+
+
+def test_bare_tool_calls_invoked_inside_a_node_see_that_graphs_state() -> None:
+    assert _state_of_the_calling_node(ToolNode) == _state_of_the_calling_node(StockToolNode) == [{"value": "inner"}]
+
+
+@tool
+def needs_foo(value: int, foo: Annotated[str, InjectedState("foo")]) -> str:
+    """Reads the state's foo."""
+    return foo
+
+
+@tool
+def needs_store(value: int, store: Annotated[Any, InjectedStore()]) -> str:
+    """Reads the store."""
+    return "stored"
+
+
+@pytest.mark.parametrize(
+    ("tool_", "given", "raised"),
+    [
+        (needs_foo, "state without the field", KeyError),
+        (needs_foo, "messages alone", ValueError),
+        (needs_store, "no store", ValueError),
+    ],
+)
+def test_what_cannot_be_injected_leaves_the_node_whatever_the_error_handling(
+    tool_: Any, given: str, raised: type[BaseException]
+) -> None:
+    message = AIMessage("", tool_calls=[ToolCall(name=tool_.name, args={"value": 1}, id="c1", type="tool_call")])
+    node_input: Any = [message] if given == "messages alone" else {"messages": [message], "other": 1}
+    # The node's runtime, as a graph without a store gives it.
+    config = {"configurable": {"__pregel_runtime": Runtime(context=None, store=None)}}
+    for node_class in (StockToolNode, ToolNode):
+        with pytest.raises(raised) as caught:
+            node_class([tool_], handle_tool_errors=True).invoke(node_input, config=config)
+        assert type(caught.value) is raised, node_class

@@ -70,6 +70,7 @@ from toolsched.tools import Tool
 try:
     from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage, convert_to_messages
     from langchain_core.runnables import Runnable, RunnableConfig
+    from langchain_core.runnables.config import ensure_config
     from langchain_core.tools import BaseTool
     from langchain_core.tools import tool as make_langchain_tool
     from langchain_core.tools.base import get_all_basemodel_annotations
@@ -95,8 +96,11 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
 
 __all__ = ["ToolNode"]
 
-# Where LangGraph puts a node's runtime in its config (its own constant, not part of its public API).
+# Where LangGraph puts a node's runtime and its state readers in its config (its own constants, not
+# part of its public API).
 CONFIG_KEY_RUNTIME = "__pregel_runtime"
+CONFIG_KEY_READ_STATE = "__pregel_read_state"
+CONFIG_KEY_READ = "__pregel_read"
 
 logger = logging.getLogger("toolsched.langgraph")
 
@@ -209,42 +213,60 @@ class _GraphTurn:
     runtime: Any
     responses: dict[str, Any] = field(default_factory=dict)
     raised: dict[str, BaseException] = field(default_factory=dict)
+    # Calls whose injected arguments could not be made: the error leaves the node.
+    uninjectable: dict[str, BaseException] = field(default_factory=dict)
 
     def invocation(self, tool: LangChainTool, call_id: str) -> tuple[dict[str, Any], Any]:
         injections = self.node._injections.get(tool.name)
         if injections is None or injections.empty:
             return {}, self.config
+        try:
+            return self._injected(tool.name, injections, call_id), self.config
+        except Exception as exc:
+            # As from LangGraph's node: what cannot be injected leaves the graph, whatever the error handling.
+            self.uninjectable[call_id] = exc
+            raise
+
+    def _injected(self, name: str, injections: _Injections, call_id: str) -> dict[str, Any]:
         injected: dict[str, Any] = {}
         if injections.state:
             state = self.state
             if isinstance(state, list):
-                state = {self.node.messages_key: state}
-            for argument, name in injections.state.items():
-                if name is None:
-                    injected[argument] = state
-                elif isinstance(state, Mapping) and name in state:
-                    injected[argument] = state[name]
-                elif not isinstance(state, Mapping) and hasattr(state, name):
-                    injected[argument] = getattr(state, name)
-                elif argument not in injections.optional_state:
-                    raise ResponseFormatError(
-                        f"tool `{tool.name}` takes the state field `{name}` (argument `{argument}`), "
-                        "which the graph state does not have"
+                fields = list(injections.state.values())
+                if fields[0] is None or fields == [self.node.messages_key]:
+                    state = {self.node.messages_key: state}
+                else:
+                    needed = ", ".join(field for field in fields if field)
+                    raise ValueError(
+                        f"Invalid input to ToolNode. Tool {name} requires graph state dict as input."
+                        + (f" State should contain fields {needed}." if needed else "")
                     )
+            for argument, field_name in injections.state.items():
+                if field_name is None:
+                    injected[argument] = state
+                elif isinstance(state, Mapping):
+                    if field_name in state:
+                        injected[argument] = state[field_name]
+                    elif argument not in injections.optional_state:
+                        raise KeyError(field_name)
+                elif hasattr(state, field_name):
+                    injected[argument] = getattr(state, field_name)
+                elif argument not in injections.optional_state:
+                    raise AttributeError(field_name)
         runtime = self.runtime
         if injections.store is not None:
             store = getattr(runtime, "store", None)
             if store is None:
-                raise ResponseFormatError(
-                    f"tool `{tool.name}` takes the store (argument `{injections.store}`): "
-                    "compile the graph with a store"
+                raise ValueError(
+                    "Cannot inject store into tools with InjectedStore annotations - "
+                    "please compile your graph with a store."
                 )
             injected[injections.store] = store
         if injections.runtime is not None:
             injected[injections.runtime] = _tool_runtime(
                 self.state, self.config, runtime, call_id, self.node._langchain_tools
             )
-        return injected, self.config
+        return injected
 
     def keep(self, call_id: str, response: Any, error: BaseException | None) -> None:
         if error is not None:
@@ -298,6 +320,25 @@ def _content(output: Any) -> str | list[Any]:
         return json.dumps(output, ensure_ascii=False)
     except (TypeError, ValueError):
         return str(output)
+
+
+def _sent_state(config: Any) -> Any:
+    """The state a node run by ``Send`` with bare tool calls gets: what an edge would give it, read as
+    LangGraph's node reads it (the graph's state reader in the config; its channels on older
+    langgraph; nothing outside a graph). Without a config, that of the node the call is made from."""
+    if config is None:
+        config = ensure_config()
+    configurable = config.get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(configurable, Mapping):
+        return {}
+    read_state = configurable.get(CONFIG_KEY_READ_STATE)
+    if read_state is not None:
+        return read_state()
+    read = configurable.get(CONFIG_KEY_READ)
+    channels = getattr(read, "args", ())
+    if read is None or len(channels) < 2:
+        return {}
+    return read(list(channels[1]), True)
 
 
 def _current_runtime(config: Any = None) -> Any:
@@ -420,6 +461,8 @@ class ToolNode(Runnable[Any, Any]):
 
     async def _run_node(self, input: Any, config: RunnableConfig | None) -> Any:
         tool_calls, kind, state = self._read_input(input)
+        if kind == "tool_calls" and state is None:
+            state = _sent_state(config)
         if not tool_calls:
             return [] if kind == "list" else {self.messages_key: []}
         if self._wrap_tool_call is not None or self._awrap_tool_call is not None:
@@ -522,7 +565,7 @@ class ToolNode(Runnable[Any, Any]):
                 raise ResponseFormatError("ToolNode got an empty list: give it messages or tool calls")
             last = input[-1]
             if isinstance(last, Mapping) and last.get("type") == "tool_call":
-                return list(input), "tool_calls", {}
+                return list(input), "tool_calls", None
             messages = input
             kind, state = "list", input
         elif isinstance(input, Mapping) and input.get("__type") == "tool_call_with_context":
@@ -653,6 +696,9 @@ class ToolNode(Runnable[Any, Any]):
             error = turn.raised.get(call_id)
             if isinstance(error, GraphBubbleUp):
                 raise error
+        for call_id in order:
+            if call_id in turn.uninjectable:
+                raise turn.uninjectable[call_id]
         results = [answered[call_id] for call_id in order if call_id in answered]
         for result in results:
             error = errors.get(result.call_id)
