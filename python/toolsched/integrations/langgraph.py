@@ -335,10 +335,11 @@ def _sent_state(config: Any) -> Any:
     if read_state is not None:
         return read_state()
     read = configurable.get(CONFIG_KEY_READ)
-    channels = getattr(read, "args", ())
-    if read is None or len(channels) < 2:
+    # LangGraph's reader is ``partial(local_read, scratchpad, channels, managed, task)``: its channels alone.
+    arguments: tuple[Any, ...] = tuple(getattr(read, "args", ()))
+    if read is None or len(arguments) < 2:
         return {}
-    return read(list(channels[1]), True)
+    return read(list(arguments[1]), True)
 
 
 def _current_runtime(config: Any = None) -> Any:
