@@ -9,13 +9,13 @@ from typing import Annotated, Any
 
 import pytest
 from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import InjectedState, InjectedStore, ToolRuntime
 from langgraph.prebuilt import ToolNode as StockToolNode
 from langgraph.runtime import Runtime
-from langgraph.types import Send
+from langgraph.types import Command, Send
 from pydantic import BaseModel
 from scripted_models import tool_calls_message
 from typing_extensions import TypedDict
@@ -254,3 +254,84 @@ def test_what_cannot_be_injected_leaves_the_node_whatever_the_error_handling(
         with pytest.raises(raised) as caught:
             node_class([tool_], handle_tool_errors=True).invoke(node_input, config=config)
         assert type(caught.value) is raised, node_class
+
+
+# -- interceptors that supply a tool, parent commands that send ---------------------------------
+
+
+@tool
+def static_tool(x: int) -> str:
+    """A tool the node knows."""
+    return f"static: {x}"
+
+
+@tool
+def supplied_tool(x: int, runtime: ToolRuntime) -> str:
+    """A tool only the interceptor knows; it takes the runtime."""
+    return f"supplied: x={x}, call={runtime.tool_call_id}"
+
+
+def _swap_in(request: Any, execute: Any) -> Any:
+    if request.tool_call["name"] == "wanted":
+        assert request.tool is None
+        return execute(request.override(tool=supplied_tool))
+    return execute(request)
+
+
+async def _aswap_in(request: Any, execute: Any) -> Any:
+    if request.tool_call["name"] == "wanted":
+        assert request.tool is None
+        return await execute(request.override(tool=supplied_tool))
+    return await execute(request)
+
+
+@pytest.mark.parametrize("interceptor", ["wrap_tool_call", "awrap_tool_call"])
+async def test_a_tool_an_interceptor_supplies_runs_with_its_injections(interceptor: str) -> None:
+    hook = _swap_in if interceptor == "wrap_tool_call" else _aswap_in
+    calls = [
+        ToolCall(name="wanted", args={"x": 42}, id="call_1", type="tool_call"),
+        ToolCall(name="static_tool", args={"x": 1}, id="call_2", type="tool_call"),
+    ]
+    config = {"configurable": {"__pregel_runtime": Runtime(context=None, store=None)}}
+    answers = []
+    for node_class in (StockToolNode, ToolNode):
+        node = node_class([static_tool], **{interceptor: hook})
+        result = await node.ainvoke({"messages": [AIMessage("", tool_calls=calls)]}, config=config)
+        answers.append([(m.tool_call_id, m.content, m.status) for m in result["messages"]])
+    assert (
+        answers[0]
+        == answers[1]
+        == [
+            ("call_1", "supplied: x=42, call=call_1", "success"),
+            ("call_2", "static: 1", "success"),
+        ]
+    )
+
+
+@tool
+def to_alice(tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:
+    """Hands over to Alice."""
+    message = ToolMessage("to Alice", name="to_alice", tool_call_id=tool_call_id)
+    return Command(goto=[Send("alice", {"messages": [message]})], graph=Command.PARENT)
+
+
+@tool
+def to_bob(tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:
+    """Hands over to Bob."""
+    message = ToolMessage("to Bob", name="to_bob", tool_call_id=tool_call_id)
+    return Command(goto=[Send("bob", {"messages": [message]})], graph=Command.PARENT)
+
+
+def test_parent_commands_that_send_are_merged_into_one_as_langgraph_merges_them() -> None:
+    calls = [
+        ToolCall(name="to_alice", args={}, id="1", type="tool_call"),
+        ToolCall(name="to_bob", args={}, id="2", type="tool_call"),
+    ]
+    config = {"configurable": {"__pregel_runtime": Runtime(context=None, store=None)}}
+    message = AIMessage("", tool_calls=calls)
+    results = [
+        node_class([to_alice, to_bob]).invoke([message], config=config) for node_class in (StockToolNode, ToolNode)
+    ]
+    assert results[0] == results[1]
+    (merged,) = results[1]
+    assert merged.graph == Command.PARENT and [send.node for send in merged.goto] == ["alice", "bob"]

@@ -52,7 +52,6 @@ import logging
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin
 
 import anyio
@@ -70,10 +69,8 @@ from toolsched.tools import Tool
 try:
     from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage, convert_to_messages
     from langchain_core.runnables import Runnable, RunnableConfig
-    from langchain_core.runnables.config import ensure_config
     from langchain_core.tools import BaseTool
     from langchain_core.tools import tool as make_langchain_tool
-    from langchain_core.tools.base import get_all_basemodel_annotations
     from langgraph.errors import GraphBubbleUp
 
     try:
@@ -84,23 +81,25 @@ try:
             return False
 
     from langgraph.graph.message import REMOVE_ALL_MESSAGES
-    from langgraph.prebuilt import InjectedState, InjectedStore, ToolRuntime
     from langgraph.prebuilt import ToolNode as StockToolNode
     from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
-    from langgraph.runtime import get_runtime
-    from langgraph.types import Command
+    from langgraph.types import Command, Send
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "toolsched.integrations.langgraph needs the `langgraph` package: pip install 'toolsched[langgraph]'"
     ) from exc
 
+from toolsched.integrations.langgraph_state import (
+    GraphTurn,
+    Injections,
+    current_runtime,
+    injections_of_tool,
+    sent_state,
+    tool_runtime,
+)
+
 __all__ = ["ToolNode"]
 
-# Where LangGraph puts a node's runtime and its state readers in its config (its own constants, not
-# part of its public API).
-CONFIG_KEY_RUNTIME = "__pregel_runtime"
-CONFIG_KEY_READ_STATE = "__pregel_read_state"
-CONFIG_KEY_READ = "__pregel_read"
 
 logger = logging.getLogger("toolsched.langgraph")
 
@@ -143,153 +142,6 @@ def _handled_types(handler: Callable[..., Any]) -> tuple[type[Exception], ...]:
 InputKind = Literal["list", "dict", "tool_calls"]
 
 
-@dataclass(frozen=True, slots=True)
-class _Injections:
-    """Where a LangChain tool's injected arguments come from (internal)."""
-
-    state: Mapping[str, str | None]
-    optional_state: frozenset[str]
-    store: str | None
-    runtime: str | None
-
-    @property
-    def empty(self) -> bool:
-        return not self.state and self.store is None and self.runtime is None
-
-
-def _marker(annotation: Any, kind: type) -> Any:
-    """The ``kind`` marker in an annotation (an instance, or the class itself), looking through Annotated/Union."""
-    if isinstance(annotation, kind) or (isinstance(annotation, type) and issubclass(annotation, kind)):
-        return annotation
-    origin = get_origin(annotation)
-    if isinstance(origin, type) and issubclass(origin, kind):
-        return origin
-    if origin is not None:
-        for argument in get_args(annotation):
-            found = _marker(argument, kind)
-            if found is not None:
-                return found
-    return None
-
-
-def _injections(tool: BaseTool) -> _Injections:
-    schema = tool.get_input_schema()
-    annotations: dict[str, Any] = {}
-    function = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
-    if function is not None:
-        try:
-            annotations.update(typing.get_type_hints(function, include_extras=True))
-        except Exception:
-            logger.debug("could not read the type hints of %s", tool.name, exc_info=True)
-    annotations.update(get_all_basemodel_annotations(schema))
-    fields = getattr(schema, "model_fields", {})
-    state: dict[str, str | None] = {}
-    optional: set[str] = set()
-    store: str | None = None
-    runtime: str | None = None
-    for name, annotation in annotations.items():
-        if name == "return":
-            continue
-        marker = _marker(annotation, InjectedState)
-        if marker is not None:
-            state[name] = marker.field if isinstance(marker, InjectedState) else None
-            info = fields.get(name)
-            if info is not None and not info.is_required():
-                optional.add(name)
-        if _marker(annotation, InjectedStore) is not None:
-            store = name
-        if _marker(annotation, ToolRuntime) is not None:
-            runtime = name
-    return _Injections(state, frozenset(optional), store, runtime)
-
-
-@dataclass(slots=True)
-class _GraphTurn:
-    """One invocation of the node: what injected arguments are made of, and what the tools answered (internal)."""
-
-    node: ToolNode
-    state: Any
-    config: RunnableConfig | None
-    runtime: Any
-    responses: dict[str, Any] = field(default_factory=dict)
-    raised: dict[str, BaseException] = field(default_factory=dict)
-    # Calls whose injected arguments could not be made: the error leaves the node.
-    uninjectable: dict[str, BaseException] = field(default_factory=dict)
-
-    def invocation(self, tool: LangChainTool, call_id: str) -> tuple[dict[str, Any], Any]:
-        injections = self.node._injections.get(tool.name)
-        if injections is None or injections.empty:
-            return {}, self.config
-        try:
-            return self._injected(tool.name, injections, call_id), self.config
-        except Exception as exc:
-            # As from LangGraph's node: what cannot be injected leaves the graph, whatever the error handling.
-            self.uninjectable[call_id] = exc
-            raise
-
-    def _injected(self, name: str, injections: _Injections, call_id: str) -> dict[str, Any]:
-        injected: dict[str, Any] = {}
-        if injections.state:
-            state = self.state
-            if isinstance(state, list):
-                fields = list(injections.state.values())
-                if fields[0] is None or fields == [self.node.messages_key]:
-                    state = {self.node.messages_key: state}
-                else:
-                    needed = ", ".join(field for field in fields if field)
-                    raise ValueError(
-                        f"Invalid input to ToolNode. Tool {name} requires graph state dict as input."
-                        + (f" State should contain fields {needed}." if needed else "")
-                    )
-            for argument, field_name in injections.state.items():
-                if field_name is None:
-                    injected[argument] = state
-                elif isinstance(state, Mapping):
-                    if field_name in state:
-                        injected[argument] = state[field_name]
-                    elif argument not in injections.optional_state:
-                        raise KeyError(field_name)
-                elif hasattr(state, field_name):
-                    injected[argument] = getattr(state, field_name)
-                elif argument not in injections.optional_state:
-                    raise AttributeError(field_name)
-        runtime = self.runtime
-        if injections.store is not None:
-            store = getattr(runtime, "store", None)
-            if store is None:
-                raise ValueError(
-                    "Cannot inject store into tools with InjectedStore annotations - "
-                    "please compile your graph with a store."
-                )
-            injected[injections.store] = store
-        if injections.runtime is not None:
-            injected[injections.runtime] = _tool_runtime(
-                self.state, self.config, runtime, call_id, self.node._langchain_tools
-            )
-        return injected
-
-    def keep(self, call_id: str, response: Any, error: BaseException | None) -> None:
-        if error is not None:
-            self.raised[call_id] = error
-        else:
-            self.responses[call_id] = response
-
-
-def _tool_runtime(state: Any, config: Any, runtime: Any, call_id: Any, tools: list[Any]) -> ToolRuntime:
-    """LangGraph's ``ToolRuntime`` for one call, from the graph's runtime (None outside a graph) and config."""
-    return ToolRuntime(
-        state=state,
-        context=getattr(runtime, "context", None),
-        config=config or RunnableConfig(),
-        stream_writer=getattr(runtime, "stream_writer", None) or _discard,
-        tool_call_id=call_id,
-        store=getattr(runtime, "store", None),
-        tools=list(tools),
-        execution_info=getattr(runtime, "execution_info", None),
-        server_info=getattr(runtime, "server_info", None),
-    )
-
-
 def _named(value: Any, name: str) -> Any:
     """``value`` with every ToolMessage in it (a command's update, a list) named ``name`` where it has no name."""
     if isinstance(value, ToolMessage):
@@ -306,10 +158,6 @@ def _named(value: Any, name: str) -> Any:
     return value
 
 
-def _discard(chunk: Any) -> None:
-    """A stream writer for runs outside a graph: writes go nowhere."""
-
-
 def _content(output: Any) -> str | list[Any]:
     """A toolsched output as ``ToolMessage`` content: text and content blocks as they are, else JSON."""
     if isinstance(output, str):
@@ -320,39 +168,6 @@ def _content(output: Any) -> str | list[Any]:
         return json.dumps(output, ensure_ascii=False)
     except (TypeError, ValueError):
         return str(output)
-
-
-def _sent_state(config: Any) -> Any:
-    """The state a node run by ``Send`` with bare tool calls gets: what an edge would give it, read as
-    LangGraph's node reads it (the graph's state reader in the config; its channels on older
-    langgraph; nothing outside a graph). Without a config, that of the node the call is made from."""
-    if config is None:
-        config = ensure_config()
-    configurable = config.get("configurable") if isinstance(config, Mapping) else None
-    if not isinstance(configurable, Mapping):
-        return {}
-    read_state = configurable.get(CONFIG_KEY_READ_STATE)
-    if read_state is not None:
-        return read_state()
-    read = configurable.get(CONFIG_KEY_READ)
-    # LangGraph's reader is ``partial(local_read, scratchpad, channels, managed, task)``: its channels alone.
-    arguments: tuple[Any, ...] = tuple(getattr(read, "args", ()))
-    if read is None or len(arguments) < 2:
-        return {}
-    return read(list(arguments[1]), True)
-
-
-def _current_runtime(config: Any = None) -> Any:
-    """The LangGraph runtime of the node being run: the graph's, else the one the config carries (as
-    LangGraph hands it to a node invoked on its own), else None."""
-    try:
-        return get_runtime()
-    except Exception:
-        pass
-    configurable = config.get("configurable") if isinstance(config, Mapping) else None
-    if isinstance(configurable, Mapping):
-        return configurable.get(CONFIG_KEY_RUNTIME)
-    return None
 
 
 class ToolNode(Runnable[Any, Any]):
@@ -409,13 +224,17 @@ class ToolNode(Runnable[Any, Any]):
             else:
                 raise OptionError(f"tools[{position}] must be a tool or a function, got {type(item).__name__}")
         self.executor = Executor(members, **executor_options)
+        self._executor_options = executor_options
+        # Tools an interceptor supplies that are not among the node's (``request.override(tool=...)``):
+        # each runs through an executor of its own with the node's options, made once.
+        self._supplied: dict[int, tuple[BaseTool, Executor, Injections]] = {}
         self.name = name
         self.tags = tags
         self.messages_key = messages_key
         self.handle_tool_errors = handle_tool_errors
         self._langchain_tools = [member.tool for member in members if isinstance(member, LangChainTool)]
-        self._injections = {
-            member.name: _injections(member.tool) for member in members if isinstance(member, LangChainTool)
+        self.injections_of_tool = {
+            member.name: injections_of_tool(member.tool) for member in members if isinstance(member, LangChainTool)
         }
 
     @property
@@ -463,7 +282,7 @@ class ToolNode(Runnable[Any, Any]):
     async def _run_node(self, input: Any, config: RunnableConfig | None) -> Any:
         tool_calls, kind, state = self._read_input(input)
         if kind == "tool_calls" and state is None:
-            state = _sent_state(config)
+            state = sent_state(config)
         if not tool_calls:
             return [] if kind == "list" else {self.messages_key: []}
         if self._wrap_tool_call is not None or self._awrap_tool_call is not None:
@@ -472,13 +291,40 @@ class ToolNode(Runnable[Any, Any]):
             outputs = await self._answers(tool_calls, state, config, kind)
         return self._combine(outputs, kind)
 
+    def _supplied_executor(self, supplied: Any) -> Executor:
+        """The executor of a tool an interceptor supplies (a LangChain tool), made on first use."""
+        if not isinstance(supplied, BaseTool):
+            raise OptionError(
+                f"ToolCallRequest.tool must be a LangChain tool (BaseTool), got {type(supplied).__name__}"
+            )
+        known = self._supplied.get(id(supplied))
+        if known is None or known[0] is not supplied:
+            member = LangChainTool(supplied, concurrency_safe=True)
+            known = (supplied, Executor([member], **self._executor_options), injections_of_tool(supplied))
+            self._supplied[id(supplied)] = known
+        return known[1]
+
+    def injections_of(self, tool: LangChainTool) -> Injections | None:
+        """Where a tool's injected arguments come from: one of the node's, or one an interceptor supplied."""
+        known = self._supplied.get(id(tool.tool))
+        if known is not None and known[0] is tool.tool:
+            return known[2]
+        return self.injections_of_tool.get(tool.name)
+
     async def _answers(
-        self, tool_calls: list[Mapping[str, Any]], state: Any, config: RunnableConfig | None, kind: InputKind
+        self,
+        tool_calls: list[Mapping[str, Any]],
+        state: Any,
+        config: RunnableConfig | None,
+        kind: InputKind,
+        executor: Executor | None = None,
     ) -> list[Any]:
         """Runs the calls through toolsched; one ToolMessage (or command) per unique call ID, in order."""
         calls = self._calls(tool_calls)
-        turn = _GraphTurn(self, state, config, _current_runtime(config))
-        outcome = await self.executor.run(calls, context=turn)
+        turn = GraphTurn(
+            self.messages_key, self.injections_of, self._langchain_tools, state, config, current_runtime(config)
+        )
+        outcome = await (executor or self.executor).run(calls, context=turn)
         answered = {result.call_id: result for result in outcome.results}
         order = list(dict.fromkeys(call.id for call in calls))
         names = {call.id: call.name for call in reversed(calls)}
@@ -511,12 +357,20 @@ class ToolNode(Runnable[Any, Any]):
         The interceptor gets LangGraph's ``ToolCallRequest`` and an ``execute`` that runs a request
         through toolsched (it may change the request, call it again, or answer without it).
         """
-        runtime = _current_runtime(config)
+        runtime = current_runtime(config)
         outputs: list[Any] = [None] * len(tool_calls)
         tools = self.tools_by_name
 
         async def execute(request: ToolCallRequest) -> Any:
-            answers = await self._answers([dict(request.tool_call)], request.state, config, kind)
+            tool_call = dict(request.tool_call)
+            supplied = request.tool
+            if supplied is None or supplied is tools.get(str(tool_call.get("name"))):
+                answers = await self._answers([tool_call], request.state, config, kind)
+            else:
+                # A tool the interceptor supplies: it runs under its own name, answering the call's ID.
+                executor = self._supplied_executor(supplied)
+                tool_call["name"] = supplied.name
+                answers = await self._answers([tool_call], request.state, config, kind, executor)
             return answers[0]
 
         def execute_in_thread(request: ToolCallRequest) -> Any:
@@ -528,7 +382,7 @@ class ToolNode(Runnable[Any, Any]):
                 tool_call=dict(tool_call),  # type: ignore[arg-type]
                 tool=tools.get(name) if isinstance(tools.get(name), BaseTool) else None,
                 state=state,
-                runtime=_tool_runtime(state, config, runtime, tool_call.get("id"), self._langchain_tools),
+                runtime=tool_runtime(state, config, runtime, tool_call.get("id"), self._langchain_tools),
             )
             try:
                 if self._awrap_tool_call is not None:
@@ -626,7 +480,7 @@ class ToolNode(Runnable[Any, Any]):
 
     # -- output ---------------------------------------------------------------------
 
-    def _error_of(self, result: ToolResult, name: str, args: Any, turn: _GraphTurn) -> BaseException | None:
+    def _error_of(self, result: ToolResult, name: str, args: Any, turn: GraphTurn) -> BaseException | None:
         """The exception LangGraph's node would have met for a failed call (None when it would have met none)."""
         if result.error_kind == "invalid_input":
             kwargs = dict(args) if isinstance(args, Mapping) else {}
@@ -689,7 +543,7 @@ class ToolNode(Runnable[Any, Any]):
         self,
         order: list[str],
         answered: dict[str, ToolResult],
-        turn: _GraphTurn,
+        turn: GraphTurn,
         errors: dict[str, BaseException | None],
     ) -> None:
         """Re-raises what must leave the graph: an ``interrupt()``, or a tool error its handling does not take."""
@@ -718,7 +572,7 @@ class ToolNode(Runnable[Any, Any]):
         return ToolMessage(content=content, name=name, tool_call_id=call_id, status="error" if error else "success")
 
     def _answer(
-        self, result: ToolResult, name: str, turn: _GraphTurn, error: BaseException | None, kind: InputKind
+        self, result: ToolResult, name: str, turn: GraphTurn, error: BaseException | None, kind: InputKind
     ) -> Any:
         response = turn.responses.get(result.call_id)
         if result.is_error:
@@ -825,10 +679,24 @@ class ToolNode(Runnable[Any, Any]):
             flat.extend(output if isinstance(output, list) else [output])
         if all(isinstance(item, ToolMessage) for item in flat):
             return flat if kind == "list" else {self.messages_key: flat}
-        return [
-            ([item] if kind == "list" else {self.messages_key: [item]}) if isinstance(item, ToolMessage) else item
-            for item in flat
-        ]
+        combined: list[Any] = []
+        # As LangGraph's node does: the parent-graph commands that only send are merged into one, last.
+        sends: list[Any] | None = None
+        for item in flat:
+            if isinstance(item, ToolMessage):
+                combined.append([item] if kind == "list" else {self.messages_key: [item]})
+            elif (
+                isinstance(item, Command)
+                and item.graph is Command.PARENT
+                and isinstance(item.goto, list)
+                and all(isinstance(send, Send) for send in item.goto)
+            ):
+                sends = [*(sends or []), *item.goto]
+            else:
+                combined.append(item)
+        if sends is not None:
+            combined.append(Command(graph=Command.PARENT, goto=sends))
+        return combined
 
 
 # Code that accepts LangGraph's node (``create_react_agent(model, node)`` checks ``isinstance(tools,
