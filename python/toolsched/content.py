@@ -29,6 +29,8 @@ __all__ = ["IMAGE_MEDIA_TYPES", "Image", "content_parts", "content_text", "image
 
 # The image types every supported API accepts in a tool result.
 IMAGE_MEDIA_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+# Other spellings producers use for them (compared lowercased).
+_ALIASES = {"image/jpg": "image/jpeg", "image/pjpeg": "image/jpeg", "image/x-png": "image/png"}
 
 
 def _sniffed(data: bytes) -> str | None:
@@ -74,6 +76,10 @@ class Image:
                 )
             object.__setattr__(self, "media_type", sniffed)
         elif self.media_type not in IMAGE_MEDIA_TYPES:
+            spelled = _ALIASES.get(self.media_type.strip().lower(), self.media_type.strip().lower())
+            if spelled in IMAGE_MEDIA_TYPES:
+                object.__setattr__(self, "media_type", spelled)
+                return
             raise ValueError(
                 f"Image(media_type) must be one of {', '.join(IMAGE_MEDIA_TYPES)}, got {self.media_type!r}"
             )
@@ -82,7 +88,8 @@ class Image:
     def from_base64(cls, text: str, media_type: str = "") -> Image:
         """An image from base64 text; ``ValueError`` when the text is not base64."""
         try:
-            data = base64.b64decode(text, validate=True)
+            # Line breaks and spaces (as MIME encoders put every 76 characters) are not part of the data.
+            data = base64.b64decode("".join(text.split()) if isinstance(text, str) else text, validate=True)
         except (binascii.Error, ValueError, TypeError) as exc:
             raise ValueError(f"Image.from_base64: the text is not base64 ({exc})") from None
         return cls(data, media_type)
@@ -124,11 +131,11 @@ def _field(item: Any, *names: str) -> Any:
 
 
 def _from_base64(data: Any, media_type: Any) -> Image | None:
-    if not isinstance(data, str) or media_type not in IMAGE_MEDIA_TYPES:
+    if not isinstance(data, str) or not isinstance(media_type, str) or not media_type:
         return None
     try:
         return Image.from_base64(data, media_type)
-    except ValueError:
+    except (ValueError, TypeError):
         return None
 
 

@@ -85,6 +85,15 @@ def test_bad_images_are_refused_naming_the_field() -> None:
     assert ts.Image(memoryview(PIXEL)).data == PIXEL
 
 
+def test_other_spellings_of_the_types_and_wrapped_base64_are_read() -> None:
+    assert ts.Image(PIXEL, "image/PNG").media_type == "image/png"
+    assert ts.Image(JPEG, "image/jpg").media_type == "image/jpeg"
+    wrapped = base64.encodebytes(png(payload=b"z" * 300)).decode()  # a line break every 76 characters
+    assert "\n" in wrapped
+    block = {"type": "image", "data": wrapped, "mimeType": "Image/Png"}
+    assert content_parts(block) == (ts.Image(png(payload=b"z" * 300)),)
+
+
 def test_the_image_forms_of_each_producer_are_read_as_images() -> None:
     b64 = base64.b64encode(PIXEL).decode()
     anthropic_block = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}}
