@@ -3,6 +3,7 @@
 use ahash::AHashMap;
 use serde_json::Value;
 
+use crate::direct::DirectSchema;
 use crate::error::EngineError;
 use crate::validate::{CompiledSchema, InputRejection, Limits};
 
@@ -81,6 +82,11 @@ impl Catalog {
     /// Whether there are no tools.
     pub fn is_empty(&self) -> bool {
         self.names.is_empty()
+    }
+
+    /// The one-pass form of tool `index`'s schema, if it has one.
+    pub fn direct(&self, index: usize) -> Option<&DirectSchema> {
+        self.schemas[index].direct()
     }
 
     /// Checks `args` against tool `index`'s schema.

@@ -6,6 +6,7 @@
 pub mod assemble;
 pub mod catalog;
 pub mod conflicts;
+pub mod direct;
 pub mod error;
 pub mod plan;
 pub mod schedule;

@@ -9,6 +9,7 @@ use hashbrown::HashTable;
 use serde_json::Value;
 
 use crate::catalog::Catalog;
+use crate::direct::Build;
 use crate::validate::{parse_arguments, InputRejection, Limits};
 
 /// A call's arguments as the model sent them.
@@ -155,6 +156,19 @@ impl<'t> TurnPlanner<'t> {
     /// tool, then its arguments against the limits and the tool's schema.
     pub fn judge(&self, name: &str, args: &Arguments<'_>) -> Verdict {
         judge(self.catalog, name, args, self.disabled, &self.limits)
+    }
+
+    /// The direct path for a call admitted as [`Admission::First`] with argument text: its tool
+    /// and its built arguments when the tool is enabled, its schema has a one-pass form and the
+    /// text passes it (see [`crate::direct`]). None leaves the call to [`TurnPlanner::judge`],
+    /// which then gives the verdict the direct path would have given, or says what is wrong.
+    pub fn judge_direct<B: Build>(&self, name: &str, text: &str, builder: &mut B) -> Option<(usize, B::Value)> {
+        let tool = self.catalog.resolve(name)?;
+        if self.disabled.get(tool).copied().unwrap_or(false) {
+            return None;
+        }
+        let value = self.catalog.direct(tool)?.build(text, &self.limits, builder)?;
+        Some((tool, value))
     }
 }
 
@@ -409,6 +423,39 @@ mod tests {
             }
         );
         assert!(plan.duplicates.is_empty());
+    }
+
+    #[test]
+    fn the_direct_path_gives_the_verdict_judge_gives_or_none() {
+        use crate::direct::ValueBuilder;
+        let catalog = catalog();
+        let disabled = [false, true];
+        let planner = TurnPlanner::new(&catalog, &disabled, Limits::default(), 4);
+        assert_eq!(
+            planner.judge_direct("cat", r#"{"path": "b"}"#, &mut ValueBuilder),
+            Some((0, json!({"path": "b"})))
+        );
+        assert_eq!(
+            planner.judge("cat", &text(r#"{"path": "b"}"#)),
+            Verdict::Ready {
+                tool: 0,
+                parsed: Some(json!({"path": "b"}))
+            }
+        );
+        // Unknown, disabled, or refused: left to `judge`, which says why.
+        assert_eq!(
+            planner.judge_direct("nope", r#"{"path": "b"}"#, &mut ValueBuilder),
+            None
+        );
+        assert_eq!(
+            planner.judge_direct("write", r#"{"path": "b"}"#, &mut ValueBuilder),
+            None
+        );
+        assert_eq!(planner.judge_direct("read", r#"{"path": 1}"#, &mut ValueBuilder), None);
+        assert!(matches!(
+            planner.judge("read", &text(r#"{"path": 1}"#)),
+            Verdict::InvalidInput { .. }
+        ));
     }
 
     #[test]

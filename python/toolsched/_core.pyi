@@ -26,6 +26,7 @@ class ToolTable:
         max_input_depth: int,
         max_errors: int,
     ) -> tuple[list[int], list[Any], list[tuple[int, str, str]], list[int] | None, list[tuple[int, int, bool]]]: ...
+    def has_direct_path(self, tool: int) -> bool: ...
     def check(
         self,
         tool: int,

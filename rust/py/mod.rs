@@ -23,7 +23,7 @@ use crate::schedule::{plan_batches as engine_plan_batches, Strategy};
 use crate::shape::{truncate as engine_truncate, Budget, Cut};
 use crate::validate::Limits;
 
-use convert::{not_unicode, to_json, to_python, KeyStrings};
+use convert::{not_unicode, to_json, to_python, KeyStrings, PyBuilder};
 use errors::{AssemblyError, OptionError};
 
 fn limits(max_input_bytes: usize, max_input_depth: usize, max_errors: usize) -> Limits {
@@ -114,7 +114,7 @@ impl PyToolTable {
             ),
             limits,
             originals: Vec::with_capacity(expected),
-            chunk_bytes: 0,
+            direct: Vec::with_capacity(expected.min(CHUNK_CALLS)),
             verdicts: Vec::with_capacity(expected.min(CHUNK_CALLS)),
             tools: Vec::with_capacity(expected),
             args: Vec::with_capacity(expected),
@@ -146,6 +146,15 @@ impl PyToolTable {
                 turn.duplicates.into_any(),
             ],
         )
+    }
+
+    /// Whether tool `tool`'s schema has a one-pass form, so that its argument
+    /// text is parsed, checked and built at once (see `rust/direct.rs`).
+    fn has_direct_path(&self, tool: usize) -> PyResult<bool> {
+        if tool >= self.catalog.len() {
+            return Err(OptionError::new_err(format!("no tool at position {tool}")));
+        }
+        Ok(self.catalog.direct(tool).is_some())
     }
 
     /// Checks arguments (a mapping or JSON text) against tool `tool`'s schema,
@@ -219,9 +228,9 @@ struct Preparation<'t, 'py> {
     /// Every call's arguments object, by position in the turn: returned as-is
     /// when valid, and read again when a later call repeats its ID.
     originals: Vec<Bound<'py, PyAny>>,
-    /// The length of the argument texts of the chunk's calls.
-    chunk_bytes: usize,
-    /// The chunk's verdicts, in chunk order (the buffer is reused by every chunk).
+    /// The chunk's calls taken by the direct path (tool and built arguments), in chunk order.
+    direct: Vec<Option<(usize, Bound<'py, PyAny>)>>,
+    /// The verdicts of the chunk's other calls, in chunk order (the buffer is reused by every chunk).
     verdicts: Vec<Verdict>,
     /// The result columns, by slot (see `prepare`).
     tools: Vec<isize>,
@@ -246,6 +255,14 @@ enum PendingArguments {
 }
 
 impl PendingArguments {
+    /// The length of the argument text (0 for converted arguments).
+    fn text_bytes(&self) -> usize {
+        match self {
+            Self::Text(text) => text.len(),
+            Self::Converted(_) => 0,
+        }
+    }
+
     /// Calls `f` with the arguments as the engine takes them.
     fn with<R>(&self, f: impl FnOnce(&Arguments<'_>) -> R) -> R {
         match self {
@@ -279,15 +296,8 @@ impl<'py> Preparation<'_, 'py> {
             },
             Err(_) => PendingArguments::Converted(converted_arguments(&raw, &self.limits)),
         };
-        let text_bytes = match &args {
-            PendingArguments::Text(text) => text.len(),
-            PendingArguments::Converted(_) => 0,
-        };
         let full = match self.turn.push(id_key, Pending { name, args }) {
-            Pushed::Joined { full } => {
-                self.chunk_bytes += text_bytes;
-                full
-            }
+            Pushed::Joined { full } => full,
             Pushed::Repeat { index, first, call } => {
                 let earlier = arguments(&self.originals[first], &self.limits);
                 let args_differ = call.args.with(|args| !same_arguments(&earlier, args, &self.limits));
@@ -299,34 +309,65 @@ impl<'py> Preparation<'_, 'py> {
         Ok(full)
     }
 
-    /// Judges the chunk's calls with the interpreter released, then appends
-    /// their rows and drops their parsed arguments.
+    /// Judges the chunk's calls, then appends their rows and drops their parsed
+    /// arguments. Calls the direct path takes are read and built with the
+    /// interpreter held; the others are judged with it released (unless they
+    /// are few and small).
     fn judge_chunk(&mut self) -> PyResult<()> {
         let py = self.py;
-        let (turn, verdicts) = (&self.turn, &mut self.verdicts);
+        let Self {
+            turn,
+            direct,
+            verdicts,
+            keys,
+            ..
+        } = self;
         let planner = turn.planner();
         let chunk = turn.chunk();
-        let mut judge_all = || {
+        let mut builder = PyBuilder { py, keys };
+        let (mut left, mut left_bytes) = (0, 0);
+        direct.extend(chunk.iter().map(|(_, call)| {
+            let built = match &call.args {
+                PendingArguments::Text(text) => planner.judge_direct(&call.name, text, &mut builder),
+                PendingArguments::Converted(_) => None,
+            };
+            if built.is_none() {
+                left += 1;
+                left_bytes += call.args.text_bytes();
+            }
+            built
+        }));
+        // Python objects stay with the interpreter: the judging side sees only which calls are left.
+        let taken: Vec<bool> = direct.iter().map(Option::is_some).collect();
+        let mut judge_rest = || {
             verdicts.extend(
                 chunk
                     .iter()
-                    .map(|(_, call)| call.args.with(|args| planner.judge(&call.name, args))),
+                    .zip(&taken)
+                    .filter(|(_, taken)| !**taken)
+                    .map(|((_, call), _)| call.args.with(|args| planner.judge(&call.name, args))),
             );
         };
-        if chunk.len() < DETACH_MIN_CALLS && self.chunk_bytes < DETACH_MIN_BYTES {
-            judge_all();
+        if left < DETACH_MIN_CALLS && left_bytes < DETACH_MIN_BYTES {
+            judge_rest();
         } else {
             // Other threads run meanwhile, with the collector as this prepare found it.
             let _resumed = self.collector.resumed();
-            py.detach(judge_all);
+            py.detach(judge_rest);
         }
-        for ((index, _), verdict) in self.turn.chunk().iter().zip(self.verdicts.drain(..)) {
+        let mut verdicts = self.verdicts.drain(..);
+        for ((index, _), built) in self.turn.chunk().iter().zip(self.direct.drain(..)) {
             let slot = self.tools.len();
             self.positions.push(*index);
+            if let Some((tool, args)) = built {
+                self.tools.push(tool_position(tool));
+                self.args.push(args);
+                continue;
+            }
             let refused = |tool: isize, kind: &Bound<'py, PyString>, message: &str| {
                 (tool, (slot, kind.clone(), PyString::new(py, message)))
             };
-            let failure = match verdict {
+            let failure = match verdicts.next().expect("a verdict for every call the direct path left") {
                 Verdict::Ready { tool, parsed } => {
                     let args = match parsed {
                         Some(value) => to_python(py, &value, &mut self.keys)?,
@@ -345,8 +386,8 @@ impl<'py> Preparation<'_, 'py> {
             self.args.push(py.None().into_bound(py));
             self.failures.append(failure.1)?;
         }
+        drop(verdicts);
         self.turn.clear_chunk();
-        self.chunk_bytes = 0;
         Ok(())
     }
 }

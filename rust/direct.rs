@@ -1,0 +1,993 @@
+//! The direct path: a call's argument text parsed, checked and built in one
+//! pass, for the schema shapes most tools have.
+//!
+//! The full path parses the text into a `serde_json::Value`, validates that
+//! with the `jsonschema` crate, and the binding then builds Python objects
+//! from it. For a schema made only of the keywords below, [`DirectSchema`]
+//! does all three at once: each value is checked against its part of the
+//! schema as it is read and handed straight to a [`Build`]er (the binding
+//! builds Python objects; the tests build `Value`s).
+//!
+//! Keywords taken: `type` (a name or a list), `properties`, `required`,
+//! `additionalProperties` (true or false), `items` (a schema), `minItems`,
+//! `maxItems`, `minLength`, `maxLength`, `minimum`, `maximum`,
+//! `exclusiveMinimum`, `exclusiveMaximum`, `enum` and `const` of strings, and
+//! `anyOf` whose branches only name types; at the root, `$schema` naming
+//! draft 2020-12, the validator's default. Annotations (`title`,
+//! `description`, `default`, `examples`, `format`, …) are ignored, as the
+//! validator ignores them. A schema with any other keyword has no direct path.
+//!
+//! [`DirectSchema::build`] answers `Some` only for text the full path
+//! accepts, with the value the full path builds; for anything else (invalid
+//! arguments, a number it cannot compare exactly, an escape it leaves to
+//! serde) it answers `None`, which is not a verdict: the caller takes the full
+//! path, which says what is wrong. The tests below and
+//! `tests/engine/test_direct.py` hold it to the full validator on random
+//! schemas and arguments; `benches/schema_suite.py` runs the official
+//! JSON-Schema-Test-Suite's cases for each keyword it takes.
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+
+use serde_json::{Map, Value};
+
+use crate::validate::Limits;
+
+/// Builds the values the direct path reads: Python objects in the binding,
+/// `serde_json::Value`s in the tests ([`ValueBuilder`]). A `None` from any
+/// method abandons the direct path for that call.
+pub trait Build {
+    type Value;
+    type Object;
+    type Array;
+    fn null(&mut self) -> Option<Self::Value>;
+    fn boolean(&mut self, flag: bool) -> Option<Self::Value>;
+    fn int(&mut self, number: i64) -> Option<Self::Value>;
+    fn uint(&mut self, number: u64) -> Option<Self::Value>;
+    fn float(&mut self, number: f64) -> Option<Self::Value>;
+    fn string(&mut self, text: &str) -> Option<Self::Value>;
+    fn object(&mut self) -> Option<Self::Object>;
+    fn insert(&mut self, object: &mut Self::Object, key: &str, value: Self::Value) -> Option<()>;
+    fn close_object(&mut self, object: Self::Object) -> Self::Value;
+    fn array(&mut self) -> Option<Self::Array>;
+    fn push(&mut self, array: &mut Self::Array, value: Self::Value) -> Option<()>;
+    fn close_array(&mut self, array: Self::Array) -> Self::Value;
+}
+
+/// Builds `serde_json::Value`s: what the full path's parser would make.
+#[derive(Debug, Default)]
+pub struct ValueBuilder;
+
+impl Build for ValueBuilder {
+    type Value = Value;
+    type Object = Map<String, Value>;
+    type Array = Vec<Value>;
+    fn null(&mut self) -> Option<Value> {
+        Some(Value::Null)
+    }
+    fn boolean(&mut self, flag: bool) -> Option<Value> {
+        Some(Value::Bool(flag))
+    }
+    fn int(&mut self, number: i64) -> Option<Value> {
+        Some(Value::from(number))
+    }
+    fn uint(&mut self, number: u64) -> Option<Value> {
+        Some(Value::from(number))
+    }
+    fn float(&mut self, number: f64) -> Option<Value> {
+        serde_json::Number::from_f64(number).map(Value::Number)
+    }
+    fn string(&mut self, text: &str) -> Option<Value> {
+        Some(Value::String(text.to_owned()))
+    }
+    fn object(&mut self) -> Option<Self::Object> {
+        Some(Map::new())
+    }
+    fn insert(&mut self, object: &mut Self::Object, key: &str, value: Value) -> Option<()> {
+        object.insert(key.to_owned(), value);
+        Some(())
+    }
+    fn close_object(&mut self, object: Self::Object) -> Value {
+        Value::Object(object)
+    }
+    fn array(&mut self) -> Option<Self::Array> {
+        Some(Vec::new())
+    }
+    fn push(&mut self, array: &mut Self::Array, value: Value) -> Option<()> {
+        array.push(value);
+        Some(())
+    }
+    fn close_array(&mut self, array: Self::Array) -> Value {
+        Value::Array(array)
+    }
+}
+
+// JSON types as bits. An integer-valued number is of type `integer` and `number`.
+const NULL: u8 = 1;
+const BOOLEAN: u8 = 1 << 1;
+const INTEGER: u8 = 1 << 2;
+const NUMBER: u8 = 1 << 3;
+const STRING: u8 = 1 << 4;
+const ARRAY: u8 = 1 << 5;
+const OBJECT: u8 = 1 << 6;
+const ANY: u8 = NULL | BOOLEAN | INTEGER | NUMBER | STRING | ARRAY | OBJECT;
+
+/// Most properties an object part may name (each has a bit in a `u64`).
+const MAX_PROPERTIES: usize = 64;
+/// Deepest schema the direct path takes.
+const MAX_SCHEMA_DEPTH: usize = 16;
+/// serde_json stops at 128 levels (a depth error on the full path): the direct path stops before.
+const MAX_VALUE_DEPTH: usize = 127;
+/// Integers of at most this size convert to `f64` exactly, so they compare exactly with float bounds.
+const EXACT_IN_F64: u64 = 1 << 53;
+
+/// Keywords that only annotate: the validator checks nothing for them.
+const ANNOTATIONS: &[&str] = &[
+    "title",
+    "description",
+    "default",
+    "examples",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "$comment",
+    "format",
+];
+
+/// The draft the validator applies when a schema names none, as a root's `$schema` names it.
+const DRAFT_2020_12: &[&str] = &[
+    "https://json-schema.org/draft/2020-12/schema",
+    "https://json-schema.org/draft/2020-12/schema#",
+];
+
+/// A JSON number as read: an integer that fits 64 bits, or a float.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Num {
+    Int(i64),
+    Uint(u64),
+    Float(f64),
+}
+
+impl Num {
+    fn of(value: &Value) -> Option<Self> {
+        let Value::Number(number) = value else { return None };
+        if let Some(int) = number.as_i64() {
+            Some(Self::Int(int))
+        } else if let Some(int) = number.as_u64() {
+            Some(Self::Uint(int))
+        } else {
+            number.as_f64().map(Self::Float)
+        }
+    }
+
+    fn is_integer(self) -> bool {
+        match self {
+            Self::Int(_) | Self::Uint(_) => true,
+            Self::Float(x) => x.fract() == 0.0,
+        }
+    }
+
+    /// The exact order of two numbers, or None where it cannot be told cheaply
+    /// (an integer past 2^53 against a float): the full path decides those.
+    fn compare(self, other: Self) -> Option<Ordering> {
+        let wide = |num: Self| match num {
+            Self::Int(int) => Some(i128::from(int)),
+            Self::Uint(int) => Some(i128::from(int)),
+            Self::Float(_) => None,
+        };
+        let exact_float = |num: Self| match num {
+            Self::Float(x) => Some(x),
+            Self::Int(int) if int.unsigned_abs() <= EXACT_IN_F64 => Some(int as f64),
+            Self::Uint(int) if int <= EXACT_IN_F64 => Some(int as f64),
+            _ => None,
+        };
+        if let (Some(a), Some(b)) = (wide(self), wide(other)) {
+            return Some(a.cmp(&b));
+        }
+        exact_float(self)?.partial_cmp(&exact_float(other)?)
+    }
+}
+
+/// The checks of one part of a schema, each applying to instances of its own type.
+#[derive(Debug, Clone)]
+struct Part {
+    types: u8,
+    /// `enum` / `const` of strings: the only strings allowed.
+    strings: Option<Box<[Box<str>]>>,
+    min_length: Option<u64>,
+    max_length: Option<u64>,
+    minimum: Option<Num>,
+    maximum: Option<Num>,
+    exclusive_minimum: Option<Num>,
+    exclusive_maximum: Option<Num>,
+    items: Option<Box<Part>>,
+    min_items: Option<u64>,
+    max_items: Option<u64>,
+    object: Option<Box<ObjectPart>>,
+}
+
+/// The checks of an object part: its named properties, which are required, and whether others may appear.
+#[derive(Debug, Clone, Default)]
+struct ObjectPart {
+    properties: Vec<(Box<str>, Part)>,
+    required: u64,
+    closed: bool,
+}
+
+/// Anything goes: an unconstrained part (`true`, `{}`, an undeclared property of an open object).
+const FREE: Part = Part {
+    types: ANY,
+    strings: None,
+    min_length: None,
+    max_length: None,
+    minimum: None,
+    maximum: None,
+    exclusive_minimum: None,
+    exclusive_maximum: None,
+    items: None,
+    min_items: None,
+    max_items: None,
+    object: None,
+};
+
+const OPEN_OBJECT: ObjectPart = ObjectPart {
+    properties: Vec::new(),
+    required: 0,
+    closed: false,
+};
+
+/// A tool's schema in the form the direct path checks (see the module's documentation).
+#[derive(Debug, Clone)]
+pub struct DirectSchema {
+    root: Part,
+}
+
+impl DirectSchema {
+    /// The direct form of `schema`, or None when it uses a keyword the direct path does not take.
+    /// `schema` must already have passed the meta-schema.
+    pub fn from_schema(schema: &Value) -> Option<Self> {
+        let root = part(schema, 0)?;
+        (root.types & OBJECT != 0).then_some(Self { root })
+    }
+
+    /// Reads `text` as a call's arguments: `Some` with the built value when the full path would
+    /// accept the text, None to leave the call to the full path.
+    pub fn build<B: Build>(&self, text: &str, limits: &Limits, builder: &mut B) -> Option<B::Value> {
+        if text.len() > limits.max_input_bytes {
+            return None;
+        }
+        let mut reader = Reader {
+            text,
+            bytes: text.as_bytes(),
+            at: 0,
+            max_depth: limits.max_input_depth.min(MAX_VALUE_DEPTH),
+            builder,
+        };
+        reader.skip_space();
+        if reader.peek()? != b'{' {
+            return None;
+        }
+        let value = reader.value(&self.root, 0)?;
+        reader.skip_space();
+        (reader.at == reader.bytes.len()).then_some(value)
+    }
+}
+
+/// The direct form of one part of a schema (see [`DirectSchema::from_schema`]).
+fn part(schema: &Value, depth: usize) -> Option<Part> {
+    if depth > MAX_SCHEMA_DEPTH {
+        return None;
+    }
+    let map = match schema {
+        Value::Bool(true) => return Some(FREE),
+        Value::Object(map) => map,
+        _ => return None,
+    };
+    let mut out = FREE;
+    let mut any_of = ANY;
+    let mut properties: Option<&Map<String, Value>> = None;
+    let mut required: Option<&Vec<Value>> = None;
+    let mut closed = false;
+    for (keyword, value) in map {
+        match keyword.as_str() {
+            "type" => out.types = type_bits(value)?,
+            "properties" => properties = Some(value.as_object()?),
+            "required" => required = Some(value.as_array()?),
+            "additionalProperties" => closed = !value.as_bool()?,
+            "items" => out.items = Some(Box::new(part(value, depth + 1)?)),
+            "minItems" => out.min_items = Some(value.as_u64()?),
+            "maxItems" => out.max_items = Some(value.as_u64()?),
+            "minLength" => out.min_length = Some(value.as_u64()?),
+            "maxLength" => out.max_length = Some(value.as_u64()?),
+            "minimum" => out.minimum = Some(Num::of(value)?),
+            "maximum" => out.maximum = Some(Num::of(value)?),
+            "exclusiveMinimum" => out.exclusive_minimum = Some(Num::of(value)?),
+            "exclusiveMaximum" => out.exclusive_maximum = Some(Num::of(value)?),
+            "enum" | "const" => {
+                if out.strings.is_some() {
+                    return None;
+                }
+                let members = match value {
+                    Value::Array(members) if keyword == "enum" && !members.is_empty() => members.as_slice(),
+                    Value::String(_) if keyword == "const" => std::slice::from_ref(value),
+                    _ => return None,
+                };
+                let strings: Option<Box<[Box<str>]>> = members.iter().map(|m| m.as_str().map(Box::from)).collect();
+                out.strings = Some(strings?);
+            }
+            "anyOf" => {
+                let mut union = 0;
+                for branch in value.as_array()? {
+                    union |= only_type(branch)?;
+                }
+                any_of = union;
+            }
+            // The validator's default draft, named at the root.
+            "$schema" if depth == 0 && DRAFT_2020_12.contains(&value.as_str()?) => {}
+            name if ANNOTATIONS.contains(&name) => {}
+            _ => return None,
+        }
+    }
+    out.types &= any_of;
+    if out.strings.is_some() {
+        out.types &= STRING;
+    }
+    if properties.is_some() || required.is_some() || closed {
+        out.object = Some(Box::new(object_part(properties, required, closed, depth)?));
+    }
+    Some(out)
+}
+
+fn object_part(
+    properties: Option<&Map<String, Value>>,
+    required: Option<&Vec<Value>>,
+    closed: bool,
+    depth: usize,
+) -> Option<ObjectPart> {
+    let mut object = ObjectPart {
+        closed,
+        ..ObjectPart::default()
+    };
+    for (name, schema) in properties.into_iter().flatten() {
+        object.properties.push((name.as_str().into(), part(schema, depth + 1)?));
+    }
+    if object.properties.len() > MAX_PROPERTIES {
+        return None;
+    }
+    for name in required.into_iter().flatten() {
+        // A required name with no schema of its own is left to the full path.
+        let name = name.as_str()?;
+        let position = object.properties.iter().position(|(key, _)| **key == *name)?;
+        object.required |= 1 << position;
+    }
+    Some(object)
+}
+
+/// The types a `type` keyword names.
+fn type_bits(value: &Value) -> Option<u8> {
+    let bit = |name: &Value| match name.as_str()? {
+        "null" => Some(NULL),
+        "boolean" => Some(BOOLEAN),
+        "integer" => Some(INTEGER),
+        "number" => Some(NUMBER | INTEGER),
+        "string" => Some(STRING),
+        "array" => Some(ARRAY),
+        "object" => Some(OBJECT),
+        _ => None,
+    };
+    match value {
+        Value::Array(names) if !names.is_empty() => names.iter().try_fold(0, |bits, name| Some(bits | bit(name)?)),
+        Value::String(_) => bit(value),
+        _ => None,
+    }
+}
+
+/// The types of an `anyOf` branch that says nothing but its types.
+fn only_type(branch: &Value) -> Option<u8> {
+    let map = branch.as_object()?;
+    let mut types = None;
+    for (keyword, value) in map {
+        match keyword.as_str() {
+            "type" => types = Some(type_bits(value)?),
+            name if ANNOTATIONS.contains(&name) => {}
+            _ => return None,
+        }
+    }
+    types
+}
+
+/// One pass over argument text.
+struct Reader<'t, 'b, B> {
+    text: &'t str,
+    bytes: &'t [u8],
+    at: usize,
+    max_depth: usize,
+    builder: &'b mut B,
+}
+
+impl<'t, B: Build> Reader<'t, '_, B> {
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    fn skip_space(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    fn expect(&mut self, byte: u8) -> Option<()> {
+        self.skip_space();
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// The next value, checked against `part`; `depth` counts the containers around it.
+    fn value(&mut self, part: &Part, depth: usize) -> Option<B::Value> {
+        self.skip_space();
+        let allows = |bits: u8| part.types & bits != 0;
+        match self.peek()? {
+            b'"' if allows(STRING) => {
+                let text = self.string()?;
+                check_string(part, &text)?;
+                self.builder.string(&text)
+            }
+            b'{' if allows(OBJECT) => self.object(part.object.as_deref().unwrap_or(&OPEN_OBJECT), depth + 1),
+            b'[' if allows(ARRAY) => self.array(part, depth + 1),
+            b't' if allows(BOOLEAN) => {
+                self.literal("true")?;
+                self.builder.boolean(true)
+            }
+            b'f' if allows(BOOLEAN) => {
+                self.literal("false")?;
+                self.builder.boolean(false)
+            }
+            b'n' if allows(NULL) => {
+                self.literal("null")?;
+                self.builder.null()
+            }
+            b'-' | b'0'..=b'9' => {
+                let number = self.number()?;
+                check_number(part, number)?;
+                match number {
+                    Num::Int(int) => self.builder.int(int),
+                    Num::Uint(int) => self.builder.uint(int),
+                    Num::Float(x) => self.builder.float(x),
+                }
+            }
+            _ => None,
+        }
+    }
+
+    fn literal(&mut self, word: &str) -> Option<()> {
+        let end = self.at + word.len();
+        (self.bytes.get(self.at..end)? == word.as_bytes()).then(|| self.at = end)
+    }
+
+    fn object(&mut self, shape: &ObjectPart, depth: usize) -> Option<B::Value> {
+        if depth > self.max_depth {
+            return None;
+        }
+        self.at += 1;
+        let mut object = self.builder.object()?;
+        let mut seen: u64 = 0;
+        self.skip_space();
+        if self.peek()? == b'}' {
+            self.at += 1;
+        } else {
+            loop {
+                self.skip_space();
+                if self.peek()? != b'"' {
+                    return None;
+                }
+                let key = self.string()?;
+                self.expect(b':')?;
+                let value = match shape.properties.iter().position(|(name, _)| **name == *key) {
+                    Some(position) => {
+                        seen |= 1 << position;
+                        self.value(&shape.properties[position].1, depth)?
+                    }
+                    None if shape.closed => return None,
+                    None => self.value(&FREE, depth)?,
+                };
+                self.builder.insert(&mut object, &key, value)?;
+                self.skip_space();
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b'}' => {
+                        self.at += 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        if seen & shape.required != shape.required {
+            return None;
+        }
+        Some(self.builder.close_object(object))
+    }
+
+    fn array(&mut self, part: &Part, depth: usize) -> Option<B::Value> {
+        if depth > self.max_depth {
+            return None;
+        }
+        self.at += 1;
+        let items = part.items.as_deref().unwrap_or(&FREE);
+        let mut array = self.builder.array()?;
+        let mut count: u64 = 0;
+        self.skip_space();
+        if self.peek()? == b']' {
+            self.at += 1;
+        } else {
+            loop {
+                let item = self.value(items, depth)?;
+                self.builder.push(&mut array, item)?;
+                count += 1;
+                self.skip_space();
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b']' => {
+                        self.at += 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        if part.min_items.is_some_and(|min| count < min) || part.max_items.is_some_and(|max| count > max) {
+            return None;
+        }
+        Some(self.builder.close_array(array))
+    }
+
+    /// A string at the reader (on its opening quote). Text without escapes is
+    /// borrowed; text with escapes is decoded by serde_json, so that every escape
+    /// (and every refusal, as of a lone surrogate) is exactly the full path's.
+    fn string(&mut self) -> Option<Cow<'t, str>> {
+        let start = self.at;
+        let mut at = start + 1;
+        let mut escaped = false;
+        loop {
+            match *self.bytes.get(at)? {
+                b'"' => break,
+                b'\\' => {
+                    escaped = true;
+                    at += 2;
+                }
+                0..=0x1f => return None,
+                _ => at += 1,
+            }
+        }
+        self.at = at + 1;
+        if escaped {
+            serde_json::from_str::<String>(self.text.get(start..=at)?)
+                .ok()
+                .map(Cow::Owned)
+        } else {
+            Some(Cow::Borrowed(&self.text[start + 1..at]))
+        }
+    }
+
+    /// A number at the reader, as the full path's parser reads it: integers that fit 64 bits as
+    /// integers (`-0` as the float -0.0, as serde_json reads it), others refused (None), and
+    /// fractions and exponents parsed by serde_json itself.
+    fn number(&mut self) -> Option<Num> {
+        let start = self.at;
+        let digits = |reader: &mut Self| {
+            let first = reader.at;
+            while reader.peek().is_some_and(|b| b.is_ascii_digit()) {
+                reader.at += 1;
+            }
+            reader.at > first
+        };
+        let negative = self.peek()? == b'-';
+        if negative {
+            self.at += 1;
+        }
+        if self.peek()? == b'0' {
+            self.at += 1;
+        } else if !digits(self) {
+            return None;
+        }
+        let mut integer = true;
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            integer = false;
+            if !digits(self) {
+                return None;
+            }
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.at += 1;
+            integer = false;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.at += 1;
+            }
+            if !digits(self) {
+                return None;
+            }
+        }
+        let literal = &self.text[start..self.at];
+        if !integer {
+            return serde_json::from_str::<f64>(literal).ok().map(Num::Float);
+        }
+        if literal == "-0" {
+            return Some(Num::Float(-0.0));
+        }
+        if negative {
+            return literal.parse::<i64>().ok().map(Num::Int);
+        }
+        let int = literal.parse::<u64>().ok()?;
+        Some(i64::try_from(int).map_or(Num::Uint(int), Num::Int))
+    }
+}
+
+fn check_string(part: &Part, text: &str) -> Option<()> {
+    if part.min_length.is_some() || part.max_length.is_some() {
+        let length = text.chars().count() as u64;
+        if part.min_length.is_some_and(|min| length < min) || part.max_length.is_some_and(|max| length > max) {
+            return None;
+        }
+    }
+    match &part.strings {
+        Some(allowed) if !allowed.iter().any(|member| **member == *text) => None,
+        _ => Some(()),
+    }
+}
+
+fn check_number(part: &Part, number: Num) -> Option<()> {
+    let kind = if number.is_integer() { INTEGER } else { NUMBER };
+    if part.types & kind == 0 {
+        return None;
+    }
+    let holds = |bound: Option<Num>, allowed: &[Ordering]| match bound {
+        None => Some(()),
+        Some(bound) => allowed.contains(&number.compare(bound)?).then_some(()),
+    };
+    holds(part.minimum, &[Ordering::Greater, Ordering::Equal])?;
+    holds(part.maximum, &[Ordering::Less, Ordering::Equal])?;
+    holds(part.exclusive_minimum, &[Ordering::Greater])?;
+    holds(part.exclusive_maximum, &[Ordering::Less])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validate::{parse_arguments, CompiledSchema};
+    use serde_json::json;
+
+    /// What the full path says of `text`: the parsed value when it accepts it.
+    fn full(schema: &Value, text: &str, limits: &Limits) -> Option<Value> {
+        full_with(&CompiledSchema::compile("t", schema).unwrap(), text, limits)
+    }
+
+    fn full_with(compiled: &CompiledSchema, text: &str, limits: &Limits) -> Option<Value> {
+        let value = parse_arguments(text, limits).ok()?;
+        compiled.check(&value, limits).ok().map(|()| value)
+    }
+
+    fn direct(schema: &Value, text: &str, limits: &Limits) -> Option<Value> {
+        DirectSchema::from_schema(schema)
+            .expect("a direct schema")
+            .build(text, limits, &mut ValueBuilder)
+    }
+
+    /// The direct path agrees with the full path on `text`: the same value when both accept,
+    /// and never an acceptance the full path refuses.
+    fn agree(schema: &Value, text: &str) {
+        let limits = Limits::default();
+        let (direct, full) = (direct(schema, text, &limits), full(schema, text, &limits));
+        if let Some(value) = &direct {
+            assert_eq!(Some(value), full.as_ref(), "{schema} on {text}");
+            assert_eq!(value.to_string(), full.unwrap().to_string(), "{schema} on {text}");
+        }
+    }
+
+    fn tool_schema() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "minLength": 1, "maxLength": 5, "description": "where"},
+                "limit": {"type": "integer", "minimum": 1, "exclusiveMaximum": 100, "default": 10},
+                "mode": {"enum": ["r", "w"]},
+                "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+                "ratio": {"anyOf": [{"type": "number"}, {"type": "null"}]},
+                "extra": {"type": "object", "properties": {"x": {"type": "boolean"}}, "required": ["x"]}
+            },
+            "required": ["path"],
+            "additionalProperties": false
+        })
+    }
+
+    #[test]
+    fn common_arguments_take_the_direct_path_and_equal_the_full_paths() {
+        let schema = tool_schema();
+        for text in [
+            r#"{"path": "a.py"}"#,
+            r#" {"path":"a","limit":99,"mode":"w","tags":["x","y"],"ratio":null} "#,
+            r#"{"path": "ab", "ratio": 0.5, "extra": {"x": true, "more": [1, {"z": null}]}}"#,
+            r#"{"path": "ü€😀x", "limit": 1.0}"#,
+            r#"{"path": "a\"\\\u00e9", "limit": 5}"#,
+            r#"{"path": "a", "ratio": -0}"#,
+            r#"{"path": "a", "ratio": 1e2, "limit": 1e1}"#,
+            r#"{"path": "b", "path": "a"}"#,
+        ] {
+            assert!(direct(&schema, text, &Limits::default()).is_some(), "{text}");
+            agree(&schema, text);
+        }
+    }
+
+    #[test]
+    fn what_the_full_path_refuses_is_left_to_it() {
+        let schema = tool_schema();
+        for text in [
+            "",
+            "[]",
+            "{}",
+            r#"{"path": ""}"#,
+            r#"{"path": "abcdef"}"#,
+            r#"{"path": "a", "limit": 0}"#,
+            r#"{"path": "a", "limit": 100}"#,
+            r#"{"path": "a", "limit": 1.5}"#,
+            r#"{"path": "a", "limit": 123456789012345678901234567890}"#,
+            r#"{"path": "a", "mode": "x"}"#,
+            r#"{"path": "a", "tags": ["x", "y", "z"]}"#,
+            r#"{"path": "a", "tags": [1]}"#,
+            r#"{"path": "a", "ratio": "1"}"#,
+            r#"{"path": "a", "extra": {}}"#,
+            r#"{"path": "a", "other": 1}"#,
+            r#"{"path": "a",}"#,
+            r#"{"path": "a"} x"#,
+            r#"{"path": "a\ud800"}"#,
+            "{\"path\": \"a\u{1}\"}",
+            r#"{"path": "a", "limit": 01}"#,
+            r#"{"path": "a", "limit": 1.}"#,
+            r#"{"path": "a", "ratio": 1e400}"#,
+            r#"{"path": 'a'}"#,
+            r#"{"path": "a", "limit": tru}"#,
+        ] {
+            assert_eq!(direct(&schema, text, &Limits::default()), None, "{text}");
+            agree(&schema, text);
+        }
+    }
+
+    #[test]
+    fn limits_hold_on_the_direct_path() {
+        let schema = json!({"type": "object"});
+        let small = Limits {
+            max_input_bytes: 10,
+            ..Limits::default()
+        };
+        assert_eq!(direct(&schema, r#"{"a": "0123456789"}"#, &small), None);
+        let shallow = Limits {
+            max_input_depth: 2,
+            ..Limits::default()
+        };
+        assert!(direct(&schema, r#"{"a": [1]}"#, &shallow).is_some());
+        assert_eq!(direct(&schema, r#"{"a": [[1]]}"#, &shallow), None);
+        let deep = format!("{{\"a\": {}1{}}}", "[".repeat(200), "]".repeat(200));
+        assert_eq!(direct(&schema, &deep, &Limits::default()), None);
+    }
+
+    #[test]
+    fn bounds_compare_exactly_or_not_at_all() {
+        let schema =
+            json!({"type": "object", "properties": {"n": {"type": "number", "maximum": 9_007_199_254_740_993_u64}}});
+        agree(&schema, r#"{"n": 9007199254740993}"#);
+        assert!(direct(&schema, r#"{"n": 9007199254740993}"#, &Limits::default()).is_some());
+        // A float against an integer bound past 2^53 is left to the full path.
+        assert_eq!(
+            direct(&schema, r#"{"n": 9007199254740992.0}"#, &Limits::default()),
+            None
+        );
+        let schema = json!({"type": "object", "properties": {"n": {"minimum": 0.5}}});
+        assert!(direct(&schema, r#"{"n": 1}"#, &Limits::default()).is_some());
+        assert_eq!(direct(&schema, r#"{"n": 0}"#, &Limits::default()), None);
+        assert!(direct(&schema, r#"{"n": "not a number"}"#, &Limits::default()).is_some());
+    }
+
+    #[test]
+    fn schemas_with_other_keywords_have_no_direct_path() {
+        for schema in [
+            json!({"type": "object", "properties": {"p": {"type": "string", "pattern": "a"}}}),
+            json!({"type": "object", "properties": {"p": {"$ref": "#/$defs/P"}}, "$defs": {"P": {}}}),
+            json!({"type": "object", "additionalProperties": {"type": "string"}}),
+            json!({"type": "object", "properties": {"p": {"enum": [1, "a"]}}}),
+            json!({"type": "object", "properties": {"p": {"anyOf": [{"type": "string", "minLength": 2}]}}}),
+            json!({"type": "object", "required": ["undeclared"]}),
+            json!({"type": "object", "properties": {"p": {"multipleOf": 2}}}),
+            json!({"type": "string"}),
+            json!({"$schema": "http://json-schema.org/draft-04/schema#", "type": "object"}),
+            json!({"type": "object", "properties": {"p": {"$schema": "https://json-schema.org/draft/2020-12/schema"}}}),
+            json!(false),
+        ] {
+            assert!(DirectSchema::from_schema(&schema).is_none(), "{schema}");
+        }
+        assert!(DirectSchema::from_schema(&json!(true)).is_some());
+        assert!(DirectSchema::from_schema(&json!({})).is_some());
+        assert!(
+            DirectSchema::from_schema(&json!({"$schema": "https://json-schema.org/draft/2020-12/schema"})).is_some()
+        );
+    }
+
+    /// A small deterministic generator, so that the differential test needs no dependency.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+        fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+            &items[self.below(items.len())]
+        }
+    }
+
+    fn random_part(rng: &mut Rng, depth: usize) -> Value {
+        let mut part = Map::new();
+        let types = ["string", "integer", "number", "boolean", "null", "array", "object"];
+        match rng.below(6) {
+            0 => {}
+            1 => {
+                part.insert("type".into(), json!(rng.pick(&types)));
+            }
+            2 => {
+                part.insert("type".into(), json!([rng.pick(&types), rng.pick(&types)]));
+            }
+            3 => {
+                part.insert(
+                    "anyOf".into(),
+                    json!([{"type": rng.pick(&types)}, {"type": rng.pick(&types)}]),
+                );
+            }
+            4 => {
+                part.insert("enum".into(), json!(["a", "bb", "é"]));
+            }
+            _ => {
+                part.insert("const".into(), json!("a"));
+            }
+        }
+        let numbers = [json!(0), json!(1), json!(-1), json!(2.5), json!(-0.5), json!(1e3)];
+        for (keyword, chance) in [
+            ("minimum", 4),
+            ("maximum", 4),
+            ("exclusiveMinimum", 5),
+            ("exclusiveMaximum", 5),
+        ] {
+            if rng.below(chance) == 0 {
+                part.insert(keyword.into(), rng.pick(&numbers).clone());
+            }
+        }
+        for (keyword, chance) in [("minLength", 4), ("maxLength", 4), ("minItems", 5), ("maxItems", 5)] {
+            if rng.below(chance) == 0 {
+                part.insert(keyword.into(), json!(rng.below(4)));
+            }
+        }
+        if rng.below(4) == 0 {
+            part.insert("format".into(), json!(rng.pick(&["email", "date", "uri"])));
+        }
+        if depth < 2 && rng.below(3) == 0 {
+            part.insert("items".into(), random_part(rng, depth + 1));
+        }
+        if depth < 2 && rng.below(3) == 0 {
+            let object = random_object(rng, depth + 1);
+            for (key, value) in object.as_object().unwrap() {
+                if key != "type" {
+                    part.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        Value::Object(part)
+    }
+
+    fn random_object(rng: &mut Rng, depth: usize) -> Value {
+        let names = ["a", "b", "c", "é"];
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        for name in names.iter().take(rng.below(names.len() + 1)) {
+            properties.insert((*name).into(), random_part(rng, depth));
+            if rng.below(2) == 0 {
+                required.push(json!(name));
+            }
+        }
+        json!({
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": rng.below(2) == 0,
+        })
+    }
+
+    fn random_value(rng: &mut Rng, depth: usize) -> String {
+        let scalars = [
+            "null",
+            "true",
+            "false",
+            "0",
+            "1",
+            "-1",
+            "-0",
+            "2",
+            "3",
+            "1.0",
+            "2.5",
+            "-0.5",
+            "1e3",
+            "1E-2",
+            "1000",
+            "9007199254740993",
+            "18446744073709551615",
+            "-9223372036854775808",
+            "\"\"",
+            "\"a\"",
+            "\"bb\"",
+            "\"é\"",
+            "\"\\u00e9\"",
+            "\"a\\nb\"",
+            "\"abcd\"",
+            "\"😀\"",
+            "\"a@b.c\"",
+            "\"2024-13-45\"",
+        ];
+        match rng.below(if depth < 3 { 8 } else { 6 }) {
+            6 => {
+                let items: Vec<String> = (0..rng.below(4)).map(|_| random_value(rng, depth + 1)).collect();
+                format!("[{}]", items.join(", "))
+            }
+            7 => random_members(rng, depth + 1),
+            _ => (*rng.pick(&scalars)).to_owned(),
+        }
+    }
+
+    fn random_members(rng: &mut Rng, depth: usize) -> String {
+        // Distinct names (duplicates have a test of their own); "é" sometimes written as an escape.
+        let mut names = vec!["a", "b", "c", "é", "d"];
+        let mut members = Vec::new();
+        for _ in 0..rng.below(5) {
+            let name = names.swap_remove(rng.below(names.len()));
+            let name = if name == "é" && rng.below(2) == 0 {
+                "\\u00e9"
+            } else {
+                name
+            };
+            members.push(format!("\"{name}\": {}", random_value(rng, depth)));
+        }
+        format!("{{{}}}", members.join(", "))
+    }
+
+    #[test]
+    fn the_direct_path_agrees_with_the_full_validator_on_random_schemas_and_arguments() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut taken = 0;
+        let mut accepted_by_both = 0;
+        for _ in 0..3_000 {
+            let schema = random_object(&mut rng, 0);
+            let Ok(compiled) = CompiledSchema::compile("t", &schema) else {
+                continue;
+            };
+            let direct_schema = DirectSchema::from_schema(&schema).expect("every generated schema is direct");
+            taken += 1;
+            for _ in 0..20 {
+                let text = random_members(&mut rng, 1);
+                let limits = Limits::default();
+                let fast = direct_schema.build(&text, &limits, &mut ValueBuilder);
+                let full = full_with(&compiled, &text, &limits);
+                if let Some(value) = &fast {
+                    assert_eq!(Some(value), full.as_ref(), "{schema} on {text}");
+                    accepted_by_both += 1;
+                } else if full.is_some() {
+                    // Left to the full path only where the direct path cannot compare exactly.
+                    let huge = ["9007199254740993", "18446744073709551615", "9223372036854775808"];
+                    assert!(huge.iter().any(|n| text.contains(n)), "{schema} on {text}");
+                }
+            }
+        }
+        assert!(taken > 2_000, "{taken}");
+        assert!(accepted_by_both > 5_000, "{accepted_by_both}");
+    }
+}
