@@ -23,7 +23,7 @@
 //! serde) it answers `None`, which is not a verdict: the caller takes the full
 //! path, which says what is wrong. The tests below and
 //! `tests/engine/test_direct.py` hold it to the full validator on random
-//! schemas and arguments; `benches/schema_suite.py` runs the official
+//! schemas and arguments; `tests/support/schema_suite.py` runs the official
 //! JSON-Schema-Test-Suite's cases for each keyword it takes.
 
 use std::borrow::Cow;
