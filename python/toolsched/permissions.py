@@ -284,8 +284,12 @@ class ToolRules:
         if value is _MISSING or value is None:
             # No target given: the rules have nothing to match.
             return ()
-        if type(value) is str and not self.is_path:
-            return (value,)
+        if type(value) is str:
+            if not self.is_path:
+                return (value,)
+            if value[:1] != "~":
+                # One plain path, the usual case: no list to build.
+                return (normalize_path(value, self.root),)
         if isinstance(value, str):
             items: tuple[str, ...] = (str(value),)
         elif isinstance(value, list | tuple):

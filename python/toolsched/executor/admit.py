@@ -24,6 +24,9 @@ __all__ = ["admit", "check_semantics", "not_approved"]
 
 logger = logging.getLogger("toolsched")
 
+# A call's admission: (allow | deny | ask, the error kind of a denial, the reason).
+Admission = tuple[Behavior, ErrorKind | None, str | None]
+
 
 def not_approved(tool_name: str, message: str | None) -> str:
     text = f"the call to `{tool_name}` was not approved"
@@ -65,7 +68,12 @@ async def admit(jobs: list[Job], turn: Turn, held: list[Held], prior: RunState |
             admitted.append(job)
             continue
         record = records.get(job.call.id)
-        behavior, kind, message = await _decide(job, policy, turn, record)
+        if policy.pre or job.facts.checks_permissions or policy.refuse_interaction:
+            behavior, kind, message = await _decide(job, policy, turn, record)
+        else:
+            # Nothing to await: rules, mode and approvals decide without a coroutine per call.
+            decided, rule = _by_rules(job, policy, turn, None)
+            behavior, kind, message = decided or _merge(job, turn, record, rule)
         if behavior == "ask":
             behavior, message = await _settle(job, message or "", record, prior, held, turn)
             kind = "permission_denied"
@@ -80,9 +88,7 @@ async def admit(jobs: list[Job], turn: Turn, held: list[Held], prior: RunState |
     return admitted
 
 
-async def _decide(
-    job: Job, policy: Policy, turn: Turn, record: CallRecord | None
-) -> tuple[Behavior, ErrorKind | None, str | None]:
+async def _decide(job: Job, policy: Policy, turn: Turn, record: CallRecord | None) -> Admission:
     """One call's merged decision: (allow | deny | ask, the error kind of a denial, the reason).
 
     ``record`` is the call's entry in the state being resumed: an approval
@@ -128,23 +134,44 @@ async def _decide(
             refusal = await _recheck(job, turn)
             if refusal is not None:
                 return "deny", "hook_blocked", refusal
+    decided, rule = _by_rules(job, policy, turn, hook_ask)
+    if decided is not None:
+        return decided
+    tool_decision: Decision | None = None
+    if job.facts.checks_permissions:
+        tool_decision = await _tool_decision(job, turn)
+    return _merge(job, turn, record, rule, hook_ask, hook_allowed, tool_decision)
+
+
+def _by_rules(
+    job: Job, policy: Policy, turn: Turn, hook_ask: str | None
+) -> tuple[Admission | None, tuple[Behavior, str] | None]:
+    """What the rules and the mode settle on their own (a deny rule, an allow rule that waives every ask,
+    plan mode refusing a write), or None to go on; with the rule that names the call, for ``_merge``."""
     rule = policy.rules.evaluate(job.args) if policy.rules is not None else None
     mode = turn.settings.mode
     if rule is not None:
         if rule[0] == "deny":
-            return (
-                "deny",
-                "permission_denied",
-                rule[2] or f"`{tool.name}` with this input is denied by the rule `{rule[1]}`",
-            )
+            reason = rule[2] or f"`{job.tool.name}` with this input is denied by the rule `{rule[1]}`"
+            return ("deny", "permission_denied", reason), None
         if rule[0] == "allow" and hook_ask is None and mode != "plan" and not job.facts.checks_permissions:
             # An allow rule waives every other ask, and nothing is left that could deny.
-            return "allow", None, None
+            return ("allow", None, None), None
     if mode == "plan" and not _is_read_only(job):
-        return "deny", "permission_denied", f"plan mode: `{tool.name}` may change state, so it does not run"
-    tool_decision: Decision | None = None
-    if job.facts.checks_permissions:
-        tool_decision = await _tool_decision(job, turn)
+        return ("deny", "permission_denied", f"plan mode: `{job.tool.name}` may change state, so it does not run"), None
+    return None, None if rule is None else (rule[0], rule[1])
+
+
+def _merge(
+    job: Job,
+    turn: Turn,
+    record: CallRecord | None,
+    rule: tuple[Behavior, str] | None,
+    hook_ask: str | None = None,
+    hook_allowed: bool = False,
+    tool_decision: Decision | None = None,
+) -> Admission:
+    """The merged decision once hooks, rules and the tool have spoken (see ``resolve_permission``)."""
     if (
         record is not None
         and record.status in ("approved", "nested")
@@ -154,9 +181,9 @@ async def _decide(
     ):
         return "allow", None, None
     behavior, reason = resolve_permission(
-        tool.name,
-        mode=mode,
-        rule=None if rule is None else (rule[0], rule[1]),
+        job.tool.name,
+        mode=turn.settings.mode,
+        rule=rule,
         hook_ask=hook_ask,
         hook_allowed=hook_allowed,
         tool_decision=tool_decision,
