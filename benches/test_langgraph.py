@@ -7,7 +7,9 @@ tool through ``START -> tools -> END`` with ``ainvoke``; both sides pay the same
 graph overhead, so the difference is the node's. toolsched's node marks the tool
 concurrency-safe, so it runs the calls together as the stock node does. Most of
 a LangChain tool call is LangChain's own ``ainvoke`` (callbacks, input parsing);
-the third row gives the node a toolsched tool instead, which skips it.
+the third row gives the node a toolsched tool instead, which skips it. The last row is
+no tool node at all: a node that only builds one ``ToolMessage`` per call, the least any
+node answering the calls through this graph can cost.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode as StockToolNode
@@ -62,10 +64,21 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop.close()
 
 
+async def messages_only(state: dict[str, Any]) -> dict[str, Any]:
+    """The floor: one ToolMessage per call, no tool run, no validation."""
+    calls = state["messages"][-1].tool_calls
+    return {
+        "messages": [
+            ToolMessage(content=call["args"]["key"], name=call["name"], tool_call_id=call["id"]) for call in calls
+        ]
+    }
+
+
 NODES = {
     "stock ToolNode": lambda: StockToolNode([lookup]),
     "toolsched ToolNode": lambda: ToolNode([from_langchain(lookup, read_only=True, concurrency_safe=True)]),
     "toolsched ToolNode, toolsched tool": lambda: ToolNode([native_lookup]),
+    "floor: a node that only builds the ToolMessages": lambda: messages_only,
 }
 
 
