@@ -178,3 +178,75 @@ async def test_a_group_that_started_nothing_leaves_the_callers_scopes_working() 
         with anyio.CancelScope():
             async with WorkerGroup():
                 pass
+
+
+async def test_a_worker_that_swallows_its_stop_is_asked_again_until_it_ends() -> None:
+    # The group stops a worker again each time it waits: one swallowed request does not keep it running.
+    swallowed: list[int] = []
+
+    async def stubborn() -> None:
+        for attempt in range(3):
+            try:
+                await anyio.sleep(10)
+            except anyio.get_cancelled_exc_class():
+                swallowed.append(attempt)
+        await anyio.sleep(10)
+
+    async def fails() -> None:
+        await anyio.sleep(0.01)
+        raise RuntimeError("boom")
+
+    with anyio.fail_after(5):
+        with pytest.raises(BaseExceptionGroup) as caught:
+            async with WorkerGroup() as group:
+                group.start_soon(stubborn)
+                group.start_soon(fails)
+    assert swallowed == [0, 1, 2]
+    assert [type(error) for error in caught.value.exceptions] == [RuntimeError]
+
+
+async def test_a_worker_started_while_the_group_stops_is_stopped_too() -> None:
+    reached: list[str] = []
+
+    async def late() -> None:
+        await anyio.sleep(10)
+        reached.append("late")
+
+    async def starts_another() -> None:
+        try:
+            await anyio.sleep(10)
+        finally:
+            group.start_soon(late)
+
+    with anyio.fail_after(5):
+        with anyio.move_on_after(0.02) as outer:
+            async with WorkerGroup() as group:
+                group.start_soon(starts_another)
+                await anyio.sleep(10)
+    assert outer.cancelled_caught and reached == []
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_tool_that_turns_the_stop_of_its_pool_into_an_error_ends_the_run_cancelled() -> None:
+    import toolsched as ts
+
+    ran: list[str] = []
+
+    @ts.tool(read_only=True, concurrency_safe=True)
+    async def converts(name: str) -> str:
+        """Turns any cancellation into an error of its own."""
+        ran.append(name)
+        try:
+            await anyio.sleep(10)
+        except BaseException as exc:
+            raise RuntimeError("cancelled, so I failed") from exc
+        return name
+
+    executor = ts.Executor([converts], strategy=ts.Partitioned(max_concurrency=2))
+    calls = [ts.ToolCall(str(i), "converts", {"name": str(i)}) for i in range(4)]
+    with anyio.fail_after(5):
+        with anyio.move_on_after(0.05) as outer:
+            await executor.run(calls)
+    assert outer.cancelled_caught
+    # Only the two calls the cap let start ever ran: none started after the run was cancelled.
+    assert sorted(ran) == ["0", "1"]

@@ -30,6 +30,7 @@ from toolsched.results import ErrorKind, ToolResult, detached, new_result
 from toolsched.runstate import NestedHold
 from toolsched.shaping import fits_as_is, shape_output
 from toolsched.threads import watching_call
+from toolsched.workers import being_stopped
 
 __all__ = ["EXECUTION_FAILURES", "abort_reason", "answer_unstarted", "execute"]
 
@@ -152,6 +153,10 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
             # an error: this checkpoint raises the run's cancellation instead.
             _close(job, ctx)
             await anyio.lowlevel.checkpoint()
+        elif being_stopped():
+            # The same for a worker of a pool that is stopping (it has no cancel scope to show it).
+            _close(job, ctx)
+            raise asyncio.CancelledError from exc
         if scope is not None and scope.cancel_called and not job.body_outlived_cancel:
             # The tool turned its own cancellation into an exception: still a cancellation.
             kind, error = _stopped(job)
