@@ -74,11 +74,17 @@ def _started(task: asyncio.Task[Any]) -> bool:
     return not isinstance(coroutine, Coroutine) or getcoroutinestate(coroutine) != CORO_CREATED
 
 
-def _shielded(task: asyncio.Task[Any]) -> bool:
-    """Whether ``task`` is inside a shielded anyio cancel scope now."""
+def _scope_of(task: asyncio.Task[Any]) -> Any:
+    """The innermost anyio cancel scope ``task`` is in now, or None."""
     state = _TASK_STATES.get(task)
-    scope = None if state is None else state.cancel_scope
-    while scope is not None:
+    return None if state is None else state.cancel_scope
+
+
+def _shielded(task: asyncio.Task[Any], base: Any = None) -> bool:
+    """Whether ``task`` is inside a shielded anyio cancel scope entered within ``base`` (its scope when
+    the group was entered; a shield outside the group does not hold against the group's own stop)."""
+    scope = _scope_of(task)
+    while scope is not None and scope is not base:
         if scope.shield:
             return True
         scope = getattr(scope, "_parent_scope", None)
@@ -88,16 +94,37 @@ def _shielded(task: asyncio.Task[Any]) -> bool:
 class WorkerGroup:
     """Starts workers (``start_soon``) inside ``async with`` and waits for them when it is left."""
 
-    __slots__ = ("_delivering", "_errors", "_group", "_loop", "_scope", "_stopping", "_waiting", "_workers")
+    __slots__ = (
+        "_base",
+        "_baseline",
+        "_delivering",
+        "_errors",
+        "_group",
+        "_host",
+        "_host_cancels",
+        "_loop",
+        "_scope",
+        "_stopping",
+        "_waiting",
+        "_workers",
+    )
 
     def __init__(self) -> None:
         self._group: TaskGroup | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Where anyio's record of task scopes is missing, the entering task's body runs in this scope.
         self._scope: anyio.CancelScope | None = None
+        # Else the entering task is stopped as a worker is: ``_host`` (None once it leaves the group),
+        # the scope it was in when it entered (``_base``), and how many stops it was sent (taken back
+        # when it leaves, so that the scopes around the group count only their own).
+        self._host: asyncio.Task[Any] | None = None
+        self._base: Any = None
+        self._baseline = 0
+        self._host_cancels = 0
         # Each running worker and the scope it runs in, None when it runs in none (made with the first
         # worker: most groups start none).
         self._workers: dict[asyncio.Task[None], anyio.CancelScope | None] | None = None
-        # Set once the group stops its workers; ``_delivering`` while a delivery is scheduled.
+        # Set once the group stops; ``_delivering`` while a delivery is scheduled.
         self._stopping = False
         self._delivering = False
         self._errors: list[BaseException] | None = None
@@ -111,8 +138,14 @@ class WorkerGroup:
             await self._group.__aenter__()
         else:
             self._loop = loop
-            self._scope = anyio.CancelScope()
-            self._scope.__enter__()
+            if _TASK_STATES is None:
+                self._scope = anyio.CancelScope()
+                self._scope.__enter__()
+            else:
+                self._host = host = asyncio.current_task()
+                if host is not None:
+                    self._base = _scope_of(host)
+                    self._baseline = host.cancelling()
         return self
 
     def start_soon(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -169,12 +202,17 @@ class WorkerGroup:
         self._deliver()
 
     def _deliver(self) -> None:
-        """Asks each worker without a scope of its own to stop, as anyio asks the tasks of a cancelled
-        scope: at once unless it is shielded or its last request is still on its way, and again next
-        event loop iteration while any of them runs."""
+        """Asks the entering task and each worker without a scope of its own to stop, as anyio asks the
+        tasks of a cancelled scope: at once unless it is shielded (within the group), not started yet,
+        or its last request is still on its way; and again next event loop iteration while any runs."""
         self._delivering = False
         current = asyncio.current_task()
         running = False
+        host = self._host
+        if host is not None and not host.done():
+            running = True
+            if host is not current and not _shielded(host, self._base) and self._stop(host):
+                self._host_cancels += 1
         for task, scope in (self._workers or {}).items():
             if scope is not None or task.done():
                 continue
@@ -183,25 +221,53 @@ class WorkerGroup:
                 # Not now: itself, shielded, or not started yet (cancelled before its first step, a
                 # worker would end without a word to its group).
                 continue
-            waiter = getattr(task, "_fut_waiter", None)
-            if not isinstance(waiter, asyncio.Future) or not waiter.done():
+            if self._stop(task):
                 _STOPPED.add(task)
-                task.cancel()
         if running and not self._delivering and self._loop is not None:
             self._delivering = True
             self._loop.call_soon(self._deliver)
+
+    @staticmethod
+    def _stop(task: asyncio.Task[Any]) -> bool:
+        """Cancels ``task`` unless what it waits for is done already (it wakes with the last request)."""
+        waiter = getattr(task, "_fut_waiter", None)
+        if isinstance(waiter, asyncio.Future) and waiter.done():
+            return False
+        task.cancel()
+        return True
+
+    def _leave(self) -> bool:
+        """The entering task leaves: no more stops for it, those it was sent taken back. Returns whether
+        it was sent any and nothing else cancelled it meanwhile (a cancellation that is the group's own)."""
+        host = self._host
+        self._host = None
+        if host is None or not self._host_cancels:
+            return False
+        for _ in range(self._host_cancels):
+            host.uncancel()
+        self._host_cancels = 0
+        return host.cancelling() <= self._baseline
+
+    def _close_scope(self, error: BaseException | None) -> bool:
+        """Leaves the body's scope or the host's stops: whether ``error`` (a cancellation) was the group's own."""
+        scope = self._scope
+        if scope is None:
+            own = self._leave()
+            return own and isinstance(error, asyncio.CancelledError)
+        if error is None:
+            return bool(scope.__exit__(None, None, None))
+        return bool(scope.__exit__(type(error), error, error.__traceback__))
 
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> bool:
         if self._group is not None:
             return bool(await self._group.__aexit__(kind, error, traceback))
-        scope = self._scope
         loop = self._loop
-        assert scope is not None and loop is not None
+        assert loop is not None
         if error is None and not self._workers and self._errors is None:
             # Nothing was started, or everything ended well: no waiting, no checkpoint.
-            return bool(scope.__exit__(None, None, None))
+            return self._close_scope(None)
         pending = error
         if error is not None:
             self._cancel()
@@ -223,11 +289,11 @@ class WorkerGroup:
             finally:
                 self._waiting = None
         if self._errors:
-            scope.__exit__(None, None, None)
+            self._close_scope(None)
             raise BaseExceptionGroup("a worker of the pool failed", self._errors) from None
         if pending is None:
-            return bool(scope.__exit__(None, None, None))
-        if scope.__exit__(type(pending), pending, pending.__traceback__):
+            return self._close_scope(None)
+        if self._close_scope(pending):
             return True  # the cancellation was this group's own
         if pending is error:
             return False

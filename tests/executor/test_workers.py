@@ -250,3 +250,65 @@ async def test_a_tool_that_turns_the_stop_of_its_pool_into_an_error_ends_the_run
     assert outer.cancelled_caught
     # Only the two calls the cap let start ever ran: none started after the run was cancelled.
     assert sorted(ran) == ["0", "1"]
+
+
+async def test_a_shield_in_the_body_holds_and_one_around_the_group_does_not() -> None:
+    finished: list[str] = []
+
+    async def fails() -> None:
+        await anyio.sleep(0.01)
+        raise RuntimeError("boom")
+
+    with anyio.fail_after(5):
+        # A shield the body enters holds: its work finishes before the group raises.
+        with pytest.raises(BaseExceptionGroup):
+            async with WorkerGroup() as group:
+                group.start_soon(fails)
+                with anyio.CancelScope(shield=True):
+                    await anyio.sleep(0.1)
+                    finished.append("shielded body")
+                await anyio.sleep(10)
+        # A shield around the whole group does not keep its body from being stopped by the group.
+        with anyio.CancelScope(shield=True):
+            with pytest.raises(BaseExceptionGroup):
+                async with WorkerGroup() as group:
+                    group.start_soon(fails)
+                    await anyio.sleep(10)
+    assert finished == ["shielded body"]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_group_takes_back_the_stops_it_sent_the_entering_task() -> None:
+    import asyncio
+
+    async def fails() -> None:
+        await anyio.sleep(0.01)
+        raise RuntimeError("boom")
+
+    task = asyncio.current_task()
+    assert task is not None
+    before = task.cancelling()
+    with pytest.raises(BaseExceptionGroup):
+        async with WorkerGroup() as group:
+            group.start_soon(fails)
+            await anyio.sleep(10)
+    assert task.cancelling() == before
+    # Nothing is left pending for the entering task: it goes on waiting normally.
+    await anyio.sleep(0.02)
+
+
+async def test_an_outer_cancellation_with_a_failing_worker_is_not_swallowed() -> None:
+    async def fails_late() -> None:
+        try:
+            await anyio.sleep(10)
+        finally:
+            raise RuntimeError("boom while stopping")
+
+    with anyio.fail_after(5):
+        with anyio.move_on_after(0.02) as outer:
+            with pytest.raises(BaseExceptionGroup):
+                async with WorkerGroup() as group:
+                    group.start_soon(fails_late)
+                    await anyio.sleep(10)
+            await anyio.sleep(10)  # the outer deadline still stops this
+    assert outer.cancelled_caught
