@@ -24,6 +24,12 @@ async def sleep_until_cancelled(stopped: list[str], who: str) -> None:
         raise
 
 
+async def fails_soon() -> None:
+    """Fails a moment after it starts."""
+    await anyio.sleep(0.01)
+    raise RuntimeError("boom")
+
+
 async def test_the_group_waits_for_every_worker() -> None:
     done: list[int] = []
 
@@ -40,15 +46,11 @@ async def test_the_group_waits_for_every_worker() -> None:
 async def test_a_failing_worker_stops_the_body_and_the_other_workers_and_is_raised() -> None:
     stopped: list[str] = []
 
-    async def fails() -> None:
-        await anyio.sleep(0.01)
-        raise RuntimeError("boom")
-
     with anyio.fail_after(5):
         with pytest.raises(BaseExceptionGroup) as caught:
             async with WorkerGroup() as group:
                 group.start_soon(lambda: sleep_until_cancelled(stopped, "worker"))
-                group.start_soon(fails)
+                group.start_soon(fails_soon)
                 await sleep_until_cancelled(stopped, "body")
     assert [type(error) for error in caught.value.exceptions] == [RuntimeError]
     assert sorted(stopped) == ["body", "worker"]
@@ -114,15 +116,11 @@ async def test_a_shield_inside_a_worker_holds_when_the_group_stops_it() -> None:
             await anyio.sleep(0.1)
             finished.append("shielded work")
 
-    async def fails() -> None:
-        await anyio.sleep(0.01)
-        raise RuntimeError("boom")
-
     with anyio.fail_after(5):
         with pytest.raises(BaseExceptionGroup):
             async with WorkerGroup() as group:
                 group.start_soon(must_finish)
-                group.start_soon(fails)
+                group.start_soon(fails_soon)
     assert finished == ["shielded work"]
 
 
@@ -192,15 +190,11 @@ async def test_a_worker_that_swallows_its_stop_is_asked_again_until_it_ends() ->
                 swallowed.append(attempt)
         await anyio.sleep(10)
 
-    async def fails() -> None:
-        await anyio.sleep(0.01)
-        raise RuntimeError("boom")
-
     with anyio.fail_after(5):
         with pytest.raises(BaseExceptionGroup) as caught:
             async with WorkerGroup() as group:
                 group.start_soon(stubborn)
-                group.start_soon(fails)
+                group.start_soon(fails_soon)
     assert swallowed == [0, 1, 2]
     assert [type(error) for error in caught.value.exceptions] == [RuntimeError]
 
@@ -255,15 +249,11 @@ async def test_a_tool_that_turns_the_stop_of_its_pool_into_an_error_ends_the_run
 async def test_a_shield_in_the_body_holds_and_one_around_the_group_does_not() -> None:
     finished: list[str] = []
 
-    async def fails() -> None:
-        await anyio.sleep(0.01)
-        raise RuntimeError("boom")
-
     with anyio.fail_after(5):
         # A shield the body enters holds: its work finishes before the group raises.
         with pytest.raises(BaseExceptionGroup):
             async with WorkerGroup() as group:
-                group.start_soon(fails)
+                group.start_soon(fails_soon)
                 with anyio.CancelScope(shield=True):
                     await anyio.sleep(0.1)
                     finished.append("shielded body")
@@ -272,7 +262,7 @@ async def test_a_shield_in_the_body_holds_and_one_around_the_group_does_not() ->
         with anyio.CancelScope(shield=True):
             with pytest.raises(BaseExceptionGroup):
                 async with WorkerGroup() as group:
-                    group.start_soon(fails)
+                    group.start_soon(fails_soon)
                     await anyio.sleep(10)
     assert finished == ["shielded body"]
 
@@ -281,16 +271,12 @@ async def test_a_shield_in_the_body_holds_and_one_around_the_group_does_not() ->
 async def test_the_group_takes_back_the_stops_it_sent_the_entering_task() -> None:
     import asyncio
 
-    async def fails() -> None:
-        await anyio.sleep(0.01)
-        raise RuntimeError("boom")
-
     task = asyncio.current_task()
     assert task is not None
     before = task.cancelling()
     with pytest.raises(BaseExceptionGroup):
         async with WorkerGroup() as group:
-            group.start_soon(fails)
+            group.start_soon(fails_soon)
             await anyio.sleep(10)
     assert task.cancelling() == before
     # Nothing is left pending for the entering task: it goes on waiting normally.
