@@ -132,26 +132,45 @@ def test_a_process_level_exception_from_a_tool_propagates_as_itself(
 
 
 async def test_leaving_a_stream_with_break_stops_the_run_and_leaves_the_caller_alone(anyio_backend: str) -> None:
+    began: list[int] = []
+    stopped: list[int] = []
     finished: list[int] = []
     started = 0
 
     @ts.tool(concurrency_safe=True)
-    async def slow(n: int) -> None:
-        await anyio.sleep(0.5)
+    async def slow(n: int, seconds: float) -> None:
+        began.append(n)
+        try:
+            await anyio.sleep(seconds)
+        except anyio.get_cancelled_exc_class():
+            stopped.append(n)
+            raise
         finished.append(n)
 
     executor = ts.Executor([slow])
-    async for event in executor.stream([ts.ToolCall(str(n), "slow", {"n": n}) for n in range(4)]):
+    calls = [ts.ToolCall(str(n), "slow", {"n": n, "seconds": 60}) for n in range(4)]
+    async for event in executor.stream(calls):
         if isinstance(event, ts.ToolStarted):
             started += 1
             if started == 2:
                 break
     gc.collect()
-    # The caller's task is not cancelled, and the run stopped: no call finishes afterwards.
-    await anyio.sleep(0.7)
+    # The run is cancelled when the closed generator's aclose() runs, at the event loop's next turn:
+    # until then nothing stops the calls. A full collection in a process that imported the whole test
+    # suite blocks the loop for about half a second, so the calls wait far longer than any such pause,
+    # and this one stands for it.
+    time.sleep(0.6)  # noqa: ASYNC251 - blocks the event loop on purpose
+    # The caller's task is not cancelled, and the run stops: every call that began is cancelled, none finishes.
+    with anyio.fail_after(5):
+        while True:
+            if began and len(stopped) == len(began):
+                break
+            await anyio.sleep(0.01)
+    await anyio.sleep(0.05)
+    assert sorted(stopped) == sorted(began)
     assert finished == []
     # And the executor takes the next turn as usual.
-    outcome = await executor.run([ts.ToolCall("again", "slow", {"n": 9})])
+    outcome = await executor.run([ts.ToolCall("again", "slow", {"n": 9, "seconds": 0.01})])
     assert finished == [9]
     assert outcome.results[0].is_error is False
 
