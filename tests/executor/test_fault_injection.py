@@ -25,6 +25,7 @@ import asyncio
 import re
 import threading
 import time
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -527,4 +528,56 @@ async def test_cancelling_the_run_from_outside_raises_and_leaves_nothing_behind(
         assert all(r.error_kind != "cancelled" or ABORTED.search(str(r.error)) for r in finished)
     else:
         assert [r.call_id for r in outcomes[0].results] == list(dict.fromkeys(call.id for call in calls))
+    assert state.executor.interrupt() == 0
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    turn=st.lists(
+        st.tuples(
+            st.sampled_from("abcdefgh"),
+            st.sampled_from(OUTSIDE_FAULTS),
+            st.booleans(),
+            st.sampled_from([0.0, 0.001, 0.003]),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    strategy=st.sampled_from(STRATEGIES),
+    leave_after=st.integers(0, 12),
+)
+async def test_leaving_a_stream_early_stops_the_run_and_leaves_nothing_behind(
+    turn: list[tuple[str, str, bool, float]], strategy: ts.Strategy, leave_after: int
+) -> None:
+    state = CURRENT[0] = Harness()
+    calls = [
+        ts.ToolCall(i, name, {"n": n, "safe": flag, "delay": delay}) for n, (i, name, flag, delay) in enumerate(turn)
+    ]
+    state.executor = ts.Executor(TOOLS, strategy=strategy)
+    before = {task.id for task in anyio.get_running_tasks()}
+    read_to_the_end = False
+    try:
+        with anyio.fail_after(5):
+            async with aclosing(state.executor.stream(calls)) as events:
+                async for streamed in events:
+                    state.log.append(streamed)
+                    read_to_the_end = isinstance(streamed, ts.RunFinished)
+                    if len(state.log) > leave_after:
+                        break
+            # Left (or read to the end): the run stops, and the caller's task carries on.
+            while True:
+                if not state.alive and {task.id for task in anyio.get_running_tasks()} <= before:
+                    break
+                await anyio.sleep(0.001)
+    finally:
+        state.release.set()
+
+    event("read to the end" if read_to_the_end else "left early")
+    bodies = list(state.bodies)
+    # Nothing of the run starts once it is down, and every call reported finished is reported once.
+    await anyio.sleep(0.02)
+    assert state.bodies == bodies
+    assert len(bodies) == len(set(bodies))
+    finished = [e.result.call_id for e in state.log if isinstance(e, ts.ToolFinished)]
+    assert len(finished) == len(set(finished))
     assert state.executor.interrupt() == 0
