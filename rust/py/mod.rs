@@ -350,11 +350,6 @@ impl<'py> Preparation<'_, 'py> {
         };
         if left < DETACH_MIN_CALLS && left_bytes < DETACH_MIN_BYTES {
             judge_rest();
-            if chunk.len() >= DETACH_MIN_CALLS {
-                // A large chunk took the direct path with the interpreter held: other threads get a turn now.
-                let _resumed = self.collector.resumed();
-                py.detach(|| ());
-            }
         } else {
             // Other threads run meanwhile, with the collector as this prepare found it.
             let _resumed = self.collector.resumed();

@@ -5,8 +5,6 @@ from __future__ import annotations
 import gc
 import json
 import random
-import threading
-import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -139,33 +137,3 @@ def test_a_turn_without_repeated_ids_has_no_position_column() -> None:
     assert [slot for slot, kind, _ in failures] == [i for i in range(700) if i % 3 == 0]
     assert {kind for _, kind, _ in failures} == {"unknown_tool"}
     assert arg_rows == [{"path": "a"} if i % 3 else None for i in range(700)]
-
-
-def test_other_threads_run_while_a_large_turn_is_planned() -> None:
-    # Calls taking the direct path are read and built with the interpreter held: each chunk of 512
-    # still lets other threads in, so a turn of many calls does not stop them for its whole length.
-    # A busy thread notes when it runs; some of its notes must fall well inside the planning.
-    notes: list[float] = []
-    planning = threading.Event()
-    done = threading.Event()
-
-    def note() -> None:
-        planning.wait()
-        while not done.is_set():
-            notes.append(time.perf_counter())
-
-    calls = [SimpleNamespace(id=str(i), name="read", args=json.dumps({"path": f"f{i}"})) for i in range(100_000)]
-    tools = table()
-    worker = threading.Thread(target=note)
-    worker.start()
-    try:
-        planning.set()
-        started = time.perf_counter()
-        columns = tools.prepare(calls, [], **LIMITS)
-        ended = time.perf_counter()
-    finally:
-        done.set()
-        worker.join()
-    assert columns[2] == []
-    early = started + 0.75 * (ended - started)
-    assert any(started < moment < early for moment in notes)
