@@ -331,6 +331,9 @@ class ScriptedProvider:
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("cache-control", "no-cache")
                 self.send_header("transfer-encoding", "chunked")
+                # Said, not only done: a client that pooled this connection could send its next request
+                # on it as the server closes it ("Server disconnected" under load).
+                self.send_header("connection", "close")
                 self.end_headers()
                 self.close_connection = True
                 cut = provider.break_after.get(position)
