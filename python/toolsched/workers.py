@@ -27,6 +27,7 @@ entering task inside a shielded section (a call that must finish) passes it on o
 from __future__ import annotations
 
 import asyncio
+import math
 from asyncio import events
 from collections.abc import Callable, Coroutine
 from inspect import CORO_CREATED, getcoroutinestate
@@ -147,6 +148,24 @@ class WorkerGroup:
                     self._base = _scope_of(host)
                     self._baseline = host.cancelling()
         return self
+
+    def cancelled(self) -> bool:
+        """Whether the group's work must not start anything new: it is stopping, or a scope around the
+        group was cancelled (the entering task learns that at its next wait; a worker between two items
+        asks here first). Scopes entered inside the group, as a call's own timeout, do not count."""
+        if self._stopping:
+            return True
+        if self._group is not None or self._scope is not None:
+            # Workers inside anyio scopes (trio, or no record of task scopes): anyio's own answer.
+            return anyio.current_effective_deadline() == -math.inf
+        scope = self._base
+        while scope is not None:
+            if scope.cancel_called:
+                return True
+            if scope.shield:
+                return False
+            scope = getattr(scope, "_parent_scope", None)
+        return False
 
     def start_soon(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Starts ``work()`` in a worker of the group."""

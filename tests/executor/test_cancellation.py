@@ -175,6 +175,47 @@ async def test_leaving_a_stream_with_break_stops_the_run_and_leaves_the_caller_a
     assert outcome.results[0].is_error is False
 
 
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        ts.Sequential(),
+        ts.Parallel(max_concurrency=1),
+        ts.Partitioned(max_concurrency=1),
+        ts.ResourceAware(max_concurrency=1),
+    ],
+    ids=strategy_id,
+)
+async def test_no_call_starts_once_a_stream_is_left_even_when_the_call_before_ends_at_that_moment(
+    anyio_backend: str, strategy: ts.Strategy
+) -> None:
+    # The first call's wait ends in the very step that leaves the stream: the task running it wakes
+    # normally, not cancelled, and would take the next call before it hears of the cancellation.
+    began: list[int] = []
+    release = anyio.Event()
+
+    @ts.tool(concurrency_safe=True)
+    async def step(n: int) -> None:
+        began.append(n)
+        if n == 0:
+            await release.wait()
+        else:
+            await anyio.lowlevel.checkpoint()
+
+    executor = ts.Executor([step], strategy=strategy)
+    events = executor.stream([ts.ToolCall(str(n), "step", {"n": n}) for n in range(3)])
+    async for event in events:
+        if isinstance(event, ts.ToolStarted):
+            break
+    left_with = list(began)
+    release.set()
+    await events.aclose()  # type: ignore[attr-defined]
+    for _ in range(20):
+        await anyio.lowlevel.checkpoint()
+    await anyio.sleep(0.05)
+    assert 0 in left_with and 2 not in left_with
+    assert began == left_with
+
+
 async def test_a_stream_read_to_the_end_reports_everything(anyio_backend: str) -> None:
     @ts.tool(concurrency_safe=True)
     async def quick(n: int) -> int:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol
 
 import anyio
+import anyio.lowlevel
 
 from toolsched import _core
 from toolsched.errors import GuardrailTripped, ToolCallFailed, ToolTimeoutError
@@ -211,6 +212,9 @@ class _Pool:
         while self.position < len(items):
             if self.reclaiming and self._retires():
                 return
+            if self.group.cancelled():
+                # The run is being stopped: nothing more starts (its calls are answered by the way it stops).
+                break
             item = items[self.position]
             self.position += 1
             suspended = run_until_suspended(work(item))
@@ -231,6 +235,9 @@ class _Pool:
         assert source is not None
         while True:
             if self.reclaiming and self._retires():
+                return
+            if self.group.cancelled():
+                self._leave()
                 return
             item = source.take()
             if item is not None:
@@ -333,6 +340,9 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
     """The planned batches one after another, with steering and interrupts checked between them."""
     settings = turn.settings
     for number, (start, end, concurrency) in enumerate(_batches(jobs, turn, cap)):
+        if number:
+            # A cancellation of the run that arrived as the last batch ended stops it here: nothing more starts.
+            await anyio.lowlevel.checkpoint_if_cancelled()
         if turn.halt is not None:
             await answer_unstarted(jobs[start:], turn, "skipped", turn.halt)
             return []
@@ -360,6 +370,8 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
                 suspended = run_until_suspended(execute(job, number, False, turn))
                 if suspended is not None:
                     await suspended
+                    # The call waited: a cancellation of the run may have come as it ended.
+                    await anyio.lowlevel.checkpoint_if_cancelled()
         turn.abort = None
         turn.scoped = False
         if settings.post_batch:
