@@ -384,9 +384,7 @@ async def test_random_faults_keep_every_promise(
     cancel_last: bool,
 ) -> None:
     state = CURRENT[0] = Harness()
-    calls = [
-        ts.ToolCall(i, name, {"n": n, "safe": flag, "delay": delay}) for n, (i, name, flag, delay) in enumerate(turn)
-    ]
+    calls = turn_calls(turn)
     last_id = list(dict.fromkeys(call.id for call in calls))[-1]
     cancelled_pending: list[str] = []
     # What executor.cancel answered, and what it should have (callbacks must not raise:
@@ -484,20 +482,30 @@ async def test_random_faults_keep_every_promise(
 
 
 OUTSIDE_FAULTS = ["work", "work", "sync_work", "foreign", "browse", "fail", "fail_abort", "slow", "hang", "hang_sync"]
+# A turn of (call ID, tool, concurrency-safe, delay) for the tests that stop a run from outside.
+OUTSIDE_TURNS = st.lists(
+    st.tuples(
+        st.sampled_from("abcdefgh"),
+        st.sampled_from(OUTSIDE_FAULTS),
+        st.booleans(),
+        st.sampled_from([0.0, 0.001, 0.003]),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+def turn_calls(turn: list[tuple[str, str, bool, float]]) -> list[ts.ToolCall]:
+    """The calls of a drawn turn of (call ID, tool, concurrency-safe, delay)."""
+    return [
+        ts.ToolCall(call_id, name, {"n": n, "safe": flag, "delay": delay})
+        for n, (call_id, name, flag, delay) in enumerate(turn)
+    ]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    turn=st.lists(
-        st.tuples(
-            st.sampled_from("abcdefgh"),
-            st.sampled_from(OUTSIDE_FAULTS),
-            st.booleans(),
-            st.sampled_from([0.0, 0.001, 0.003]),
-        ),
-        min_size=1,
-        max_size=8,
-    ),
+    turn=OUTSIDE_TURNS,
     strategy=st.sampled_from(STRATEGIES),
     cancel_after=st.sampled_from([0.0, 0.001, 0.003, 0.008, 0.02]),
 )
@@ -505,9 +513,7 @@ async def test_cancelling_the_run_from_outside_raises_and_leaves_nothing_behind(
     turn: list[tuple[str, str, bool, float]], strategy: ts.Strategy, cancel_after: float
 ) -> None:
     state = CURRENT[0] = Harness()
-    calls = [
-        ts.ToolCall(i, name, {"n": n, "safe": flag, "delay": delay}) for n, (i, name, flag, delay) in enumerate(turn)
-    ]
+    calls = turn_calls(turn)
     state.executor = ts.Executor(TOOLS, strategy=strategy, on_event=state.log.append)
     before = {task.id for task in anyio.get_running_tasks()}
     outcomes: list[ts.Outcome] = []
@@ -533,16 +539,7 @@ async def test_cancelling_the_run_from_outside_raises_and_leaves_nothing_behind(
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    turn=st.lists(
-        st.tuples(
-            st.sampled_from("abcdefgh"),
-            st.sampled_from(OUTSIDE_FAULTS),
-            st.booleans(),
-            st.sampled_from([0.0, 0.001, 0.003]),
-        ),
-        min_size=1,
-        max_size=8,
-    ),
+    turn=OUTSIDE_TURNS,
     strategy=st.sampled_from(STRATEGIES),
     leave_after=st.integers(0, 12),
 )
@@ -550,9 +547,7 @@ async def test_leaving_a_stream_early_stops_the_run_and_leaves_nothing_behind(
     turn: list[tuple[str, str, bool, float]], strategy: ts.Strategy, leave_after: int
 ) -> None:
     state = CURRENT[0] = Harness()
-    calls = [
-        ts.ToolCall(i, name, {"n": n, "safe": flag, "delay": delay}) for n, (i, name, flag, delay) in enumerate(turn)
-    ]
+    calls = turn_calls(turn)
     state.executor = ts.Executor(TOOLS, strategy=strategy)
     before = {task.id for task in anyio.get_running_tasks()}
     read_to_the_end = False

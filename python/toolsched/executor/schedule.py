@@ -213,8 +213,8 @@ class _Pool:
             if self.reclaiming and self._retires():
                 return
             if self.group.cancelled():
-                # The run is being stopped: nothing more starts (its calls are answered by the way it stops).
-                break
+                await self._stop_taking()
+                return
             item = items[self.position]
             self.position += 1
             suspended = run_until_suspended(work(item))
@@ -222,6 +222,13 @@ class _Pool:
                 self.grow()
                 await suspended
         self._leave()
+
+    async def _stop_taking(self) -> None:
+        """The run is being stopped: this worker takes nothing more. The task that runs the pool raises
+        the run's cancellation here (a pool that just ended would let the run go on to assemble results
+        it never made); a worker outside the run's scopes leaves, and hears of it from its group."""
+        self._leave()
+        await anyio.lowlevel.checkpoint_if_cancelled()
 
     def _leave(self) -> None:
         """A worker leaves the pool: its slot is free for an item that lent its own."""
@@ -237,7 +244,7 @@ class _Pool:
             if self.reclaiming and self._retires():
                 return
             if self.group.cancelled():
-                self._leave()
+                await self._stop_taking()
                 return
             item = source.take()
             if item is not None:
