@@ -20,7 +20,8 @@ entering task cancels its workers and waits for them before the cancellation goe
 that started no worker is left without a checkpoint (anyio's task group runs one).
 
 What differs: a worker is not inside the cancel scopes of the entering task, so a cancellation
-of an enclosing scope reaches the workers when the entering task sees it, at its next wait. An
+of an enclosing scope reaches the workers when the entering task sees it, at its next wait; a
+worker between two items asks ``cancelled()`` first, so none starts another meanwhile. An
 entering task inside a shielded section (a call that must finish) passes it on once it leaves.
 """
 
