@@ -20,6 +20,8 @@ pub struct ToolSpec {
 pub struct Catalog {
     names: Vec<String>,
     schemas: Vec<CompiledSchema>,
+    /// Each schema's one-pass form, when it has one (see [`crate::direct`]).
+    directs: Vec<Option<DirectSchema>>,
     lookup: AHashMap<String, usize>,
 }
 
@@ -44,10 +46,12 @@ impl Catalog {
     pub fn new(specs: Vec<ToolSpec>) -> Result<Self, EngineError> {
         let mut names = Vec::with_capacity(specs.len());
         let mut schemas = Vec::with_capacity(specs.len());
+        let mut directs = Vec::with_capacity(specs.len());
         let mut lookup: AHashMap<String, usize> = AHashMap::with_capacity(specs.len());
         for (index, spec) in specs.into_iter().enumerate() {
             check_name(&spec.name)?;
             schemas.push(CompiledSchema::compile(&spec.name, &spec.input_schema)?);
+            directs.push(DirectSchema::from_schema(&spec.input_schema));
             names.push(spec.name.clone());
             for key in std::iter::once(&spec.name).chain(&spec.aliases) {
                 check_name(key)?;
@@ -61,7 +65,12 @@ impl Catalog {
                 lookup.insert(key.clone(), index);
             }
         }
-        Ok(Self { names, schemas, lookup })
+        Ok(Self {
+            names,
+            schemas,
+            directs,
+            lookup,
+        })
     }
 
     /// The tool called `name`, by its name or one of its aliases.
@@ -86,7 +95,7 @@ impl Catalog {
 
     /// The one-pass form of tool `index`'s schema, if it has one.
     pub fn direct(&self, index: usize) -> Option<&DirectSchema> {
-        self.schemas[index].direct()
+        self.directs[index].as_ref()
     }
 
     /// Checks `args` against tool `index`'s schema.

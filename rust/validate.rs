@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 use jsonschema::{Retrieve, Uri, Validator};
 use serde_json::Value;
 
-use crate::direct::DirectSchema;
 use crate::error::EngineError;
 
 /// Bounds on one call's arguments, checked before schema validation.
@@ -167,8 +166,6 @@ impl Retrieve for RefuseExternal {
 /// A tool's input schema, compiled once at registration.
 pub struct CompiledSchema {
     validator: Validator,
-    /// The one-pass form of the schema, when it has one.
-    direct: Option<DirectSchema>,
 }
 
 impl std::fmt::Debug for CompiledSchema {
@@ -195,15 +192,7 @@ impl CompiledSchema {
             .with_retriever(RefuseExternal)
             .build(schema)
             .map_err(|err| invalid(err.to_string()))?;
-        Ok(Self {
-            validator,
-            direct: DirectSchema::from_schema(schema),
-        })
-    }
-
-    /// The schema's one-pass form (see [`crate::direct`]), if it has one.
-    pub fn direct(&self) -> Option<&DirectSchema> {
-        self.direct.as_ref()
+        Ok(Self { validator })
     }
 
     /// Checks the shape of `value` (depth first, then the schema).

@@ -338,7 +338,11 @@ impl<'py> Preparation<'_, 'py> {
             built
         }));
         // Python objects stay with the interpreter: the judging side sees only which calls are left.
-        let taken: Vec<bool> = direct.iter().map(Option::is_some).collect();
+        let taken: Vec<bool> = if left == 0 {
+            Vec::new()
+        } else {
+            direct.iter().map(Option::is_some).collect()
+        };
         let mut judge_rest = || {
             verdicts.extend(
                 chunk
@@ -348,7 +352,9 @@ impl<'py> Preparation<'_, 'py> {
                     .map(|((_, call), _)| call.args.with(|args| planner.judge(&call.name, args))),
             );
         };
-        if left < DETACH_MIN_CALLS && left_bytes < DETACH_MIN_BYTES {
+        if left == 0 {
+            // Every call took the direct path: nothing is left to judge.
+        } else if left < DETACH_MIN_CALLS && left_bytes < DETACH_MIN_BYTES {
             judge_rest();
         } else {
             // Other threads run meanwhile, with the collector as this prepare found it.
