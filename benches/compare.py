@@ -11,6 +11,10 @@ turn includes beyond that is each framework's own path and is timed whole, nothi
 subtracted:
 
 - ``taskgroup`` (the floor): ``json.loads`` each text, one ``asyncio.TaskGroup`` task per call;
+- ``taskgroup_hooked``: the floor with the full pipeline's extra work written by hand, the least a
+  loop of one's own does for it: the same pre and post hook awaited with the parsed arguments
+  (no event, no copy) and the allow and deny rule as two prefix tests on the normalised path (no
+  validation); the full pipeline's ratio to it says what toolsched's own machinery costs;
 - ``toolsched*``: build the ``ToolCall``s, ``Executor.run`` (lookup, validation from JSON text,
   scheduling, execution, ordered frozen results), plus hooks, permission rules or
   ``ResourceAware`` when this toolsched has them (the row's label says what it measured);
@@ -44,6 +48,7 @@ import json
 import math
 import os
 import platform
+import posixpath
 import statistics
 import subprocess
 import sys
@@ -59,6 +64,7 @@ from toolsched import _core
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "compare.json"
 FLOOR = "taskgroup"
+HOOKED_FLOOR = "taskgroup_hooked"
 TOOL_NAME = "noop"
 
 
@@ -143,6 +149,30 @@ async def taskgroup_floor(texts: list[str], max_concurrency: int | None) -> Turn
     async def run() -> list[None]:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(noop(**json.loads(text))) for text in texts]
+        return [task.result() for task in tasks]
+
+    return Turn(run, len)
+
+
+async def taskgroup_hooked(texts: list[str], max_concurrency: int | None) -> Turn:
+    """The floor with the pre hook, the post hook and the two rules of the full pipeline, written by hand."""
+    root = os.getcwd()
+    allowed = posixpath.join(root, "src") + "/"
+    denied = posixpath.join(root, "secret") + "/"
+
+    async def one(text: str) -> None:
+        args = json.loads(text)
+        path = posixpath.normpath(posixpath.join(root, args["path"]))
+        if path.startswith(denied) or not path.startswith(allowed):
+            raise PermissionError(f"{path} is not allowed")
+        await pre_hook(args)
+        output = await noop(**args)
+        await post_hook(args)
+        return output
+
+    async def run() -> list[None]:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(text)) for text in texts]
         return [task.result() for task in tasks]
 
     return Turn(run, len)
@@ -400,6 +430,12 @@ def contenders() -> list[Contender]:
     hooks = pipeline_hooks_per_call()
     rows = [
         Contender(FLOOR, "bare asyncio.TaskGroup + json.loads (floor)", taskgroup_floor),
+        Contender(
+            HOOKED_FLOOR,
+            "the floor + the same 2 hooks and 2 rules by hand",
+            taskgroup_hooked,
+            hooks_per_call=2,
+        ),
         Contender("toolsched", "toolsched (validation + Partitioned)", toolsched_validation),
         Contender("toolsched_full", pipeline_label("Partitioned"), toolsched_full_pipeline, hooks_per_call=hooks),
     ]
@@ -917,6 +953,15 @@ def render(report: dict[str, Any]) -> str:
         ]
         out.append(markdown_table(["competitor", *[f"N = {n:,}" for n in sizes]], rows))
         out.append("")
+    by_hand = report["targets"].get("by_hand")
+    if by_hand:
+        out.append("The full pipeline ÷ the floor with the same hooks and rules by hand, per call:\n")
+        rows = [
+            [stat, *[fmt_ratio(by_hand[str(n)][stat]) if str(n) in by_hand else "—" for n in sizes]]
+            for stat in ("min", "median")
+        ]
+        out.append(markdown_table(["", *[f"N = {n:,}" for n in sizes]], rows))
+        out.append("")
     single = report["single_call"]
     if single["rows"]:
         out.append(f"Single-call turn, µs per turn ({clock_name[clock]}):\n")
@@ -1043,10 +1088,22 @@ def targets_report(lanes: list[Lane]) -> dict[str, Any]:
                 if n in against.cells
             }
             rows.append({"key": lane.contender.key, "label": lane.contender.label, "ratios": ratios})
+    # The full pipeline against the same hooks and rules written by hand (min and median per call).
+    by_hand: dict[str, dict[str, float]] = {}
+    hooked = by_key.get(HOOKED_FLOOR)
+    if against is not None and hooked is not None:
+        for n, cell in sorted(against.cells.items()):
+            base = hooked.cells.get(n)
+            if base is not None:
+                by_hand[str(n)] = {
+                    "min": cell["min_us"] / base["min_us"],
+                    "median": cell["median_us"] / base["median_us"],
+                }
     return {
         "against": "toolsched_full",
         "against_label": against.contender.label if against is not None else "",
         "rows": rows,
+        "by_hand": by_hand,
     }
 
 

@@ -2,6 +2,7 @@
 
     python benches/instructions.py 1 2000            # N = 1, 2,000 turns
     python benches/instructions.py 100 40 --full     # N = 100, the full pipeline (two hooks, rules)
+    python benches/instructions.py 100 40 --parts pre # N = 100, one part of it alone (pre, post, rules)
     PYTHONPATH=<checkout>/python python benches/instructions.py 1 2000   # another checkout
 
 Timing on a shared 2-core machine moves by 10-30 % with the load; an instruction count moves by
@@ -24,7 +25,7 @@ import subprocess
 import sys
 
 
-async def turns(calls: int, count: int, full: bool) -> None:
+async def turns(calls: int, count: int, parts: frozenset[str]) -> None:
     import toolsched as ts
 
     @ts.tool(read_only=True, concurrency_safe=True, rule_subject="path")
@@ -38,8 +39,14 @@ async def turns(calls: int, count: int, full: bool) -> None:
         return None
 
     options: dict[str, object] = {}
-    if full:
-        options["hooks"] = ts.Hooks().pre_tool_use("*", pre).post_tool_use("*", post)
+    hooks = ts.Hooks()
+    if "pre" in parts:
+        hooks.pre_tool_use("*", pre)
+    if "post" in parts:
+        hooks.post_tool_use("*", post)
+    if len(hooks):
+        options["hooks"] = hooks
+    if "rules" in parts:
         options["permissions"] = ts.Permissions(allow=["noop(src/**)"], deny=["noop(secret/**)"])
     executor = ts.Executor([noop], strategy=ts.Partitioned(), **options)  # type: ignore[arg-type]
     texts = [(f"c{i}", json.dumps({"path": f"src/file_{i}.py", "limit": i % 50 + 1})) for i in range(calls)]
@@ -54,7 +61,11 @@ async def turns(calls: int, count: int, full: bool) -> None:
         await turn()
 
 
-def counted(calls: int, count: int, full: bool) -> int:
+# The parts of the full pipeline: a pre hook, a post hook, an allow and a deny rule.
+PARTS = frozenset({"pre", "post", "rules"})
+
+
+def counted(calls: int, count: int, parts: frozenset[str]) -> int:
     """The instructions valgrind counts for the whole process with ``count`` measured turns."""
     command = [
         "valgrind",
@@ -67,8 +78,8 @@ def counted(calls: int, count: int, full: bool) -> int:
         str(calls),
         str(count),
     ]
-    if full:
-        command.append("--full")
+    if parts:
+        command += ["--parts", ",".join(sorted(parts))]
     done = subprocess.run(command, capture_output=True, text=True, check=True, env=os.environ)
     found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
     if found is None:
@@ -81,17 +92,26 @@ def main() -> None:
     parser.add_argument("calls", type=int, help="calls per turn")
     parser.add_argument("turns", type=int, help="measured turns")
     parser.add_argument("--full", action="store_true", help="a pre hook, a post hook and permission rules")
+    parser.add_argument("--parts", default="", help="some of the full pipeline: pre, post, rules (comma-separated)")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    parts = frozenset(PARTS) if args.full else frozenset(part for part in args.parts.split(",") if part)
+    if not parts <= PARTS:
+        raise SystemExit(f"unknown parts: {', '.join(sorted(parts - PARTS))} (known: {', '.join(sorted(PARTS))})")
     if args.inner:
-        asyncio.run(turns(args.calls, args.turns, args.full))
+        asyncio.run(turns(args.calls, args.turns, parts))
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
-    base = counted(args.calls, 0, args.full)
-    total = counted(args.calls, args.turns, args.full)
+    base = counted(args.calls, 0, parts)
+    total = counted(args.calls, args.turns, parts)
     per_call = (total - base) / (args.turns * args.calls)
-    label = "full pipeline" if args.full else "validation + Partitioned"
+    if parts == PARTS:
+        label = "full pipeline"
+    elif parts:
+        label = "validation + Partitioned + " + " + ".join(sorted(parts))
+    else:
+        label = "validation + Partitioned"
     print(f"N={args.calls} ({label}): {per_call:,.0f} instructions per call")
 
 

@@ -356,6 +356,25 @@ async def test_each_mode(mode: str, name: str, args: dict[str, Any], expected: s
     assert len(workspace.runs) == (1 if expected == "ran" else 0)
 
 
+async def say_nothing(event: ts.HookEvent) -> None:
+    return None
+
+
+@pytest.mark.parametrize(("mode", "name", "args", "expected"), MODES)
+@pytest.mark.parametrize("with_hook", [False, True])
+async def test_each_mode_holds_beside_a_silent_hook_and_rules_that_name_other_calls(
+    mode: str, name: str, args: dict[str, Any], expected: str, with_hook: bool
+) -> None:
+    """A call no rule names and no hook speaks of is decided by the mode and the tool alone, on the
+    path without hooks and on the path with them."""
+    workspace = Workspace()
+    rules = permissions(mode=mode, deny=["bash(rm *)", "edit(/etc/**)"], ask=["read(secret/**)"])
+    hooks = ts.Hooks().pre_tool_use("*", say_nothing) if with_hook else None
+    outcome = await run_one(workspace.executor(permissions=rules, hooks=hooks), name, args)
+    assert verdict(outcome) == expected
+    assert len(workspace.runs) == (1 if expected == "ran" else 0)
+
+
 async def test_allow_rules_waive_the_ask_of_ask_and_accept_reads_modes() -> None:
     for mode in ("ask", "accept_reads"):
         workspace = Workspace()

@@ -159,7 +159,12 @@ def _by_rules(
             return ("allow", None, None), None
     if mode == "plan" and not _is_read_only(job):
         return ("deny", "permission_denied", f"plan mode: `{job.tool.name}` may change state, so it does not run"), None
-    return None, None if rule is None else (rule[0], rule[1])
+    if rule is None:
+        if hook_ask is None and policy.unasked:
+            # No rule names the call, no hook asks, and neither the mode nor the tool would: allowed.
+            return ("allow", None, None), None
+        return None, None
+    return None, (rule[0], rule[1])
 
 
 def _merge(

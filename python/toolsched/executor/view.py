@@ -15,12 +15,26 @@ class Policy:
     """What admission must do for one tool, worked out once per executor (internal).
 
     ``admit`` is False when nothing can stop or ask about the tool's calls:
-    they go straight to scheduling.
+    they go straight to scheduling. ``unasked`` is True when, if no rule names
+    a call and no hook asks about it, nothing else would ask or deny (the mode,
+    the tool's ``requires_approval`` and ``check_permissions``): it is allowed.
     """
 
-    __slots__ = ("admit", "hooks", "post_failure", "post_success", "pre", "refuse_interaction", "rules", "update")
+    __slots__ = (
+        "admit",
+        "hooks",
+        "post_failure",
+        "post_success",
+        "pre",
+        "refuse_interaction",
+        "rules",
+        "unasked",
+        "update",
+    )
 
-    def __init__(self, rules: ToolRules | None, hooks: ToolHooks | None, refuse_interaction: bool, admit: bool) -> None:
+    def __init__(
+        self, rules: ToolRules | None, hooks: ToolHooks | None, refuse_interaction: bool, admit: bool, unasked: bool
+    ) -> None:
         self.rules = rules
         self.hooks = hooks
         self.pre: tuple[Hook, ...] = hooks.pre if hooks is not None else ()
@@ -29,6 +43,7 @@ class Policy:
         self.update: tuple[Hook, ...] = hooks.update if hooks is not None else ()
         self.refuse_interaction = refuse_interaction
         self.admit = admit
+        self.unasked = unasked
 
 
 def tool_policy(settings: Settings, member: Tool, facts: ToolFacts) -> Policy:
@@ -46,7 +61,13 @@ def tool_policy(settings: Settings, member: Tool, facts: ToolFacts) -> Policy:
         or facts.checks_permissions
         or asks
     )
-    return Policy(rules, tool_hooks, refuse_interaction, admit)
+    unasked = (
+        not refuse_interaction
+        and settings.mode in ("default", "bypass")
+        and not asks
+        and not facts.checks_permissions
+    )
+    return Policy(rules, tool_hooks, refuse_interaction, admit, unasked)
 
 
 class View:
