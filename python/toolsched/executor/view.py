@@ -62,10 +62,7 @@ def tool_policy(settings: Settings, member: Tool, facts: ToolFacts) -> Policy:
         or asks
     )
     unasked = (
-        not refuse_interaction
-        and settings.mode in ("default", "bypass")
-        and not asks
-        and not facts.checks_permissions
+        not refuse_interaction and settings.mode in ("default", "bypass") and not asks and not facts.checks_permissions
     )
     return Policy(rules, tool_hooks, refuse_interaction, admit, unasked)
 
