@@ -151,6 +151,27 @@ def _path_matcher(pattern: str, root: str) -> Matcher:
     return _glob_path(pattern, root).fullmatch
 
 
+def _simple_text(pattern: str) -> tuple[str | None, str | None]:
+    """A text pattern as (the value it equals, the prefix it matches), or (None, None) when it needs its regex."""
+    if not _has_wildcard(pattern):
+        return pattern, None
+    if pattern.endswith("*") and not _has_wildcard(pattern[:-1]):
+        return None, pattern[:-1]
+    return None, None
+
+
+def _simple_path(pattern: str, root: str) -> tuple[str | None, str | None]:
+    """A path pattern as (the path it equals, the prefix it matches), or (None, None) when it needs its regex;
+    ``dir/**`` equals ``dir`` and matches the prefix ``dir/``."""
+    parts = _path_parts(pattern, root)
+    if not any(_has_wildcard(part) for part in parts):
+        return "".join("/" + part for part in parts), None
+    if parts[-1] == "**" and not any(_has_wildcard(part) for part in parts[:-1]):
+        directory = "".join("/" + part for part in parts[:-1])
+        return directory, directory + "/"
+    return None, None
+
+
 def _glob_text(pattern: str) -> re.Pattern[str]:
     out = []
     for char in pattern:
@@ -245,10 +266,27 @@ def _kind(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+# One kind's patterns (deny, ask or allow) when each is a literal or a prefix: the values they equal, the
+# prefixes, and the rule's text when the kind has one pattern (else None: the first that matches is looked for).
+_Simple = tuple[frozenset[str], tuple[str, ...], str | None]
+
+
 class ToolRules:
     """The rules that name one tool, compiled for its rule subject (internal)."""
 
-    __slots__ = ("allow", "allow_all", "ask", "ask_all", "default", "deny", "deny_all", "is_path", "root", "subject")
+    __slots__ = (
+        "allow",
+        "allow_all",
+        "ask",
+        "ask_all",
+        "default",
+        "deny",
+        "deny_all",
+        "is_path",
+        "root",
+        "simple",
+        "subject",
+    )
 
     def __init__(
         self,
@@ -272,6 +310,21 @@ class ToolRules:
 
         self.deny_all, self.ask_all, self.allow_all = everything("deny"), everything("ask"), everything("allow")
         self.deny, self.ask, self.allow = patterns("deny"), patterns("ask"), patterns("allow")
+
+        def simple(kind: str) -> _Simple | None:
+            with_patterns = [(rule.text, rule.pattern) for rule in rules[kind] if rule.pattern is not None]
+            forms = [_simple_path(pattern, root) if is_path else _simple_text(pattern) for _, pattern in with_patterns]
+            if any(equal is None and prefix is None for equal, prefix in forms):
+                return None
+            equals = frozenset(equal for equal, _ in forms if equal is not None)
+            prefixes = tuple(prefix for _, prefix in forms if prefix is not None)
+            return equals, prefixes, with_patterns[0][0] if len(with_patterns) == 1 else None
+
+        # Every pattern a literal or a prefix: one plain subject is decided by set and prefix tests (``evaluate``).
+        kinds = (simple("deny"), simple("ask"), simple("allow"))
+        self.simple: tuple[_Simple, _Simple, _Simple] | None = None
+        if subject is not None and kinds[0] is not None and kinds[1] is not None and kinds[2] is not None:
+            self.simple = (kinds[0], kinds[1], kinds[2])
 
     def _subjects(self, args: Any) -> tuple[str, ...]:
         """The subject values the patterns are matched against; raises ``_Unreadable`` for a value they
@@ -318,6 +371,34 @@ class ToolRules:
         """
         if self.deny_all is not None:
             return "deny", self.deny_all, None
+        simple = self.simple
+        if simple is not None and type(args) is dict:
+            # The usual case, decided with set and prefix tests: one plain text or a clean relative path
+            # (``normalize_path`` would only join it to the root), and patterns that are literals or prefixes.
+            value = args.get(self.subject)
+            if type(value) is str and (
+                not self.is_path
+                or (value and value[0] not in "/.~" and value[-1] != "/" and "//" not in value and "/." not in value)
+            ):
+                subject = f"{self.root}/{value}" if self.is_path else value
+                (deny_equal, deny_prefix, deny_only), ask, allow = simple
+                if subject in deny_equal or subject.startswith(deny_prefix):
+                    return "deny", deny_only or _first_match(self.deny, subject), None
+                if self.ask_all is not None:
+                    return "ask", self.ask_all, None
+                if subject in ask[0] or subject.startswith(ask[1]):
+                    return "ask", ask[2] or _first_match(self.ask, subject), None
+                if self.allow_all is not None:
+                    return "allow", self.allow_all, None
+                if subject in allow[0] or subject.startswith(allow[1]):
+                    return "allow", allow[2] or _first_match(self.allow, subject), None
+                return None
+        return self._evaluate_values(args)
+
+    def _evaluate_values(self, args: Any) -> Verdict | None:
+        """``evaluate`` for any subject: each of its values normalised, then matched by each pattern in turn."""
+        if self.deny_all is not None:
+            return "deny", self.deny_all, None
         try:
             values = self._subjects(args) if (self.deny or self.ask or self.allow) else ()
         except _Unreadable as exc:
@@ -347,6 +428,14 @@ class ToolRules:
                 if all(matches(value) for value in values):
                     return "allow", text, None
         return None
+
+
+def _first_match(patterns: tuple[tuple[str, Matcher], ...], subject: str) -> str:
+    """The text of the first of ``patterns`` that matches ``subject`` (one of them does)."""
+    for text, matches in patterns:
+        if matches(subject):
+            return text
+    raise AssertionError(f"no pattern matches {subject!r}")  # the set and prefix tests said one does
 
 
 class Permissions:

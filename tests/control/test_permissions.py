@@ -11,7 +11,7 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import toolsched as ts
-from toolsched.permissions import _glob_path, _glob_text, _path_matcher, _text_matcher, normalize_path
+from toolsched.permissions import ToolRules, _glob_path, _glob_text, _path_matcher, _text_matcher, normalize_path
 
 pytestmark = pytest.mark.anyio
 
@@ -599,3 +599,77 @@ def test_path_patterns_without_regexes_match_as_their_globs_do(pattern: str, sub
 @settings(max_examples=1000, deadline=None)
 def test_text_patterns_without_regexes_match_as_their_globs_do(pattern: str, value: str) -> None:
     assert bool(_text_matcher(pattern)(value)) == bool(_glob_text(pattern).fullmatch(value))
+
+
+# -- the set-and-prefix path of evaluate -----------------------------------------------
+
+_WORKSPACE_TOOLS = {tool.name: tool for tool in Workspace().tools}
+
+
+@st.composite
+def rule_lists(draw: st.DrawFn, tool: str, patterns: st.SearchStrategy[str]) -> dict[str, list[str]]:
+    """Deny, ask and allow lists for ``tool``: pattern rules, now and then a rule naming every call of it."""
+    lists: dict[str, list[str]] = {}
+    for kind in ("deny", "ask", "allow"):
+        rules = [f"{tool}({pattern})" for pattern in draw(st.lists(patterns, max_size=3))]
+        if draw(st.integers(0, 9)) == 0:
+            rules.insert(draw(st.integers(0, len(rules))), tool)
+        lists[kind] = rules
+    return lists
+
+
+def compiled(lists: dict[str, list[str]], tool: str) -> ToolRules:
+    """The rules of ``lists`` that name ``tool``; draws whose rules do not parse or name nothing are skipped."""
+    try:
+        built = permissions(**lists)
+    except ts.RuleError:
+        assume(False)
+    rules = built.for_tool(_WORKSPACE_TOOLS[tool])
+    assume(rules is not None)
+    assert rules is not None
+    return rules
+
+
+@given(
+    lists=rule_lists("edit", path_patterns()),
+    subject=st.one_of(
+        st.lists(st.sampled_from([*_SUBJECT_SEGMENTS, "~", "", "secret"]), max_size=3).map("/".join),
+        st.sampled_from(["/work/project/src", "/work/project/src/", "src//a.py", "~/src", ".", "src/a.py/"]),
+    ),
+)
+@example(lists={"deny": [], "ask": [], "allow": ["edit(src/**)", "edit(src/a.py)"]}, subject="src/a.py")
+@example(lists={"deny": ["edit(src)"], "ask": [], "allow": ["edit(src/**)"]}, subject="src")
+@example(lists={"deny": ["edit(src/**)"], "ask": [], "allow": []}, subject="src/..")
+@example(lists={"deny": [], "ask": [], "allow": ["edit(src/a.py)"]}, subject="src/a.py/")
+@example(lists={"deny": [], "ask": ["edit(src/a.py)"], "allow": []}, subject="src//a.py")
+@example(lists={"deny": ["edit(/work/project/src/**)"], "ask": [], "allow": []}, subject="./src/a.py")
+@example(lists={"deny": ["edit(~/**)"], "ask": [], "allow": []}, subject="~/a.py")
+@settings(max_examples=1500, deadline=None)
+def test_one_plain_path_gets_the_verdict_every_subject_gets(lists: dict[str, list[str]], subject: str) -> None:
+    """The verdict of set and prefix tests on one clean relative path is the one of normalising the subject and
+    matching each pattern in turn: the same behavior and the same rule named, for any mix of rules."""
+    rules = compiled(lists, "edit")
+    args = {"path": subject, "text": ""}
+    assert rules.evaluate(args) == rules._evaluate_values(args), (lists, subject)
+
+
+@given(
+    lists=rule_lists("bash", st.text(alphabet="ab *?", min_size=1, max_size=5)),
+    command=st.text(alphabet="ab ~/.*", max_size=6),
+)
+@example(lists={"deny": ["bash(a*)"], "ask": [], "allow": ["bash(ab)"]}, command="ab")
+@settings(max_examples=1500, deadline=None)
+def test_one_plain_text_gets_the_verdict_every_subject_gets(lists: dict[str, list[str]], command: str) -> None:
+    rules = compiled(lists, "bash")
+    args = {"command": command}
+    assert rules.evaluate(args) == rules._evaluate_values(args), (lists, command)
+
+
+def test_literal_and_prefix_rules_take_the_set_and_prefix_path() -> None:
+    """The differential tests above compare two paths only if the first is taken for such rules."""
+    edit = permissions(deny=["edit(secret/**)", "edit(/etc/passwd)"], allow=["edit(src/**)"])
+    bash = permissions(deny=["bash(rm *)"], ask=["bash(ls)"])
+    assert edit.for_tool(_WORKSPACE_TOOLS["edit"]).simple is not None  # type: ignore[union-attr]
+    assert bash.for_tool(_WORKSPACE_TOOLS["bash"]).simple is not None  # type: ignore[union-attr]
+    globbed = permissions(deny=["edit(src/*.py)"])
+    assert globbed.for_tool(_WORKSPACE_TOOLS["edit"]).simple is None  # type: ignore[union-attr]
