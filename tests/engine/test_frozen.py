@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import pickle
+from typing import Any
 
 import pytest
 
 import toolsched as ts
+from toolsched.events import new_tool_started
 from toolsched.fastpath import positional_builder
 from toolsched.hooks import HookEvent, new_hook_event
 from toolsched.outcome import new_outcome
@@ -35,6 +38,58 @@ def test_outcome_and_hook_event_builders_fill_every_field() -> None:
     assert outcome.state is None and outcome.run_id is None
     event = new_hook_event("c1", "read", {"path": "a"}, 0, result, "ctx")
     assert event == HookEvent("c1", "read", {"path": "a"}, 0, result, "ctx")
+
+
+@pytest.mark.parametrize(
+    ("build", "fields"),
+    [
+        (new_result, ("c1", "read", {"n": 1}, None, None, False, 1.5, True, 0, False, None, 2)),
+        (new_hook_event, ("c1", "read", {"path": "a"}, 0, None, "ctx")),
+        (new_tool_started, ("c1", "read", 0, True, None)),
+        (new_outcome, ([], [], [], False, [], None, None)),
+    ],
+)
+def test_a_built_value_is_of_its_frozen_class_in_every_way(build: Any, fields: tuple[Any, ...]) -> None:
+    """Built as an unfrozen twin whose class is then set: nothing of the twin may show."""
+    built = build(*fields)
+    cls = type(built)
+    assert cls.__module__.startswith("toolsched.") and not cls.__name__.startswith("_")
+    assert isinstance(built, cls) and built.__class__ is cls
+    assert built == cls(*fields)
+    assert dataclasses.astuple(built) == dataclasses.astuple(cls(*fields))
+    assert repr(built) == repr(cls(*fields))
+    assert gc.is_tracked(built)
+    assert pickle.loads(pickle.dumps(built)) == built
+    assert copy.copy(built) == built
+    name = dataclasses.fields(cls)[0].name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(built, name, "changed")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        delattr(built, name)
+    for value in (built, cls(*fields)):
+        # Refused as on a constructed value (TypeError on Python 3.11, whose frozen slotted dataclasses
+        # call super() with the class before slots were added; AttributeError later).
+        with pytest.raises((AttributeError, TypeError)):
+            value.extra = 1
+
+
+def test_a_builder_refuses_classes_whose_layout_a_twin_cannot_share() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Base:
+        value: int
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Derived(Base):
+        more: int = 0
+
+    @dataclasses.dataclass(frozen=True, slots=True, weakref_slot=True)
+    class Weak:
+        value: int
+
+    for cls in (Derived, Weak):
+        with pytest.raises(TypeError, match="slots other than its fields, or a base class"):
+            positional_builder(cls)
+    assert positional_builder(Base)(3) == Base(3)
 
 
 def test_a_builder_refuses_classes_it_cannot_build_faithfully() -> None:
