@@ -3,13 +3,16 @@
     python benches/instructions.py 1 2000            # N = 1, 2,000 turns
     python benches/instructions.py 100 40 --full     # N = 100, the full pipeline (two hooks, rules)
     python benches/instructions.py 100 40 --parts pre # N = 100, one part of it alone (pre, post, rules)
+    python benches/instructions.py 100 40 --floor    # N = 100, bare asyncio.TaskGroup + json.loads
+    python benches/instructions.py 100 40 --floor --full  # the floor with the same hooks and rules by hand
     PYTHONPATH=<checkout>/python python benches/instructions.py 1 2000   # another checkout
 
 Timing on a shared 2-core machine moves by 10-30 % with the load; an instruction count moves by
 about 1 %. Each measurement runs the turns under ``valgrind --tool=cachegrind`` twice, with and
 without the measured turns, and divides the difference: start-up and warm-up cancel out. Needs
 valgrind (Debian's ``valgrind`` package). The workload is compare.py's: calls of a no-op async tool
-``(path: str, limit: int)`` given as JSON text, validated, scheduled by ``Partitioned``.
+``(path: str, limit: int)`` given as JSON text, validated, scheduled by ``Partitioned``; with
+``--floor``, compare.py's floors (``taskgroup``, and ``taskgroup_hooked`` with any parts).
 """
 
 from __future__ import annotations
@@ -23,6 +26,24 @@ import re
 import shutil
 import subprocess
 import sys
+
+BENCHES = os.path.dirname(os.path.abspath(__file__))
+
+
+async def floor_turns(calls: int, count: int, parts: frozenset[str]) -> None:
+    """compare.py's floor (with parts, its floor with the same hooks and rules by hand)."""
+    sys.path.insert(0, BENCHES)
+    import compare
+
+    texts = compare.argument_texts(calls)
+    if parts and parts != PARTS:
+        raise SystemExit("the floor has the whole pipeline by hand or nothing of it: --floor with --full or alone")
+    turn = await (compare.taskgroup_hooked if parts else compare.taskgroup_floor)(texts, None)
+    for _ in range(30):
+        await turn.run()
+    gc.freeze()
+    for _ in range(count):
+        await turn.run()
 
 
 async def turns(calls: int, count: int, parts: frozenset[str]) -> None:
@@ -65,7 +86,7 @@ async def turns(calls: int, count: int, parts: frozenset[str]) -> None:
 PARTS = frozenset({"pre", "post", "rules"})
 
 
-def counted(calls: int, count: int, parts: frozenset[str]) -> int:
+def counted(calls: int, count: int, parts: frozenset[str], floor: bool) -> int:
     """The instructions valgrind counts for the whole process with ``count`` measured turns."""
     command = [
         "valgrind",
@@ -80,6 +101,8 @@ def counted(calls: int, count: int, parts: frozenset[str]) -> int:
     ]
     if parts:
         command += ["--parts", ",".join(sorted(parts))]
+    if floor:
+        command.append("--floor")
     done = subprocess.run(command, capture_output=True, text=True, check=True, env=os.environ)
     found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
     if found is None:
@@ -93,20 +116,23 @@ def main() -> None:
     parser.add_argument("turns", type=int, help="measured turns")
     parser.add_argument("--full", action="store_true", help="a pre hook, a post hook and permission rules")
     parser.add_argument("--parts", default="", help="some of the full pipeline: pre, post, rules (comma-separated)")
+    parser.add_argument("--floor", action="store_true", help="compare.py's TaskGroup floor instead of toolsched")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     parts = frozenset(PARTS) if args.full else frozenset(part for part in args.parts.split(",") if part)
     if not parts <= PARTS:
         raise SystemExit(f"unknown parts: {', '.join(sorted(parts - PARTS))} (known: {', '.join(sorted(PARTS))})")
     if args.inner:
-        asyncio.run(turns(args.calls, args.turns, parts))
+        asyncio.run((floor_turns if args.floor else turns)(args.calls, args.turns, parts))
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
-    base = counted(args.calls, 0, parts)
-    total = counted(args.calls, args.turns, parts)
+    base = counted(args.calls, 0, parts, args.floor)
+    total = counted(args.calls, args.turns, parts, args.floor)
     per_call = (total - base) / (args.turns * args.calls)
-    if parts == PARTS:
+    if args.floor:
+        label = "floor + the same hooks and rules by hand" if parts else "TaskGroup floor"
+    elif parts == PARTS:
         label = "full pipeline"
     elif parts:
         label = "validation + Partitioned + " + " + ".join(sorted(parts))
