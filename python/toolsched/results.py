@@ -63,6 +63,9 @@ _NO_ARGS: Any = _NoArgs()
 
 
 def _check_call(id: str, name: str, args: Any) -> None:
+    if type(id) is str and id and type(name) is str and (type(args) is str or type(args) is dict):
+        # The usual call, told by exact types: an isinstance check against ``Mapping`` costs more.
+        return
     if not isinstance(id, str) or not id:
         raise ValueError(f"ToolCall.id must be a non-empty string, got {id!r}")
     if not isinstance(name, str):
