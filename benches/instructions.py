@@ -5,6 +5,7 @@
     python benches/instructions.py 100 40 --parts pre # N = 100, one part of it alone (pre, post, rules)
     python benches/instructions.py 100 40 --floor    # N = 100, bare asyncio.TaskGroup + json.loads
     python benches/instructions.py 100 40 --floor --full  # the floor with the same hooks and rules by hand
+    python benches/instructions.py 3 10 --runs 100 --wait  # a platform's shape: 100 runs at once, tools that wait
     PYTHONPATH=<checkout>/python python benches/instructions.py 1 2000   # another checkout
 
 Timing on a shared 2-core machine moves by 10-30 % with the load; an instruction count moves by
@@ -12,7 +13,10 @@ about 1 %. Each measurement runs the turns under ``valgrind --tool=cachegrind`` 
 without the measured turns, and divides the difference: start-up and warm-up cancel out. Needs
 valgrind (Debian's ``valgrind`` package). The workload is compare.py's: calls of a no-op async tool
 ``(path: str, limit: int)`` given as JSON text, validated, scheduled by ``Partitioned``; with
-``--floor``, compare.py's floors (``taskgroup``, and ``taskgroup_hooked`` with any parts).
+``--floor``, compare.py's floors (``taskgroup``, and ``taskgroup_hooked`` with any parts). With
+``--runs R``, each measured turn is R turns at once, each in a task of its own (platform_runs.py's
+shape); with ``--wait``, the tool awaits ``asyncio.sleep(0)`` once, so every call waits (the floor is
+then the same TaskGroup around the waiting tool).
 """
 
 from __future__ import annotations
@@ -26,11 +30,37 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 
 BENCHES = os.path.dirname(os.path.abspath(__file__))
 
 
-async def floor_turns(calls: int, count: int, parts: frozenset[str]) -> None:
+Turn = Callable[[], Awaitable[object]]
+
+
+async def measured(turn: Turn, count: int, runs: int) -> None:
+    """Warms up, freezes what exists, then runs ``count`` measured rounds of ``runs`` turns at once."""
+    if runs > 1:
+        one = turn
+
+        async def spread() -> None:
+            async with asyncio.TaskGroup() as group:
+                for _ in range(runs):
+                    group.create_task(one())
+
+        turn = spread
+    for _ in range(30):
+        await turn()
+    gc.freeze()
+    for _ in range(count):
+        await turn()
+
+
+async def waiting_noop(path: str, limit: int = 10) -> None:
+    await asyncio.sleep(0)
+
+
+async def floor_turns(calls: int, count: int, parts: frozenset[str], runs: int, wait: bool) -> None:
     """compare.py's floor (with parts, its floor with the same hooks and rules by hand)."""
     sys.path.insert(0, BENCHES)
     import compare
@@ -38,20 +68,28 @@ async def floor_turns(calls: int, count: int, parts: frozenset[str]) -> None:
     texts = compare.argument_texts(calls)
     if parts and parts != PARTS:
         raise SystemExit("the floor has the whole pipeline by hand or nothing of it: --floor with --full or alone")
+    if wait:
+        if parts:
+            raise SystemExit("--wait has no floor with hooks and rules by hand")
+
+        async def waiting_floor() -> None:
+            async with asyncio.TaskGroup() as group:
+                for text in texts:
+                    group.create_task(waiting_noop(**json.loads(text)))
+
+        await measured(waiting_floor, count, runs)
+        return
     turn = await (compare.taskgroup_hooked if parts else compare.taskgroup_floor)(texts, None)
-    for _ in range(30):
-        await turn.run()
-    gc.freeze()
-    for _ in range(count):
-        await turn.run()
+    await measured(turn.run, count, runs)
 
 
-async def turns(calls: int, count: int, parts: frozenset[str]) -> None:
+async def turns(calls: int, count: int, parts: frozenset[str], runs: int, wait: bool) -> None:
     import toolsched as ts
 
     @ts.tool(read_only=True, concurrency_safe=True, rule_subject="path")
     async def noop(path: str, limit: int = 10) -> None:
-        return None
+        if wait:
+            await asyncio.sleep(0)
 
     async def pre(event: ts.HookEvent) -> None:
         return None
@@ -75,18 +113,14 @@ async def turns(calls: int, count: int, parts: frozenset[str]) -> None:
     async def turn() -> None:
         await executor.run([ts.ToolCall(call_id, "noop", text) for call_id, text in texts])
 
-    for _ in range(30):
-        await turn()
-    gc.freeze()
-    for _ in range(count):
-        await turn()
+    await measured(turn, count, runs)
 
 
 # The parts of the full pipeline: a pre hook, a post hook, an allow and a deny rule.
 PARTS = frozenset({"pre", "post", "rules"})
 
 
-def counted(calls: int, count: int, parts: frozenset[str], floor: bool) -> int:
+def counted(calls: int, count: int, parts: frozenset[str], floor: bool, runs: int, wait: bool) -> int:
     """The instructions valgrind counts for the whole process with ``count`` measured turns."""
     command = [
         "valgrind",
@@ -103,6 +137,9 @@ def counted(calls: int, count: int, parts: frozenset[str], floor: bool) -> int:
         command += ["--parts", ",".join(sorted(parts))]
     if floor:
         command.append("--floor")
+    if wait:
+        command.append("--wait")
+    command += ["--runs", str(runs)]
     done = subprocess.run(command, capture_output=True, text=True, check=True, env=os.environ)
     found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
     if found is None:
@@ -117,19 +154,23 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="a pre hook, a post hook and permission rules")
     parser.add_argument("--parts", default="", help="some of the full pipeline: pre, post, rules (comma-separated)")
     parser.add_argument("--floor", action="store_true", help="compare.py's TaskGroup floor instead of toolsched")
+    parser.add_argument("--runs", type=int, default=1, help="turns at once, each in its own task (default 1)")
+    parser.add_argument("--wait", action="store_true", help="the tool awaits asyncio.sleep(0): every call waits")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     parts = frozenset(PARTS) if args.full else frozenset(part for part in args.parts.split(",") if part)
     if not parts <= PARTS:
         raise SystemExit(f"unknown parts: {', '.join(sorted(parts - PARTS))} (known: {', '.join(sorted(PARTS))})")
     if args.inner:
-        asyncio.run((floor_turns if args.floor else turns)(args.calls, args.turns, parts))
+        asyncio.run((floor_turns if args.floor else turns)(args.calls, args.turns, parts, args.runs, args.wait))
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
-    base = counted(args.calls, 0, parts, args.floor)
-    total = counted(args.calls, args.turns, parts, args.floor)
-    per_call = (total - base) / (args.turns * args.calls)
+    if args.runs < 1:
+        raise SystemExit("--runs must be at least 1")
+    base = counted(args.calls, 0, parts, args.floor, args.runs, args.wait)
+    total = counted(args.calls, args.turns, parts, args.floor, args.runs, args.wait)
+    per_call = (total - base) / (args.turns * args.calls * args.runs)
     if args.floor:
         label = "floor + the same hooks and rules by hand" if parts else "TaskGroup floor"
     elif parts == PARTS:
@@ -138,7 +179,10 @@ def main() -> None:
         label = "validation + Partitioned + " + " + ".join(sorted(parts))
     else:
         label = "validation + Partitioned"
-    print(f"N={args.calls} ({label}): {per_call:,.0f} instructions per call")
+    shape = f"{args.runs} runs x N={args.calls}" if args.runs > 1 else f"N={args.calls}"
+    if args.wait:
+        label += ", every call waits"
+    print(f"{shape} ({label}): {per_call:,.0f} instructions per call")
 
 
 if __name__ == "__main__":
