@@ -108,3 +108,26 @@ def test_unknown_contender_is_refused_by_name(tmp_path: Path) -> None:
     assert completed.returncode != 0
     assert "unknown contender(s): bogus" in completed.stderr
     assert not (tmp_path / "r.json").exists()
+
+
+def test_the_floor_with_hooks_and_rules_by_hand_is_measured_and_set_beside_the_full_pipeline(tmp_path: Path) -> None:
+    report_path = tmp_path / "report.json"
+    command = [
+        sys.executable, str(COMPARE), "--quick", "--json", str(report_path),
+        "--only", "taskgroup,taskgroup_hooked,toolsched_full", "--sizes", "1,5",
+        "--rounds", "2", "--budget", "0", "--validation-calls", "0", "--planning-calls", "0", "--memory-calls", "20",
+    ]  # fmt: skip
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads(report_path.read_text())
+    rows = {row["key"]: row for row in report["turns"]["rows"]}
+    hooked, full = rows["taskgroup_hooked"], rows["toolsched_full"]
+    for n in ("1", "5"):
+        # Checked before timing: every tool body ran, and both hooks ran once per call.
+        assert hooked["cells"][n]["verified_tool_runs"] == int(n)
+        by_hand = report["targets"]["by_hand"][n]
+        assert by_hand["min"] == full["cells"][n]["min_us"] / hooked["cells"][n]["min_us"]
+        assert by_hand["median"] == full["cells"][n]["median_us"] / hooked["cells"][n]["median_us"]
+    assert "the floor with the same hooks and rules by hand" in completed.stdout
+    memory = {row["key"]: row for row in report["memory"]["rows"]}
+    assert memory["taskgroup_hooked"]["in_flight"] == 20
