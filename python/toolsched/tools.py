@@ -628,6 +628,19 @@ def _with_exact_integers(
 ) -> Callable[[Args, ToolContext | None], Awaitable[Any]]:
     """``invoke`` handing integer parameters ints: JSON Schema's ``integer`` accepts ``1.0``, a tool's
     ``int`` parameter gets ``1`` (the schema already refused any fraction)."""
+    if len(scalars) == 1 and not arrays:
+        # One integer parameter, the usual case: one lookup, no loops.
+        (key,) = scalars
+
+        def invoke_with_integer(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
+            value = args.get(key)
+            if type(value) is float:
+                fixed = dict(args)
+                fixed[key] = int(value)
+                return invoke(fixed, ctx)
+            return invoke(args, ctx)
+
+        return invoke_with_integer
 
     def invoke_with_integers(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
         fixed: dict[str, Any] | None = None

@@ -34,7 +34,17 @@ async def measure(x: float) -> str:
     return f"{type(x).__name__}:{x}"
 
 
-EXECUTOR = ts.Executor([count, total, echo, measure])
+@ts.tool
+async def span(start: int, stop: int, step: int = 1, scale: float = 1.0) -> str:
+    return ",".join(f"{type(value).__name__}:{value}" for value in (start, stop, step, scale))
+
+
+@ts.tool
+async def mixed(n: int, ns: list[int]) -> str:
+    return ",".join(f"{type(value).__name__}:{value}" for value in (n, *ns))
+
+
+EXECUTOR = ts.Executor([count, total, echo, measure, span, mixed])
 
 
 async def one(name: str, args: Any, call_id: str = "1") -> ts.ToolResult:
@@ -92,6 +102,19 @@ async def test_integers_in_range_arrive_exact() -> None:
 async def test_an_int_parameter_receives_an_int(args: Any) -> None:
     result = await one("count", args)
     assert result.output in ("int:1", "int:300")
+
+
+@pytest.mark.parametrize(
+    "args",
+    ['{"start": 1.0, "stop": 2.0, "step": 3.0, "scale": 4.0}', {"start": 1.0, "stop": 2.0, "step": 3.0, "scale": 4.0}],
+)
+async def test_every_int_parameter_of_a_tool_receives_an_int(args: Any) -> None:
+    assert (await one("span", args)).output == "int:1,int:2,int:3,float:4.0"
+    assert (await one("span", '{"start": 1, "stop": 2.0}')).output == "int:1,int:2,int:1,float:1.0"
+
+
+async def test_int_and_list_of_int_parameters_together_receive_ints() -> None:
+    assert (await one("mixed", '{"n": 1.0, "ns": [2.0, 3]}')).output == "int:1,int:2,int:3"
 
 
 async def test_a_list_of_int_parameter_receives_ints() -> None:
