@@ -63,9 +63,6 @@ _NO_ARGS: Any = _NoArgs()
 
 
 def _check_call(id: str, name: str, args: Any) -> None:
-    if type(id) is str and id and type(name) is str and (type(args) is str or type(args) is dict):
-        # The usual call, told by exact types: an isinstance check against ``Mapping`` costs more.
-        return
     if not isinstance(id, str) or not id:
         raise ValueError(f"ToolCall.id must be a non-empty string, got {id!r}")
     if not isinstance(name, str):
@@ -90,7 +87,9 @@ class ToolCall:
     def __init__(self, id: str, name: str, args: Mapping[str, Any] | str = _NO_ARGS) -> None:
         if args is _NO_ARGS:
             args = {}
-        _check_call(id, name, args)
+        if not (type(id) is str and id and type(name) is str and (type(args) is str or type(args) is dict)):
+            # Anything but the usual call (told by exact types) is checked in full.
+            _check_call(id, name, args)
         _set_call_id(self, id)
         _set_call_name(self, name)
         _set_call_args(self, args)

@@ -150,3 +150,35 @@ def test_a_dataclass_subclass_of_tool_call_is_validated_too() -> None:
         TracedCall("", "read")
     with pytest.raises(TypeError, match="mapping or JSON text"):
         TracedCall("c1", "read", 3)  # type: ignore[arg-type]
+
+
+class _Text(str):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "message"),
+    [
+        (("", "read"), ValueError, "non-empty"),
+        ((1, "read"), ValueError, "non-empty"),
+        ((None, "read"), ValueError, "non-empty"),
+        (("c1", 1), TypeError, "name must be a string"),
+        (("c1", b"read"), TypeError, "name must be a string"),
+        (("c1", "read", 3), TypeError, "mapping or JSON text"),
+        (("c1", "read", ["a"]), TypeError, "mapping or JSON text"),
+        (("c1", "read", b"{}"), TypeError, "mapping or JSON text"),
+    ],
+)
+def test_a_tool_call_of_other_types_is_refused_by_name(fields: tuple[Any, ...], error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        ts.ToolCall(*fields)
+
+
+def test_a_tool_call_takes_subclasses_of_text_and_other_mappings() -> None:
+    import collections
+    import types
+
+    for args in (collections.OrderedDict(a=1), types.MappingProxyType({"a": 1}), _Text('{"a": 1}')):
+        call = ts.ToolCall(_Text("c1"), _Text("read"), args)
+        assert call.args is args and call.id == "c1" and call.name == "read"
+    assert ts.ToolCall("c1", "read").args == {}
