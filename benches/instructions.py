@@ -120,31 +120,28 @@ async def turns(calls: int, count: int, parts: frozenset[str], runs: int, wait: 
 PARTS = frozenset({"pre", "post", "rules"})
 
 
-def counted(calls: int, count: int, parts: frozenset[str], floor: bool, runs: int, wait: bool) -> int:
-    """The instructions valgrind counts for the whole process with ``count`` measured turns."""
-    command = [
-        "valgrind",
-        "--tool=cachegrind",
-        "--cache-sim=no",
-        "--cachegrind-out-file=/dev/null",
-        sys.executable,
-        __file__,
-        "--inner",
-        str(calls),
-        str(count),
-    ]
-    if parts:
-        command += ["--parts", ",".join(sorted(parts))]
-    if floor:
-        command.append("--floor")
-    if wait:
-        command.append("--wait")
-    command += ["--runs", str(runs)]
-    done = subprocess.run(command, capture_output=True, text=True, check=True, env=os.environ)
+def valgrind_count(arguments: list[str]) -> int:
+    """The instructions valgrind counts for the whole of ``python ARGUMENTS``."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", sys.executable]
+    done = subprocess.run([*command, *arguments], capture_output=True, text=True, check=True, env=os.environ)
     found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
     if found is None:
         raise SystemExit(f"valgrind printed no instruction count:\n{done.stderr[-2000:]}")
     return int(found.group(1).replace(",", ""))
+
+
+def counted(calls: int, count: int, parts: frozenset[str], floor: bool, runs: int, wait: bool) -> int:
+    """The instructions valgrind counts for the whole process with ``count`` measured turns."""
+    arguments = [__file__, "--inner", str(calls), str(count)]
+    if parts:
+        arguments += ["--parts", ",".join(sorted(parts))]
+    if floor:
+        arguments.append("--floor")
+    if wait:
+        arguments.append("--wait")
+    return valgrind_count([*arguments, "--runs", str(runs)])
 
 
 def main() -> None:
@@ -164,8 +161,6 @@ def main() -> None:
     if args.inner:
         asyncio.run((floor_turns if args.floor else turns)(args.calls, args.turns, parts, args.runs, args.wait))
         return
-    if shutil.which("valgrind") is None:
-        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
     if args.runs < 1:
         raise SystemExit("--runs must be at least 1")
     base = counted(args.calls, 0, parts, args.floor, args.runs, args.wait)

@@ -421,6 +421,16 @@ impl<'t, B: Build> Reader<'t, '_, B> {
         (self.peek()? == byte).then(|| self.at += 1)
     }
 
+    /// After a member or an item: `,` (true: another follows) or `close` (false: the container ends).
+    fn more(&mut self, close: u8) -> Option<bool> {
+        self.skip_space();
+        let byte = self.peek()?;
+        (byte == b',' || byte == close).then(|| {
+            self.at += 1;
+            byte == b','
+        })
+    }
+
     /// The next value, checked against `part`; `depth` counts the containers around it.
     fn value(&mut self, part: &Part, depth: usize) -> Option<B::Value> {
         self.skip_space();
@@ -490,14 +500,8 @@ impl<'t, B: Build> Reader<'t, '_, B> {
                     None => self.value(&FREE, depth)?,
                 };
                 self.builder.insert(&mut object, &key, value)?;
-                self.skip_space();
-                match self.peek()? {
-                    b',' => self.at += 1,
-                    b'}' => {
-                        self.at += 1;
-                        break;
-                    }
-                    _ => return None,
+                if !self.more(b'}')? {
+                    break;
                 }
             }
         }
@@ -523,14 +527,8 @@ impl<'t, B: Build> Reader<'t, '_, B> {
                 let item = self.value(items, depth)?;
                 self.builder.push(&mut array, item)?;
                 count += 1;
-                self.skip_space();
-                match self.peek()? {
-                    b',' => self.at += 1,
-                    b']' => {
-                        self.at += 1;
-                        break;
-                    }
-                    _ => return None,
+                if !self.more(b']')? {
+                    break;
                 }
             }
         }

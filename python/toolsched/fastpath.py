@@ -7,9 +7,9 @@
   classes of the same slot layout, and checks it. A frozen dataclass's generated ``__init__``
   sets each field through ``object.__setattr__``, a name lookup per field; for a twelve-field
   ``ToolResult`` that is about 1.7 µs, more than running a no-op tool. Writing each slot through
-  its descriptor took about half; the twin takes 4.0k instructions where the descriptors took
-  10.2k, and 3.4k against 6.2k for a ``HookEvent`` (``python benches/profile_turns.py values``,
-  and ``python benches/instructions.py``). The builders are typed where they are made.
+  its descriptor took about half; the twin takes 4.1k instructions where the descriptors took
+  10.2k and the dataclass ``__init__`` 18.2k, and 3.3k against 6.2k and 10.5k for a ``HookEvent``
+  (``python benches/pieces.py``). The builders are typed where they are made.
 - ``run_until_suspended`` / ``Resume``: a worker of the pool
   (``executor/schedule.py``) steps a call's coroutine itself up to its first suspension, in the
   call's own copy of the context (as a task would run it), so a call that never waits costs no

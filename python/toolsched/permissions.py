@@ -320,10 +320,17 @@ class ToolRules:
             prefixes = tuple(prefix for _, prefix in forms if prefix is not None)
             return equals, prefixes, with_patterns[0][0] if len(with_patterns) == 1 else None
 
-        # Every pattern a literal or a prefix: one plain subject is decided by set and prefix tests (``evaluate``).
+        # Every pattern a literal or a prefix, and no rule denying every call: one plain subject is decided by
+        # set and prefix tests (``evaluate``).
         kinds = (simple("deny"), simple("ask"), simple("allow"))
         self.simple: tuple[_Simple, _Simple, _Simple] | None = None
-        if subject is not None and kinds[0] is not None and kinds[1] is not None and kinds[2] is not None:
+        if (
+            self.deny_all is None
+            and subject is not None
+            and kinds[0] is not None
+            and kinds[1] is not None
+            and kinds[2] is not None
+        ):
             self.simple = (kinds[0], kinds[1], kinds[2])
 
     def _subjects(self, args: Any) -> tuple[str, ...]:
@@ -369,8 +376,6 @@ class ToolRules:
         only when every value does. A subject the rules cannot read is denied
         when a deny or ask pattern could apply (the text then says why).
         """
-        if self.deny_all is not None:
-            return "deny", self.deny_all, None
         simple = self.simple
         if simple is not None and type(args) is dict:
             # The usual case, decided with set and prefix tests: one plain text or a clean relative path

@@ -1,0 +1,72 @@
+"""Instructions per evaluation of the pieces a call makes or reads, counted by valgrind, each beside its plain form.
+
+    python benches/pieces.py                 # every piece, 100,000 evaluations each
+    python benches/pieces.py --count 20000   # fewer
+
+The figures behind ``toolsched/fastpath.py`` and the per-call short ways of ``permissions.py`` and
+``results.py``: each piece runs ``--count`` times in a loop, under valgrind, with and without the loop
+(``instructions.py``'s method), so start-up cancels out. A piece's "plain" row is the way it would be
+made or answered without the short way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from instructions import valgrind_count
+
+
+def pieces() -> dict[str, Callable[[], Any]]:
+    """Each piece as a function of no arguments, its inputs made once."""
+    import toolsched as ts
+    from toolsched.hooks import HookEvent, new_hook_event
+    from toolsched.results import detached, new_result
+
+    result_fields = ("c1", "noop", None, None, None, False, 0.1, True, 0, False, None, 1)
+    args = {"path": "src/file_1.py", "limit": 3}
+    text = '{"path": "src/file_1.py", "limit": 3}'
+
+    @ts.tool(rule_subject="path")
+    async def noop(path: str, limit: int = 10) -> None:
+        return None
+
+    rules = ts.Permissions(allow=["noop(src/**)"], deny=["noop(secret/**)"]).for_tool(noop)
+    assert rules is not None
+    return {
+        "ToolResult: the builder": lambda: new_result(*result_fields),
+        "ToolResult: plain (the dataclass __init__)": lambda: ts.ToolResult(*result_fields),
+        "HookEvent: the builder": lambda: new_hook_event("c1", "noop", args, None, None, None),
+        "HookEvent: plain (the dataclass __init__)": lambda: HookEvent("c1", "noop", args, None, None, None),
+        "the arguments' copy a hook gets (detached)": lambda: detached(args),
+        "ToolCall(id, name, text)": lambda: ts.ToolCall("call_0", "noop", text),
+        "rules: set and prefix tests (evaluate)": lambda: rules.evaluate(args),
+        "rules: plain (every pattern in turn)": lambda: rules._evaluate_values(args),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=100_000, help="evaluations of each piece")
+    parser.add_argument("--inner", nargs=2, metavar=("PIECE", "COUNT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inner is not None:
+        piece = pieces()[args.inner[0]]
+        for _ in range(int(args.inner[1])):
+            piece()
+        return
+    if args.count < 1:
+        raise SystemExit("--count must be at least 1")
+    for name in pieces():
+        base = valgrind_count([__file__, "--inner", name, "0"])
+        total = valgrind_count([__file__, "--inner", name, str(args.count)])
+        print(f"{name:45s} {(total - base) / args.count:8,.0f} instructions")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""The instruction-count benchmarks run their workloads (valgrind itself is left to the benchmark runs)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHES = Path(__file__).resolve().parents[2] / "benches"
+sys.path.insert(0, str(BENCHES))
+
+import pieces  # noqa: E402
+
+
+@pytest.mark.parametrize("name", list(pieces.pieces()))
+def test_every_piece_runs_in_the_loop_it_is_counted_in(name: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCHES / "pieces.py"), "--inner", name, "50"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_rules_piece_and_its_plain_form_give_the_same_answer() -> None:
+    made = pieces.pieces()
+    assert made["rules: set and prefix tests (evaluate)"]() == made["rules: plain (every pattern in turn)"]()
+    assert made["rules: set and prefix tests (evaluate)"]()[0] == "allow"
+
+
+@pytest.mark.parametrize(
+    "options", [[], ["--full"], ["--floor"], ["--floor", "--full"], ["--wait"], ["--floor", "--wait"], ["--runs", "3"]]
+)
+def test_every_turn_shape_runs_in_the_loop_it_is_counted_in(options: list[str]) -> None:
+    command = [sys.executable, str(BENCHES / "instructions.py"), "--inner", "3", "2", *options]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
