@@ -718,23 +718,23 @@ def validation_section(settings: Settings) -> dict[str, Any]:
     registry = ts.ToolRegistry([ts.tool(noop)])
     schema = registry.to_openai()[0]["parameters"]
     table = registry._table
-    limits = {"max_input_bytes": 16 * 1024 * 1024, "max_input_depth": 64, "max_errors": 10}
+    limits = _core.Limits(16 * 1024 * 1024, 64, 10)
     calls = [ts.ToolCall(call_id, TOOL_NAME, text) for call_id, text in zip(ids, texts, strict=True)]
     bad = [ts.ToolCall("bad", TOOL_NAME, '{"path": 3}')]
 
     def engine() -> Any:
-        return table.prepare(calls, [], **limits)
+        return table.prepare(calls, [], limits)
 
     def engine_with_calls() -> Any:
         built = [ts.ToolCall(call_id, TOOL_NAME, text) for call_id, text in zip(ids, texts, strict=True)]
-        return table.prepare(built, [], **limits)
+        return table.prepare(built, [], limits)
 
     def loads_only() -> list[Any]:
         return [json.loads(text) for text in texts]
 
     rows: list[dict[str, Any]] = []
-    _, _, failures, _, _ = engine()
-    if failures or table.prepare(bad, [], **limits)[2][0][1] != "invalid_input":
+    _, _, failures, _, _, _ = engine()
+    if failures or table.prepare(bad, [], limits)[2][0][1] != "invalid_input":
         raise HarnessError("the engine's validation does not accept the workload or does not reject bad input")
     rows.append(
         {
@@ -796,9 +796,9 @@ def planning_section(settings: Settings) -> dict[str, Any]:
     texts = argument_texts(count)
     calls = [ts.ToolCall(call_id, TOOL_NAME, text) for call_id, text in zip(call_ids(count), texts, strict=True)]
     table = ts.ToolRegistry([ts.tool(concurrency_safe=True)(noop)])._table
-    limits = {"max_input_bytes": 16 * 1024 * 1024, "max_input_depth": 64, "max_errors": 10}
+    limits = _core.Limits(16 * 1024 * 1024, 64, 10)
     safe = [True] * count
-    tools, _, failures, _, _ = table.prepare(calls, [], **limits)
+    tools, _, failures, _, _, _ = table.prepare(calls, [], limits)
     batches = _core.plan_batches("partitioned", safe, max_concurrency=10)
     if len(tools) != count or failures or sum(e - s for s, e, _ in batches) != count:
         raise HarnessError("planning did not cover every call")
@@ -809,7 +809,7 @@ def planning_section(settings: Settings) -> dict[str, Any]:
     for _ in range(rounds):
         gc.collect()
         started = now()
-        table.prepare(calls, [], **limits)
+        table.prepare(calls, [], limits)
         middle = now()
         _core.plan_batches("partitioned", safe, max_concurrency=10)
         ended = now()

@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compare
 
 import toolsched as ts
+from toolsched import _core
 from toolsched.results import new_result
 from toolsched.strategies import resolve_cap
 
@@ -77,13 +78,13 @@ def loop_prepare(count: int, seconds: float) -> None:
     tool = ts.tool(concurrency_safe=True)(compare.noop)
     table = ts.ToolRegistry([tool])._table
     calls = [ts.ToolCall(f"call_{i}", compare.TOOL_NAME, text) for i, text in enumerate(compare.argument_texts(count))]
-    limits: dict[str, Any] = {"max_input_bytes": 16 * 1024 * 1024, "max_input_depth": 64, "max_errors": 10}
+    limits = _core.Limits(16 * 1024 * 1024, 64, 10)
     gc.collect()
     gc.freeze()
     rounds = 0
     started = time.process_time()
     while time.process_time() - started < seconds:
-        table.prepare(calls, [], **limits)
+        table.prepare(calls, [], limits)
         rounds += 1
     per_call = (time.process_time() - started) / rounds / count * 1e6
     print(f"ToolTable.prepare, {count} calls: {rounds} rounds, {per_call:.3f} µs per call")

@@ -18,6 +18,7 @@ import jsonschema_rs
 import pytest
 
 import toolsched as ts
+from toolsched import _core
 
 SCHEMA = {
     "type": "object",
@@ -122,10 +123,10 @@ def test_validate_toolsched(benchmark: Any) -> None:
     benchmark.group = f"validate {VALIDATION_BATCH} argument texts"
     table = ts.ToolRegistry([noop])._table
     calls = [ts.ToolCall(f"c{i}", "noop", text) for i, text in enumerate(texts(VALIDATION_BATCH))]
-    limits = {"max_input_bytes": 1 << 24, "max_input_depth": 64, "max_errors": 10}
-    tools, _, failures, _, _ = table.prepare(calls, [], **limits)
+    limits = _core.Limits(1 << 24, 64, 10)
+    tools, _, failures, _, _, _ = table.prepare(calls, [], limits)
     assert len(tools) == VALIDATION_BATCH and not failures
-    benchmark(lambda: table.prepare(calls, [], **limits))
+    benchmark(lambda: table.prepare(calls, [], limits))
 
 
 def test_validate_json_loads_and_jsonschema_rs(benchmark: Any) -> None:

@@ -5,6 +5,8 @@ from typing import Any, final
 
 __all__ = [
     "ConflictPlanner",
+    "Limits",
+    "RuleTable",
     "ToolTable",
     "assemble",
     "normalize_key",
@@ -21,21 +23,34 @@ class ToolTable:
         self,
         calls: Iterable[Any],
         disabled: Sequence[bool],
-        *,
-        max_input_bytes: int,
-        max_input_depth: int,
-        max_errors: int,
-    ) -> tuple[list[int], list[Any], list[tuple[int, str, str]], list[int] | None, list[tuple[int, int, bool]]]: ...
+        limits: Limits,
+        rules: RuleTable | None = None,
+    ) -> tuple[
+        list[int],
+        list[Any],
+        list[tuple[int, str, str]],
+        list[int] | None,
+        list[tuple[int, int, bool]],
+        list[Any] | None,
+    ]: ...
     def has_direct_path(self, tool: int) -> bool: ...
-    def check(
-        self,
-        tool: int,
-        args: Any,
-        *,
-        max_input_bytes: int,
-        max_input_depth: int,
-        max_errors: int,
-    ) -> tuple[Any, str | None]: ...
+    def check(self, tool: int, args: Any, limits: Limits) -> tuple[Any, str | None]: ...
+
+@final
+class Limits:
+    def __new__(cls, max_input_bytes: int, max_input_depth: int, max_errors: int) -> Limits: ...
+    @property
+    def max_input_bytes(self) -> int: ...
+    @property
+    def max_input_depth(self) -> int: ...
+    @property
+    def max_errors(self) -> int: ...
+
+@final
+class RuleTable:
+    def __new__(cls, undecided: Any, tools: Sequence[Any]) -> RuleTable: ...
+    def __len__(self) -> int: ...
+    def judge(self, tool: int, args: Any) -> Any: ...
 
 def plan_batches(
     strategy_name: str, safe: Sequence[bool], *, max_concurrency: int, size: int = 1

@@ -244,6 +244,24 @@ _MISSING: Any = object()
 Verdict = tuple[Behavior, str, str | None]
 
 
+class _Undecided:
+    """The verdict the engine leaves to ``ToolRules.evaluate`` (see ``ToolRules.engine``)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNDECIDED"
+
+
+UNDECIDED: Any = _Undecided()
+
+# A tool's rules as the engine judges them (``_core.RuleTable``): None when no rule names the tool, False
+# when only ``evaluate`` can judge them, ``(verdict,)`` when every call gets the same verdict, or
+# ``(subject, is_path, root, deny, ask_all, ask, allow_all, allow)`` with each kind's patterns as
+# ``(equal, prefix, verdict)`` in the order given.
+EngineRules = tuple[Any, ...] | Literal[False] | None
+
+
 class _Unreadable(Exception):
     """A rule subject that patterns cannot be matched against (internal)."""
 
@@ -282,6 +300,7 @@ class ToolRules:
         "default",
         "deny",
         "deny_all",
+        "engine",
         "is_path",
         "root",
         "simple",
@@ -332,6 +351,40 @@ class ToolRules:
             and kinds[2] is not None
         ):
             self.simple = (kinds[0], kinds[1], kinds[2])
+
+        def engine_patterns(kind: Behavior) -> list[tuple[str | None, str | None, Verdict]]:
+            return [
+                (
+                    *(_simple_path(rule.pattern, root) if is_path else _simple_text(rule.pattern)),
+                    (kind, rule.text, None),
+                )
+                for rule in rules[kind]
+                if rule.pattern is not None
+            ]
+
+        # The same verdicts, for the engine to give while it plans a turn (``engine_rules``).
+        self.engine: EngineRules = False
+        if self.deny_all is not None:
+            self.engine = (("deny", self.deny_all, None),)
+        elif subject is None:
+            # No patterns (``Permissions.for_tool`` refuses them): a rule naming every call decides, if any does.
+            if self.ask_all is not None:
+                self.engine = (("ask", self.ask_all, None),)
+            elif self.allow_all is not None:
+                self.engine = (("allow", self.allow_all, None),)
+            else:
+                self.engine = None
+        elif self.simple is not None:
+            self.engine = (
+                subject,
+                is_path,
+                self.root,
+                engine_patterns("deny"),
+                ("ask", self.ask_all, None) if self.ask_all is not None else None,
+                engine_patterns("ask"),
+                ("allow", self.allow_all, None) if self.allow_all is not None else None,
+                engine_patterns("allow"),
+            )
 
     def _subjects(self, args: Any) -> tuple[str, ...]:
         """The subject values the patterns are matched against; raises ``_Unreadable`` for a value they

@@ -4,6 +4,7 @@
 
 mod convert;
 mod errors;
+mod rules;
 
 use std::cell::Cell;
 use std::fmt::Write as _;
@@ -25,12 +26,54 @@ use crate::validate::Limits;
 
 use convert::{not_unicode, to_json, to_python, KeyStrings, PyBuilder};
 use errors::{AssemblyError, OptionError};
+use rules::PyRuleTable;
 
 fn limits(max_input_bytes: usize, max_input_depth: usize, max_errors: usize) -> Limits {
     Limits {
         max_input_bytes,
         max_input_depth,
         max_errors,
+    }
+}
+
+/// The limits a call's arguments are read and checked under: the most bytes
+/// of argument text, the deepest nesting, and how many schema errors a
+/// refusal lists. Made once per executor, so that a turn passes one object.
+#[pyclass(frozen, module = "toolsched._core", name = "Limits")]
+pub struct PyLimits {
+    limits: Limits,
+}
+
+#[pymethods]
+impl PyLimits {
+    #[new]
+    #[pyo3(signature = (max_input_bytes, max_input_depth, max_errors))]
+    fn new(max_input_bytes: usize, max_input_depth: usize, max_errors: usize) -> Self {
+        Self {
+            limits: limits(max_input_bytes, max_input_depth, max_errors),
+        }
+    }
+
+    #[getter]
+    fn max_input_bytes(&self) -> usize {
+        self.limits.max_input_bytes
+    }
+
+    #[getter]
+    fn max_input_depth(&self) -> usize {
+        self.limits.max_input_depth
+    }
+
+    #[getter]
+    fn max_errors(&self) -> usize {
+        self.limits.max_errors
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Limits(max_input_bytes={}, max_input_depth={}, max_errors={})",
+            self.limits.max_input_bytes, self.limits.max_input_depth, self.limits.max_errors
+        )
     }
 }
 
@@ -78,30 +121,34 @@ impl PyToolTable {
     }
 
     /// Resolves, dedups and validates a turn of calls (objects with `id`,
-    /// `name` and `args`, the latter a mapping or JSON text).
+    /// `name` and `args`, the latter a mapping or JSON text), under `limits`,
+    /// and with `rules` judges each call's permission rules.
     ///
     /// The planned calls are the first call of each ID, in order of first
     /// appearance; a call's *slot* is its place among them. Returns columns
     /// rather than a row per call, so a large turn costs no tuple per call:
-    /// `(tools, args, failures, positions, duplicates)`, where `tools[slot]`
-    /// is the call's tool position (-1 when unknown), `args[slot]` its
-    /// validated arguments (the caller's own mapping, or one decoded from
-    /// text; None when refused), `failures` the refused calls as
+    /// `(tools, args, failures, positions, duplicates, rulings)`, where
+    /// `tools[slot]` is the call's tool position (-1 when unknown),
+    /// `args[slot]` its validated arguments (the caller's own mapping, or one
+    /// decoded from text; None when refused), `failures` the refused calls as
     /// `(slot, error_kind, message)` in slot order, `positions[slot]` the
     /// call's index in the turn (None when no call was dropped, so that slot
-    /// and index agree), and `duplicates` the dropped calls as
-    /// `(index, first_index, args_differ)`.
-    #[pyo3(signature = (calls, disabled, *, max_input_bytes, max_input_depth, max_errors))]
+    /// and index agree), `duplicates` the dropped calls as
+    /// `(index, first_index, args_differ)`, and `rulings[slot]` the rules'
+    /// verdict on the call (`RuleTable.judge`; None without `rules`). Only
+    /// arguments decoded from text are judged: the caller's own mapping is
+    /// left `undecided`, since the caller may change it before the rules
+    /// are applied.
+    #[pyo3(signature = (calls, disabled, limits, rules = None))]
     fn prepare<'py>(
         &self,
         py: Python<'py>,
         calls: &Bound<'py, PyAny>,
         disabled: Vec<bool>,
-        max_input_bytes: usize,
-        max_input_depth: usize,
-        max_errors: usize,
+        limits: &Bound<'py, PyLimits>,
+        rules: Option<&Bound<'py, PyRuleTable>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let limits = limits(max_input_bytes, max_input_depth, max_errors);
+        let limits = limits.get().limits;
         // A capacity hint only: a sequence may misreport its length.
         let expected = calls.len().unwrap_or(0).min(MAX_CAPACITY_HINT);
         let mut turn = Preparation {
@@ -122,6 +169,9 @@ impl PyToolTable {
             failures: PyList::empty(py),
             duplicates: PyList::empty(py),
             keys: KeyStrings::new(),
+            rules: rules.map(Bound::get),
+            rulings: Vec::with_capacity(if rules.is_some() { expected } else { 0 }),
+            subject: String::new(),
         };
         for call in calls.try_iter()? {
             if turn.read(&call?)? {
@@ -136,6 +186,11 @@ impl PyToolTable {
         } else {
             PyList::new(py, turn.positions)?.into_any()
         };
+        let rulings = if turn.rules.is_some() {
+            PyList::new(py, turn.rulings)?.into_any()
+        } else {
+            py.None().into_bound(py)
+        };
         PyTuple::new(
             py,
             [
@@ -144,6 +199,7 @@ impl PyToolTable {
                 turn.failures.into_any(),
                 positions,
                 turn.duplicates.into_any(),
+                rulings,
             ],
         )
     }
@@ -160,20 +216,17 @@ impl PyToolTable {
     /// Checks arguments (a mapping or JSON text) against tool `tool`'s schema,
     /// as after a hook rewrote them. Returns `(args, None)` when valid, else
     /// `(None, message)`.
-    #[pyo3(signature = (tool, args, *, max_input_bytes, max_input_depth, max_errors))]
     fn check<'py>(
         &self,
         py: Python<'py>,
         tool: usize,
         args: &Bound<'py, PyAny>,
-        max_input_bytes: usize,
-        max_input_depth: usize,
-        max_errors: usize,
+        limits: &Bound<'py, PyLimits>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         if tool >= self.catalog.len() {
             return Err(OptionError::new_err(format!("no tool at position {tool}")));
         }
-        let limits = limits(max_input_bytes, max_input_depth, max_errors);
+        let limits = limits.get().limits;
         let name = self.catalog.name(tool);
         let none = || py.None().into_bound(py);
         let (value, from_text) = if let Ok(text) = args.cast::<PyString>() {
@@ -239,6 +292,11 @@ struct Preparation<'t, 'py> {
     failures: Bound<'py, PyList>,
     duplicates: Bound<'py, PyList>,
     keys: KeyStrings<'py>,
+    /// The permission rules the calls are judged by, if any, and their verdicts by slot.
+    rules: Option<&'t PyRuleTable>,
+    rulings: Vec<Bound<'py, PyAny>>,
+    /// The buffer a path subject is joined to its root in.
+    subject: String,
 }
 
 /// A first call waiting for its chunk to be judged. Its strings stay in the
@@ -366,6 +424,10 @@ impl<'py> Preparation<'_, 'py> {
             let slot = self.tools.len();
             self.positions.push(*index);
             if let Some((tool, args)) = built {
+                if let Some(rules) = self.rules {
+                    self.rulings
+                        .push(rules.verdict(py, tool, Some(&args), &mut self.subject));
+                }
                 self.tools.push(tool_position(tool));
                 self.args.push(args);
                 continue;
@@ -375,10 +437,16 @@ impl<'py> Preparation<'_, 'py> {
             };
             let failure = match verdicts.next().expect("a verdict for every call the direct path left") {
                 Verdict::Ready { tool, parsed } => {
+                    let decoded = parsed.is_some();
                     let args = match parsed {
                         Some(value) => to_python(py, &value, &mut self.keys)?,
                         None => self.originals[*index].clone(),
                     };
+                    if let Some(rules) = self.rules {
+                        // The caller's own mapping may change before the rules apply: it is judged then.
+                        let readable = if decoded { Some(&args) } else { None };
+                        self.rulings.push(rules.verdict(py, tool, readable, &mut self.subject));
+                    }
                     self.tools.push(tool_position(tool));
                     self.args.push(args);
                     continue;
@@ -390,6 +458,9 @@ impl<'py> Preparation<'_, 'py> {
             };
             self.tools.push(failure.0);
             self.args.push(py.None().into_bound(py));
+            if self.rules.is_some() {
+                self.rulings.push(py.None().into_bound(py));
+            }
             self.failures.append(failure.1)?;
         }
         drop(verdicts);
@@ -649,5 +720,8 @@ fn truncate(
 #[pymodule]
 mod _core {
     #[pymodule_export]
-    use super::{assemble, normalize_key, plan_batches, plan_conflicts, truncate, PyConflictPlanner, PyToolTable};
+    use super::{
+        assemble, normalize_key, plan_batches, plan_conflicts, truncate, PyConflictPlanner, PyLimits, PyRuleTable,
+        PyToolTable,
+    };
 }

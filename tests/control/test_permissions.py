@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import json
+import re
+import types
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +14,16 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import toolsched as ts
-from toolsched.permissions import ToolRules, _glob_path, _glob_text, _path_matcher, _text_matcher, normalize_path
+from toolsched import _core
+from toolsched.permissions import (
+    UNDECIDED,
+    ToolRules,
+    _glob_path,
+    _glob_text,
+    _path_matcher,
+    _text_matcher,
+    normalize_path,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -69,8 +81,15 @@ def permissions(**options: Any) -> ts.Permissions:
     return ts.Permissions(root="/work/project", **options)
 
 
-async def run_one(executor: ts.Executor, name: str, args: dict[str, Any]) -> ts.Outcome:
-    return await executor.run([ts.ToolCall("c1", name, args)])
+async def run_one(executor: ts.Executor, name: str, args: dict[str, Any], form: str = "mapping") -> ts.Outcome:
+    """One call, its arguments a mapping (judged by ``ToolRules.evaluate`` at admission) or JSON text as a
+    model sends it (decoded, and its rules judged, by the engine as it plans the turn)."""
+    given: dict[str, Any] | str = json.dumps(args) if form == "text" else args
+    return await executor.run([ts.ToolCall("c1", name, given)])
+
+
+# The tests of what rules decide run with the arguments in both forms.
+both_forms = pytest.mark.parametrize("form", ["mapping", "text"])
 
 
 def verdict(outcome: ts.Outcome) -> str:
@@ -151,19 +170,21 @@ PRECEDENCE = [
 
 
 @pytest.mark.parametrize(("rules", "expected"), PRECEDENCE)
-async def test_deny_beats_ask_beats_allow(rules: dict[str, list[str]], expected: str) -> None:
+@both_forms
+async def test_deny_beats_ask_beats_allow(rules: dict[str, list[str]], expected: str, form: str) -> None:
     workspace = Workspace()
-    outcome = await run_one(workspace.executor(permissions=permissions(**rules)), "edit", {"path": "src/a.py"})
+    outcome = await run_one(workspace.executor(permissions=permissions(**rules)), "edit", {"path": "src/a.py"}, form)
     assert verdict(outcome) == expected
     assert workspace.runs == ([("edit", "src/a.py")] if expected == "ran" else [])
 
 
-async def test_precedence_does_not_depend_on_the_order_of_the_lists() -> None:
+@both_forms
+async def test_precedence_does_not_depend_on_the_order_of_the_lists(form: str) -> None:
     rules = ["edit", "edit(src/**)", "edit(src/a.py)"]
     for order in itertools.permutations(rules):
         workspace = Workspace()
         perms = permissions(allow=list(order), ask=[order[0]], deny=[order[1]])
-        assert verdict(await run_one(workspace.executor(permissions=perms), "edit", {"path": "src/a.py"})) == (
+        assert verdict(await run_one(workspace.executor(permissions=perms), "edit", {"path": "src/a.py"}, form)) == (
             "permission_denied"
         )
         assert workspace.runs == []
@@ -179,24 +200,26 @@ async def test_an_allow_rule_waives_the_tools_needs_approval_but_not_an_ask_rule
     assert workspace.runs == [("remove", "x")]
 
 
-async def test_a_denial_tells_the_model_which_rule_refused() -> None:
+@both_forms
+async def test_a_denial_tells_the_model_which_rule_refused(form: str) -> None:
     workspace = Workspace()
     outcome = await run_one(
-        workspace.executor(permissions=permissions(deny=["edit(secret/**)"])), "edit", {"path": "secret/key"}
+        workspace.executor(permissions=permissions(deny=["edit(secret/**)"])), "edit", {"path": "secret/key"}, form
     )
     assert outcome.results[0].is_error
     assert "edit(secret/**)" in (outcome.results[0].error or "")
 
 
-async def test_aliases_and_name_wildcards_match_like_the_name() -> None:
+@both_forms
+async def test_aliases_and_name_wildcards_match_like_the_name(form: str) -> None:
     workspace = Workspace()
     executor = workspace.executor(permissions=permissions(deny=["old_edit"]))
-    assert verdict(await run_one(executor, "edit", {"path": "a"})) == "permission_denied"
-    assert verdict(await run_one(executor, "old_edit", {"path": "a"})) == "permission_denied"
+    assert verdict(await run_one(executor, "edit", {"path": "a"}, form)) == "permission_denied"
+    assert verdict(await run_one(executor, "old_edit", {"path": "a"}, form)) == "permission_denied"
     wildcard = workspace.executor(permissions=permissions(deny=["re*"]))
-    assert verdict(await run_one(wildcard, "read", {"path": "a"})) == "permission_denied"
-    assert verdict(await run_one(wildcard, "remove", {"target": "a"})) == "permission_denied"
-    assert verdict(await run_one(wildcard, "edit", {"path": "a"})) == "ran"
+    assert verdict(await run_one(wildcard, "read", {"path": "a"}, form)) == "permission_denied"
+    assert verdict(await run_one(wildcard, "remove", {"target": "a"}, form)) == "permission_denied"
+    assert verdict(await run_one(wildcard, "edit", {"path": "a"}, form)) == "ran"
     assert workspace.runs == [("edit", "a")]
 
 
@@ -219,10 +242,11 @@ SECRET_SPELLINGS = [
 
 
 @pytest.mark.parametrize("path", SECRET_SPELLINGS)
-async def test_no_spelling_of_a_path_slips_past_a_deny_rule(path: str) -> None:
+@both_forms
+async def test_no_spelling_of_a_path_slips_past_a_deny_rule(path: str, form: str) -> None:
     workspace = Workspace()
     executor = workspace.executor(permissions=permissions(deny=["edit(secret/**)"]))
-    assert verdict(await run_one(executor, "edit", {"path": path})) == "permission_denied"
+    assert verdict(await run_one(executor, "edit", {"path": path}, form)) == "permission_denied"
     assert workspace.runs == []
 
 
@@ -238,10 +262,11 @@ async def test_no_spelling_of_a_path_slips_past_a_deny_rule(path: str) -> None:
         "/etc/./ssh/../passwd",
     ],
 )
-async def test_absolute_deny_rules_hold_for_relative_and_folded_spellings(path: str) -> None:
+@both_forms
+async def test_absolute_deny_rules_hold_for_relative_and_folded_spellings(path: str, form: str) -> None:
     workspace = Workspace()
     executor = workspace.executor(permissions=permissions(deny=["read(/etc/**)"]))
-    assert verdict(await run_one(executor, "read", {"path": path})) == "permission_denied"
+    assert verdict(await run_one(executor, "read", {"path": path}, form)) == "permission_denied"
     assert workspace.runs == []
 
 
@@ -258,31 +283,37 @@ async def test_absolute_deny_rules_hold_for_relative_and_folded_spellings(path: 
         ("../project2/src/a.py", "asked"),
     ],
 )
-async def test_an_allow_rule_covers_only_what_its_pattern_names(path: str, expected: str) -> None:
+@both_forms
+async def test_an_allow_rule_covers_only_what_its_pattern_names(path: str, expected: str, form: str) -> None:
     workspace = Workspace()
     executor = workspace.executor(permissions=permissions(allow=["edit(src/**)"], mode="ask"))
-    assert verdict(await run_one(executor, "edit", {"path": path})) == expected
+    assert verdict(await run_one(executor, "edit", {"path": path}, form)) == expected
 
 
-async def test_single_star_stays_within_a_segment_and_leading_double_star_matches_anywhere() -> None:
+@both_forms
+async def test_single_star_stays_within_a_segment_and_leading_double_star_matches_anywhere(form: str) -> None:
     workspace = Workspace()
     executor = workspace.executor(permissions=permissions(allow=["edit(src/*.py)"], deny=["edit(**/.env)"], mode="ask"))
-    assert verdict(await run_one(executor, "edit", {"path": "src/a.py"})) == "ran"
-    assert verdict(await run_one(executor, "edit", {"path": "src/pkg/a.py"})) == "asked"
-    assert verdict(await run_one(executor, "edit", {"path": "/anywhere/at/all/.env"})) == "permission_denied"
-    assert verdict(await run_one(executor, "edit", {"path": ".env"})) == "permission_denied"
+    assert verdict(await run_one(executor, "edit", {"path": "src/a.py"}, form)) == "ran"
+    assert verdict(await run_one(executor, "edit", {"path": "src/pkg/a.py"}, form)) == "asked"
+    assert verdict(await run_one(executor, "edit", {"path": "/anywhere/at/all/.env"}, form)) == "permission_denied"
+    assert verdict(await run_one(executor, "edit", {"path": ".env"}, form)) == "permission_denied"
 
 
-async def test_home_is_expanded_on_both_sides(monkeypatch: pytest.MonkeyPatch) -> None:
+@both_forms
+async def test_home_is_expanded_on_both_sides(monkeypatch: pytest.MonkeyPatch, form: str) -> None:
     monkeypatch.setenv("HOME", "/home/person")
     workspace = Workspace()
     executor = workspace.executor(permissions=permissions(deny=["read(~/.ssh/**)"]))
-    assert verdict(await run_one(executor, "read", {"path": "~/.ssh/id_ed25519"})) == "permission_denied"
-    assert verdict(await run_one(executor, "read", {"path": "/home/person/.ssh/id_ed25519"})) == "permission_denied"
-    assert verdict(await run_one(executor, "read", {"path": "/home/other/.ssh/id_ed25519"})) == "ran"
+    assert verdict(await run_one(executor, "read", {"path": "~/.ssh/id_ed25519"}, form)) == "permission_denied"
+    assert (
+        verdict(await run_one(executor, "read", {"path": "/home/person/.ssh/id_ed25519"}, form)) == "permission_denied"
+    )
+    assert verdict(await run_one(executor, "read", {"path": "/home/other/.ssh/id_ed25519"}, form)) == "ran"
 
 
-async def test_path_typed_arguments_are_paths_whatever_their_name() -> None:
+@both_forms
+async def test_path_typed_arguments_are_paths_whatever_their_name(form: str) -> None:
     runs: list[str] = []
 
     @ts.tool(rule_subject="target")
@@ -291,42 +322,50 @@ async def test_path_typed_arguments_are_paths_whatever_their_name() -> None:
         return "published"
 
     executor = ts.Executor([publish], permissions=permissions(deny=["publish(private/**)"]))
-    assert verdict(await run_one(executor, "publish", {"target": "public/../private/x"})) == "permission_denied"
-    assert verdict(await run_one(executor, "publish", {"target": "public/x"})) == "ran"
+    assert verdict(await run_one(executor, "publish", {"target": "public/../private/x"}, form)) == "permission_denied"
+    assert verdict(await run_one(executor, "publish", {"target": "public/x"}, form)) == "ran"
     assert runs == ["public/x"]
 
 
-async def test_the_root_defaults_to_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@both_forms
+async def test_the_root_defaults_to_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, form: str
+) -> None:
     monkeypatch.chdir(tmp_path)
     workspace = Workspace()
     executor = workspace.executor(permissions=ts.Permissions(deny=["edit(secret/**)"]))
-    assert verdict(await run_one(executor, "edit", {"path": str(tmp_path / "secret" / "k")})) == "permission_denied"
+    assert (
+        verdict(await run_one(executor, "edit", {"path": str(tmp_path / "secret" / "k")}, form)) == "permission_denied"
+    )
 
 
-async def test_a_missing_subject_is_matched_by_its_schema_default() -> None:
+@both_forms
+async def test_a_missing_subject_is_matched_by_its_schema_default(form: str) -> None:
     workspace = Workspace()
     executor = workspace.executor(permissions=permissions(allow=["grep(.)"], mode="ask"))
-    assert verdict(await run_one(executor, "grep", {"pattern": "x"})) == "ran"
-    assert verdict(await run_one(executor, "grep", {"pattern": "x", "path": "./"})) == "ran"
-    assert verdict(await run_one(executor, "grep", {"pattern": "x", "path": "sub"})) == "asked"
+    assert verdict(await run_one(executor, "grep", {"pattern": "x"}, form)) == "ran"
+    assert verdict(await run_one(executor, "grep", {"pattern": "x", "path": "./"}, form)) == "ran"
+    assert verdict(await run_one(executor, "grep", {"pattern": "x", "path": "sub"}, form)) == "asked"
 
 
-async def test_list_subjects_deny_when_any_item_matches_and_allow_only_when_all_do() -> None:
+@both_forms
+async def test_list_subjects_deny_when_any_item_matches_and_allow_only_when_all_do(form: str) -> None:
     workspace = Workspace()
     executor = workspace.executor(permissions=permissions(allow=["bulk(src/**)"], deny=["bulk(secret/**)"], mode="ask"))
-    assert verdict(await run_one(executor, "bulk", {"paths": ["src/a", "src/b"]})) == "ran"
-    assert verdict(await run_one(executor, "bulk", {"paths": ["src/a", "lib/b"]})) == "asked"
-    assert verdict(await run_one(executor, "bulk", {"paths": ["src/a", "./secret/b"]})) == "permission_denied"
-    assert verdict(await run_one(executor, "bulk", {"paths": []})) == "asked"
+    assert verdict(await run_one(executor, "bulk", {"paths": ["src/a", "src/b"]}, form)) == "ran"
+    assert verdict(await run_one(executor, "bulk", {"paths": ["src/a", "lib/b"]}, form)) == "asked"
+    assert verdict(await run_one(executor, "bulk", {"paths": ["src/a", "./secret/b"]}, form)) == "permission_denied"
+    assert verdict(await run_one(executor, "bulk", {"paths": []}, form)) == "asked"
 
 
-async def test_text_subjects_match_as_text() -> None:
+@both_forms
+async def test_text_subjects_match_as_text(form: str) -> None:
     workspace = Workspace()
     executor = workspace.executor(permissions=permissions(allow=["bash(npm test *)", "bash(ls)"], mode="ask"))
-    assert verdict(await run_one(executor, "bash", {"command": "npm test src/a.test.js"})) == "ran"
-    assert verdict(await run_one(executor, "bash", {"command": "ls"})) == "ran"
-    assert verdict(await run_one(executor, "bash", {"command": "ls -la"})) == "asked"
-    assert verdict(await run_one(executor, "bash", {"command": "npm install left-pad"})) == "asked"
+    assert verdict(await run_one(executor, "bash", {"command": "npm test src/a.test.js"}, form)) == "ran"
+    assert verdict(await run_one(executor, "bash", {"command": "ls"}, form)) == "ran"
+    assert verdict(await run_one(executor, "bash", {"command": "ls -la"}, form)) == "asked"
+    assert verdict(await run_one(executor, "bash", {"command": "npm install left-pad"}, form)) == "asked"
 
 
 # -- modes ---------------------------------------------------------------------------
@@ -349,9 +388,10 @@ MODES = [
 
 
 @pytest.mark.parametrize(("mode", "name", "args", "expected"), MODES)
-async def test_each_mode(mode: str, name: str, args: dict[str, Any], expected: str) -> None:
+@both_forms
+async def test_each_mode(mode: str, name: str, args: dict[str, Any], expected: str, form: str) -> None:
     workspace = Workspace()
-    outcome = await run_one(workspace.executor(permissions=permissions(mode=mode)), name, args)
+    outcome = await run_one(workspace.executor(permissions=permissions(mode=mode)), name, args, form)
     assert verdict(outcome) == expected
     assert len(workspace.runs) == (1 if expected == "ran" else 0)
 
@@ -362,32 +402,35 @@ async def say_nothing(event: ts.HookEvent) -> None:
 
 @pytest.mark.parametrize(("mode", "name", "args", "expected"), MODES)
 @pytest.mark.parametrize("with_hook", [False, True])
+@both_forms
 async def test_each_mode_holds_beside_a_silent_hook_and_rules_that_name_other_calls(
-    mode: str, name: str, args: dict[str, Any], expected: str, with_hook: bool
+    mode: str, name: str, args: dict[str, Any], expected: str, with_hook: bool, form: str
 ) -> None:
     """A call no rule names and no hook speaks of is decided by the mode and the tool alone, on the
     path without hooks and on the path with them."""
     workspace = Workspace()
     rules = permissions(mode=mode, deny=["bash(rm *)", "edit(/etc/**)"], ask=["read(secret/**)"])
     hooks = ts.Hooks().pre_tool_use("*", say_nothing) if with_hook else None
-    outcome = await run_one(workspace.executor(permissions=rules, hooks=hooks), name, args)
+    outcome = await run_one(workspace.executor(permissions=rules, hooks=hooks), name, args, form)
     assert verdict(outcome) == expected
     assert len(workspace.runs) == (1 if expected == "ran" else 0)
 
 
-async def test_allow_rules_waive_the_ask_of_ask_and_accept_reads_modes() -> None:
+@both_forms
+async def test_allow_rules_waive_the_ask_of_ask_and_accept_reads_modes(form: str) -> None:
     for mode in ("ask", "accept_reads"):
         workspace = Workspace()
         executor = workspace.executor(permissions=permissions(mode=mode, allow=["edit(src/**)"]))
-        assert verdict(await run_one(executor, "edit", {"path": "src/a"})) == "ran"
-        assert verdict(await run_one(executor, "edit", {"path": "lib/a"})) == "asked"
+        assert verdict(await run_one(executor, "edit", {"path": "src/a"}, form)) == "ran"
+        assert verdict(await run_one(executor, "edit", {"path": "lib/a"}, form)) == "asked"
 
 
-async def test_bypass_runs_ask_rules_but_never_a_deny() -> None:
+@both_forms
+async def test_bypass_runs_ask_rules_but_never_a_deny(form: str) -> None:
     workspace = Workspace()
     executor = workspace.executor(permissions=permissions(mode="bypass", ask=["edit"], deny=["edit(secret/**)"]))
-    assert verdict(await run_one(executor, "edit", {"path": "src/a"})) == "ran"
-    assert verdict(await run_one(executor, "edit", {"path": "secret/a"})) == "permission_denied"
+    assert verdict(await run_one(executor, "edit", {"path": "src/a"}, form)) == "ran"
+    assert verdict(await run_one(executor, "edit", {"path": "secret/a"}, form)) == "permission_denied"
     assert workspace.runs == [("edit", "src/a")]
 
 
@@ -618,6 +661,16 @@ def rule_lists(draw: st.DrawFn, tool: str, patterns: st.SearchStrategy[str]) -> 
     return lists
 
 
+def engine_verdict(rules: ToolRules, args: Any) -> Any:
+    """The verdict the engine gives a call of a tool with these rules, as it plans a turn."""
+    return _core.RuleTable(UNDECIDED, [rules.engine]).judge(0, args)
+
+
+def is_clean_relative(path: str) -> bool:
+    """A relative path normalising would only join to the root (what the engine judges itself)."""
+    return bool(path) and path[0] not in "/.~" and path[-1] != "/" and "//" not in path and "/." not in path
+
+
 def compiled(lists: dict[str, list[str]], tool: str) -> ToolRules:
     """The rules of ``lists`` that name ``tool``; draws whose rules do not parse or name nothing are skipped."""
     try:
@@ -647,10 +700,17 @@ def compiled(lists: dict[str, list[str]], tool: str) -> ToolRules:
 @settings(max_examples=1500, deadline=None)
 def test_one_plain_path_gets_the_verdict_every_subject_gets(lists: dict[str, list[str]], subject: str) -> None:
     """The verdict of set and prefix tests on one clean relative path is the one of normalising the subject and
-    matching each pattern in turn: the same behavior and the same rule named, for any mix of rules."""
+    matching each pattern in turn: the same behavior and the same rule named, for any mix of rules; and the
+    engine's verdict, whenever it gives one, is that one too."""
     rules = compiled(lists, "edit")
     args = {"path": subject, "text": ""}
-    assert rules.evaluate(args) == rules._evaluate_values(args), (lists, subject)
+    expected = rules._evaluate_values(args)
+    assert rules.evaluate(args) == expected, (lists, subject)
+    judged = engine_verdict(rules, args)
+    assert judged is UNDECIDED or judged == expected, (lists, subject, judged)
+    if rules.simple is not None and is_clean_relative(subject):
+        # What evaluate decides by sets and prefixes, the engine decides as well.
+        assert judged is not UNDECIDED, (lists, subject)
 
 
 @given(
@@ -662,7 +722,12 @@ def test_one_plain_path_gets_the_verdict_every_subject_gets(lists: dict[str, lis
 def test_one_plain_text_gets_the_verdict_every_subject_gets(lists: dict[str, list[str]], command: str) -> None:
     rules = compiled(lists, "bash")
     args = {"command": command}
-    assert rules.evaluate(args) == rules._evaluate_values(args), (lists, command)
+    expected = rules._evaluate_values(args)
+    assert rules.evaluate(args) == expected, (lists, command)
+    judged = engine_verdict(rules, args)
+    assert judged is UNDECIDED or judged == expected, (lists, command, judged)
+    if rules.simple is not None or rules.deny_all is not None:
+        assert judged is not UNDECIDED, (lists, command)
 
 
 def test_literal_and_prefix_rules_take_the_set_and_prefix_path() -> None:
@@ -673,3 +738,170 @@ def test_literal_and_prefix_rules_take_the_set_and_prefix_path() -> None:
     assert bash.for_tool(_WORKSPACE_TOOLS["bash"]).simple is not None  # type: ignore[union-attr]
     globbed = permissions(deny=["edit(src/*.py)"])
     assert globbed.for_tool(_WORKSPACE_TOOLS["edit"]).simple is None  # type: ignore[union-attr]
+
+
+# -- the engine's verdicts -----------------------------------------------------------
+
+
+class Text(str):
+    """Text of another type: its methods could answer anything, so only evaluate judges it."""
+
+
+@given(
+    lists=rule_lists("edit", path_patterns()),
+    value=st.one_of(
+        st.none(),
+        st.integers(),
+        st.booleans(),
+        st.lists(st.sampled_from(["src/a.py", "secret/x", "~/a", 3]), max_size=3),
+        st.sampled_from(["src/a.py", "secret/x", "\udc80/a", "src/\x00", "é/ß", "src/a.py"]).map(Text),
+        st.sampled_from(["src/a.py", "secret", "src/\udc80", "a/\x00/b", "é/ß", " src", "src ", "-"]),
+    ),
+    shape=st.sampled_from(["value", "missing", "mapping"]),
+)
+@settings(max_examples=1000, deadline=None)
+def test_the_engine_judges_any_input_as_evaluate_does_or_leaves_it(
+    lists: dict[str, list[str]], value: Any, shape: str
+) -> None:
+    """Other types, other spellings, a missing subject (the schema's default applies), another mapping:
+    the engine gives evaluate's verdict or leaves the call to it, never another verdict."""
+    rules = compiled(lists, "edit")
+    args: Any = {"path": value, "text": ""}
+    if shape == "missing":
+        args = {"text": ""}
+    elif shape == "mapping":
+        args = types.MappingProxyType(args)
+    try:
+        expected = rules.evaluate(args)
+    except Exception as exc:  # evaluate never raises; the engine must not either
+        pytest.fail(f"evaluate raised {exc!r}")
+    judged = engine_verdict(rules, args)
+    assert judged is UNDECIDED or judged == expected, (lists, args, judged)
+    if shape != "value" or type(value) is not str:
+        # Not exactly a dict holding exactly text: unless a rule names every call whatever its input.
+        assert judged is UNDECIDED or rules.deny_all is not None, (lists, args, judged)
+
+
+def test_a_tool_named_by_rules_without_patterns_gets_one_verdict_whatever_its_input() -> None:
+    deny_all = permissions(deny=["edit"], allow=["edit(src/**)"]).for_tool(_WORKSPACE_TOOLS["edit"])
+    ask_all = permissions(ask=["remove"], allow=["remove"]).for_tool(_WORKSPACE_TOOLS["remove"])
+    allow_all = permissions(allow=["remove"]).for_tool(_WORKSPACE_TOOLS["remove"])
+    for rules, expected in (
+        (deny_all, ("deny", "edit", None)),
+        (ask_all, ("ask", "remove", None)),
+        (allow_all, ("allow", "remove", None)),
+    ):
+        assert rules is not None
+        for args in ({"path": "src/a"}, {"target": 3}, {}, "not a mapping", None):
+            assert engine_verdict(rules, args) == expected == rules.evaluate(args)
+
+
+def test_a_rule_table_refuses_what_is_not_a_tools_compiled_rules() -> None:
+    for tools, message in (
+        ([True], "tools[0] is True"),
+        ([("x",) * 3], "a tuple of 1 or 8 items"),
+        ([3], "tools[0] is not a tool's compiled rules"),
+        ([("path", True, "/r", [(None, None, "v")], None, [], None, [])], "neither a value to equal nor a prefix"),
+        ([("path", True, "/r", [("a", None)], None, [], None, [])], "tools[0] is not a tool's compiled rules"),
+    ):
+        with pytest.raises(ts.OptionError, match=re.escape(message)):
+            _core.RuleTable(UNDECIDED, tools)
+    table = _core.RuleTable(UNDECIDED, [None, False])
+    assert len(table) == 2
+    assert table.judge(0, {"path": "a"}) is None
+    assert table.judge(1, {"path": "a"}) is UNDECIDED
+    with pytest.raises(ts.OptionError, match="no tool at position 2"):
+        table.judge(2, {})
+
+
+def deny_secret(workspace: Workspace, **options: Any) -> ts.Executor:
+    return workspace.executor(permissions=permissions(deny=["edit(secret/**)"], allow=["edit(src/**)"]), **options)
+
+
+async def test_a_rewrite_is_judged_by_the_rules_not_the_verdict_on_the_models_input() -> None:
+    """The engine judged the model's text; a hook's rewrite into a denied path is denied, a rewrite out of
+    one runs."""
+
+    async def into_secret(event: ts.HookEvent) -> ts.Rewrite:
+        return ts.Rewrite({"path": "secret/" + event.args["path"]})
+
+    async def out_of_secret(event: ts.HookEvent) -> ts.Rewrite:
+        return ts.Rewrite({"path": event.args["path"].replace("secret/", "src/")})
+
+    workspace = Workspace()
+    into = deny_secret(workspace, hooks=ts.Hooks().pre_tool_use("edit", into_secret))
+    outcome = await into.run([ts.ToolCall("c1", "edit", '{"path": "src/a.py"}')])
+    assert outcome.results[0].error_kind == "permission_denied"
+    out = deny_secret(workspace, hooks=ts.Hooks().pre_tool_use("edit", out_of_secret))
+    outcome = await out.run([ts.ToolCall("c1", "edit", '{"path": "secret/a.py"}')])
+    assert outcome.results[0].error_kind is None
+    assert workspace.runs == [("edit", "src/a.py")]
+
+
+async def test_an_input_check_that_changes_the_arguments_in_place_cannot_slip_past_a_deny_rule() -> None:
+    """``validate_input`` gets the call's arguments themselves: the rules judge them after it."""
+    runs: list[str] = []
+
+    class Sneaky(ts.Tool):
+        name = "sneaky"
+        input_schema = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+        rule_subject = "path"
+
+        async def validate_input(self, args: Any, ctx: ts.ToolContext) -> None:
+            args["path"] = "secret/" + args["path"]
+
+        async def call(self, args: Any, ctx: ts.ToolContext) -> str:
+            runs.append(args["path"])
+            return "ok"
+
+    executor = ts.Executor([Sneaky()], permissions=permissions(deny=["sneaky(secret/**)"], allow=["sneaky(src/**)"]))
+    outcome = await executor.run([ts.ToolCall("c1", "sneaky", '{"path": "src/a"}')])
+    assert outcome.results[0].error_kind == "permission_denied"
+    assert runs == []
+
+
+async def test_the_callers_mapping_is_judged_as_it_is_when_the_call_is_admitted() -> None:
+    """A mapping the caller keeps may change after the turn is planned (here: a hook on an earlier call
+    changes it): the rules judge what the call will run with."""
+    workspace = Workspace()
+    later = {"path": "src/b.py"}
+
+    async def redirect_the_next(event: ts.HookEvent) -> None:
+        if event.call_id == "c1":
+            later["path"] = "secret/key"
+
+    executor = deny_secret(workspace, hooks=ts.Hooks().pre_tool_use("edit", redirect_the_next))
+    outcome = await executor.run([ts.ToolCall("c1", "edit", '{"path": "src/a.py"}'), ts.ToolCall("c2", "edit", later)])
+    assert [result.error_kind for result in outcome.results] == [None, "permission_denied"]
+    assert workspace.runs == [("edit", "src/a.py")]
+
+
+async def test_the_engine_judges_the_models_text_and_evaluate_the_callers_mapping(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Calls as JSON text are judged while the turn is planned: evaluate is not asked. A mapping is
+    judged by evaluate, as is a path the engine leaves to it."""
+    asked: list[Any] = []
+    evaluate = ToolRules.evaluate
+
+    def counted(self: ToolRules, args: Any) -> Any:
+        asked.append(dict(args))
+        return evaluate(self, args)
+
+    monkeypatch.setattr(ToolRules, "evaluate", counted)
+    workspace = Workspace()
+    executor = deny_secret(workspace)
+    outcome = await executor.run(
+        [
+            ts.ToolCall("c1", "edit", '{"path": "src/a.py"}'),
+            ts.ToolCall("c2", "edit", '{"path": "secret/k"}'),
+            ts.ToolCall("c3", "edit", {"path": "secret/k"}),
+            ts.ToolCall("c4", "edit", '{"path": "./secret/k"}'),
+            ts.ToolCall("c5", "edit", '{"path": "docs/a"}'),
+        ]
+    )
+    kinds = [result.error_kind for result in outcome.results]
+    assert kinds == [None, "permission_denied", "permission_denied", "permission_denied", None]
+    assert "secret/**" in (outcome.results[1].error or "")
+    assert asked == [{"path": "secret/k"}, {"path": "./secret/k"}]
+    assert workspace.runs == [("edit", "src/a.py"), ("edit", "docs/a")]

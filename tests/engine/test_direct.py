@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import toolsched as ts
 from toolsched import _core
 
-LIMITS = {"max_input_bytes": 16 * 1024 * 1024, "max_input_depth": 64, "max_errors": 10}
+LIMITS = _core.Limits(16 * 1024 * 1024, 64, 10)
 
 TYPES = ["string", "integer", "number", "boolean", "null", "array", "object"]
 NAMES = ["a", "b", "é", "path", "x y"]
@@ -50,7 +50,7 @@ def same(a: Any, b: Any) -> bool:
 
 
 def prepared(table: _core.ToolTable, text: str) -> tuple[Any, list[tuple[int, str, str]]]:
-    _, args, failures, _, _ = table.prepare([SimpleNamespace(id="1", name="t", args=text)], [], **LIMITS)
+    _, args, failures, _, _, _ = table.prepare([SimpleNamespace(id="1", name="t", args=text)], [], LIMITS)
     return args[0], failures
 
 

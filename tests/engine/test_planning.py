@@ -14,7 +14,7 @@ import pytest
 import toolsched as ts
 from toolsched import _core
 
-LIMITS = {"max_input_bytes": 16 * 1024 * 1024, "max_input_depth": 64, "max_errors": 10}
+LIMITS = _core.Limits(16 * 1024 * 1024, 64, 10)
 SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
 
 
@@ -27,7 +27,7 @@ Row = tuple[int, int, Any, str | None, str | None]
 
 def prepare(tools: _core.ToolTable, calls: Any) -> tuple[list[Row], list[tuple[int, int, bool]]]:
     """``prepare``'s columns as ``(index, tool, args, error_kind, message)`` rows, checking the columns agree."""
-    tool_rows, arg_rows, failures, positions, duplicates = tools.prepare(calls, [], **LIMITS)
+    tool_rows, arg_rows, failures, positions, duplicates, _ = tools.prepare(calls, [], LIMITS)
     assert len(tool_rows) == len(arg_rows)
     assert (positions is None) == (not duplicates)
     indices = list(range(len(tool_rows))) if positions is None else positions
@@ -123,7 +123,7 @@ def test_prepare_leaves_the_collector_as_it_found_it(enabled: bool) -> None:
         assert len(planned) == 2000
         assert gc.isenabled() is enabled
         with pytest.raises(TypeError):
-            table().prepare(calls_then_a_bad_one(1200), [], **LIMITS)
+            table().prepare(calls_then_a_bad_one(1200), [], LIMITS)
         assert gc.isenabled() is enabled
     finally:
         gc.enable() if was_enabled else gc.disable()
@@ -131,7 +131,7 @@ def test_prepare_leaves_the_collector_as_it_found_it(enabled: bool) -> None:
 
 def test_a_turn_without_repeated_ids_has_no_position_column() -> None:
     calls = [ts.ToolCall(f"c{i}", "read" if i % 3 else "nope", '{"path": "a"}') for i in range(700)]
-    tool_rows, arg_rows, failures, positions, duplicates = table().prepare(calls, [], **LIMITS)
+    tool_rows, arg_rows, failures, positions, duplicates, _ = table().prepare(calls, [], LIMITS)
     assert positions is None and duplicates == []
     assert tool_rows == [0 if i % 3 else -1 for i in range(700)]
     assert [slot for slot, kind, _ in failures] == [i for i in range(700) if i % 3 == 0]

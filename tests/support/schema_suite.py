@@ -21,7 +21,7 @@ from typing import Any
 
 from toolsched import _core
 
-LIMITS = {"max_input_bytes": 16 * 1024 * 1024, "max_input_depth": 64, "max_errors": 10}
+LIMITS = _core.Limits(16 * 1024 * 1024, 64, 10)
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
 
@@ -34,7 +34,7 @@ def table(schema: Any) -> _core.ToolTable | None:
 
 def answer(tools: _core.ToolTable, instance: Any) -> list[tuple[int, str, str]]:
     call = SimpleNamespace(id="1", name="t", args=json.dumps(instance))
-    return tools.prepare([call], [], **LIMITS)[2]
+    return tools.prepare([call], [], LIMITS)[2]
 
 
 def forms(schema: Any, data: Any) -> list[tuple[Any, Any]]:

@@ -16,7 +16,7 @@ from toolsched.executor.settings import format_error
 from toolsched.executor.turn import Held, Job, Turn, judge
 from toolsched.executor.view import Policy
 from toolsched.hooks import HookTimeout, new_hook_event
-from toolsched.permissions import resolve_permission
+from toolsched.permissions import UNDECIDED, resolve_permission
 from toolsched.results import Behavior, Decision, ErrorKind, Rewrite, args_digest, detached
 from toolsched.runstate import ApprovalRequest, CallRecord, RunState, records_by_id, standing_decision
 
@@ -148,7 +148,10 @@ def _by_rules(
 ) -> tuple[Admission | None, tuple[Behavior, str] | None]:
     """What the rules and the mode settle on their own (a deny rule, an allow rule that waives every ask,
     plan mode refusing a write), or None to go on; with the rule that names the call, for ``_merge``."""
-    rule = policy.rules.evaluate(job.args) if policy.rules is not None else None
+    rule = job.ruling
+    if rule is UNDECIDED or job.args is not job.ruled:
+        # The engine left the call to ``evaluate``, or judged arguments that have been replaced since.
+        rule = policy.rules.evaluate(job.args) if policy.rules is not None else None
     mode = turn.settings.mode
     if rule is not None:
         if rule[0] == "deny":
@@ -202,7 +205,7 @@ def _merge(
 
 async def _recheck(job: Job, turn: Turn) -> str | None:
     """Validates input rewritten by hooks again (schema, then ``validate_input``); the refusal, if any."""
-    checked, message = turn.view.table.check(job.index, job.args, **turn.settings.limits)
+    checked, message = turn.view.table.check(job.index, job.args, turn.settings.limits)
     if message is not None:
         return f"the input rewritten by a pre_tool_use hook is invalid: {message}"
     job.args = detached(checked)

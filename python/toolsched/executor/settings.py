@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from toolsched import _core
 from toolsched.backends import Backend, Invoker, assign_backends
 from toolsched.errors import OptionError
 from toolsched.events import Event, ToolProgress
@@ -134,11 +136,10 @@ class Settings:
         self.interactive = interactive
         self.error_formatter = error_formatter
         self.offload_dir = Path(offload_dir) if offload_dir is not None else Path(tempfile.gettempdir()) / "toolsched"
-        self.limits = {
-            "max_input_bytes": max_input_bytes,
-            "max_input_depth": max_input_depth,
-            "max_errors": max_schema_errors,
-        }
+        # A limit beyond what a machine word holds is no limit: it is held as the largest one that fits.
+        self.limits = _core.Limits(
+            min(max_input_bytes, sys.maxsize), min(max_input_depth, sys.maxsize), min(max_schema_errors, sys.maxsize)
+        )
         # The invoker of each tool whose body runs on a backend other than this process;
         # extended whenever a refreshed tool set brings new tools (see ``View``).
         self.backends = backends

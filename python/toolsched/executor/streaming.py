@@ -292,7 +292,7 @@ class StreamingTurn:
         """A repeated call ID: dropped, with whether its arguments differ from the first call's (as the engine says)."""
         turn = self._turn
         original = self._calls[self._slot_of_position(first)]
-        rows = turn.view.table.prepare([original, call], turn.view.toolset.disabled_mask(), **turn.settings.limits)[4]
+        rows = turn.view.table.prepare([original, call], turn.view.toolset.disabled_mask(), turn.settings.limits)[4]
         differ = bool(rows[0][2]) if rows else True
         return Duplicate(call.id, position, first, differ)
 

@@ -25,6 +25,7 @@ from toolsched.executor.settings import Settings
 from toolsched.executor.view import View
 from toolsched.hooks import UpdateFilter
 from toolsched.outcome import Outcome, new_outcome
+from toolsched.permissions import UNDECIDED
 from toolsched.registry import SEARCH_TOOL_NAME
 from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult, args_digest, detached, new_result
 from toolsched.runstate import CallRecord, ChildRecord, RunState, new_state
@@ -52,6 +53,8 @@ class Job:
         "facts",
         "index",
         "prior_attempts",
+        "ruled",
+        "ruling",
         "scope",
         "slot",
         "state",
@@ -59,13 +62,19 @@ class Job:
         "tool",
     )
 
-    def __init__(self, slot: int, call: ToolCall, tool: Tool, facts: ToolFacts, args: Any, index: int) -> None:
+    def __init__(
+        self, slot: int, call: ToolCall, tool: Tool, facts: ToolFacts, args: Any, index: int, ruling: Any = UNDECIDED
+    ) -> None:
         self.slot = slot
         self.call = call
         self.tool = tool
         self.facts = facts
         self.args = args
         self.index = index
+        # The engine's verdict on the call's rules (``RuleTable.judge``), valid while ``args`` is ``ruled``:
+        # arguments replaced since (a hook's rewrite, a journal's) are judged anew.
+        self.ruling = ruling
+        self.ruled = args
         self.state = PENDING
         # How many times the tool has run for this call (a retry policy may run it again), and how
         # many runs a journal holds from before a crash (``recover`` goes on from there).
@@ -150,10 +159,11 @@ class Plan:
     ``calls`` are the planned calls by slot (first occurrences, model order);
     ``tools``/``args`` the tool index and validated arguments of each slot;
     ``refused`` the slots the engine answered, with the error kind and message;
-    ``duplicates`` the calls dropped for repeating an ID.
+    ``duplicates`` the calls dropped for repeating an ID; ``rulings`` the
+    engine's verdict on each slot's permission rules (see ``Job.ruling``).
     """
 
-    __slots__ = ("args", "calls", "duplicates", "jobs", "refused", "tools")
+    __slots__ = ("args", "calls", "duplicates", "jobs", "refused", "rulings", "tools")
 
     def __init__(
         self,
@@ -162,12 +172,14 @@ class Plan:
         args: list[Any],
         refused: dict[int, tuple[ErrorKind, str]],
         duplicates: list[Duplicate],
+        rulings: list[Any],
     ) -> None:
         self.calls = calls
         self.tools = tools
         self.args = args
         self.refused = refused
         self.duplicates = duplicates
+        self.rulings = rulings
         # The job of every slot the engine did not refuse, in model order (when ``plan_calls`` is asked for them).
         self.jobs: list[Job] = []
 
@@ -184,6 +196,7 @@ class Plan:
             view.facts[index],
             self.args[slot],
             index,
+            self.rulings[slot],
         )
 
     def tool_name(self, view: View, slot: int) -> str:
@@ -197,9 +210,10 @@ def plan_calls(settings: Settings, view: View, calls: list[ToolCall], *, jobs: b
 
     With ``jobs``, the plan also holds the job of every call the engine did not refuse.
     """
-    tool_rows, arg_rows, failures, positions, duplicate_rows = view.table.prepare(
-        calls, view.toolset.disabled_mask(), **settings.limits
+    tool_rows, arg_rows, failures, positions, duplicate_rows, rulings = view.table.prepare(
+        calls, view.toolset.disabled_mask(), settings.limits, view.rules
     )
+    assert rulings is not None  # given a rule table, the engine judges every slot
     planned = calls if positions is None else [calls[index] for index in positions]
     refused: dict[int, tuple[ErrorKind, str]] = {}
     for slot, error_kind, message in failures:
@@ -211,22 +225,22 @@ def plan_calls(settings: Settings, view: View, calls: list[ToolCall], *, jobs: b
         if duplicate_rows
         else []
     )
-    plan = Plan(planned, tool_rows, arg_rows, refused, duplicates)
+    plan = Plan(planned, tool_rows, arg_rows, refused, duplicates, rulings)
     if jobs:
         tools, facts = view.tools, view.facts
         if refused:
             plan.jobs = [
-                Job(slot, planned[slot], tools[index], facts[index], arg_rows[slot], index)
+                Job(slot, planned[slot], tools[index], facts[index], arg_rows[slot], index, rulings[slot])
                 for slot, index in enumerate(tool_rows)
                 if slot not in refused
             ]
         elif len(tool_rows) == 1:
             # A lone call, the commonest turn: no comprehension.
             index = tool_rows[0]
-            plan.jobs = [Job(0, planned[0], tools[index], facts[index], arg_rows[0], index)]
+            plan.jobs = [Job(0, planned[0], tools[index], facts[index], arg_rows[0], index, rulings[0])]
         else:
             plan.jobs = [
-                Job(slot, planned[slot], tools[index], facts[index], arg_rows[slot], index)
+                Job(slot, planned[slot], tools[index], facts[index], arg_rows[slot], index, rulings[slot])
                 for slot, index in enumerate(tool_rows)
             ]
     return plan

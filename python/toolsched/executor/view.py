@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from toolsched import _core
 from toolsched.executor.settings import Settings
 from toolsched.hooks import Hook, ToolHooks
-from toolsched.permissions import ToolRules
+from toolsched.permissions import UNDECIDED, EngineRules, ToolRules
 from toolsched.registry import ToolSet
 from toolsched.tools import Tool, ToolFacts, tool_fingerprint
 
@@ -67,6 +68,17 @@ def tool_policy(settings: Settings, member: Tool, facts: ToolFacts) -> Policy:
     return Policy(rules, tool_hooks, refuse_interaction, admit, unasked)
 
 
+def engine_rules(policy: Policy, facts: ToolFacts) -> EngineRules:
+    """What the engine judges of a tool's rules while it plans a turn (``Job.ruling``).
+
+    Not for a tool with ``validate_input``: it gets the call's arguments
+    themselves before admission, so only ``evaluate`` then judges them.
+    """
+    if policy.rules is None:
+        return None
+    return False if facts.validates_input else policy.rules.engine
+
+
 class View:
     """What an executor works out for one tool set of its registry (internal, fixed once built).
 
@@ -85,6 +97,7 @@ class View:
         "policies",
         "post_hooked",
         "resourceful",
+        "rules",
         "table",
         "tools",
         "toolset",
@@ -99,6 +112,7 @@ class View:
     post_hooked: bool
     update_hooked: bool
     resourceful: bool
+    rules: _core.RuleTable
     fingerprints: dict[int, str]
 
     def __init__(self, settings: Settings, toolset: ToolSet, previous: View | None, refreshes: bool) -> None:
@@ -113,6 +127,7 @@ class View:
             self.post_hooked = previous.post_hooked
             self.update_hooked = previous.update_hooked
             self.resourceful = previous.resourceful
+            self.rules = previous.rules
             self.fingerprints = previous.fingerprints
         else:
             self.tools = toolset.tools
@@ -130,6 +145,10 @@ class View:
             self.post_hooked = any(policy.post_success or policy.post_failure for policy in self.policies)
             self.update_hooked = any(policy.update for policy in self.policies)
             self.resourceful = any(facts.run_resource is not None for facts in self.facts)
+            self.rules = _core.RuleTable(
+                UNDECIDED,
+                [engine_rules(policy, facts) for policy, facts in zip(self.policies, self.facts, strict=True)],
+            )
             self.fingerprints = {}
         # Runs that need nothing around them: no per-run resources, no refresh afterwards.
         self.plain = not self.resourceful and not refreshes
