@@ -12,6 +12,7 @@ made or answered without the short way.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 from collections.abc import Callable
@@ -21,11 +22,25 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from instructions import valgrind_count
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def python_detached(args: Any) -> Any:
+    """``detached`` written in Python: each value's type checked, then a shallow copy (else a deep one)."""
+    if type(args) is dict:
+        for value in args.values():
+            if type(value) not in _SCALARS:
+                return copy.deepcopy(args)
+        return args.copy()
+    return copy.deepcopy(args)
+
 
 def pieces() -> dict[str, Callable[[], Any]]:
     """Each piece as a function of no arguments, its inputs made once."""
     import toolsched as ts
+    from toolsched import _core
     from toolsched.hooks import HookEvent, new_hook_event
+    from toolsched.permissions import UNDECIDED
     from toolsched.results import detached, new_result
 
     result_fields = ("c1", "noop", None, None, None, False, 0.1, True, 0, False, None, 1)
@@ -38,15 +53,18 @@ def pieces() -> dict[str, Callable[[], Any]]:
 
     rules = ts.Permissions(allow=["noop(src/**)"], deny=["noop(secret/**)"]).for_tool(noop)
     assert rules is not None
+    table = _core.RuleTable(UNDECIDED, [rules.engine])
     return {
         "ToolResult: the builder": lambda: new_result(*result_fields),
         "ToolResult: plain (the dataclass __init__)": lambda: ts.ToolResult(*result_fields),
         "HookEvent: the builder": lambda: new_hook_event("c1", "noop", args, None, None, None),
         "HookEvent: plain (the dataclass __init__)": lambda: HookEvent("c1", "noop", args, None, None, None),
         "the arguments' copy a hook gets (detached)": lambda: detached(args),
+        "the arguments' copy: plain (a loop over the values in Python)": lambda: python_detached(args),
         "ToolCall(id, name, text)": lambda: ts.ToolCall("call_0", "noop", text),
         "rules: set and prefix tests (evaluate)": lambda: rules.evaluate(args),
         "rules: plain (every pattern in turn)": lambda: rules._evaluate_values(args),
+        "rules: the engine's verdict (RuleTable.judge, one crossing each)": lambda: table.judge(0, args),
     }
 
 
@@ -65,7 +83,7 @@ def main() -> None:
     for name in pieces():
         base = valgrind_count([__file__, "--inner", name, "0"])
         total = valgrind_count([__file__, "--inner", name, str(args.count)])
-        print(f"{name:45s} {(total - base) / args.count:8,.0f} instructions")
+        print(f"{name:62s} {(total - base) / args.count:8,.0f} instructions")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ __all__ = [
     "RuleTable",
     "ToolTable",
     "assemble",
+    "detached",
     "normalize_key",
     "plan_batches",
     "plan_conflicts",
@@ -66,6 +67,7 @@ class ConflictPlanner:
     def __len__(self) -> int: ...
 
 def normalize_key(key: str) -> str: ...
+def detached(args: Any) -> Any: ...
 def assemble(count: int, slots: Sequence[int], results: list[Any]) -> list[Any]: ...
 def truncate(
     text: str, max_chars: int, *, max_lines: int | None = None, cut: str = "tail"

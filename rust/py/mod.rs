@@ -3,6 +3,7 @@
 //! result once.
 
 mod convert;
+mod copies;
 mod errors;
 mod rules;
 
@@ -719,6 +720,8 @@ fn truncate(
 /// The toolsched engine, compiled from Rust.
 #[pymodule]
 mod _core {
+    #[pymodule_export]
+    use super::copies::detached;
     #[pymodule_export]
     use super::{
         assemble, normalize_key, plan_batches, plan_conflicts, truncate, PyConflictPlanner, PyLimits, PyRuleTable,
