@@ -340,7 +340,14 @@ def is_safe(job: Job) -> bool:
 
 
 def aborts(jobs: Sequence[Job], turn: Turn) -> bool:
-    return turn.settings.abort_siblings_on_error or any(job.tool.abort_siblings_on_error for job in jobs)
+    """Whether a failure among ``jobs`` cancels the others (the executor's option, or a tool's)."""
+    if turn.settings.abort_siblings_on_error:
+        return True
+    # A loop rather than ``any`` over a generator: this runs for every batch of every turn.
+    for job in jobs:
+        if job.tool.abort_siblings_on_error:
+            return True
+    return False
 
 
 async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering | None) -> list[Any]:
