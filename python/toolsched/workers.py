@@ -134,21 +134,38 @@ class WorkerGroup:
         self._waiting: asyncio.Future[None] | None = None
 
     async def __aenter__(self) -> WorkerGroup:
+        if self.enter():
+            return self
         loop = events._get_running_loop()
         if loop is None:
             self._group = anyio.create_task_group()
             await self._group.__aenter__()
         else:
             self._loop = loop
-            if _TASK_STATES is None:
-                self._scope = anyio.CancelScope()
-                self._scope.__enter__()
-            else:
-                self._host = host = asyncio.current_task()
-                if host is not None:
-                    self._base = _scope_of(host)
-                    self._baseline = host.cancelling()
+            self._scope = anyio.CancelScope()
+            self._scope.__enter__()
         return self
+
+    def enter(self) -> bool:
+        """Enters the group without a wait where it can (asyncio, with anyio's record of task scopes): whether
+        it did; if not, ``__aenter__`` enters it. A pool enters a group for every batch of every turn."""
+        loop = events._get_running_loop()
+        if loop is None or _TASK_STATES is None:
+            return False
+        self._loop = loop
+        self._host = host = asyncio.current_task(loop)
+        if host is not None:
+            self._base = _scope_of(host)
+            self._baseline = host.cancelling()
+        return True
+
+    def leave(self) -> bool:
+        """Leaves the group without a wait when that is all ``__aexit__`` would do (no worker left, none
+        failed, nothing raised in the body): whether it did; if not, ``__aexit__`` must be awaited."""
+        if self._group is not None or self._workers or self._errors is not None:
+            return False
+        self._close_scope(None)
+        return True
 
     def cancelled(self) -> bool:
         """Whether the group's work must not start anything new: it is stopping, or a scope around the

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import toolsched as ts
 from toolsched import _core
+from toolsched.executor.schedule import partitioned_batches
 
 
 def reference_partition(safe: list[bool], cap: int) -> list[tuple[int, int, int]]:
@@ -35,6 +36,15 @@ def reference_batched(count: int, size: int, cap: int) -> list[tuple[int, int, i
 @given(safe=st.lists(st.booleans(), max_size=60), cap=st.integers(1, 12))
 def test_partitioned_matches_the_reference(safe: list[bool], cap: int) -> None:
     assert _core.plan_batches("partitioned", safe, max_concurrency=cap) == reference_partition(safe, cap)
+
+
+@given(
+    safe=st.one_of(st.lists(st.booleans(), max_size=60), st.lists(st.just(True), max_size=60)),
+    cap=st.integers(1, 12),
+)
+def test_the_executors_partitioned_batches_are_the_engines(safe: list[bool], cap: int) -> None:
+    """The executor answers a turn of only safe calls itself: with the engine's answer."""
+    assert partitioned_batches(safe, cap) == _core.plan_batches("partitioned", safe, max_concurrency=cap)
 
 
 @given(count=st.integers(0, 60), size=st.integers(1, 9), cap=st.integers(1, 12))

@@ -36,7 +36,17 @@ from toolsched.strategies import resolve_cap
 from toolsched.tools import Access
 from toolsched.workers import WorkerGroup
 
-__all__ = ["aborts", "declared_access", "is_safe", "raise_failure", "run_jobs", "run_pool", "steer", "trip"]
+__all__ = [
+    "aborts",
+    "declared_access",
+    "is_safe",
+    "partitioned_batches",
+    "raise_failure",
+    "run_jobs",
+    "run_pool",
+    "steer",
+    "trip",
+]
 
 logger = logging.getLogger("toolsched")
 
@@ -93,7 +103,8 @@ async def run_pool(
     group = WorkerGroup()
     pool: _Pool | None = None
     try:
-        await group.__aenter__()
+        if not group.enter():
+            await group.__aenter__()
         try:
             # A list is checked by its type: an isinstance check against an ABC costs more than a no-op call.
             if type(ready) is list or isinstance(ready, tuple):
@@ -118,7 +129,8 @@ async def run_pool(
             if not await group.__aexit__(type(exc), exc, exc.__traceback__):
                 raise
         else:
-            await group.__aexit__(None, None, None)
+            if not group.leave():
+                await group.__aexit__(None, None, None)
     except BaseExceptionGroup as failures:
         # The same exception whatever the strategy: a tool that raised KeyboardInterrupt, SystemExit or
         # GeneratorExit stops the run with that exception, not with a group only concurrent batches make.
@@ -328,10 +340,20 @@ def _batches(jobs: list[Job], turn: Turn, cap: int) -> list[tuple[int, int, int]
     if strategy.kind == "partitioned":
         # Most tools declare a constant: the tool is asked only when it judges its arguments.
         safe = [job.facts.static_safe if job.facts.static_safe is not None else is_safe(job) for job in jobs]
-    else:
-        safe = [False] * len(jobs)
+        return partitioned_batches(safe, cap)
     size = getattr(strategy, "size", 1)
-    batches: list[tuple[int, int, int]] = _core.plan_batches(strategy.kind, safe, max_concurrency=cap, size=size)
+    batches: list[tuple[int, int, int]] = _core.plan_batches(
+        strategy.kind, [False] * len(jobs), max_concurrency=cap, size=size
+    )
+    return batches
+
+
+def partitioned_batches(safe: list[bool], cap: int) -> list[tuple[int, int, int]]:
+    """``Partitioned``'s batches for calls of this concurrency-safety: the engine's plan, which for calls that are
+    all safe is one batch of all of them (made here: the crossing costs more than the answer)."""
+    if safe and False not in safe:
+        return [(0, len(safe), min(cap, len(safe)))]
+    batches: list[tuple[int, int, int]] = _core.plan_batches("partitioned", safe, max_concurrency=cap)
     return batches
 
 
