@@ -26,6 +26,7 @@ class ToolTable:
         disabled: Sequence[bool],
         limits: Limits,
         rules: RuleTable | None = None,
+        call_type: type | None = None,
     ) -> tuple[
         list[int],
         list[Any],

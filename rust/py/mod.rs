@@ -11,10 +11,11 @@ use std::cell::Cell;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
-use pyo3::types::{PyList, PyString, PyTuple};
+use pyo3::types::{PyList, PyString, PyTuple, PyType};
 
 use crate::assemble::model_order;
 use crate::catalog::{Catalog, ToolSpec};
@@ -140,7 +141,10 @@ impl PyToolTable {
     /// arguments decoded from text are judged: the caller's own mapping is
     /// left `undecided`, since the caller may change it before the rules
     /// are applied.
-    #[pyo3(signature = (calls, disabled, limits, rules = None))]
+    ///
+    /// With `call_type`, every call must be an instance of it: any other
+    /// object raises `TypeError` naming its position.
+    #[pyo3(signature = (calls, disabled, limits, rules = None, call_type = None))]
     fn prepare<'py>(
         &self,
         py: Python<'py>,
@@ -148,6 +152,7 @@ impl PyToolTable {
         disabled: Vec<bool>,
         limits: &Bound<'py, PyLimits>,
         rules: Option<&Bound<'py, PyRuleTable>>,
+        call_type: Option<&Bound<'py, PyType>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let limits = limits.get().limits;
         // A capacity hint only: a sequence may misreport its length.
@@ -174,8 +179,18 @@ impl PyToolTable {
             rulings: Vec::with_capacity(if rules.is_some() { expected } else { 0 }),
             subject: String::new(),
         };
-        for call in calls.try_iter()? {
-            if turn.read(&call?)? {
+        for (position, call) in calls.try_iter()?.enumerate() {
+            let call = call?;
+            if let Some(expected) = call_type {
+                if !call.get_type().is(expected) && !call.is_instance(expected)? {
+                    return Err(PyTypeError::new_err(format!(
+                        "calls[{position}] must be a {}, got {}",
+                        expected.name()?,
+                        call.get_type().name()?
+                    )));
+                }
+            }
+            if turn.read(&call)? {
                 turn.judge_chunk()?;
             }
         }

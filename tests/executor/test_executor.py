@@ -391,6 +391,33 @@ async def test_non_toolcall_input_is_a_type_error() -> None:
         await ts.Executor([noop]).run([{"id": "1", "name": "noop"}])  # type: ignore[list-item]
 
 
+async def test_any_call_that_is_not_a_toolcall_stops_the_turn_before_anything_runs() -> None:
+    """Not only the first: an object that looks like a call (id, name, args) is refused wherever it stands,
+    named by its position and type, and no call of the turn runs; a subclass of ToolCall is a ToolCall."""
+    ran: list[str] = []
+
+    @ts.tool
+    async def note(text: str) -> str:
+        ran.append(text)
+        return text
+
+    class LooksLikeACall:
+        id = "c3"
+        name = "note"
+        args = '{"text": "c"}'
+
+    class NamedCall(ts.ToolCall):
+        pass
+
+    executor = ts.Executor([note])
+    calls: list[Any] = [ts.ToolCall("c1", "note", '{"text": "a"}'), NamedCall("c2", "note", {"text": "b"})]
+    with pytest.raises(TypeError, match=r"^calls\[2\] must be a ToolCall, got LooksLikeACall$"):
+        await executor.run([*calls, LooksLikeACall()])
+    assert ran == []
+    outcome = await executor.run(calls)
+    assert [result.output for result in outcome.results] == ["a", "b"]
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     turn=st.lists(

@@ -651,9 +651,7 @@ class Executor:
         """A new turn and the plan of its calls (one crossing into the engine); nothing has run yet."""
         settings = self._settings
         calls = calls if type(calls) is list else list(calls)
-        for position, call in enumerate(calls):
-            if type(call) is not ToolCall and not isinstance(call, ToolCall):
-                raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
+        # The engine checks that each call is a ToolCall as it reads it (a TypeError names the first that is not).
         plan = plan_calls(settings, view, calls, jobs=True)
         # The emitter's own test written out: most turns have no listener.
         listens = sink is not None or settings.on_event is not None or settings.on_progress is not None

@@ -206,12 +206,12 @@ class Plan:
 
 
 def plan_calls(settings: Settings, view: View, calls: list[ToolCall], *, jobs: bool = False) -> Plan:
-    """One crossing into the engine for a list of calls: lookup, dedup by ID, validation.
+    """One crossing into the engine for a list of calls: type check, lookup, dedup by ID, validation.
 
     With ``jobs``, the plan also holds the job of every call the engine did not refuse.
     """
     tool_rows, arg_rows, failures, positions, duplicate_rows, rulings = view.table.prepare(
-        calls, view.toolset.disabled_mask(), settings.limits, view.rules
+        calls, view.toolset.disabled_mask(), settings.limits, view.rules, ToolCall
     )
     assert rulings is not None  # given a rule table, the engine judges every slot
     planned = calls if positions is None else [calls[index] for index in positions]
