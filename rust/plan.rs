@@ -242,14 +242,19 @@ impl<'t, C> ChunkedTurn<'t, C> {
 /// The IDs live in one buffer rather than one allocation each, and the hash
 /// table holds only positions in `firsts`: it stays small enough to be probed
 /// from cache on turns of 100,000 calls, while `firsts` and `text` only grow at
-/// their ends.
+/// their ends. A turn of a few calls (most turns) is deduplicated by comparing
+/// its IDs: the table and its random hasher are made only once a turn has more
+/// than `SCANNED_IDS` distinct IDs.
 #[derive(Debug)]
 struct CallIds {
     text: String,
     firsts: Vec<FirstCall>,
-    table: HashTable<usize>,
-    hasher: RandomState,
+    table: Option<(HashTable<usize>, RandomState)>,
+    capacity: usize,
 }
+
+/// The most distinct IDs deduplicated by comparison before a hash table is made.
+const SCANNED_IDS: usize = 8;
 
 /// Where a first call's ID lies in [`CallIds::text`], and the call's position.
 #[derive(Debug, Clone, Copy)]
@@ -264,8 +269,8 @@ impl CallIds {
         Self {
             text: String::new(),
             firsts: Vec::with_capacity(calls),
-            table: HashTable::with_capacity(calls),
-            hasher: RandomState::new(),
+            table: None,
+            capacity: calls,
         }
     }
 
@@ -275,13 +280,34 @@ impl CallIds {
             text,
             firsts,
             table,
-            hasher,
+            capacity,
         } = self;
         let id_of = |first: &FirstCall| &text[first.start..first.end];
-        let hash = hasher.hash_one(id);
-        if let Some(&slot) = table.find(hash, |&slot| id_of(&firsts[slot]) == id) {
-            return Some(firsts[slot].index);
+        if table.is_none() {
+            if let Some(first) = firsts.iter().find(|first| id_of(first) == id) {
+                return Some(first.index);
+            }
+            if firsts.len() >= SCANNED_IDS {
+                let hasher = RandomState::new();
+                let mut made = HashTable::with_capacity((*capacity).max(firsts.len() + 1));
+                for (slot, first) in firsts.iter().enumerate() {
+                    made.insert_unique(hasher.hash_one(id_of(first)), slot, |&slot| {
+                        hasher.hash_one(id_of(&firsts[slot]))
+                    });
+                }
+                *table = Some((made, hasher));
+            }
         }
+        let hash = match table {
+            Some((table, hasher)) => {
+                let hash = hasher.hash_one(id);
+                if let Some(&slot) = table.find(hash, |&slot| id_of(&firsts[slot]) == id) {
+                    return Some(firsts[slot].index);
+                }
+                Some(hash)
+            }
+            None => None,
+        };
         let start = text.len();
         text.push_str(id);
         firsts.push(FirstCall {
@@ -289,11 +315,13 @@ impl CallIds {
             end: text.len(),
             index,
         });
-        let text = &*text;
-        table.insert_unique(hash, firsts.len() - 1, |&slot| {
-            let first = &firsts[slot];
-            hasher.hash_one(&text[first.start..first.end])
-        });
+        if let (Some((table, hasher)), Some(hash)) = (table, hash) {
+            let text = &*text;
+            table.insert_unique(hash, firsts.len() - 1, |&slot| {
+                let first = &firsts[slot];
+                hasher.hash_one(&text[first.start..first.end])
+            });
+        }
         None
     }
 }
@@ -660,5 +688,32 @@ mod tests {
                 Admission::Repeat { index: 7, first: 1 },
             ]
         );
+    }
+
+    #[test]
+    fn repeats_are_found_before_and_after_the_ids_are_hashed() {
+        // Every mix of few and many distinct IDs, repeats of early and late ones, against a plain scan.
+        let catalog = catalog();
+        for distinct in [1, 2, 7, 8, 9, 10, 30] {
+            for hint in [0, 1, 100] {
+                let mut planner = TurnPlanner::new(&catalog, &[], Limits::default(), hint);
+                let ids: Vec<String> = (0..3 * distinct).map(|i| format!("id{}", (i * 7) % distinct)).collect();
+                let mut seen: Vec<&str> = Vec::new();
+                let mut firsts: Vec<usize> = Vec::new();
+                for (index, id) in ids.iter().enumerate() {
+                    let expected = if let Some(at) = seen.iter().position(|known| known == id) {
+                        Admission::Repeat {
+                            index,
+                            first: firsts[at],
+                        }
+                    } else {
+                        seen.push(id);
+                        firsts.push(index);
+                        Admission::First { index }
+                    };
+                    assert_eq!(planner.admit(id), expected, "{distinct} distinct, call {index}");
+                }
+            }
+        }
     }
 }

@@ -62,7 +62,13 @@ pub fn is_clean_relative_path(value: &str) -> bool {
     let bytes = value.as_bytes();
     match (bytes.first(), bytes.last()) {
         (Some(first), Some(last)) => {
-            !matches!(first, b'/' | b'.' | b'~') && *last != b'/' && !value.contains("//") && !value.contains("/.")
+            // No `//` and no `/.`: a slash is never followed by another or by a dot (a byte loop; a
+            // substring search costs more than the whole verdict on a short path).
+            !matches!(first, b'/' | b'.' | b'~')
+                && *last != b'/'
+                && !bytes
+                    .windows(2)
+                    .any(|pair| pair[0] == b'/' && matches!(pair[1], b'/' | b'.'))
         }
         _ => false,
     }
