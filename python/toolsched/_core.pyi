@@ -13,6 +13,7 @@ __all__ = [
     "normalize_key",
     "plan_batches",
     "plan_conflicts",
+    "start",
     "truncate",
 ]
 
@@ -69,6 +70,7 @@ class ConflictPlanner:
 
 def normalize_key(key: str) -> str: ...
 def detached(args: Any) -> Any: ...
+def start(coroutine: Any, base: Any, finished: Any) -> Any: ...
 def assemble(count: int, slots: Sequence[int], results: list[Any]) -> list[Any]: ...
 def truncate(
     text: str, max_chars: int, *, max_lines: int | None = None, cut: str = "tail"

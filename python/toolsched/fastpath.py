@@ -14,6 +14,10 @@
   (``executor/schedule.py``) steps a call's coroutine itself up to its first suspension, in the
   call's own copy of the context (as a task would run it), so a call that never waits costs no
   task and no wrapper (``python benches/compare.py``: a task costs more than a whole no-op call).
+  The step is the engine's (``_core.start``): the context copied, entered and left and the
+  coroutine sent to in C, and a coroutine that finishes told apart without the ``StopIteration``
+  a Python-level ``send`` raises (full pipeline, N = 10: 53.3k -> 51.1k instructions per call,
+  ``python benches/instructions.py 10 400 --full``).
 - ``WorkerGroup`` (``toolsched/workers.py``): the pool's workers as plain asyncio tasks, stopped
   as anyio stops a cancelled scope's tasks, instead of anyio task-group tasks (about 15 µs each)
   or tasks each in a cancel scope of its own (about 11 µs; ``python benches/platform_runs.py --sleep 0.001``).
@@ -24,8 +28,10 @@ from __future__ import annotations
 import dataclasses
 import keyword
 from collections.abc import Callable, Coroutine, Generator
-from contextvars import Context, copy_context
+from contextvars import Context
 from typing import Any, TypeVar
+
+from toolsched import _core
 
 __all__ = ["Resume", "positional_builder", "run_until_suspended"]
 
@@ -108,9 +114,14 @@ def run_until_suspended(coroutine: Coroutine[Any, Any, None], base: Context | No
     None when it finished; else what awaits the rest of it (in the same copy).
     Whatever the coroutine does to context variables stays in its copy.
     """
-    context = copy_context() if base is None else base.copy()
-    try:
-        first = context.run(coroutine.send, None)
-    except StopIteration:
+    stepped = _start(coroutine, base, _FINISHED)
+    if stepped is _FINISHED:
         return None
+    first, context = stepped
     return Resume(coroutine, first, context)
+
+
+# ``_core.start``: ``context.run(coroutine.send, None)`` in a copy of the context, ``_FINISHED`` for a
+# coroutine that returned, without the ``StopIteration`` Python's ``send`` would raise for it.
+_FINISHED: Any = object()
+_start: Callable[[Coroutine[Any, Any, Any], Context | None, Any], Any] = _core.start

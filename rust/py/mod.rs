@@ -6,6 +6,7 @@ mod convert;
 mod copies;
 mod errors;
 mod rules;
+mod stepping;
 
 use std::cell::Cell;
 use std::fmt::Write as _;
@@ -737,6 +738,8 @@ fn truncate(
 mod _core {
     #[pymodule_export]
     use super::copies::detached;
+    #[pymodule_export]
+    use super::stepping::start;
     #[pymodule_export]
     use super::{
         assemble, normalize_key, plan_batches, plan_conflicts, truncate, PyConflictPlanner, PyLimits, PyRuleTable,
