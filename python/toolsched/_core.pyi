@@ -6,6 +6,7 @@ from typing import Any, final
 __all__ = [
     "ConflictPlanner",
     "Limits",
+    "Returned",
     "RuleTable",
     "ToolTable",
     "assemble",
@@ -13,6 +14,7 @@ __all__ = [
     "normalize_key",
     "plan_batches",
     "plan_conflicts",
+    "send",
     "start",
     "truncate",
 ]
@@ -71,6 +73,11 @@ class ConflictPlanner:
 def normalize_key(key: str) -> str: ...
 def detached(args: Any) -> Any: ...
 def start(coroutine: Any, base: Any, finished: Any) -> Any: ...
+def send(context: Any, coroutine: Any, value: Any) -> Any: ...
+@final
+class Returned:
+    @property
+    def value(self) -> Any: ...
 def assemble(count: int, slots: Sequence[int], results: list[Any]) -> list[Any]: ...
 def truncate(
     text: str, max_chars: int, *, max_lines: int | None = None, cut: str = "tail"

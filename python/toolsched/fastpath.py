@@ -87,7 +87,8 @@ class Resume:
 
     def __await__(self) -> Generator[Any, Any, Any]:
         coroutine = self._coroutine
-        run = self._context.run
+        context = self._context
+        run = context.run
         yielded = self._first
         while True:
             try:
@@ -101,10 +102,9 @@ class Resume:
                 except StopIteration as finished:
                     return finished.value
             else:
-                try:
-                    yielded = run(coroutine.send, sent)
-                except StopIteration as finished:
-                    return finished.value
+                yielded = _send(context, coroutine, sent)
+                if type(yielded) is _Returned:
+                    return yielded.value
 
 
 def run_until_suspended(coroutine: Coroutine[Any, Any, None], base: Context | None = None) -> Resume | None:
@@ -125,3 +125,6 @@ def run_until_suspended(coroutine: Coroutine[Any, Any, None], base: Context | No
 # coroutine that returned, without the ``StopIteration`` Python's ``send`` would raise for it.
 _FINISHED: Any = object()
 _start: Callable[[Coroutine[Any, Any, Any], Context | None, Any], Any] = _core.start
+# ``_core.send``: ``context.run(coroutine.send, value)``, a ``Returned`` for a coroutine that returned.
+_send: Callable[[Context, Coroutine[Any, Any, Any], Any], Any] = _core.send
+_Returned = _core.Returned

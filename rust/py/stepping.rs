@@ -1,6 +1,7 @@
-//! A coroutine's first step, taken by hand as a task takes it: in a copy of
-//! the current context (or of a given one), without the `StopIteration` a
-//! Python-level `send` raises when the coroutine finishes in that step.
+//! A coroutine's steps, taken by hand as a task takes them: the first in a
+//! copy of the current context (or of a given one), each later one in that
+//! copy, without the `StopIteration` a Python-level `send` raises when the
+//! coroutine finishes.
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
@@ -56,4 +57,49 @@ pub fn start<'py>(
         result
     };
     Ok(PyTuple::new(py, [status, context.into_any()])?.into_any())
+}
+
+/// What a coroutine returned, as `send` hands it back.
+#[pyclass(frozen, module = "toolsched._core", name = "Returned")]
+pub struct PyReturned {
+    #[pyo3(get)]
+    value: Py<PyAny>,
+}
+
+/// Sends `value` into `coroutine` in `context` (a `contextvars.Context`, not
+/// entered now): returns what it yielded next, or a `Returned` holding what
+/// it returned. An exception it raises propagates. The same as
+/// `context.run(coroutine.send, value)` with `StopIteration` caught.
+#[pyfunction]
+pub fn send<'py>(
+    py: Python<'py>,
+    context: &Bound<'py, PyAny>,
+    coroutine: &Bound<'py, PyAny>,
+    value: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: the interpreter is attached (we hold `py`); every pointer is a live object borrowed
+    // for the call, and `result` a new reference owned by a `Bound` at once (null only on an error).
+    unsafe {
+        if ffi::PyContext_CheckExact(context.as_ptr()) == 0 {
+            return Err(PyTypeError::new_err("context must be a contextvars.Context"));
+        }
+        if ffi::PyContext_Enter(context.as_ptr()) < 0 {
+            return Err(PyErr::fetch(py));
+        }
+        let mut result: *mut ffi::PyObject = std::ptr::null_mut();
+        let status = ffi::PyIter_Send(coroutine.as_ptr(), value.as_ptr(), &raw mut result);
+        let error = matches!(status, ffi::PySendResult::PYGEN_ERROR).then(|| PyErr::fetch(py));
+        let left = ffi::PyContext_Exit(context.as_ptr());
+        if let Some(error) = error {
+            return Err(error);
+        }
+        let result = Bound::from_owned_ptr(py, result);
+        if left < 0 {
+            return Err(PyErr::fetch(py));
+        }
+        if matches!(status, ffi::PySendResult::PYGEN_RETURN) {
+            return Ok(Bound::new(py, PyReturned { value: result.unbind() })?.into_any());
+        }
+        Ok(result)
+    }
 }

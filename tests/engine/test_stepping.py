@@ -105,3 +105,17 @@ def test_steps_nest_and_the_engine_refuses_what_is_not_a_context() -> None:
     # A plain generator steps as a coroutine does.
     assert _core.start(iter([1, 2]), None, finished)[0] == 1
     assert _core.start(iter([]), None, finished) is finished
+
+
+def test_a_returned_value_is_made_only_by_the_engine_and_a_context_is_required() -> None:
+    with pytest.raises(TypeError):
+        _core.Returned()  # type: ignore[call-arg]
+    coroutine = sets_then_waits("call")
+    yielded, context = _core.start(coroutine, contextvars.Context(), object())
+    assert yielded == "yielded"
+    with pytest.raises(TypeError, match=r"contextvars\.Context"):
+        _core.send(None, coroutine, "sent")
+    # Sent on in the copy it started in, the coroutine sees its own value.
+    returned = _core.send(context, coroutine, "sent")
+    assert type(returned) is _core.Returned
+    assert returned.value == "call:sent:call"
