@@ -198,8 +198,8 @@ class Rewrite:
 
 # ``detached(args)``: a copy of a call's input that shares nothing mutable with the original. A dict whose
 # values are each exactly text, an int, a float, a bool or None is copied shallowly, anything else deep-copied.
-# Made in the engine: each hook's event takes one per call, and the engine's type checks and copy cost a
-# third of the same loop in Python (``python benches/pieces.py``).
+# Made in the engine: each hook's event takes one per call, and the engine's type checks and copy cost half
+# of the same loop in Python (1.6k against 3.1k instructions, ``python benches/pieces.py``).
 detached: Callable[[Any], Any] = _core.detached
 
 
