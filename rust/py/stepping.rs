@@ -25,8 +25,8 @@ pub fn start<'py>(
     base: Option<&Bound<'py, PyAny>>,
     finished: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    // SAFETY (every block below): the interpreter is attached (we hold `py`), and each pointer is a
-    // live object borrowed for the call or a new reference owned by a `Bound` at once.
+    // SAFETY: the interpreter is attached (we hold `py`); `base` is checked to be a Context before it
+    // is copied, and the new reference either call returns is owned by a `Bound` at once.
     let context = unsafe {
         let copied = match base {
             None => ffi::PyContext_CopyCurrent(),
@@ -35,28 +35,11 @@ pub fn start<'py>(
         };
         Bound::from_owned_ptr_or_err(py, copied)?
     };
-    let mut result: *mut ffi::PyObject = std::ptr::null_mut();
-    let status = unsafe {
-        if ffi::PyContext_Enter(context.as_ptr()) < 0 {
-            return Err(PyErr::fetch(py));
-        }
-        let status = ffi::PyIter_Send(coroutine.as_ptr(), ffi::Py_None(), &raw mut result);
-        // The coroutine's error is taken before the context is left, which may set one of its own.
-        let error = matches!(status, ffi::PySendResult::PYGEN_ERROR).then(|| PyErr::fetch(py));
-        let left = ffi::PyContext_Exit(context.as_ptr());
-        if let Some(error) = error {
-            return Err(error);
-        }
-        let result = Bound::from_owned_ptr(py, result);
-        if left < 0 {
-            return Err(PyErr::fetch(py));
-        }
-        if matches!(status, ffi::PySendResult::PYGEN_RETURN) {
-            return Ok(finished.clone());
-        }
-        result
-    };
-    Ok(PyTuple::new(py, [status, context.into_any()])?.into_any())
+    let (result, returned) = step(py, &context, coroutine, &py.None().into_bound(py))?;
+    if returned {
+        return Ok(finished.clone());
+    }
+    Ok(PyTuple::new(py, [result, context.into_any()])?.into_any())
 }
 
 /// What a coroutine returned, as `send` hands it back.
@@ -77,17 +60,35 @@ pub fn send<'py>(
     coroutine: &Bound<'py, PyAny>,
     value: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    // SAFETY: the interpreter is attached (we hold `py`); every pointer is a live object borrowed
-    // for the call, and `result` a new reference owned by a `Bound` at once (null only on an error).
+    // SAFETY: the interpreter is attached (we hold `py`) and `context` is a live object.
+    if unsafe { ffi::PyContext_CheckExact(context.as_ptr()) } == 0 {
+        return Err(PyTypeError::new_err("context must be a contextvars.Context"));
+    }
+    let (result, returned) = step(py, context, coroutine, value)?;
+    if returned {
+        return Ok(Bound::new(py, PyReturned { value: result.unbind() })?.into_any());
+    }
+    Ok(result)
+}
+
+/// One step of `coroutine` in `context` (a Context, not entered now), sent
+/// `value`: what it yielded or returned, and whether it returned.
+fn step<'py>(
+    py: Python<'py>,
+    context: &Bound<'py, PyAny>,
+    coroutine: &Bound<'py, PyAny>,
+    value: &Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyAny>, bool)> {
+    // SAFETY: the interpreter is attached (we hold `py`); `context` is a Context (both callers check
+    // or made it); every pointer is a live object borrowed for the call, and `result` a new reference
+    // owned by a `Bound` at once (null only on an error, which returns before it is read).
     unsafe {
-        if ffi::PyContext_CheckExact(context.as_ptr()) == 0 {
-            return Err(PyTypeError::new_err("context must be a contextvars.Context"));
-        }
         if ffi::PyContext_Enter(context.as_ptr()) < 0 {
             return Err(PyErr::fetch(py));
         }
         let mut result: *mut ffi::PyObject = std::ptr::null_mut();
         let status = ffi::PyIter_Send(coroutine.as_ptr(), value.as_ptr(), &raw mut result);
+        // The coroutine's error is taken before the context is left, which may set one of its own.
         let error = matches!(status, ffi::PySendResult::PYGEN_ERROR).then(|| PyErr::fetch(py));
         let left = ffi::PyContext_Exit(context.as_ptr());
         if let Some(error) = error {
@@ -97,9 +98,6 @@ pub fn send<'py>(
         if left < 0 {
             return Err(PyErr::fetch(py));
         }
-        if matches!(status, ffi::PySendResult::PYGEN_RETURN) {
-            return Ok(Bound::new(py, PyReturned { value: result.unbind() })?.into_any());
-        }
-        Ok(result)
+        Ok((result, matches!(status, ffi::PySendResult::PYGEN_RETURN)))
     }
 }
