@@ -226,6 +226,15 @@ def _glob_path(pattern: str, root: str) -> re.Pattern[str]:
     return re.compile("".join(pieces), re.DOTALL)
 
 
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` can be encoded as UTF-8 (it holds no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def subject_is_path(name: str, schema: Mapping[str, Any]) -> bool:
     """Whether a tool's rule subject holds a path: by its schema's ``format`` or by its name."""
     properties = schema.get("properties")
@@ -375,16 +384,20 @@ class ToolRules:
             else:
                 self.engine = None
         elif self.simple is not None:
-            self.engine = (
-                subject,
-                is_path,
-                self.root,
-                engine_patterns("deny"),
-                ("ask", self.ask_all, None) if self.ask_all is not None else None,
-                engine_patterns("ask"),
-                ("allow", self.allow_all, None) if self.allow_all is not None else None,
-                engine_patterns("allow"),
-            )
+            forms = (engine_patterns("deny"), engine_patterns("ask"), engine_patterns("allow"))
+            texts = [subject, self.root, *(text for kind in forms for form in kind for text in form[:2] if text)]
+            # The engine reads text as UTF-8: a rule or root holding a lone surrogate is judged here only.
+            if all(_is_utf8(text) for text in texts):
+                self.engine = (
+                    subject,
+                    is_path,
+                    self.root,
+                    forms[0],
+                    ("ask", self.ask_all, None) if self.ask_all is not None else None,
+                    forms[1],
+                    ("allow", self.allow_all, None) if self.allow_all is not None else None,
+                    forms[2],
+                )
 
     def _subjects(self, args: Any) -> tuple[str, ...]:
         """The subject values the patterns are matched against; raises ``_Unreadable`` for a value they

@@ -905,3 +905,24 @@ async def test_the_engine_judges_the_models_text_and_evaluate_the_callers_mappin
     assert "secret/**" in (outcome.results[1].error or "")
     assert asked == [{"path": "secret/k"}, {"path": "./secret/k"}]
     assert workspace.runs == [("edit", "src/a.py"), ("edit", "docs/a")]
+
+
+@both_forms
+async def test_rules_and_a_root_holding_lone_surrogates_still_judge_every_call(form: str) -> None:
+    """Text the engine cannot read as UTF-8 leaves those rules to evaluate: the executor builds and
+    judges as before (an argument holding one is refused as invalid input, as it always was)."""
+
+    @ts.tool(rule_subject="path")
+    async def edit(path: str) -> str:
+        return path
+
+    for perms, path, expected in (
+        (ts.Permissions(deny=["edit(\udc80/**)", "edit(b/**)"], root="/w"), "b/c", "permission_denied"),
+        (ts.Permissions(deny=["edit(\udc80/**)"], root="/w"), "a", "ran"),
+        (ts.Permissions(deny=["edit(a/**)"], root="/w\udc80"), "a/b", "permission_denied"),
+        (ts.Permissions(deny=["edit(a/**)"], root="/w\udc80"), "b", "ran"),
+    ):
+        args = {"path": path}
+        given: Any = json.dumps(args) if form == "text" else args
+        outcome = await ts.Executor([edit], permissions=perms).run([ts.ToolCall("c1", "edit", given)])
+        assert verdict(outcome) == expected, (perms, path)
