@@ -12,6 +12,7 @@ made or answered without the short way.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import copy
 import os
 import sys
@@ -21,6 +22,8 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from instructions import valgrind_count
+
+from toolsched.workers import WorkerGroup
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
@@ -65,7 +68,15 @@ def pieces() -> dict[str, Callable[[], Any]]:
         "rules: set and prefix tests (evaluate)": lambda: rules.evaluate(args),
         "rules: plain (every pattern in turn)": lambda: rules._evaluate_values(args),
         "rules: the engine's verdict (RuleTable.judge, one crossing each)": lambda: table.judge(0, args),
+        "a pool's worker group made, entered and left (no worker)": group_entered_and_left,
     }
+
+
+def group_entered_and_left() -> None:
+    """What a concurrent batch whose calls never wait pays for its worker group (in a running event loop)."""
+    group = WorkerGroup()
+    if not (group.enter() and group.leave()):
+        raise SystemExit("the worker group needs a wait here: no count")
 
 
 def main() -> None:
@@ -75,8 +86,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.inner is not None:
         piece = pieces()[args.inner[0]]
-        for _ in range(int(args.inner[1])):
-            piece()
+
+        async def evaluations(count: int) -> None:
+            # Inside a running event loop, as on the hot path (the worker group needs one).
+            for _ in range(count):
+                piece()
+
+        asyncio.run(evaluations(int(args.inner[1])))
         return
     if args.count < 1:
         raise SystemExit("--count must be at least 1")

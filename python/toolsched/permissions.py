@@ -339,37 +339,34 @@ class ToolRules:
         self.deny_all, self.ask_all, self.allow_all = everything("deny"), everything("ask"), everything("allow")
         self.deny, self.ask, self.allow = patterns("deny"), patterns("ask"), patterns("allow")
 
-        def simple(kind: str) -> _Simple | None:
-            with_patterns = [(rule.text, rule.pattern) for rule in rules[kind] if rule.pattern is not None]
-            forms = [_simple_path(pattern, root) if is_path else _simple_text(pattern) for _, pattern in with_patterns]
-            if any(equal is None and prefix is None for equal, prefix in forms):
-                return None
-            equals = frozenset(equal for equal, _ in forms if equal is not None)
-            prefixes = tuple(prefix for _, prefix in forms if prefix is not None)
-            return equals, prefixes, with_patterns[0][0] if len(with_patterns) == 1 else None
+        def literal_or_prefix(kind: str) -> list[tuple[str, str | None, str | None]] | None:
+            """Each pattern of ``kind``, in the order given, as (its rule's text, the value it equals, the prefix it
+            matches); None when one of them needs its regex."""
+            forms = []
+            for rule in rules[kind]:
+                if rule.pattern is not None:
+                    equal, prefix = _simple_path(rule.pattern, root) if is_path else _simple_text(rule.pattern)
+                    if equal is None and prefix is None:
+                        return None
+                    forms.append((rule.text, equal, prefix))
+            return forms
+
+        def simple(forms: list[tuple[str, str | None, str | None]]) -> _Simple:
+            equals = frozenset(equal for _, equal, _ in forms if equal is not None)
+            prefixes = tuple(prefix for _, _, prefix in forms if prefix is not None)
+            return equals, prefixes, forms[0][0] if len(forms) == 1 else None
+
+        def engine_patterns(
+            kind: Behavior, forms: list[tuple[str, str | None, str | None]]
+        ) -> list[tuple[str | None, str | None, Verdict]]:
+            return [(equal, prefix, (kind, text, None)) for text, equal, prefix in forms]
 
         # Every pattern a literal or a prefix, and no rule denying every call: one plain subject is decided by
-        # set and prefix tests (``evaluate``).
-        kinds = (simple("deny"), simple("ask"), simple("allow"))
+        # set and prefix tests (``evaluate``), and by the engine while it plans a turn (``engine``).
+        deny, ask, allow = literal_or_prefix("deny"), literal_or_prefix("ask"), literal_or_prefix("allow")
         self.simple: tuple[_Simple, _Simple, _Simple] | None = None
-        if (
-            self.deny_all is None
-            and subject is not None
-            and kinds[0] is not None
-            and kinds[1] is not None
-            and kinds[2] is not None
-        ):
-            self.simple = (kinds[0], kinds[1], kinds[2])
-
-        def engine_patterns(kind: Behavior) -> list[tuple[str | None, str | None, Verdict]]:
-            return [
-                (
-                    *(_simple_path(rule.pattern, root) if is_path else _simple_text(rule.pattern)),
-                    (kind, rule.text, None),
-                )
-                for rule in rules[kind]
-                if rule.pattern is not None
-            ]
+        if self.deny_all is None and subject is not None and deny is not None and ask is not None and allow is not None:
+            self.simple = (simple(deny), simple(ask), simple(allow))
 
         # The same verdicts, for the engine to give while it plans a turn (``engine_rules``).
         self.engine: EngineRules = False
@@ -383,20 +380,23 @@ class ToolRules:
                 self.engine = (("allow", self.allow_all, None),)
             else:
                 self.engine = None
-        elif self.simple is not None:
-            forms = (engine_patterns("deny"), engine_patterns("ask"), engine_patterns("allow"))
-            texts = [subject, self.root, *(text for kind in forms for form in kind for text in form[:2] if text)]
+        elif deny is not None and ask is not None and allow is not None:
+            texts = [
+                subject,
+                self.root,
+                *(text for forms in (deny, ask, allow) for form in forms for text in form[1:] if text),
+            ]
             # The engine reads text as UTF-8: a rule or root holding a lone surrogate is judged here only.
             if all(_is_utf8(text) for text in texts):
                 self.engine = (
                     subject,
                     is_path,
                     self.root,
-                    forms[0],
+                    engine_patterns("deny", deny),
                     ("ask", self.ask_all, None) if self.ask_all is not None else None,
-                    forms[1],
+                    engine_patterns("ask", ask),
                     ("allow", self.allow_all, None) if self.allow_all is not None else None,
-                    forms[2],
+                    engine_patterns("allow", allow),
                 )
 
     def _subjects(self, args: Any) -> tuple[str, ...]:
