@@ -1,12 +1,13 @@
 """Type stubs for the Rust engine (checked by ``python -m mypy.stubtest toolsched._core``)."""
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Coroutine, Generator, Iterable, Sequence
+from contextvars import Context
 from typing import Any, final
 
 __all__ = [
     "ConflictPlanner",
     "Limits",
-    "Returned",
+    "Resume",
     "RuleTable",
     "ToolTable",
     "assemble",
@@ -14,7 +15,6 @@ __all__ = [
     "normalize_key",
     "plan_batches",
     "plan_conflicts",
-    "send",
     "start",
     "truncate",
 ]
@@ -72,13 +72,18 @@ class ConflictPlanner:
 
 def normalize_key(key: str) -> str: ...
 def detached(args: Any) -> Any: ...
-def start(coroutine: Any, base: Any, finished: Any) -> Any: ...
-def send(context: Any, coroutine: Any, value: Any) -> Any: ...
+def start(
+    coroutine: Coroutine[Any, Any, Any] | Generator[Any, Any, Any], base: Context | None = None
+) -> Resume | None: ...
 
 @final
-class Returned:
-    @property
-    def value(self) -> Any: ...
+class Resume:
+    def __await__(self) -> Generator[Any, Any, Any]: ...
+    def __iter__(self) -> Resume: ...
+    def __next__(self) -> Any: ...
+    def send(self, value: Any) -> Any: ...
+    def throw(self, *args: Any) -> Any: ...
+    def close(self) -> None: ...
 
 def assemble(count: int, slots: Sequence[int], results: list[Any]) -> list[Any]: ...
 def truncate(

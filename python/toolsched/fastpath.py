@@ -17,7 +17,8 @@
   The step is the engine's (``_core.start``): the context copied, entered and left and the
   coroutine sent to in C, and a coroutine that finishes told apart without the ``StopIteration``
   a Python-level ``send`` raises (full pipeline, N = 10: 53.3k -> 51.1k instructions per call,
-  ``python benches/instructions.py 10 400 --full``).
+  ``python benches/instructions.py 10 400 --full``). A call that waits is awaited through the
+  engine's ``Resume``, each later step in C as well (no generator, no Python frame): MEASURE.
 - ``WorkerGroup`` (``toolsched/workers.py``): the pool's workers as plain asyncio tasks, stopped
   as anyio stops a cancelled scope's tasks, instead of anyio task-group tasks (about 15 µs each)
   or tasks each in a cancel scope of its own (about 11 µs; ``python benches/platform_runs.py --sleep 0.001``).
@@ -27,8 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import keyword
-from collections.abc import Callable, Coroutine, Generator
-from contextvars import Context
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from toolsched import _core
@@ -66,65 +66,9 @@ def positional_builder(cls: type[T]) -> Callable[..., T]:
     return build
 
 
-class Resume:
-    """Awaits the rest of a coroutine that its caller started by hand and that suspended, yielding ``first``.
-
-    A worker runs each call's coroutine up to its first suspension itself
-    (``coroutine.send(None)``): a call that finishes without waiting costs no
-    wrapper at all, and one that waits is handed to this, which passes
-    ``first`` and everything after it to the event loop unchanged and
-    everything sent or thrown back in unchanged, so the whole behaves as a
-    plain ``await`` on asyncio and trio alike (cancellation included). Every
-    step runs in ``context``, the call's own copy of its caller's context.
-    """
-
-    __slots__ = ("_context", "_coroutine", "_first")
-
-    def __init__(self, coroutine: Coroutine[Any, Any, Any], first: Any, context: Context) -> None:
-        self._coroutine = coroutine
-        self._first = first
-        self._context = context
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coroutine = self._coroutine
-        context = self._context
-        run = context.run
-        yielded = self._first
-        while True:
-            try:
-                sent = yield yielded
-            except GeneratorExit:
-                run(coroutine.close)
-                raise
-            except BaseException as thrown:
-                try:
-                    yielded = run(coroutine.throw, thrown)
-                except StopIteration as finished:
-                    return finished.value
-            else:
-                yielded = _send(context, coroutine, sent)
-                if type(yielded) is _Returned:
-                    return yielded.value
-
-
-def run_until_suspended(coroutine: Coroutine[Any, Any, None], base: Context | None = None) -> Resume | None:
-    """Runs ``coroutine`` up to its first suspension in a copy of the current context (or of ``base``),
-    as a new task would.
-
-    None when it finished; else what awaits the rest of it (in the same copy).
-    Whatever the coroutine does to context variables stays in its copy.
-    """
-    stepped = _start(coroutine, base, _FINISHED)
-    if stepped is _FINISHED:
-        return None
-    first, context = stepped
-    return Resume(coroutine, first, context)
-
-
-# ``_core.start``: ``context.run(coroutine.send, None)`` in a copy of the context, ``_FINISHED`` for a
-# coroutine that returned, without the ``StopIteration`` Python's ``send`` would raise for it.
-_FINISHED: Any = object()
-_start: Callable[[Coroutine[Any, Any, Any], Context | None, Any], Any] = _core.start
-# ``_core.send``: ``context.run(coroutine.send, value)``, a ``Returned`` for a coroutine that returned.
-_send: Callable[[Context, Coroutine[Any, Any, Any], Any], Any] = _core.send
-_Returned = _core.Returned
+# ``run_until_suspended(coroutine, base=None)``: runs ``coroutine`` up to its first suspension in a copy
+# of the current context (or of ``base``), as a new task would; None when it finished, else the ``Resume``
+# that awaits the rest of it in the same copy. Whatever the coroutine does to context variables stays in
+# its copy. Both are the engine's (``_core.start``, ``_core.Resume``): no Python frame on any step.
+Resume = _core.Resume
+run_until_suspended = _core.start

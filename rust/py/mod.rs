@@ -739,7 +739,7 @@ mod _core {
     #[pymodule_export]
     use super::copies::detached;
     #[pymodule_export]
-    use super::stepping::{send, start, PyReturned};
+    use super::stepping::{start, PyResume};
     #[pymodule_export]
     use super::{
         assemble, normalize_key, plan_batches, plan_conflicts, truncate, PyConflictPlanner, PyLimits, PyRuleTable,

@@ -1,30 +1,29 @@
 //! A coroutine's steps, taken by hand as a task takes them: the first in a
 //! copy of the current context (or of a given one), each later one in that
-//! copy, without the `StopIteration` a Python-level `send` raises when the
-//! coroutine finishes.
+//! copy (awaiting a `Resume`), without the `StopIteration` a Python-level
+//! `send` raises when the coroutine finishes.
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
+use pyo3::{PyTraverseError, PyVisit};
 
 /// Runs `coroutine` up to its first suspension in a copy of the current
 /// context, or of `base` when given (a `contextvars.Context`).
 ///
-/// Returns `finished` when the coroutine returned in that step (its return
-/// value is dropped), else `(yielded, context)`: what it yielded and the
-/// context copy it runs in, for the rest of it. An exception it raises
-/// propagates. The same as `context.run(coroutine.send, None)` with
-/// `StopIteration` caught, without making and catching the exception: most
-/// calls never wait, and finish in this one step.
+/// Returns None when the coroutine returned in that step (its return value is
+/// dropped), else a `Resume` that awaits the rest of it in the same copy. An
+/// exception it raises propagates. The same as `context.run(coroutine.send,
+/// None)` with `StopIteration` caught, without making and catching the
+/// exception: most calls never wait, and finish in this one step.
 #[pyfunction]
-#[pyo3(signature = (coroutine, base, finished))]
+#[pyo3(signature = (coroutine, base=None))]
 pub fn start<'py>(
     py: Python<'py>,
     coroutine: &Bound<'py, PyAny>,
     base: Option<&Bound<'py, PyAny>>,
-    finished: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyAny>> {
+) -> PyResult<Option<Bound<'py, PyResume>>> {
     // SAFETY: the interpreter is attached (we hold `py`); `base` is checked to be a Context before it
     // is copied, and the new reference either call returns is owned by a `Bound` at once.
     let context = unsafe {
@@ -37,38 +36,135 @@ pub fn start<'py>(
     };
     let (result, returned) = step(py, &context, coroutine, &py.None().into_bound(py))?;
     if returned {
-        return Ok(finished.clone());
+        return Ok(None);
     }
-    Ok(PyTuple::new(py, [result, context.into_any()])?.into_any())
+    let resume = PyResume {
+        coroutine: Some(coroutine.clone().unbind()),
+        context: Some(context.unbind()),
+        first: Some(result.unbind()),
+    };
+    Ok(Some(Bound::new(py, resume)?))
 }
 
-/// What a coroutine returned, as `send` hands it back.
-#[pyclass(frozen, module = "toolsched._core", name = "Returned")]
-pub struct PyReturned {
-    #[pyo3(get)]
-    value: Py<PyAny>,
+/// The rest of a coroutine that `start` stepped and that suspended: awaiting
+/// it hands what the coroutine yielded first, and everything after, to the
+/// event loop unchanged, and everything sent or thrown back in to the
+/// coroutine, each step in the coroutine's own copy of the context; the await
+/// gives what the coroutine returned. So it behaves as a plain `await` of the
+/// coroutine, on asyncio and trio alike (cancellation included).
+#[pyclass(module = "toolsched._core", name = "Resume")]
+pub struct PyResume {
+    // None once cleared by the cyclic collector.
+    coroutine: Option<Py<PyAny>>,
+    context: Option<Py<PyAny>>,
+    // What the first step yielded, until it is handed on.
+    first: Option<Py<PyAny>>,
 }
 
-/// Sends `value` into `coroutine` in `context` (a `contextvars.Context`, not
-/// entered now): returns what it yielded next, or a `Returned` holding what
-/// it returned. An exception it raises propagates. The same as
-/// `context.run(coroutine.send, value)` with `StopIteration` caught.
-#[pyfunction]
-pub fn send<'py>(
-    py: Python<'py>,
-    context: &Bound<'py, PyAny>,
-    coroutine: &Bound<'py, PyAny>,
-    value: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyAny>> {
-    // SAFETY: the interpreter is attached (we hold `py`) and `context` is a live object.
-    if unsafe { ffi::PyContext_CheckExact(context.as_ptr()) } == 0 {
-        return Err(PyTypeError::new_err("context must be a contextvars.Context"));
+/// A `Resume`'s coroutine and context, borrowed for one step, and its first yield if not handed on yet.
+struct Parts<'py> {
+    coroutine: Bound<'py, PyAny>,
+    context: Bound<'py, PyAny>,
+    first: Option<Bound<'py, PyAny>>,
+}
+
+/// What one step of the coroutine gave.
+enum Step<'py> {
+    Yielded(Bound<'py, PyAny>),
+    Returned(Bound<'py, PyAny>),
+}
+
+impl PyResume {
+    /// The coroutine and its context, and the first yield if it was not handed on yet (taken now). The
+    /// borrow ends here: the coroutine runs without it.
+    fn parts<'py>(slf: &Bound<'py, Self>) -> PyResult<Parts<'py>> {
+        let py = slf.py();
+        let mut this = slf.try_borrow_mut()?;
+        let first = this.first.take().map(|first| first.into_bound(py));
+        match (&this.coroutine, &this.context) {
+            (Some(coroutine), Some(context)) => Ok(Parts {
+                coroutine: coroutine.bind(py).clone(),
+                context: context.bind(py).clone(),
+                first,
+            }),
+            _ => Err(PyRuntimeError::new_err("the awaited coroutine was cleared")),
+        }
     }
-    let (result, returned) = step(py, context, coroutine, value)?;
-    if returned {
-        return Ok(Bound::new(py, PyReturned { value: result.unbind() })?.into_any());
+
+    /// The next step, sent `value` (the first hands on what `start` saw yielded).
+    fn advance<'py>(slf: &Bound<'py, Self>, value: &Bound<'py, PyAny>) -> PyResult<Step<'py>> {
+        let parts = Self::parts(slf)?;
+        if let Some(first) = parts.first {
+            return Ok(Step::Yielded(first));
+        }
+        let (result, returned) = step(slf.py(), &parts.context, &parts.coroutine, value)?;
+        Ok(if returned {
+            Step::Returned(result)
+        } else {
+            Step::Yielded(result)
+        })
     }
-    Ok(result)
+
+    /// `context.run(coroutine.<name>, *args)`.
+    fn run_method<'py>(slf: &Bound<'py, Self>, name: &str, args: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+        let parts = Self::parts(slf)?;
+        let mut call = vec![parts.coroutine.getattr(name)?];
+        call.extend(args.iter());
+        parts.context.call_method1("run", PyTuple::new(slf.py(), call)?)
+    }
+}
+
+#[pymethods]
+impl PyResume {
+    fn __await__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    /// The next step, sent None: what the coroutine yields, or the end of the await.
+    fn __next__<'py>(slf: &Bound<'py, Self>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match Self::advance(slf, &slf.py().None().into_bound(slf.py()))? {
+            Step::Yielded(yielded) => Ok(Some(yielded)),
+            // The end without a value needs no exception object (the interpreter reads it as None).
+            Step::Returned(returned) if returned.is_none() => Ok(None),
+            Step::Returned(returned) => Err(PyStopIteration::new_err((returned.unbind(),))),
+        }
+    }
+
+    /// The next step, sent `value`: what the coroutine yields; `StopIteration` with what it returned.
+    fn send<'py>(slf: &Bound<'py, Self>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        match Self::advance(slf, value)? {
+            Step::Yielded(yielded) => Ok(yielded),
+            Step::Returned(returned) => Err(PyStopIteration::new_err((returned.unbind(),))),
+        }
+    }
+
+    /// Throws into the coroutine (in its context): what it yields next, or what ends it.
+    #[pyo3(signature = (*args))]
+    fn throw<'py>(slf: &Bound<'py, Self>, args: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+        Self::run_method(slf, "throw", args)
+    }
+
+    /// Closes the coroutine (in its context).
+    fn close<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        Self::run_method(slf, "close", &PyTuple::empty(slf.py()))
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        for held in [&self.coroutine, &self.context, &self.first].into_iter().flatten() {
+            visit.call(held)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&mut self) {
+        self.coroutine = None;
+        self.context = None;
+        self.first = None;
+    }
 }
 
 /// One step of `coroutine` in `context` (a Context, not entered now), sent

@@ -97,25 +97,143 @@ def test_steps_nest_and_the_engine_refuses_what_is_not_a_context() -> None:
         return seen.get()
 
     assert run_until_suspended(outer()) is None
-    finished = object()
     unstarted = sets_and_returns("x")
     with pytest.raises(TypeError, match=r"contextvars\.Context"):
-        _core.start(unstarted, {"not": "a context"}, finished)
+        _core.start(unstarted, {"not": "a context"})  # type: ignore[arg-type]
     unstarted.close()
     # A plain generator steps as a coroutine does.
-    assert _core.start(iter([1, 2]), None, finished)[0] == 1
-    assert _core.start(iter([]), None, finished) is finished
+    suspended = _core.start(iter([1, 2]))  # type: ignore[arg-type]
+    assert suspended is not None and list(suspended) == [1, 2]
+    assert _core.start(iter([])) is None  # type: ignore[arg-type]
 
 
-def test_a_returned_value_is_made_only_by_the_engine_and_a_context_is_required() -> None:
+def test_a_resume_is_made_only_by_the_engine() -> None:
     with pytest.raises(TypeError):
-        _core.Returned()  # type: ignore[call-arg]
-    coroutine = sets_then_waits("call")
-    yielded, context = _core.start(coroutine, contextvars.Context(), object())
-    assert yielded == "yielded"
-    with pytest.raises(TypeError, match=r"contextvars\.Context"):
-        _core.send(None, coroutine, "sent")
-    # Sent on in the copy it started in, the coroutine sees its own value.
-    returned = _core.send(context, coroutine, "sent")
-    assert type(returned) is _core.Returned
-    assert returned.value == "call:sent:call"
+        _core.Resume()
+
+
+def drive(awaitable: Any) -> Generator[Any, Any, Any]:
+    """A coroutine of the caller's awaiting ``awaitable``: what the event loop would drive."""
+
+    async def awaiting() -> Any:
+        return await awaitable
+
+    return awaiting().__await__()
+
+
+def test_values_sent_in_reach_the_coroutine_and_its_return_value_ends_the_await() -> None:
+    # trio sends values into a task's coroutine (asyncio only ever None): each reaches the coroutine.
+    async def echoes() -> list[Any]:
+        got = [await pause("first")]
+        got.append(await pause("second"))
+        return got
+
+    suspended = run_until_suspended(echoes())
+    driver = drive(suspended)
+    assert driver.send(None) == "first"
+    assert driver.send("a") == "second"
+    with pytest.raises(StopIteration) as finished:
+        driver.send(("b", "tuple"))
+    assert finished.value.value == ["a", ("b", "tuple")]
+
+
+@pytest.mark.parametrize("returned", [None, 0, (1, 2), StopIteration("inner")])
+def test_whatever_the_coroutine_returns_is_what_the_await_gives(returned: Any) -> None:
+    async def gives() -> Any:
+        await pause()
+        return returned
+
+    for step in ("next", "send"):
+        suspended = run_until_suspended(gives())
+        assert suspended is not None
+        assert next(suspended) is None  # the first yield, handed on
+        with pytest.raises(StopIteration) as finished:
+            next(suspended) if step == "next" else suspended.send(None)
+        assert finished.value.value is returned
+
+
+def test_a_throw_reaches_the_coroutine_in_its_own_context() -> None:
+    seen.set("caller")
+
+    async def catches() -> str:
+        seen.set("call")
+        try:
+            await pause("waiting")
+        except ValueError as error:
+            await pause(f"caught {error} in {seen.get()}")
+            return "handled"
+        return "not thrown"
+
+    suspended = run_until_suspended(catches())
+    driver = drive(suspended)
+    assert driver.send(None) == "waiting"
+    assert driver.throw(ValueError("bad")) == "caught bad in call"
+    assert seen.get() == "caller"
+    with pytest.raises(StopIteration) as finished:
+        driver.send(None)
+    assert finished.value.value == "handled"
+    # A throw the coroutine does not catch comes out of the await, the context left as it was.
+    suspended = run_until_suspended(sets_then_waits("again"))
+    driver = drive(suspended)
+    driver.send(None)
+    with pytest.raises(KeyError):
+        driver.throw(KeyError("out"))
+    assert seen.get() == "caller"
+
+
+def test_closing_the_awaiting_coroutine_closes_the_call_in_its_context() -> None:
+    seen.set("caller")
+    closed: list[str] = []
+
+    async def cleans_up() -> None:
+        seen.set("call")
+        try:
+            await pause("waiting")
+        finally:
+            closed.append(seen.get())
+
+    suspended = run_until_suspended(cleans_up())
+    driver = drive(suspended)
+    assert driver.send(None) == "waiting"
+    driver.close()
+    assert closed == ["call"]
+    assert seen.get() == "caller"
+    # Closed, the call runs no more: stepping it again says so, as the coroutine itself would.
+    with pytest.raises(RuntimeError, match="cannot reuse already awaited coroutine"):
+        next(suspended)  # type: ignore[arg-type]
+
+
+def test_a_resume_stepped_from_inside_its_own_step_is_refused() -> None:
+    # The coroutine is running (its context entered): a second step from inside is an error, not a re-entry.
+    holder: list[Any] = []
+
+    async def steps_itself() -> None:
+        await pause("waiting")
+        with pytest.raises(RuntimeError):
+            next(holder[0])
+
+    suspended = run_until_suspended(steps_itself())
+    holder.append(suspended)
+    assert next(suspended) == "waiting"  # type: ignore[arg-type]
+    with pytest.raises(StopIteration):
+        next(suspended)  # type: ignore[arg-type]
+
+
+def test_a_cycle_through_a_resume_is_collected() -> None:
+    import gc
+    import weakref
+
+    class Box:
+        resume: Any = None
+
+    async def holds(box: Box) -> None:
+        await pause("waiting")
+
+    box = Box()
+    coroutine = holds(box)
+    box.resume = run_until_suspended(coroutine)
+    next(box.resume)
+    alive = weakref.ref(box)
+    del box, coroutine
+    gc.collect()
+    assert alive() is None
