@@ -6,6 +6,7 @@
     python benches/instructions.py 100 40 --floor    # N = 100, bare asyncio.TaskGroup + json.loads
     python benches/instructions.py 100 40 --floor --full  # the floor with the same hooks and rules by hand
     python benches/instructions.py 3 10 --runs 100 --wait  # a platform's shape: 100 runs at once, tools that wait
+    python benches/instructions.py 3 10 --runs 100 --wait --no-collector  # the same, cyclic collector off
     PYTHONPATH=<checkout>/python python benches/instructions.py 1 2000   # another checkout
 
 Timing on a shared 2-core machine moves by 10-30 % with the load; an instruction count moves by
@@ -16,7 +17,8 @@ valgrind (Debian's ``valgrind`` package). The workload is compare.py's: calls of
 ``--floor``, compare.py's floors (``taskgroup``, and ``taskgroup_hooked`` with any parts). With
 ``--runs R``, each measured turn is R turns at once, each in a task of its own (platform_runs.py's
 shape); with ``--wait``, the tool awaits ``asyncio.sleep(0)`` once, so every call waits (the floor is
-then the same TaskGroup around the waiting tool).
+then the same TaskGroup around the waiting tool). With ``--no-collector`` the cyclic collector is off
+while the measured turns run: the difference to the count with it is what its passes cost.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ BENCHES = os.path.dirname(os.path.abspath(__file__))
 
 Turn = Callable[[], Awaitable[object]]
 
+# Whether the cyclic collector runs during the measured turns (``--no-collector`` turns it off).
+COLLECTOR = True
+
 
 async def measured(turn: Turn, count: int, runs: int) -> None:
     """Warms up, freezes what exists, then runs ``count`` measured rounds of ``runs`` turns at once."""
@@ -52,6 +57,8 @@ async def measured(turn: Turn, count: int, runs: int) -> None:
     for _ in range(30):
         await turn()
     gc.freeze()
+    if not COLLECTOR:
+        gc.disable()
     for _ in range(count):
         await turn()
 
@@ -132,7 +139,7 @@ def valgrind_count(arguments: list[str]) -> int:
     return int(found.group(1).replace(",", ""))
 
 
-def counted(calls: int, count: int, parts: frozenset[str], floor: bool, runs: int, wait: bool) -> int:
+def counted(calls: int, count: int, parts: frozenset[str], floor: bool, runs: int, wait: bool, collector: bool) -> int:
     """The instructions valgrind counts for the whole process with ``count`` measured turns."""
     arguments = [__file__, "--inner", str(calls), str(count)]
     if parts:
@@ -141,6 +148,8 @@ def counted(calls: int, count: int, parts: frozenset[str], floor: bool, runs: in
         arguments.append("--floor")
     if wait:
         arguments.append("--wait")
+    if not collector:
+        arguments.append("--no-collector")
     return valgrind_count([*arguments, "--runs", str(runs)])
 
 
@@ -153,18 +162,22 @@ def main() -> None:
     parser.add_argument("--floor", action="store_true", help="compare.py's TaskGroup floor instead of toolsched")
     parser.add_argument("--runs", type=int, default=1, help="turns at once, each in its own task (default 1)")
     parser.add_argument("--wait", action="store_true", help="the tool awaits asyncio.sleep(0): every call waits")
+    parser.add_argument("--no-collector", action="store_true", help="the cyclic collector off while turns are measured")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     parts = frozenset(PARTS) if args.full else frozenset(part for part in args.parts.split(",") if part)
     if not parts <= PARTS:
         raise SystemExit(f"unknown parts: {', '.join(sorted(parts - PARTS))} (known: {', '.join(sorted(PARTS))})")
     if args.inner:
+        global COLLECTOR
+        COLLECTOR = not args.no_collector
         asyncio.run((floor_turns if args.floor else turns)(args.calls, args.turns, parts, args.runs, args.wait))
         return
     if args.runs < 1:
         raise SystemExit("--runs must be at least 1")
-    base = counted(args.calls, 0, parts, args.floor, args.runs, args.wait)
-    total = counted(args.calls, args.turns, parts, args.floor, args.runs, args.wait)
+    collector = not args.no_collector
+    base = counted(args.calls, 0, parts, args.floor, args.runs, args.wait, collector)
+    total = counted(args.calls, args.turns, parts, args.floor, args.runs, args.wait, collector)
     per_call = (total - base) / (args.turns * args.calls * args.runs)
     if args.floor:
         label = "floor + the same hooks and rules by hand" if parts else "TaskGroup floor"
@@ -177,6 +190,8 @@ def main() -> None:
     shape = f"{args.runs} runs x N={args.calls}" if args.runs > 1 else f"N={args.calls}"
     if args.wait:
         label += ", every call waits"
+    if args.no_collector:
+        label += ", no cyclic collector"
     print(f"{shape} ({label}): {per_call:,.0f} instructions per call")
 
 

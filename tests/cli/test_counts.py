@@ -11,6 +11,7 @@ import pytest
 BENCHES = Path(__file__).resolve().parents[2] / "benches"
 sys.path.insert(0, str(BENCHES))
 
+import instructions  # noqa: E402
 import pieces  # noqa: E402
 
 
@@ -29,9 +30,38 @@ def test_the_rules_piece_and_its_plain_form_give_the_same_answer() -> None:
 
 
 @pytest.mark.parametrize(
-    "options", [[], ["--full"], ["--floor"], ["--floor", "--full"], ["--wait"], ["--floor", "--wait"], ["--runs", "3"]]
+    "options",
+    [
+        [],
+        ["--full"],
+        ["--floor"],
+        ["--floor", "--full"],
+        ["--wait"],
+        ["--floor", "--wait"],
+        ["--runs", "3"],
+        ["--wait", "--no-collector"],
+    ],
 )
 def test_every_turn_shape_runs_in_the_loop_it_is_counted_in(options: list[str]) -> None:
     command = [sys.executable, str(BENCHES / "instructions.py"), "--inner", "3", "2", *options]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_without_the_collector_the_measured_turns_run_with_it_off_and_the_warm_up_with_it_on() -> None:
+    import asyncio
+    import gc
+
+    seen: list[bool] = []
+
+    async def turn() -> None:
+        seen.append(gc.isenabled())
+
+    instructions.COLLECTOR = False
+    try:
+        asyncio.run(instructions.measured(turn, 2, 1))
+    finally:
+        instructions.COLLECTOR = True
+        gc.enable()
+        gc.unfreeze()
+    assert seen == [True] * 30 + [False, False]
