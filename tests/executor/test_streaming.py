@@ -516,15 +516,27 @@ async def test_a_broken_journaled_stream_is_known_to_recover_which_runs_nothing_
     class Broken(Exception):
         pass
 
+    # The stream breaks once both calls have finished (their results journaled): waiting a fixed time
+    # instead lets a slow journal write leave a call unstarted when the stream breaks.
+    finished: set[str] = set()
+    both_finished = anyio.Event()
+
+    def note(event: ts.Event) -> None:
+        if isinstance(event, ts.ToolFinished):
+            finished.add(event.result.call_id)
+            if finished == {"1", "2"}:
+                both_finished.set()
+
     async def calls() -> Any:
         yield ts.ToolCall("1", "step", {"name": "one"})
         yield ts.ToolCall("1", "step", {"name": "repeat"})
         yield ts.ToolCall("2", "step", {"name": "two"})
-        await anyio.sleep(0.01)
+        with anyio.fail_after(5):
+            await both_finished.wait()
         raise Broken("the model's connection dropped")
 
     async with ts.SqliteJournal(tmp_path / "journal.db") as journal:
-        executor = ts.Executor([step], journal=journal)
+        executor = ts.Executor([step], journal=journal, on_event=note)
         with pytest.raises(ts.StreamFailed) as raised:
             await executor.run(calls(), run_id="streamed")
         broken = raised.value.outcome
