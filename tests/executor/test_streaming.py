@@ -213,14 +213,25 @@ async def test_a_broken_stream_keeps_what_ran_cancels_cancel_calls_and_finishes_
     class Broken(Exception):
         pass
 
+    # The stream breaks once both slow calls are running (a fixed wait could break it before they start).
+    started: set[str] = set()
+    both_running = anyio.Event()
+
+    def note(event: ts.Event) -> None:
+        if isinstance(event, ts.ToolStarted):
+            started.add(event.call_id)
+            if {"s", "b"} <= started:
+                both_running.set()
+
     async def calls() -> Any:
         yield ts.ToolCall("q", "quick", {})
         yield ts.ToolCall("s", "stoppable", {})
         yield ts.ToolCall("b", "stubborn", {})
-        await anyio.sleep(0.01)
+        with anyio.fail_after(5):
+            await both_running.wait()
         raise Broken("connection reset")
 
-    executor = ts.Executor([stoppable, stubborn, quick])
+    executor = ts.Executor([stoppable, stubborn, quick], on_event=note)
     with pytest.raises(ts.StreamFailed) as raised:
         await executor.run(calls())
     assert isinstance(raised.value.__cause__, Broken)
