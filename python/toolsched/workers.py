@@ -302,9 +302,9 @@ class WorkerGroup:
             return bool(await self._group.__aexit__(kind, error, traceback))
         loop = self._loop
         assert loop is not None
-        if error is None and not self._workers and self._errors is None:
+        if error is None and self.leave():
             # Nothing was started, or everything ended well: no waiting, no checkpoint.
-            return self._close_scope(None)
+            return False
         pending = error
         if error is not None:
             self._cancel()

@@ -183,7 +183,8 @@ impl PyToolTable {
         for (position, call) in calls.try_iter()?.enumerate() {
             let call = call?;
             if let Some(expected) = call_type {
-                if !call.get_type().is(expected) && !call.is_instance(expected)? {
+                // `isinstance` tells the exact type apart first, without a lookup.
+                if !call.is_instance(expected)? {
                     return Err(PyTypeError::new_err(format!(
                         "calls[{position}] must be a {}, got {}",
                         expected.name()?,

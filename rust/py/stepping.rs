@@ -34,14 +34,14 @@ pub fn start<'py>(
         };
         Bound::from_owned_ptr_or_err(py, copied)?
     };
-    let (result, returned) = step(py, &context, coroutine, &py.None().into_bound(py))?;
-    if returned {
-        return Ok(None);
-    }
+    let first = match step(py, &context, coroutine, &py.None().into_bound(py))? {
+        Step::Returned(_) => return Ok(None),
+        Step::Yielded(first) => first,
+    };
     let resume = PyResume {
         coroutine: Some(coroutine.clone().unbind()),
         context: Some(context.unbind()),
-        first: Some(result.unbind()),
+        first: Some(first.unbind()),
     };
     Ok(Some(Bound::new(py, resume)?))
 }
@@ -97,12 +97,7 @@ impl PyResume {
         if let Some(first) = parts.first {
             return Ok(Step::Yielded(first));
         }
-        let (result, returned) = step(slf.py(), &parts.context, &parts.coroutine, value)?;
-        Ok(if returned {
-            Step::Returned(result)
-        } else {
-            Step::Yielded(result)
-        })
+        step(slf.py(), &parts.context, &parts.coroutine, value)
     }
 
     /// `context.run(coroutine.<name>, *args)`.
@@ -168,13 +163,13 @@ impl PyResume {
 }
 
 /// One step of `coroutine` in `context` (a Context, not entered now), sent
-/// `value`: what it yielded or returned, and whether it returned.
+/// `value`: what it yielded, or what it returned.
 fn step<'py>(
     py: Python<'py>,
     context: &Bound<'py, PyAny>,
     coroutine: &Bound<'py, PyAny>,
     value: &Bound<'py, PyAny>,
-) -> PyResult<(Bound<'py, PyAny>, bool)> {
+) -> PyResult<Step<'py>> {
     // SAFETY: the interpreter is attached (we hold `py`); `context` is a Context (both callers check
     // or made it); every pointer is a live object borrowed for the call, and `result` a new reference
     // owned by a `Bound` at once (null only on an error, which returns before it is read).
@@ -194,6 +189,10 @@ fn step<'py>(
         if left < 0 {
             return Err(PyErr::fetch(py));
         }
-        Ok((result, matches!(status, ffi::PySendResult::PYGEN_RETURN)))
+        Ok(if matches!(status, ffi::PySendResult::PYGEN_RETURN) {
+            Step::Returned(result)
+        } else {
+            Step::Yielded(result)
+        })
     }
 }
