@@ -298,3 +298,50 @@ async def test_an_outer_cancellation_with_a_failing_worker_is_not_swallowed() ->
                     await anyio.sleep(10)
             await anyio.sleep(10)  # the outer deadline still stops this
     assert outer.cancelled_caught
+
+
+async def test_a_worker_that_tells_its_own_end_is_waited_for_stopped_and_its_failure_raised() -> None:
+    # ``start`` takes a coroutine that reports how it ended (``ended``), as the pool's workers do.
+    stopped: list[str] = []
+    done: list[str] = []
+
+    async def reporting(group: WorkerGroup, name: str, fails: bool) -> None:
+        try:
+            if fails:
+                await anyio.sleep(0.01)
+                raise RuntimeError(f"{name} failed")
+            await sleep_until_cancelled(stopped, name)
+        except BaseException as exc:
+            done.append(name)
+            group.ended(exc)
+        else:
+            group.ended(None)
+
+    with anyio.fail_after(5):
+        with pytest.raises(BaseExceptionGroup) as caught:
+            async with WorkerGroup() as group:
+                group.start(reporting(group, "sleeper", fails=False))
+                group.start(reporting(group, "failer", fails=True))
+                await sleep_until_cancelled(stopped, "body")
+    assert [str(error) for error in caught.value.exceptions] == ["failer failed"]
+    assert sorted(stopped) == ["body", "sleeper"]
+    assert sorted(done) == ["failer", "sleeper"]
+
+
+async def test_a_worker_that_tells_its_own_end_is_waited_for() -> None:
+    finished: list[int] = []
+
+    async def reporting(group: WorkerGroup, n: int) -> None:
+        try:
+            await anyio.sleep(0.01 * n)
+            finished.append(n)
+        except BaseException as exc:
+            group.ended(exc)
+        else:
+            group.ended(None)
+
+    with anyio.fail_after(5):
+        async with WorkerGroup() as group:
+            for n in range(4):
+                group.start(reporting(group, n))
+    assert sorted(finished) == [0, 1, 2, 3]

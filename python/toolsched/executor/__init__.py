@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -225,21 +225,27 @@ class Executor:
         # A list is told by its type first: an isinstance check against an ABC costs more.
         if type(calls) is not list and isinstance(calls, AsyncIterable):
             return await self._run_streamed(calls, steering, context, run_id)
-        journal = self._settings.journal
-        if journal is not None:
-            durable = RunJournal(journal, uuid.uuid4().hex if run_id is None else run_id)
-            return await self._journaled(
-                durable, lambda: self._start(calls, None, steering, context, None, None, durable)
-            )
+        if self._settings.journal is not None:
+            return await self._run_journaled(calls, steering, context, run_id)
         view = self._view
         if view.toolset is not self.registry.toolset:
             view = self._current_view()
         if view.plain:
-            turn, plan = self._open(calls, context, None, view, None, None, run_id)
-            outcome = await self._drive(turn, plan, plan.jobs, [], [], plan.calls, plan.duplicates, steering, None)
+            # The plan is not kept here: once its jobs are handed on, what only planning needed is let go
+            # while the calls run (fewer live objects per waiting turn for the cyclic collector to walk).
+            outcome = await self._drive_plan(*self._open(calls, context, None, view, None, None, run_id), steering)
         else:
             outcome = await self._start(calls, None, steering, context, None, None, None, run_id)
         return outcome if run_id is None else replace(outcome, run_id=run_id)
+
+    async def _run_journaled(
+        self, calls: Iterable[ToolCall], steering: Steering | None, context: Any, run_id: str | None
+    ) -> Outcome:
+        """``run`` with a journal (apart, so that ``run`` itself holds no closure's cells)."""
+        journal = self._settings.journal
+        assert journal is not None
+        durable = RunJournal(journal, uuid.uuid4().hex if run_id is None else run_id)
+        return await self._journaled(durable, lambda: self._start(calls, None, steering, context, None, None, durable))
 
     @property
     def streams(self) -> bool:
@@ -627,8 +633,7 @@ class Executor:
         if durable is not None:
             calls = self._checked(calls)
             await durable.begin(calls)
-        turn, plan = self._open(calls, context, sink, view, parent, durable, run_id)
-        return await self._drive(turn, plan, plan.jobs, [], [], plan.calls, plan.duplicates, steering, None)
+        return await self._drive_plan(*self._open(calls, context, sink, view, parent, durable, run_id), steering)
 
     @staticmethod
     def _checked(calls: Iterable[ToolCall]) -> list[ToolCall]:
@@ -637,6 +642,13 @@ class Executor:
             if not isinstance(call, ToolCall):
                 raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
         return calls
+
+    def _drive_plan(self, turn: Turn, plan: Plan, steering: Steering | None) -> Coroutine[Any, Any, Outcome]:
+        """``_drive`` for a new turn's plan, not awaited: the plan goes on only when the engine refused a
+        call (to answer it), its jobs and calls on their own."""
+        return self._drive(
+            turn, plan if plan.refused else None, plan.jobs, (), None, plan.calls, plan.duplicates, steering, None
+        )
 
     def _open(
         self,
@@ -712,8 +724,8 @@ class Executor:
         turn: Turn,
         refused: Plan | None,
         fresh: list[Job],
-        ready: list[Job],
-        held: list[Held],
+        ready: Sequence[Job],
+        held: list[Held] | None,
         slot_calls: list[ToolCall],
         duplicates: list[Duplicate],
         steering: Steering | None,
@@ -729,12 +741,14 @@ class Executor:
         if view.checks_input:
             jobs = await check_semantics(jobs, turn)
         if view.admits and jobs:
+            if held is None:
+                held = []
             jobs = await admit(jobs, turn, held, prior)
         if ready:
-            jobs = sorted(jobs + ready, key=lambda job: job.slot)
+            jobs = sorted([*jobs, *ready], key=lambda job: job.slot)
         steering_messages = await run_jobs(jobs, turn, steering)
         if turn.emit is not None:
             await turn.emit.flush()
         if not held and not turn.parked:
             return new_outcome(turn.ordered(), duplicates, steering_messages, False, [], None, None)
-        return turn.finish(slot_calls, held, duplicates, steering_messages, prior)
+        return turn.finish(slot_calls, held or [], duplicates, steering_messages, prior)

@@ -194,7 +194,10 @@ class _Pool:
             self.position < len(self.items) if self.source is None else self.source.has_ready()
         ):
             self.workers += 1
-            self.group.start_soon(self.take_in_order if self.source is None else self.take_when_ready)
+            if self.source is None:
+                self.group.start(self.take_in_order(True))
+            else:
+                self.group.start_soon(self.take_when_ready)
 
     def _retires(self) -> bool:
         """A worker between items leaves when items that lent their slots wait for one."""
@@ -217,23 +220,36 @@ class _Pool:
             self.reclaiming -= 1
             slack.lent -= 1
 
-    async def take_in_order(self) -> None:
-        # Every item is ready: a worker takes the next until none is left (no waiting, no bookkeeping).
-        items = self.items
-        work = self.work
-        while self.position < len(items):
-            if self.reclaiming and self._retires():
-                return
-            if self.group.cancelled():
-                await self._stop_taking()
-                return
-            item = items[self.position]
-            self.position += 1
-            suspended = run_until_suspended(work(item))
-            if suspended is not None:
-                self.grow()
-                await suspended
-        self._leave()
+    async def take_in_order(self, worker: bool = False) -> None:
+        """Every item is ready: takes the next until none is left (no waiting, no bookkeeping).
+
+        ``worker``: this runs as a task of the group, and tells it how it ended (``WorkerGroup.ended``)
+        rather than raising; the task that runs the pool raises.
+        """
+        try:
+            items = self.items
+            work = self.work
+            while self.position < len(items):
+                if self.reclaiming and self._retires():
+                    return
+                if self.group.cancelled():
+                    await self._stop_taking()
+                    return
+                item = items[self.position]
+                self.position += 1
+                suspended = run_until_suspended(work(item))
+                if suspended is not None:
+                    self.grow()
+                    await suspended
+            self._leave()
+        except BaseException as exc:
+            if not worker:
+                raise
+            self.group.ended(exc)
+            worker = False  # told
+        finally:
+            if worker:
+                self.group.ended(None)
 
     async def _stop_taking(self) -> None:
         """The run is being stopped: this worker takes nothing more. The task that runs the pool raises
@@ -375,7 +391,10 @@ def aborts(jobs: Sequence[Job], turn: Turn) -> bool:
 async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering | None) -> list[Any]:
     """The planned batches one after another, with steering and interrupts checked between them."""
     settings = turn.settings
-    for number, (start, end, concurrency) in enumerate(_batches(jobs, turn, cap)):
+    batches = _batches(jobs, turn, cap)
+    # By index, not enumerate: no iterator objects stay alive while a batch's calls wait.
+    for number in range(len(batches)):
+        start, end, concurrency = batches[number]
         if number:
             # A cancellation of the run that arrived as the last batch ended stops it here: nothing more starts.
             await anyio.lowlevel.checkpoint_if_cancelled()
@@ -387,7 +406,7 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
             if messages:
                 await answer_unstarted(jobs[start:], turn, "skipped", SKIPPED)
                 return list(messages)
-        batch = jobs[start:end]
+        batch = jobs if end - start == len(jobs) else jobs[start:end]
         concurrent = concurrency > 1 and len(batch) > 1
         turn.batch = batch
         turn.scoped = concurrent and aborts(batch, turn)
