@@ -14,6 +14,7 @@ it conflicts with has finished.
 
 from __future__ import annotations
 
+import contextvars
 import heapq
 import inspect
 import logging
@@ -144,6 +145,7 @@ class _Pool:
     """The workers of one ``run_pool`` once an item waited: the calling task is the first of them."""
 
     __slots__ = (
+        "base",
         "concurrency",
         "freed",
         "group",
@@ -176,6 +178,11 @@ class _Pool:
         self.position = position
         self.source = source
         self.workers = 1
+        # Every item the workers take runs in a copy of the context the pool began in (as those the
+        # calling task ran before), never in a copy of whatever context started the worker: a call
+        # that lends its slot starts one from inside its own context. The workers run in it too:
+        # one copy a pool rather than one a worker.
+        self.base = contextvars.copy_context()
         self.running = 0
         self.waiting = 0
         # Made when a worker first waits: most pools never wait, and an event costs microseconds.
@@ -195,9 +202,9 @@ class _Pool:
         ):
             self.workers += 1
             if self.source is None:
-                self.group.start(self.take_in_order(True))
+                self.group.start(self.take_in_order(True), self.base)
             else:
-                self.group.start_soon(self.take_when_ready)
+                self.group.start_soon(self.take_when_ready, self.base)
 
     def _retires(self) -> bool:
         """A worker between items leaves when items that lent their slots wait for one."""
@@ -229,6 +236,7 @@ class _Pool:
         try:
             items = self.items
             work = self.work
+            base = self.base
             while self.position < len(items):
                 if self.reclaiming and self._retires():
                     return
@@ -237,7 +245,7 @@ class _Pool:
                     return
                 item = items[self.position]
                 self.position += 1
-                suspended = run_until_suspended(work(item))
+                suspended = run_until_suspended(work(item), base)
                 if suspended is not None:
                     self.grow()
                     await suspended
@@ -277,7 +285,7 @@ class _Pool:
             item = source.take()
             if item is not None:
                 self.running += 1
-                suspended = run_until_suspended(self.work(item))
+                suspended = run_until_suspended(self.work(item), self.base)
                 if suspended is not None:
                     self.grow()
                     await suspended
