@@ -231,9 +231,7 @@ class Executor:
         if view.toolset is not self.registry.toolset:
             view = self._current_view()
         if view.plain:
-            # The plan is not kept here: once its jobs are handed on, what only planning needed is let go
-            # while the calls run (fewer live objects per waiting turn for the cyclic collector to walk).
-            outcome = await self._drive_plan(*self._open(calls, context, None, view, None, None, run_id), steering)
+            outcome = await self._planned(calls, context, None, view, None, None, run_id, steering)
         else:
             outcome = await self._start(calls, None, steering, context, None, None, None, run_id)
         return outcome if run_id is None else replace(outcome, run_id=run_id)
@@ -633,7 +631,7 @@ class Executor:
         if durable is not None:
             calls = self._checked(calls)
             await durable.begin(calls)
-        return await self._drive_plan(*self._open(calls, context, sink, view, parent, durable, run_id), steering)
+        return await self._planned(calls, context, sink, view, parent, durable, run_id, steering)
 
     @staticmethod
     def _checked(calls: Iterable[ToolCall]) -> list[ToolCall]:
@@ -643,14 +641,7 @@ class Executor:
                 raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
         return calls
 
-    def _drive_plan(self, turn: Turn, plan: Plan, steering: Steering | None) -> Coroutine[Any, Any, Outcome]:
-        """``_drive`` for a new turn's plan, not awaited: the plan goes on only when the engine refused a
-        call (to answer it), its jobs and calls on their own."""
-        return self._drive(
-            turn, plan if plan.refused else None, plan.jobs, (), None, plan.calls, plan.duplicates, steering, None
-        )
-
-    def _open(
+    def _planned(
         self,
         calls: Iterable[ToolCall],
         context: Any,
@@ -658,9 +649,13 @@ class Executor:
         view: View,
         parent: str | None,
         durable: RunJournal | None,
-        run_id: str | None = None,
-    ) -> tuple[Turn, Plan]:
-        """A new turn and the plan of its calls (one crossing into the engine); nothing has run yet."""
+        run_id: str | None,
+        steering: Steering | None,
+    ) -> Coroutine[Any, Any, Outcome]:
+        """A new turn of ``calls``, planned (one crossing into the engine) and ready to drive: ``_drive``'s
+        coroutine, not awaited. Nothing has run yet. The plan goes on only when the engine refused a call
+        (to answer it), its jobs and calls on their own: what only planning needed is let go while the
+        calls run (fewer live objects per waiting turn for the cyclic collector to walk)."""
         settings = self._settings
         calls = calls if type(calls) is list else list(calls)
         # The engine checks that each call is a ToolCall as it reads it (a TypeError names the first that is not).
@@ -671,7 +666,9 @@ class Executor:
         turn = Turn(settings, view, len(plan.tools), context, emit, self._runs, durable)
         if run_id is not None:
             turn.run_id = run_id
-        return turn, plan
+        return self._drive(
+            turn, plan if plan.refused else None, plan.jobs, (), None, plan.calls, plan.duplicates, steering, None
+        )
 
     async def _resume(
         self,
