@@ -12,6 +12,7 @@ BENCHES = Path(__file__).resolve().parents[2] / "benches"
 sys.path.insert(0, str(BENCHES))
 
 import instructions  # noqa: E402
+import live_objects  # noqa: E402
 import pieces  # noqa: E402
 
 
@@ -65,3 +66,20 @@ def test_without_the_collector_the_measured_turns_run_with_it_off_and_the_warm_u
         gc.enable()
         gc.unfreeze()
     assert seen == [True] * 30 + [False, False]
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_live_objects_counts_what_a_waiting_turn_keeps_beside_the_floor(full: bool) -> None:
+    import asyncio
+
+    ours = asyncio.run(live_objects.count_live(3, full, floor=False))
+    floor = asyncio.run(live_objects.count_live(3, full, floor=True))
+    # Taken while every call waits: each call's job and its executing coroutine on one side, the
+    # TaskGroup's tasks on the other.
+    assert ours["Job"] == 3 and ours["coroutine execute"] == 3
+    assert floor["Task"] >= 3 and floor["Job"] == 0
+    done = subprocess.run(
+        [sys.executable, str(BENCHES / "live_objects.py"), "2"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "tracked objects alive while 2 calls wait" in done.stdout
