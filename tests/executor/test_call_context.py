@@ -72,21 +72,17 @@ async def test_a_lone_call_does_not_leak_into_the_caller() -> None:
     assert marker.get() == "caller"
 
 
-@pytest.mark.parametrize(
-    "strategy",
-    [ts.Parallel(max_concurrency=2), ts.Partitioned(max_concurrency=2), ts.ResourceAware(max_concurrency=2)],
-    ids=lambda s: type(s).__name__,
-)
-@pytest.mark.parametrize("factory", [False, True], ids=["default tasks", "a task factory"])
-async def test_a_call_that_lends_its_slot_does_not_hand_its_context_to_the_calls_after_it(
-    strategy: ts.Strategy, factory: bool, anyio_backend: str
-) -> None:
-    # A call waiting between attempts lends its pool slot: the worker that takes the next call is
-    # started from inside the waiting call, whose context holds what its tool set.
-    if factory and anyio_backend != "asyncio":
-        pytest.skip("a task factory is asyncio's")
-    tries: list[str] = []
+LENDING_STRATEGIES = [
+    ts.Parallel(max_concurrency=2),
+    ts.Partitioned(max_concurrency=2),
+    ts.ResourceAware(max_concurrency=2),
+]
 
+
+async def lending_turn(strategy: ts.Strategy) -> list[object]:
+    """A turn whose first call waits between attempts, lending its pool slot: the worker that takes the
+    next call is started from inside the waiting call, whose context holds what its tool set."""
+    tries: list[str] = []
     shared = ts.Access(reads=("x",))
 
     @ts.tool(
@@ -105,28 +101,39 @@ async def test_a_call_that_lends_its_slot_does_not_hand_its_context_to_the_calls
         await anyio.sleep(0.05)
         return marker.get()
 
-    if factory:
-        import asyncio
-
-        loop = asyncio.get_running_loop()
-        made: list[asyncio.Task[object]] = []
-
-        def task_factory(loop: asyncio.AbstractEventLoop, coroutine: object, **options: object) -> asyncio.Task[object]:
-            task = asyncio.Task(coroutine, loop=loop, **options)  # type: ignore[arg-type]
-            made.append(task)
-            return task
-
-        loop.set_task_factory(task_factory)  # type: ignore[arg-type]
-    try:
-        executor = ts.Executor([retried, reader], strategy=strategy)
-        marker.set("caller")
-        calls = [ts.ToolCall("r", "retried"), *(ts.ToolCall(f"x{n}", "reader", {"n": n}) for n in range(3))]
-        outcome = await executor.run(calls)
-    finally:
-        if factory:
-            loop.set_task_factory(None)
+    executor = ts.Executor([retried, reader], strategy=strategy)
+    marker.set("caller")
+    calls = [ts.ToolCall("r", "retried"), *(ts.ToolCall(f"x{n}", "reader", {"n": n}) for n in range(3))]
+    outcome = await executor.run(calls)
     assert tries == ["try", "try"]
-    assert [result.output for result in outcome.results] == ["set by retried", "caller", "caller", "caller"]
     assert marker.get() == "caller"
-    if factory:
-        assert made  # the workers were the factory's tasks
+    return [result.output for result in outcome.results]
+
+
+@pytest.mark.parametrize("strategy", LENDING_STRATEGIES, ids=lambda s: type(s).__name__)
+async def test_a_call_that_lends_its_slot_does_not_hand_its_context_to_the_calls_after_it(
+    strategy: ts.Strategy,
+) -> None:
+    assert await lending_turn(strategy) == ["set by retried", "caller", "caller", "caller"]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("strategy", LENDING_STRATEGIES, ids=lambda s: type(s).__name__)
+async def test_with_a_task_factory_a_lending_call_keeps_its_context_to_itself_too(strategy: ts.Strategy) -> None:
+    # The workers then run each in a copy of their own (a factory may start tasks eagerly), not in a shared one.
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    made: list[asyncio.Task[object]] = []
+
+    def task_factory(loop: asyncio.AbstractEventLoop, coroutine: object, **options: object) -> asyncio.Task[object]:
+        task = asyncio.Task(coroutine, loop=loop, **options)  # type: ignore[arg-type]
+        made.append(task)
+        return task
+
+    loop.set_task_factory(task_factory)  # type: ignore[arg-type]
+    try:
+        assert await lending_turn(strategy) == ["set by retried", "caller", "caller", "caller"]
+    finally:
+        loop.set_task_factory(None)
+    assert made  # the workers were the factory's tasks
