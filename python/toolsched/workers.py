@@ -36,7 +36,6 @@ import asyncio
 import math
 from asyncio import events
 from collections.abc import Callable, Coroutine
-from contextvars import Context
 from inspect import CORO_CREATED, getcoroutinestate
 from types import TracebackType
 from typing import Any
@@ -200,33 +199,25 @@ class WorkerGroup:
             scope = getattr(scope, "_parent_scope", None)
         return False
 
-    def start_soon(self, work: Callable[[], Coroutine[Any, Any, None]], context: Context | None = None) -> None:
-        """Starts ``work()`` in a worker of the group (``context`` as for ``start``)."""
+    def start_soon(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Starts ``work()`` in a worker of the group."""
         if self._group is not None:
             self._group.start_soon(work)
             return
-        self.start(self._run(work), context)
+        self.start(self._run(work))
 
-    def start(self, worker: Coroutine[Any, Any, None], context: Context | None = None) -> None:
+    def start(self, worker: Coroutine[Any, Any, None]) -> None:
         """Starts ``worker`` in a task of the group: a coroutine whose last act is to tell the group how
         it ended (``ended``). The pool's workers are such coroutines: one coroutine a worker where
         ``start_soon`` wraps the work in a second (``python benches/instructions.py 3 10 --runs 100 --wait``).
-
-        With ``context``, an asyncio worker runs in that very context rather than a copy of the current
-        one; workers may share one, as a task's steps never overlap another's. Not where the event loop
-        has a task factory (an eager one would enter the shared context inside a step already in it).
-        """
+        Each worker runs in a copy of the current context, as any task."""
         if self._group is not None:
             self._group.start_soon(_awaited, worker)
             return
         loop = self._loop
         assert loop is not None
         scope = None if _TASK_STATES is not None else anyio.CancelScope()
-        coroutine = worker if scope is None else _in_scope(worker, scope)
-        if context is not None and loop.get_task_factory() is None:
-            task = loop.create_task(coroutine, context=context)
-        else:
-            task = loop.create_task(coroutine)
+        task = loop.create_task(worker if scope is None else _in_scope(worker, scope))
         if self._workers is None:
             self._workers = {}
         self._workers[task] = scope

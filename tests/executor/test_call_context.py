@@ -137,3 +137,46 @@ async def test_with_a_task_factory_a_lending_call_keeps_its_context_to_itself_to
     finally:
         loop.set_task_factory(None)
     assert made  # the workers were the factory's tasks
+
+
+NESTED_LOOP = r"""
+import asyncio
+
+import nest_asyncio
+
+import toolsched as ts
+
+nest_asyncio.apply()
+shared = ts.Access(reads=("x",))
+
+
+@ts.tool(concurrency_safe=True, resources=lambda args: shared)
+async def work(n: int) -> str:
+    await asyncio.sleep(0.01)
+    if n == 2:
+        # A sync helper that runs async code on the running loop: other workers step inside this one.
+        return asyncio.get_event_loop().run_until_complete(asyncio.sleep(0.02, result="nested"))
+    await asyncio.sleep(0.01)
+    return str(n)
+
+
+async def main() -> None:
+    executor = ts.Executor([work], strategy=STRATEGY)
+    outcome = await executor.run([ts.ToolCall(f"c{n}", "work", {"n": n}) for n in range(5)])
+    print([result.output for result in outcome.results])
+
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("strategy", ["ts.Parallel(max_concurrency=3)", "ts.ResourceAware(max_concurrency=3)"])
+def test_a_tool_that_re_enters_the_event_loop_does_not_stop_the_other_workers(strategy: str) -> None:
+    import subprocess
+    import sys
+
+    script = NESTED_LOOP.replace("STRATEGY", strategy)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['0', '1', 'nested', '3', '4']"
+    assert "already entered" not in done.stderr

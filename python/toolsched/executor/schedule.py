@@ -180,8 +180,9 @@ class _Pool:
         self.workers = 1
         # Every item the workers take runs in a copy of the context the pool began in (as those the
         # calling task ran before), never in a copy of whatever context started the worker: a call
-        # that lends its slot starts one from inside its own context. The workers run in it too:
-        # one copy a pool rather than one a worker.
+        # that lends its slot starts one from inside its own context. (The workers do not share it:
+        # a tool that re-enters the event loop, as nest_asyncio allows, steps one worker inside
+        # another's step, and one context cannot be entered twice.)
         self.base = contextvars.copy_context()
         self.running = 0
         self.waiting = 0
@@ -202,9 +203,9 @@ class _Pool:
         ):
             self.workers += 1
             if self.source is None:
-                self.group.start(self.take_in_order(True), self.base)
+                self.group.start(self.take_in_order(True))
             else:
-                self.group.start_soon(self.take_when_ready, self.base)
+                self.group.start_soon(self.take_when_ready)
 
     def _retires(self) -> bool:
         """A worker between items leaves when items that lent their slots wait for one."""
