@@ -43,7 +43,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-__all__ = ["WorkerGroup", "being_stopped"]
+__all__ = ["WorkerGroup", "being_stopped", "settle_own_cancel", "take_back"]
 
 # The workers a group has asked to stop (each leaves the set when it ends).
 _STOPPED: set[asyncio.Task[Any]] = set()
@@ -57,6 +57,34 @@ def being_stopped() -> bool:
         return asyncio.current_task() in _STOPPED
     except RuntimeError:  # not on asyncio
         return False
+
+
+def take_back(task: asyncio.Task[Any]) -> None:
+    """Takes back every cancellation requested of ``task`` (requests no one else waits on)."""
+    while task.cancelling():
+        task.uncancel()
+
+
+async def _absorb() -> None:
+    """Takes, at a wait where it stops nothing, a cancellation still pending on the running task after its
+    requests were taken back (Python 3.11 keeps it pending)."""
+    try:
+        await asyncio.sleep(0)
+    except asyncio.CancelledError:
+        pass
+
+
+async def settle_own_cancel() -> None:
+    """For a task that only its own code cancels natively (a streamed call's, whose scopes are shielded): a
+    cancellation its call left pending (a tool that cancelled its own task, then returned) is taken here,
+    not by the task's end (a task that ends cancelled would stop its whole group)."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # not on asyncio
+        return
+    if task is not None and task.cancelling():
+        take_back(task)
+        await _absorb()
 
 
 def _anyio_task_states() -> Any:
@@ -198,6 +226,32 @@ class WorkerGroup:
                 return False
             scope = getattr(scope, "_parent_scope", None)
         return False
+
+    def cancelled_unasked(self) -> bool:
+        """Whether the running task is one of the group's workers, cancelled by neither the group nor a scope
+        around it: by the code it runs (a tool that cancels the task it runs in). That cancellation is taken
+        back (``take_back``), and the worker may go on: its call failed, not the group."""
+        if self._group is not None or self._stopping or not self._workers:
+            return False
+        task = asyncio.current_task(self._loop)
+        if task is None or task not in self._workers or task in _STOPPED or self.cancelled():
+            return False
+        take_back(task)
+        return True
+
+    def current_worker(self) -> asyncio.Task[Any] | None:
+        """The running task if it is one of the group's plain asyncio workers (not the entering task), else None."""
+        if self._group is not None or not self._workers:
+            return None
+        task = asyncio.current_task(self._loop)
+        return task if task in self._workers else None
+
+    async def settle(self, worker: asyncio.Task[Any]) -> None:
+        """``worker`` (the running task) ended an item with a cancellation pending that no one but the code
+        it ran asked for (a tool that cancelled its own task, then returned): it is taken here, where it
+        stops nothing, not at the next item's first wait."""
+        if worker.cancelling() and self.cancelled_unasked():
+            await _absorb()
 
     def start_soon(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Starts ``work()`` in a worker of the group."""

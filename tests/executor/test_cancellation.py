@@ -89,6 +89,98 @@ async def test_a_lone_call_cancelled_from_outside_is_its_own_failure(anyio_backe
     assert outcome.results[0].error_kind == "execution_error"
 
 
+CONCURRENT = [ts.Parallel(max_concurrency=3), ts.Partitioned(max_concurrency=3), ts.ResourceAware(max_concurrency=3)]
+
+
+def self_cancelling_tool(then: str) -> ts.FunctionTool:
+    """Call 2 cancels the task it runs in, then awaits (the cancellation lands in the tool) or returns
+    (it stays pending on the task)."""
+
+    @ts.tool(concurrency_safe=True, resources=lambda args: ts.Access(reads=("a",)))
+    async def work(n: int) -> int:
+        await asyncio.sleep(0.01)
+        if n == 2:
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            if then == "awaits":
+                await asyncio.sleep(0.01)
+        return n
+
+    return work
+
+
+def assert_only_call_2_touched(results: list[ts.ToolResult], then: str) -> None:
+    assert [result.call_id for result in results] == [f"c{n}" for n in range(6)]
+    for n, result in enumerate(results):
+        if n == 2 and then == "awaits":
+            assert result.error_kind == "execution_error"
+            assert result.error == (
+                "`work` failed: the task it ran in was cancelled from outside this run (CancelledError)"
+            )
+        else:
+            assert (result.output, result.error) == (n, None), result
+
+
+# Cancelling a task by hand is an asyncio notion.
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("then", ["awaits", "returns"])
+@pytest.mark.parametrize("strategy", CONCURRENT, ids=strategy_id)
+async def test_a_tool_that_cancels_the_worker_it_runs_on_fails_only_its_own_call(
+    strategy: ts.Strategy, then: str, anyio_backend: str
+) -> None:
+    # Call 0 runs on the caller's task and waits; the later calls run on the pool's workers. A cancellation
+    # left pending is taken when the call ends, not blamed on the next call the worker takes.
+    executor = ts.Executor([self_cancelling_tool(then)], strategy=strategy)
+    with anyio.fail_after(5):
+        outcome = await executor.run([ts.ToolCall(f"c{n}", "work", {"n": n}) for n in range(6)])
+    assert_only_call_2_touched(outcome.results, then)
+    current = asyncio.current_task()
+    assert current is not None and current.cancelling() == 0
+    # The executor runs on: the workers it used are not left cancelled.
+    again = await executor.run([ts.ToolCall(f"c{n}", "work", {"n": n + 10}) for n in range(3)])
+    assert [result.output for result in again.results] == [10, 11, 12]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("then", ["awaits", "returns"])
+async def test_a_tool_that_cancels_its_task_in_a_streamed_turn_fails_only_its_own_call(
+    then: str, anyio_backend: str
+) -> None:
+    executor = ts.Executor([self_cancelling_tool(then)], strategy=ts.Parallel(max_concurrency=3))
+    with anyio.fail_after(5):
+        async with executor.turn() as turn:
+            for n in range(6):
+                turn.submit(ts.ToolCall(f"c{n}", "work", {"n": n}))
+            turn.close()
+            outcome = await turn.outcome()
+    assert_only_call_2_touched(outcome.results, then)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_tool_that_cancels_the_caller_s_task_cancels_the_run(anyio_backend: str) -> None:
+    # A call run on the caller's own task (Sequential runs them all there): cancelling it is cancelling the
+    # caller, as from anywhere else, and the run stops with it.
+    ran: list[int] = []
+
+    @ts.tool
+    async def work(n: int) -> int:
+        ran.append(n)
+        if n == 1:
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+        await asyncio.sleep(0.01)
+        return n
+
+    executor = ts.Executor([work], strategy=ts.Sequential())
+    task = asyncio.ensure_future(executor.run([ts.ToolCall(f"c{n}", "work", {"n": n}) for n in range(3)]))
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+    assert ran == [0, 1]
+
+
 async def test_the_run_s_own_cancellation_still_propagates(anyio_backend: str) -> None:
     ran: list[str] = []
 

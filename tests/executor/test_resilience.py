@@ -385,12 +385,19 @@ async def test_calls_that_lend_their_slots_never_let_more_than_the_cap_work_at_o
 ) -> None:
     working = Working()
     failures: dict[str, int] = {}
+    # Declared, so that ResourceAware runs them at once as the other strategies do.
+    shared = ts.Access(reads=("x",))
 
-    @ts.tool(concurrency_safe=True, rate_limit=ts.RateLimit(50, per=1.0, burst=1))
+    @ts.tool(concurrency_safe=True, rate_limit=ts.RateLimit(50, per=1.0, burst=1), resources=lambda arguments: shared)
     async def limited(key: str) -> str:
         return await working.work(key, 0.005)
 
-    @ts.tool(concurrency_safe=True, idempotent=True, retry=ts.Retry(attempts=2, backoff=0.01, jitter=False, budget=100))
+    @ts.tool(
+        concurrency_safe=True,
+        idempotent=True,
+        retry=ts.Retry(attempts=2, backoff=0.01, jitter=False, budget=100),
+        resources=lambda arguments: shared,
+    )
     async def retried(key: str) -> str:
         await working.work(key, 0.002)
         failures[key] = failures.get(key, 0) + 1
@@ -398,7 +405,7 @@ async def test_calls_that_lend_their_slots_never_let_more_than_the_cap_work_at_o
             raise ts.Transient("once")
         return key
 
-    @ts.tool(concurrency_safe=True)
+    @ts.tool(concurrency_safe=True, resources=lambda arguments: shared)
     async def plain(key: str) -> str:
         return await working.work(key, 0.003)
 
@@ -412,6 +419,49 @@ async def test_calls_that_lend_their_slots_never_let_more_than_the_cap_work_at_o
     with anyio.fail_after(20):
         outcome = await executor.run(batch)
     assert [result.output for result in outcome.results] == [call.id for call in batch]
+    assert working.peak <= cap
+
+
+@pytest.mark.parametrize("cap", [2, 3])
+@pytest.mark.parametrize("strategy", ["parallel", "resource_aware"])
+async def test_a_call_done_lending_gets_a_slot_back_while_the_other_workers_wait_with_nothing_to_take(
+    cap: int, strategy: str
+) -> None:
+    # The retried call lends its slot for its backoff; another worker starts and takes the last call; every
+    # other call finishes before the backoff ends, so the workers left are idle, none of them finishing
+    # anything, when the retried call asks for its slot back: one of them must give it up. (The calls declare
+    # what they touch, or ResourceAware would run them one at a time.)
+    working = Working()
+    shared = ts.Access(reads=("x",))
+    failures: list[str] = []
+
+    @ts.tool(
+        concurrency_safe=True,
+        idempotent=True,
+        retry=ts.Retry(attempts=2, backoff=0.05, jitter=False),
+        resources=lambda arguments: shared,
+    )
+    async def flaky(key: str) -> str:
+        await working.work(key, 0.005)
+        failures.append(key)
+        if len(failures) == 1:
+            raise ts.Transient("once")
+        return key
+
+    @ts.tool(concurrency_safe=True, resources=lambda arguments: shared)
+    async def plain(key: str, seconds: float) -> str:
+        return await working.work(key, seconds)
+
+    strategies = {"parallel": ts.Parallel(max_concurrency=cap), "resource_aware": ts.ResourceAware(max_concurrency=cap)}
+    executor = ts.Executor([flaky, plain], strategy=strategies[strategy])
+    batch = [
+        ts.ToolCall("a", "flaky", {"key": "a"}),
+        *(ts.ToolCall(f"p{n}", "plain", {"key": f"p{n}", "seconds": 0.01 + 0.005 * n}) for n in range(cap)),
+    ]
+    with anyio.fail_after(5):
+        outcome = await executor.run(batch)
+    assert [result.output for result in outcome.results] == [call.id for call in batch]
+    assert outcome.results[0].attempts == 2
     assert working.peak <= cap
 
 

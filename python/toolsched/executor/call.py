@@ -30,7 +30,7 @@ from toolsched.results import ErrorKind, ToolResult, detached, new_result
 from toolsched.runstate import NestedHold
 from toolsched.shaping import fits_as_is, shape_output
 from toolsched.threads import watching_call
-from toolsched.workers import being_stopped
+from toolsched.workers import being_stopped, take_back
 
 __all__ = ["EXECUTION_FAILURES", "abort_reason", "answer_unstarted", "execute"]
 
@@ -163,15 +163,21 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
         else:
             kind, error, cause = "execution_error", settings.describe_failure(exc, call), exc
     except BaseException as exc:
-        if not _foreign_cancellation(exc):
+        if _foreign_cancellation(exc):
+            # Something outside the run cancelled what the tool awaited: that call failed, the run goes on.
+            message = _cancelled_from_outside(tool.name, exc, "something it awaited")
+        elif _task_cancelled(exc, turn):
+            # The tool cancelled the task it ran in, a pool worker or a streamed call's own task (no one
+            # else holds those): as a task of a task group that cancels itself, that call fails, not the run.
+            message = _cancelled_from_outside(tool.name, exc, "the task it ran in")
+        else:
             # The run itself is cancelled (or the process is asked to stop): no result, nothing reported after this.
             _close(job, ctx)
             raise
-        # Something outside the run cancelled what the tool awaited: that call failed, the run goes on.
         if job.cancel_reason is not None:
             kind, error = "cancelled", job.cancel_reason
         else:
-            kind, error, cause = "execution_error", _cancelled_from_outside(tool.name, exc), exc
+            kind, error, cause = "execution_error", message, exc
     duration_ms = (perf_counter() - started) * 1000.0
     if ctx is not None:
         if job.declared:
@@ -240,9 +246,25 @@ def _foreign_cancellation(exc: BaseException) -> bool:
     return task is not None and task.cancelling() == 0
 
 
-def _cancelled_from_outside(tool_name: str, exc: BaseException) -> str:
+def _task_cancelled(exc: BaseException, turn: Turn) -> bool:
+    """Whether ``exc`` is a cancellation of the task running the call that neither the run nor its pool
+    asked for: the task is a pool worker or a streamed call's own (the caller's task is the caller's to
+    cancel). The cancellation is taken back if so."""
+    if not isinstance(exc, asyncio.CancelledError):
+        return False
+    if turn.pool is not None:
+        return bool(turn.pool.group.cancelled_unasked())
+    if turn.tasked:
+        task = asyncio.current_task()
+        if task is not None:
+            take_back(task)
+        return True
+    return False
+
+
+def _cancelled_from_outside(tool_name: str, exc: BaseException, what: str) -> str:
     detail = f": {exc}" if str(exc) else ""
-    return f"`{tool_name}` failed: something it awaited was cancelled from outside this run (CancelledError{detail})"
+    return f"`{tool_name}` failed: {what} was cancelled from outside this run (CancelledError{detail})"
 
 
 def _failed(job: Job, result: ToolResult, cause: BaseException | None, turn: Turn) -> None:

@@ -221,6 +221,11 @@ class _Pool:
         self.reclaiming += 1
         try:
             while self.workers - slack.lent >= self.concurrency:
+                if self.waiting and self.wake is not None:
+                    # Workers with nothing to take wait for an item to finish, and none may finish before
+                    # this one works again: woken, they see it waiting and leave (``_retires``).
+                    self.wake.set()
+                    self.wake = None
                 if self.freed is None:
                     self.freed = anyio.Event()
                 await self.freed.wait()
@@ -238,6 +243,7 @@ class _Pool:
             items = self.items
             work = self.work
             base = self.base
+            task = self.group.current_worker() if worker else None
             while self.position < len(items):
                 if self.reclaiming and self._retires():
                     return
@@ -250,6 +256,8 @@ class _Pool:
                 if suspended is not None:
                     self.grow()
                     await suspended
+                if task is not None and task.cancelling():
+                    await self.group.settle(task)
             self._leave()
         except BaseException as exc:
             if not worker:
@@ -277,6 +285,7 @@ class _Pool:
     async def take_when_ready(self) -> None:
         source = self.source
         assert source is not None
+        task = self.group.current_worker()
         while True:
             if self.reclaiming and self._retires():
                 return
@@ -290,6 +299,8 @@ class _Pool:
                 if suspended is not None:
                     self.grow()
                     await suspended
+                if task is not None and task.cancelling():
+                    await self.group.settle(task)
                 self.running -= 1
                 await source.done(item)
                 if self.waiting and self.wake is not None:

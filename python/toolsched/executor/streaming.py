@@ -58,6 +58,7 @@ from toolsched.outcome import Outcome, new_outcome
 from toolsched.resources import RunResources, current_resources
 from toolsched.results import Duplicate, ToolCall, ToolResult
 from toolsched.strategies import resolve_cap
+from toolsched.workers import settle_own_cancel
 
 __all__ = ["StreamingTurn", "streaming_refusal"]
 
@@ -116,6 +117,7 @@ class StreamingTurn:
         self._context = context
         self._run_id = run_id
         self._turn = turn = Turn(settings, view, 0, context, settings.emitter(sink, None), runs, None)
+        turn.tasked = True
         if run_id is not None:
             turn.run_id = run_id
         strategy = settings.strategy
@@ -527,6 +529,7 @@ class StreamingTurn:
                 suspended = run_until_suspended(execute(job, batch.number, concurrent, turn), self._base)
                 if suspended is not None:
                     await suspended
+                await settle_own_cancel()
         except Exception as exc:
             # A journal failure: the turn ends with it.
             self._fail(exc)

@@ -281,6 +281,7 @@ class Turn:
         "scoped",
         "settings",
         "slots",
+        "tasked",
         "tripped",
         "view",
     )
@@ -321,6 +322,8 @@ class Turn:
         # slots are lent to other calls; ``pool`` is the batch's worker pool once it has one.
         self.lent = 0
         self.pool: Any = None
+        # Whether each call runs in a task of its own that only the turn's scopes stop (a streamed turn).
+        self.tasked = False
         # Set when a failure aborts the running batch: why its other calls are cancelled.
         self.abort: str | None = None
         # Set by an interrupt: why the calls not started yet are skipped.
