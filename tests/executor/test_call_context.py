@@ -72,6 +72,62 @@ async def test_a_lone_call_does_not_leak_into_the_caller() -> None:
     assert marker.get() == "caller"
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "streamed"])
+@pytest.mark.parametrize(
+    "strategy",
+    # The strategies that ask steering during this turn (Parallel and Partitioned run it as one batch).
+    [ts.Sequential(), ts.Batched(2), ts.ResourceAware(max_concurrency=2)],
+    ids=lambda s: type(s).__name__,
+)
+async def test_steering_sees_the_caller_s_context_and_keeps_what_it_sets_to_itself(
+    strategy: ts.Strategy, streamed: bool
+) -> None:
+    # Under ResourceAware steering is asked on the worker where a call just finished; that worker may have
+    # been started by a call that lent its slot (a retry's backoff) after setting a variable.
+    asked: list[str] = []
+    tries: list[int] = []
+    shared = ts.Access(reads=("x",))
+
+    @ts.tool(
+        concurrency_safe=True,
+        idempotent=True,
+        retry=ts.Retry(attempts=2, backoff=0.03, jitter=False),
+        resources=lambda args: shared,
+    )
+    async def retried() -> str:
+        marker.set("set by retried")
+        tries.append(1)
+        await anyio.sleep(0.005)
+        if len(tries) == 1:
+            raise ts.Transient("once")
+        return "ok"
+
+    @ts.tool(concurrency_safe=True, resources=lambda args: shared)
+    async def reader(n: int) -> str:
+        await anyio.sleep(0.01 * (n + 1))
+        return marker.get()
+
+    async def steering() -> None:
+        asked.append(marker.get())
+        marker.set("set by steering")
+
+    executor = ts.Executor([retried, reader], strategy=strategy)
+    marker.set("caller")
+    calls = [ts.ToolCall("r", "retried"), *(ts.ToolCall(f"x{n}", "reader", {"n": n}) for n in range(4))]
+    with anyio.fail_after(5):
+        if streamed:
+            async with executor.turn(steering=steering) as turn:
+                for call in calls:
+                    turn.submit(call)
+                turn.close()
+                outcome = await turn.outcome()
+        else:
+            outcome = await executor.run(calls, steering=steering)
+    assert [result.output for result in outcome.results] == ["ok"] + ["caller"] * 4
+    assert asked and set(asked) == {"caller"}, asked
+    assert marker.get() == "caller"
+
+
 LENDING_STRATEGIES = [
     ts.Parallel(max_concurrency=2),
     ts.Partitioned(max_concurrency=2),

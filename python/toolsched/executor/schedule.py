@@ -467,11 +467,22 @@ def _in_batch(number: int, turn: Turn) -> Callable[[Job], Coroutine[Any, Any, No
     return lambda job: execute(job, number, True, turn)
 
 
-async def steer(steering: Steering) -> Sequence[Any] | None:
+async def steer(steering: Steering, context: contextvars.Context | None = None) -> Sequence[Any] | None:
+    """Asks ``steering`` for messages, in a copy of ``context`` (the current one when None), as a call runs:
+    it sees the context variables the run began with, wherever it is asked from (between batches, or on the
+    worker where a ResourceAware call just finished), and what it sets stays in that one question."""
+    answer: list[Sequence[Any] | None] = []
+    suspended = run_until_suspended(_asked(steering, answer), context)
+    if suspended is not None:
+        await suspended
+    return answer[0]
+
+
+async def _asked(steering: Steering, answer: list[Sequence[Any] | None]) -> None:
     messages = steering()
     if inspect.isawaitable(messages):
         messages = await messages
-    return messages
+    answer.append(messages)
 
 
 def declared_access(job: Job) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
@@ -509,6 +520,7 @@ class _Graph:
         "_heap",
         "_remaining",
         "_steering",
+        "_steering_context",
         "_turn",
         "accesses",
         "count",
@@ -527,6 +539,8 @@ class _Graph:
         self._heap = [i for i in range(count) if self._remaining[i] == 0]  # ascending, so already a heap
         self._turn = turn
         self._steering = steering
+        # Steering is asked on whichever worker finished a call: in a copy of the run's context, not the worker's.
+        self._steering_context = None if steering is None else contextvars.copy_context()
         self.count = count
         self.started = bytearray(count)
         self.taken = 0
@@ -562,7 +576,7 @@ class _Graph:
             self.stopped = True
         elif self._steering is not None and self.taken < self.count and not self.stopped:
             try:
-                messages = await steer(self._steering)
+                messages = await steer(self._steering, self._steering_context)
             except Exception as exc:
                 # Raised from the run as it is, not inside the pool's exception group.
                 self.failure = exc

@@ -472,7 +472,7 @@ class StreamingTurn:
                 return
             upcoming = self._schedule.batches[following]
             if upcoming.number and self._steering is not None and turn.halt is None:
-                messages = await steer(self._steering)
+                messages = await steer(self._steering, self._base)
                 if messages:
                     self._steered = list(messages)
                     await self._skip_later()
@@ -504,7 +504,7 @@ class StreamingTurn:
         if self._steering is not None and graph.finished_since_steering and graph.unstarted and turn.halt is None:
             # As in run(): asked after calls finish while calls remain unstarted.
             graph.finished_since_steering = 0
-            messages = await steer(self._steering)
+            messages = await steer(self._steering, self._base)
             if messages:
                 self._steered = list(messages)
                 await self._skip_graph(graph)
