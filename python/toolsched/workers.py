@@ -43,7 +43,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-__all__ = ["WorkerGroup", "being_stopped", "settle_own_cancel", "take_back"]
+__all__ = ["WorkerGroup", "being_stopped", "running_task", "settle_own_cancel", "take_back"]
 
 # The workers a group has asked to stop (each leaves the set when it ends).
 _STOPPED: set[asyncio.Task[Any]] = set()
@@ -102,6 +102,15 @@ def _anyio_task_states() -> Any:
 
 _TASK_STATES = _anyio_task_states()
 
+# An event loop's running task, read where asyncio keeps it: ``asyncio.current_task`` is a Python function
+# on Python 3.11 that reads this same dict (a pool's worker asks once, as it starts).
+_running_tasks = getattr(asyncio.tasks, "_current_tasks", None)
+running_task: Callable[[asyncio.AbstractEventLoop | None], asyncio.Task[Any] | None] = (
+    _running_tasks.get
+    if isinstance(_running_tasks, dict)
+    else lambda loop: None if loop is None else asyncio.current_task(loop)
+)
+
 
 def _started(task: asyncio.Task[Any]) -> bool:
     """Whether ``task`` has taken its first step."""
@@ -146,16 +155,18 @@ class WorkerGroup:
         "_group",
         "_host",
         "_host_cancels",
-        "_loop",
         "_scope",
         "_stopping",
         "_waiting",
         "_workers",
+        "loop",
     )
 
     def __init__(self) -> None:
         self._group: TaskGroup | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # The event loop when the workers are plain asyncio tasks (None on trio): ``running_task(loop)`` is a
+        # worker's own task.
+        self.loop: asyncio.AbstractEventLoop | None = None
         # Where anyio's record of task scopes is missing, the entering task's body runs in this scope.
         self._scope: anyio.CancelScope | None = None
         # Else the entering task is stopped as a worker is: ``_host`` (None once it leaves the group),
@@ -183,7 +194,7 @@ class WorkerGroup:
             self._group = anyio.create_task_group()
             await self._group.__aenter__()
         else:
-            self._loop = loop
+            self.loop = loop
             self._scope = anyio.CancelScope()
             self._scope.__enter__()
         return self
@@ -194,7 +205,7 @@ class WorkerGroup:
         loop = events._get_running_loop()
         if loop is None or _TASK_STATES is None:
             return False
-        self._loop = loop
+        self.loop = loop
         self._host = host = asyncio.current_task(loop)
         if host is not None:
             self._base = _scope_of(host)
@@ -233,18 +244,11 @@ class WorkerGroup:
         back (``take_back``), and the worker may go on: its call failed, not the group."""
         if self._group is not None or self._stopping or not self._workers:
             return False
-        task = asyncio.current_task(self._loop)
+        task = asyncio.current_task(self.loop)
         if task is None or task not in self._workers or task in _STOPPED or self.cancelled():
             return False
         take_back(task)
         return True
-
-    def current_worker(self) -> asyncio.Task[Any] | None:
-        """The running task if it is one of the group's plain asyncio workers (not the entering task), else None."""
-        if self._group is not None or not self._workers:
-            return None
-        task = asyncio.current_task(self._loop)
-        return task if task in self._workers else None
 
     async def settle(self, worker: asyncio.Task[Any]) -> None:
         """``worker`` (the running task) ended an item with a cancellation pending that no one but the code
@@ -268,7 +272,7 @@ class WorkerGroup:
         if self._group is not None:
             self._group.start_soon(_awaited, worker)
             return
-        loop = self._loop
+        loop = self.loop
         assert loop is not None
         scope = None if _TASK_STATES is not None else anyio.CancelScope()
         task = loop.create_task(worker if scope is None else _in_scope(worker, scope))
@@ -300,7 +304,7 @@ class WorkerGroup:
             self._cancel()
         workers = self._workers
         assert workers is not None
-        task = asyncio.current_task(self._loop)
+        task = asyncio.current_task(self.loop)
         if task is not None:
             workers.pop(task, None)
             _STOPPED.discard(task)
@@ -345,9 +349,9 @@ class WorkerGroup:
                 continue
             if self._stop(task):
                 _STOPPED.add(task)
-        if running and not self._delivering and self._loop is not None:
+        if running and not self._delivering and self.loop is not None:
             self._delivering = True
-            self._loop.call_soon(self._deliver)
+            self.loop.call_soon(self._deliver)
 
     @staticmethod
     def _stop(task: asyncio.Task[Any]) -> bool:
@@ -385,7 +389,7 @@ class WorkerGroup:
     ) -> bool:
         if self._group is not None:
             return bool(await self._group.__aexit__(kind, error, traceback))
-        loop = self._loop
+        loop = self.loop
         assert loop is not None
         if error is None and self.leave():
             # Nothing was started, or everything ended well: no waiting, no checkpoint.

@@ -35,7 +35,7 @@ from toolsched.hooks import BatchEvent, Hook, HookTimeout
 from toolsched.results import Decision, ToolCall, ToolResult, detached
 from toolsched.strategies import resolve_cap
 from toolsched.tools import Access
-from toolsched.workers import WorkerGroup
+from toolsched.workers import WorkerGroup, running_task
 
 __all__ = [
     "aborts",
@@ -243,7 +243,8 @@ class _Pool:
             items = self.items
             work = self.work
             base = self.base
-            task = self.group.current_worker() if worker else None
+            # After each item a worker asks whether the item left a cancellation pending on it (``settle``).
+            task = running_task(self.group.loop) if worker else None
             while self.position < len(items):
                 if self.reclaiming and self._retires():
                     return
@@ -285,7 +286,7 @@ class _Pool:
     async def take_when_ready(self) -> None:
         source = self.source
         assert source is not None
-        task = self.group.current_worker()
+        task = running_task(self.group.loop)
         while True:
             if self.reclaiming and self._retires():
                 return
