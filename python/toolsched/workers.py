@@ -250,11 +250,11 @@ class WorkerGroup:
         take_back(task)
         return True
 
-    async def settle(self, worker: asyncio.Task[Any]) -> None:
-        """``worker`` (the running task) ended an item with a cancellation pending that no one but the code
-        it ran asked for (a tool that cancelled its own task, then returned): it is taken here, where it
-        stops nothing, not at the next item's first wait."""
-        if worker.cancelling() and self.cancelled_unasked():
+    async def settle(self) -> None:
+        """The running task ended an item with a cancellation pending: when it is a worker and no one but the
+        code it ran asked for it (a tool that cancelled its own task, then returned), it is taken here, where
+        it stops nothing, not at the next item's first wait."""
+        if self.cancelled_unasked():
             await _absorb()
 
     def start_soon(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:

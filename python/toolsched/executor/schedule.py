@@ -244,7 +244,7 @@ class _Pool:
             work = self.work
             base = self.base
             # After each item a worker asks whether the item left a cancellation pending on it (``settle``).
-            task = running_task(self.group.loop) if worker else None
+            loop = self.group.loop if worker else None
             while self.position < len(items):
                 if self.reclaiming and self._retires():
                     return
@@ -257,8 +257,8 @@ class _Pool:
                 if suspended is not None:
                     self.grow()
                     await suspended
-                if task is not None and task.cancelling():
-                    await self.group.settle(task)
+                if loop is not None and running_task(loop).cancelling():  # type: ignore[union-attr]
+                    await self.group.settle()
             self._leave()
         except BaseException as exc:
             if not worker:
@@ -286,7 +286,7 @@ class _Pool:
     async def take_when_ready(self) -> None:
         source = self.source
         assert source is not None
-        task = running_task(self.group.loop)
+        loop = self.group.loop
         while True:
             if self.reclaiming and self._retires():
                 return
@@ -300,8 +300,8 @@ class _Pool:
                 if suspended is not None:
                     self.grow()
                     await suspended
-                if task is not None and task.cancelling():
-                    await self.group.settle(task)
+                if loop is not None and running_task(loop).cancelling():  # type: ignore[union-attr]
+                    await self.group.settle()
                 self.running -= 1
                 await source.done(item)
                 if self.waiting and self.wake is not None:
