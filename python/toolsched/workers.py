@@ -43,7 +43,14 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-__all__ = ["WorkerGroup", "being_stopped", "running_task", "settle_own_cancel", "take_back"]
+__all__ = [
+    "WorkerGroup",
+    "absorb_cancel",
+    "being_stopped",
+    "current_asyncio_task",
+    "running_task",
+    "take_back",
+]
 
 # The workers a group has asked to stop (each leaves the set when it ends).
 _STOPPED: set[asyncio.Task[Any]] = set()
@@ -65,7 +72,7 @@ def take_back(task: asyncio.Task[Any]) -> None:
         task.uncancel()
 
 
-async def _absorb() -> None:
+async def absorb_cancel() -> None:
     """Takes, at a wait where it stops nothing, a cancellation still pending on the running task after its
     requests were taken back (Python 3.11 keeps it pending)."""
     try:
@@ -74,17 +81,12 @@ async def _absorb() -> None:
         pass
 
 
-async def settle_own_cancel() -> None:
-    """For a task that only its own code cancels natively (a streamed call's, whose scopes are shielded): a
-    cancellation its call left pending (a tool that cancelled its own task, then returned) is taken here,
-    not by the task's end (a task that ends cancelled would stop its whole group)."""
+def current_asyncio_task() -> asyncio.Task[Any] | None:
+    """The running asyncio task, None on another event loop (trio)."""
     try:
-        task = asyncio.current_task()
-    except RuntimeError:  # not on asyncio
-        return
-    if task is not None and task.cancelling():
-        take_back(task)
-        await _absorb()
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
 
 
 def _anyio_task_states() -> Any:
@@ -249,13 +251,6 @@ class WorkerGroup:
             return False
         take_back(task)
         return True
-
-    async def settle(self) -> None:
-        """The running task ended an item with a cancellation pending: when it is a worker and no one but the
-        code it ran asked for it (a tool that cancelled its own task, then returned), it is taken here, where
-        it stops nothing, not at the next item's first wait."""
-        if self.cancelled_unasked():
-            await _absorb()
 
     def start_soon(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Starts ``work()`` in a worker of the group."""

@@ -123,15 +123,30 @@ def assert_only_call_2_touched(results: list[ts.ToolResult], then: str) -> None:
 
 
 # Cancelling a task by hand is an asyncio notion.
+def awaiting_post_hooks() -> ts.Hooks:
+    """Post hooks that await: a cancellation a call left pending would land in them."""
+
+    async def observe(event: ts.HookEvent) -> None:
+        await asyncio.sleep(0)
+
+    hooks = ts.Hooks()
+    hooks.post_tool_use("*", observe)
+    hooks.post_tool_use_failure("*", observe)
+    return hooks
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("hooked", [False, True], ids=["plain", "post-hooked"])
 @pytest.mark.parametrize("then", ["awaits", "returns"])
 @pytest.mark.parametrize("strategy", CONCURRENT, ids=strategy_id)
 async def test_a_tool_that_cancels_the_worker_it_runs_on_fails_only_its_own_call(
-    strategy: ts.Strategy, then: str, anyio_backend: str
+    strategy: ts.Strategy, then: str, hooked: bool, anyio_backend: str
 ) -> None:
     # Call 0 runs on the caller's task and waits; the later calls run on the pool's workers. A cancellation
-    # left pending is taken when the call ends, not blamed on the next call the worker takes.
-    executor = ts.Executor([self_cancelling_tool(then)], strategy=strategy)
+    # left pending is taken when the call ends, not blamed on the next call the worker takes, nor on the
+    # call's own post hooks.
+    hooks = awaiting_post_hooks() if hooked else None
+    executor = ts.Executor([self_cancelling_tool(then)], strategy=strategy, hooks=hooks)
     with anyio.fail_after(5):
         outcome = await executor.run([ts.ToolCall(f"c{n}", "work", {"n": n}) for n in range(6)])
     assert_only_call_2_touched(outcome.results, then)
@@ -143,11 +158,13 @@ async def test_a_tool_that_cancels_the_worker_it_runs_on_fails_only_its_own_call
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("hooked", [False, True], ids=["plain", "post-hooked"])
 @pytest.mark.parametrize("then", ["awaits", "returns"])
 async def test_a_tool_that_cancels_its_task_in_a_streamed_turn_fails_only_its_own_call(
-    then: str, anyio_backend: str
+    then: str, hooked: bool, anyio_backend: str
 ) -> None:
-    executor = ts.Executor([self_cancelling_tool(then)], strategy=ts.Parallel(max_concurrency=3))
+    hooks = awaiting_post_hooks() if hooked else None
+    executor = ts.Executor([self_cancelling_tool(then)], strategy=ts.Parallel(max_concurrency=3), hooks=hooks)
     with anyio.fail_after(5):
         async with executor.turn() as turn:
             for n in range(6):

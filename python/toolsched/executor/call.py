@@ -30,7 +30,7 @@ from toolsched.results import ErrorKind, ToolResult, detached, new_result
 from toolsched.runstate import NestedHold
 from toolsched.shaping import fits_as_is, shape_output
 from toolsched.threads import watching_call
-from toolsched.workers import being_stopped, take_back
+from toolsched.workers import absorb_cancel, being_stopped, current_asyncio_task, running_task, take_back
 
 __all__ = ["EXECUTION_FAILURES", "abort_reason", "answer_unstarted", "execute"]
 
@@ -178,6 +178,16 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
             kind, error = "cancelled", job.cancel_reason
         else:
             kind, error, cause = "execution_error", message, exc
+    # A tool that cancelled the task it ran in and returned left that cancellation pending: on a task that is
+    # the executor's it is taken now, where it stops nothing (later, it would stop the hooks, the journal or
+    # the worker's next call). Written out: it is asked after every call that runs while its turn has a pool.
+    pool = turn.pool
+    if pool is not None:
+        task = running_task(pool.group.loop)
+        if task is not None and task.cancelling() and pool.group.cancelled_unasked():
+            await absorb_cancel()
+    elif turn.tasked and _streamed_cancel_left_pending():
+        await absorb_cancel()
     duration_ms = (perf_counter() - started) * 1000.0
     if ctx is not None:
         if job.declared:
@@ -260,6 +270,17 @@ def _task_cancelled(exc: BaseException, turn: Turn) -> bool:
             take_back(task)
         return True
     return False
+
+
+def _streamed_cancel_left_pending() -> bool:
+    """Whether the streamed call's own task has a cancellation pending (only its tool can have asked: the
+    turn's scopes around it are shielded). Its requests are taken back if so; what is left pending is for
+    ``absorb_cancel``."""
+    task = current_asyncio_task()
+    if task is None or not task.cancelling():
+        return False
+    take_back(task)
+    return True
 
 
 def _cancelled_from_outside(tool_name: str, exc: BaseException, what: str) -> str:

@@ -35,7 +35,7 @@ from toolsched.hooks import BatchEvent, Hook, HookTimeout
 from toolsched.results import Decision, ToolCall, ToolResult, detached
 from toolsched.strategies import resolve_cap
 from toolsched.tools import Access
-from toolsched.workers import WorkerGroup, running_task
+from toolsched.workers import WorkerGroup
 
 __all__ = [
     "aborts",
@@ -243,8 +243,6 @@ class _Pool:
             items = self.items
             work = self.work
             base = self.base
-            # After each item a worker asks whether the item left a cancellation pending on it (``settle``).
-            loop = self.group.loop if worker else None
             while self.position < len(items):
                 if self.reclaiming and self._retires():
                     return
@@ -257,8 +255,6 @@ class _Pool:
                 if suspended is not None:
                     self.grow()
                     await suspended
-                if loop is not None and running_task(loop).cancelling():  # type: ignore[union-attr]
-                    await self.group.settle()
             self._leave()
         except BaseException as exc:
             if not worker:
@@ -286,7 +282,6 @@ class _Pool:
     async def take_when_ready(self) -> None:
         source = self.source
         assert source is not None
-        loop = self.group.loop
         while True:
             if self.reclaiming and self._retires():
                 return
@@ -300,8 +295,6 @@ class _Pool:
                 if suspended is not None:
                     self.grow()
                     await suspended
-                if loop is not None and running_task(loop).cancelling():  # type: ignore[union-attr]
-                    await self.group.settle()
                 self.running -= 1
                 await source.done(item)
                 if self.waiting and self.wake is not None:

@@ -58,7 +58,6 @@ from toolsched.outcome import Outcome, new_outcome
 from toolsched.resources import RunResources, current_resources
 from toolsched.results import Duplicate, ToolCall, ToolResult
 from toolsched.strategies import resolve_cap
-from toolsched.workers import settle_own_cancel
 
 __all__ = ["StreamingTurn", "streaming_refusal"]
 
@@ -529,7 +528,6 @@ class StreamingTurn:
                 suspended = run_until_suspended(execute(job, batch.number, concurrent, turn), self._base)
                 if suspended is not None:
                     await suspended
-                await settle_own_cancel()
         except Exception as exc:
             # A journal failure: the turn ends with it.
             self._fail(exc)
