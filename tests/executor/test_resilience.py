@@ -465,6 +465,105 @@ async def test_a_call_done_lending_gets_a_slot_back_while_the_other_workers_wait
     assert working.peak <= cap
 
 
+@pytest.mark.parametrize("strategy", ["parallel", "resource_aware"])
+async def test_a_call_waiting_for_its_slot_back_takes_the_one_another_call_lends(strategy: str) -> None:
+    # a backs off briefly and asks for its slot back while b and c work; then b fails and lends its slot for
+    # a long backoff (1.5 s): a must take it at once, not wait for b's backoff or c (10 s) to end.
+    attempts: dict[str, int] = {}
+    second: dict[str, float] = {}
+    ran_again = anyio.Event()
+    shared = ts.Access(reads=("x",))
+    started = time.monotonic()
+
+    def retried(backoff: float) -> Any:
+        return ts.tool(
+            concurrency_safe=True,
+            idempotent=True,
+            retry=ts.Retry(attempts=2, backoff=backoff, jitter=False),
+            resources=lambda arguments: shared,
+        )
+
+    @retried(0.02)
+    async def a() -> str:
+        attempts["a"] = attempts.get("a", 0) + 1
+        if attempts["a"] == 2:
+            second["a"] = time.monotonic() - started
+            ran_again.set()
+            return "a"
+        await anyio.sleep(0.01)
+        raise ts.Transient("once")
+
+    @retried(1.5)
+    async def b() -> str:
+        attempts["b"] = attempts.get("b", 0) + 1
+        if attempts["b"] == 2:
+            return "b"
+        await anyio.sleep(0.05)
+        raise ts.Transient("once")
+
+    @ts.tool(concurrency_safe=True, resources=lambda arguments: shared)
+    async def c() -> str:
+        with anyio.move_on_after(10):
+            await ran_again.wait()
+        return "c"
+
+    strategies = {"parallel": ts.Parallel(max_concurrency=2), "resource_aware": ts.ResourceAware(max_concurrency=2)}
+    executor = ts.Executor([a, b, c], strategy=strategies[strategy])
+    with anyio.fail_after(20):
+        outcome = await executor.run([ts.ToolCall("a", "a"), ts.ToolCall("b", "b"), ts.ToolCall("c", "c")])
+    assert [result.output for result in outcome.results] == ["a", "b", "c"]
+    # a ran again about 0.05 s in; had it waited for b's backoff, 1.55 s (c ends as soon as a ran again).
+    assert second["a"] < 0.75, second
+
+
+@pytest.mark.parametrize("strategy", ["parallel", "resource_aware"])
+async def test_workers_that_end_together_give_a_waiting_call_one_slot_not_all_of_theirs(strategy: str) -> None:
+    # a waits for its slot back while b, c and d work; they end together, and only one worker may leave for a:
+    # e and f, ready meanwhile, start on the others while a works again for a long time.
+    attempts: list[int] = []
+    started: dict[str, float] = {}
+    shared = ts.Access(reads=("x",))
+    release = anyio.Event()
+    began = time.monotonic()
+
+    @ts.tool(
+        concurrency_safe=True,
+        idempotent=True,
+        retry=ts.Retry(attempts=2, backoff=0.02, jitter=False),
+        resources=lambda arguments: shared,
+    )
+    async def a() -> str:
+        attempts.append(1)
+        if len(attempts) == 1:
+            await anyio.sleep(0.01)
+            raise ts.Transient("once")
+        with anyio.move_on_after(10):
+            await release.wait()
+        return "a"
+
+    @ts.tool(concurrency_safe=True, resources=lambda arguments: shared)
+    async def work(key: str, until: float) -> str:
+        # Ends at ``until`` seconds into the run, whenever it started: b, c and d end together.
+        started[key] = time.monotonic()
+        await anyio.sleep(max(0.0, until - (started[key] - began)))
+        if key in ("e", "f") and "e" in started and "f" in started:
+            release.set()
+        return key
+
+    strategies = {"parallel": ts.Parallel(max_concurrency=3), "resource_aware": ts.ResourceAware(max_concurrency=3)}
+    executor = ts.Executor([a, work], strategy=strategies[strategy])
+    calls = [
+        ts.ToolCall("a", "a"),
+        *(ts.ToolCall(key, "work", {"key": key, "until": 0.05}) for key in "bcd"),
+        *(ts.ToolCall(key, "work", {"key": key, "until": 0.0}) for key in "ef"),
+    ]
+    with anyio.fail_after(20):
+        outcome = await executor.run(calls)
+    assert [result.output for result in outcome.results] == [call.id for call in calls]
+    # e and f started while a worked (a waited for both): had every worker left, they would wait out a's 10 s.
+    assert started["e"] - began < 5 and started["f"] - began < 5, started
+
+
 async def test_a_call_timed_out_while_waiting_for_a_token_takes_none_and_never_runs() -> None:
     downstream = Downstream()
     tool = fetch_tool(downstream, rate_limit=ts.RateLimit(1, per=10.0, burst=1), timeout=0.2)

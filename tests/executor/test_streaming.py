@@ -585,3 +585,36 @@ async def test_stream_of_an_async_iterable_reports_a_call_before_the_next_one_ar
     assert [result.output for result in event.outcome.results] == ["one", "two"]
     assert event.outcome.run_id == "events"
     assert kinds.count("ToolFinished") == 2
+
+
+class SteeringGone(Exception):
+    pass
+
+
+def broken_steering() -> None:
+    raise SteeringGone("the steering store is gone")
+
+
+@pytest.mark.parametrize("source", ["turn outcome", "async iterable run"])
+async def test_a_steering_failure_comes_out_as_itself_not_as_a_broken_stream(source: str) -> None:
+    # A list given to run() raises the steering's own error; so must a streamed turn and an async iterable.
+    @ts.tool
+    async def work(n: int) -> int:
+        return n
+
+    executor = ts.Executor([work], strategy=ts.Sequential())
+    calls = [ts.ToolCall(f"c{n}", "work", {"n": n}) for n in range(3)]
+
+    async def arriving() -> Any:
+        for call in calls:
+            yield call
+
+    with pytest.raises(SteeringGone):
+        if source == "turn outcome":
+            async with executor.turn(steering=broken_steering) as turn:
+                for call in calls:
+                    turn.submit(call)
+                turn.close()
+                await turn.outcome()
+        else:
+            await executor.run(arriving(), steering=broken_steering)

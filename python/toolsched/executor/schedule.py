@@ -208,11 +208,20 @@ class _Pool:
                 self.group.start_soon(self.take_when_ready)
 
     def _retires(self) -> bool:
-        """A worker between items leaves when items that lent their slots wait for one."""
-        if not self.reclaiming:
+        """A worker between items leaves when an item that lent its slot waits for one and none is free yet
+        (workers that end together leave no more than the waiting items need)."""
+        if not self.reclaiming or self.workers - self.slack.lent < self.concurrency:  # type: ignore[union-attr]
             return False
         self._leave()
         return True
+
+    def lend(self) -> None:
+        """An item lent its slot (``slack.lent`` counts it already): an item waiting to work again takes it,
+        else another worker may start."""
+        if self.reclaiming:
+            self._free()
+        else:
+            self.grow()
 
     async def reclaim(self) -> None:
         """An item that lent its slot waits for a free one, then works again (``slack.lent`` less one)."""
@@ -275,6 +284,10 @@ class _Pool:
     def _leave(self) -> None:
         """A worker leaves the pool: its slot is free for an item that lent its own."""
         self.workers -= 1
+        self._free()
+
+    def _free(self) -> None:
+        """Tells the items waiting to work again that a slot may be free (each asks again)."""
         if self.freed is not None:
             self.freed.set()
             self.freed = None

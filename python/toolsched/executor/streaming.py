@@ -199,6 +199,10 @@ class StreamingTurn:
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
         caught: BaseException | None = None
+        if error is not None and error is self._error:
+            # The turn's own failure, raised in the block by ``outcome()`` or ``results()``: the turn ended with
+            # it, the stream did not break. It goes on as it is.
+            error = None
         if error is None:
             self.close()
             try:

@@ -376,7 +376,7 @@ class Turn:
         """A call of the running batch starts waiting without working: another call may take its slot."""
         self.lent += 1
         if self.pool is not None:
-            self.pool.grow()
+            self.pool.lend()
 
     async def reclaim(self) -> None:
         """The call is ready to work again: it waits for a free slot of its batch first."""
