@@ -124,11 +124,13 @@ class Hook:
     async def _guarded(self, event: Any) -> Any:
         if self.timeout is None:
             return await self._call(event)
-        try:
-            with anyio.fail_after(self.timeout):
-                return await self._call(event)
-        except TimeoutError:
-            raise HookTimeout(f"did not finish within {self.timeout} seconds") from None
+        with anyio.move_on_after(self.timeout) as scope:
+            answer = await self._call(event)
+        # Past its timeout, whatever it answered: a sync hook holds the event loop, so nothing could stop it,
+        # and an async one may have caught its cancellation and answered anyway. Its answer is not obeyed.
+        if scope.cancel_called or anyio.current_time() >= scope.deadline:
+            raise HookTimeout(f"did not finish within {self.timeout} seconds")
+        return answer
 
     async def _call(self, event: Any) -> Any:
         if self.is_async:

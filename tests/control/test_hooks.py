@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Any
 
 import anyio
@@ -275,6 +276,48 @@ async def test_a_pre_hook_past_its_timeout_blocks_the_call() -> None:
     outcome = await ts.Executor(files.tools, hooks=hooks).run(one("edit", {"path": "a"}))
     assert outcome.results[0].error_kind == "hook_blocked"
     assert "did not finish within 0.05 seconds" in (outcome.results[0].error or "")
+    assert files.runs == []
+
+
+@pytest.mark.parametrize("kind", ["sync", "async that swallows its cancellation"])
+async def test_a_pre_hook_that_allows_past_its_timeout_is_not_obeyed(kind: str) -> None:
+    # A sync hook holds the event loop, so its timeout cannot stop it; an async one may catch the cancellation
+    # and answer anyway. Either way the answer came too late: the call is blocked, and no allow waives an ask.
+    ran: list[str] = []
+
+    @ts.tool(needs_approval=True)
+    async def delete(path: str) -> str:
+        ran.append(path)
+        return "deleted"
+
+    def slow_allow(event: ts.HookEvent) -> ts.Decision:
+        time.sleep(0.2)
+        return ts.Decision.allow()
+
+    async def stubborn_allow(event: ts.HookEvent) -> ts.Decision:
+        try:
+            await anyio.sleep(30)
+        except anyio.get_cancelled_exc_class():
+            pass
+        return ts.Decision.allow()
+
+    hook = slow_allow if kind == "sync" else stubborn_allow
+    hooks = ts.Hooks().pre_tool_use("*", hook, timeout=0.05)  # type: ignore[arg-type]
+    outcome = await ts.Executor([delete], hooks=hooks).run([ts.ToolCall("c1", "delete", {"path": "x"})])
+    assert outcome.results[0].error_kind == "hook_blocked"
+    assert "did not finish within 0.05 seconds" in (outcome.results[0].error or "")
+    assert ran == []
+
+
+async def test_a_sync_pre_batch_hook_past_its_timeout_blocks_its_batch() -> None:
+    files = Files()
+
+    def slow_gate(event: ts.BatchEvent) -> None:
+        time.sleep(0.2)
+
+    hooks = ts.Hooks().pre_batch("edit", slow_gate, timeout=0.05)
+    outcome = await ts.Executor(files.tools, hooks=hooks).run([ts.ToolCall("1", "edit", {"path": "b"})])
+    assert outcome.results[0].error_kind == "hook_blocked"
     assert files.runs == []
 
 
