@@ -677,3 +677,70 @@ def test_run_state_is_not_built_by_hand() -> None:
 async def test_resume_takes_only_a_run_state() -> None:
     with pytest.raises(TypeError, match="RunState"):
         await Shop().executor().resume("{}")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("waiting_on", ["approver", "pre hook", "input check"])
+@pytest.mark.parametrize("how", ["cancel", "interrupt"])
+async def test_a_call_cancelled_or_a_run_interrupted_while_its_admission_awaits_never_runs(
+    how: str, waiting_on: str
+) -> None:
+    # The person hits stop while the approval dialog is open (or a hook, or an input check, still thinks):
+    # whatever the answer then, the call does not run, and the next call is not even asked about.
+    ran: list[str] = []
+    asked: list[str] = []
+    waiting = anyio.Event()
+    answer = anyio.Event()
+
+    async def wait_for_answer(call_id: str) -> None:
+        asked.append(call_id)
+        if call_id == "c1":
+            waiting.set()
+            await answer.wait()
+
+    async def approver(request: ts.ApprovalRequest) -> bool:
+        await wait_for_answer(request.call_id)
+        return True
+
+    async def hook(event: ts.HookEvent) -> None:
+        await wait_for_answer(event.call_id)
+
+    class Delete(ts.Tool):
+        name = "delete"
+        description = "Deletes a path."
+        input_schema = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+        needs_approval = waiting_on == "approver"
+
+        async def validate_input(self, args: Any, ctx: ts.ToolContext) -> None:
+            if waiting_on == "input check":
+                await wait_for_answer(ctx.call_id)
+
+        async def call(self, args: Any, ctx: ts.ToolContext) -> str:
+            ran.append(ctx.call_id)
+            return "deleted"
+
+    hooks = ts.Hooks().pre_tool_use("*", hook) if waiting_on == "pre hook" else None
+    executor = ts.Executor([Delete()], approver=approver, hooks=hooks)
+    calls = [ts.ToolCall("c1", "delete", {"path": "x"}), ts.ToolCall("c2", "delete", {"path": "y"})]
+    outcomes: list[ts.Outcome] = []
+    reached: list[object] = []
+
+    async def run() -> None:
+        outcomes.append(await executor.run(calls, run_id="r1"))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await waiting.wait()
+            reached.append(executor.cancel("c1", run_id="r1") if how == "cancel" else executor.interrupt(run_id="r1"))
+            answer.set()
+    results = outcomes[0].results
+    assert [result.call_id for result in results] == ["c1", "c2"]
+    if how == "cancel":
+        assert reached == [True]
+        assert results[0].error_kind == "cancelled"
+        assert ran == ["c2"]
+    else:
+        assert reached == [1]
+        assert [result.error_kind for result in results] == ["skipped", "skipped"]
+        assert ran == []
+        assert "c2" not in asked

@@ -735,12 +735,20 @@ class Executor:
                 await turn.answer_refused(refused, slot)
         view = turn.view
         jobs = fresh
-        if view.checks_input:
-            jobs = await check_semantics(jobs, turn)
-        if view.admits and jobs:
-            if held is None:
-                held = []
-            jobs = await admit(jobs, turn, held, prior)
+        if (view.checks_input or view.admits) and jobs:
+            # Admission awaits (input checks, hooks, a person's approval): the run is in progress meanwhile, and
+            # ``cancel``/``interrupt`` reach its calls (a call cancelled or a run interrupted now never runs).
+            turn.jobs = [*jobs, *ready] if ready else jobs
+            turn.live.add(turn)
+            try:
+                if view.checks_input:
+                    jobs = await check_semantics(jobs, turn)
+                if view.admits and jobs:
+                    if held is None:
+                        held = []
+                    jobs = await admit(jobs, turn, held, prior)
+            finally:
+                turn.live.discard(turn)
         if ready:
             jobs = sorted([*jobs, *ready], key=lambda job: job.slot)
         steering_messages = await run_jobs(jobs, turn, steering)

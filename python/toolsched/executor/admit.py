@@ -39,7 +39,8 @@ async def check_semantics(jobs: list[Job], turn: Turn) -> list[Job]:
         return jobs
     passed = []
     for job in jobs:
-        if job.facts.validates_input:
+        if job.facts.validates_input and job.cancel_reason is None and turn.halt is None:
+            # (A call cancelled, or a run interrupted, meanwhile is not checked: it is answered without running.)
             try:
                 await job.tool.validate_input(job.args, turn.context_for(job))
             except SemanticError as exc:
@@ -64,7 +65,9 @@ async def admit(jobs: list[Job], turn: Turn, held: list[Held], prior: RunState |
     admitted = []
     for job in jobs:
         policy = policies[job.index]
-        if not policy.admit:
+        if not policy.admit or job.cancel_reason is not None or turn.halt is not None:
+            # A call cancelled, or a run interrupted, while earlier calls were admitted: no hook or person is
+            # asked about it; it is answered without running when its turn to run comes.
             admitted.append(job)
             continue
         record = records.get(job.call.id)
