@@ -12,6 +12,9 @@ A call whose tool runs a nested run (``toolsched.nested``) may wait too: its
 child run was interrupted. The child's requests appear among the parent's,
 their call IDs prefixed with the parent call's (``"p1/c2"``), and the parent's
 state carries the child's, so that resuming the parent resumes the child.
+Call IDs may hold ``/`` themselves, so a prefixed ID can be spelled like
+another call's: a decision by an ID that names more than one waiting call is
+refused, so that it never reaches a call other than the one the person saw.
 """
 
 from __future__ import annotations
@@ -70,7 +73,8 @@ class ApprovalRequest:
 
     For a call of a nested run, ``call_id`` is prefixed with the parent call's
     ID (``"p1/c2"``: decide it under that ID) and ``parent_call_id`` names the
-    parent call (``"p1"``).
+    parent call (``"p1"``). When another waiting call has the same ID, deciding
+    by it raises ``ApprovalError`` and decides neither.
     """
 
     call_id: str
@@ -147,6 +151,17 @@ class CallRecord:
     digest: str | None = None
     message: str | None = None
     child: ChildRecord | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionTarget:
+    """A call that a decision by ID could reach (internal): the run state holding it and its ID there."""
+
+    state: RunState
+    call_id: str
+    tool_name: str
+    # The prefixed ID of the call whose nested run holds it; None for a call of the top-level run.
+    parent_call_id: str | None
 
 
 class RunState:
@@ -268,26 +283,62 @@ class RunState:
         known = ", ".join(repr(request.call_id) for request in self.pending) or "none"
         return ApprovalError(f"cannot {verb} call {call_id!r}: this run has no such call (waiting: {known})")
 
-    def _nested(self, call_id: str) -> tuple[RunState, str] | None:
-        """The nested run state that holds ``call_id`` (a prefixed ID) and the ID within it, if any."""
-        self._check_live()
-        if any(record.call_id == call_id for record in self._records):
-            return None
+    def _decidable(self, call_id: str, owner: str | None) -> list[DecisionTarget]:
+        """Every call still open to a decision that ``call_id`` names, in this run or a nested one.
+
+        Call IDs may hold ``/`` themselves, so one text can name a call of this run and a
+        prefixed call of a nested run, or calls of two nested runs: all are collected, for
+        the caller to refuse the ID when there is more than one. ``owner`` is the prefixed
+        ID of the call whose nested run this state is (None for the top-level run).
+        """
+        found = []
         for record in self._records:
+            if record.call_id == call_id and record.status != "done":
+                found.append(DecisionTarget(self, call_id, record.tool or record.name, owner))
             if record.child is not None and call_id.startswith(record.call_id + "/"):
-                return record.child.state, call_id[len(record.call_id) + 1 :]
-        return None
+                parent = record.call_id if owner is None else f"{owner}/{record.call_id}"
+                found.extend(record.child.state._decidable(call_id[len(record.call_id) + 1 :], parent))
+        return found
+
+    def _target(self, call_id: str, verb: str) -> tuple[RunState, str]:
+        """The run state that holds the one call ``call_id`` names (a prefixed ID for a nested call), and its ID there.
+
+        An ID naming two calls is refused rather than resolved by a preference: the person
+        decided on one request of ``pending``, and a decision must never reach another.
+        """
+        self._check_live()
+        targets = self._decidable(call_id, None)
+        if len(targets) > 1:
+            raise self._ambiguity(call_id, verb, targets)
+        if not targets:
+            raise self._refusal(call_id, verb)
+        return targets[0].state, targets[0].call_id
+
+    def _ambiguity(self, call_id: str, verb: str, targets: list[DecisionTarget]) -> ApprovalError:
+        named = "; ".join(
+            f"`{target.tool_name}` call {target.call_id!r} "
+            + ("of this run" if target.parent_call_id is None else f"of the nested run of {target.parent_call_id!r}")
+            for target in targets
+        )
+        parents = ", ".join(repr(target.parent_call_id) for target in targets if target.parent_call_id is not None)
+        return ApprovalError(
+            f"cannot {verb} call {call_id!r}: the ID is ambiguous, it names {len(targets)} waiting calls ({named}), "
+            f"so none of them is decided by it; rejecting a parent call ({parents}) abandons its nested run and "
+            "leaves the ID naming one call fewer"
+        )
 
     def approve(self, call_id: str, *, always: bool = False) -> None:
         """Approves a waiting call; ``always`` approves every call of its tool in this run.
 
         A call of a nested run is approved under its prefixed ID (``"p1/c2"``);
-        ``always`` then holds within that nested run.
+        ``always`` then holds within that nested run. An ID that names more than
+        one waiting call (a call ID spelled like a prefixed one) raises
+        ``ApprovalError`` and decides nothing.
         """
-        nested = self._nested(call_id)
-        if nested is not None:
+        holder, local_id = self._target(call_id, "approve")
+        if holder is not self:
             try:
-                nested[0].approve(nested[1], always=always)
+                holder.approve(local_id, always=always)
             except ApprovalError:
                 raise self._refusal(call_id, "approve") from None
             return
@@ -309,14 +360,15 @@ class RunState:
 
         A call of a nested run is rejected under its prefixed ID (``"p1/c2"``).
         Rejecting a ``nested`` call itself abandons its nested run: the call is
-        answered ``permission_denied``.
+        answered ``permission_denied``. An ID that names more than one waiting
+        call raises ``ApprovalError`` and decides nothing.
         """
         if message is not None and not isinstance(message, str):
             raise TypeError(f"reject(message=...) must be a string, got {type(message).__name__}")
-        nested = self._nested(call_id)
-        if nested is not None:
+        holder, local_id = self._target(call_id, "reject")
+        if holder is not self:
             try:
-                nested[0].reject(nested[1], message, always=always)
+                holder.reject(local_id, message, always=always)
             except ApprovalError:
                 raise self._refusal(call_id, "reject") from None
             return
