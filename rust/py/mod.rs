@@ -438,7 +438,7 @@ impl<'py> Preparation<'_, 'py> {
             py.detach(judge_rest);
         }
         let mut verdicts = self.verdicts.drain(..);
-        for ((index, _), built) in self.turn.chunk().iter().zip(self.direct.drain(..)) {
+        for ((index, call), built) in self.turn.chunk().iter().zip(self.direct.drain(..)) {
             let slot = self.tools.len();
             self.positions.push(*index);
             if let Some((tool, args)) = built {
@@ -456,12 +456,18 @@ impl<'py> Preparation<'_, 'py> {
             let failure = match verdicts.next().expect("a verdict for every call the direct path left") {
                 Verdict::Ready { tool, parsed } => {
                     let decoded = parsed.is_some();
-                    let args = match parsed {
-                        Some(value) => to_python(py, &value, &mut self.keys)?,
-                        None => self.originals[*index].clone(),
+                    let args = match (parsed, &call.args) {
+                        (Some(value), _) => to_python(py, &value, &mut self.keys)?,
+                        // A mapping the caller keeps is built anew from what was validated: the rules, the
+                        // hooks, the approver and the tool see what was checked, whatever the caller's mapping
+                        // becomes meanwhile (nested values included).
+                        (None, PendingArguments::Converted(Arguments::Value(value))) => {
+                            to_python(py, value, &mut self.keys)?
+                        }
+                        (None, _) => self.originals[*index].clone(),
                     };
                     if let Some(rules) = self.rules {
-                        // The caller's own mapping may change before the rules apply: it is judged then.
+                        // Mappings are judged when their calls are admitted (``ToolRules.evaluate``).
                         let readable = if decoded { Some(&args) } else { None };
                         self.rulings.push(rules.verdict(py, tool, readable, &mut self.subject));
                     }

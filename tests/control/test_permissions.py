@@ -860,9 +860,13 @@ async def test_an_input_check_that_changes_the_arguments_in_place_cannot_slip_pa
     assert runs == []
 
 
-async def test_the_callers_mapping_is_judged_as_it_is_when_the_call_is_admitted() -> None:
-    """A mapping the caller keeps may change after the turn is planned (here: a hook on an earlier call
-    changes it): the rules judge what the call will run with."""
+@pytest.mark.parametrize("when", ["before it is admitted", "after it is admitted"])
+@pytest.mark.parametrize("strategy", [ts.Sequential(), ts.Partitioned()], ids=lambda s: type(s).__name__)
+async def test_a_mapping_the_caller_changes_after_giving_it_reaches_neither_the_rules_nor_the_tool(
+    when: str, strategy: ts.Strategy
+) -> None:
+    """A mapping the caller keeps may change while the turn runs (here: a hook on an earlier call changes it,
+    before the call is admitted or after): the call is validated, judged and run as it was given."""
     workspace = Workspace()
     later = {"path": "src/b.py"}
 
@@ -870,10 +874,36 @@ async def test_the_callers_mapping_is_judged_as_it_is_when_the_call_is_admitted(
         if event.call_id == "c1":
             later["path"] = "secret/key"
 
-    executor = deny_secret(workspace, hooks=ts.Hooks().pre_tool_use("edit", redirect_the_next))
+    hooks = ts.Hooks()
+    if when == "before it is admitted":
+        hooks.pre_tool_use("edit", redirect_the_next)
+    else:
+        hooks.post_tool_use("edit", redirect_the_next)
+    executor = deny_secret(workspace, hooks=hooks, strategy=strategy)
     outcome = await executor.run([ts.ToolCall("c1", "edit", '{"path": "src/a.py"}'), ts.ToolCall("c2", "edit", later)])
-    assert [result.error_kind for result in outcome.results] == [None, "permission_denied"]
-    assert workspace.runs == [("edit", "src/a.py")]
+    assert [result.error_kind for result in outcome.results] == [None, None]
+    assert sorted(workspace.runs) == [("edit", "src/a.py"), ("edit", "src/b.py")]
+
+
+async def test_a_nested_value_the_caller_changes_after_giving_it_does_not_reach_the_tool() -> None:
+    """Validated as given: a list inside the caller's mapping changed afterwards does not reach the tool."""
+    seen: list[Any] = []
+
+    @ts.tool
+    async def tag(names: list[str]) -> str:
+        seen.append(names)
+        return "ok"
+
+    names = ["a", "b"]
+    given = {"names": names}
+
+    async def spoil(event: ts.HookEvent) -> None:
+        names.append(7)  # not a string: the schema would have refused it
+
+    executor = ts.Executor([tag], hooks=ts.Hooks().pre_tool_use("tag", spoil))
+    outcome = await executor.run([ts.ToolCall("c1", "tag", given)])
+    assert outcome.results[0].error_kind is None
+    assert seen == [["a", "b"]]
 
 
 async def test_the_engine_judges_the_models_text_and_evaluate_the_callers_mapping(
