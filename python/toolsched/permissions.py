@@ -596,6 +596,15 @@ class Permissions:
                 )
             return ToolRules(matching, None, False, _MISSING, self.root)
         properties = schema.get("properties")
+        if isinstance(properties, Mapping) and subject not in properties:
+            with_pattern = [rule.text for rules in matching.values() for rule in rules if rule.pattern is not None]
+            if with_pattern:
+                # No call would carry it: every pattern would fail to match, and a deny rule would never deny.
+                known = ", ".join(f"`{name}`" for name in properties) or "none"
+                raise RuleError(
+                    f"rule `{with_pattern[0]}` is matched against `{subject}`, the rule_subject of tool "
+                    f"`{tool.name}`, which is not one of its arguments ({known})"
+                )
         spec = properties.get(subject) if isinstance(properties, Mapping) else None
         default = spec.get("default", _MISSING) if isinstance(spec, Mapping) else _MISSING
         return ToolRules(matching, subject, subject_is_path(subject, schema), default, self.root)

@@ -139,6 +139,22 @@ def test_rules_must_come_as_a_list_and_the_mode_must_exist() -> None:
         ts.Permissions(mode="yolo")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("rule", ["write(secret/**)", "*(secret/**)"])
+async def test_a_pattern_rule_for_a_tool_whose_rule_subject_names_no_argument_is_an_error(rule: str) -> None:
+    # A misspelt subject would never be found in a call: the deny rule would let every call through.
+    ran: list[str] = []
+
+    @ts.tool(rule_subject="path")
+    async def write(file_path: str) -> str:
+        ran.append(file_path)
+        return "written"
+
+    with pytest.raises(ts.RuleError, match="`path`, the rule_subject of tool `write`, which is not one of its"):
+        executor = ts.Executor([write], permissions=permissions(deny=[rule]))
+        await executor.run([ts.ToolCall("c1", "write", {"file_path": "secret/key"})])
+    assert ran == []
+
+
 async def test_a_pattern_rule_for_a_tool_without_a_rule_subject_is_an_error() -> None:
     workspace = Workspace()
     with pytest.raises(ts.RuleError, match="declares no rule_subject"):
