@@ -69,6 +69,13 @@ ALLOWED_FROM: dict[str, frozenset[str]] = {
 _DECISIONS = frozenset({"pending", "approved", "rejected"})
 _MAX_RUN_ID = 200
 _RESULT_SCALARS = ("error", "error_kind", "is_error", "duration_ms", "was_concurrent", "batch", "truncated", "attempts")
+_CALL_TEXT_COLUMNS = ("call_id", "tool_name", "args", "args_form", "args_digest")
+_TYPE_NAMES: dict[type, str] = {str: "text", int: "an integer", bool: "true or false", datetime: "a timestamp"}
+# Where Linux shows this process's PID namespace and the running kernel's boot; absent on other platforms.
+_PID_NAMESPACE = "/proc/self/ns/pid"
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+T = TypeVar("T")
 
 
 # -- errors ---------------------------------------------------------------------------
@@ -245,6 +252,32 @@ def encode_call(position: int, call: ToolCall) -> tuple[int, str, str, str, str,
     return position, call.id, call.name, stored, "object", digest
 
 
+def damaged_column(where: str, column: str, found: object, expected: str) -> JournalCorruptError:
+    """The error for a column that holds what the journal never writes there (altered behind its back)."""
+    shown = repr(found)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return JournalCorruptError(f"{where}: {column} holds {shown} ({type(found).__name__}), not {expected}")
+
+
+def stored(where: str, column: str, found: object, expected: type[T]) -> T:
+    """A value read from a row, refused as damage unless it has the type the journal writes in its column.
+
+    A database that does not enforce column types (SQLite) hands back whatever
+    was put there; comparing or converting it unchecked fails with a bare
+    ``TypeError`` far from the row.
+    """
+    # bool is an int to isinstance, but no journal column holds one where an integer belongs.
+    if isinstance(found, expected) and (expected is bool or not isinstance(found, bool)):
+        return found
+    raise damaged_column(where, column, found, _TYPE_NAMES.get(expected, expected.__name__))
+
+
+def stored_or_none(where: str, column: str, found: object, expected: type[T]) -> T | None:
+    """``stored`` for a column that may be NULL."""
+    return None if found is None else stored(where, column, found, expected)
+
+
 def decode_call(run_id: str, position: int, call_id: str, name: str, args: str, form: str, digest: str) -> ToolCall:
     where = f"run {run_id!r}, call {call_id!r}"
     try:
@@ -325,14 +358,24 @@ def encode_payload(transition: str, call_id: str, payload: Any) -> str | None:
 def build_record(
     run_id: str,
     run_row: tuple[str | None, datetime | None, datetime, datetime],
-    call_rows: Sequence[tuple[int, str, str, str, str, str]],
-    transition_rows: Sequence[tuple[str, str, str | None]],
+    call_rows: Sequence[Sequence[object]],
+    transition_rows: Sequence[Sequence[object]],
 ) -> RunRecord:
-    """A ``RunRecord`` from the stored rows: calls by position, transitions by sequence."""
+    """A ``RunRecord`` from the stored rows: calls by position, transitions by sequence.
+
+    ``run_row`` is checked by the backend (its timestamps are its own); the
+    call and transition rows come as read, and each column is checked here.
+    """
     owner, lease_until, created_at, updated_at = run_row
     turn: list[ToolCall] = []
     first: dict[str, tuple[int, ToolCall, str]] = {}
-    for position, call_id, name, args, form, digest in call_rows:
+    for row in call_rows:
+        position = stored(f"run {run_id!r}", "toolsched_calls.position", row[0], int)
+        where = f"run {run_id!r}, call at position {position}"
+        call_id, name, args, form, digest = (
+            stored(where, f"toolsched_calls.{column}", found, str)
+            for column, found in zip(_CALL_TEXT_COLUMNS, row[1:], strict=True)
+        )
         call = decode_call(run_id, position, call_id, name, args, form, digest)
         turn.append(call)
         first.setdefault(call_id, (position, call, digest))
@@ -341,8 +384,11 @@ def build_record(
     decisions: dict[str, Mapping[str, Any] | None] = {}
     run_with: dict[str, Mapping[str, Any] | None] = {}
     results: dict[str, tuple[ToolResult, bool]] = {}
-    for call_id, kind, payload in transition_rows:
+    for row in transition_rows:
+        call_id = stored(f"run {run_id!r}", "toolsched_transitions.call_id", row[0], str)
         where = f"run {run_id!r}, call {call_id!r}"
+        kind = stored(where, "toolsched_transitions.kind", row[1], str)
+        payload = stored_or_none(where, "toolsched_transitions.payload", row[2], str)
         if call_id not in first:
             raise JournalCorruptError(f"{where}: a transition names a call the run does not have")
         if kind not in ALLOWED_FROM:
@@ -382,29 +428,66 @@ def build_record(
     return RunRecord(run_id, tuple(turn), tuple(calls), owner, lease_until, created_at, updated_at)
 
 
+def pid_namespace() -> str:
+    """The inode of this process's PID namespace, as text; ``""`` where it cannot be read (not Linux)."""
+    try:
+        return str(os.stat(_PID_NAMESPACE).st_ino)
+    except OSError:
+        return ""
+
+
+def boot_id() -> str:
+    """The running kernel's boot ID (a UUID, new at every boot); ``""`` where it cannot be read (not Linux)."""
+    try:
+        with open(_BOOT_ID, encoding="ascii") as source:
+            found = source.read().strip()
+    except (OSError, ValueError):
+        return ""
+    # The owner string is split on colons; a boot ID never has one, a stranger file might.
+    return found if found and ":" not in found else ""
+
+
 def holder_is_dead(owner: str | None) -> bool:
-    """Whether a run's holder is known to be gone: an owner named the default way (``host:pid:...``)
-    on this very host whose process no longer exists. Any other holder may be alive."""
+    """Whether a run's holder is known to be gone: an owner named the default way
+    (``host:pid:random:pidns:boot``) by a process that shares this host, PID namespace and boot,
+    whose process no longer exists. Any other holder may be alive, and only its lease decides.
+
+    A pid means something only inside its PID namespace and boot: containers sharing the host's
+    network (and so its hostname) number their processes apart, and two machines may share a
+    hostname. A holder is judged by its pid only when all three match, and never when this
+    process cannot read its own namespace or boot (not Linux): there the pid proves nothing.
+    """
     if owner is None:
         return False
     parts = owner.split(":")
-    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+    # Owners written before the namespace and boot were recorded (``host:pid:random``) have 3
+    # parts and are left to their lease: their pid may belong to another namespace.
+    if len(parts) != 5:
         return False
-    pid = int(parts[1])
+    host, pid_text, _, namespace, boot = parts
+    if not pid_text.isdigit() or host != socket.gethostname():
+        return False
+    if not namespace or namespace != pid_namespace() or not boot or boot != boot_id():
+        return False
+    pid = int(pid_text)
     if pid == os.getpid():
         return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    except (PermissionError, OSError):
+    except OSError:
         return False
     return False
 
 
 def default_owner() -> str:
-    """``host:pid:random``: unique to this journal object, readable in ``RunClaimedError``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+    """``host:pid:random:pidns:boot``: unique to this journal object, readable in ``RunClaimedError``.
+
+    The PID namespace and boot ID say where the pid is meaningful (see ``holder_is_dead``); they
+    are empty where they cannot be read.
+    """
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}:{pid_namespace()}:{boot_id()}"
 
 
 def check_lease(lease: timedelta | float) -> timedelta:
@@ -423,8 +506,6 @@ def check_age(older_than: timedelta) -> timedelta:
 
 
 # -- the interface ----------------------------------------------------------------------
-
-T = TypeVar("T")
 
 
 class PendingRecord:
@@ -449,7 +530,7 @@ class Journal(ABC):
     its schema created or migrated then; a database that is not a journal, is
     damaged, or was written by a newer version is refused without a write.
 
-    ``owner`` names this process in claims (default ``host:pid:random``);
+    ``owner`` names this process in claims (default ``host:pid:random:pidns:boot``);
     ``lease`` is how long a claim lasts after the holder's last write before
     another process may take the run over.
 
@@ -595,7 +676,8 @@ class Journal(ABC):
 
         Succeeds when this owner holds it already, nobody does (released), the
         holder's lease ran out, or the holder is known to be dead (a process of
-        this host that no longer exists, as after ``kill -9``); otherwise raises
+        this host, PID namespace and boot that no longer exists, as after
+        ``kill -9``; see ``holder_is_dead``); otherwise raises
         ``RunClaimedError`` naming the holder. ``force=True`` takes the run from
         a holder you know is dead (a crashed process on a restarted host)
         without waiting for its lease. Of two processes claiming at once,

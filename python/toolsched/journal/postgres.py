@@ -32,6 +32,8 @@ from toolsched.journal.base import (
     build_record,
     check_text,
     holder_is_dead,
+    stored,
+    stored_or_none,
     transition_refused,
 )
 
@@ -122,8 +124,18 @@ DELETE FROM toolsched_runs WHERE run_id IN (SELECT run_id FROM stale) RETURNING 
 """
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    return None if value is None else value.astimezone(UTC)
+def _timestamp(run_id: str, column: str, found: object) -> datetime:
+    """A stored time in UTC, refused as damage unless the driver read a datetime (as its column type promises)."""
+    return stored(f"run {run_id!r}", f"toolsched_runs.{column}", found, datetime).astimezone(UTC)
+
+
+def _lease(run_id: str, found: object) -> datetime | None:
+    """The stored ``lease_until``: ``None`` when nobody holds the run."""
+    return None if found is None else _timestamp(run_id, "lease_until", found)
+
+
+def _owner(run_id: str, found: object) -> str | None:
+    return stored_or_none(f"run {run_id!r}", "toolsched_runs.owner", found, str)
 
 
 class PostgresJournal(Journal):
@@ -308,7 +320,7 @@ class PostgresJournal(Journal):
         row = conn.execute("SELECT owner, lease_until FROM toolsched_runs WHERE run_id = %s", (run_id,)).fetchone()
         if row is None:
             return UnknownRunError(run_id)
-        return RunClaimedError(run_id, row[0], _utc(row[1]))
+        return RunClaimedError(run_id, _owner(run_id, row[0]), _lease(run_id, row[1]))
 
     # -- operations -------------------------------------------------------------------
 
@@ -374,8 +386,10 @@ class PostgresJournal(Journal):
             return
         refusal = self._refusal(conn, write.run_id)
         if isinstance(refusal, RunClaimedError) and refusal.owner == self.owner:
-            current = conn.execute(_STATE, params).fetchone()
-            refusal = transition_refused(write.run_id, write.call_id, write.transition, current[0] if current else None)
+            row = conn.execute(_STATE, params).fetchone()
+            where = f"run {write.run_id!r}, call {write.call_id!r}"
+            current = stored_or_none(where, "toolsched_transitions.kind", row[0] if row else None, str)
+            refusal = transition_refused(write.run_id, write.call_id, write.transition, current)
         write.error = refusal
 
     def _read(self, conn: psycopg.Connection[Any], run_id: str) -> RunRecord:
@@ -393,7 +407,12 @@ class PostgresJournal(Journal):
             "SELECT call_id, kind, payload FROM toolsched_transitions WHERE run_id = %s ORDER BY seq", (run_id,)
         ).fetchall()
         owner, lease_until, created_at, updated_at = run
-        stamps = (owner, _utc(lease_until), created_at.astimezone(UTC), updated_at.astimezone(UTC))
+        stamps = (
+            _owner(run_id, owner),
+            _lease(run_id, lease_until),
+            _timestamp(run_id, "created_at", created_at),
+            _timestamp(run_id, "updated_at", updated_at),
+        )
         return build_record(run_id, stamps, calls, transitions)
 
     def _load(self, run_id: str) -> RunRecord:
@@ -409,9 +428,11 @@ class PostgresJournal(Journal):
             ).fetchone()
             if row is None:
                 raise UnknownRunError(run_id)
-            owner, lease_until, expired = row
+            owner = _owner(run_id, row[0])
+            lease_until = _lease(run_id, row[1])
+            expired = row[2]
             if not (owner is None or owner == self.owner or expired or force or holder_is_dead(owner)):
-                raise RunClaimedError(run_id, owner, _utc(lease_until))
+                raise RunClaimedError(run_id, owner, lease_until)
             conn.execute(
                 f"UPDATE toolsched_runs SET owner = %(owner)s, lease_until = {_LEASE}, updated_at = clock_timestamp() "
                 "WHERE run_id = %(run)s",

@@ -31,7 +31,10 @@ from toolsched.journal.base import (
     RunRecord,
     UnknownRunError,
     build_record,
+    damaged_column,
     holder_is_dead,
+    stored,
+    stored_or_none,
     transition_refused,
 )
 
@@ -79,8 +82,26 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 
-def _timestamp(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, UTC)
+def _timestamp(run_id: str, column: str, found: object) -> datetime:
+    """A time as stored (seconds since the epoch), refused as damage unless it is a number a datetime holds.
+
+    SQLite keeps whatever was put in a REAL column: text, a blob, or a number out of any date's range.
+    """
+    if isinstance(found, (int, float)) and not isinstance(found, bool):
+        try:
+            return datetime.fromtimestamp(found, UTC)
+        except (OverflowError, ValueError, OSError):
+            pass
+    raise damaged_column(f"run {run_id!r}", f"toolsched_runs.{column}", found, "a time in seconds since the epoch")
+
+
+def _lease(run_id: str, found: object) -> datetime | None:
+    """The stored ``lease_until``: ``None`` when nobody holds the run."""
+    return None if found is None else _timestamp(run_id, "lease_until", found)
+
+
+def _owner(run_id: str, found: object) -> str | None:
+    return stored_or_none(f"run {run_id!r}", "toolsched_runs.owner", found, str)
 
 
 class SqliteJournal(Journal):
@@ -268,6 +289,9 @@ class SqliteJournal(Journal):
             yield
         except sqlite3.OperationalError as exc:
             text = str(exc)
+            if "Could not decode" in text:
+                # A text column holding bytes that are not UTF-8: written behind the journal's back.
+                raise JournalCorruptError(f"the journal {self.path} is damaged: {text}") from None
             if "locked" in text or "busy" in text:
                 raise JournalError(
                     f"the journal {self.path} stayed locked by another connection past the busy timeout "
@@ -311,7 +335,7 @@ class SqliteJournal(Journal):
         row = conn.execute("SELECT owner, lease_until FROM toolsched_runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
             return UnknownRunError(run_id)
-        return RunClaimedError(run_id, row[0], _timestamp(row[1]))
+        return RunClaimedError(run_id, _owner(run_id, row[0]), _lease(run_id, row[1]))
 
     # -- operations -------------------------------------------------------------------
 
@@ -383,7 +407,7 @@ class SqliteJournal(Journal):
             (run_id, call_id),
         ).fetchone()
         if row is not None:
-            return str(row[0])
+            return stored(f"run {run_id!r}, call {call_id!r}", "toolsched_transitions.kind", row[0], str)
         exists = conn.execute(
             "SELECT 1 FROM toolsched_calls WHERE run_id = ? AND call_id = ? LIMIT 1", (run_id, call_id)
         ).fetchone()
@@ -404,11 +428,13 @@ class SqliteJournal(Journal):
             "SELECT call_id, kind, payload FROM toolsched_transitions WHERE run_id = ? ORDER BY seq", (run_id,)
         ).fetchall()
         owner, lease_until, created_at, updated_at = run
-        created = _timestamp(created_at)
-        updated = _timestamp(updated_at)
-        if created is None or updated is None:
-            raise JournalCorruptError(f"run {run_id!r} has no timestamps")
-        return build_record(run_id, (owner, _timestamp(lease_until), created, updated), calls, transitions)
+        stamps = (
+            _owner(run_id, owner),
+            _lease(run_id, lease_until),
+            _timestamp(run_id, "created_at", created_at),
+            _timestamp(run_id, "updated_at", updated_at),
+        )
+        return build_record(run_id, stamps, calls, transitions)
 
     def _load(self, run_id: str) -> RunRecord:
         with self._transaction(write=False) as conn:
@@ -420,16 +446,17 @@ class SqliteJournal(Journal):
             row = conn.execute("SELECT owner, lease_until FROM toolsched_runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
                 raise UnknownRunError(run_id)
-            owner, lease_until = row
+            owner = _owner(run_id, row[0])
+            lease_until = _lease(run_id, row[1])
             free = (
                 owner is None
                 or owner == self.owner
                 or lease_until is None
-                or lease_until <= now
+                or lease_until.timestamp() <= now
                 or holder_is_dead(owner)
             )
             if not (free or force):
-                raise RunClaimedError(run_id, owner, _timestamp(lease_until))
+                raise RunClaimedError(run_id, owner, lease_until)
             conn.execute(
                 "UPDATE toolsched_runs SET owner = ?, lease_until = ?, updated_at = ? WHERE run_id = ?",
                 (self.owner, now + self.lease.total_seconds(), now, run_id),
