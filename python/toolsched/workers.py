@@ -58,12 +58,7 @@ _STOPPED: set[asyncio.Task[Any]] = set()
 
 def being_stopped() -> bool:
     """Whether the running task is a worker its group is stopping (without a cancel scope to show it)."""
-    if not _STOPPED:
-        return False
-    try:
-        return asyncio.current_task() in _STOPPED
-    except RuntimeError:  # not on asyncio
-        return False
+    return bool(_STOPPED) and current_asyncio_task() in _STOPPED
 
 
 def take_back(task: asyncio.Task[Any]) -> None:
@@ -105,7 +100,8 @@ def _anyio_task_states() -> Any:
 _TASK_STATES = _anyio_task_states()
 
 # An event loop's running task, read where asyncio keeps it: ``asyncio.current_task`` is a Python function
-# on Python 3.11 that reads this same dict (a pool's worker asks once, as it starts).
+# on Python 3.11 that reads this same dict (``execute`` asks after every call that runs while its turn has
+# a pool, python benches/instructions.py 3 10 --runs 100 --wait).
 _running_tasks = getattr(asyncio.tasks, "_current_tasks", None)
 running_task: Callable[[asyncio.AbstractEventLoop | None], asyncio.Task[Any] | None] = (
     _running_tasks.get

@@ -278,6 +278,35 @@ def stored_or_none(where: str, column: str, found: object, expected: type[T]) ->
     return None if found is None else stored(where, column, found, expected)
 
 
+# How a backend reads one of its stored times: (run ID, column, what the row holds) -> the time in UTC, or
+# ``JournalCorruptError`` when the row holds anything else.
+StoredTime = Callable[[str, str, object], datetime]
+
+
+def stored_owner(run_id: str, found: object) -> str | None:
+    """The stored ``owner``: ``None`` when nobody holds the run."""
+    return stored_or_none(f"run {run_id!r}", "toolsched_runs.owner", found, str)
+
+
+def stored_lease(run_id: str, found: object, read_time: StoredTime) -> datetime | None:
+    """The stored ``lease_until``: ``None`` when nobody holds the run."""
+    return None if found is None else read_time(run_id, "lease_until", found)
+
+
+def stored_stamps(
+    run_id: str, row: Sequence[object], read_time: StoredTime
+) -> tuple[str | None, datetime | None, datetime, datetime]:
+    """A run row's ``(owner, lease_until, created_at, updated_at)`` as read, each checked (``build_record``'s
+    ``run_row``)."""
+    owner, lease_until, created_at, updated_at = row
+    return (
+        stored_owner(run_id, owner),
+        stored_lease(run_id, lease_until, read_time),
+        read_time(run_id, "created_at", created_at),
+        read_time(run_id, "updated_at", updated_at),
+    )
+
+
 def decode_call(run_id: str, position: int, call_id: str, name: str, args: str, form: str, digest: str) -> ToolCall:
     where = f"run {run_id!r}, call {call_id!r}"
     try:

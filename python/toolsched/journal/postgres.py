@@ -33,7 +33,10 @@ from toolsched.journal.base import (
     check_text,
     holder_is_dead,
     stored,
+    stored_lease,
     stored_or_none,
+    stored_owner,
+    stored_stamps,
     transition_refused,
 )
 
@@ -127,15 +130,6 @@ DELETE FROM toolsched_runs WHERE run_id IN (SELECT run_id FROM stale) RETURNING 
 def _timestamp(run_id: str, column: str, found: object) -> datetime:
     """A stored time in UTC, refused as damage unless the driver read a datetime (as its column type promises)."""
     return stored(f"run {run_id!r}", f"toolsched_runs.{column}", found, datetime).astimezone(UTC)
-
-
-def _lease(run_id: str, found: object) -> datetime | None:
-    """The stored ``lease_until``: ``None`` when nobody holds the run."""
-    return None if found is None else _timestamp(run_id, "lease_until", found)
-
-
-def _owner(run_id: str, found: object) -> str | None:
-    return stored_or_none(f"run {run_id!r}", "toolsched_runs.owner", found, str)
 
 
 class PostgresJournal(Journal):
@@ -320,7 +314,7 @@ class PostgresJournal(Journal):
         row = conn.execute("SELECT owner, lease_until FROM toolsched_runs WHERE run_id = %s", (run_id,)).fetchone()
         if row is None:
             return UnknownRunError(run_id)
-        return RunClaimedError(run_id, _owner(run_id, row[0]), _lease(run_id, row[1]))
+        return RunClaimedError(run_id, stored_owner(run_id, row[0]), stored_lease(run_id, row[1], _timestamp))
 
     # -- operations -------------------------------------------------------------------
 
@@ -406,14 +400,7 @@ class PostgresJournal(Journal):
         transitions = conn.execute(
             "SELECT call_id, kind, payload FROM toolsched_transitions WHERE run_id = %s ORDER BY seq", (run_id,)
         ).fetchall()
-        owner, lease_until, created_at, updated_at = run
-        stamps = (
-            _owner(run_id, owner),
-            _lease(run_id, lease_until),
-            _timestamp(run_id, "created_at", created_at),
-            _timestamp(run_id, "updated_at", updated_at),
-        )
-        return build_record(run_id, stamps, calls, transitions)
+        return build_record(run_id, stored_stamps(run_id, run, _timestamp), calls, transitions)
 
     def _load(self, run_id: str) -> RunRecord:
         with self._transaction(snapshot=True) as conn:
@@ -428,8 +415,8 @@ class PostgresJournal(Journal):
             ).fetchone()
             if row is None:
                 raise UnknownRunError(run_id)
-            owner = _owner(run_id, row[0])
-            lease_until = _lease(run_id, row[1])
+            owner = stored_owner(run_id, row[0])
+            lease_until = stored_lease(run_id, row[1], _timestamp)
             expired = row[2]
             if not (owner is None or owner == self.owner or expired or force or holder_is_dead(owner)):
                 raise RunClaimedError(run_id, owner, lease_until)

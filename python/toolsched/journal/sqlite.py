@@ -34,7 +34,9 @@ from toolsched.journal.base import (
     damaged_column,
     holder_is_dead,
     stored,
-    stored_or_none,
+    stored_lease,
+    stored_owner,
+    stored_stamps,
     transition_refused,
 )
 
@@ -93,15 +95,6 @@ def _timestamp(run_id: str, column: str, found: object) -> datetime:
         except (OverflowError, ValueError, OSError):
             pass
     raise damaged_column(f"run {run_id!r}", f"toolsched_runs.{column}", found, "a time in seconds since the epoch")
-
-
-def _lease(run_id: str, found: object) -> datetime | None:
-    """The stored ``lease_until``: ``None`` when nobody holds the run."""
-    return None if found is None else _timestamp(run_id, "lease_until", found)
-
-
-def _owner(run_id: str, found: object) -> str | None:
-    return stored_or_none(f"run {run_id!r}", "toolsched_runs.owner", found, str)
 
 
 class SqliteJournal(Journal):
@@ -335,7 +328,7 @@ class SqliteJournal(Journal):
         row = conn.execute("SELECT owner, lease_until FROM toolsched_runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
             return UnknownRunError(run_id)
-        return RunClaimedError(run_id, _owner(run_id, row[0]), _lease(run_id, row[1]))
+        return RunClaimedError(run_id, stored_owner(run_id, row[0]), stored_lease(run_id, row[1], _timestamp))
 
     # -- operations -------------------------------------------------------------------
 
@@ -427,14 +420,7 @@ class SqliteJournal(Journal):
         transitions = conn.execute(
             "SELECT call_id, kind, payload FROM toolsched_transitions WHERE run_id = ? ORDER BY seq", (run_id,)
         ).fetchall()
-        owner, lease_until, created_at, updated_at = run
-        stamps = (
-            _owner(run_id, owner),
-            _lease(run_id, lease_until),
-            _timestamp(run_id, "created_at", created_at),
-            _timestamp(run_id, "updated_at", updated_at),
-        )
-        return build_record(run_id, stamps, calls, transitions)
+        return build_record(run_id, stored_stamps(run_id, run, _timestamp), calls, transitions)
 
     def _load(self, run_id: str) -> RunRecord:
         with self._transaction(write=False) as conn:
@@ -446,8 +432,8 @@ class SqliteJournal(Journal):
             row = conn.execute("SELECT owner, lease_until FROM toolsched_runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
                 raise UnknownRunError(run_id)
-            owner = _owner(run_id, row[0])
-            lease_until = _lease(run_id, row[1])
+            owner = stored_owner(run_id, row[0])
+            lease_until = stored_lease(run_id, row[1], _timestamp)
             free = (
                 owner is None
                 or owner == self.owner
