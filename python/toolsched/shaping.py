@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -65,13 +66,22 @@ async def shape_output(output: Any, tool: Tool, call_id: str, offload_dir: Path)
         return (output, False, None) if shaped is None else (shaped[0], True, None)
     if _core.truncate(text, max_chars, max_lines=max_lines, cut="tail") is None:
         return output, False, None
-    path = offload_dir / f"{_UNSAFE_FILENAME.sub('_', tool.name)}-{_UNSAFE_FILENAME.sub('_', call_id)}.txt"
+    stem = f"{_UNSAFE_FILENAME.sub('_', tool.name)}-{_UNSAFE_FILENAME.sub('_', call_id)}"
 
-    def write() -> None:
+    def write() -> Path:
+        # A file of its own, never one already there: call IDs repeat across runs (and two IDs can read
+        # alike once made safe), and an offloaded output must stay what its result says it is.
         offload_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        while True:
+            path = offload_dir / f"{stem}-{secrets.token_hex(4)}.txt"
+            try:
+                with path.open("x", encoding="utf-8") as file:
+                    file.write(text)
+            except FileExistsError:
+                continue
+            return path
 
-    await anyio.to_thread.run_sync(write)
+    path = await anyio.to_thread.run_sync(write)
     note = f"\n[full output of {len(text)} characters saved to {path}]"
     room = max(max_chars - len(note), 0)
     preview = _core.truncate(text, room, max_lines=max_lines, cut="tail")

@@ -97,3 +97,24 @@ def test_truncation_never_exceeds_the_budget(text: str, max_chars: int, max_line
 def test_unknown_cut_is_refused() -> None:
     with pytest.raises(ts.OptionError, match="unknown cut"):
         _core.truncate("abc", 1, cut="sideways")
+
+
+async def test_offloaded_outputs_never_overwrite_each_other(tmp_path: Path) -> None:
+    # Call IDs repeat across runs, and "a/b" and "a_b" read alike once made safe for a file name:
+    # each offloaded output keeps a file of its own, holding what its result says.
+    @ts.tool(max_result_chars=200, truncate="offload")
+    async def produce(marker: str) -> str:
+        return marker * 5_000
+
+    executor = ts.Executor([produce], offload_dir=tmp_path)
+    first = await executor.run([ts.ToolCall("c1", "produce", {"marker": "a"})])
+    second = await executor.run([ts.ToolCall("c1", "produce", {"marker": "b"})])
+    alike = await executor.run(
+        [ts.ToolCall("x/y", "produce", {"marker": "c"}), ts.ToolCall("x_y", "produce", {"marker": "d"})]
+    )
+    results = [*first.results, *second.results, *alike.results]
+    paths = [result.offload_path for result in results]
+    assert None not in paths and len(set(paths)) == 4
+    for result, marker in zip(results, "abcd", strict=True):
+        assert result.offload_path is not None
+        assert await anyio.Path(result.offload_path).read_text() == marker * 5_000
