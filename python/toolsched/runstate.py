@@ -48,7 +48,10 @@ __all__ = [
     "Approver",
     "NestedHold",
     "RunState",
+    "child_from_json",
+    "child_to_json",
     "claim",
+    "interruption",
     "new_state",
     "records_by_id",
     "resuming",
@@ -541,7 +544,7 @@ def _record_to_json(record: CallRecord) -> dict[str, Any]:
         item["request"] = {"args": record.request_args, "reason": record.reason, "digest": record.digest}
         item["message"] = record.message
     if record.child is not None:
-        item["child"] = _child_to_json(record.child)
+        item["child"] = child_to_json(record.child)
     return item
 
 
@@ -573,7 +576,8 @@ def _result_to_json(result: ToolResult) -> dict[str, Any]:
     return body
 
 
-def _child_to_json(child: ChildRecord) -> dict[str, Any]:
+def child_to_json(child: ChildRecord) -> dict[str, Any]:
+    """A nested run's record in its JSON form, as a saved state (and a journal) carries it."""
     journal: list[dict[str, Any]] = []
     for entry in child.journal:
         if isinstance(entry, StepEntry):
@@ -600,7 +604,8 @@ def _signature_from_json(value: Any, where: str) -> CallSignature:
     return tuple((call[0], call[1], call[2]) for call in value)
 
 
-def _child_from_json(value: Any, where: str) -> ChildRecord:
+def child_from_json(value: Any, where: str) -> ChildRecord:
+    """A nested run's record from ``child_to_json``'s form; ``StateError`` (naming ``where``) when malformed."""
     if not isinstance(value, dict):
         raise StateError(f"{where} must be an object")
     state = RunState._from_body(value.get("state"), f"{where}.state")
@@ -666,7 +671,7 @@ def _record_from_json(item: Any, where: str) -> CallRecord:
         raise StateError(f"{where}: the request's arguments do not match their digest")
     child = None
     if status == "nested":
-        child = _child_from_json(item.get("child"), f"{where}.child")
+        child = child_from_json(item.get("child"), f"{where}.child")
     elif "child" in item:
         raise StateError(f"{where}: only a nested call carries a child run")
     return CallRecord(
@@ -733,6 +738,12 @@ def new_state(
 def claim(state: RunState) -> list[CallRecord]:
     """Marks the state as resumed (a state resumes once) and returns its records."""
     return state._claim()
+
+
+def interruption(state: RunState) -> str:
+    """Which interruption of its run ``state`` continues from: the same for every copy of it (``copy``,
+    ``to_json``), new each time the run stops to wait."""
+    return state._stage
 
 
 def waiting_children(state: RunState) -> dict[str, CallRecord]:

@@ -472,12 +472,20 @@ class Executor:
         ``permission_denied``; every other call is checked again against the
         current tools, rules and hooks before it runs. An approval holds only
         for the same tool and the same final arguments: otherwise the call is
-        asked again. A state resumes once (``StateError`` after that).
+        asked again. A state resumes once (``StateError`` after that). The state
+        of a journaled run (``state.run_id``) resumes only on an executor with a
+        journal (``OptionError`` otherwise), the one that holds the run.
         """
         if not isinstance(state, RunState):
             raise TypeError(f"resume() takes the RunState of an interrupted run, got {type(state).__name__}")
         journal = self._settings.journal
-        if journal is not None and state.run_id is not None:
+        if state.run_id is not None:
+            if journal is None:
+                # Refused before the state is taken: it still resumes on an executor with the journal.
+                raise OptionError(
+                    f"the state is of the journaled run {state.run_id!r}: resume it on an executor built with "
+                    "journal= (the journal that holds the run), so that its calls are journaled and none runs twice"
+                )
             durable = RunJournal(journal, state.run_id)
             return await self._journaled(
                 durable, lambda: self._start(None, state, steering, context, None, None, durable)
@@ -713,8 +721,14 @@ class Executor:
         settings = self._settings
         plan = plan_calls(settings, view, list(record.turn))
         turn = Turn(settings, view, len(plan), context, settings.emitter(None, None), self._runs, durable)
-        fresh, ready, held = await recovered_jobs(turn, plan, record)
-        return await self._drive(turn, None, fresh, ready, held, plan.calls, plan.duplicates, steering, None)
+        fresh, ready, held, nested = await recovered_jobs(turn, plan, record)
+        # Calls approved to resume their nested runs find them as ``resume`` sets them (``toolsched.nested``).
+        token = resuming.set(nested) if nested else None
+        try:
+            return await self._drive(turn, None, fresh, ready, held, plan.calls, plan.duplicates, steering, None)
+        finally:
+            if token is not None:
+                resuming.reset(token)
 
     async def _drive(
         self,

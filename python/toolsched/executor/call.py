@@ -25,6 +25,7 @@ from toolsched.executor.durable import JournalFailed
 from toolsched.executor.turn import DONE, RUNNING, Job, Turn
 from toolsched.guardrails import GuardrailEvent, Guardrails
 from toolsched.hooks import new_hook_event
+from toolsched.journal import UnstorableOutputError
 from toolsched.resilience import CircuitOpen, is_transient
 from toolsched.results import ErrorKind, ToolResult, detached, new_result
 from toolsched.runstate import NestedHold
@@ -135,14 +136,22 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
     except _Rejected as exc:
         kind, error, output = "guardrail_rejected", exc.message, None
     except NestedHold as hold:
-        # The call's nested run waits for approvals: no result yet, the run ends interrupted.
-        _close(job, ctx)
-        if turn.parked is None:
-            turn.parked = []
-        turn.parked.append((job, hold.record))
-        if emit is not None:
-            await emit.flush()
-        return
+        # The call's nested run waits for approvals: no result yet, the run ends interrupted. A durable run
+        # journals the wait with the nested run's record, so that each wait is resumed once and recovered.
+        if turn.durable is not None:
+            try:
+                await turn.durable.nested_hold(call.id, job.args, turn.view.fingerprint(job.index), hold.record)
+            except UnstorableOutputError as exc:
+                # The wait cannot be journaled: the call ends failed instead, its nested run abandoned.
+                kind, error = "execution_error", str(exc)
+        if kind is None:
+            _close(job, ctx)
+            if turn.parked is None:
+                turn.parked = []
+            turn.parked.append((job, hold.record))
+            if emit is not None:
+                await emit.flush()
+            return
     except JournalFailed:
         raise
     except CircuitOpen as exc:

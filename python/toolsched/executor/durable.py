@@ -9,6 +9,7 @@ and nothing that was not journaled is reported as done.
 
 from __future__ import annotations
 
+import json
 import logging
 import weakref
 from collections.abc import Mapping, Sequence
@@ -17,11 +18,20 @@ from typing import Any
 
 import anyio
 
-from toolsched.journal import Journal, JournalError, RunClaimedError, Transition, UnstorableOutputError
+from toolsched.errors import StateError
+from toolsched.journal import (
+    Journal,
+    JournalCorruptError,
+    JournalError,
+    RunClaimedError,
+    RunRecord,
+    Transition,
+    UnstorableOutputError,
+)
 from toolsched.results import Behavior, ToolCall, ToolResult, args_digest, detached
-from toolsched.runstate import CallRecord
+from toolsched.runstate import CallRecord, ChildRecord, child_from_json, child_to_json, interruption
 
-__all__ = ["JournalFailed", "RunJournal", "storable"]
+__all__ = ["JournalFailed", "RunJournal", "journaled_child", "storable"]
 
 logger = logging.getLogger("toolsched")
 
@@ -147,16 +157,57 @@ class RunJournal:
         return result
 
     async def started(self, call_id: str, args: Any) -> None:
-        await self.write(call_id, "started", {"args": storable(args)})
+        stored = storable(args)
+        await self.write(call_id, "started", {"args": stored, "digest": args_digest(stored)})
 
     async def resumed(self, records: Sequence[CallRecord]) -> None:
-        """Claims a journaled run being resumed and journals the decisions a person made since."""
-        await self.claim(False)
+        """Claims a journaled run being resumed and journals the decisions a person made since.
+
+        A call whose nested run waits is journaled ``approved`` again, with the nested run's record as
+        decided: it resumes once from each wait. A state whose nested run no longer waits where the journal
+        has it (resumed before, in this process or another) is refused with ``StateError``, before anything
+        is written.
+        """
+        run = await self.claim(False)
+        for record in records:
+            if record.child is not None:
+                self._check_waiting(run, record.call_id, record.child)
         for record in records:
             if record.status == "approved":
                 await self.write(record.call_id, "approved", {"args": record.request_args, "digest": record.digest})
             elif record.status == "rejected":
                 await self.write(record.call_id, "rejected", {"message": record.message})
+            elif record.child is not None:
+                assert record.fingerprint is not None
+                payload = nested_payload(record.call_id, record.request_args, record.fingerprint, record.child)
+                await self.write(record.call_id, "approved", payload)
+
+    def _check_waiting(self, run: RunRecord, call_id: str, child: ChildRecord) -> None:
+        """Refuses a nested run to resume unless the journal has its call waiting at this very interruption."""
+        entries = [entry for entry in run.calls if entry.call_id == call_id]
+        state = entries[0].state if entries else None
+        if state == "pending":
+            journaled = journaled_child(run.run_id, call_id, entries[0].decision)
+            if journaled is not None and interruption(journaled.state) == interruption(child.state):
+                return
+        if state is None:
+            found = "has no such call"
+        elif state == "pending":
+            found = "has it waiting at a later interruption"
+        else:
+            found = f"has it {state!r}"
+        raise StateError(
+            f"call {call_id!r} of run {self.run_id!r} no longer waits for the decisions of this state (the journal "
+            f"{found}): the state was resumed before, in this process or another, so its nested run is not resumed "
+            "again; recover the run to see where it stands"
+        )
+
+    async def nested_hold(self, call_id: str, args: Any, fingerprint: str, child: ChildRecord) -> None:
+        """Journals a started call whose nested run waits for a person: *pending*, with the nested run's record.
+
+        ``UnstorableOutputError`` when the record has no JSON form (a step's value, say); nothing is written.
+        """
+        await self.write(call_id, "pending", nested_payload(call_id, args, fingerprint, child))
 
     async def decided(
         self, call_id: str, behavior: Behavior, args: Any, reason: str | None, fingerprint: str, message: str | None
@@ -186,6 +237,28 @@ class RunJournal:
                 await self.journal.release(self.run_id)
         except Exception:
             logger.warning("releasing run %s in the journal failed", self.run_id, exc_info=True)
+
+
+def nested_payload(call_id: str, args: Any, fingerprint: str, child: ChildRecord) -> dict[str, Any]:
+    """What the journal holds for a call whose nested run waits: its arguments, its tool, the nested run."""
+    try:
+        record = child_to_json(child)
+        json.dumps(record)
+    except (StateError, TypeError, ValueError) as exc:
+        raise UnstorableOutputError(f"the nested run of call {call_id!r} cannot be journaled: {exc}") from None
+    return {"args": detached(args), "digest": args_digest(args), "fingerprint": fingerprint, "child": record}
+
+
+def journaled_child(run_id: str, call_id: str, decision: Mapping[str, Any] | None) -> ChildRecord | None:
+    """The nested run a call's latest decision holds (None for a call of its own); ``JournalCorruptError``
+    when it is damaged."""
+    if decision is None or "child" not in decision:
+        return None
+    where = f"run {run_id!r}, call {call_id!r}: the nested run journaled for it"
+    try:
+        return child_from_json(decision["child"], where)
+    except StateError as exc:
+        raise JournalCorruptError(str(exc)) from None
 
 
 def storable(args: Any) -> Any:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from toolsched.executor.admit import not_approved
+from toolsched.executor.durable import journaled_child
 from toolsched.executor.turn import Held, Job, Plan, Turn
 from toolsched.journal import RunRecord
-from toolsched.results import args_digest
+from toolsched.results import args_digest, detached
+from toolsched.runstate import CallRecord
 
 __all__ = ["recovered_jobs"]
 
@@ -24,20 +26,47 @@ def attempts_spent(tool_name: str, starts: int) -> str:
     )
 
 
-async def recovered_jobs(turn: Turn, plan: Plan, record: RunRecord) -> tuple[list[Job], list[Job], list[Held]]:
-    """Sorts a journaled run's calls by where each was left: ``(fresh, ready, held)``.
+def unchecked_arguments(turn: Turn, job: Job) -> str | None:
+    """Checks the arguments the journal holds for a call against its tool's input schema: they replace the
+    call's own (validated when planned) and run without admission. Returns why they may not run, or None
+    (``job.args`` then holds them as checked)."""
+    checked, message = turn.view.table.check(job.index, job.args, turn.settings.limits)
+    if message is not None:
+        return (
+            f"the arguments the journal holds for this call do not pass the input schema of `{job.tool.name}`, "
+            f"so it was not run: {message}"
+        )
+    job.args = detached(checked)
+    return None
+
+
+async def recovered_jobs(
+    turn: Turn, plan: Plan, record: RunRecord
+) -> tuple[list[Job], list[Job], list[Held], dict[str, CallRecord]]:
+    """Sorts a journaled run's calls by where each was left: ``(fresh, ready, held, nested)``.
 
     Finished calls are answered from the journal and never run again. Fresh
     calls (never admitted) go through admission; ready ones (approved, or
     started by an idempotent tool) run as they are; held ones still wait for a
-    person. A call that started on a tool that is not idempotent, or that is
-    gone, is answered ``interrupted``: its outcome is unknown.
+    person, and calls whose nested runs wait go to ``turn.parked``. ``nested``
+    holds the ready calls whose nested runs resume, as ``resume`` finds them. A
+    call that started on a tool that is not idempotent, or that is gone, is
+    answered ``interrupted``: its outcome is unknown. A call whose journaled
+    arguments fail its tool's schema is answered ``invalid_input`` and not run.
     """
     view = turn.view
     entries = {entry.call_id: entry for entry in record.calls}
+    # Read before anything is answered: a damaged nested run is refused with the journal untouched.
+    children = {
+        entry.call_id: child
+        for entry in record.calls
+        if entry.state in ("pending", "approved")
+        and (child := journaled_child(record.run_id, entry.call_id, entry.decision)) is not None
+    }
     fresh: list[Job] = []
     ready: list[Job] = []
     held: list[Held] = []
+    nested: dict[str, CallRecord] = {}
     for slot in range(len(plan)):
         call = plan.calls[slot]
         entry = entries[call.id]
@@ -58,28 +87,50 @@ async def recovered_jobs(turn: Turn, plan: Plan, record: RunRecord) -> tuple[lis
         decision = entry.decision or {}
         if entry.state == "planned":
             fresh.append(job)
-        elif entry.state == "rejected":
+            continue
+        if entry.state == "rejected":
             await turn.answer(
                 slot, call, tool.name, "permission_denied", not_approved(tool.name, decision.get("message"))
             )
-        elif entry.state == "pending":
+            continue
+        if entry.state in ("pending", "approved"):
             job.args = decision.get("args", job.args)
-            fingerprint = str(decision.get("fingerprint", view.fingerprint(job.index)))
-            digest = str(decision.get("digest", args_digest(job.args)))
-            held.append(Held(job, str(decision.get("reason", "")), digest, fingerprint))
-        elif entry.state == "approved":
-            job.args = decision.get("args", job.args)
-            ready.append(job)
         elif tool.idempotent:
             retry = tool.retry
             if retry is not None and entry.starts >= retry.attempts:
                 # Every attempt its policy allows had started: running it again would exceed the policy.
                 await turn.answer(slot, call, tool.name, "interrupted", attempts_spent(tool.name, entry.starts))
                 continue
-            run_with = entry.run_with or {}
-            job.args = run_with.get("args", job.args)
+            job.args = (entry.run_with or {}).get("args", job.args)
             job.prior_attempts = entry.starts if retry is not None else 0
-            ready.append(job)
         else:
             await turn.answer(slot, call, tool.name, "interrupted", unknown_outcome(tool.name))
-    return fresh, ready, held
+            continue
+        refusal = unchecked_arguments(turn, job)
+        if refusal is not None:
+            await turn.answer(slot, call, tool.name, "invalid_input", refusal)
+            continue
+        child = children.get(call.id)
+        fingerprint = str(decision.get("fingerprint", view.fingerprint(job.index)))
+        if entry.state == "pending" and child is not None:
+            if turn.parked is None:
+                turn.parked = []
+            turn.parked.append((job, child))
+        elif entry.state == "pending":
+            held.append(Held(job, str(decision.get("reason", "")), args_digest(job.args), fingerprint))
+        else:
+            if child is not None:
+                # Approved to resume its nested run: it runs with the nested run's record as decided.
+                nested[call.id] = CallRecord(
+                    call.id,
+                    call.name,
+                    call.args,
+                    "nested",
+                    tool=tool.name,
+                    fingerprint=fingerprint,
+                    request_args=job.args,
+                    digest=args_digest(job.args),
+                    child=child,
+                )
+            ready.append(job)
+    return fresh, ready, held, nested

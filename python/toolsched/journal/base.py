@@ -3,7 +3,9 @@
 A run is recorded as the turn's calls (the *planned* transition, written when
 the run begins) followed by one row per transition of a call: ``pending``
 (held for a person's decision), ``approved`` / ``rejected``, ``started`` and
-``finished`` (with the call's result). Every write is a committed transaction
+``finished`` (with the call's result). A call whose nested run (``toolsched.nested``)
+waits for a person goes from ``started`` to ``pending`` with the nested run's record in
+its payload, and is resumed through ``approved`` again. Every write is a committed transaction
 before the awaiting caller continues, and rows are never rewritten: a call's
 state is its latest transition.
 
@@ -57,9 +59,11 @@ TRANSITIONS: tuple[Transition, ...] = ("planned", "pending", "approved", "reject
 
 # The states a call may be in for each transition to be written. A finished
 # call is final; a started call can only start again (an idempotent call re-run
-# by recovery) or finish; a call waiting for a person cannot start.
+# by recovery, another attempt of a retry policy), finish, or wait for a person
+# when its nested run does; a call waiting for a person cannot start (its
+# decision, ``approved``, comes first, and only once per wait).
 ALLOWED_FROM: dict[str, frozenset[str]] = {
-    "pending": frozenset({"planned", "pending", "approved"}),
+    "pending": frozenset({"planned", "pending", "approved", "started"}),
     "approved": frozenset({"planned", "pending"}),
     "rejected": frozenset({"planned", "pending"}),
     "started": frozenset({"planned", "approved", "started"}),
@@ -436,6 +440,8 @@ def build_record(
                 raise JournalCorruptError(f"{where}: the payload of {kind!r} is not JSON") from None
             if decoded is not None and not isinstance(decoded, dict):
                 raise JournalCorruptError(f"{where}: the payload of {kind!r} is not an object")
+            if decoded is not None and "args" in decoded and "digest" in decoded:
+                check_payload_args(where, kind, decoded)
             (run_with if kind == "started" else decisions)[call_id] = decoded
     calls = []
     for call_id, (position, call, digest) in first.items():
@@ -455,6 +461,15 @@ def build_record(
             )
         )
     return RunRecord(run_id, tuple(turn), tuple(calls), owner, lease_until, created_at, updated_at)
+
+
+def check_payload_args(where: str, kind: str, payload: Mapping[str, Any]) -> None:
+    """Refuses as damage a transition whose arguments (what a call was approved or started with) do not match
+    the digest written beside them: recovery runs a call with them."""
+    if payload["digest"] != args_digest(payload["args"]):
+        raise JournalCorruptError(
+            f"{where}: the arguments of its {kind!r} transition do not match their digest (altered?)"
+        )
 
 
 def pid_namespace() -> str:
