@@ -137,11 +137,11 @@ def _result_block(call: ToolCall, result: ToolResult, registry: ToolRegistry | N
         block["content"] = fit_to_budget(error_text(result), result.tool_name, registry)
         block["is_error"] = True
         return block
-    parts = output_parts(result.output, result.tool_name, registry)
+    parts = output_parts(result.output, result.tool_name, registry, shaped=result.truncated)
     if parts is not None:
         block["content"] = [_part_block(part) for part in parts]
         return block
-    text = fit_to_budget(output_text(result.output), result.tool_name, registry)
+    text = fit_to_budget(output_text(result.output), result.tool_name, registry, shaped=result.truncated)
     if text:
         block["content"] = text
     return block

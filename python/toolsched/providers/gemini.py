@@ -22,6 +22,7 @@ carries no ``id`` (the API matches them by order and name).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -185,7 +186,9 @@ def calls_from(response: Any, *, candidate: int = 0) -> list[ToolCall]:
 
 def _response_part(call: ToolCall, result: ToolResult, registry: ToolRegistry | None) -> dict[str, Any]:
     media: list[dict[str, Any]] = []
-    parts = None if result.is_error else output_parts(result.output, result.tool_name, registry)
+    parts = (
+        None if result.is_error else output_parts(result.output, result.tool_name, registry, shaped=result.truncated)
+    )
     if result.is_error:
         response: dict[str, Any] = {"error": fit_to_budget(error_text(result), result.tool_name, registry)}
     elif parts is not None:
@@ -198,12 +201,14 @@ def _response_part(call: ToolCall, result: ToolResult, registry: ToolRegistry | 
     else:
         output = result.output
         text = output_text(output)
-        fitted = fit_to_budget(text, result.tool_name, registry)
-        if fitted is not text or output is None or isinstance(output, (str, bytes, bool, int, float)):
-            value = fitted if isinstance(output, (str, bytes)) or fitted is not text else output
+        fitted = fit_to_budget(text, result.tool_name, registry, shaped=result.truncated)
+        value: Any
+        if fitted is not text or isinstance(output, (str, bytes)):
+            value = fitted
+        elif output is None or isinstance(output, bool) or (isinstance(output, float) and math.isfinite(output)):
+            value = output
         else:
-            # The JSON the budget was measured on, read back: the value the model sees.
-            value = json.loads(text)
+            value = _json_value(text)
         response = {"output": value}
     function_response: dict[str, Any] = {"name": call.name, "response": response}
     if not call.id.startswith(SYNTHETIC_ID_PREFIX):
@@ -211,6 +216,22 @@ def _response_part(call: ToolCall, result: ToolResult, registry: ToolRegistry | 
     if media:
         function_response["parts"] = media
     return {"functionResponse": function_response}
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _json_value(text: str) -> Any:
+    """The JSON the budget was measured on, read back: the value the model sees.
+
+    Text that is no strict JSON (the ``str()`` of a value JSON cannot hold, an int past Python's digit
+    limit, NaN or an infinity) goes as the text itself: any HTTP client can send it.
+    """
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        return text
 
 
 def results_to_parts(

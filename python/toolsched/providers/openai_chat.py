@@ -141,10 +141,13 @@ def _content(entry: Any) -> tuple[object, object]:
 def _tool_message(
     call: ToolCall, result: ToolResult, registry: ToolRegistry | None, images: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    parts = None if result.is_error else output_parts(result.output, result.tool_name, registry)
+    parts = (
+        None if result.is_error else output_parts(result.output, result.tool_name, registry, shaped=result.truncated)
+    )
     if parts is None:
         text = ERROR_PREFIX + error_text(result) if result.is_error else output_text(result.output)
-        return {"role": "tool", "tool_call_id": call.id, "content": fit_to_budget(text, result.tool_name, registry)}
+        content = fit_to_budget(text, result.tool_name, registry, shaped=result.truncated)
+        return {"role": "tool", "tool_call_id": call.id, "content": content}
     pieces: list[str] = []
     label = {"type": "text", "text": f"The images returned by tool call {call.id} ({call.name}):"}
     images.append(label)

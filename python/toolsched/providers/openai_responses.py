@@ -134,14 +134,16 @@ def calls_from(response: Any, *, registry: ToolRegistry | None = None) -> list[T
 
 
 def _output_item(call: ToolCall, result: ToolResult, registry: ToolRegistry | None) -> dict[str, Any]:
-    parts = None if result.is_error else output_parts(result.output, result.tool_name, registry)
+    parts = (
+        None if result.is_error else output_parts(result.output, result.tool_name, registry, shaped=result.truncated)
+    )
     if parts is not None:
         return {"type": "function_call_output", "call_id": call.id, "output": [_part_item(part) for part in parts]}
     text = ERROR_PREFIX + error_text(result) if result.is_error else output_text(result.output)
     return {
         "type": "function_call_output",
         "call_id": call.id,
-        "output": fit_to_budget(text, result.tool_name, registry),
+        "output": fit_to_budget(text, result.tool_name, registry, shaped=result.truncated),
     }
 
 

@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from toolsched import _core
 from toolsched.content import Image, content_parts, content_text
 from toolsched.errors import MissingResultError, ResponseFormatError
 from toolsched.outcome import Outcome
 from toolsched.results import ToolCall, ToolResult, args_digest, jsonable
+from toolsched.shaping import cut_text, shown_as_text
 
 if TYPE_CHECKING:
     from toolsched.executor import Executor
@@ -194,6 +194,7 @@ def output_text(output: Any) -> str:
     (``toolsched.content``) its text with a short stand-in for each image,
     other bytes are decoded as UTF-8, and anything else is JSON (pydantic
     models and dataclasses as their fields; what JSON cannot hold as its ``str``).
+    It never raises: whatever a tool returns, the turn's results go out.
     """
     if output is None:
         return ""
@@ -206,21 +207,26 @@ def output_text(output: Any) -> str:
         return output.decode("utf-8", errors="replace")
     try:
         return _ENCODER.encode(output)
-    except (ValueError, RecursionError):  # a value that contains itself: its str(), as the budget measured it
-        return str(jsonable(output))
+    except (TypeError, ValueError, RecursionError):
+        # Keys JSON cannot hold, a value that contains itself or nests too deep, an int past Python's digit
+        # limit: the text the budget measured.
+        return shown_as_text(output)
 
 
-def output_parts(output: Any, tool_name: str, registry: ToolRegistry | None) -> list[str | Image] | None:
+def output_parts(
+    output: Any, tool_name: str, registry: ToolRegistry | None, *, shaped: bool = False
+) -> list[str | Image] | None:
     """An output with images as its text and image parts, in order: the images whole, the text in budget.
 
-    Text over the tool's result budget is cut as one text and put first.
+    Text over the tool's result budget is cut as one text and put first
+    (unless ``shaped``: see ``fit_to_budget``).
     None when the output holds no image (``toolsched.content``): send it as text.
     """
     parts = content_parts(output)
     if parts is None:
         return None
     text = content_text(parts, describe=False)
-    fitted = fit_to_budget(text, tool_name, registry)
+    fitted = fit_to_budget(text, tool_name, registry, shaped=shaped)
     if fitted is text:
         return [part for part in parts if not isinstance(part, str) or part]
     return [fitted, *(part for part in parts if isinstance(part, Image))]
@@ -231,20 +237,23 @@ def error_text(result: ToolResult) -> str:
     return result.error or f"the call of `{result.tool_name}` failed ({result.error_kind or 'error'})"
 
 
-def fit_to_budget(text: str, tool_name: str, registry: ToolRegistry | None) -> str:
+def fit_to_budget(text: str, tool_name: str, registry: ToolRegistry | None, *, shaped: bool = False) -> str:
     """``text`` cut to the tool's result budget (``max_result_chars``, ``max_result_lines``).
 
     Outputs are already shaped by the executor; this also bounds error
-    messages and the JSON of outputs that grew when serialised.
+    messages and the JSON of outputs that grew when serialised. The text of
+    a result the executor cut (``shaped``: its ``truncated``) is left as it
+    is: cut again, its marker would count the wrong characters, and an
+    offloaded output's note, which names the file, would be lost.
     """
-    if registry is None:
+    if registry is None or shaped:
         return text
     member = registry.get(tool_name)
     if member is None or (len(text) <= member.max_result_chars and member.max_result_lines is None):
         return text
     cut = "tail" if member.truncate == "offload" else member.truncate
-    shaped = _core.truncate(text, member.max_result_chars, max_lines=member.max_result_lines, cut=cut)
-    return text if shaped is None else shaped[0]
+    fitted = cut_text(text, member.max_result_chars, max_lines=member.max_result_lines, cut=cut)[1]
+    return text if fitted is None else fitted
 
 
 def results_by_call(
