@@ -13,8 +13,8 @@ across all runs at once, which no single tool can:
   for a token (its timeout counts), in the order the calls asked, and never fails for want
   of one.
 - ``CircuitBreaker``: after that many consecutive transient failures, the tool's calls are
-  answered at once with ``error_kind="unavailable"`` for the cooldown; then one probe call
-  decides whether the circuit closes again.
+  answered at once with ``error_kind="unavailable"`` for the cooldown, retries included; then
+  one probe call decides whether the circuit closes again.
 
 The policies are values (frozen, checked when made); ``Resilience`` is the state one tool
 keeps on one event loop (internal).
@@ -24,24 +24,29 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.lowlevel
 
 from toolsched.errors import OptionError
+from toolsched.results import ErrorKind
 
 __all__ = [
     "RETRY_FLOOR",
     "CircuitBreaker",
     "CircuitOpen",
+    "NotRun",
+    "Outcome",
     "RateLimit",
     "Resilience",
     "Retry",
+    "RunHalted",
     "Transient",
     "is_transient",
 ]
@@ -49,6 +54,13 @@ __all__ = [
 
 # Retries a tool may always make in a minute, whatever its budget: a quiet tool can still retry.
 RETRY_FLOOR = 10
+
+# Doublings of the backoff past this many retries change nothing (2.0 ** 1024 overflows a float).
+_MAX_DOUBLINGS = 1023
+
+# What one attempt of a call came to, for the circuit: a success, a transient failure (a timeout
+# included), or another failure (the call's own fault, such as a bad request).
+Outcome = Literal["success", "transient", "other"]
 
 
 class Transient(Exception):
@@ -116,7 +128,7 @@ class Retry:
 
     def delay(self, retry: int, retry_after: float | None, draw: Callable[[float, float], float]) -> float:
         """Seconds to wait before retry number ``retry`` (1 for the first retry)."""
-        bound = min(self.max_backoff, self.backoff * 2.0 ** (retry - 1))
+        bound = min(self.max_backoff, self.backoff * 2.0 ** min(retry - 1, _MAX_DOUBLINGS))
         wait = draw(0.0, bound) if self.jitter else bound
         if retry_after is not None:
             wait = max(wait, retry_after)
@@ -148,7 +160,14 @@ class RateLimit:
 
 @dataclass(frozen=True, slots=True)
 class CircuitBreaker:
-    """After ``failures`` consecutive transient failures, refuse the tool's calls for ``cooldown`` seconds."""
+    """After ``failures`` consecutive transient failures, refuse the tool's calls for ``cooldown`` seconds.
+
+    Every attempt is admitted by the circuit, a retry's included. Once the cooldown is over, one
+    probe call runs: a success closes the circuit, a transient failure (a timeout included) opens
+    it again, and a failure of another kind (a bad request: it says nothing of the downstream)
+    settles nothing, so the next call probes. Outcomes of calls admitted before the circuit opened
+    never close it.
+    """
 
     failures: int = 5
     cooldown: float = 30.0
@@ -165,8 +184,20 @@ def is_transient(error: BaseException, retry: Retry | None) -> bool:
     return retry is not None and bool(retry.on) and isinstance(error, retry.on)
 
 
-class CircuitOpen(Exception):
+class NotRun(Exception):
+    """A call answered without running its tool (internal): ``kind`` is the result's error kind."""
+
+    kind: ErrorKind = "unavailable"
+
+
+class CircuitOpen(NotRun):
     """A call refused at once because the tool's circuit is open (internal: answered ``unavailable``)."""
+
+
+class RunHalted(NotRun):
+    """The run was interrupted while the call waited to run its tool for the first time (internal)."""
+
+    kind: ErrorKind = "skipped"
 
 
 @dataclass(slots=True)
@@ -210,9 +241,11 @@ class Resilience:
 
     __slots__ = (
         "_bucket",
+        "_clock",
         "_failures",
         "_firsts",
         "_open_until",
+        "_probe_left",
         "_probing",
         "_retries",
         "circuit",
@@ -227,11 +260,14 @@ class Resilience:
         rate_limit: RateLimit | None,
         circuit: CircuitBreaker | None,
         draw: Callable[[float, float], float] = random.uniform,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.retry = retry
         self.rate_limit = rate_limit
         self.circuit = circuit
         self.draw = draw
+        # The circuit's clock (a test can give its own).
+        self._clock = clock
         self._bucket = None if rate_limit is None else _Bucket(rate_limit, float(rate_limit.size), time.monotonic())
         self._failures = 0
         self._open_until = -math.inf
@@ -239,48 +275,79 @@ class Resilience:
         # Times of first attempts and of retries over the last minute (the retry budget).
         self._firsts: deque[float] = deque()
         self._retries: deque[float] = deque()
+        # The body of a probe that timed out in its thread and still runs there (set when it returns):
+        # no other probe starts before it ends, so one probe at a time reaches the downstream.
+        self._probe_left: threading.Event | None = None
 
     # -- the circuit ----------------------------------------------------------------
 
     def admit(self) -> bool | None:
-        """Whether a call may start now: None while the circuit is open (or its one probe runs),
-        True when the call is the probe that decides whether the circuit closes, else False.
+        """Whether an attempt may start now: None while the circuit is open (or its one probe runs),
+        True when the attempt is the probe that decides whether the circuit closes, else False.
 
-        A probe must be settled: ``record`` its first attempt's outcome, or ``release_probe``.
+        A probe must be settled: ``record`` its outcome, or ``release_probe``.
         """
         circuit = self.circuit
         if circuit is None or self._failures < circuit.failures:
             return False
-        if time.monotonic() < self._open_until or self._probing:
+        if self._probing or self._clock() < self._open_until or self._probe_running():
             return None
         self._probing = True
         return True
 
-    def record(self, transient_failure: bool, probe: bool = False) -> None:
-        """The outcome of one attempt: a transient failure, or anything else (which closes the circuit).
+    def _probe_running(self) -> bool:
+        """Whether the body of an earlier probe still runs in its thread (its call timed out)."""
+        left = self._probe_left
+        if left is None:
+            return False
+        if left.is_set():
+            self._probe_left = None
+            return False
+        return True
 
-        ``probe``: the attempt was the probe of a half-open circuit (which it settles).
+    def refuses(self) -> bool:
+        """Whether an attempt would be refused now (``admit`` without taking the probe)."""
+        circuit = self.circuit
+        return (
+            circuit is not None
+            and self._failures >= circuit.failures
+            and (self._probing or self._clock() < self._open_until or self._probe_running())
+        )
+
+    def record(self, outcome: Outcome, probe: bool = False, left_running: threading.Event | None = None) -> None:
+        """The outcome of one attempt the circuit admitted (``probe``: the attempt was the probe).
+
+        A transient failure counts toward opening the circuit, and opens it again once it has opened.
+        While it is closed, any other outcome breaks the streak. Once it has opened, only the probe
+        closes it, by a success; a probe that failed for another reason settles nothing (the next
+        call probes).
         """
         circuit = self.circuit
         if circuit is None:
             return
         if probe:
             self._probing = False
-        if transient_failure:
+            if left_running is not None and not left_running.is_set():
+                # The probe timed out in a thread that still runs its body: the next probe waits for it.
+                self._probe_left = left_running
+        if outcome == "transient":
             self._failures += 1
             if self._failures >= circuit.failures:
-                self._open_until = time.monotonic() + circuit.cooldown
-        else:
+                self._open_until = self._clock() + circuit.cooldown
+        elif self._failures < circuit.failures or (probe and outcome == "success"):
             self._failures = 0
             self._open_until = -math.inf
 
-    def release_probe(self) -> None:
-        """The probe call ended without an outcome (cancelled): the next call may probe."""
+    def release_probe(self, left_running: threading.Event | None = None) -> None:
+        """The probe call ended without an outcome (cancelled): the next call may probe, once the probe's
+        body is over if it still runs in its thread (``left_running`` is set when it ends)."""
         self._probing = False
+        if left_running is not None and not left_running.is_set():
+            self._probe_left = left_running
 
     def open_for(self) -> float:
         """Seconds until the open circuit lets a probe through (0 when it would now)."""
-        return max(0.0, self._open_until - time.monotonic())
+        return max(0.0, self._open_until - self._clock())
 
     # -- the rate limit --------------------------------------------------------------
 

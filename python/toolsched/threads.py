@@ -35,6 +35,8 @@ class CallWatch(Protocol):
     body_outlived_cancel: bool
     # Set when the call's own deadline passed while its cancelled body was waited for.
     timed_out: bool
+    # Set when the call ends while its body goes on in the thread: the event is set when the body returns.
+    body_left: threading.Event | None
 
     def waits_for_started_body(self) -> bool:
         """Whether a cancellation of the call waits for a body that already started (not a timeout)."""
@@ -100,7 +102,11 @@ async def run_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
         if gate.close_unless_started():
             raise
         call = watching_call.get()
-        if call is None or not call.waits_for_started_body():
+        if call is None:
+            raise
+        if not call.waits_for_started_body():
+            # Timed out: the call ends now, its body goes on in the thread.
+            call.body_left = gate.finished
             raise
         # Started, and cancelled (not timed out): the body's real outcome is the call's, unless the
         # call's own timeout runs out first (it then ends ``timeout``, its thread left to return).
@@ -110,6 +116,7 @@ async def run_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
             await anyio.to_thread.run_sync(gate.finished.wait, left, abandon_on_cancel=True)
         if waiting.cancelled_caught or not gate.finished.is_set():
             call.timed_out = True
+            call.body_left = gate.finished
             raise
         call.body_outlived_cancel = True
         return gate.outcome()

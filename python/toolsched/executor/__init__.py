@@ -429,8 +429,13 @@ class Executor:
             if turn.halt is None:
                 turn.halt = f"not run: the user interrupted the run{suffix}"
             for job in turn.jobs:
-                if job.state == RUNNING and job.tool.interrupt_behavior == "cancel":
+                if job.state != RUNNING:
+                    continue
+                if job.tool.interrupt_behavior == "cancel":
                     job.cancel(f"`{job.tool.name}` was cancelled because the user interrupted the run{suffix}")
+                if job.pause is not None:
+                    # Waiting without working (a rate-limit token, a retry's backoff): it works no more.
+                    job.pause.cancel()
         return reached
 
     def cancel(self, call_id: str, reason: str | None = None, *, run_id: str | None = None) -> bool:

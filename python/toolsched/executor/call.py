@@ -26,7 +26,7 @@ from toolsched.executor.turn import DONE, RUNNING, Job, Turn
 from toolsched.guardrails import GuardrailEvent, Guardrails
 from toolsched.hooks import new_hook_event
 from toolsched.journal import UnstorableOutputError
-from toolsched.resilience import CircuitOpen, is_transient
+from toolsched.resilience import CircuitOpen, NotRun, RunHalted, is_transient
 from toolsched.results import ErrorKind, ToolResult, detached, new_result
 from toolsched.runstate import NestedHold
 from toolsched.shaping import fits_as_is, shape_output
@@ -154,8 +154,9 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
             return
     except JournalFailed:
         raise
-    except CircuitOpen as exc:
-        kind, error = "unavailable", str(exc)
+    except NotRun as exc:
+        # Answered without running: an open circuit (``unavailable``), an interrupt before the first run (``skipped``).
+        kind, error = exc.kind, str(exc)
     except Exception as exc:
         if anyio.current_effective_deadline() == -math.inf:
             # The run itself is being cancelled and the tool turned that into
@@ -353,73 +354,122 @@ def _resilient(
 ) -> Callable[[Any, ToolContext | None], Awaitable[Any]]:
     """``invoke`` under the tool's circuit, rate limit and retries (``toolsched.resilience``).
 
-    An open circuit refuses the call before it runs (``CircuitOpen``: ``unavailable``). Each
-    attempt waits for a token of the rate limit; a transient failure runs the call again after
-    the policy's backoff while the retry budget and the call's deadline allow, each retry a
-    ``ToolRetrying`` event. Every wait is inside the call's scope: a timeout, an interrupt or a
-    cancellation stops it at once.
+    The circuit admits every attempt: an open one refuses the call before it runs (``CircuitOpen``:
+    ``unavailable``) and ends a retrying call with its last failure. Each attempt waits for a token
+    of the rate limit; a transient failure runs the call again after the policy's backoff while the
+    retry budget and the call's deadline allow, each retry a ``ToolRetrying`` event. Every wait is
+    inside the call's scope (a timeout or a cancellation stops it at once) and ends at once when the
+    run is interrupted: an attempt not started by then never starts (a call whose body never ran is
+    ``skipped``, ``RunHalted``; one that ran is answered with its last failure). ``job.attempts``
+    counts the runs of the body; a timeout during one is a transient failure for the circuit.
     """
     state = job.facts.resilience()
     retry = state.retry
     tool_name = job.tool.name
 
+    def circuit_open() -> CircuitOpen:
+        circuit = state.circuit
+        assert circuit is not None
+        return CircuitOpen(
+            f"`{tool_name}` is unavailable: {circuit.failures} calls in a row failed transiently, so its "
+            f"calls are refused for {state.open_for():.1f} more seconds"
+        )
+
     async def invoke_resilient(args: Any, ctx: ToolContext | None) -> Any:
+        # The runs of the body so far: none here yet (a recovered call counts the journal's).
+        job.attempts = job.prior_attempts
         probe = state.admit()
         if probe is None:
-            circuit = state.circuit
-            assert circuit is not None
-            job.attempts = 0
-            raise CircuitOpen(
-                f"`{tool_name}` is unavailable: {circuit.failures} calls in a row failed transiently, so its "
-                f"calls are refused for {state.open_for():.1f} more seconds"
-            )
-        state.first_attempt()
+            raise circuit_open()
         attempt = job.prior_attempts + 1
+        # The last attempt's failure, once an attempt failed and the call goes on.
+        failure: Exception | None = None
         try:
             while True:
-                if not state.paced():
+                if turn.halt is None and not state.paced():
                     # Waiting for a token is not working: the call lends its slot meanwhile.
-                    await _waiting(turn, state.pace())
-                if attempt > job.prior_attempts + 1 and turn.durable is not None:
+                    await _waiting(turn, job, state.pace())
+                if turn.halt is not None:
+                    raise RunHalted(turn.halt) if failure is None else failure
+                if not probe:
+                    # The circuit may have opened since the last attempt, or while this one waited.
+                    probe = state.admit()
+                    if probe is None:
+                        raise circuit_open() if failure is None else failure
+                if failure is None:
+                    state.first_attempt()
+                elif turn.durable is not None:
                     # Every attempt is journaled, so that ``recover`` never exceeds the policy.
                     await turn.durable.started(job.call.id, args)
                 job.attempts = attempt
                 try:
                     output = await invoke(args, ctx)
+                except anyio.get_cancelled_exc_class():
+                    if _cut_short(job) == "timeout":
+                        state.record("transient", probe, job.body_left)
+                        probe = False
+                    raise
                 except Exception as exc:
-                    transient = is_transient(exc, retry)
-                    state.record(transient, probe)
-                    probe = False
-                    if retry is None or not transient or attempt >= retry.attempts:
+                    # A call its scope stopped (the tool turned that into an error) is not run again.
+                    cut_short = _cut_short(job)
+                    transient = is_transient(exc, retry) if cut_short is None else cut_short == "timeout"
+                    if cut_short != "cancelled":
+                        state.record("transient" if transient else "other", probe)
+                        probe = False
+                    if cut_short is not None or retry is None or not transient or attempt >= retry.attempts:
                         raise
                     delay = retry.delay(attempt, getattr(exc, "retry_after", None), state.draw)
-                    if anyio.current_time() + delay >= anyio.current_effective_deadline() or not state.may_retry():
-                        raise  # no time left for another attempt within the call's timeout, or no budget
+                    if (
+                        anyio.current_time() + delay >= anyio.current_effective_deadline()
+                        or turn.halt is not None
+                        or state.refuses()
+                        or not state.may_retry()
+                    ):
+                        raise  # no time left within the call's timeout, an interrupt, an open circuit, or no budget
                     if turn.emit is not None:
                         detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                         turn.emit(ToolRetrying(job.call.id, tool_name, attempt, delay, detail))
-                    await _waiting(turn, anyio.sleep(delay))
+                    failure = exc
+                    await _waiting(turn, job, anyio.sleep(delay))
                     attempt += 1
                     continue
-                state.record(False, probe)
+                state.record("success", probe)
                 probe = False
                 return output
         finally:
             if probe:
-                state.release_probe()
+                state.release_probe(job.body_left)
 
     return invoke_resilient
 
 
-async def _waiting(turn: Turn, wait: Awaitable[None]) -> None:
-    """Awaits ``wait`` with the call's pool slot lent to other calls, then waits for a slot again."""
+def _cut_short(job: Job) -> ErrorKind | None:
+    """What stopped the running attempt when the call's scope did: its ``timeout``, or a cancellation."""
+    scope = job.scope
+    if scope is None or not scope.cancel_called:
+        return None
+    return _stopped(job)[0]
+
+
+async def _waiting(turn: Turn, job: Job, wait: Awaitable[None]) -> None:
+    """Awaits ``wait`` with the call's pool slot lent to other calls, then waits for a slot again.
+
+    An interrupt ends the wait at once (``Executor.interrupt`` cancels ``job.pause``); the call then
+    works no more and takes no slot again.
+    """
     turn.lend()
     try:
-        await wait
+        with anyio.CancelScope() as job.pause:
+            await wait
     except BaseException:
         turn.give_back()
         raise
-    await turn.reclaim()
+    finally:
+        job.pause = None
+    if turn.halt is not None:
+        turn.give_back()
+    else:
+        await turn.reclaim()
 
 
 async def _guard(guardrails: Guardrails, job: Job, output: Any, turn: Turn) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -45,6 +46,7 @@ class Job:
     __slots__ = (
         "args",
         "attempts",
+        "body_left",
         "body_outlived_cancel",
         "call",
         "cancel_reason",
@@ -52,6 +54,7 @@ class Job:
         "declared",
         "facts",
         "index",
+        "pause",
         "prior_attempts",
         "ruled",
         "ruling",
@@ -89,6 +92,10 @@ class Job:
         self.body_outlived_cancel = False
         # Set when the call's deadline passed while its cancelled body was waited for: it ends ``timeout``.
         self.timed_out = False
+        # Set when its call ended while its body went on in a thread: set in turn when that body returns.
+        self.body_left: threading.Event | None = None
+        # The scope of a wait without working (a rate-limit token, a retry's backoff): an interrupt ends it.
+        self.pause: anyio.CancelScope | None = None
 
     def waits_for_started_body(self) -> bool:
         """A cancelled call waits for a sync body already running in its thread; a timed-out one does not."""
