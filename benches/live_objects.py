@@ -44,6 +44,9 @@ async def count_live(calls: int, full: bool, floor: bool) -> collections.Counter
     arrived = 0
     snapshot: collections.Counter[str] = collections.Counter()
     before: set[int] = set()
+    # What existed before the counted turn, held alive while it runs: an object that died meanwhile
+    # would free its id for a new one, which would then be left out of the count.
+    held: list[object] = []
 
     async def body() -> None:
         nonlocal arrived
@@ -89,8 +92,10 @@ async def count_live(calls: int, full: bool, floor: bool) -> collections.Counter
         arrived = 0
         if counted:
             gc.collect()
-            before.update(id(thing) for thing in gc.get_objects())
+            held.extend(gc.get_objects())
+            before.update(id(thing) for thing in held)
             before.add(id(before))
+            before.add(id(held))
         await asyncio.create_task(turn())
 
     for _ in range(3):
