@@ -30,6 +30,8 @@ __all__ = [
     "detached",
     "encode_output",
     "jsonable",
+    "plain_call",
+    "plain_calls",
     "result_fields",
 ]
 
@@ -63,11 +65,12 @@ _NO_ARGS: Any = _NoArgs()
 
 
 def _check_call(id: str, name: str, args: Any) -> None:
-    if not isinstance(id, str) or not id:
+    # Told by the real type: an object can claim to be text through its ``__class__``.
+    if not issubclass(type(id), str) or not id:
         raise ValueError(f"ToolCall.id must be a non-empty string, got {id!r}")
-    if not isinstance(name, str):
+    if not issubclass(type(name), str):
         raise TypeError(f"ToolCall.name must be a string, got {type(name).__name__}")
-    if not isinstance(args, (str, Mapping)):
+    if not issubclass(type(args), (str, Mapping)):
         raise TypeError(f"ToolCall.args must be a mapping or JSON text, got {type(args).__name__}")
 
 
@@ -90,6 +93,9 @@ class ToolCall:
         if not (type(id) is str and id and type(name) is str and (type(args) is str or type(args) is dict)):
             # Anything but the usual call (told by exact types) is checked in full.
             _check_call(id, name, args)
+            # An ID or name of a text subclass is kept as plain text: its own equality and hash
+            # could make one ID two, or two IDs one, wherever calls are told apart by their IDs.
+            id, name = str.__str__(id), str.__str__(name)
         _set_call_id(self, id)
         _set_call_name(self, name)
         _set_call_args(self, args)
@@ -102,6 +108,37 @@ class ToolCall:
 _set_call_id = vars(ToolCall)["id"].__set__
 _set_call_name = vars(ToolCall)["name"].__set__
 _set_call_args = vars(ToolCall)["args"].__set__
+
+
+def plain_call(call: Any, position: int) -> ToolCall:
+    """``call`` as a plain ``ToolCall``, each of its fields read once: the call the executor holds from then on.
+
+    A subclass may compute its fields on every read, or change them after it
+    was handed over; the executor reads a call once, when it takes it, so that
+    its result carries the ID it was taken with. ``TypeError`` names the
+    call's position (``calls[position]``) when it is not a ToolCall, when
+    reading a field raises, or when a field is not what a ToolCall holds.
+    """
+    if type(call) is ToolCall:
+        return call
+    if not isinstance(call, ToolCall):
+        raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
+    fields: list[Any] = []
+    for field_name in ("id", "name", "args"):
+        try:
+            fields.append(getattr(call, field_name))
+        except Exception as exc:
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise TypeError(f"calls[{position}]: reading {type(call).__name__}.{field_name} raised {detail}") from exc
+    try:
+        return ToolCall(*fields)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"calls[{position}]: {exc}") from exc
+
+
+def plain_calls(calls: list[Any]) -> list[ToolCall]:
+    """The turn's calls with each one that is not exactly a ``ToolCall`` replaced by its ``plain_call``."""
+    return [plain_call(call, position) for position, call in enumerate(calls)]
 
 
 @dataclass(frozen=True, slots=True)

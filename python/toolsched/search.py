@@ -5,19 +5,27 @@ model sends keywords; the tool ranks the deferred tools by how well their
 names and descriptions match, loads the best ones into the registry, and
 answers with their names and descriptions. The loaded tools are exported,
 schema and all, from the next turn on.
+
+It offers only tools a call could run: not a disabled one, nor one the
+executor's rules deny outright (``Permissions.denies_outright``), which the
+executor hands it with its context (``SearchContext``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolsched.context import ToolContext
 from toolsched.errors import SemanticError
+from toolsched.events import Event
 from toolsched.tools import Tool
 
-__all__ = ["ToolSearch"]
+if TYPE_CHECKING:
+    from toolsched.permissions import Permissions
+
+__all__ = ["SearchContext", "ToolSearch"]
 
 MAX_QUERY_CHARS = 1_000
 MAX_RESULTS = 20
@@ -56,6 +64,35 @@ def relevance(query: str, words: list[str], tool: Tool) -> int:
         elif len(word) >= 4 and any(candidate.startswith(word) for candidate in description_words):
             score += 1
     return score
+
+
+class SearchContext(ToolContext):
+    """The context ``tool_search`` runs with in an executor: a ``ToolContext`` and the executor's ``permissions``."""
+
+    __slots__ = ("permissions",)
+
+    def __init__(
+        self,
+        call_id: str,
+        tool_name: str,
+        context: Any,
+        interactive: bool,
+        emit: Callable[[Event], None] | None,
+        cancel_call: Callable[[str], object] | None,
+        permissions: Permissions | None,
+    ) -> None:
+        super().__init__(call_id, tool_name, context, interactive, emit, cancel_call)
+        self.permissions = permissions
+
+
+def _offered(member: Tool, permissions: Permissions | None) -> bool:
+    """Whether a call of ``member`` could run this turn: it is enabled, and no rule denies it outright."""
+    try:
+        if not member.is_enabled():
+            return False
+    except Exception:
+        return False
+    return permissions is None or not permissions.denies_outright(member)
 
 
 class ToolSearch(Tool):
@@ -102,21 +139,18 @@ class ToolSearch(Tool):
         query: str = args["query"]
         limit: int = args.get("max_results", DEFAULT_RESULTS)
         words = list(dict.fromkeys(_words(query)))[:MAX_QUERY_WORDS]
-        deferred = self._deferred()
+        # A tool the model may never call is not offered (the executor's rules come with its context).
+        permissions = ctx.permissions if isinstance(ctx, SearchContext) else None
+        offered = {name: member for name, member in self._deferred().items() if _offered(member, permissions)}
         ranked: list[tuple[int, str, Tool]] = []
-        for name, member in deferred.items():
-            try:
-                if not member.is_enabled():
-                    continue
-            except Exception:
-                continue
+        for name, member in offered.items():
             score = relevance(query, words, member)
             if score > 0:
                 ranked.append((-score, name, member))
         ranked.sort(key=lambda entry: (entry[0], entry[1]))
         found = [member for _, _, member in ranked[:limit]]
         if not found:
-            names = sorted(deferred)
+            names = sorted(offered)
             listed = ", ".join(names[:NAMES_IN_HINT]) + (", ..." if len(names) > NAMES_IN_HINT else "")
             return {
                 "tools": [],

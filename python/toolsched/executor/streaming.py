@@ -56,7 +56,7 @@ from toolsched.executor.view import View
 from toolsched.fastpath import run_until_suspended
 from toolsched.outcome import Outcome, new_outcome
 from toolsched.resources import RunResources, current_resources
-from toolsched.results import Duplicate, ToolCall, ToolResult
+from toolsched.results import Duplicate, ToolCall, ToolResult, plain_call
 from toolsched.strategies import resolve_cap
 
 __all__ = ["StreamingTurn", "streaming_refusal"]
@@ -156,7 +156,8 @@ class StreamingTurn:
         self._outcome: Outcome | None = None
         self._wake = anyio.Event()
         self._finished = anyio.Event()
-        self._ready = anyio.Event()
+        # What consumers of ``results()`` wait on, made when the first waits (None while none does).
+        self._ready: anyio.Event | None = None
         self._group: Any = None
         # A KeyboardInterrupt, SystemExit or GeneratorExit from a tool: raised as itself once the turn is down.
         self._fatal: BaseException | None = None
@@ -236,7 +237,7 @@ class StreamingTurn:
         if self._refresh is not None:
             await self._refresh()
         if error is not None:
-            if isinstance(error, Exception) and not isinstance(error, ToolschedError):
+            if isinstance(error, Exception):
                 raise StreamFailed(self._partial(), error) from error
             return
         if self._error is not None and not self._delivered:
@@ -267,8 +268,11 @@ class StreamingTurn:
 
     def submit(self, call: ToolCall) -> None:
         """Hands over the next call of the turn (model order); it starts as soon as the schedule lets it."""
-        if not isinstance(call, ToolCall):
-            raise TypeError(f"submit() takes a ToolCall, got {type(call).__name__}")
+        if type(call) is not ToolCall:
+            if not isinstance(call, ToolCall):
+                raise TypeError(f"submit() takes a ToolCall, got {type(call).__name__}")
+            # Read once, here: the turn holds what was read (a subclass may answer differently on every read).
+            call = plain_call(call, self._positions)
         if not self._entered:
             raise TurnStateError("submit() needs the turn's block: async with executor.turn() as turn")
         if self._closed:
@@ -340,7 +344,9 @@ class StreamingTurn:
             if self._over and (given >= len(self._calls) or given not in by_slot):
                 # Every result is out, or the next waits for a person (or the turn failed).
                 break
-            self._ready = anyio.Event()
+            # Every consumer waiting now shares one event: ``_notify`` sets it, the next waiter makes another.
+            if self._ready is None:
+                self._ready = anyio.Event()
             await self._ready.wait()
         if self._error is not None:
             self._delivered = True
@@ -371,7 +377,10 @@ class StreamingTurn:
         return result
 
     def _notify(self) -> None:
-        self._ready.set()
+        ready = self._ready
+        if ready is not None:
+            self._ready = None
+            ready.set()
         self._wake.set()
 
     # -- admission, in model order ----------------------------------------------------

@@ -26,10 +26,20 @@ from toolsched.executor.settings import Settings
 from toolsched.executor.view import View
 from toolsched.hooks import UpdateFilter
 from toolsched.outcome import Outcome, new_outcome
-from toolsched.permissions import UNDECIDED
+from toolsched.permissions import UNDECIDED, Permissions
 from toolsched.registry import SEARCH_TOOL_NAME
-from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult, args_digest, detached, new_result
+from toolsched.results import (
+    Duplicate,
+    ErrorKind,
+    ToolCall,
+    ToolResult,
+    args_digest,
+    detached,
+    new_result,
+    plain_calls,
+)
 from toolsched.runstate import CallRecord, ChildRecord, RunState, new_state
+from toolsched.search import SearchContext
 from toolsched.tools import Tool, ToolFacts
 
 __all__ = ["DONE", "PENDING", "RUNNING", "Held", "Job", "Plan", "Turn", "judge", "plan_calls"]
@@ -215,8 +225,14 @@ class Plan:
 def plan_calls(settings: Settings, view: View, calls: list[ToolCall], *, jobs: bool = False) -> Plan:
     """One crossing into the engine for a list of calls: type check, lookup, dedup by ID, validation.
 
-    With ``jobs``, the plan also holds the job of every call the engine did not refuse.
+    With ``jobs``, the plan also holds the job of every call the engine did not refuse. A call
+    that is not exactly a ``ToolCall`` is read once, here (``plain_call``): the plan, and
+    everything after it, holds what was read.
     """
+    for call in calls:
+        if type(call) is not ToolCall:
+            calls = plain_calls(calls)
+            break
     tool_rows, arg_rows, failures, positions, duplicate_rows, rulings = view.table.prepare(
         calls, view.toolset.disabled_mask(), settings.limits, view.rules, ToolCall
     )
@@ -225,7 +241,7 @@ def plan_calls(settings: Settings, view: View, calls: list[ToolCall], *, jobs: b
     refused: dict[int, tuple[ErrorKind, str]] = {}
     for slot, error_kind, message in failures:
         if error_kind == "unknown_tool":
-            message = unavailable(view, planned[slot].name, message)
+            message = unavailable(view, planned[slot].name, message, settings.permissions)
         refused[slot] = (cast(ErrorKind, error_kind), message)
     duplicates = (
         [Duplicate(calls[index].id, index, first, differ) for index, first, differ in duplicate_rows]
@@ -253,11 +269,14 @@ def plan_calls(settings: Settings, view: View, calls: list[ToolCall], *, jobs: b
     return plan
 
 
-def unavailable(view: View, name: str, message: str) -> str:
-    """The ``unknown_tool`` message, telling how to load a deferred tool that has not been."""
+def unavailable(view: View, name: str, message: str, permissions: Permissions | None) -> str:
+    """The ``unknown_tool`` message, telling how to load a deferred tool that has not been (unless the
+    rules deny it outright: ``tool_search`` does not offer it)."""
     toolset = view.toolset
     member = toolset.by_name.get(name)
     if member is None or member.name not in toolset.deferred or member.name in toolset.loaded:
+        return message
+    if permissions is not None and permissions.denies_outright(member):
         return message
     search = f"`{SEARCH_TOOL_NAME}`" if SEARCH_TOOL_NAME in toolset.by_name else "tool search"
     return (
@@ -377,6 +396,12 @@ class Turn:
             hooks = self.view.policies[job.index].update
             if hooks:
                 emit = UpdateFilter(hooks, emit)
+        if job.tool is self.view.toolset.search:
+            # The built-in tool_search offers only tools that this executor's rules do not deny outright.
+            permissions = self.settings.permissions
+            return SearchContext(
+                job.call.id, job.tool.name, self.context, self.interactive, emit, cancel_call, permissions
+            )
         return ToolContext(job.call.id, job.tool.name, self.context, self.interactive, emit, cancel_call)
 
     def lend(self) -> None:
