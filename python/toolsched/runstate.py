@@ -423,6 +423,11 @@ class RunState:
         self._resumed = True
         return list(self._records)
 
+    def _unclaim(self) -> None:
+        with _RESUMED_LOCK:
+            _RESUMED.pop(self._stage, None)
+        self._resumed = False
+
     def _children(self) -> dict[str, CallRecord]:
         """The calls whose nested runs wait, by call ID."""
         return {record.call_id: record for record in self._records if record.child is not None}
@@ -738,6 +743,11 @@ def new_state(
 def claim(state: RunState) -> list[CallRecord]:
     """Marks the state as resumed (a state resumes once) and returns its records."""
     return state._claim()
+
+
+def unclaim(state: RunState) -> None:
+    """Takes back ``claim``: the resume was refused before anything of it ran or was journaled."""
+    state._unclaim()
 
 
 def interruption(state: RunState) -> str:

@@ -42,8 +42,8 @@ from toolsched.outcome import Outcome, new_outcome
 from toolsched.permissions import Permissions
 from toolsched.registry import ToolRegistry
 from toolsched.resources import RunResources, current_resources
-from toolsched.results import Duplicate, ToolCall
-from toolsched.runstate import Approver, CallRecord, RunState, claim, resuming, waiting_children
+from toolsched.results import Duplicate, ToolCall, plain_calls
+from toolsched.runstate import Approver, CallRecord, RunState, claim, resuming, unclaim, waiting_children
 from toolsched.strategies import Strategy
 from toolsched.tools import Tool
 
@@ -222,6 +222,8 @@ class Executor:
         not given; ``Outcome.run_id``): ``RunExistsError`` for an ID already in
         the journal, and a ``JournalError`` raised when the journal fails mid-run.
         """
+        if run_id is not None:
+            _check_run_id(run_id)
         # A list is told by its type first: an isinstance check against an ABC costs more.
         if type(calls) is not list and isinstance(calls, AsyncIterable):
             return await self._run_streamed(calls, steering, context, run_id)
@@ -264,6 +266,8 @@ class Executor:
     def _streaming_turn(
         self, steering: Steering | None, context: Any, run_id: str | None, sink: Callable[[Event], Any] | None
     ) -> StreamingTurn:
+        if run_id is not None:
+            _check_run_id(run_id)
         refresh = (lambda: self._refresh(sink, None)) if self.registry.refreshes else None
         return StreamingTurn(
             self._settings,
@@ -367,6 +371,8 @@ class Executor:
         from any task. With a journal the run is durable, as with ``run`` (its
         ID is ``RunFinished.outcome.run_id``).
         """
+        if run_id is not None:
+            _check_run_id(run_id)
         send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
         failure: list[BaseException] = []
         journal = self._settings.journal
@@ -648,11 +654,8 @@ class Executor:
 
     @staticmethod
     def _checked(calls: Iterable[ToolCall]) -> list[ToolCall]:
-        calls = calls if isinstance(calls, list) else list(calls)
-        for position, call in enumerate(calls):
-            if not isinstance(call, ToolCall):
-                raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
-        return calls
+        """The calls of a journaled turn, each read once (``plain_calls``): journaled as they are answered."""
+        return plain_calls(calls if isinstance(calls, list) else list(calls))
 
     def _planned(
         self,
@@ -671,7 +674,7 @@ class Executor:
         calls run (fewer live objects per waiting turn for the cyclic collector to walk)."""
         settings = self._settings
         calls = calls if type(calls) is list else list(calls)
-        # The engine checks that each call is a ToolCall as it reads it (a TypeError names the first that is not).
+        # ``plan_calls`` reads each call once (a TypeError names the first that is not a ToolCall).
         plan = plan_calls(settings, view, calls, jobs=True)
         # The emitter's own test written out: most turns have no listener.
         listens = sink is not None or settings.on_event is not None or settings.on_progress is not None
@@ -696,7 +699,13 @@ class Executor:
         """An interrupted turn from its state: completed calls carried over, the rest planned again."""
         records = claim(state)
         if durable is not None:
-            await durable.resumed(records)
+            try:
+                await durable.resumed(records)
+            except BaseException:
+                # Refused by the journal (another process holds the run, say): nothing ran, so the state
+                # and its copies keep the person's decisions for a resume that is let through.
+                unclaim(state)
+                raise
         settings = self._settings
         turn = Turn(settings, view, len(records), context, settings.emitter(sink, parent), self._runs, durable)
         slot_calls = [ToolCall(record.call_id, record.name, record.args) for record in records]
@@ -776,3 +785,9 @@ class Executor:
         if not held and not turn.parked:
             return new_outcome(turn.ordered(), duplicates, steering_messages, False, [], None, None)
         return turn.finish(slot_calls, held or [], duplicates, steering_messages, prior)
+
+
+def _check_run_id(run_id: object) -> None:
+    """A run ID given to ``run``, ``stream`` or ``turn``: non-empty text (a journal has limits of its own)."""
+    if type(run_id) is not str or not run_id:
+        raise OptionError(f"run_id must be a non-empty string, got {run_id!r}")

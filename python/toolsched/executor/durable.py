@@ -28,6 +28,7 @@ from toolsched.journal import (
     Transition,
     UnstorableOutputError,
 )
+from toolsched.journal.base import check_run_id
 from toolsched.results import Behavior, ToolCall, ToolResult, args_digest, detached
 from toolsched.runstate import CallRecord, ChildRecord, child_from_json, child_to_json, interruption
 
@@ -63,7 +64,8 @@ class RunJournal:
 
     def __init__(self, journal: Journal, run_id: str) -> None:
         self.journal = journal
-        self.run_id = run_id
+        # Checked before the run is looked for among this process's runs (an unhashable ID would fail there).
+        self.run_id = check_run_id(run_id)
         self.failure: JournalError | None = None
         # Whether this process holds the run (begun or claimed here), so it must release it.
         self.held = False
