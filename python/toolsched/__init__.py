@@ -36,6 +36,7 @@ from toolsched.errors import (
     ToolschedError,
     ToolTimeoutError,
     TurnStateError,
+    UnknownOptionError,
     UnknownToolError,
     WorkloadError,
 )
@@ -167,6 +168,7 @@ __all__ = [
     "ToolschedError",
     "Transient",
     "TurnStateError",
+    "UnknownOptionError",
     "UnknownRunError",
     "UnknownToolError",
     "WorkerLostError",

@@ -245,12 +245,28 @@ def _run_body(
     """Runs in a Ray worker: the body (an async one on its own event loop), its result and its events."""
     events: list[Event] = []
     positional, keywords = _arguments(body, positional, keywords, spec, events)
-    if body.is_async:
-        # asyncio's own runner: anyio code runs on it as on anyio.run, which costs more per call.
-        value = asyncio.run(body.fn(*positional, **keywords))
-    else:
-        value = body.fn(*positional, **keywords)
+    try:
+        if body.is_async:
+            # asyncio's own runner: anyio code runs on it as on anyio.run, which costs more per call.
+            value = asyncio.run(body.fn(*positional, **keywords))
+        else:
+            value = body.fn(*positional, **keywords)
+    except Exception as exc:
+        _refuse_unsendable(body, exc)
+        raise
     return _checked(body, value), tuple(events)
+
+
+def _refuse_unsendable(body: _Body, exc: Exception) -> None:
+    """Raises a ``BackendError`` naming a body's exception when Ray could not rebuild it on the caller's side."""
+    cloudpickle = _ray().cloudpickle
+    try:
+        cloudpickle.loads(cloudpickle.dumps(exc))
+    except Exception as problem:
+        raise BackendError(
+            f"`{body.tool_name}` raised {type(exc).__name__}: {_summary(exc)} (on a Ray worker; the exception "
+            f"cannot be sent back as it is: {type(problem).__name__}: {_summary(problem)})"
+        ) from exc
 
 
 # A call's arguments travel to Ray as one value, or none at all: Ray serialises each argument of a
@@ -297,7 +313,11 @@ class _AsyncToolWorker:
         positional, keywords, spec = packed or _NOTHING
         events: list[Event] = []
         positional, keywords = _arguments(body, positional, keywords, spec, events)
-        value = await body.fn(*positional, **keywords)
+        try:
+            value = await body.fn(*positional, **keywords)
+        except Exception as exc:
+            _refuse_unsendable(body, exc)
+            raise
         return _checked(body, value), tuple(events)
 
 
@@ -564,6 +584,10 @@ class RayBackend:
         self._lock = threading.Lock()
         self._connecting: threading.Thread | None = None
         self._connect_error: BaseException | None = None
+        # Connects that failed so far, and the last failure: the callers that were waiting while one
+        # failed get that failure at once, not a wait of their own (N calls never wait N timeouts).
+        self._failed_connects = 0
+        self._connect_failure: BackendUnavailableError | None = None
 
     def __repr__(self) -> str:
         return f"RayBackend(address={self.address!r})"
@@ -633,27 +657,43 @@ class RayBackend:
         never waits longer than ``connect_timeout`` for an existing cluster.
         Starting a local cluster (``address=None``) waits for Ray to start it.
         """
+        self._connect(self._failed_connects)
+
+    def _connect(self, failures_seen: int) -> None:
+        """Connects, unless a connect failed since the caller saw ``failures_seen`` failures: then fails with it."""
         with self._lock:
             if self._connected:
                 return
-            ray = _ray()
-            address = self.address or os.environ.get("RAY_ADDRESS") or None
-            if address is None or address == LOCAL:
-                if not ray.is_initialized():
-                    # In this thread: a local cluster's processes end with the thread that started them.
-                    ray.init(address=address, namespace=self.namespace, **self.init_options)
+            failure = self._connect_failure
+            if failure is not None and self._failed_connects != failures_seen:
+                raise BackendUnavailableError(str(failure)) from failure.__cause__
+            try:
+                self._connect_now()
+            except BackendUnavailableError as exc:
+                self._failed_connects += 1
+                self._connect_failure = exc
+                raise
+
+    def _connect_now(self) -> None:
+        """Connects to the cluster and starts the actor pools (with the lock held)."""
+        ray = _ray()
+        address = self.address or os.environ.get("RAY_ADDRESS") or None
+        if address is None or address == LOCAL:
+            if not ray.is_initialized():
+                # In this thread: a local cluster's processes end with the thread that started them.
+                ray.init(address=address, namespace=self.namespace, **self.init_options)
+        else:
+            target = _parse_address(address)
+            if target is not None:
+                _probe(address, target, self.connect_timeout)
+            if ray.is_initialized():
+                _check_same_cluster(ray, address)
             else:
-                target = _parse_address(address)
-                if target is not None:
-                    _probe(address, target, self.connect_timeout)
-                if ray.is_initialized():
-                    _check_same_cluster(ray, address)
-                else:
-                    self._join(ray, address)
-            self._connected = True
-            # Actors take seconds to start: start them now rather than under a first call's timeout.
-            for placement in list(self._placements.values()):
-                placement.start_actors()
+                self._join(ray, address)
+        self._connected = True
+        # Actors take seconds to start: start them now rather than under a first call's timeout.
+        for placement in list(self._placements.values()):
+            placement.start_actors()
 
     def _join(self, ray: Any, address: str) -> None:
         """Joins an existing cluster in a helper thread, so an address that never answers cannot hang us."""
@@ -682,11 +722,13 @@ class RayBackend:
             ) from error
 
     async def _connect_from_loop(self) -> None:
+        # Counted here, before the thread: a call whose thread starts late still shares an earlier failure.
+        failures_seen = self._failed_connects
         address = self.address or os.environ.get("RAY_ADDRESS") or None
         if address is None or address == LOCAL:
-            self.connect()
+            self._connect(failures_seen)
         else:
-            await anyio.to_thread.run_sync(self.connect, abandon_on_cancel=True)
+            await anyio.to_thread.run_sync(self._connect, failures_seen, abandon_on_cancel=True)
 
     def close(self) -> None:
         """Stops this backend's actors (Ray itself stays connected: other code may use it)."""
@@ -728,6 +770,16 @@ class RayBackend:
                 note = " (not run again: the tool is not idempotent)"
             return WorkerLostError(
                 f"the Ray worker running `{name}` died before returning a result{note}: {_summary(exc)}"
+            )
+        if isinstance(exc, _error_classes(errors, ("UnserializableException",))):
+            # Its class cannot be rebuilt in this process: the last line of Ray's text names it and its message.
+            original = str(exc).strip().splitlines()[-1]
+            return BackendError(f"`{name}` raised an exception that cannot be rebuilt here: {original}")
+        if isinstance(exc, errors.TaskCancelledError):
+            # This call's own cancellation never gets here (it is raised as a cancellation instead).
+            return BackendError(
+                f"`{name}` was interrupted on its Ray worker, not cancelled by this run: "
+                "a KeyboardInterrupt in the tool, or a cancel from outside toolsched"
             )
         if isinstance(exc, _error_classes(errors, ("TaskUnschedulableError", "ActorUnschedulableError"))):
             return BackendError(f"Ray cannot schedule `{name}` on this cluster: {_summary(exc)}")

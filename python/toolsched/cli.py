@@ -263,6 +263,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if sys.stdout is None and args.command in ("demo", "bench"):
+        # Started with its standard output closed (`>&-`): what it prints would have nowhere to go.
+        if sys.stderr is not None:
+            sys.stderr.write(f"toolsched {args.command}: error: standard output is closed; nothing would be shown\n")
+        return 2
     if args.command == "demo":
         from toolsched.demo import run_demo
 

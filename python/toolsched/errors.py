@@ -30,6 +30,7 @@ __all__ = [
     "ToolTimeoutError",
     "ToolschedError",
     "TurnStateError",
+    "UnknownOptionError",
     "UnknownToolError",
     "WorkloadError",
 ]
@@ -57,6 +58,14 @@ class AssemblyError(ToolschedError, RuntimeError):
 
 class ToolDefinitionError(ToolschedError, ValueError):
     """A tool is declared wrongly: bad metadata, a signature toolsched cannot describe."""
+
+
+class UnknownOptionError(ToolDefinitionError, TypeError):
+    """An option ``@tool`` (or an integration's wrapper) does not take.
+
+    A ``ToolDefinitionError`` as the README promises for bad metadata, and a ``TypeError`` as
+    Python's own unexpected keyword argument is, for code that catches that.
+    """
 
 
 class SemanticError(ToolschedError):

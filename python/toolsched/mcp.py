@@ -33,10 +33,11 @@ structured content.
 
 Annotations are hints from the server; with ``trust_hints=False`` they are
 ignored and every tool is treated as writing, destructive and unsafe to run
-alongside others. A tool the server reports as failed, a protocol error or a
-dropped connection becomes that call's ``execution_error`` result
-(``McpToolError`` / ``McpConnectionError`` as the message), never a crash of
-the run. The ``mcp`` package is imported only when a connection is made
+alongside others. A tool the server reports as failed, a protocol error, a
+request the server does not answer within ``read_timeout`` (300 seconds by
+default) or a dropped connection becomes that call's ``execution_error``
+result (``McpToolError`` / ``McpConnectionError`` as the message), never a
+crash or a hang of the run. The ``mcp`` package is imported only when a connection is made
 (``pip install 'toolsched[mcp]'``).
 """
 
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
     import mcp
     import mcp_types
 
-__all__ = ["McpConnection", "McpTool", "connect", "connect_http", "connect_stdio", "local_name"]
+__all__ = ["DEFAULT_READ_TIMEOUT", "McpConnection", "McpTool", "connect", "connect_http", "connect_stdio", "local_name"]
 
 logger = logging.getLogger("toolsched.mcp")
 
@@ -73,6 +74,10 @@ _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 # Bound on the pages of one tools/list walk, so a server that never stops paginating cannot hang a refresh.
 MAX_TOOL_PAGES = 100
+
+# How long a request waits for its answer unless ``read_timeout`` says otherwise: a reply that never comes
+# (the server hangs, or sends a line that is not a reply to it) fails that call instead of hanging it.
+DEFAULT_READ_TIMEOUT = 300.0
 
 
 def local_name(prefix: str, remote_name: str, taken: set[str]) -> str:
@@ -171,10 +176,13 @@ class McpConnection:
         label: str,
         prefix: str = "",
         trust_hints: bool = True,
+        read_timeout: float | None = None,
     ) -> None:
         self.label = label
         self.prefix = prefix
         self.trust_hints = trust_hints
+        # The client's bound on each request's wait (None: no bound), for the message of a request it ends.
+        self.read_timeout = read_timeout
         self._client_factory = client_factory
         self._client: mcp.Client | None = None
         self._tools: list[McpTool] | None = None
@@ -266,6 +274,10 @@ class McpConnection:
             self._changed = True
         await anyio.lowlevel.checkpoint()
 
+    def _unanswered(self, request: str) -> str:
+        within = "in time" if self.read_timeout is None else f"within {self.read_timeout:g} seconds"
+        return f"MCP server {self.label} did not answer {request} {within} (read_timeout)"
+
     @contextmanager
     def _watched(self) -> Iterator[anyio.CancelScope]:
         """A scope around one request: cancelled if the transport is lost while it waits."""
@@ -286,6 +298,7 @@ class McpConnection:
     async def refresh_tools(self) -> list[McpTool]:
         """Lists the server's tools again; unchanged tools keep their ``McpTool`` object."""
         from mcp.shared.exceptions import MCPError
+        from mcp_types import REQUEST_TIMEOUT
 
         client = self.client
         self._changed = False
@@ -299,21 +312,29 @@ class McpConnection:
                     cursor = page.next_cursor
                     if not cursor:
                         break
-        except (MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
+        except MCPError as exc:
+            if exc.code == REQUEST_TIMEOUT:
+                raise McpConnectionError(self._unanswered("`tools/list`")) from exc
+            raise McpConnectionError(f"could not list the tools of MCP server {self.label}: {exc}") from exc
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             raise McpConnectionError(f"could not list the tools of MCP server {self.label}: {exc}") from exc
         if scope.cancelled_caught:
             raise McpConnectionError(f"could not list the tools of MCP server {self.label}: {self._lost}")
         previous = {member.remote_name: member for member in self._tools or ()}
+        # A tool the server still lists keeps its name, changed or not, whatever is listed before it: a
+        # name the model has seen must never start calling a different server tool. New tools are named
+        # around the kept names.
+        reserved = {previous[spec.name].name for spec in specs if spec.name in previous}
         fresh: list[McpTool] = []
         taken: set[str] = set()
         for spec in specs:
-            kept = previous.get(spec.name)
-            if kept is not None and kept.spec == spec and kept.name not in taken:
+            # Popped, so that a name listed twice keeps its old name once.
+            kept = previous.pop(spec.name, None)
+            if kept is not None and kept.spec == spec:
                 member = kept
             else:
-                member = McpTool(
-                    self, spec, name=local_name(self.prefix, spec.name, taken), trust_hints=self.trust_hints
-                )
+                name = kept.name if kept is not None else local_name(self.prefix, spec.name, taken | reserved)
+                member = McpTool(self, spec, name=name, trust_hints=self.trust_hints)
                 try:
                     ToolRegistry([member])
                 except (SchemaError, ToolDefinitionError) as exc:
@@ -330,7 +351,7 @@ class McpConnection:
         Progress the server reports is passed on as ``ctx.report_progress``.
         """
         from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED
+        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
         client = self.client
 
@@ -346,6 +367,9 @@ class McpConnection:
                 raise McpConnectionError(
                     f"MCP server {self.label} closed the connection during `{name}`: {exc.message}"
                 ) from exc
+            if exc.code == REQUEST_TIMEOUT:
+                # No answer came: the server hangs, or what it sent was not a reply to this request.
+                raise McpConnectionError(self._unanswered(f"`{name}`")) from exc
             raise McpToolError(f"MCP server {self.label} refused `{name}`: {exc.message}") from exc
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             raise McpConnectionError(f"MCP server {self.label} closed the connection during `{name}`") from exc
@@ -362,7 +386,11 @@ def connect(client: Any, *, label: str = "", prefix: str = "", trust_hints: bool
     The client must not be entered yet; the connection enters and exits it.
     """
     return McpConnection(
-        lambda _handler: client, label=label or repr(client.server), prefix=prefix, trust_hints=trust_hints
+        lambda _handler: client,
+        label=label or repr(client.server),
+        prefix=prefix,
+        trust_hints=trust_hints,
+        read_timeout=getattr(client, "read_timeout_seconds", None),
     )
 
 
@@ -374,14 +402,16 @@ def connect_stdio(
     cwd: str | None = None,
     prefix: str = "",
     trust_hints: bool = True,
-    read_timeout: float | None = None,
+    read_timeout: float | None = DEFAULT_READ_TIMEOUT,
     errlog: TextIO | None = None,
 ) -> McpConnection:
     """A connection to a server started as a subprocess that speaks MCP over its stdin and stdout.
 
     ``env`` is merged over a minimal default environment; ``errlog`` receives
     the server's stderr (default ``sys.stderr``); ``read_timeout`` bounds each
-    request's wait for an answer. ``prefix`` is put before every tool name.
+    request's wait for an answer (``DEFAULT_READ_TIMEOUT``, 300 seconds; None
+    waits for ever): a call it ends is an ``McpConnectionError`` saying the
+    server did not answer. ``prefix`` is put before every tool name.
     """
 
     def build(handler: Any) -> Any:
@@ -394,7 +424,7 @@ def connect_stdio(
         transport = stdio_client(parameters, errlog=errlog if errlog is not None else sys.stderr)
         return Client(transport, message_handler=handler, read_timeout_seconds=read_timeout)
 
-    return McpConnection(build, label=f"`{command}`", prefix=prefix, trust_hints=trust_hints)
+    return McpConnection(build, label=f"`{command}`", prefix=prefix, trust_hints=trust_hints, read_timeout=read_timeout)
 
 
 def connect_http(
@@ -404,12 +434,13 @@ def connect_http(
     http_client: Any = None,
     prefix: str = "",
     trust_hints: bool = True,
-    read_timeout: float | None = None,
+    read_timeout: float | None = DEFAULT_READ_TIMEOUT,
 ) -> McpConnection:
     """A connection to a server over streamable HTTP at ``url``.
 
     ``headers`` are sent with every request (e.g. authorization); for more
     control pass your own ``http_client`` (an ``httpx2.AsyncClient``).
+    ``read_timeout`` is as for ``connect_stdio``.
     """
 
     def build(handler: Any) -> Any:
@@ -436,4 +467,4 @@ def connect_http(
 
         return Client(with_headers(), message_handler=handler, read_timeout_seconds=read_timeout)
 
-    return McpConnection(build, label=f"at {url}", prefix=prefix, trust_hints=trust_hints)
+    return McpConnection(build, label=f"at {url}", prefix=prefix, trust_hints=trust_hints, read_timeout=read_timeout)

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import inspect
 import json
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast, overload
@@ -21,12 +22,13 @@ import anyio.to_thread
 import pydantic
 
 from toolsched.context import ToolContext
-from toolsched.errors import ToolDefinitionError
+from toolsched.errors import ToolDefinitionError, UnknownOptionError
 from toolsched.isolation import function_invoker, method_invoker
 from toolsched.resilience import CircuitBreaker, RateLimit, Resilience, Retry
 from toolsched.resources import ResourceFactory, RunScope, open_close, with_run_resource
 from toolsched.results import Decision
 from toolsched.schema import JsonSchema, function_schema, inline_refs, integer_fields, model_schema
+from toolsched.strategies import MAX_SIZE
 from toolsched.threads import run_in_thread
 
 __all__ = ["Access", "FunctionTool", "Tool", "ToolFacts", "tool", "tool_fingerprint"]
@@ -69,20 +71,55 @@ def _choice(tool: str, field: str, value: Any, allowed: tuple[str, ...]) -> None
         raise ToolDefinitionError(f"tool `{tool}`: {field} must be one of {', '.join(allowed)}; got {value!r}")
 
 
+# The largest count a tool's numeric options take: the engine keeps result budgets in machine words, and no
+# text (no Python object) is longer than this, so a larger budget could never mean anything more.
+MAX_COUNT = sys.maxsize
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message: an integer too long to print in full (Python refuses past 4,300
+    digits) is described by its size."""
+    if isinstance(value, int) and value.bit_length() > 256:
+        return f"an integer of {value.bit_length():,} bits"
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else repr(value)
+
+
+def _in_range(tool: str, field: str, value: Any, *, integer: bool, zero: bool, at_most: int) -> None:
+    kind = "integer" if integer else "number"
+    # ``not value > 0`` rather than ``value <= 0``: NaN is refused too.
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int if integer else (int, float))
+        or not (value >= 0 if zero else value > 0)
+    ):
+        article = "an" if integer else "a"
+        wanted = f"{article} {kind} of at least 0" if zero else f"a positive {kind}"
+        raise ToolDefinitionError(f"tool `{tool}`: {field} must be {wanted}; got {_shown(value)}")
+    # An integer option is held to a machine word; an int given for a number option must convert to a float
+    # (timers take floats; ``inf`` is a float already and stays allowed).
+    limit = at_most if integer else sys.float_info.max
+    if isinstance(value, int) and value > limit:
+        raise ToolDefinitionError(f"tool `{tool}`: {field} must be at most {limit:,}; got {_shown(value)}")
+
+
 def _non_negative(tool: str, field: str, value: Any, *, integer: bool) -> None:
-    if value is None:
-        return
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value < 0:
-        raise ToolDefinitionError(f"tool `{tool}`: {field} must be a number of at least 0; got {value!r}")
+    if value is not None:
+        _in_range(tool, field, value, integer=integer, zero=True, at_most=MAX_COUNT)
 
 
-def _positive(tool: str, field: str, value: Any, *, optional: bool, integer: bool) -> None:
-    if value is None and optional:
-        return
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
-        raise ToolDefinitionError(f"tool `{tool}`: {field} must be a positive number; got {value!r}")
+def _positive(tool: str, field: str, value: Any, *, optional: bool, integer: bool, at_most: int = MAX_COUNT) -> None:
+    if value is not None or not optional:
+        _in_range(tool, field, value, integer=integer, zero=False, at_most=at_most)
+
+
+def _boolean(tool: str, field: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ToolDefinitionError(f"tool `{tool}`: {field} must be True or False; got {value!r}")
+
+
+def _flag(tool: str, field: str, value: Any, takes: str) -> None:
+    if not isinstance(value, bool) and not callable(value):
+        raise ToolDefinitionError(f"tool `{tool}`: {field} must be True, False or a callable {takes}; got {value!r}")
 
 
 class ToolFacts:
@@ -366,6 +403,17 @@ class Tool:
             raise ToolDefinitionError(f"tool `{name}`: description must be a string")
         if isinstance(self.aliases, str):
             raise ToolDefinitionError(f"tool `{name}`: aliases must be a collection of names, not a string")
+        for field in ("read_only", "concurrency_safe", "destructive", "needs_approval"):
+            _flag(name, field, getattr(self, field), "of the arguments")
+        _flag(name, "enabled", self.enabled, "taking no arguments")
+        for field in (
+            "requires_user_interaction",
+            "abort_siblings_on_error",
+            "should_defer",
+            "always_load",
+            "idempotent",
+        ):
+            _boolean(name, field, getattr(self, field))
         _choice(name, "isolation", self.isolation, ("none", "process"))
         _choice(name, "interrupt_behavior", self.interrupt_behavior, ("block", "cancel"))
         _choice(name, "timeout_behavior", self.timeout_behavior, ("error", "raise"))
@@ -373,7 +421,8 @@ class Tool:
         _positive(name, "timeout", self.timeout, optional=True, integer=False)
         _positive(name, "max_result_chars", self.max_result_chars, optional=False, integer=True)
         _positive(name, "max_result_lines", self.max_result_lines, optional=True, integer=True)
-        _positive(name, "max_concurrency", self.max_concurrency, optional=True, integer=True)
+        # A cap on calls in flight is held to the strategies' own (``Partitioned(max_concurrency=...)``).
+        _positive(name, "max_concurrency", self.max_concurrency, optional=True, integer=True, at_most=MAX_SIZE)
         self._check_placement()
         cls = type(self)
         static_safe = (
@@ -447,9 +496,7 @@ class FunctionTool(Tool):
         if not callable(fn):
             raise ToolDefinitionError(f"@tool needs a function, got {fn!r}")
         self.fn = fn
-        unknown = set(metadata) - TOOL_OPTIONS
-        if unknown:
-            raise TypeError(f"@tool got unknown option(s): {', '.join(sorted(unknown))}")
+        refuse_unknown_options("@tool", metadata)
         for key, value in metadata.items():
             if value is not None:
                 setattr(self, key, value)
@@ -559,6 +606,13 @@ TOOL_OPTIONS = frozenset(
         "circuit",
     }
 )
+
+
+def refuse_unknown_options(caller: str, metadata: Mapping[str, Any]) -> None:
+    """Raises ``UnknownOptionError`` naming every keyword in ``metadata`` that is not a tool option."""
+    unknown = set(metadata) - TOOL_OPTIONS
+    if unknown:
+        raise UnknownOptionError(f"{caller} got unknown option(s): {', '.join(sorted(unknown))}")
 
 
 @overload

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from contextlib import aclosing
 
 import anyio
@@ -49,6 +50,33 @@ async def test_async_event_callbacks_get_every_event_in_order() -> None:
     await ts.Executor([crawl], on_event=record).run([ts.ToolCall("a", "crawl", {"pages": 1})])
     kinds = [type(e).__name__ for e in seen]
     assert kinds == ["BatchStarted", "ToolStarted", "ToolProgress", "ToolUpdated", "ToolFinished", "BatchFinished"]
+
+
+class AsyncRecorder:
+    """A stateful listener whose ``__call__`` is async: the usual shape of an exporter."""
+
+    def __init__(self) -> None:
+        self.kinds: list[str] = []
+
+    async def __call__(self, event: ts.Event) -> None:
+        await anyio.lowlevel.checkpoint()
+        self.kinds.append(type(event).__name__)
+
+
+async def record_into(kinds: list[str], event: ts.Event) -> None:
+    await anyio.lowlevel.checkpoint()
+    kinds.append(type(event).__name__)
+
+
+async def test_async_callable_objects_and_partials_get_every_event() -> None:
+    recorder = AsyncRecorder()
+    partial_kinds: list[str] = []
+    sinks = [recorder, functools.partial(record_into, partial_kinds), functools.partial(AsyncRecorder())]
+    await ts.Executor([crawl], on_event=sinks).run([ts.ToolCall("a", "crawl", {"pages": 1})])
+    expected = ["BatchStarted", "ToolStarted", "ToolProgress", "ToolUpdated", "ToolFinished", "BatchFinished"]
+    assert recorder.kinds == expected
+    assert partial_kinds == expected
+    assert sinks[2].func.kinds == expected  # type: ignore[attr-defined]
 
 
 async def test_a_failing_callback_does_not_break_the_run() -> None:
@@ -103,3 +131,9 @@ async def test_stream_errors_reach_the_consumer() -> None:
     with pytest.raises(ts.ToolCallFailed):
         async for _ in executor.stream([ts.ToolCall("1", "boom")]):
             pass
+
+
+async def test_an_async_callable_object_as_on_progress_gets_the_progress() -> None:
+    recorder = AsyncRecorder()
+    await ts.Executor([crawl], on_progress=recorder).run([ts.ToolCall("a", "crawl", {"pages": 1})])
+    assert recorder.kinds == ["ToolProgress"]

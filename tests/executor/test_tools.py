@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any, Literal
 
+import anyio
 import pydantic
 import pytest
 
@@ -124,8 +126,8 @@ def test_class_form_with_raw_schema_and_overrides() -> None:
         ({"truncate": "sideways"}, "truncate must be one of"),
         ({"isolation": "vm"}, "isolation must be one of"),
         ({"timeout": 0}, "timeout must be a positive number"),
-        ({"max_result_chars": -1}, "max_result_chars must be a positive number"),
-        ({"max_concurrency": 0}, "max_concurrency must be a positive number"),
+        ({"max_result_chars": -1}, "max_result_chars must be a positive integer"),
+        ({"max_concurrency": 0}, "max_concurrency must be a positive integer"),
     ],
 )
 def test_bad_metadata_is_refused_with_the_field_named(options: dict[str, Any], message: str) -> None:
@@ -137,12 +139,101 @@ def test_bad_metadata_is_refused_with_the_field_named(options: dict[str, Any], m
         ts.ToolRegistry([broken])
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"idempotent": "no", "retry": ts.Retry(attempts=3, backoff=0)}, "idempotent must be True or False"),
+        ({"idempotent": 1}, "idempotent must be True or False"),
+        ({"abort_siblings_on_error": "yes"}, "abort_siblings_on_error must be True or False"),
+        ({"should_defer": 0}, "should_defer must be True or False"),
+        ({"always_load": "true"}, "always_load must be True or False"),
+        ({"requires_user_interaction": "false"}, "requires_user_interaction must be True or False"),
+        ({"read_only": "no"}, "read_only must be True, False or a callable"),
+        ({"concurrency_safe": 1}, "concurrency_safe must be True, False or a callable"),
+        ({"destructive": "no"}, "destructive must be True, False or a callable"),
+        ({"needs_approval": "never"}, "needs_approval must be True, False or a callable"),
+        ({"enabled": "off"}, "enabled must be True, False or a callable"),
+    ],
+)
+def test_boolean_options_must_be_bools(options: dict[str, Any], message: str) -> None:
+    @ts.tool(**options)
+    async def broken() -> str:
+        return "ran"
+
+    with pytest.raises(ts.ToolDefinitionError, match=message):
+        ts.ToolRegistry([broken])
+
+
+def test_boolean_options_take_bools_and_callables() -> None:
+    @ts.tool(
+        read_only=lambda args: True,
+        concurrency_safe=True,
+        destructive=False,
+        needs_approval=lambda args: False,
+        enabled=lambda: True,
+        idempotent=True,
+        abort_siblings_on_error=True,
+        should_defer=False,
+        always_load=True,
+        requires_user_interaction=False,
+    )
+    async def fine() -> str:
+        return "ran"
+
+    assert ts.ToolRegistry([fine]).get("fine") is fine
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_result_lines": 10**20}, "max_result_lines must be at most"),
+        ({"max_result_chars": 2**64}, "max_result_chars must be at most"),
+        ({"max_concurrency": 10**12}, "max_concurrency must be at most"),
+        ({"memory": 10**30}, "memory must be at most"),
+        ({"max_retries": 10**30, "idempotent": True}, "max_retries must be at most"),
+        ({"max_result_chars": True}, "max_result_chars must be a positive integer"),
+        ({"max_result_lines": False}, "max_result_lines must be a positive integer"),
+        ({"max_concurrency": True}, "max_concurrency must be a positive integer"),
+        ({"max_result_chars": 10.0}, "max_result_chars must be a positive integer"),
+        ({"max_result_lines": 10**5000}, "max_result_lines must be at most .*; got an integer of 16,610 bits"),
+        ({"max_result_chars": -(10**5000)}, "max_result_chars must be a positive integer; got an integer of"),
+        ({"timeout": 10**400}, "timeout must be at most 1.79"),
+        ({"timeout": float("nan")}, "timeout must be a positive number"),
+        ({"num_cpus": float("nan")}, "num_cpus must be a number of at least 0"),
+    ],
+)
+def test_numeric_options_are_held_to_what_the_engine_takes(options: dict[str, Any], message: str) -> None:
+    ran: list[str] = []
+
+    @ts.tool(**options)
+    def broken() -> str:
+        ran.append("ran")
+        return "a\nb"
+
+    with pytest.raises(ts.ToolDefinitionError, match=message):
+        ts.ToolRegistry([broken])
+    assert ran == []
+
+
+def test_the_largest_result_budget_is_taken_and_shapes_nothing() -> None:
+    @ts.tool(max_result_chars=sys.maxsize, max_result_lines=sys.maxsize, max_concurrency=1_000_000)
+    def lines() -> str:
+        return "a\nb"
+
+    executor = ts.Executor([lines])
+    outcome = anyio.run(executor.run, [ts.ToolCall("a", "lines", {})])
+    assert (outcome.results[0].output, outcome.results[0].truncated) == ("a\nb", False)
+
+
 def test_unknown_decorator_options_are_refused() -> None:
-    with pytest.raises(TypeError, match="unknown option"):
+    with pytest.raises(ts.ToolDefinitionError, match="unknown option\\(s\\): readonly") as raised:
 
         @ts.tool(readonly=True)  # type: ignore[call-overload]
         async def typo(x: int) -> int:
             return x
+
+    # Still a TypeError, as Python's own unexpected keyword is, for code that catches that.
+    assert isinstance(raised.value, TypeError)
 
 
 def test_class_without_schema_or_call_is_refused() -> None:

@@ -366,6 +366,59 @@ async def test_a_tool_raising_on_ray_fails_like_it_does_locally(cluster: None) -
     assert raised.value.result.error == "PermissionError: no access to /etc"
 
 
+class NeedsArguments(Exception):
+    """Pickles, but cannot be rebuilt from its pickle: its ``__init__`` takes two arguments."""
+
+    def __init__(self, first: int, second: int) -> None:
+        super().__init__(f"{first}-{second}")
+
+
+class HoldsLock(Exception):
+    def __init__(self) -> None:
+        super().__init__("a lock inside")
+        self.lock = threading.Lock()
+
+
+@ts.tool(concurrency_safe=True)
+def raise_needs_arguments() -> str:
+    raise NeedsArguments(1, 2)
+
+
+@ts.tool(concurrency_safe=True)
+async def raise_needs_arguments_async() -> str:
+    raise NeedsArguments(3, 4)
+
+
+@ts.tool(concurrency_safe=True)
+def raise_holds_lock() -> str:
+    raise HoldsLock()
+
+
+@ts.tool(concurrency_safe=True)
+def raise_interrupt() -> str:
+    raise KeyboardInterrupt
+
+
+async def test_exceptions_ray_cannot_send_back_still_name_their_type_and_message(cluster: None) -> None:
+    tools = [raise_needs_arguments, raise_needs_arguments_async, raise_holds_lock, raise_interrupt]
+    backend = ts.RayBackend(actor_pool={"raise_needs_arguments_async": 1})
+    executor = ts.Executor(tools, backends={"ray": backend}, default_backend="ray")
+    with anyio.fail_after(60):
+        outcome = await executor.run([ts.ToolCall(str(n), tool.name, {}) for n, tool in enumerate(tools)])
+    backend.close()
+    assert [result.error_kind for result in outcome.results] == ["execution_error"] * 4
+    errors = [result.error or "" for result in outcome.results]
+    assert errors[0].startswith("BackendError: `raise_needs_arguments` raised NeedsArguments: 1-2 (on a Ray worker;")
+    assert errors[1].startswith(
+        "BackendError: `raise_needs_arguments_async` raised NeedsArguments: 3-4 (on a Ray worker;"
+    )
+    assert errors[2].startswith("BackendError: `raise_holds_lock` raised HoldsLock: a lock inside (on a Ray worker;")
+    assert "cannot pickle '_thread.lock' object" in errors[2]
+    # Nothing cancelled this call: the error must not say it was.
+    assert errors[3].startswith("BackendError: `raise_interrupt` was interrupted on its Ray worker, not cancelled")
+    assert "KeyboardInterrupt" in errors[3]
+
+
 async def test_actor_pools_keep_per_worker_state_relay_progress_and_stop_timed_out_calls(cluster: None) -> None:
     tally, async_tally, patient = Tally(), AsyncTally(), Patient()
     backend = ts.RayBackend(actor_pool={"tally": 1, "async_tally": 1, "patient": 1})
@@ -523,6 +576,43 @@ def test_an_address_that_never_answers_times_out_instead_of_hanging() -> None:
     assert completed.stdout.strip() == (
         f"no Ray cluster answered at '{address}' within 1 seconds (RayBackend(connect_timeout=...))"
     )
+
+
+def test_calls_waiting_for_a_cluster_that_never_answers_share_one_timeout() -> None:
+    # Four calls at once, each needing the connection: one wait of connect_timeout answers them all
+    # (one after another, they would wait 4 x 3 seconds).
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        script = (
+            "import json, os, time, anyio, toolsched as ts\n"
+            "@ts.tool(concurrency_safe=True)\n"
+            "def echo(text: str) -> str:\n"
+            "    return text\n"
+            f"backend = ts.RayBackend(address={address!r}, connect_timeout=3)\n"
+            "executor = ts.Executor([echo], backends={'ray': backend}, default_backend='ray', strategy=ts.Parallel())\n"
+            "started = time.monotonic()\n"
+            "outcome = anyio.run(executor.run, [ts.ToolCall(str(n), 'echo', {'text': 'x'}) for n in range(4)])\n"
+            "errors = [result.error for result in outcome.results]\n"
+            "print(json.dumps({'seconds': time.monotonic() - started, 'errors': errors}), flush=True)\n"
+            "os._exit(0)\n"
+        )
+        completed = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+        )
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads(completed.stdout)
+    assert (
+        report["errors"]
+        == [
+            f"BackendUnavailableError: no Ray cluster answered at '{address}' within 3 seconds "
+            "(RayBackend(connect_timeout=...))"
+        ]
+        * 4
+    )
+    # Well under the 12 seconds of one wait per call, with room for a slow machine.
+    assert report["seconds"] < 8, report
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])

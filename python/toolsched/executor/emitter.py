@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import threading
@@ -12,9 +13,17 @@ import anyio.from_thread
 
 from toolsched.events import Event, under_parent
 
-__all__ = ["Emitter"]
+__all__ = ["Emitter", "is_async_callable"]
 
 logger = logging.getLogger("toolsched")
+
+
+def is_async_callable(fn: Callable[..., Any]) -> bool:
+    """Whether calling ``fn`` gives a coroutine: an ``async def`` function or method, an object whose
+    ``__call__`` is one, or a ``functools.partial`` of either. Judged once, when a callback is taken."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn) or (callable(fn) and inspect.iscoroutinefunction(type(fn).__call__))
 
 
 class Emitter:
@@ -33,7 +42,7 @@ class Emitter:
         self._plain_sinks: list[Callable[[Event], Any]] = []
         self._async_sinks: list[Callable[[Event], Awaitable[Any]]] = []
         for sink in sinks:
-            (self._async_sinks if inspect.iscoroutinefunction(sink) else self._plain_sinks).append(sink)
+            (self._async_sinks if is_async_callable(sink) else self._plain_sinks).append(sink)
         # Events waiting for the async callbacks: ``flush`` delivers them (callers skip it while empty).
         self.pending: list[Event] = []
         self._loop_thread = threading.get_ident()

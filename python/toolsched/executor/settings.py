@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import sys
 import tempfile
@@ -14,7 +13,7 @@ from toolsched import _core
 from toolsched.backends import Backend, Invoker, assign_backends
 from toolsched.errors import OptionError
 from toolsched.events import Event, ToolProgress
-from toolsched.executor.emitter import Emitter
+from toolsched.executor.emitter import Emitter, is_async_callable
 from toolsched.guardrails import Guardrail, Guardrails
 from toolsched.hooks import Hook, Hooks
 from toolsched.journal import Journal
@@ -188,7 +187,7 @@ class Settings:
             sinks.append(self.on_event)
         if self.on_progress is not None:
             on_progress = self.on_progress
-            if inspect.iscoroutinefunction(on_progress):
+            if is_async_callable(on_progress):
 
                 async def progress_only_async(event: Event) -> None:
                     if isinstance(event, ToolProgress):

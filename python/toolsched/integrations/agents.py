@@ -50,7 +50,7 @@ from toolsched.context import ToolContext
 from toolsched.errors import OptionError, ToolDefinitionError
 from toolsched.executor import Executor
 from toolsched.results import ToolCall
-from toolsched.tools import TOOL_OPTIONS, Tool
+from toolsched.tools import Tool, refuse_unknown_options
 
 try:
     from agents import Agent, FunctionTool
@@ -77,9 +77,7 @@ class AgentsFunctionTool(Tool):
             raise ToolDefinitionError(
                 f"from_function_tool() takes an Agents SDK FunctionTool, got {type(tool).__name__}"
             )
-        unknown = set(metadata) - TOOL_OPTIONS
-        if unknown:
-            raise TypeError(f"from_function_tool() got unknown option(s): {', '.join(sorted(unknown))}")
+        refuse_unknown_options("from_function_tool()", metadata)
         if not isinstance(tool.params_json_schema, Mapping):
             raise ToolDefinitionError(f"Agents SDK tool `{tool.name}`: params_json_schema must be a JSON Schema object")
         self.tool = tool

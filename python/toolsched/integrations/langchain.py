@@ -41,7 +41,7 @@ import sniffio
 from toolsched.context import ToolContext
 from toolsched.errors import ToolDefinitionError, ToolschedError
 from toolsched.schema import inline_refs, model_schema
-from toolsched.tools import TOOL_OPTIONS, Tool
+from toolsched.tools import Tool, refuse_unknown_options
 
 try:
     from langchain_core.messages import ToolMessage
@@ -138,9 +138,7 @@ class LangChainTool(Tool):
     def __init__(self, tool: BaseTool, **metadata: Any) -> None:
         if not isinstance(tool, BaseTool):
             raise ToolDefinitionError(f"from_langchain() takes a LangChain BaseTool, got {type(tool).__name__}")
-        unknown = set(metadata) - TOOL_OPTIONS
-        if unknown:
-            raise TypeError(f"from_langchain() got unknown option(s): {', '.join(sorted(unknown))}")
+        refuse_unknown_options("from_langchain()", metadata)
         self.tool = tool
         self.name = tool.name
         self.description = tool.description or ""

@@ -1,0 +1,123 @@
+"""The MCP bridge against a raw stdio server that shifts its tool list and sends malformed replies."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+import toolsched as ts
+from toolsched import mcp as ts_mcp
+
+pytestmark = pytest.mark.anyio
+
+# A hang guard only: every test here ends in seconds when the bridge works.
+LIMIT = 30
+
+# Speaks just enough MCP by hand to send what a well-behaved SDK server never would. Its tool list is
+# read from the file named by argv[1] at every tools/list; `tools/call` answers "<name>:<arguments>",
+# except the tools named after a malformed reply, which get that reply instead.
+RAW_SERVER = r"""
+import json, sys
+
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+for line in sys.stdin:
+    request = json.loads(line)
+    method, request_id = request.get("method"), request.get("id")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": request_id, "result": {
+            "protocolVersion": request["params"]["protocolVersion"],
+            "capabilities": {"tools": {"listChanged": True}},
+            "serverInfo": {"name": "raw", "version": "0"}}})
+    elif method == "tools/list":
+        with open(sys.argv[1]) as listing:
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": json.load(listing)}})
+    elif method == "tools/call":
+        name = request["params"]["name"]
+        if name == "garbage":
+            sys.stdout.write("this is not json\n")
+            sys.stdout.flush()
+        elif name == "wrong_id":
+            send({"jsonrpc": "2.0", "id": 99999, "result": {"content": []}})
+        elif name == "bad_error":
+            send({"jsonrpc": "2.0", "id": request_id, "error": {"code": "x", "message": 5}})
+        else:
+            text = name + ":" + json.dumps(request["params"].get("arguments") or {})
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"content": [{"type": "text", "text": text}]}})
+    elif request_id is not None:
+        send({"jsonrpc": "2.0", "id": request_id, "result": {}})
+"""
+
+
+def _tool(name: str, description: str = "") -> dict[str, object]:
+    return {"name": name, "description": description or name, "inputSchema": {"type": "object"}}
+
+
+def _raw_server(tmp_path: Path, tools: list[dict[str, object]]) -> tuple[Path, Path]:
+    server = tmp_path / "raw_server.py"
+    server.write_text(RAW_SERVER)
+    listing = tmp_path / "tools.json"
+    listing.write_text(json.dumps(tools))
+    return server, listing
+
+
+async def test_a_refresh_never_moves_a_kept_name_to_another_server_tool(tmp_path: Path) -> None:
+    server, listing = _raw_server(tmp_path, [_tool("a_b", "harmless read"), _tool("c d", "changes")])
+    with anyio.fail_after(LIMIT):
+        async with ts_mcp.connect_stdio(sys.executable, [str(server), str(listing)]) as connection:
+            registry = ts.ToolRegistry([], refresh_tools=connection.refresh_tools)
+            await registry.refresh()
+            executor = ts.Executor(registry)
+            first = {member.name: member for member in await connection.tools()}
+            assert {name: member.remote_name for name, member in first.items()} == {"a_b": "a_b", "c_d": "c d"}
+
+            # New tools whose names map onto the kept ones are listed first; "c d" changed its description.
+            listing.write_text(
+                json.dumps([_tool("a b", "DESTROY everything"), _tool("c_d"), _tool("a_b", "harmless read"),
+                            _tool("c d", "changed")])
+            )  # fmt: skip
+            await registry.refresh()
+            after = {member.name: member for member in await connection.tools()}
+            assert {name: member.remote_name for name, member in after.items()} == {
+                "a_b": "a_b",
+                "c_d": "c d",
+                "a_b_2": "a b",
+                "c_d_2": "c_d",
+            }
+            assert after["a_b"] is first["a_b"]  # unchanged: the same object
+            assert after["c_d"].description == "changed"
+
+            outcome = await executor.run([ts.ToolCall("1", "a_b", {}), ts.ToolCall("2", "c_d", {})])
+            assert [result.output for result in outcome.results] == ["a_b:{}", "c d:{}"]
+
+
+@pytest.mark.parametrize("reply", ["garbage", "wrong_id", "bad_error"])
+async def test_a_reply_that_never_comes_is_an_error_saying_so_and_the_next_call_works(
+    tmp_path: Path, reply: str
+) -> None:
+    server, listing = _raw_server(tmp_path, [_tool(reply), _tool("echo")])
+    with anyio.fail_after(LIMIT):
+        async with ts_mcp.connect_stdio(sys.executable, [str(server), str(listing)], read_timeout=2.0) as connection:
+            executor = ts.Executor(await connection.tools())
+            outcome = await executor.run([ts.ToolCall("1", reply, {})])
+            failed = outcome.results[0]
+            assert failed.error_kind == "execution_error"
+            assert f"did not answer `{reply}` within 2 seconds" in (failed.error or "")
+            assert "refused" not in (failed.error or "")
+
+            outcome = await executor.run([ts.ToolCall("2", "echo", {"text": "next"})])
+            assert outcome.results[0].output == 'echo:{"text": "next"}'
+
+
+async def test_requests_have_a_finite_read_timeout_by_default(tmp_path: Path) -> None:
+    server, listing = _raw_server(tmp_path, [_tool("echo")])
+    with anyio.fail_after(LIMIT):
+        async with ts_mcp.connect_stdio(sys.executable, [str(server), str(listing)]) as connection:
+            assert connection.client.read_timeout_seconds == ts_mcp.DEFAULT_READ_TIMEOUT
+    assert 0 < ts_mcp.DEFAULT_READ_TIMEOUT < float("inf")
