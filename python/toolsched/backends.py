@@ -13,7 +13,6 @@ cancellation propagate, so the executor answers the call as it always does.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import logging
@@ -21,7 +20,6 @@ import os
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
@@ -38,7 +36,17 @@ from toolsched.errors import (
     ToolDefinitionError,
     WorkerLostError,
 )
-from toolsched.events import Event, ToolProgress, ToolUpdated
+from toolsched.events import ToolProgress, ToolUpdated
+from toolsched.ray_worker import (
+    AsyncToolWorker,
+    Body,
+    ContextSpec,
+    SyncToolWorker,
+    pack,
+    ray_package,
+    summary,
+    tool_task,
+)
 from toolsched.tools import FunctionTool, Tool
 
 __all__ = [
@@ -138,219 +146,7 @@ def _listed(configured: Mapping[str, Backend]) -> str:
     return "it has " + ", ".join(repr(name) for name in (LOCAL, *configured))
 
 
-# -- what a Ray worker runs ---------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Body:
-    """A tool's body as a Ray worker receives it: the function and how it takes its context."""
-
-    tool_name: str
-    fn: Callable[..., Any]
-    is_async: bool
-    # "keyword": a ``@tool`` function with a ``ctx`` parameter; "positional": a
-    # class-form tool's ``call(args, ctx)``; "none": no context.
-    context: Literal["keyword", "positional", "none"]
-    max_result_bytes: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class _ContextSpec:
-    """What of a ``ToolContext`` crosses to the worker."""
-
-    call_id: str
-    tool_name: str
-    context: Any
-    interactive: bool
-
-
-class _WorkerContext(ToolContext):
-    """The context a body sees on a Ray worker.
-
-    Progress and partial updates are collected and reported by the executor
-    when the call returns; ``cancelled`` also reads Ray's cancellation flag
-    (set when a timed-out call on a sync actor is cancelled).
-    """
-
-    __slots__ = ()
-
-    @property
-    def cancelled(self) -> bool:
-        if self._cancelled:
-            return True
-        try:
-            return bool(_ray().get_runtime_context().is_canceled())
-        except (RuntimeError, AttributeError):
-            return False
-
-
-def _arguments(
-    body: _Body, positional: tuple[Any, ...], keywords: dict[str, Any], spec: _ContextSpec | None, events: list[Event]
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    if body.context == "none":
-        return positional, keywords
-    ctx = (
-        None
-        if spec is None
-        else _WorkerContext(spec.call_id, spec.tool_name, spec.context, spec.interactive, events.append)
-    )
-    if body.context == "keyword":
-        return positional, {**keywords, "ctx": ctx}
-    return (*positional, ctx), keywords
-
-
-def _result_bytes(value: Any) -> int:
-    """The size of a result as it will be stored: exact for text and bytes, pickled size otherwise."""
-    if value is None or isinstance(value, (bool, int, float)):
-        return 0
-    if isinstance(value, str):
-        return len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
-    if isinstance(value, (bytes, bytearray)):
-        return len(value)
-    if isinstance(value, memoryview):
-        return value.nbytes
-    out_of_band = 0
-
-    def count(buffer: Any) -> bool:
-        nonlocal out_of_band
-        out_of_band += buffer.raw().nbytes
-        return False
-
-    return len(_ray().cloudpickle.dumps(value, protocol=5, buffer_callback=count)) + out_of_band
-
-
-def _checked(body: _Body, value: Any) -> Any:
-    """Refuses, in the worker, a result over the backend's size limit or one that cannot be sent back."""
-    if body.max_result_bytes is None:
-        return value
-    try:
-        size = _result_bytes(value)
-    except Exception as exc:
-        raise BackendError(
-            f"the result of `{body.tool_name}` ({type(value).__name__}) cannot be sent back from the Ray worker: "
-            f"{type(exc).__name__}: {_summary(exc)}"
-        ) from None
-    if size > body.max_result_bytes:
-        raise ResultTooLargeError(
-            f"the result of `{body.tool_name}` is {size:,} bytes, over the Ray backend's limit of "
-            f"{body.max_result_bytes:,} (RayBackend(max_result_bytes=...)); return less, or store it "
-            "and return where it is"
-        )
-    return value
-
-
-def _run_body(
-    body: _Body, positional: tuple[Any, ...], keywords: dict[str, Any], spec: _ContextSpec | None
-) -> tuple[Any, tuple[Event, ...]]:
-    """Runs in a Ray worker: the body (an async one on its own event loop), its result and its events."""
-    events: list[Event] = []
-    positional, keywords = _arguments(body, positional, keywords, spec, events)
-    try:
-        if body.is_async:
-            # asyncio's own runner: anyio code runs on it as on anyio.run, which costs more per call.
-            value = asyncio.run(body.fn(*positional, **keywords))
-        else:
-            value = body.fn(*positional, **keywords)
-    except Exception as exc:
-        _refuse_unsendable(body, exc)
-        raise
-    return _checked(body, value), tuple(events)
-
-
-def _refuse_unsendable(body: _Body, exc: Exception) -> None:
-    """Raises a ``BackendError`` naming a body's exception when Ray could not rebuild it on the caller's side."""
-    cloudpickle = _ray().cloudpickle
-    try:
-        cloudpickle.loads(cloudpickle.dumps(exc))
-    except Exception as problem:
-        raise BackendError(
-            f"`{body.tool_name}` raised {type(exc).__name__}: {_summary(exc)} (on a Ray worker; the exception "
-            f"cannot be sent back as it is: {type(problem).__name__}: {_summary(problem)})"
-        ) from exc
-
-
-# A call's arguments travel to Ray as one value, or none at all: Ray serialises each argument of a
-# task on its own, and each one costs the submitting process tens of microseconds
-# (``python benches/ray_throughput.py``).
-_Packed = tuple[tuple[Any, ...], dict[str, Any], _ContextSpec | None] | None
-_NOTHING: tuple[tuple[Any, ...], dict[str, Any], None] = ((), {}, None)
-
-
-def _pack(positional: tuple[Any, ...], keywords: dict[str, Any], spec: _ContextSpec | None) -> tuple[Any, ...]:
-    """The arguments of a Ray task or actor call for one tool call: ``()`` when there are none."""
-    if not positional and not keywords and spec is None:
-        return ()
-    return ((positional, keywords, spec),)
-
-
-def _task(body: _Body) -> Callable[..., tuple[Any, tuple[Event, ...]]]:
-    """The Ray task of one tool: its body travels with the function, exported to the cluster once."""
-
-    def run_tool(packed: _Packed = None) -> tuple[Any, tuple[Event, ...]]:
-        return _run_body(body, *(packed or _NOTHING))
-
-    return run_tool
-
-
-class _SyncToolWorker:
-    """A Ray actor holding its own copy of a tool with a sync body, one call at a time."""
-
-    def __init__(self, body: _Body) -> None:
-        self._body = body
-
-    def run(self, packed: _Packed = None) -> tuple[Any, tuple[Event, ...]]:
-        return _run_body(self._body, *(packed or _NOTHING))
-
-
-class _AsyncToolWorker:
-    """A Ray actor holding its own copy of a tool with an async body, on the actor's event loop."""
-
-    def __init__(self, body: _Body) -> None:
-        self._body = body
-
-    async def run(self, packed: _Packed = None) -> tuple[Any, tuple[Event, ...]]:
-        body = self._body
-        positional, keywords, spec = packed or _NOTHING
-        events: list[Event] = []
-        positional, keywords = _arguments(body, positional, keywords, spec, events)
-        try:
-            value = await body.fn(*positional, **keywords)
-        except Exception as exc:
-            _refuse_unsendable(body, exc)
-            raise
-        return _checked(body, value), tuple(events)
-
-
 # -- the caller's side ------------------------------------------------------------
-
-
-_ray_module: Any = None
-
-
-def _ray() -> Any:
-    """The ``ray`` module, imported on first use (importing it takes a second or more)."""
-    global _ray_module
-    if _ray_module is None:
-        try:
-            import ray
-        except ImportError as exc:
-            raise BackendUnavailableError("RayBackend needs the `ray` package: pip install 'toolsched[ray]'") from exc
-        _ray_module = ray
-    return _ray_module
-
-
-def _summary(exc: BaseException) -> str:
-    """The first line of an exception's message, kept short."""
-    text = ""
-    try:
-        text = str(exc)
-    except Exception:
-        text = ""
-    for line in text.splitlines():
-        if line.strip():
-            text = line.strip()
-            break
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _error_classes(module: Any, names: Iterable[str]) -> tuple[type[BaseException], ...]:
@@ -360,7 +156,7 @@ def _error_classes(module: Any, names: Iterable[str]) -> tuple[type[BaseExceptio
 
 def _tool_body(
     tool: Tool, max_result_bytes: int | None
-) -> tuple[_Body, Callable[[Args], tuple[tuple[Any, ...], dict[str, Any]]]]:
+) -> tuple[Body, Callable[[Args], tuple[tuple[Any, ...], dict[str, Any]]]]:
     """A tool's body for a worker, and how the caller turns validated arguments into its arguments."""
     if isinstance(tool, FunctionTool):
         fn = tool.fn
@@ -374,7 +170,7 @@ def _tool_body(
             return (), {key: getattr(parsed, key) for key in args}
 
         context: Literal["keyword", "positional", "none"] = "keyword" if wants_ctx else "none"
-        return _Body(tool.name, fn, inspect.iscoroutinefunction(fn), context, max_result_bytes), keywords
+        return Body(tool.name, fn, inspect.iscoroutinefunction(fn), context, max_result_bytes), keywords
     call = getattr(tool, "call", None)
     if call is None or not callable(call):
         raise ToolDefinitionError(f"tool class {type(tool).__name__} must define call(self, args, ctx)")
@@ -386,7 +182,7 @@ def _tool_body(
         return ((input_model.model_validate(args) if input_model else dict(args)),), {}
 
     method = getattr(replica, "call", call)
-    return _Body(tool.name, method, inspect.iscoroutinefunction(method), "positional", max_result_bytes), parsed
+    return Body(tool.name, method, inspect.iscoroutinefunction(method), "positional", max_result_bytes), parsed
 
 
 class _Placement:
@@ -397,11 +193,11 @@ class _Placement:
     def __init__(self, tool: Tool, actor_count: int, max_result_bytes: int | None) -> None:
         self.body, self.prepare = _tool_body(tool, max_result_bytes)
         try:
-            _ray().cloudpickle.dumps(self.body)
+            ray_package().cloudpickle.dumps(self.body)
         except Exception as exc:
             raise ToolDefinitionError(
                 f"tool `{tool.name}` cannot run on Ray: its body cannot be serialised "
-                f"({type(exc).__name__}: {_summary(exc)}); keep what it refers to picklable "
+                f"({type(exc).__name__}: {summary(exc)}); keep what it refers to picklable "
                 "(no locks, open files or live clients: create those inside the body)"
             ) from exc
         if tool.idempotent:
@@ -421,23 +217,23 @@ class _Placement:
 
     def submit(self, args: Args, ctx: ToolContext | None) -> tuple[Any, int]:
         """Starts the call on Ray; returns its result's reference and the actor it went to (-1: a task)."""
-        ray = _ray()
+        ray = ray_package()
         positional, keywords = self.prepare(args)
         spec = None
         if ctx is not None and self.body.context != "none":
-            spec = _ContextSpec(ctx.call_id, ctx.tool_name, ctx.context, ctx.interactive)
+            spec = ContextSpec(ctx.call_id, ctx.tool_name, ctx.context, ctx.interactive)
         if not self.actor_count:
             if self.task is None:
-                self.task = ray.remote(_task(self.body)).options(
+                self.task = ray.remote(tool_task(self.body)).options(
                     name=f"toolsched:{self.body.tool_name}",
                     max_retries=self.retries,
                     retry_exceptions=False,
                     **self.options,
                 )
-            return self.task.remote(*_pack(positional, keywords, spec)), -1
+            return self.task.remote(*pack(positional, keywords, spec)), -1
         self.start_actors()
         index = min(range(self.actor_count), key=self.busy.__getitem__)
-        reference = self.actors[index].run.remote(*_pack(positional, keywords, spec))
+        reference = self.actors[index].run.remote(*pack(positional, keywords, spec))
         self.busy[index] += 1
         return reference, index
 
@@ -445,9 +241,9 @@ class _Placement:
         """Starts the tool's actors, if it has a pool and they are not running yet (needs a connection)."""
         if self.actors or not self.actor_count:
             return
-        worker = _AsyncToolWorker if self.body.is_async else _SyncToolWorker
+        worker = AsyncToolWorker if self.body.is_async else SyncToolWorker
         actor_class = (
-            _ray()
+            ray_package()
             .remote(worker)
             .options(max_restarts=-1, max_task_retries=self.retries, max_concurrency=1, **self.options)
         )
@@ -461,12 +257,12 @@ class _Placement:
     def cancel(self, reference: Any, index: int) -> None:
         """Stops a call in flight: a task's worker is killed; an actor call is cancelled as Ray allows."""
         try:
-            _ray().cancel(reference, force=index < 0)
+            ray_package().cancel(reference, force=index < 0)
         except Exception:
             logger.warning("could not cancel the Ray call of %s", self.body.tool_name, exc_info=True)
 
     def close(self) -> None:
-        ray = _ray()
+        ray = ray_package()
         for actor in self.actors:
             try:
                 ray.kill(actor)
@@ -576,7 +372,7 @@ class RayBackend:
         self.max_result_bytes = max_result_bytes
         self.connect_timeout = float(connect_timeout)
         self.init_options = dict(init_options or {})
-        _ray()
+        ray_package()
         if self.address is not None:
             _parse_address(self.address)
         self._placements: dict[Tool, _Placement] = {}
@@ -626,14 +422,14 @@ class RayBackend:
             raise
         except Exception as exc:
             raise BackendError(
-                f"the call of `{tool.name}` cannot be sent to Ray: {type(exc).__name__}: {_summary(exc)}"
+                f"the call of `{tool.name}` cannot be sent to Ray: {type(exc).__name__}: {summary(exc)}"
             ) from exc
         try:
             value, events = await _ray_result(reference)
         except anyio.get_cancelled_exc_class():
             placement.cancel(reference, index)
             raise
-        except _ray().exceptions.RayError as exc:
+        except ray_package().exceptions.RayError as exc:
             error = self._translate(exc, placement)
             if isinstance(error, BackendError):
                 raise error from exc
@@ -676,7 +472,7 @@ class RayBackend:
 
     def _connect_now(self) -> None:
         """Connects to the cluster and starts the actor pools (with the lock held)."""
-        ray = _ray()
+        ray = ray_package()
         address = self.address or os.environ.get("RAY_ADDRESS") or None
         if address is None or address == LOCAL:
             if not ray.is_initialized():
@@ -718,7 +514,7 @@ class RayBackend:
         error = self._connect_error
         if error is not None:
             raise BackendUnavailableError(
-                f"cannot connect to the Ray cluster at {address!r}: {type(error).__name__}: {_summary(error)}"
+                f"cannot connect to the Ray cluster at {address!r}: {type(error).__name__}: {summary(error)}"
             ) from error
 
     async def _connect_from_loop(self) -> None:
@@ -739,7 +535,7 @@ class RayBackend:
 
     def _translate(self, exc: BaseException, placement: _Placement) -> BaseException:
         """A Ray error as the call's error: the tool's own exception, or what went wrong around it."""
-        errors = _ray().exceptions
+        errors = ray_package().exceptions
         name = placement.body.tool_name
         if isinstance(exc, errors.RayTaskError):
             cause = exc.cause
@@ -749,9 +545,9 @@ class RayBackend:
                 # Ray's text of the error carries the worker's traceback.
                 cause.add_note(f"raised on a Ray worker: {exc}")
                 return cause
-            return BackendError(f"`{name}` failed on Ray: {_summary(exc)}")
+            return BackendError(f"`{name}` failed on Ray: {summary(exc)}")
         if isinstance(exc, _error_classes(errors, ("ObjectStoreFullError", "OutOfDiskError"))):
-            return ResultTooLargeError(f"the result of `{name}` does not fit in the Ray object store: {_summary(exc)}")
+            return ResultTooLargeError(f"the result of `{name}` does not fit in the Ray object store: {summary(exc)}")
         lost = _error_classes(
             errors,
             (
@@ -769,7 +565,7 @@ class RayBackend:
             else:
                 note = " (not run again: the tool is not idempotent)"
             return WorkerLostError(
-                f"the Ray worker running `{name}` died before returning a result{note}: {_summary(exc)}"
+                f"the Ray worker running `{name}` died before returning a result{note}: {summary(exc)}"
             )
         if isinstance(exc, _error_classes(errors, ("UnserializableException",))):
             # Its class cannot be rebuilt in this process: the last line of Ray's text names it and its message.
@@ -782,8 +578,8 @@ class RayBackend:
                 "a KeyboardInterrupt in the tool, or a cancel from outside toolsched"
             )
         if isinstance(exc, _error_classes(errors, ("TaskUnschedulableError", "ActorUnschedulableError"))):
-            return BackendError(f"Ray cannot schedule `{name}` on this cluster: {_summary(exc)}")
-        return BackendError(f"Ray could not run `{name}`: {type(exc).__name__}: {_summary(exc)}")
+            return BackendError(f"Ray cannot schedule `{name}` on this cluster: {summary(exc)}")
+        return BackendError(f"Ray could not run `{name}`: {type(exc).__name__}: {summary(exc)}")
 
 
 def _parse_address(address: str) -> tuple[str, int] | None:
@@ -808,7 +604,7 @@ def _probe(address: str, target: tuple[str, int], timeout: float) -> None:
             pass
     except OSError as exc:
         raise BackendUnavailableError(
-            f"cannot reach the Ray cluster at {address!r}: {exc.strerror or _summary(exc)}"
+            f"cannot reach the Ray cluster at {address!r}: {exc.strerror or summary(exc)}"
         ) from None
 
 

@@ -25,7 +25,7 @@ import ray
 import ray.cloudpickle
 
 import toolsched as ts
-from toolsched import backends
+from toolsched import ray_worker
 from toolsched.cli import main
 
 pytestmark = pytest.mark.anyio
@@ -658,7 +658,7 @@ def test_bench_refuses_an_unreachable_cluster_and_ray_options_without_ray(
 
 def test_without_ray_installed_the_backend_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)
-    monkeypatch.setattr(backends, "_ray_module", None)
+    monkeypatch.setattr(ray_worker, "_ray_package", None)
     with pytest.raises(
         ts.BackendUnavailableError, match=r"RayBackend needs the `ray` package: pip install 'toolsched\[ray\]'"
     ):
