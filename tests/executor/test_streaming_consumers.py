@@ -15,6 +15,20 @@ from toolsched.providers import anthropic
 pytestmark = pytest.mark.anyio
 
 
+def _mailer() -> tuple[ts.Tool, list[str], anyio.Event]:
+    """A tool with a side effect, what it sent, and an event set once it ran."""
+    sent: list[str] = []
+    ran = anyio.Event()
+
+    @ts.tool
+    async def send_email(to: str) -> str:
+        sent.append(to)
+        ran.set()
+        return f"sent to {to}"
+
+    return send_email, sent, ran
+
+
 async def test_every_consumer_of_results_sees_every_result() -> None:
     gates = [anyio.Event() for _ in range(3)]
 
@@ -52,15 +66,7 @@ async def test_every_consumer_of_results_sees_every_result() -> None:
 
 
 async def test_a_toolsched_error_of_the_callers_code_breaks_the_stream_with_the_outcome() -> None:
-    sent: list[str] = []
-    ran = anyio.Event()
-
-    @ts.tool
-    async def send_email(to: str) -> str:
-        sent.append(to)
-        ran.set()
-        return f"sent to {to}"
-
+    send_email, sent, ran = _mailer()
     executor = ts.Executor([send_email])
     with pytest.raises(ts.StreamFailed) as failed:
         async with executor.turn() as turn:
@@ -68,18 +74,12 @@ async def test_a_toolsched_error_of_the_callers_code_breaks_the_stream_with_the_
             await ran.wait()
             raise ts.ResponseFormatError("a garbled chunk")
     assert isinstance(failed.value.__cause__, ts.ResponseFormatError)
+    assert sent == ["carol"]
     assert [(result.call_id, result.output) for result in failed.value.outcome.results] == [("e1", "sent to carol")]
 
 
 async def test_a_garbled_provider_event_after_a_call_ran_keeps_its_result() -> None:
-    sent: list[str] = []
-    ran = anyio.Event()
-
-    @ts.tool
-    async def send_email(to: str) -> str:
-        sent.append(to)
-        ran.set()
-        return f"sent to {to}"
+    send_email, sent, ran = _mailer()
 
     async def events() -> AsyncIterator[dict[str, Any]]:
         yield {"type": "message_start", "message": {"role": "assistant", "content": []}}
