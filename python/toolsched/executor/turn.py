@@ -222,6 +222,10 @@ class Plan:
         return view.tools[index].name if index >= 0 else self.calls[slot].name
 
 
+# The types of a turn's calls when every one is exactly a ToolCall (``plan_calls``).
+_ONLY_TOOLCALL = {ToolCall}
+
+
 def plan_calls(settings: Settings, view: View, calls: list[ToolCall], *, jobs: bool = False) -> Plan:
     """One crossing into the engine for a list of calls: type check, lookup, dedup by ID, validation.
 
@@ -229,10 +233,9 @@ def plan_calls(settings: Settings, view: View, calls: list[ToolCall], *, jobs: b
     that is not exactly a ``ToolCall`` is read once, here (``plain_call``): the plan, and
     everything after it, holds what was read.
     """
-    for call in calls:
-        if type(call) is not ToolCall:
-            calls = plain_calls(calls)
-            break
+    # Told by the set of the calls' types, built in C: a loop here costs every call of every turn.
+    if calls and set(map(type, calls)) != _ONLY_TOOLCALL:
+        calls = plain_calls(calls)
     tool_rows, arg_rows, failures, positions, duplicate_rows, rulings = view.table.prepare(
         calls, view.toolset.disabled_mask(), settings.limits, view.rules, ToolCall
     )
