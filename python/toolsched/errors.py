@@ -132,7 +132,8 @@ class StreamFailed(ToolschedError):
     ``outcome`` holds a result for every call submitted before it broke: calls
     that had finished keep their results, running calls of tools with
     ``interrupt_behavior="cancel"`` are ``cancelled``, ``"block"`` calls ran to
-    the end, calls not started are ``skipped``. The error of the stream is the
+    the end (one waiting for a rate-limit token or a retry ran no more attempts),
+    calls not started are ``skipped``. The error of the stream is the
     ``__cause__``.
     """
 

@@ -134,7 +134,7 @@ class McpTool(Tool):
 
     async def call(self, args: Mapping[str, Any], ctx: ToolContext | None) -> Any:
         """Sends the call to the server; its text (or content blocks) is the output."""
-        return await self.connection.call_tool(self.remote_name, args, ctx)
+        return await self.connection.call_tool(self.remote_name, args, ctx, tool_timeout=self.timeout)
 
 
 def _first_cause(exc: BaseException) -> str:
@@ -274,6 +274,12 @@ class McpConnection:
             self._changed = True
         await anyio.lowlevel.checkpoint()
 
+    def _waits_for(self, timeout: float | None) -> float | None:
+        """How long a tool call waits for its answer: ``read_timeout``, or the tool's longer ``timeout``."""
+        if self.read_timeout is None or timeout is None:
+            return self.read_timeout
+        return max(self.read_timeout, timeout)
+
     def _unanswered(self, request: str) -> str:
         within = "in time" if self.read_timeout is None else f"within {self.read_timeout:g} seconds"
         return f"MCP server {self.label} did not answer {request} {within} (read_timeout)"
@@ -345,10 +351,13 @@ class McpConnection:
         self._tools = fresh
         return list(fresh)
 
-    async def call_tool(self, name: str, args: Mapping[str, Any], ctx: ToolContext | None = None) -> Any:
+    async def call_tool(
+        self, name: str, args: Mapping[str, Any], ctx: ToolContext | None = None, *, tool_timeout: float | None = None
+    ) -> Any:
         """Calls the server's tool ``name``; raises ``McpToolError`` or ``McpConnectionError`` on failure.
 
-        Progress the server reports is passed on as ``ctx.report_progress``.
+        Progress the server reports is passed on as ``ctx.report_progress``. The answer is waited for
+        ``read_timeout``, or the tool's ``timeout`` when that is longer (the executor stops it then).
         """
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
@@ -361,7 +370,9 @@ class McpConnection:
 
         try:
             with self._watched() as scope:
-                result = await client.call_tool(name, dict(args), progress_callback=on_progress)
+                result = await client.call_tool(
+                    name, dict(args), read_timeout_seconds=self._waits_for(tool_timeout), progress_callback=on_progress
+                )
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 raise McpConnectionError(

@@ -38,6 +38,7 @@ from toolsched.errors import OptionError
 from toolsched.results import ErrorKind
 
 __all__ = [
+    "PROBE_HOLD",
     "RETRY_FLOOR",
     "CircuitBreaker",
     "CircuitOpen",
@@ -54,6 +55,10 @@ __all__ = [
 
 # Retries a tool may always make in a minute, whatever its budget: a quiet tool can still retry.
 RETRY_FLOOR = 10
+
+# The least time a probe whose body still runs in its thread holds the next probe back, in seconds
+# (``Resilience._hold_probe``; the circuit's cooldown when that is longer).
+PROBE_HOLD = 1.0
 
 # Doublings of the backoff past this many retries change nothing (2.0 ** 1024 overflows a float).
 _MAX_DOUBLINGS = 1023
@@ -245,6 +250,7 @@ class Resilience:
         "_failures",
         "_firsts",
         "_open_until",
+        "_probe_hold",
         "_probe_left",
         "_probing",
         "_retries",
@@ -278,6 +284,8 @@ class Resilience:
         # The body of a probe that timed out in its thread and still runs there (set when it returns):
         # no other probe starts before it ends, so one probe at a time reaches the downstream.
         self._probe_left: threading.Event | None = None
+        # ... but not for ever: a body that never returns holds the probe until this time at most.
+        self._probe_hold = -math.inf
 
     # -- the circuit ----------------------------------------------------------------
 
@@ -300,10 +308,19 @@ class Resilience:
         left = self._probe_left
         if left is None:
             return False
-        if left.is_set():
+        if left.is_set() or self._clock() >= self._probe_hold:
             self._probe_left = None
             return False
         return True
+
+    def _hold_probe(self, left_running: threading.Event | None, circuit: CircuitBreaker) -> None:
+        """The probe's body goes on in its thread after its call ended: no probe starts before that body
+        returns, or at most one more cooldown (at least ``PROBE_HOLD`` seconds) after the circuit would
+        have let one through (a body that never returns must not shut the tool out for good)."""
+        if left_running is None or left_running.is_set():
+            return
+        self._probe_left = left_running
+        self._probe_hold = max(self._open_until, self._clock()) + max(circuit.cooldown, PROBE_HOLD)
 
     def refuses(self) -> bool:
         """Whether an attempt would be refused now (``admit`` without taking the probe)."""
@@ -325,11 +342,6 @@ class Resilience:
         circuit = self.circuit
         if circuit is None:
             return
-        if probe:
-            self._probing = False
-            if left_running is not None and not left_running.is_set():
-                # The probe timed out in a thread that still runs its body: the next probe waits for it.
-                self._probe_left = left_running
         if outcome == "transient":
             self._failures += 1
             if self._failures >= circuit.failures:
@@ -337,17 +349,21 @@ class Resilience:
         elif self._failures < circuit.failures or (probe and outcome == "success"):
             self._failures = 0
             self._open_until = -math.inf
+        if probe:
+            self._probing = False
+            self._hold_probe(left_running, circuit)
 
     def release_probe(self, left_running: threading.Event | None = None) -> None:
         """The probe call ended without an outcome (cancelled): the next call may probe, once the probe's
         body is over if it still runs in its thread (``left_running`` is set when it ends)."""
         self._probing = False
-        if left_running is not None and not left_running.is_set():
-            self._probe_left = left_running
+        if self.circuit is not None:
+            self._hold_probe(left_running, self.circuit)
 
     def open_for(self) -> float:
         """Seconds until the open circuit lets a probe through (0 when it would now)."""
-        return max(0.0, self._open_until - self._clock())
+        until = max(self._open_until, self._probe_hold) if self._probe_running() else self._open_until
+        return max(0.0, until - self._clock())
 
     # -- the rate limit --------------------------------------------------------------
 

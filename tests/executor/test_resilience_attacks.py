@@ -54,6 +54,28 @@ async def test_an_interrupt_during_a_backoff_ends_the_wait_and_the_call_is_not_r
     assert "429 too many requests" in (result.error or "")
 
 
+async def test_a_broken_stream_ends_a_backoff_wait_as_an_interrupt_does() -> None:
+    failed = anyio.Event()
+    runs: list[int] = []
+
+    @ts.tool(idempotent=True, retry=ts.Retry(attempts=3))  # interrupt_behavior="block"
+    async def search() -> str:
+        runs.append(1)
+        failed.set()
+        raise ts.Transient("429 too many requests", retry_after=120.0)
+
+    # The backoff is two minutes (its wind-down is shielded): only a wait the broken stream ends lets this finish in time.
+    with anyio.fail_after(60), pytest.raises(ts.StreamFailed) as broken:
+        async with ts.Executor([search]).turn() as turn:
+            turn.submit(call("a", "search"))
+            await failed.wait()
+            await anyio.wait_all_tasks_blocked()
+            raise ConnectionError("the model's stream dropped")
+    result = broken.value.outcome.results[0]
+    assert runs == [1]
+    assert (result.error_kind, result.attempts) == ("execution_error", 1)
+
+
 async def interrupted_while_waiting_for_a_token() -> tuple[list[int], list[ts.ToolResult]]:
     """Two calls of a tool with one token a minute; the run is interrupted while the second waits."""
     ran: list[int] = []
@@ -193,6 +215,25 @@ def test_only_the_probe_settles_an_open_circuit_and_a_probe_failing_for_another_
     assert state.admit() is True  # still half open: the next call probes
     state.record("success", probe=True)
     assert state.admit() is False  # closed
+
+
+def test_a_probe_body_that_never_returns_holds_the_circuit_for_one_more_cooldown_at_most() -> None:
+    now = 0.0
+    state = Resilience(None, None, ts.CircuitBreaker(failures=1, cooldown=10), clock=lambda: now)
+    state.record("transient")
+    now = 10.0
+    assert state.admit() is True
+    # The probe timed out; its body goes on in a thread that never returns.
+    state.record("transient", probe=True, left_running=threading.Event())
+    now = 20.0  # the circuit's own cooldown is over, the body still runs: no second probe yet
+    assert state.admit() is None
+    assert state.open_for() == 10.0
+    now = 30.0  # one more cooldown: a probe goes, or the tool would be shut out for good
+    assert state.admit() is True
+    returned = threading.Event()
+    state.release_probe(left_running=returned)
+    returned.set()  # a body that returns lets the next probe through at once
+    assert state.admit() is True
 
 
 async def test_a_sync_probe_past_its_timeout_holds_the_probe_until_its_body_returns() -> None:

@@ -45,6 +45,10 @@ for line in sys.stdin:
             sys.stdout.flush()
         elif name == "wrong_id":
             send({"jsonrpc": "2.0", "id": 99999, "result": {"content": []}})
+        elif name == "slow":
+            import time
+            time.sleep(1.5)
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"content": [{"type": "text", "text": "late"}]}})
         elif name == "bad_error":
             send({"jsonrpc": "2.0", "id": request_id, "error": {"code": "x", "message": 5}})
         else:
@@ -121,3 +125,17 @@ async def test_requests_have_a_finite_read_timeout_by_default(tmp_path: Path) ->
         async with ts_mcp.connect_stdio(sys.executable, [str(server), str(listing)]) as connection:
             assert connection.client.read_timeout_seconds == ts_mcp.DEFAULT_READ_TIMEOUT
     assert 0 < ts_mcp.DEFAULT_READ_TIMEOUT < float("inf")
+
+
+async def test_a_tool_whose_timeout_is_longer_than_read_timeout_waits_for_its_answer(tmp_path: Path) -> None:
+    # The server answers `slow` after 1.5 seconds, past the connection's read_timeout but within the tool's own.
+    server, listing = _raw_server(tmp_path, [_tool("slow")])
+    with anyio.fail_after(LIMIT):
+        async with ts_mcp.connect_stdio(sys.executable, [str(server), str(listing)], read_timeout=0.5) as connection:
+            (listed,) = await connection.tools()
+            patient = listed.replica()
+            patient.timeout = 20.0
+            outcome = await ts.Executor([patient]).run([ts.ToolCall("1", "slow", {})])
+            assert (outcome.results[0].error_kind, outcome.results[0].output) == (None, "late")
+            hurried = await ts.Executor([listed]).run([ts.ToolCall("2", "slow", {})])
+            assert "did not answer `slow` within 0.5 seconds" in (hurried.results[0].error or "")

@@ -421,8 +421,10 @@ class Executor:
         """A user message arrived: stops every run in progress on this executor (or only the run ``run_id``).
 
         Running calls of tools with ``interrupt_behavior="cancel"`` are cancelled
-        (``cancelled`` results); ``"block"`` tools finish; calls not started yet
-        get ``skipped`` results. ``reason`` is added to those results' messages.
+        (``cancelled`` results); ``"block"`` tools finish, except that a call
+        waiting without working (a rate-limit token, a retry's backoff) runs no
+        more attempts (its last failure, or ``skipped`` if it never ran); calls
+        not started yet get ``skipped`` results. ``reason`` is added to those results' messages.
         Returns how many runs it reached (runs that are executing their calls).
         Call it from the event loop's thread.
         """
@@ -700,12 +702,13 @@ class Executor:
         records = claim(state)
         if durable is not None:
             try:
-                await durable.resumed(records)
+                await durable.resuming(records)
             except BaseException:
-                # Refused by the journal (another process holds the run, say): nothing ran, so the state
-                # and its copies keep the person's decisions for a resume that is let through.
+                # Refused by the journal (another process holds the run, say) before anything was written or
+                # ran: the state and its copies keep the person's decisions for a resume that is let through.
                 unclaim(state)
                 raise
+            await durable.resumed(records)
         settings = self._settings
         turn = Turn(settings, view, len(records), context, settings.emitter(sink, parent), self._runs, durable)
         slot_calls = [ToolCall(record.call_id, record.name, record.args) for record in records]

@@ -162,18 +162,21 @@ class RunJournal:
         stored = storable(args)
         await self.write(call_id, "started", {"args": stored, "digest": args_digest(stored)})
 
-    async def resumed(self, records: Sequence[CallRecord]) -> None:
-        """Claims a journaled run being resumed and journals the decisions a person made since.
-
-        A call whose nested run waits is journaled ``approved`` again, with the nested run's record as
-        decided: it resumes once from each wait. A state whose nested run no longer waits where the journal
-        has it (resumed before, in this process or another) is refused with ``StateError``, before anything
-        is written.
-        """
+    async def resuming(self, records: Sequence[CallRecord]) -> None:
+        """Claims a journaled run being resumed, writing nothing: ``RunClaimedError`` while another process
+        holds it, and ``StateError`` for a state whose nested run no longer waits where the journal has it
+        (resumed before, in this process or another)."""
         run = await self.claim(False)
         for record in records:
             if record.child is not None:
                 self._check_waiting(run, record.call_id, record.child)
+
+    async def resumed(self, records: Sequence[CallRecord]) -> None:
+        """Journals the decisions a person made on a resumed run's state (after ``resuming``).
+
+        A call whose nested run waits is journaled ``approved`` again, with the nested run's record as
+        decided: it resumes once from each wait.
+        """
         for record in records:
             if record.status == "approved":
                 await self.write(record.call_id, "approved", {"args": record.request_args, "digest": record.digest})

@@ -251,7 +251,8 @@ class StreamingTurn:
             current_resources.reset(self._token)
 
     def _wind_down(self, error: BaseException | None) -> None:
-        """The stream broke: nothing new starts; ``"cancel"`` calls are cancelled, ``"block"`` calls finish."""
+        """The stream broke: nothing new starts; ``"cancel"`` calls are cancelled, ``"block"`` calls finish (one
+        waiting without working, for a rate-limit token or a retry's backoff, works no more), as ``interrupt``."""
         reason = "the stream of calls broke"
         if error is not None:
             detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
@@ -260,8 +261,12 @@ class StreamingTurn:
         if turn.halt is None:
             turn.halt = f"not run: {reason}"
         for job in self._jobs:
-            if job.state != DONE and job.state != PENDING and job.tool.interrupt_behavior == "cancel":
+            if job.state == DONE or job.state == PENDING:
+                continue
+            if job.tool.interrupt_behavior == "cancel":
                 job.cancel(f"`{job.tool.name}` was cancelled: {reason}")
+            if job.pause is not None:
+                job.pause.cancel()
         self.close()
 
     # -- input ----------------------------------------------------------------------
