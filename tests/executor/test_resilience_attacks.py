@@ -64,7 +64,7 @@ async def test_a_broken_stream_ends_a_backoff_wait_as_an_interrupt_does() -> Non
         failed.set()
         raise ts.Transient("429 too many requests", retry_after=120.0)
 
-    # The backoff is two minutes (its wind-down is shielded): only a wait the broken stream ends lets this finish in time.
+    # The backoff is two minutes (the wind-down is shielded): only a wait the broken stream ends finishes in time.
     with anyio.fail_after(60), pytest.raises(ts.StreamFailed) as broken:
         async with ts.Executor([search]).turn() as turn:
             turn.submit(call("a", "search"))
