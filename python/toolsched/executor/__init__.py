@@ -33,7 +33,7 @@ from toolsched.executor.recovery import recovered_jobs
 from toolsched.executor.schedule import run_jobs
 from toolsched.executor.settings import ErrorFormatter, EventCallback, Settings, Steering, format_error
 from toolsched.executor.streaming import StreamingTurn, streaming_refusal
-from toolsched.executor.turn import DONE, RUNNING, Held, Job, Plan, Turn, plan_calls
+from toolsched.executor.turn import DONE, Held, Job, Plan, Turn, plan_calls
 from toolsched.executor.view import View
 from toolsched.guardrails import Guardrail
 from toolsched.hooks import Hooks
@@ -434,16 +434,11 @@ class Executor:
             if run_id is not None and turn.run_id != run_id:
                 continue
             reached += 1
-            if turn.halt is None:
-                turn.halt = f"not run: the user interrupted the run{suffix}"
-            for job in turn.jobs:
-                if job.state != RUNNING:
-                    continue
-                if job.tool.interrupt_behavior == "cancel":
-                    job.cancel(f"`{job.tool.name}` was cancelled because the user interrupted the run{suffix}")
-                if job.pause is not None:
-                    # Waiting without working (a rate-limit token, a retry's backoff): it works no more.
-                    job.pause.cancel()
+            turn.stop_calls(
+                f"not run: the user interrupted the run{suffix}",
+                turn.jobs,
+                f" because the user interrupted the run{suffix}",
+            )
         return reached
 
     def cancel(self, call_id: str, reason: str | None = None, *, run_id: str | None = None) -> bool:

@@ -51,7 +51,7 @@ from toolsched.executor.durable import JournalFailed, RunJournal
 from toolsched.executor.online import Batch, Graph, Schedule
 from toolsched.executor.schedule import raise_failure, steer, trip
 from toolsched.executor.settings import Settings, Steering
-from toolsched.executor.turn import DONE, PENDING, Held, Job, Plan, Turn, plan_calls
+from toolsched.executor.turn import Held, Job, Plan, Turn, plan_calls
 from toolsched.executor.view import View
 from toolsched.fastpath import run_until_suspended
 from toolsched.outcome import Outcome, new_outcome
@@ -257,16 +257,7 @@ class StreamingTurn:
         if error is not None:
             detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
             reason = f"the stream of calls broke ({detail})"
-        turn = self._turn
-        if turn.halt is None:
-            turn.halt = f"not run: {reason}"
-        for job in self._jobs:
-            if job.state == DONE or job.state == PENDING:
-                continue
-            if job.tool.interrupt_behavior == "cancel":
-                job.cancel(f"`{job.tool.name}` was cancelled: {reason}")
-            if job.pause is not None:
-                job.pause.cancel()
+        self._turn.stop_calls(f"not run: {reason}", self._jobs, f": {reason}")
         self.close()
 
     # -- input ----------------------------------------------------------------------

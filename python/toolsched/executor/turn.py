@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 import anyio
@@ -406,6 +406,20 @@ class Turn:
                 job.call.id, job.tool.name, self.context, self.interactive, emit, cancel_call, permissions
             )
         return ToolContext(job.call.id, job.tool.name, self.context, self.interactive, emit, cancel_call)
+
+    def stop_calls(self, halt: str, jobs: Iterable[Job], cancelled: str) -> None:
+        """Stops the turn (an interrupt, a broken stream): nothing new starts (``halt``); running calls of
+        ``interrupt_behavior="cancel"`` tools are cancelled (``cancelled``, after the tool's name), and a
+        call waiting without working (a rate-limit token, a retry's backoff) works no more."""
+        if self.halt is None:
+            self.halt = halt
+        for job in jobs:
+            if job.state != RUNNING:
+                continue
+            if job.tool.interrupt_behavior == "cancel":
+                job.cancel(f"`{job.tool.name}` was cancelled{cancelled}")
+            if job.pause is not None:
+                job.pause.cancel()
 
     def lend(self) -> None:
         """A call of the running batch starts waiting without working: another call may take its slot."""
