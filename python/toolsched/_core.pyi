@@ -1,6 +1,6 @@
 """Type stubs for the Rust engine (checked by ``python -m mypy.stubtest toolsched._core``)."""
 
-from collections.abc import Coroutine, Generator, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Generator, Iterable, Sequence
 from contextvars import Context
 from typing import Any, final
 
@@ -9,6 +9,7 @@ __all__ = [
     "Limits",
     "Resume",
     "RuleTable",
+    "SlotBuilder",
     "ToolTable",
     "assemble",
     "detached",
@@ -84,6 +85,12 @@ class Resume:
     def send(self, value: Any) -> Any: ...
     def throw(self, *args: Any) -> Any: ...
     def close(self) -> None: ...
+
+@final
+class SlotBuilder:
+    def __new__(cls, cls_: type[Any], names: Sequence[str], defaults: tuple[Any, ...] | None = None) -> SlotBuilder: ...
+    def __call__(self, *values: Any) -> Any: ...
+    def function(self) -> Callable[..., Any]: ...
 
 def assemble(count: int, slots: Sequence[int], results: list[Any]) -> list[Any]: ...
 def truncate(

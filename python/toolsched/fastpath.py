@@ -1,15 +1,14 @@
 """The speed tricks of the hot path, in one place: each is paid per call, and each names its benchmark.
 
-- ``positional_builder``: frozen slotted dataclasses made once per call (``ToolResult``,
-  ``ToolStarted``, ``ToolFinished``, ``HookEvent``, ``Outcome``) are built as an instance of an
-  unfrozen twin class with the very same slots (plain attribute stores, which the interpreter
-  specialises), whose ``__class__`` is then set to the frozen class: Python allows that between
-  classes of the same slot layout, and checks it. A frozen dataclass's generated ``__init__``
-  sets each field through ``object.__setattr__``, a name lookup per field; for a twelve-field
-  ``ToolResult`` that is about 1.7 µs, more than running a no-op tool. Writing each slot through
-  its descriptor took about half; the twin takes 4.1k instructions where the descriptors took
-  10.2k and the dataclass ``__init__`` 18.2k, and 3.3k against 6.2k and 10.5k for a ``HookEvent``
-  (``python benches/pieces.py``). The builders are typed where they are made.
+- ``positional_builder`` and ``slot_builder``: the values made once per call (``ToolResult``,
+  ``ToolStarted``, ``ToolFinished``, ``HookEvent``, ``Outcome``, and each call's ``Job``) are built by
+  the engine's ``SlotBuilder``: a new instance of the class, each value written in C through its slot's
+  own member descriptor, with no ``__init__`` frame. A frozen dataclass's generated ``__init__`` sets each
+  field through ``object.__setattr__``, a name lookup per field; for a twelve-field ``ToolResult`` that is
+  about 1.7 µs, more than running a no-op tool. Before the engine built them, an unfrozen twin class of
+  the same slots was filled in Python and its ``__class__`` then set (4.1k instructions per
+  ``ToolResult``, 3.3k per ``HookEvent``); the counts now, and the dataclass ``__init__`` beside them, are
+  ``python benches/pieces.py``'s.
 - ``run_until_suspended`` / ``Resume``: a worker of the pool
   (``executor/schedule.py``) steps a call's coroutine itself up to its first suspension, in the
   call's own copy of the context (as a task would run it), so a call that never waits costs no
@@ -29,42 +28,53 @@
 from __future__ import annotations
 
 import dataclasses
-import keyword
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from toolsched import _core
 
-__all__ = ["Resume", "positional_builder", "run_until_suspended"]
+__all__ = ["Resume", "positional_builder", "run_until_suspended", "slot_builder"]
 
 T = TypeVar("T")
 
 
 def positional_builder(cls: type[T]) -> Callable[..., T]:
-    """A function taking every field of ``cls`` positionally, in declaration order, and returning the instance."""
+    """A function taking every field of ``cls`` (a frozen slotted dataclass) positionally, in declaration
+    order, and returning the instance; what ``__init__`` would do beyond setting the fields is refused."""
     if not (dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen):  # type: ignore[attr-defined]
         raise TypeError(f"{cls.__name__} is not a frozen dataclass")
     if "__slots__" not in cls.__dict__:
         raise TypeError(f"{cls.__name__} has no slots")
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__name__} has a __post_init__, which a builder would skip")
-    names = [field.name for field in dataclasses.fields(cls)]
-    slots = tuple(cls.__dict__["__slots__"])
-    if slots != tuple(names) or cls.__bases__ != (object,):
-        # A twin must have the very same layout: the fields as its only slots, on a class of its own.
+    names = tuple(field.name for field in dataclasses.fields(cls))
+    if tuple(cls.__dict__["__slots__"]) != names or cls.__bases__ != (object,):
+        # Every slot is a field, each set: no slot of a base class left unset.
         raise TypeError(f"{cls.__name__} has slots other than its fields, or a base class")
-    if not all(name.isidentifier() and not keyword.iskeyword(name) for name in names):
-        raise TypeError(f"{cls.__name__} has a field that is not a plain name")
-    twin = type(f"_Unfrozen{cls.__name__}", (), {"__slots__": slots, "__module__": __name__})
-    namespace: dict[str, Any] = {"_new": object.__new__, "_twin": twin, "_cls": cls}
-    parameters = ", ".join(f"v{position}" for position in range(len(names)))
-    body = "".join(f"    self.{name} = v{position}\n" for position, name in enumerate(names))
-    source = f"def build({parameters}):\n    self = _new(_twin)\n{body}    self.__class__ = _cls\n    return self\n"
-    # The source holds nothing but the fields' names (checked to be plain names) and parameter positions.
-    exec(source, namespace)
-    build: Callable[..., T] = namespace["build"]
-    build.__name__ = build.__qualname__ = f"build_{cls.__name__}"
-    build.__doc__ = f"{cls.__name__}({', '.join(names)}), every field given positionally."
+    build: Callable[..., T] = _core.SlotBuilder(cls, names).function()
+    return build
+
+
+# Values a builder may give every instance it makes: shared, so never a mutable one.
+_SHAREABLE = frozenset({type(None), bool, int, float, str})
+
+
+def slot_builder(cls: type[T], given: tuple[str, ...], prototype: T) -> Callable[..., T]:
+    """A function taking the slots ``given`` positionally and giving each other slot of ``cls`` the value it
+    has in ``prototype``: an instance made by the class's own ``__init__``, which stays the one place the
+    defaults are written. Each default must be a value instances can share (None, a bool, a number, text)."""
+    slots = tuple(cls.__dict__.get("__slots__", ()))
+    if cls.__bases__ != (object,) or not slots or type(prototype) is not cls:
+        raise TypeError(f"{cls.__name__} is not a slotted class of its own, or the prototype is not one of it")
+    unknown = [name for name in given if name not in slots]
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no slot {unknown[0]!r}")
+    rest = tuple(name for name in slots if name not in given)
+    defaults = tuple(getattr(prototype, name) for name in rest)
+    for name, value in zip(rest, defaults, strict=True):
+        if type(value) not in _SHAREABLE:
+            raise TypeError(f"{cls.__name__}.{name} defaults to a {type(value).__name__}, which instances cannot share")
+    build: Callable[..., T] = _core.SlotBuilder(cls, given + rest, defaults).function()
     return build
 
 

@@ -2,6 +2,7 @@
 //! inputs once, releases the interpreter for the engine's work, and builds the
 //! result once.
 
+mod builders;
 mod convert;
 mod copies;
 mod errors;
@@ -743,6 +744,8 @@ fn truncate(
 /// The toolsched engine, compiled from Rust.
 #[pymodule]
 mod _core {
+    #[pymodule_export]
+    use super::builders::PySlotBuilder;
     #[pymodule_export]
     use super::copies::detached;
     #[pymodule_export]

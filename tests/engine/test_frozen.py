@@ -50,7 +50,7 @@ def test_outcome_and_hook_event_builders_fill_every_field() -> None:
     ],
 )
 def test_a_built_value_is_of_its_frozen_class_in_every_way(build: Any, fields: tuple[Any, ...]) -> None:
-    """Built as an unfrozen twin whose class is then set: nothing of the twin may show."""
+    """Built by the engine, slot by slot, without ``__init__``: nothing may tell it from a constructed one."""
     built = build(*fields)
     cls = type(built)
     assert cls.__module__.startswith("toolsched.") and not cls.__name__.startswith("_")
@@ -73,7 +73,7 @@ def test_a_built_value_is_of_its_frozen_class_in_every_way(build: Any, fields: t
             value.extra = 1
 
 
-def test_a_builder_refuses_classes_whose_layout_a_twin_cannot_share() -> None:
+def test_a_builder_refuses_classes_whose_slots_are_not_all_its_fields() -> None:
     @dataclasses.dataclass(frozen=True, slots=True)
     class Base:
         value: int

@@ -24,6 +24,7 @@ from toolsched.executor.durable import RunJournal
 from toolsched.executor.emitter import Emitter
 from toolsched.executor.settings import Settings
 from toolsched.executor.view import View
+from toolsched.fastpath import slot_builder
 from toolsched.hooks import UpdateFilter
 from toolsched.outcome import Outcome, new_outcome
 from toolsched.permissions import UNDECIDED, Permissions
@@ -158,6 +159,15 @@ def judge(
         return if_it_raises
 
 
+# Each call of a turn gets a job: built in C (``fastpath.slot_builder``, ``python benches/pieces.py``), every
+# slot not given taking the value ``Job.__init__`` gives it. ``ruled`` is given as ``args``.
+new_job: Callable[[int, ToolCall, Tool, ToolFacts, Any, int, Any, Any], Job] = slot_builder(
+    Job,
+    ("slot", "call", "tool", "facts", "args", "index", "ruling", "ruled"),
+    Job(0, cast(ToolCall, None), cast(Tool, None), cast(ToolFacts, None), None, 0),
+)
+
+
 class Held:
     """A call waiting for a person's decision (internal)."""
 
@@ -206,14 +216,16 @@ class Plan:
     def job(self, view: View, slot: int, turn_slot: int | None = None) -> Job:
         """The job of a planned slot that the engine did not refuse (``turn_slot`` places it in the turn)."""
         index = self.tools[slot]
-        return Job(
+        args = self.args[slot]
+        return new_job(
             slot if turn_slot is None else turn_slot,
             self.calls[slot],
             view.tools[index],
             view.facts[index],
-            self.args[slot],
+            args,
             index,
             self.rulings[slot],
+            args,
         )
 
     def tool_name(self, view: View, slot: int) -> str:
@@ -256,18 +268,19 @@ def plan_calls(settings: Settings, view: View, calls: list[ToolCall], *, jobs: b
         tools, facts = view.tools, view.facts
         if refused:
             plan.jobs = [
-                Job(slot, planned[slot], tools[index], facts[index], arg_rows[slot], index, rulings[slot])
-                for slot, index in enumerate(tool_rows)
+                new_job(slot, planned[slot], tools[index], facts[index], args, index, rulings[slot], args)
+                for slot, (index, args) in enumerate(zip(tool_rows, arg_rows, strict=True))
                 if slot not in refused
             ]
         elif len(tool_rows) == 1:
             # A lone call, the commonest turn: no comprehension.
             index = tool_rows[0]
-            plan.jobs = [Job(0, planned[0], tools[index], facts[index], arg_rows[0], index, rulings[0])]
+            args = arg_rows[0]
+            plan.jobs = [new_job(0, planned[0], tools[index], facts[index], args, index, rulings[0], args)]
         else:
             plan.jobs = [
-                Job(slot, planned[slot], tools[index], facts[index], arg_rows[slot], index, rulings[slot])
-                for slot, index in enumerate(tool_rows)
+                new_job(slot, planned[slot], tools[index], facts[index], args, index, rulings[slot], args)
+                for slot, (index, args) in enumerate(zip(tool_rows, arg_rows, strict=True))
             ]
     return plan
 

@@ -1,0 +1,233 @@
+//! Instances of a slotted class built from positional values in C: each value
+//! written through its slot's own member descriptor, with no `__init__`, no
+//! `__setattr__` and no Python frame. For the values the executor makes per
+//! call (results, hook events, events, outcomes, jobs), whose frozen
+//! dataclass `__init__` looks each field's name up to write it through
+//! `object.__setattr__`.
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyTuple, PyType};
+use pyo3::{PyTraverseError, PyVisit};
+
+/// Builds instances of `cls` from positional values for the slots `names`,
+/// in that order; the last `len(defaults)` may be left out and take those
+/// values. Each slot must be a member descriptor in the class's own
+/// `__dict__` (`__slots__` of the class itself).
+#[pyclass(module = "toolsched._core", name = "SlotBuilder", frozen)]
+pub struct PySlotBuilder {
+    cls: Py<PyType>,
+    // Each slot's member descriptor, in the order its value is given.
+    slots: Vec<Py<PyAny>>,
+    defaults: Vec<Py<PyAny>>,
+    names: Vec<String>,
+}
+
+#[pymethods]
+impl PySlotBuilder {
+    #[new]
+    #[pyo3(signature = (cls, names, defaults=None))]
+    fn new(cls: &Bound<'_, PyType>, names: Vec<String>, defaults: Option<&Bound<'_, PyTuple>>) -> PyResult<Self> {
+        // SAFETY: the interpreter is attached and `cls` a live type object; only its flags and base are read.
+        let plain = unsafe {
+            let raw = cls.as_ptr().cast::<ffi::PyTypeObject>();
+            (*raw).tp_flags & ffi::Py_TPFLAGS_HEAPTYPE != 0 && (*raw).tp_base == &raw mut ffi::PyBaseObject_Type
+        };
+        if !plain {
+            // Built-in types and classes with a base other than `object` may need more than their slots set
+            // (their own `__new__`, fields a base's deallocator reads): never made here.
+            return Err(PyTypeError::new_err(format!(
+                "{} is not a class defined in Python directly on object",
+                cls.qualname()?
+            )));
+        }
+        let own = cls.getattr("__dict__")?;
+        let mut slots = Vec::with_capacity(names.len());
+        for name in &names {
+            let descriptor = own.call_method1("get", (name,))?;
+            if descriptor.is_none() {
+                return Err(PyTypeError::new_err(format!(
+                    "{} has no slot {name:?} of its own",
+                    cls.qualname()?
+                )));
+            }
+            // SAFETY: the interpreter is attached; `PyMemberDescr_Type` is a static type object, only its
+            // address is taken.
+            let is_member = unsafe { ffi::Py_TYPE(descriptor.as_ptr()) == &raw mut ffi::PyMemberDescr_Type };
+            if !is_member {
+                return Err(PyTypeError::new_err(format!(
+                    "{}.{name} is not a slot (a member descriptor)",
+                    cls.qualname()?
+                )));
+            }
+            slots.push(descriptor.unbind());
+        }
+        let defaults: Vec<Py<PyAny>> = match defaults {
+            None => Vec::new(),
+            Some(values) => values.iter().map(Bound::unbind).collect(),
+        };
+        if defaults.len() > names.len() {
+            return Err(PyTypeError::new_err("more defaults than slots"));
+        }
+        Ok(Self {
+            cls: cls.clone().unbind(),
+            slots,
+            defaults,
+            names,
+        })
+    }
+
+    /// The builder as a function of the values (a built-in function taking them positionally, called
+    /// without an argument tuple): what the executor calls per call.
+    fn function<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        // SAFETY: the interpreter is attached; `BUILD` is a static method definition CPython only reads,
+        // and the new function holds its own reference to the builder (its `self`), so the builder lives
+        // as long as the function; the new reference is owned by a `Bound` at once (null on an error).
+        unsafe {
+            let definition = (&raw const BUILD.0).cast_mut();
+            Bound::from_owned_ptr_or_err(
+                py,
+                ffi::PyCFunction_NewEx(definition, slf.as_ptr(), std::ptr::null_mut()),
+            )
+        }
+    }
+
+    #[pyo3(signature = (*values))]
+    fn __call__<'py>(&self, py: Python<'py>, values: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+        let values: Vec<*mut ffi::PyObject> = values.iter().map(Bound::into_ptr).collect();
+        // SAFETY: each pointer is a new reference to a value of the tuple, released below.
+        let built = unsafe { self.build(py, &values) };
+        for value in values {
+            // SAFETY: the references taken above, each released once.
+            unsafe { ffi::Py_DECREF(value) };
+        }
+        built
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let class = self
+            .cls
+            .bind(py)
+            .qualname()
+            .map_or_else(|_| "?".to_owned(), |name| name.to_string());
+        format!("SlotBuilder({class}: {})", self.names.join(", "))
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.cls)?;
+        for held in self.slots.iter().chain(&self.defaults) {
+            visit.call(held)?;
+        }
+        Ok(())
+    }
+}
+
+impl PySlotBuilder {
+    /// A new instance of the class with `values` written to the first slots and the defaults to the rest.
+    ///
+    /// # Safety
+    /// Each of `values` must be a live object for the whole call.
+    unsafe fn build<'py>(&self, py: Python<'py>, values: &[*mut ffi::PyObject]) -> PyResult<Bound<'py, PyAny>> {
+        let given = values.len();
+        let total = self.slots.len();
+        let required = total - self.defaults.len();
+        if given < required || given > total {
+            return Err(self.miscounted(py, given));
+        }
+        let cls_ptr = self.cls.as_ptr().cast::<ffi::PyTypeObject>();
+        // SAFETY: the interpreter is attached; `cls` is a live type object (held by the builder), and
+        // `tp_alloc` returns a new, zero-filled instance (tracked by the collector if the type is), owned
+        // by a `Bound` at once (null only on an error).
+        let instance = unsafe {
+            let alloc = (*cls_ptr).tp_alloc.unwrap_or(ffi::PyType_GenericAlloc);
+            Bound::from_owned_ptr_or_err(py, alloc(cls_ptr, 0))?
+        };
+        let defaults = self.defaults.iter().map(Py::as_ptr);
+        for ((slot, value), name) in self
+            .slots
+            .iter()
+            .zip(values.iter().copied().chain(defaults))
+            .zip(&self.names)
+        {
+            // SAFETY: every slot is a member descriptor of `cls` (checked when the builder was made), whose
+            // type's `tp_descr_set` writes the value into an instance of `cls`, taking its own reference;
+            // `value` is a live object (an argument of the call, or a default the builder holds).
+            let written = unsafe {
+                match (*ffi::Py_TYPE(slot.as_ptr())).tp_descr_set {
+                    Some(set) => set(slot.as_ptr(), instance.as_ptr(), value),
+                    None => -1,
+                }
+            };
+            if written != 0 {
+                return Err(PyErr::take(py)
+                    .unwrap_or_else(|| PyRuntimeError::new_err(format!("slot {name:?} could not be written"))));
+            }
+        }
+        Ok(instance)
+    }
+
+    fn miscounted(&self, py: Python<'_>, given: usize) -> PyErr {
+        let total = self.slots.len();
+        let required = total - self.defaults.len();
+        let class = self
+            .cls
+            .bind(py)
+            .qualname()
+            .map_or_else(|_| "?".to_owned(), |name| name.to_string());
+        let expected = if required == total {
+            total.to_string()
+        } else {
+            format!("{required} to {total}")
+        };
+        PyTypeError::new_err(format!(
+            "{class} takes {expected} positional values ({}), {given} given",
+            self.names.join(", ")
+        ))
+    }
+}
+
+/// The method definition of every builder's function (`SlotBuilder.function`): its `self` is the builder.
+struct MethodDef(ffi::PyMethodDef);
+
+// SAFETY: the definition is never written after it is made; CPython only reads it.
+unsafe impl Sync for MethodDef {}
+
+static BUILD: MethodDef = MethodDef(ffi::PyMethodDef {
+    ml_name: c"build".as_ptr(),
+    ml_meth: ffi::PyMethodDefPointer {
+        PyCFunctionFast: build_fast,
+    },
+    ml_flags: ffi::METH_FASTCALL,
+    ml_doc: c"The builder's class built from its slots' values, given positionally.".as_ptr(),
+});
+
+/// `SlotBuilder.function`'s body: `slf` is the builder, `args` the `nargs` values, called with the
+/// interpreter attached; returns the new instance, or null with the error set.
+unsafe extern "C" fn build_fast(
+    slf: *mut ffi::PyObject,
+    args: *mut *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls this with the interpreter attached, `slf` the builder the function was made
+    // with (a `SlotBuilder`, kept alive by the function) and `args` an array of `nargs` live references
+    // borrowed for the call; nothing here panics (every index is checked).
+    unsafe {
+        let py = Python::assume_attached();
+        let builder = Bound::from_borrowed_ptr(py, slf).cast_into_unchecked::<PySlotBuilder>();
+        let count = usize::try_from(nargs).unwrap_or(0);
+        let values: &[*mut ffi::PyObject] = if count == 0 || args.is_null() {
+            &[]
+        } else {
+            std::slice::from_raw_parts(args, count)
+        };
+        match builder.get().build(py, values) {
+            Ok(instance) => instance.into_ptr(),
+            Err(error) => {
+                error.restore(py);
+                std::ptr::null_mut()
+            }
+        }
+    }
+}

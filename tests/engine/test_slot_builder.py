@@ -1,0 +1,146 @@
+"""The engine's slot builder: the per-call values built in C, slot by slot, held to what their classes make."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import sys
+import weakref
+from typing import Any, cast
+
+import pytest
+
+import toolsched as ts
+from toolsched import _core
+from toolsched.executor.turn import Job, new_job
+from toolsched.fastpath import positional_builder, slot_builder
+from toolsched.permissions import UNDECIDED
+from toolsched.tools import Tool, ToolFacts
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pair:
+    left: Any
+    right: Any = None
+
+
+class Marker:
+    pass
+
+
+class Plain:
+    __slots__ = ("a", "b", "c")
+
+    def __init__(self, a: Any, b: Any = None) -> None:
+        self.a = a
+        self.b = b
+        self.c = 0
+
+
+def test_a_miscounted_call_names_the_class_and_its_slots() -> None:
+    build = positional_builder(Pair)
+    for values in ((), (1, 2, 3)):
+        with pytest.raises(TypeError, match=r"Pair takes 2 positional values \(left, right\), \d given"):
+            build(*values)
+    with_defaults = _core.SlotBuilder(Plain, ("a", "b", "c"), (None, 0))
+    assert with_defaults(1).a == 1 and with_defaults(1).b is None and with_defaults(1).c == 0
+    with pytest.raises(TypeError, match=r"Plain takes 1 to 3 positional values \(a, b, c\), 0 given"):
+        with_defaults.function()()
+    with pytest.raises(TypeError, match="keyword"):
+        build(left=1, right=2)
+
+
+def test_only_own_slots_of_plain_python_classes_are_built() -> None:
+    class WithProperty:
+        __slots__ = ("a",)
+
+        @property
+        def b(self) -> int:
+            return 1
+
+    class Child(Plain):
+        __slots__ = ("d",)
+
+    with pytest.raises(TypeError, match="not a slot"):
+        _core.SlotBuilder(WithProperty, ("b",))
+    with pytest.raises(TypeError, match='no slot "missing" of its own'):
+        _core.SlotBuilder(Plain, ("missing",))
+    # Built-in types and classes on another base may need more than their slots set: refused before any is made.
+    for cls, names in ((slice, ("start",)), (Child, ("d",)), (ValueError, ("args",))):
+        with pytest.raises(TypeError, match="not a class defined in Python directly on object"):
+            _core.SlotBuilder(cls, names)
+    with pytest.raises(TypeError, match="more defaults than slots"):
+        _core.SlotBuilder(Plain, ("a",), (1, 2))
+
+
+def test_defaults_a_slot_builder_takes_must_be_shareable() -> None:
+    class Holder:
+        __slots__ = ("items", "name")
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.items: list[int] = []
+
+    with pytest.raises(TypeError, match=r"Holder\.items defaults to a list, which instances cannot share"):
+        slot_builder(Holder, ("name",), Holder("x"))
+    with pytest.raises(TypeError, match="no slot 'other'"):
+        slot_builder(Plain, ("other",), Plain(1))
+    with pytest.raises(TypeError, match="prototype is not one of it"):
+        slot_builder(Plain, ("a",), cast(Plain, Pair(1)))
+
+
+def test_values_are_held_once_and_released_with_the_instance() -> None:
+    """No reference is leaked or lost: by a built instance, a refused call, or the builder's defaults."""
+    marker = object()
+    build = positional_builder(Pair)
+    plain = _core.SlotBuilder(Plain, ("a", "b", "c"), (None, 0))
+    before = sys.getrefcount(marker)
+    built = [build(marker, marker) for _ in range(100)] + [plain(marker) for _ in range(100)]
+    built += [plain.function()(marker, marker, marker) for _ in range(100)]
+    assert sys.getrefcount(marker) == before + 200 + 100 + 300
+    for _ in range(100):
+        with pytest.raises(TypeError):
+            build(marker, marker, marker)
+        with pytest.raises(TypeError):
+            plain.function()(marker, marker, marker, marker)
+    del built
+    assert sys.getrefcount(marker) == before
+
+
+def test_built_instances_and_builders_are_seen_by_the_cyclic_collector() -> None:
+    def make() -> tuple[weakref.ref[type], Any]:
+        @dataclasses.dataclass(frozen=True, slots=True)
+        class Node:
+            link: Any
+
+        build = positional_builder(Node)
+        # A cycle through the builder (class -> its namespace -> builder -> class), and one through an instance.
+        Node.build = build  # type: ignore[attr-defined]
+        held = Marker()
+        looped = build([held])
+        looped.link.append(looped)
+        return weakref.ref(Node), weakref.ref(held)
+
+    gc.collect()
+    cls, instance = make()
+    assert gc.is_tracked(positional_builder(Pair)(1, 2))
+    gc.collect()
+    assert cls() is None and instance() is None
+
+
+def test_a_job_built_per_call_is_the_job_its_class_makes() -> None:
+    """``new_job`` gives every slot it is not handed the value ``Job.__init__`` gives it."""
+    call = ts.ToolCall("c1", "read", {"path": "a"})
+    tool = cast(Tool, object())
+    facts = cast(ToolFacts, object())
+    args = {"path": "a"}
+    made = Job(3, call, tool, facts, args, 2, "ruling")
+    built = new_job(3, call, tool, facts, args, 2, "ruling", args)
+    for name in Job.__slots__:
+        assert getattr(built, name) == getattr(made, name), name
+    assert built.ruled is args and new_job(0, call, tool, facts, args, 0, UNDECIDED, args).ruling is UNDECIDED
+    # The job stays a mutable job of its own: nothing a call changes on it reaches another.
+    built.attempts += 1
+    built.cancel_reason = "stop"
+    again = new_job(3, call, tool, facts, args, 2, "ruling", args)
+    assert again.attempts == 1 and again.cancel_reason is None
