@@ -47,6 +47,13 @@ def positional_builder(cls: type[T]) -> Callable[..., T]:
         raise TypeError(f"{cls.__name__} has no slots")
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"{cls.__name__} has a __post_init__, which a builder would skip")
+    init = getattr(cls.__init__, "__code__", None)
+    if type(cls) is not type or cls.__new__ is not object.__new__ or init is None or init.co_filename != "<string>":
+        # A metaclass, a ``__new__`` or a hand-written ``__init__`` (the generated one is compiled from text) may do
+        # more than set the fields.
+        raise TypeError(
+            f"{cls.__name__} has a metaclass, a __new__ or an __init__ of its own, which a builder would skip"
+        )
     names = tuple(field.name for field in dataclasses.fields(cls))
     if tuple(cls.__dict__["__slots__"]) != names or cls.__bases__ != (object,):
         # Every slot is a field, each set: no slot of a base class left unset.
@@ -55,14 +62,14 @@ def positional_builder(cls: type[T]) -> Callable[..., T]:
     return build
 
 
-# Values a builder may give every instance it makes: shared, so never a mutable one.
+# Values a builder may give every instance it makes (and the empty tuple): shared, so never a mutable one.
 _SHAREABLE = frozenset({type(None), bool, int, float, str})
 
 
 def slot_builder(cls: type[T], given: tuple[str, ...], prototype: T) -> Callable[..., T]:
     """A function taking the slots ``given`` positionally and giving each other slot of ``cls`` the value it
     has in ``prototype``: an instance made by the class's own ``__init__``, which stays the one place the
-    defaults are written. Each default must be a value instances can share (None, a bool, a number, text)."""
+    defaults are written. Each default must be a value instances can share (None, a bool, a number, text, ``()``)."""
     slots = tuple(cls.__dict__.get("__slots__", ()))
     if cls.__bases__ != (object,) or not slots or type(prototype) is not cls:
         raise TypeError(f"{cls.__name__} is not a slotted class of its own, or the prototype is not one of it")
@@ -72,7 +79,7 @@ def slot_builder(cls: type[T], given: tuple[str, ...], prototype: T) -> Callable
     rest = tuple(name for name in slots if name not in given)
     defaults = tuple(getattr(prototype, name) for name in rest)
     for name, value in zip(rest, defaults, strict=True):
-        if type(value) not in _SHAREABLE:
+        if not (type(value) in _SHAREABLE or (type(value) is tuple and not value)):
             raise TypeError(f"{cls.__name__}.{name} defaults to a {type(value).__name__}, which instances cannot share")
     build: Callable[..., T] = _core.SlotBuilder(cls, given + rest, defaults).function()
     return build

@@ -8,7 +8,7 @@
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyTuple, PyType};
+use pyo3::types::{PyDict, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
 /// Builds instances of `cls` from positional values for the slots `names`,
@@ -29,16 +29,30 @@ impl PySlotBuilder {
     #[new]
     #[pyo3(signature = (cls, names, defaults=None))]
     fn new(cls: &Bound<'_, PyType>, names: Vec<String>, defaults: Option<&Bound<'_, PyTuple>>) -> PyResult<Self> {
-        // SAFETY: the interpreter is attached and `cls` a live type object; only its flags and base are read.
+        // A class made by a `class` statement directly on object, to tell such classes by their deallocator: an
+        // extension type (a C or PyO3 class) on object is a heap type too, and may need its own `__new__`.
+        let py = cls.py();
+        let reference = py.get_type::<PyType>().call1(("_Reference", (), PyDict::new(py)))?;
+        // SAFETY: the interpreter is attached and both are live type objects; only flags, base and
+        // deallocator are read.
         let plain = unsafe {
             let raw = cls.as_ptr().cast::<ffi::PyTypeObject>();
-            (*raw).tp_flags & ffi::Py_TPFLAGS_HEAPTYPE != 0 && (*raw).tp_base == &raw mut ffi::PyBaseObject_Type
+            let made_in_python = reference.as_ptr().cast::<ffi::PyTypeObject>();
+            let refused = ffi::Py_TPFLAGS_IS_ABSTRACT | ffi::Py_TPFLAGS_DISALLOW_INSTANTIATION;
+            (*raw).tp_flags & ffi::Py_TPFLAGS_HEAPTYPE != 0
+                && (*raw).tp_flags & refused == 0
+                && (*raw).tp_base == &raw mut ffi::PyBaseObject_Type
+                && match ((*raw).tp_dealloc, (*made_in_python).tp_dealloc) {
+                    // Both read from CPython's own type objects: the same C function, one address.
+                    (Some(dealloc), Some(python_dealloc)) => std::ptr::fn_addr_eq(dealloc, python_dealloc),
+                    _ => false,
+                }
         };
         if !plain {
             // Built-in types and classes with a base other than `object` may need more than their slots set
             // (their own `__new__`, fields a base's deallocator reads): never made here.
             return Err(PyTypeError::new_err(format!(
-                "{} is not a class defined in Python directly on object",
+                "{} is not a class defined in Python directly on object (or is abstract)",
                 cls.qualname()?
             )));
         }

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import abc
 import dataclasses
+import functools
 import gc
+import re
 import sys
 import weakref
 from typing import Any, cast
@@ -12,7 +15,7 @@ import pytest
 
 import toolsched as ts
 from toolsched import _core
-from toolsched.executor.turn import Job, new_job
+from toolsched.executor.turn import Job, Turn, new_job, new_turn
 from toolsched.fastpath import positional_builder, slot_builder
 from toolsched.permissions import UNDECIDED
 from toolsched.tools import Tool, ToolFacts
@@ -65,12 +68,52 @@ def test_only_own_slots_of_plain_python_classes_are_built() -> None:
         _core.SlotBuilder(WithProperty, ("b",))
     with pytest.raises(TypeError, match='no slot "missing" of its own'):
         _core.SlotBuilder(Plain, ("missing",))
-    # Built-in types and classes on another base may need more than their slots set: refused before any is made.
-    for cls, names in ((slice, ("start",)), (Child, ("d",)), (ValueError, ("args",))):
+
+    class Abstract(metaclass=abc.ABCMeta):
+        __slots__ = ("a",)
+
+        @abc.abstractmethod
+        def run(self) -> None: ...
+
+    # Built-in and extension types (C or PyO3 classes, heap types on object too), classes on another base and
+    # abstract classes may need more than their slots set: refused before any is made (built, these crashed).
+    refused: list[tuple[type, tuple[str, ...]]] = [(slice, ("start",)), (Child, ("d",)), (ValueError, ("args",))]
+    refused += [(kind, ()) for kind in (functools.partial, _core.SlotBuilder, _core.RuleTable, _core.ToolTable)]
+    refused += [(type(re.match("a", "a")), ()), (Abstract, ("a",))]
+    for cls, names in refused:
         with pytest.raises(TypeError, match="not a class defined in Python directly on object"):
             _core.SlotBuilder(cls, names)
     with pytest.raises(TypeError, match="more defaults than slots"):
         _core.SlotBuilder(Plain, ("a",), (1, 2))
+
+
+def test_a_positional_builder_refuses_classes_whose_construction_does_more_than_set_fields() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Checked:
+        value: int
+
+        def __init__(self, value: int) -> None:
+            if value < 0:
+                raise ValueError("negative")
+            object.__setattr__(self, "value", value)
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Made:
+        value: int
+
+        def __new__(cls, value: int) -> Made:
+            return super().__new__(cls)
+
+    class Meta(type):
+        pass
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Measured(metaclass=Meta):
+        value: int
+
+    for cls in (Checked, Made, Measured):
+        with pytest.raises(TypeError, match="metaclass, a __new__ or an __init__ of its own"):
+            positional_builder(cls)
 
 
 def test_defaults_a_slot_builder_takes_must_be_shareable() -> None:
@@ -144,3 +187,18 @@ def test_a_job_built_per_call_is_the_job_its_class_makes() -> None:
     built.cancel_reason = "stop"
     again = new_job(3, call, tool, facts, args, 2, "ruling", args)
     assert again.attempts == 1 and again.cancel_reason is None
+
+
+def test_a_turn_built_per_run_is_the_turn_its_class_makes() -> None:
+    """``new_turn`` gives every slot it is not handed the value ``Turn.__init__`` gives it, and new lists of its own."""
+    executor = ts.Executor([])
+    settings, view = executor._settings, executor._view
+    live: set[Turn] = set()
+    made = Turn(settings, view, 2, "ctx", None, live, None)
+    built = new_turn(settings, view, 2, "ctx", settings.interactive, None, live, None, None, [], [])
+    for name in Turn.__slots__:
+        assert getattr(built, name) == getattr(made, name), name
+    other = new_turn(settings, view, 2, "ctx", settings.interactive, None, live, None, None, [], [])
+    cast(list[Any], built.completed).append(1)
+    built.halt = "stop"
+    assert other.completed == [] and other.halt is None and other.completed is not built.completed

@@ -33,7 +33,7 @@ from toolsched.executor.recovery import recovered_jobs
 from toolsched.executor.schedule import run_jobs
 from toolsched.executor.settings import ErrorFormatter, EventCallback, Settings, Steering, format_error
 from toolsched.executor.streaming import StreamingTurn, streaming_refusal
-from toolsched.executor.turn import DONE, Held, Job, Plan, Turn, plan_calls
+from toolsched.executor.turn import DONE, Held, Job, Plan, Turn, new_turn, plan_calls
 from toolsched.executor.view import View
 from toolsched.guardrails import Guardrail
 from toolsched.hooks import Hooks
@@ -676,9 +676,11 @@ class Executor:
         # The emitter's own test written out: most turns have no listener.
         listens = sink is not None or settings.on_event is not None or settings.on_progress is not None
         emit = settings.emitter(sink, parent) if listens else None
-        turn = Turn(settings, view, len(plan.tools), context, emit, self._runs, durable)
-        if run_id is not None:
-            turn.run_id = run_id
+        if run_id is None and durable is not None:
+            run_id = durable.run_id
+        turn = new_turn(
+            settings, view, len(plan.tools), context, settings.interactive, emit, self._runs, durable, run_id, [], []
+        )
         return self._drive(
             turn, plan if plan.refused else None, plan.jobs, (), None, plan.calls, plan.duplicates, steering, None
         )

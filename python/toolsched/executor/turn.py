@@ -12,6 +12,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from types import SimpleNamespace
 from typing import Any, cast
 
 import anyio
@@ -43,7 +44,7 @@ from toolsched.runstate import CallRecord, ChildRecord, RunState, new_state
 from toolsched.search import SearchContext
 from toolsched.tools import Tool, ToolFacts
 
-__all__ = ["DONE", "PENDING", "RUNNING", "Held", "Job", "Plan", "Turn", "judge", "plan_calls"]
+__all__ = ["DONE", "PENDING", "RUNNING", "Held", "Job", "Plan", "Turn", "judge", "new_job", "new_turn", "plan_calls"]
 
 logger = logging.getLogger("toolsched")
 
@@ -515,3 +516,17 @@ class Turn:
         run_id = self.durable.run_id if self.durable is not None else None
         state = new_state(records, list(duplicates), prior, run_id)
         return Outcome(self.ordered_partial(), duplicates, steering_messages, True, state.pending, state)
+
+
+# A turn of ``Executor.run``: built in C (``fastpath.slot_builder``), the slots not given taking the values
+# ``Turn.__init__`` gives them; ``new_turn(settings, view, count, context, interactive, emit, live, durable,
+# run_id, completed, slots)``, the last two new empty lists (``python benches/instructions.py 1 1000 --full``).
+new_turn: Callable[
+    [Settings, View, int, Any, bool, Emitter | None, set[Turn], RunJournal | None, str | None, list[Any], list[int]],
+    Turn,
+] = slot_builder(
+    Turn,
+    ("settings", "view", "count", "context", "interactive", "emit", "live", "durable", "run_id", "completed", "slots"),
+    # Only the slots not given are read from it: a stand-in for the settings, which it reads.
+    Turn(cast(Settings, SimpleNamespace(interactive=False)), cast(View, None), 0, None, None, set(), None),
+)
