@@ -12,6 +12,7 @@ __all__ = [
     "SlotBuilder",
     "ToolTable",
     "assemble",
+    "call_init",
     "detached",
     "normalize_key",
     "plan_batches",
@@ -92,6 +93,7 @@ class SlotBuilder:
     def __call__(self, *values: Any) -> Any: ...
     def function(self) -> Callable[..., Any]: ...
 
+def call_init(cls: type[Any], python_init: Callable[..., None]) -> Callable[..., None]: ...
 def assemble(count: int, slots: Sequence[int], results: list[Any]) -> list[Any]: ...
 def truncate(
     text: str, max_chars: int, *, max_lines: int | None = None, cut: str = "tail"

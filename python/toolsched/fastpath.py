@@ -9,6 +9,11 @@
   the same slots was filled in Python and its ``__class__`` then set (4.1k instructions per
   ``ToolResult``, 3.3k per ``HookEvent``); the counts now, and the dataclass ``__init__`` beside them, are
   ``python benches/pieces.py``'s.
+- ``call_init``: ``ToolCall.__init__`` in C for the usual call (ID, name and arguments given positionally,
+  as exact text, exact text and exact text or an exact dict, the ID not empty): no Python frame, the
+  three slots written through their member descriptors; any other call of it goes to the Python
+  ``__init__``, which checks, converts or refuses it. A turn makes one ``ToolCall`` per model call
+  (``python benches/pieces.py``: ``ToolCall(id, name, text)``).
 - ``run_until_suspended`` / ``Resume``: a worker of the pool
   (``executor/schedule.py``) steps a call's coroutine itself up to its first suspension, in the
   call's own copy of the context (as a task would run it), so a call that never waits costs no
@@ -33,7 +38,7 @@ from typing import TypeVar
 
 from toolsched import _core
 
-__all__ = ["Resume", "positional_builder", "run_until_suspended", "slot_builder"]
+__all__ = ["Resume", "call_init", "positional_builder", "run_until_suspended", "slot_builder"]
 
 T = TypeVar("T")
 
@@ -83,6 +88,16 @@ def slot_builder(cls: type[T], given: tuple[str, ...], prototype: T) -> Callable
             raise TypeError(f"{cls.__name__}.{name} defaults to a {type(value).__name__}, which instances cannot share")
     build: Callable[..., T] = _core.SlotBuilder(cls, given + rest, defaults).function()
     return build
+
+
+def call_init(cls: type[T], python_init: Callable[..., None]) -> Callable[..., None]:
+    """``cls.__init__`` for ``ToolCall``: the engine's C ``__init__`` for the usual call, ``python_init`` for any
+    other; ``python_init`` itself where the engine's is made for another class already (a reloaded module)."""
+    try:
+        fast: Callable[..., None] = _core.call_init(cls, python_init)
+    except TypeError:
+        return python_init
+    return fast
 
 
 # ``run_until_suspended(coroutine, base=None)``: runs ``coroutine`` up to its first suspension in a copy

@@ -3,6 +3,7 @@
 //! result once.
 
 mod builders;
+mod calls;
 mod convert;
 mod copies;
 mod errors;
@@ -746,6 +747,8 @@ fn truncate(
 mod _core {
     #[pymodule_export]
     use super::builders::PySlotBuilder;
+    #[pymodule_export]
+    use super::calls::call_init;
     #[pymodule_export]
     use super::copies::detached;
     #[pymodule_export]

@@ -1,0 +1,154 @@
+//! `ToolCall.__init__` in C for the usual call: a turn makes one `ToolCall` per
+//! call the model sent, and a Python `__init__` costs a frame and three slot
+//! writes through method wrappers. Given the ID, the name and the arguments
+//! positionally, as exact text, exact text and exact text or an exact dict
+//! (the ID non-empty), the three slots are written here; any other call of it
+//! (keywords, other types, a missing or extra value) is handed to the class's
+//! own Python `__init__`, which checks, converts or refuses it as it always did.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+
+/// What the C `__init__` needs: the class, its three slots' member descriptors, and its Python `__init__`.
+struct CallInit {
+    cls: Py<PyType>,
+    id: Py<PyAny>,
+    name: Py<PyAny>,
+    args: Py<PyAny>,
+    python_init: Py<PyAny>,
+}
+
+static INSTALLED: PyOnceLock<CallInit> = PyOnceLock::new();
+
+/// The C `__init__` of `cls` (`ToolCall`), as a method descriptor to set as `cls.__init__`: the usual call
+/// written here, every other one handed to `python_init(self, *args, **kwargs)`. Made for one class per
+/// process; asked for another, it raises `TypeError` (that class keeps its Python `__init__`).
+#[pyfunction]
+pub fn call_init<'py>(cls: &Bound<'py, PyType>, python_init: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = cls.py();
+    let own = cls.getattr("__dict__")?;
+    let slot = |name: &str| -> PyResult<Py<PyAny>> {
+        let descriptor = own.call_method1("get", (name,))?;
+        // SAFETY: the interpreter is attached; `PyMemberDescr_Type` is a static type object, only its address
+        // is taken.
+        let is_member = unsafe { ffi::Py_TYPE(descriptor.as_ptr()) == &raw mut ffi::PyMemberDescr_Type };
+        if is_member {
+            Ok(descriptor.unbind())
+        } else {
+            Err(PyTypeError::new_err(format!(
+                "{}.{name} is not a slot of its own",
+                cls.qualname()?
+            )))
+        }
+    };
+    let installed = INSTALLED.get_or_try_init(py, || -> PyResult<CallInit> {
+        Ok(CallInit {
+            cls: cls.clone().unbind(),
+            id: slot("id")?,
+            name: slot("name")?,
+            args: slot("args")?,
+            python_init: python_init.clone().unbind(),
+        })
+    })?;
+    if !installed.cls.bind(py).is(cls) || !installed.python_init.bind(py).is(python_init) {
+        return Err(PyTypeError::new_err(
+            "the C __init__ is made for one class and one Python __init__",
+        ));
+    }
+    // SAFETY: the interpreter is attached; `INIT` is a static method definition CPython only reads, and `cls`
+    // a live type object; the new reference is owned by a `Bound` at once (null on an error).
+    unsafe {
+        let definition = (&raw const INIT.0).cast_mut();
+        Bound::from_owned_ptr_or_err(py, ffi::PyDescr_NewMethod(cls.as_ptr().cast(), definition))
+    }
+}
+
+/// The method definition of the C `__init__`.
+struct MethodDef(ffi::PyMethodDef);
+
+// SAFETY: the definition is never written after it is made; CPython only reads it.
+unsafe impl Sync for MethodDef {}
+
+static INIT: MethodDef = MethodDef(ffi::PyMethodDef {
+    ml_name: c"__init__".as_ptr(),
+    ml_meth: ffi::PyMethodDefPointer {
+        PyCFunctionFastWithKeywords: init_fast,
+    },
+    ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+    // No text signature: the class's `__signature__` is its Python `__init__`'s.
+    ml_doc: c"A call of tool `name` with `args` (a mapping, or JSON text).".as_ptr(),
+});
+
+/// The usual call written here; any other handed to the Python `__init__`. Returns None (a new reference),
+/// or null with the error set.
+unsafe extern "C" fn init_fast(
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls this with the interpreter attached, `slf` an instance of the class the method
+    // descriptor was made for (it checks), `args` `nargs` positional values followed by one value per name in
+    // `kwnames` (a tuple, or null), all borrowed for the call. Nothing here panics.
+    unsafe {
+        let py = Python::assume_attached();
+        let Some(installed) = INSTALLED.get(py) else {
+            PyTypeError::new_err("ToolCall's C __init__ was not installed").restore(py);
+            return std::ptr::null_mut();
+        };
+        let keywords = if kwnames.is_null() {
+            0
+        } else {
+            ffi::PyTuple_GET_SIZE(kwnames)
+        };
+        if keywords == 0 && (nargs == 2 || nargs == 3) {
+            let id = *args;
+            let name = *args.add(1);
+            let given = if nargs == 3 { *args.add(2) } else { ffi::PyDict_New() };
+            if given.is_null() {
+                return std::ptr::null_mut();
+            }
+            let usual = ffi::PyUnicode_CheckExact(id) != 0
+                && ffi::PyUnicode_GetLength(id) > 0
+                && ffi::PyUnicode_CheckExact(name) != 0
+                && (ffi::PyUnicode_CheckExact(given) != 0 || ffi::PyDict_CheckExact(given) != 0);
+            let written = usual
+                && [(&installed.id, id), (&installed.name, name), (&installed.args, given)]
+                    .into_iter()
+                    .all(|(slot, value)| match (*ffi::Py_TYPE(slot.as_ptr())).tp_descr_set {
+                        Some(set) => set(slot.as_ptr(), slf, value) == 0,
+                        None => false,
+                    });
+            if nargs == 2 {
+                // The empty dict made above: the slot holds its own reference, if written.
+                ffi::Py_DECREF(given);
+            }
+            if written {
+                return ffi::Py_NewRef(ffi::Py_None());
+            }
+            if usual {
+                // A slot write failed: its error is set.
+                return std::ptr::null_mut();
+            }
+        }
+        // Anything else, as the class's Python `__init__` answers it: `python_init(self, *args, **kwargs)`.
+        let total = usize::try_from(nargs).unwrap_or(0) + usize::try_from(keywords).unwrap_or(0);
+        let mut with_self: Vec<*mut ffi::PyObject> = Vec::with_capacity(total + 1);
+        with_self.push(slf);
+        with_self.extend_from_slice(if total == 0 {
+            &[]
+        } else {
+            std::slice::from_raw_parts(args, total)
+        });
+        ffi::PyObject_Vectorcall(
+            installed.python_init.as_ptr(),
+            with_self.as_ptr(),
+            // The positional values, self included; the keyword values follow them in the array.
+            usize::try_from(nargs).unwrap_or(0) + 1,
+            if keywords == 0 { std::ptr::null_mut() } else { kwnames },
+        )
+    }
+}
