@@ -6,7 +6,6 @@ the one digest of a call's arguments, and the one codec that turns outputs and r
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -112,10 +111,7 @@ _set_call_args = vars(ToolCall)["args"].__set__
 # The usual call (ID, name and arguments given positionally, of the exact types) is made in C, every other
 # one by the ``__init__`` above (``fastpath.call_init``).
 init_in_python = ToolCall.__init__
-_signature = inspect.signature(ToolCall)
 setattr(ToolCall, "__init__", call_init(ToolCall, init_in_python))  # noqa: B010 (mypy: no method assignment)
-# What ``inspect.signature`` shows of the class: the Python ``__init__``'s parameters (a C one has none to show).
-ToolCall.__signature__ = _signature  # type: ignore[attr-defined]
 
 
 def plain_call(call: Any, position: int) -> ToolCall:

@@ -78,8 +78,10 @@ static INIT: MethodDef = MethodDef(ffi::PyMethodDef {
         PyCFunctionFastWithKeywords: init_fast,
     },
     ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
-    // No text signature: the class's `__signature__` is its Python `__init__`'s.
-    ml_doc: c"A call of tool `name` with `args` (a mapping, or JSON text).".as_ptr(),
+    // The Python `__init__`'s parameters, for `inspect.signature` (of the class, and of subclasses that keep it).
+    ml_doc:
+        c"__init__($self, /, id, name, args={})\n--\n\nA call of tool `name` with `args` (a mapping, or JSON text)."
+            .as_ptr(),
 });
 
 /// The usual call written here; any other handed to the Python `__init__`. Returns None (a new reference),

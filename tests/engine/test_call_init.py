@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
+import inspect
 import subprocess
 import sys
 import textwrap
@@ -67,7 +69,26 @@ def test_the_usual_call_is_made_in_c_and_every_other_by_python() -> None:
         ts.ToolCall("", "read")
     with pytest.raises(TypeError, match="unexpected keyword argument 'nope'"):
         ts.ToolCall("c1", "read", nope=1)  # type: ignore[call-arg]
-    assert str(__import__("inspect").signature(ts.ToolCall)).startswith("(id: 'str', name: 'str', args:")
+    assert str(inspect.signature(ts.ToolCall)) == "(id, name, args={})"
+    assert str(inspect.signature(ts.ToolCall.__init__)) == "(self, /, id, name, args={})"
+
+
+def test_subclasses_show_their_own_signatures() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Tagged(ts.ToolCall):
+        tag: int = 0
+
+    class Numbered(ts.ToolCall):
+        def __init__(self, number: int) -> None:
+            super().__init__(f"c{number}", "read")
+
+    class Plain(ts.ToolCall):
+        pass
+
+    assert "tag: 'int' = 0" in str(inspect.signature(Tagged))
+    assert str(inspect.signature(Numbered)) == "(number: 'int') -> 'None'"
+    assert str(inspect.signature(Plain)) == "(id, name, args={})"
+    assert Numbered(3).id == "c3" and Plain("c1", "read").args == {} and Tagged("c1", "read", {}, 2).tag == 2
 
 
 def test_the_c_init_refuses_what_is_not_a_tool_call() -> None:

@@ -189,16 +189,32 @@ def test_a_job_built_per_call_is_the_job_its_class_makes() -> None:
     assert again.attempts == 1 and again.cancel_reason is None
 
 
-def test_a_turn_built_per_run_is_the_turn_its_class_makes() -> None:
-    """``new_turn`` gives every slot it is not handed the value ``Turn.__init__`` gives it, and new lists of its own."""
-    executor = ts.Executor([])
-    settings, view = executor._settings, executor._view
-    live: set[Turn] = set()
-    made = Turn(settings, view, 2, "ctx", None, live, None)
-    built = new_turn(settings, view, 2, "ctx", settings.interactive, None, live, None, None, [], [])
+@pytest.mark.anyio
+async def test_a_turn_built_per_run_is_the_turn_its_class_makes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``new_turn``, given what a run gives it, sets every slot as ``Turn.__init__`` does, with new lists of its own."""
+    import toolsched.executor as executor_module
+
+    given: list[tuple[Any, ...]] = []
+
+    def spy(*values: Any) -> Turn:
+        given.append(values)
+        return new_turn(*values)
+
+    @ts.tool
+    async def read(path: str) -> str:
+        """Read."""
+        return path
+
+    monkeypatch.setattr(executor_module, "new_turn", spy)
+    await ts.Executor([read]).run([ts.ToolCall("c1", "read", '{"path": "a"}')], context="ctx", run_id="r1")
+    (values,) = given
+    settings, view, count, context, _, emit, live, durable, run_id, _, _ = values
+    made = Turn(settings, view, count, context, emit, live, durable)
+    made.run_id = run_id
+    built = cast(Any, new_turn)(*values[:9], [], [])
     for name in Turn.__slots__:
         assert getattr(built, name) == getattr(made, name), name
-    other = new_turn(settings, view, 2, "ctx", settings.interactive, None, live, None, None, [], [])
+    other = cast(Any, new_turn)(*values[:9], [], [])
     cast(list[Any], built.completed).append(1)
     built.halt = "stop"
     assert other.completed == [] and other.halt is None and other.completed is not built.completed
