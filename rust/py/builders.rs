@@ -202,12 +202,13 @@ impl PySlotBuilder {
     }
 }
 
-/// The method definition of every builder's function (`SlotBuilder.function`): its `self` is the builder.
-struct MethodDef(ffi::PyMethodDef);
+/// A method definition made once, for C functions of our own that CPython calls.
+pub(super) struct MethodDef(pub(super) ffi::PyMethodDef);
 
 // SAFETY: the definition is never written after it is made; CPython only reads it.
 unsafe impl Sync for MethodDef {}
 
+/// The method definition of every builder's function (`SlotBuilder.function`): its `self` is the builder.
 static BUILD: MethodDef = MethodDef(ffi::PyMethodDef {
     ml_name: c"build".as_ptr(),
     ml_meth: ffi::PyMethodDefPointer {

@@ -12,6 +12,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 
+use super::builders::MethodDef;
+
 /// What the C `__init__` needs: the class, its three slots' member descriptors, and its Python `__init__`.
 struct CallInit {
     cls: Py<PyType>,
@@ -67,11 +69,6 @@ pub fn call_init<'py>(cls: &Bound<'py, PyType>, python_init: &Bound<'py, PyAny>)
 }
 
 /// The method definition of the C `__init__`.
-struct MethodDef(ffi::PyMethodDef);
-
-// SAFETY: the definition is never written after it is made; CPython only reads it.
-unsafe impl Sync for MethodDef {}
-
 static INIT: MethodDef = MethodDef(ffi::PyMethodDef {
     ml_name: c"__init__".as_ptr(),
     ml_meth: ffi::PyMethodDefPointer {
