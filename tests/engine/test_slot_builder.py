@@ -15,7 +15,7 @@ import pytest
 
 import toolsched as ts
 from toolsched import _core
-from toolsched.executor.turn import Job, Turn, new_job, new_turn
+from toolsched.executor.turn import Job, Plan, Turn, new_job, new_plan, new_turn
 from toolsched.fastpath import positional_builder, slot_builder
 from toolsched.permissions import UNDECIDED
 from toolsched.tools import Tool, ToolFacts
@@ -218,3 +218,12 @@ async def test_a_turn_built_per_run_is_the_turn_its_class_makes(monkeypatch: pyt
     cast(list[Any], built.completed).append(1)
     built.halt = "stop"
     assert other.completed == [] and other.halt is None and other.completed is not built.completed
+
+
+def test_a_plan_built_per_turn_holds_what_it_is_given() -> None:
+    calls = [ts.ToolCall("c1", "read")]
+    made = new_plan(calls, [0], [{}], {}, [], [UNDECIDED], [])
+    assert type(made) is Plan and made.calls is calls and made.jobs == [] and len(made) == 1
+    assert {name: getattr(made, name) for name in Plan.__slots__} == {
+        name: getattr(Plan(calls, [0], [{}], {}, [], [UNDECIDED]), name) for name in Plan.__slots__
+    }

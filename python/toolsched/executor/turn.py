@@ -44,7 +44,20 @@ from toolsched.runstate import CallRecord, ChildRecord, RunState, new_state
 from toolsched.search import SearchContext
 from toolsched.tools import Tool, ToolFacts
 
-__all__ = ["DONE", "PENDING", "RUNNING", "Held", "Job", "Plan", "Turn", "judge", "new_job", "new_turn", "plan_calls"]
+__all__ = [
+    "DONE",
+    "PENDING",
+    "RUNNING",
+    "Held",
+    "Job",
+    "Plan",
+    "Turn",
+    "judge",
+    "new_job",
+    "new_plan",
+    "new_turn",
+    "plan_calls",
+]
 
 logger = logging.getLogger("toolsched")
 
@@ -235,6 +248,15 @@ class Plan:
         return view.tools[index].name if index >= 0 else self.calls[slot].name
 
 
+# Every turn is planned once: built in C (``fastpath.slot_builder``), each slot given.
+new_plan: Callable[
+    [list[ToolCall], list[int], list[Any], dict[int, tuple[ErrorKind, str]], list[Duplicate], list[Any], list[Job]],
+    Plan,
+] = slot_builder(
+    Plan, ("calls", "tools", "args", "refused", "duplicates", "rulings", "jobs"), Plan([], [], [], {}, [], [])
+)
+
+
 # The types of a turn's calls when every one is exactly a ToolCall (``plan_calls``).
 _ONLY_TOOLCALL = {ToolCall}
 
@@ -264,11 +286,11 @@ def plan_calls(settings: Settings, view: View, calls: list[ToolCall], *, jobs: b
         if duplicate_rows
         else []
     )
-    plan = Plan(planned, tool_rows, arg_rows, refused, duplicates, rulings)
+    made: list[Job] = []
     if jobs:
         tools, facts = view.tools, view.facts
         if refused:
-            plan.jobs = [
+            made = [
                 new_job(slot, planned[slot], tools[index], facts[index], args, index, rulings[slot], args)
                 for slot, (index, args) in enumerate(zip(tool_rows, arg_rows, strict=True))
                 if slot not in refused
@@ -277,13 +299,13 @@ def plan_calls(settings: Settings, view: View, calls: list[ToolCall], *, jobs: b
             # A lone call, the commonest turn: no comprehension.
             index = tool_rows[0]
             args = arg_rows[0]
-            plan.jobs = [new_job(0, planned[0], tools[index], facts[index], args, index, rulings[0], args)]
+            made = [new_job(0, planned[0], tools[index], facts[index], args, index, rulings[0], args)]
         else:
-            plan.jobs = [
+            made = [
                 new_job(slot, planned[slot], tools[index], facts[index], args, index, rulings[slot], args)
                 for slot, (index, args) in enumerate(zip(tool_rows, arg_rows, strict=True))
             ]
-    return plan
+    return new_plan(planned, tool_rows, arg_rows, refused, duplicates, rulings, made)
 
 
 def unavailable(view: View, name: str, message: str, permissions: Permissions | None) -> str:
