@@ -1,9 +1,9 @@
 """The speed tricks of the hot path, in one place: each is paid per call, and each names its benchmark.
 
 - ``positional_builder`` and ``slot_builder``: the values made once per call (``ToolResult``,
-  ``ToolStarted``, ``ToolFinished``, ``HookEvent``, ``Outcome``, and each call's ``Job``) are built by
-  the engine's ``SlotBuilder``: a new instance of the class, each value written in C through its slot's
-  own member descriptor, with no ``__init__`` frame. A frozen dataclass's generated ``__init__`` sets each
+  ``ToolStarted``, ``ToolFinished``, ``HookEvent``, ``Outcome``, each call's ``Job``, a run's ``Turn`` and
+  ``Plan``) are built by the engine's ``SlotBuilder``: a new instance of the class, each value written
+  in C through its slot's own member descriptor, with no ``__init__`` frame. A frozen dataclass's generated ``__init__`` sets each
   field through ``object.__setattr__``, a name lookup per field; for a twelve-field ``ToolResult`` that is
   about 1.7 µs, more than running a no-op tool. Before the engine built them, an unfrozen twin class of
   the same slots was filled in Python and its ``__class__`` then set (4.1k instructions per
