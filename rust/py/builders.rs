@@ -110,14 +110,10 @@ impl PySlotBuilder {
 
     #[pyo3(signature = (*values))]
     fn __call__<'py>(&self, py: Python<'py>, values: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
-        let values: Vec<*mut ffi::PyObject> = values.iter().map(Bound::into_ptr).collect();
-        // SAFETY: each pointer is a new reference to a value of the tuple, released below.
-        let built = unsafe { self.build(py, &values) };
-        for value in values {
-            // SAFETY: the references taken above, each released once.
-            unsafe { ffi::Py_DECREF(value) };
-        }
-        built
+        let held: Vec<Bound<'py, PyAny>> = values.iter().collect();
+        let pointers: Vec<*mut ffi::PyObject> = held.iter().map(Bound::as_ptr).collect();
+        // SAFETY: each pointer is a value `held` keeps alive for the whole call.
+        unsafe { self.build(py, &pointers) }
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {

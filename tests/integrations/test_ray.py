@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -554,12 +555,22 @@ async def test_an_unreachable_cluster_is_a_clear_error_not_a_hang() -> None:
             assert result.error.startswith(f"BackendUnavailableError: cannot reach the Ray cluster at '{address}'")
 
 
-def test_an_address_that_never_answers_times_out_instead_of_hanging() -> None:
-    # A listener that accepts connections and never speaks: Ray would wait for it for minutes.
+@contextlib.contextmanager
+def _silent_cluster() -> Iterator[str]:
+    """The address of a listener that accepts connections and never speaks (Ray would wait for it for minutes)."""
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
-        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        yield f"127.0.0.1:{silent.getsockname()[1]}"
+
+
+def _python(script: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``script`` run by a Python process of its own (a Ray client's wait cannot be interrupted in this one)."""
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_an_address_that_never_answers_times_out_instead_of_hanging() -> None:
+    with _silent_cluster() as address:
         script = (
             "import os, toolsched as ts\n"
             "try:\n"
@@ -569,9 +580,7 @@ def test_an_address_that_never_answers_times_out_instead_of_hanging() -> None:
             "    os._exit(0)\n"
             "os._exit(1)\n"
         )
-        completed = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
-        )
+        completed = _python(script, 60)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.strip() == (
         f"no Ray cluster answered at '{address}' within 1 seconds (RayBackend(connect_timeout=...))"
@@ -581,10 +590,7 @@ def test_an_address_that_never_answers_times_out_instead_of_hanging() -> None:
 def test_calls_waiting_for_a_cluster_that_never_answers_share_one_timeout() -> None:
     # Four calls at once, each needing the connection: one wait of connect_timeout answers them all
     # (one after another, they would wait 4 x 3 seconds).
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(8)
-        address = f"127.0.0.1:{silent.getsockname()[1]}"
+    with _silent_cluster() as address:
         script = (
             "import json, os, time, anyio, toolsched as ts\n"
             "@ts.tool(concurrency_safe=True)\n"
@@ -598,9 +604,7 @@ def test_calls_waiting_for_a_cluster_that_never_answers_share_one_timeout() -> N
             "print(json.dumps({'seconds': time.monotonic() - started, 'errors': errors}), flush=True)\n"
             "os._exit(0)\n"
         )
-        completed = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
-        )
+        completed = _python(script, 120)
     assert completed.returncode == 0, completed.stderr
     report = json.loads(completed.stdout)
     assert (
