@@ -7,6 +7,7 @@
     python benches/instructions.py 100 40 --floor --full  # the floor with the same hooks and rules by hand
     python benches/instructions.py 3 10 --runs 100 --wait  # a platform's shape: 100 runs at once, tools that wait
     python benches/instructions.py 3 10 --runs 100 --wait --no-collector  # the same, cyclic collector off
+    python benches/instructions.py 3 10 --runs 100 --wait --by-function  # where: by C function, beside the floor
     PYTHONPATH=<checkout>/python python benches/instructions.py 1 2000   # another checkout
 
 Timing on a shared 2-core machine moves by 10-30 % with the load; an instruction count moves by
@@ -18,7 +19,10 @@ valgrind (Debian's ``valgrind`` package). The workload is compare.py's: calls of
 ``--runs R``, each measured turn is R turns at once, each in a task of its own (platform_runs.py's
 shape); with ``--wait``, the tool awaits ``asyncio.sleep(0)`` once, so every call waits (the floor is
 then the same TaskGroup around the waiting tool). With ``--no-collector`` the cyclic collector is off
-while the measured turns run: the difference to the count with it is what its passes cost.
+while the measured turns run: the difference to the count with it is what its passes cost. With
+``--by-function [K]`` the measured turns' instructions are split by the C function that ran them, beside
+the floor's for the same shape, in groups (the cyclic collector, the interpreter loop, memory, the engine)
+and the K functions that differ most: where a gap to the floor is, before anything is changed for it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
 
 BENCHES = os.path.dirname(os.path.abspath(__file__))
@@ -139,6 +144,91 @@ def valgrind_count(arguments: list[str]) -> int:
     return int(found.group(1).replace(",", ""))
 
 
+def valgrind_functions(arguments: list[str]) -> dict[tuple[str, str], int]:
+    """The instructions valgrind counts for ``python ARGUMENTS``, by (file, function) of the code that ran them."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "cachegrind.out")
+        command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}", sys.executable]
+        subprocess.run([*command, *arguments], capture_output=True, text=True, check=True, env=os.environ)
+        costs: dict[tuple[str, str], int] = {}
+        file = function = "?"
+        with open(out) as lines:
+            for line in lines:
+                if line.startswith("fl="):
+                    file = line[3:].strip()
+                elif line.startswith("fn="):
+                    function = line[3:].strip()
+                elif line[:1].isdigit():
+                    fields = line.split()
+                    if len(fields) >= 2:
+                        key = (file, function)
+                        costs[key] = costs.get(key, 0) + int(fields[1])
+    return costs
+
+
+# C functions only the cyclic collector calls (the traversals are its too: each object's ``tp_traverse``).
+COLLECTOR_FUNCTIONS = frozenset({"visit_decref", "visit_reachable", "gc_collect_main", "update_refs", "subtract_refs"})
+
+
+def group_of(file: str, function: str) -> str:
+    """The part of the interpreter (or of toolsched) a C function belongs to (an inlined part counts as where it
+    was inlined into: ``_PyEval_EvalFrameDefault`` is the interpreter loop whichever header its code came from)."""
+    if os.path.basename(file) == "gcmodule.c" or function in COLLECTOR_FUNCTIONS or function.endswith("raverse"):
+        return "cyclic collector"
+    if function == "_PyEval_EvalFrameDefault":
+        return "interpreter loop"
+    if os.path.basename(file) == "obmalloc.c" or function in {"malloc", "free", "_int_malloc", "_int_free", "realloc"}:
+        return "memory"
+    if "_core::" in function or "/rust/" in file:
+        return "toolsched engine (Rust)"
+    return "the rest"
+
+
+def by_function(calls: int, count: int, parts: frozenset[str], runs: int, wait: bool, top: int) -> None:
+    """Prints the measured turns' instructions per call by group and by C function, toolsched beside its floor."""
+    floor_parts = frozenset() if wait else parts
+    columns: list[dict[tuple[str, str], float]] = []
+    for floor, lane_parts in ((False, parts), (True, floor_parts)):
+        arguments = [__file__, "--inner", str(calls)]
+        extra = ["--runs", str(runs)]
+        if lane_parts:
+            extra += ["--parts", ",".join(sorted(lane_parts))]
+        if floor:
+            extra.append("--floor")
+        if wait:
+            extra.append("--wait")
+        base = valgrind_functions([*arguments, "0", *extra])
+        total = valgrind_functions([*arguments, str(count), *extra])
+        measured_calls = count * calls * runs
+        columns.append({key: (total.get(key, 0) - base.get(key, 0)) / measured_calls for key in set(base) | set(total)})
+    ours, floor_costs = columns
+    floor_label = "floor + hooks and rules by hand" if floor_parts else "TaskGroup floor"
+    groups: dict[str, list[float]] = {}
+    for column, costs in enumerate(columns):
+        for (file, function), cost in costs.items():
+            groups.setdefault(group_of(file, function), [0.0, 0.0])[column] += cost
+    print(f"instructions per call | toolsched | {floor_label} | difference")
+    print("---|---:|---:|---:")
+    for name, (mine, theirs) in sorted(groups.items(), key=lambda item: -abs(item[1][0] - item[1][1])):
+        print(f"{name} | {mine:,.0f} | {theirs:,.0f} | {mine - theirs:+,.0f}")
+    print(
+        f"all | {sum(ours.values()):,.0f} | {sum(floor_costs.values()):,.0f} | "
+        f"{sum(ours.values()) - sum(floor_costs.values()):+,.0f}"
+    )
+    print()
+    # By function, its inlined parts (counted under the headers they came from) added in.
+    functions: dict[str, list[float]] = {}
+    for column, costs in enumerate(columns):
+        for (_, function), cost in costs.items():
+            functions.setdefault(function, [0.0, 0.0])[column] += cost
+    print(f"C function | toolsched | {floor_label} | difference")
+    print("---|---:|---:|---:")
+    for function, (mine, theirs) in sorted(functions.items(), key=lambda item: -abs(item[1][0] - item[1][1]))[:top]:
+        print(f"{function} | {mine:,.0f} | {theirs:,.0f} | {mine - theirs:+,.0f}")
+
+
 def counted(calls: int, count: int, parts: frozenset[str], floor: bool, runs: int, wait: bool, collector: bool) -> int:
     """The instructions valgrind counts for the whole process with ``count`` measured turns."""
     arguments = [__file__, "--inner", str(calls), str(count)]
@@ -163,6 +253,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="turns at once, each in its own task (default 1)")
     parser.add_argument("--wait", action="store_true", help="the tool awaits asyncio.sleep(0): every call waits")
     parser.add_argument("--no-collector", action="store_true", help="the cyclic collector off while turns are measured")
+    parser.add_argument(
+        "--by-function",
+        type=int,
+        nargs="?",
+        const=25,
+        default=None,
+        metavar="K",
+        help="by C function, beside the floor: the groups and the K functions that differ most (default 25)",
+    )
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     parts = frozenset(PARTS) if args.full else frozenset(part for part in args.parts.split(",") if part)
@@ -175,6 +274,15 @@ def main() -> None:
         return
     if args.runs < 1:
         raise SystemExit("--runs must be at least 1")
+    if args.by_function is not None:
+        if args.floor or args.no_collector:
+            raise SystemExit(
+                "--by-function measures toolsched beside its floor, with the collector: no --floor, no --no-collector"
+            )
+        if args.by_function < 1:
+            raise SystemExit("--by-function K must be at least 1")
+        by_function(args.calls, args.turns, parts, args.runs, args.wait, args.by_function)
+        return
     collector = not args.no_collector
     base = counted(args.calls, 0, parts, args.floor, args.runs, args.wait, collector)
     total = counted(args.calls, args.turns, parts, args.floor, args.runs, args.wait, collector)

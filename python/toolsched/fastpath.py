@@ -3,12 +3,13 @@
 - ``positional_builder`` and ``slot_builder``: the values made once per call (``ToolResult``,
   ``ToolStarted``, ``ToolFinished``, ``HookEvent``, ``Outcome``, each call's ``Job``, a run's ``Turn`` and
   ``Plan``) are built by the engine's ``SlotBuilder``: a new instance of the class, each value written
-  in C through its slot's own member descriptor, with no ``__init__`` frame. A frozen dataclass's generated ``__init__`` sets each
-  field through ``object.__setattr__``, a name lookup per field; for a twelve-field ``ToolResult`` that is
-  about 1.7 µs, more than running a no-op tool. Before the engine built them, an unfrozen twin class of
-  the same slots was filled in Python and its ``__class__`` then set (4.1k instructions per
-  ``ToolResult``, 3.3k per ``HookEvent``); the counts now, and the dataclass ``__init__`` beside them, are
-  ``python benches/pieces.py``'s.
+  in C where the class keeps that slot (as its member descriptor writes it), with no ``__init__`` frame.
+  A frozen dataclass's generated ``__init__`` sets each field through ``object.__setattr__``, a name
+  lookup per field; for a twelve-field ``ToolResult`` that is about 1.7 µs, more than running a no-op
+  tool. Before the engine built them, an unfrozen twin class of the same slots was filled in Python and
+  its ``__class__`` then set (4.1k instructions per ``ToolResult``, 3.3k per ``HookEvent``); written
+  through each slot's descriptor they took 2.3k and 1.8k, in place 1.7k and 1.5k: the counts now, and
+  the dataclass ``__init__`` beside them, are ``python benches/pieces.py``'s.
 - ``call_init``: ``ToolCall.__init__`` in C for the usual call (ID, name and arguments given positionally,
   as exact text, exact text and exact text or an exact dict, the ID not empty): no Python frame, the
   three slots written through their member descriptors; any other call of it goes to the Python

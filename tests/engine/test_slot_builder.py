@@ -227,3 +227,42 @@ def test_a_plan_built_per_turn_holds_what_it_is_given() -> None:
     assert {name: getattr(made, name) for name in Plan.__slots__} == {
         name: getattr(Plan(calls, [0], [{}], {}, [], [UNDECIDED]), name) for name in Plan.__slots__
     }
+
+
+def test_slots_written_in_place_are_exactly_the_slots_their_descriptors_write() -> None:
+    class Other:
+        __slots__ = ("x",)
+
+    class Borrowing:
+        # Another class's slot, and a built-in read-only member, under names of this class's dictionary:
+        # neither lies in this class's layout, so neither may be written where this class keeps its own.
+        __slots__ = ("a",)
+        x = Other.__dict__["x"]
+        start = slice.__dict__["start"]
+
+    class Wide:
+        __slots__ = tuple(f"s{i}" for i in range(40))
+
+    borrowed = _core.SlotBuilder(Borrowing, ("a", "x"))
+    with pytest.raises(TypeError, match="doesn't apply to a 'Borrowing' object"):
+        borrowed(1, 2)
+    read_only = _core.SlotBuilder(Borrowing, ("a", "start"))
+    with pytest.raises((AttributeError, TypeError)):
+        read_only(1, 2)
+    assert _core.SlotBuilder(Borrowing, ("a",))(3).a == 3
+
+    # Every slot of a wide class, in any order, reads back as given.
+    names = tuple(reversed(Wide.__slots__))
+    values = [object() for _ in names]
+    built = _core.SlotBuilder(Wide, names).function()(*values)
+    assert all(getattr(built, name) is value for name, value in zip(names, values, strict=True))
+
+    # A slot named twice holds the last value; the first is let go, as the descriptor lets it go.
+    first, second = Marker(), Marker()
+    before = sys.getrefcount(first)
+    twice = _core.SlotBuilder(Plain, ("a", "a")).function()(first, second)
+    assert twice.a is second
+    assert sys.getrefcount(first) == before
+    del twice
+    gc.collect()
+    assert sys.getrefcount(first) == before
