@@ -180,12 +180,7 @@ impl PySlotBuilder {
                 // and `instance` is an instance of exactly `cls`; as the descriptor's own setter does, the
                 // slot takes a new reference to `value` (a live object) and lets go of what it held (nothing
                 // in a new instance, the first value when a builder names a slot twice).
-                unsafe {
-                    let place = instance.as_ptr().cast::<*mut ffi::PyObject>().add(offset);
-                    let old = *place;
-                    *place = ffi::Py_NewRef(value);
-                    ffi::Py_XDECREF(old);
-                }
+                unsafe { write_slot(instance.as_ptr(), offset, value) };
                 continue;
             }
             // SAFETY: every slot is a member descriptor of `cls` (checked when the builder was made), whose
@@ -231,7 +226,7 @@ impl PySlotBuilder {
 ///
 /// # Safety
 /// `descriptor` must be a live member descriptor (`PyMemberDescr_Type`) and `cls` a live type object.
-unsafe fn object_slot(descriptor: *mut ffi::PyObject, cls: *mut ffi::PyTypeObject) -> Option<usize> {
+pub(super) unsafe fn object_slot(descriptor: *mut ffi::PyObject, cls: *mut ffi::PyTypeObject) -> Option<usize> {
     // SAFETY: the caller's promise: the descriptor has a member descriptor's layout, whose definition it
     // keeps alive as long as it lives; only plain fields are read.
     unsafe {
@@ -246,6 +241,21 @@ unsafe fn object_slot(descriptor: *mut ffi::PyObject, cls: *mut ffi::PyTypeObjec
         let size = usize::try_from((*cls).tp_basicsize).ok()?;
         let fits = offset >= std::mem::size_of::<ffi::PyObject>() && offset % pointer == 0 && offset + pointer <= size;
         (kind == ffi::Py_T_OBJECT_EX && flags & ffi::Py_READONLY == 0 && fits).then_some(offset / pointer)
+    }
+}
+
+/// Writes `value` into the object slot `offset` pointers from the start of `instance`, taking a new reference to
+/// it, and lets go of what the slot held: what a member descriptor's setter does for such a slot.
+///
+/// # Safety
+/// `offset` must be `object_slot`'s answer for a class `instance` is an instance of, and `value` a live object.
+pub(super) unsafe fn write_slot(instance: *mut ffi::PyObject, offset: usize, value: *mut ffi::PyObject) {
+    // SAFETY: the caller's promise: the slot lies inside the instance, aligned, and holds an object or null.
+    unsafe {
+        let place = instance.cast::<*mut ffi::PyObject>().add(offset);
+        let old = *place;
+        *place = ffi::Py_NewRef(value);
+        ffi::Py_XDECREF(old);
     }
 }
 

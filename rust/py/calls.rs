@@ -2,7 +2,8 @@
 //! call the model sent, and a Python `__init__` costs a frame and three slot
 //! writes through method wrappers. Given the ID, the name and the arguments
 //! positionally, as exact text, exact text and exact text or an exact dict
-//! (the ID non-empty), the three slots are written here; any other call of it
+//! (the ID non-empty), the three slots are written here, where the class
+//! keeps them; any other call of it
 //! (keywords, other types, a missing or extra value) is handed to the class's
 //! own Python `__init__`, which checks, converts or refuses it as it always did.
 
@@ -12,14 +13,12 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 
-use super::builders::MethodDef;
+use super::builders::{object_slot, write_slot, MethodDef};
 
-/// What the C `__init__` needs: the class, its three slots' member descriptors, and its Python `__init__`.
+/// What the C `__init__` needs: the class, where its three slots lie in an instance, and its Python `__init__`.
 struct CallInit {
     cls: Py<PyType>,
-    id: Py<PyAny>,
-    name: Py<PyAny>,
-    args: Py<PyAny>,
+    slots: [usize; 3],
     python_init: Py<PyAny>,
 }
 
@@ -32,26 +31,27 @@ static INSTALLED: PyOnceLock<CallInit> = PyOnceLock::new();
 pub fn call_init<'py>(cls: &Bound<'py, PyType>, python_init: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let py = cls.py();
     let own = cls.getattr("__dict__")?;
-    let slot = |name: &str| -> PyResult<Py<PyAny>> {
+    let slot = |name: &str| -> PyResult<usize> {
         let descriptor = own.call_method1("get", (name,))?;
         // SAFETY: the interpreter is attached; `PyMemberDescr_Type` is a static type object, only its address
-        // is taken.
-        let is_member = unsafe { ffi::Py_TYPE(descriptor.as_ptr()) == &raw mut ffi::PyMemberDescr_Type };
-        if is_member {
-            Ok(descriptor.unbind())
-        } else {
-            Err(PyTypeError::new_err(format!(
-                "{}.{name} is not a slot of its own",
-                cls.qualname()?
-            )))
-        }
+        // is taken; `object_slot` is given a member descriptor and a live type object.
+        let offset = unsafe {
+            let is_member = ffi::Py_TYPE(descriptor.as_ptr()) == &raw mut ffi::PyMemberDescr_Type;
+            if is_member {
+                object_slot(descriptor.as_ptr(), cls.as_ptr().cast::<ffi::PyTypeObject>())
+            } else {
+                None
+            }
+        };
+        offset.ok_or_else(|| {
+            let class = cls.qualname().map_or_else(|_| "?".to_owned(), |name| name.to_string());
+            PyTypeError::new_err(format!("{class}.{name} is not an object slot of its own"))
+        })
     };
     let installed = INSTALLED.get_or_try_init(py, || -> PyResult<CallInit> {
         Ok(CallInit {
             cls: cls.clone().unbind(),
-            id: slot("id")?,
-            name: slot("name")?,
-            args: slot("args")?,
+            slots: [slot("id")?, slot("name")?, slot("args")?],
             python_init: python_init.clone().unbind(),
         })
     })?;
@@ -114,23 +114,19 @@ unsafe extern "C" fn init_fast(
                 && ffi::PyUnicode_GetLength(id) > 0
                 && ffi::PyUnicode_CheckExact(name) != 0
                 && (ffi::PyUnicode_CheckExact(given) != 0 || ffi::PyDict_CheckExact(given) != 0);
-            let written = usual
-                && [(&installed.id, id), (&installed.name, name), (&installed.args, given)]
-                    .into_iter()
-                    .all(|(slot, value)| match (*ffi::Py_TYPE(slot.as_ptr())).tp_descr_set {
-                        Some(set) => set(slot.as_ptr(), slf, value) == 0,
-                        None => false,
-                    });
+            if usual {
+                // `slf` is an instance of the class or of a subclass (the method descriptor checks), which
+                // keeps the class's slots where the class has them.
+                for (offset, value) in installed.slots.into_iter().zip([id, name, given]) {
+                    write_slot(slf, offset, value);
+                }
+            }
             if nargs == 2 {
                 // The empty dict made above: the slot holds its own reference, if written.
                 ffi::Py_DECREF(given);
             }
-            if written {
-                return ffi::Py_NewRef(ffi::Py_None());
-            }
             if usual {
-                // A slot write failed: its error is set.
-                return std::ptr::null_mut();
+                return ffi::Py_NewRef(ffi::Py_None());
             }
         }
         // Anything else, as the class's Python `__init__` answers it: `python_init(self, *args, **kwargs)`.

@@ -112,6 +112,11 @@ def test_the_c_init_keeps_every_reference_it_should_and_no_other() -> None:
             ts.ToolCall(ident, 3, text)  # type: ignore[arg-type]
     del calls
     assert (sys.getrefcount(text), sys.getrefcount(ident)) == before
+    # Made again in place (``__init__`` called on a made call, here of a subclass): the first values let go.
+    again = type("Again", (ts.ToolCall,), {"__slots__": ()})(ident, "read", text)
+    ts.ToolCall.__init__(again, "c2", "write", {"path": "a"})
+    assert (again.id, again.name, again.args) == ("c2", "write", {"path": "a"})
+    assert (sys.getrefcount(text), sys.getrefcount(ident)) == before
 
 
 def test_a_reloaded_results_module_keeps_a_working_tool_call() -> None:
