@@ -191,16 +191,8 @@ def by_function(calls: int, count: int, parts: frozenset[str], runs: int, wait: 
     floor_parts = frozenset() if wait else parts
     columns: list[dict[tuple[str, str], float]] = []
     for floor, lane_parts in ((False, parts), (True, floor_parts)):
-        arguments = [__file__, "--inner", str(calls)]
-        extra = ["--runs", str(runs)]
-        if lane_parts:
-            extra += ["--parts", ",".join(sorted(lane_parts))]
-        if floor:
-            extra.append("--floor")
-        if wait:
-            extra.append("--wait")
-        base = valgrind_functions([*arguments, "0", *extra])
-        total = valgrind_functions([*arguments, str(count), *extra])
+        base = valgrind_functions(inner_arguments(calls, 0, lane_parts, floor, runs, wait, True))
+        total = valgrind_functions(inner_arguments(calls, count, lane_parts, floor, runs, wait, True))
         measured_calls = count * calls * runs
         columns.append({key: (total.get(key, 0) - base.get(key, 0)) / measured_calls for key in set(base) | set(total)})
     ours, floor_costs = columns
@@ -229,9 +221,11 @@ def by_function(calls: int, count: int, parts: frozenset[str], runs: int, wait: 
         print(f"{function} | {mine:,.0f} | {theirs:,.0f} | {mine - theirs:+,.0f}")
 
 
-def counted(calls: int, count: int, parts: frozenset[str], floor: bool, runs: int, wait: bool, collector: bool) -> int:
-    """The instructions valgrind counts for the whole process with ``count`` measured turns."""
-    arguments = [__file__, "--inner", str(calls), str(count)]
+def inner_arguments(
+    calls: int, count: int, parts: frozenset[str], floor: bool, runs: int, wait: bool, collector: bool
+) -> list[str]:
+    """This script's arguments for a process that runs ``count`` measured turns of the shape."""
+    arguments = [__file__, "--inner", str(calls), str(count), "--runs", str(runs)]
     if parts:
         arguments += ["--parts", ",".join(sorted(parts))]
     if floor:
@@ -240,7 +234,12 @@ def counted(calls: int, count: int, parts: frozenset[str], floor: bool, runs: in
         arguments.append("--wait")
     if not collector:
         arguments.append("--no-collector")
-    return valgrind_count([*arguments, "--runs", str(runs)])
+    return arguments
+
+
+def counted(calls: int, count: int, parts: frozenset[str], floor: bool, runs: int, wait: bool, collector: bool) -> int:
+    """The instructions valgrind counts for the whole process with ``count`` measured turns."""
+    return valgrind_count(inner_arguments(calls, count, parts, floor, runs, wait, collector))
 
 
 def main() -> None:
