@@ -166,7 +166,9 @@ impl PySlotBuilder {
             let alloc = (*cls_ptr).tp_alloc.unwrap_or(ffi::PyType_GenericAlloc);
             Bound::from_owned_ptr_or_err(py, alloc(cls_ptr, 0))?
         };
-        let defaults = self.defaults.iter().map(Py::as_ptr);
+        // The slots not given take the last defaults: with `required` values given, all of them; with more,
+        // the defaults of the slots left.
+        let defaults = self.defaults[given - required..].iter().map(Py::as_ptr);
         for (((slot, offset), value), name) in self
             .slots
             .iter()

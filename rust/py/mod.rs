@@ -743,7 +743,10 @@ fn truncate(
 }
 
 /// The toolsched engine, compiled from Rust.
-#[pymodule]
+// The module holds the interpreter's lock (also where a build could run without it): the builders and
+// `ToolCall`'s `__init__` write slots in place as the member descriptors do under that lock, with no
+// critical section of their own.
+#[pymodule(gil_used = true)]
 mod _core {
     #[pymodule_export]
     use super::builders::PySlotBuilder;

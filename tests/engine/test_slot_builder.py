@@ -47,6 +47,9 @@ def test_a_miscounted_call_names_the_class_and_its_slots() -> None:
             build(*values)
     with_defaults = _core.SlotBuilder(Plain, ("a", "b", "c"), (None, 0))
     assert with_defaults(1).a == 1 and with_defaults(1).b is None and with_defaults(1).c == 0
+    # Some of the defaulted slots given: the rest take their own defaults, the last ones.
+    partly = _core.SlotBuilder(Plain, ("a", "b", "c"), (10, 20)).function()(1, 2)
+    assert (partly.a, partly.b, partly.c) == (1, 2, 20)
     with pytest.raises(TypeError, match=r"Plain takes 1 to 3 positional values \(a, b, c\), 0 given"):
         with_defaults.function()()
     with pytest.raises(TypeError, match="keyword"):
