@@ -12,7 +12,7 @@
   the dataclass ``__init__`` beside them, are ``python benches/pieces.py``'s.
 - ``call_init``: ``ToolCall.__init__`` in C for the usual call (ID, name and arguments given positionally,
   as exact text, exact text and exact text or an exact dict, the ID not empty): no Python frame, the
-  three slots written through their member descriptors; any other call of it goes to the Python
+  three slots written in place as the builders write theirs; any other call of it goes to the Python
   ``__init__``, which checks, converts or refuses it. A turn makes one ``ToolCall`` per model call
   (``python benches/pieces.py``: ``ToolCall(id, name, text)``).
 - ``run_until_suspended`` / ``Resume``: a worker of the pool

@@ -12,6 +12,8 @@ import weakref
 from typing import Any, cast
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import toolsched as ts
 from toolsched import _core
@@ -269,3 +271,36 @@ def test_slots_written_in_place_are_exactly_the_slots_their_descriptors_write() 
     del twice
     gc.collect()
     assert sys.getrefcount(first) == before
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    count=st.integers(min_value=1, max_value=30),
+    data=st.data(),
+)
+def test_a_built_instance_is_the_instance_its_descriptors_make(count: int, data: st.DataObject) -> None:
+    # Any slotted class, any order of its slots, some names given twice, some defaults: the builder's instance holds
+    # what writing each value through its descriptor holds, the collector sees the same values, and every
+    # reference the builder took is let go with the instance.
+    slots = tuple(f"s{i}" for i in range(count))
+    cls = type("Random", (), {"__slots__": slots})
+    names = data.draw(st.lists(st.sampled_from(slots), min_size=1, max_size=count + 3))
+    defaults_count = data.draw(st.integers(min_value=0, max_value=len(names)))
+    given_count = data.draw(st.integers(min_value=len(names) - defaults_count, max_value=len(names)))
+    markers = [Marker() for _ in range(len(names))]
+    defaults = tuple(markers[len(names) - defaults_count :])
+    values = markers[:given_count]
+    before = [sys.getrefcount(marker) for marker in markers]
+
+    built = _core.SlotBuilder(cls, names, defaults).function()(*values)
+    expected = object.__new__(cls)
+    # The values given, then the defaults of the names left: one marker per name, in order.
+    for name, value in zip(names, markers, strict=True):
+        cls.__dict__[name].__set__(expected, value)
+    for name in slots:
+        assert getattr(built, name, None) is getattr(expected, name, None)
+    assert sorted(map(id, gc.get_referents(built))) == sorted(map(id, gc.get_referents(expected)))
+    del built, expected, value
+    gc.collect()
+    # What is left held is this test's own lists and tuple of the values.
+    assert [sys.getrefcount(marker) for marker in markers] == before

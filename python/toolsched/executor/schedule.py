@@ -85,19 +85,14 @@ class _Slack(Protocol):
 async def run_pool(
     ready: Sequence[Any] | _Ready,
     concurrency: int,
-    work: Callable[..., Coroutine[Any, Any, None]],
+    work: Callable[[Any], Coroutine[Any, Any, None]],
     slack: _Slack | None = None,
-    given: tuple[Any, ...] = (),
 ) -> None:
-    """Runs ``work(item, *given)`` for every item, at most ``concurrency`` at once, on workers that grow on
-    suspension.
+    """Runs ``work(item)`` for every item, at most ``concurrency`` at once, on workers that grow on suspension.
 
     ``ready`` is a list (items start in order, every one is ready) or a
     ``_Ready`` source. ``work`` must return a coroutine. An exception from
     ``work`` cancels the other workers and propagates, as in a task group.
-    ``given``: the same further arguments for every item, rather than a closure made per pool (a closure
-    is four objects more that stay alive while the calls wait, for the cyclic collector to walk: python
-    benches/instructions.py 3 10 --runs 100 --wait).
 
     With ``slack``, an item that waits without working (for a rate limit's token, or between
     attempts) lends its slot (``slack.lent``): another worker may start meanwhile, and the
@@ -121,15 +116,15 @@ async def run_pool(
                 while position < total:
                     item = ready[position]
                     position += 1
-                    suspended = run_until_suspended(work(item, *given))
+                    suspended = run_until_suspended(work(item))
                     if suspended is not None:
-                        pool = _Pool(group, concurrency, work, given, ready, position, None, slack)
+                        pool = _Pool(group, concurrency, work, ready, position, None, slack)
                         pool.grow()
                         await suspended
                         await pool.take_in_order()
                         break
             else:
-                pool = _Pool(group, concurrency, work, given, (), 0, ready, slack)  # type: ignore[arg-type]
+                pool = _Pool(group, concurrency, work, (), 0, ready, slack)  # type: ignore[arg-type]
                 await pool.take_when_ready()
         except BaseException as exc:
             if not await group.__aexit__(type(exc), exc, exc.__traceback__):
@@ -153,7 +148,6 @@ class _Pool:
         "base",
         "concurrency",
         "freed",
-        "given",
         "group",
         "items",
         "position",
@@ -171,8 +165,7 @@ class _Pool:
         self,
         group: WorkerGroup,
         concurrency: int,
-        work: Callable[..., Coroutine[Any, Any, None]],
-        given: tuple[Any, ...],
+        work: Callable[[Any], Coroutine[Any, Any, None]],
         items: Sequence[Any],
         position: int,
         source: _Ready | None = None,
@@ -181,7 +174,6 @@ class _Pool:
         self.group = group
         self.concurrency = concurrency
         self.work = work
-        self.given = given
         self.items = items
         self.position = position
         self.source = source
@@ -259,7 +251,6 @@ class _Pool:
         try:
             items = self.items
             work = self.work
-            given = self.given
             base = self.base
             while self.position < len(items):
                 if self.reclaiming and self._retires():
@@ -269,7 +260,7 @@ class _Pool:
                     return
                 item = items[self.position]
                 self.position += 1
-                suspended = run_until_suspended(work(item, *given), base)
+                suspended = run_until_suspended(work(item), base)
                 if suspended is not None:
                     self.grow()
                     await suspended
@@ -313,7 +304,7 @@ class _Pool:
             item = source.take()
             if item is not None:
                 self.running += 1
-                suspended = run_until_suspended(self.work(item, *self.given), self.base)
+                suspended = run_until_suspended(self.work(item), self.base)
                 if suspended is not None:
                     self.grow()
                     await suspended
@@ -453,7 +444,7 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
             await answer_unstarted(batch, turn, "hook_blocked", blocked, number)
         elif concurrent:
             try:
-                await run_pool(batch, concurrency, execute, turn, (number, True, turn))
+                await run_pool(batch, concurrency, _in_batch(number, turn), turn)
             finally:
                 turn.pool = None
         else:
@@ -476,6 +467,11 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
         if turn.failures is not None:
             await raise_failure(jobs[end:], turn, turn.failures)
     return []
+
+
+def _in_batch(number: int, turn: Turn) -> Callable[[Job], Coroutine[Any, Any, None]]:
+    """The work of a concurrent batch's pool: each call executed as part of batch ``number``."""
+    return lambda job: execute(job, number, True, turn)
 
 
 async def steer(steering: Steering, context: contextvars.Context | None = None) -> Sequence[Any] | None:
