@@ -154,8 +154,11 @@ async def taskgroup_floor(texts: list[str], max_concurrency: int | None) -> Turn
     return Turn(run, len)
 
 
-async def taskgroup_hooked(texts: list[str], max_concurrency: int | None) -> Turn:
-    """The floor with the pre hook, the post hook and the two rules of the full pipeline, written by hand."""
+async def taskgroup_hooked(
+    texts: list[str], max_concurrency: int | None, tool: Callable[..., Awaitable[None]] = noop
+) -> Turn:
+    """The floor with the pre hook, the post hook and the two rules of the full pipeline, written by hand
+    (around ``tool``, compare.py's no-op unless another is given)."""
     root = os.getcwd()
     allowed = posixpath.join(root, "src") + "/"
     denied = posixpath.join(root, "secret") + "/"
@@ -166,7 +169,7 @@ async def taskgroup_hooked(texts: list[str], max_concurrency: int | None) -> Tur
         if path.startswith(denied) or not path.startswith(allowed):
             raise PermissionError(f"{path} is not allowed")
         await pre_hook(args)
-        output = await noop(**args)
+        output = await tool(**args)
         await post_hook(args)
         return output
 

@@ -17,9 +17,10 @@ valgrind (Debian's ``valgrind`` package). The workload is compare.py's: calls of
 ``(path: str, limit: int)`` given as JSON text, validated, scheduled by ``Partitioned``; with
 ``--floor``, compare.py's floors (``taskgroup``, and ``taskgroup_hooked`` with any parts). With
 ``--runs R``, each measured turn is R turns at once, each in a task of its own (platform_runs.py's
-shape); with ``--wait``, the tool awaits ``asyncio.sleep(0)`` once, so every call waits (the floor is
-then the same TaskGroup around the waiting tool). With ``--no-collector`` the cyclic collector is off
-while the measured turns run: the difference to the count with it is what its passes cost. With
+shape); with ``--wait``, the tool awaits ``asyncio.sleep(0)`` once, so every call waits (the floors
+are then the same TaskGroup, and with ``--full`` the same hooks and rules by hand, around the waiting
+tool). With ``--no-collector`` the cyclic collector is off while the measured turns run: the
+difference to the count with it is what its passes cost. With
 ``--by-function [K]`` the measured turns' instructions are split by the C function that ran them, beside
 the floor's for the same shape, in groups (the cyclic collector, the interpreter loop, memory, the engine)
 and the K functions that differ most: where a gap to the floor is, before anything is changed for it.
@@ -80,9 +81,11 @@ async def floor_turns(calls: int, count: int, parts: frozenset[str], runs: int, 
     texts = compare.argument_texts(calls)
     if parts and parts != PARTS:
         raise SystemExit("the floor has the whole pipeline by hand or nothing of it: --floor with --full or alone")
+    if wait and parts:
+        hooked = await compare.taskgroup_hooked(texts, None, waiting_noop)
+        await measured(hooked.run, count, runs)
+        return
     if wait:
-        if parts:
-            raise SystemExit("--wait has no floor with hooks and rules by hand")
 
         async def waiting_floor() -> None:
             async with asyncio.TaskGroup() as group:
@@ -188,15 +191,14 @@ def group_of(file: str, function: str) -> str:
 
 def by_function(calls: int, count: int, parts: frozenset[str], runs: int, wait: bool, top: int) -> None:
     """Prints the measured turns' instructions per call by group and by C function, toolsched beside its floor."""
-    floor_parts = frozenset() if wait else parts
     columns: list[dict[tuple[str, str], float]] = []
-    for floor, lane_parts in ((False, parts), (True, floor_parts)):
-        base = valgrind_functions(inner_arguments(calls, 0, lane_parts, floor, runs, wait, True))
-        total = valgrind_functions(inner_arguments(calls, count, lane_parts, floor, runs, wait, True))
+    for floor in (False, True):
+        base = valgrind_functions(inner_arguments(calls, 0, parts, floor, runs, wait, True))
+        total = valgrind_functions(inner_arguments(calls, count, parts, floor, runs, wait, True))
         measured_calls = count * calls * runs
         columns.append({key: (total.get(key, 0) - base.get(key, 0)) / measured_calls for key in set(base) | set(total)})
     ours, floor_costs = columns
-    floor_label = "floor + hooks and rules by hand" if floor_parts else "TaskGroup floor"
+    floor_label = "floor + hooks and rules by hand" if parts else "TaskGroup floor"
     groups: dict[str, list[float]] = {}
     for column, costs in enumerate(columns):
         for (file, function), cost in costs.items():

@@ -7,19 +7,23 @@
     python benches/platform_runs.py --sleep 0.001           # tools await a 1 ms sleep
     python benches/platform_runs.py --profile --runs 1000 --calls 3 --lane toolsched_full
 
-Each shape is timed on three lanes in turns, in one process, on one asyncio loop:
+Each shape is timed on four lanes in turns, in one process, on one asyncio loop:
 
 - ``taskgroup``: the floor. Each run ``json.loads`` its calls' arguments and runs the tool
   coroutines in an ``asyncio.TaskGroup``; the R runs are tasks of one outer TaskGroup.
+- ``taskgroup_hooked``: the floor with the full pipeline's extra work written by hand in each
+  call's task: the two rules checked on the normalised path, the pre hook awaited, the tool, the
+  post hook awaited (the least a hand-written loop does for the same pipeline).
 - ``toolsched``: each run is ``executor.run(calls)`` on one executor shared by all runs
   (validation from JSON text, ``Partitioned``).
 - ``toolsched_full``: the same with one async pre hook, one async post hook, an allow and a
   deny rule (the full pipeline of ``benches/compare.py``).
 
 Every round checks that each lane did its work (every tool body entered, every hook run, every
-result good). Printed per lane: CPU µs per call (best and median of the rounds), the ratio to
-the floor's best, and calls per second of wall time. With ``--sleep`` the tools overlap for
-real: wall time of a shape is about one sleep when nothing is serialised.
+result good). Printed per lane: CPU µs per call (best and median of the rounds), the ratios to
+the floor's best and to the hooked floor's best, and calls per second of wall time. With
+``--sleep`` the tools overlap for real: wall time of a shape is about one sleep when nothing is
+serialised.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import asyncio
 import cProfile
 import gc
 import json
+import os
+import posixpath
 import pstats
 import statistics
 import sys
@@ -97,6 +103,34 @@ def floor_lane() -> Lane:
     return Lane("taskgroup", 0, runs)
 
 
+def hooked_floor_lane() -> Lane:
+    root = os.getcwd()
+    allowed = posixpath.join(root, "src") + "/"
+    denied = posixpath.join(root, "secret") + "/"
+
+    async def call(text: str) -> str:
+        args = json.loads(text)
+        path = posixpath.normpath(posixpath.join(root, args["path"]))
+        if path.startswith(denied) or not path.startswith(allowed):
+            raise PermissionError(f"{path} is not allowed")
+        await pre_hook(args)
+        output = await read(**args)
+        await post_hook(args)
+        return output
+
+    async def one(calls: list[tuple[str, str]]) -> int:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(call(text)) for _, text in calls]
+        return sum(task.result() is not None for task in tasks)
+
+    async def runs(turns: list[list[tuple[str, str]]]) -> int:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(calls)) for calls in turns]
+        return sum(task.result() for task in tasks)
+
+    return Lane("taskgroup_hooked", 2, runs)
+
+
 def executor_lane(name: str, executor: ts.Executor, hooks_per_call: int) -> Lane:
     tool_call = ts.ToolCall
 
@@ -119,6 +153,7 @@ def lanes() -> list[Lane]:
     rules = ts.Permissions(allow=[f"{TOOL_NAME}(src/**)"], deny=[f"{TOOL_NAME}(secret/**)"])
     return [
         floor_lane(),
+        hooked_floor_lane(),
         executor_lane("toolsched", ts.Executor([plain], strategy=ts.Partitioned()), 0),
         executor_lane(
             "toolsched_full", ts.Executor([full], strategy=ts.Partitioned(), hooks=hooks, permissions=rules), 2
@@ -178,13 +213,14 @@ async def measure(all_lanes: list[Lane], runs: int, calls: int, rounds: int, bud
 
 def report(all_lanes: list[Lane], runs: int, calls: int, sleep: float) -> list[str]:
     floor = min(all_lanes[0].cpu)
+    hooked = min(all_lanes[1].cpu)
     rows = []
     for lane in all_lanes:
         best, median = min(lane.cpu), statistics.median(lane.cpu)
         per_second = 1 / statistics.median(lane.wall)
         rows.append(
             f"| {runs:,} | {calls} | {sleep * 1000:g} | {lane.name} | {best * 1e6:.2f} | {median * 1e6:.2f} "
-            f"| {best / floor:.2f}x | {per_second:,.0f} |"
+            f"| {best / floor:.2f}x | {best / hooked:.2f}x | {per_second:,.0f} |"
         )
     return rows
 
@@ -193,7 +229,7 @@ async def main_async(arguments: argparse.Namespace) -> None:
     COUNTS.sleep = arguments.sleep
     all_lanes = lanes()
     if arguments.lane:
-        all_lanes = [all_lanes[0], *[lane for lane in all_lanes[1:] if lane.name == arguments.lane]]
+        all_lanes = [*all_lanes[:2], *[lane for lane in all_lanes[2:] if lane.name == arguments.lane]]
     for lane in all_lanes:
         await require_denial(lane)
     if arguments.profile:
@@ -208,9 +244,10 @@ async def main_async(arguments: argparse.Namespace) -> None:
         return
     print(f"python {sys.version.split()[0]}, toolsched {ts.__version__}, {arguments.rounds} rounds per shape")
     print(
-        "| runs | calls per turn | sleep ms | lane | CPU µs per call, best | median | ratio to floor | calls/s (wall) |"
+        "| runs | calls per turn | sleep ms | lane | CPU µs per call, best | median | ratio to floor "
+        "| to hooked floor | calls/s (wall) |"
     )
-    print("|---:|---:|---:|---|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     for runs in arguments.runs:
         for calls in arguments.calls:
             await measure(all_lanes, runs, calls, arguments.rounds, arguments.budget)
@@ -235,7 +272,9 @@ def main() -> None:
     parser.add_argument("--sleep", type=float, default=0.0, help="seconds each tool awaits (default 0)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per lane and shape (default 5)")
     parser.add_argument("--budget", type=float, default=0.3, help="seconds of floor time per round (default 0.3)")
-    parser.add_argument("--lane", choices=["toolsched", "toolsched_full"], help="time only this lane beside the floor")
+    parser.add_argument(
+        "--lane", choices=["toolsched", "toolsched_full"], help="time only this lane beside the two floors"
+    )
     parser.add_argument("--profile", action="store_true", help="profile the last lane on the first shape instead")
     arguments = parser.parse_args()
     if not 0 <= arguments.sleep <= 1:

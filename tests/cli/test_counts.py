@@ -39,6 +39,7 @@ def test_the_rules_piece_and_its_plain_form_give_the_same_answer() -> None:
         ["--floor", "--full"],
         ["--wait"],
         ["--floor", "--wait"],
+        ["--floor", "--wait", "--full"],
         ["--runs", "3"],
         ["--wait", "--no-collector"],
     ],
