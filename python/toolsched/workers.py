@@ -44,10 +44,12 @@ import anyio
 from anyio.abc import TaskGroup
 
 __all__ = [
+    "HostNote",
     "WorkerGroup",
     "absorb_cancel",
     "being_stopped",
     "current_asyncio_task",
+    "note_host",
     "running_task",
     "take_back",
 ]
@@ -108,6 +110,23 @@ running_task: Callable[[asyncio.AbstractEventLoop | None], asyncio.Task[Any] | N
     if isinstance(_running_tasks, dict)
     else lambda loop: None if loop is None else asyncio.current_task(loop)
 )
+
+
+# What entering a group notes of the calling task: the event loop, the task, its innermost anyio cancel
+# scope then, and how many cancellations it had been asked for then.
+HostNote = tuple[asyncio.AbstractEventLoop, "asyncio.Task[Any] | None", Any, int]
+
+
+def note_host() -> HostNote | None:
+    """What ``WorkerGroup.enter`` notes of the running task, for a group entered later as if entered now;
+    None where a group cannot be entered without a wait (trio, or no anyio record of task scopes)."""
+    loop = events._get_running_loop()
+    if loop is None or _TASK_STATES is None:
+        return None
+    host = running_task(loop)
+    if host is None:
+        return loop, None, None, 0
+    return loop, host, _scope_of(host), host.cancelling()
 
 
 def _started(task: asyncio.Task[Any]) -> bool:
@@ -197,17 +216,16 @@ class WorkerGroup:
             self._scope.__enter__()
         return self
 
-    def enter(self) -> bool:
+    def enter(self, note: HostNote | None = None) -> bool:
         """Enters the group without a wait where it can (asyncio, with anyio's record of task scopes): whether
-        it did; if not, ``__aenter__`` enters it. A pool enters a group for every batch of every turn."""
-        loop = events._get_running_loop()
-        if loop is None or _TASK_STATES is None:
-            return False
-        self.loop = loop
-        self._host = host = asyncio.current_task(loop)
-        if host is not None:
-            self._base = _scope_of(host)
-            self._baseline = host.cancelling()
+        it did; if not, ``__aenter__`` enters it. With ``note`` (``note_host()``'s), it is entered as it would
+        have been when that was noted: a pool notes the calling task before its first call and makes a group
+        only once a call waits."""
+        if note is None:
+            note = note_host()
+            if note is None:
+                return False
+        self.loop, self._host, self._base, self._baseline = note
         return True
 
     def leave(self) -> bool:

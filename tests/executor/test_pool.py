@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import anyio
+import anyio.lowlevel
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -139,3 +140,59 @@ async def test_a_pool_whose_first_call_finishes_at_once_still_overlaps_the_ones_
 
     await run_pool([f"c{i}" for i in range(5)], 4, work)
     assert in_flight.peak == 4
+
+
+async def test_a_first_call_that_waits_inside_its_own_shield_does_not_hide_the_runs_cancellation() -> None:
+    # The group is made when the first call waits, entered as it would have been before that call ran: the
+    # scope it watches is the caller's, not the shielded one the call entered. A worker between two calls
+    # sees the caller's scope cancelled and starts nothing more.
+    started: list[int] = []
+
+    async def work(n: int) -> None:
+        started.append(n)
+        if n == 0:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.2)
+        else:
+            await anyio.sleep(0.02)
+
+    with anyio.fail_after(5):
+        with anyio.CancelScope() as run:
+            async with anyio.create_task_group() as outside:
+
+                async def cancel_soon() -> None:
+                    await anyio.sleep(0.005)
+                    run.cancel()
+
+                outside.start_soon(cancel_soon)
+                await run_pool(list(range(6)), 2, work)
+    assert run.cancelled_caught
+    assert started == [0, 1]
+
+
+@pytest.mark.parametrize("waits_first", [False, True])
+@pytest.mark.parametrize("raised", [ValueError, KeyboardInterrupt])
+async def test_a_call_that_raises_before_any_call_waited_fails_the_pool_as_one_that_raises_after(
+    waits_first: bool, raised: type[BaseException]
+) -> None:
+    # The group made only once a call waits (or raises) keeps the group's ways: an error comes out in a
+    # group, a KeyboardInterrupt as itself, and the calls after the failing one never start.
+    started: list[int] = []
+
+    async def work(n: int) -> None:
+        started.append(n)
+        if waits_first:
+            await anyio.lowlevel.checkpoint()
+        if n == 0:
+            raise raised("boom")
+        await anyio.sleep(1)
+
+    with pytest.raises(BaseException) as caught:
+        with anyio.fail_after(5):
+            await run_pool(list(range(4)), 1, work)
+    if raised is KeyboardInterrupt:
+        assert type(caught.value) is KeyboardInterrupt
+    else:
+        assert isinstance(caught.value, BaseExceptionGroup)
+        assert [type(error) for error in caught.value.exceptions] == [ValueError]
+    assert started == [0]

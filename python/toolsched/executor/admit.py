@@ -88,7 +88,9 @@ async def admit(jobs: list[Job], turn: Turn, held: list[Held], prior: RunState |
             admitted.append(job)
         elif behavior == "deny" and kind is not None:
             await turn.answer(job.slot, job.call, job.tool.name, kind, message or "")
-    return admitted
+    # Every call admitted (each is added once, in order): the list the turn holds already, not a second one
+    # kept alive while the calls wait.
+    return jobs if len(admitted) == len(jobs) else admitted
 
 
 async def _decide(job: Job, policy: Policy, turn: Turn, record: CallRecord | None) -> Admission:
