@@ -313,7 +313,7 @@ class WorkerGroup:
             self._cancel()
         workers = self._workers
         assert workers is not None
-        task = asyncio.current_task(self.loop)
+        task = running_task(self.loop)  # ``asyncio.current_task``, without its Python frame (once per worker)
         if task is not None:
             workers.pop(task, None)
             _STOPPED.discard(task)
