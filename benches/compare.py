@@ -154,24 +154,34 @@ async def taskgroup_floor(texts: list[str], max_concurrency: int | None) -> Turn
     return Turn(run, len)
 
 
+def hooked_call(
+    tool: Callable[..., Awaitable[Any]], pre: Callable[[Any], Awaitable[Any]], post: Callable[[Any], Awaitable[Any]]
+) -> Callable[[str], Awaitable[Any]]:
+    """One call of the full pipeline's extra work written by hand: the arguments parsed, the path normalised
+    and checked against the allow and deny rules (``src/``, not ``secret/``), ``pre``, ``tool``, ``post``."""
+    root = os.getcwd()
+    allowed = posixpath.join(root, "src") + "/"
+    denied = posixpath.join(root, "secret") + "/"
+
+    async def call(text: str) -> Any:
+        args = json.loads(text)
+        path = posixpath.normpath(posixpath.join(root, args["path"]))
+        if path.startswith(denied) or not path.startswith(allowed):
+            raise PermissionError(f"{path} is not allowed")
+        await pre(args)
+        output = await tool(**args)
+        await post(args)
+        return output
+
+    return call
+
+
 async def taskgroup_hooked(
     texts: list[str], max_concurrency: int | None, tool: Callable[..., Awaitable[None]] = noop
 ) -> Turn:
     """The floor with the pre hook, the post hook and the two rules of the full pipeline, written by hand
     (around ``tool``, compare.py's no-op unless another is given)."""
-    root = os.getcwd()
-    allowed = posixpath.join(root, "src") + "/"
-    denied = posixpath.join(root, "secret") + "/"
-
-    async def one(text: str) -> None:
-        args = json.loads(text)
-        path = posixpath.normpath(posixpath.join(root, args["path"]))
-        if path.startswith(denied) or not path.startswith(allowed):
-            raise PermissionError(f"{path} is not allowed")
-        await pre_hook(args)
-        output = await tool(**args)
-        await post_hook(args)
-        return output
+    one = hooked_call(tool, pre_hook, post_hook)
 
     async def run() -> list[None]:
         async with asyncio.TaskGroup() as group:

@@ -34,7 +34,6 @@ import cProfile
 import gc
 import json
 import os
-import posixpath
 import pstats
 import statistics
 import sys
@@ -44,6 +43,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import toolsched as ts
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare  # the hooked floor's call, shared with compare.py
 
 TOOL_NAME = "read"
 
@@ -89,46 +91,37 @@ class Lane:
     wall: list[float] = field(default_factory=list)
 
 
+def every_run(
+    one: Callable[[list[tuple[str, str]]], Awaitable[int]],
+) -> Callable[[list[list[tuple[str, str]]]], Awaitable[int]]:
+    """A lane's rounds: each run's turn (``one``) a task of one outer TaskGroup; the good results of all."""
+
+    async def runs(turns: list[list[tuple[str, str]]]) -> int:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(calls)) for calls in turns]
+        return sum(task.result() for task in tasks)
+
+    return runs
+
+
 def floor_lane() -> Lane:
     async def one(calls: list[tuple[str, str]]) -> int:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(read(**json.loads(text))) for _, text in calls]
         return sum(task.result() is not None for task in tasks)
 
-    async def runs(turns: list[list[tuple[str, str]]]) -> int:
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(one(calls)) for calls in turns]
-        return sum(task.result() for task in tasks)
-
-    return Lane("taskgroup", 0, runs)
+    return Lane("taskgroup", 0, every_run(one))
 
 
 def hooked_floor_lane() -> Lane:
-    root = os.getcwd()
-    allowed = posixpath.join(root, "src") + "/"
-    denied = posixpath.join(root, "secret") + "/"
-
-    async def call(text: str) -> str:
-        args = json.loads(text)
-        path = posixpath.normpath(posixpath.join(root, args["path"]))
-        if path.startswith(denied) or not path.startswith(allowed):
-            raise PermissionError(f"{path} is not allowed")
-        await pre_hook(args)
-        output = await read(**args)
-        await post_hook(args)
-        return output
+    call = compare.hooked_call(read, pre_hook, post_hook)
 
     async def one(calls: list[tuple[str, str]]) -> int:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(call(text)) for _, text in calls]
         return sum(task.result() is not None for task in tasks)
 
-    async def runs(turns: list[list[tuple[str, str]]]) -> int:
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(one(calls)) for calls in turns]
-        return sum(task.result() for task in tasks)
-
-    return Lane("taskgroup_hooked", 2, runs)
+    return Lane("taskgroup_hooked", 2, every_run(one))
 
 
 def executor_lane(name: str, executor: ts.Executor, hooks_per_call: int) -> Lane:
@@ -138,12 +131,7 @@ def executor_lane(name: str, executor: ts.Executor, hooks_per_call: int) -> Lane
         outcome = await executor.run([tool_call(call_id, TOOL_NAME, text) for call_id, text in calls])
         return sum(not result.is_error for result in outcome.results)
 
-    async def runs(turns: list[list[tuple[str, str]]]) -> int:
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(one(calls)) for calls in turns]
-        return sum(task.result() for task in tasks)
-
-    return Lane(name, hooks_per_call, runs, executor)
+    return Lane(name, hooks_per_call, every_run(one), executor)
 
 
 def lanes() -> list[Lane]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import anyio
 import anyio.lowlevel
 import pytest
@@ -12,6 +14,14 @@ from tests.conftest import InFlight
 from toolsched.executor.schedule import run_pool
 
 pytestmark = pytest.mark.anyio
+
+
+async def failure_of(count: int, cap: int, work: Callable[[int], Awaitable[None]]) -> BaseException:
+    """What a pool of ``count`` items raises (within five seconds)."""
+    with pytest.raises(BaseException) as caught:
+        with anyio.fail_after(5):
+            await run_pool(list(range(count)), cap, work)
+    return caught.value
 
 
 async def test_waiting_calls_overlap_up_to_the_cap(in_flight: InFlight) -> None:
@@ -55,10 +65,7 @@ async def test_an_exception_propagates_and_stops_the_rest() -> None:
             raise RuntimeError("boom")
         await anyio.sleep(1)
 
-    with pytest.raises(BaseException) as caught:
-        with anyio.fail_after(5):
-            await run_pool(list(range(6)), 2, work)
-    assert "boom" in repr(caught.value)
+    assert "boom" in repr(await failure_of(6, 2, work))
     assert len(started) < 6
 
 
@@ -187,12 +194,10 @@ async def test_a_call_that_raises_before_any_call_waited_fails_the_pool_as_one_t
             raise raised("boom")
         await anyio.sleep(1)
 
-    with pytest.raises(BaseException) as caught:
-        with anyio.fail_after(5):
-            await run_pool(list(range(4)), 1, work)
+    failure = await failure_of(4, 1, work)
     if raised is KeyboardInterrupt:
-        assert type(caught.value) is KeyboardInterrupt
+        assert type(failure) is KeyboardInterrupt
     else:
-        assert isinstance(caught.value, BaseExceptionGroup)
-        assert [type(error) for error in caught.value.exceptions] == [ValueError]
+        assert isinstance(failure, BaseExceptionGroup)
+        assert [type(error) for error in failure.exceptions] == [ValueError]
     assert started == [0]

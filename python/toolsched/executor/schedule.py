@@ -103,75 +103,31 @@ def run_pool(
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     # A list is checked by its type: an isinstance check against an ABC costs more than a no-op call.
-    if type(ready) is list or isinstance(ready, tuple):
-        note = note_host()
-        if note is not None:
-            return _run_listed(ready, concurrency, work, slack, note)
-    return _run_in_group(ready, concurrency, work, slack)
+    note = note_host() if type(ready) is list or isinstance(ready, tuple) else None
+    return _run_pool(ready, concurrency, work, slack, note)
 
 
-async def _run_listed(
-    items: Sequence[Any],
-    concurrency: int,
-    work: Callable[[Any], Coroutine[Any, Any, None]],
-    slack: _Slack | None,
-    note: HostNote,
-) -> None:
-    """``run_pool`` of ready items on asyncio: they run back to back in this task until one waits, with no
-    worker group; the group is made only then (or when one raises), entered as it would have been before the
-    first item (``note``), and the pool grows from there. Most batches never wait: making, entering and
-    leaving a group cost a turn 9.1k instructions (``python benches/pieces.py``)."""
-    try:
-        position = 0
-        total = len(items)
-        try:
-            while position < total:
-                item = items[position]
-                position += 1
-                suspended = run_until_suspended(work(item))
-                if suspended is not None:
-                    break
-            else:
-                return
-        except BaseException as exc:
-            group = WorkerGroup()
-            group.enter(note)
-            if not await group.__aexit__(type(exc), exc, exc.__traceback__):
-                raise
-            return
-        group = WorkerGroup()
-        group.enter(note)
-        try:
-            pool = _Pool(group, concurrency, work, items, position, None, slack)
-            pool.grow()
-            await suspended
-            await pool.take_in_order()
-        except BaseException as exc:
-            if not await group.__aexit__(type(exc), exc, exc.__traceback__):
-                raise
-        else:
-            if not group.leave():
-                await group.__aexit__(None, None, None)
-    except BaseExceptionGroup as failures:
-        _raise_stopping(failures)
-
-
-async def _run_in_group(
+async def _run_pool(
     ready: Sequence[Any] | _Ready,
     concurrency: int,
     work: Callable[[Any], Coroutine[Any, Any, None]],
     slack: _Slack | None,
+    note: HostNote | None,
 ) -> None:
-    """``run_pool`` with its worker group entered before anything runs: a ``_Ready`` source, or any items on
-    trio (or where anyio keeps no record of task scopes)."""
+    """``run_pool``'s coroutine. Ready items run back to back in this task until one waits; only then is
+    there a pool, whose workers start one by one as running items wait. With ``note`` (on asyncio) there is
+    no worker group either until then (or until an item raises): it is made then, entered as it would have
+    been before the first item, when ``note`` was taken. Most batches never wait, and making, entering and
+    leaving a group cost a turn 9.1k instructions (``python benches/pieces.py``). Without it (trio, or a
+    ``_Ready`` source) the group is entered before anything runs."""
+    group: WorkerGroup | None = None
     try:
-        group = WorkerGroup()
-        if not group.enter():
-            await group.__aenter__()
+        if note is None:
+            group = WorkerGroup()
+            if not group.enter():
+                await group.__aenter__()
         try:
             if isinstance(ready, (list, tuple)):
-                # Every item is ready: this task runs them back to back until one waits; only then is
-                # there a pool, whose workers start one by one as running items wait.
                 position = 0
                 total = len(ready)
                 while position < total:
@@ -179,19 +135,26 @@ async def _run_in_group(
                     position += 1
                     suspended = run_until_suspended(work(item))
                     if suspended is not None:
+                        if group is None:
+                            group = WorkerGroup()
+                            group.enter(note)
                         pool = _Pool(group, concurrency, work, ready, position, None, slack)
                         pool.grow()
                         await suspended
                         await pool.take_in_order()
                         break
             else:
+                assert group is not None  # a source comes without a note
                 source = _Pool(group, concurrency, work, (), 0, ready, slack)  # type: ignore[arg-type]
                 await source.take_when_ready()
         except BaseException as exc:
+            if group is None:
+                group = WorkerGroup()
+                group.enter(note)
             if not await group.__aexit__(type(exc), exc, exc.__traceback__):
                 raise
         else:
-            if not group.leave():
+            if group is not None and not group.leave():
                 await group.__aexit__(None, None, None)
     except BaseExceptionGroup as failures:
         _raise_stopping(failures)
