@@ -35,7 +35,7 @@ from toolsched.hooks import BatchEvent, Hook, HookTimeout
 from toolsched.results import Decision, ToolCall, ToolResult, detached
 from toolsched.strategies import resolve_cap
 from toolsched.tools import Access
-from toolsched.workers import HostNote, WorkerGroup, note_host
+from toolsched.workers import WorkerGroup, note_host
 
 __all__ = [
     "aborts",
@@ -100,11 +100,7 @@ def run_pool(
     item waits for a free slot before it works again, so that at most ``concurrency`` items
     work at once.
     """
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-    # A list is checked by its type: an isinstance check against an ABC costs more than a no-op call.
-    note = note_host() if type(ready) is list or isinstance(ready, tuple) else None
-    return _run_pool(ready, concurrency, work, slack, note)
+    return _run_pool(ready, concurrency, work, slack)
 
 
 async def _run_pool(
@@ -112,14 +108,18 @@ async def _run_pool(
     concurrency: int,
     work: Callable[[Any], Coroutine[Any, Any, None]],
     slack: _Slack | None,
-    note: HostNote | None,
 ) -> None:
     """``run_pool``'s coroutine. Ready items run back to back in this task until one waits; only then is
-    there a pool, whose workers start one by one as running items wait. With ``note`` (on asyncio) there is
-    no worker group either until then (or until an item raises): it is made then, entered as it would have
-    been before the first item, when ``note`` was taken. Most batches never wait, and making, entering and
-    leaving a group cost a turn 9.1k instructions (``python benches/pieces.py``). Without it (trio, or a
-    ``_Ready`` source) the group is entered before anything runs."""
+    there a pool, whose workers start one by one as running items wait. On asyncio there is no worker group
+    either until then (or until an item raises): it is made then, entered as it would have been before the
+    first item, from what was noted of the running task as this coroutine took its first step (not when it
+    was made: it may be awaited in another scope, or in a task of its own). Most batches never wait, and
+    making, entering and leaving a group cost a turn 9.1k instructions (``python benches/pieces.py``). On
+    trio, or for a ``_Ready`` source, the group is entered before anything runs."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    # A list is checked by its type: an isinstance check against an ABC costs more than a no-op call.
+    note = note_host() if type(ready) is list or isinstance(ready, tuple) else None
     group: WorkerGroup | None = None
     try:
         if note is None:

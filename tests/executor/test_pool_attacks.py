@@ -1,0 +1,382 @@
+"""Attacks on the pool's worker group made only once a call waits: wherever and however the pool's coroutine
+is made and awaited, it behaves as the group entered before the first call did (each of the first eight
+failed when the calling task was noted as the coroutine was made rather than at its first step)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from toolsched.executor.schedule import run_pool
+
+pytestmark = pytest.mark.anyio
+
+ASYNCIO_ONLY = pytest.mark.parametrize("anyio_backend", ["asyncio"])
+
+
+def running_task() -> asyncio.Task[object] | None:
+    """The running asyncio task, None on trio."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
+
+
+async def test_coroutine_made_outside_a_scope_and_awaited_inside_it_stops_when_that_scope_is_cancelled() -> None:
+    # The old group noted the scope the coroutine ran in; the new note is the scope where run_pool() was called.
+    started: list[int] = []
+    box: list[anyio.CancelScope] = []
+
+    async def work(n: int) -> None:
+        started.append(n)
+        if n == 0:
+            await anyio.sleep(1)
+        else:
+            await anyio.lowlevel.checkpoint()
+            if n == 1:
+                box[0].cancel()
+
+    with anyio.fail_after(5):
+        pending = run_pool(list(range(6)), 2, work)
+        with anyio.CancelScope() as scope:
+            box.append(scope)
+            await pending
+    assert scope.cancelled_caught
+    assert started == [0, 1]
+
+
+async def test_coroutine_made_inside_a_scope_left_before_it_is_awaited_runs_every_item() -> None:
+    # The note keeps the scope run_pool(...) was called in; once that scope is left, its cancellation has
+    # nothing to do with the run, which must still run every item.
+    seen: list[int] = []
+
+    async def work(n: int) -> None:
+        await anyio.sleep(0.01 if n == 0 else 0.001)
+        seen.append(n)
+
+    with anyio.fail_after(5):
+        with anyio.CancelScope() as left:  # noqa: ASYNC100  (the coroutine is made here, awaited after)
+            pending = run_pool(list(range(6)), 2, work)
+        left.cancel()
+        await pending
+    assert sorted(seen) == list(range(6))
+
+
+@ASYNCIO_ONLY
+async def test_pool_awaited_in_a_task_of_its_own_stops_its_own_task_when_a_worker_fails() -> None:
+    # asyncio.create_task(run_pool(...)) (and gather, wait_for on 3.11, anyio's start_soon on asyncio all
+    # call run_pool in the parent task): the group's host must be the task that runs the pool.
+    outer = asyncio.current_task()
+    assert outer is not None
+
+    async def work(n: int) -> None:
+        await asyncio.sleep(0.01)
+        if n == 1:
+            raise RuntimeError("boom")
+        await asyncio.sleep(2)
+
+    begin = time.monotonic()
+    with anyio.fail_after(5):
+        inner = asyncio.create_task(run_pool([0, 1, 2], 3, work))
+        with pytest.raises(BaseExceptionGroup):
+            await inner  # the outer task must not be cancelled by the inner pool's group
+    assert time.monotonic() - begin < 1.0  # the host's own item (n == 0) was stopped, not left to finish
+    assert outer.cancelling() == 0
+
+
+@ASYNCIO_ONLY
+async def test_pool_in_a_task_of_its_own_leaves_the_creating_task_alone_when_a_worker_fails() -> None:
+    # The task that called run_pool(...) goes on with its own work while another task runs the pool; a failing
+    # worker must not cancel it (the old group's host was the task that ran the pool).
+    outer = asyncio.current_task()
+    assert outer is not None
+
+    async def work(n: int) -> None:
+        await asyncio.sleep(0.01)
+        if n == 1:
+            raise RuntimeError("boom")
+        await asyncio.sleep(2)
+
+    with anyio.fail_after(5):
+        inner = asyncio.create_task(run_pool([0, 1, 2], 3, work))
+        await asyncio.sleep(0.1)  # the outer task's own work: must not be cancelled
+        assert inner.done()
+        with pytest.raises(BaseExceptionGroup):
+            await inner
+    assert outer.cancelling() == 0
+
+
+async def test_pool_started_with_anyio_start_soon_fails_as_one_awaited_directly() -> None:
+    async def work(n: int) -> None:
+        await anyio.sleep(0.01)
+        if n == 1:
+            raise RuntimeError("boom")
+        await anyio.sleep(2)
+
+    begin = time.monotonic()
+    with anyio.fail_after(5):
+        with pytest.raises(BaseExceptionGroup) as caught:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run_pool, [0, 1, 2], 3, work)
+    assert time.monotonic() - begin < 1.0
+    assert "boom" in repr(caught.value)
+    task = running_task()
+    assert task is None or task.cancelling() == 0
+
+
+@ASYNCIO_ONLY
+async def test_wait_for_timeout_of_a_pool_raises_timeout() -> None:
+
+    async def work(n: int) -> None:
+        await asyncio.sleep(2)
+
+    outer = asyncio.current_task()
+    assert outer is not None
+    with anyio.fail_after(5):
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(run_pool([0, 1, 2], 2, work), 0.05)
+    assert outer.cancelling() == 0
+
+
+@ASYNCIO_ONLY
+async def test_gather_of_two_pools_one_failing() -> None:
+
+    async def bad(n: int) -> None:
+        await asyncio.sleep(0.01)
+        if n == 1:
+            raise RuntimeError("boom")
+        await asyncio.sleep(2)
+
+    async def good(n: int) -> None:
+        await asyncio.sleep(0.05)
+
+    outer = asyncio.current_task()
+    assert outer is not None
+    begin = time.monotonic()
+    with anyio.fail_after(5):
+        with pytest.raises(BaseExceptionGroup):
+            await asyncio.gather(run_pool([0, 1, 2], 3, bad), run_pool([0, 1], 2, good))
+    assert time.monotonic() - begin < 1.0
+    assert outer.cancelling() == 0
+
+
+def test_pool_scheduled_from_a_callback_outside_any_task_stops_its_own_item() -> None:
+    # run_pool called where a loop runs but no task does (a call_soon callback): the note has no host,
+    # so a failing worker never stops the task that then runs the pool.
+    async def work(n: int) -> None:
+        await asyncio.sleep(0.01)
+        if n == 1:
+            raise RuntimeError("boom")
+        await asyncio.sleep(2)
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        holder: list[asyncio.Task[None]] = []
+        loop.call_soon(lambda: holder.append(asyncio.ensure_future(run_pool([0, 1, 2], 3, work))))
+        await asyncio.sleep(0)
+        begin = time.monotonic()
+        with pytest.raises(BaseExceptionGroup):
+            await asyncio.wait_for(holder[0], 5)
+        return time.monotonic() - begin
+
+    assert asyncio.run(main()) < 1.0
+
+
+@pytest.mark.parametrize("cap", [1, 3])
+@pytest.mark.parametrize("where", ["before", "after"])
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemExit, GeneratorExit])
+async def test_base_exceptions(cap: int, where: str, raised: type[BaseException]) -> None:
+    started: list[int] = []
+
+    async def work(n: int) -> None:
+        started.append(n)
+        if where == "after":
+            await anyio.sleep(0.001)
+        if n == 1:
+            raise raised("boom")
+        await anyio.sleep(0.5)
+
+    with anyio.fail_after(5):
+        with pytest.raises(raised):
+            await run_pool(list(range(5)), cap, work)
+    assert 1 in started
+    assert len(started) <= 1 + cap
+    task = running_task()
+    assert task is None or task.cancelling() == 0
+
+
+@ASYNCIO_ONLY
+@pytest.mark.parametrize("cap", [1, 3])
+@pytest.mark.parametrize("where", ["before", "after"])
+async def test_hand_raised_cancelled_error(cap: int, where: str) -> None:
+    started: list[int] = []
+
+    async def work(n: int) -> None:
+        started.append(n)
+        if where == "after":
+            await anyio.sleep(0.001)
+        if n == 0:
+            raise asyncio.CancelledError()
+        await anyio.sleep(0.05)
+
+    task = asyncio.current_task()
+    assert task is not None
+    with anyio.fail_after(5):
+        try:
+            await run_pool(list(range(4)), cap, work)
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+        except BaseException as exc:
+            outcome = type(exc).__name__
+        else:
+            outcome = "ok"
+    assert outcome == "cancelled"
+    assert task.cancelling() == 0
+
+
+@ASYNCIO_ONLY
+@pytest.mark.parametrize("then", ["return", "suspend"])
+@pytest.mark.parametrize("cap", [1, 2])
+async def test_item_cancels_its_own_task(then: str, cap: int) -> None:
+    started: list[int] = []
+    task = asyncio.current_task()
+    assert task is not None
+
+    async def work(n: int) -> None:
+        started.append(n)
+        if n == 0:
+            asyncio.current_task().cancel()  # type: ignore[union-attr]
+            if then == "suspend":
+                await asyncio.sleep(0.01)
+            return
+        await asyncio.sleep(0.01)
+
+    with anyio.fail_after(5):
+        with pytest.raises(asyncio.CancelledError):
+            await run_pool(list(range(4)), cap, work)
+    assert task.cancelling() == 1
+    task.uncancel()
+
+
+@pytest.mark.parametrize("moment", [0.0, 0.005, 0.03])
+@pytest.mark.parametrize("cap", [1, 3])
+async def test_outer_scope_cancel_while_item_inside_own_scope(moment: float, cap: int) -> None:
+    started: list[int] = []
+    finished: list[int] = []
+
+    async def work(n: int) -> None:
+        started.append(n)
+        with anyio.CancelScope(shield=n == 0):
+            with anyio.move_on_after(1):
+                await anyio.sleep(0.01)
+        await anyio.sleep(0.01)
+        finished.append(n)
+
+    with anyio.fail_after(5):
+        with anyio.CancelScope() as run:
+            async with anyio.create_task_group() as tg:
+
+                async def cancel() -> None:
+                    await anyio.sleep(moment)
+                    run.cancel()
+
+                tg.start_soon(cancel)
+                await run_pool(list(range(6)), cap, work)
+    assert run.cancelled_caught
+    task = running_task()
+    assert task is None or task.cancelling() == 0
+
+
+@ASYNCIO_ONLY
+@pytest.mark.parametrize("when", ["before", "first", "later"])
+async def test_task_cancel_from_outside(when: str) -> None:
+    started: list[int] = []
+
+    async def work(n: int) -> None:
+        started.append(n)
+        await asyncio.sleep(0.02)
+
+    async def runner() -> None:
+        await run_pool(list(range(6)), 2, work)
+
+    with anyio.fail_after(5):
+        t = asyncio.create_task(runner())
+        if when == "before":
+            t.cancel()
+        elif when == "first":
+            await asyncio.sleep(0)
+            t.cancel()
+        else:
+            await asyncio.sleep(0.03)
+            t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+    n = len(started)
+    await asyncio.sleep(0.05)
+    assert len(started) == n
+
+
+@ASYNCIO_ONLY
+async def test_pending_cancellation_before_run_pool() -> None:
+    task = asyncio.current_task()
+    assert task is not None
+    started: list[int] = []
+
+    async def work(n: int) -> None:
+        started.append(n)
+        await asyncio.sleep(0.01)
+        if n == 1:
+            raise RuntimeError("boom")
+
+    task.cancel()
+    try:
+        await asyncio.sleep(0)
+    except asyncio.CancelledError:
+        pass
+    assert task.cancelling() == 1
+    with anyio.fail_after(5):
+        with pytest.raises(BaseExceptionGroup):
+            await run_pool(list(range(4)), 2, work)
+    assert task.cancelling() == 1
+    task.uncancel()
+
+
+async def test_nested_run_pool_inner_failure() -> None:
+    async def inner(i: int) -> None:
+        await anyio.sleep(0.001)
+        if i == 2:
+            raise ValueError("inner")
+        await anyio.sleep(1)
+
+    async def outer(n: int) -> None:
+        await run_pool(list(range(4)), 2, inner)
+
+    with anyio.fail_after(5):
+        with pytest.raises(BaseExceptionGroup) as caught:
+            await run_pool(list(range(3)), 2, outer)
+    assert "inner" in repr(caught.value)
+    task = running_task()
+    assert task is None or task.cancelling() == 0
+
+
+async def test_item_cancels_enclosing_scope_synchronously_then_returns() -> None:
+    started: list[int] = []
+    box: list[anyio.CancelScope] = []
+
+    async def work(n: int) -> None:
+        started.append(n)
+        if n == 1:
+            box[0].cancel()
+            return
+        await anyio.sleep(0.01)
+
+    with anyio.fail_after(5):
+        with anyio.CancelScope() as run:
+            box.append(run)
+            await run_pool(list(range(5)), 2, work)
+    assert run.cancelled_caught
+    assert started == [0, 1]
