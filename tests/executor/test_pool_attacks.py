@@ -1,6 +1,8 @@
 """Attacks on the pool's worker group made only once a call waits: wherever and however the pool's coroutine
-is made and awaited, it behaves as the group entered before the first call did (each of the first eight
-failed when the calling task was noted as the coroutine was made rather than at its first step)."""
+is made and awaited, it behaves as the group entered before the first call did. Five failed when the running
+task was noted as the coroutine was made rather than at its first step (a coroutine made outside a scope and
+awaited inside it, made inside a scope left before the await, a pool in a task of its own beside its creator,
+under ``asyncio.wait_for``, and scheduled from a loop callback); the others behaved alike before and after."""
 
 from __future__ import annotations
 
