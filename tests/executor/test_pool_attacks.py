@@ -20,6 +20,14 @@ pytestmark = pytest.mark.anyio
 ASYNCIO_ONLY = pytest.mark.parametrize("anyio_backend", ["asyncio"])
 
 
+async def second_fails(n: int) -> None:
+    """A call that waits; the second raises, the others wait on long after."""
+    await anyio.sleep(0.01)
+    if n == 1:
+        raise RuntimeError("boom")
+    await anyio.sleep(2)
+
+
 def running_task() -> asyncio.Task[object] | None:
     """The running asyncio task, None on trio."""
     try:
@@ -75,15 +83,9 @@ async def test_pool_awaited_in_a_task_of_its_own_stops_its_own_task_when_a_worke
     outer = asyncio.current_task()
     assert outer is not None
 
-    async def work(n: int) -> None:
-        await asyncio.sleep(0.01)
-        if n == 1:
-            raise RuntimeError("boom")
-        await asyncio.sleep(2)
-
     begin = time.monotonic()
     with anyio.fail_after(5):
-        inner = asyncio.create_task(run_pool([0, 1, 2], 3, work))
+        inner = asyncio.create_task(run_pool([0, 1, 2], 3, second_fails))
         with pytest.raises(BaseExceptionGroup):
             await inner  # the outer task must not be cancelled by the inner pool's group
     assert time.monotonic() - begin < 1.0  # the host's own item (n == 0) was stopped, not left to finish
@@ -97,14 +99,8 @@ async def test_pool_in_a_task_of_its_own_leaves_the_creating_task_alone_when_a_w
     outer = asyncio.current_task()
     assert outer is not None
 
-    async def work(n: int) -> None:
-        await asyncio.sleep(0.01)
-        if n == 1:
-            raise RuntimeError("boom")
-        await asyncio.sleep(2)
-
     with anyio.fail_after(5):
-        inner = asyncio.create_task(run_pool([0, 1, 2], 3, work))
+        inner = asyncio.create_task(run_pool([0, 1, 2], 3, second_fails))
         await asyncio.sleep(0.1)  # the outer task's own work: must not be cancelled
         assert inner.done()
         with pytest.raises(BaseExceptionGroup):
@@ -113,17 +109,11 @@ async def test_pool_in_a_task_of_its_own_leaves_the_creating_task_alone_when_a_w
 
 
 async def test_pool_started_with_anyio_start_soon_fails_as_one_awaited_directly() -> None:
-    async def work(n: int) -> None:
-        await anyio.sleep(0.01)
-        if n == 1:
-            raise RuntimeError("boom")
-        await anyio.sleep(2)
-
     begin = time.monotonic()
     with anyio.fail_after(5):
         with pytest.raises(BaseExceptionGroup) as caught:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(run_pool, [0, 1, 2], 3, work)
+                tg.start_soon(run_pool, [0, 1, 2], 3, second_fails)
     assert time.monotonic() - begin < 1.0
     assert "boom" in repr(caught.value)
     task = running_task()
@@ -169,16 +159,10 @@ async def test_gather_of_two_pools_one_failing() -> None:
 def test_pool_scheduled_from_a_callback_outside_any_task_stops_its_own_item() -> None:
     # run_pool called where a loop runs but no task does (a call_soon callback): the note has no host,
     # so a failing worker never stops the task that then runs the pool.
-    async def work(n: int) -> None:
-        await asyncio.sleep(0.01)
-        if n == 1:
-            raise RuntimeError("boom")
-        await asyncio.sleep(2)
-
     async def main() -> float:
         loop = asyncio.get_running_loop()
         holder: list[asyncio.Task[None]] = []
-        loop.call_soon(lambda: holder.append(asyncio.ensure_future(run_pool([0, 1, 2], 3, work))))
+        loop.call_soon(lambda: holder.append(asyncio.ensure_future(run_pool([0, 1, 2], 3, second_fails))))
         await asyncio.sleep(0)
         begin = time.monotonic()
         with pytest.raises(BaseExceptionGroup):
