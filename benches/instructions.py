@@ -135,12 +135,18 @@ async def turns(calls: int, count: int, parts: frozenset[str], runs: int, wait: 
 PARTS = frozenset({"pre", "post", "rules"})
 
 
-def valgrind_count(arguments: list[str]) -> int:
-    """The instructions valgrind counts for the whole of ``python ARGUMENTS``."""
+def cachegrind(out_file: str) -> list[str]:
+    """The command that runs this Python under cachegrind, counting instructions only, its output to ``out_file``."""
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
-    command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", sys.executable]
-    done = subprocess.run([*command, *arguments], capture_output=True, text=True, check=True, env=os.environ)
+    return ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out_file}", sys.executable]
+
+
+def valgrind_count(arguments: list[str]) -> int:
+    """The instructions valgrind counts for the whole of ``python ARGUMENTS``."""
+    done = subprocess.run(
+        [*cachegrind("/dev/null"), *arguments], capture_output=True, text=True, check=True, env=os.environ
+    )
     found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
     if found is None:
         raise SystemExit(f"valgrind printed no instruction count:\n{done.stderr[-2000:]}")
@@ -149,12 +155,9 @@ def valgrind_count(arguments: list[str]) -> int:
 
 def valgrind_functions(arguments: list[str]) -> dict[tuple[str, str], int]:
     """The instructions valgrind counts for ``python ARGUMENTS``, by (file, function) of the code that ran them."""
-    if shutil.which("valgrind") is None:
-        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "cachegrind.out")
-        command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}", sys.executable]
-        subprocess.run([*command, *arguments], capture_output=True, text=True, check=True, env=os.environ)
+        subprocess.run([*cachegrind(out), *arguments], capture_output=True, text=True, check=True, env=os.environ)
         costs: dict[tuple[str, str], int] = {}
         file = function = "?"
         with open(out) as lines:

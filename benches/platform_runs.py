@@ -5,6 +5,7 @@
     python benches/platform_runs.py                         # R = 1, 100, 1,000, n = 1, 3, 10
     python benches/platform_runs.py --runs 1000 --calls 3   # one shape
     python benches/platform_runs.py --sleep 0.001           # tools await a 1 ms sleep
+    python benches/platform_runs.py --no-collector          # the cyclic collector off while rounds are timed
     python benches/platform_runs.py --profile --runs 1000 --calls 3 --lane toolsched_full
 
 Each shape is timed on four lanes in turns, in one process, on one asyncio loop:
@@ -104,24 +105,23 @@ def every_run(
     return runs
 
 
-def floor_lane() -> Lane:
-    async def one(calls: list[tuple[str, str]]) -> int:
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(read(**json.loads(text))) for _, text in calls]
-        return sum(task.result() is not None for task in tasks)
-
-    return Lane("taskgroup", 0, every_run(one))
-
-
-def hooked_floor_lane() -> Lane:
-    call = compare.hooked_call(read, pre_hook, post_hook)
+def taskgroup_lane(name: str, hooks_per_call: int, call: Callable[[str], Awaitable[Any]]) -> Lane:
+    """A floor lane: each run's calls as tasks of one ``asyncio.TaskGroup``, ``call(text)`` each."""
 
     async def one(calls: list[tuple[str, str]]) -> int:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(call(text)) for _, text in calls]
         return sum(task.result() is not None for task in tasks)
 
-    return Lane("taskgroup_hooked", 2, every_run(one))
+    return Lane(name, hooks_per_call, every_run(one))
+
+
+def floor_lane() -> Lane:
+    return taskgroup_lane("taskgroup", 0, lambda text: read(**json.loads(text)))
+
+
+def hooked_floor_lane() -> Lane:
+    return taskgroup_lane("taskgroup_hooked", 2, compare.hooked_call(read, pre_hook, post_hook))
 
 
 def executor_lane(name: str, executor: ts.Executor, hooks_per_call: int) -> Lane:
@@ -181,7 +181,9 @@ async def timed(lane: Lane, turns: list[list[tuple[str, str]]], reps: int) -> tu
     return cpu / (total * reps), wall / (total * reps)
 
 
-async def measure(all_lanes: list[Lane], runs: int, calls: int, rounds: int, budget: float) -> None:
+async def measure(
+    all_lanes: list[Lane], runs: int, calls: int, rounds: int, budget: float, collector: bool = True
+) -> None:
     turns = workload(runs, calls)
     total = runs * calls
     # Each round of a lane lasts about ``budget`` seconds (at least one repetition of the shape).
@@ -194,7 +196,12 @@ async def measure(all_lanes: list[Lane], runs: int, calls: int, rounds: int, bud
     for _ in range(rounds):
         for lane in all_lanes:  # in turns, so that drift of the machine falls on every lane alike
             gc.collect()
-            cpu, wall = await timed(lane, turns, reps)
+            if not collector:
+                gc.disable()
+            try:
+                cpu, wall = await timed(lane, turns, reps)
+            finally:
+                gc.enable()
             lane.cpu.append(cpu)
             lane.wall.append(wall)
 
@@ -238,7 +245,7 @@ async def main_async(arguments: argparse.Namespace) -> None:
     print("|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     for runs in arguments.runs:
         for calls in arguments.calls:
-            await measure(all_lanes, runs, calls, arguments.rounds, arguments.budget)
+            await measure(all_lanes, runs, calls, arguments.rounds, arguments.budget, not arguments.no_collector)
             for row in report(all_lanes, runs, calls, arguments.sleep):
                 print(row, flush=True)
 
@@ -262,6 +269,9 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=0.3, help="seconds of floor time per round (default 0.3)")
     parser.add_argument(
         "--lane", choices=["toolsched", "toolsched_full"], help="time only this lane beside the two floors"
+    )
+    parser.add_argument(
+        "--no-collector", action="store_true", help="the cyclic collector off while rounds are timed (every lane)"
     )
     parser.add_argument("--profile", action="store_true", help="profile the last lane on the first shape instead")
     arguments = parser.parse_args()

@@ -118,8 +118,9 @@ async def _run_pool(
     trio, or for a ``_Ready`` source, the group is entered before anything runs."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-    # A list is checked by its type: an isinstance check against an ABC costs more than a no-op call.
-    note = note_host() if type(ready) is list or isinstance(ready, tuple) else None
+    # Checked against the concrete types: an isinstance check against an ABC costs more than a no-op call.
+    items = ready if isinstance(ready, (list, tuple)) else None
+    note = note_host() if items is not None else None
     group: WorkerGroup | None = None
     try:
         if note is None:
@@ -127,18 +128,18 @@ async def _run_pool(
             if not group.enter():
                 await group.__aenter__()
         try:
-            if isinstance(ready, (list, tuple)):
+            if items is not None:
                 position = 0
-                total = len(ready)
+                total = len(items)
                 while position < total:
-                    item = ready[position]
+                    item = items[position]
                     position += 1
                     suspended = run_until_suspended(work(item))
                     if suspended is not None:
                         if group is None:
                             group = WorkerGroup()
                             group.enter(note)
-                        pool = _Pool(group, concurrency, work, ready, position, None, slack)
+                        pool = _Pool(group, concurrency, work, items, position, None, slack)
                         pool.grow()
                         await suspended
                         await pool.take_in_order()
