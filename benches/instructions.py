@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 BENCHES = os.path.dirname(os.path.abspath(__file__))
 
@@ -47,6 +48,8 @@ Turn = Callable[[], Awaitable[object]]
 
 # Whether the cyclic collector runs during the measured turns (``--no-collector`` turns it off).
 COLLECTOR = True
+# What watches the cyclic collector's passes during the measured turns (``--walks``): ``gc.callbacks``.
+WATCHERS: list[Callable[[str, dict[str, int]], None]] = []
 
 
 async def measured(turn: Turn, count: int, runs: int) -> None:
@@ -65,8 +68,13 @@ async def measured(turn: Turn, count: int, runs: int) -> None:
     gc.freeze()
     if not COLLECTOR:
         gc.disable()
-    for _ in range(count):
-        await turn()
+    gc.callbacks.extend(WATCHERS)
+    try:
+        for _ in range(count):
+            await turn()
+    finally:
+        for watcher in WATCHERS:
+            gc.callbacks.remove(watcher)
 
 
 async def waiting_noop(path: str, limit: int = 10) -> None:
@@ -226,6 +234,76 @@ def by_function(calls: int, count: int, parts: frozenset[str], runs: int, wait: 
         print(f"{function} | {mine:,.0f} | {theirs:,.0f} | {mine - theirs:+,.0f}")
 
 
+class Walks:
+    """What the cyclic collector walks in each pass (a ``gc.callbacks`` entry): by kind of object, how many
+    objects and how many of their references (the collector follows each reference twice a pass)."""
+
+    def __init__(self) -> None:
+        sys.path.insert(0, BENCHES)
+        from live_objects import kind
+
+        self.kind = kind
+        self.objects: dict[str, int] = {}
+        self.references: dict[str, int] = {}
+        self.passes = 0
+        self.busy = False
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase != "start" or self.busy:
+            return
+        self.busy = True
+        self.passes += 1
+        # A pass of generation g walks the younger generations with it.
+        for generation in range(info["generation"] + 1):
+            for thing in gc.get_objects(generation=generation):
+                kind = self.kind(thing)
+                self.objects[kind] = self.objects.get(kind, 0) + 1
+                self.references[kind] = self.references.get(kind, 0) + len(gc.get_referents(thing))
+        self.busy = False
+
+
+def walks(calls: int, count: int, parts: frozenset[str], runs: int, wait: bool, top: int) -> None:
+    """Prints what the cyclic collector walks per call by kind of object, toolsched beside its floor."""
+    columns: list[Walked] = []
+    for floor in (False, True):
+        arguments = [sys.executable, *inner_arguments(calls, count, parts, floor, runs, wait, True), "--walks"]
+        done = subprocess.run(arguments, capture_output=True, text=True, check=True, env=os.environ)
+        columns.append(Walked(**json.loads(done.stdout)))
+    per_call = 1 / (count * calls * runs)
+    floor_label = "floor + hooks and rules by hand" if parts else "TaskGroup floor"
+    ours, theirs = columns
+    print(f"per call | toolsched | {floor_label} | difference")
+    print("---|---:|---:|---:")
+    for label, mine_total, floor_total in (
+        ("collector passes (x 1,000)", ours.passes * 1000, theirs.passes * 1000),
+        ("objects walked", sum(ours.objects.values()), sum(theirs.objects.values())),
+        ("references followed", sum(ours.references.values()), sum(theirs.references.values())),
+    ):
+        mine, floor_value = mine_total * per_call, floor_total * per_call
+        print(f"{label} | {mine:,.1f} | {floor_value:,.1f} | {mine - floor_value:+,.1f}")
+    print()
+    print(f"kind of object | objects walked | references | {floor_label}: objects | references")
+    print("---|---:|---:|---:|---:")
+    kinds = set(ours.objects) | set(theirs.objects)
+    for kind in sorted(kinds, key=lambda kind: -abs(ours.cost(kind) - theirs.cost(kind)))[:top]:
+        row = [value * per_call for column in columns for value in column.of(kind)]
+        print(f"{kind} | " + " | ".join(f"{value:,.2f}" for value in row))
+
+
+class Walked(NamedTuple):
+    """What one process's measured turns had the collector walk (``Walks``, as its ``--inner`` run prints it)."""
+
+    passes: int
+    objects: dict[str, int]
+    references: dict[str, int]
+
+    def of(self, kind: str) -> tuple[int, int]:
+        return self.objects.get(kind, 0), self.references.get(kind, 0)
+
+    def cost(self, kind: str) -> int:
+        return sum(self.of(kind))
+
+
 def inner_arguments(
     calls: int, count: int, parts: frozenset[str], floor: bool, runs: int, wait: bool, collector: bool
 ) -> list[str]:
@@ -266,6 +344,15 @@ def main() -> None:
         metavar="K",
         help="by C function, beside the floor: the groups and the K functions that differ most (default 25)",
     )
+    parser.add_argument(
+        "--walks",
+        type=int,
+        nargs="?",
+        const=25,
+        default=None,
+        metavar="K",
+        help="what the cyclic collector walks per call, beside the floor: the K kinds of object that differ most",
+    )
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     parts = frozenset(PARTS) if args.full else frozenset(part for part in args.parts.split(",") if part)
@@ -274,10 +361,25 @@ def main() -> None:
     if args.inner:
         global COLLECTOR
         COLLECTOR = not args.no_collector
+        watched = Walks() if args.walks is not None else None
+        if watched is not None:
+            WATCHERS.append(watched)
         asyncio.run((floor_turns if args.floor else turns)(args.calls, args.turns, parts, args.runs, args.wait))
+        if watched is not None:
+            print(json.dumps({"passes": watched.passes, "objects": watched.objects, "references": watched.references}))
         return
     if args.runs < 1:
         raise SystemExit("--runs must be at least 1")
+    if args.walks is not None:
+        if args.floor or args.no_collector or args.by_function is not None:
+            raise SystemExit(
+                "--walks measures toolsched beside its floor, with the collector: "
+                "no --floor, --no-collector or --by-function"
+            )
+        if args.walks < 1:
+            raise SystemExit("--walks K must be at least 1")
+        walks(args.calls, args.turns, parts, args.runs, args.wait, args.walks)
+        return
     if args.by_function is not None:
         if args.floor or args.no_collector:
             raise SystemExit(

@@ -84,3 +84,23 @@ def test_live_objects_counts_what_a_waiting_turn_keeps_beside_the_floor(full: bo
     )
     assert done.returncode == 0, done.stderr
     assert "tracked objects alive while 2 calls wait" in done.stdout
+
+
+def test_walks_counts_what_the_collector_walks_by_kind_beside_the_floor() -> None:
+    command = [sys.executable, str(BENCHES / "instructions.py"), "3", "6", "--runs", "100", "--wait", "--walks", "40"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split(" | ")[0]: line.split(" | ")[1:] for line in done.stdout.splitlines() if " | " in line}
+    # Every call waits, so the collector passes over the waiting calls: each has its job (toolsched's
+    # alone) and its tool's coroutine (on both sides, under their own names).
+    assert float(rows["collector passes (x 1,000)"][0]) > 0 and float(rows["collector passes (x 1,000)"][1]) > 0
+    job = [float(value) for value in rows["Job"]]
+    assert job[0] > 0 and job[1] > 0 and job[2:] == [0.0, 0.0]
+    waiting = [float(value) for value in rows["coroutine waiting_noop"]]
+    assert waiting[:2] == [0.0, 0.0] and waiting[2] > 0
+
+
+def test_walks_refuses_what_it_does_not_compare() -> None:
+    command = [sys.executable, str(BENCHES / "instructions.py"), "3", "5", "--walks", "--floor"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "--walks measures toolsched beside its floor" in done.stderr
