@@ -60,7 +60,12 @@ def positional_builder(cls: type[T]) -> Callable[..., T]:
         raise TypeError(
             f"{cls.__name__} has a metaclass, a __new__ or an __init__ of its own, which a builder would skip"
         )
-    names = tuple(field.name for field in dataclasses.fields(cls))
+    fields = dataclasses.fields(cls)
+    if len(fields) != len(cls.__dataclass_fields__) or any(not field.init or field.kw_only for field in fields):  # type: ignore[attr-defined]
+        # An ``InitVar``, a field ``__init__`` does not take, or one it takes by keyword only: not what a
+        # builder taking every field positionally would give.
+        raise TypeError(f"{cls.__name__} has an InitVar, a field left out of __init__ or a keyword-only field")
+    names = tuple(field.name for field in fields)
     if tuple(cls.__dict__["__slots__"]) != names or cls.__bases__ != (object,):
         # Every slot is a field, each set: no slot of a base class left unset.
         raise TypeError(f"{cls.__name__} has slots other than its fields, or a base class")
@@ -79,6 +84,9 @@ def slot_builder(cls: type[T], given: tuple[str, ...], prototype: T) -> Callable
     slots = tuple(cls.__dict__.get("__slots__", ()))
     if cls.__bases__ != (object,) or not slots or type(prototype) is not cls:
         raise TypeError(f"{cls.__name__} is not a slotted class of its own, or the prototype is not one of it")
+    if type(cls) is not type or cls.__new__ is not object.__new__ or hasattr(cls, "__post_init__"):
+        # A builder runs neither ``__new__`` nor ``__init__``: a class whose instances need either is built as written.
+        raise TypeError(f"{cls.__name__} has a metaclass, a __new__ or a __post_init__, which a builder would skip")
     unknown = [name for name in given if name not in slots]
     if unknown:
         raise TypeError(f"{cls.__name__} has no slot {unknown[0]!r}")

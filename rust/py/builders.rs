@@ -95,6 +95,26 @@ impl PySlotBuilder {
         if defaults.len() > names.len() {
             return Err(PyTypeError::new_err("more defaults than slots"));
         }
+        // Every slot of the class itself is written: none is left unset (an `AttributeError` on its first read).
+        for (key, value) in own
+            .call_method0("items")?
+            .try_iter()?
+            .map(|item| item?.extract::<(String, Bound<'_, PyAny>)>())
+            .collect::<PyResult<Vec<_>>>()?
+        {
+            // SAFETY: the interpreter is attached; only the address of the static type object is taken, and a
+            // member descriptor (checked first) has the layout `object_slot` reads.
+            let own_slot = unsafe {
+                ffi::Py_TYPE(value.as_ptr()) == &raw mut ffi::PyMemberDescr_Type
+                    && object_slot(value.as_ptr(), cls.as_ptr().cast::<ffi::PyTypeObject>()).is_some()
+            };
+            if own_slot && !names.contains(&key) {
+                return Err(PyTypeError::new_err(format!(
+                    "{} has a slot {key:?} the builder does not write: it would be left unset",
+                    cls.qualname()?
+                )));
+            }
+        }
         Ok(Self {
             cls: cls.clone().unbind(),
             slots,
@@ -299,7 +319,9 @@ unsafe extern "C" fn build_fast(
         match builder.get().build(py, values) {
             Ok(instance) => instance.into_ptr(),
             Err(error) => {
-                error.restore(py);
+                // Restored where PyO3 knows the interpreter is attached: what the error lets go of is let go
+                // now, not kept for PyO3's next entry (no frame counts it attached here).
+                Python::attach(|py| error.restore(py));
                 std::ptr::null_mut()
             }
         }

@@ -95,7 +95,7 @@ unsafe extern "C" fn init_fast(
     unsafe {
         let py = Python::assume_attached();
         let Some(installed) = INSTALLED.get(py) else {
-            PyTypeError::new_err("ToolCall's C __init__ was not installed").restore(py);
+            Python::attach(|py| PyTypeError::new_err("ToolCall's C __init__ was not installed").restore(py));
             return std::ptr::null_mut();
         };
         let keywords = if kwnames.is_null() {

@@ -30,7 +30,11 @@ pub fn start<'py>(
         let copied = match base {
             None => ffi::PyContext_CopyCurrent(),
             Some(base) if ffi::PyContext_CheckExact(base.as_ptr()) != 0 => ffi::PyContext_Copy(base.as_ptr()),
-            Some(_) => return Err(PyTypeError::new_err("base must be a contextvars.Context or None")),
+            Some(_) => {
+                // `start` takes the coroutine: one it cannot run is closed, not left to be never awaited.
+                coroutine.call_method0("close")?;
+                return Err(PyTypeError::new_err("base must be a contextvars.Context or None"));
+            }
         };
         Bound::from_owned_ptr_or_err(py, copied)?
     };
@@ -42,6 +46,7 @@ pub fn start<'py>(
         coroutine: Some(coroutine.clone().unbind()),
         context: Some(context.unbind()),
         first: Some(first.unbind()),
+        awaited: false,
     };
     Ok(Some(Bound::new(py, resume)?))
 }
@@ -59,6 +64,8 @@ pub struct PyResume {
     context: Option<Py<PyAny>>,
     // What the first step yielded, until it is handed on.
     first: Option<Py<PyAny>>,
+    // Set once it is awaited: as a coroutine, it is awaited once (a second awaiter would step it too).
+    awaited: bool,
 }
 
 /// A `Resume`'s coroutine and context, borrowed for one step, and its first yield if not handed on yet.
@@ -93,6 +100,12 @@ impl PyResume {
 
     /// The next step, sent `value` (the first hands on what `start` saw yielded).
     fn advance<'py>(slf: &Bound<'py, Self>, value: &Bound<'py, PyAny>) -> PyResult<Step<'py>> {
+        if !value.is_none() && slf.try_borrow()?.first.is_some() {
+            // As a coroutine not yet awaited: its awaiter's first step sends None.
+            return Err(PyTypeError::new_err(
+                "can't send non-None value to a just-started coroutine",
+            ));
+        }
         let parts = Self::parts(slf)?;
         if let Some(first) = parts.first {
             return Ok(Step::Yielded(first));
@@ -111,8 +124,14 @@ impl PyResume {
 
 #[pymethods]
 impl PyResume {
-    fn __await__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
+    fn __await__(mut slf: PyRefMut<'_, Self>) -> PyResult<PyRefMut<'_, Self>> {
+        if slf.awaited {
+            return Err(PyRuntimeError::new_err(
+                "this coroutine is awaited already (a Resume is awaited once)",
+            ));
+        }
+        slf.awaited = true;
+        Ok(slf)
     }
 
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -133,6 +152,8 @@ impl PyResume {
     fn send<'py>(slf: &Bound<'py, Self>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         match Self::advance(slf, value)? {
             Step::Yielded(yielded) => Ok(yielded),
+            // As a coroutine's `send`: a return of None is a `StopIteration` with no arguments.
+            Step::Returned(returned) if returned.is_none() => Err(PyStopIteration::new_err(())),
             Step::Returned(returned) => Err(PyStopIteration::new_err((returned.unbind(),))),
         }
     }

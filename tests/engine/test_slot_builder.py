@@ -265,7 +265,7 @@ def test_slots_written_in_place_are_exactly_the_slots_their_descriptors_write() 
     # A slot named twice holds the last value; the first is let go, as the descriptor lets it go.
     first, second = Marker(), Marker()
     before = sys.getrefcount(first)
-    twice = _core.SlotBuilder(Plain, ("a", "a")).function()(first, second)
+    twice = _core.SlotBuilder(Plain, ("a", "a", "b", "c")).function()(first, second, None, None)
     assert twice.a is second
     assert sys.getrefcount(first) == before
     del twice
@@ -284,7 +284,8 @@ def test_a_built_instance_is_the_instance_its_descriptors_make(count: int, data:
     # reference the builder took is let go with the instance.
     slots = tuple(f"s{i}" for i in range(count))
     cls = type("Random", (), {"__slots__": slots})
-    names = data.draw(st.lists(st.sampled_from(slots), min_size=1, max_size=count + 3))
+    # Every slot named (a builder leaves none unset), in any order, some twice.
+    names = [*data.draw(st.permutations(slots)), *data.draw(st.lists(st.sampled_from(slots), max_size=3))]
     defaults_count = data.draw(st.integers(min_value=0, max_value=len(names)))
     given_count = data.draw(st.integers(min_value=len(names) - defaults_count, max_value=len(names)))
     markers = [Marker() for _ in range(len(names))]
@@ -304,3 +305,85 @@ def test_a_built_instance_is_the_instance_its_descriptors_make(count: int, data:
     gc.collect()
     # What is left held is this test's own lists and tuple of the values.
     assert [sys.getrefcount(marker) for marker in markers] == before
+
+
+def test_a_failed_build_holds_on_to_nothing() -> None:
+    """A refused call of a builder's function lets go of its error at once (it was kept until the engine's next
+    entry by another way: about 100 B per refused call, 282 MB over two million)."""
+    import tracemalloc
+
+    build = _core.SlotBuilder(Plain, ("a", "b", "c"), ("d1", "d2")).function()
+
+    def refused() -> None:
+        with pytest.raises(TypeError):
+            build()
+
+    for _ in range(1000):
+        refused()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(20_000):
+            refused()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    # About 2 MB before; what is left is the test's own tracebacks, freed as they go (a few bytes a call).
+    assert grown < 200_000, grown
+
+
+def test_every_slot_of_the_class_is_written_or_the_builder_is_refused() -> None:
+    with pytest.raises(TypeError, match='Plain has a slot "c" the builder does not write'):
+        _core.SlotBuilder(Plain, ("a", "b"))
+
+
+def test_builders_refuse_what_construction_does_beyond_setting_the_fields() -> None:
+    class Made:
+        __slots__ = ("value",)
+
+        def __new__(cls) -> Made:
+            made = super().__new__(cls)
+            made.value = 1
+            return made
+
+    class Meta(type):
+        pass
+
+    class Measured(metaclass=Meta):
+        __slots__ = ("value",)
+
+        def __init__(self) -> None:
+            self.value = 1
+
+    class Posted:
+        __slots__ = ("value",)
+
+        def __init__(self) -> None:
+            self.value = 1
+
+        def __post_init__(self) -> None:
+            raise AssertionError("never")
+
+    for cls in (Made, Measured, Posted):
+        with pytest.raises(TypeError, match="a metaclass, a __new__ or a __post_init__"):
+            slot_builder(cls, (), cls())
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Derived:
+        value: int
+        total: int = dataclasses.field(init=False, default=0)
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Keyword:
+        value: int
+        _: dataclasses.KW_ONLY
+        flag: bool = False
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Seeded:
+        value: int
+        seed: dataclasses.InitVar[int] = 0
+
+    for cls in (Derived, Keyword, Seeded):
+        with pytest.raises(TypeError, match="an InitVar, a field left out of __init__ or a keyword-only field"):
+            positional_builder(cls)

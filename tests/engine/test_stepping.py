@@ -237,3 +237,68 @@ def test_a_cycle_through_a_resume_is_collected() -> None:
     del box, coroutine
     gc.collect()
     assert alive() is None
+
+
+def test_a_resume_is_awaited_once() -> None:
+    """A second awaiter is refused, as a coroutine refuses one, before it steps anything (it stepped the
+    coroutine too: on trio that broke the run's cancel scopes)."""
+    steps: list[int] = []
+
+    async def counts() -> str:
+        for step in range(3):
+            await asyncio.sleep(0)
+            steps.append(step)
+        return "done"
+
+    async def awaits(resume: Any) -> Any:
+        return await resume
+
+    async def main() -> tuple[Any, Any]:
+        resume = run_until_suspended(counts())
+        first = asyncio.ensure_future(awaits(resume))
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(awaits(resume))
+        with pytest.raises(RuntimeError, match="awaited already"):
+            await second
+        return await first, list(steps)
+
+    assert asyncio.run(main()) == ("done", [0, 1, 2])
+
+
+def test_a_resume_answers_sends_as_a_coroutine_does() -> None:
+    resume = run_until_suspended(sets_then_waits("v"))
+    assert resume is not None
+    # Its awaiter's first step sends None; anything else is refused and changes nothing.
+    with pytest.raises(TypeError, match="just-started coroutine"):
+        resume.send("early")
+    assert resume.send(None) == "yielded"
+    with pytest.raises(StopIteration) as ended:
+        resume.send("late")
+    assert ended.value.value == "v:late:v"
+
+    async def nothing() -> None:
+        await pause()
+
+    quiet = run_until_suspended(nothing())
+    assert quiet is not None and quiet.send(None) is None
+    with pytest.raises(StopIteration) as returned:
+        quiet.send(None)
+    assert returned.value.args == () and returned.value.value is None
+
+
+def test_a_coroutine_the_engine_cannot_run_is_closed() -> None:
+    import warnings
+
+    async def never() -> None:
+        raise AssertionError("never runs")
+
+    coroutine = never()
+    with pytest.raises(TypeError, match=r"base must be a contextvars\.Context"):
+        run_until_suspended(coroutine, {})  # type: ignore[arg-type]
+    assert coroutine.cr_frame is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        del coroutine
+        import gc
+
+        gc.collect()
