@@ -61,7 +61,7 @@ def positional_builder(cls: type[T]) -> Callable[..., T]:
             f"{cls.__name__} has a metaclass, a __new__ or an __init__ of its own, which a builder would skip"
         )
     fields = dataclasses.fields(cls)
-    if len(fields) != len(cls.__dataclass_fields__) or any(not field.init or field.kw_only for field in fields):  # type: ignore[attr-defined]
+    if len(fields) != len(cls.__dataclass_fields__) or any(not field.init or field.kw_only for field in fields):
         # An ``InitVar``, a field ``__init__`` does not take, or one it takes by keyword only: not what a
         # builder taking every field positionally would give.
         raise TypeError(f"{cls.__name__} has an InitVar, a field left out of __init__ or a keyword-only field")
