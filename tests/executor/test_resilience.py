@@ -422,6 +422,80 @@ async def test_calls_that_lend_their_slots_never_let_more_than_the_cap_work_at_o
     assert working.peak <= cap
 
 
+STRATEGIES = {"parallel": ts.Parallel, "partitioned": ts.Partitioned, "resource_aware": ts.ResourceAware}
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize("stopped", ["cancelled", "timed out"])
+async def test_calls_stopped_while_lending_their_slots_leave_the_cap_as_it_was(strategy: str, stopped: str) -> None:
+    # Each limited call after the first waits for its token and lends its slot, so another worker starts; then
+    # the waiting call is stopped and takes no slot back, while the worker that ran it goes on taking calls:
+    # each such call let one more call work at once (with three stopped, five under a cap of two).
+    working = Working()
+    shared = ts.Access(reads=("x",))
+
+    @ts.tool(
+        concurrency_safe=True,
+        rate_limit=ts.RateLimit(1, per=60, burst=1),
+        timeout=0.03 if stopped == "timed out" else None,
+        resources=lambda arguments: shared,
+    )
+    async def limited(key: str) -> str:
+        return await working.work(key, 0)
+
+    @ts.tool(concurrency_safe=True, resources=lambda arguments: shared)
+    async def plain(key: str) -> str:
+        return await working.work(key, 0.05)
+
+    executor = ts.Executor([limited, plain], strategy=STRATEGIES[strategy](max_concurrency=2))
+    batch = [ts.ToolCall(f"l{n}", "limited", {"key": f"l{n}"}) for n in range(4)]
+    batch += [ts.ToolCall(f"p{n}", "plain", {"key": f"p{n}"}) for n in range(8)]
+
+    async def cancel_the_waiting() -> None:
+        await anyio.sleep(0.02)
+        for n in range(1, 4):
+            executor.cancel(f"l{n}")
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            if stopped == "cancelled":
+                group.start_soon(cancel_the_waiting)
+            outcome = await executor.run(batch)
+    kinds = [result.error_kind for result in outcome.results]
+    assert kinds == [None] + ["cancelled" if stopped == "cancelled" else "timeout"] * 3 + [None] * 8
+    assert working.peak <= 2
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+async def test_a_call_timed_out_while_waiting_for_its_slot_back_leaves_the_cap_as_it_was(strategy: str) -> None:
+    # The retried call's backoff ends while the other calls hold every slot; its timeout comes as it waits for
+    # one: it takes none, and the worker that ran it must not be one worker too many.
+    working = Working()
+    shared = ts.Access(reads=("x",))
+
+    @ts.tool(
+        concurrency_safe=True,
+        idempotent=True,
+        timeout=0.05,
+        retry=ts.Retry(attempts=2, backoff=0.01, jitter=False, budget=100),
+        resources=lambda arguments: shared,
+    )
+    async def flaky(key: str) -> str:
+        raise ts.Transient("try again")
+
+    @ts.tool(concurrency_safe=True, resources=lambda arguments: shared)
+    async def plain(key: str) -> str:
+        return await working.work(key, 0.2)
+
+    executor = ts.Executor([flaky, plain], strategy=STRATEGIES[strategy](max_concurrency=2))
+    batch = [ts.ToolCall("r", "flaky", {"key": "r"})]
+    batch += [ts.ToolCall(f"p{n}", "plain", {"key": f"p{n}"}) for n in range(6)]
+    with anyio.fail_after(10):
+        outcome = await executor.run(batch)
+    assert [result.error_kind for result in outcome.results] == ["timeout"] + [None] * 6
+    assert working.peak <= 2
+
+
 @pytest.mark.parametrize("cap", [2, 3])
 @pytest.mark.parametrize("strategy", ["parallel", "resource_aware"])
 async def test_a_call_done_lending_gets_a_slot_back_while_the_other_workers_wait_with_nothing_to_take(

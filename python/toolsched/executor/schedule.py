@@ -177,6 +177,7 @@ class _Pool:
     __slots__ = (
         "base",
         "concurrency",
+        "excess",
         "freed",
         "group",
         "items",
@@ -222,6 +223,9 @@ class _Pool:
         self.slack = slack
         self.reclaiming = 0
         self.freed: anyio.Event | None = None
+        # Set when an item that lent its slot stopped without taking one back (cancelled, or timed out, while it
+        # waited): its worker went on, so the pool may have a worker too many; the next to ask leaves.
+        self.excess = False
         if slack is not None:
             slack.pool = self
 
@@ -238,12 +242,21 @@ class _Pool:
                 self.group.start_soon(self.take_when_ready)
 
     def _retires(self) -> bool:
-        """A worker between items leaves when an item that lent its slot waits for one and none is free yet
-        (workers that end together leave no more than the waiting items need)."""
-        if not self.reclaiming or self.workers - self.slack.lent < self.concurrency:  # type: ignore[union-attr]
-            return False
+        """A worker between items leaves when more items would work than the cap lets (an item that lent its
+        slot stopped without taking one back), or when an item that lent its slot waits for one and none is
+        free yet (workers that end together leave no more than the waiting items need)."""
+        working = self.workers - self.slack.lent  # type: ignore[union-attr]
+        if working <= self.concurrency:
+            self.excess = False
+            if not self.reclaiming or working < self.concurrency:
+                return False
         self._leave()
         return True
+
+    def gave_back(self) -> None:
+        """An item that lent its slot stops without taking one back (``slack.lent`` counts it no more): the
+        worker that ran it goes on, one too many if another took its slot meanwhile."""
+        self.excess = True
 
     def lend(self) -> None:
         """An item lent its slot (``slack.lent`` counts it already): an item waiting to work again takes it,
@@ -258,6 +271,7 @@ class _Pool:
         slack = self.slack
         assert slack is not None
         self.reclaiming += 1
+        reclaimed = False
         try:
             while self.workers - slack.lent >= self.concurrency:
                 if self.waiting and self.wake is not None:
@@ -268,9 +282,13 @@ class _Pool:
                 if self.freed is None:
                     self.freed = anyio.Event()
                 await self.freed.wait()
+            reclaimed = True
         finally:
             self.reclaiming -= 1
             slack.lent -= 1
+            if not reclaimed:
+                # Stopped while it waited for its slot: it works no more, and takes none.
+                self.gave_back()
 
     async def take_in_order(self, worker: bool = False) -> None:
         """Every item is ready: takes the next until none is left (no waiting, no bookkeeping).
@@ -283,7 +301,7 @@ class _Pool:
             work = self.work
             base = self.base
             while self.position < len(items):
-                if self.reclaiming and self._retires():
+                if (self.reclaiming or self.excess) and self._retires():
                     return
                 if self.group.cancelled():
                     await self._stop_taking()
@@ -326,7 +344,7 @@ class _Pool:
         source = self.source
         assert source is not None
         while True:
-            if self.reclaiming and self._retires():
+            if (self.reclaiming or self.excess) and self._retires():
                 return
             if self.group.cancelled():
                 await self._stop_taking()

@@ -473,6 +473,8 @@ class Turn:
     def give_back(self) -> None:
         """The call stopped while it waited (cancelled): it takes no slot again."""
         self.lent -= 1
+        if self.pool is not None:
+            self.pool.gave_back()
 
     def ordered_partial(self) -> list[ToolResult]:
         """The results recorded so far, in model order."""
