@@ -6,7 +6,8 @@ whose rule-subject argument matches the pattern. Precedence is deny > ask >
 allow, whatever the order of the lists.
 
 Patterns against a path subject (the argument's schema has ``"format": "path"``
-— a ``pathlib.Path`` parameter — or the argument is named ``path``, ``file``,
+— a ``pathlib.Path`` parameter; ``file-path`` and ``directory-path``, pydantic's ``FilePath`` and
+``DirectoryPath``, too — or the argument is named ``path``, ``file``,
 ``dir``, ``*_path`` ...) are compared after lexical normalisation of both sides:
 relative paths are joined to ``root``, and ``.``, ``..`` and repeated slashes are
 folded, so no spelling of a path slips past a rule. ``~`` means the home
@@ -44,8 +45,28 @@ MODES: tuple[str, ...] = ("default", "ask", "accept_reads", "plan", "bypass")
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-*]+")
 _PATH_NAMES = frozenset(
-    {"path", "paths", "file", "files", "filename", "filepath", "dir", "dirs", "dirname", "directory", "folder", "cwd"}
+    {
+        "path",
+        "paths",
+        "pathname",
+        "path_name",
+        "file",
+        "files",
+        "filename",
+        "file_name",
+        "fname",
+        "filepath",
+        "dir",
+        "dirs",
+        "dirname",
+        "dir_name",
+        "directory",
+        "folder",
+        "cwd",
+    }
 )
+# ``pathlib.Path``'s format, and pydantic's ``FilePath``, ``DirectoryPath`` and ``NewPath``.
+_PATH_FORMATS = frozenset({"path", "file-path", "directory-path"})
 _PATH_SUFFIXES = ("_path", "_paths", "_file", "_files", "_dir", "_dirs", "_directory", "_folder")
 
 
@@ -241,7 +262,7 @@ def subject_is_path(name: str, schema: Mapping[str, Any]) -> bool:
     spec = properties.get(name) if isinstance(properties, Mapping) else None
     if isinstance(spec, Mapping):
         items = spec.get("items")
-        if spec.get("format") == "path" or (isinstance(items, Mapping) and items.get("format") == "path"):
+        if spec.get("format") in _PATH_FORMATS or (isinstance(items, Mapping) and items.get("format") in _PATH_FORMATS):
             return True
     lowered = name.lower()
     return lowered in _PATH_NAMES or lowered.endswith(_PATH_SUFFIXES)
@@ -311,6 +332,7 @@ class ToolRules:
         "deny_all",
         "engine",
         "is_path",
+        "read",
         "root",
         "simple",
         "subject",
@@ -323,10 +345,14 @@ class ToolRules:
         is_path: bool,
         default: Any,
         root: str,
+        read: Callable[[Any], Any] | None = None,
     ) -> None:
         self.subject = subject
         self.is_path = is_path
         self.default = default
+        # The subject's value as the tool's body will receive it, where a model stands between (``_model_reader``):
+        # then only ``_subjects`` reads it, never the plain argument.
+        self.read = read
         self.root = "".join("/" + part for part in _fold(root, []))
 
         def everything(kind: str) -> str | None:
@@ -365,6 +391,9 @@ class ToolRules:
         # set and prefix tests (``evaluate``), and by the engine while it plans a turn (``engine``).
         deny, ask, allow = literal_or_prefix("deny"), literal_or_prefix("ask"), literal_or_prefix("allow")
         self.simple: tuple[_Simple, _Simple, _Simple] | None = None
+        # A subject read through a model is judged by ``evaluate`` alone, on the model's value.
+        if read is not None:
+            deny = ask = allow = None
         if self.deny_all is None and subject is not None and deny is not None and ask is not None and allow is not None:
             self.simple = (simple(deny), simple(ask), simple(allow))
 
@@ -404,9 +433,15 @@ class ToolRules:
         cannot read. A path starting with ``~`` counts twice: as written and expanded."""
         if self.subject is None:
             return ()
-        value = args.get(self.subject, _MISSING) if type(args) is dict or isinstance(args, Mapping) else _MISSING
+        if self.read is not None:
+            value = self.read(args)
+        else:
+            value = args.get(self.subject, _MISSING) if type(args) is dict or isinstance(args, Mapping) else _MISSING
         if value is _MISSING:
             value = self.default
+        if isinstance(value, os.PathLike):
+            # A model's path field (``pathlib.Path``, pydantic's ``FilePath``): the path it names.
+            value = os.fspath(value)
         if value is _MISSING or value is None:
             # No target given: the rules have nothing to match.
             return ()
@@ -419,6 +454,7 @@ class ToolRules:
         if isinstance(value, str):
             items: tuple[str, ...] = (str(value),)
         elif isinstance(value, list | tuple):
+            value = [os.fspath(item) if isinstance(item, os.PathLike) else item for item in value]
             for position, item in enumerate(value):
                 if not isinstance(item, str):
                     raise _Unreadable(f"its `{self.subject}` argument holds {_kind(item)} at position {position}")
@@ -549,7 +585,8 @@ class Permissions:
         self.allow = tuple(rule.text for rule in self._rules["allow"])
         self.ask = tuple(rule.text for rule in self._rules["ask"])
         self.deny = tuple(rule.text for rule in self._rules["deny"])
-        folded = _fold(os.path.abspath(os.fspath(root if root is not None else os.getcwd())), [])
+        # ``~`` in the root is the home directory, as in a pattern.
+        folded = _fold(os.path.abspath(os.path.expanduser(os.fspath(root if root is not None else os.getcwd()))), [])
         self.root = "/" + "/".join(folded)
 
     def __repr__(self) -> str:
@@ -607,7 +644,54 @@ class Permissions:
                 )
         spec = properties.get(subject) if isinstance(properties, Mapping) else None
         default = spec.get("default", _MISSING) if isinstance(spec, Mapping) else _MISSING
-        return ToolRules(matching, subject, subject_is_path(subject, schema), default, self.root)
+        return ToolRules(
+            matching, subject, subject_is_path(subject, schema), default, self.root, _model_reader(tool, subject)
+        )
+
+
+def _model_reader(tool: Tool, subject: str) -> Callable[[Any], Any] | None:
+    """How to read a tool's rule subject as its body receives it, when a pydantic model stands between the
+    call's arguments and the body (None when none does): the model may take the value under another name
+    (an alias, or the field's own name beside its alias) and may change it (strip it, unquote it, make it a
+    path). The rules then judge the model's value, not the argument as written."""
+    function_model = getattr(tool, "argument_model", None)
+    model = function_model if function_model is not None else getattr(tool, "input_model", None)
+    if model is None:
+        return None
+    field = _model_field(model, subject)
+    if field is None:
+        return None
+    # A function tool is called with the arguments the call gives (the model checks and converts those), a class
+    # tool with the whole model: a subject the call leaves out is the function's own default, or the model's.
+    given_only = function_model is not None
+
+    def read(args: Any) -> Any:
+        if not isinstance(args, Mapping) or (given_only and subject not in args and field not in args):
+            return _MISSING
+        try:
+            parsed = model.model_validate(args)
+        except Exception as exc:
+            raise _Unreadable(f"its arguments do not validate against {model.__name__} ({type(exc).__name__})") from exc
+        return getattr(parsed, field)
+
+    return read
+
+
+def _model_field(model: Any, subject: str) -> str | None:
+    """The name of the model's field that the schema's argument ``subject`` fills (by name or by alias)."""
+    fields = getattr(model, "model_fields", None)
+    if not isinstance(fields, Mapping):
+        return None
+    for name, info in fields.items():
+        aliases = {name, getattr(info, "alias", None)}
+        validation = getattr(info, "validation_alias", None)
+        if isinstance(validation, str):
+            aliases.add(validation)
+        else:
+            aliases.update(choice for choice in getattr(validation, "choices", ()) if isinstance(choice, str))
+        if subject in aliases:
+            return str(name)
+    return None
 
 
 def resolve_permission(

@@ -23,13 +23,26 @@ CONTEXT_PARAMETER = "ctx"
 _NATIVE = (str, int, float, bool, type(None), dict, list, Any)
 
 
+# pydantic's validators, as ``Annotated`` metadata.
+_VALIDATORS = frozenset(
+    {
+        pydantic.AfterValidator,
+        pydantic.BeforeValidator,
+        pydantic.PlainValidator,
+        pydantic.WrapValidator,
+    }
+)
+
+
 def _is_json_native(annotation: Any) -> bool:
     """Whether values of this type arrive from JSON already as the Python type."""
     if annotation in _NATIVE or annotation is inspect.Parameter.empty:
         return True
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
-        return _is_json_native(typing.get_args(annotation)[0])
+        # A validator in the metadata changes or checks the value: only the model runs it.
+        base, *metadata = typing.get_args(annotation)
+        return _is_json_native(base) and not any(type(item) in _VALIDATORS for item in metadata)
     if origin is Literal:
         return True
     if origin in (list, dict, Union, types.UnionType, Mapping) or origin is typing.Union:
@@ -98,7 +111,11 @@ def function_schema(
         raise ToolDefinitionError(f"tool function {fn.__name__}: cannot describe its parameters: {exc}") from exc
     schema.setdefault("properties", {})
     schema["type"] = "object"
-    native = all(_is_json_native(annotation) for annotation, _ in fields.values())
+    # A ``Field(default_factory=...)`` default is made by the model: the function's own default is the ``FieldInfo``.
+    native = all(
+        _is_json_native(annotation) and not isinstance(default, pydantic.fields.FieldInfo)
+        for annotation, default in fields.values()
+    )
     return schema, None if native else model, wants_ctx
 
 

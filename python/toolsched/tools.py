@@ -532,12 +532,23 @@ class FunctionTool(Tool):
         model = self._coerce_model
         wants_ctx = self._wants_ctx
 
+        # Parameters whose default the model makes (``Field(default_factory=...)``): the function's own
+        # default is the ``FieldInfo`` itself, so the model's value is passed when the call leaves them out.
+        made = tuple(
+            name
+            for name, parameter in inspect.signature(fn).parameters.items()
+            if isinstance(parameter.default, pydantic.fields.FieldInfo)
+        )
+
         def keywords(args: Args, ctx: ToolContext | None) -> dict[str, Any]:
             if model is None:
                 kwargs = dict(args)
             else:
                 parsed = model.model_validate(args)
                 kwargs = {key: getattr(parsed, key) for key in args}
+                for name in made:
+                    if name not in kwargs:
+                        kwargs[name] = getattr(parsed, name)
             if wants_ctx:
                 kwargs["ctx"] = ctx
             return kwargs

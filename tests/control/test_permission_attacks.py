@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+from urllib.parse import unquote
 
+import pydantic
 import pytest
+from pydantic.alias_generators import to_camel
 
 import toolsched as ts
 
@@ -123,3 +126,151 @@ async def test_a_subject_with_only_allow_rules_falls_back_to_the_mode(tmp_path: 
     )
     outcome = await executor.run([ts.ToolCall("1", "write_file", {"path": 7})])
     assert outcome.interrupted
+
+
+# -- the value the tool receives, not the argument as written ------------------------------------------------
+
+
+async def test_a_subject_a_model_takes_under_its_field_name_is_judged() -> None:
+    """A model with an alias that also fills its field by name: the schema names the alias, and a call giving
+    the field's own name was judged as giving no subject at all, and ran."""
+
+    ran: list[str] = []
+
+    class Args(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(alias_generator=to_camel, populate_by_name=True)
+        file_path: str | None = None
+
+    class Read(ts.Tool):
+        name = "read"
+        input_model = Args
+        rule_subject = "filePath"
+        read_only = True
+
+        async def call(self, args: Args, ctx: Any) -> str:
+            ran.append(str(args.file_path))
+            return "read"
+
+    executor = ts.Executor([Read()], permissions=ts.Permissions(root="/repo", deny=["read(secret/**)"]))
+    calls = [
+        ts.ToolCall("by-name", "read", '{"file_path": "secret/key"}'),
+        ts.ToolCall("by-alias", "read", {"filePath": "secret/key"}),
+        ts.ToolCall("allowed", "read", {"file_path": "src/a.py"}),
+    ]
+    outcome = await executor.run(calls)
+    assert [result.error_kind for result in outcome.results] == ["permission_denied", "permission_denied", None]
+    assert ran == ["src/a.py"]
+
+
+async def test_a_subject_a_model_changes_is_judged_as_changed() -> None:
+    """What a model's validators make of the argument (stripped, unquoted) is what the tool touches: the rules
+    judged the text as written, and `" secret/key"` and `"%73ecret/key"` ran as `secret/key`."""
+
+    ran: list[str] = []
+
+    class Args(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(str_strip_whitespace=True)
+        path: str
+
+    class Read(ts.Tool):
+        name = "read"
+        input_model = Args
+        rule_subject = "path"
+        read_only = True
+
+        async def call(self, args: Args, ctx: Any) -> str:
+            ran.append(args.path)
+            return "read"
+
+    @ts.tool(name="fetch", rule_subject="path", read_only=True)
+    async def fetch(path: Annotated[str, pydantic.AfterValidator(unquote)], base: Path = Path(".")) -> str:
+        ran.append(path)
+        return "fetched"
+
+    @ts.tool(name="open_plain", rule_subject="path", read_only=True)
+    async def open_plain(path: Annotated[str, pydantic.AfterValidator(unquote)]) -> str:
+        ran.append(path)
+        return "opened"
+
+    rules = ts.Permissions(root="/repo", deny=["read(secret/**)", "fetch(secret/**)", "open_plain(secret/**)"])
+    executor = ts.Executor([Read(), fetch, open_plain], permissions=rules)
+    calls = [
+        ts.ToolCall("stripped", "read", {"path": " secret/key"}),
+        ts.ToolCall("unquoted", "fetch", {"path": "%73ecret/key"}),
+        ts.ToolCall("unquoted-alone", "open_plain", {"path": "%73ecret/key"}),
+        ts.ToolCall("fine", "fetch", {"path": "src/%61.py"}),
+    ]
+    outcome = await executor.run(calls)
+    assert [result.error_kind for result in outcome.results] == ["permission_denied"] * 3 + [None]
+    # A validator runs whatever the other parameters' types (alone, it was skipped: the tool got `src/%61.py`).
+    assert ran == ["src/a.py"]
+
+
+async def test_a_model_value_the_rules_cannot_read_is_refused() -> None:
+
+    class Args(pydantic.BaseModel):
+        path: str
+
+        @pydantic.field_validator("path")
+        @classmethod
+        def no_dots(cls, value: str) -> str:
+            if value.startswith("."):
+                raise ValueError("no dot paths")
+            return value
+
+    class Read(ts.Tool):
+        name = "read"
+        input_model = Args
+        rule_subject = "path"
+        read_only = True
+
+        async def call(self, args: Args, ctx: Any) -> str:
+            raise AssertionError("never runs")
+
+    executor = ts.Executor([Read()], permissions=ts.Permissions(root="/repo", deny=["read(secret/**)"]))
+    outcome = await executor.run([ts.ToolCall("a", "read", {"path": "./x"})])
+    assert outcome.results[0].error_kind == "permission_denied"
+    assert "do not validate against Args" in (outcome.results[0].error or "")
+
+
+async def test_path_typed_subjects_and_path_names_are_matched_as_paths(tmp_path: Path) -> None:
+
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "x").write_text("s")
+    ran: list[str] = []
+
+    @ts.tool(name="read", rule_subject="target", read_only=True)
+    async def read(target: pydantic.FilePath) -> str:
+        ran.append(str(target))
+        return "read"
+
+    @ts.tool(name="write", rule_subject="file_name")
+    async def write(file_name: str) -> str:
+        ran.append(file_name)
+        return "written"
+
+    rules = ts.Permissions(root=tmp_path, deny=["read(secret/**)", "write(secret/**)"])
+    executor = ts.Executor([read, write], permissions=rules)
+    calls = [
+        ts.ToolCall("dot", "read", {"target": str(tmp_path / "." / "secret" / "x")}),
+        ts.ToolCall("relative", "write", {"file_name": "./secret/x"}),
+        ts.ToolCall("absolute", "write", {"file_name": str(tmp_path / "secret" / "x")}),
+    ]
+    outcome = await executor.run(calls)
+    assert [result.error_kind for result in outcome.results] == ["permission_denied"] * 3
+    assert ran == []
+
+
+async def test_a_root_with_a_tilde_is_the_home_directory() -> None:
+    rules = ts.Permissions(root="~/project", deny=["write(secret/**)"])
+    assert rules.root == os.path.join(HOME, "project")
+
+
+async def test_a_default_the_model_makes_reaches_the_function() -> None:
+
+    @ts.tool
+    async def tag(name: str, labels: list[str] = pydantic.Field(default_factory=list)) -> list[str]:  # noqa: B008
+        return [*labels, name]
+
+    outcome = await ts.Executor([tag]).run([ts.ToolCall("a", "tag", {"name": "x"})])
+    assert outcome.results[0].output == ["x"]
