@@ -249,23 +249,20 @@ impl PyToolTable {
         let limits = limits.get().limits;
         let name = self.catalog.name(tool);
         let none = || py.None().into_bound(py);
-        let (value, from_text) = if let Ok(text) = args.cast::<PyString>() {
-            let parsed = match text.to_str() {
+        let value = if let Ok(text) = args.cast::<PyString>() {
+            match text.to_str() {
                 Ok(text) => crate::validate::parse_arguments(text, &limits),
                 Err(_) => Err(not_unicode()),
-            };
-            (parsed, true)
+            }
         } else {
-            (to_json(args, &limits), false)
+            to_json(args, &limits)
         };
         let checked = value.and_then(|value| self.catalog.check(tool, &value, &limits).map(|()| value));
         match checked {
             Ok(value) => {
-                let args = if from_text {
-                    to_python(py, &value, &mut KeyStrings::new())?
-                } else {
-                    args.clone()
-                };
+                // What was checked, built anew (as a call's own arguments are): never the caller's object, whose
+                // type may read back other values than the ones checked (a dict subclass overriding its reads).
+                let args = to_python(py, &value, &mut KeyStrings::new())?;
                 PyTuple::new(py, [args, none()])
             }
             Err(rejection) => PyTuple::new(py, [none(), PyString::new(py, &rejection.message(name)).into_any()]),

@@ -140,3 +140,87 @@ async def test_a_huge_unknown_tool_name_is_quoted_as_a_short_preview() -> None:
     result = await one("y" * 1_000_000, {})
     assert result.error_kind == "unknown_tool"
     assert len(result.error or "") < 1_000
+
+
+# -- the arguments a body is handed are the ones that were checked ------------------------------------------
+
+
+async def test_each_attempt_gets_the_checked_arguments_whatever_the_last_one_did_to_its_own() -> None:
+    """A body that changes the arguments it is handed, then fails transiently: the retry ran on the changed
+    ones (never checked: a number in a list of strings), and the post hooks and output guardrails were shown
+    them as the call's input."""
+    runs: list[list[Any]] = []
+
+    @ts.tool(idempotent=True, retry=ts.Retry(attempts=3, backoff=0, jitter=False))
+    async def send(to: list[str]) -> str:
+        runs.append(list(to))
+        to.pop()
+        to.append(12345)  # type: ignore[arg-type]
+        if len(runs) < 2:
+            raise ts.Transient("flaky")
+        return "sent"
+
+    @ts.tool
+    async def edit(options: dict[str, str]) -> str:
+        options["path"] = "/etc/shadow"
+        return "edited"
+
+    shown: list[tuple[str, Any]] = []
+    hooks = ts.Hooks()
+    hooks.post_tool_use("*", lambda event: shown.append(("post", event.tool_name, event.args)))
+    guardrails = [lambda event: shown.append(("guardrail", event.tool_name, event.args))]
+    executor = ts.Executor([send, edit], hooks=hooks, output_guardrails=guardrails)
+    calls = [
+        ts.ToolCall("s", "send", {"to": ["alice", "bob"]}),
+        ts.ToolCall("e", "edit", '{"options": {"path": "a.txt"}}'),
+    ]
+    outcome = await executor.run(calls)
+    assert [result.output for result in outcome.results] == ["sent", "edited"]
+    assert runs == [["alice", "bob"], ["alice", "bob"]]
+    assert sorted(shown, key=repr) == sorted(
+        [
+            ("guardrail", "send", {"to": ["alice", "bob"]}),
+            ("post", "send", {"to": ["alice", "bob"]}),
+            ("guardrail", "edit", {"options": {"path": "a.txt"}}),
+            ("post", "edit", {"options": {"path": "a.txt"}}),
+        ],
+        key=repr,
+    )
+
+
+class Lying(dict):  # type: ignore[type-arg]
+    """A dict whose own reads say another path than what it holds."""
+
+    def keys(self) -> Any:
+        return ["path"]
+
+    def __getitem__(self, key: Any) -> Any:
+        return "/etc/shadow" if key == "path" else super().__getitem__(key)
+
+    def __iter__(self) -> Any:
+        return iter(["path"])
+
+
+async def test_a_rewrite_runs_with_what_was_checked_not_what_its_mapping_says() -> None:
+    seen: list[tuple[str, str]] = []
+
+    @ts.tool
+    async def read(path: str) -> str:
+        seen.append(("body", path))
+        return path
+
+    hooks = ts.Hooks()
+    hooks.pre_tool_use("read", lambda event: ts.Rewrite(Lying(path="safe.txt")))
+    hooks.post_tool_use(
+        "read", lambda event: seen.append(("post", type(event.args).__name__ + ":" + event.args["path"]))
+    )
+    outcome = await ts.Executor([read], hooks=hooks).run([ts.ToolCall("1", "read", {"path": "a"})])
+    assert outcome.results[0].output == "safe.txt"
+    assert seen == [("body", "safe.txt"), ("post", "dict:safe.txt")]
+
+
+def test_max_input_depth_is_at_most_what_the_engine_walks() -> None:
+    """A limit past it let a deep dict of arguments overflow the engine's stack (a crash, at 20,000 levels)."""
+    with pytest.raises(ts.OptionError, match="max_input_depth must be at most 128, got 1000000"):
+        ts.Executor([count], max_input_depth=1_000_000)
+    ts.Executor([count], max_input_depth=128)

@@ -104,6 +104,9 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
     invoke = remote.get(tool, job.facts.invoke) if remote else job.facts.invoke
     if job.facts.policies is not None:
         invoke = _resilient(job, turn, invoke)
+    # What the output guardrails and the post hooks are shown: the arguments the call was judged with, copied
+    # before the body runs (a body may change the dict it is handed).
+    judged = detached(job.args) if turn.view.post_hooked or settings.output_guardrails is not None else None
     try:
         if scope is None:
             if input_guardrails is not None:
@@ -132,7 +135,7 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
             if scope.cancelled_caught and not job.body_outlived_cancel:
                 kind, error = _stopped(job)
         if kind is None and settings.output_guardrails is not None:
-            await _guard(settings.output_guardrails, job, output, turn)
+            await _guard(settings.output_guardrails, job, output, turn, judged)
     except _Rejected as exc:
         kind, error, output = "guardrail_rejected", exc.message, None
     except NestedHold as hold:
@@ -242,7 +245,7 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
         policy = turn.view.policies[job.index]
         hooks = policy.post_success if kind is None else policy.post_failure
         if hooks:
-            event = new_hook_event(call.id, tool.name, detached(job.args), batch, result, turn.context)
+            event = new_hook_event(call.id, tool.name, judged, batch, result, turn.context)
             for hook in hooks:
                 try:
                     await hook.invoke(event)
@@ -403,7 +406,9 @@ def _resilient(
                     await turn.durable.started(job.call.id, args)
                 job.attempts = attempt
                 try:
-                    output = await invoke(args, ctx)
+                    # Each attempt gets its own copy of the validated arguments: one that changed its copy
+                    # and failed does not hand the change to the next.
+                    output = await invoke(args if retry is None else detached(args), ctx)
                 except anyio.get_cancelled_exc_class():
                     if _cut_short(job) == "timeout":
                         state.record("transient", probe, job.body_left)
@@ -472,10 +477,12 @@ async def _waiting(turn: Turn, job: Job, wait: Awaitable[None]) -> None:
         await turn.reclaim()
 
 
-async def _guard(guardrails: Guardrails, job: Job, output: Any, turn: Turn) -> None:
-    """Runs input (``output`` None) or output guardrails; raises ``_Rejected`` with the refusal."""
+async def _guard(guardrails: Guardrails, job: Job, output: Any, turn: Turn, judged: Any = None) -> None:
+    """Runs input (``output`` None) or output guardrails (shown ``judged``, the arguments as they were before
+    the body ran); raises ``_Rejected`` with the refusal."""
     stage = guardrails.stage
-    event = GuardrailEvent(stage, job.call.id, job.tool.name, detached(job.args), output, turn.context)
+    args = detached(job.args) if judged is None else judged
+    event = GuardrailEvent(stage, job.call.id, job.tool.name, args, output, turn.context)
     try:
         refusal = await guardrails.refusal(event)
     except GuardrailTripped as exc:

@@ -22,6 +22,9 @@ from toolsched.registry import ToolRegistry
 from toolsched.results import ToolCall
 from toolsched.runstate import Approver
 from toolsched.strategies import Partitioned, Strategy
+
+# The deepest nesting ``max_input_depth`` may allow (JSON text is read to 128 levels).
+MAX_INPUT_DEPTH = 128
 from toolsched.tools import Tool
 
 __all__ = ["ErrorFormatter", "EventCallback", "Settings", "Steering", "format_error"]
@@ -121,6 +124,9 @@ class Settings:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise OptionError(f"{label} must be a positive integer, got {value!r}")
+        if max_input_depth > MAX_INPUT_DEPTH:
+            # The engine walks arguments level by level, and JSON text is read to 128 levels at most.
+            raise OptionError(f"max_input_depth must be at most {MAX_INPUT_DEPTH}, got {max_input_depth!r}")
         if isinstance(on_event, (list, tuple)):
             on_event = tuple(on_event)
             if not all(callable(sink) for sink in on_event):
