@@ -25,6 +25,7 @@ from journal_child import Store
 from psycopg import sql
 
 import toolsched as ts
+from toolsched.results import args_digest
 
 pytestmark = pytest.mark.anyio
 
@@ -405,3 +406,36 @@ async def test_recover_never_exceeds_the_attempts_of_the_retry_policy(store: Sto
     result = recovered.results[0]
     assert result.error_kind == "interrupted" and ran == []
     assert "all 3 attempts" in (result.error or "")
+
+
+@pytest.mark.parametrize("left", ["approved", "pending", "started"])
+async def test_recover_refuses_a_call_a_deny_rule_in_force_names(store: Store, left: str) -> None:
+    """Approved, held for a person or started before the crash, then denied by a rule added since: a deny
+    still wins, as it does on `resume` (recover ran an approved call without asking the rules)."""
+    ran: list[str] = []
+
+    @ts.tool(name="read", rule_subject="path", read_only=True, idempotent=True)
+    async def read(path: str) -> str:
+        ran.append(path)
+        return path
+
+    calls = [ts.ToolCall("denied", "read", {"path": "secret/x"}), ts.ToolCall("fine", "read", {"path": "src/a"})]
+    async with store.open(owner="crashed") as crashed:
+        await crashed.begin_run("incident", calls)
+        for call in calls:
+            if left == "started":
+                await crashed.record("incident", call.id, "started", {"args": dict(call.args)})
+            elif left == "approved":
+                await crashed.record("incident", call.id, "approved", {"args": dict(call.args)})
+            else:
+                payload = {"args": dict(call.args), "reason": "asked", "digest": args_digest(call.args)}
+                await crashed.record("incident", call.id, "pending", payload)
+    rules = ts.Permissions(root="/repo", deny=["read(secret/**)"])
+    async with store.open() as journal:
+        executor = ts.Executor([read], journal=journal, permissions=rules)
+        recovered = await executor.recover("incident", force=True)
+    assert recovered.results[0].error_kind == "permission_denied"
+    assert "denied by the rule `read(secret/**)`" in (recovered.results[0].error or "")
+    assert "secret/x" not in ran
+    if left != "pending":
+        assert recovered.results[1].output == "src/a" and ran == ["src/a"]

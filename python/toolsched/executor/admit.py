@@ -16,7 +16,7 @@ from toolsched.executor.settings import format_error
 from toolsched.executor.turn import Held, Job, Turn, judge
 from toolsched.executor.view import Policy
 from toolsched.hooks import HookTimeout, new_hook_event
-from toolsched.permissions import UNDECIDED, resolve_permission
+from toolsched.permissions import UNDECIDED, Verdict, resolve_permission
 from toolsched.results import Behavior, Decision, ErrorKind, Rewrite, args_digest, detached
 from toolsched.runstate import ApprovalRequest, CallRecord, RunState, records_by_id, standing_decision
 
@@ -160,8 +160,7 @@ def _by_rules(
     mode = turn.settings.mode
     if rule is not None:
         if rule[0] == "deny":
-            reason = rule[2] or f"`{job.tool.name}` with this input is denied by the rule `{rule[1]}`"
-            return ("deny", "permission_denied", reason), None
+            return ("deny", "permission_denied", denial(job, rule)), None
         if rule[0] == "allow" and hook_ask is None and mode != "plan" and not job.facts.checks_permissions:
             # An allow rule waives every other ask, and nothing is left that could deny.
             return ("allow", None, None), None
@@ -173,6 +172,19 @@ def _by_rules(
             return ("allow", None, None), None
         return None, None
     return None, (rule[0], rule[1])
+
+
+def denial(job: Job, rule: Verdict) -> str:
+    """Why a deny rule refuses a call (``rule``: the rules' verdict, a deny)."""
+    return rule[2] or f"`{job.tool.name}` with this input is denied by the rule `{rule[1]}`"
+
+
+def denied_now(job: Job, turn: Turn) -> str | None:
+    """Why the rules in force deny a call admitted earlier (its journaled approval, or its start, before a
+    crash), or None: a deny still wins."""
+    rules = turn.view.policies[job.index].rules
+    rule = rules.evaluate(job.args) if rules is not None else None
+    return denial(job, rule) if rule is not None and rule[0] == "deny" else None
 
 
 def _merge(

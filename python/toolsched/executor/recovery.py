@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toolsched.executor.admit import not_approved
+from toolsched.executor.admit import denied_now, not_approved
 from toolsched.executor.durable import journaled_child
 from toolsched.executor.turn import Held, Job, Plan, Turn
 from toolsched.journal import RunRecord
@@ -52,7 +52,8 @@ async def recovered_jobs(
     holds the ready calls whose nested runs resume, as ``resume`` finds them. A
     call that started on a tool that is not idempotent, or that is gone, is
     answered ``interrupted``: its outcome is unknown. A call whose journaled
-    arguments fail its tool's schema is answered ``invalid_input`` and not run.
+    arguments fail its tool's schema is answered ``invalid_input`` and not run, and
+    one a deny rule in force now names ``permission_denied``.
     """
     view = turn.view
     entries = {entry.call_id: entry for entry in record.calls}
@@ -109,6 +110,11 @@ async def recovered_jobs(
         refusal = unchecked_arguments(turn, job)
         if refusal is not None:
             await turn.answer(slot, call, tool.name, "invalid_input", refusal)
+            continue
+        denied = denied_now(job, turn)
+        if denied is not None:
+            # Approved, held or started before the crash, and denied by the rules in force now: a deny still wins.
+            await turn.answer(slot, call, tool.name, "permission_denied", denied)
             continue
         child = children.get(call.id)
         fingerprint = str(decision.get("fingerprint", view.fingerprint(job.index)))

@@ -22,12 +22,12 @@ from toolsched.registry import ToolRegistry
 from toolsched.results import ToolCall
 from toolsched.runstate import Approver
 from toolsched.strategies import Partitioned, Strategy
-
-# The deepest nesting ``max_input_depth`` may allow (JSON text is read to 128 levels).
-MAX_INPUT_DEPTH = 128
 from toolsched.tools import Tool
 
 __all__ = ["ErrorFormatter", "EventCallback", "Settings", "Steering", "format_error"]
+
+# The deepest nesting ``max_input_depth`` may allow (JSON text is read to 128 levels).
+MAX_INPUT_DEPTH = 128
 
 logger = logging.getLogger("toolsched")
 
