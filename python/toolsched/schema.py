@@ -250,15 +250,106 @@ def _is_integer(spec: Any) -> bool:
     return False
 
 
-def integer_fields(schema: Mapping[str, Any]) -> tuple[frozenset[str], frozenset[str]]:
-    """The top-level properties that hold an integer, and those that hold a list of integers."""
+# What makes integers of the integral floats a schema's ``integer`` admits (``1.0`` is an integer to JSON Schema):
+# the value itself when nothing in it changes.
+IntegerFix = Callable[[Any], Any]
+
+
+def integer_fix(spec: Any) -> IntegerFix | None:
+    """How to hand a tool ints wherever ``spec`` says ``integer`` (nested in arrays, objects and unions
+    included), or None when nothing in it does. A number that may be a float where it stands (``number``,
+    or a union with a ``number`` branch) is left as it is."""
+    if not isinstance(spec, Mapping) or _takes_number(spec):
+        return None
+    fixes: list[IntegerFix] = []
+    if _takes_integer(spec):
+        fixes.append(_integral)
+    items = integer_fix(spec.get("items"))
+    if items is not None:
+        fixes.append(lambda value: _each_item(value, items))
+    properties = spec.get("properties")
+    named = {
+        name: fix
+        for name, sub in (properties.items() if isinstance(properties, Mapping) else ())
+        if (fix := integer_fix(sub)) is not None
+    }
+    extra = integer_fix(spec.get("additionalProperties"))
+    if named or extra is not None:
+        known = frozenset(properties) if isinstance(properties, Mapping) else frozenset()
+        fixes.append(lambda value: _each_value(value, named, extra, known))
+    for key in ("anyOf", "oneOf", "allOf"):
+        options = spec.get(key)
+        if isinstance(options, list):
+            fixes.extend(fix for option in options if (fix := integer_fix(option)) is not None)
+    if not fixes:
+        return None
+    if len(fixes) == 1:
+        return fixes[0]
+
+    def every(value: Any) -> Any:
+        for fix in fixes:
+            value = fix(value)
+        return value
+
+    return every
+
+
+def _takes_number(spec: Mapping[str, Any]) -> bool:
+    """Whether a float may stand here as itself: ``number``, directly or as a branch of a union."""
+    kind = spec.get("type")
+    if kind == "number" or (isinstance(kind, list) and "number" in kind):
+        return True
+    for key in ("anyOf", "oneOf"):
+        options = spec.get(key)
+        if isinstance(options, list) and any(
+            isinstance(option, Mapping) and option.get("type") in ("number", ["number"]) for option in options
+        ):
+            return True
+    values = spec.get("enum", [spec["const"]] if "const" in spec else [])
+    return isinstance(values, list) and any(type(value) is float for value in values)
+
+
+def _takes_integer(spec: Mapping[str, Any]) -> bool:
+    kind = spec.get("type")
+    if kind == "integer" or (isinstance(kind, list) and "integer" in kind):
+        return True
+    values = spec.get("enum", [spec["const"]] if "const" in spec else [])
+    return isinstance(values, list) and any(type(value) is int for value in values)
+
+
+def _integral(value: Any) -> Any:
+    return int(value) if type(value) is float and value.is_integer() else value
+
+
+def _each_item(value: Any, fix: IntegerFix) -> Any:
+    if type(value) is not list:
+        return value
+    fixed = [fix(item) for item in value]
+    return value if all(new is old for new, old in zip(fixed, value, strict=True)) else fixed
+
+
+def _each_value(value: Any, named: Mapping[str, IntegerFix], extra: IntegerFix | None, known: frozenset[str]) -> Any:
+    if type(value) is not dict:
+        return value
+    fixed: dict[str, Any] | None = None
+    for key, item in value.items():
+        fix = named.get(key) if key in known else extra
+        if fix is not None:
+            new = fix(item)
+            if new is not item:
+                fixed = dict(value) if fixed is None else fixed
+                fixed[key] = new
+    return value if fixed is None else fixed
+
+
+def integer_scalar(schema: Mapping[str, Any]) -> str | None:
+    """The top-level property that holds an integer (or nothing), when it is the only place the schema says
+    ``integer``: the usual case, fixed with one lookup rather than ``integer_fix``'s walk."""
     properties = schema.get("properties")
     if not isinstance(properties, Mapping):
-        return frozenset(), frozenset()
-    scalars = frozenset(name for name, spec in properties.items() if _is_integer(spec))
-    arrays = frozenset(
-        name
-        for name, spec in properties.items()
-        if isinstance(spec, Mapping) and spec.get("type") == "array" and _is_integer(spec.get("items"))
-    )
-    return scalars, arrays
+        return None
+    fixed = [name for name, sub in properties.items() if integer_fix(sub) is not None]
+    rest = {key: value for key, value in schema.items() if key != "properties"}
+    if len(fixed) != 1 or not _is_integer(properties[fixed[0]]) or integer_fix(rest) is not None:
+        return None
+    return str(fixed[0])

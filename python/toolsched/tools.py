@@ -27,7 +27,15 @@ from toolsched.isolation import function_invoker, method_invoker
 from toolsched.resilience import CircuitBreaker, RateLimit, Resilience, Retry
 from toolsched.resources import ResourceFactory, RunScope, open_close, with_run_resource
 from toolsched.results import Decision
-from toolsched.schema import JsonSchema, function_schema, inline_refs, integer_fields, model_schema
+from toolsched.schema import (
+    IntegerFix,
+    JsonSchema,
+    function_schema,
+    inline_refs,
+    integer_fix,
+    integer_scalar,
+    model_schema,
+)
 from toolsched.strategies import MAX_SIZE
 from toolsched.threads import run_in_thread
 
@@ -451,9 +459,9 @@ class Tool:
         # Exports inline every reference: one that cannot be (recursive, or not to `$defs`) is refused now.
         inline_refs(input_schema)
         policies = self._policies()
-        scalars, arrays = integer_fields(input_schema)
-        if scalars or arrays:
-            invoke = _with_exact_integers(invoke, scalars, arrays)
+        fix = integer_fix(input_schema)
+        if fix is not None:
+            invoke = _with_exact_integers(invoke, fix, integer_scalar(input_schema))
         facts = ToolFacts(
             input_schema=input_schema,
             invoke=invoke,
@@ -689,13 +697,16 @@ def tool(fn: Callable[..., Any] | None = None, /, **metadata: Any) -> Any:
 
 
 def _with_exact_integers(
-    invoke: Callable[[Args, ToolContext | None], Awaitable[Any]], scalars: frozenset[str], arrays: frozenset[str]
+    invoke: Callable[[Args, ToolContext | None], Awaitable[Any]],
+    fix: IntegerFix,
+    key: str | None,
 ) -> Callable[[Args, ToolContext | None], Awaitable[Any]]:
-    """``invoke`` handing integer parameters ints: JSON Schema's ``integer`` accepts ``1.0``, a tool's
-    ``int`` parameter gets ``1`` (the schema already refused any fraction)."""
-    if len(scalars) == 1 and not arrays:
-        # One integer parameter, the usual case: one lookup, no loops.
-        (key,) = scalars
+    """``invoke`` handing the tool ints wherever its schema says ``integer``: JSON Schema's ``integer`` accepts
+    ``1.0``, a tool's ``int`` parameter (or ``list[int]``, ``dict[str, int]``, ``int | None`` ...) gets ``1``
+    (the schema already refused any fraction). ``fix`` does it anywhere; ``key`` names the one top-level
+    integer property when nothing else in the schema is an integer."""
+    if key is not None:
+        # One integer parameter and no other integer anywhere, the usual case: one lookup, no walk.
 
         def invoke_with_integer(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
             value = args.get(key)
@@ -708,18 +719,7 @@ def _with_exact_integers(
         return invoke_with_integer
 
     def invoke_with_integers(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
-        fixed: dict[str, Any] | None = None
-        for key in scalars:
-            value = args.get(key)
-            if type(value) is float:
-                fixed = dict(args) if fixed is None else fixed
-                fixed[key] = int(value)
-        for key in arrays:
-            items = args.get(key)
-            if isinstance(items, list) and any(type(item) is float for item in items):
-                fixed = dict(args) if fixed is None else fixed
-                fixed[key] = [int(item) if type(item) is float else item for item in items]
-        return invoke(args if fixed is None else fixed, ctx)
+        return invoke(fix(args), ctx)
 
     return invoke_with_integers
 

@@ -4,7 +4,7 @@ floats for integers, and huge values quoted back as short previews."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -224,3 +224,56 @@ def test_max_input_depth_is_at_most_what_the_engine_walks() -> None:
     with pytest.raises(ts.OptionError, match="max_input_depth must be at most 128, got 1000000"):
         ts.Executor([count], max_input_depth=1_000_000)
     ts.Executor([count], max_input_depth=128)
+
+
+async def test_integral_floats_reach_int_parameters_as_ints_however_deep() -> None:
+    """JSON Schema's ``integer`` takes ``1.0``; a tool typed ``int`` anywhere in its parameters gets ``1``
+    (nested in an optional list, a union, a mapping, a list of lists, a literal: each got the float); where
+    a float may stand as itself (``int | float``, ``list[float]``) it stays a float."""
+
+    def kinds(value: Any) -> Any:
+        if isinstance(value, list):
+            return [kinds(item) for item in value]
+        if isinstance(value, dict):
+            return {key: kinds(item) for key, item in value.items()}
+        return type(value).__name__
+
+    @ts.tool
+    async def shapes(
+        optional_list: list[int] | None = None,
+        either: int | str = "x",
+        mapping: dict[str, int] | None = None,
+        grid: list[list[int]] | None = None,
+        literal: Literal[1, "a"] = "a",
+        number: int | float = 0,
+        floats: list[float] | None = None,
+    ) -> Any:
+        return kinds(
+            {
+                "optional_list": optional_list,
+                "either": either,
+                "mapping": mapping,
+                "grid": grid,
+                "literal": literal,
+                "number": number,
+                "floats": floats,
+            }
+        )
+
+    text = (
+        '{"optional_list": [1.0, 2], "either": 3.0, "mapping": {"a": 4.0}, "grid": [[5.0]], "literal": 1.0, '
+        '"number": 6.0, "floats": [7.0]}'
+    )
+    outcome = await ts.Executor([shapes]).run(
+        [ts.ToolCall("t", "shapes", text), ts.ToolCall("d", "shapes", json.loads(text))]
+    )
+    expected = {
+        "optional_list": ["int", "int"],
+        "either": "int",
+        "mapping": {"a": "int"},
+        "grid": [["int"]],
+        "literal": "int",
+        "number": "float",
+        "floats": ["float"],
+    }
+    assert [result.output for result in outcome.results] == [expected, expected]
