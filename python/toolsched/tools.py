@@ -39,7 +39,28 @@ from toolsched.schema import (
 from toolsched.strategies import MAX_SIZE
 from toolsched.threads import run_in_thread
 
-__all__ = ["Access", "FunctionTool", "Tool", "ToolFacts", "tool", "tool_fingerprint"]
+__all__ = ["Access", "ArgumentsRefused", "FunctionTool", "Tool", "ToolFacts", "tool", "tool_fingerprint"]
+
+
+class ArgumentsRefused(Exception):
+    """The tool's own model refused arguments its schema let through (a ``date`` given ``"2024-13-45"``: the
+    schema's ``format`` only describes it): the call is answered ``invalid_input``, as a schema refusal is,
+    not as the tool failing."""
+
+
+def _refused(name: str, model: type[pydantic.BaseModel], args: Any) -> Any:
+    """``model.model_validate(args)``, or ``ArgumentsRefused`` saying which argument and why."""
+    try:
+        return model.model_validate(args)
+    except pydantic.ValidationError as exc:
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": (), "msg": str(exc)}
+        where = ".".join(str(part) for part in first.get("loc", ())) or "the arguments"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ArgumentsRefused(
+            f"arguments for `{name}` refused by its parameters: `{where}`: {first['msg']}{more}"
+        ) from None
+
 
 Truncate = Literal["head", "tail", "middle", "offload"]
 Isolation = Literal["none", "process"]
@@ -342,8 +363,10 @@ class Tool:
             raise ToolDefinitionError(f"tool class {type(self).__name__} must define call(self, args, ctx)")
         model = self.input_model
 
+        name = self.name
+
         def parse(args: Args) -> Any:
-            return model.model_validate(args) if model else args
+            return _refused(name, model, args) if model else args
 
         if self.isolation == "process":
             return method_invoker(self, parse)
@@ -539,6 +562,7 @@ class FunctionTool(Tool):
         fn = self.fn
         model = self._coerce_model
         wants_ctx = self._wants_ctx
+        name = self.name
 
         # Parameters whose default the model makes (``Field(default_factory=...)``): the function's own
         # default is the ``FieldInfo`` itself, so the model's value is passed when the call leaves them out.
@@ -552,11 +576,11 @@ class FunctionTool(Tool):
             if model is None:
                 kwargs = dict(args)
             else:
-                parsed = model.model_validate(args)
+                parsed = _refused(name, model, args)
                 kwargs = {key: getattr(parsed, key) for key in args}
-                for name in made:
-                    if name not in kwargs:
-                        kwargs[name] = getattr(parsed, name)
+                for parameter in made:
+                    if parameter not in kwargs:
+                        kwargs[parameter] = getattr(parsed, parameter)
             if wants_ctx:
                 kwargs["ctx"] = ctx
             return kwargs

@@ -3,9 +3,12 @@ floats for integers, and huge values quoted back as short previews."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any, Literal
 
+import anyio
+import pydantic
 import pytest
 
 import toolsched as ts
@@ -277,3 +280,49 @@ async def test_integral_floats_reach_int_parameters_as_ints_however_deep() -> No
         "floats": ["float"],
     }
     assert [result.output for result in outcome.results] == [expected, expected]
+
+
+@pytest.mark.parametrize("options", [{"on_error": "raise"}, {"abort_siblings_on_error": True}])
+async def test_arguments_the_tools_own_model_refuses_are_invalid_input_not_a_failure(options: dict[str, Any]) -> None:
+    """A value the schema lets through that the parameters' model refuses (the schema's ``format: date`` only
+    describes): answered as a schema refusal is, so it neither raises out of the run nor cancels the
+    siblings (it was the tool failing: `ToolCallFailed`, or the batch cancelled)."""
+
+    class Window(pydantic.BaseModel):
+        days: int
+
+        @pydantic.field_validator("days")
+        @classmethod
+        def short(cls, value: int) -> int:
+            if value > 30:
+                raise ValueError("at most 30 days")
+            return value
+
+    class Report(ts.Tool):
+        name = "report"
+        input_model = Window
+
+        async def call(self, args: Window, ctx: Any) -> str:
+            return f"{args.days} days"
+
+    @ts.tool
+    async def when(at: datetime.date) -> str:
+        return at.isoformat()
+
+    @ts.tool
+    async def slow() -> str:
+        await anyio.sleep(0.05)
+        return "slow done"
+
+    executor = ts.Executor([when, Report(), slow], strategy=ts.Parallel(), **options)
+    calls = [
+        ts.ToolCall("date", "when", '{"at": "2024-13-45"}'),
+        ts.ToolCall("model", "report", {"days": 90}),
+        ts.ToolCall("sibling", "slow", {}),
+        ts.ToolCall("fine", "report", {"days": 7}),
+    ]
+    outcome = await executor.run(calls)
+    kinds = [(result.error_kind, result.output) for result in outcome.results]
+    assert kinds == [("invalid_input", None), ("invalid_input", None), (None, "slow done"), (None, "7 days")]
+    assert "arguments for `when` refused by its parameters: `at`" in (outcome.results[0].error or "")
+    assert "`days`: Value error, at most 30 days" in (outcome.results[1].error or "")

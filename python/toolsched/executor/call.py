@@ -31,6 +31,7 @@ from toolsched.results import ErrorKind, ToolResult, detached, new_result
 from toolsched.runstate import NestedHold
 from toolsched.shaping import fits_as_is, shape_output
 from toolsched.threads import watching_call
+from toolsched.tools import ArgumentsRefused
 from toolsched.workers import absorb_cancel, being_stopped, current_asyncio_task, running_task, take_back
 
 __all__ = ["EXECUTION_FAILURES", "abort_reason", "answer_unstarted", "execute"]
@@ -138,6 +139,9 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
             await _guard(settings.output_guardrails, job, output, turn, judged)
     except _Rejected as exc:
         kind, error, output = "guardrail_rejected", exc.message, None
+    except ArgumentsRefused as exc:
+        # The tool's model refused what its schema let through: the input was wrong, the tool did not fail.
+        kind, error, output = "invalid_input", str(exc), None
     except NestedHold as hold:
         # The call's nested run waits for approvals: no result yet, the run ends interrupted. A durable run
         # journals the wait with the nested run's record, so that each wait is resumed once and recovered.
