@@ -237,7 +237,8 @@ pub fn parse_arguments(text: &str, limits: &Limits) -> Result<Value, InputReject
             limit: limits.max_input_bytes,
         });
     }
-    if text.trim().is_empty() {
+    // JSON's own whitespace only: text of other spaces (a no-break space, U+2028) is not JSON, and is refused.
+    if text.trim_matches([' ', '\t', '\n', '\r']).is_empty() {
         return Ok(Value::Object(serde_json::Map::new()));
     }
     // serde_json reads an integer past 64 bits as a float, losing digits; as an
@@ -354,6 +355,17 @@ mod tests {
             }),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn only_json_whitespace_means_no_arguments() {
+        for empty in ["", " ", "\t\r\n "] {
+            assert_eq!(parse_arguments(empty, &Limits::default()).unwrap(), json!({}));
+        }
+        // Other spaces are not JSON's: such text is refused, not read as no arguments.
+        for other in ["\u{a0}", "\u{3000}", "\u{2028}", "\u{85}", " \u{feff}"] {
+            assert!(parse_arguments(other, &Limits::default()).is_err(), "{other:?}");
+        }
     }
 
     #[test]

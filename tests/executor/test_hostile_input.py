@@ -326,3 +326,14 @@ async def test_arguments_the_tools_own_model_refuses_are_invalid_input_not_a_fai
     assert kinds == [("invalid_input", None), ("invalid_input", None), (None, "slow done"), (None, "7 days")]
     assert "arguments for `when` refused by its parameters: `at`" in (outcome.results[0].error or "")
     assert "`days`: Value error, at most 30 days" in (outcome.results[1].error or "")
+
+
+@pytest.mark.parametrize("text", ["\u00a0", "\u3000", "\u2028", "\u0085"])
+async def test_text_of_spaces_json_does_not_know_is_refused_not_read_as_no_arguments(text: str) -> None:
+    @ts.tool
+    async def listing(path: str = ".") -> str:
+        raise AssertionError("never runs")
+
+    outcome = await ts.Executor([listing]).run([ts.ToolCall("1", "listing", text)])
+    assert outcome.results[0].error_kind == "invalid_input"
+    assert "not valid JSON" in (outcome.results[0].error or "")
