@@ -337,3 +337,24 @@ async def test_text_of_spaces_json_does_not_know_is_refused_not_read_as_no_argum
     outcome = await ts.Executor([listing]).run([ts.ToolCall("1", "listing", text)])
     assert outcome.results[0].error_kind == "invalid_input"
     assert "not valid JSON" in (outcome.results[0].error or "")
+
+
+async def test_arguments_keep_their_keys_in_the_order_given_whichever_path_read_them() -> None:
+    """A mapping, or text for a schema the one-pass reader does not take, came back sorted by key."""
+
+    @ts.tool
+    async def plan(steps: dict[str, str]) -> str:
+        return ",".join(steps)
+
+    @ts.tool
+    async def free(**options: Any) -> str:
+        return ",".join(options)
+
+    calls = [
+        ts.ToolCall("1", "plan", '{"steps": {"zeta": "1", "alpha": "2"}}'),
+        ts.ToolCall("2", "plan", {"steps": {"zeta": "1", "alpha": "2"}}),
+        ts.ToolCall("3", "free", '{"zeta": 1, "alpha": 2}'),
+        ts.ToolCall("4", "free", {"zeta": 1, "alpha": 2}),
+    ]
+    outcome = await ts.Executor([plan, free]).run(calls)
+    assert [result.output for result in outcome.results] == ["zeta,alpha"] * 4
