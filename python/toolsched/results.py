@@ -96,6 +96,10 @@ class ToolCall:
             # An ID or name of a text subclass is kept as plain text: its own equality and hash
             # could make one ID two, or two IDs one, wherever calls are told apart by their IDs.
             id, name = str.__str__(id), str.__str__(name)
+            if not isinstance(args, (str, dict)):
+                # A mapping of another kind (a ``MappingProxyType``, a ``Mapping`` class) as the dict it reads as:
+                # what the engine reads and checks.
+                args = dict(args)
         _set_call_id(self, id)
         _set_call_name(self, name)
         _set_call_args(self, args)

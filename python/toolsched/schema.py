@@ -34,6 +34,15 @@ _VALIDATORS = frozenset(
 )
 
 
+def _transforms(metadata: Any) -> bool:
+    """Whether ``Annotated`` metadata makes the model do more than check: a validator, or another name."""
+    if type(metadata) in _VALIDATORS:
+        return True
+    return isinstance(metadata, pydantic.fields.FieldInfo) and (
+        metadata.alias is not None or metadata.validation_alias is not None
+    )
+
+
 def _is_json_native(annotation: Any) -> bool:
     """Whether values of this type arrive from JSON already as the Python type."""
     if annotation in _NATIVE or annotation is inspect.Parameter.empty:
@@ -42,7 +51,7 @@ def _is_json_native(annotation: Any) -> bool:
     if origin is typing.Annotated:
         # A validator in the metadata changes or checks the value: only the model runs it.
         base, *metadata = typing.get_args(annotation)
-        return _is_json_native(base) and not any(type(item) in _VALIDATORS for item in metadata)
+        return _is_json_native(base) and not any(_transforms(item) for item in metadata)
     if origin is Literal:
         return True
     if origin in (list, dict, Union, types.UnionType, Mapping) or origin is typing.Union:

@@ -572,12 +572,15 @@ class FunctionTool(Tool):
             if isinstance(parameter.default, pydantic.fields.FieldInfo)
         )
 
+        # The parameter each argument fills: its own name, or the alias the schema shows in its place.
+        fills = {} if model is None else {info.alias: field for field, info in model.model_fields.items() if info.alias}
+
         def keywords(args: Args, ctx: ToolContext | None) -> dict[str, Any]:
             if model is None:
                 kwargs = dict(args)
             else:
                 parsed = _refused(name, model, args)
-                kwargs = {key: getattr(parsed, key) for key in args}
+                kwargs = {(field := fills.get(key, key)): getattr(parsed, field) for key in args}
                 for parameter in made:
                     if parameter not in kwargs:
                         kwargs[parameter] = getattr(parsed, parameter)

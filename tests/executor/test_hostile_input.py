@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
 import pydantic
@@ -358,3 +358,46 @@ async def test_arguments_keep_their_keys_in_the_order_given_whichever_path_read_
     ]
     outcome = await ts.Executor([plan, free]).run(calls)
     assert [result.output for result in outcome.results] == ["zeta,alpha"] * 4
+
+
+async def test_a_parameter_under_an_alias_gets_its_argument() -> None:
+    """The schema shows the alias; every call failed (the function was called with the alias as a keyword)."""
+
+    @ts.tool
+    async def copy(source: Annotated[str, pydantic.Field(alias="from")], day: datetime.date) -> str:
+        return f"{source} {day.isoformat()}"
+
+    @ts.tool
+    async def move(source: Annotated[str, pydantic.Field(alias="from")]) -> str:
+        return source
+
+    assert "from" in copy.facts.input_schema["properties"]
+    calls = [
+        ts.ToolCall("1", "copy", '{"from": "a.txt", "day": "2024-01-02"}'),
+        ts.ToolCall("2", "move", {"from": "b.txt"}),
+    ]
+    outcome = await ts.Executor([copy, move]).run(calls)
+    assert [(result.error_kind, result.output) for result in outcome.results] == [
+        (None, "a.txt 2024-01-02"),
+        (None, "b.txt"),
+    ]
+
+
+async def test_arguments_in_any_mapping_are_read_as_the_dict_it_reads_as() -> None:
+    import types
+    from collections.abc import Iterator, Mapping
+
+    class Fixed(Mapping[str, Any]):
+        def __getitem__(self, key: str) -> Any:
+            return {"n": 3}[key]
+
+        def __iter__(self) -> Iterator[str]:
+            return iter(["n"])
+
+        def __len__(self) -> int:
+            return 1
+
+    calls = [ts.ToolCall("1", "count", types.MappingProxyType({"n": 2})), ts.ToolCall("2", "count", Fixed())]
+    assert all(type(call.args) is dict for call in calls)
+    outcome = await ts.Executor([count]).run(calls)
+    assert [result.output for result in outcome.results] == ["int:2", "int:3"]
