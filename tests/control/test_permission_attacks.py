@@ -131,6 +131,22 @@ async def test_a_subject_with_only_allow_rules_falls_back_to_the_mode(tmp_path: 
 # -- the value the tool receives, not the argument as written ------------------------------------------------
 
 
+def reading(model: type[pydantic.BaseModel], subject: str, field: str, ran: list[str]) -> ts.Tool:
+    """A read-only class tool `read` taking ``model`` (its rule subject ``subject``) that notes its ``field``."""
+
+    class Read(ts.Tool):
+        name = "read"
+        input_model = model
+        rule_subject = subject
+        read_only = True
+
+        async def call(self, args: Any, ctx: Any) -> str:
+            ran.append(str(getattr(args, field)))
+            return "read"
+
+    return Read()
+
+
 async def test_a_subject_a_model_takes_under_its_field_name_is_judged() -> None:
     """A model with an alias that also fills its field by name: the schema names the alias, and a call giving
     the field's own name was judged as giving no subject at all, and ran."""
@@ -141,17 +157,8 @@ async def test_a_subject_a_model_takes_under_its_field_name_is_judged() -> None:
         model_config = pydantic.ConfigDict(alias_generator=to_camel, populate_by_name=True)
         file_path: str | None = None
 
-    class Read(ts.Tool):
-        name = "read"
-        input_model = Args
-        rule_subject = "filePath"
-        read_only = True
-
-        async def call(self, args: Args, ctx: Any) -> str:
-            ran.append(str(args.file_path))
-            return "read"
-
-    executor = ts.Executor([Read()], permissions=ts.Permissions(root="/repo", deny=["read(secret/**)"]))
+    read = reading(Args, "filePath", "file_path", ran)
+    executor = ts.Executor([read], permissions=ts.Permissions(root="/repo", deny=["read(secret/**)"]))
     calls = [
         ts.ToolCall("by-name", "read", '{"file_path": "secret/key"}'),
         ts.ToolCall("by-alias", "read", {"filePath": "secret/key"}),
@@ -172,16 +179,6 @@ async def test_a_subject_a_model_changes_is_judged_as_changed() -> None:
         model_config = pydantic.ConfigDict(str_strip_whitespace=True)
         path: str
 
-    class Read(ts.Tool):
-        name = "read"
-        input_model = Args
-        rule_subject = "path"
-        read_only = True
-
-        async def call(self, args: Args, ctx: Any) -> str:
-            ran.append(args.path)
-            return "read"
-
     @ts.tool(name="fetch", rule_subject="path", read_only=True)
     async def fetch(path: Annotated[str, pydantic.AfterValidator(unquote)], base: Path = Path(".")) -> str:
         ran.append(path)
@@ -193,7 +190,7 @@ async def test_a_subject_a_model_changes_is_judged_as_changed() -> None:
         return "opened"
 
     rules = ts.Permissions(root="/repo", deny=["read(secret/**)", "fetch(secret/**)", "open_plain(secret/**)"])
-    executor = ts.Executor([Read(), fetch, open_plain], permissions=rules)
+    executor = ts.Executor([reading(Args, "path", "path", ran), fetch, open_plain], permissions=rules)
     calls = [
         ts.ToolCall("stripped", "read", {"path": " secret/key"}),
         ts.ToolCall("unquoted", "fetch", {"path": "%73ecret/key"}),
@@ -218,17 +215,11 @@ async def test_a_model_value_the_rules_cannot_read_is_refused() -> None:
                 raise ValueError("no dot paths")
             return value
 
-    class Read(ts.Tool):
-        name = "read"
-        input_model = Args
-        rule_subject = "path"
-        read_only = True
-
-        async def call(self, args: Args, ctx: Any) -> str:
-            raise AssertionError("never runs")
-
-    executor = ts.Executor([Read()], permissions=ts.Permissions(root="/repo", deny=["read(secret/**)"]))
+    ran: list[str] = []
+    read = reading(Args, "path", "path", ran)
+    executor = ts.Executor([read], permissions=ts.Permissions(root="/repo", deny=["read(secret/**)"]))
     outcome = await executor.run([ts.ToolCall("a", "read", {"path": "./x"})])
+    assert ran == []
     assert outcome.results[0].error_kind == "permission_denied"
     assert "do not validate against Args" in (outcome.results[0].error or "")
 
