@@ -113,6 +113,9 @@ def _parse_rule(text: Any, where: str) -> _Rule:
 def _check_pattern(pattern: str, text: str, where: str) -> None:
     if "\x00" in pattern:
         raise RuleError(f"{where}: rule `{text!r}` holds a NUL character")
+    if pattern != pattern.strip():
+        # No subject a tool is given looks so: the rule would never match (a deny would never deny).
+        raise RuleError(f"{where}: rule `{text}`: the pattern starts or ends with a space")
     if "***" in pattern:
         raise RuleError(f"{where}: rule `{text}`: `***` is not a wildcard; use `*` (one segment) or `**` (any depth)")
     for found in re.finditer(r"\*\*", pattern):
@@ -644,9 +647,17 @@ class Permissions:
                 )
         spec = properties.get(subject) if isinstance(properties, Mapping) else None
         default = spec.get("default", _MISSING) if isinstance(spec, Mapping) else _MISSING
-        return ToolRules(
-            matching, subject, subject_is_path(subject, schema), default, self.root, _model_reader(tool, subject)
-        )
+        is_path = subject_is_path(subject, schema)
+        for rules in matching.values():
+            for rule in rules:
+                if is_path and rule.pattern is not None and len(rule.pattern) > 1 and rule.pattern.endswith("/"):
+                    # A path normalised names the directory alone: the rule would let everything in it through.
+                    directory = rule.pattern.rstrip("/")
+                    raise RuleError(
+                        f"rule `{rule.text}`: a path pattern ending in `/` names the directory alone; write "
+                        f"`{directory}/**` for it and everything below it, or `{directory}` for the directory"
+                    )
+        return ToolRules(matching, subject, is_path, default, self.root, _model_reader(tool, subject))
 
 
 def _model_reader(tool: Tool, subject: str) -> Callable[[Any], Any] | None:

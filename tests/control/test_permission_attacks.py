@@ -265,3 +265,19 @@ async def test_a_default_the_model_makes_reaches_the_function() -> None:
 
     outcome = await ts.Executor([tag]).run([ts.ToolCall("a", "tag", {"name": "x"})])
     assert outcome.results[0].output == ["x"]
+
+
+@pytest.mark.parametrize(
+    ("rule", "refusal"),
+    [
+        ("write_file(secret/x )", "starts or ends with a space"),
+        ("write_file( secret/x)", "starts or ends with a space"),
+        ("write_file(secret/)", "write `secret/\\*\\*` for it and everything below it, or `secret`"),
+    ],
+)
+def test_rules_that_would_never_match_what_they_seem_to_name_are_refused(
+    tmp_path: Path, rule: str, refusal: str
+) -> None:
+    """`write(secret/x )` never matched anything; `write(secret/)` named the directory alone, not what is in it."""
+    with pytest.raises(ts.RuleError, match=refusal):
+        ts.Executor([writer(tmp_path)], permissions=ts.Permissions(root=tmp_path, deny=[rule]))
