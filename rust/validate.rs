@@ -229,6 +229,21 @@ impl CompiledSchema {
     }
 }
 
+/// The length of `text` as a JSON string's contents: each quote, backslash and control character counted
+/// as its escape is written (`\"`, `\n`, `\u0001`), so that arguments given as objects are held to
+/// `max_input_bytes` as their JSON text would be.
+pub fn escaped_len(text: &str) -> usize {
+    text.len()
+        + text
+            .bytes()
+            .map(|byte| match byte {
+                b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
+                0..=0x1f => 5,
+                _ => 0,
+            })
+            .sum::<usize>()
+}
+
 /// Parses argument text. Empty text means "no arguments", as some providers send it.
 pub fn parse_arguments(text: &str, limits: &Limits) -> Result<Value, InputRejection> {
     if text.len() > limits.max_input_bytes {
@@ -355,6 +370,14 @@ mod tests {
             }),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_string_is_as_long_as_its_json_escapes() {
+        for text in ["plain", "a\"b", "back\\slash", "line\nbreak", "\u{1}", "é", "\u{1f}\t"] {
+            let written = serde_json::to_string(text).unwrap();
+            assert_eq!(escaped_len(text), written.len() - 2, "{text:?}");
+        }
     }
 
     #[test]

@@ -45,7 +45,7 @@ impl Walker<'_> {
     fn convert(&mut self, obj: &Bound<'_, PyAny>, depth: usize) -> Result<Value, InputRejection> {
         if let Ok(text) = obj.cast::<PyString>() {
             let text = text.to_str().map_err(|_| not_unicode())?;
-            self.grow(text.len() + 2)?;
+            self.grow(crate::validate::escaped_len(text) + 2)?;
             return Ok(Value::String(text.to_owned()));
         }
         if let Ok(dict) = obj.cast::<PyDict>() {
@@ -60,7 +60,7 @@ impl Walker<'_> {
                     )));
                 };
                 let key = key.to_str().map_err(|_| not_unicode())?;
-                self.grow(key.len() + 4)?;
+                self.grow(crate::validate::escaped_len(key) + 4)?;
                 let value = self.convert(&value, depth)?;
                 map.insert(key.to_owned(), value);
             }

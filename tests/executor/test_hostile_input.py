@@ -401,3 +401,18 @@ async def test_arguments_in_any_mapping_are_read_as_the_dict_it_reads_as() -> No
     assert all(type(call.args) is dict for call in calls)
     outcome = await ts.Executor([count]).run(calls)
     assert [result.output for result in outcome.results] == ["int:2", "int:3"]
+
+
+async def test_a_mapping_of_arguments_is_held_to_the_byte_limit_as_its_json_text() -> None:
+    """Control characters are six bytes each as JSON: a mapping counted them as one, and passed at five
+    times the limit where its text was refused."""
+
+    @ts.tool
+    async def echo(text: str) -> str:
+        raise AssertionError("never runs")
+
+    args = {"text": "\x01" * 900}
+    executor = ts.Executor([echo], max_input_bytes=1000)
+    outcome = await executor.run([ts.ToolCall("d", "echo", args), ts.ToolCall("t", "echo", json.dumps(args))])
+    assert [result.error_kind for result in outcome.results] == ["invalid_input", "invalid_input"]
+    assert all("5412 bytes, over the limit of 1000" in (result.error or "") for result in outcome.results)
