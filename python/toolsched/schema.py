@@ -243,22 +243,6 @@ def to_gemini_schema(schema: JsonSchema) -> JsonSchema:
     return result
 
 
-def _is_integer(spec: Any) -> bool:
-    """Whether a property schema admits integers and no other number: ``integer``, optionally nullable."""
-    if not isinstance(spec, Mapping):
-        return False
-    kind = spec.get("type")
-    if kind == "integer":
-        return True
-    if isinstance(kind, list) and "integer" in kind and "number" not in kind:
-        return True
-    options = spec.get("anyOf") or spec.get("oneOf")
-    if isinstance(options, list) and options:
-        kinds = [option.get("type") for option in options if isinstance(option, Mapping)]
-        return "integer" in kinds and "number" not in kinds and all(k in ("integer", "null") for k in kinds)
-    return False
-
-
 # What makes integers of the integral floats a schema's ``integer`` admits (``1.0`` is an integer to JSON Schema):
 # the value itself when nothing in it changes.
 IntegerFix = Callable[[Any], Any]
@@ -359,6 +343,7 @@ def integer_scalar(schema: Mapping[str, Any]) -> str | None:
         return None
     fixed = [name for name, sub in properties.items() if integer_fix(sub) is not None]
     rest = {key: value for key, value in schema.items() if key != "properties"}
-    if len(fixed) != 1 or not _is_integer(properties[fixed[0]]) or integer_fix(rest) is not None:
+    # ``_integral`` alone: an integer, a nullable one, or a union or literal whose one number is an integer.
+    if len(fixed) != 1 or integer_fix(properties[fixed[0]]) is not _integral or integer_fix(rest) is not None:
         return None
     return str(fixed[0])

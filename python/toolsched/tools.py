@@ -567,8 +567,8 @@ class FunctionTool(Tool):
         # Parameters whose default the model makes (``Field(default_factory=...)``): the function's own
         # default is the ``FieldInfo`` itself, so the model's value is passed when the call leaves them out.
         made = tuple(
-            name
-            for name, parameter in inspect.signature(fn).parameters.items()
+            key
+            for key, parameter in inspect.signature(fn).parameters.items()
             if isinstance(parameter.default, pydantic.fields.FieldInfo)
         )
 

@@ -225,7 +225,7 @@ async def _recheck(job: Job, turn: Turn) -> str | None:
     checked, message = turn.view.table.check(job.index, job.args, turn.settings.limits)
     if message is not None:
         return f"the input rewritten by a pre_tool_use hook is invalid: {message}"
-    job.args = detached(checked)
+    job.args = checked  # built anew by the check: no one else holds it
     if job.facts.validates_input:
         try:
             await job.tool.validate_input(job.args, turn.context_for(job))

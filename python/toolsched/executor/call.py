@@ -106,8 +106,10 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
     if job.facts.policies is not None:
         invoke = _resilient(job, turn, invoke)
     # What the output guardrails and the post hooks are shown: the arguments the call was judged with, copied
-    # before the body runs (a body may change the dict it is handed).
-    judged = detached(job.args) if turn.view.post_hooked or settings.output_guardrails is not None else None
+    # before the body runs (a body may change the dict it is handed); only for a call that has either.
+    policy = turn.view.policies[job.index] if turn.view.post_hooked else None
+    observed = policy is not None and (policy.post_success or policy.post_failure)
+    judged = detached(job.args) if observed or settings.output_guardrails is not None else None
     try:
         if scope is None:
             if input_guardrails is not None:
@@ -244,9 +246,8 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
         emit(new_tool_finished(result, None))
     if kind is not None and kind in EXECUTION_FAILURES:
         _failed(job, result, cause, turn)
-    if turn.view.post_hooked:
+    if policy is not None:
         # Phase 8: ``post_tool_use`` or ``post_tool_use_failure``; they observe, their errors are logged.
-        policy = turn.view.policies[job.index]
         hooks = policy.post_success if kind is None else policy.post_failure
         if hooks:
             event = new_hook_event(call.id, tool.name, judged, batch, result, turn.context)

@@ -6,7 +6,7 @@ from toolsched.executor.admit import denied_now, not_approved
 from toolsched.executor.durable import journaled_child
 from toolsched.executor.turn import Held, Job, Plan, Turn
 from toolsched.journal import RunRecord
-from toolsched.results import args_digest, detached
+from toolsched.results import args_digest
 from toolsched.runstate import CallRecord
 
 __all__ = ["recovered_jobs"]
@@ -36,7 +36,7 @@ def unchecked_arguments(turn: Turn, job: Job) -> str | None:
             f"the arguments the journal holds for this call do not pass the input schema of `{job.tool.name}`, "
             f"so it was not run: {message}"
         )
-    job.args = detached(checked)
+    job.args = checked  # built anew by the check: no one else holds it
     return None
 
 
