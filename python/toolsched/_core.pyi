@@ -19,6 +19,7 @@ __all__ = [
     "plan_conflicts",
     "start",
     "truncate",
+    "turn_jobs",
 ]
 
 @final
@@ -94,6 +95,15 @@ class SlotBuilder:
     def function(self) -> Callable[..., Any]: ...
 
 def call_init(cls: type[Any], python_init: Callable[..., None]) -> Callable[..., None]: ...
+def turn_jobs(
+    builder: SlotBuilder,
+    calls: list[Any],
+    tools: tuple[Any, ...],
+    facts: tuple[Any, ...],
+    tool_rows: list[int],
+    arg_rows: list[Any],
+    rulings: list[Any],
+) -> list[Any]: ...
 def assemble(count: int, slots: Sequence[int], results: list[Any]) -> list[Any]: ...
 def truncate(
     text: str, max_chars: int, *, max_lines: int | None = None, cut: str = "tail"

@@ -389,6 +389,11 @@ class Tool:
     def _takes_context(self) -> bool:
         return True
 
+    def _plain_body(self) -> Callable[..., Awaitable[Any]] | None:
+        """The coroutine function the tool's invoker calls with the arguments as keywords and nothing else
+        (``_invoker``'s plainest case), or None: only a ``FunctionTool`` has one."""
+        return None
+
     def _check_placement(self) -> None:
         """Checks where the body may run: the backend's name and what a remote worker needs."""
         name = self.name
@@ -484,7 +489,13 @@ class Tool:
         policies = self._policies()
         fix = integer_fix(input_schema)
         if fix is not None:
-            invoke = _with_exact_integers(invoke, fix, integer_scalar(input_schema))
+            key = integer_scalar(input_schema)
+            plain = self._plain_body() if factory is None and key is not None else None
+            if plain is not None and key is not None:
+                # The one-integer step in the function's own invoker: no frame of ours around it.
+                invoke = _plain_with_integer(plain, key)
+            else:
+                invoke = _with_exact_integers(invoke, fix, key)
         facts = ToolFacts(
             input_schema=input_schema,
             invoke=invoke,
@@ -597,10 +608,11 @@ class FunctionTool(Tool):
             return function_invoker(self.name, fn, lambda args: keywords(args, None))
         if inspect.iscoroutinefunction(fn):
             # These return the function's own coroutine, awaited by the caller: no frame of ours around it.
-            if model is None and not wants_ctx:
+            plain = self._plain_body()
+            if plain is not None:
 
                 def invoke_plain(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
-                    return fn(**args)  # type: ignore[no-any-return]
+                    return plain(**args)
 
                 return invoke_plain
 
@@ -613,6 +625,19 @@ class FunctionTool(Tool):
             return await run_in_thread(functools.partial(fn, **keywords(args, ctx)))
 
         return invoke_in_thread
+
+    def _plain_body(self) -> Callable[..., Awaitable[Any]] | None:
+        fn = self.fn
+        if (
+            # A subclass with an invoker of its own (an agent tool hands its body more) has no plain body.
+            type(self)._invoker is FunctionTool._invoker
+            and self.isolation != "process"
+            and inspect.iscoroutinefunction(fn)
+            and self._coerce_model is None
+            and not self._wants_ctx
+        ):
+            return cast(Callable[..., Awaitable[Any]], fn)
+        return None
 
 
 # Every keyword ``@tool`` accepts (integrations that wrap other frameworks' tools accept the same).
@@ -749,6 +774,23 @@ def _with_exact_integers(
         return invoke(fix(args), ctx)
 
     return invoke_with_integers
+
+
+def _plain_with_integer(
+    fn: Callable[..., Awaitable[Any]], key: str
+) -> Callable[[Args, ToolContext | None], Awaitable[Any]]:
+    """``_with_exact_integers`` for a tool's plain body (``Tool._plain_body``) and its one integer parameter
+    ``key``: the function called with the arguments as keywords, ``key`` an int, in one frame."""
+
+    def invoke_plain_with_integer(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
+        value = args.get(key)
+        if type(value) is float:
+            fixed = dict(args)
+            fixed[key] = int(value)
+            return fn(**fixed)
+        return fn(**args)
+
+    return invoke_plain_with_integer
 
 
 def tool_fingerprint(tool: Tool) -> str:

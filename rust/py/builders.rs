@@ -12,7 +12,7 @@
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple, PyType};
+use pyo3::types::{PyDict, PyList, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
 /// Builds instances of `cls` from positional values for the slots `names`,
@@ -286,6 +286,79 @@ pub(super) struct MethodDef(pub(super) ffi::PyMethodDef);
 
 // SAFETY: the definition is never written after it is made; CPython only reads it.
 unsafe impl Sync for MethodDef {}
+
+/// A turn's jobs in one crossing (`plan_calls`): for each slot, `builder` given `(slot, calls[slot],
+/// tools[index], facts[index], args, index, rulings[slot], args)`, where `index = tool_rows[slot]` and
+/// `args = arg_rows[slot]` (a job's slots in `new_job`'s order); what a Python comprehension did, without
+/// the per-call tuples and lookups of its loop. The rows are `ToolTable.prepare`'s for calls none of which
+/// was refused: every list the same length, every index within `tools` and `facts`.
+#[pyfunction]
+pub(super) fn turn_jobs<'py>(
+    builder: &Bound<'py, PySlotBuilder>,
+    calls: &Bound<'py, PyList>,
+    tools: &Bound<'py, PyTuple>,
+    facts: &Bound<'py, PyTuple>,
+    tool_rows: &Bound<'py, PyList>,
+    arg_rows: &Bound<'py, PyList>,
+    rulings: &Bound<'py, PyList>,
+) -> PyResult<Bound<'py, PyList>> {
+    let py = builder.py();
+    let count = calls.len();
+    if tool_rows.len() != count || arg_rows.len() != count || rulings.len() != count {
+        return Err(PyTypeError::new_err(format!(
+            "turn_jobs: {count} calls, {} tool rows, {} argument rows and {} rulings",
+            tool_rows.len(),
+            arg_rows.len(),
+            rulings.len()
+        )));
+    }
+    if tools.len() != facts.len() {
+        return Err(PyTypeError::new_err(format!(
+            "turn_jobs: {} tools and {} facts",
+            tools.len(),
+            facts.len()
+        )));
+    }
+    let builder = builder.get();
+    let jobs = PyList::empty(py);
+    for slot in 0..count {
+        let index_object = tool_rows.get_item(slot)?;
+        let index = match index_object
+            .extract::<i64>()
+            .ok()
+            .and_then(|row| usize::try_from(row).ok())
+        {
+            Some(index) if index < tools.len() => index,
+            _ => {
+                return Err(PyTypeError::new_err(format!(
+                    "turn_jobs: tool row {} of slot {slot} is not an index of the {} tools",
+                    index_object.repr()?,
+                    tools.len()
+                )))
+            }
+        };
+        let slot_object = slot.into_pyobject(py)?;
+        let call = calls.get_item(slot)?;
+        let tool = tools.get_item(index)?;
+        let fact = facts.get_item(index)?;
+        let args = arg_rows.get_item(slot)?;
+        let ruling = rulings.get_item(slot)?;
+        let values = [
+            slot_object.as_ptr(),
+            call.as_ptr(),
+            tool.as_ptr(),
+            fact.as_ptr(),
+            args.as_ptr(),
+            index_object.as_ptr(),
+            ruling.as_ptr(),
+            args.as_ptr(),
+        ];
+        // SAFETY: each pointer is an object a `Bound` of this iteration holds alive for the whole build.
+        let job = unsafe { builder.build(py, &values)? };
+        jobs.append(job)?;
+    }
+    Ok(jobs)
+}
 
 /// The method definition of every builder's function (`SlotBuilder.function`): its `self` is the builder.
 static BUILD: MethodDef = MethodDef(ffi::PyMethodDef {

@@ -746,7 +746,7 @@ fn truncate(
 #[pymodule(gil_used = true)]
 mod _core {
     #[pymodule_export]
-    use super::builders::PySlotBuilder;
+    use super::builders::{turn_jobs, PySlotBuilder};
     #[pymodule_export]
     use super::calls::call_init;
     #[pymodule_export]

@@ -194,6 +194,67 @@ def test_a_job_built_per_call_is_the_job_its_class_makes() -> None:
     assert again.attempts == 1 and again.cancel_reason is None
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_a_turns_jobs_built_in_one_crossing_are_the_jobs_built_one_by_one(data: st.DataObject) -> None:
+    """``_core.turn_jobs`` gives for each slot the job ``new_job`` makes of that slot's rows, in order."""
+    from toolsched.executor.turn import _JOB_BUILDER
+
+    tools = tuple(cast(Tool, Marker()) for _ in range(data.draw(st.integers(1, 4))))
+    facts = tuple(cast(ToolFacts, Marker()) for _ in tools)
+    count = data.draw(st.integers(0, 12))
+    rows = data.draw(st.lists(st.integers(0, len(tools) - 1), min_size=count, max_size=count))
+    args = [data.draw(st.one_of(st.none(), st.dictionaries(st.text(max_size=3), st.integers()))) for _ in rows]
+    rulings = [data.draw(st.sampled_from([UNDECIDED, None, ("allow", "r"), ("deny", "r")])) for _ in rows]
+    calls = [ts.ToolCall(f"c{slot}", "t", "{}") for slot in range(count)]
+    built = _core.turn_jobs(_JOB_BUILDER, calls, tools, facts, rows, args, rulings)
+    expected = [
+        new_job(slot, calls[slot], tools[index], facts[index], args[slot], index, rulings[slot], args[slot])
+        for slot, index in enumerate(rows)
+    ]
+    assert len(built) == len(expected) and all(type(job) is Job for job in built)
+    for job, wanted in zip(built, expected, strict=True):
+        for name in Job.__slots__:
+            assert getattr(job, name) is getattr(wanted, name) or getattr(job, name) == getattr(wanted, name), name
+        assert job.call is wanted.call and job.tool is wanted.tool and job.facts is wanted.facts
+        assert job.args is wanted.args and job.ruled is job.args and job.ruling is wanted.ruling
+
+
+def test_a_turns_jobs_refuse_rows_that_do_not_fit_and_hold_on_to_nothing() -> None:
+    """Rows of other lengths, an index past the tools, a row that is not an index, a builder of another
+    class: a ``TypeError`` naming what is wrong, no job made, no reference kept."""
+    from toolsched.executor.turn import _JOB_BUILDER
+
+    marker = Marker()
+    tools = (cast(Tool, marker),)
+    facts = (cast(ToolFacts, marker),)
+    call = ts.ToolCall("c", "t", "{}")
+    before = sys.getrefcount(marker)
+    cases: list[tuple[Any, ...]] = [
+        ([call], tools, facts, [0, 0], [marker], [None]),
+        ([call], tools, facts, [0], [], [None]),
+        ([call], tools, facts, [0], [marker], []),
+        ([call], tools, (*facts, marker), [0], [marker], [None]),
+        ([call], tools, facts, [1], [marker], [None]),
+        ([call], tools, facts, [-1], [marker], [None]),
+        ([call], tools, facts, ["0"], [marker], [None]),
+        ([call, call], tools, facts, [0, 5], [marker, marker], [None, None]),
+    ]
+    for case in cases:
+        with pytest.raises(TypeError):
+            _core.turn_jobs(_JOB_BUILDER, *case)
+    with pytest.raises(TypeError):
+        _core.turn_jobs(_core.SlotBuilder(Plain, ("a", "b", "c")), [call], tools, facts, [0], [marker], [None])
+    del case, cases
+    gc.collect()
+    assert sys.getrefcount(marker) == before
+    jobs = _core.turn_jobs(_JOB_BUILDER, [call, call], tools, facts, [0, 0], [marker, marker], [marker, None])
+    # Each job holds its tool, facts, args (twice: ``args`` and ``ruled``) and one ruling of the two.
+    assert sys.getrefcount(marker) == before + 2 * 4 + 1
+    del jobs
+    assert sys.getrefcount(marker) == before
+
+
 @pytest.mark.anyio
 async def test_a_turn_built_per_run_is_the_turn_its_class_makes(monkeypatch: pytest.MonkeyPatch) -> None:
     """``new_turn``, given what a run gives it, sets every slot as ``Turn.__init__`` does, with new lists of its own."""

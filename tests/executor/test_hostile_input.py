@@ -416,3 +416,71 @@ async def test_a_mapping_of_arguments_is_held_to_the_byte_limit_as_its_json_text
     outcome = await executor.run([ts.ToolCall("d", "echo", args), ts.ToolCall("t", "echo", json.dumps(args))])
     assert [result.error_kind for result in outcome.results] == ["invalid_input", "invalid_input"]
     assert all("5412 bytes, over the limit of 1000" in (result.error or "") for result in outcome.results)
+
+
+async def test_one_int_parameter_arrives_as_an_int_whatever_the_tools_shape() -> None:
+    """The one-integer step is taken inside a plain function tool's own invoker; every other shape of tool
+    (a sync body, one taking ctx, a pydantic-typed one, a class tool, an agent tool whose invoker hands its body
+    more) still gets ``1`` for ``1.0``, with everything else its invoker gives it, and the caller's mapping is
+    left as it was."""
+    seen: dict[str, Any] = {}
+
+    @ts.tool
+    async def plain(limit: int, path: str = "p") -> str:
+        seen["plain"] = (limit, path)
+        return "ok"
+
+    @ts.tool
+    def in_thread(limit: int) -> str:
+        seen["in_thread"] = limit
+        return "ok"
+
+    @ts.tool
+    async def with_ctx(limit: int, ctx: ts.ToolContext) -> str:
+        seen["with_ctx"] = (limit, ctx.call_id)
+        return "ok"
+
+    @ts.tool
+    async def stamped(limit: int, when: datetime.date = datetime.date(2020, 1, 1)) -> str:
+        seen["stamped"] = (limit, when)
+        return "ok"
+
+    class Counted(ts.Tool):
+        name = "counted"
+        input_schema = {"type": "object", "properties": {"limit": {"type": "integer"}}, "required": ["limit"]}
+
+        async def call(self, args: dict[str, Any], ctx: ts.ToolContext | None) -> str:
+            seen["counted"] = args["limit"]
+            return "ok"
+
+    async def agent(limit: int, child: ts.ChildRun) -> str:
+        seen["agent"] = (limit, type(child).__name__)
+        return "ok"
+
+    nested = ts.agent_tool(ts.Executor([plain]), name="agent")(agent)
+    executor = ts.Executor([plain, in_thread, with_ctx, stamped, Counted(), nested])
+    mapping = {"limit": 2.0}
+    outcome = await executor.run(
+        [
+            ts.ToolCall("a", "plain", '{"limit": 1.0}'),
+            ts.ToolCall("b", "plain", mapping),
+            ts.ToolCall("c", "in_thread", '{"limit": 3.0}'),
+            ts.ToolCall("d", "with_ctx", '{"limit": 4.0}'),
+            ts.ToolCall("e", "stamped", '{"limit": 5.0, "when": "2021-02-03"}'),
+            ts.ToolCall("f", "counted", '{"limit": 6.0}'),
+            ts.ToolCall("g", "agent", '{"limit": 7.0}'),
+        ]
+    )
+    assert [result.error for result in outcome.results] == [None] * 7
+    assert mapping == {"limit": 2.0} and type(mapping["limit"]) is float
+    assert seen == {
+        "plain": (2, "p"),
+        "in_thread": 3,
+        "with_ctx": (4, "d"),
+        "stamped": (5, datetime.date(2021, 2, 3)),
+        "counted": 6,
+        "agent": (7, "ChildRun"),
+    }
+    for value in (seen["plain"][0], seen["in_thread"], seen["with_ctx"][0], seen["stamped"][0], seen["counted"]):
+        assert type(value) is int
+    assert type(seen["agent"][0]) is int

@@ -425,6 +425,7 @@ async def test_a_raising_failure_is_raised_from_the_block_when_nobody_asked_for_
 async def test_each_call_runs_in_its_own_copy_of_the_callers_context() -> None:
     where: contextvars.ContextVar[str] = contextvars.ContextVar("where", default="unset")
     seen: list[str] = []
+    first_done = anyio.Event()
 
     @ts.tool(concurrency_safe=True)
     async def spoil(name: str) -> str:
@@ -432,13 +433,17 @@ async def test_each_call_runs_in_its_own_copy_of_the_callers_context() -> None:
         where.set(name)
         await anyio.sleep(0.005)
         seen.append(where.get())
+        if name == "one":
+            first_done.set()
         return name
 
     executor = ts.Executor([spoil])
     where.set("caller")
     async with executor.turn() as turn:
         turn.submit(ts.ToolCall("1", "spoil", {"name": "one"}))
-        await anyio.sleep(0.01)
+        # The second call is submitted once the first has run (by an event, not a race of two sleeps).
+        with anyio.fail_after(10):
+            await first_done.wait()
         turn.submit(ts.ToolCall("2", "spoil", {"name": "two"}))
     assert seen == ["caller", "one", "caller", "two"]
     assert where.get() == "caller"

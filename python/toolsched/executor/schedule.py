@@ -429,6 +429,9 @@ def _batches(jobs: list[Job], turn: Turn, cap: int) -> list[tuple[int, int, int]
     if len(jobs) <= 1:
         return [(0, len(jobs), 1)] if jobs else []
     if strategy.kind == "partitioned":
+        if turn.view.all_safe:
+            # Every tool of the set is safe whatever its arguments: one batch, nothing to ask.
+            return [(0, len(jobs), min(cap, len(jobs)))]
         # Most tools declare a constant: the tool is asked only when it judges its arguments.
         safe = [job.facts.static_safe if job.facts.static_safe is not None else is_safe(job) for job in jobs]
         return partitioned_batches(safe, cap)

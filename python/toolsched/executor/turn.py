@@ -180,6 +180,8 @@ new_job: Callable[[int, ToolCall, Tool, ToolFacts, Any, int, Any, Any], Job] = s
     ("slot", "call", "tool", "facts", "args", "index", "ruling", "ruled"),
     Job(0, cast(ToolCall, None), cast(Tool, None), cast(ToolFacts, None), None, 0),
 )
+# The builder itself, for a turn's jobs made in one crossing (``_core.turn_jobs``).
+_JOB_BUILDER: _core.SlotBuilder = new_job.__self__  # type: ignore[attr-defined]
 
 
 class Held:
@@ -295,16 +297,9 @@ def plan_calls(settings: Settings, view: View, calls: list[ToolCall], *, jobs: b
                 for slot, (index, args) in enumerate(zip(tool_rows, arg_rows, strict=True))
                 if slot not in refused
             ]
-        elif len(tool_rows) == 1:
-            # A lone call, the commonest turn: no comprehension.
-            index = tool_rows[0]
-            args = arg_rows[0]
-            made = [new_job(0, planned[0], tools[index], facts[index], args, index, rulings[0], args)]
         else:
-            made = [
-                new_job(slot, planned[slot], tools[index], facts[index], args, index, rulings[slot], args)
-                for slot, (index, args) in enumerate(zip(tool_rows, arg_rows, strict=True))
-            ]
+            # The same jobs as the comprehension above, built in one crossing.
+            made = _core.turn_jobs(_JOB_BUILDER, planned, tools, facts, tool_rows, arg_rows, rulings)
     return new_plan(planned, tool_rows, arg_rows, refused, duplicates, rulings, made)
 
 

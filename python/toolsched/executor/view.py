@@ -90,6 +90,7 @@ class View:
 
     __slots__ = (
         "admits",
+        "all_safe",
         "checks_input",
         "facts",
         "fingerprints",
@@ -108,6 +109,7 @@ class View:
     facts: tuple[ToolFacts, ...]
     policies: tuple[Policy, ...]
     admits: bool
+    all_safe: bool
     checks_input: bool
     post_hooked: bool
     update_hooked: bool
@@ -123,6 +125,7 @@ class View:
             self.facts = previous.facts
             self.policies = previous.policies
             self.admits = previous.admits
+            self.all_safe = previous.all_safe
             self.checks_input = previous.checks_input
             self.post_hooked = previous.post_hooked
             self.update_hooked = previous.update_hooked
@@ -141,6 +144,8 @@ class View:
                 for member, facts in zip(self.tools, self.facts, strict=True)
             )
             self.admits = any(policy.admit for policy in self.policies)
+            # Every tool declares itself concurrency-safe whatever its arguments: a Partitioned turn is one batch.
+            self.all_safe = all(facts.static_safe is True for facts in self.facts)
             self.checks_input = any(facts.validates_input for facts in self.facts)
             self.post_hooked = any(policy.post_success or policy.post_failure for policy in self.policies)
             self.update_hooked = any(policy.update for policy in self.policies)
