@@ -104,3 +104,28 @@ def test_walks_refuses_what_it_does_not_compare() -> None:
     command = [sys.executable, str(BENCHES / "instructions.py"), "3", "5", "--walks", "--floor"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "--walks measures toolsched beside its floor" in done.stderr
+
+
+def test_the_platform_shapes_print_each_lane_with_its_paired_ratio() -> None:
+    """``platform_runs.py`` times every lane on one small shape and prints, per lane, the ratio of bests and the
+    median of the rounds' paired ratios to the floor (the floor's own: 1.00x)."""
+    done = subprocess.run(
+        [sys.executable, str(BENCHES / "platform_runs.py"), "--runs", "2", "--calls", "2", "--rounds", "3"]
+        + ["--budget", "0.01"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| 2 |")]
+    assert [row.split("|")[4].strip() for row in rows] == [
+        "taskgroup",
+        "taskgroup_hooked",
+        "toolsched",
+        "toolsched_full",
+    ]
+    floor = rows[0].split("|")
+    assert floor[7].strip() == "1.00x" and floor[8].strip() == "1.00x"
+    for row in rows[1:]:
+        paired = float(row.split("|")[8].strip().rstrip("x"))
+        assert 0 < paired < 100
