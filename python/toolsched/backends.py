@@ -138,8 +138,20 @@ def assign_backends(
             continue
         chosen.bind(members)
         for member in members:
-            invokers[member] = functools.partial(chosen.invoke, member)
+            invokers[member] = _exact(functools.partial(chosen.invoke, member), member.facts.exact_integers)
     return invokers
+
+
+def _exact(invoke: Invoker, exact_integers: Callable[[Args], Args] | None) -> Invoker:
+    """A backend's invoker handed ints where the tool's schema says ``integer`` (``1`` for ``1.0``), as the
+    tool's own invoker is: the backend runs the body elsewhere, without that invoker."""
+    if exact_integers is None:
+        return invoke
+
+    def invoke_exact(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
+        return invoke(exact_integers(args), ctx)
+
+    return invoke_exact
 
 
 def _listed(configured: Mapping[str, Backend]) -> str:

@@ -151,6 +151,11 @@ def _flag(tool: str, field: str, value: Any, takes: str) -> None:
         raise ToolDefinitionError(f"tool `{tool}`: {field} must be True, False or a callable {takes}; got {value!r}")
 
 
+# The attribute that marks an invoker as the plain call of a function (the function itself): ``Tool.facts``
+# takes the exact-integer step in its place rather than around it.
+PLAIN_BODY = "_toolsched_plain_body"
+
+
 class ToolFacts:
     """What the executor needs of a tool, computed once at registration."""
 
@@ -158,6 +163,7 @@ class ToolFacts:
         "_limiter",
         "_resilience",
         "checks_permissions",
+        "exact_integers",
         "input_schema",
         "invoke",
         "max_concurrency",
@@ -185,8 +191,12 @@ class ToolFacts:
         static_needs_approval: bool | None = False,
         run_resource: ResourceFactory | None = None,
         policies: tuple[Retry | None, RateLimit | None, CircuitBreaker | None] | None = None,
+        exact_integers: IntegerFix | None = None,
     ) -> None:
         self.input_schema = input_schema
+        # What hands the tool ints where its schema says ``integer`` (``invoke`` takes it already; a backend
+        # that runs the body elsewhere is handed arguments it has taken): None when the schema has none.
+        self.exact_integers = exact_integers
         self.max_concurrency = max_concurrency
         self._limiter: tuple[object, anyio.CapacityLimiter] | None = None
         self.invoke = invoke
@@ -389,11 +399,6 @@ class Tool:
     def _takes_context(self) -> bool:
         return True
 
-    def _plain_body(self) -> Callable[..., Awaitable[Any]] | None:
-        """The coroutine function the tool's invoker calls with the arguments as keywords and nothing else
-        (``_invoker``'s plainest case), or None: only a ``FunctionTool`` has one."""
-        return None
-
     def _check_placement(self) -> None:
         """Checks where the body may run: the backend's name and what a remote worker needs."""
         name = self.name
@@ -488,14 +493,17 @@ class Tool:
         inline_refs(input_schema)
         policies = self._policies()
         fix = integer_fix(input_schema)
+        exact_integers: IntegerFix | None = None
         if fix is not None:
             key = integer_scalar(input_schema)
-            plain = self._plain_body() if factory is None and key is not None else None
+            exact_integers = fix if key is None else _one_integer(key)
+            # The invoker ``_invoker`` made as the plain call of a function (nothing wrapped around it since).
+            plain = getattr(invoke, PLAIN_BODY, None)
             if plain is not None and key is not None:
                 # The one-integer step in the function's own invoker: no frame of ours around it.
                 invoke = _plain_with_integer(plain, key)
             else:
-                invoke = _with_exact_integers(invoke, fix, key)
+                invoke = _with_exact_integers(invoke, exact_integers)
         facts = ToolFacts(
             input_schema=input_schema,
             invoke=invoke,
@@ -517,6 +525,7 @@ class Tool:
             ),
             run_resource=factory,
             policies=policies,
+            exact_integers=exact_integers,
         )
         self._facts_cache = facts
         return facts
@@ -608,12 +617,13 @@ class FunctionTool(Tool):
             return function_invoker(self.name, fn, lambda args: keywords(args, None))
         if inspect.iscoroutinefunction(fn):
             # These return the function's own coroutine, awaited by the caller: no frame of ours around it.
-            plain = self._plain_body()
-            if plain is not None:
+            if model is None and not wants_ctx:
 
                 def invoke_plain(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
-                    return plain(**args)
+                    return fn(**args)  # type: ignore[no-any-return]
 
+                # Marked as the plain call of ``fn``: the one-integer step may take its place (``Tool.facts``).
+                setattr(invoke_plain, PLAIN_BODY, fn)
                 return invoke_plain
 
             def invoke_async(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
@@ -625,19 +635,6 @@ class FunctionTool(Tool):
             return await run_in_thread(functools.partial(fn, **keywords(args, ctx)))
 
         return invoke_in_thread
-
-    def _plain_body(self) -> Callable[..., Awaitable[Any]] | None:
-        fn = self.fn
-        if (
-            # A subclass with an invoker of its own (an agent tool hands its body more) has no plain body.
-            type(self)._invoker is FunctionTool._invoker
-            and self.isolation != "process"
-            and inspect.iscoroutinefunction(fn)
-            and self._coerce_model is None
-            and not self._wants_ctx
-        ):
-            return cast(Callable[..., Awaitable[Any]], fn)
-        return None
 
 
 # Every keyword ``@tool`` accepts (integrations that wrap other frameworks' tools accept the same).
@@ -748,30 +745,30 @@ def tool(fn: Callable[..., Any] | None = None, /, **metadata: Any) -> Any:
     return decorate
 
 
+def _one_integer(key: str) -> IntegerFix:
+    """The exact-integer step of a schema whose one integer is the top-level property ``key``: one lookup, no
+    walk; the arguments themselves when ``key`` holds no float, else a copy with ``key`` an int."""
+
+    def one_integer(args: Args) -> Args:
+        value = args.get(key)
+        if type(value) is float:
+            fixed = dict(args)
+            fixed[key] = int(value)
+            return fixed
+        return args
+
+    return one_integer
+
+
 def _with_exact_integers(
-    invoke: Callable[[Args, ToolContext | None], Awaitable[Any]],
-    fix: IntegerFix,
-    key: str | None,
+    invoke: Callable[[Args, ToolContext | None], Awaitable[Any]], exact_integers: IntegerFix
 ) -> Callable[[Args, ToolContext | None], Awaitable[Any]]:
     """``invoke`` handing the tool ints wherever its schema says ``integer``: JSON Schema's ``integer`` accepts
     ``1.0``, a tool's ``int`` parameter (or ``list[int]``, ``dict[str, int]``, ``int | None`` ...) gets ``1``
-    (the schema already refused any fraction). ``fix`` does it anywhere; ``key`` names the one top-level
-    integer property when nothing else in the schema is an integer."""
-    if key is not None:
-        # One integer parameter and no other integer anywhere, the usual case: one lookup, no walk.
-
-        def invoke_with_integer(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
-            value = args.get(key)
-            if type(value) is float:
-                fixed = dict(args)
-                fixed[key] = int(value)
-                return invoke(fixed, ctx)
-            return invoke(args, ctx)
-
-        return invoke_with_integer
+    (the schema already refused any fraction)."""
 
     def invoke_with_integers(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
-        return invoke(fix(args), ctx)
+        return invoke(exact_integers(args), ctx)
 
     return invoke_with_integers
 
@@ -779,8 +776,8 @@ def _with_exact_integers(
 def _plain_with_integer(
     fn: Callable[..., Awaitable[Any]], key: str
 ) -> Callable[[Args, ToolContext | None], Awaitable[Any]]:
-    """``_with_exact_integers`` for a tool's plain body (``Tool._plain_body``) and its one integer parameter
-    ``key``: the function called with the arguments as keywords, ``key`` an int, in one frame."""
+    """``_with_exact_integers`` for a function's plain invoker (marked ``PLAIN_BODY``) and its one integer
+    parameter ``key``: the function called with the arguments as keywords, ``key`` an int, in one frame."""
 
     def invoke_plain_with_integer(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
         value = args.get(key)

@@ -12,7 +12,7 @@
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple, PyType};
+use pyo3::types::{PyDict, PyInt, PyList, PyTuple, PyType};
 use pyo3::{PyTraverseError, PyVisit};
 
 /// Builds instances of `cls` from positional values for the slots `names`,
@@ -323,11 +323,13 @@ pub(super) fn turn_jobs<'py>(
     let jobs = PyList::empty(py);
     for slot in 0..count {
         let index_object = tool_rows.get_item(slot)?;
-        let index = match index_object
-            .extract::<i64>()
-            .ok()
-            .and_then(|row| usize::try_from(row).ok())
-        {
+        // Exactly an int (the engine's rows are): nothing of the caller's runs here, no `__index__` is asked.
+        let row = if index_object.is_exact_instance_of::<PyInt>() {
+            index_object.extract::<i64>().ok()
+        } else {
+            None
+        };
+        let index = match row.and_then(|row| usize::try_from(row).ok()) {
             Some(index) if index < tools.len() => index,
             _ => {
                 return Err(PyTypeError::new_err(format!(

@@ -110,8 +110,11 @@ def test_the_platform_shapes_print_each_lane_with_its_paired_ratio() -> None:
     """``platform_runs.py`` times every lane on one small shape and prints, per lane, the ratio of bests and the
     median of the rounds' paired ratios to the floor (the floor's own: 1.00x)."""
     done = subprocess.run(
-        [sys.executable, str(BENCHES / "platform_runs.py"), "--runs", "2", "--calls", "2", "--rounds", "3"]
-        + ["--budget", "0.01"],
+        [
+            sys.executable,
+            str(BENCHES / "platform_runs.py"),
+            *("--runs", "2", "--calls", "2", "--rounds", "3", "--budget", "0.01"),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

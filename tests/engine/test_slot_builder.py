@@ -220,6 +220,16 @@ def test_a_turns_jobs_built_in_one_crossing_are_the_jobs_built_one_by_one(data: 
         assert job.args is wanted.args and job.ruled is job.args and job.ruling is wanted.ruling
 
 
+class Index:
+    """An object that reads as an index: a tool row must be an int itself, its ``__index__`` never asked."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        raise KeyboardInterrupt
+
+
 def test_a_turns_jobs_refuse_rows_that_do_not_fit_and_hold_on_to_nothing() -> None:
     """Rows of other lengths, an index past the tools, a row that is not an index, a builder of another
     class: a ``TypeError`` naming what is wrong, no job made, no reference kept."""
@@ -238,6 +248,9 @@ def test_a_turns_jobs_refuse_rows_that_do_not_fit_and_hold_on_to_nothing() -> No
         ([call], tools, facts, [1], [marker], [None]),
         ([call], tools, facts, [-1], [marker], [None]),
         ([call], tools, facts, ["0"], [marker], [None]),
+        ([call], tools, facts, [True], [marker], [None]),
+        ([call], tools, facts, [Index(0)], [marker], [None]),
+        ([call], tools, facts, [2**70], [marker], [None]),
         ([call, call], tools, facts, [0, 5], [marker, marker], [None, None]),
     ]
     for case in cases:

@@ -484,3 +484,53 @@ async def test_one_int_parameter_arrives_as_an_int_whatever_the_tools_shape() ->
     for value in (seen["plain"][0], seen["in_thread"], seen["with_ctx"][0], seen["stamped"][0], seen["counted"]):
         assert type(value) is int
     assert type(seen["agent"][0]) is int
+
+
+async def test_a_backend_and_a_wrapped_invoker_get_ints_for_integer_parameters() -> None:
+    """A backend runs the body without the tool's own invoker (which takes the exact-integer step), and an
+    invoker wrapped after the tool was made (a patch, a mock) is more than the plain call of the function: both
+    still hand the body ``1`` for ``1.0``, and the wrapper is kept."""
+    seen: list[Any] = []
+
+    class Elsewhere:
+        def bind(self, tools: Any) -> None:
+            pass
+
+        async def invoke(self, tool: ts.Tool, args: Any, ctx: ts.ToolContext | None) -> Any:
+            seen.append(("backend", dict(args)))
+            return await tool.fn(**args)  # type: ignore[attr-defined]
+
+    @ts.tool(backend="elsewhere")
+    async def remote(limit: int) -> str:
+        return type(limit).__name__
+
+    outcome = await ts.Executor([remote], backends={"elsewhere": Elsewhere()}).run(
+        [ts.ToolCall("a", "remote", '{"limit": 1.0}')]
+    )
+    assert outcome.results[0].output == "int" and seen == [("backend", {"limit": 1})]
+    assert type(seen[0][1]["limit"]) is int
+
+    original = ts.FunctionTool._invoker
+
+    def wrapped(self: ts.FunctionTool) -> Any:
+        inner = original(self)
+
+        async def invoke(args: Any, ctx: ts.ToolContext | None) -> str:
+            return "wrapped " + str(await inner(args, ctx))
+
+        return invoke
+
+    ts.FunctionTool._invoker = wrapped  # type: ignore[method-assign]
+    try:
+
+        @ts.tool
+        async def counted(limit: int) -> str:
+            return type(limit).__name__
+
+        # A tool's invoker is made with its facts, when an executor first takes it.
+        executor = ts.Executor([counted])
+    finally:
+        ts.FunctionTool._invoker = original  # type: ignore[method-assign]
+
+    outcome = await executor.run([ts.ToolCall("b", "counted", '{"limit": 2.0}')])
+    assert outcome.results[0].output == "wrapped int"

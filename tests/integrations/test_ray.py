@@ -667,3 +667,19 @@ def test_without_ray_installed_the_backend_says_how_to_get_it(monkeypatch: pytes
         ts.BackendUnavailableError, match=r"RayBackend needs the `ray` package: pip install 'toolsched\[ray\]'"
     ):
         ts.RayBackend()
+
+
+@ts.tool
+def kind_of(count: int, sizes: list[int]) -> str:
+    return f"{type(count).__name__} {[type(size).__name__ for size in sizes]}"
+
+
+async def test_integer_parameters_get_ints_on_ray_as_they_do_locally(cluster: None) -> None:
+    """JSON Schema's ``integer`` takes ``3.0``: the tool's ``int`` parameters get ``3`` on Ray too (the Ray
+    invoker stands in for the tool's own, which takes that step; the body got the float before)."""
+    calls = [ts.ToolCall("1", "kind_of", '{"count": 3.0, "sizes": [1.0, 2]}')]
+    with anyio.fail_after(30):
+        remote = await ray_executor([kind_of]).run(calls)
+    local = await ts.Executor([kind_of]).run(calls)
+    assert remote.results[0].error is None
+    assert remote.results[0].output == local.results[0].output == "int ['int', 'int']"
