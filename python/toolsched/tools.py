@@ -12,6 +12,8 @@ import hashlib
 import inspect
 import json
 import sys
+import types
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast, overload
@@ -151,9 +153,12 @@ def _flag(tool: str, field: str, value: Any, takes: str) -> None:
         raise ToolDefinitionError(f"tool `{tool}`: {field} must be True, False or a callable {takes}; got {value!r}")
 
 
-# The attribute that marks an invoker as the plain call of a function (the function itself): ``Tool.facts``
-# takes the exact-integer step in its place rather than around it.
-PLAIN_BODY = "_toolsched_plain_body"
+# Each invoker ``FunctionTool._invoker`` made as the plain call of a function, and that function: ``Tool.facts``
+# takes the exact-integer step in its place rather than around it. Told by identity (an attribute would be
+# answered by a mock's ``__getattr__``, and copied onto a wrapper by ``functools.wraps``).
+_PLAIN_INVOKERS: weakref.WeakKeyDictionary[Callable[..., Any], Callable[..., Awaitable[Any]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class ToolFacts:
@@ -498,7 +503,7 @@ class Tool:
             key = integer_scalar(input_schema)
             exact_integers = fix if key is None else _one_integer(key)
             # The invoker ``_invoker`` made as the plain call of a function (nothing wrapped around it since).
-            plain = getattr(invoke, PLAIN_BODY, None)
+            plain = _PLAIN_INVOKERS.get(invoke) if type(invoke) is types.FunctionType else None
             if plain is not None and key is not None:
                 # The one-integer step in the function's own invoker: no frame of ours around it.
                 invoke = _plain_with_integer(plain, key)
@@ -622,8 +627,8 @@ class FunctionTool(Tool):
                 def invoke_plain(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
                     return fn(**args)  # type: ignore[no-any-return]
 
-                # Marked as the plain call of ``fn``: the one-integer step may take its place (``Tool.facts``).
-                setattr(invoke_plain, PLAIN_BODY, fn)
+                # The plain call of ``fn``: the one-integer step may take its place (``Tool.facts``).
+                _PLAIN_INVOKERS[invoke_plain] = fn
                 return invoke_plain
 
             def invoke_async(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
@@ -776,7 +781,7 @@ def _with_exact_integers(
 def _plain_with_integer(
     fn: Callable[..., Awaitable[Any]], key: str
 ) -> Callable[[Args, ToolContext | None], Awaitable[Any]]:
-    """``_with_exact_integers`` for a function's plain invoker (marked ``PLAIN_BODY``) and its one integer
+    """``_with_exact_integers`` for a function's plain invoker (``_PLAIN_INVOKERS``) and its one integer
     parameter ``key``: the function called with the arguments as keywords, ``key`` an int, in one frame."""
 
     def invoke_plain_with_integer(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:

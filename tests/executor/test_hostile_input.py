@@ -4,8 +4,10 @@ floats for integers, and huge values quoted back as short previews."""
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 from typing import Annotated, Any, Literal
+from unittest import mock
 
 import anyio
 import pydantic
@@ -534,3 +536,43 @@ async def test_a_backend_and_a_wrapped_invoker_get_ints_for_integer_parameters()
 
     outcome = await executor.run([ts.ToolCall("b", "counted", '{"limit": 2.0}')])
     assert outcome.results[0].output == "wrapped int"
+
+
+async def test_a_stubbed_or_wrapped_invoker_of_a_one_int_tool_is_still_what_runs() -> None:
+    """The exact-integer step takes the place of a function tool's own plain invoker only: a class tool whose
+    ``call`` is a mock (which answers any attribute asked of it) and an invoker wrapped with
+    ``functools.wraps`` (which copies the inner function's attributes) are each run, and get ``1`` for ``1.0``."""
+
+    class Counter(ts.Tool):
+        name = "counter"
+        input_schema = {"type": "object", "properties": {"limit": {"type": "integer"}}, "required": ["limit"]}
+
+        async def call(self, args: Any, ctx: ts.ToolContext | None) -> str:
+            return "real"
+
+    stubbed = Counter()
+    stubbed.call = mock.AsyncMock(return_value="mocked")  # type: ignore[method-assign]
+    outcome = await ts.Executor([stubbed]).run([ts.ToolCall("a", "counter", '{"limit": 1.0}')])
+    assert outcome.results[0].output == "mocked"
+    stubbed.call.assert_awaited_once()
+    args = stubbed.call.await_args.args[0]
+    assert args == {"limit": 1} and type(args["limit"]) is int
+
+    ran: list[Any] = []
+
+    class Wrapped(ts.FunctionTool):
+        def _invoker(self) -> Any:
+            inner = super()._invoker()
+
+            @functools.wraps(inner)
+            def invoke(args: Any, ctx: ts.ToolContext | None) -> Any:
+                ran.append(dict(args))
+                return inner(args, ctx)
+
+            return invoke
+
+    async def body(limit: int) -> str:
+        return type(limit).__name__
+
+    outcome = await ts.Executor([Wrapped(body)]).run([ts.ToolCall("b", "body", '{"limit": 2.0}')])
+    assert outcome.results[0].output == "int" and ran == [{"limit": 2}]
