@@ -9,12 +9,15 @@ caller that gives up, steering, interrupts and cancellation mid-stream, misuse o
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import threading
 import time
 from dataclasses import replace
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -623,3 +626,148 @@ async def test_a_steering_failure_comes_out_as_itself_not_as_a_broken_stream(sou
                 await turn.outcome()
         else:
             await executor.run(arriving(), steering=broken_steering)
+
+
+async def test_a_consumer_that_awaits_between_results_gets_every_result() -> None:
+    """A consumer of ``results()`` that awaits while it holds a result (as one that sends each to the model
+    does): the turn may end meanwhile, and every result still comes, in model order (it ended early before,
+    with one result of three on asyncio and two on trio)."""
+
+    @ts.tool(concurrency_safe=True)
+    async def step(i: int) -> int:
+        await anyio.sleep(0.001 * i)
+        return i
+
+    executor = ts.Executor([step])
+    got: list[str] = []
+    async with executor.turn() as turn:
+        for i in range(3):
+            turn.submit(ts.ToolCall(f"c{i}", "step", {"i": i}))
+        turn.close()
+        async for result in turn.results():
+            got.append(result.call_id)
+            await anyio.sleep(0.05)
+    assert got == ["c0", "c1", "c2"]
+    # A consumer left for after the block: every result too.
+    late = executor.turn()
+    async with late:
+        late.submit(ts.ToolCall("f1", "step", {"i": 1}))
+        late.close()
+        consumer = late.results()
+    assert [result.call_id async for result in consumer] == ["f1"]
+
+
+async def test_submit_or_close_from_another_thread_is_refused_and_the_turn_goes_on() -> None:
+    """Nothing in another thread wakes the turn's event loop (asyncio took the call and never ran it; trio
+    half took it and the turn hung): a ``TurnStateError`` naming the way to hand it over, and the turn intact."""
+
+    @ts.tool
+    async def echo(text: str) -> str:
+        return text
+
+    refused: list[BaseException] = []
+
+    def from_thread(turn: ts.StreamingTurn, method: str) -> None:
+        try:
+            if method == "submit":
+                turn.submit(ts.ToolCall("t", "echo", {"text": "thread"}))
+            else:
+                turn.close()
+        except BaseException as exc:
+            refused.append(exc)
+
+    with anyio.fail_after(10):
+        async with ts.Executor([echo]).turn() as turn:
+            turn.submit(ts.ToolCall("a", "echo", {"text": "a"}))
+            for method in ("submit", "close"):
+                thread = threading.Thread(target=from_thread, args=(turn, method))
+                thread.start()
+                await anyio.to_thread.run_sync(thread.join)
+            turn.submit(ts.ToolCall("b", "echo", {"text": "b"}))
+            turn.close()
+        outcome = await turn.outcome()
+    assert [type(exc) for exc in refused] == [ts.TurnStateError, ts.TurnStateError]
+    assert "another thread" in str(refused[0]) and "anyio.from_thread.run_sync(turn.submit" in str(refused[0])
+    assert [(result.call_id, result.output) for result in outcome.results] == [("a", "a"), ("b", "b")]
+
+
+def test_a_streamed_turn_cancelled_twice_on_asyncio_winds_down_before_the_cancellation_goes_on(
+    tmp_path: Any,
+) -> None:
+    """asyncio's ``task.cancel()`` passes anyio's shield: a second one, while the block waited for its "block" call
+    to finish, left the call running, the run live (``interrupt`` reached it) and the journaled run's lease held
+    (``recover`` refused it as in progress). Now the cancellation goes on once the turn is down."""
+    import asyncio
+
+    ran: list[str] = []
+
+    @ts.tool
+    async def slow(i: int) -> int:
+        ran.append(f"start {i}")
+        await asyncio.sleep(0.3)
+        ran.append(f"end {i}")
+        return i
+
+    async def main() -> None:
+        async with ts.SqliteJournal(str(tmp_path / "journal.db")) as journal:
+            executor = ts.Executor([slow], strategy=ts.Sequential(), journal=journal)
+
+            async def block() -> None:
+                async with executor.turn(run_id="r1") as turn:
+                    for i in range(3):
+                        turn.submit(ts.ToolCall(f"c{i}", "slow", {"i": i}))
+                    await asyncio.sleep(30)
+
+            task = asyncio.create_task(block())
+            await asyncio.sleep(0.05)
+            for _ in range(2):
+                task.cancel()
+                await asyncio.sleep(0.02)
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, 10)
+            # The call that had started finished before the cancellation went on; no later call started.
+            assert ran == ["start 0", "end 0"]
+            assert executor.interrupt("late") == 0
+            recovered = await executor.recover("r1")
+            assert [result.call_id for result in recovered.results] == ["c0", "c1", "c2"]
+            # The call that finished is not run again.
+            assert recovered.results[0].output == 0 and ran.count("start 0") == 1
+
+    asyncio.run(main())
+
+
+async def test_leaving_the_events_of_a_streamed_turn_early_logs_nothing_and_misuse_is_refused(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Leaving ``stream()`` of an async iterable early winds its turn down as a broken stream: a "block" call
+    finishes (as ``interrupt`` lets it), and the events it sends after the consumer left are dropped, not logged
+    as a failing event callback (a ``BrokenResourceError`` traceback each). ``outcome()`` and ``results()`` of a
+    turn never entered are refused (they waited forever)."""
+    log: list[str] = []
+
+    @ts.tool
+    async def slow() -> str:
+        log.append("started")
+        await anyio.sleep(0.2)
+        log.append("finished")
+        return "done"
+
+    async def calls() -> Any:
+        yield ts.ToolCall("c1", "slow", {})
+
+    executor = ts.Executor([slow])
+    with anyio.fail_after(10):
+        async with contextlib.aclosing(executor.stream(calls())) as events:
+            async for event in events:
+                if isinstance(event, ts.ToolStarted):
+                    break
+        await anyio.sleep(0.4)
+    assert log == ["started", "finished"]
+    assert not [record for record in caplog.records if "failed" in record.getMessage()]
+
+    never = executor.turn()
+    with pytest.raises(ts.TurnStateError, match="outcome"):
+        await never.outcome()
+    with pytest.raises(ts.TurnStateError, match="results"):
+        async for _ in never.results():
+            pass

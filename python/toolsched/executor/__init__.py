@@ -380,22 +380,27 @@ class Executor:
         scope = anyio.CancelScope()
         cancelled = anyio.get_cancelled_exc_class()
 
+        def deliver(event: Event) -> None:
+            try:
+                send.send_nowait(event)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                # The consumer left (a "block" call of a streamed turn still finishing): nobody reads its events.
+                pass
+
         async def drive() -> None:
             with send:
                 try:
                     with scope:
                         if isinstance(calls, AsyncIterable):
-                            outcome = await self._run_streamed(calls, steering, context, run_id, send.send_nowait)
+                            outcome = await self._run_streamed(calls, steering, context, run_id, deliver)
                         elif journal is not None:
                             durable = RunJournal(journal, uuid.uuid4().hex if run_id is None else run_id)
-                            sink = send.send_nowait
+                            sink = deliver
                             outcome = await self._journaled(
                                 durable, lambda: self._start(calls, None, steering, context, sink, None, durable)
                             )
                         else:
-                            outcome = await self._start(
-                                calls, None, steering, context, send.send_nowait, None, None, run_id
-                            )
+                            outcome = await self._start(calls, None, steering, context, deliver, None, None, run_id)
                             if run_id is not None:
                                 outcome = replace(outcome, run_id=run_id)
                         send.send_nowait(RunFinished(outcome))

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextvars import copy_context
@@ -130,6 +131,8 @@ class StreamingTurn:
         # The calls by slot (first occurrences, model order), and the repeats dropped.
         self._calls: list[ToolCall] = []
         self._ids: dict[str, int] = {}
+        # The slot of each first occurrence, by its position in the stream.
+        self._slots: dict[int, int] = {}
         self._positions = 0
         self._duplicates: list[Duplicate] = []
         self._held: list[Held] = []
@@ -149,6 +152,8 @@ class StreamingTurn:
         self._closed = False
         self._over = False
         self._entered = False
+        # The thread whose event loop runs the turn (set when the block is entered).
+        self._thread: int | None = None
         self._steered: list[Any] | None = None
         self._stop: str | None = None
         self._error: BaseException | None = None
@@ -171,6 +176,7 @@ class StreamingTurn:
         if self._entered:
             raise TurnStateError("a streamed turn is entered once")
         self._entered = True
+        self._thread = threading.get_ident()
         turn = self._turn
         if self._journal is not None:
             durable = RunJournal(self._journal, uuid.uuid4().hex if self._run_id is None else self._run_id)
@@ -212,9 +218,10 @@ class StreamingTurn:
                 # Cancelled (or interrupted) while its calls ran: wound down as a broken stream.
                 caught = error = exc
         if error is not None:
-            with anyio.CancelScope(shield=True):
-                self._wind_down(error)
-                await self._finished.wait()
+            self._wind_down(error)
+            late = await self._wait_finished()
+            if late is not None and caught is None:
+                caught = late
         self._keep_alive.cancel()
         if self._resources is not None:
             # The task group waits for the resources' keepers: they close before it is left.
@@ -229,7 +236,8 @@ class StreamingTurn:
         finally:
             self._release()
             if self._turn.durable is not None:
-                await self._turn.durable.release()
+                with anyio.CancelScope(shield=True):
+                    await self._turn.durable.release()
         if caught is not None:
             raise caught
         if self._fatal is not None:
@@ -243,6 +251,21 @@ class StreamingTurn:
         if self._error is not None and not self._delivered:
             self._delivered = True
             raise self._error
+
+    async def _wait_finished(self) -> BaseException | None:
+        """Waits, shielded, until the turn is over, however often the caller's task is cancelled meanwhile (an
+        asyncio ``task.cancel()`` passes anyio's shield: a second one left the calls running, the run live and a
+        journaled run's lease held). The first such cancellation is handed back, to be raised once all is down."""
+        pending: BaseException | None = None
+        cancelled = anyio.get_cancelled_exc_class()
+        with anyio.CancelScope(shield=True):
+            while not self._finished.is_set():
+                try:
+                    await self._finished.wait()
+                except cancelled as exc:
+                    if pending is None:
+                        pending = exc
+        return pending
 
     def _release(self) -> None:
         turn = self._turn
@@ -271,6 +294,7 @@ class StreamingTurn:
             call = plain_call(call, self._positions)
         if not self._entered:
             raise TurnStateError("submit() needs the turn's block: async with executor.turn() as turn")
+        self._check_thread("submit")
         if self._closed:
             raise TurnStateError(f"the turn is closed; call {call.id!r} was not taken")
         position = self._positions
@@ -282,6 +306,7 @@ class StreamingTurn:
             return
         slot = len(self._calls)
         self._ids[call.id] = position
+        self._slots[position] = slot
         self._calls.append(call)
         turn = self._turn
         plan = plan_calls(turn.settings, turn.view, [call], jobs=True)
@@ -302,13 +327,20 @@ class StreamingTurn:
         return Duplicate(call.id, position, first, differ)
 
     def _slot_of_position(self, position: int) -> int:
-        for slot, call in enumerate(self._calls):
-            if self._ids.get(call.id) == position:
-                return slot
-        raise AssertionError("a first occurrence without a slot")
+        return self._slots[position]
+
+    def _check_thread(self, method: str) -> None:
+        """Refuses a call from a thread other than the one whose event loop runs the turn: nothing there would
+        wake the turn (asyncio), or the call would half happen (trio)."""
+        if self._thread is not None and threading.get_ident() != self._thread:
+            raise TurnStateError(
+                f"{method}() was called from another thread than the one running the turn's event loop; "
+                f"hand it over with anyio.from_thread.run_sync(turn.{method}, ...)"
+            )
 
     def close(self) -> None:
         """No more calls will come (the model's response ended); closing twice is harmless."""
+        self._check_thread("close")
         if self._closed:
             return
         self._closed = True
@@ -322,6 +354,8 @@ class StreamingTurn:
         Ends when the turn is over (after ``close``); raises what ``outcome``
         would raise once the results before the failure are out.
         """
+        if not self._entered:
+            raise TurnStateError("results() needs the turn's block: async with executor.turn() as turn")
         turn = self._turn
         by_slot: dict[int, ToolResult] = {}
         seen = 0
@@ -331,12 +365,14 @@ class StreamingTurn:
             while seen < len(completed):
                 by_slot[turn.slots[seen]] = completed[seen]
                 seen += 1
-            while given in by_slot:
+            if given in by_slot:
                 final = self._final(given, by_slot[given])
-                if final is None:
-                    break
-                yield final
-                given += 1
+                if final is not None:
+                    yield final
+                    given += 1
+                    # The consumer may have awaited while it held that result: what finished meanwhile (the turn's
+                    # end included) is read again before anything is judged over.
+                    continue
             if self._over and (given >= len(self._calls) or given not in by_slot):
                 # Every result is out, or the next waits for a person (or the turn failed).
                 break
@@ -350,6 +386,8 @@ class StreamingTurn:
 
     async def outcome(self) -> Outcome:
         """Waits for the turn to end (after ``close``) and returns what ``run`` returns for the same calls."""
+        if not self._entered:
+            raise TurnStateError("outcome() needs the turn's block: async with executor.turn() as turn")
         await self._finished.wait()
         if self._error is not None:
             self._delivered = True
@@ -558,15 +596,19 @@ class StreamingTurn:
         if turn.tripped is not None or turn.failures is not None:
             if self._stop is None:
                 self._stop = "stopped"
-        result = next((r for s, r in zip(turn.slots, turn.completed, strict=True) if s == job.slot), None)
         if (
-            result is not None
-            and result.error_kind in EXECUTION_FAILURES
-            and turn.abort is None
+            turn.abort is None
             and not batch.sealed
             and (turn.settings.abort_siblings_on_error or job.tool.abort_siblings_on_error)
         ):
-            turn.abort = abort_reason(job)
+            # The call's result, looked for from the latest: it was recorded as the call ended (a scan from the
+            # first result made a turn of n calls cost n squared; 8,000 calls took 2.7 s).
+            slots = turn.slots
+            for index in range(len(slots) - 1, -1, -1):
+                if slots[index] == job.slot:
+                    if turn.completed[index].error_kind in EXECUTION_FAILURES:
+                        turn.abort = abort_reason(job)
+                    break
 
     async def _batch_over(self, batch: Batch) -> None:
         turn = self._turn
