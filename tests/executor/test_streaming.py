@@ -771,3 +771,46 @@ async def test_leaving_the_events_of_a_streamed_turn_early_logs_nothing_and_misu
     with pytest.raises(ts.TurnStateError, match="results"):
         async for _ in never.results():
             pass
+
+
+@pytest.mark.parametrize("waits_on", ["pre hook", "approver", "steering"])
+async def test_a_streamed_run_is_cancelled_while_it_waits_for_a_hook_a_person_or_steering(
+    waits_on: str, tmp_path: Any
+) -> None:
+    """A timeout around ``run()`` of an async iterable ended while admission awaited a pre hook without a
+    timeout or a person, or the turn a steering question: the run hung (a list run times out at once). Now the
+    broken stream ends those waits, the call waiting is answered without running, and a journaled run is left
+    with every call answered (``recover`` runs nothing)."""
+    ran: list[str] = []
+
+    async def forever(*_: Any) -> Any:
+        await anyio.sleep_forever()
+
+    @ts.tool(needs_approval=waits_on == "approver")
+    async def work(name: str) -> str:
+        ran.append(name)
+        return name
+
+    options: dict[str, Any] = {}
+    if waits_on == "pre hook":
+        options["hooks"] = ts.Hooks().pre_tool_use("*", forever)
+    elif waits_on == "approver":
+        options["approver"] = forever
+    steering = forever if waits_on == "steering" else None
+
+    async def calls() -> Any:
+        for name in ("a", "b"):
+            yield ts.ToolCall(name, "work", {"name": name})
+
+    async with ts.SqliteJournal(str(tmp_path / "journal.db")) as journal:
+        executor = ts.Executor([work], strategy=ts.Sequential(), journal=journal, **options)
+        started = anyio.current_time()
+        with pytest.raises(TimeoutError):
+            with anyio.fail_after(0.5):
+                await executor.run(calls(), steering=steering, run_id="r1")
+        assert anyio.current_time() - started < 5
+        # Steering is asked between the calls (after the first ran); nothing else ran.
+        assert ran == (["a"] if waits_on == "steering" else [])
+        recovered = await executor.recover("r1")
+        assert [result.call_id for result in recovered.results] == ["a", "b"]
+        assert ran == (["a"] if waits_on == "steering" else [])

@@ -145,6 +145,10 @@ class StreamingTurn:
         ](max_buffer_size=math.inf)
         self._journal = settings.journal
         self._keep_alive = anyio.CancelScope()
+        # Admission's own scope: a broken stream stops what admission awaits (a hook, a person, a check).
+        self._admission_scope = anyio.CancelScope()
+        # The scope of a steering question being asked (None while none is): a broken stream ends it too.
+        self._asking: anyio.CancelScope | None = None
         self._admitting = True
         self._current = -1
         self._in_flight = 0
@@ -282,6 +286,11 @@ class StreamingTurn:
             reason = f"the stream of calls broke ({detail})"
         self._turn.stop_calls(f"not run: {reason}", self._jobs, f": {reason}")
         self.close()
+        # A call whose pre hook, approval or input check is awaited would hold the turn (and the caller's
+        # cancellation) until it returned: it is answered without running instead, as every call after it.
+        self._admission_scope.cancel()
+        if self._asking is not None:
+            self._asking.cancel()
 
     # -- input ----------------------------------------------------------------------
 
@@ -421,31 +430,24 @@ class StreamingTurn:
 
     async def _admit_in_order(self) -> None:
         turn = self._turn
-        view = turn.view
+        # What admission holds when the stream breaks: the item it took last, and the last position journaled.
+        taken: tuple[int, ToolCall, int, Plan | Job | None] | None = None
+        journaled = -1
         try:
             async with self._admission_out:
-                async for position, call, slot, item in self._admission_out:
-                    if turn.durable is not None:
-                        # Journaled before anything else happens to it, so that recover() knows every call.
-                        await turn.durable.add(position, call)
-                    if item is None:
-                        continue
-                    if isinstance(item, Plan):
-                        await turn.answer_refused(item, 0, slot)
-                        self._notify()
-                        continue
-                    job = item
-                    if self._stop is not None or turn.halt is not None or self._steered is not None:
-                        await self._skip([job], None)
-                        continue
-                    jobs = [job]
-                    if view.checks_input:
-                        jobs = await check_semantics(jobs, turn)
-                    if view.admits and jobs:
-                        jobs = await admit(jobs, turn, self._held, None)
-                    if jobs:
-                        self._schedule.place(job)
-                    self._notify()
+                with self._admission_scope:
+                    async for position, call, slot, item in self._admission_out:
+                        taken = (position, call, slot, item)
+                        if turn.durable is not None:
+                            # Journaled before anything else happens to it, so that recover() knows every call.
+                            await turn.durable.add(position, call)
+                        journaled = position
+                        await self._admit_one(slot, item)
+                if self._admission_scope.cancelled_caught:
+                    # The stream broke while admission waited (a hook, a person, a check): what it held, and
+                    # what was still to come, is answered without running.
+                    with anyio.CancelScope(shield=True):
+                        await self._unadmitted(taken, journaled)
         except Exception as exc:
             # UnknownToolError (unknown_tool="raise"), a journal failure: the turn ends with it.
             self._fail(exc)
@@ -453,6 +455,53 @@ class StreamingTurn:
             self._admitting = False
             self._schedule.seal_last()
             self._notify()
+
+    async def _unadmitted(self, taken: tuple[int, ToolCall, int, Plan | Job | None] | None, journaled: int) -> None:
+        """Answers the call admission held when the stream broke (unless it was placed, answered or held for a
+        person meanwhile) and every call still waiting for admission, each journaled first in a durable run."""
+        turn = self._turn
+        pending: list[tuple[int, ToolCall, int, Plan | Job | None]] = [] if taken is None else [taken]
+        while True:
+            try:
+                pending.append(self._admission_out.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+        answered = set(turn.slots)
+        held = {entry.job.slot for entry in self._held}
+        for position, call, slot, item in pending:
+            if turn.durable is not None and position > journaled:
+                await turn.durable.add(position, call)
+            if item is None or slot in answered:
+                continue
+            if isinstance(item, Plan):
+                await turn.answer_refused(item, 0, slot)
+            elif item.slot not in self._schedule.batch_of and item.slot not in held:
+                await self._skip([item], None)
+        self._notify()
+
+    async def _admit_one(self, slot: int, item: Plan | Job | None) -> None:
+        """Admits one call taken from the stream: a refused one answered, an admitted one placed in the schedule
+        (``None``: a repeated call ID, journaled only)."""
+        turn = self._turn
+        view = turn.view
+        if item is None:
+            return
+        if isinstance(item, Plan):
+            await turn.answer_refused(item, 0, slot)
+            self._notify()
+            return
+        job = item
+        if self._stop is not None or turn.halt is not None or self._steered is not None:
+            await self._skip([job], None)
+            return
+        jobs = [job]
+        if view.checks_input:
+            jobs = await check_semantics(jobs, turn)
+        if view.admits and jobs:
+            jobs = await admit(jobs, turn, self._held, None)
+        if jobs:
+            self._schedule.place(job)
+        self._notify()
 
     def _fail(self, exc: BaseException) -> None:
         if isinstance(exc, JournalFailed):
@@ -518,7 +567,7 @@ class StreamingTurn:
                 return
             upcoming = self._schedule.batches[following]
             if upcoming.number and self._steering is not None and turn.halt is None:
-                messages = await steer(self._steering, self._base)
+                messages = await self._ask_steering()
                 if messages:
                     self._steered = list(messages)
                     await self._skip_later()
@@ -550,7 +599,7 @@ class StreamingTurn:
         if self._steering is not None and graph.finished_since_steering and graph.unstarted and turn.halt is None:
             # As in run(): asked after calls finish while calls remain unstarted.
             graph.finished_since_steering = 0
-            messages = await steer(self._steering, self._base)
+            messages = await self._ask_steering()
             if messages:
                 self._steered = list(messages)
                 await self._skip_graph(graph)
@@ -559,6 +608,18 @@ class StreamingTurn:
             index = heapq.heappop(graph.heap)
             graph.unstarted -= 1
             self._launch(batch.jobs[index], batch)
+
+    async def _ask_steering(self) -> Sequence[Any] | None:
+        """Asks the steering callback for messages; None, as if it had none, when the stream breaks meanwhile
+        (the question would hold the turn, and the caller's cancellation, until it returned)."""
+        assert self._steering is not None
+        with anyio.CancelScope() as scope:
+            self._asking = scope
+            try:
+                return await steer(self._steering, self._base)
+            finally:
+                self._asking = None
+        return None
 
     def _launch(self, job: Job, batch: Batch) -> None:
         self._launched.add(job.slot)
