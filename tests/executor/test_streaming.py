@@ -814,3 +814,54 @@ async def test_a_streamed_run_is_cancelled_while_it_waits_for_a_hook_a_person_or
         recovered = await executor.recover("r1")
         assert [result.call_id for result in recovered.results] == ["a", "b"]
         assert ran == (["a"] if waits_on == "steering" else [])
+
+
+async def test_a_stream_broken_while_a_hook_waits_answers_every_call_queued_behind_it(tmp_path: Any) -> None:
+    """The block raises while a pre hook waits on ``b``; behind it wait an unknown tool (with
+    ``unknown_tool="raise"``, which raised out of the answering and left every later call unanswered and
+    unjournaled), arguments the schema refuses, a repeated call ID and a valid call: ``StreamFailed`` carries
+    one result for each call ID in model order, nothing after ``a`` ran, and ``recover`` gives the same."""
+    ran: list[str] = []
+    waiting = anyio.Event()
+    first_ran = anyio.Event()
+
+    @ts.tool
+    async def work(name: str) -> str:
+        ran.append(name)
+        first_ran.set()
+        return name
+
+    async def hook(event: ts.HookEvent) -> None:
+        if event.call_id == "b":
+            waiting.set()
+            await anyio.sleep_forever()
+
+    async with ts.SqliteJournal(str(tmp_path / "journal.db")) as journal:
+        executor = ts.Executor(
+            [work],
+            strategy=ts.Sequential(),
+            unknown_tool="raise",
+            hooks=ts.Hooks().pre_tool_use("*", hook),
+            journal=journal,
+        )
+        calls = [
+            ts.ToolCall("a", "work", {"name": "a"}),
+            ts.ToolCall("b", "work", {"name": "b"}),
+            ts.ToolCall("c", "nope", {}),
+            ts.ToolCall("d", "work", {"name": 5}),
+            ts.ToolCall("a", "work", {"name": "again"}),
+            ts.ToolCall("e", "work", {"name": "e"}),
+        ]
+        with anyio.fail_after(10):
+            with pytest.raises(ts.StreamFailed) as failed:
+                async with executor.turn(run_id="r1") as turn:
+                    for call in calls:
+                        turn.submit(call)
+                    await first_ran.wait()
+                    await waiting.wait()
+                    raise ValueError("the model's stream broke")
+        expected = [("a", None), ("b", "skipped"), ("c", "unknown_tool"), ("d", "invalid_input"), ("e", "skipped")]
+        assert [(result.call_id, result.error_kind) for result in failed.value.outcome.results] == expected
+        recovered = await executor.recover("r1")
+        assert [(result.call_id, result.error_kind) for result in recovered.results] == expected
+        assert ran == ["a"]

@@ -474,7 +474,10 @@ class StreamingTurn:
             if item is None or slot in answered:
                 continue
             if isinstance(item, Plan):
-                await turn.answer_refused(item, 0, slot)
+                # Answered as refused even where an unknown tool would raise (``unknown_tool="raise"``): the turn
+                # ends with the broken stream already, and every call after it is still to be answered.
+                kind, message = item.refused[0]
+                await turn.answer(slot, item.calls[0], item.tool_name(turn.view, 0), kind, message)
             elif item.slot not in self._schedule.batch_of and item.slot not in held:
                 await self._skip([item], None)
         self._notify()
