@@ -37,6 +37,7 @@ from toolsched.errors import (
     WorkerLostError,
 )
 from toolsched.events import ToolProgress, ToolUpdated
+from toolsched.exact_integers import with_exact_integers
 from toolsched.ray_worker import (
     AsyncToolWorker,
     Body,
@@ -138,20 +139,11 @@ def assign_backends(
             continue
         chosen.bind(members)
         for member in members:
-            invokers[member] = _exact(functools.partial(chosen.invoke, member), member.facts.exact_integers)
+            invoke: Invoker = functools.partial(chosen.invoke, member)
+            # The backend runs the body without the tool's own invoker, which takes the exact-integer step.
+            step = member.facts.exact_integers
+            invokers[member] = invoke if step is None else with_exact_integers(invoke, step)
     return invokers
-
-
-def _exact(invoke: Invoker, exact_integers: Callable[[Args], Args] | None) -> Invoker:
-    """A backend's invoker handed ints where the tool's schema says ``integer`` (``1`` for ``1.0``), as the
-    tool's own invoker is: the backend runs the body elsewhere, without that invoker."""
-    if exact_integers is None:
-        return invoke
-
-    def invoke_exact(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
-        return invoke(exact_integers(args), ctx)
-
-    return invoke_exact
 
 
 def _listed(configured: Mapping[str, Backend]) -> str:

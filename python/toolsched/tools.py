@@ -12,8 +12,6 @@ import hashlib
 import inspect
 import json
 import sys
-import types
-import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast, overload
@@ -25,6 +23,7 @@ import pydantic
 
 from toolsched.context import ToolContext
 from toolsched.errors import ToolDefinitionError, UnknownOptionError
+from toolsched.exact_integers import exact_step, mark_plain, with_exact_integers
 from toolsched.isolation import function_invoker, method_invoker
 from toolsched.resilience import CircuitBreaker, RateLimit, Resilience, Retry
 from toolsched.resources import ResourceFactory, RunScope, open_close, with_run_resource
@@ -34,8 +33,6 @@ from toolsched.schema import (
     JsonSchema,
     function_schema,
     inline_refs,
-    integer_fix,
-    integer_scalar,
     model_schema,
 )
 from toolsched.strategies import MAX_SIZE
@@ -151,14 +148,6 @@ def _boolean(tool: str, field: str, value: Any) -> None:
 def _flag(tool: str, field: str, value: Any, takes: str) -> None:
     if not isinstance(value, bool) and not callable(value):
         raise ToolDefinitionError(f"tool `{tool}`: {field} must be True, False or a callable {takes}; got {value!r}")
-
-
-# Each invoker ``FunctionTool._invoker`` made as the plain call of a function, and that function: ``Tool.facts``
-# takes the exact-integer step in its place rather than around it. Told by identity (an attribute would be
-# answered by a mock's ``__getattr__``, and copied onto a wrapper by ``functools.wraps``).
-_PLAIN_INVOKERS: weakref.WeakKeyDictionary[Callable[..., Any], Callable[..., Awaitable[Any]]] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 class ToolFacts:
@@ -497,18 +486,9 @@ class Tool:
         # Exports inline every reference: one that cannot be (recursive, or not to `$defs`) is refused now.
         inline_refs(input_schema)
         policies = self._policies()
-        fix = integer_fix(input_schema)
-        exact_integers: IntegerFix | None = None
-        if fix is not None:
-            key = integer_scalar(input_schema)
-            exact_integers = fix if key is None else _one_integer(key)
-            # The invoker ``_invoker`` made as the plain call of a function (nothing wrapped around it since).
-            plain = _PLAIN_INVOKERS.get(invoke) if type(invoke) is types.FunctionType else None
-            if plain is not None and key is not None:
-                # The one-integer step in the function's own invoker: no frame of ours around it.
-                invoke = _plain_with_integer(plain, key)
-            else:
-                invoke = _with_exact_integers(invoke, exact_integers)
+        exact_integers, integer_key = exact_step(input_schema)
+        if exact_integers is not None:
+            invoke = with_exact_integers(invoke, exact_integers, integer_key)
         facts = ToolFacts(
             input_schema=input_schema,
             invoke=invoke,
@@ -628,7 +608,7 @@ class FunctionTool(Tool):
                     return fn(**args)  # type: ignore[no-any-return]
 
                 # The plain call of ``fn``: the one-integer step may take its place (``Tool.facts``).
-                _PLAIN_INVOKERS[invoke_plain] = fn
+                mark_plain(invoke_plain, fn)
                 return invoke_plain
 
             def invoke_async(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
@@ -748,51 +728,6 @@ def tool(fn: Callable[..., Any] | None = None, /, **metadata: Any) -> Any:
         return FunctionTool(fn, **metadata)
 
     return decorate
-
-
-def _one_integer(key: str) -> IntegerFix:
-    """The exact-integer step of a schema whose one integer is the top-level property ``key``: one lookup, no
-    walk; the arguments themselves when ``key`` holds no float, else a copy with ``key`` an int."""
-
-    def one_integer(args: Args) -> Args:
-        value = args.get(key)
-        if type(value) is float:
-            fixed = dict(args)
-            fixed[key] = int(value)
-            return fixed
-        return args
-
-    return one_integer
-
-
-def _with_exact_integers(
-    invoke: Callable[[Args, ToolContext | None], Awaitable[Any]], exact_integers: IntegerFix
-) -> Callable[[Args, ToolContext | None], Awaitable[Any]]:
-    """``invoke`` handing the tool ints wherever its schema says ``integer``: JSON Schema's ``integer`` accepts
-    ``1.0``, a tool's ``int`` parameter (or ``list[int]``, ``dict[str, int]``, ``int | None`` ...) gets ``1``
-    (the schema already refused any fraction)."""
-
-    def invoke_with_integers(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
-        return invoke(exact_integers(args), ctx)
-
-    return invoke_with_integers
-
-
-def _plain_with_integer(
-    fn: Callable[..., Awaitable[Any]], key: str
-) -> Callable[[Args, ToolContext | None], Awaitable[Any]]:
-    """``_with_exact_integers`` for a function's plain invoker (``_PLAIN_INVOKERS``) and its one integer
-    parameter ``key``: the function called with the arguments as keywords, ``key`` an int, in one frame."""
-
-    def invoke_plain_with_integer(args: Args, ctx: ToolContext | None) -> Awaitable[Any]:
-        value = args.get(key)
-        if type(value) is float:
-            fixed = dict(args)
-            fixed[key] = int(value)
-            return fn(**fixed)
-        return fn(**args)
-
-    return invoke_plain_with_integer
 
 
 def tool_fingerprint(tool: Tool) -> str:
