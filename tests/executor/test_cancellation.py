@@ -470,3 +470,35 @@ async def test_interrupt_by_run_reaches_only_that_run() -> None:
         assert executor.interrupt(run_id="bob") == 1
     assert outcomes["alice"].results[0].output == "alice"
     assert outcomes["bob"].results[0].error_kind == "cancelled"
+
+
+@pytest.mark.parametrize("how", ["cancel", "interrupt"])
+@pytest.mark.parametrize("cap", [2, 10], ids=["workers-grow", "all-at-once"])
+async def test_a_call_cancelled_or_interrupted_by_the_first_call_before_the_rest_start_never_runs(
+    cap: int, how: str
+) -> None:
+    # The first call cancels the third (or interrupts the run) and then waits: the calls after it start in workers
+    # (with a cap of 10, all at once, in the next step of the event loop) and each must see that first.
+    ran: list[str] = []
+
+    @ts.tool(concurrency_safe=True, interrupt_behavior="cancel")
+    async def work(n: int) -> int:
+        ran.append(f"c{n}")
+        if n == 0:
+            if how == "cancel":
+                assert executor.cancel("c2") is True
+            else:
+                assert executor.interrupt("enough") == 1
+        await anyio.sleep(0.01)
+        return n
+
+    executor = ts.Executor([work], strategy=ts.Partitioned(max_concurrency=cap))
+    with anyio.fail_after(5):
+        outcome = await executor.run([ts.ToolCall(f"c{n}", "work", {"n": n}) for n in range(4)])
+    kinds = [(result.call_id, result.error_kind) for result in outcome.results]
+    if how == "cancel":
+        assert ran == ["c0", "c1", "c3"]
+        assert kinds == [("c0", None), ("c1", None), ("c2", "cancelled"), ("c3", None)]
+    else:
+        assert ran == ["c0"]
+        assert kinds == [("c0", "cancelled"), ("c1", "skipped"), ("c2", "skipped"), ("c3", "skipped")]

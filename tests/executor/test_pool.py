@@ -44,14 +44,16 @@ async def test_calls_that_never_wait_spawn_no_task() -> None:
     assert seen == [baseline] * 20
 
 
-async def test_calls_start_in_order() -> None:
+@pytest.mark.parametrize("cap", [4, 12])
+async def test_calls_start_in_order(cap: int) -> None:
+    # Under the cap (4), each worker takes the next call as one waits; at it (12), every call left starts at once.
     started: list[int] = []
 
     async def work(n: int) -> None:
         started.append(n)
         await anyio.sleep(0.001 * (n % 3))
 
-    await run_pool(list(range(12)), 4, work)
+    await run_pool(list(range(12)), cap, work)
     assert started == list(range(12))
 
 

@@ -165,7 +165,7 @@ def test_pool_scheduled_from_a_callback_outside_any_task_stops_its_own_item() ->
     assert asyncio.run(main()) < 1.0
 
 
-@pytest.mark.parametrize("cap", [1, 3])
+@pytest.mark.parametrize("cap", [1, 3, 5])
 @pytest.mark.parametrize("where", ["before", "after"])
 @pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemExit, GeneratorExit])
 async def test_base_exceptions(cap: int, where: str, raised: type[BaseException]) -> None:
@@ -189,7 +189,7 @@ async def test_base_exceptions(cap: int, where: str, raised: type[BaseException]
 
 
 @ASYNCIO_ONLY
-@pytest.mark.parametrize("cap", [1, 3])
+@pytest.mark.parametrize("cap", [1, 3, 4])
 @pytest.mark.parametrize("where", ["before", "after"])
 async def test_hand_raised_cancelled_error(cap: int, where: str) -> None:
     started: list[int] = []
@@ -219,7 +219,7 @@ async def test_hand_raised_cancelled_error(cap: int, where: str) -> None:
 
 @ASYNCIO_ONLY
 @pytest.mark.parametrize("then", ["return", "suspend"])
-@pytest.mark.parametrize("cap", [1, 2])
+@pytest.mark.parametrize("cap", [1, 2, 4])
 async def test_item_cancels_its_own_task(then: str, cap: int) -> None:
     started: list[int] = []
     task = asyncio.current_task()
@@ -242,7 +242,7 @@ async def test_item_cancels_its_own_task(then: str, cap: int) -> None:
 
 
 @pytest.mark.parametrize("moment", [0.0, 0.005, 0.03])
-@pytest.mark.parametrize("cap", [1, 3])
+@pytest.mark.parametrize("cap", [1, 3, 6])
 async def test_outer_scope_cancel_while_item_inside_own_scope(moment: float, cap: int) -> None:
     started: list[int] = []
     finished: list[int] = []
@@ -252,7 +252,8 @@ async def test_outer_scope_cancel_while_item_inside_own_scope(moment: float, cap
         with anyio.CancelScope(shield=n == 0):
             with anyio.move_on_after(1):
                 await anyio.sleep(0.01)
-        await anyio.sleep(0.01)
+        # Long enough that the last moment falls inside the run whatever the cap (all six at once with 6).
+        await anyio.sleep(0.04)
         finished.append(n)
 
     with anyio.fail_after(5):
@@ -271,16 +272,18 @@ async def test_outer_scope_cancel_while_item_inside_own_scope(moment: float, cap
 
 
 @ASYNCIO_ONLY
+@pytest.mark.parametrize("cap", [2, 6])
 @pytest.mark.parametrize("when", ["before", "first", "later"])
-async def test_task_cancel_from_outside(when: str) -> None:
+async def test_task_cancel_from_outside(when: str, cap: int) -> None:
     started: list[int] = []
 
     async def work(n: int) -> None:
         started.append(n)
-        await asyncio.sleep(0.02)
+        # "later" (30 ms) falls inside the run: three rounds of 20 ms with a cap of 2, one of 60 ms with 6.
+        await asyncio.sleep(0.02 if cap == 2 else 0.06)
 
     async def runner() -> None:
-        await run_pool(list(range(6)), 2, work)
+        await run_pool(list(range(6)), cap, work)
 
     with anyio.fail_after(5):
         t = asyncio.create_task(runner())
@@ -300,7 +303,8 @@ async def test_task_cancel_from_outside(when: str) -> None:
 
 
 @ASYNCIO_ONLY
-async def test_pending_cancellation_before_run_pool() -> None:
+@pytest.mark.parametrize("cap", [2, 4])
+async def test_pending_cancellation_before_run_pool(cap: int) -> None:
     task = asyncio.current_task()
     assert task is not None
     started: list[int] = []
@@ -319,7 +323,7 @@ async def test_pending_cancellation_before_run_pool() -> None:
     assert task.cancelling() == 1
     with anyio.fail_after(5):
         with pytest.raises(BaseExceptionGroup):
-            await run_pool(list(range(4)), 2, work)
+            await run_pool(list(range(4)), cap, work)
     assert task.cancelling() == 1
     task.uncancel()
 
@@ -342,7 +346,8 @@ async def test_nested_run_pool_inner_failure() -> None:
     assert task is None or task.cancelling() == 0
 
 
-async def test_item_cancels_enclosing_scope_synchronously_then_returns() -> None:
+@pytest.mark.parametrize("cap", [2, 5])
+async def test_item_cancels_enclosing_scope_synchronously_then_returns(cap: int) -> None:
     started: list[int] = []
     box: list[anyio.CancelScope] = []
 
@@ -356,6 +361,29 @@ async def test_item_cancels_enclosing_scope_synchronously_then_returns() -> None
     with anyio.fail_after(5):
         with anyio.CancelScope() as run:
             box.append(run)
-            await run_pool(list(range(5)), 2, work)
+            await run_pool(list(range(5)), cap, work)
     assert run.cancelled_caught
     assert started == [0, 1]
+
+
+@pytest.mark.parametrize("cap", [2, 5])
+async def test_first_item_cancels_enclosing_scope_then_waits_and_nothing_else_starts(cap: int) -> None:
+    # The first item waits, so the rest get workers (with a cap of 5, all four at once) before the run's own task
+    # hears of the cancellation: each must see it before its item starts.
+    started: list[int] = []
+    box: list[anyio.CancelScope] = []
+
+    async def work(n: int) -> None:
+        started.append(n)
+        if n == 0:
+            box[0].cancel()
+        await anyio.sleep(0.01)
+
+    with anyio.fail_after(5):
+        with anyio.CancelScope() as run:
+            box.append(run)
+            await run_pool(list(range(5)), cap, work)
+    assert run.cancelled_caught
+    assert started == [0]
+    task = running_task()
+    assert task is None or task.cancelling() == 0
