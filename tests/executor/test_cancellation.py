@@ -502,3 +502,68 @@ async def test_a_call_cancelled_or_interrupted_by_the_first_call_before_the_rest
     else:
         assert ran == ["c0"]
         assert kinds == [("c0", "cancelled"), ("c1", "skipped"), ("c2", "skipped"), ("c3", "skipped")]
+
+
+@pytest.mark.parametrize("cap", [2, 10], ids=["workers-grow", "all-at-once"])
+async def test_a_run_cancelled_while_its_first_call_waits_in_a_shield_is_cancelled_not_half_answered(
+    cap: int,
+) -> None:
+    # The second call cancels the caller's scope; the calls after it never start, and the first finishes its
+    # shielded wait. The run is cancelled: no result assembled for calls that never ran.
+    ran: list[int] = []
+    box: list[anyio.CancelScope] = []
+
+    @ts.tool(concurrency_safe=True)
+    async def work(n: int) -> int:
+        ran.append(n)
+        if n == 0:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.05)
+        elif n == 1:
+            box[0].cancel()
+        else:
+            await anyio.sleep(0.01)
+        return n
+
+    executor = ts.Executor([work], strategy=ts.Partitioned(max_concurrency=cap))
+    with anyio.fail_after(5):
+        with anyio.CancelScope() as caller:
+            box.append(caller)
+            await executor.run([ts.ToolCall(f"c{n}", "work", {"n": n}) for n in range(4)])
+            pytest.fail("the run returned after it was cancelled")
+    assert caller.cancelled_caught
+    assert ran == [0, 1]
+
+
+async def test_a_journaled_run_whose_deadline_falls_while_a_hook_blocks_is_cancelled(tmp_path: Any) -> None:
+    # The calls never wait but in the journal's shielded writes; the caller's deadline passes while the last
+    # call's pre hook blocks the event loop. The run is cancelled, and recovering it runs nothing twice.
+    ran: list[int] = []
+
+    @ts.tool(concurrency_safe=True)
+    async def work(n: int) -> int:
+        ran.append(n)
+        return n
+
+    async def blocking_hook(event: ts.HookEvent) -> None:
+        if event.call_id == "c3":
+            time.sleep(0.08)
+            await anyio.lowlevel.checkpoint()
+
+    def executor() -> ts.Executor:
+        return ts.Executor(
+            [work],
+            journal=ts.SqliteJournal(str(tmp_path / "journal.db")),
+            hooks=ts.Hooks().pre_tool_use("*", blocking_hook),
+        )
+
+    with anyio.fail_after(5):
+        with anyio.move_on_after(0.05) as caller:
+            await executor().run([ts.ToolCall(f"c{n}", "work", {"n": n}) for n in range(4)], run_id="r1")
+            pytest.fail("the run returned after its deadline cancelled it")
+    assert caller.cancelled_caught
+    before = list(ran)
+    outcome = await executor().recover("r1")
+    assert [result.is_error for result in outcome.results] == [False] * 4
+    assert sorted(ran) == [0, 1, 2, 3]
+    assert len(ran) == 4, f"a call ran twice: {before} then {ran}"

@@ -387,3 +387,29 @@ async def test_first_item_cancels_enclosing_scope_then_waits_and_nothing_else_st
     assert started == [0]
     task = running_task()
     assert task is None or task.cancelling() == 0
+
+
+@pytest.mark.parametrize("cap", [2, 4])
+async def test_a_later_item_cancels_the_run_while_the_first_waits_inside_a_shield(cap: int) -> None:
+    # The items after the first are left unstarted; the first goes on in its shield and returns: the pool must
+    # still raise the run's cancellation, not return as if every item had run.
+    started: list[int] = []
+    box: list[anyio.CancelScope] = []
+
+    async def work(n: int) -> None:
+        started.append(n)
+        if n == 0:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.05)
+        elif n == 1:
+            box[0].cancel()
+        else:
+            await anyio.sleep(0.01)
+
+    with anyio.fail_after(5):
+        with anyio.CancelScope() as run:
+            box.append(run)
+            await run_pool(list(range(4)), cap, work)
+            pytest.fail("the pool returned from a cancelled run")
+    assert run.cancelled_caught
+    assert started == [0, 1]

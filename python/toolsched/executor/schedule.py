@@ -146,6 +146,11 @@ async def _run_pool(
                             pool = _Pool(group, concurrency, work, items, total, None, slack)
                             pool.start_each(position)
                             await suspended
+                            if group.cancelled():
+                                # Workers may have left their items unstarted: the run's cancellation is
+                                # raised here, as ``take_in_order`` raises it (its own item may have waited
+                                # only inside a shield, and the group may be left without a wait).
+                                await anyio.lowlevel.checkpoint_if_cancelled()
                             break
                         pool = _Pool(group, concurrency, work, items, position, None, slack)
                         pool.grow()
