@@ -547,7 +547,7 @@ async def test_a_journaled_run_whose_deadline_falls_while_a_hook_blocks_is_cance
 
     async def blocking_hook(event: ts.HookEvent) -> None:
         if event.call_id == "c3":
-            time.sleep(0.08)
+            time.sleep(0.08)  # noqa: ASYNC251 - blocks the event loop past the deadline on purpose
             await anyio.lowlevel.checkpoint()
 
     def executor() -> ts.Executor:
