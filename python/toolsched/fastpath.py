@@ -16,7 +16,7 @@
   ``__init__``, which checks, converts or refuses it. A turn makes one ``ToolCall`` per model call
   (``python benches/pieces.py``: ``ToolCall(id, name, text)``).
 - ``run_until_suspended`` / ``Resume``: a worker of the pool
-  (``executor/schedule.py``) steps a call's coroutine itself up to its first suspension, in the
+  (``executor/pool.py``) steps a call's coroutine itself up to its first suspension, in the
   call's own copy of the context (as a task would run it), so a call that never waits costs no
   task and no wrapper (``python benches/compare.py``: a task costs more than a whole no-op call).
   The step is the engine's (``_core.start``): the context copied, entered and left and the

@@ -1,6 +1,6 @@
 """The worker tasks of a call pool: a task group at asyncio's price, with anyio's cancellation inside.
 
-A pool (``executor/schedule.py``) starts a worker each time a running call first waits. On
+A pool (``executor/pool.py``) starts workers once a running call first waits. On
 asyncio, an anyio task group wraps every task it starts in a handle with a cancel scope and an
 event of its own: about 15 µs per task against 4 µs for a plain ``asyncio`` task
 (``python benches/platform_runs.py --sleep 0.001``: turns whose calls really wait start a worker
