@@ -347,69 +347,38 @@ async def test_nested_run_pool_inner_failure() -> None:
 
 
 @pytest.mark.parametrize("cap", [2, 5])
-async def test_item_cancels_enclosing_scope_synchronously_then_returns(cap: int) -> None:
+@pytest.mark.parametrize(
+    ("canceller", "shielded_first", "expected"),
+    [(1, False, [0, 1]), (0, False, [0]), (1, True, [0, 1])],
+    ids=["a-later-item-cancels-and-returns", "the-first-cancels-then-waits", "a-later-cancels-the-first-shielded"],
+)
+async def test_an_item_cancels_the_enclosing_scope_and_nothing_after_it_starts(
+    cap: int, canceller: int, shielded_first: bool, expected: list[int]
+) -> None:
+    # The items after the one that cancels get workers (with a cap of 5, all at once once the first waits) before
+    # the run's own task hears of it: each must see it before its item starts. A first item shielded from it goes
+    # on and returns: the pool must still raise the run's cancellation, not return as if every item had run.
     started: list[int] = []
     box: list[anyio.CancelScope] = []
 
     async def work(n: int) -> None:
         started.append(n)
-        if n == 1:
+        if n == canceller:
             box[0].cancel()
-            return
-        await anyio.sleep(0.01)
-
-    with anyio.fail_after(5):
-        with anyio.CancelScope() as run:
-            box.append(run)
-            await run_pool(list(range(5)), cap, work)
-    assert run.cancelled_caught
-    assert started == [0, 1]
-
-
-@pytest.mark.parametrize("cap", [2, 5])
-async def test_first_item_cancels_enclosing_scope_then_waits_and_nothing_else_starts(cap: int) -> None:
-    # The first item waits, so the rest get workers (with a cap of 5, all four at once) before the run's own task
-    # hears of the cancellation: each must see it before its item starts.
-    started: list[int] = []
-    box: list[anyio.CancelScope] = []
-
-    async def work(n: int) -> None:
-        started.append(n)
-        if n == 0:
-            box[0].cancel()
-        await anyio.sleep(0.01)
-
-    with anyio.fail_after(5):
-        with anyio.CancelScope() as run:
-            box.append(run)
-            await run_pool(list(range(5)), cap, work)
-    assert run.cancelled_caught
-    assert started == [0]
-    task = running_task()
-    assert task is None or task.cancelling() == 0
-
-
-@pytest.mark.parametrize("cap", [2, 4])
-async def test_a_later_item_cancels_the_run_while_the_first_waits_inside_a_shield(cap: int) -> None:
-    # The items after the first are left unstarted; the first goes on in its shield and returns: the pool must
-    # still raise the run's cancellation, not return as if every item had run.
-    started: list[int] = []
-    box: list[anyio.CancelScope] = []
-
-    async def work(n: int) -> None:
-        started.append(n)
-        if n == 0:
+            if n:
+                return
+        if n == 0 and shielded_first:
             with anyio.CancelScope(shield=True):
                 await anyio.sleep(0.05)
-        elif n == 1:
-            box[0].cancel()
         else:
             await anyio.sleep(0.01)
 
     with anyio.fail_after(5):
         with anyio.CancelScope() as run:
             box.append(run)
-            await run_pool(list(range(4)), cap, work)
+            await run_pool(list(range(5)), cap, work)
             pytest.fail("the pool returned from a cancelled run")
     assert run.cancelled_caught
-    assert started == [0, 1]
+    assert started == expected
+    task = running_task()
+    assert task is None or task.cancelling() == 0
