@@ -348,6 +348,7 @@ class WorkerGroup:
             running = True
             if host is not current and not _shielded(host, self._base) and self._stop(host):
                 self._host_cancels += 1
+        self._forget_silent()
         for task, scope in (self._workers or {}).items():
             if scope is not None or task.done():
                 continue
@@ -361,6 +362,24 @@ class WorkerGroup:
         if running and not self._delivering and self.loop is not None:
             self._delivering = True
             self.loop.call_soon(self._deliver)
+
+    def _forget_silent(self) -> bool:
+        """Drops the workers whose tasks are done without having told the group (cancelled by someone else
+        before their first step, as the event loop's shutdown cancels every task: their coroutine never began),
+        waking the entering task if none is left. Returns whether none is left."""
+        workers = self._workers
+        if not workers:
+            return not workers
+        silent = [task for task in workers if task.done()]
+        for task in silent:
+            del workers[task]
+            _STOPPED.discard(task)
+        if workers:
+            return False
+        waiting = self._waiting
+        if waiting is not None and not waiting.done():
+            waiting.set_result(None)
+        return True
 
     @staticmethod
     def _stop(task: asyncio.Task[Any]) -> bool:
@@ -408,7 +427,7 @@ class WorkerGroup:
             self._cancel()
             if not isinstance(error, asyncio.CancelledError):
                 self._fail(error)
-        while self._workers:
+        while self._workers and not self._forget_silent():
             self._waiting = loop.create_future()
             try:
                 if pending is None:

@@ -567,3 +567,49 @@ async def test_a_journaled_run_whose_deadline_falls_while_a_hook_blocks_is_cance
     assert [result.is_error for result in outcome.results] == [False] * 4
     assert sorted(ran) == [0, 1, 2, 3]
     assert len(ran) == 4, f"a call ran twice: {before} then {ran}"
+
+
+@pytest.mark.parametrize("cap", [2, 10], ids=["workers-grow", "all-at-once"])
+def test_an_event_loop_closing_just_after_a_run_started_in_the_background_is_not_held_open(cap: int) -> None:
+    # ``asyncio.run`` cancels every task left once ``main`` returns: the run's workers, made as its first call
+    # waited, are cancelled before their first step and never tell their group. The run must end anyway.
+    @ts.tool(concurrency_safe=True)
+    async def slow(n: int) -> int:
+        await asyncio.sleep(0.5)
+        return n
+
+    async def main() -> None:
+        executor = ts.Executor([slow], strategy=ts.Partitioned(max_concurrency=cap))
+        calls = [ts.ToolCall(f"c{n}", "slow", {"n": n}) for n in range(4)]
+        # Returns at once: the run takes its first step (its first call waits, its workers are made) in the
+        # event loop's last round, and its workers are cancelled before their own.
+        running.append(asyncio.get_running_loop().create_task(executor.run(calls)))
+
+    running: list[asyncio.Task[ts.Outcome]] = []
+
+    loop_thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    loop_thread.start()
+    loop_thread.join(5)
+    assert not loop_thread.is_alive(), "asyncio.run never returned: the run held the event loop open"
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # cancels asyncio tasks by hand
+@pytest.mark.parametrize("cap", [2, 10], ids=["workers-grow", "all-at-once"])
+async def test_a_run_whose_workers_are_cancelled_by_someone_else_before_they_start_ends(cap: int) -> None:
+    @ts.tool(concurrency_safe=True)
+    async def slow(n: int) -> int:
+        await asyncio.sleep(0.5)
+        return n
+
+    executor = ts.Executor([slow], strategy=ts.Partitioned(max_concurrency=cap))
+    before = asyncio.all_tasks()
+    run = asyncio.create_task(executor.run([ts.ToolCall(f"c{n}", "slow", {"n": n}) for n in range(4)]))
+    await asyncio.sleep(0)  # the run's first step: its first call waits, its workers are made
+    workers = asyncio.all_tasks() - before - {run}
+    assert workers, "the run made no worker"
+    for task in workers:
+        task.cancel()
+    run.cancel()
+    _, pending = await asyncio.wait({run, *workers}, timeout=3)
+    assert not pending
+    assert run.cancelled()
