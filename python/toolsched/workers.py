@@ -49,6 +49,7 @@ __all__ = [
     "absorb_cancel",
     "being_stopped",
     "current_asyncio_task",
+    "foreign_cancellation",
     "note_host",
     "running_task",
     "take_back",
@@ -76,6 +77,20 @@ async def absorb_cancel() -> None:
         await asyncio.sleep(0)
     except asyncio.CancelledError:
         pass
+
+
+def foreign_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is a cancellation that is not the run's: a future the code awaited was cancelled by
+    someone else, or it raised one by hand, while nothing asked the running task to stop."""
+    if not isinstance(exc, asyncio.CancelledError):
+        # trio's Cancelled only ever comes from the run's own cancel scopes.
+        return False
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        # Not on asyncio: an asyncio cancellation raised by hand is the code's own failure.
+        return True
+    return task is not None and task.cancelling() == 0
 
 
 def current_asyncio_task() -> asyncio.Task[Any] | None:

@@ -613,3 +613,38 @@ async def test_a_run_whose_workers_are_cancelled_by_someone_else_before_they_sta
     _, pending = await asyncio.wait({run, *workers}, timeout=3)
     assert not pending
     assert run.cancelled()
+
+
+@pytest.mark.parametrize("where", ["post_hook", "async_listener"])
+@pytest.mark.parametrize("cap", [2, 10], ids=["workers-grow", "all-at-once"])
+async def test_a_cancellation_that_is_not_the_runs_in_a_post_hook_or_listener_fails_neither_call_nor_run(
+    cap: int, where: str, anyio_backend: str
+) -> None:
+    # A post hook raises CancelledError by hand, or an async event listener awaits a future someone else
+    # cancels: as in a tool's body, that is not the run's cancellation. Hooks and listeners observe, their
+    # errors are logged: every call keeps its result, and the run its other calls.
+    @ts.tool(concurrency_safe=True)
+    async def step(n: int) -> int:
+        await anyio.sleep(0.01 * (n + 1))
+        return n
+
+    def post(event: ts.HookEvent) -> None:
+        if event.call_id == "c1":
+            raise asyncio.CancelledError("raised by hand")
+
+    async def listener(event: ts.Event) -> None:
+        if isinstance(event, ts.ToolFinished) and event.result.call_id == "c1":
+            if anyio_backend == "asyncio":
+                future = asyncio.get_running_loop().create_future()
+                asyncio.get_running_loop().call_later(0.001, future.cancel)
+                await future
+            else:
+                raise asyncio.CancelledError("raised by hand")
+
+    options: dict[str, Any] = (
+        {"hooks": ts.Hooks().post_tool_use("*", post)} if where == "post_hook" else {"on_event": listener}
+    )
+    executor = ts.Executor([step], strategy=ts.Partitioned(max_concurrency=cap), **options)
+    with anyio.fail_after(5):
+        outcome = await executor.run([ts.ToolCall(f"c{n}", "step", {"n": n}) for n in range(4)])
+    assert [(result.call_id, result.output) for result in outcome.results] == [(f"c{n}", n) for n in range(4)]

@@ -32,7 +32,14 @@ from toolsched.runstate import NestedHold
 from toolsched.shaping import fits_as_is, shape_output
 from toolsched.threads import watching_call
 from toolsched.tools import ArgumentsRefused
-from toolsched.workers import absorb_cancel, being_stopped, current_asyncio_task, running_task, take_back
+from toolsched.workers import (
+    absorb_cancel,
+    being_stopped,
+    current_asyncio_task,
+    foreign_cancellation,
+    running_task,
+    take_back,
+)
 
 __all__ = ["EXECUTION_FAILURES", "abort_reason", "answer_unstarted", "execute"]
 
@@ -182,7 +189,7 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
         else:
             kind, error, cause = "execution_error", settings.describe_failure(exc, call), exc
     except BaseException as exc:
-        if _foreign_cancellation(exc):
+        if foreign_cancellation(exc):
             # Something outside the run cancelled what the tool awaited: that call failed, the run goes on.
             message = _cancelled_from_outside(tool.name, exc, "something it awaited")
         elif _task_cancelled(exc, turn):
@@ -256,22 +263,13 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
                     await hook.invoke(event)
                 except Exception:
                     logger.warning("%s failed on call %s", hook.label, call.id, exc_info=True)
+                except asyncio.CancelledError as exc:
+                    # Not the run's: something the hook awaited was cancelled by someone else (or it raised one).
+                    if not foreign_cancellation(exc):
+                        raise
+                    logger.warning("%s failed on call %s", hook.label, call.id, exc_info=True)
     if emit is not None and emit.pending:
         await emit.flush()
-
-
-def _foreign_cancellation(exc: BaseException) -> bool:
-    """Whether ``exc`` is a cancellation that is not this run's: a future the tool awaited was cancelled
-    by someone else, while nothing asked the running task to stop."""
-    if not isinstance(exc, asyncio.CancelledError):
-        # trio's Cancelled only ever comes from the run's own cancel scopes.
-        return False
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:
-        # Not on asyncio: an asyncio cancellation raised by hand is the tool's own failure.
-        return True
-    return task is not None and task.cancelling() == 0
 
 
 def _task_cancelled(exc: BaseException, turn: Turn) -> bool:

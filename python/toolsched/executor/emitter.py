@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -12,6 +13,7 @@ from typing import Any
 import anyio.from_thread
 
 from toolsched.events import Event, under_parent
+from toolsched.workers import foreign_cancellation
 
 __all__ = ["Emitter", "is_async_callable"]
 
@@ -61,6 +63,10 @@ class Emitter:
                 sink(event)
             except Exception:
                 logger.exception("event callback %r failed on %r", sink, event)
+            except asyncio.CancelledError as exc:
+                if not foreign_cancellation(exc):
+                    raise
+                logger.exception("event callback %r failed on %r", sink, event)
         if self._async_sinks:
             self.pending.append(event)
 
@@ -71,4 +77,9 @@ class Emitter:
                 try:
                     await sink(event)
                 except Exception:
+                    logger.exception("event callback %r failed on %r", sink, event)
+                except asyncio.CancelledError as exc:
+                    # Not the run's: something the callback awaited was cancelled by someone else.
+                    if not foreign_cancellation(exc):
+                        raise
                     logger.exception("event callback %r failed on %r", sink, event)
