@@ -51,6 +51,7 @@ __all__ = [
     "current_asyncio_task",
     "foreign_cancellation",
     "note_host",
+    "observer_failure",
     "running_task",
     "take_back",
 ]
@@ -91,6 +92,12 @@ def foreign_cancellation(exc: BaseException) -> bool:
         # Not on asyncio: an asyncio cancellation raised by hand is the code's own failure.
         return True
     return task is not None and task.cancelling() == 0
+
+
+def observer_failure(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by code that only observes the run (a post hook, an event listener), is that
+    code's own failure, to be logged: any ``Exception``, or a cancellation that is not the run's."""
+    return isinstance(exc, Exception) or foreign_cancellation(exc)
 
 
 def current_asyncio_task() -> asyncio.Task[Any] | None:
@@ -332,9 +339,7 @@ class WorkerGroup:
         if task is not None:
             workers.pop(task, None)
             _STOPPED.discard(task)
-        waiting = self._waiting
-        if not workers and waiting is not None and not waiting.done():
-            waiting.set_result(None)
+        self._wake_if_none_left()
 
     def _fail(self, error: BaseException) -> None:
         if self._errors is None:
@@ -384,17 +389,18 @@ class WorkerGroup:
         waking the entering task if none is left. Returns whether none is left."""
         workers = self._workers
         if not workers:
-            return not workers
-        silent = [task for task in workers if task.done()]
-        for task in silent:
+            return True
+        for task in [task for task in workers if task.done()]:
             del workers[task]
             _STOPPED.discard(task)
-        if workers:
-            return False
+        self._wake_if_none_left()
+        return not workers
+
+    def _wake_if_none_left(self) -> None:
+        """Wakes the entering task, waiting for the workers to end, once none is left."""
         waiting = self._waiting
-        if waiting is not None and not waiting.done():
+        if not self._workers and waiting is not None and not waiting.done():
             waiting.set_result(None)
-        return True
 
     @staticmethod
     def _stop(task: asyncio.Task[Any]) -> bool:

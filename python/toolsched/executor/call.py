@@ -37,6 +37,7 @@ from toolsched.workers import (
     being_stopped,
     current_asyncio_task,
     foreign_cancellation,
+    observer_failure,
     running_task,
     take_back,
 )
@@ -261,11 +262,9 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
             for hook in hooks:
                 try:
                     await hook.invoke(event)
-                except Exception:
-                    logger.warning("%s failed on call %s", hook.label, call.id, exc_info=True)
-                except asyncio.CancelledError as exc:
-                    # Not the run's: something the hook awaited was cancelled by someone else (or it raised one).
-                    if not foreign_cancellation(exc):
+                except BaseException as exc:
+                    # A cancellation that is not the run's (something it awaited, cancelled by someone else) too.
+                    if not observer_failure(exc):
                         raise
                     logger.warning("%s failed on call %s", hook.label, call.id, exc_info=True)
     if emit is not None and emit.pending:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import logging
@@ -13,7 +12,7 @@ from typing import Any
 import anyio.from_thread
 
 from toolsched.events import Event, under_parent
-from toolsched.workers import foreign_cancellation
+from toolsched.workers import observer_failure
 
 __all__ = ["Emitter", "is_async_callable"]
 
@@ -61,10 +60,8 @@ class Emitter:
         for sink in self._plain_sinks:
             try:
                 sink(event)
-            except Exception:
-                logger.exception("event callback %r failed on %r", sink, event)
-            except asyncio.CancelledError as exc:
-                if not foreign_cancellation(exc):
+            except BaseException as exc:
+                if not observer_failure(exc):
                     raise
                 logger.exception("event callback %r failed on %r", sink, event)
         if self._async_sinks:
@@ -76,10 +73,8 @@ class Emitter:
             for sink in self._async_sinks:
                 try:
                     await sink(event)
-                except Exception:
-                    logger.exception("event callback %r failed on %r", sink, event)
-                except asyncio.CancelledError as exc:
-                    # Not the run's: something the callback awaited was cancelled by someone else.
-                    if not foreign_cancellation(exc):
+                except BaseException as exc:
+                    # A cancellation that is not the run's (something it awaited, cancelled by someone else) too.
+                    if not observer_failure(exc):
                         raise
                     logger.exception("event callback %r failed on %r", sink, event)
