@@ -3,6 +3,7 @@
     python benches/warmth.py                 # turns of 1 call, toolsched (full pipeline) and the floor
     python benches/warmth.py --calls 3       # turns of 3 calls
     python benches/warmth.py --rounds 40     # more rounds (each lane's best is taken)
+    python benches/warmth.py --count         # instructions per turn instead, under valgrind (a few minutes)
 
 compare.py's turns (the TaskGroup floor, ``toolsched`` with validation + Partitioned, ``toolsched_full``
 with the full pipeline) are each timed, in process CPU time, three ways:
@@ -21,7 +22,8 @@ lane and way: µs per call, and the *excess*: what the way costs that lane beyon
 turn (``async def turn(): pass``) the same way. Instruction counts do not see the difference: a
 toolsched turn counts the same, back to back or in a task of its own, plus what the task costs the
 floor's turn (count it with ``valgrind --tool=cachegrind``); the excess is time the same instructions
-take when the event loop's work ran just before them.
+take when the event loop's work ran just before them. ``--count`` prints those counts: each lane back to
+back and in a task of its own, ``--turns`` measured turns less none under valgrind (instructions.py's way).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from collections.abc import Awaitable, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare
+from instructions import valgrind_count
 
 Run = Callable[[], Awaitable[object]]
 
@@ -109,14 +112,47 @@ async def best_times(calls: int, rounds: int, turns: int) -> dict[tuple[str, str
     return best
 
 
+async def counted_turns(calls: int, lane: str, way: str, turns: int) -> None:
+    """What ``--count`` measures in one process: warm-up, then ``turns`` turns of one lane taken one way."""
+    run = WAYS[way]((await lanes(calls))[lane])
+    for _ in range(2000):
+        await run()
+    gc.freeze()
+    for _ in range(turns):
+        await run()
+
+
+def print_counts(calls: int, turns: int) -> None:
+    """Instructions per turn of each lane, back to back and in a task of its own."""
+    print(f"python {sys.version.split()[0]}, turns of {calls} call(s), {turns:,} measured turns less none")
+    print("| lane | back to back | own task | what its own task adds |")
+    print("|---|---:|---:|---:|")
+    for lane in ("taskgroup", "toolsched", "toolsched_full"):
+        per_turn = []
+        for way in ("back to back", "own task"):
+            arguments = [__file__, "--inner", lane, way, "--calls", str(calls)]
+            total = valgrind_count([*arguments, "--turns", str(turns)])
+            base = valgrind_count([*arguments, "--turns", "0"])
+            per_turn.append((total - base) / turns)
+        print(f"| {lane} | {per_turn[0]:,.0f} | {per_turn[1]:,.0f} | {per_turn[1] - per_turn[0]:+,.0f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=1, help="calls per turn (default 1)")
     parser.add_argument("--rounds", type=int, default=25, help="timed rounds per lane and way (default 25)")
-    parser.add_argument("--turns", type=int, default=2000, help="turns per round (default 2,000)")
+    parser.add_argument("--turns", type=int, default=2000, help="turns per round, or counted (default 2,000)")
+    parser.add_argument("--count", action="store_true", help="instructions per turn under valgrind instead")
+    parser.add_argument("--inner", nargs=2, metavar=("LANE", "WAY"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.inner:
+        asyncio.run(counted_turns(args.calls, args.inner[0], args.inner[1], args.turns))
+        return
     if args.calls < 1 or args.rounds < 1 or args.turns < 1:
         raise SystemExit("--calls, --rounds and --turns must be at least 1")
+    if args.count:
+        print_counts(args.calls, args.turns)
+        return
     best = asyncio.run(best_times(args.calls, args.rounds, args.turns))
     print(f"python {sys.version.split()[0]}, turns of {args.calls} call(s), best of {args.rounds} rounds")
     print("| lane | way | CPU µs per call | excess µs per turn | ratio to taskgroup the same way |")
