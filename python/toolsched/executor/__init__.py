@@ -29,6 +29,7 @@ from toolsched.events import Event, RunFinished, ToolsChanged, ToolsRefreshFaile
 from toolsched.executor.admit import admit, check_semantics, not_approved
 from toolsched.executor.detached import start_detached
 from toolsched.executor.durable import RunJournal
+from toolsched.executor.pool import raise_stopping
 from toolsched.executor.recovery import recovered_jobs
 from toolsched.executor.schedule import run_jobs
 from toolsched.executor.settings import ErrorFormatter, EventCallback, Settings, Steering, format_error
@@ -334,15 +335,19 @@ class Executor:
         failure: Exception | None = None
         outcome: Outcome | None = None
         try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(durable.keep_alive)
-                try:
-                    outcome = await body()
-                except Exception as exc:
-                    # Raised after the task group, which would wrap it.
-                    failure = exc
-                finally:
-                    group.cancel_scope.cancel()
+            try:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(durable.keep_alive)
+                    try:
+                        outcome = await body()
+                    except Exception as exc:
+                        # Raised after the task group, which would wrap it.
+                        failure = exc
+                    finally:
+                        group.cancel_scope.cancel()
+            except BaseExceptionGroup as failures:
+                # A KeyboardInterrupt (or the like) from a tool: raised as itself, as without a journal.
+                raise_stopping(failures)
         finally:
             await durable.release()
         if failure is not None:
@@ -596,20 +601,26 @@ class Executor:
                 return await self._begin(calls, state, steering, context, sink, parent, view, durable, run_id)
             failure: Exception | None = None
             outcome: Outcome | None = None
-            async with anyio.create_task_group() as group:
-                resources = RunResources(group, context)
-                token = current_resources.set(resources)
-                try:
-                    outcome = await self._begin(calls, state, steering, context, sink, parent, view, durable, run_id)
-                except Exception as exc:
-                    # Raised after the task group, which would wrap it: the resources close first.
-                    failure = resources.error = exc
-                except BaseException as exc:
-                    resources.error = exc
-                    raise
-                finally:
-                    current_resources.reset(token)
-                    resources.close()
+            try:
+                async with anyio.create_task_group() as group:
+                    resources = RunResources(group, context)
+                    token = current_resources.set(resources)
+                    try:
+                        outcome = await self._begin(
+                            calls, state, steering, context, sink, parent, view, durable, run_id
+                        )
+                    except Exception as exc:
+                        # Raised after the task group, which would wrap it: the resources close first.
+                        failure = resources.error = exc
+                    except BaseException as exc:
+                        resources.error = exc
+                        raise
+                    finally:
+                        current_resources.reset(token)
+                        resources.close()
+            except BaseExceptionGroup as failures:
+                # A KeyboardInterrupt (or the like) from a tool: raised as itself, as in a run without resources.
+                raise_stopping(failures)
             if failure is not None:
                 raise failure
             assert outcome is not None

@@ -66,10 +66,12 @@ async def answer_unstarted(
     """Answers calls that will not run; one cancelled on its own keeps its own reason."""
     for job in jobs:
         job.state = DONE
+        # A recovered call counts the runs its journal holds from before the crash.
+        attempts = job.prior_attempts
         if job.cancel_reason is not None:
-            await turn.answer(job.slot, job.call, job.tool.name, "cancelled", job.cancel_reason, batch)
+            await turn.answer(job.slot, job.call, job.tool.name, "cancelled", job.cancel_reason, batch, attempts)
         else:
-            await turn.answer(job.slot, job.call, job.tool.name, kind, message, batch)
+            await turn.answer(job.slot, job.call, job.tool.name, kind, message, batch, attempts)
 
 
 async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
@@ -122,12 +124,12 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
         if scope is None:
             if input_guardrails is not None:
                 await _guard(input_guardrails, job, None, turn)
-            if turn.durable is not None:
-                await turn.durable.started(call.id, job.args)
             if tool.max_concurrency is None:
+                if turn.durable is not None and job.facts.policies is None:
+                    await turn.durable.started(call.id, job.args)
                 output = await invoke(job.args, ctx)
             else:
-                output = await _invoke_limited(job, invoke, ctx, None)
+                output = await _invoke_limited(job, invoke, ctx, None, turn)
         else:
             # A scope cancelled before it is entered (say by an event callback
             # on ToolStarted) stops the call at its first checkpoint.
@@ -136,12 +138,12 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
                     await _guard(input_guardrails, job, None, turn)
                     if tool.timeout is not None and tool.max_concurrency is None:
                         scope.deadline = anyio.current_time() + tool.timeout
-                if turn.durable is not None:
-                    await turn.durable.started(call.id, job.args)
                 if tool.max_concurrency is None:
+                    if turn.durable is not None and job.facts.policies is None:
+                        await turn.durable.started(call.id, job.args)
                     output = await invoke(job.args, ctx)
                 else:
-                    output = await _invoke_limited(job, invoke, ctx, scope)
+                    output = await _invoke_limited(job, invoke, ctx, scope, turn)
             job.scope = None
             if scope.cancelled_caught and not job.body_outlived_cancel:
                 kind, error = _stopped(job)
@@ -345,12 +347,16 @@ async def _invoke_limited(
     invoke: Callable[[Any, ToolContext | None], Awaitable[Any]],
     ctx: ToolContext | None,
     scope: anyio.CancelScope | None,
+    turn: Turn,
 ) -> Any:
-    """Calls the tool under its concurrency cap; its timeout counts from when it gets a slot."""
+    """Calls the tool under its concurrency cap; its timeout counts from when it gets a slot, and a durable
+    run journals it *started* once it has one (a call still waiting for a slot has not started)."""
     timeout = job.tool.timeout
     async with job.facts.limiter():
         if scope is not None and timeout is not None:
             scope.deadline = anyio.current_time() + timeout
+        if turn.durable is not None and job.facts.policies is None:
+            await turn.durable.started(job.call.id, job.args)
         return await invoke(job.args, ctx)
 
 
@@ -403,8 +409,9 @@ def _resilient(
                         raise circuit_open() if failure is None else failure
                 if failure is None:
                     state.first_attempt()
-                elif turn.durable is not None:
-                    # Every attempt is journaled, so that ``recover`` never exceeds the policy.
+                if turn.durable is not None:
+                    # Every attempt is journaled as it starts (after its token, once the circuit admitted it),
+                    # so that ``recover`` never exceeds the policy nor counts an attempt that never ran.
                     await turn.durable.started(job.call.id, args)
                 job.attempts = attempt
                 try:
@@ -491,9 +498,9 @@ async def _guard(guardrails: Guardrails, job: Job, output: Any, turn: Turn, judg
         if turn.tripped is None:
             turn.tripped = exc
         if stage == "input":
-            job.attempts = 0  # refused before the tool ran
+            job.attempts = job.prior_attempts  # refused before the tool ran (again)
         raise _Rejected(exc.message) from None
     if refusal is not None:
         if stage == "input":
-            job.attempts = 0
+            job.attempts = job.prior_attempts
         raise _Rejected(refusal)

@@ -11,6 +11,7 @@ The workers are a ``WorkerGroup`` (``toolsched/workers.py``).
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn, Protocol
@@ -21,7 +22,7 @@ import anyio.lowlevel
 from toolsched.fastpath import run_until_suspended
 from toolsched.workers import WorkerGroup, note_host
 
-__all__ = ["run_pool"]
+__all__ = ["raise_stopping", "run_pool", "stopping"]
 
 
 class _Ready(Protocol):
@@ -140,17 +141,18 @@ async def _run_pool(
             if group is not None and not group.leave():
                 await group.__aexit__(None, None, None)
     except BaseExceptionGroup as failures:
-        _raise_stopping(failures)
+        raise_stopping(failures)
 
 
-def _raise_stopping(failures: BaseExceptionGroup[BaseException]) -> NoReturn:
-    """Raises what failed the pool: the same exception whatever the strategy, so a tool that raised
-    KeyboardInterrupt, SystemExit or GeneratorExit stops the run with that exception, not with a group
-    only concurrent batches make; anything else as the group."""
-    stopping = _stopping(failures)
-    if stopping is None:
+def raise_stopping(failures: BaseExceptionGroup[BaseException]) -> NoReturn:
+    """Raises what failed a task group of the run: the same exception whatever the strategy or the journal,
+    so a tool that raised an exception that stops the process (``stopping``) stops the run with that very
+    exception, not with a group only concurrent batches, durable runs or per-run resources make; anything
+    else as the group."""
+    found = stopping(failures)
+    if found is None:
         raise failures
-    raise stopping from None
+    raise found from None
 
 
 class _Pool:
@@ -385,13 +387,16 @@ class _Pool:
                     self.waiting -= 1
 
 
-def _stopping(failures: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    """The first KeyboardInterrupt, SystemExit or GeneratorExit in a group of failures, if any."""
+def stopping(failures: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The first exception in a group of failures that stops the process rather than fails a call, if any:
+    one that is neither an ``Exception`` nor a cancellation (KeyboardInterrupt, SystemExit, GeneratorExit,
+    or any other ``BaseException`` of the tool's own)."""
+    cancelled = (asyncio.CancelledError, anyio.get_cancelled_exc_class())
     for failure in failures.exceptions:
         if isinstance(failure, BaseExceptionGroup):
-            found = _stopping(failure)
+            found = stopping(failure)
             if found is not None:
                 return found
-        elif isinstance(failure, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+        elif not isinstance(failure, (Exception, *cancelled)):
             return failure
     return None

@@ -53,7 +53,9 @@ async def recovered_jobs(
     call that started on a tool that is not idempotent, or that is gone, is
     answered ``interrupted``: its outcome is unknown. A call whose journaled
     arguments fail its tool's schema is answered ``invalid_input`` and not run, and
-    one a deny rule in force now names ``permission_denied``.
+    one a deny rule in force now names ``permission_denied``. Every result counts the
+    attempts its journal holds as started (``ToolResult.attempts``), a call run again
+    one more.
     """
     view = turn.view
     entries = {entry.call_id: entry for entry in record.calls}
@@ -78,10 +80,12 @@ async def recovered_jobs(
         if refused is not None:
             if entry.state == "started":
                 # Started with a tool that is gone now: whether it is idempotent cannot be known.
-                await turn.answer(slot, call, call.name, "interrupted", unknown_outcome(call.name))
+                await turn.answer(
+                    slot, call, call.name, "interrupted", unknown_outcome(call.name), attempts=entry.starts
+                )
             else:
                 # The tool set changed since the crash: the call is answered as it would be now.
-                await turn.answer(slot, call, plan.tool_name(view, slot), refused[0], refused[1])
+                await turn.answer(slot, call, plan.tool_name(view, slot), refused[0], refused[1], attempts=entry.starts)
             continue
         job = plan.job(view, slot)
         tool = job.tool
@@ -91,7 +95,12 @@ async def recovered_jobs(
             continue
         if entry.state == "rejected":
             await turn.answer(
-                slot, call, tool.name, "permission_denied", not_approved(tool.name, decision.get("message"))
+                slot,
+                call,
+                tool.name,
+                "permission_denied",
+                not_approved(tool.name, decision.get("message")),
+                attempts=entry.starts,
             )
             continue
         if entry.state in ("pending", "approved"):
@@ -100,21 +109,25 @@ async def recovered_jobs(
             retry = tool.retry
             if retry is not None and entry.starts >= retry.attempts:
                 # Every attempt its policy allows had started: running it again would exceed the policy.
-                await turn.answer(slot, call, tool.name, "interrupted", attempts_spent(tool.name, entry.starts))
+                await turn.answer(
+                    slot, call, tool.name, "interrupted", attempts_spent(tool.name, entry.starts), attempts=entry.starts
+                )
                 continue
             job.args = (entry.run_with or {}).get("args", job.args)
-            job.prior_attempts = entry.starts if retry is not None else 0
+            # The runs journaled before the crash count: the run it gets now is the next one.
+            job.prior_attempts = entry.starts
+            job.attempts = entry.starts + 1
         else:
-            await turn.answer(slot, call, tool.name, "interrupted", unknown_outcome(tool.name))
+            await turn.answer(slot, call, tool.name, "interrupted", unknown_outcome(tool.name), attempts=entry.starts)
             continue
         refusal = unchecked_arguments(turn, job)
         if refusal is not None:
-            await turn.answer(slot, call, tool.name, "invalid_input", refusal)
+            await turn.answer(slot, call, tool.name, "invalid_input", refusal, attempts=entry.starts)
             continue
         denied = denied_now(job, turn)
         if denied is not None:
             # Approved, held or started before the crash, and denied by the rules in force now: a deny still wins.
-            await turn.answer(slot, call, tool.name, "permission_denied", denied)
+            await turn.answer(slot, call, tool.name, "permission_denied", denied, attempts=entry.starts)
             continue
         child = children.get(call.id)
         fingerprint = str(decision.get("fingerprint", view.fingerprint(job.index)))

@@ -403,10 +403,18 @@ class Turn:
             self.emit(ToolFinished(result))
 
     async def answer(
-        self, slot: int, call: ToolCall, tool_name: str, kind: ErrorKind, message: str, batch: int | None = None
+        self,
+        slot: int,
+        call: ToolCall,
+        tool_name: str,
+        kind: ErrorKind,
+        message: str,
+        batch: int | None = None,
+        attempts: int = 0,
     ) -> None:
-        """Answers a call that does not run with an error result (journaled first in a durable run)."""
-        result = new_result(call.id, tool_name, None, message, kind, True, 0.0, False, batch, False, None, 0)
+        """Answers a call that does not run (again) with an error result, journaled first in a durable run;
+        ``attempts`` is how many times its tool had started on it (those a crashed run journaled)."""
+        result = new_result(call.id, tool_name, None, message, kind, True, 0.0, False, batch, False, None, attempts)
         if self.durable is not None:
             await self.durable.finished(result)
         if self.emit is not None:

@@ -1,0 +1,342 @@
+"""``ToolResult.attempts`` after ``recover``: the attempts the journal holds as started, on every path.
+
+A crashed run is written into the journal by hand (what the crashed process had journaled), then
+recovered on SQLite and on the PostgreSQL server `make test` starts, on asyncio and trio. Whatever
+answers a call (run again, interrupted, refused now), its ``attempts`` equals the ``started``
+transitions the journal holds for it once the run is recovered.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import anyio
+import psycopg
+import pytest
+from journal_child import Store
+from psycopg import sql
+
+import toolsched as ts
+
+pytestmark = pytest.mark.anyio
+
+DSN_VARIABLE = "TOOLSCHED_TEST_POSTGRES_DSN"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "sqlite":
+        yield Store("sqlite", path=str(tmp_path / "journal.db"))
+        return
+    dsn = os.environ.get(DSN_VARIABLE)
+    if not dsn:
+        pytest.fail(f"{DSN_VARIABLE} is not set: run these tests through `make test` (tests/postgres_server.sh)")
+    schema = f"attempts_test_{uuid4().hex[:12]}"
+    yield Store("postgres", dsn=dsn, schema=schema)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+async def crashed_run(store: Store, run_id: str, calls: list[ts.ToolCall], starts: dict[str, int]) -> None:
+    """Journals a run as a process that died would have left it: each call started ``starts[id]`` times."""
+    async with store.open(owner="crashed") as crashed:
+        await crashed.begin_run(run_id, calls)
+        for call in calls:
+            for _ in range(starts.get(call.id, 0)):
+                await crashed.record(run_id, call.id, "started", {"args": dict(call.args)})
+
+
+async def recovered(store: Store, run_id: str, tools: list[Any], **options: Any) -> dict[str, ts.ToolResult]:
+    """Recovers the run; checks every result's attempts against the started transitions journaled for it."""
+    async with store.open() as journal:
+        outcome = await ts.Executor(tools, journal=journal, **options).recover(run_id, force=True)
+        record = await journal.load(run_id)
+    results = {result.call_id: result for result in outcome.results}
+    for entry in record.calls:
+        assert results[entry.call_id].attempts == entry.starts, entry.call_id
+    return results
+
+
+def retried(ran: list[str], *, fails: int = 0, **options: Any) -> ts.FunctionTool:
+    """An idempotent tool with a retry policy of three attempts whose first ``fails`` runs fail transiently."""
+
+    @ts.tool(idempotent=True, retry=ts.Retry(attempts=3, backoff=0.001, max_backoff=0.002), **options)
+    async def fetch(key: str) -> str:
+        ran.append(key)
+        if len(ran) <= fails:
+            raise ts.Transient("busy")
+        return f"{key}: done"
+
+    return fetch
+
+
+def once(ran: list[str]) -> ts.FunctionTool:
+    """A tool that is not idempotent: a call that started is never run again."""
+
+    @ts.tool
+    async def send(key: str) -> str:
+        ran.append(key)
+        return f"{key}: sent"
+
+    return send
+
+
+def rerunnable(ran: list[str]) -> ts.FunctionTool:
+    """An idempotent tool without a retry policy."""
+
+    @ts.tool(idempotent=True)
+    async def read(key: str) -> str:
+        ran.append(key)
+        return f"{key}: read"
+
+    return read
+
+
+async def test_a_call_whose_every_attempt_had_started_counts_them(store: Store) -> None:
+    ran: list[str] = []
+    await crashed_run(store, "spent", [ts.ToolCall("f1", "fetch", {"key": "a"})], {"f1": 3})
+    result = (await recovered(store, "spent", [retried(ran)]))["f1"]
+    assert result.error_kind == "interrupted" and "all 3 attempts" in (result.error or "")
+    assert result.attempts == 3 and ran == []
+
+
+async def test_a_call_that_is_not_idempotent_counts_the_attempt_that_started(store: Store) -> None:
+    ran: list[str] = []
+    calls = [ts.ToolCall("s1", "send", {"key": "a"}), ts.ToolCall("s2", "send", {"key": "b"})]
+    await crashed_run(store, "sent", calls, {"s1": 1})
+    results = await recovered(store, "sent", [once(ran)])
+    assert (results["s1"].error_kind, results["s1"].attempts) == ("interrupted", 1)
+    # The call that never started runs now, once.
+    assert (results["s2"].output, results["s2"].attempts) == ("b: sent", 1)
+    assert ran == ["b"]
+
+
+@pytest.mark.parametrize("starts", [1, 2])
+async def test_a_retried_call_run_again_counts_the_journaled_attempts(store: Store, starts: int) -> None:
+    ran: list[str] = []
+    await crashed_run(store, "again", [ts.ToolCall("f1", "fetch", {"key": "a"})], {"f1": starts})
+    result = (await recovered(store, "again", [retried(ran)]))["f1"]
+    assert (result.output, result.attempts) == ("a: done", starts + 1)
+
+
+async def test_a_retried_call_that_fails_again_stops_at_the_policy(store: Store) -> None:
+    ran: list[str] = []
+    await crashed_run(store, "fails", [ts.ToolCall("f1", "fetch", {"key": "a"})], {"f1": 1})
+    result = (await recovered(store, "fails", [retried(ran, fails=5)]))["f1"]
+    # Two attempts were left: both ran and failed.
+    assert (result.error_kind, result.attempts) == ("execution_error", 3)
+    assert ran == ["a", "a"]
+
+
+async def test_an_idempotent_call_without_a_retry_policy_counts_its_earlier_run(store: Store) -> None:
+    ran: list[str] = []
+    await crashed_run(store, "read", [ts.ToolCall("r1", "read", {"key": "a"})], {"r1": 1})
+    result = (await recovered(store, "read", [rerunnable(ran)]))["r1"]
+    assert (result.output, result.attempts) == ("a: read", 2)
+
+
+async def test_a_started_call_whose_tool_is_gone_counts_its_attempts(store: Store) -> None:
+    calls = [ts.ToolCall("g1", "retired", {"key": "a"})]
+    await crashed_run(store, "gone", calls, {"g1": 2})
+    result = (await recovered(store, "gone", [once([])]))["g1"]
+    assert (result.error_kind, result.attempts) == ("interrupted", 2)
+
+
+async def test_a_started_call_refused_now_counts_its_attempts(store: Store) -> None:
+    ran: list[str] = []
+
+    @ts.tool(name="read", rule_subject="path", idempotent=True)
+    async def read(path: str) -> str:
+        ran.append(path)
+        return path
+
+    calls = [ts.ToolCall("denied", "read", {"path": "secret/x"}), ts.ToolCall("bad", "read", {"path": "a"})]
+    async with store.open(owner="crashed") as crashed:
+        await crashed.begin_run("refused", calls)
+        await crashed.record("refused", "denied", "started", {"args": {"path": "secret/x"}})
+        # Started with arguments the tool's schema refuses now.
+        await crashed.record("refused", "bad", "started", {"args": {"path": 7}})
+    rules = ts.Permissions(root="/repo", deny=["read(secret/**)"])
+    results = await recovered(store, "refused", [read], permissions=rules)
+    assert (results["denied"].error_kind, results["denied"].attempts) == ("permission_denied", 1)
+    assert (results["bad"].error_kind, results["bad"].attempts) == ("invalid_input", 1)
+    assert ran == []
+
+
+async def test_a_started_call_an_input_guardrail_refuses_now_counts_its_attempts(store: Store) -> None:
+    ran: list[str] = []
+
+    def refuse(event: ts.GuardrailEvent) -> ts.Reject:
+        return ts.Reject("not now")
+
+    await crashed_run(store, "guarded", [ts.ToolCall("f1", "fetch", {"key": "a"})], {"f1": 1})
+    result = (await recovered(store, "guarded", [retried(ran)], input_guardrails=[refuse]))["f1"]
+    assert (result.error_kind, result.attempts) == ("guardrail_rejected", 1)
+    assert ran == []
+
+
+async def test_a_started_call_refused_by_an_open_circuit_counts_its_attempts(store: Store) -> None:
+    ran: list[str] = []
+    fetch = retried(ran, fails=100, circuit=ts.CircuitBreaker(failures=1, cooldown=60))
+    await crashed_run(store, "open", [ts.ToolCall("f1", "fetch", {"key": "a"})], {"f1": 1})
+    async with store.open() as journal:
+        executor = ts.Executor([fetch], journal=journal)
+        # Another run opens the tool's circuit first.
+        opened = await executor.run([ts.ToolCall("x", "fetch", {"key": "x"})])
+        assert opened.results[0].is_error
+        outcome = await executor.recover("open", force=True)
+        record = await journal.load("open")
+    result = outcome.results[0]
+    assert (result.error_kind, result.attempts) == ("unavailable", 1)
+    assert record.call("f1").starts == 1
+    assert ran == ["x"]
+
+
+async def test_a_recovered_call_skipped_by_an_interrupt_counts_its_attempts(store: Store) -> None:
+    ran: list[str] = []
+    gate = anyio.Event()
+
+    @ts.tool(idempotent=True)
+    async def first(key: str) -> str:
+        gate.set()
+        await anyio.sleep(0.05)
+        return key
+
+    calls = [ts.ToolCall("a", "first", {"key": "a"}), ts.ToolCall("f1", "fetch", {"key": "b"})]
+    await crashed_run(store, "halted", calls, {"a": 1, "f1": 2})
+    async with store.open() as journal:
+        executor = ts.Executor([first, retried(ran)], journal=journal, strategy=ts.Sequential())
+        async with anyio.create_task_group() as group:
+
+            async def interrupt() -> None:
+                await gate.wait()
+                executor.interrupt("a new message")
+
+            group.start_soon(interrupt)
+            outcome = await executor.recover("halted", force=True)
+        record = await journal.load("halted")
+    results = {result.call_id: result for result in outcome.results}
+    assert (results["a"].output, results["a"].attempts) == ("a", 2)
+    assert (results["f1"].error_kind, results["f1"].attempts) == ("skipped", 2)
+    assert [entry.starts for entry in record.calls] == [2, 2]
+    assert ran == []
+
+
+async def test_a_call_refused_by_an_open_circuit_is_not_journaled_as_started(store: Store) -> None:
+    """A call the circuit answers ``unavailable`` never ran: the journal must not hold it as started (after a
+    crash, a call journaled started but never run was answered ``interrupted``, its outcome "unknown")."""
+    ran: list[str] = []
+
+    @ts.tool(circuit=ts.CircuitBreaker(failures=1, cooldown=60))
+    async def send(key: str) -> str:
+        ran.append(key)
+        raise ts.Transient("busy")
+
+    async with store.open() as journal:
+        executor = ts.Executor([send], journal=journal, strategy=ts.Sequential())
+        calls = [ts.ToolCall("a", "send", {"key": "a"}), ts.ToolCall("b", "send", {"key": "b"})]
+        outcome = await executor.run(calls, run_id="circuit")
+        record = await journal.load("circuit")
+    assert [(r.error_kind, r.attempts) for r in outcome.results] == [("execution_error", 1), ("unavailable", 0)]
+    assert [entry.starts for entry in record.calls] == [1, 0]
+    assert ran == ["a"]
+
+
+async def test_a_call_waiting_for_a_slot_of_its_tool_is_not_journaled_as_started(store: Store) -> None:
+    """A call waiting for its tool's ``max_concurrency`` slot has not started: a crash then leaves it
+    *planned*, and ``recover`` runs it rather than answering it ``interrupted``."""
+    inside = anyio.Event()
+    release = anyio.Event()
+    seen: dict[str, str] = {}
+
+    @ts.tool(concurrency_safe=True, max_concurrency=1)
+    async def send(key: str) -> str:
+        inside.set()
+        await release.wait()
+        return key
+
+    second = anyio.Event()
+
+    def on_event(event: ts.Event) -> None:
+        if isinstance(event, ts.ToolStarted) and event.call_id == "b":
+            second.set()
+
+    async with store.open() as journal, store.open(owner="observer") as observer:
+        executor = ts.Executor([send], journal=journal, on_event=on_event)
+        calls = [ts.ToolCall("a", "send", {"key": "a"}), ts.ToolCall("b", "send", {"key": "b"})]
+        async with anyio.create_task_group() as group:
+
+            async def look() -> None:
+                await inside.wait()
+                await second.wait()
+                await anyio.sleep(0.05)  # the second call went on to wait for the slot
+                record = await observer.load("slots")
+                seen.update({entry.call_id: entry.state for entry in record.calls})
+                release.set()
+
+            group.start_soon(look)
+            outcome = await executor.run(calls, run_id="slots")
+    assert seen == {"a": "started", "b": "planned"}
+    assert [(r.output, r.attempts) for r in outcome.results] == [("a", 1), ("b", 1)]
+
+
+async def test_every_attempt_of_a_journaled_run_is_journaled_once(store: Store) -> None:
+    """Retried, exhausted, refused by the circuit or interrupted while waiting for a token: each result's
+    attempts equals the *started* transitions the journal holds for it."""
+    runs: dict[str, int] = {}
+
+    @ts.tool(
+        idempotent=True,
+        concurrency_safe=True,
+        retry=ts.Retry(attempts=3, backoff=0.001, max_backoff=0.002),
+        rate_limit=ts.RateLimit(1000),
+    )
+    async def fetch(key: str, fails: int) -> str:
+        runs[key] = runs.get(key, 0) + 1
+        if runs[key] <= fails:
+            raise ts.Transient("busy")
+        return key
+
+    calls = [ts.ToolCall(key, "fetch", {"key": key, "fails": fails}) for key, fails in [("a", 0), ("b", 1), ("c", 9)]]
+    async with store.open() as journal:
+        outcome = await ts.Executor([fetch], journal=journal).run(calls, run_id="attempts")
+        record = await journal.load("attempts")
+    assert [(r.call_id, r.attempts) for r in outcome.results] == [("a", 1), ("b", 2), ("c", 3)]
+    assert {entry.call_id: entry.starts for entry in record.calls} == {"a": 1, "b": 2, "c": 3}
+    assert runs == {"a": 1, "b": 2, "c": 3}
+
+
+async def test_a_call_interrupted_while_waiting_for_a_token_is_not_journaled_as_started(store: Store) -> None:
+    ran: list[str] = []
+
+    @ts.tool(concurrency_safe=True, rate_limit=ts.RateLimit(1, per=60))
+    async def send(key: str) -> str:
+        ran.append(key)
+        return key
+
+    second = anyio.Event()
+
+    def on_event(event: ts.Event) -> None:
+        if isinstance(event, ts.ToolStarted) and event.call_id == "b":
+            second.set()
+
+    async with store.open() as journal:
+        executor = ts.Executor([send], journal=journal, on_event=on_event)
+        calls = [ts.ToolCall("a", "send", {"key": "a"}), ts.ToolCall("b", "send", {"key": "b"})]
+        async with anyio.create_task_group() as group:
+
+            async def interrupt() -> None:
+                await second.wait()
+                await anyio.sleep(0.05)  # "b" went on to wait for the next token (a minute away)
+                assert executor.interrupt("a new message") == 1
+
+            group.start_soon(interrupt)
+            outcome = await executor.run(calls, run_id="token")
+        record = await journal.load("token")
+    assert [(r.error_kind, r.attempts) for r in outcome.results] == [(None, 1), ("skipped", 0)]
+    assert [entry.starts for entry in record.calls] == [1, 0]
+    assert ran == ["a"]

@@ -1,0 +1,199 @@
+"""An exception that stops the process, raised by a tool, leaves every entry path as itself.
+
+KeyboardInterrupt, SystemExit, GeneratorExit and any other ``BaseException`` that is not an
+``Exception`` (nor a cancellation) stop the run with that very exception, never wrapped in an
+exception group: from a list or a stream of calls, with or without a journal (SQLite and the
+PostgreSQL server `make test` starts), with per-run resources, on resume and on recover, on
+asyncio and trio. A journaled run it stopped is released, and recovers as a crashed run does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import anyio
+import anyio.lowlevel
+import psycopg
+import pytest
+from journal_child import Store
+from psycopg import sql
+
+import toolsched as ts
+
+DSN_VARIABLE = "TOOLSCHED_TEST_POSTGRES_DSN"
+
+
+class Halt(BaseException):
+    """A BaseException of the tool's own: not an Exception, so it stops the process like KeyboardInterrupt."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A subclass of KeyboardInterrupt."""
+
+
+STOPPING = [KeyboardInterrupt, SystemExit, GeneratorExit, Halt, Interrupted]
+BACKENDS = ["asyncio", "trio"]
+PATHS = ["list", "stream", "iterable", "turn", "resources", "resume", "recover"]
+
+
+@pytest.fixture(params=["none", "sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store | None]:
+    if request.param == "none":
+        yield None
+    elif request.param == "sqlite":
+        yield Store("sqlite", path=str(tmp_path / "journal.db"))
+    else:
+        dsn = os.environ.get(DSN_VARIABLE)
+        if not dsn:
+            pytest.fail(f"{DSN_VARIABLE} is not set: run these tests through `make test` (tests/postgres_server.sh)")
+        schema = f"stopping_test_{uuid4().hex[:12]}"
+        yield Store("postgres", dsn=dsn, schema=schema)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def tools(path: str, stopping: type[BaseException], closed: list[BaseException | None]) -> list[ts.FunctionTool]:
+    """The tools of the turn ``path`` runs: a tool with a per-run resource makes every run of its executor
+    keep per-run resources, so only the ``resources`` path has one."""
+
+    @asynccontextmanager
+    async def connection(run: ts.RunScope) -> AsyncIterator[str]:
+        try:
+            yield "connection"
+        finally:
+            closed.append(run.error)
+
+    @ts.tool(concurrency_safe=True)
+    async def stops() -> None:
+        await anyio.sleep(0.01)
+        raise stopping("stop")
+
+    @ts.tool(concurrency_safe=True, run_resource=connection)
+    async def stops_with_resource(ctx: ts.ToolContext) -> None:
+        await anyio.sleep(0.01)
+        raise stopping("stop")
+
+    @ts.tool(concurrency_safe=True, needs_approval=True)
+    async def stops_once_approved() -> None:
+        await anyio.sleep(0.01)
+        raise stopping("stop")
+
+    @ts.tool(concurrency_safe=True)
+    async def other(n: int) -> int:
+        await anyio.sleep(0.005)
+        return n
+
+    stopper = {"resources": stops_with_resource, "resume": stops_once_approved}.get(path, stops)
+    return [stopper, other]
+
+
+def turn_of(name: str) -> list[ts.ToolCall]:
+    return [ts.ToolCall("o1", "other", {"n": 1}), ts.ToolCall("s", name), ts.ToolCall("o2", "other", {"n": 2})]
+
+
+async def calls_of(calls: list[ts.ToolCall]) -> AsyncIterator[ts.ToolCall]:
+    for call in calls:
+        await anyio.lowlevel.checkpoint()
+        yield call
+
+
+def entry(path: str, executor: ts.Executor, journal: ts.Journal | None) -> Callable[[], Awaitable[Any]]:
+    """The entry path ``path`` of ``executor``: a coroutine function that runs a turn whose call `s` stops."""
+    run_id = "stopped"
+
+    async def run_list() -> Any:
+        name = "stops_with_resource" if path == "resources" else "stops"
+        assert executor.registry.get(name) is not None
+        return await executor.run(turn_of(name), run_id=run_id)
+
+    async def stream() -> Any:
+        return [event async for event in executor.stream(turn_of("stops"), run_id=run_id)]
+
+    async def iterable() -> Any:
+        return await executor.run(calls_of(turn_of("stops")), run_id=run_id)
+
+    async def turn() -> Any:
+        async with executor.turn(run_id=run_id) as streamed:
+            for call in turn_of("stops"):
+                streamed.submit(call)
+            streamed.close()
+            return await streamed.outcome()
+
+    async def resume() -> Any:
+        outcome = await executor.run(turn_of("stops_once_approved"), run_id=run_id)
+        assert [request.call_id for request in outcome.pending] == ["s"]
+        state = outcome.state
+        assert state is not None
+        state.approve("s")
+        return await executor.resume(state)
+
+    async def recover() -> Any:
+        assert journal is not None
+        async with type(journal)(**_journal_options(journal), owner="crashed") as crashed:
+            await crashed.begin_run(run_id, turn_of("stops"))
+        return await executor.recover(run_id, force=True)
+
+    return {
+        "list": run_list,
+        "resources": run_list,
+        "stream": stream,
+        "iterable": iterable,
+        "turn": turn,
+        "resume": resume,
+        "recover": recover,
+    }[path]
+
+
+def _journal_options(journal: ts.Journal) -> dict[str, Any]:
+    if isinstance(journal, ts.SqliteJournal):
+        return {"path": journal.path}
+    assert isinstance(journal, ts.PostgresJournal)
+    return {"dsn": journal.dsn, "schema": journal.schema}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("stopping", STOPPING, ids=lambda kind: kind.__name__)
+@pytest.mark.parametrize("path", PATHS)
+def test_a_stopping_exception_leaves_every_entry_path_as_itself(
+    store: Store | None, path: str, stopping: type[BaseException], backend: str
+) -> None:
+    if store is None and path == "recover":
+        pytest.skip("recover needs a journal")
+    closed: list[BaseException | None] = []
+    seen: list[ts.ToolResult] = []
+
+    async def main() -> None:
+        journal = store.open() if store is not None else None
+        try:
+            executor = ts.Executor(tools(path, stopping, closed), journal=journal)
+            await entry(path, executor, journal)()
+        finally:
+            if journal is not None:
+                await journal.close()
+
+    async def recover_after() -> None:
+        assert store is not None
+        # The stopped run was released: another owner recovers it without force, as a crashed run.
+        async with store.open(owner="after") as journal:
+            outcome = await ts.Executor(tools(path, stopping, []), journal=journal).recover("stopped")
+            seen.extend(outcome.results)
+
+    with pytest.raises(stopping) as caught:
+        anyio.run(main, backend=backend)
+    assert type(caught.value) is stopping
+    assert str(caught.value) == "stop"
+    if path == "resources":
+        # The run's resource was closed, told what stopped the run.
+        assert closed == [caught.value]
+    if store is not None:
+        anyio.run(recover_after, backend=backend)
+        by_id = {result.call_id: result for result in seen}
+        # The call that raised had started and is not idempotent: its outcome is unknown.
+        assert by_id["s"].error_kind == "interrupted"
+        assert by_id["s"].attempts == 1
+        assert sorted(by_id) == ["o1", "o2", "s"]
