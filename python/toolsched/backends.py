@@ -38,6 +38,7 @@ from toolsched.errors import (
 )
 from toolsched.events import ToolProgress, ToolUpdated
 from toolsched.exact_integers import with_exact_integers
+from toolsched.numeric_options import numeric_fault, shown
 from toolsched.ray_worker import (
     AsyncToolWorker,
     Body,
@@ -352,19 +353,21 @@ class RayBackend:
             raise OptionError(f"RayBackend(namespace=...) must be a non-empty string or None, got {namespace!r}")
         pools = dict(actor_pool or {})
         for name, count in pools.items():
-            if not isinstance(name, str) or isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            if not isinstance(name, str) or numeric_fault(count, integer=True) is not None:
                 raise OptionError(
                     f"RayBackend(actor_pool=...) maps tool names to a number of actors (at least 1), "
-                    f"got {name!r}: {count!r}"
+                    f"got {shown(name)}: {shown(count)}"
                 )
-        if max_result_bytes is not None and (
-            isinstance(max_result_bytes, bool) or not isinstance(max_result_bytes, int) or max_result_bytes < 1
-        ):
-            raise OptionError(
-                f"RayBackend(max_result_bytes=...) must be a positive integer or None, got {max_result_bytes!r}"
-            )
-        if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)) or connect_timeout <= 0:
-            raise OptionError(f"RayBackend(connect_timeout=...) must be a positive number, got {connect_timeout!r}")
+        if max_result_bytes is not None:
+            fault = numeric_fault(max_result_bytes, integer=True)
+            if fault is not None:
+                raise OptionError(
+                    f"RayBackend(max_result_bytes=...) must be {fault} or None, got {shown(max_result_bytes)}"
+                )
+        # Waited for by a thread's join, which takes no longer timeout.
+        fault = numeric_fault(connect_timeout, integer=False, most=threading.TIMEOUT_MAX)
+        if fault is not None:
+            raise OptionError(f"RayBackend(connect_timeout=...) must be {fault}, got {shown(connect_timeout)}")
         clashing = {"address", "namespace"} & set(init_options or {})
         if clashing:
             raise OptionError(

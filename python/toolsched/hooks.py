@@ -23,9 +23,10 @@ from typing import Any, Literal
 import anyio
 import anyio.from_thread
 
-from toolsched.errors import RuleError
+from toolsched.errors import OptionError, RuleError
 from toolsched.events import Event, ToolUpdated
 from toolsched.fastpath import positional_builder
+from toolsched.numeric_options import numeric_fault, shown
 from toolsched.results import Rewrite, ToolCall, ToolResult
 
 __all__ = ["BatchEvent", "HookEvent", "Hooks", "Rewrite", "UpdateFilter"]
@@ -215,10 +216,12 @@ class UpdateFilter:
 
 
 def _check_timeout(timeout: Any) -> float | None:
+    """A hook's timeout in seconds (``inf``: none), by ``numeric_fault``'s rule; ``OptionError`` if it fails."""
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-        raise ValueError(f"a hook timeout must be a positive number of seconds, got {timeout!r}")
+    fault = numeric_fault(timeout, integer=False, infinite=True)
+    if fault is not None:
+        raise OptionError(f"a hook timeout must be {fault} of seconds, got {shown(timeout)}")
     return float(timeout)
 
 

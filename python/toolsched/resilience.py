@@ -35,6 +35,7 @@ import anyio
 import anyio.lowlevel
 
 from toolsched.errors import OptionError
+from toolsched.numeric_options import numeric_fault, shown
 from toolsched.results import ErrorKind
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "RunHalted",
     "Transient",
     "is_transient",
+    "retry_after_of",
 ]
 
 
@@ -71,29 +73,45 @@ Outcome = Literal["success", "transient", "other"]
 class Transient(Exception):
     """Raised by a tool: this failure may pass if the call is made again.
 
-    ``retry_after`` is how long the downstream asked to wait (its ``Retry-After``), in seconds.
+    ``retry_after`` is how long the downstream asked to wait (its ``Retry-After``), in seconds: a
+    finite number ≥ 0, or None. Anything else (a header's text, NaN, a negative) is refused here
+    with ``OptionError``, so that the mistake shows where it is made.
     """
 
     def __init__(self, message: str = "", *, retry_after: float | None = None) -> None:
         super().__init__(message)
-        if retry_after is not None and (
-            isinstance(retry_after, bool)
-            or not isinstance(retry_after, (int, float))
-            or not math.isfinite(retry_after)
-            or retry_after < 0
-        ):
-            raise ValueError(f"Transient(retry_after=...) must be a number of seconds ≥ 0, got {retry_after!r}")
+        if retry_after is not None:
+            fault = numeric_fault(retry_after, integer=False, above=False)
+            if fault is not None:
+                raise OptionError(
+                    f"Transient(retry_after=...) must be None or seconds to wait, {fault}, got {shown(retry_after)}"
+                )
         self.retry_after = None if retry_after is None else float(retry_after)
 
 
-def _number(owner: str, name: str, value: Any, *, minimum: float, strict: bool, integer: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
-        kind = "a whole number" if integer else "a number"
-        raise OptionError(f"{owner}({name}=...) must be {kind}, got {value!r}")
-    if not math.isfinite(value) or value < minimum or (strict and value == minimum):
-        bound = f"> {minimum:g}" if strict else f"≥ {minimum:g}"
-        raise OptionError(f"{owner}({name}=...) must be {bound}, got {value!r}")
-    return value
+def retry_after_of(error: BaseException) -> float | None:
+    """The wait a failure asked for before the call is made again (its ``retry_after``, in seconds), or None.
+
+    Read from any exception, a ``Transient`` or one of a policy's ``on=`` types, whose ``retry_after``
+    may be anything: only a finite number ≥ 0 (``numeric_fault``'s rule) is a wait; anything else
+    (text such as an HTTP date, None, NaN, infinity, a negative, an integer past any float, a bool,
+    an attribute that raises) is ignored, and the backoff alone applies.
+    """
+    try:
+        value = getattr(error, "retry_after", None)
+        if value is None or numeric_fault(value, integer=False, above=False) is not None:
+            return None
+        return float(value)
+    except Exception:
+        # An attribute that raises, or a number of a subclass whose comparison or conversion raises.
+        return None
+
+
+def _number(owner: str, name: str, value: Any, *, minimum: float, strict: bool, integer: bool = False) -> None:
+    """Checks one numeric option of a policy by ``numeric_fault``'s rule: ``OptionError`` naming it if it fails."""
+    fault = numeric_fault(value, integer=integer, least=minimum, above=strict)
+    if fault is not None:
+        raise OptionError(f"{owner}({name}=...) must be {fault}, got {shown(value)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,10 +201,16 @@ class CircuitBreaker:
 
 
 def is_transient(error: BaseException, retry: Retry | None) -> bool:
-    """Whether a failure may pass: a timeout, ``Transient``, or one of the policy's ``on`` types."""
+    """Whether a failure may pass: a timeout, ``Transient``, or one of the policy's ``on`` types (one whose
+    ``isinstance`` check raises does not count)."""
     if isinstance(error, (Transient, TimeoutError)):
         return True
-    return retry is not None and bool(retry.on) and isinstance(error, retry.on)
+    if retry is None or not retry.on:
+        return False
+    try:
+        return isinstance(error, retry.on)
+    except Exception:
+        return False
 
 
 class NotRun(Exception):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolsched.errors import OptionError
+from toolsched.numeric_options import numeric_fault, shown
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENCY",
@@ -32,10 +33,9 @@ MAX_SIZE = 1_000_000
 def _check_size(label: str, value: int | None) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise OptionError(f"{label} must be a positive integer, got {value!r}")
-    if value > MAX_SIZE:
-        raise OptionError(f"{label} must be at most {MAX_SIZE:,}, got {value:,}")
+    fault = numeric_fault(value, integer=True, most=MAX_SIZE)
+    if fault is not None:
+        raise OptionError(f"{label} must be {fault}, got {shown(value)}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,6 @@ import functools
 import hashlib
 import inspect
 import json
-import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast, overload
@@ -25,6 +24,7 @@ from toolsched.context import ToolContext
 from toolsched.errors import ToolDefinitionError, UnknownOptionError
 from toolsched.exact_integers import exact_step, mark_plain, with_exact_integers
 from toolsched.isolation import function_invoker, method_invoker
+from toolsched.numeric_options import numeric_fault, shown
 from toolsched.resilience import CircuitBreaker, RateLimit, Resilience, Retry
 from toolsched.resources import ResourceFactory, RunScope, open_close, with_run_resource
 from toolsched.results import Decision
@@ -99,43 +99,20 @@ def _choice(tool: str, field: str, value: Any, allowed: tuple[str, ...]) -> None
         raise ToolDefinitionError(f"tool `{tool}`: {field} must be one of {', '.join(allowed)}; got {value!r}")
 
 
-# The largest count a tool's numeric options take: the engine keeps result budgets in machine words, and no
-# text (no Python object) is longer than this, so a larger budget could never mean anything more.
-MAX_COUNT = sys.maxsize
-
-
-def _shown(value: Any) -> str:
-    """``value`` for an error message: an integer too long to print in full (Python refuses past 4,300
-    digits) is described by its size."""
-    if isinstance(value, int) and value.bit_length() > 256:
-        return f"an integer of {value.bit_length():,} bits"
-    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else repr(value)
-
-
-def _in_range(tool: str, field: str, value: Any, *, integer: bool, zero: bool, at_most: int) -> None:
-    kind = "integer" if integer else "number"
-    # ``not value > 0`` rather than ``value <= 0``: NaN is refused too.
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int if integer else (int, float))
-        or not (value >= 0 if zero else value > 0)
-    ):
-        article = "an" if integer else "a"
-        wanted = f"{article} {kind} of at least 0" if zero else f"a positive {kind}"
-        raise ToolDefinitionError(f"tool `{tool}`: {field} must be {wanted}; got {_shown(value)}")
-    # An integer option is held to a machine word; an int given for a number option must convert to a float
-    # (timers take floats; ``inf`` is a float already and stays allowed).
-    limit = at_most if integer else sys.float_info.max
-    if isinstance(value, int) and value > limit:
-        raise ToolDefinitionError(f"tool `{tool}`: {field} must be at most {limit:,}; got {_shown(value)}")
+def _in_range(tool: str, field: str, value: Any, *, integer: bool, zero: bool, at_most: int | None) -> None:
+    """Checks a numeric tool option by ``numeric_fault``'s rule (a count at most a machine word unless
+    ``at_most`` says less; a number in seconds may be ``inf``, no limit)."""
+    fault = numeric_fault(value, integer=integer, above=not zero, most=at_most, infinite=not integer)
+    if fault is not None:
+        raise ToolDefinitionError(f"tool `{tool}`: {field} must be {fault}; got {shown(value)}")
 
 
 def _non_negative(tool: str, field: str, value: Any, *, integer: bool) -> None:
     if value is not None:
-        _in_range(tool, field, value, integer=integer, zero=True, at_most=MAX_COUNT)
+        _in_range(tool, field, value, integer=integer, zero=True, at_most=None)
 
 
-def _positive(tool: str, field: str, value: Any, *, optional: bool, integer: bool, at_most: int = MAX_COUNT) -> None:
+def _positive(tool: str, field: str, value: Any, *, optional: bool, integer: bool, at_most: int | None = None) -> None:
     if value is not None or not optional:
         _in_range(tool, field, value, integer=integer, zero=False, at_most=at_most)
 

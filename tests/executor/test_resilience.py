@@ -179,7 +179,7 @@ def test_class_form_tools_take_the_policies_as_attributes() -> None:
     ("make", "message"),
     [
         (lambda: ts.Retry(attempts=0), "attempts"),
-        (lambda: ts.Retry(attempts=2.5), "whole number"),
+        (lambda: ts.Retry(attempts=2.5), "an integer of at least 1"),
         (lambda: ts.Retry(backoff=-1), "backoff"),
         (lambda: ts.Retry(on=("ValueError",)), "exception types"),
         (lambda: ts.Retry(jitter="yes"), "jitter"),

@@ -22,11 +22,12 @@ from toolsched.context import ToolContext
 from toolsched.errors import GuardrailTripped
 from toolsched.events import ToolRetrying, new_tool_finished, new_tool_started
 from toolsched.executor.durable import JournalFailed
+from toolsched.executor.settings import format_error
 from toolsched.executor.turn import DONE, RUNNING, Job, Turn
 from toolsched.guardrails import GuardrailEvent, Guardrails
 from toolsched.hooks import new_hook_event
 from toolsched.journal import UnstorableOutputError
-from toolsched.resilience import CircuitOpen, NotRun, RunHalted, is_transient
+from toolsched.resilience import CircuitOpen, NotRun, RunHalted, is_transient, retry_after_of
 from toolsched.results import ErrorKind, ToolResult, detached, new_result
 from toolsched.runstate import NestedHold
 from toolsched.shaping import fits_as_is, shape_output
@@ -432,7 +433,7 @@ def _resilient(
                         probe = False
                     if cut_short is not None or retry is None or not transient or attempt >= retry.attempts:
                         raise
-                    delay = retry.delay(attempt, getattr(exc, "retry_after", None), state.draw)
+                    delay = retry.delay(attempt, retry_after_of(exc), state.draw)
                     if (
                         anyio.current_time() + delay >= anyio.current_effective_deadline()
                         or turn.halt is not None
@@ -441,7 +442,7 @@ def _resilient(
                     ):
                         raise  # no time left within the call's timeout, an interrupt, an open circuit, or no budget
                     if turn.emit is not None:
-                        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                        detail = format_error(exc, job.call)
                         turn.emit(ToolRetrying(job.call.id, tool_name, attempt, delay, detail))
                     failure = exc
                     await _waiting(turn, job, anyio.sleep(delay))

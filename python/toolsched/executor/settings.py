@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from toolsched.executor.emitter import Emitter, is_async_callable
 from toolsched.guardrails import Guardrail, Guardrails
 from toolsched.hooks import Hook, Hooks
 from toolsched.journal import Journal
+from toolsched.numeric_options import numeric_fault, shown
 from toolsched.permissions import Mode, Permissions
 from toolsched.registry import ToolRegistry
 from toolsched.results import ToolCall
@@ -117,16 +117,15 @@ class Settings:
             raise OptionError(f"abort_siblings_on_error must be True or False, got {abort_siblings_on_error!r}")
         if not callable(error_formatter):
             raise OptionError(f"error_formatter must be a callable (exception, call) -> str, got {error_formatter!r}")
-        for label, value in (
-            ("max_input_bytes", max_input_bytes),
-            ("max_input_depth", max_input_depth),
-            ("max_schema_errors", max_schema_errors),
+        # The engine walks arguments level by level, and JSON text is read to 128 levels at most.
+        for label, value, most in (
+            ("max_input_bytes", max_input_bytes, None),
+            ("max_input_depth", max_input_depth, MAX_INPUT_DEPTH),
+            ("max_schema_errors", max_schema_errors, None),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise OptionError(f"{label} must be a positive integer, got {value!r}")
-        if max_input_depth > MAX_INPUT_DEPTH:
-            # The engine walks arguments level by level, and JSON text is read to 128 levels at most.
-            raise OptionError(f"max_input_depth must be at most {MAX_INPUT_DEPTH}, got {max_input_depth!r}")
+            fault = numeric_fault(value, integer=True, most=most)
+            if fault is not None:
+                raise OptionError(f"{label} must be {fault}, got {shown(value)}")
         if isinstance(on_event, (list, tuple)):
             on_event = tuple(on_event)
             if not all(callable(sink) for sink in on_event):
@@ -141,10 +140,7 @@ class Settings:
         self.interactive = interactive
         self.error_formatter = error_formatter
         self.offload_dir = Path(offload_dir) if offload_dir is not None else Path(tempfile.gettempdir()) / "toolsched"
-        # A limit beyond what a machine word holds is no limit: it is held as the largest one that fits.
-        self.limits = _core.Limits(
-            min(max_input_bytes, sys.maxsize), min(max_input_depth, sys.maxsize), min(max_schema_errors, sys.maxsize)
-        )
+        self.limits = _core.Limits(max_input_bytes, max_input_depth, max_schema_errors)
         # The invoker of each tool whose body runs on a backend other than this process;
         # extended whenever a refreshed tool set brings new tools (see ``View``).
         self.backends = backends

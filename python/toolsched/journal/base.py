@@ -33,6 +33,7 @@ from typing import Any, Literal, Self, TypeVar, cast
 import anyio.to_thread
 
 from toolsched.errors import ToolschedError
+from toolsched.numeric_options import numeric_fault, shown
 from toolsched.results import ERROR_KINDS, RESULT_FIELD_TYPES, ToolCall, ToolResult, args_digest, encode_output
 
 __all__ = [
@@ -534,13 +535,22 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}:{pid_namespace()}:{boot_id()}"
 
 
+# The longest lease taken: the time it runs out must be one both journals store and read back (Python's
+# datetime ends with the year 9999), from now and for centuries to come.
+MAX_LEASE = timedelta(days=365_000)
+
+
 def check_lease(lease: timedelta | float) -> timedelta:
-    if isinstance(lease, bool) or not isinstance(lease, (timedelta, int, float)):
-        raise JournalError(f"lease must be a timedelta or a number of seconds, got {lease!r}")
-    lease = lease if isinstance(lease, timedelta) else timedelta(seconds=lease)
-    if lease <= timedelta(0):
-        raise JournalError(f"lease must be positive, got {lease}")
-    return lease
+    """A journal's lease: a timedelta or seconds (``numeric_fault``'s rule), positive and at most ``MAX_LEASE``."""
+    if isinstance(lease, timedelta):
+        if timedelta(0) < lease <= MAX_LEASE:
+            return lease
+    elif numeric_fault(lease, integer=False, most=MAX_LEASE.total_seconds()) is None:
+        return timedelta(seconds=lease)
+    raise JournalError(
+        f"lease must be positive and at most {MAX_LEASE.days:,} days: a timedelta or a finite number of seconds, "
+        f"got {shown(lease)}"
+    )
 
 
 def check_age(older_than: timedelta) -> timedelta:

@@ -39,6 +39,7 @@ from toolsched.journal.base import (
     stored_stamps,
     transition_refused,
 )
+from toolsched.numeric_options import numeric_fault, shown
 
 if TYPE_CHECKING:
     import psycopg
@@ -158,8 +159,10 @@ class PostgresJournal(Journal):
             if not isinstance(schema, str) or not schema:
                 raise JournalError(f"schema must be a non-empty string, got {schema!r}")
             check_text("schema", schema)
-        if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)) or connect_timeout <= 0:
-            raise JournalError(f"connect_timeout must be a positive number of seconds, got {connect_timeout!r}")
+        # libpq reads the timeout as a C int of seconds.
+        fault = numeric_fault(connect_timeout, integer=False, most=2**31 - 1)
+        if fault is not None:
+            raise JournalError(f"connect_timeout must be seconds, {fault}, got {shown(connect_timeout)}")
         self.dsn = dsn
         self.schema = schema
         self.connect_timeout = connect_timeout

@@ -39,6 +39,7 @@ from toolsched.journal.base import (
     stored_stamps,
     transition_refused,
 )
+from toolsched.numeric_options import numeric_fault, shown
 
 __all__ = ["SqliteJournal"]
 
@@ -97,6 +98,11 @@ def _timestamp(run_id: str, column: str, found: object) -> datetime:
     raise damaged_column(f"run {run_id!r}", f"toolsched_runs.{column}", found, "a time in seconds since the epoch")
 
 
+# The longest busy timeout, in seconds: SQLite takes it as a C int of milliseconds (Python's sqlite3 turns a
+# longer one into no wait at all).
+_MAX_BUSY_TIMEOUT = (2**31 - 1) / 1000
+
+
 class SqliteJournal(Journal):
     """A journal in one SQLite file (created when missing).
 
@@ -119,8 +125,9 @@ class SqliteJournal(Journal):
         synchronous: Literal["full", "normal"] = "full",
     ) -> None:
         super().__init__(owner=owner, lease=lease)
-        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)) or busy_timeout < 0:
-            raise JournalError(f"busy_timeout must be a non-negative number of seconds, got {busy_timeout!r}")
+        fault = numeric_fault(busy_timeout, integer=False, above=False, most=_MAX_BUSY_TIMEOUT)
+        if fault is not None:
+            raise JournalError(f"busy_timeout must be seconds to wait, {fault}, got {shown(busy_timeout)}")
         if synchronous not in ("full", "normal"):
             raise JournalError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
         self.path = Path(path)
