@@ -84,13 +84,15 @@ def open_close(open_fn: Callable[[RunScope], Any], close_fn: Callable[[RunScope]
 class _Entry:
     """One tool's resource in one run (internal)."""
 
-    __slots__ = ("failure", "ready", "scope", "value")
+    __slots__ = ("failure", "ready", "scope", "stopping", "value")
 
     def __init__(self, scope: RunScope) -> None:
         self.scope = scope
         self.ready = anyio.Event()
         self.value: Any = None
         self.failure: str | None = None
+        # A KeyboardInterrupt (or the like) raised opening it: raised by the calls that asked for it.
+        self.stopping: BaseException | None = None
 
 
 class RunResources:
@@ -123,6 +125,8 @@ class RunResources:
             entry = self._entries[key] = _Entry(RunScope(self.run_id, tool_name, self.context))
             self._group.start_soon(self._keep, key, entry, factory)
         await entry.ready.wait()
+        if entry.stopping is not None:
+            raise entry.stopping
         if entry.failure is not None:
             raise ResourceError(entry.failure)
         return entry.value
@@ -148,6 +152,11 @@ class RunResources:
                 entry.ready.set()
                 if isinstance(exc, Exception):
                     logger.warning("opening the per-run resource of %s failed", name, exc_info=True)
+                    return
+                if not isinstance(exc, anyio.get_cancelled_exc_class()):
+                    # An exception that stops the process: the calls that asked raise it in their own tasks, as
+                    # if their tool had (on asyncio, a task ended by KeyboardInterrupt stops the event loop there).
+                    entry.stopping = exc
                     return
                 raise
             entry.value = value

@@ -9,6 +9,7 @@ transitions the journal holds for it once the run is recovered.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,11 @@ from uuid import uuid4
 import anyio
 import psycopg
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 from journal_child import Store
+from nested_crash_child import CHILD as NESTED_CHILD
+from nested_crash_child import executor as nested_executor
+from nested_crash_child import turn as nested_turn
 from psycopg import sql
 
 import toolsched as ts
@@ -340,3 +345,80 @@ async def test_a_call_interrupted_while_waiting_for_a_token_is_not_journaled_as_
     assert [(r.error_kind, r.attempts) for r in outcome.results] == [(None, 1), ("skipped", 0)]
     assert [entry.starts for entry in record.calls] == [1, 0]
     assert ran == ["a"]
+
+
+# -- nested runs: a call whose nested run waited had started ----------------------------------------
+
+
+async def test_a_resumed_nested_call_counts_each_start_the_journal_holds(tmp_path: Path) -> None:
+    log = str(tmp_path / "ran.log")
+    async with ts.SqliteJournal(tmp_path / "journal.db") as journal:
+        outcome = await nested_executor(journal).run(nested_turn(["a", "b"])[:1], run_id="nested", context=log)
+        # The nested run waits twice (one child turn per path): t1 starts three times in all.
+        for waiting in ("t1/x1", "t1/x2"):
+            state = outcome.state
+            assert state is not None and [request.call_id for request in outcome.pending] == [waiting]
+            state.approve(waiting)
+            outcome = await nested_executor(journal).resume(state, context=log)
+        record = await journal.load("nested")
+    result = outcome.results[0]
+    assert (result.output, result.attempts) == ("deleted a; deleted b", 3)
+    assert record.call("t1").starts == 3
+
+
+async def test_a_nested_call_recovered_after_its_decision_counts_its_starts(tmp_path: Path) -> None:
+    journal_path, log, saved = tmp_path / "journal.db", tmp_path / "ran.log", tmp_path / "state.json"
+    async with ts.SqliteJournal(journal_path) as journal:
+        outcome = await nested_executor(journal).run(nested_turn(["a"])[:1], run_id="approved", context=str(log))
+    state = outcome.state
+    assert state is not None
+    state.approve("t1/x1")
+    saved.write_text(state.to_json(), encoding="utf-8")
+    # Another process journals the decision and is killed before t1 starts again.
+    arguments = ["asyncio", str(journal_path), str(log), "resume", str(saved), "admitting t1"]
+    command = [sys.executable, str(NESTED_CHILD), *arguments]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*sys.path, os.environ.get("PYTHONPATH", "")])}
+    process = await anyio.open_process(command, env=env)
+    try:
+        assert process.stdout is not None
+        lines = BufferedByteReceiveStream(process.stdout)
+        with anyio.fail_after(60):
+            assert (await lines.receive_until(b"\n", 4096)).decode() == "admitting t1"
+    finally:
+        process.kill()
+        with anyio.CancelScope(shield=True):
+            await process.wait()
+        await process.aclose()
+    async with ts.SqliteJournal(journal_path) as journal:
+        recovered = await nested_executor(journal).recover("approved", context=str(log), force=True)
+        record = await journal.load("approved")
+    result = recovered.results[0]
+    assert (result.output, result.attempts) == ("deleted a", 2)
+    assert record.call("t1").starts == 2
+
+
+def test_a_recover_stopped_midway_is_recovered_again_counting_every_start(store: Store, anyio_backend: str) -> None:
+    """A recover that itself stops (a KeyboardInterrupt in the attempt it runs) leaves one more start in the
+    journal; the next recover counts it, and runs only the attempts the policy has left."""
+    ran: list[str] = []
+
+    @ts.tool(idempotent=True, retry=ts.Retry(attempts=3, backoff=0.001, max_backoff=0.002))
+    async def fetch(key: str) -> str:
+        ran.append(key)
+        if len(ran) == 1:
+            raise KeyboardInterrupt
+        return f"{key}: done"
+
+    async def first() -> None:
+        await crashed_run(store, "twice", [ts.ToolCall("f1", "fetch", {"key": "a"})], {"f1": 1})
+        async with store.open() as journal:
+            await ts.Executor([fetch], journal=journal).recover("twice", force=True)
+
+    async def second() -> dict[str, ts.ToolResult]:
+        return await recovered(store, "twice", [fetch])
+
+    with pytest.raises(KeyboardInterrupt):
+        anyio.run(first, backend=anyio_backend)
+    results = anyio.run(second, backend=anyio_backend)
+    assert (results["f1"].output, results["f1"].attempts) == ("a: done", 3)
+    assert ran == ["a", "a"]

@@ -9,6 +9,7 @@ asyncio and trio. A journaled run it stopped is released, and recovers as a cras
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -197,3 +198,93 @@ def test_a_stopping_exception_leaves_every_entry_path_as_itself(
         assert by_id["s"].error_kind == "interrupted"
         assert by_id["s"].attempts == 1
         assert sorted(by_id) == ["o1", "o2", "s"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("stopping", STOPPING, ids=lambda kind: kind.__name__)
+def test_a_stopping_exception_opening_a_run_resource_stops_the_run_from_the_call(
+    stopping: type[BaseException], backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Raised where the resource is opened (a task of the run, not the call's): the call that asked for it
+    raises it, so it leaves the run as itself and no task is left holding it (on asyncio a task ended by a
+    KeyboardInterrupt or SystemExit stops the event loop from inside that task)."""
+    raised: list[BaseException] = []
+
+    @asynccontextmanager
+    async def refuses(run: ts.RunScope) -> AsyncIterator[str]:
+        error = stopping("stop")
+        raised.append(error)
+        raise error
+        yield "never"
+
+    @ts.tool(concurrency_safe=True, run_resource=refuses)
+    async def uses(ctx: ts.ToolContext) -> None:
+        return None
+
+    @ts.tool(concurrency_safe=True)
+    async def other(n: int) -> int:
+        await anyio.sleep(0.005)
+        return n
+
+    async def main() -> None:
+        executor = ts.Executor([uses, other])
+        await executor.run([ts.ToolCall("o1", "other", {"n": 1}), ts.ToolCall("u", "uses", {})])
+
+    with pytest.raises(stopping) as caught:
+        anyio.run(main, backend=backend)
+    assert caught.value is raised[0]
+    # Whatever still holds the run's tasks goes now: a task left holding the exception logs it as it goes.
+    del caught
+    raised.clear()
+    gc.collect()
+    assert not [record for record in caplog.records if "never retrieved" in record.getMessage()]
+
+
+STRATEGIES = [ts.Sequential(), ts.Parallel(), ts.Batched(2), ts.Partitioned(), ts.ResourceAware()]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("streamed", [False, True], ids=["list", "iterable"])
+@pytest.mark.parametrize("journaled", [False, True], ids=["plain", "journaled"])
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda strategy: type(strategy).__name__)
+@pytest.mark.parametrize("kind", ["group", "halt"])
+def test_what_the_tool_raised_leaves_the_run_as_that_very_object_under_every_strategy(
+    kind: str, strategy: ts.Strategy, journaled: bool, streamed: bool, backend: str, tmp_path: Path
+) -> None:
+    """A BaseExceptionGroup a tool raised (its own task group's, say) is what the tool raised: it leaves the
+    run as that group, not as the KeyboardInterrupt inside it (a concurrent batch took it out of the group,
+    a sequential one did not)."""
+    raised: list[BaseException] = []
+
+    @ts.tool(concurrency_safe=True, resources=lambda args: ts.Access(reads=("a",)))
+    async def stops() -> None:
+        await anyio.sleep(0.01)
+        error = BaseExceptionGroup("mine", [KeyboardInterrupt("inside")]) if kind == "group" else Halt("stop")
+        raised.append(error)
+        raise error
+
+    @ts.tool(concurrency_safe=True, resources=lambda args: ts.Access(reads=("a",)))
+    async def other(n: int) -> int:
+        await anyio.sleep(0.005)
+        return n
+
+    async def main() -> None:
+        journal = ts.SqliteJournal(tmp_path / "journal.db") if journaled else None
+        try:
+            executor = ts.Executor([stops, other], strategy=strategy, journal=journal)
+            calls = turn_of("stops")
+            await executor.run(calls_of(calls) if streamed else calls)
+        finally:
+            if journal is not None:
+                await journal.close()
+
+    with pytest.raises(BaseException) as caught:
+        anyio.run(main, backend=backend)
+    if kind == "halt":
+        assert caught.value is raised[0]
+    else:
+        # Trio's cancel scopes take a group apart and make it anew as it passes (``split``): the same group,
+        # holding the very exception the tool put in it.
+        assert type(caught.value) is BaseExceptionGroup and caught.value.message == "mine"
+        assert len(caught.value.exceptions) == 1
+        assert caught.value.exceptions[0] is raised[0].exceptions[0]  # type: ignore[attr-defined]

@@ -713,9 +713,10 @@ class Executor:
     ) -> Outcome:
         """An interrupted turn from its state: completed calls carried over, the rest planned again."""
         records = claim(state)
+        journaled = None
         if durable is not None:
             try:
-                await durable.resuming(records)
+                journaled = await durable.resuming(records)
             except BaseException:
                 # Refused by the journal (another process holds the run, say) before anything was written or
                 # ran: the state and its copies keep the person's decisions for a resume that is let through.
@@ -741,7 +742,12 @@ class Executor:
             if slot in plan.refused:
                 await turn.answer_refused(plan, slot, turn_slot)
             else:
-                jobs.append(plan.job(view, slot, turn_slot))
+                job = plan.job(view, slot, turn_slot)
+                if journaled is not None and records[turn_slot].child is not None:
+                    # A call whose nested run waited had started: it counts the starts its journal holds.
+                    job.prior_attempts = journaled.call(job.call.id).starts
+                    job.attempts = job.prior_attempts + 1
+                jobs.append(job)
         return await self._drive(turn, None, jobs, [], [], slot_calls, state.duplicates, steering, state)
 
     async def _recover(self, durable: RunJournal, force: bool, steering: Steering | None, context: Any) -> Outcome:

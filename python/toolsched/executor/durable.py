@@ -162,14 +162,15 @@ class RunJournal:
         stored = storable(args)
         await self.write(call_id, "started", {"args": stored, "digest": args_digest(stored)})
 
-    async def resuming(self, records: Sequence[CallRecord]) -> None:
-        """Claims a journaled run being resumed, writing nothing: ``RunClaimedError`` while another process
-        holds it, and ``StateError`` for a state whose nested run no longer waits where the journal has it
-        (resumed before, in this process or another)."""
-        run = await self.claim(False)
+    async def resuming(self, records: Sequence[CallRecord]) -> RunRecord:
+        """Claims a journaled run being resumed, writing nothing, and returns it as journaled: ``RunClaimedError``
+        while another process holds it, and ``StateError`` for a state whose nested run no longer waits where
+        the journal has it (resumed before, in this process or another)."""
+        run: RunRecord = await self.claim(False)
         for record in records:
             if record.child is not None:
                 self._check_waiting(run, record.call_id, record.child)
+        return run
 
     async def resumed(self, records: Sequence[CallRecord]) -> None:
         """Journals the decisions a person made on a resumed run's state (after ``resuming``).

@@ -388,15 +388,12 @@ class _Pool:
 
 
 def stopping(failures: BaseExceptionGroup[BaseException]) -> BaseException | None:
-    """The first exception in a group of failures that stops the process rather than fails a call, if any:
-    one that is neither an ``Exception`` nor a cancellation (KeyboardInterrupt, SystemExit, GeneratorExit,
-    or any other ``BaseException`` of the tool's own)."""
+    """The first exception in a task group's failures that stops the process rather than fails a call, if
+    any: one that is neither an ``Exception`` nor a cancellation (KeyboardInterrupt, SystemExit,
+    GeneratorExit, any other ``BaseException`` of the tool's own, or a ``BaseExceptionGroup`` the tool
+    raised, which is not searched: it is what the tool raised)."""
     cancelled = (asyncio.CancelledError, anyio.get_cancelled_exc_class())
     for failure in failures.exceptions:
-        if isinstance(failure, BaseExceptionGroup):
-            found = stopping(failure)
-            if found is not None:
-                return found
-        elif not isinstance(failure, (Exception, *cancelled)):
+        if not isinstance(failure, (Exception, *cancelled)):
             return failure
     return None

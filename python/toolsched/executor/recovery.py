@@ -105,6 +105,9 @@ async def recovered_jobs(
             continue
         if entry.state in ("pending", "approved"):
             job.args = decision.get("args", job.args)
+            # A call whose nested run waits had started (the starts journaled); any other had not.
+            job.prior_attempts = entry.starts
+            job.attempts = entry.starts + 1
         elif tool.idempotent:
             retry = tool.retry
             if retry is not None and entry.starts >= retry.attempts:
