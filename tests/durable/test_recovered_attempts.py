@@ -101,12 +101,14 @@ def rerunnable(ran: list[str]) -> ts.FunctionTool:
     return read
 
 
-async def test_a_call_whose_every_attempt_had_started_counts_them(store: Store) -> None:
+@pytest.mark.parametrize("starts", [3, 5], ids=["all", "more than the policy allows now"])
+async def test_a_call_whose_every_attempt_had_started_counts_them(store: Store, starts: int) -> None:
     ran: list[str] = []
-    await crashed_run(store, "spent", [ts.ToolCall("f1", "fetch", {"key": "a"})], {"f1": 3})
+    await crashed_run(store, "spent", [ts.ToolCall("f1", "fetch", {"key": "a"})], {"f1": starts})
     result = (await recovered(store, "spent", [retried(ran)]))["f1"]
-    assert result.error_kind == "interrupted" and "all 3 attempts" in (result.error or "")
-    assert result.attempts == 3 and ran == []
+    spent = "all 3 attempts its retry policy allows" if starts == 3 else "5 attempts (its retry policy allows 3)"
+    assert result.error_kind == "interrupted" and f"{spent} had started" in (result.error or "")
+    assert result.attempts == starts and ran == []
 
 
 async def test_a_call_that_is_not_idempotent_counts_the_attempt_that_started(store: Store) -> None:

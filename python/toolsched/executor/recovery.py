@@ -19,10 +19,15 @@ def unknown_outcome(tool_name: str) -> str:
     )
 
 
-def attempts_spent(tool_name: str, starts: int) -> str:
+def attempts_spent(tool_name: str, starts: int, allowed: int) -> str:
+    spent = (
+        f"all {starts} attempts its retry policy allows"
+        if starts == allowed
+        else f"{starts} attempts (its retry policy allows {allowed})"
+    )
     return (
-        f"the outcome of this call is unknown: all {starts} attempts its retry policy allows had started "
-        f"before the run was interrupted, so `{tool_name}` was not run again"
+        f"the outcome of this call is unknown: {spent} had started before the run was interrupted, "
+        f"so `{tool_name}` was not run again"
     )
 
 
@@ -112,9 +117,8 @@ async def recovered_jobs(
             retry = tool.retry
             if retry is not None and entry.starts >= retry.attempts:
                 # Every attempt its policy allows had started: running it again would exceed the policy.
-                await turn.answer(
-                    slot, call, tool.name, "interrupted", attempts_spent(tool.name, entry.starts), attempts=entry.starts
-                )
+                spent = attempts_spent(tool.name, entry.starts, retry.attempts)
+                await turn.answer(slot, call, tool.name, "interrupted", spent, attempts=entry.starts)
                 continue
             job.args = (entry.run_with or {}).get("args", job.args)
             # The runs journaled before the crash count: the run it gets now is the next one.
