@@ -15,6 +15,9 @@ from toolsched.errors import OptionError
 from toolsched.testing._script import Api, Reply, Request, Script
 from toolsched.testing._wire import error_body, response_body, stream_events
 
+# Seconds between the last event sent and the cut of a broken stream.
+_CUT_DELAY = 0.1
+
 
 def api_of(path: str) -> Api | None:
     """The API a request path belongs to, or None: ``/v1/messages`` is Anthropic's, and so on."""
@@ -46,7 +49,8 @@ class ScriptedProvider:
     unknown path, or whose function raised, is answered with the API's
     400 error naming why (SDKs do not retry a 400). ``break_after`` maps an
     entry's position (from 0) to a number of events after which its stream's
-    connection is cut mid-chunk: a stream that breaks midway.
+    connection is cut mid-chunk, a tenth of a second after the last event
+    sent (so the client has read those): a stream that breaks midway.
 
     Use it as a context manager (it serves while the block runs). Raises
     ``OptionError`` for a script entry of the wrong kind.
@@ -180,7 +184,9 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
             try:
                 for number, event in enumerate(stream_events(api, reply, number=position + 1)):
                     if cut is not None and number >= cut:
-                        # The connection drops in the middle of a chunk: the client sees a broken body.
+                        # The connection drops in the middle of a chunk, a moment after the events before it
+                        # (a client that read them together with the broken bytes would lose them unread).
+                        time.sleep(_CUT_DELAY)
                         self.wfile.write(b"400\r\ndata: {")
                         self.wfile.flush()
                         return
