@@ -146,15 +146,15 @@ def assert_reads_as_python(
 
 # -- numbers ----------------------------------------------------------------------------------------------
 
+# Literals, then integers at and past the 64-bit bounds, then text that is no number (an Arabic-Indic one).
 SPELLINGS = [
-    "0", "-0", "0.0", "-0.0", "-0e0", "-0E-0", "0e5", "1e2", "1E2", "1e+2", "1E+2", "1e-2", "1.0", "1.5", "-1.5",
-    "100", "1e0", "10e-1", "1.000000000000000000001", "0.1", "0.30000000000000004", "4.9e-324", "5e-324",
-    "2.4703282292062327e-324", "2.4703282292062328e-324", "-1e-400", "1e-400", "1e308", "1.7976931348623157e308",
-    "1.7976931348623158e308", "1.7976931348623159e308", "1e309", "1e400", "-1e400", "1e99999999999999999999",
-    "1e-99999999999999999999", "0e99999999999999999999", str(2**53), str(2**53 + 1), str(2**63 - 1), str(2**63),
-    str(2**64 - 1), str(2**64), str(-(2**63)), str(-(2**63) - 1), str(10**400), str(-(10**400)), "9007199254740993.0",
-    "1e007", "1E-007", "123456789012345678901234567890e-10", "NaN", "Infinity", "-Infinity",
-    "01", "-01", "1.", ".5", "+1", "1e", "1e+", "-", "0x10", "1_000", "١",
+    *"""0 -0 0.0 -0.0 -0e0 -0E-0 0e5 1e2 1E2 1e+2 1E+2 1e-2 1.0 1.5 -1.5 100 1e0 10e-1 1.000000000000000000001
+    0.1 0.30000000000000004 4.9e-324 5e-324 2.4703282292062327e-324 2.4703282292062328e-324 -1e-400 1e-400 1e308
+    1.7976931348623157e308 1.7976931348623158e308 1.7976931348623159e308 1e309 1e400 -1e400 1e99999999999999999999
+    1e-99999999999999999999 0e99999999999999999999 9007199254740993.0 1e007 1E-007 123456789012345678901234567890e-10
+    """.split(),
+    *map(str, [2**53, 2**53 + 1, 2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1, 10**400, -(10**400)]),
+    *"NaN Infinity -Infinity 01 -01 1. .5 +1 1e 1e+ - 0x10 1_000 \u0661".split(),
 ]
 
 NUMBER_SCHEMAS: list[dict[str, Any]] = [
@@ -199,7 +199,7 @@ def spellings(draw: st.DrawFn) -> str:
 @pytest.mark.parametrize("part", NUMBER_SCHEMAS, ids=json.dumps)
 @pytest.mark.parametrize("spelling", SPELLINGS)
 def test_every_number_spelling_reads_as_json_loads_reads_it(spelling: str, part: dict[str, Any]) -> None:
-    assert_reads_as_python(number_schema(part), '{"n": %s}' % spelling)
+    assert_reads_as_python(number_schema(part), '{"n": ' + spelling + "}")
 
 
 @settings(max_examples=300, deadline=None)
@@ -210,7 +210,7 @@ def test_generated_number_spellings_read_as_json_loads_reads_them(
     spelling: str, part: dict[str, Any], spaced: bool
 ) -> None:
     schema = number_schema(part)
-    text = '{\n "n" : %s ,"m": [%s]}' % (spelling, spelling) if spaced else '{"n":%s}' % spelling
+    text = '{\n "n" : ' + spelling + ' ,"m": [' + spelling + "]}" if spaced else '{"n":' + spelling + "}"
     schema = {**schema, "properties": {**schema["properties"], "m": {"type": "array", "items": part}}}
     assert_reads_as_python(schema, text)
 
@@ -233,11 +233,27 @@ def test_numbers_json_loads_reads_but_json_does_not_hold_are_refused_readably() 
         ("NaN", "not valid JSON: expected value at line 1 column 7"),
         ("Infinity", "not valid JSON: expected value at line 1 column 7"),
     ]:
-        args, error = prepared(table, '{"n": %s}' % spelling)
+        args, error = prepared(table, '{"n": ' + spelling + "}")
         assert args is None and error is not None and error.endswith(says), (spelling, error)
     # The same values given in a mapping are refused as well.
     for value in (math.inf, -math.inf, math.nan, 10**30):
         assert prepared(table, {"n": value})[0] is None
+
+
+def test_a_lone_surrogate_is_refused_as_not_unicode_in_either_form() -> None:
+    """``json.loads`` keeps ``"\\ud800"`` as a lone surrogate, which no UTF-8 text holds: refused as text (an
+    escape, or the character itself) and in a mapping, each saying so (the escape was 'not valid JSON:
+    unexpected end of hex escape')."""
+    for table in tables({"type": "object"}):
+        for args, says in (
+            ('{"s": "\\ud800"}', "not JSON values: an escape at line 1 column 14 leaves a lone surrogate"),
+            ('{"s": "a\\udc00"}', "not JSON values: an escape at line 1 column 14 leaves a lone surrogate"),
+            ('{"s": "\\ud800\\u0041"}', "not JSON values: an escape at line 1 column 19 leaves a lone surrogate"),
+            ('{"s": "\ud800"}', "not JSON values: the text holds a lone surrogate"),
+            ({"s": "\ud800"}, "not JSON values: the text holds a lone surrogate"),
+        ):
+            built, error = prepared(table, args)
+            assert built is None and error is not None and says in error and "Unicode" in error, (args, error)
 
 
 # -- depth --------------------------------------------------------------------------------------------------
@@ -354,6 +370,9 @@ HOSTILE = [
     '{"s": "\\x41"}',
     '{"s": "\\u12"}',
     '{"\\u0073": "key by escape"}',
+    '{"s": "\\u00E9\\u00e9"}',
+    '{"s": "plain", "\\u0073": "the same key, escaped, last"}',
+    '{"n": 1, "\\u006e": 2, "n": 3}',
     # Raw control characters are refused by both (json.loads is strict by default); DEL is not one.
     '{"s": "a\x01b"}',
     '{"s": "a\tb"}',
@@ -442,6 +461,32 @@ def test_mappings_of_other_kinds_and_non_string_keys() -> None:
         assert built is None and error is not None and says in error, (args, error)
 
 
+def test_a_mapping_that_holds_itself_is_refused_as_too_deep() -> None:
+    """``json.dumps`` raises for a cycle; the engine stops at the depth limit, never looping."""
+    table = _core.ToolTable([("t", [], {"type": "object"})])
+    cyclic: dict[str, Any] = {}
+    cyclic["a"] = cyclic
+    looped: list[Any] = []
+    looped.append(looped)
+    for args in (cyclic, {"a": looped}):
+        assert prepared(table, args, _core.Limits(BYTES, MAX_DEPTH, 10)) == (
+            None,
+            f"arguments for `t` nest deeper than the limit of {MAX_DEPTH} levels",
+        )
+
+
+def test_duplicate_calls_spelled_apart_are_the_same_arguments() -> None:
+    """``-0`` and ``0``, ``1E2`` and ``100.0``: equal once read, as ``json.loads`` reads them."""
+    table = _core.ToolTable([("t", [], {"type": "object"})])
+    calls = [
+        SimpleNamespace(id="1", name="t", args='{"n": 0, "x": 100.0}'),
+        SimpleNamespace(id="1", name="t", args='{"n": -0, "x": 1E2}'),
+        SimpleNamespace(id="1", name="t", args='{"n": -0.0, "x": 1E2}'),
+    ]
+    duplicates = table.prepare(calls, [], LIMITS)[4]
+    assert duplicates == [(1, 0, False), (2, 0, True)]
+
+
 @pytest.mark.anyio
 async def test_a_mapping_of_another_kind_runs_as_the_dict_it_reads_as() -> None:
     seen: list[Any] = []
@@ -475,8 +520,8 @@ async def test_a_tool_gets_what_json_loads_builds_from_the_text() -> None:
     outcome = await ts.Executor([take], max_input_depth=MAX_DEPTH).run(
         [
             ts.ToolCall("1", "take", '{"n": -0, "x": -0}'),
-            ts.ToolCall("2", "take", '{"n": [-0, -0.0], "deep": %s}' % deep),
-            ts.ToolCall("3", "take", '{"n": 1, "deep": [%s]}' % deep),
+            ts.ToolCall("2", "take", '{"n": [-0, -0.0], "deep": ' + deep + "}"),
+            ts.ToolCall("3", "take", '{"n": 1, "deep": [' + deep + "]}"),
         ]
     )
     results = outcome.results

@@ -10,10 +10,10 @@ object (the schema as a tool's whole input schema), and always as the property `
 - The direct path: for every case whose schema it takes (``rust/direct.rs``), the instance as text must
   get the suite's answer (valid or not) and the full path's (``{"allOf": [SCHEMA]}``, which the direct
   path does not take: the same verdict and message).
-- Every form: for every case whose schema registers (no remote reference, no custom metaschema), the instance as text through
-  the full path and as a mapping must get the suite's answer, and an accepted text must reach the tool
-  as ``json.loads`` builds it (an int as an int). An instance holding an integer past 64 bits is refused
-  on purpose (``rust/validate.rs``, ``parse_arguments``), and counted apart.
+- Every form: for every case whose schema registers (no remote reference, no custom metaschema), the
+  instance as text through the full path and as a mapping must get the suite's answer, and an accepted
+  text must reach the tool as ``json.loads`` builds it (an int as an int). An instance holding an integer
+  past 64 bits is refused on purpose (``rust/validate.rs``, ``parse_arguments``), and counted apart.
 
 Prints a line per keyword file and exits 1 on any disagreement. The suite's data stays outside this repo.
 """
@@ -160,7 +160,10 @@ def run(suite: Path) -> int:
                             every_wrong += 1
                             print(f"  WRONG {where}: {problem}")
             taken += group_taken
-        print(f"{path.name:32} {taken:>13} {len(groups):>4} {runs:>9} {wrong:>6} {every:>21} {every_wrong:>6} {refused:>6}")
+        print(
+            f"{path.name:32} {taken:>13} {len(groups):>4} {runs:>9} {wrong:>6}"
+            f" {every:>21} {every_wrong:>6} {refused:>6}"
+        )
         disagreements += wrong + every_wrong
         direct_runs += runs
         full_runs += every
