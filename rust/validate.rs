@@ -26,6 +26,9 @@ pub struct Limits {
 /// [`Limits::max_input_depth`] is held as this.
 pub const MAX_INPUT_DEPTH: usize = 128;
 
+// The text scan keeps a bit per open container in a `u128`.
+const _: () = assert!(MAX_INPUT_DEPTH <= u128::BITS as usize);
+
 impl Limits {
     /// The depth limit in force: [`Limits::max_input_depth`], at most [`MAX_INPUT_DEPTH`].
     pub fn depth(&self) -> usize {
@@ -360,8 +363,11 @@ fn scan(text: &str, limits: &Limits) -> Result<Vec<usize>, InputRejection> {
     let limit = limits.depth();
     let mut depth = 0usize;
     let mut minus_zeros = Vec::new();
-    // The last byte outside strings and whitespace: a value starts after `[`, `,`, `:` or at the start.
+    // The last byte outside strings and whitespace: a value starts at the start, after `[` or `:`, and
+    // after `,` in an array; one bit per open container (the lowest the innermost) says whether it is an
+    // array (the scan stops past `limit`, at most `MAX_INPUT_DEPTH` = 128 levels).
     let mut last = None;
+    let mut arrays: u128 = 0;
     let mut i = 0;
     while i < bytes.len() {
         let byte = bytes[i];
@@ -382,10 +388,12 @@ fn scan(text: &str, limits: &Limits) -> Result<Vec<usize>, InputRejection> {
                 if depth > limit {
                     return Err(InputRejection::TooDeep { limit });
                 }
+                arrays = (arrays << 1) | u128::from(byte == b'[');
                 i += 1;
             }
             b']' | b'}' => {
                 depth = depth.saturating_sub(1);
+                arrays >>= 1;
                 i += 1;
             }
             b'-' | b'0'..=b'9' => {
@@ -399,7 +407,12 @@ fn scan(text: &str, limits: &Limits) -> Result<Vec<usize>, InputRejection> {
                 let fraction = end < bytes.len() && matches!(bytes[end], b'.' | b'e' | b'E');
                 if !fraction && end > first_digit {
                     let literal = &text[start..end];
-                    if literal == "-0" && matches!(last, None | Some(b'[' | b',' | b':')) {
+                    let at_value = match last {
+                        None | Some(b'[' | b':') => true,
+                        Some(b',') => arrays & 1 == 1,
+                        Some(_) => false,
+                    };
+                    if literal == "-0" && at_value {
                         minus_zeros.push(start);
                     } else if end - first_digit > 18
                         && literal.parse::<i64>().is_err()
@@ -700,7 +713,16 @@ mod tests {
             assert!(float == 0.0 && float.is_sign_negative(), "{text}");
         }
         // Text that is not JSON is refused as before, with the same message.
-        for text in [r#"{"a": -01}"#, r#"{"a": 1-0}"#, r#"{"a": --0}"#, r#"{"a": -0x}"#] {
+        for text in [
+            r#"{"a": -01}"#,
+            r#"{"a": 1-0}"#,
+            r#"{"a": --0}"#,
+            r#"{"a": -0x}"#,
+            r#"{"a": 1,-0}"#,
+            r#"{"a": 1, -0: 2}"#,
+            r"{-0}",
+            r#"{"a": [1] -0}"#,
+        ] {
             let Err(InputRejection::Malformed(message)) = parse_arguments(text, &limits) else {
                 panic!("{text}")
             };
