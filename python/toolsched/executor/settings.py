@@ -26,8 +26,8 @@ from toolsched.tools import Tool
 
 __all__ = ["ErrorFormatter", "EventCallback", "Settings", "Steering", "format_error"]
 
-# The deepest nesting ``max_input_depth`` may allow (JSON text is read to 128 levels).
-MAX_INPUT_DEPTH = 128
+# The deepest nesting ``max_input_depth`` may allow: the engine's walks of a value recurse once per level.
+MAX_INPUT_DEPTH = _core.Limits.MAX_INPUT_DEPTH
 
 logger = logging.getLogger("toolsched")
 
@@ -125,7 +125,7 @@ class Settings:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise OptionError(f"{label} must be a positive integer, got {value!r}")
         if max_input_depth > MAX_INPUT_DEPTH:
-            # The engine walks arguments level by level, and JSON text is read to 128 levels at most.
+            # The engine walks arguments level by level (its stack bounded by the limit).
             raise OptionError(f"max_input_depth must be at most {MAX_INPUT_DEPTH}, got {max_input_depth!r}")
         if isinstance(on_event, (list, tuple)):
             on_event = tuple(on_event)
