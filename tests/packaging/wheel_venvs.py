@@ -26,6 +26,8 @@ CHECKS = Path(__file__).with_name("checks")
 SUPPORT = REPOSITORY / "tests" / "support"
 # pip's network waits and unpacking overlap well; more at once only contend for the same cores.
 PARALLEL_INSTALLS = 4
+# The longest install starts first, so that it is done by the time its test comes.
+INSTALL_FIRST = ("ray",)
 
 
 def clean_environment() -> dict[str, str]:
@@ -136,7 +138,8 @@ class Venvs:
 
     def get(self, extra: str) -> Venv:
         wheel = self.wheel()
-        for name in [extra, *self.selected]:
+        first = [name for name in INSTALL_FIRST if name in self.selected]
+        for name in [extra, *first, *self.selected]:
             if name not in self._installs:
                 root = self.base / f"venv-{name or 'core'}"
                 self._installs[name] = self._pool.submit(make_venv, root, wheel, name)
