@@ -723,6 +723,16 @@ def time_sync(work: Callable[[], Any], per: int, settings: Settings) -> dict[str
     return summary(wall, cpu, settings.clock)
 
 
+def typed(value: Any) -> Any:
+    """``value`` with every part's type beside it: equal only for equal JSON values of the same types
+    (``1`` is not ``1.0``, ``-0.0`` is not ``0.0``), keys in the same order."""
+    if isinstance(value, dict):
+        return ("dict", [(key, typed(item)) for key, item in value.items()])
+    if isinstance(value, list):
+        return ("list", [typed(item) for item in value])
+    return (type(value).__name__, repr(value))
+
+
 def validation_section(settings: Settings) -> dict[str, Any]:
     """JSON text to a validated dict: toolsched's engine against json.loads + jsonschema-rs / jsonschema."""
     count = settings.validation_calls
@@ -746,9 +756,11 @@ def validation_section(settings: Settings) -> dict[str, Any]:
         return [json.loads(text) for text in texts]
 
     rows: list[dict[str, Any]] = []
-    _, _, failures, _, _, _ = engine()
+    _, built, failures, _, _, _ = engine()
     if failures or table.prepare(bad, [], limits)[2][0][1] != "invalid_input":
         raise HarnessError("the engine's validation does not accept the workload or does not reject bad input")
+    if [typed(value) for value in built] != [typed(value) for value in loads_only()]:
+        raise HarnessError("the engine builds other arguments than json.loads does (the contenders' work differs)")
     rows.append(
         {
             "key": "toolsched",

@@ -23,7 +23,6 @@ import argparse
 import json
 import random
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +33,7 @@ from anthropic import AsyncAnthropic
 
 import toolsched as ts
 from toolsched.providers import anthropic as ts_anthropic
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-from sse_provider import Call, ScriptedProvider, Turn, anthropic_events
+from toolsched.testing import Reply, ScriptedProvider, ToolUse
 
 
 @dataclass
@@ -95,13 +92,13 @@ def tools() -> list[ts.Tool]:
     return [read, edit]
 
 
-def script(mix: Mix) -> Turn:
+def script(mix: Mix) -> Reply:
     calls = []
     for position, (tokens, latency, safe) in enumerate(mix.calls):
         args = _args(tokens, position)
         args["latency"] = round(latency, 3)
-        calls.append(Call(f"toolu_{position}", "read" if safe else "edit", args))
-    return Turn(text="Working on it.", calls=calls, tokens_per_second=mix.tokens_per_second, token_chars=4)
+        calls.append(ToolUse("read" if safe else "edit", args, id=f"toolu_{position}"))
+    return Reply(text="Working on it.", tool_uses=calls, tokens_per_second=mix.tokens_per_second, token_chars=4)
 
 
 def lower_bound(mix: Mix, arrivals: list[float], stream_end: float) -> float:
@@ -163,7 +160,7 @@ async def one_turn(client: AsyncAnthropic, mix: Mix, streaming: bool) -> tuple[f
 async def measure(selected: list[Mix], runs: int) -> list[dict[str, Any]]:
     rows = []
     for mix in selected:
-        answers = [anthropic_events(script(mix)) for _ in range(2 * runs + 1)]
+        answers = [script(mix) for _ in range(2 * runs + 1)]
         streamed: list[float] = []
         whole: list[float] = []
         bounds: list[float] = []

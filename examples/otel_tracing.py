@@ -4,7 +4,8 @@
 semantic conventions and metrics count calls, errors by kind and latency.
 This script keeps spans in memory and prints them as a tree; in an
 application, install your exporter (OTLP, console, ...) on the tracer provider
-instead. Run: `python examples/otel_tracing.py`.
+instead. Run, with `opentelemetry-sdk` installed beside `toolsched[otel]`:
+`python examples/otel_tracing.py`.
 """
 
 from __future__ import annotations

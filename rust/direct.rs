@@ -116,8 +116,6 @@ const ANY: u8 = NULL | BOOLEAN | INTEGER | NUMBER | STRING | ARRAY | OBJECT;
 const MAX_PROPERTIES: usize = 64;
 /// Deepest schema the direct path takes.
 const MAX_SCHEMA_DEPTH: usize = 16;
-/// serde_json stops at 128 levels (a depth error on the full path): the direct path stops before.
-const MAX_VALUE_DEPTH: usize = 127;
 /// Integers of at most this size convert to `f64` exactly, so they compare exactly with float bounds.
 const EXACT_IN_F64: u64 = 1 << 53;
 
@@ -260,7 +258,9 @@ impl DirectSchema {
             text,
             bytes: text.as_bytes(),
             at: 0,
-            max_depth: limits.max_input_depth.min(MAX_VALUE_DEPTH),
+            // The full path's limit, counted the same way (a container opened past it is left to the full
+            // path, which refuses it); at most `MAX_INPUT_DEPTH`, which bounds this reader's recursion.
+            max_depth: limits.depth(),
             builder,
         };
         reader.skip_space();
@@ -566,9 +566,9 @@ impl<'t, B: Build> Reader<'t, '_, B> {
         }
     }
 
-    /// A number at the reader, as the full path's parser reads it: integers that fit 64 bits as
-    /// integers (`-0` as the float -0.0, as serde_json reads it), others refused (None), and
-    /// fractions and exponents parsed by serde_json itself.
+    /// A number at the reader, as the full path reads it (and `json.loads`): integers that fit 64 bits as
+    /// integers (`-0` as the integer 0), others refused (None), and fractions and exponents parsed by
+    /// serde_json itself (the nearest float; None past the float range).
     fn number(&mut self) -> Option<Num> {
         let start = self.at;
         let digits = |reader: &mut Self| {
@@ -609,10 +609,8 @@ impl<'t, B: Build> Reader<'t, '_, B> {
         if !integer {
             return serde_json::from_str::<f64>(literal).ok().map(Num::Float);
         }
-        if literal == "-0" {
-            return Some(Num::Float(-0.0));
-        }
         if negative {
+            // `-0` too, as the integer 0.
             return literal.parse::<i64>().ok().map(Num::Int);
         }
         let int = literal.parse::<u64>().ok()?;

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use jsonschema::{Retrieve, Uri, Validator};
+use serde::Deserialize as _;
 use serde_json::Value;
 
 use crate::error::EngineError;
@@ -12,10 +13,27 @@ use crate::error::EngineError;
 pub struct Limits {
     /// Largest accepted argument text (or estimated JSON size of an object), in bytes.
     pub max_input_bytes: usize,
-    /// Deepest accepted nesting of arrays and objects.
+    /// Deepest accepted nesting of arrays and objects: the arguments object is level 1, each array or object
+    /// in it one level more, and a scalar adds none, so `{"a": [1]}` nests 2 levels deep (see
+    /// [`nesting_depth`]). Text and objects are held to it alike; at most [`MAX_INPUT_DEPTH`] is honoured.
     pub max_input_depth: usize,
     /// Most schema errors reported for one call.
     pub max_errors: usize,
+}
+
+/// The deepest nesting arguments may be allowed: every walk of a value (parsing, validation, building
+/// Python objects) recurses once per level, and this bounds the stack it takes. A larger
+/// [`Limits::max_input_depth`] is held as this.
+pub const MAX_INPUT_DEPTH: usize = 128;
+
+// The text scan keeps a bit per open container in a `u128`.
+const _: () = assert!(MAX_INPUT_DEPTH <= u128::BITS as usize);
+
+impl Limits {
+    /// The depth limit in force: [`Limits::max_input_depth`], at most [`MAX_INPUT_DEPTH`].
+    pub fn depth(&self) -> usize {
+        self.max_input_depth.min(MAX_INPUT_DEPTH)
+    }
 }
 
 impl Default for Limits {
@@ -200,10 +218,8 @@ impl CompiledSchema {
         if !value.is_object() {
             return Err(InputRejection::NotAnObject(json_type_name(value)));
         }
-        if nesting_depth(value) > limits.max_input_depth {
-            return Err(InputRejection::TooDeep {
-                limit: limits.max_input_depth,
-            });
+        if nesting_depth(value) > limits.depth() {
+            return Err(InputRejection::TooDeep { limit: limits.depth() });
         }
         if self.validator.is_valid(value) {
             return Ok(());
@@ -244,7 +260,18 @@ pub fn escaped_len(text: &str) -> usize {
             .sum::<usize>()
 }
 
-/// Parses argument text. Empty text means "no arguments", as some providers send it.
+/// Parses argument text into what Python's `json.loads` builds from it, under `limits`. Empty text means
+/// "no arguments", as some providers send it.
+///
+/// Numbers: an integer literal is an integer (`-0` too, which `json.loads` reads as the int 0) and must fit
+/// 64 bits, signed or unsigned, as an integer given in an object must; any other number is the nearest
+/// 64-bit float (`1e2` is 100.0, `-1e-400` is -0.0), and one past the float range (`1e400`, which
+/// `json.loads` reads as infinity) is refused, as a float infinity in an object is. `NaN` and `Infinity`
+/// are not JSON and are refused, and so is an escape that leaves a lone surrogate (`"\ud800"`), which no
+/// UTF-8 text holds. A repeated key keeps its first place and its last value, as in a dict.
+///
+/// Depth: the text is scanned first, and a container nested deeper than [`Limits::depth`] is refused
+/// before anything is parsed, so that the parser's own recursion never goes past it.
 pub fn parse_arguments(text: &str, limits: &Limits) -> Result<Value, InputRejection> {
     if text.len() > limits.max_input_bytes {
         return Err(InputRejection::TooLarge {
@@ -256,78 +283,164 @@ pub fn parse_arguments(text: &str, limits: &Limits) -> Result<Value, InputReject
     if text.trim_matches([' ', '\t', '\n', '\r']).is_empty() {
         return Ok(Value::Object(serde_json::Map::new()));
     }
-    // serde_json reads an integer past 64 bits as a float, losing digits; as an
-    // object argument such an integer is refused, so it is here too.
-    if let Some(literal) = oversized_integer(text) {
-        return Err(InputRejection::NotJson(format!(
-            "the integer {} is outside the 64-bit range",
-            cut_text(literal, PREVIEW_CHARS)
-        )));
-    }
-    // serde_json stops at its own recursion limit (128); say so as a depth error.
-    serde_json::from_str(text).map_err(|err| {
-        if err.to_string().starts_with("recursion limit exceeded") {
-            InputRejection::TooDeep {
-                limit: limits.max_input_depth,
-            }
-        } else {
-            InputRejection::Malformed(err.to_string())
+    let minus_zeros = scan(text, limits)?;
+    // `-0` read as `0`: the same length, so that any error's line and column stay the text's own.
+    let rewritten;
+    let source = if minus_zeros.is_empty() {
+        text
+    } else {
+        let mut bytes = text.as_bytes().to_vec();
+        for at in minus_zeros {
+            bytes[at] = b' ';
         }
-    })
+        // Only ASCII `-` bytes were changed, to spaces: the text is still UTF-8.
+        rewritten = String::from_utf8(bytes).unwrap_or_default();
+        rewritten.as_str()
+    };
+    let mut parser = serde_json::Deserializer::from_str(source);
+    // The scan held the nesting to `limits.depth()`, at most `MAX_INPUT_DEPTH`: the parser's recursion is
+    // bounded by the project's limit, which may be above serde_json's own (127 levels).
+    parser.disable_recursion_limit();
+    Value::deserialize(&mut parser)
+        .and_then(|value| parser.end().map(|()| value))
+        .map_err(|err| parse_refusal(&err, source))
 }
 
-/// The first integer literal (outside strings, without fraction or exponent)
-/// that fits neither `i64` nor `u64`, if any. Digit runs of 19 or fewer never
-/// overflow, so most texts are only scanned.
-fn oversized_integer(text: &str) -> Option<&str> {
+/// A parse error as a refusal: a number past the float range and a lone surrogate are JSON's syntax but
+/// not values the tool can be given (as in an object); anything else is not JSON.
+fn parse_refusal(err: &serde_json::Error, text: &str) -> InputRejection {
+    let message = err.to_string();
+    let place = format!("at line {} column {}", err.line(), err.column());
+    if message.starts_with("number out of range") {
+        let literal = number_near(text, err.line(), err.column());
+        return InputRejection::NotJson(format!(
+            "the number {} ({place}) is outside the range of a 64-bit float",
+            cut_text(literal, PREVIEW_CHARS)
+        ));
+    }
+    if message.starts_with("lone leading surrogate") || message.starts_with("unexpected end of hex escape") {
+        return InputRejection::NotJson(format!(
+            "an escape {place} leaves a lone surrogate, which is not valid Unicode"
+        ));
+    }
+    InputRejection::Malformed(message)
+}
+
+/// The number literal the parser stopped in or just after, at `line` and `column` (both from 1; the
+/// column counts bytes).
+fn number_near(text: &str, line: usize, column: usize) -> &str {
+    let line_start = if line <= 1 {
+        0
+    } else {
+        text.match_indices('\n')
+            .nth(line - 2)
+            .map_or(text.len(), |(at, _)| at + 1)
+    };
+    let at = (line_start + column).min(text.len());
     let bytes = text.as_bytes();
-    let mut in_string = false;
-    let mut escaped = false;
+    let in_number = |byte: u8| matches!(byte, b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-');
+    let mut start = at;
+    while start > 0 && in_number(bytes[start - 1]) {
+        start -= 1;
+    }
+    let mut end = at;
+    while end < bytes.len() && in_number(bytes[end]) {
+        end += 1;
+    }
+    // Only ASCII bytes were stepped over: both ends are character boundaries.
+    &text[start..end]
+}
+
+/// One pass over `text` outside its strings, in text order, before it is parsed: refuses the first array
+/// or object nested deeper than [`Limits::depth`] and the first integer literal that fits neither `i64`
+/// nor `u64` (serde_json would read it as a float, losing digits), and returns where each `-0` integer
+/// literal's minus sign is. Digit runs of 18 or fewer never overflow, so most numbers are only stepped over.
+///
+/// Where the text is not JSON, the scan may refuse it for depth or size before the parser would say so; it
+/// never lets through a nesting deeper than the limit, since it counts every bracket the parser would.
+fn scan(text: &str, limits: &Limits) -> Result<Vec<usize>, InputRejection> {
+    let bytes = text.as_bytes();
+    let limit = limits.depth();
+    let mut depth = 0usize;
+    let mut minus_zeros = Vec::new();
+    // The last byte outside strings and whitespace: a value starts at the start, after `[` or `:`, and
+    // after `,` in an array; one bit per open container (the lowest the innermost) says whether it is an
+    // array (the scan stops past `limit`, at most `MAX_INPUT_DEPTH` = 128 levels).
+    let mut last = None;
+    let mut arrays: u128 = 0;
     let mut i = 0;
     while i < bytes.len() {
         let byte = bytes[i];
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if byte == b'\\' {
-                escaped = true;
-            } else if byte == b'"' {
-                in_string = false;
-            }
-            i += 1;
-            continue;
-        }
-        if byte == b'"' {
-            in_string = true;
-            i += 1;
-            continue;
-        }
-        if byte.is_ascii_digit() {
-            let start = if i > 0 && bytes[i - 1] == b'-' { i - 1 } else { i };
-            let mut end = i;
-            while end < bytes.len() && bytes[end].is_ascii_digit() {
-                end += 1;
-            }
-            let fraction = end < bytes.len() && matches!(bytes[end], b'.' | b'e' | b'E');
-            if !fraction && end - i > 18 {
-                let literal = &text[start..end];
-                if literal.parse::<i64>().is_err() && literal.parse::<u64>().is_err() {
-                    return Some(literal);
+        match byte {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() {
+                    match bytes[i] {
+                        b'\\' => i += 2,
+                        b'"' => break,
+                        _ => i += 1,
+                    }
                 }
-            }
-            i = end;
-            // Skip the rest of a number with a fraction or an exponent.
-            while i < bytes.len() && matches!(bytes[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-') {
                 i += 1;
             }
-            continue;
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return Err(InputRejection::TooDeep { limit });
+                }
+                arrays = (arrays << 1) | u128::from(byte == b'[');
+                i += 1;
+            }
+            b']' | b'}' => {
+                depth = depth.saturating_sub(1);
+                arrays >>= 1;
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                let negative = byte == b'-';
+                let first_digit = if negative { i + 1 } else { i };
+                let mut end = first_digit;
+                while end < bytes.len() && bytes[end].is_ascii_digit() {
+                    end += 1;
+                }
+                let fraction = end < bytes.len() && matches!(bytes[end], b'.' | b'e' | b'E');
+                if !fraction && end > first_digit {
+                    let literal = &text[start..end];
+                    let at_value = match last {
+                        None | Some(b'[' | b':') => true,
+                        Some(b',') => arrays & 1 == 1,
+                        Some(_) => false,
+                    };
+                    if literal == "-0" && at_value {
+                        minus_zeros.push(start);
+                    } else if end - first_digit > 18
+                        && literal.parse::<i64>().is_err()
+                        && literal.parse::<u64>().is_err()
+                    {
+                        return Err(InputRejection::NotJson(format!(
+                            "the integer {} is outside the 64-bit range",
+                            cut_text(literal, PREVIEW_CHARS)
+                        )));
+                    }
+                }
+                i = end.max(start + 1);
+                // The rest of a number with a fraction or an exponent.
+                while i < bytes.len() && matches!(bytes[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-') {
+                    i += 1;
+                }
+            }
+            _ => i += 1,
         }
-        i += 1;
+        if !matches!(byte, b' ' | b'\t' | b'\n' | b'\r') {
+            last = Some(byte);
+        }
     }
-    None
+    Ok(minus_zeros)
 }
 
-/// The deepest nesting of arrays and objects in `value` (a scalar is depth 0).
+/// The deepest nesting of arrays and objects in `value`: an array or object is one level deeper than the
+/// container it is in, the outermost is level 1, and a scalar is depth 0 (`{"a": [1]}` is depth 2).
 pub fn nesting_depth(value: &Value) -> usize {
     fn containers(value: &Value) -> bool {
         matches!(value, Value::Array(_) | Value::Object(_))
@@ -524,6 +637,146 @@ mod tests {
         assert_eq!(
             parse_arguments(&deep, &limits),
             Err(InputRejection::TooDeep { limit: 64 })
+        );
+    }
+
+    /// `{"a": [[…1…]]}` nesting `depth` levels (the arguments object is the first).
+    fn nested_text(depth: usize) -> String {
+        format!("{{\"a\": {}1{}}}", "[".repeat(depth - 1), "]".repeat(depth - 1))
+    }
+
+    #[test]
+    fn text_is_held_to_the_depth_limit_exactly_at_any_limit() {
+        for limit in [1, 2, 63, 64, 65, 127, 128] {
+            let limits = Limits {
+                max_input_depth: limit,
+                ..Limits::default()
+            };
+            let value = parse_arguments(&nested_text(limit), &limits).unwrap();
+            assert_eq!(nesting_depth(&value), limit);
+            assert_eq!(schema_free().check(&value, &limits), Ok(()));
+            assert_eq!(
+                parse_arguments(&nested_text(limit + 1), &limits),
+                Err(InputRejection::TooDeep { limit })
+            );
+            // Objects nest as arrays do.
+            let objects = "{\"a\": ".repeat(limit + 1) + "1" + &"}".repeat(limit + 1);
+            assert_eq!(
+                parse_arguments(&objects, &limits),
+                Err(InputRejection::TooDeep { limit })
+            );
+        }
+    }
+
+    #[test]
+    fn a_limit_past_the_ceiling_is_held_to_it_and_deep_text_never_recurses_past_it() {
+        let limits = Limits {
+            max_input_depth: 1_000_000,
+            ..Limits::default()
+        };
+        assert_eq!(limits.depth(), MAX_INPUT_DEPTH);
+        assert!(parse_arguments(&nested_text(MAX_INPUT_DEPTH), &limits).is_ok());
+        let limit = MAX_INPUT_DEPTH;
+        assert_eq!(
+            parse_arguments(&nested_text(MAX_INPUT_DEPTH + 1), &limits),
+            Err(InputRejection::TooDeep { limit })
+        );
+        // A million levels: refused by the scan, before the parser recurses at all.
+        let deep = "[".repeat(1_000_000) + &"]".repeat(1_000_000);
+        assert_eq!(parse_arguments(&deep, &limits), Err(InputRejection::TooDeep { limit }));
+        let deep = format!("{{\"a\": {}", "{\"a\": [".repeat(500_000));
+        assert_eq!(parse_arguments(&deep, &limits), Err(InputRejection::TooDeep { limit }));
+        // Brackets inside strings are not nesting.
+        let quoted = format!("{{\"a\": \"{}\\\"{}\"}}", "[".repeat(1_000), "{".repeat(1_000));
+        assert!(parse_arguments(&quoted, &Limits::default()).is_ok());
+    }
+
+    fn schema_free() -> CompiledSchema {
+        CompiledSchema::compile("t", &json!({"type": "object"})).unwrap()
+    }
+
+    #[test]
+    fn minus_zero_is_the_integer_zero_as_json_loads_reads_it() {
+        let limits = Limits::default();
+        let value = parse_arguments(r#"{"a": -0, "b": [-0 , -0], "c": "-0", "d":-0}"#, &limits).unwrap();
+        assert_eq!(value, json!({"a": 0, "b": [0, 0], "c": "-0", "d": 0}));
+        assert!(value["a"].is_i64() && value["b"][1].is_i64() && value["d"].is_i64());
+        // A fraction or an exponent makes it a float, its sign kept.
+        for text in [
+            r#"{"a": -0.0}"#,
+            r#"{"a": -0e0}"#,
+            r#"{"a": -0E+1}"#,
+            r#"{"a": -1e-400}"#,
+        ] {
+            let value = parse_arguments(text, &limits).unwrap();
+            let float = value["a"].as_f64().filter(|_| value["a"].is_f64()).expect(text);
+            assert!(float == 0.0 && float.is_sign_negative(), "{text}");
+        }
+        // Text that is not JSON is refused as before, with the same message.
+        for text in [
+            r#"{"a": -01}"#,
+            r#"{"a": 1-0}"#,
+            r#"{"a": --0}"#,
+            r#"{"a": -0x}"#,
+            r#"{"a": 1,-0}"#,
+            r#"{"a": 1, -0: 2}"#,
+            r"{-0}",
+            r#"{"a": [1] -0}"#,
+        ] {
+            let Err(InputRejection::Malformed(message)) = parse_arguments(text, &limits) else {
+                panic!("{text}")
+            };
+            let serde = serde_json::from_str::<Value>(text).unwrap_err().to_string();
+            assert_eq!(message, serde, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_number_past_the_float_range_is_refused_naming_it() {
+        let limits = Limits::default();
+        for (text, literal, place) in [
+            (r#"{"n": 1e400}"#, "1e400", "line 1 column 11"),
+            ("{\"s\": \"é\",\n  \"n\": -1.5E+999}", "-1.5E+999", "line 2 column 16"),
+            (
+                r#"{"n": 1e99999999999999999999}"#,
+                "1e99999999999999999999",
+                "line 1 column",
+            ),
+        ] {
+            let Err(InputRejection::NotJson(message)) = parse_arguments(text, &limits) else {
+                panic!("{text}")
+            };
+            assert!(
+                message.starts_with(&format!("the number {literal} (at {place}")),
+                "{message}"
+            );
+        }
+        assert_eq!(
+            parse_arguments(r#"{"n": 1e-99999999999999999999}"#, &limits),
+            Ok(json!({"n": 0.0}))
+        );
+        assert_eq!(
+            parse_arguments(r#"{"n": 1.7976931348623157e308}"#, &limits),
+            Ok(json!({"n": f64::MAX}))
+        );
+    }
+
+    #[test]
+    fn an_escaped_lone_surrogate_is_refused_as_not_unicode() {
+        for text in [
+            r#"{"s": "\ud800"}"#,
+            r#"{"s": "\udc00"}"#,
+            r#"{"s": "\ud800\u0041"}"#,
+            r#"{"s": "\ud800x"}"#,
+        ] {
+            let Err(InputRejection::NotJson(message)) = parse_arguments(text, &Limits::default()) else {
+                panic!("{text}")
+            };
+            assert!(message.contains("lone surrogate"), "{message}");
+        }
+        assert_eq!(
+            parse_arguments(r#"{"s": "\ud83d\ude00"}"#, &Limits::default()),
+            Ok(json!({"s": "😀"}))
         );
     }
 

@@ -2,7 +2,7 @@
 
 from collections.abc import Callable, Coroutine, Generator, Iterable, Sequence
 from contextvars import Context
-from typing import Any, final
+from typing import Any, ClassVar, final
 
 __all__ = [
     "ConflictPlanner",
@@ -46,6 +46,7 @@ class ToolTable:
 
 @final
 class Limits:
+    MAX_INPUT_DEPTH: ClassVar[int]
     def __new__(cls, max_input_bytes: int, max_input_depth: int, max_errors: int) -> Limits: ...
     @property
     def max_input_bytes(self) -> int: ...

@@ -118,6 +118,43 @@ fn limits_hold_on_the_direct_path() {
 }
 
 #[test]
+fn the_direct_path_takes_text_to_the_depth_limit_and_no_deeper_as_the_full_path() {
+    let schema = json!({"type": "object", "properties": {"a": {"type": "array"}}});
+    for limit in [1, 2, 64, 127, 128] {
+        let limits = Limits {
+            max_input_depth: limit,
+            ..Limits::default()
+        };
+        for depth in [limit, limit + 1] {
+            let text = if depth == 1 {
+                "{}".to_owned()
+            } else {
+                format!("{{\"a\": {}-0{}}}", "[".repeat(depth - 1), "]".repeat(depth - 1))
+            };
+            let (fast, full) = (direct(&schema, &text, &limits), full(&schema, &text, &limits));
+            assert_eq!(fast.is_some(), depth <= limit, "{limit} {depth}");
+            assert_eq!(fast, full, "{limit} {depth}");
+        }
+    }
+}
+
+#[test]
+fn minus_zero_is_read_as_the_integer_zero_on_both_paths() {
+    let schema =
+        json!({"type": "object", "properties": {"i": {"type": "integer", "maximum": 0}, "n": {"type": "number"}}});
+    for text in [r#"{"i": -0, "n": -0}"#, r#"{"i": -0.0, "n": -0e1}"#] {
+        let fast = direct(&schema, text, &Limits::default()).expect(text);
+        assert_eq!(Some(&fast), full(&schema, text, &Limits::default()).as_ref());
+        let integer = !text.contains('.') && !text.contains('e');
+        assert_eq!(fast["i"].is_i64(), integer, "{text}");
+        assert_eq!(fast["n"].is_i64(), integer, "{text}");
+        if !integer {
+            assert!(fast["n"].as_f64().unwrap().is_sign_negative());
+        }
+    }
+}
+
+#[test]
 fn bounds_compare_exactly_or_not_at_all() {
     let schema =
         json!({"type": "object", "properties": {"n": {"type": "number", "maximum": 9_007_199_254_740_993_u64}}});

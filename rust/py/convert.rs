@@ -33,6 +33,10 @@ impl Walker<'_> {
         Ok(())
     }
 
+    /// The depth of a container entered at `depth` (the arguments object is entered at 0, as level 1), or
+    /// `TooDeep` past `max_input_depth`: the same count as [`crate::validate::nesting_depth`] and the text
+    /// scan. The limit is taken as given (a tool schema is read to 256 levels); an argument limit comes from
+    /// `Limits`, which holds it to `MAX_INPUT_DEPTH`, so this recursion stays bounded.
     fn enter(&self, depth: usize) -> Result<usize, InputRejection> {
         if depth >= self.limits.max_input_depth {
             return Err(InputRejection::TooDeep {

@@ -44,6 +44,11 @@ fn limits(max_input_bytes: usize, max_input_depth: usize, max_errors: usize) -> 
 /// The limits a call's arguments are read and checked under: the most bytes
 /// of argument text, the deepest nesting, and how many schema errors a
 /// refusal lists. Made once per executor, so that a turn passes one object.
+///
+/// Depth counts arrays and objects: the arguments object is level 1, each
+/// container in it one more, a scalar none (`{"a": [1]}` is 2 deep); text and
+/// mappings are held to it alike. `max_input_depth` is at most
+/// `MAX_INPUT_DEPTH` (else `OptionError`).
 #[pyclass(frozen, module = "toolsched._core", name = "Limits")]
 pub struct PyLimits {
     limits: Limits,
@@ -51,12 +56,22 @@ pub struct PyLimits {
 
 #[pymethods]
 impl PyLimits {
+    /// The deepest nesting `max_input_depth` may allow (the engine's walks recurse once per level).
+    #[classattr]
+    const MAX_INPUT_DEPTH: usize = crate::validate::MAX_INPUT_DEPTH;
+
     #[new]
     #[pyo3(signature = (max_input_bytes, max_input_depth, max_errors))]
-    fn new(max_input_bytes: usize, max_input_depth: usize, max_errors: usize) -> Self {
-        Self {
-            limits: limits(max_input_bytes, max_input_depth, max_errors),
+    fn new(max_input_bytes: usize, max_input_depth: usize, max_errors: usize) -> PyResult<Self> {
+        if max_input_depth > crate::validate::MAX_INPUT_DEPTH {
+            return Err(OptionError::new_err(format!(
+                "max_input_depth must be at most {}, got {max_input_depth}",
+                crate::validate::MAX_INPUT_DEPTH
+            )));
         }
+        Ok(Self {
+            limits: limits(max_input_bytes, max_input_depth, max_errors),
+        })
     }
 
     #[getter]

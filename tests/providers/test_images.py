@@ -16,7 +16,6 @@ from typing import Any
 import anyio
 import pytest
 from sdk_clients import Client
-from sse_provider import BUILDERS, Call, ScriptedProvider, Turn
 
 import toolsched as ts
 from toolsched import mcp as ts_mcp
@@ -25,6 +24,7 @@ from toolsched.providers import anthropic as ts_anthropic
 from toolsched.providers import gemini as ts_gemini
 from toolsched.providers import openai_chat as ts_chat
 from toolsched.providers import openai_responses as ts_responses
+from toolsched.testing import Reply, ScriptedProvider, ToolUse
 
 pytestmark = pytest.mark.anyio
 
@@ -289,12 +289,12 @@ async def test_each_loop_sends_a_tool_image_as_the_provider_image_part(provider:
         """A screenshot of a page."""
         return [f"screenshot of {page}", ts.Image(big)]
 
-    turn = Turn(calls=[Call("call_1", "screenshot", {"page": "home"})])
-    with ScriptedProvider([BUILDERS[provider](turn), BUILDERS[provider](Turn(text="A blank page."))]) as scripted:
+    turn = Reply(tool_uses=[ToolUse("screenshot", {"page": "home"}, id="call_1")])
+    with ScriptedProvider([turn, Reply(text="A blank page.")]) as scripted:
         async with Client(provider, scripted.url) as client:
             result = await client.loop(ts.Executor([screenshot]), "what is on the home page?")
     assert (result.stop, result.text) == ("done", "A blank page.")
-    sent = scripted.requests[1]
+    sent = scripted.requests[1].body
     b64 = base64.b64encode(big).decode()
     if provider == "anthropic":
         (answer,) = sent["messages"][-1]["content"]

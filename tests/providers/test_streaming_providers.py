@@ -13,13 +13,13 @@ from typing import Any
 import anyio
 import pytest
 from sdk_clients import Client
-from sse_provider import BUILDERS, Call, ScriptedProvider, Turn
 
 import toolsched as ts
 from toolsched.providers import anthropic as ts_anthropic
 from toolsched.providers import gemini as ts_gemini
 from toolsched.providers import openai_chat as ts_chat
 from toolsched.providers import openai_responses as ts_responses
+from toolsched.testing import Reply, ScriptedProvider, ToolUse, stream_events
 
 pytestmark = pytest.mark.anyio
 
@@ -43,11 +43,11 @@ def _tools(started: dict[str, float]) -> list[ts.Tool]:
     return [get_weather]
 
 
-TURN = Turn(
+TURN = Reply(
     text="Let me look both up.",
-    calls=[
-        Call("call_paris", "get_weather", {"city": "Paris"}),
-        Call("call_london", "get_weather", {"city": "London"}),
+    tool_uses=[
+        ToolUse("get_weather", {"city": "Paris"}, id="call_paris"),
+        ToolUse("get_weather", {"city": "London"}, id="call_london"),
     ],
     tokens_per_second=200,
     token_chars=3,
@@ -60,7 +60,7 @@ async def test_tools_start_while_the_answer_streams_and_end_as_the_whole_answer_
     started: dict[str, float] = {}
     executor = ts.Executor(_tools(started))
     module = MODULES[provider]
-    with ScriptedProvider([BUILDERS[provider](TURN), BUILDERS[provider](TURN)]) as scripted:
+    with ScriptedProvider([TURN, TURN]) as scripted:
         async with Client(provider, scripted.url) as client:
             # The SDKs build their event parsers on first use (the Responses one takes a few hundred
             # milliseconds): a first answer read to the end warms them, as in any long-lived process.
@@ -90,12 +90,12 @@ async def test_tools_start_while_the_answer_streams_and_end_as_the_whole_answer_
 async def test_a_stream_cut_midway_keeps_the_results_of_the_calls_it_completed(provider: str) -> None:
     started: dict[str, float] = {}
     executor = ts.Executor(_tools(started))
-    events = BUILDERS[provider](TURN)
+    events = stream_events(provider, TURN)
     # Cut the connection once the second call has begun, before it is complete (Gemini sends a call
     # whole, in one event: there the cut comes just before it).
     second = next(position for position, (_, _, data) in enumerate(events) if "call_london" in str(data))
     cut = second if provider == "gemini" else second + 1
-    with ScriptedProvider([events], break_after={0: cut}) as scripted:
+    with ScriptedProvider([TURN], break_after={0: cut}) as scripted:
         async with Client(provider, scripted.url) as client:
             with pytest.raises(ts.StreamFailed) as raised:
                 await MODULES[provider].execute_stream(executor, await client.stream())
@@ -115,7 +115,7 @@ async def test_an_executor_with_batch_hooks_reads_the_whole_stream_first() -> No
 
     executor = ts.Executor(_tools({}), hooks=ts.Hooks().pre_batch("*", before))
     assert not executor.streams
-    with ScriptedProvider([BUILDERS["anthropic"](TURN)]) as scripted:
+    with ScriptedProvider([TURN]) as scripted:
         async with Client("anthropic", scripted.url) as client:
             execution = await ts_anthropic.execute_stream(executor, await client.stream())
     assert seen == [2]
@@ -127,14 +127,14 @@ async def test_an_executor_with_batch_hooks_reads_the_whole_stream_first() -> No
 async def test_a_streaming_loop_answers_every_call_and_sends_the_conversation_back(provider: str) -> None:
     started: dict[str, float] = {}
     executor = ts.Executor(_tools(started))
-    final = Turn(text="Paris and London are both 18°C.")
-    with ScriptedProvider([BUILDERS[provider](TURN), BUILDERS[provider](final)]) as scripted:
+    final = Reply(text="Paris and London are both 18°C.")
+    with ScriptedProvider([TURN, final]) as scripted:
         async with Client(provider, scripted.url) as client:
             result = await client.loop(executor, "weather?")
     assert (result.stop, result.turns) == ("done", 2)
     assert result.text == "Paris and London are both 18°C."
     assert sorted(started) == ["London", "Paris"]
     # The second request carried the assistant turn and one answer per call.
-    second = str(scripted.requests[1])
+    second = str(scripted.requests[1].body)
     assert "call_paris" in second and "call_london" in second and "London: 18°C" in second
-    assert scripted.requests[0].get("stream") in (True, None)
+    assert scripted.requests[0].stream

@@ -2,19 +2,22 @@
 
 The SDKs parse the recorded JSON exactly as they parse a live answer; the
 requests they send are kept for the tests to inspect. Nothing leaves the process.
+Each SDK is imported when its client is made, so one provider's SDK alone is enough
+(tests/packaging runs this module in a virtualenv with a single extra).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
-from anthropic import AsyncAnthropic
-from google import genai
-from google.genai import types as genai_types
-from openai import AsyncOpenAI
+
+if TYPE_CHECKING:
+    from anthropic import AsyncAnthropic
+    from google import genai
+    from openai import AsyncOpenAI
 
 FIXTURES = Path(__file__).with_name("fixtures")
 
@@ -45,12 +48,19 @@ class Recorded:
         return httpx2.AsyncClient(transport=httpx2.MockTransport(self._answer))
 
     def anthropic(self) -> AsyncAnthropic:
+        from anthropic import AsyncAnthropic
+
         return AsyncAnthropic(api_key="test-key", http_client=self.http_client(), max_retries=0)
 
     def openai(self) -> AsyncOpenAI:
+        from openai import AsyncOpenAI
+
         return AsyncOpenAI(api_key="test-key", http_client=self.http_client(), max_retries=0)
 
     def gemini(self) -> genai.Client:
+        from google import genai
+        from google.genai import types as genai_types
+
         options = genai_types.HttpOptions(httpx_async_client=self.http_client())
         return genai.Client(api_key="test-key", http_options=options)
 

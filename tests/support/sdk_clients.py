@@ -1,4 +1,4 @@
-"""The official async SDK clients pointed at a scripted provider on 127.0.0.1 (``sse_provider``)."""
+"""The official async SDK clients pointed at a scripted provider on 127.0.0.1 (``toolsched.testing``)."""
 
 from __future__ import annotations
 

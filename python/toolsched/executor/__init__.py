@@ -66,7 +66,10 @@ class Executor:
     - ``abort_siblings_on_error``: a failure cancels the rest of its batch, for
       every tool (each tool can also ask for it with its own flag);
     - ``unknown_tool``: ``"result"`` or ``"raise"`` (``UnknownToolError``);
-    - ``max_input_bytes`` / ``max_input_depth`` / ``max_schema_errors``: argument limits;
+    - ``max_input_bytes`` / ``max_input_depth`` / ``max_schema_errors``: argument limits. Depth counts
+      arrays and objects: the arguments object is level 1, each array or object inside one level more,
+      and a scalar none (``{"a": [1]}`` is 2 deep, ``{}`` and ``{"a": 1}`` 1); arguments given as JSON
+      text and as a mapping are held to it alike. Default 64, at most 128;
     - ``interactive``: whether a person is present (``ToolContext.interactive``);
     - ``offload_dir``: where ``truncate="offload"`` writes full outputs;
     - ``error_formatter``: ``(exception, call) -> message`` for failed tools

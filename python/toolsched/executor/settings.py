@@ -26,8 +26,8 @@ from toolsched.tools import Tool
 
 __all__ = ["ErrorFormatter", "EventCallback", "Settings", "Steering", "format_error"]
 
-# The deepest nesting ``max_input_depth`` may allow (JSON text is read to 128 levels).
-MAX_INPUT_DEPTH = 128
+# The deepest nesting ``max_input_depth`` may allow: the engine's walks of a value recurse once per level.
+MAX_INPUT_DEPTH = _core.Limits.MAX_INPUT_DEPTH
 
 logger = logging.getLogger("toolsched")
 
@@ -117,7 +117,7 @@ class Settings:
             raise OptionError(f"abort_siblings_on_error must be True or False, got {abort_siblings_on_error!r}")
         if not callable(error_formatter):
             raise OptionError(f"error_formatter must be a callable (exception, call) -> str, got {error_formatter!r}")
-        # The engine walks arguments level by level, and JSON text is read to 128 levels at most.
+        # The engine walks arguments level by level (its stack bounded by the limit).
         for label, value, most in (
             ("max_input_bytes", max_input_bytes, None),
             ("max_input_depth", max_input_depth, MAX_INPUT_DEPTH),

@@ -1,0 +1,205 @@
+"""A scripted model on 127.0.0.1 speaking each provider's HTTP API, so the official SDK clients work against it."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+from toolsched.errors import OptionError
+from toolsched.testing._script import Api, Reply, Request, Script
+from toolsched.testing._wire import error_body, response_body, stream_events
+
+# Seconds between the last event sent and the cut of a broken stream.
+_CUT_DELAY = 0.1
+
+
+def api_of(path: str) -> Api | None:
+    """The API a request path belongs to, or None: ``/v1/messages`` is Anthropic's, and so on."""
+    route = urlsplit(path).path
+    if route.endswith("/messages"):
+        return "anthropic"
+    if route.endswith("/responses"):
+        return "openai_responses"
+    if route.endswith("/chat/completions"):
+        return "openai_chat"
+    if route.endswith((":generateContent", ":streamGenerateContent")):
+        return "gemini"
+    return None
+
+
+class ScriptedProvider:
+    """A local HTTP server that answers model requests from a script: one entry per request, in order.
+
+    It speaks the Anthropic Messages, OpenAI Responses, OpenAI Chat
+    Completions and Gemini APIs, each told by the request's path, and
+    answers a request that asks to stream (``stream: true``, or Gemini's
+    ``streamGenerateContent``) with that API's server-sent events, paced as
+    the reply says; any other with the API's JSON body. Point an official
+    SDK client at ``url`` (its ``base_url``; any API key) and it works as
+    against the real service, nothing leaving the machine.
+
+    Each entry of ``script`` is a ``Reply``, or a function that takes the
+    ``Request`` and returns one. A request past the end of the script, to an
+    unknown path, or whose function raised, is answered with the API's
+    400 error naming why (SDKs do not retry a 400). ``break_after`` maps an
+    entry's position (from 0) to a number of events after which its stream's
+    connection is cut mid-chunk, a tenth of a second after the last event
+    sent (so the client has read those): a stream that breaks midway.
+
+    Use it as a context manager (it serves while the block runs). Raises
+    ``OptionError`` for a script entry of the wrong kind.
+    """
+
+    def __init__(self, script: Iterable[Script], *, break_after: Mapping[int, int] | None = None) -> None:
+        self._script: list[Script] = list(script)
+        for position, entry in enumerate(self._script):
+            if not isinstance(entry, Reply) and not callable(entry):
+                raise OptionError(
+                    f"script entry {position} must be a Reply or a function returning one, not {type(entry).__name__}"
+                )
+        self.break_after: dict[int, int] = dict(break_after or {})
+        self.requests: list[Request] = []
+        """Every request received, in order."""
+        self.sent_at: list[float] = []
+        """``time.perf_counter()`` when each answer's last byte was written, in the order they finished."""
+        self._lock = threading.Lock()
+        self._served = 0
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The base URL to give the SDK client (``http://127.0.0.1:PORT``), while the server runs."""
+        if self._server is None:
+            raise RuntimeError("the scripted provider is not running: use it in a `with` block")
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def unused(self) -> int:
+        """How many script entries no request has taken yet."""
+        with self._lock:
+            return max(0, len(self._script) - self._served)
+
+    def __enter__(self) -> ScriptedProvider:
+        if self._server is not None:
+            raise RuntimeError("the scripted provider is already running")
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-provider", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join()
+
+    def _take(self, request: Request) -> tuple[int, Script | None]:
+        with self._lock:
+            self.requests.append(request)
+            position = self._served
+            self._served += 1
+            return position, self._script[position] if position < len(self._script) else None
+
+    def _finished(self) -> None:
+        with self._lock:
+            self.sent_at.append(time.perf_counter())
+
+
+def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            api = api_of(self.path)
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                body = None
+            if api is None or not isinstance(body, dict):
+                why = "not JSON" if api is not None else f"no API is served at {self.path}"
+                self._send_json(404 if api is None else 400, error_body(api or "openai_chat", why))
+                return
+            stream = ":streamGenerateContent" in self.path if api == "gemini" else body.get("stream") is True
+            request = Request(api=api, path=self.path, body=body, stream=stream)
+            position, entry = provider._take(request)
+            if entry is None:
+                self._send_json(400, error_body(api, f"the script has no reply left for request {position + 1}"))
+                return
+            try:
+                reply = entry if isinstance(entry, Reply) else entry(request)
+                if not isinstance(reply, Reply):
+                    raise OptionError(f"a script function returned {type(reply).__name__}, not a Reply")
+            except Exception as error:
+                self._send_json(400, error_body(api, f"script entry {position} raised {error!r}"))
+                return
+            if stream:
+                self._send_stream(api, reply, position)
+            else:
+                self._send_json(200, response_body(api, reply, number=position + 1))
+                provider._finished()
+
+        def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            self.wfile.write(data)
+            self.wfile.flush()
+
+        def _send_stream(self, api: Api, reply: Reply, position: int) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("cache-control", "no-cache")
+            self.send_header("transfer-encoding", "chunked")
+            # Said, not only done: a client that pooled this connection could send its next request
+            # on it as the server closes it ("Server disconnected" under load).
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            cut = provider.break_after.get(position)
+            try:
+                for number, event in enumerate(stream_events(api, reply, number=position + 1)):
+                    if cut is not None and number >= cut:
+                        # The connection drops in the middle of a chunk, a moment after the events before it
+                        # (a client that read them together with the broken bytes would lose them unread).
+                        time.sleep(_CUT_DELAY)
+                        self.wfile.write(b"400\r\ndata: {")
+                        self.wfile.flush()
+                        return
+                    if event.delay:
+                        time.sleep(event.delay)
+                    text = event.data if isinstance(event.data, str) else json.dumps(event.data)
+                    frame = ((f"event: {event.name}\n" if event.name else "") + f"data: {text}\n\n").encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                return
+            provider._finished()
+
+    return Handler
