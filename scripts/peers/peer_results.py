@@ -3,7 +3,9 @@
 Loaded by ``scripts/peers/run.py`` (``-p peer_results``) in both runs of a host's suite. The file
 maps each test ID to ``{"outcome": ..., "message": ...}``: ``passed``, ``failed`` (the test
 body), ``error`` (a fixture, a teardown, or a module that could not be collected), ``skipped``,
-``xfailed`` or ``xpassed``; ``message`` is the first line of the failure.
+``xfailed`` or ``xpassed``; ``message`` is the first line of the failure. A test counts once, by the
+first phase that did not pass (pytest's own summary counts a test that fails and then errors in its
+teardown twice); a module that could not be collected, or skipped itself, counts as one.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class _Recorder:
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             self._set(report.nodeid or "<collection>", "error", _first_line(report))
+        elif report.skipped:  # a module that skips itself (``pytest.importorskip`` at its top)
+            self._set(report.nodeid or "<collection>", "skipped")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         xfail = hasattr(report, "wasxfail")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
 from agents import Agent, FunctionTool
 from agents.agent import AgentBase
 
@@ -58,8 +59,13 @@ def _switched_copy(agent: Agent[Any], tools: list[Any]) -> Agent[Any] | None:
     return copy
 
 
+switched_agents = 0
+
+
 def _take_from(agent: Agent[Any], copy: Agent[Any]) -> None:
     """Gives ``agent`` what ``scheduled`` gave its copy: the tools, the executor, anything else it set."""
+    global switched_agents
+    switched_agents += 1
     mine = vars(agent)
     for key, value in vars(copy).items():
         if key != "tools" and mine.get(key, _missing) is not value:
@@ -113,6 +119,10 @@ def _setattr(self: AgentBase[Any], name: str, value: Any) -> None:
 
 Agent.__post_init__ = _post_init  # type: ignore[method-assign]
 AgentBase.__setattr__ = _setattr  # type: ignore[method-assign]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    terminalreporter.write_line(f"toolsched switch: {switched_agents} agents switched to scheduled(agent)")
 
 
 def pytest_report_header() -> str:

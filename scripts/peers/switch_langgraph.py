@@ -11,14 +11,27 @@ modules hold it (``langgraph.prebuilt``, ``langgraph.prebuilt.tool_node``, and
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import langgraph.prebuilt
 import langgraph.prebuilt.chat_agent_executor
 import langgraph.prebuilt.tool_node
+import pytest
 
-from toolsched.integrations.langgraph import ToolNode
+from toolsched.integrations.langgraph import ToolNode as ToolschedToolNode
 
 __all__: list[str] = []
+
+
+class ToolNode(ToolschedToolNode):
+    """toolsched's node, counting the nodes the tests build (the run's summary says how many)."""
+
+    built = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        ToolNode.built += 1
+
 
 stock = langgraph.prebuilt.tool_node.ToolNode
 switched = [
@@ -32,3 +45,7 @@ for name in switched:
 
 def pytest_report_header() -> str:
     return f"toolsched switch: ToolNode is toolsched.integrations.langgraph.ToolNode in {', '.join(switched)}"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    terminalreporter.write_line(f"toolsched switch: {ToolNode.built} toolsched ToolNodes built")
