@@ -3,9 +3,10 @@
 Loaded by ``scripts/peers/run.py`` (``-p peer_results``) in both runs of a host's suite. The file
 maps each test ID to ``{"outcome": ..., "message": ...}``: ``passed``, ``failed`` (the test
 body), ``error`` (a fixture, a teardown, or a module that could not be collected), ``skipped``,
-``xfailed`` or ``xpassed``; ``message`` is the first line of the failure. A test counts once, by the
-first phase that did not pass (pytest's own summary counts a test that fails and then errors in its
-teardown twice); a module that could not be collected, or skipped itself, counts as one.
+``xfailed`` or ``xpassed``; ``message`` is the first line of the failure. A test counts once, by
+the first phase that did not pass (pytest's own summary counts a test that fails and then errors in
+its teardown twice); a module that could not be collected, or skipped itself, counts as one. While
+the run lasts, ``<path>.running`` names the test running now.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ class _Recorder:
 
     def _set(self, nodeid: str, outcome: str, message: str = "") -> None:
         self.results[nodeid] = {"outcome": outcome, "message": message}
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        # The test running now, for watching a long run (a test that hangs waits for --timeout).
+        with open(self.path + ".running", "w", encoding="utf-8") as out:
+            out.write(nodeid + "\n")
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
