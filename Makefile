@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export VIRTUAL_ENV := $(abspath $(VENV))
 
-.PHONY: demo test test-rust test-python build bench docs lint clean
+.PHONY: demo test test-rust test-python build bench docs lint clean peer-deps peer-tests
 
 $(BIN)/maturin:
 	$(PYTHON) -m venv $(VENV)
@@ -50,11 +50,27 @@ bench: build
 docs: build
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
+# The host frameworks' own test suites (the OpenAI Agents SDK's, LangGraph's prebuilt), stock and with
+# toolsched switched in: scripts/peers/run.py fetches their sdists into PEERS_CACHE (outside the
+# repository) and runs each suite twice. Not part of `make test`. Their test dependencies are
+# installed into the same environment, with every package already installed held at its version.
+PEERS_CACHE ?= $(HOME)/.cache/toolsched-peers
+PEER_DEPS := pytest-asyncio pytest-mock inline-snapshot syrupy langgraph-checkpoint-sqlite \
+	langgraph-checkpoint-postgres psycopg-pool aiosqlite fakeredis "sqlalchemy[asyncio]" aiohttp graphviz \
+	tomli exceptiongroup
+peer-deps:
+	mkdir -p $(PEERS_CACHE)
+	$(BIN)/pip freeze --exclude-editable | grep -v ' @ ' > $(PEERS_CACHE)/constraints.txt
+	$(BIN)/pip install --quiet -c $(PEERS_CACHE)/constraints.txt $(PEER_DEPS)
+
+peer-tests: build peer-deps
+	$(BIN)/python scripts/peers/run.py --cache $(PEERS_CACHE) $(PEER_ARGS)
+
 lint: build
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy --features python -- -D warnings
-	$(BIN)/ruff check python tests benches examples
+	$(BIN)/ruff check python tests benches examples scripts
 	$(BIN)/mypy python/toolsched
 	$(BIN)/python -m mypy.stubtest toolsched._core
 

@@ -335,3 +335,41 @@ def test_parent_commands_that_send_are_merged_into_one_as_langgraph_merges_them(
     assert results[0] == results[1]
     (merged,) = results[1]
     assert merged.graph == Command.PARENT and [send.node for send in merged.goto] == ["alice", "bob"]
+
+
+def _answer_none_for_c1(request: Any, execute: Any) -> Any:
+    return None if request.tool_call["id"] == "c1" else execute(request)
+
+
+async def _aanswer_none_for_c1(request: Any, execute: Any) -> Any:
+    return None if request.tool_call["id"] == "c1" else await execute(request)
+
+
+@pytest.mark.parametrize("interceptor", ["wrap_tool_call", "awrap_tool_call"])
+@pytest.mark.parametrize("given", ["state", "messages"])
+@pytest.mark.parametrize("other", ["divide", "to_alice"])
+async def test_what_an_interceptor_answers_is_combined_as_langgraph_combines_it(
+    interceptor: str, given: str, other: str
+) -> None:
+    """An interceptor that answers ``None`` (or anything not a ``Command``) gets it back as LangGraph's
+    node gives it: in the state's messages, beside a tool's ``Command`` as well."""
+    hook = _answer_none_for_c1 if interceptor == "wrap_tool_call" else _aanswer_none_for_c1
+    calls = [
+        ToolCall(name="divide", args={"a": 1, "b": 1}, id="c1", type="tool_call"),
+        ToolCall(name=other, args={"a": 6, "b": 3} if other == "divide" else {}, id="c2", type="tool_call"),
+    ]
+    message = AIMessage("", tool_calls=calls)
+    node_input: Any = {"messages": [message]} if given == "state" else [message]
+    config = {"configurable": {"__pregel_runtime": Runtime(context=None, store=None)}}
+    results = [
+        await node_class([divide, to_alice], **{interceptor: hook}).ainvoke(node_input, config=config)
+        for node_class in (StockToolNode, ToolNode)
+    ]
+    assert results[0] == results[1]
+    if other == "divide":
+        answers = results[1] if given == "messages" else results[1]["messages"]
+        assert answers[0] is None and answers[1].content == "2.0"
+    else:
+        first, merged = results[1]
+        assert first == ([None] if given == "messages" else {"messages": [None]})
+        assert merged.graph == Command.PARENT and [send.node for send in merged.goto] == ["alice"]

@@ -276,6 +276,9 @@ def _invoker(executor: Executor, member: Tool, gates: _Gates) -> Any:
             return result.error or f"`{name}` failed ({result.error_kind})"
         return _wire_output(result.output)
 
+    # The SDK reads the invoker's type hints on every call (to choose the context it passes); given as
+    # objects, they are not compiled from their text each time.
+    on_invoke_tool.__annotations__ = {"sdk_context": AgentsToolContext[Any], "arguments": str, "return": Any}
     return on_invoke_tool
 
 

@@ -677,13 +677,15 @@ class ToolNode(Runnable[Any, Any]):
         flat: list[Any] = []
         for output in outputs:
             flat.extend(output if isinstance(output, list) else [output])
-        if all(isinstance(item, ToolMessage) for item in flat):
+        # As LangGraph's node does: whatever is not a Command (a ToolMessage, or what an interceptor
+        # answered, None included) is a message of the update.
+        if not any(isinstance(item, Command) for item in flat):
             return flat if kind == "list" else {self.messages_key: flat}
         combined: list[Any] = []
-        # As LangGraph's node does: the parent-graph commands that only send are merged into one, last.
+        # The parent-graph commands that only send are merged into one, last.
         sends: list[Any] | None = None
         for item in flat:
-            if isinstance(item, ToolMessage):
+            if not isinstance(item, Command):
                 combined.append([item] if kind == "list" else {self.messages_key: [item]})
             elif (
                 isinstance(item, Command)
