@@ -8,6 +8,7 @@ processes writing the same file wait for each other up to the busy timeout.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import struct
@@ -39,6 +40,7 @@ from toolsched.journal.base import (
     stored_stamps,
     transition_refused,
 )
+from toolsched.journal.leases import Renewal
 
 __all__ = ["SqliteJournal"]
 
@@ -128,6 +130,8 @@ class SqliteJournal(Journal):
         self.synchronous = synchronous
         self._conn: sqlite3.Connection | None = None
         self._identity: tuple[int, int] | None = None
+        # The lease keeper's own connection (its thread only).
+        self._renewal: sqlite3.Connection | None = None
 
     def __repr__(self) -> str:
         return f"SqliteJournal({str(self.path)!r}, owner={self.owner!r})"
@@ -458,6 +462,56 @@ class SqliteJournal(Journal):
             )
             if held.rowcount == 0:
                 raise self._refusal(conn, run_id)
+
+    def _renew_held(self, run_ids: Sequence[str]) -> Renewal:
+        conn = self._renewal
+        if conn is None:
+            try:
+                conn = sqlite3.connect(
+                    self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+                )
+            except sqlite3.Error as exc:
+                raise JournalError(f"cannot open the journal {self.path}: {exc}") from None
+            self._renewal = conn
+            with self._translated():
+                conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+        if self._identity is not None:
+            self._check_file()
+        listed = json.dumps(list(run_ids))
+        with self._translated():
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                # Timed once the write lock is held: the lease counts from the renewal, not from the wait for it.
+                until = time.time() + self.lease.total_seconds()
+                renewed = {
+                    stored("renewal", "toolsched_runs.run_id", row[0], str)
+                    for row in conn.execute(
+                        "UPDATE toolsched_runs SET lease_until = ? "
+                        "WHERE owner = ? AND run_id IN (SELECT value FROM json_each(?)) RETURNING run_id",
+                        (until, self.owner, listed),
+                    )
+                }
+                taken: dict[str, str | None] = {}
+                missing = [run_id for run_id in run_ids if run_id not in renewed]
+                if missing:
+                    found = dict(
+                        conn.execute(
+                            "SELECT run_id, owner FROM toolsched_runs WHERE run_id IN (SELECT value FROM json_each(?))",
+                            (json.dumps(missing),),
+                        ).fetchall()
+                    )
+                    taken = {run_id: stored_owner(run_id, found.get(run_id)) for run_id in missing}
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        return renewed, taken
+
+    def _renewal_disconnect(self) -> None:
+        if self._renewal is not None:
+            self._renewal.close()
+            self._renewal = None
 
     def _release(self, run_id: str) -> None:
         with self._transaction(write=True) as conn:
