@@ -456,3 +456,35 @@ async def test_closing_the_journal_stops_its_lease_keeper_and_its_runs(store: St
             await outcomes.done["r"].wait()
     assert isinstance(outcomes.ended["r"], ts.JournalError)
     assert keeper._thread is None or not keeper._thread.is_alive()  # type: ignore[attr-defined]
+
+
+async def test_renewals_that_fail_twice_in_a_row_are_tried_again_before_the_run_must_stop(store: Store) -> None:
+    # A blip of the journal: two renewals in a row fail. A failed renewal is tried again sooner than the next
+    # round, so the run keeps its lease and completes; the call ends once renewals land again.
+    attempts: list[str] = []
+    landed = threading.Event()
+
+    async with store.open(owner="worker", lease=2.0) as journal:
+        renew = journal._renew_held  # type: ignore[attr-defined]
+
+        def blip(run_ids: Sequence[str]) -> Renewal:
+            if len(attempts) < 2:
+                attempts.append("failed")
+                raise ts.JournalError("the journal's server restarted")
+            result: Renewal = renew(run_ids)
+            attempts.append("landed")
+            if attempts.count("landed") >= 2:
+                landed.set()
+            return result
+
+        replace_renewals(journal, blip)
+
+        @ts.tool(idempotent=True)
+        async def wait() -> str:
+            await anyio.to_thread.run_sync(landed.wait)
+            return "done"
+
+        with anyio.fail_after(HANG):
+            outcome = await ts.Executor([wait], journal=journal).run([ts.ToolCall("w", "wait")], run_id="r")
+    assert outcome.results[0].output == "done"
+    assert attempts[:4] == ["failed", "failed", "landed", "landed"]
