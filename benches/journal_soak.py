@@ -103,7 +103,18 @@ def logged_journal(spec: dict[str, Any], log: Log, claimed: set[str]) -> ts.Jour
     base: type[ts.Journal] = ts.SqliteJournal if spec["backend"] == "sqlite" else ts.PostgresJournal
 
     class Logged(base):  # type: ignore[valid-type,misc]
+        # The claim an executor's recover makes: ``_claim_at`` (``claim`` with the moment its statement was
+        # sent), or ``claim`` itself in toolsched versions without it.
+        async def _claim_at(self, run_id: str, *, force: bool = False) -> tuple[ts.RunRecord, float]:
+            found: tuple[ts.RunRecord, float] = await super()._claim_at(run_id, force=force)
+            log.line("claim", run_id)
+            claimed.add(run_id)
+            return found
+
         async def claim(self, run_id: str, *, force: bool = False) -> ts.RunRecord:
+            if hasattr(base, "_claim_at"):
+                record: ts.RunRecord = await super().claim(run_id, force=force)
+                return record
             record = await super().claim(run_id, force=force)
             log.line("claim", run_id)
             claimed.add(run_id)

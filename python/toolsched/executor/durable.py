@@ -82,10 +82,9 @@ class RunJournal:
 
     async def begin(self, calls: Sequence[ToolCall]) -> None:
         self._hold()
-        since = time.monotonic()
         try:
             with anyio.CancelScope(shield=True):
-                await self.journal.begin_run(self.run_id, calls)
+                since = await self.journal._begin_run_at(self.run_id, calls)
         except BaseException:
             _live_runs(self.journal).discard(self.run_id)
             raise
@@ -107,10 +106,9 @@ class RunJournal:
 
     async def claim(self, force: bool) -> Any:
         self._hold()
-        since = time.monotonic()
         try:
             with anyio.CancelScope(shield=True):
-                record = await self.journal.claim(self.run_id, force=force)
+                record, since = await self.journal._claim_at(self.run_id, force=force)
         except BaseException:
             _live_runs(self.journal).discard(self.run_id)
             raise

@@ -673,6 +673,14 @@ class Journal(ABC):
             self._ready()
             return operation()
 
+    def _locked_timed(self, operation: Callable[[], T]) -> tuple[T, float]:
+        """``_locked``, also returning the ``time.monotonic()`` at which the operation began, once the
+        connection was its own: a lease it sets counts from no earlier than then."""
+        with self._lock:
+            self._ready()
+            began = time.monotonic()
+            return operation(), began
+
     def _ready(self) -> None:
         if self._closed:
             raise JournalError("the journal is closed")
@@ -742,9 +750,15 @@ class Journal(ABC):
         already in the journal, ``JournalError`` for arguments that are not
         JSON.
         """
+        await self._begin_run_at(run_id, calls)
+
+    async def _begin_run_at(self, run_id: str, calls: Sequence[ToolCall]) -> float:
+        """``begin_run``, returning the ``time.monotonic()`` at which its statement was sent (the lease it
+        sets counts from no earlier)."""
         run_id = check_run_id(run_id)
         rows = [encode_call(position, call) for position, call in enumerate(calls)]
-        await self._run(lambda: self._begin_run(run_id, rows))
+        _, began = await anyio.to_thread.run_sync(self._locked_timed, lambda: self._begin_run(run_id, rows))
+        return began
 
     async def add_calls(self, run_id: str, first_position: int, calls: Sequence[ToolCall]) -> None:
         """Adds calls to a run in progress whose calls arrive over time (a streamed turn), at positions
@@ -792,8 +806,14 @@ class Journal(ABC):
         without waiting for its lease. Of two processes claiming at once,
         exactly one wins.
         """
+        record, _ = await self._claim_at(run_id, force=force)
+        return record
+
+    async def _claim_at(self, run_id: str, *, force: bool = False) -> tuple[RunRecord, float]:
+        """``claim``, also returning the ``time.monotonic()`` at which its statement was sent (the lease it
+        sets counts from no earlier)."""
         run_id = check_run_id(run_id)
-        return await self._run(lambda: self._claim(run_id, force))
+        return await anyio.to_thread.run_sync(self._locked_timed, lambda: self._claim(run_id, force))
 
     async def renew(self, run_id: str) -> None:
         """Extends this owner's lease on the run (every write extends it too)."""
