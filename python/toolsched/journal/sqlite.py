@@ -48,6 +48,8 @@ _HEADER = b"SQLite format 3\x00"
 # How often, and how far apart, opening asks again while another connection is creating the file.
 _SETTLE_ATTEMPTS = 20
 _SETTLE_PAUSE = 0.025
+# How long a renewal waits between its tries for the write lock.
+_RENEWAL_RETRY = 0.001
 
 # Each entry moves the schema up by one version; entry i creates version i + 1.
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -467,9 +469,8 @@ class SqliteJournal(Journal):
         conn = self._renewal
         if conn is None:
             try:
-                conn = sqlite3.connect(
-                    self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
-                )
+                # No busy timeout: ``_begin_renewal`` asks for the write lock itself.
+                conn = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
             except sqlite3.Error as exc:
                 raise JournalError(f"cannot open the journal {self.path}: {exc}") from None
             self._renewal = conn
@@ -479,7 +480,7 @@ class SqliteJournal(Journal):
             self._check_file()
         listed = json.dumps(list(run_ids))
         with self._translated():
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin_renewal(conn)
             try:
                 # Timed once the write lock is held: the lease counts from the renewal, not from the wait for it.
                 until = time.time() + self.lease.total_seconds()
@@ -507,6 +508,24 @@ class SqliteJournal(Journal):
                 raise
             conn.execute("COMMIT")
         return renewed, taken
+
+    def _begin_renewal(self, conn: sqlite3.Connection) -> None:
+        """Takes the write lock for a renewal, asking again every millisecond up to the busy timeout.
+
+        SQLite's own busy handler waits longer and longer between its tries (up to 100 ms), and under a
+        stream of short write transactions (this process's own among them) a waiter can go unserved for
+        hundreds of milliseconds: a renewal late by that much may cost a short lease.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                text = str(exc)
+                if ("locked" not in text and "busy" not in text) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(_RENEWAL_RETRY)
 
     def _renewal_disconnect(self) -> None:
         if self._renewal is not None:
