@@ -333,14 +333,15 @@ class Executor:
         return await self._journaled(durable, lambda: self._recover(durable, force, steering, context))
 
     async def _journaled(self, durable: RunJournal, body: Callable[[], Awaitable[Outcome]]) -> Outcome:
-        """Runs a durable run's ``body`` (its lease renewed meanwhile), then releases the run; a journal
-        failure is raised as itself."""
+        """Runs a durable run's ``body`` (its lease watched meanwhile: a lost lease cancels the body at once),
+        then releases the run; a journal failure, a lost lease among them, is raised as itself."""
         failure: Exception | None = None
         outcome: Outcome | None = None
         try:
             try:
                 async with anyio.create_task_group() as group:
-                    group.start_soon(durable.keep_alive)
+                    scope = group.cancel_scope
+                    group.start_soon(durable.watch, lambda _: scope.cancel())
                     try:
                         outcome = await body()
                     except Exception as exc:
@@ -357,9 +358,10 @@ class Executor:
             if durable.failure is not None:
                 raise durable.failure from None
             raise failure
-        assert outcome is not None
         if durable.failure is not None:
+            # Also a body cancelled because the run's lease was lost: it has no outcome.
             raise durable.failure
+        assert outcome is not None
         return replace(outcome, run_id=durable.run_id)
 
     async def stream(

@@ -5,14 +5,20 @@ shielded from cancellation (a call that finished is journaled even while the
 run is being cancelled) and completes before the run takes its next step. The
 first failed write is kept in ``failure``: the run then ends by raising it,
 and nothing that was not journaled is reported as done.
+
+A run whose lease is lost (``LeaseLostError``: taken by another owner, or run
+out before a renewal landed) fails the same way, at once: ``watch`` notices and
+stops the run, and every write after that is refused without reaching the
+journal, so no call of the run starts after the loss.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -23,12 +29,14 @@ from toolsched.journal import (
     Journal,
     JournalCorruptError,
     JournalError,
+    LeaseLostError,
     RunClaimedError,
     RunRecord,
     Transition,
     UnstorableOutputError,
 )
 from toolsched.journal.base import check_run_id
+from toolsched.journal.leases import Lease
 from toolsched.results import Behavior, ToolCall, ToolResult, args_digest, detached
 from toolsched.runstate import CallRecord, ChildRecord, child_from_json, child_to_json, interruption
 
@@ -60,7 +68,7 @@ def _live_runs(journal: Journal) -> set[str]:
 class RunJournal:
     """One run's writes to a journal (internal)."""
 
-    __slots__ = ("failure", "held", "journal", "run_id")
+    __slots__ = ("failure", "held", "journal", "lease", "run_id")
 
     def __init__(self, journal: Journal, run_id: str) -> None:
         self.journal = journal
@@ -69,38 +77,42 @@ class RunJournal:
         self.failure: JournalError | None = None
         # Whether this process holds the run (begun or claimed here), so it must release it.
         self.held = False
+        # This process's hold on the run while it holds it, kept by the journal's lease keeper.
+        self.lease: Lease | None = None
 
     async def begin(self, calls: Sequence[ToolCall]) -> None:
         self._hold()
         try:
             with anyio.CancelScope(shield=True):
-                await self.journal.begin_run(self.run_id, calls)
+                since = await self.journal._begin_run_at(self.run_id, calls)
         except BaseException:
             _live_runs(self.journal).discard(self.run_id)
             raise
-        self.held = True
+        self._taken(since)
 
     async def add(self, position: int, call: ToolCall) -> None:
         """Journals a call of a streamed turn as it arrives (*planned*), before anything else of it."""
+        self._check_lease()
         if self.failure is not None:
             raise JournalFailed(self.failure)
         try:
             with anyio.CancelScope(shield=True):
                 await self.journal.add_calls(self.run_id, position, [call])
         except JournalError as exc:
+            error = self._lost(exc)
             if self.failure is None:
-                self.failure = exc
-            raise JournalFailed(exc) from exc
+                self.failure = error
+            raise JournalFailed(error) from exc
 
     async def claim(self, force: bool) -> Any:
         self._hold()
         try:
             with anyio.CancelScope(shield=True):
-                record = await self.journal.claim(self.run_id, force=force)
+                record, since = await self.journal._claim_at(self.run_id, force=force)
         except BaseException:
             _live_runs(self.journal).discard(self.run_id)
             raise
-        self.held = True
+        self._taken(since)
         return record
 
     def _hold(self) -> None:
@@ -110,20 +122,45 @@ class RunJournal:
             raise RunClaimedError(self.run_id, f"{self.journal.owner} (a run in progress in this process)", None)
         runs.add(self.run_id)
 
-    async def keep_alive(self) -> None:
-        """Renews the run's lease while the run lives, so that no other process takes it from a long call."""
-        interval = max(self.journal.lease.total_seconds() / 3, 0.01)
+    def _taken(self, since: float) -> None:
+        """The run is this process's now (begun or claimed by a statement sent at ``since``): its lease is kept."""
+        self.held = True
+        self.lease = self.journal.leases.hold(self.run_id, since)
+
+    def _check_lease(self) -> None:
+        """Notices a lost lease before anything more is written (``failure`` is then the ``LeaseLostError``)."""
+        lease = self.lease
+        if lease is not None and self.failure is None and self.held and lease.lost(time.monotonic()):
+            self.failure = LeaseLostError(
+                self.run_id, lease.taken_by, expired=not lease.taken, lease=self.journal.lease
+            )
+
+    def _lost(self, error: JournalError) -> JournalError:
+        """A write refused because another owner holds the run: for a run held here, its lease was lost."""
+        if self.held and isinstance(error, RunClaimedError) and not isinstance(error, LeaseLostError):
+            lost = LeaseLostError(self.run_id, error.owner, expired=False, lease=self.journal.lease)
+            lost.__cause__ = error
+            return lost
+        return error
+
+    async def watch(self, stop: Callable[[JournalError], object]) -> None:
+        """Watches the run's lease while the run lives; the moment it is lost, ``failure`` becomes the
+        ``LeaseLostError`` and ``stop`` is called with it, once (the run must stop: its calls in flight,
+        and everything after them). Checked at the lease's ``stop_at`` and every quarter of the lease."""
+        interval = max(self.journal.lease.total_seconds() / 4, 0.01)
         while True:
-            await anyio.sleep(interval)
-            if not self.held:
-                continue
-            try:
-                with anyio.CancelScope(shield=True):
-                    await self.journal.renew(self.run_id)
-            except JournalError:
-                logger.warning("renewing the lease of run %s failed", self.run_id, exc_info=True)
+            self._check_lease()
+            if isinstance(self.failure, LeaseLostError):
+                stop(self.failure)
+                return
+            lease = self.lease
+            wait = interval
+            if lease is not None and self.held:
+                wait = min(interval, max(lease.stop_at - time.monotonic(), 0.0))
+            await anyio.sleep(wait)
 
     async def write(self, call_id: str, transition: Transition, payload: Any = None) -> None:
+        self._check_lease()
         if self.failure is not None:
             raise JournalFailed(self.failure)
         try:
@@ -133,9 +170,10 @@ class RunJournal:
             # Refused before anything was written: the journal itself is fine.
             raise
         except JournalError as exc:
+            error = self._lost(exc)
             if self.failure is None:
-                self.failure = exc
-            raise JournalFailed(exc) from exc
+                self.failure = error
+            raise JournalFailed(error) from exc
 
     async def finished(self, result: ToolResult) -> ToolResult:
         """Journals a call's result; returns the result journaled.
@@ -237,10 +275,18 @@ class RunJournal:
         if not self.held:
             return
         self.held = False
+        if self.lease is not None:
+            self.journal.leases.drop(self.lease)
         _live_runs(self.journal).discard(self.run_id)
+        if self.lease is not None and self.lease.taken:
+            # Another owner holds the run: there is nothing of this process's to let go.
+            return
         try:
             with anyio.CancelScope(shield=True):
                 await self.journal.release(self.run_id)
+        except RunClaimedError:
+            if not isinstance(self.failure, LeaseLostError):
+                logger.warning("releasing run %s in the journal failed", self.run_id, exc_info=True)
         except Exception:
             logger.warning("releasing run %s in the journal failed", self.run_id, exc_info=True)
 

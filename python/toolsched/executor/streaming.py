@@ -55,6 +55,7 @@ from toolsched.executor.settings import Settings, Steering
 from toolsched.executor.turn import Held, Job, Plan, Turn, plan_calls
 from toolsched.executor.view import View
 from toolsched.fastpath import run_until_suspended
+from toolsched.journal import JournalError
 from toolsched.outcome import Outcome, new_outcome
 from toolsched.resources import RunResources, current_resources
 from toolsched.results import Duplicate, ToolCall, ToolResult, plain_call
@@ -204,7 +205,14 @@ class StreamingTurn:
 
     async def _renew_lease(self, durable: RunJournal) -> None:
         with self._keep_alive:
-            await durable.keep_alive()
+            await durable.watch(self._lease_lost)
+
+    def _lease_lost(self, error: JournalError) -> None:
+        """The run's lease is lost: the turn fails with it and winds down as a broken stream (closed: a later
+        ``submit`` is refused), every running call that can be stopped cancelled whatever its
+        ``interrupt_behavior`` (nothing of it can be journaled now)."""
+        self._fail(error)
+        self._wind_down(error, lease_lost=True)
 
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
@@ -277,14 +285,17 @@ class StreamingTurn:
         if self._resources is not None:
             current_resources.reset(self._token)
 
-    def _wind_down(self, error: BaseException | None) -> None:
+    def _wind_down(self, error: BaseException | None, *, lease_lost: bool = False) -> None:
         """The stream broke: nothing new starts; ``"cancel"`` calls are cancelled, ``"block"`` calls finish (one
-        waiting without working, for a rate-limit token or a retry's backoff, works no more), as ``interrupt``."""
-        reason = "the stream of calls broke"
+        waiting without working, for a rate-limit token or a retry's backoff, works no more), as ``interrupt``.
+        ``lease_lost``: the run's lease is lost (``error``), and ``"block"`` calls are cancelled too where they
+        can be."""
+        what = "the run's lease was lost" if lease_lost else "the stream of calls broke"
+        reason = what
         if error is not None:
             detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-            reason = f"the stream of calls broke ({detail})"
-        self._turn.stop_calls(f"not run: {reason}", self._jobs, f": {reason}")
+            reason = f"{what} ({detail})"
+        self._turn.stop_calls(f"not run: {reason}", self._jobs, f": {reason}", every_call=lease_lost)
         self.close()
         # A call whose pre hook, approval or input check is awaited would hold the turn (and the caller's
         # cancellation) until it returned: it is answered without running instead, as every call after it.

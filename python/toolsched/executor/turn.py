@@ -446,16 +446,17 @@ class Turn:
             )
         return ToolContext(job.call.id, job.tool.name, self.context, self.interactive, emit, cancel_call)
 
-    def stop_calls(self, halt: str, jobs: Iterable[Job], cancelled: str) -> None:
+    def stop_calls(self, halt: str, jobs: Iterable[Job], cancelled: str, *, every_call: bool = False) -> None:
         """Stops the turn (an interrupt, a broken stream): nothing new starts (``halt``); running calls of
-        ``interrupt_behavior="cancel"`` tools are cancelled (``cancelled``, after the tool's name), and a
-        call waiting without working (a rate-limit token, a retry's backoff) works no more."""
+        ``interrupt_behavior="cancel"`` tools (of every tool with ``every_call``) are cancelled (``cancelled``,
+        after the tool's name), and a call waiting without working (a rate-limit token, a retry's backoff)
+        works no more."""
         if self.halt is None:
             self.halt = halt
         for job in jobs:
             if job.state != RUNNING:
                 continue
-            if job.tool.interrupt_behavior == "cancel":
+            if every_call or job.tool.interrupt_behavior == "cancel":
                 job.cancel(f"`{job.tool.name}` was cancelled{cancelled}")
             if job.pause is not None:
                 job.pause.cancel()

@@ -23,6 +23,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from typing import Any, Literal, Self, TypeVar, cast
 import anyio.to_thread
 
 from toolsched.errors import ToolschedError
+from toolsched.journal.leases import LeaseKeeper, Renewal
 from toolsched.numeric_options import numeric_fault, shown
 from toolsched.results import ERROR_KINDS, RESULT_FIELD_TYPES, ToolCall, ToolResult, args_digest, encode_output
 
@@ -44,6 +46,7 @@ __all__ = [
     "JournalError",
     "JournalVersionError",
     "JournaledCall",
+    "LeaseLostError",
     "RunClaimedError",
     "RunExistsError",
     "RunRecord",
@@ -146,6 +149,33 @@ class RunClaimedError(JournalError):
         self.run_id = run_id
         self.owner = owner
         self.lease_until = lease_until
+
+
+class LeaseLostError(RunClaimedError):
+    """A run in progress here lost its lease: this process can no longer vouch that it alone runs it.
+
+    Either a renewal or a write found another owner holding the run (``owner``; ``None`` when the
+    run is gone from the journal), or three quarters of the lease went by without a renewal landing
+    (``expired``: the journal unreachable or slow, or this process paused), so that another process
+    may soon take the run over. The run stopped when it noticed: no call of it starts after that,
+    nothing more of it is written, and its calls in flight are cancelled. Recover it.
+    """
+
+    def __init__(self, run_id: str, owner: str | None, *, expired: bool, lease: timedelta) -> None:
+        if expired:
+            why = (
+                f"no renewal of its {lease.total_seconds():g} s lease landed in time (the journal unreachable or "
+                "slow, or this process paused), so another process may take it over"
+            )
+        elif owner is None:
+            why = "the journal no longer holds it for this process (it was released or pruned elsewhere)"
+        else:
+            why = f"it is held by {owner!r} now"
+        JournalError.__init__(self, f"run {run_id!r} lost its lease: {why}; it stopped here, recover it")
+        self.run_id = run_id
+        self.owner = owner
+        self.lease_until = None
+        self.expired = expired
 
 
 # -- records --------------------------------------------------------------------------
@@ -585,12 +615,16 @@ class Journal(ABC):
     damaged, or was written by a newer version is refused without a write.
 
     ``owner`` names this process in claims (default ``host:pid:random:pidns:boot``);
-    ``lease`` is how long a claim lasts after the holder's last write before
-    another process may take the run over.
+    ``lease`` is how long a claim lasts after the holder's last write or renewal
+    before another process may take the run over.
 
     The driver is blocking (sqlite3, psycopg), so each operation runs in a
     worker thread, one at a time per journal object: one connection per
-    journal, and every event loop (asyncio, trio) works the same way.
+    journal, and every event loop (asyncio, trio) works the same way. The runs
+    in progress on a journal object have their leases renewed together, in one
+    statement every quarter of the lease, from a thread of its own on a second
+    connection (``toolsched.journal.leases``); a run that goes three quarters of
+    its lease without a renewal landing stops (``LeaseLostError``).
     """
 
     owner: str
@@ -608,6 +642,7 @@ class Journal(ABC):
         self._queue: list[PendingRecord] = []
         self._opened = False
         self._closed = False
+        self._keeper: LeaseKeeper | None = None
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -620,6 +655,10 @@ class Journal(ABC):
         await anyio.to_thread.run_sync(self._close_locked)
 
     def _close_locked(self) -> None:
+        # Outside the lock: the keeper never takes it, and a renewal under way finishes first.
+        keeper = self._keeper
+        if keeper is not None:
+            keeper.stop()
         with self._lock:
             if not self._closed:
                 self._closed = True
@@ -644,6 +683,14 @@ class Journal(ABC):
             self._ready()
             return operation()
 
+    def _locked_timed(self, operation: Callable[[], T]) -> tuple[T, float]:
+        """``_locked``, also returning the ``time.monotonic()`` at which the operation began, once the
+        connection was its own: a lease it sets counts from no earlier than then."""
+        with self._lock:
+            self._ready()
+            began = time.monotonic()
+            return operation(), began
+
     def _ready(self) -> None:
         if self._closed:
             raise JournalError("the journal is closed")
@@ -665,6 +712,7 @@ class Journal(ABC):
                     batch, self._queue = self._queue, []
                 try:
                     self._ready()
+                    since = time.monotonic()
                     self._record_batch(batch)
                 except BaseException as exc:
                     for pending in batch:
@@ -674,8 +722,33 @@ class Journal(ABC):
                 finally:
                     for pending in batch:
                         pending.done = True
+                keeper = self._keeper
+                if keeper is not None:
+                    # Each transition written extended its run's lease in the same statement.
+                    for pending in batch:
+                        if pending.error is None:
+                            keeper.extend(pending.run_id, since)
         if write.error is not None:
             raise write.error
+
+    @property
+    def leases(self) -> LeaseKeeper:
+        """What keeps this journal's leases (internal to the executor: ``hold`` a run begun or claimed here,
+        ``drop`` it when it ends)."""
+        keeper = self._keeper
+        if keeper is None:
+            with self._queue_lock:
+                keeper = self._keeper
+                if keeper is None:
+                    keeper = self._keeper = LeaseKeeper(
+                        self.owner, self.lease.total_seconds(), self._renew_held_checked, self._renewal_disconnect
+                    )
+        return keeper
+
+    def _renew_held_checked(self, run_ids: Sequence[str]) -> Renewal:
+        if self._closed:
+            raise JournalError("the journal is closed")
+        return self._renew_held(run_ids)
 
     # -- operations -----------------------------------------------------------------
 
@@ -687,9 +760,15 @@ class Journal(ABC):
         already in the journal, ``JournalError`` for arguments that are not
         JSON.
         """
+        await self._begin_run_at(run_id, calls)
+
+    async def _begin_run_at(self, run_id: str, calls: Sequence[ToolCall]) -> float:
+        """``begin_run``, returning the ``time.monotonic()`` at which its statement was sent (the lease it
+        sets counts from no earlier)."""
         run_id = check_run_id(run_id)
         rows = [encode_call(position, call) for position, call in enumerate(calls)]
-        await self._run(lambda: self._begin_run(run_id, rows))
+        _, began = await anyio.to_thread.run_sync(self._locked_timed, lambda: self._begin_run(run_id, rows))
+        return began
 
     async def add_calls(self, run_id: str, first_position: int, calls: Sequence[ToolCall]) -> None:
         """Adds calls to a run in progress whose calls arrive over time (a streamed turn), at positions
@@ -737,8 +816,14 @@ class Journal(ABC):
         without waiting for its lease. Of two processes claiming at once,
         exactly one wins.
         """
+        record, _ = await self._claim_at(run_id, force=force)
+        return record
+
+    async def _claim_at(self, run_id: str, *, force: bool = False) -> tuple[RunRecord, float]:
+        """``claim``, also returning the ``time.monotonic()`` at which its statement was sent (the lease it
+        sets counts from no earlier)."""
         run_id = check_run_id(run_id)
-        return await self._run(lambda: self._claim(run_id, force))
+        return await anyio.to_thread.run_sync(self._locked_timed, lambda: self._claim(run_id, force))
 
     async def renew(self, run_id: str) -> None:
         """Extends this owner's lease on the run (every write extends it too)."""
@@ -788,6 +873,16 @@ class Journal(ABC):
 
     @abstractmethod
     def _release(self, run_id: str) -> None: ...
+
+    @abstractmethod
+    def _renew_held(self, run_ids: Sequence[str]) -> Renewal:
+        """Renews this owner's leases on ``run_ids`` in one statement, on the renewal connection (opened when
+        there is none); called from the lease keeper's thread only, never under the lock. Returns the runs
+        renewed and the runs another owner holds now (``None``: gone from the journal)."""
+
+    @abstractmethod
+    def _renewal_disconnect(self) -> None:
+        """Closes the renewal connection, if open (the lease keeper's thread only)."""
 
     @abstractmethod
     def _prune(self, older_than: timedelta) -> int: ...

@@ -39,6 +39,7 @@ from toolsched.journal.base import (
     stored_stamps,
     transition_refused,
 )
+from toolsched.journal.leases import Renewal
 from toolsched.numeric_options import numeric_fault, shown
 
 if TYPE_CHECKING:
@@ -106,6 +107,17 @@ WHERE current.kind = ANY(%(allowed)s)
 RETURNING seq
 """
 
+# One statement renews every lease the owner holds among the runs listed. A run row locked meanwhile (one of this
+# owner's writes, which extends the lease itself, or another owner's claim under way) is skipped, never waited for.
+_RENEW = f"""
+WITH mine AS (
+    SELECT run_id FROM toolsched_runs WHERE run_id = ANY(%(runs)s) AND owner = %(owner)s FOR UPDATE SKIP LOCKED
+)
+UPDATE toolsched_runs AS runs SET lease_until = {_LEASE}
+FROM mine WHERE runs.run_id = mine.run_id
+RETURNING runs.run_id
+"""
+
 _STATE = """
 SELECT COALESCE(
     (SELECT kind FROM toolsched_transitions WHERE run_id = %(run)s AND call_id = %(call)s ORDER BY seq DESC LIMIT 1),
@@ -167,6 +179,8 @@ class PostgresJournal(Journal):
         self.schema = schema
         self.connect_timeout = connect_timeout
         self._conn: psycopg.Connection[Any] | None = None
+        # The lease keeper's own connection (its thread only).
+        self._renewal: psycopg.Connection[Any] | None = None
         self._where = "PostgreSQL"
 
     def __repr__(self) -> str:
@@ -438,6 +452,35 @@ class PostgresJournal(Journal):
             )
             if held.rowcount == 0:
                 raise self._refusal(conn, run_id)
+
+    def _renew_held(self, run_ids: Sequence[str]) -> Renewal:
+        with self._translated():
+            conn = self._renewal
+            if conn is None or conn.closed or conn.broken:
+                if conn is not None:
+                    conn.close()
+                self._renewal = None
+                conn = self._renewal = self._open_connection()
+            params = {"runs": list(run_ids), "owner": self.owner, "lease": self.lease.total_seconds()}
+            renewed = {stored("renewal", "toolsched_runs.run_id", row[0], str) for row in conn.execute(_RENEW, params)}
+            missing = [run_id for run_id in run_ids if run_id not in renewed]
+            if not missing:
+                return renewed, {}
+            found = dict(
+                conn.execute("SELECT run_id, owner FROM toolsched_runs WHERE run_id = ANY(%s)", (missing,)).fetchall()
+            )
+        taken: dict[str, str | None] = {}
+        for run_id in missing:
+            owner = stored_owner(run_id, found.get(run_id))
+            # Still this owner's: its row was locked, so it was skipped this time, not lost.
+            if owner != self.owner:
+                taken[run_id] = owner
+        return renewed, taken
+
+    def _renewal_disconnect(self) -> None:
+        if self._renewal is not None:
+            self._renewal.close()
+            self._renewal = None
 
     def _release(self, run_id: str) -> None:
         with self._transaction() as conn:

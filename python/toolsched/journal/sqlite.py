@@ -8,6 +8,7 @@ processes writing the same file wait for each other up to the busy timeout.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import struct
@@ -39,6 +40,7 @@ from toolsched.journal.base import (
     stored_stamps,
     transition_refused,
 )
+from toolsched.journal.leases import Renewal
 from toolsched.numeric_options import numeric_fault, shown
 
 __all__ = ["SqliteJournal"]
@@ -47,6 +49,8 @@ _HEADER = b"SQLite format 3\x00"
 # How often, and how far apart, opening asks again while another connection is creating the file.
 _SETTLE_ATTEMPTS = 20
 _SETTLE_PAUSE = 0.025
+# How long a renewal waits between its tries for the write lock.
+_RENEWAL_RETRY = 0.001
 
 # Each entry moves the schema up by one version; entry i creates version i + 1.
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -135,6 +139,8 @@ class SqliteJournal(Journal):
         self.synchronous = synchronous
         self._conn: sqlite3.Connection | None = None
         self._identity: tuple[int, int] | None = None
+        # The lease keeper's own connection (its thread only).
+        self._renewal: sqlite3.Connection | None = None
 
     def __repr__(self) -> str:
         return f"SqliteJournal({str(self.path)!r}, owner={self.owner!r})"
@@ -465,6 +471,73 @@ class SqliteJournal(Journal):
             )
             if held.rowcount == 0:
                 raise self._refusal(conn, run_id)
+
+    def _renew_held(self, run_ids: Sequence[str]) -> Renewal:
+        conn = self._renewal
+        if conn is None:
+            try:
+                # No busy timeout: ``_begin_renewal`` asks for the write lock itself.
+                conn = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
+            except sqlite3.Error as exc:
+                raise JournalError(f"cannot open the journal {self.path}: {exc}") from None
+            self._renewal = conn
+            with self._translated():
+                conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
+        if self._identity is not None:
+            self._check_file()
+        listed = json.dumps(list(run_ids))
+        with self._translated():
+            self._begin_renewal(conn)
+            try:
+                # Timed once the write lock is held: the lease counts from the renewal, not from the wait for it.
+                until = time.time() + self.lease.total_seconds()
+                renewed = {
+                    stored("renewal", "toolsched_runs.run_id", row[0], str)
+                    for row in conn.execute(
+                        "UPDATE toolsched_runs SET lease_until = ? "
+                        "WHERE owner = ? AND run_id IN (SELECT value FROM json_each(?)) RETURNING run_id",
+                        (until, self.owner, listed),
+                    )
+                }
+                taken: dict[str, str | None] = {}
+                missing = [run_id for run_id in run_ids if run_id not in renewed]
+                if missing:
+                    found = dict(
+                        conn.execute(
+                            "SELECT run_id, owner FROM toolsched_runs WHERE run_id IN (SELECT value FROM json_each(?))",
+                            (json.dumps(missing),),
+                        ).fetchall()
+                    )
+                    taken = {run_id: stored_owner(run_id, found.get(run_id)) for run_id in missing}
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        return renewed, taken
+
+    def _begin_renewal(self, conn: sqlite3.Connection) -> None:
+        """Takes the write lock for a renewal, asking again every millisecond up to the busy timeout.
+
+        SQLite's own busy handler waits longer and longer between its tries (up to 100 ms), and under a
+        stream of short write transactions (this process's own among them) a waiter can go unserved for
+        hundreds of milliseconds: a renewal late by that much may cost a short lease.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                text = str(exc)
+                if ("locked" not in text and "busy" not in text) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(_RENEWAL_RETRY)
+
+    def _renewal_disconnect(self) -> None:
+        if self._renewal is not None:
+            self._renewal.close()
+            self._renewal = None
 
     def _release(self, run_id: str) -> None:
         with self._transaction(write=True) as conn:
