@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import psycopg
 import pytest
@@ -488,3 +490,68 @@ async def test_renewals_that_fail_twice_in_a_row_are_tried_again_before_the_run_
             outcome = await ts.Executor([wait], journal=journal).run([ts.ToolCall("w", "wait")], run_id="r")
     assert outcome.results[0].output == "done"
     assert attempts[:4] == ["failed", "failed", "landed", "landed"]
+
+
+async def test_an_sqlite_write_that_waited_for_the_lock_still_leaves_its_lease_ahead(tmp_path: Path) -> None:
+    # Another connection holds the file's write lock for longer than the lease while a transition waits for it.
+    # The lease the transition writes must count from when it was written: otherwise it is already over when
+    # it commits, and another process may take the run at once while this one goes on with it.
+    store = Store("sqlite", path=str(tmp_path / "journal.db"))
+    async with store.open(owner="worker", lease=0.5) as journal:
+        await journal.begin_run("r", [ts.ToolCall("c", "echo")])
+        assert store.path is not None
+        blocker = sqlite3.connect(store.path, timeout=30, isolation_level=None, check_same_thread=False)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(journal.record, "r", "c", "started")
+                # Held for twice the lease while the write waits for it (the test's setup, not a measurement).
+                await anyio.sleep(1.0)
+                blocker.execute("ROLLBACK")
+        finally:
+            blocker.close()
+        assert lease_left(store, "r") > 0
+
+
+async def test_a_call_whose_started_write_outlasted_the_lease_does_not_start(tmp_path: Path) -> None:
+    # The file's write lock is taken by another connection just before the call's ``started`` transition, and
+    # held past three quarters of the lease: neither that write nor a renewal lands in time. When the write
+    # finally lands, the run can no longer vouch for its lease: the tool's body must not begin, not even up to
+    # its first await.
+    store = Store("sqlite", path=str(tmp_path / "journal.db"))
+    assert store.path is not None
+    log: list[str] = []
+    holding: list[threading.Thread] = []
+
+    def hold_the_file(event: ts.HookEvent) -> None:
+        taken = threading.Event()
+
+        def hold() -> None:
+            blocker = sqlite3.connect(str(store.path), timeout=30, isolation_level=None)
+            blocker.execute("BEGIN IMMEDIATE")
+            taken.set()
+            # Twice the lease (the test's setup, not a measurement).
+            time.sleep(0.8)
+            blocker.execute("ROLLBACK")
+            blocker.close()
+
+        thread = threading.Thread(target=hold)
+        thread.start()
+        holding.append(thread)
+        taken.wait()
+
+    @ts.tool(idempotent=True)
+    async def first() -> str:
+        log.append("first started")
+        await anyio.lowlevel.checkpoint()
+        log.append("first went on")
+        return "first"
+
+    async with store.open(owner="worker", lease=0.4) as journal:
+        executor = ts.Executor([first], journal=journal, hooks=ts.Hooks().pre_tool_use("first", hold_the_file))
+        with anyio.fail_after(HANG), pytest.raises(ts.LeaseLostError) as lost:
+            await executor.run([ts.ToolCall("a", "first")], run_id="r")
+        for thread in holding:
+            await anyio.to_thread.run_sync(thread.join)
+    assert lost.value.expired
+    assert log == []

@@ -197,8 +197,13 @@ class RunJournal:
         return result
 
     async def started(self, call_id: str, args: Any) -> None:
+        """Journals that a call starts; the call may start only once this returns. A lease lost while the write
+        waited (its statement sent too long ago for the lease it set to be sure) raises instead."""
         stored = storable(args)
         await self.write(call_id, "started", {"args": stored, "digest": args_digest(stored)})
+        self._check_lease()
+        if self.failure is not None:
+            raise JournalFailed(self.failure)
 
     async def resuming(self, records: Sequence[CallRecord]) -> RunRecord:
         """Claims a journaled run being resumed, writing nothing, and returns it as journaled: ``RunClaimedError``

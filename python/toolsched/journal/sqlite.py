@@ -346,8 +346,9 @@ class SqliteJournal(Journal):
     # -- operations -------------------------------------------------------------------
 
     def _begin_run(self, run_id: str, rows: Sequence[tuple[int, str, str, str, str, str]]) -> None:
-        now = time.time()
         with self._transaction(write=True) as conn:
+            # Read once the write lock is held: a lease written counts from the write, not from the wait for it.
+            now = time.time()
             try:
                 conn.execute(
                     "INSERT INTO toolsched_runs (run_id, owner, lease_until, created_at, updated_at) "
@@ -363,8 +364,9 @@ class SqliteJournal(Journal):
             )
 
     def _add_calls(self, run_id: str, rows: Sequence[tuple[int, str, str, str, str, str]]) -> None:
-        now = time.time()
         with self._transaction(write=True) as conn:
+            # Read once the write lock is held: a lease written counts from the write, not from the wait for it.
+            now = time.time()
             held = conn.execute(
                 "UPDATE toolsched_runs SET updated_at = ?, lease_until = ? WHERE run_id = ? AND owner = ?",
                 (now, now + self.lease.total_seconds(), run_id, self.owner),
@@ -381,8 +383,9 @@ class SqliteJournal(Journal):
                 raise JournalError(f"run {run_id!r} already has a call at one of these positions") from None
 
     def _record_batch(self, writes: Sequence[PendingRecord]) -> None:
-        now = time.time()
         with self._transaction(write=True) as conn:
+            # Read once the write lock is held: a lease written counts from the write, not from the wait for it.
+            now = time.time()
             for write in writes:
                 try:
                     self._record(conn, now, write)
@@ -440,8 +443,9 @@ class SqliteJournal(Journal):
             return self._read(conn, run_id)
 
     def _claim(self, run_id: str, force: bool) -> RunRecord:
-        now = time.time()
         with self._transaction(write=True) as conn:
+            # Read once the write lock is held: a lease written counts from the write, not from the wait for it.
+            now = time.time()
             row = conn.execute("SELECT owner, lease_until FROM toolsched_runs WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
                 raise UnknownRunError(run_id)
@@ -463,8 +467,9 @@ class SqliteJournal(Journal):
             return self._read(conn, run_id)
 
     def _renew(self, run_id: str) -> None:
-        now = time.time()
         with self._transaction(write=True) as conn:
+            # Read once the write lock is held: a lease written counts from the write, not from the wait for it.
+            now = time.time()
             held = conn.execute(
                 "UPDATE toolsched_runs SET lease_until = ? WHERE run_id = ? AND owner = ?",
                 (now + self.lease.total_seconds(), run_id, self.owner),
