@@ -39,7 +39,8 @@ default) or a dropped connection becomes that call's ``execution_error``
 result (``McpToolError`` / ``McpConnectionError`` as the message), never a
 crash or a hang of the run. Once the connection is known to be gone (a stdio
 server's output ended, a request found it closed), every later call fails at
-once with a message saying it was called after that and not sent. The ``mcp`` package is imported only when a connection is made
+once with a message saying it was called after that and not sent. The
+``mcp`` package is imported only when a connection is made
 (``pip install 'toolsched[mcp]'``).
 """
 
