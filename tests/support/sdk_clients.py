@@ -49,17 +49,18 @@ class Client:
             )
         return await sdk.aio.models.generate_content_stream(model="gemini-2.5-flash", contents="hi")
 
-    async def loop(self, executor: Any, question: str) -> Any:
-        """The provider's streaming tool loop (``toolsched.loops``) from one user question to the model's stop."""
+    async def loop(self, executor: Any, question: str, *, stream: bool = True) -> Any:
+        """The provider's tool loop (``toolsched.loops``), streaming unless told, from one user question to the
+        model's stop."""
         from toolsched.loops import anthropic_loop, gemini_loop, openai_chat_loop, openai_responses_loop
 
         sdk = self.sdk
         if self.provider == "anthropic":
             messages = [{"role": "user", "content": question}]
-            return await anthropic_loop(sdk, executor, messages=messages, model="m", max_tokens=99, stream=True)
+            return await anthropic_loop(sdk, executor, messages=messages, model="m", max_tokens=99, stream=stream)
         if self.provider == "openai_responses":
-            return await openai_responses_loop(sdk, executor, input=question, model="m", stream=True)
+            return await openai_responses_loop(sdk, executor, input=question, model="m", stream=stream)
         if self.provider == "openai_chat":
             messages = [{"role": "user", "content": question}]
-            return await openai_chat_loop(sdk, executor, messages=messages, model="m", stream=True)
-        return await gemini_loop(sdk, executor, model="m", contents=question, stream=True)
+            return await openai_chat_loop(sdk, executor, messages=messages, model="m", stream=stream)
+        return await gemini_loop(sdk, executor, model="m", contents=question, stream=stream)

@@ -24,11 +24,16 @@ Event = tuple[float, str | None, Any]
 
 @dataclass
 class Call:
-    """A tool call of a scripted turn."""
+    """A tool call of a scripted turn; a ``call_id`` of None is a call the model sent without an ID."""
 
-    call_id: str
+    call_id: str | None
     name: str
     args: dict[str, Any]
+
+
+def _with_id(record: dict[str, Any], key: str, call_id: str | None) -> dict[str, Any]:
+    """``record`` with ``key`` set to ``call_id`` first, or without it when the call has no ID."""
+    return record if call_id is None else {key: call_id, **record}
 
 
 @dataclass
@@ -80,7 +85,7 @@ def anthropic_events(turn: Turn) -> list[Event]:
         events.append((0.0, "content_block_stop", {"type": "content_block_stop", "index": index}))
         index += 1
     for call in turn.calls:
-        block = {"type": "tool_use", "id": call.call_id, "name": call.name, "input": {}}
+        block = {"type": "tool_use", **_with_id({}, "id", call.call_id), "name": call.name, "input": {}}
         events.append((0.0, "content_block_start", _block_start(index, block)))
         for gap, piece in _pieces(json.dumps(call.args), turn):
             delta = {"type": "input_json_delta", "partial_json": piece}
@@ -148,8 +153,8 @@ def responses_events(turn: Turn) -> list[Event]:
         arguments = json.dumps(call.args)
         item = {
             "type": "function_call",
-            "id": f"fc_{call.call_id}",
-            "call_id": call.call_id,
+            "id": f"fc_{index}",
+            **_with_id({}, "call_id", call.call_id),
             "name": call.name,
             "arguments": "",
             "status": "in_progress",
@@ -228,7 +233,7 @@ def chat_events(turn: Turn) -> list[Event]:
     for index, call in enumerate(turn.calls):
         opening = {
             "index": index,
-            "id": call.call_id,
+            **_with_id({}, "id", call.call_id),
             "type": "function",
             "function": {"name": call.name, "arguments": ""},
         }
@@ -257,7 +262,11 @@ def gemini_events(turn: Turn) -> list[Event]:
         tokens = max(1, len(json.dumps(call.args)) // max(1, turn.token_chars))
         wait = tokens / turn.tokens_per_second if turn.tokens_per_second else 0.0
         events.append(
-            (delay + wait, None, chunk([{"functionCall": {"name": call.name, "args": call.args, "id": call.call_id}}]))
+            (
+                delay + wait,
+                None,
+                chunk([{"functionCall": _with_id({"name": call.name, "args": call.args}, "id", call.call_id)}]),
+            )
         )
         delay = 0.0
     final = chunk([], "STOP")
@@ -265,6 +274,103 @@ def gemini_events(turn: Turn) -> list[Event]:
     events.append((delay, None, final))
     return events
 
+
+def anthropic_message(turn: Turn) -> dict[str, Any]:
+    """The turn as one (non-streamed) Messages response."""
+    content: list[dict[str, Any]] = [{"type": "text", "text": turn.text}] if turn.text else []
+    content += [
+        {"type": "tool_use", **_with_id({}, "id", call.call_id), "name": call.name, "input": call.args}
+        for call in turn.calls
+    ]
+    return {
+        "id": "msg_scripted",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-scripted",
+        "content": content,
+        "stop_reason": "tool_use" if turn.calls else "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    }
+
+
+def responses_response(turn: Turn) -> dict[str, Any]:
+    """The turn as one (non-streamed) Responses response."""
+    output: list[dict[str, Any]] = []
+    if turn.text:
+        output.append(
+            {
+                "type": "message",
+                "id": "msg_scripted",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": turn.text, "annotations": []}],
+            }
+        )
+    output += [
+        {
+            "type": "function_call",
+            "id": f"fc_{index}",
+            **_with_id({}, "call_id", call.call_id),
+            "name": call.name,
+            "arguments": json.dumps(call.args),
+            "status": "completed",
+        }
+        for index, call in enumerate(turn.calls)
+    ]
+    return {
+        "id": "resp_scripted",
+        "object": "response",
+        "created_at": 0,
+        "model": "gpt-scripted",
+        "status": "completed",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
+
+
+def chat_completion(turn: Turn) -> dict[str, Any]:
+    """The turn as one (non-streamed) chat completion."""
+    message: dict[str, Any] = {"role": "assistant", "content": turn.text or None}
+    if turn.calls:
+        message["tool_calls"] = [
+            {
+                **_with_id({}, "id", call.call_id),
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.args)},
+            }
+            for call in turn.calls
+        ]
+    return {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "gpt-scripted",
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if turn.calls else "stop"}],
+    }
+
+
+def gemini_response(turn: Turn) -> dict[str, Any]:
+    """The turn as one (non-streamed) generateContent response."""
+    parts: list[dict[str, Any]] = [{"text": turn.text}] if turn.text else []
+    parts += [
+        {"functionCall": _with_id({"name": call.name, "args": call.args}, "id", call.call_id)} for call in turn.calls
+    ]
+    return {
+        "candidates": [{"content": {"role": "model", "parts": parts}, "index": 0, "finishReason": "STOP"}],
+        "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
+        "modelVersion": "gemini-scripted",
+    }
+
+
+WHOLE = {
+    "anthropic": anthropic_message,
+    "openai_responses": responses_response,
+    "openai_chat": chat_completion,
+    "gemini": gemini_response,
+}
 
 BUILDERS = {
     "anthropic": anthropic_events,
@@ -278,15 +384,31 @@ class ScriptedProvider:
     """Streams scripted answers over HTTP on 127.0.0.1; use as a context manager (``url`` while open).
 
     ``answers`` are event lists (from the builders above), one per request,
-    in order. ``break_after`` maps an answer's position to the number of
-    events after which the connection is cut (a stream that fails midway).
-    ``requests`` keeps each request's JSON body; ``sent_at`` the time each
-    answer's last event was written.
+    in order; a dict is a whole answer, sent as its JSON body.
+    ``break_after`` maps an answer's position to the number of events after
+    which the connection is cut (a stream that fails midway);
+    ``end_after`` to the number after which the body ends as a whole HTTP
+    body would (a stream that stops early without a transport error).
+    ``gates`` maps an answer's position to an event the cut or end waits
+    for (set by the test, e.g. once a tool started; at most ``GATE_LIMIT``
+    seconds). ``requests`` keeps each request's JSON body; ``sent_at`` the
+    time each answer's last event was written.
     """
 
-    def __init__(self, answers: list[list[Event]], *, break_after: dict[int, int] | None = None) -> None:
+    GATE_LIMIT = 20.0
+
+    def __init__(
+        self,
+        answers: list[list[Event] | dict[str, Any]],
+        *,
+        break_after: dict[int, int] | None = None,
+        end_after: dict[int, int] | None = None,
+        gates: dict[int, threading.Event] | None = None,
+    ) -> None:
         self.answers = list(answers)
         self.break_after = dict(break_after or {})
+        self.end_after = dict(end_after or {})
+        self.gates = dict(gates or {})
         self.requests: list[dict[str, Any]] = []
         self.paths: list[str] = []
         self.sent_at: list[float] = []
@@ -319,6 +441,17 @@ class ScriptedProvider:
                     position = provider._served
                     provider._served += 1
                     events = provider.answers[position] if position < len(provider.answers) else None
+                if isinstance(events, dict):
+                    # A whole (non-streamed) answer: its JSON body.
+                    payload = json.dumps(events).encode()
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(payload)))
+                    self.send_header("connection", "close")
+                    self.end_headers()
+                    self.close_connection = True
+                    self.wfile.write(payload)
+                    return
                 if events is None:
                     payload = json.dumps({"error": {"message": "no scripted answer left", "type": "test"}}).encode()
                     self.send_response(400)
@@ -337,9 +470,18 @@ class ScriptedProvider:
                 self.end_headers()
                 self.close_connection = True
                 cut = provider.break_after.get(position)
+                end = provider.end_after.get(position)
+                gate = provider.gates.get(position)
                 try:
                     for number, (delay, name, data) in enumerate(events):
-                        if cut is not None and number >= cut:
+                        if (cut is not None and number >= cut) or (end is not None and number >= end):
+                            if gate is not None:
+                                gate.wait(provider.GATE_LIMIT)
+                            if end is not None and number >= end:
+                                # The body ends where an event would have begun: a whole, shorter answer.
+                                self.wfile.write(b"0\r\n\r\n")
+                                self.wfile.flush()
+                                return
                             # The connection drops in the middle of a chunk: the client sees a broken body.
                             self.wfile.write(b"400\r\ndata: {")
                             self.wfile.flush()
@@ -350,6 +492,11 @@ class ScriptedProvider:
                         frame = ((f"event: {name}\n" if name else "") + f"data: {text}\n\n").encode()
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
                         self.wfile.flush()
+                    if cut is not None and cut >= len(events):
+                        # Every event was sent, and the connection drops before the body's end.
+                        self.wfile.write(b"400\r\ndata: {")
+                        self.wfile.flush()
+                        return
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,8 @@ __all__ = [
     "results_by_call",
     "resume_outcome",
     "sequence_of",
+    "synthesised",
+    "with_ids",
 ]
 
 logger = logging.getLogger("toolsched.providers")
@@ -48,6 +51,7 @@ ERROR_PREFIX = "Error: "
 
 # A call that arrives without an ID gets this prefix and its position among the response's calls.
 SYNTHETIC_ID_PREFIX = "toolsched_call_"
+_SYNTHETIC_ID = re.compile(re.escape(SYNTHETIC_ID_PREFIX) + r"[0-9]+_(?P<digest>[0-9a-f]{12})_*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,14 +144,51 @@ def assign_ids(raw_ids: Sequence[object], contents: Sequence[tuple[object, objec
             continue
         candidate = f"{SYNTHETIC_ID_PREFIX}{position}"
         if position < len(contents):
-            name, args = contents[position]
-            content = f"{name!s}\x00{args_digest(call_arguments(args))}"
-            candidate += "_" + hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+            candidate += "_" + _content_digest(*contents[position])
         while candidate in taken:
             candidate += "_"
         taken.add(candidate)
         ids.append(candidate)
     return ids
+
+
+def _content_digest(name: object, args: object) -> str:
+    """The short digest of a call's name and arguments that a synthesised ID ends with."""
+    content = f"{call_name(name)}\x00{args_digest(call_arguments(args))}"
+    return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def synthesised(call: ToolCall) -> bool:
+    """Whether ``call``'s ID is one ``assign_ids`` made because the model sent none.
+
+    Read from the ID and the call's own name and arguments (an ID the model sent
+    that merely looks synthesised does not carry their digest); for adapters
+    whose calls keep the arguments as they were read.
+    """
+    match = _SYNTHETIC_ID.fullmatch(call.id)
+    return match is not None and match["digest"] == _content_digest(call.name, call.args)
+
+
+def with_ids(entries: Sequence[Any], positions: Sequence[int], ids: Sequence[str], field: str) -> list[Any] | None:
+    """``entries`` with the entry at each of ``positions`` carrying its call's ID as ``field``.
+
+    An entry whose ``field`` is not that ID already becomes a plain copy
+    (``as_record``) with it; the others stay as they are. None when every
+    entry carries its ID already (nothing to change).
+    """
+    filled: list[Any] | None = None
+    for position, call_id in zip(positions, ids, strict=True):
+        entry = entries[position]
+        if read(entry, field) == call_id:
+            continue
+        if filled is None:
+            filled = list(entries)
+        copy = as_record(entry)
+        if not isinstance(copy, dict):
+            raise ResponseFormatError(f"a tool call must be an object, got {type(entry).__name__}")
+        copy[field] = call_id
+        filled[position] = copy
+    return filled
 
 
 def call_arguments(raw: Any) -> Mapping[str, Any] | str:
