@@ -7,6 +7,7 @@ midway keeps (and reports) the results of the calls it completed.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -32,11 +33,13 @@ MODULES: dict[str, Any] = {
 }
 
 
-def _tools(started: dict[str, float]) -> list[ts.Tool]:
+def _tools(started: dict[str, float], running: dict[str, threading.Event] | None = None) -> list[ts.Tool]:
     @ts.tool(read_only=True, concurrency_safe=True)
     async def get_weather(city: str) -> str:
         """Current weather for a city."""
         started[city] = time.perf_counter()
+        if running is not None and city in running:
+            running[city].set()
         await anyio.sleep(0.05)
         return f"{city}: 18°C"
 
@@ -89,13 +92,15 @@ async def test_tools_start_while_the_answer_streams_and_end_as_the_whole_answer_
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_a_stream_cut_midway_keeps_the_results_of_the_calls_it_completed(provider: str) -> None:
     started: dict[str, float] = {}
-    executor = ts.Executor(_tools(started))
+    running = {"Paris": threading.Event()}
+    executor = ts.Executor(_tools(started, running))
     events = BUILDERS[provider](TURN)
     # Cut the connection once the second call has begun, before it is complete (Gemini sends a call
-    # whole, in one event: there the cut comes just before it).
+    # whole, in one event: there the cut comes just before it), and once Paris runs: a call not
+    # started when the stream breaks is answered `skipped`.
     second = next(position for position, (_, _, data) in enumerate(events) if "call_london" in str(data))
     cut = second if provider == "gemini" else second + 1
-    with ScriptedProvider([events], break_after={0: cut}) as scripted:
+    with ScriptedProvider([events], break_after={0: cut}, gates={0: running["Paris"]}) as scripted:
         async with Client(provider, scripted.url) as client:
             with pytest.raises(ts.StreamFailed) as raised:
                 await MODULES[provider].execute_stream(executor, await client.stream())

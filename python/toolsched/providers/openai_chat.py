@@ -305,10 +305,10 @@ class CompletionAssembler:
         arguments = read(function, "arguments") if function is not None else None
         call_id = read(part, "id")
         if isinstance(index, bool) or not isinstance(index, int):
-            # A delta without an index: a new call when it opens one (another ID, or a name after arguments),
-            # else more of the last call.
+            # A delta without an index: a new call when it carries another ID than the last call, else more of
+            # the last call.
             last = self._entries.get(self._last) if self._last is not None else None
-            opens = last is None or (call_id and call_id != last["id"]) or (name and last["function"]["arguments"])
+            opens = last is None or (call_id and call_id != last["id"])
             index = (max(self._entries, default=-1) + 1) if opens else self._last
         entry = self._entries.get(index)
         if entry is None:

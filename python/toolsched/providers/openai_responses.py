@@ -246,14 +246,21 @@ class ResponseAssembler:
         self._taken = 0
         self._final: list[Any] | None = None
         self._ended = False
+        # The function calls begun (``response.output_item.added``) and not done yet, by output index.
+        self._open: dict[Any, Any] = {}
 
     def feed(self, event: Any) -> list[ToolCall]:
         kind = read(event, "type")
         if self._ended:
             return []
-        if kind == "response.output_item.done":
+        if kind == "response.output_item.added":
+            item = read(event, "item")
+            if read(item, "type") == "function_call":
+                self._open[read(event, "output_index")] = item
+        elif kind == "response.output_item.done":
             item = as_record(read(event, "item"))
             index = read(event, "output_index")
+            self._open.pop(index, None)
             if not isinstance(index, int) or isinstance(index, bool):
                 index = max(self._items, default=-1) + 1
             if index in self._items:
@@ -292,7 +299,11 @@ class ResponseAssembler:
 
     def end(self) -> list[ToolCall]:
         if not self._ended:
-            raise IncompleteStreamError(PROVIDER, "the stream ended before `response.completed`")
+            cut = "".join(
+                f"; function call {read(item, 'name')!r} ({read(item, 'call_id')}) was cut off"
+                for item in self._open.values()
+            )
+            raise IncompleteStreamError(PROVIDER, f"the stream ended before `response.completed`{cut}")
         if self._final is None:
             return []
         # The final output is the answer as the API keeps it: its function calls must be the streamed ones
