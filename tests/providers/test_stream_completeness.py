@@ -512,3 +512,36 @@ async def test_gemini_call_streamed_in_pieces_is_refused_and_a_blocked_prompt_is
     blocked = {"promptFeedback": {"blockReason": "SAFETY"}}
     execution = await ts_gemini.execute_stream(ts.Executor(weather([])), [blocked])
     assert execution.calls == [] and execution.content is None
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("provider", ["anthropic", "openai_responses", "openai_chat"])
+async def test_a_stream_given_up_on_a_fault_is_closed_not_left_streaming(provider: str) -> None:
+    """(The Gemini SDK's stream is a chain of generators whose ``aclose`` does not reach its HTTP response:
+    that closes when the inner generator is collected, whatever toolsched does.)"""
+    events = data_of(provider, TURN)
+    first = next(i for i, data in enumerate(events) if "call_paris" in str(data))
+    # A fault the adapter refuses early in the answer, then a long tail the server keeps streaming.
+    fault: Any = {
+        "anthropic": copy.deepcopy(events[first]),
+        "openai_responses": {"type": "error", "code": "server_error", "message": "fault", "sequence_number": 1},
+        "openai_chat": {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0}]}, "finish_reason": None}]},
+    }[provider]
+    head = events[: first + 1]
+    if provider == "openai_chat":
+        # Paris is complete once London begins; then more of Paris's arguments arrive.
+        london = next(i for i, data in enumerate(events) if "call_london" in str(data))
+        head = events[: london + 1]
+        fault["choices"][0]["delta"]["tool_calls"][0]["function"] = {"arguments": "more"}
+    name = (lambda data: data.get("type")) if provider == "anthropic" else (lambda data: None)
+    tail = [(0.02, name(data), data) for data in [*head[-1:]] * 1000]
+    framed = [(0.0, name(data), data) for data in [*head, fault]] + tail
+    with ScriptedProvider([framed]) as scripted:
+        async with Client(provider, scripted.url) as client:
+            stream = await client.stream()
+            with anyio.fail_after(30), pytest.raises(ts.StreamFailed):
+                await MODULES[provider].execute_stream(ts.Executor(weather([])), stream)
+            # The adapter closed the stream it gave up on: the server sees the client hang up (long before
+            # its 20 seconds of tail are written).
+            assert await anyio.to_thread.run_sync(scripted.hang_up.wait, 10.0)
+            assert scripted.hung_up == [0]

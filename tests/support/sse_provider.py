@@ -392,7 +392,8 @@ class ScriptedProvider:
     ``gates`` maps an answer's position to an event the cut or end waits
     for (set by the test, e.g. once a tool started; at most ``GATE_LIMIT``
     seconds). ``requests`` keeps each request's JSON body; ``sent_at`` the
-    time each answer's last event was written.
+    time each answer's last event was written; ``hung_up`` the answers whose
+    client closed the connection before their end (``hang_up`` is set at the first).
     """
 
     GATE_LIMIT = 20.0
@@ -412,6 +413,9 @@ class ScriptedProvider:
         self.requests: list[dict[str, Any]] = []
         self.paths: list[str] = []
         self.sent_at: list[float] = []
+        # The answers whose client hung up before their last event was written.
+        self.hung_up: list[int] = []
+        self.hang_up = threading.Event()
         self._lock = threading.Lock()
         self._served = 0
         self._server: ThreadingHTTPServer | None = None
@@ -500,6 +504,9 @@ class ScriptedProvider:
                     self.wfile.write(b"0\r\n\r\n")
                     self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):
+                    with provider._lock:
+                        provider.hung_up.append(position)
+                    provider.hang_up.set()
                     return
                 with provider._lock:
                     provider.sent_at.append(time.perf_counter())

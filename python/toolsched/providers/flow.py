@@ -8,6 +8,7 @@ its state, and holds the reply back while calls wait for a person.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -135,6 +136,8 @@ async def _read(
                     submit(call)
     except Exception as error:
         if not assembler.complete:
+            # Given up on before its end (a fault in it, or its own failure): closed, not left streaming.
+            await _close(events)
             raise
         # The answer was whole before the transport failed (a connection dropped before the body's end).
         logger.warning(
@@ -142,3 +145,16 @@ async def _read(
         )
     for call in assembler.end():
         submit(call)
+
+
+async def _close(events: AsyncIterable[Any] | Iterable[Any]) -> None:
+    """Closes a stream that was not read to its end (an SDK stream's ``close``, a generator's ``aclose``)."""
+    close = getattr(events, "aclose", None) or getattr(events, "close", None)
+    if close is None:
+        return
+    try:
+        closing = close()
+        if inspect.isawaitable(closing):
+            await closing
+    except Exception as error:
+        logger.warning("closing the stream failed: %s: %s", type(error).__name__, error)
