@@ -299,3 +299,31 @@ async def test_resume_keeps_the_assistant_turn_of_the_interrupted_execution(prov
     assert finished.assistant is held.assistant
     sent, answered = turn_pairs(provider, finished)
     assert sent == answered and len(sent) == 1
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_loop_held_for_approval_resumes_calls_without_ids_under_the_same_ids(
+    provider: str, stream: bool
+) -> None:
+    @ts.tool(needs_approval=True)
+    async def get_weather(city: str) -> str:
+        """Current weather for a city (asks first)."""
+        return f"{city}: 18°C"
+
+    build = BUILDERS[provider] if stream else WHOLE[provider]
+    turn = Turn(calls=[Call(None, "get_weather", {"city": "Oslo"}), Call(None, "get_weather", {"city": "Bern"})])
+    answers = [build(turn), build(Turn(text="Done."))]
+    with ScriptedProvider(answers) as scripted:
+        async with Client(provider, scripted.url) as client:
+            with anyio.fail_after(30):
+                paused = await client.loop(ts.Executor([get_weather]), "weather?", stream=stream)
+                assert paused.stop == "interrupted"
+                for request in paused.pending:
+                    paused.state.approve(request.call_id)
+                finished = await client.resume(paused, stream=stream)
+    assert (finished.stop, finished.text) == ("done", "Done.")
+    sent, answered = sent_pairs(provider, scripted.requests[1])
+    _assert_paired(provider, sent, answered, [None, None])
+    assert "Oslo: 18°C" in json.dumps(scripted.requests[1], ensure_ascii=False)

@@ -545,3 +545,67 @@ async def test_a_stream_given_up_on_a_fault_is_closed_not_left_streaming(provide
             # its 20 seconds of tail are written).
             assert await anyio.to_thread.run_sync(scripted.hang_up.wait, 10.0)
             assert scripted.hung_up == [0]
+
+
+async def test_a_journaled_turn_cut_short_keeps_its_finished_call_for_recover(tmp_path: Any) -> None:
+    ran: list[str] = []
+    started = {"Paris": threading.Event()}
+    events = data_of("anthropic", TURN)
+
+    paris = completion("anthropic", events)[0]["call_paris"]
+
+    async def cut_after_paris_runs() -> AsyncIterator[Any]:
+        for position, data in enumerate(events[: _second_call_begun("anthropic", events)]):
+            yield data
+            if position == paris:
+                await anyio.to_thread.run_sync(started["Paris"].wait, 10.0)
+
+    async with ts.SqliteJournal(str(tmp_path / "journal.db")) as journal:
+        executor = ts.Executor(weather(ran, started), journal=journal)
+        with anyio.fail_after(30), pytest.raises(ts.StreamFailed) as raised:
+            await ts_anthropic.execute_stream(executor, cut_after_paris_runs())
+        outcome = raised.value.outcome
+        assert [(r.call_id, r.output) for r in outcome.results] == [("call_paris", "Paris: 18°C")], outcome.results
+        assert outcome.run_id is not None
+        recovered = await executor.recover(outcome.run_id)
+        assert [(r.call_id, r.output) for r in recovered.results] == [("call_paris", "Paris: 18°C")]
+    assert ran == ["Paris"]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_the_anthropic_message_stream_helper_cut_short_is_a_broken_stream() -> None:
+    from anthropic import AsyncAnthropic
+
+    framed = BUILDERS["anthropic"](TURN)
+    end = {0: _second_call_begun("anthropic", data_of("anthropic", TURN))}
+    with ScriptedProvider([framed, framed], end_after=end) as scripted:
+        async with AsyncAnthropic(api_key="test-key", base_url=scripted.url, max_retries=0) as client:
+            request: dict[str, Any] = {"model": "m", "max_tokens": 99, "messages": [{"role": "user", "content": "hi"}]}
+            async with client.messages.stream(**request) as stream:
+                with anyio.fail_after(30), pytest.raises(ts.StreamFailed) as raised:
+                    await ts_anthropic.execute_stream(ts.Executor(weather([])), stream)
+            assert isinstance(raised.value.__cause__, ts.IncompleteStreamError)
+            async with client.messages.stream(**request) as stream:
+                execution = await ts_anthropic.execute_stream(ts.Executor(weather([])), stream)
+    assert REPLY["anthropic"](execution) == ["call_paris", "call_london"]
+
+
+async def test_chat_other_choices_finishing_first_do_not_end_the_chosen_one() -> None:
+    def chunk(choice: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {"choices": [{"index": choice, "delta": delta, "finish_reason": finish}]}
+
+    call = {"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+    stream = [
+        chunk(1, {"content": "the other answer"}),
+        chunk(1, {}, "stop"),
+        chunk(0, {"tool_calls": [call]}),
+        chunk(0, {"tool_calls": [{"index": 0, "function": {"arguments": '{"city": "Oslo"}'}}]}),
+        chunk(0, {}, "tool_calls"),
+        {"choices": [], "usage": {"total_tokens": 9}},
+    ]
+    execution = await ts_chat.execute_stream(ts.Executor(weather([])), copy.deepcopy(stream))
+    assert REPLY["openai_chat"](execution) == ["call_a"]
+    other = await ts_chat.execute_stream(ts.Executor(weather([])), copy.deepcopy(stream), choice=1)
+    assert other.calls == [] and other.assistant == {"role": "assistant", "content": "the other answer"}
+    with pytest.raises(ts.StreamFailed):
+        await ts_chat.execute_stream(ts.Executor(weather([])), copy.deepcopy(stream[:4]))

@@ -64,3 +64,18 @@ class Client:
             messages = [{"role": "user", "content": question}]
             return await openai_chat_loop(sdk, executor, messages=messages, model="m", stream=stream)
         return await gemini_loop(sdk, executor, model="m", contents=question, stream=stream)
+
+    async def resume(self, paused: Any, *, stream: bool = True) -> Any:
+        """The same loop, resumed from ``paused`` (an interrupted ``LoopResult`` decided on its ``state``)."""
+        from toolsched.loops import anthropic_loop, gemini_loop, openai_chat_loop, openai_responses_loop
+
+        sdk, executor, history = self.sdk, paused.executor, paused.history
+        if self.provider == "anthropic":
+            return await anthropic_loop(
+                sdk, executor, messages=history, resume=paused, model="m", max_tokens=99, stream=stream
+            )
+        if self.provider == "openai_responses":
+            return await openai_responses_loop(sdk, executor, input=history, resume=paused, model="m", stream=stream)
+        if self.provider == "openai_chat":
+            return await openai_chat_loop(sdk, executor, messages=history, resume=paused, model="m", stream=stream)
+        return await gemini_loop(sdk, executor, model="m", contents=history, resume=paused, stream=stream)
