@@ -236,12 +236,12 @@ async def test_a_model_id_equal_to_a_synthesised_one_keeps_both_calls_apart(prov
 async def test_a_gemini_id_that_looks_synthesised_is_still_the_models_and_answered_with_it() -> None:
     calls = [
         Call("toolsched_call_0", "get_weather", {"city": "Oslo"}),
-        Call("toolsched_call_1_0123456789ab", "get_weather", {"city": "Bern"}),
+        Call("toolsched_call_1_model", "get_weather", {"city": "Bern"}),
         Call(None, "get_weather", {"city": "Rome"}),
     ]
     execution = await ts_gemini.execute(ts.Executor(weather([])), WHOLE["gemini"](Turn(calls=calls)))
     sent, answered = turn_pairs("gemini", execution)
-    assert sent == answered == ["toolsched_call_0", "toolsched_call_1_0123456789ab", None]
+    assert sent == answered == ["toolsched_call_0", "toolsched_call_1_model", None]
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])

@@ -157,11 +157,18 @@ def assistant_message(response: Any) -> dict[str, Any]:
     other block is the response's own. Raises ``ResponseFormatError`` for
     something that is not a response.
     """
+    return _assistant(response, None)
+
+
+def _assistant(response: Any, ids: list[str] | None) -> dict[str, Any]:
+    """``assistant_message``, with the calls' IDs when they are known already (``calls_from``'s, in order)."""
     if is_record(response) and not isinstance(response, (list, tuple)) and isinstance(read(response, "content"), str):
         return {"role": "assistant", "content": read(response, "content")}
     content = _content(response)
     positions = _tool_uses(content, warn=False)
-    filled = with_ids(content, positions, _ids([content[position] for position in positions]), "id")
+    if ids is None:
+        ids = _ids([content[position] for position in positions])
+    filled = with_ids(content, positions, ids, "id")
     return {"role": "assistant", "content": list(content) if filled is None else filled}
 
 
@@ -223,7 +230,8 @@ async def execute(
 
     The execution's ``assistant`` is ``assistant_message(response)``: append it, then ``message``.
     """
-    calls, assistant = calls_from(response), assistant_message(response)
+    calls = calls_from(response)
+    assistant = _assistant(response, [call.id for call in calls])
     return await _FLOW.execute(executor, calls, steering=steering, context=context, assistant=assistant)
 
 

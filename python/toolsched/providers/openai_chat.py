@@ -128,10 +128,17 @@ def assistant_message(response: Any, *, choice: int = 0) -> Any:
     message. A message is taken as it is. Raises ``ResponseFormatError`` for
     something that is not a completion.
     """
+    return _assistant(response, choice, None)
+
+
+def _assistant(response: Any, choice: int, ids: list[str] | None) -> Any:
+    """``assistant_message``, with the calls' IDs when they are known already (``calls_from``'s, in order)."""
     message = _message(response, choice)
     entries = sequence_of(read(message, "tool_calls"), PROVIDER, "tool_calls")
     positions = _functions(entries, warn=False)
-    filled = with_ids(entries, positions, _ids([entries[position] for position in positions]), "id")
+    if ids is None:
+        ids = _ids([entries[position] for position in positions])
+    filled = with_ids(entries, positions, ids, "id")
     if filled is None:
         return message
     copy = as_record(message)
@@ -238,7 +245,7 @@ async def execute(
     The execution's ``assistant`` is ``assistant_message(response)``: append it, then ``messages``.
     """
     calls = calls_from(response, choice=choice, registry=executor.registry)
-    assistant = assistant_message(response, choice=choice)
+    assistant = _assistant(response, choice, [call.id for call in calls])
     return await _FLOW.execute(executor, calls, steering=steering, context=context, assistant=assistant)
 
 

@@ -158,9 +158,16 @@ def output_items(response: Any) -> list[Any]:
     gives it; every other item is the response's own. Raises
     ``ResponseFormatError`` for something that is not a response.
     """
+    return _output_items(response, None)
+
+
+def _output_items(response: Any, ids: list[str] | None) -> list[Any]:
+    """``output_items``, with the calls' IDs when they are known already (``calls_from``'s, in order)."""
     output = _output(response)
     positions = _function_calls(output, warn=False)
-    filled = with_ids(output, positions, _ids([output[position] for position in positions]), "call_id")
+    if ids is None:
+        ids = _ids([output[position] for position in positions])
+    filled = with_ids(output, positions, ids, "call_id")
     return list(output) if filled is None else filled
 
 
@@ -214,7 +221,8 @@ async def execute(
     The execution's ``assistant`` is ``output_items(response)``: add them, then ``items``, to the next ``input``.
     """
     calls = calls_from(response, registry=executor.registry)
-    return await _FLOW.execute(executor, calls, steering=steering, context=context, assistant=output_items(response))
+    assistant = _output_items(response, [call.id for call in calls])
+    return await _FLOW.execute(executor, calls, steering=steering, context=context, assistant=assistant)
 
 
 async def resume(executor: Executor, execution: ResponsesExecution, state: Any) -> ResponsesExecution:

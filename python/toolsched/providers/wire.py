@@ -51,7 +51,7 @@ ERROR_PREFIX = "Error: "
 
 # A call that arrives without an ID gets this prefix and its position among the response's calls.
 SYNTHETIC_ID_PREFIX = "toolsched_call_"
-_SYNTHETIC_ID = re.compile(re.escape(SYNTHETIC_ID_PREFIX) + r"[0-9]+_(?P<digest>[0-9a-f]{12})_*")
+_SYNTHETIC_ID = re.compile(re.escape(SYNTHETIC_ID_PREFIX) + r"[0-9]+_[0-9a-f]{12}_*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +144,9 @@ def assign_ids(raw_ids: Sequence[object], contents: Sequence[tuple[object, objec
             continue
         candidate = f"{SYNTHETIC_ID_PREFIX}{position}"
         if position < len(contents):
-            candidate += "_" + _content_digest(*contents[position])
+            name, args = contents[position]
+            content = f"{name!s}\x00{args_digest(call_arguments(args))}"
+            candidate += "_" + hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()[:12]
         while candidate in taken:
             candidate += "_"
         taken.add(candidate)
@@ -152,21 +154,16 @@ def assign_ids(raw_ids: Sequence[object], contents: Sequence[tuple[object, objec
     return ids
 
 
-def _content_digest(name: object, args: object) -> str:
-    """The short digest of a call's name and arguments that a synthesised ID ends with."""
-    content = f"{call_name(name)}\x00{args_digest(call_arguments(args))}"
-    return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-
-
 def synthesised(call: ToolCall) -> bool:
-    """Whether ``call``'s ID is one ``assign_ids`` made because the model sent none.
+    """Whether ``call``'s ID has the form ``assign_ids`` gives a call the model sent without one.
 
-    Read from the ID and the call's own name and arguments (an ID the model sent
-    that merely looks synthesised does not carry their digest); for adapters
-    whose calls keep the arguments as they were read.
+    The form is ``toolsched_call_{position}_{12 hex digits}`` (with any ``_``
+    added for uniqueness): an ID the model sent that merely starts like it
+    (``toolsched_call_0``) is the model's. The digest is not recomputed: where
+    this is asked (Gemini), synthesised IDs are never sent to the model, so it
+    could send one of that form only by chance.
     """
-    match = _SYNTHETIC_ID.fullmatch(call.id)
-    return match is not None and match["digest"] == _content_digest(call.name, call.args)
+    return _SYNTHETIC_ID.fullmatch(call.id) is not None
 
 
 def with_ids(entries: Sequence[Any], positions: Sequence[int], ids: Sequence[str], field: str) -> list[Any] | None:
