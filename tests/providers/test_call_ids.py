@@ -327,3 +327,20 @@ async def test_a_loop_held_for_approval_resumes_calls_without_ids_under_the_same
     sent, answered = sent_pairs(provider, scripted.requests[1])
     _assert_paired(provider, sent, answered, [None, None])
     assert "Oslo: 18°C" in json.dumps(scripted.requests[1], ensure_ascii=False)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_the_same_call_without_an_id_in_two_turns_runs_in_each(provider: str, stream: bool) -> None:
+    ran: list[str] = []
+    build = BUILDERS[provider] if stream else WHOLE[provider]
+    again = Turn(calls=[Call(None, "get_weather", {"city": "Paris"})])
+    with ScriptedProvider([build(again), build(again), build(Turn(text="Done."))]) as scripted:
+        async with Client(provider, scripted.url) as client:
+            with anyio.fail_after(30):
+                result = await client.loop(ts.Executor(weather(ran)), "weather?", stream=stream)
+    assert (result.stop, result.turns, ran) == ("done", 3, ["Paris", "Paris"])
+    # Both turns went back paired (the same synthesised ID in each: the same call at the same position).
+    sent, answered = sent_pairs(provider, scripted.requests[2])
+    assert sent == answered and len(sent) == 2
