@@ -36,7 +36,8 @@ async def main(client: Any) -> str:
         response = await client.messages.create(
             model=MODEL, max_tokens=1024, messages=messages, tools=ts_anthropic.tool_definitions(executor)
         )
-        messages.append({"role": "assistant", "content": response.content})
+        # The model's turn, each tool_use block with the ID its tool_result answers.
+        messages.append(ts_anthropic.assistant_message(response))
         if response.stop_reason != "tool_use":
             return "".join(block.text for block in response.content if block.type == "text")
         turn = await ts_anthropic.execute(executor, response)

@@ -35,8 +35,8 @@ async def main(client: Any) -> str:
     config = {"tools": ts_gemini.tool_definitions(executor)}
     while True:
         response = await client.aio.models.generate_content(model=MODEL, contents=contents, config=config)
-        contents.append(response.candidates[0].content)
         turn = await ts_gemini.execute(executor, response)
+        contents.append(turn.assistant)
         if turn.content is None:
             return str(response.text)
         contents.append(turn.content)

@@ -37,11 +37,11 @@ async def main(client: Any) -> str:
             model=MODEL, messages=messages, tools=ts_chat.tool_definitions(executor)
         )
         message = completion.choices[0].message
-        messages.append(message)
         if not message.tool_calls:
             return str(message.content)
         turn = await ts_chat.execute(executor, completion)
-        messages += turn.messages
+        # The model's message (each tool call with the ID its tool message answers), then the tool messages.
+        messages += [turn.assistant, *turn.messages]
 
 
 async def main_with_loop(client: Any) -> str | None:

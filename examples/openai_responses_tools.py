@@ -35,11 +35,11 @@ async def main(client: Any) -> str:
     tools = ts_responses.tool_definitions(executor, strict=True)
     while True:
         response = await client.responses.create(model=MODEL, input=items, tools=tools)
-        items += response.output
         turn = await ts_responses.execute(executor, response)
+        # The output items (each function_call with the call_id its output answers), then the outputs.
+        items += [*turn.assistant, *turn.items]
         if not turn.calls:
             return str(response.output_text)
-        items += turn.items
 
 
 async def main_with_loop(client: Any) -> str | None:

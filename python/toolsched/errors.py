@@ -12,6 +12,7 @@ __all__ = [
     "ApprovalError",
     "AssemblyError",
     "GuardrailTripped",
+    "IncompleteStreamError",
     "McpConnectionError",
     "McpToolError",
     "MissingResultError",
@@ -135,6 +136,9 @@ class StreamFailed(ToolschedError):
     the end (one waiting for a rate-limit token or a retry ran no more attempts),
     calls not started are ``skipped``. The error of the stream is the
     ``__cause__``.
+
+    A tool loop (``toolsched.loops``) whose streamed answer broke sets ``history``: the conversation
+    before the request that broke, every earlier turn answered, ready to be sent again (None elsewhere).
     """
 
     def __init__(self, outcome: Any, cause: BaseException) -> None:
@@ -142,6 +146,22 @@ class StreamFailed(ToolschedError):
         answered = len(outcome.results)
         super().__init__(f"the stream of calls broke after {answered} calls were answered ({detail})")
         self.outcome = outcome
+        self.history: list[Any] | None = None
+
+
+class IncompleteStreamError(ToolschedError):
+    """A model's streamed answer that is not a whole turn: it ended before the provider's final event
+    (``message_stop``, ``response.completed``, a ``finish_reason``, Gemini's ``finishReason``), or the
+    provider reported an error in it.
+
+    The adapters' ``execute_stream`` raise it as the ``__cause__`` of ``StreamFailed`` (which keeps the
+    results of the calls the stream completed); no reply is built from a cut turn, since a call in it may
+    be cut off. Send the request again. ``provider`` names the API.
+    """
+
+    def __init__(self, provider: str, message: str) -> None:
+        super().__init__(f"{provider}: {message}")
+        self.provider = provider
 
 
 class GuardrailTripped(ToolschedError):

@@ -19,6 +19,14 @@ the caller instead of being decided here:
 
 ``stream=True`` streams each answer and starts every tool call the moment
 the stream completes it (``execute_stream``), results still in model order.
+An answer whose stream breaks (the connection drops, the provider reports an
+error, or it ends before its final event) is never sent back: the loop raises
+``StreamFailed`` with the results of the calls it completed (``outcome``) and
+the conversation before that request (``history``), ready to be sent again.
+
+The assistant turn appended to the history carries, for every call, the ID
+its result answers (a call the model sent without an ID gets the one the
+adapter's ``calls_from`` gives it).
 
 ``refresh_tools`` (a plain or async callable returning a new ``Executor``,
 or None to keep the current one) is consulted after each turn's results are
@@ -34,7 +42,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from toolsched.errors import OptionError
+from toolsched.errors import OptionError, StreamFailed
 from toolsched.executor import Executor, Steering
 from toolsched.outcome import Outcome
 from toolsched.providers import anthropic, gemini, openai_chat, openai_responses
@@ -157,7 +165,7 @@ class _Anthropic(_Dialect):
         return await self.create(messages=history, **_with_tools(self.options, anthropic.tool_definitions(executor)))
 
     def assistant_turn(self, response: Any) -> list[Any]:
-        return [{"role": "assistant", "content": read(response, "content")}]
+        return [anthropic.assistant_message(response)]
 
     def calls(self, response: Any, registry: ToolRegistry) -> list[ToolCall]:
         return anthropic.calls_from(response)
@@ -198,7 +206,7 @@ class _Responses(_Dialect):
         return await self.create(input=history, **_with_tools(self.options, tools))
 
     def assistant_turn(self, response: Any) -> list[Any]:
-        return list(read(response, "output") or ())
+        return [] if read(response, "output") is None else openai_responses.output_items(response)
 
     def calls(self, response: Any, registry: ToolRegistry) -> list[ToolCall]:
         return openai_responses.calls_from(response, registry=registry)
@@ -378,7 +386,11 @@ async def _run_loop(
     while True:
         if stream:
             # Each call starts while the answer is still streaming.
-            response, calls, streamed = await dialect.execute_stream(history, executor, steering, context)
+            try:
+                response, calls, streamed = await dialect.execute_stream(history, executor, steering, context)
+            except StreamFailed as failed:
+                failed.history = list(history)
+                raise
             turns += 1
             history.extend(dialect.assistant_turn(response))
         else:

@@ -37,7 +37,10 @@ alongside others. A tool the server reports as failed, a protocol error, a
 request the server does not answer within ``read_timeout`` (300 seconds by
 default) or a dropped connection becomes that call's ``execution_error``
 result (``McpToolError`` / ``McpConnectionError`` as the message), never a
-crash or a hang of the run. The ``mcp`` package is imported only when a connection is made
+crash or a hang of the run. Once the connection is known to be gone (a stdio
+server's output ended, a request found it closed), every later call fails at
+once with a message saying it was called after that and not sent. The
+``mcp`` package is imported only when a connection is made
 (``pip install 'toolsched[mcp]'``).
 """
 
@@ -159,6 +162,46 @@ def _error_message(result: mcp_types.CallToolResult) -> str:
     return "\n".join(text for text in texts if text) or "the tool reported an error without a message"
 
 
+class _WatchedReadStream:
+    """A transport's read stream that tells its connection when the server's side of it ends.
+
+    It forwards the ``ReadStream`` protocol of the ``mcp`` package unchanged.
+    """
+
+    def __init__(self, stream: Any, on_end: Any) -> None:
+        self._stream = stream
+        self._on_end = on_end
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._stream, "last_context", None)
+
+    async def receive(self) -> Any:
+        try:
+            return await self._stream.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    def __aiter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
 class McpConnection:
     """An open connection to one MCP server (use it as ``async with``).
 
@@ -198,7 +241,7 @@ class McpConnection:
 
     async def __aenter__(self) -> McpConnection:
         _require_mcp()
-        client = self._client_factory(self._on_message)
+        client = self._client_factory(self)
         self._lost = None
         self._closing = anyio.Event()
         stack = AsyncExitStack()
@@ -238,6 +281,25 @@ class McpConnection:
         if started and self._lost is None and self._closing is not None and not self._closing.is_set():
             self._lose(f"MCP server {self.label} closed the connection")
 
+    @asynccontextmanager
+    async def _watch(self, transport: Any) -> AsyncIterator[Any]:
+        """``transport`` (an ``mcp`` transport: a context manager of a read and a write stream) with its read
+        stream watched: when it ends while the connection is open, the server closed the connection, and
+        every later call fails at once, saying so."""
+        async with transport as (read_stream, write_stream):
+            yield _WatchedReadStream(read_stream, self._server_closed), write_stream
+
+    def _server_closed(self) -> None:
+        """The server's side of the transport ended: later calls fail at once (the waiting ones get the
+        transport's own "connection closed")."""
+        if self._lost is None and self._closing is not None and not self._closing.is_set():
+            self._lost = f"MCP server {self.label} closed the connection"
+            logger.warning("%s", self._lost)
+
+    def _not_sent(self, request: str) -> str:
+        """The message of a request made after the connection was gone: it was never sent."""
+        return f"{self._lost}; {request} was called after that and was not sent"
+
     def _lose(self, reason: str) -> None:
         """The transport is gone: the calls waiting for it stop now, later ones fail at once."""
         logger.warning("%s", reason)
@@ -269,6 +331,7 @@ class McpConnection:
         return self._changed
 
     async def _on_message(self, message: Any) -> None:
+        """The client's message handler: a ``tools/list_changed`` notification marks the tool list stale."""
         method = getattr(getattr(message, "root", message), "method", None)
         if method == "notifications/tools/list_changed":
             self._changed = True
@@ -306,6 +369,10 @@ class McpConnection:
         from mcp.shared.exceptions import MCPError
         from mcp_types import REQUEST_TIMEOUT
 
+        if self._lost is not None:
+            raise McpConnectionError(
+                f"could not list the tools of MCP server {self.label}: {self._not_sent('`tools/list`')}"
+            )
         client = self.client
         self._changed = False
         specs: list[mcp_types.Tool] = []
@@ -362,6 +429,8 @@ class McpConnection:
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
+        if self._lost is not None:
+            raise McpConnectionError(self._not_sent(f"`{name}`"))
         client = self.client
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
@@ -375,6 +444,9 @@ class McpConnection:
                 )
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
+                # The transport gave up on the server (an HTTP server that cannot be reached says so only
+                # here): later calls fail at once.
+                self._server_closed()
                 raise McpConnectionError(
                     f"MCP server {self.label} closed the connection during `{name}`: {exc.message}"
                 ) from exc
@@ -383,6 +455,7 @@ class McpConnection:
                 raise McpConnectionError(self._unanswered(f"`{name}`")) from exc
             raise McpToolError(f"MCP server {self.label} refused `{name}`: {exc.message}") from exc
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
+            self._server_closed()
             raise McpConnectionError(f"MCP server {self.label} closed the connection during `{name}`") from exc
         if scope.cancelled_caught:
             raise McpConnectionError(f"{self._lost} (during `{name}`)")
@@ -397,7 +470,7 @@ def connect(client: Any, *, label: str = "", prefix: str = "", trust_hints: bool
     The client must not be entered yet; the connection enters and exits it.
     """
     return McpConnection(
-        lambda _handler: client,
+        lambda _connection: client,
         label=label or repr(client.server),
         prefix=prefix,
         trust_hints=trust_hints,
@@ -425,7 +498,7 @@ def connect_stdio(
     server did not answer. ``prefix`` is put before every tool name.
     """
 
-    def build(handler: Any) -> Any:
+    def build(connection: McpConnection) -> Any:
         from mcp import Client, StdioServerParameters
         from mcp.client.stdio import stdio_client
 
@@ -433,7 +506,9 @@ def connect_stdio(
             command=command, args=list(args), env=dict(env) if env is not None else None, cwd=cwd
         )
         transport = stdio_client(parameters, errlog=errlog if errlog is not None else sys.stderr)
-        return Client(transport, message_handler=handler, read_timeout_seconds=read_timeout)
+        return Client(
+            connection._watch(transport), message_handler=connection._on_message, read_timeout_seconds=read_timeout
+        )
 
     return McpConnection(build, label=f"`{command}`", prefix=prefix, trust_hints=trust_hints, read_timeout=read_timeout)
 
@@ -454,14 +529,14 @@ def connect_http(
     ``read_timeout`` is as for ``connect_stdio``.
     """
 
-    def build(handler: Any) -> Any:
+    def build(connection: McpConnection) -> Any:
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
         if http_client is not None or not headers:
             return Client(
-                streamable_http_client(url, http_client=http_client),
-                message_handler=handler,
+                connection._watch(streamable_http_client(url, http_client=http_client)),
+                message_handler=connection._on_message,
                 read_timeout_seconds=read_timeout,
             )
 
@@ -476,6 +551,8 @@ def connect_http(
             ):
                 yield streams
 
-        return Client(with_headers(), message_handler=handler, read_timeout_seconds=read_timeout)
+        return Client(
+            connection._watch(with_headers()), message_handler=connection._on_message, read_timeout_seconds=read_timeout
+        )
 
     return McpConnection(build, label=f"at {url}", prefix=prefix, trust_hints=trust_hints, read_timeout=read_timeout)

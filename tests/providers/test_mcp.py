@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -317,3 +319,120 @@ async def _stop(process: Any) -> None:
     with anyio.CancelScope(shield=True):
         await process.wait()
         await process.aclose()
+
+
+# -- a connection that is gone --------------------------------------------------------------------
+
+NOT_SENT = "was called after that and was not sent"
+
+
+async def _until_gone(server: ts_mcp.McpConnection) -> None:
+    """Waits until the connection knows its server is gone (its ``client`` refuses)."""
+    while True:
+        try:
+            assert server.client is not None
+        except ts.McpConnectionError:
+            return
+        await anyio.sleep(0.01)
+
+
+async def test_a_call_after_the_server_died_says_it_was_never_sent() -> None:
+    with anyio.fail_after(LIMIT):
+        async with ts_mcp.connect_stdio(sys.executable, [SERVER]) as server:
+            executor = ts.Executor(await server.tools())
+            # exit_now is unsafe: the `add` after it starts only once the server is gone.
+            outcome = await executor.run([ts.ToolCall("1", "exit_now", {}), ts.ToolCall("2", "add", {"a": 2})])
+            during, after = (result.error or "" for result in outcome.results)
+            assert "closed the connection during `exit_now`" in during
+            assert NOT_SENT not in during
+            assert f"closed the connection; `add` {NOT_SENT}" in after
+            assert "during" not in after
+            # A later turn says the same, and so does a refresh of the tool list.
+            later = await executor.run([ts.ToolCall("3", "add", {"a": 3})])
+            assert f"`add` {NOT_SENT}" in (later.results[0].error or "")
+            with pytest.raises(ts.McpConnectionError, match=f"could not list .*`tools/list` {NOT_SENT}"):
+                await server.refresh_tools()
+
+
+async def test_a_server_killed_between_turns_fails_the_next_call_as_not_sent() -> None:
+    with anyio.fail_after(LIMIT):
+        async with ts_mcp.connect_stdio(sys.executable, [SERVER]) as server:
+            executor = ts.Executor(await server.tools())
+            first = await executor.run([ts.ToolCall("1", "pid", {})])
+            os.kill(int(first.results[0].output), signal.SIGKILL)
+            # The connection sees the server's output end without any call in flight.
+            await _until_gone(server)
+            outcome = await executor.run([ts.ToolCall("2", "add", {"a": 2})])
+            error = outcome.results[0].error or ""
+            assert outcome.results[0].error_kind == "execution_error"
+            assert f"closed the connection; `add` {NOT_SENT}" in error
+
+
+async def test_every_call_in_flight_when_the_server_dies_is_answered_and_none_hangs() -> None:
+    with anyio.fail_after(LIMIT):
+        async with ts_mcp.connect_stdio(sys.executable, [SERVER]) as server:
+            executor = ts.Executor(await server.tools(), strategy=ts.Parallel())
+            outcome = await executor.run(
+                [
+                    ts.ToolCall("1", "slow", {"seconds": LIMIT}),
+                    ts.ToolCall("2", "slow", {"seconds": LIMIT}),
+                    ts.ToolCall("3", "exit_now", {}),
+                ]
+            )
+            assert [result.call_id for result in outcome.results] == ["1", "2", "3"]
+            for result, name in zip(outcome.results, ["slow", "slow", "exit_now"], strict=True):
+                assert f"closed the connection during `{name}`" in (result.error or ""), result
+
+
+async def test_a_server_that_closes_its_pipe_and_runs_on_is_gone_and_still_closes() -> None:
+    with anyio.fail_after(LIMIT):
+        async with ts_mcp.connect_stdio(sys.executable, [SERVER]) as server:
+            executor = ts.Executor(await server.tools())
+            outcome = await executor.run([ts.ToolCall("1", "close_wire", {}), ts.ToolCall("2", "add", {"a": 1})])
+            assert "closed the connection during `close_wire`" in (outcome.results[0].error or "")
+            assert f"`add` {NOT_SENT}" in (outcome.results[1].error or "")
+        # Leaving the block stopped the process that still ran.
+
+
+async def test_a_line_that_is_not_json_rpc_costs_no_call() -> None:
+    with anyio.fail_after(LIMIT):
+        async with ts_mcp.connect_stdio(sys.executable, [SERVER]) as server:
+            executor = ts.Executor(await server.tools())
+            outcome = await executor.run([ts.ToolCall("1", "garbage", {}), ts.ToolCall("2", "add", {"a": 1})])
+            assert [result.output for result in outcome.results] == ["wrote garbage", "3"]
+            assert server.client is not None
+
+
+async def test_a_connection_entered_again_after_its_server_died_starts_a_new_one() -> None:
+    connection = ts_mcp.connect_stdio(sys.executable, [SERVER])
+    with anyio.fail_after(LIMIT):
+        async with connection as server:
+            executor = ts.Executor(await server.tools())
+            await executor.run([ts.ToolCall("1", "exit_now", {})])
+            await _until_gone(server)
+        async with connection as server:
+            outcome = await ts.Executor(await server.tools()).run([ts.ToolCall("2", "add", {"a": 5})])
+            assert outcome.results[0].output == "7"
+        # Closed as it should be: a call now says the connection is not open, not that the server closed it.
+        outcome = await executor.run([ts.ToolCall("3", "add", {"a": 1})])
+        error = outcome.results[0].error or ""
+        assert "not connected" in error and "closed the connection" not in error
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_an_http_server_gone_between_turns_fails_later_calls_as_not_sent(anyio_backend: str) -> None:
+    process, port = await _http_server()
+    try:
+        with anyio.fail_after(LIMIT):
+            async with ts_mcp.connect_http(f"http://127.0.0.1:{port}/mcp") as server:
+                executor = ts.Executor(await server.tools())
+                assert (await executor.run([ts.ToolCall("1", "add", {"a": 1})])).results[0].output == "3"
+                await _stop(process)
+                # Over HTTP the first request finds the server gone; the ones after it are not sent.
+                first = await executor.run([ts.ToolCall("2", "add", {"a": 2})])
+                assert "McpConnectionError" in (first.results[0].error or "")
+                assert NOT_SENT not in (first.results[0].error or "")
+                later = await executor.run([ts.ToolCall("3", "add", {"a": 3})])
+                assert f"`add` {NOT_SENT}" in (later.results[0].error or "")
+    finally:
+        await _stop(process)

@@ -7,36 +7,27 @@ midway keeps (and reports) the results of the calls it completed.
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Any
 
 import anyio
 import pytest
-from sdk_clients import Client
+from sdk_clients import MODULES, PROVIDERS, Client
 
 import toolsched as ts
 from toolsched.providers import anthropic as ts_anthropic
-from toolsched.providers import gemini as ts_gemini
-from toolsched.providers import openai_chat as ts_chat
-from toolsched.providers import openai_responses as ts_responses
 from toolsched.testing import Reply, ScriptedProvider, ToolUse, stream_events
 
 pytestmark = pytest.mark.anyio
 
-PROVIDERS = ["anthropic", "openai_responses", "openai_chat", "gemini"]
-MODULES: dict[str, Any] = {
-    "anthropic": ts_anthropic,
-    "openai_responses": ts_responses,
-    "openai_chat": ts_chat,
-    "gemini": ts_gemini,
-}
 
-
-def _tools(started: dict[str, float]) -> list[ts.Tool]:
+def _tools(started: dict[str, float], running: dict[str, threading.Event] | None = None) -> list[ts.Tool]:
     @ts.tool(read_only=True, concurrency_safe=True)
     async def get_weather(city: str) -> str:
         """Current weather for a city."""
         started[city] = time.perf_counter()
+        if running is not None and city in running:
+            running[city].set()
         await anyio.sleep(0.05)
         return f"{city}: 18°C"
 
@@ -89,13 +80,15 @@ async def test_tools_start_while_the_answer_streams_and_end_as_the_whole_answer_
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_a_stream_cut_midway_keeps_the_results_of_the_calls_it_completed(provider: str) -> None:
     started: dict[str, float] = {}
-    executor = ts.Executor(_tools(started))
+    running = {"Paris": threading.Event()}
+    executor = ts.Executor(_tools(started, running))
     events = stream_events(provider, TURN)
     # Cut the connection once the second call has begun, before it is complete (Gemini sends a call
-    # whole, in one event: there the cut comes just before it).
+    # whole, in one event: there the cut comes just before it), and once Paris runs: a call not
+    # started when the stream breaks is answered `skipped`.
     second = next(position for position, (_, _, data) in enumerate(events) if "call_london" in str(data))
     cut = second if provider == "gemini" else second + 1
-    with ScriptedProvider([TURN], break_after={0: cut}) as scripted:
+    with ScriptedProvider([TURN], break_after={0: cut}, gates={0: running["Paris"]}) as scripted:
         async with Client(provider, scripted.url) as client:
             with pytest.raises(ts.StreamFailed) as raised:
                 await MODULES[provider].execute_stream(executor, await client.stream())

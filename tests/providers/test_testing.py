@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from typing import Any
 
 import pytest
-from sdk_clients import Client
+from sdk_clients import MODULES, PROVIDERS, Client
 
 import toolsched as ts
-from toolsched.providers import anthropic as ts_anthropic
-from toolsched.providers import gemini as ts_gemini
-from toolsched.providers import openai_chat as ts_chat
-from toolsched.providers import openai_responses as ts_responses
 from toolsched.testing import Reply, Request, ScriptedProvider, ToolUse, api_of, response_body, stream_events
 
-PROVIDERS = ["anthropic", "openai_responses", "openai_chat", "gemini"]
-MODULES: dict[str, Any] = {
-    "anthropic": ts_anthropic,
-    "openai_responses": ts_responses,
-    "openai_chat": ts_chat,
-    "gemini": ts_gemini,
-}
 CALLS = Reply(
     text="Checking both.",
     tool_uses=[ToolUse("get_weather", {"city": "Paris"}), ToolUse("get_weather", {"city": "London"}, id="ldn")],
@@ -168,6 +159,80 @@ async def test_a_stream_cut_by_break_after_fails_in_the_sdk() -> None:
     assert model.sent_at == []
 
 
+def _open_stream(url: str) -> http.client.HTTPResponse:
+    """A streamed Chat request to ``url``, its answer open for reading."""
+    body = json.dumps({"model": "m", "messages": [], "stream": True}).encode()
+    request = urllib.request.Request(f"{url}/chat/completions", data=body, method="POST")
+    response: http.client.HTTPResponse = urllib.request.urlopen(request, timeout=30)
+    return response
+
+
+def _data_lines(raw: bytes) -> list[Any]:
+    lines = [line[len("data: ") :] for line in raw.decode().splitlines() if line.startswith("data: ")]
+    return [line if line == "[DONE]" else json.loads(line) for line in lines]
+
+
+def test_end_after_ends_a_stream_cleanly_and_break_after_past_the_last_event_cuts_before_the_end() -> None:
+    events = stream_events("openai_chat", CALLS)
+    with ScriptedProvider([CALLS, CALLS], end_after={0: 2}, break_after={1: len(events)}) as model:
+        with _open_stream(model.url) as response:
+            assert _data_lines(response.read()) == [event.data for event in events[:2]]
+        with _open_stream(model.url) as response, pytest.raises(http.client.IncompleteRead) as raised:
+            response.read()
+        assert _data_lines(raised.value.partial) == [
+            event.data for event in stream_events("openai_chat", CALLS, number=2)
+        ]
+    assert len(model.sent_at) == 1
+
+
+def test_a_gate_holds_the_end_of_a_stream_until_it_is_set() -> None:
+    gate = threading.Event()
+    with ScriptedProvider([CALLS], end_after={0: 1}, gates={0: gate}) as model:
+        with _open_stream(model.url) as response:
+            first = response.readline() + response.readline()
+            assert _data_lines(first) == [stream_events("openai_chat", CALLS)[0].data]
+            # The event is read; the body does not end while the gate is shut.
+            assert model.sent_at == []
+            gate.set()
+            assert _data_lines(response.read()) == []
+    assert len(model.sent_at) == 1
+
+
+def test_a_client_that_closes_a_stream_midway_is_recorded_as_hung_up() -> None:
+    endless = [(0.01, None, {"n": number}) for number in range(3000)]
+    with ScriptedProvider([Reply(text="hi"), endless]) as model:
+        with _open_stream(model.url) as response:
+            response.read()
+        with _open_stream(model.url) as response:
+            assert _data_lines(response.readline()) == [{"n": 0}]
+        assert model.hang_up.wait(20)
+    assert model.hung_up == [1]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_tool_use_sent_without_an_id_carries_none_in_either_form(provider: str) -> None:
+    reply = Reply(tool_uses=[ToolUse("get_weather", {"city": "Oslo"}, id="kept", send_id=False)])
+    whole = json.dumps(response_body(provider, reply))
+    streamed = json.dumps([event.data for event in stream_events(provider, reply)])
+    assert "Oslo" in whole
+    for text in (whole, streamed):
+        assert "kept" not in text
+        assert '"call_id"' not in text and "toolu_" not in text and '"id": "call_' not in text
+    # The adapters read such a call and give it an ID of their own.
+    calls = MODULES[provider].calls_from(response_body(provider, reply))
+    assert [call.id.startswith("toolsched_call_") for call in calls] == [True]
+
+
+def test_exact_answers_are_sent_as_given() -> None:
+    body = {"id": "chatcmpl-x", "object": "chat.completion", "choices": [], "custom": True}
+    with ScriptedProvider([body, [(0.0, None, {"custom": 1}), (0.0, None, "[DONE]")]]) as model:
+        request = urllib.request.Request(f"{model.url}/chat/completions", data=b"{}", method="POST")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert json.loads(response.read()) == body
+        with _open_stream(model.url) as response:
+            assert _data_lines(response.read()) == [{"custom": 1}, "[DONE]"]
+
+
 def test_an_unknown_path_is_404_and_paths_name_their_api() -> None:
     assert api_of("/v1/messages") == "anthropic"
     assert api_of("/v1/responses") == "openai_responses"
@@ -190,6 +255,8 @@ def test_an_unknown_path_is_404_and_paths_name_their_api() -> None:
         (lambda: ToolUse("t", {"when": object()}), "are not JSON"),
         (lambda: ToolUse("t", {"x": float("nan")}), "are not JSON"),
         (lambda: ToolUse("t", id=""), "id must be a non-empty string"),
+        (lambda: ToolUse("t", send_id=0), "send_id must be True or False"),  # type: ignore[arg-type]
+        (lambda: ScriptedProvider([[{"a": 1, "b": 2, "c": 3}]]), "must hold \\(delay, name, data\\) events"),  # type: ignore[list-item]
         (lambda: Reply(text=3), "text must be a string"),  # type: ignore[arg-type]
         (lambda: Reply(tool_uses=[("t", {})]), "must be ToolUse values"),  # type: ignore[list-item]
         (lambda: Reply(tokens_per_second=-1), "tokens_per_second must be"),

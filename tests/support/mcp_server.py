@@ -6,10 +6,13 @@ Run as `python tests/mcp_server.py` (stdio) or `python tests/mcp_server.py http 
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import stat
 import sys
 
+import anyio
 from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -75,6 +78,47 @@ def exit_now() -> str:
     """Ends the server process in the middle of the call."""
     sys.stdout.flush()
     os._exit(3)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def pid() -> int:
+    """The server's process ID (for a test that kills it from outside)."""
+    return os.getpid()
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def slow(seconds: float) -> str:
+    """Waits, then answers."""
+    await anyio.sleep(seconds)
+    return f"waited {seconds}"
+
+
+def _wire_out() -> int:
+    """The descriptor the server writes its messages to: the pipe it was started with as stdout (the server
+    keeps it under another number and points fd 1 at stderr while it serves)."""
+    for fd in range(3, 256):
+        try:
+            mode = os.fstat(fd).st_mode
+            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        except OSError:
+            continue
+        if stat.S_ISFIFO(mode) and flags & os.O_ACCMODE == os.O_WRONLY:
+            return fd
+    raise RuntimeError("no pipe to write messages to")
+
+
+@server.tool()
+def close_wire() -> str:
+    """Closes the pipe the server answers on and goes on running: the client sees the connection end."""
+    os.close(_wire_out())
+    return "closed"
+
+
+@server.tool()
+def garbage() -> str:
+    """Writes a line that is not JSON-RPC to the pipe the server answers on, then answers normally."""
+    os.write(_wire_out(), b"this is not json-rpc\n")
+    return "wrote garbage"
 
 
 @server.tool()

@@ -9,6 +9,21 @@ from google import genai
 from google.genai import types as genai_types
 from openai import AsyncOpenAI
 
+from toolsched.providers import anthropic as ts_anthropic
+from toolsched.providers import gemini as ts_gemini
+from toolsched.providers import openai_chat as ts_chat
+from toolsched.providers import openai_responses as ts_responses
+
+PROVIDERS = ["anthropic", "openai_responses", "openai_chat", "gemini"]
+"""The four APIs, by the names ``toolsched.testing`` and the adapters use."""
+MODULES: dict[str, Any] = {
+    "anthropic": ts_anthropic,
+    "openai_responses": ts_responses,
+    "openai_chat": ts_chat,
+    "gemini": ts_gemini,
+}
+"""Each API's ``toolsched.providers`` adapter."""
+
 
 class Client:
     """The provider's official async client against the scripted server; closed when the block ends."""
@@ -49,17 +64,33 @@ class Client:
             )
         return await sdk.aio.models.generate_content_stream(model="gemini-2.5-flash", contents="hi")
 
-    async def loop(self, executor: Any, question: str) -> Any:
-        """The provider's streaming tool loop (``toolsched.loops``) from one user question to the model's stop."""
+    async def loop(self, executor: Any, question: str, *, stream: bool = True) -> Any:
+        """The provider's tool loop (``toolsched.loops``), streaming unless told, from one user question to the
+        model's stop."""
         from toolsched.loops import anthropic_loop, gemini_loop, openai_chat_loop, openai_responses_loop
 
         sdk = self.sdk
         if self.provider == "anthropic":
             messages = [{"role": "user", "content": question}]
-            return await anthropic_loop(sdk, executor, messages=messages, model="m", max_tokens=99, stream=True)
+            return await anthropic_loop(sdk, executor, messages=messages, model="m", max_tokens=99, stream=stream)
         if self.provider == "openai_responses":
-            return await openai_responses_loop(sdk, executor, input=question, model="m", stream=True)
+            return await openai_responses_loop(sdk, executor, input=question, model="m", stream=stream)
         if self.provider == "openai_chat":
             messages = [{"role": "user", "content": question}]
-            return await openai_chat_loop(sdk, executor, messages=messages, model="m", stream=True)
-        return await gemini_loop(sdk, executor, model="m", contents=question, stream=True)
+            return await openai_chat_loop(sdk, executor, messages=messages, model="m", stream=stream)
+        return await gemini_loop(sdk, executor, model="m", contents=question, stream=stream)
+
+    async def resume(self, paused: Any, *, stream: bool = True) -> Any:
+        """The same loop, resumed from ``paused`` (an interrupted ``LoopResult`` decided on its ``state``)."""
+        from toolsched.loops import anthropic_loop, gemini_loop, openai_chat_loop, openai_responses_loop
+
+        sdk, executor, history = self.sdk, paused.executor, paused.history
+        if self.provider == "anthropic":
+            return await anthropic_loop(
+                sdk, executor, messages=history, resume=paused, model="m", max_tokens=99, stream=stream
+            )
+        if self.provider == "openai_responses":
+            return await openai_responses_loop(sdk, executor, input=history, resume=paused, model="m", stream=stream)
+        if self.provider == "openai_chat":
+            return await openai_chat_loop(sdk, executor, messages=history, resume=paused, model="m", stream=stream)
+        return await gemini_loop(sdk, executor, model="m", contents=history, resume=paused, stream=stream)

@@ -11,7 +11,11 @@ logger.
 
     response = await client.messages.create(model=..., messages=messages, tools=tool_definitions(executor))
     turn = await execute(executor, response)
-    messages += [{"role": "assistant", "content": response.content}, turn.message]
+    messages += [turn.assistant, turn.message]
+
+``turn.assistant`` is the response's assistant message with every ``tool_use``
+block carrying the ID its ``tool_result`` answers (the same as
+``response.content`` whenever the model gave every block an ID).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolsched.content import Image
-from toolsched.errors import ResponseFormatError
+from toolsched.errors import IncompleteStreamError, ResponseFormatError
 from toolsched.executor import Executor, Steering
 from toolsched.providers.flow import Flow
 from toolsched.providers.wire import (
@@ -42,6 +46,7 @@ from toolsched.providers.wire import (
     registry_of,
     results_by_call,
     sequence_of,
+    with_ids,
 )
 from toolsched.registry import ToolRegistry
 from toolsched.results import ToolCall, ToolResult
@@ -49,6 +54,7 @@ from toolsched.results import ToolCall, ToolResult
 __all__ = [
     "AnthropicExecution",
     "MessageAssembler",
+    "assistant_message",
     "calls_from",
     "execute",
     "execute_stream",
@@ -88,7 +94,7 @@ class AnthropicExecution(Execution):
     """
 
     message: dict[str, Any] | None
-    # What the model said, assembled from a streamed response (``execute_stream``), for the next request.
+    # What the model said, as the next request takes it (``assistant_message``; assembled by ``execute_stream``).
     assistant: Any = None
 
 
@@ -112,23 +118,58 @@ def calls_from(response: Any) -> list[ToolCall]:
 
     ``response`` is an SDK ``Message``, its dict form, an assistant message
     (``{"role": "assistant", "content": [...]}``) or a list of content blocks.
-    A ``tool_use`` without an ``id`` gets ``toolsched_call_{position}`` (its
-    index among the response's tool calls); a missing or non-object ``input``
-    is passed on for the engine to answer with ``invalid_input``.
+    A ``tool_use`` without an ``id`` gets ``toolsched_call_{position}_{digest}``
+    (its index among the response's tool calls and a digest of its name and
+    input; ``assistant_message`` carries the same ID); a missing or non-object
+    ``input`` is passed on for the engine to answer with ``invalid_input``.
     Raises ``ResponseFormatError`` for something that is not a response.
     """
-    uses = []
-    for index, block in enumerate(_content(response)):
-        kind = block_type(block, PROVIDER, f"content[{index}]")
-        if kind == "tool_use":
-            uses.append(block)
-        else:
-            left_alone(PROVIDER, f"content[{index}]", kind, _KNOWN, _HOSTED_SUFFIXES)
-    ids = assign_ids([read(block, "id") for block in uses], [(read(b, "name"), read(b, "input")) for b in uses])
+    content = _content(response)
+    positions = _tool_uses(content, warn=True)
+    uses = [content[position] for position in positions]
     return [
         ToolCall(call_id, call_name(read(block, "name")), call_arguments(read(block, "input")))
-        for call_id, block in zip(ids, uses, strict=True)
+        for call_id, block in zip(_ids(uses), uses, strict=True)
     ]
+
+
+def _tool_uses(content: Sequence[Any], *, warn: bool) -> list[int]:
+    """The positions of the ``tool_use`` blocks in ``content`` (other kinds noted when ``warn``)."""
+    positions = []
+    for index, block in enumerate(content):
+        kind = block_type(block, PROVIDER, f"content[{index}]")
+        if kind == "tool_use":
+            positions.append(index)
+        elif warn:
+            left_alone(PROVIDER, f"content[{index}]", kind, _KNOWN, _HOSTED_SUFFIXES)
+    return positions
+
+
+def _ids(uses: Sequence[Any]) -> list[str]:
+    return assign_ids([read(block, "id") for block in uses], [(read(b, "name"), read(b, "input")) for b in uses])
+
+
+def assistant_message(response: Any) -> dict[str, Any]:
+    """The assistant message that records ``response`` in the conversation: ``{"role": "assistant", "content": ...}``.
+
+    Every ``tool_use`` block carries the ID its ``tool_result`` answers: a block
+    without one becomes a plain copy with the ID ``calls_from`` gives it; every
+    other block is the response's own. Raises ``ResponseFormatError`` for
+    something that is not a response.
+    """
+    return _assistant(response, None)
+
+
+def _assistant(response: Any, ids: list[str] | None) -> dict[str, Any]:
+    """``assistant_message``, with the calls' IDs when they are known already (``calls_from``'s, in order)."""
+    if is_record(response) and not isinstance(response, (list, tuple)) and isinstance(read(response, "content"), str):
+        return {"role": "assistant", "content": read(response, "content")}
+    content = _content(response)
+    positions = _tool_uses(content, warn=False)
+    if ids is None:
+        ids = _ids([content[position] for position in positions])
+    filled = with_ids(content, positions, ids, "id")
+    return {"role": "assistant", "content": list(content) if filled is None else filled}
 
 
 def _result_block(call: ToolCall, result: ToolResult, registry: ToolRegistry | None) -> dict[str, Any]:
@@ -185,8 +226,13 @@ _FLOW = Flow(AnthropicExecution, results_to_message, lambda: None)
 async def execute(
     executor: Executor, response: Any, *, steering: Steering | None = None, context: Any = None
 ) -> AnthropicExecution:
-    """Runs a response's tool calls and builds the reply: ``calls_from`` + ``Executor.run`` + ``results_to_message``."""
-    return await _FLOW.execute(executor, calls_from(response), steering=steering, context=context)
+    """Runs a response's tool calls and builds the reply: ``calls_from`` + ``Executor.run`` + ``results_to_message``.
+
+    The execution's ``assistant`` is ``assistant_message(response)``: append it, then ``message``.
+    """
+    calls = calls_from(response)
+    assistant = _assistant(response, [call.id for call in calls])
+    return await _FLOW.execute(executor, calls, steering=steering, context=context, assistant=assistant)
 
 
 async def resume(executor: Executor, execution: AnthropicExecution, state: Any) -> AnthropicExecution:
@@ -201,10 +247,13 @@ async def resume(executor: Executor, execution: AnthropicExecution, state: Any) 
 class MessageAssembler:
     """Reads a streamed Messages response (the SDK's events, or their dicts from raw SSE).
 
-    A ``tool_use`` block is a complete call at its ``content_block_stop``;
-    ``assembled()`` is the assistant message (every block, text and thinking
-    included) to append to the conversation. Calls get the IDs ``calls_from``
-    gives the whole message.
+    A ``tool_use`` block is a complete call at its ``content_block_stop``, and
+    the message is whole at ``message_stop``. ``assembled()`` is the assistant
+    message (every block, text and thinking included) to append to the
+    conversation, each ``tool_use`` block carrying its call's ID (the one
+    ``calls_from`` gives the whole message). An ``error`` event, or an end
+    before ``message_stop``, is an ``IncompleteStreamError``; a block started
+    twice a ``ResponseFormatError``.
     """
 
     def __init__(self) -> None:
@@ -213,11 +262,15 @@ class MessageAssembler:
         # The finished tool_use blocks as calls_from reads them (unparsable input kept as its text).
         self._uses: list[dict[str, Any]] = []
         self._taken = 0
+        self._stopped: set[Any] = set()
+        self._ended = False
         # The message's stop reason, from its ``message_delta`` (``pause_turn``, ``tool_use``, ...).
         self.stop_reason: str | None = None
 
     def feed(self, event: Any) -> list[ToolCall]:
         kind = read(event, "type")
+        if self._ended:
+            return []
         if kind == "message_delta":
             delta = read(event, "delta")
             reason = read(delta, "stop_reason") if delta is not None else None
@@ -228,6 +281,10 @@ class MessageAssembler:
             block = as_record(read(event, "content_block"))
             if not isinstance(block, dict):
                 raise ResponseFormatError(f"{PROVIDER}: content_block_start without a content block")
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise ResponseFormatError(f"{PROVIDER}: content_block_start has no integer `index`")
+            if index in self._blocks:
+                raise ResponseFormatError(f"{PROVIDER}: content block {index!r} started twice in one message")
             if block.get("type") in ("tool_use", "server_tool_use", "mcp_tool_use"):
                 self._json[index] = []
             self._blocks[index] = block
@@ -235,11 +292,16 @@ class MessageAssembler:
             self._delta(read(event, "index"), read(event, "delta"))
         elif kind == "content_block_stop":
             return self._stop(read(event, "index"))
+        elif kind == "message_stop":
+            self._ended = True
+        elif kind == "error":
+            detail = _error_detail(read(event, "error"))
+            raise IncompleteStreamError(PROVIDER, f"the stream reported an error: {detail}")
         return []
 
     def _delta(self, index: Any, delta: Any) -> None:
         block = self._blocks.get(index)
-        if block is None or delta is None:
+        if block is None or delta is None or index in self._stopped:
             return
         kind = read(delta, "type")
         if kind == "input_json_delta" and index in self._json:
@@ -255,8 +317,9 @@ class MessageAssembler:
 
     def _stop(self, index: Any) -> list[ToolCall]:
         block = self._blocks.get(index)
-        if block is None:
+        if block is None or index in self._stopped:
             return []
+        self._stopped.add(index)
         if index in self._json:
             text = "".join(self._json.pop(index))
             arguments: Any = text
@@ -273,14 +336,38 @@ class MessageAssembler:
         calls = calls_from(self._uses)
         fresh = calls[self._taken :]
         self._taken = len(calls)
+        for call in fresh:
+            # The ID the call got, in the block the next request sends back (and in what later stops read).
+            block["id"] = self._uses[-1]["id"] = call.id
         return fresh
 
+    @property
+    def complete(self) -> bool:
+        """Whether ``message_stop`` came."""
+        return self._ended
+
     def end(self) -> list[ToolCall]:
-        # A tool_use block the stream never finished is not a call: its input is cut off.
+        open_blocks = [self._blocks[index] for index in self._json]
+        cut = "".join(
+            f"; its `{block.get('type')}` block {block.get('name')!r} ({block.get('id')}) was cut off"
+            for block in open_blocks
+        )
+        if not self._ended:
+            raise IncompleteStreamError(PROVIDER, f"the stream ended before `message_stop`{cut}")
+        if open_blocks:
+            raise IncompleteStreamError(PROVIDER, f"`message_stop` came before every block's `content_block_stop`{cut}")
         return []
 
     def assembled(self) -> dict[str, Any]:
         return {"role": "assistant", "content": [self._blocks[index] for index in sorted(self._blocks)]}
+
+
+def _error_detail(error: Any) -> str:
+    """The type and message of an ``error`` event's error."""
+    if error is None:
+        return "no detail"
+    kind, message = read(error, "type"), read(error, "message")
+    return ": ".join(str(part) for part in (kind, message) if part) or "no detail"
 
 
 async def execute_stream(
@@ -296,8 +383,10 @@ async def execute_stream(
     ``stream`` is what ``client.messages.create(..., stream=True)`` returns (or
     the ``MessageStream`` of ``client.messages.stream(...)``, or raw event
     dicts). Returns what ``execute`` returns, with ``assistant`` set to the
-    assistant message: append it and then ``message``. If the stream breaks,
-    ``StreamFailed`` carries the results of the calls already complete.
+    assistant message: append it and then ``message``. If the stream breaks
+    (the connection drops, an ``error`` event, an end before ``message_stop``:
+    ``IncompleteStreamError``), ``StreamFailed`` carries the results of the
+    calls already complete and no reply is built.
     Pass an ``assembler`` to read more of the stream afterwards (its ``stop_reason``).
     """
     reader = MessageAssembler() if assembler is None else assembler

@@ -8,12 +8,14 @@ its state, and holds the reply back while calls wait for a person.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from toolsched.errors import StreamFailed
 from toolsched.outcome import Outcome
-from toolsched.providers.wire import Execution, resume_outcome
+from toolsched.providers.wire import Execution, logger, resume_outcome
 from toolsched.results import ToolCall, ToolResult
 
 if TYPE_CHECKING:
@@ -34,7 +36,12 @@ class Assembler(Protocol):
         """Takes the next event of the stream; returns the calls it completed, in model order."""
 
     def end(self) -> list[ToolCall]:
-        """The stream ended: returns the calls only its end completes."""
+        """The stream ended: returns the calls only its end completes; ``IncompleteStreamError`` when the
+        stream ended before the provider's final event (a turn cut short)."""
+
+    @property
+    def complete(self) -> bool:
+        """Whether the provider's final event came: nothing later in the stream changes the turn."""
 
     def assembled(self) -> Any:
         """What the model said, as the provider takes it back in the next request."""
@@ -44,26 +51,32 @@ class Assembler(Protocol):
 class Flow(Generic[E]):
     """One provider's part of the flow: its execution type, its reply builder, and its empty reply.
 
+    ``execution(calls, outcome, payload, assistant)`` builds the result;
     ``reply(calls, results, registry=...)`` builds the wire payload;
     ``empty()`` is the payload while the run is interrupted or when the
     response had no calls.
     """
 
-    execution: Callable[[list[ToolCall], Outcome, Any], E]
+    execution: Callable[[list[ToolCall], Outcome, Any, Any], E]
     reply: Reply
     empty: Callable[[], Any]
 
-    def finish(self, registry: ToolRegistry, calls: list[ToolCall], outcome: Outcome) -> E:
-        """The execution of ``calls``: the reply built from the outcome, unless calls still wait."""
-        if outcome.interrupted or not calls:
-            return self.execution(calls, outcome, self.empty())
-        results: Sequence[ToolResult] = outcome.results
-        return self.execution(calls, outcome, self.reply(calls, results, registry=registry))
+    def finish(self, registry: ToolRegistry, calls: list[ToolCall], outcome: Outcome, assistant: Any = None) -> E:
+        """The execution of ``calls``: the reply built from the outcome, unless calls still wait.
 
-    async def execute(self, executor: Executor, calls: list[ToolCall], *, steering: Steering | None, context: Any) -> E:
+        ``assistant`` is what the model said, as the next request takes it.
+        """
+        if outcome.interrupted or not calls:
+            return self.execution(calls, outcome, self.empty(), assistant)
+        results: Sequence[ToolResult] = outcome.results
+        return self.execution(calls, outcome, self.reply(calls, results, registry=registry), assistant)
+
+    async def execute(
+        self, executor: Executor, calls: list[ToolCall], *, steering: Steering | None, context: Any, assistant: Any
+    ) -> E:
         """Runs a response's calls and builds the reply."""
         outcome = await executor.run(calls, steering=steering, context=context)
-        return self.finish(executor.registry, calls, outcome)
+        return self.finish(executor.registry, calls, outcome, assistant)
 
     async def execute_stream(
         self,
@@ -77,40 +90,71 @@ class Flow(Generic[E]):
         """Runs a streamed response's calls, each submitted the moment the stream completes it, and builds the
         reply; the execution's ``assistant`` is what the model said (for the next request).
 
-        If the stream breaks, ``StreamFailed`` carries the results of the calls it completed. An executor
-        whose turns cannot stream (batch hooks) reads the whole stream first, then runs the calls.
+        If the stream breaks (its iterator raises, or the assembler finds it incomplete: an event that is no
+        part of a whole turn, or the end before the provider's final event), ``StreamFailed`` carries the
+        results of the calls it completed, with the stream's error as its ``__cause__``; a failure after the
+        final event changes nothing (the turn is whole) and is logged. An executor whose turns cannot stream
+        (batch hooks) reads the whole stream first, then runs the calls; a stream that breaks there runs none.
         """
         calls: list[ToolCall] = []
         if not executor.streams:
-            if isinstance(events, AsyncIterable):
-                async for event in events:
-                    calls += assembler.feed(event)
-            else:
-                for event in events:
-                    calls += assembler.feed(event)
-            calls += assembler.end()
+            try:
+                await _read(events, assembler, calls.append)
+            except Exception as error:
+                raise StreamFailed(Outcome(results=[]), error) from error
             outcome = await executor.run(calls, steering=steering, context=context)
         else:
             async with executor.turn(steering=steering, context=context) as turn:
-                if isinstance(events, AsyncIterable):
-                    async for event in events:
-                        for call in assembler.feed(event):
-                            calls.append(call)
-                            turn.submit(call)
-                else:
-                    for event in events:
-                        for call in assembler.feed(event):
-                            calls.append(call)
-                            turn.submit(call)
-                for call in assembler.end():
+
+                def submit(call: ToolCall) -> None:
                     calls.append(call)
                     turn.submit(call)
+
+                await _read(events, assembler, submit)
                 turn.close()
                 outcome = await turn.outcome()
-        execution = self.finish(executor.registry, calls, outcome)
-        return replace(execution, assistant=assembler.assembled())  # type: ignore[call-arg]
+        return self.finish(executor.registry, calls, outcome, assembler.assembled())
 
     async def resume(self, executor: Executor, execution: E, state: Any) -> E:
         """Finishes an interrupted execution from its state (the held calls decided on it)."""
         outcome = await resume_outcome(executor, state)
-        return self.finish(executor.registry, execution.calls, outcome)
+        return self.finish(executor.registry, execution.calls, outcome, getattr(execution, "assistant", None))
+
+
+async def _read(
+    events: AsyncIterable[Any] | Iterable[Any], assembler: Assembler, submit: Callable[[ToolCall], None]
+) -> None:
+    """Feeds every event to ``assembler`` and submits each call the moment it is complete, then the stream's end."""
+    try:
+        if isinstance(events, AsyncIterable):
+            async for event in events:
+                for call in assembler.feed(event):
+                    submit(call)
+        else:
+            for event in events:
+                for call in assembler.feed(event):
+                    submit(call)
+    except Exception as error:
+        if not assembler.complete:
+            # Given up on before its end (a fault in it, or its own failure): closed, not left streaming.
+            await _close(events)
+            raise
+        # The answer was whole before the transport failed (a connection dropped before the body's end).
+        logger.warning(
+            "the stream failed after its final event; the answer was whole: %s: %s", type(error).__name__, error
+        )
+    for call in assembler.end():
+        submit(call)
+
+
+async def _close(events: AsyncIterable[Any] | Iterable[Any]) -> None:
+    """Closes a stream that was not read to its end (an SDK stream's ``close``, a generator's ``aclose``)."""
+    close = getattr(events, "aclose", None) or getattr(events, "close", None)
+    if close is None:
+        return
+    try:
+        closing = close()
+        if inspect.isawaitable(closing):
+            await closing
+    except Exception as error:
+        logger.warning("closing the stream failed: %s: %s", type(error).__name__, error)

@@ -8,15 +8,16 @@ does not know is left alone too, with a warning on the ``toolsched.providers``
 logger.
 
 Gemini may send function calls without IDs: those get
-``toolsched_call_{position}`` for the run, and their ``functionResponse``
-carries no ``id`` (the API matches them by order and name).
+``toolsched_call_{position}_{digest}`` for the run, and their ``functionResponse``
+carries no ``id`` (the API matches them by order and name); a call the model
+gave an ID is answered with that ID.
 
 ::
 
     response = await client.aio.models.generate_content(model=..., contents=contents,
                                                         config={"tools": tool_definitions(executor)})
     turn = await execute(executor, response)
-    contents += [response.candidates[0].content, turn.content]
+    contents += [turn.assistant, turn.content]     # turn.assistant: response.candidates[0].content
 """
 
 from __future__ import annotations
@@ -28,11 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolsched.content import Image
-from toolsched.errors import ResponseFormatError
+from toolsched.errors import IncompleteStreamError, ResponseFormatError
 from toolsched.executor import Executor, Steering
 from toolsched.providers.flow import Flow
 from toolsched.providers.wire import (
-    SYNTHETIC_ID_PREFIX,
     Execution,
     as_record,
     assign_ids,
@@ -48,6 +48,7 @@ from toolsched.providers.wire import (
     registry_of,
     results_by_call,
     sequence_of,
+    synthesised,
 )
 from toolsched.registry import ToolRegistry
 from toolsched.results import ToolCall, ToolResult
@@ -115,7 +116,7 @@ class GeminiExecution(Execution):
     """
 
     content: dict[str, Any] | None
-    # What the model said, assembled from a streamed response (``execute_stream``), for the next request.
+    # What the model said, as the next request takes it (``model_content``; assembled by ``execute_stream``).
     assistant: Any = None
 
     @property
@@ -161,7 +162,8 @@ def calls_from(response: Any, *, candidate: int = 0) -> list[ToolCall]:
 
     ``response`` is an SDK ``GenerateContentResponse``, its REST dict, a
     ``Content`` or a list of parts. A call without an ``id`` gets
-    ``toolsched_call_{position}`` (its index among the response's calls).
+    ``toolsched_call_{position}_{digest}`` (its index among the response's
+    calls and a digest of its name and arguments), and its answer no ``id``.
     A response without candidates has no calls. Raises
     ``ResponseFormatError`` for something that is not a response.
     """
@@ -211,7 +213,7 @@ def _response_part(call: ToolCall, result: ToolResult, registry: ToolRegistry | 
             value = _json_value(text)
         response = {"output": value}
     function_response: dict[str, Any] = {"name": call.name, "response": response}
-    if not call.id.startswith(SYNTHETIC_ID_PREFIX):
+    if not synthesised(call):
         function_response["id"] = call.id
     if media:
         function_response["parts"] = media
@@ -267,9 +269,13 @@ _FLOW = Flow(GeminiExecution, results_to_content, lambda: None)
 async def execute(
     executor: Executor, response: Any, *, candidate: int = 0, steering: Steering | None = None, context: Any = None
 ) -> GeminiExecution:
-    """Runs a response's function calls and builds the reply: ``calls_from`` + run + ``results_to_content``."""
+    """Runs a response's function calls and builds the reply: ``calls_from`` + run + ``results_to_content``.
+
+    The execution's ``assistant`` is ``model_content(response)``: append it, then ``content``.
+    """
     calls = calls_from(response, candidate=candidate)
-    return await _FLOW.execute(executor, calls, steering=steering, context=context)
+    assistant = model_content(response, candidate=candidate) if not isinstance(response, (list, tuple)) else None
+    return await _FLOW.execute(executor, calls, steering=steering, context=context, assistant=assistant)
 
 
 async def resume(executor: Executor, execution: GeminiExecution, state: Any) -> GeminiExecution:
@@ -285,8 +291,13 @@ class ContentAssembler:
     """Reads a streamed Gemini answer (``generate_content_stream`` chunks, or their REST dicts).
 
     Each ``functionCall`` part arrives whole in one chunk: a complete call.
-    ``assembled()`` is the model's ``Content`` (adjacent text pieces joined)
-    to append before the function responses.
+    The answer is whole at the chunk whose candidate has a ``finishReason``
+    (or at a blocked prompt's ``promptFeedback``). ``assembled()`` is the
+    model's ``Content`` (adjacent text pieces joined) to append before the
+    function responses. An error chunk, or an end before the final chunk,
+    is an ``IncompleteStreamError``; a call streamed in pieces
+    (``willContinue``, Vertex AI's ``stream_function_call_arguments``) a
+    ``ResponseFormatError``.
     """
 
     def __init__(self, candidate: int = 0) -> None:
@@ -294,19 +305,42 @@ class ContentAssembler:
         self._parts: list[Any] = []
         self._calls: list[Any] = []
         self._taken = 0
+        # The candidate's finish reason (``STOP``, ``MAX_TOKENS``, ...), or the prompt's block reason, once it came.
+        self.finish_reason: str | None = None
 
     def feed(self, chunk: Any) -> list[ToolCall]:
-        content = model_content(chunk, candidate=self._candidate) if _has_candidates(chunk) else None
-        if content is None:
+        if self.finish_reason is not None:
             return []
-        fresh_parts = sequence_of(read(content, "parts") or [], PROVIDER, "parts")
-        found = False
-        for part in fresh_parts:
-            record = as_record(part)
-            self._add(record)
-            if read(part, "function_call", "functionCall") is not None:
-                self._calls.append(part)
-                found = True
+        error = read(chunk, "error") if is_record(chunk) else None
+        if error is not None:
+            raise IncompleteStreamError(PROVIDER, f"the stream reported an error: {_error_detail(error)}")
+        if not _has_candidates(chunk):
+            feedback = read(chunk, "prompt_feedback", "promptFeedback") if is_record(chunk) else None
+            blocked = read(feedback, "block_reason", "blockReason") if feedback is not None else None
+            if blocked is not None:
+                self.finish_reason = str(getattr(blocked, "value", blocked))
+            return []
+        content = model_content(chunk, candidate=self._candidate)
+        found: list[Any] = []
+        if content is not None:
+            for part in sequence_of(read(content, "parts") or [], PROVIDER, "parts"):
+                function_call = read(part, "function_call", "functionCall")
+                if function_call is not None and (
+                    read(function_call, "will_continue", "willContinue")
+                    or read(function_call, "partial_args", "partialArgs")
+                ):
+                    raise ResponseFormatError(
+                        f"{PROVIDER}: a function call streamed in pieces (`willContinue`/`partialArgs`) cannot be "
+                        "run; turn off stream_function_call_arguments"
+                    )
+                self._add(as_record(part))
+                if function_call is not None:
+                    self._calls.append(part)
+                    found.append(part)
+        entry = sequence_of(read(chunk, "candidates"), PROVIDER, "candidates")[self._candidate]
+        reason = read(entry, "finish_reason", "finishReason")
+        if reason is not None:
+            self.finish_reason = str(getattr(reason, "value", reason))
         if not found:
             return []
         calls = calls_from(self._calls)
@@ -326,7 +360,14 @@ class ContentAssembler:
         else:
             self._parts.append(part)
 
+    @property
+    def complete(self) -> bool:
+        """Whether the chunk with the candidate's ``finishReason`` (or the prompt's block reason) came."""
+        return self.finish_reason is not None
+
     def end(self) -> list[ToolCall]:
+        if self.finish_reason is None:
+            raise IncompleteStreamError(PROVIDER, "the stream ended before a chunk with the candidate's `finishReason`")
         return []
 
     def assembled(self) -> dict[str, Any]:
@@ -336,6 +377,14 @@ class ContentAssembler:
 def _has_candidates(chunk: Any) -> bool:
     candidates = read(chunk, "candidates")
     return bool(candidates)
+
+
+def _error_detail(error: Any) -> str:
+    """The status and message of an error chunk's error."""
+    if not is_record(error):
+        return str(error)
+    status, message = read(error, "status") or read(error, "code"), read(error, "message")
+    return ": ".join(str(part) for part in (status, message) if part) or "no detail"
 
 
 async def execute_stream(
@@ -351,8 +400,10 @@ async def execute_stream(
     ``stream`` is what ``client.aio.models.generate_content_stream(...)``
     returns (or REST chunk dicts). Returns what ``execute`` returns, with
     ``assistant`` set to the model's ``Content``: append it, then ``content``.
-    If the stream breaks, ``StreamFailed`` carries the results of the calls
-    already complete.
+    If the stream breaks (the connection drops, an error chunk, an end before
+    the chunk with the ``finishReason``: ``IncompleteStreamError``),
+    ``StreamFailed`` carries the results of the calls already complete and no
+    reply is built.
     """
     assembler = ContentAssembler(candidate)
     return await _FLOW.execute_stream(executor, stream, assembler, steering=steering, context=context)

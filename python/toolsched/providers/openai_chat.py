@@ -15,7 +15,10 @@ schema does not admit null (see ``toolsched.providers.strict``).
 
     completion = await client.chat.completions.create(model=..., messages=messages, tools=tool_definitions(executor))
     turn = await execute(executor, completion)
-    messages += [completion.choices[0].message, *turn.messages]
+    messages += [turn.assistant, *turn.messages]
+
+``turn.assistant`` is ``assistant_message(completion)``: the completion's
+message, every tool call carrying the ID its tool message answers.
 """
 
 from __future__ import annotations
@@ -24,13 +27,14 @@ from collections.abc import AsyncIterable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from toolsched.errors import ResponseFormatError
+from toolsched.errors import IncompleteStreamError, ResponseFormatError
 from toolsched.executor import Executor, Steering
 from toolsched.providers.flow import Flow
 from toolsched.providers.strict import drop_strict_nulls_for
 from toolsched.providers.wire import (
     ERROR_PREFIX,
     Execution,
+    as_record,
     assign_ids,
     block_type,
     call_arguments,
@@ -45,6 +49,7 @@ from toolsched.providers.wire import (
     registry_of,
     results_by_call,
     sequence_of,
+    with_ids,
 )
 from toolsched.registry import ToolRegistry
 from toolsched.results import ToolCall, ToolResult
@@ -72,11 +77,11 @@ class ChatExecution(Execution):
     with any images (see ``results_to_messages``); empty while interrupted."""
 
     messages: list[dict[str, Any]]
-    # What the model said, assembled from a streamed response (``execute_stream``), for the next request.
+    # What the model said, as the next request takes it (``assistant_message``; assembled by ``execute_stream``).
     assistant: Any = None
 
 
-def assistant_message(response: Any, *, choice: int = 0) -> Any:
+def _message(response: Any, choice: int) -> Any:
     """The assistant message of a completion (``choices[choice].message``); a message is returned as it is."""
     if not is_record(response):
         raise ResponseFormatError(
@@ -98,28 +103,67 @@ def assistant_message(response: Any, *, choice: int = 0) -> Any:
     return message
 
 
+def _functions(entries: Sequence[Any], *, warn: bool) -> list[int]:
+    """The positions of the ``function`` tool calls among ``entries`` (other kinds noted when ``warn``)."""
+    positions = []
+    for index, entry in enumerate(entries):
+        kind = block_type(entry, PROVIDER, f"tool_calls[{index}]")
+        if kind == "function":
+            positions.append(index)
+        elif warn:
+            left_alone(PROVIDER, f"tool_calls[{index}]", kind, _KNOWN)
+    return positions
+
+
+def _ids(functions: Sequence[Any]) -> list[str]:
+    return assign_ids([read(entry, "id") for entry in functions], [_content(entry) for entry in functions])
+
+
+def assistant_message(response: Any, *, choice: int = 0) -> Any:
+    """The assistant message of a completion (``choices[choice].message``), as the next request takes it.
+
+    Every function tool call carries the ID its tool message answers: when
+    one has no ``id``, the message is a plain copy whose tool calls carry the
+    IDs ``calls_from`` gives them; otherwise it is the completion's own
+    message. A message is taken as it is. Raises ``ResponseFormatError`` for
+    something that is not a completion.
+    """
+    return _assistant(response, choice, None)
+
+
+def _assistant(response: Any, choice: int, ids: list[str] | None) -> Any:
+    """``assistant_message``, with the calls' IDs when they are known already (``calls_from``'s, in order)."""
+    message = _message(response, choice)
+    entries = sequence_of(read(message, "tool_calls"), PROVIDER, "tool_calls")
+    positions = _functions(entries, warn=False)
+    if ids is None:
+        ids = _ids([entries[position] for position in positions])
+    filled = with_ids(entries, positions, ids, "id")
+    if filled is None:
+        return message
+    copy = as_record(message)
+    copy["tool_calls"] = filled
+    return copy
+
+
 def calls_from(response: Any, *, choice: int = 0, registry: ToolRegistry | None = None) -> list[ToolCall]:
     """The function ``tool_calls`` of a completion's message, as calls in the model's order.
 
     ``response`` is an SDK ``ChatCompletion``, its dict form, or an assistant
     message (SDK object or dict). A tool call without an ``id`` gets
-    ``toolsched_call_{position}`` (its index among the message's tool calls).
+    ``toolsched_call_{position}_{digest}`` (its index among the message's
+    function calls and a digest of its name and arguments); ``assistant_message``
+    carries the same ID, so send that message back, not the completion's own.
     Arguments stay JSON text (text that does not parse is answered by the
     engine with ``invalid_input``). With ``registry``, strict mode's nulls for
     optional parameters are dropped. Raises ``ResponseFormatError`` for
     something that is not a completion.
     """
-    message = assistant_message(response, choice=choice)
-    functions = []
-    for index, entry in enumerate(sequence_of(read(message, "tool_calls"), PROVIDER, "tool_calls")):
-        kind = block_type(entry, PROVIDER, f"tool_calls[{index}]")
-        if kind == "function":
-            functions.append(entry)
-        else:
-            left_alone(PROVIDER, f"tool_calls[{index}]", kind, _KNOWN)
-    ids = assign_ids([read(entry, "id") for entry in functions], [_content(entry) for entry in functions])
+    message = _message(response, choice)
+    entries = sequence_of(read(message, "tool_calls"), PROVIDER, "tool_calls")
+    functions = [entries[position] for position in _functions(entries, warn=True)]
     calls = []
-    for call_id, entry in zip(ids, functions, strict=True):
+    for call_id, entry in zip(_ids(functions), functions, strict=True):
         function = read(entry, "function")
         if function is None or not is_record(function):
             calls.append(ToolCall(call_id, "", {}))
@@ -196,9 +240,13 @@ _FLOW = Flow(ChatExecution, results_to_messages, list)
 async def execute(
     executor: Executor, response: Any, *, choice: int = 0, steering: Steering | None = None, context: Any = None
 ) -> ChatExecution:
-    """Runs a completion's tool calls and builds the tool messages: ``calls_from`` + run + ``results_to_messages``."""
+    """Runs a completion's tool calls and builds the tool messages: ``calls_from`` + run + ``results_to_messages``.
+
+    The execution's ``assistant`` is ``assistant_message(response)``: append it, then ``messages``.
+    """
     calls = calls_from(response, choice=choice, registry=executor.registry)
-    return await _FLOW.execute(executor, calls, steering=steering, context=context)
+    assistant = _assistant(response, choice, [call.id for call in calls])
+    return await _FLOW.execute(executor, calls, steering=steering, context=context, assistant=assistant)
 
 
 async def resume(executor: Executor, execution: ChatExecution, state: Any) -> ChatExecution:
@@ -214,8 +262,12 @@ class CompletionAssembler:
     """Reads a streamed chat completion (the SDK's chunks, or their dicts from raw SSE).
 
     Tool calls arrive as deltas by index: a call is complete when a later
-    index begins or the choice's ``finish_reason`` arrives. ``assembled()`` is
-    the assistant message to append before the tool messages.
+    index begins or the choice's ``finish_reason`` arrives, and the choice is
+    whole at its ``finish_reason``. ``assembled()`` is the assistant message
+    to append before the tool messages, each tool call carrying its call's ID.
+    An error chunk, or an end before the ``finish_reason``, is an
+    ``IncompleteStreamError``; a delta that changes a call already complete
+    (one that began before a later index did) is a ``ResponseFormatError``.
     """
 
     def __init__(self, registry: ToolRegistry | None = None, choice: int = 0) -> None:
@@ -223,10 +275,19 @@ class CompletionAssembler:
         self._choice = choice
         self._text: list[str] = []
         self._entries: dict[int, dict[str, Any]] = {}
-        self._complete = 0
+        # The indexes of the complete calls, in the order they were completed.
+        self._completed: list[int] = []
         self._taken = 0
+        self._last: int | None = None
+        # The choice's finish reason, once it came (``tool_calls``, ``stop``, ``length``, ...).
+        self.finish_reason: str | None = None
 
     def feed(self, chunk: Any) -> list[ToolCall]:
+        if self.finish_reason is not None:
+            return []
+        error = read(chunk, "error") if is_record(chunk) else None
+        if error is not None:
+            raise IncompleteStreamError(PROVIDER, f"the stream reported an error: {_error_detail(error)}")
         for entry in sequence_of(read(chunk, "choices") or [], PROVIDER, "choices"):
             if read(entry, "index") not in (self._choice, None):
                 continue
@@ -237,49 +298,90 @@ class CompletionAssembler:
                     self._text.append(content)
                 for part in read(delta, "tool_calls") or ():
                     self._merge(part)
-            if read(entry, "finish_reason") is not None:
-                return self._complete_below(max(self._entries, default=-1) + 1)
-        return self._complete_below(max(self._entries, default=-1))
+            reason = read(entry, "finish_reason")
+            if reason is not None:
+                self.finish_reason = str(reason)
+                return self._complete(list(self._entries))
+        last = self._last
+        return self._complete([index for index in self._entries if last is not None and index != last])
 
     def _merge(self, part: Any) -> None:
         index = read(part, "index")
-        if not isinstance(index, int):
-            index = max(self._entries, default=-1) + 1
-        entry = self._entries.setdefault(
-            index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
-        )
-        if read(part, "id"):
-            entry["id"] = read(part, "id")
-        if read(part, "type"):
-            entry["type"] = read(part, "type")
         function = read(part, "function")
-        if function is not None:
-            name = read(function, "name")
-            if name:
-                entry["function"]["name"] += name
-            arguments = read(function, "arguments")
-            if arguments:
-                entry["function"]["arguments"] += arguments
+        name = read(function, "name") if function is not None else None
+        arguments = read(function, "arguments") if function is not None else None
+        call_id = read(part, "id")
+        if isinstance(index, bool) or not isinstance(index, int):
+            # A delta without an index: a new call when it carries another ID than the last call, else more of
+            # the last call.
+            last = self._entries.get(self._last) if self._last is not None else None
+            opens = last is None or (call_id and call_id != last["id"])
+            index = (max(self._entries, default=-1) + 1) if opens else self._last
+        entry = self._entries.get(index)
+        if entry is None:
+            entry = self._entries[index] = {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+        before = (entry["id"], entry["type"], entry["function"]["name"], entry["function"]["arguments"])
+        if call_id:
+            entry["id"] = call_id
+        kind = read(part, "type")
+        if kind:
+            entry["type"] = kind
+        # A name repeated in every delta (as some servers send it) is the name once.
+        if name and name != entry["function"]["name"]:
+            entry["function"]["name"] += name
+        if arguments:
+            entry["function"]["arguments"] += arguments
+        after = (entry["id"], entry["type"], entry["function"]["name"], entry["function"]["arguments"])
+        if index in self._completed and after != before:
+            raise ResponseFormatError(
+                f"{PROVIDER}: tool call {index} changed after a later call began; it was complete and has started"
+            )
+        self._last = index
 
-    def _complete_below(self, limit: int) -> list[ToolCall]:
-        """The calls at indexes below ``limit``: complete, since a later one began (or the choice finished)."""
-        complete = [self._entries[index] for index in sorted(self._entries) if index < limit]
-        if len(complete) <= self._complete:
+    def _complete(self, indexes: list[int]) -> list[ToolCall]:
+        """Completes the calls at ``indexes`` not complete yet (in index order); returns the new calls."""
+        fresh_indexes = sorted(index for index in indexes if index not in self._completed)
+        if not fresh_indexes:
             return []
-        self._complete = len(complete)
-        calls = calls_from({"role": "assistant", "tool_calls": complete}, registry=self._registry)
+        self._completed += fresh_indexes
+        entries = [self._entries[index] for index in self._completed]
+        calls = calls_from({"role": "assistant", "tool_calls": entries}, registry=self._registry)
         fresh = calls[self._taken :]
+        functions = [entry for entry in entries if entry["type"] == "function"]
+        for entry, call in zip(functions[self._taken :], fresh, strict=True):
+            # The ID the call got, in the message the next request sends back (and in what later calls read).
+            entry["id"] = call.id
         self._taken = len(calls)
         return fresh
 
+    @property
+    def complete(self) -> bool:
+        """Whether the choice's ``finish_reason`` came."""
+        return self.finish_reason is not None
+
     def end(self) -> list[ToolCall]:
-        return self._complete_below(max(self._entries, default=-1) + 1)
+        if self.finish_reason is None:
+            cut = "".join(
+                f"; tool call {index} ({self._entries[index]['function']['name']!r}) was cut off"
+                for index in sorted(self._entries)
+                if index not in self._completed
+            )
+            raise IncompleteStreamError(PROVIDER, f"the stream ended before the choice's `finish_reason`{cut}")
+        return []
 
     def assembled(self) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text) or None}
         if self._entries:
-            message["tool_calls"] = [self._entries[index] for index in sorted(self._entries)]
+            message["tool_calls"] = [self._entries[index] for index in self._completed]
         return message
+
+
+def _error_detail(error: Any) -> str:
+    """The message (and code) of an error chunk's error."""
+    if not is_record(error):
+        return str(error)
+    message, code = read(error, "message"), read(error, "code") or read(error, "type")
+    return ": ".join(str(part) for part in (code, message) if part) or "no detail"
 
 
 async def execute_stream(
@@ -295,8 +397,9 @@ async def execute_stream(
     ``stream`` is what ``client.chat.completions.create(..., stream=True)``
     returns (or raw chunk dicts). Returns what ``execute`` returns, with
     ``assistant`` set to the assistant message: append it, then ``messages``.
-    If the stream breaks, ``StreamFailed`` carries the results of the calls
-    already complete.
+    If the stream breaks (the connection drops, an error chunk, an end before
+    the ``finish_reason``: ``IncompleteStreamError``), ``StreamFailed``
+    carries the results of the calls already complete and no reply is built.
     """
     assembler = CompletionAssembler(executor.registry, choice)
     return await _FLOW.execute_stream(executor, stream, assembler, steering=steering, context=context)

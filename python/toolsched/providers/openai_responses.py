@@ -15,7 +15,10 @@ schema does not admit null (see ``toolsched.providers.strict``).
 
     response = await client.responses.create(model=..., input=items, tools=tool_definitions(executor))
     turn = await execute(executor, response)
-    items += [*response.output, *turn.items]
+    items += [*turn.assistant, *turn.items]
+
+``turn.assistant`` is ``output_items(response)``: the response's output, every
+``function_call`` carrying the ``call_id`` its output answers.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolsched.content import Image
-from toolsched.errors import ResponseFormatError
+from toolsched.errors import IncompleteStreamError, ResponseFormatError
 from toolsched.executor import Executor, Steering
 from toolsched.providers.flow import Flow
 from toolsched.providers.strict import drop_strict_nulls_for
@@ -47,6 +50,7 @@ from toolsched.providers.wire import (
     registry_of,
     results_by_call,
     sequence_of,
+    with_ids,
 )
 from toolsched.registry import ToolRegistry
 from toolsched.results import ToolCall, ToolResult
@@ -57,6 +61,7 @@ __all__ = [
     "calls_from",
     "execute",
     "execute_stream",
+    "output_items",
     "results_to_items",
     "resume",
     "tool_definitions",
@@ -85,7 +90,7 @@ class ResponsesExecution(Execution):
     """``calls``, ``outcome`` and ``items``: one ``function_call_output`` per call (empty while interrupted)."""
 
     items: list[dict[str, Any]]
-    # What the model said, assembled from a streamed response (``execute_stream``), for the next request.
+    # What the model said, as the next request takes it (``output_items``; assembled by ``execute_stream``).
     assistant: Any = None
 
 
@@ -107,30 +112,63 @@ def calls_from(response: Any, *, registry: ToolRegistry | None = None) -> list[T
 
     ``response`` is an SDK ``Response``, its dict form, or a list of output
     items. A ``function_call`` without a ``call_id`` gets
-    ``toolsched_call_{position}`` (its index among the response's calls).
+    ``toolsched_call_{position}_{digest}`` (its index among the response's
+    calls and a digest of its name and arguments); ``output_items`` carries
+    the same ID, so send those items back, not the response's own.
     Arguments stay JSON text (text that does not parse is answered by the
     engine with ``invalid_input``). With ``registry``, strict mode's nulls for
     optional parameters are dropped. Raises ``ResponseFormatError`` for
     something that is not a response.
     """
-    function_calls = []
-    for index, item in enumerate(_output(response)):
-        kind = block_type(item, PROVIDER, f"output[{index}]")
-        if kind == "function_call":
-            function_calls.append(item)
-        else:
-            left_alone(PROVIDER, f"output[{index}]", kind, _KNOWN, _HOSTED_SUFFIXES)
-    ids = assign_ids(
-        [read(item, "call_id") for item in function_calls],
-        [(read(item, "name"), read(item, "arguments")) for item in function_calls],
-    )
+    output = _output(response)
+    function_calls = [output[position] for position in _function_calls(output, warn=True)]
     calls = []
-    for call_id, item in zip(ids, function_calls, strict=True):
+    for call_id, item in zip(_ids(function_calls), function_calls, strict=True):
         name = call_name(read(item, "name"))
         calls.append(
             ToolCall(call_id, name, drop_strict_nulls_for(name, call_arguments(read(item, "arguments")), registry))
         )
     return calls
+
+
+def _function_calls(output: Sequence[Any], *, warn: bool) -> list[int]:
+    """The positions of the ``function_call`` items in ``output`` (other kinds noted when ``warn``)."""
+    positions = []
+    for index, item in enumerate(output):
+        kind = block_type(item, PROVIDER, f"output[{index}]")
+        if kind == "function_call":
+            positions.append(index)
+        elif warn:
+            left_alone(PROVIDER, f"output[{index}]", kind, _KNOWN, _HOSTED_SUFFIXES)
+    return positions
+
+
+def _ids(function_calls: Sequence[Any]) -> list[str]:
+    return assign_ids(
+        [read(item, "call_id") for item in function_calls],
+        [(read(item, "name"), read(item, "arguments")) for item in function_calls],
+    )
+
+
+def output_items(response: Any) -> list[Any]:
+    """A response's output items, as the next request's ``input`` takes them.
+
+    Every ``function_call`` carries the ``call_id`` its ``function_call_output``
+    answers: an item without one becomes a plain copy with the ID ``calls_from``
+    gives it; every other item is the response's own. Raises
+    ``ResponseFormatError`` for something that is not a response.
+    """
+    return _output_items(response, None)
+
+
+def _output_items(response: Any, ids: list[str] | None) -> list[Any]:
+    """``output_items``, with the calls' IDs when they are known already (``calls_from``'s, in order)."""
+    output = _output(response)
+    positions = _function_calls(output, warn=False)
+    if ids is None:
+        ids = _ids([output[position] for position in positions])
+    filled = with_ids(output, positions, ids, "call_id")
+    return list(output) if filled is None else filled
 
 
 def _output_item(call: ToolCall, result: ToolResult, registry: ToolRegistry | None) -> dict[str, Any]:
@@ -178,9 +216,13 @@ _FLOW = Flow(ResponsesExecution, results_to_items, list)
 async def execute(
     executor: Executor, response: Any, *, steering: Steering | None = None, context: Any = None
 ) -> ResponsesExecution:
-    """Runs a response's function calls and builds the output items: ``calls_from`` + run + ``results_to_items``."""
+    """Runs a response's function calls and builds the output items: ``calls_from`` + run + ``results_to_items``.
+
+    The execution's ``assistant`` is ``output_items(response)``: add them, then ``items``, to the next ``input``.
+    """
     calls = calls_from(response, registry=executor.registry)
-    return await _FLOW.execute(executor, calls, steering=steering, context=context)
+    assistant = _output_items(response, [call.id for call in calls])
+    return await _FLOW.execute(executor, calls, steering=steering, context=context, assistant=assistant)
 
 
 async def resume(executor: Executor, execution: ResponsesExecution, state: Any) -> ResponsesExecution:
@@ -196,9 +238,13 @@ class ResponseAssembler:
     """Reads a streamed Responses answer (the SDK's events, or their dicts from raw SSE).
 
     A ``function_call`` item is a complete call at its
-    ``response.output_item.done``; ``assembled()`` is the list of output items
-    (from ``response.completed`` when the stream sent it) to add to the next
-    request's ``input``.
+    ``response.output_item.done``; the answer is whole at ``response.completed``
+    (or ``response.incomplete``: the model stopped at its output limit).
+    ``assembled()`` is the list of output items (the final event's, when it
+    has them) to add to the next request's ``input``, each ``function_call``
+    carrying its call's ID. A ``response.failed`` or ``error`` event, or an
+    end before the final event, is an ``IncompleteStreamError``; a final
+    output whose function calls are not the streamed ones a ``ResponseFormatError``.
     """
 
     def __init__(self, registry: ToolRegistry | None = None) -> None:
@@ -207,33 +253,101 @@ class ResponseAssembler:
         self._calls: list[Any] = []
         self._taken = 0
         self._final: list[Any] | None = None
+        self._ended = False
+        # The function calls begun (``response.output_item.added``) and not done yet, by output index.
+        self._open: dict[Any, Any] = {}
 
     def feed(self, event: Any) -> list[ToolCall]:
         kind = read(event, "type")
-        if kind == "response.output_item.done":
+        if self._ended:
+            return []
+        if kind == "response.output_item.added":
+            item = read(event, "item")
+            if read(item, "type") == "function_call":
+                self._open[read(event, "output_index")] = item
+        elif kind == "response.output_item.done":
             item = as_record(read(event, "item"))
             index = read(event, "output_index")
-            self._items[index if isinstance(index, int) else len(self._items)] = item
+            self._open.pop(index, None)
+            if not isinstance(index, int) or isinstance(index, bool):
+                index = max(self._items, default=-1) + 1
+            if index in self._items:
+                raise ResponseFormatError(f"{PROVIDER}: output item {index} was done twice")
+            self._items[index] = item
             if isinstance(item, dict) and item.get("type") == "function_call":
-                self._calls.append(item)
-                calls = calls_from(self._calls, registry=self._registry)
-                fresh = calls[self._taken :]
-                self._taken = len(calls)
-                return fresh
-        elif kind == "response.completed":
+                return self._add_calls([item])
+        elif kind in ("response.completed", "response.incomplete"):
+            self._ended = True
             response = read(event, "response")
             output = read(response, "output") if response is not None else None
             if output is not None:
-                self._final = [as_record(item) for item in output]
+                self._final = [as_record(item) for item in sequence_of(output, PROVIDER, f"{kind} output")]
+        elif kind == "response.failed":
+            response = read(event, "response")
+            error = read(response, "error") if response is not None else None
+            raise IncompleteStreamError(PROVIDER, f"the response failed: {_error_detail(error)}")
+        elif kind == "error":
+            raise IncompleteStreamError(PROVIDER, f"the stream reported an error: {_error_detail(event)}")
         return []
 
+    def _add_calls(self, items: list[dict[str, Any]]) -> list[ToolCall]:
+        self._calls += items
+        calls = calls_from(self._calls, registry=self._registry)
+        fresh = calls[self._taken :]
+        self._taken = len(calls)
+        for item, call in zip(items, fresh, strict=True):
+            # The ID the call got, in the item the next request sends back (and in what later calls read).
+            item["call_id"] = call.id
+        return fresh
+
+    @property
+    def complete(self) -> bool:
+        """Whether the final event (``response.completed`` or ``response.incomplete``) came."""
+        return self._ended
+
     def end(self) -> list[ToolCall]:
-        return []
+        if not self._ended:
+            cut = "".join(
+                f"; function call {read(item, 'name')!r} ({read(item, 'call_id')}) was cut off"
+                for item in self._open.values()
+            )
+            raise IncompleteStreamError(PROVIDER, f"the stream ended before `response.completed`{cut}")
+        if self._final is None:
+            return []
+        # The final output is the answer as the API keeps it: its function calls must be the streamed ones
+        # (the first ones carrying their IDs), and one the stream never finished is a call now.
+        positions = [index for index, item in enumerate(self._final) if _is_function_call(item)]
+        if len(positions) < len(self._calls):
+            raise ResponseFormatError(
+                f"{PROVIDER}: the final output has {len(positions)} function calls; "
+                f"the stream finished {len(self._calls)}"
+            )
+        for position, streamed in zip(positions, self._calls, strict=False):
+            item = self._final[position]
+            if item.get("call_id") not in (None, "", streamed["call_id"]):
+                raise ResponseFormatError(
+                    f"{PROVIDER}: the final output's function call {item.get('call_id')!r} is not the streamed "
+                    f"call {streamed['call_id']!r}"
+                )
+            item["call_id"] = streamed["call_id"]
+        return self._add_calls([self._final[position] for position in positions[len(self._calls) :]])
 
     def assembled(self) -> list[Any]:
         if self._final is not None:
             return self._final
         return [self._items[index] for index in sorted(self._items)]
+
+
+def _is_function_call(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type") == "function_call"
+
+
+def _error_detail(error: Any) -> str:
+    """The code and message of an error (an ``error`` event, or a failed response's ``error``)."""
+    if error is None:
+        return "no detail"
+    code, message = read(error, "code"), read(error, "message")
+    return ": ".join(str(part) for part in (code, message) if part) or "no detail"
 
 
 async def execute_stream(
@@ -248,8 +362,10 @@ async def execute_stream(
     ``stream`` is what ``client.responses.create(..., stream=True)`` returns
     (or raw event dicts). Returns what ``execute`` returns, with ``assistant``
     set to the answer's output items: add them, then ``items``, to the next
-    ``input``. If the stream breaks, ``StreamFailed`` carries the results of
-    the calls already complete.
+    ``input``. If the stream breaks (the connection drops, ``response.failed``
+    or an ``error`` event, an end before ``response.completed``:
+    ``IncompleteStreamError``), ``StreamFailed`` carries the results of the
+    calls already complete and no reply is built.
     """
     assembler = ResponseAssembler(executor.registry)
     return await _FLOW.execute_stream(executor, stream, assembler, steering=steering, context=context)

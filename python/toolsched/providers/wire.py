@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,8 @@ __all__ = [
     "results_by_call",
     "resume_outcome",
     "sequence_of",
+    "synthesised",
+    "with_ids",
 ]
 
 logger = logging.getLogger("toolsched.providers")
@@ -48,6 +51,7 @@ ERROR_PREFIX = "Error: "
 
 # A call that arrives without an ID gets this prefix and its position among the response's calls.
 SYNTHETIC_ID_PREFIX = "toolsched_call_"
+_SYNTHETIC_ID = re.compile(re.escape(SYNTHETIC_ID_PREFIX) + r"[0-9]+_[0-9a-f]{12}_*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +152,40 @@ def assign_ids(raw_ids: Sequence[object], contents: Sequence[tuple[object, objec
         taken.add(candidate)
         ids.append(candidate)
     return ids
+
+
+def synthesised(call: ToolCall) -> bool:
+    """Whether ``call``'s ID has the form ``assign_ids`` gives a call the model sent without one.
+
+    The form is ``toolsched_call_{position}_{12 hex digits}`` (with any ``_``
+    added for uniqueness): an ID the model sent that merely starts like it
+    (``toolsched_call_0``) is the model's. The digest is not recomputed: where
+    this is asked (Gemini), synthesised IDs are never sent to the model, so it
+    could send one of that form only by chance.
+    """
+    return _SYNTHETIC_ID.fullmatch(call.id) is not None
+
+
+def with_ids(entries: Sequence[Any], positions: Sequence[int], ids: Sequence[str], field: str) -> list[Any] | None:
+    """``entries`` with the entry at each of ``positions`` carrying its call's ID as ``field``.
+
+    An entry whose ``field`` is not that ID already becomes a plain copy
+    (``as_record``) with it; the others stay as they are. None when every
+    entry carries its ID already (nothing to change).
+    """
+    filled: list[Any] | None = None
+    for position, call_id in zip(positions, ids, strict=True):
+        entry = entries[position]
+        if read(entry, field) == call_id:
+            continue
+        if filled is None:
+            filled = list(entries)
+        copy = as_record(entry)
+        if not isinstance(copy, dict):
+            raise ResponseFormatError(f"a tool call must be an object, got {type(entry).__name__}")
+        copy[field] = call_id
+        filled[position] = copy
+    return filled
 
 
 def call_arguments(raw: Any) -> Mapping[str, Any] | str:

@@ -23,13 +23,16 @@ class ToolUse:
     ``id`` is the call's ID as the API carries it; when it is None the
     provider makes one from the reply's and the call's positions
     (``toolu_1_0`` for Anthropic, ``call_1_0`` for OpenAI) and Gemini, whose
-    calls need no ID, sends none. Raises ``OptionError`` for an empty name,
-    arguments that are not a JSON object, or an empty ``id``.
+    calls need no ID, sends none. ``send_id=False`` sends the call without
+    any ID, as some models and gateways do, whatever the API. Raises
+    ``OptionError`` for an empty name, arguments that are not a JSON object,
+    or an empty ``id``.
     """
 
     name: str
     args: Mapping[str, Any] = field(default_factory=dict)
     id: str | None = None
+    send_id: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -42,6 +45,8 @@ class ToolUse:
             raise OptionError(f"ToolUse args of {self.name!r} are not JSON: {error}") from None
         if self.id is not None and (not isinstance(self.id, str) or not self.id):
             raise OptionError(f"ToolUse id must be a non-empty string or None, not {self.id!r}")
+        if not isinstance(self.send_id, bool):
+            raise OptionError(f"ToolUse send_id must be True or False, not {self.send_id!r}")
 
 
 @dataclass(frozen=True, slots=True)

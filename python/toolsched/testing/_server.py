@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from toolsched.errors import OptionError
 from toolsched.testing._script import Api, Reply, Request, Script
-from toolsched.testing._wire import error_body, response_body, stream_events
+from toolsched.testing._wire import StreamEvent, error_body, response_body, stream_events
 
 # Seconds between the last event sent and the cut of a broken stream.
 _CUT_DELAY = 0.1
@@ -45,29 +45,64 @@ class ScriptedProvider:
     against the real service, nothing leaving the machine.
 
     Each entry of ``script`` is a ``Reply``, or a function that takes the
-    ``Request`` and returns one. A request past the end of the script, to an
-    unknown path, or whose function raised, is answered with the API's
-    400 error naming why (SDKs do not retry a 400). ``break_after`` maps an
-    entry's position (from 0) to a number of events after which its stream's
-    connection is cut mid-chunk, a tenth of a second after the last event
-    sent (so the client has read those): a stream that breaks midway.
+    ``Request`` and returns one, or an exact answer: a list of
+    ``StreamEvent`` (or ``(delay, name, data)`` tuples), streamed as given
+    whatever the request asked (to script error events or malformed
+    streams), or a dict, sent as the JSON body. A request past the end of
+    the script, to an unknown path, or whose function raised, is answered
+    with the API's 400 error naming why (SDKs do not retry a 400).
+
+    ``break_after`` maps an entry's position (from 0) to a number of events
+    after which its stream's connection is cut mid-chunk, a tenth of a
+    second after the last event sent (so the client has read those): a
+    stream that breaks midway (a number of at least the event count cuts
+    after the last event, before the body's end). ``end_after`` maps a
+    position to a number of events after which the body ends cleanly, as a
+    whole HTTP body: a stream that stops early with no transport error.
+    ``gates`` maps a position to a ``threading.Event`` that its cut or end
+    waits for (at most ``gate_limit`` seconds), so that a test can break a
+    stream only once its code reached a point (a tool started, say).
 
     Use it as a context manager (it serves while the block runs). Raises
     ``OptionError`` for a script entry of the wrong kind.
     """
 
-    def __init__(self, script: Iterable[Script], *, break_after: Mapping[int, int] | None = None) -> None:
-        self._script: list[Script] = list(script)
-        for position, entry in enumerate(self._script):
-            if not isinstance(entry, Reply) and not callable(entry):
+    def __init__(
+        self,
+        script: Iterable[Script | Sequence[StreamEvent | tuple[float, str | None, Any]] | Mapping[str, Any]],
+        *,
+        break_after: Mapping[int, int] | None = None,
+        end_after: Mapping[int, int] | None = None,
+        gates: Mapping[int, threading.Event] | None = None,
+        gate_limit: float = 20.0,
+    ) -> None:
+        self._script: list[Script | list[StreamEvent] | dict[str, Any]] = []
+        for position, entry in enumerate(script):
+            if isinstance(entry, Reply) or callable(entry):
+                self._script.append(entry)
+            elif isinstance(entry, Mapping):
+                self._script.append(dict(entry))
+            elif isinstance(entry, Sequence) and not isinstance(entry, str | bytes):
+                if not all(isinstance(event, tuple) and len(event) == 3 for event in entry):
+                    raise OptionError(f"script entry {position} must hold (delay, name, data) events")
+                self._script.append([StreamEvent(*event) for event in entry])
+            else:
                 raise OptionError(
-                    f"script entry {position} must be a Reply or a function returning one, not {type(entry).__name__}"
+                    f"script entry {position} must be a Reply, a function returning one, a list of events or a"
+                    f" JSON body, not {type(entry).__name__}"
                 )
         self.break_after: dict[int, int] = dict(break_after or {})
+        self.end_after: dict[int, int] = dict(end_after or {})
+        self.gates: dict[int, threading.Event] = dict(gates or {})
+        self.gate_limit = gate_limit
         self.requests: list[Request] = []
         """Every request received, in order."""
         self.sent_at: list[float] = []
         """``time.perf_counter()`` when each answer's last byte was written, in the order they finished."""
+        self.hung_up: list[int] = []
+        """The positions of the answers whose client closed the connection before their end."""
+        self.hang_up = threading.Event()
+        """Set when a client first closes the connection before its answer's end."""
         self._lock = threading.Lock()
         self._served = 0
         self._server: ThreadingHTTPServer | None = None
@@ -109,7 +144,7 @@ class ScriptedProvider:
         if thread is not None:
             thread.join()
 
-    def _take(self, request: Request) -> tuple[int, Script | None]:
+    def _take(self, request: Request) -> tuple[int, Script | list[StreamEvent] | dict[str, Any] | None]:
         with self._lock:
             self.requests.append(request)
             position = self._served
@@ -119,6 +154,11 @@ class ScriptedProvider:
     def _finished(self) -> None:
         with self._lock:
             self.sent_at.append(time.perf_counter())
+
+    def _hung_up(self, position: int) -> None:
+        with self._lock:
+            self.hung_up.append(position)
+        self.hang_up.set()
 
 
 def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
@@ -146,6 +186,13 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
             if entry is None:
                 self._send_json(400, error_body(api, f"the script has no reply left for request {position + 1}"))
                 return
+            if isinstance(entry, dict):
+                self._send_json(200, entry)
+                provider._finished()
+                return
+            if isinstance(entry, list):
+                self._send_stream(entry, position)
+                return
             try:
                 reply = entry if isinstance(entry, Reply) else entry(request)
                 if not isinstance(reply, Reply):
@@ -154,7 +201,7 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
                 self._send_json(400, error_body(api, f"script entry {position} raised {error!r}"))
                 return
             if stream:
-                self._send_stream(api, reply, position)
+                self._send_stream(stream_events(api, reply, number=position + 1), position)
             else:
                 self._send_json(200, response_body(api, reply, number=position + 1))
                 provider._finished()
@@ -170,7 +217,7 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
             self.wfile.flush()
 
-        def _send_stream(self, api: Api, reply: Reply, position: int) -> None:
+        def _send_stream(self, events: list[StreamEvent], position: int) -> None:
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.send_header("cache-control", "no-cache")
@@ -181,24 +228,31 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.close_connection = True
             cut = provider.break_after.get(position)
+            end = provider.end_after.get(position)
+            gate = provider.gates.get(position)
             try:
-                for number, event in enumerate(stream_events(api, reply, number=position + 1)):
-                    if cut is not None and number >= cut:
-                        # The connection drops in the middle of a chunk, a moment after the events before it
-                        # (a client that read them together with the broken bytes would lose them unread).
-                        time.sleep(_CUT_DELAY)
-                        self.wfile.write(b"400\r\ndata: {")
-                        self.wfile.flush()
-                        return
+                for number, event in enumerate(events):
+                    if (cut is not None and number >= cut) or (end is not None and number >= end):
+                        break
                     if event.delay:
                         time.sleep(event.delay)
                     text = event.data if isinstance(event.data, str) else json.dumps(event.data)
                     frame = ((f"event: {event.name}\n" if event.name else "") + f"data: {text}\n\n").encode()
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
                     self.wfile.flush()
+                if gate is not None and (cut is not None or end is not None):
+                    gate.wait(provider.gate_limit)
+                if cut is not None and (end is None or cut <= end):
+                    # The connection drops in the middle of a chunk, a moment after the events before it
+                    # (a client that read them together with the broken bytes would lose them unread).
+                    time.sleep(_CUT_DELAY)
+                    self.wfile.write(b"400\r\ndata: {")
+                    self.wfile.flush()
+                    return
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
+                provider._hung_up(position)
                 return
             provider._finished()
 

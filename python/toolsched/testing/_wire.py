@@ -31,7 +31,7 @@ def response_body(api: Api, reply: Reply, *, number: int = 1) -> dict[str, Any]:
     if api == "anthropic":
         content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
         content += [
-            {"type": "tool_use", "id": _call_id(api, use, number, index), "name": use.name, "input": dict(use.args)}
+            {"type": "tool_use", **_id(api, use, number, index), "name": use.name, "input": dict(use.args)}
             for index, use in enumerate(reply.tool_uses)
         ]
         return {
@@ -53,7 +53,7 @@ def response_body(api: Api, reply: Reply, *, number: int = 1) -> dict[str, Any]:
         if reply.tool_uses:
             message["tool_calls"] = [
                 {
-                    "id": _call_id(api, use, number, index),
+                    **_id(api, use, number, index),
                     "type": "function",
                     "function": {"name": use.name, "arguments": json.dumps(dict(use.args))},
                 }
@@ -109,6 +109,11 @@ def _call_id(api: Api, use: ToolUse, number: int, index: int) -> str:
     return f"toolu_{number}_{index}" if api == "anthropic" else f"call_{number}_{index}"
 
 
+def _id(api: Api, use: ToolUse, number: int, index: int, key: str = "id") -> dict[str, str]:
+    """The call's ID field for a call record (``{key: id}``), or none when the call is sent without one."""
+    return {key: _call_id(api, use, number, index)} if use.send_id else {}
+
+
 def _pieces(text: str, reply: Reply) -> list[tuple[float, str]]:
     """``text`` cut into tokens, each with the delay before it at the reply's pace."""
     size = reply.token_chars
@@ -139,7 +144,7 @@ def _anthropic_events(reply: Reply, number: int) -> list[StreamEvent]:
         block(index, {"type": "text", "text": ""}, [(gap, {"type": "text_delta", "text": p}) for gap, p in pieces])
         index += 1
     for position, use in enumerate(reply.tool_uses):
-        start = {"type": "tool_use", "id": _call_id("anthropic", use, number, position), "name": use.name, "input": {}}
+        start = {"type": "tool_use", **_id("anthropic", use, number, position), "name": use.name, "input": {}}
         pieces = _pieces(json.dumps(dict(use.args)), reply)
         block(index, start, [(gap, {"type": "input_json_delta", "partial_json": p}) for gap, p in pieces])
         index += 1
@@ -186,8 +191,8 @@ def _responses_call(use: ToolUse, number: int, index: int, *, done: bool) -> dic
     call_id = _call_id("openai_responses", use, number, index)
     return {
         "type": "function_call",
-        "id": f"fc_{call_id}",
-        "call_id": call_id,
+        "id": f"fc_{call_id}" if use.send_id else f"fc_{number}_{index}",
+        **_id("openai_responses", use, number, index, "call_id"),
         "name": use.name,
         "arguments": json.dumps(dict(use.args)) if done else "",
         "status": "completed" if done else "in_progress",
@@ -236,8 +241,12 @@ def _chat_events(reply: Reply, number: int) -> list[StreamEvent]:
     for gap, piece in _pieces(reply.text, reply) if reply.text else []:
         events.append(StreamEvent(gap, None, chunk({"content": piece})))
     for index, use in enumerate(reply.tool_uses):
-        call_id = _call_id("openai_chat", use, number, index)
-        opening = {"index": index, "id": call_id, "type": "function", "function": {"name": use.name, "arguments": ""}}
+        opening = {
+            "index": index,
+            **_id("openai_chat", use, number, index),
+            "type": "function",
+            "function": {"name": use.name, "arguments": ""},
+        }
         events.append(StreamEvent(0.0, None, chunk({"tool_calls": [opening]})))
         for gap, piece in _pieces(json.dumps(dict(use.args)), reply):
             events.append(
@@ -250,7 +259,7 @@ def _chat_events(reply: Reply, number: int) -> list[StreamEvent]:
 
 def _gemini_call(use: ToolUse) -> dict[str, Any]:
     call: dict[str, Any] = {"name": use.name, "args": dict(use.args)}
-    if use.id is not None:
+    if use.id is not None and use.send_id:
         call["id"] = use.id
     return call
 
