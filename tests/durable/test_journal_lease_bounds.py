@@ -7,16 +7,12 @@ given such a lease wrote rows it then refused as corrupt. The lease is held to 3
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from uuid import uuid4
 
-import psycopg
 import pytest
-from journal_child import Store
-from psycopg import sql
+from journal_child import Store, store_in
 
 import toolsched as ts
 
@@ -28,16 +24,7 @@ LONGEST = timedelta(days=365_000)
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        yield Store("sqlite", path=str(tmp_path / "journal.db"))
-        return
-    dsn = os.environ.get(DSN_VARIABLE)
-    if not dsn:
-        pytest.fail(f"{DSN_VARIABLE} is not set: run these tests through `make test` (tests/postgres_server.sh)")
-    schema = f"lease_test_{uuid4().hex[:12]}"
-    yield Store("postgres", dsn=dsn, schema=schema)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    yield from store_in(request.param, tmp_path, "lease_test")
 
 
 @pytest.mark.parametrize("lease", [LONGEST, LONGEST.total_seconds()], ids=["timedelta", "seconds"])

@@ -9,21 +9,19 @@ keeps a broken build from hanging.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
 import psycopg
 import pytest
-from journal_child import Store
+from journal_child import Store, store_in
 from psycopg import sql
 
 import toolsched as ts
@@ -38,16 +36,7 @@ HANG = 60
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        yield Store("sqlite", path=str(tmp_path / "journal.db"))
-        return
-    dsn = os.environ.get(DSN_VARIABLE)
-    if not dsn:
-        pytest.fail(f"{DSN_VARIABLE} is not set: run the tests through `make test` (tests/postgres_server.sh)")
-    schema = f"leases_{uuid4().hex[:12]}"
-    yield Store("postgres", dsn=dsn, schema=schema)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    yield from store_in(request.param, tmp_path, "leases")
 
 
 def lease_ends(store: Store) -> dict[str, float]:
@@ -262,7 +251,9 @@ async def test_a_run_taken_over_stops_its_call_in_flight_and_starts_no_other(
     store: Store, shape: Callable[[ts.Executor, str], Any]
 ) -> None:
     tools = Stepped()
-    async with store.open(owner="worker", lease=0.8) as journal, store.open(owner="rescuer", lease=30) as rescuer:
+    # A lease long enough that a loaded machine never lets it run out first: the takeover is what stops the run
+    # (found by its next renewal, within a quarter of the lease).
+    async with store.open(owner="worker", lease=4.0) as journal, store.open(owner="rescuer", lease=30) as rescuer:
         executor = ts.Executor([tools.first, tools.second], journal=journal, strategy=ts.Sequential())
         outcomes = Outcomes()
         async with anyio.create_task_group() as group:

@@ -13,17 +13,14 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import anyio
-import psycopg
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
-from journal_child import Store
+from journal_child import Store, store_in
 from nested_crash_child import CHILD as NESTED_CHILD
 from nested_crash_child import executor as nested_executor
 from nested_crash_child import turn as nested_turn
-from psycopg import sql
 
 import toolsched as ts
 
@@ -34,16 +31,7 @@ DSN_VARIABLE = "TOOLSCHED_TEST_POSTGRES_DSN"
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        yield Store("sqlite", path=str(tmp_path / "journal.db"))
-        return
-    dsn = os.environ.get(DSN_VARIABLE)
-    if not dsn:
-        pytest.fail(f"{DSN_VARIABLE} is not set: run these tests through `make test` (tests/postgres_server.sh)")
-    schema = f"attempts_test_{uuid4().hex[:12]}"
-    yield Store("postgres", dsn=dsn, schema=schema)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    yield from store_in(request.param, tmp_path, "attempts_test")
 
 
 async def crashed_run(store: Store, run_id: str, calls: list[ts.ToolCall], starts: dict[str, int]) -> None:

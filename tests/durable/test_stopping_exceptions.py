@@ -10,19 +10,15 @@ asyncio and trio. A journaled run it stopped is released, and recovers as a cras
 from __future__ import annotations
 
 import gc
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import anyio
 import anyio.lowlevel
-import psycopg
 import pytest
-from journal_child import Store
-from psycopg import sql
+from journal_child import Store, store_in
 
 import toolsched as ts
 
@@ -46,16 +42,8 @@ PATHS = ["list", "stream", "iterable", "turn", "resources", "resume", "recover"]
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store | None]:
     if request.param == "none":
         yield None
-    elif request.param == "sqlite":
-        yield Store("sqlite", path=str(tmp_path / "journal.db"))
     else:
-        dsn = os.environ.get(DSN_VARIABLE)
-        if not dsn:
-            pytest.fail(f"{DSN_VARIABLE} is not set: run these tests through `make test` (tests/postgres_server.sh)")
-        schema = f"stopping_test_{uuid4().hex[:12]}"
-        yield Store("postgres", dsn=dsn, schema=schema)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        yield from store_in(request.param, tmp_path, "stopping_test")
 
 
 def tools(path: str, stopping: type[BaseException], closed: list[BaseException | None]) -> list[ts.FunctionTool]:

@@ -15,10 +15,13 @@ has returned from writing it; the parent kills it at a random point.
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import anyio
 
@@ -47,6 +50,29 @@ class Store:
     @classmethod
     def from_spec(cls, text: str) -> Store:
         return cls(**json.loads(text))
+
+
+DSN_VARIABLE = "TOOLSCHED_TEST_POSTGRES_DSN"
+
+
+def store_in(kind: str, tmp_path: Path, prefix: str) -> Iterator[Store]:
+    """A test's journal store of ``kind`` (``sqlite`` or ``postgres``), for a fixture to yield from.
+
+    PostgreSQL gets a fresh schema named with ``prefix`` on the server ``make test`` starts, dropped after.
+    """
+    if kind == "sqlite":
+        yield Store("sqlite", path=str(tmp_path / "journal.db"))
+        return
+    import psycopg
+    from psycopg import sql
+
+    dsn = os.environ.get(DSN_VARIABLE)
+    if not dsn:
+        raise RuntimeError(f"{DSN_VARIABLE} is not set: run the tests through `make test` (tests/postgres_server.sh)")
+    schema = f"{prefix}_{uuid4().hex[:12]}"
+    yield Store("postgres", dsn=dsn, schema=schema)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def turn(count: int) -> list[ts.ToolCall]:
