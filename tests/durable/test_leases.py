@@ -261,7 +261,7 @@ async def test_a_run_taken_over_stops_its_call_in_flight_and_starts_no_other(
             with anyio.fail_after(HANG):
                 await tools.entered.wait()
                 # Another process takes the run from its live holder (force=True, as an operator might).
-                await rescuer.claim("r", force=True)
+                taken = await rescuer.claim("r", force=True)
             await tools.ended(outcomes.done["r"])
         ended = outcomes.ended["r"]
         if isinstance(ended, ts.StreamFailed):
@@ -272,9 +272,11 @@ async def test_a_run_taken_over_stops_its_call_in_flight_and_starts_no_other(
         assert "held by 'rescuer'" in str(ended)
         assert tools.log == ["first started", "first cancelled"]
         record = await rescuer.load("r")
-        # Nothing more was written by the worker: the rescuer holds the run as it found it.
+        # Nothing more was written by the worker: the rescuer holds the run as it found it (a streamed turn's
+        # second call may not have been submitted, so planned, yet when the run was taken).
         assert record.owner == "rescuer"
-        assert [entry.state for entry in record.calls] == ["started", "planned"]
+        assert [entry.state for entry in record.calls] == [entry.state for entry in taken.calls]
+        assert [entry.state for entry in record.calls][:1] == ["started"]
 
 
 async def test_a_run_whose_renewals_fail_stops_before_its_lease_runs_out(store: Store) -> None:
