@@ -6,9 +6,13 @@ Runner.run: once as the SDK built it, once wrapped with ``scheduled(...)``.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import pytest
 from agents import Agent, RunConfig, Runner, RunResult, function_tool
 from agents.items import ToolCallOutputItem
@@ -176,3 +180,405 @@ async def test_an_unknown_tool_name_ends_the_run_as_the_sdk_does_or_is_answered_
         answered.append(sorted(str(output) for output in tool_outputs(result)))
     assert answered[0] == answered[1]
     assert any("remove" in output for output in answered[1])
+
+
+# -- The SDK's own rules, both ways: each test runs the same agent and script stock and scheduled and compares. --
+
+
+@dataclass
+class Run:
+    """What one form of a run left behind: what the model was sent, what came out, what ran, what was raised."""
+
+    final_output: Any = None
+    history: list[Any] = field(default_factory=list)
+    outputs: list[Any] = field(default_factory=list)
+    interruptions: list[str] = field(default_factory=list)
+    raised: str | None = None
+    sent: list[Any] = field(default_factory=list)
+
+
+async def run_form(
+    wrap: Wrap, agent: Agent[Any], model: ScriptedAgentModel, text: str = "go", config: RunConfig = NO_TRACING
+) -> Run:
+    record = Run()
+    try:
+        result = await Runner.run(wrap(agent), text, run_config=config)
+    except Exception as exc:
+        record.raised = f"{type(exc).__name__}: {exc}"
+    else:
+        record.final_output = result.final_output
+        record.history = result.to_input_list()
+        record.outputs = tool_outputs(result)
+        record.interruptions = [item.raw_item.call_id for item in result.interruptions]
+    record.sent = model.inputs
+    return record
+
+
+async def both(build: Callable[[], tuple[Agent[Any], ScriptedAgentModel]], **options: Any) -> tuple[Run, Run]:
+    """The same agent and script, stock then scheduled (each built afresh)."""
+    runs = []
+    for _, wrap in FORMS:
+        agent, model = build()
+        runs.append(await run_form(wrap, agent, model, **options))
+    return runs[0], runs[1]
+
+
+async def test_an_approval_policy_sees_the_arguments_the_tool_runs_with() -> None:
+    # The model leaves out an argument whose default the policy guards: the SDK asks a person, since the
+    # call would run with a value the policy never saw. Scheduled must not run it unasked.
+    ran: list[str] = []
+
+    def build() -> tuple[Agent[Any], ScriptedAgentModel]:
+        async def protected(context: Any, params: dict[str, Any], call_id: str) -> bool:
+            return params.get("endpoint") == "protected"
+
+        @function_tool(needs_approval=protected)
+        def operation(endpoint: str = "protected") -> str:
+            """Call an endpoint."""
+            ran.append(endpoint)
+            return f"called {endpoint}"
+
+        model = ScriptedAgentModel([[function_call("c1", "operation", {})], [final_message("done")]])
+        return Agent(name="ops", model=model, tools=[operation]), model
+
+    stock, wrapped = await both(build)
+    assert stock.interruptions == ["c1"]
+    assert wrapped.interruptions == stock.interruptions
+    assert ran == []
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"endpoint": "public"}, {"endpoint": "protected"}, {"endpoint": 5}, {"endpoint": "public", "extra": 1}],
+    ids=["allowed", "asked", "coerced", "extra"],
+)
+async def test_an_approval_policy_decides_the_same_calls(arguments: dict[str, Any]) -> None:
+    ran: list[str] = []
+
+    def build() -> tuple[Agent[Any], ScriptedAgentModel]:
+        async def protected(context: Any, params: dict[str, Any], call_id: str) -> bool:
+            return params.get("endpoint") == "protected"
+
+        @function_tool(needs_approval=protected, strict_mode=False)
+        def operation(endpoint: str = "protected") -> str:
+            """Call an endpoint."""
+            ran.append(endpoint)
+            return f"called {endpoint}"
+
+        model = ScriptedAgentModel([[function_call("c1", "operation", arguments)], [final_message("done")]])
+        return Agent(name="ops", model=model, tools=[operation]), model
+
+    stock, wrapped = await both(build)
+    assert (wrapped.interruptions, wrapped.outputs, wrapped.raised) == (
+        stock.interruptions,
+        stock.outputs,
+        stock.raised,
+    )
+    assert ran[: len(ran) // 2] == ran[len(ran) // 2 :]
+
+
+async def test_an_approved_call_runs_with_what_was_approved() -> None:
+    ran: list[str] = []
+    for _, wrap in FORMS:
+
+        async def protected(context: Any, params: dict[str, Any], call_id: str) -> bool:
+            return params.get("endpoint") == "protected"
+
+        @function_tool(needs_approval=protected)
+        def operation(endpoint: str = "protected") -> str:
+            """Call an endpoint."""
+            ran.append(endpoint)
+            return f"called {endpoint}"
+
+        model = ScriptedAgentModel([[function_call("c1", "operation", {})], [final_message("done")]])
+        agent = wrap(Agent(name="ops", model=model, tools=[operation]))
+        first = await Runner.run(agent, "go", run_config=NO_TRACING)
+        state = first.to_state()
+        state.approve(first.interruptions[0])
+        second = await Runner.run(agent, state, run_config=NO_TRACING)
+        assert tool_outputs(second) == ["called protected"]
+    assert ran == ["protected", "protected"]
+
+
+def cancelling_tool(failure: Any) -> Any:
+    options = {} if failure == "default" else {"failure_error_function": failure}
+
+    @function_tool(**options)
+    async def fetch(key: str) -> str:
+        """Fetch a key."""
+        raise asyncio.CancelledError(f"upstream hung up while reading private-{key}")
+
+    return fetch
+
+
+def explain(context: Any, error: Exception) -> str:
+    return f"fetch gave up: {type(error).__name__}"
+
+
+@pytest.mark.parametrize("failure", ["default", explain], ids=["default", "custom"])
+async def test_a_tool_that_raises_cancelled_is_answered_by_its_failure_policy(failure: Any) -> None:
+    def build() -> tuple[Agent[Any], ScriptedAgentModel]:
+        model = ScriptedAgentModel([[function_call("c1", "fetch", {"key": "k1"})], [final_message("done")]])
+        return Agent(name="reader", model=model, tools=[cancelling_tool(failure)]), model
+
+    stock, wrapped = await both(build)
+    assert stock.raised is None
+    assert wrapped.history == stock.history
+    assert wrapped.sent == stock.sent
+    assert "private-k1" not in str(wrapped.history)
+
+
+async def test_a_cancelled_tool_without_a_failure_policy_cancels_the_run_and_its_siblings() -> None:
+    finished: list[str] = []
+
+    def build() -> tuple[Agent[Any], ScriptedAgentModel]:
+        @function_tool
+        async def slow(key: str) -> str:
+            """Takes a while."""
+            await asyncio.Event().wait()
+            finished.append(key)
+            return key
+
+        model = ScriptedAgentModel(
+            [
+                [function_call("c1", "slow", {"key": "a"}), function_call("c2", "fetch", {"key": "b"})],
+                [final_message("done")],
+            ]
+        )
+        return Agent(name="reader", model=model, tools=[slow, cancelling_tool(None)]), model
+
+    outcomes = []
+    for _, wrap in FORMS:
+        agent, _ = build()
+        with pytest.raises(BaseException) as caught, anyio.fail_after(10):  # a hang guard: the run must end
+            await Runner.run(wrap(agent), "go", run_config=NO_TRACING)
+        outcomes.append(type(caught.value).__name__)
+    assert outcomes == ["CancelledError", "CancelledError"]
+    assert finished == []
+
+
+async def test_two_tools_under_one_name_run_the_last_as_the_sdk_does() -> None:
+    ran: list[str] = []
+
+    def build() -> tuple[Agent[Any], ScriptedAgentModel]:
+        @function_tool(name_override="lookup")
+        def first_lookup() -> str:
+            ran.append("first")
+            return "first"
+
+        @function_tool(name_override="lookup")
+        def second_lookup() -> str:
+            ran.append("second")
+            return "second"
+
+        model = ScriptedAgentModel([[function_call("c1", "lookup", {})], [final_message("done")]])
+        return Agent(name="a", model=model, tools=[first_lookup, second_lookup]), model
+
+    stock, wrapped = await both(build)
+    assert stock.outputs == ["second"]
+    assert (wrapped.outputs, wrapped.history, wrapped.raised) == (stock.outputs, stock.history, stock.raised)
+    assert ran == ["second", "second"]
+
+
+async def test_a_disabled_twin_leaves_its_name_to_the_enabled_one() -> None:
+    ran: list[str] = []
+
+    def build() -> tuple[Agent[Any], ScriptedAgentModel]:
+        @function_tool(name_override="lookup")
+        def enabled_lookup(key: str) -> str:
+            ran.append(f"enabled {key}")
+            return "enabled"
+
+        @function_tool(name_override="lookup", is_enabled=False)
+        def disabled_lookup(key: str, other: int) -> str:
+            ran.append(f"disabled {key}")
+            return "disabled"
+
+        model = ScriptedAgentModel([[function_call("c1", "lookup", {"key": "k"})], [final_message("done")]])
+        return Agent(name="a", model=model, tools=[enabled_lookup, disabled_lookup]), model
+
+    stock, wrapped = await both(build)
+    assert stock.outputs == ["enabled"]
+    assert (wrapped.outputs, wrapped.history, wrapped.raised) == (stock.outputs, stock.history, stock.raised)
+    assert ran == ["enabled k", "enabled k"]
+
+
+async def test_calls_of_tools_that_declare_nothing_run_together_as_in_the_sdk() -> None:
+    # Each tool returns only once the other has started: run one at a time, they would wait forever.
+    def build() -> tuple[Agent[Any], ScriptedAgentModel]:
+        started = {"ping": asyncio.Event(), "pong": asyncio.Event()}
+
+        @function_tool
+        async def ping() -> str:
+            started["ping"].set()
+            await started["pong"].wait()
+            return "ping"
+
+        @function_tool
+        async def pong() -> str:
+            started["pong"].set()
+            await started["ping"].wait()
+            return "pong"
+
+        model = ScriptedAgentModel(
+            [[function_call("c1", "ping", {}), function_call("c2", "pong", {})], [final_message("done")]]
+        )
+        return Agent(name="a", model=model, tools=[ping, pong]), model
+
+    with anyio.fail_after(10):  # a hang guard: serialised, the two calls never return
+        stock, wrapped = await both(build)
+    assert stock.outputs == ["ping", "pong"]
+    assert (wrapped.outputs, wrapped.history) == (stock.outputs, stock.history)
+
+
+class Point:
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+    def __str__(self) -> str:
+        return f"Point({self.x})"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"a": 1, "b": [1, 2]}, (1, "two"), ValueError("bad value"), Point(3), 7, None, [1, 2]],
+    ids=["dict", "tuple", "exception", "object", "int", "none", "list"],
+)
+async def test_a_tool_output_reaches_the_run_as_the_sdk_keeps_it(value: Any) -> None:
+    def build() -> tuple[Agent[Any], ScriptedAgentModel]:
+        @function_tool
+        def produce() -> Any:
+            """Produce a value."""
+            return value
+
+        model = ScriptedAgentModel([[function_call("c1", "produce", {})], [final_message("done")]])
+        return Agent(name="a", model=model, tools=[produce]), model
+
+    stock, wrapped = await both(build)
+    assert wrapped.outputs == stock.outputs
+    assert wrapped.sent == stock.sent
+    finals = []
+    for _, wrap in FORMS:
+        agent, _ = build()
+        result = await Runner.run(
+            wrap(agent.clone(tool_use_behavior="stop_on_first_tool")), "go", run_config=NO_TRACING
+        )
+        finals.append(result.final_output)
+    assert finals[1] is value or finals[1] == finals[0]
+    assert type(finals[1]) is type(finals[0])
+
+
+@pytest.mark.parametrize("failure", ["default", explain, None], ids=["default", "custom", "none"])
+async def test_arguments_that_are_not_json_follow_the_tools_failure_policy(failure: Any) -> None:
+    ran: list[str] = []
+
+    def build() -> tuple[Agent[Any], ScriptedAgentModel]:
+        options = {} if failure == "default" else {"failure_error_function": failure}
+
+        @function_tool(**options)
+        def delete(path: str) -> str:
+            """Delete a file."""
+            ran.append(path)
+            return "deleted"
+
+        model = ScriptedAgentModel([[function_call("c1", "delete", "{not json")], [final_message("done")]])
+        return Agent(name="a", model=model, tools=[delete]), model
+
+    stock, wrapped = await both(build)
+    assert (wrapped.outputs, wrapped.history, wrapped.raised) == (stock.outputs, stock.history, stock.raised)
+    assert (stock.raised is not None) == (failure is None)
+    assert ran == []
+
+
+async def test_input_guardrails_see_arguments_that_are_not_json_first() -> None:
+    from agents import ToolGuardrailFunctionOutput, tool_input_guardrail
+
+    seen: list[str] = []
+
+    def build() -> tuple[Agent[Any], ScriptedAgentModel]:
+        @tool_input_guardrail
+        def inspect_arguments(data: Any) -> ToolGuardrailFunctionOutput:
+            seen.append(data.context.tool_arguments)
+            return ToolGuardrailFunctionOutput.reject_content("arguments refused by policy")
+
+        @function_tool(tool_input_guardrails=[inspect_arguments], failure_error_function=None)
+        def delete(path: str) -> str:
+            """Delete a file."""
+            return "deleted"
+
+        model = ScriptedAgentModel([[function_call("c1", "delete", "{not json")], [final_message("done")]])
+        return Agent(name="a", model=model, tools=[delete]), model
+
+    stock, wrapped = await both(build)
+    assert stock.outputs == ["arguments refused by policy"]
+    assert (wrapped.outputs, wrapped.raised) == (stock.outputs, stock.raised)
+    assert seen == ["{not json", "{not json"]
+
+
+async def test_a_handled_failure_is_reported_as_the_sdk_reports_it(caplog: pytest.LogCaptureFixture) -> None:
+    from agents import _debug
+
+    reports = []
+    for _, wrap in FORMS:
+        model = ScriptedAgentModel([[function_call("c1", "delete", {"path": "boom"})], [final_message("done")]])
+        agent = wrap(make_agent([], model))
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="openai.agents"):
+            original = _debug.DONT_LOG_TOOL_DATA
+            _debug.DONT_LOG_TOOL_DATA = False
+            try:
+                await Runner.run(agent, "delete boom", run_config=NO_TRACING)
+            finally:
+                _debug.DONT_LOG_TOOL_DATA = original
+        reports.append([record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR])
+    assert reports[0] == reports[1]
+    assert any("Tool delete failed" in message for message in reports[0])
+
+
+class SpanRecorder:
+    """An Agents SDK tracing processor that keeps the function spans that ended."""
+
+    def __init__(self) -> None:
+        self.spans: list[Any] = []
+
+    def on_trace_start(self, trace: Any) -> None:
+        pass
+
+    def on_trace_end(self, trace: Any) -> None:
+        pass
+
+    def on_span_start(self, span: Any) -> None:
+        pass
+
+    def on_span_end(self, span: Any) -> None:
+        if getattr(span.span_data, "type", None) == "function":
+            self.spans.append(span)
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("failure", ["default", explain], ids=["default", "custom"])
+async def test_a_handled_failure_marks_the_function_span_as_the_sdk_does(failure: Any) -> None:
+    from agents.tracing import set_trace_processors
+    from agents.tracing.setup import get_trace_provider
+
+    errors = []
+    for _, wrap in FORMS:
+        recorder = SpanRecorder()
+        provider = get_trace_provider()
+        set_trace_processors([recorder])  # type: ignore[list-item]
+        try:
+            options = {} if failure == "default" else {"failure_error_function": failure}
+            model = ScriptedAgentModel([[function_call("c1", "delete", {"path": "boom"})], [final_message("done")]])
+            agent = wrap(make_agent([], model, **options))
+            await Runner.run(agent, "delete boom", run_config=RunConfig(trace_include_sensitive_data=True))
+        finally:
+            set_trace_processors([])
+        assert provider is get_trace_provider()
+        errors.append([(span.span_data.name, span.error) for span in recorder.spans])
+    assert errors[0] == errors[1]
+    assert errors[0][0][1] is not None

@@ -11,36 +11,41 @@
 ``scheduled(agent, **executor_options)`` returns a copy of the agent whose
 function tools run through a ``ts.Executor`` (``executor_options`` are its
 keyword options; the executor is the copy's ``toolsched_executor``). The SDK
-still drives the run and builds its items: each function call comes back as
-the SDK's ``ToolCallOutputItem``, its output what toolsched answered, so
-guardrails, hooks, tracing and sessions of the SDK work as before. Other tools
-(hosted tools, handoffs, MCP servers) are left to the SDK.
+still drives the run and does, with its own code, everything it does around
+a call: ``is_enabled`` and name resolution (duplicate names, namespaces),
+approval policies (a ``needs_approval`` callable sees what the SDK's argument
+preparation lets it see) with the ``RunState`` approve/reject flow, tool
+guardrails, hooks, timeouts, tracing, parsing and validating the arguments,
+the tool's ``failure_error_function`` (a failure, a ``CancelledError`` the tool
+raises, arguments that are not a JSON object: answered and reported as the
+SDK does; without one the error propagates), and the output as the tool
+returned it. Only the invocation goes through toolsched: its permission
+rules, hooks, approver and guardrails decide whether the call runs, and its
+timeouts and result budgets apply; a call toolsched refuses is answered with
+toolsched's message (calls that ask toolsched for approval need
+``approver=``; without one they are answered as not approved).
 
-Each call passes toolsched's pipeline: the engine validates the arguments
-against the tool's JSON Schema, permission rules, hooks, approver and
-guardrails decide whether it runs, and timeouts and result budgets apply. The
-SDK starts every call of a turn at once; toolsched keeps its scheduling rule
-on top of that: a call that is not concurrency-safe never overlaps another
-call of the same run (they wait, in the order they arrived), while
-concurrency-safe calls overlap. A failed call answers the model with
-toolsched's error message instead of failing the run. Calls that ask for
-approval need ``approver=``; without one they are answered as not approved.
+The SDK starts every function call of a turn at once, and a tool that
+declares nothing keeps that. A tool given flags
+(``from_function_tool(tool, concurrency_safe=False)``) or a toolsched tool is
+scheduled by them: a call that is not concurrency-safe never overlaps another
+call of the same run (they wait, in the order they arrived). Hosted tools,
+handoffs and MCP servers' tools stay the SDK's.
 
 Tools can also go the other way: ``from_function_tool(tool, **flags)`` makes
 an SDK ``FunctionTool`` a toolsched tool (flags as for ``@ts.tool``), and
 ``function_tools(executor)`` offers an executor's tools to an SDK agent.
-``scheduled`` uses both, so flags given through ``from_function_tool`` are
-kept: ``scheduled(agent, tools=[from_function_tool(search, concurrency_safe=True)])``.
 Needs ``openai-agents`` (``pip install 'toolsched[agents]'``).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import copy
+import functools
 import json
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -54,7 +59,17 @@ from toolsched.tools import Tool, refuse_unknown_options
 
 try:
     from agents import Agent, FunctionTool
-    from agents.tool import maybe_invoke_function_tool_failure_error_function, set_function_tool_failure_error_function
+
+    # The SDK's own steps around a function tool's body, so a scheduled tool is prepared, approved,
+    # answered on failure and reported exactly as the SDK does: the invoker class whose failure policy
+    # and error reporting ``function_tool`` tools carry (its body is ``_invoke_tool_impl``), the parser
+    # that refuses arguments which are not a JSON object, and the markers the SDK reads off an invoker.
+    from agents.tool import (
+        _FUNCTION_TOOL_WRAPPED_CALLABLE_MARKER,
+        _SYNC_FUNCTION_TOOL_MARKER,
+        _FailureHandlingFunctionToolInvoker,
+        _parse_function_tool_json_input,
+    )
     from agents.tool_context import ToolContext as AgentsToolContext
     from pydantic import BaseModel
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
@@ -65,6 +80,42 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
 __all__ = ["AgentsFunctionTool", "from_function_tool", "function_tools", "scheduled"]
 
 logger = logging.getLogger("toolsched.agents")
+
+# What the SDK's argument preparation is asked for (the name of the attribute its invoker reads).
+_PREPARE_ARGUMENTS = "__agents_prepare_arguments__"
+# The SDK tool a scheduled tool stands for, on its invocation (``scheduled`` of a scheduled agent starts from it).
+_SOURCE = "__toolsched_source__"
+# The schema a scheduled SDK tool's calls are checked against by toolsched: any JSON object. The SDK's
+# own preparation parses and validates them (defaults, aliases, coercions, validators), as without toolsched.
+_ANY_OBJECT: dict[str, Any] = {"type": "object"}
+
+SdkInvoke = Callable[[Any, str], Awaitable[Any]]
+
+
+class _Invocation:
+    """One SDK call a scheduled agent hands to its executor: the SDK body that runs it, and what it raised."""
+
+    __slots__ = ("arguments", "body", "parsed", "raised", "sdk_context")
+
+    def __init__(self, body: SdkInvoke, sdk_context: Any, arguments: str, parsed: dict[str, Any] | None) -> None:
+        self.body = body
+        self.sdk_context = sdk_context
+        self.arguments = arguments
+        self.parsed = parsed
+        self.raised: BaseException | None = None
+
+    async def run(self, args: Mapping[str, Any]) -> Any:
+        arguments = self.arguments
+        if self.parsed is None or dict(args) != self.parsed:
+            # A toolsched hook changed the arguments: the SDK tool prepares the new ones itself.
+            arguments = json.dumps(dict(args), ensure_ascii=False)
+            if hasattr(self.sdk_context, "_function_tool_arguments"):
+                self.sdk_context._function_tool_arguments = None
+        try:
+            return await self.body(self.sdk_context, arguments)
+        except BaseException as exc:
+            self.raised = exc
+            raise
 
 
 class AgentsFunctionTool(Tool):
@@ -88,15 +139,16 @@ class AgentsFunctionTool(Tool):
                 setattr(self, key, value)
         self.aliases = tuple(metadata.get("aliases") or ())
         self.input_schema = dict(tool.params_json_schema)
-        # With ``failing_copy``: the SDK tool whose failure policy answers the model, and the
-        # exceptions of calls that failed, by call ID, until that answer is made (see ``scheduled``).
-        self.sdk_tool: FunctionTool | None = None
-        self.failures: dict[str, Exception] = {}
+        # Calls of a scheduled agent's run, by the id of the SDK's ToolContext (see ``scheduled``).
+        self.invocations: dict[int, _Invocation] = {}
 
     async def call(self, args: Mapping[str, Any], ctx: ToolContext | None) -> Any:
         """Invokes the SDK tool with its own ``ToolContext`` (the SDK's, when the call comes from a run)."""
-        arguments = json.dumps(dict(args), ensure_ascii=False)
         sdk_context = ctx.context if ctx is not None else None
+        invocation = self.invocations.get(id(sdk_context)) if sdk_context is not None else None
+        if invocation is not None and invocation.sdk_context is sdk_context:
+            return await invocation.run(args)
+        arguments = json.dumps(dict(args), ensure_ascii=False)
         if not isinstance(sdk_context, AgentsToolContext):
             sdk_context = AgentsToolContext(
                 context=sdk_context,
@@ -104,12 +156,7 @@ class AgentsFunctionTool(Tool):
                 tool_call_id=ctx.call_id if ctx is not None else "",
                 tool_arguments=arguments,
             )
-        try:
-            return await self.tool.on_invoke_tool(sdk_context, arguments)
-        except Exception as exc:
-            if self.sdk_tool is not None and ctx is not None:
-                self.failures[ctx.call_id] = exc
-            raise
+        return await self.tool.on_invoke_tool(sdk_context, arguments)
 
 
 def from_function_tool(tool: FunctionTool, **metadata: Any) -> AgentsFunctionTool:
@@ -200,20 +247,36 @@ class _Gates:
                 del self._by_run[key]
 
 
-def _is_safe(tool: Tool, arguments: str) -> bool:
+def _json_object(arguments: str) -> dict[str, Any] | None:
+    """The arguments as the SDK reads them (no text is ``{}``), or None when they are not a JSON object."""
+    try:
+        parsed = json.loads(arguments) if arguments else {}
+    except (TypeError, ValueError):
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _is_safe(tool: Tool, args: dict[str, Any] | None) -> bool:
     """Whether a call may overlap others, judged on its parsed arguments (anything odd counts as unsafe)."""
     facts = tool.facts
     if facts.static_safe is not None:
         return facts.static_safe
+    if args is None:
+        return False
     try:
-        args = json.loads(arguments) if arguments else {}
-        return isinstance(args, dict) and bool(tool.is_concurrency_safe(args))
+        return bool(tool.is_concurrency_safe(args))
     except Exception:
         return False
 
 
+def _not_approved_text(call_id: str, name: str) -> str:
+    logger.warning("call %s (%s) asks for approval, but no approver was given", call_id, name)
+    return f"`{name}` needs approval before it runs, and no approver was given; it did not run"
+
+
 def _wire_output(output: Any) -> Any:
-    """An output as the SDK takes it: text and the SDK's own output objects as they are, anything else as JSON."""
+    """An output as ``function_tools`` hands it over: text and the SDK's own output objects as they are,
+    anything else as JSON."""
     if isinstance(output, str) or isinstance(output, BaseModel):
         return output
     if isinstance(output, list) and output and all(isinstance(item, BaseModel) for item in output):
@@ -227,7 +290,9 @@ def _wire_output(output: Any) -> Any:
 def function_tools(executor: Executor, *, strict: bool = False) -> list[FunctionTool]:
     """The executor's tools as Agents SDK ``FunctionTool``s; every call runs through ``executor``.
 
-    ``strict`` asks the model for strict-mode arguments (the schema must allow it).
+    A failed or refused call answers the model with toolsched's message; an output that is not text
+    goes to the model as JSON. ``strict`` asks the model for strict-mode arguments (the schema must
+    allow it).
     """
     if not isinstance(executor, Executor):
         raise OptionError(f"function_tools() takes a toolsched.Executor, got {type(executor).__name__}")
@@ -242,37 +307,25 @@ def function_tools(executor: Executor, *, strict: bool = False) -> list[Function
                 name=member.name,
                 description=member.description,
                 params_json_schema=schema,
-                on_invoke_tool=_invoker(executor, member, gates),
+                on_invoke_tool=_exported_invoker(executor, member, gates),
                 strict_json_schema=strict,
             )
         )
     return made
 
 
-def _invoker(executor: Executor, member: Tool, gates: _Gates) -> Any:
+def _exported_invoker(executor: Executor, member: Tool, gates: _Gates) -> SdkInvoke:
     name = member.name
 
     async def on_invoke_tool(sdk_context: AgentsToolContext[Any], arguments: str) -> Any:
         call_id = getattr(sdk_context, "tool_call_id", None) or f"{name}-call"
         call = ToolCall(call_id, name, arguments or "{}")
-        async with gates.hold(sdk_context, not _is_safe(member, arguments)):
+        async with gates.hold(sdk_context, not _is_safe(member, _json_object(arguments))):
             outcome = await executor.run([call], context=sdk_context)
         if not outcome.results:
-            logger.warning("call %s (%s) asks for approval, but no approver was given", call_id, name)
-            return f"`{name}` needs approval before it runs, and no approver was given; it did not run"
+            return _not_approved_text(call_id, name)
         result = outcome.results[0]
         if result.is_error:
-            sdk_tool = member.sdk_tool if isinstance(member, AgentsFunctionTool) else None
-            failure = member.failures.pop(call_id, None) if isinstance(member, AgentsFunctionTool) else None
-            if failure is not None and sdk_tool is not None:
-                # toolsched saw the failure (hooks, spans, on_error, sibling abort); the model reads what
-                # the SDK tool's own failure_error_function says, and with none the error propagates.
-                text = await maybe_invoke_function_tool_failure_error_function(
-                    function_tool=sdk_tool, context=sdk_context, error=failure
-                )
-                if text is None:
-                    raise failure
-                return text
             return result.error or f"`{name}` failed ({result.error_kind})"
         return _wire_output(result.output)
 
@@ -287,56 +340,156 @@ def scheduled(
 ) -> Agent[Any]:
     """A copy of ``agent`` whose function tools run through toolsched; the original is unchanged.
 
-    ``tools`` replaces SDK tools of the same name with toolsched tools (for
-    example ``from_function_tool(search, concurrency_safe=True)``) or adds
-    new ones. ``executor_options`` go to ``ts.Executor``; the executor is the
-    copy's ``toolsched_executor`` attribute.
+    Each SDK function tool of the copy is a copy of the agent's (same fields, same order), whose
+    invocation goes through the executor. ``tools`` replaces SDK tools of the same name with toolsched
+    tools (for example ``from_function_tool(search, concurrency_safe=True)``) or adds new ones.
+    ``strict`` sets every function tool's strict mode (None keeps each tool's own). ``executor_options``
+    go to ``ts.Executor``; the executor is the copy's ``toolsched_executor`` attribute. A scheduled
+    agent's tools given to ``scheduled`` again are scheduled afresh from their SDK tools.
     """
     if not isinstance(agent, Agent):
         raise OptionError(f"scheduled() takes an Agents SDK Agent, got {type(agent).__name__}")
     replacing = {member.name: member for member in _checked(tools)}
-    members: list[Tool] = []
-    others: list[Any] = []
+    # One toolsched tool per name: the SDK decides which of two same-named tools a call is for (the last,
+    # the enabled one, the one of the call's namespace), and the copy of that tool hands over its own body.
+    members: dict[str, Tool] = {}
     strict_flags: list[bool] = []
     for item in agent.tools:
         if isinstance(item, FunctionTool):
-            replacement = replacing.pop(item.name, None)
-            members.append(replacement if replacement is not None else _failing_copy(item))
             strict_flags.append(item.strict_json_schema)
-        else:
-            others.append(item)
-    members.extend(replacing.values())
-    executor = Executor(members, **executor_options)
+            if item.name not in members:
+                members[item.name] = _member(item, replacing.pop(item.name, None))
+    added = [
+        _member(member.tool, member) if isinstance(member, AgentsFunctionTool) else member
+        for member in replacing.values()
+    ]
+    executor = Executor([*members.values(), *added], **executor_options)
+    gates = _Gates()
+    copied: list[Any] = [
+        _scheduled_copy(item, members[item.name], executor, gates, strict) if isinstance(item, FunctionTool) else item
+        for item in agent.tools
+    ]
     use_strict = strict if strict is not None else bool(strict_flags) and all(strict_flags)
-    originals = {item.name: item for item in agent.tools if isinstance(item, FunctionTool)}
-    wrapped = []
-    for made in function_tools(executor, strict=use_strict):
-        original = originals.get(made.name)
-        if original is not None:
-            # Everything the SDK does around the call stays the SDK tool's own: needs_approval
-            # (and the RunState approve/reject flow), is_enabled, tool guardrails, timeouts and
-            # their error functions, failure_error_function. Only the invocation goes through
-            # toolsched, with the schema toolsched exports.
-            made = dataclasses.replace(
-                original,
-                on_invoke_tool=made.on_invoke_tool,
-                params_json_schema=made.params_json_schema,
-                strict_json_schema=made.strict_json_schema,
+    exported = {
+        item["name"]: item
+        for item in executor.registry.to_openai(strict=use_strict)
+        if any(item["name"] == member.name for member in added)
+    }
+    for member in added:
+        if isinstance(member, AgentsFunctionTool):
+            copied.append(_scheduled_copy(member.tool, member, executor, gates, strict))
+        else:
+            copied.append(
+                FunctionTool(
+                    name=member.name,
+                    description=member.description,
+                    params_json_schema=exported[member.name]["parameters"],
+                    on_invoke_tool=_scheduled_invoker(executor, member, gates, None),
+                    strict_json_schema=use_strict,
+                )
             )
-        wrapped.append(made)
-    copy = agent.clone(tools=[*wrapped, *others])
-    setattr(copy, "toolsched_executor", executor)  # noqa: B010 - an attribute the SDK's Agent does not declare
-    return copy
+    copy_ = agent.clone(tools=copied)
+    setattr(copy_, "toolsched_executor", executor)  # noqa: B010 - an attribute the SDK's Agent does not declare
+    return copy_
 
 
-def _failing_copy(tool: FunctionTool) -> AgentsFunctionTool:
-    """The SDK tool as toolsched runs it inside ``scheduled``: a copy whose failures raise, so toolsched
-    records them as failures, the original's failure policy still answering the model."""
-    copied = dataclasses.replace(tool)
-    set_function_tool_failure_error_function(copied, None)
-    member = AgentsFunctionTool(copied)
-    member.sdk_tool = tool
+def _member(tool: FunctionTool, replacement: Tool | None) -> Tool:
+    """The toolsched tool that runs ``tool``'s calls in a scheduled agent: with no flags of its own it is
+    concurrency-safe (the SDK runs a turn's calls at once); its arguments are left to the SDK to check."""
+    member: Tool
+    if replacement is None:
+        member = AgentsFunctionTool(tool, concurrency_safe=True)
+    elif isinstance(replacement, AgentsFunctionTool):
+        member = replacement.replica()
+        assert isinstance(member, AgentsFunctionTool)
+        member.invocations = {}
+    else:
+        return replacement
+    member.input_schema = dict(_ANY_OBJECT)
     return member
+
+
+def _sdk_invoker(tool: FunctionTool) -> SdkInvoke:
+    """What invokes ``tool`` in the SDK: its own invoker, or, for a tool ``scheduled`` made, its SDK tool's."""
+    invoker = tool.on_invoke_tool
+    body = invoker._invoke_tool_impl if isinstance(invoker, _FailureHandlingFunctionToolInvoker) else invoker
+    source = getattr(body, _SOURCE, None)
+    return source if source is not None else invoker
+
+
+def _scheduled_copy(
+    tool: FunctionTool, member: Tool, executor: Executor, gates: _Gates, strict: bool | None
+) -> FunctionTool:
+    """A copy of the SDK tool whose invocation goes through ``executor``; everything around it stays the SDK's.
+
+    A tool built by ``function_tool`` (and the SDK's other wrapped tools) keeps its invoker's kind: the
+    copy's approval policy is asked with the SDK's own argument preparation, and its failures go to the
+    tool's failure policy and the SDK's error reporting.
+    """
+    sdk_invoker = _sdk_invoker(tool)
+    invoke = _scheduled_invoker(executor, member, gates, sdk_invoker)
+    made = copy.copy(tool)
+    if isinstance(sdk_invoker, _FailureHandlingFunctionToolInvoker):
+        body = sdk_invoker._invoke_tool_impl
+        for marker in (_PREPARE_ARGUMENTS, _FUNCTION_TOOL_WRAPPED_CALLABLE_MARKER):
+            if hasattr(body, marker):
+                setattr(invoke, marker, getattr(body, marker))
+        invoker: Any = _FailureHandlingFunctionToolInvoker(invoke, sdk_invoker._on_handled_error, function_tool=made)
+        if getattr(sdk_invoker, _SYNC_FUNCTION_TOOL_MARKER, False):
+            setattr(invoker, _SYNC_FUNCTION_TOOL_MARKER, True)
+    else:
+        # The SDK hands an invoker the context its first parameter's annotation asks for: the copy's
+        # signature is the original's.
+        invoker = functools.update_wrapper(invoke, sdk_invoker)
+    made.on_invoke_tool = invoker
+    if strict is not None and strict != made.strict_json_schema:
+        made.strict_json_schema = strict
+        FunctionTool.__post_init__(made)  # type: ignore[no-untyped-call]  # the SDK's normalization (strict schema)
+    return made
+
+
+def _scheduled_invoker(executor: Executor, member: Tool, gates: _Gates, sdk_invoker: SdkInvoke | None) -> SdkInvoke:
+    """The invocation of a scheduled tool: one executor run for the call, whose tool runs the SDK's body."""
+    name = member.name
+    handled = isinstance(sdk_invoker, _FailureHandlingFunctionToolInvoker)
+    body: SdkInvoke | None = (
+        sdk_invoker._invoke_tool_impl if isinstance(sdk_invoker, _FailureHandlingFunctionToolInvoker) else sdk_invoker
+    )
+    dispatches = body is not None and isinstance(member, AgentsFunctionTool)
+
+    async def invoke(sdk_context: Any, arguments: str) -> Any:
+        call_id = getattr(sdk_context, "tool_call_id", None) or f"{name}-call"
+        parsed = _json_object(arguments)
+        invocation = None
+        key = id(sdk_context)
+        if dispatches:
+            assert body is not None and isinstance(member, AgentsFunctionTool)
+            invocation = member.invocations[key] = _Invocation(body, sdk_context, arguments, parsed)
+        try:
+            async with gates.hold(sdk_context, not _is_safe(member, parsed)):
+                outcome = await executor.run([ToolCall(call_id, name, arguments or "{}")], context=sdk_context)
+        finally:
+            if invocation is not None and member.invocations.get(key) is invocation:  # type: ignore[attr-defined]
+                del member.invocations[key]  # type: ignore[attr-defined]
+        if not outcome.results:
+            return _not_approved_text(call_id, name)
+        result = outcome.results[0]
+        if not result.is_error:
+            return result.output
+        if invocation is not None and invocation.raised is not None and result.error_kind == "execution_error":
+            # The SDK tool's body failed (an exception, or a CancelledError it raised): toolsched recorded
+            # the failure; the tool's failure policy answers, or the error propagates, as in the SDK.
+            raise invocation.raised
+        if parsed is None and handled and result.error_kind == "invalid_input":
+            # Not a JSON object: the SDK's parser raises its own error, for the failure policy to answer.
+            _parse_function_tool_json_input(
+                tool_name=getattr(sdk_context, "tool_name", None) or name, input_json=arguments
+            )
+        return result.error or f"`{name}` failed ({result.error_kind})"
+
+    if sdk_invoker is not None:
+        setattr(invoke, _SOURCE, sdk_invoker)
+    return invoke
 
 
 def _checked(tools: Iterable[Any]) -> list[Tool]:
