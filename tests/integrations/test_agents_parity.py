@@ -563,7 +563,7 @@ class SpanRecorder:
 
 @pytest.mark.parametrize("failure", ["default", explain], ids=["default", "custom"])
 async def test_a_handled_failure_marks_the_function_span_as_the_sdk_does(failure: Any) -> None:
-    from agents.tracing import set_trace_processors
+    from agents.tracing import set_trace_processors, set_tracing_disabled
     from agents.tracing.setup import get_trace_provider
 
     errors = []
@@ -571,6 +571,8 @@ async def test_a_handled_failure_marks_the_function_span_as_the_sdk_does(failure
         recorder = SpanRecorder()
         provider = get_trace_provider()
         set_trace_processors([recorder])  # type: ignore[list-item]
+        # Another test of the process (test_integration_examples) turns tracing off globally.
+        set_tracing_disabled(False)
         try:
             options = {} if failure == "default" else {"failure_error_function": failure}
             model = ScriptedAgentModel([[function_call("c1", "delete", {"path": "boom"})], [final_message("done")]])
