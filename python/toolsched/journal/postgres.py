@@ -117,8 +117,8 @@ FROM mine WHERE runs.run_id = mine.run_id
 RETURNING runs.run_id
 """
 
-_RENEW_ONE = f"""
-UPDATE toolsched_runs SET lease_until = {_LEASE} WHERE run_id = %(run)s AND owner = %(owner)s RETURNING run_id
+_RENEW_LOCKED = f"""
+UPDATE toolsched_runs SET lease_until = {_LEASE} WHERE run_id = ANY(%(runs)s) AND owner = %(owner)s RETURNING run_id
 """
 
 _STATE = """
@@ -464,8 +464,9 @@ class PostgresJournal(Journal):
                     conn.close()
                 self._renewal = None
                 conn = self._renewal = self._open_connection()
-                # A renewal never waits long for a row: past this, the run is left for the next round.
-                wait_ms = max(10, round(self.lease.total_seconds() * 1000 / 8))
+                # A renewal never waits long for a row: past this, the run is left for the next round. At most
+                # 200 ms, under PostgreSQL's default deadlock_timeout (1 s).
+                wait_ms = min(200, max(10, round(self.lease.total_seconds() * 1000 / 8)))
                 conn.execute(f"SET lock_timeout = {wait_ms}")
             params = {"runs": list(run_ids), "owner": self.owner, "lease": self.lease.total_seconds()}
             renewed = {stored("renewal", "toolsched_runs.run_id", row[0], str) for row in conn.execute(_RENEW, params)}
@@ -473,18 +474,19 @@ class PostgresJournal(Journal):
             if not missing:
                 return renewed, {}
             owners = self._owners(conn, missing)
-            # Rows still this owner's were locked (one of its writes, another owner's claim under way): each is
-            # renewed alone, waiting for its row up to the lock timeout. Alone, a renewal holds no row while it
-            # waits, so it cannot deadlock with a write of this owner's that holds several.
-            for run_id in missing:
-                if owners.get(run_id) != self.owner:
-                    continue
+            # Rows still this owner's were locked (by one of its writes, or another owner's claim under way):
+            # one more statement renews them, waiting for their rows up to the lock timeout. It may wait for a
+            # row while holding others one of this owner's writes waits for: the lock timeout, shorter than the
+            # server's deadlock timeout, ends the renewal first, never the write.
+            locked = [run_id for run_id in missing if owners.get(run_id) == self.owner]
+            if locked:
                 try:
-                    row = conn.execute(_RENEW_ONE, {**params, "run": run_id}).fetchone()
+                    renewed.update(
+                        stored("renewal", "toolsched_runs.run_id", row[0], str)
+                        for row in conn.execute(_RENEW_LOCKED, {**params, "runs": locked})
+                    )
                 except psycopg.errors.LockNotAvailable:
-                    continue
-                if row is not None:
-                    renewed.add(run_id)
+                    pass
             missing = [run_id for run_id in missing if run_id not in renewed]
             owners = self._owners(conn, missing) if missing else {}
         # Still this owner's: its row stayed locked, so it was not renewed this time, but it is not lost.
