@@ -476,7 +476,7 @@ async def test_renewals_that_fail_twice_in_a_row_are_tried_again_before_the_run_
 
         @ts.tool(idempotent=True)
         async def wait() -> str:
-            await anyio.to_thread.run_sync(landed.wait)
+            await anyio.to_thread.run_sync(landed.wait, abandon_on_cancel=True)
             return "done"
 
         with anyio.fail_after(HANG):
@@ -548,3 +548,63 @@ async def test_a_call_whose_started_write_outlasted_the_lease_does_not_start(tmp
             await anyio.to_thread.run_sync(thread.join)
     assert lost.value.expired
     assert log == []
+
+
+async def test_a_live_run_keeps_its_lease_while_other_processes_keep_trying_to_claim_it(store: Store) -> None:
+    # Recovers racing a live run: other processes try to claim it over and over (each try locks the run's row
+    # for a moment on PostgreSQL). Its renewals must still land: every claim is refused, and the run completes.
+    landed = threading.Event()
+    refused = 0
+    taken = 0
+
+    async with store.open(owner="worker", lease=0.8) as journal:
+        renew = journal._renew_held  # type: ignore[attr-defined]
+        rounds: list[int] = []
+
+        def counted(run_ids: Sequence[str]) -> Renewal:
+            result: Renewal = renew(run_ids)
+            if "r" in result[0]:
+                rounds.append(1)
+                if len(rounds) >= 8:
+                    landed.set()
+            return result
+
+        replace_renewals(journal, counted)
+        entered = anyio.Event()
+
+        outcomes = Outcomes()
+        claimers = 4
+        stopped: list[str] = []
+        all_stopped = anyio.Event()
+
+        @ts.tool(idempotent=True)
+        async def wait() -> str:
+            entered.set()
+            await anyio.to_thread.run_sync(landed.wait, abandon_on_cancel=True)
+            # The run ends (and lets go) only once nobody tries any more: a claim after that would be fair.
+            await all_stopped.wait()
+            return "done"
+
+        async def keep_claiming(owner: str) -> None:
+            nonlocal refused, taken
+            async with store.open(owner=owner, lease=30) as other:
+                while not landed.is_set() and not outcomes.done["r"].is_set():
+                    try:
+                        await other.claim("r")
+                        taken += 1
+                    except ts.RunClaimedError:
+                        refused += 1
+            stopped.append(owner)
+            if len(stopped) == claimers:
+                all_stopped.set()
+
+        with anyio.fail_after(HANG):
+            async with anyio.create_task_group() as group:
+                outcomes.start(
+                    group, "r", lambda: ts.Executor([wait], journal=journal).run([ts.ToolCall("w", "wait")], run_id="r")
+                )
+                await entered.wait()
+                for n in range(claimers):
+                    group.start_soon(keep_claiming, f"rescuer-{n}")
+    assert isinstance(outcomes.ended["r"], ts.Outcome), outcomes.ended["r"]
+    assert taken == 0 and refused > 0

@@ -118,6 +118,10 @@ FROM mine WHERE runs.run_id = mine.run_id
 RETURNING runs.run_id
 """
 
+_RENEW_LOCKED = f"""
+UPDATE toolsched_runs SET lease_until = {_LEASE} WHERE run_id = ANY(%(runs)s) AND owner = %(owner)s RETURNING run_id
+"""
+
 _STATE = """
 SELECT COALESCE(
     (SELECT kind FROM toolsched_transitions WHERE run_id = %(run)s AND call_id = %(call)s ORDER BY seq DESC LIMIT 1),
@@ -454,6 +458,8 @@ class PostgresJournal(Journal):
                 raise self._refusal(conn, run_id)
 
     def _renew_held(self, run_ids: Sequence[str]) -> Renewal:
+        import psycopg
+
         with self._translated():
             conn = self._renewal
             if conn is None or conn.closed or conn.broken:
@@ -461,21 +467,41 @@ class PostgresJournal(Journal):
                     conn.close()
                 self._renewal = None
                 conn = self._renewal = self._open_connection()
+                # A renewal never waits long for a row: past this, the run is left for the next round. At most
+                # 200 ms, under PostgreSQL's default deadlock_timeout (1 s).
+                wait_ms = min(200, max(10, round(self.lease.total_seconds() * 1000 / 8)))
+                conn.execute(f"SET lock_timeout = {wait_ms}")
             params = {"runs": list(run_ids), "owner": self.owner, "lease": self.lease.total_seconds()}
             renewed = {stored("renewal", "toolsched_runs.run_id", row[0], str) for row in conn.execute(_RENEW, params)}
             missing = [run_id for run_id in run_ids if run_id not in renewed]
             if not missing:
                 return renewed, {}
-            found = dict(
-                conn.execute("SELECT run_id, owner FROM toolsched_runs WHERE run_id = ANY(%s)", (missing,)).fetchall()
-            )
-        taken: dict[str, str | None] = {}
-        for run_id in missing:
-            owner = stored_owner(run_id, found.get(run_id))
-            # Still this owner's: its row was locked, so it was skipped this time, not lost.
-            if owner != self.owner:
-                taken[run_id] = owner
-        return renewed, taken
+            owners = self._owners(conn, missing)
+            # Rows still this owner's were locked (by one of its writes, or another owner's claim under way):
+            # one more statement renews them, waiting for their rows up to the lock timeout. It may wait for a
+            # row while holding others one of this owner's writes waits for: the lock timeout, shorter than the
+            # server's deadlock timeout, ends the renewal first, never the write.
+            locked = [run_id for run_id in missing if owners.get(run_id) == self.owner]
+            if locked:
+                try:
+                    renewed.update(
+                        stored("renewal", "toolsched_runs.run_id", row[0], str)
+                        for row in conn.execute(_RENEW_LOCKED, {**params, "runs": locked})
+                    )
+                except psycopg.errors.LockNotAvailable:
+                    pass
+            missing = [run_id for run_id in missing if run_id not in renewed]
+            owners = self._owners(conn, missing) if missing else {}
+        # Still this owner's: its row stayed locked, so it was not renewed this time, but it is not lost.
+        return renewed, {run_id: owners.get(run_id) for run_id in missing if owners.get(run_id) != self.owner}
+
+    def _owners(self, conn: psycopg.Connection[Any], run_ids: Sequence[str]) -> dict[str, str | None]:
+        """The holder of each run listed that the journal still has."""
+        rows = conn.execute("SELECT run_id, owner FROM toolsched_runs WHERE run_id = ANY(%s)", (list(run_ids),))
+        return {
+            stored("renewal", "toolsched_runs.run_id", run_id, str): stored_owner(run_id, owner)
+            for run_id, owner in rows.fetchall()
+        }
 
     def _renewal_disconnect(self) -> None:
         if self._renewal is not None:
