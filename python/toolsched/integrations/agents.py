@@ -37,6 +37,7 @@ Needs ``openai-agents`` (``pip install 'toolsched[agents]'``).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import logging
 from collections import deque
@@ -276,9 +277,10 @@ def _invoker(executor: Executor, member: Tool, gates: _Gates) -> Any:
             return result.error or f"`{name}` failed ({result.error_kind})"
         return _wire_output(result.output)
 
-    # The SDK reads the invoker's type hints on every call (to choose the context it passes); given as
-    # objects, they are not compiled from their text each time.
+    # The SDK reads the invoker's signature and type hints on every call (to choose the context it
+    # passes): the signature is made once, and the hints are objects, not text compiled each time.
     on_invoke_tool.__annotations__ = {"sdk_context": AgentsToolContext[Any], "arguments": str, "return": Any}
+    on_invoke_tool.__signature__ = inspect.signature(on_invoke_tool)  # type: ignore[attr-defined]
     return on_invoke_tool
 
 
