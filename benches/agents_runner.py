@@ -17,6 +17,7 @@ faster than stock). Every run is checked: N outputs and the final message.
     python benches/agents_runner.py                       # N = 10 and 100, 40 rounds
     python benches/agents_runner.py --sizes 100 --rounds 20
     python benches/agents_runner.py --count               # instructions per run, counted by valgrind
+    python benches/agents_runner.py --parts               # one call's layers, each timed alone
     python benches/agents_runner.py --profile scheduled --sizes 100   # cProfile of that way's runs
 
 With ``--count`` each way's runs are counted under ``valgrind --tool=cachegrind`` instead of timed
@@ -176,7 +177,7 @@ def count(sizes: list[int], runs: int | None) -> None:
     prefix = [__file__, "--inner", ",".join(map(str, sizes))]
     base = valgrind_count([*prefix, "stock", str(sizes[0]), "0"])
     for calls in sizes:
-        measured = runs or max(2, 40 // calls)
+        measured = runs or max(4, 200 // calls)
         print(f"\nN = {calls} calls per run, instructions per run (valgrind, {measured} runs less none)")
         print("| way | instructions per run | per call | ratio to stock |")
         print("|---|---|---|---|")
@@ -187,6 +188,64 @@ def count(sizes: list[int], runs: int | None) -> None:
             print(f"| {way} | {per_run / 1e6:.2f} M | {per_run / calls / 1e3:.1f} k | {per_run / stock:.3f} |")
 
 
+def parts(repeat: int = 3000) -> None:
+    """One call's layers, each timed alone in a loop (best of 7 loops, µs per call)."""
+    from agents.tool import _get_function_tool_invoke_context, invoke_function_tool
+    from agents.tool_context import ToolContext
+
+    from toolsched import ToolCall
+
+    agent = Agent(name="bench", tools=[noop])
+    plain = scheduled(agent)
+    safe = scheduled(agent, tools=[from_function_tool(noop, concurrency_safe=True)])
+    arguments = json.dumps({"index": 1})
+
+    def context(index: int) -> ToolContext[Any]:
+        return ToolContext(context=None, tool_name=TOOL_NAME, tool_call_id=f"c{index}", tool_arguments=arguments)
+
+    def invoked(tool: Any) -> Callable[[ToolContext[Any]], Awaitable[Any]]:
+        return lambda ctx: invoke_function_tool(function_tool=tool, context=ctx, arguments=arguments)
+
+    async def direct(ctx: ToolContext[Any]) -> Any:
+        return await noop.on_invoke_tool(ctx, arguments)
+
+    async def executor_run(ctx: ToolContext[Any]) -> Any:
+        call = ToolCall(ctx.tool_call_id, TOOL_NAME, arguments)
+        return await plain.toolsched_executor.run([call], context=ctx)  # type: ignore[attr-defined]
+
+    def choice(tool: Any) -> Callable[[ToolContext[Any]], Awaitable[Any]]:
+        async def choose(ctx: ToolContext[Any]) -> Any:
+            return _get_function_tool_invoke_context(tool, ctx)
+
+        return choose
+
+    layers: list[tuple[str, Callable[[ToolContext[Any]], Awaitable[Any]]]] = [
+        ("SDK invoke_function_tool, stock tool", invoked(noop)),
+        ("SDK invoke_function_tool, scheduled(agent)'s tool", invoked(plain.tools[0])),
+        ("SDK invoke_function_tool, scheduled, concurrency-safe", invoked(safe.tools[0])),
+        ("the stock tool's on_invoke_tool alone", direct),
+        ("Executor.run of one call (no gate)", executor_run),
+        ("SDK's context choice, stock tool", choice(noop)),
+        ("SDK's context choice, scheduled tool", choice(plain.tools[0])),
+    ]
+
+    async def timed() -> None:
+        contexts = [context(index) for index in range(repeat)]
+        print("| layer | µs per call |\n|---|---|")
+        for label, layer in layers:
+            for ctx in contexts[:200]:
+                await layer(ctx)
+            loops = []
+            for _ in range(7):
+                started = time.perf_counter()
+                for ctx in contexts:
+                    await layer(ctx)
+                loops.append((time.perf_counter() - started) / repeat * 1e6)
+            print(f"| {label} | {min(loops):.1f} |")
+
+    asyncio.run(timed())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10,100", help="calls per run, comma-separated")
@@ -194,7 +253,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--profile", choices=WAYS, help="profile this way")
     parser.add_argument("--count", action="store_true", help="count instructions under valgrind instead of timing")
-    parser.add_argument("--runs", type=int, help="with --count: measured runs per way (default 40 / N, at least 2)")
+    parser.add_argument("--runs", type=int, help="with --count: measured runs per way (default 200 / N, at least 4)")
+    parser.add_argument("--parts", action="store_true", help="time one call's layers, each alone")
     parser.add_argument("--inner", nargs=4, metavar=("SIZES", "WAY", "N", "RUNS"), help=argparse.SUPPRESS)
     options = parser.parse_args()
     set_tracing_disabled(True)
@@ -204,6 +264,9 @@ def main() -> None:
         return
     if options.count:
         count(sizes, options.runs)
+        return
+    if options.parts:
+        parts()
         return
     with asyncio.Runner() as loop:
         for calls in sizes:

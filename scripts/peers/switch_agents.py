@@ -7,14 +7,21 @@ function tools that run through toolsched and ``toolsched_executor``), so every 
 test holds is the scheduled agent. A clone that keeps the switched tools shares them and their
 executor, as a clone of a scheduled agent does. An agent without function tools is left as it is
 (``scheduled`` would only copy its list). A list changed in place after it was assigned is not
-switched again.
+switched again. Agents the SDK builds for itself (``Agent(...)`` or ``clone(...)`` called from the
+``agents`` package, as the sandbox runtime and its memory phases do) are left as they are: a user's
+``scheduled(agent)`` cannot reach them either (a clone keeps the scheduled tools it was given).
+``agents.testing``, the SDK's helpers for tests, counts as the test's own code.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import sys
 import threading
 from typing import Any
 
+import agents
 import pytest
 from agents import Agent, FunctionTool
 from agents.agent import AgentBase
@@ -30,6 +37,31 @@ _local = threading.local()
 
 def _inside() -> bool:
     return bool(getattr(_local, "depth", 0))
+
+
+_SDK = os.path.dirname(os.path.abspath(agents.__file__)) + os.sep
+_SDK_TESTING = _SDK + "testing" + os.sep
+_PASSED_THROUGH = {os.path.abspath(__file__), os.path.abspath(dataclasses.__file__)}
+_AGENT_METHODS = {"__init__", "__post_init__", "clone", "__setattr__", "_post_init", "_setattr"}
+
+
+def _built_by_sdk() -> bool:
+    """Whether the agent being made (or given tools) is the SDK's own doing: the first frame above the
+    agent's own construction (``__init__``, ``__post_init__`` of the class and its subclasses, ``clone``,
+    ``dataclasses.replace``) is code of the ``agents`` package other than ``agents.testing``."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        filename = os.path.abspath(code.co_filename) if not code.co_filename.startswith("<") else ""
+        passed_through = (
+            not filename
+            or filename in _PASSED_THROUGH
+            or (code.co_name in _AGENT_METHODS and isinstance(frame.f_locals.get("self"), AgentBase))
+        )
+        if not passed_through:
+            return filename.startswith(_SDK) and not filename.startswith(_SDK_TESTING)
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 def _made_entry(tool: Any) -> tuple[FunctionTool, FunctionTool, Any] | None:
@@ -80,7 +112,7 @@ original_setattr = AgentBase.__setattr__
 
 def _post_init(self: Agent[Any]) -> None:
     original_post_init(self)  # type: ignore[no-untyped-call]
-    if _inside():
+    if _inside() or _built_by_sdk():
         return
     tools = vars(self).get("tools")
     if isinstance(tools, list):
@@ -106,6 +138,7 @@ def _setattr(self: AgentBase[Any], name: str, value: Any) -> None:
         and not _inside()
         and isinstance(value, list)
         and "tools" in vars(self)  # assigned after the agent was made, not by its __init__
+        and not _built_by_sdk()
     ):
         copy = _switched_copy(self, value)
         if copy is not None:

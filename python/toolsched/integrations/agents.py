@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import inspect
 import json
 import logging
 from collections import deque
@@ -329,9 +330,10 @@ def _exported_invoker(executor: Executor, member: Tool, gates: _Gates) -> SdkInv
             return result.error or f"`{name}` failed ({result.error_kind})"
         return _wire_output(result.output)
 
-    # The SDK reads the invoker's type hints on every call (to choose the context it passes); given as
-    # objects, they are not compiled from their text each time.
+    # The SDK reads the invoker's signature and type hints on every call (to choose the context it
+    # passes): the signature is made once, and the hints are objects, not text compiled each time.
     on_invoke_tool.__annotations__ = {"sdk_context": AgentsToolContext[Any], "arguments": str, "return": Any}
+    on_invoke_tool.__signature__ = inspect.signature(on_invoke_tool)  # type: ignore[attr-defined]
     return on_invoke_tool
 
 
