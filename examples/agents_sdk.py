@@ -2,8 +2,8 @@
 
 `scheduled(agent, ...)` returns a copy of the agent; `Runner.run` drives it as
 before and produces the SDK's items, while each function call goes through
-toolsched: validated by the engine, admitted by the permission rules, the
-weather lookups overlapping and the note written alone. Run with
+toolsched: admitted by the permission rules, the weather lookups overlapping
+and the note (given flags, so not concurrency-safe) written alone. Run with
 OPENAI_API_KEY set: `python examples/agents_sdk.py`.
 """
 

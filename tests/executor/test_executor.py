@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
 import json
 import os
@@ -460,3 +461,15 @@ def test_the_cap_follows_an_environment_replaced_wholesale(monkeypatch: pytest.M
     assert resolve_cap(ts.Partitioned()) == 4
     monkeypatch.setattr(os, "environ", {})
     assert resolve_cap(ts.Partitioned()) == 10
+
+
+async def test_a_deep_copy_of_what_holds_an_executor_shares_the_executor(in_flight: InFlight) -> None:
+    # An executor is a service, not a value: a deep copy of an object that holds one (an Agents SDK
+    # agent and the run items naming it) holds the same executor, which runs as before.
+    runs: list[str] = []
+    executor = ts.Executor(make_tools(in_flight, runs))
+    holder = {"executor": executor, "calls": [ts.ToolCall("c1", "read", {"path": "a", "delay": 0})]}
+    copied = copy.deepcopy(holder)
+    assert copied["executor"] is executor
+    outcome = await copied["executor"].run(copied["calls"])
+    assert [result.output for result in outcome.results] == ["read a"]

@@ -7,6 +7,9 @@ Runner.run: once as the SDK built it, once wrapped with ``scheduled(...)``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import copy
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,7 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
-from agents import Agent, RunConfig, Runner, RunResult, function_tool
+from agents import Agent, FunctionTool, RunConfig, Runner, RunResult, function_tool
 from agents.items import ToolCallOutputItem
 from scripted_models import ScriptedAgentModel, final_message, function_call
 
@@ -584,3 +587,87 @@ async def test_a_handled_failure_marks_the_function_span_as_the_sdk_does(failure
         errors.append([(span.span_data.name, span.error) for span in recorder.spans])
     assert errors[0] == errors[1]
     assert errors[0][0][1] is not None
+
+
+async def test_a_runs_items_deep_copy_as_in_the_sdk() -> None:
+    # Run items name their agent; a copy of them (as a handoff filter makes) copies the agent, whose
+    # scheduled tools and executor are shared, not copied.
+    copies = []
+    for _, wrap in FORMS:
+        model = ScriptedAgentModel([[function_call("c1", "delete", {"path": "a.txt"})], [final_message("done")]])
+        agent = wrap(make_agent([], model))
+        result = await Runner.run(agent, "delete a.txt", run_config=NO_TRACING)
+        copied = copy.deepcopy(result.new_items)
+        copies.append([item.to_input_item() for item in copied])
+        executor = getattr(agent, "toolsched_executor", None)
+        if executor is not None:
+            assert getattr(copied[0].agent, "toolsched_executor", None) is executor
+    assert copies[0] == copies[1]
+
+
+async def test_a_plain_function_tool_is_handed_arguments_that_are_not_json_as_in_the_sdk() -> None:
+    received: list[str] = []
+
+    def build() -> tuple[Agent[Any], ScriptedAgentModel]:
+        async def run_command(context: Any, arguments: str) -> str:
+            received.append(arguments)
+            try:
+                json.loads(arguments)
+            except ValueError:
+                return "Invalid tool arguments."
+            return "ran"
+
+        tool = FunctionTool(
+            name="run_command",
+            description="Run a command.",
+            params_json_schema={"type": "object", "properties": {"cmd": {"type": "string"}}},
+            on_invoke_tool=run_command,
+            strict_json_schema=False,
+        )
+        model = ScriptedAgentModel([[function_call("c1", "run_command", '{"cmd": "ls"')], [final_message("done")]])
+        return Agent(name="a", model=model, tools=[tool]), model
+
+    stock, wrapped = await both(build)
+    assert stock.outputs == ["Invalid tool arguments."]
+    assert (wrapped.outputs, wrapped.history, wrapped.raised) == (stock.outputs, stock.history, stock.raised)
+    assert received == ['{"cmd": "ls"', '{"cmd": "ls"']
+
+
+async def test_a_tool_named_as_toolsched_would_not_name_one_is_scheduled_as_in_the_sdk() -> None:
+    def build() -> tuple[Agent[Any], ScriptedAgentModel]:
+        tool = function_tool(lambda: "ok")
+        model = ScriptedAgentModel([[function_call("c1", tool.name, {})], [final_message("done")]])
+        return Agent(name="a", model=model, tools=[tool]), model
+
+    stock, wrapped = await both(build)
+    assert stock.outputs == ["ok"]
+    assert (wrapped.outputs, wrapped.history, wrapped.raised) == (stock.outputs, stock.history, stock.raised)
+
+
+async def test_context_variables_a_tool_sets_reach_its_output_guardrails_and_hooks_as_in_the_sdk() -> None:
+    from agents import RunHooks, ToolGuardrailFunctionOutput, tool_output_guardrail
+
+    state: contextvars.ContextVar[str] = contextvars.ContextVar("state", default="unset")
+    seen: list[tuple[str, str]] = []
+
+    @tool_output_guardrail
+    def record(data: Any) -> ToolGuardrailFunctionOutput:
+        seen.append(("guardrail", state.get()))
+        return ToolGuardrailFunctionOutput.allow()
+
+    class Recording(RunHooks[Any]):
+        async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: object) -> None:
+            seen.append(("hook", state.get()))
+
+    @function_tool(tool_output_guardrails=[record])
+    async def remember() -> str:
+        """Remember something."""
+        state.set("from the tool")
+        return "ok"
+
+    for _, wrap in FORMS:
+        model = ScriptedAgentModel([[function_call("c1", "remember", {})], [final_message("done")]])
+        agent = wrap(Agent(name="a", model=model, tools=[remember]))
+        await Runner.run(agent, "go", hooks=Recording(), run_config=NO_TRACING)
+    assert seen == [("guardrail", "from the tool"), ("hook", "from the tool")] * 2
+    assert state.get() == "unset"

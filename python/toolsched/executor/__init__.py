@@ -193,6 +193,11 @@ class Executor:
             raise OptionError(f"on_event must be a callable or a list of callables, got {value!r}")
         self._settings.on_event = value
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Executor:
+        """The executor itself: a deep copy of what holds one (an Agents SDK agent and the run items that
+        name it) shares it, as it shares the tools, hooks and journal the executor holds."""
+        return self
+
     def _current_view(self) -> View:
         """The view of the registry's tool set as it is now (rebuilt only when the set changed)."""
         view = self._view

@@ -40,11 +40,13 @@ Needs ``openai-agents`` (``pip install 'toolsched[agents]'``).
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import functools
 import inspect
 import json
 import logging
+import re
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -63,13 +65,12 @@ try:
 
     # The SDK's own steps around a function tool's body, so a scheduled tool is prepared, approved,
     # answered on failure and reported exactly as the SDK does: the invoker class whose failure policy
-    # and error reporting ``function_tool`` tools carry (its body is ``_invoke_tool_impl``), the parser
-    # that refuses arguments which are not a JSON object, and the markers the SDK reads off an invoker.
+    # and error reporting ``function_tool`` tools carry (its body is ``_invoke_tool_impl``), and the
+    # markers the SDK reads off an invoker.
     from agents.tool import (
         _FUNCTION_TOOL_WRAPPED_CALLABLE_MARKER,
         _SYNC_FUNCTION_TOOL_MARKER,
         _FailureHandlingFunctionToolInvoker,
-        _parse_function_tool_json_input,
     )
     from agents.tool_context import ToolContext as AgentsToolContext
     from pydantic import BaseModel
@@ -89,34 +90,54 @@ _SOURCE = "__toolsched_source__"
 # The schema a scheduled SDK tool's calls are checked against by toolsched: any JSON object. The SDK's
 # own preparation parses and validates them (defaults, aliases, coercions, validators), as without toolsched.
 _ANY_OBJECT: dict[str, Any] = {"type": "object"}
+# The names toolsched's registry takes; an SDK tool named otherwise is known to toolsched by a name made of it.
+_REGISTRY_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_MISSING = object()
 
 SdkInvoke = Callable[[Any, str], Awaitable[Any]]
 
 
 class _Invocation:
-    """One SDK call a scheduled agent hands to its executor: the SDK body that runs it, and what it raised."""
+    """One SDK call a scheduled agent hands to its executor: the SDK body that runs it, with the model's
+    arguments, and what the body left behind (what it raised, the context variables it set)."""
 
-    __slots__ = ("arguments", "body", "parsed", "raised", "sdk_context")
+    __slots__ = ("arguments", "body", "given", "raised", "sdk_context", "set_variables")
 
-    def __init__(self, body: SdkInvoke, sdk_context: Any, arguments: str, parsed: dict[str, Any] | None) -> None:
+    def __init__(self, body: SdkInvoke, sdk_context: Any, arguments: str, given: dict[str, Any]) -> None:
         self.body = body
         self.sdk_context = sdk_context
         self.arguments = arguments
-        self.parsed = parsed
+        # The arguments toolsched was given: the parsed JSON object, or none when the text is not one.
+        self.given = given
         self.raised: BaseException | None = None
+        self.set_variables: list[tuple[contextvars.ContextVar[Any], Any]] = []
 
     async def run(self, args: Mapping[str, Any]) -> Any:
         arguments = self.arguments
-        if self.parsed is None or dict(args) != self.parsed:
+        if dict(args) != self.given:
             # A toolsched hook changed the arguments: the SDK tool prepares the new ones itself.
             arguments = json.dumps(dict(args), ensure_ascii=False)
             if hasattr(self.sdk_context, "_function_tool_arguments"):
                 self.sdk_context._function_tool_arguments = None
+        before = contextvars.copy_context()
         try:
             return await self.body(self.sdk_context, arguments)
         except BaseException as exc:
             self.raised = exc
             raise
+        finally:
+            # In the SDK the body runs in the task that then runs the output guardrails and hooks, which see
+            # the context variables it set; toolsched may run it in a task of its own.
+            self.set_variables = [
+                (variable, value)
+                for variable, value in contextvars.copy_context().items()
+                if before.get(variable, _MISSING) is not value
+            ]
+
+    def carry_variables(self) -> None:
+        """Sets, in the calling task, the context variables the body set."""
+        for variable, value in self.set_variables:
+            variable.set(value)
 
 
 class AgentsFunctionTool(Tool):
@@ -365,6 +386,7 @@ def scheduled(
         _member(member.tool, member) if isinstance(member, AgentsFunctionTool) else member
         for member in replacing.values()
     ]
+    _registry_names([*members.values(), *added])
     executor = Executor([*members.values(), *added], **executor_options)
     gates = _Gates()
     copied: list[Any] = [
@@ -411,6 +433,22 @@ def _member(tool: FunctionTool, replacement: Tool | None) -> Tool:
     return member
 
 
+def _registry_names(members: Iterable[Tool]) -> None:
+    """Names an SDK tool's member whose name toolsched's registry does not take (over 64 characters, or
+    characters other than letters, digits, ``_``, ``-``, ``.``) by one made of it, unique among them."""
+    taken = {member.name for member in members}
+    for member in members:
+        if not isinstance(member, AgentsFunctionTool) or _REGISTRY_NAME.fullmatch(member.name):
+            continue
+        base = re.sub(r"[^A-Za-z0-9_.-]", "_", member.name)[:64] or "tool"
+        name, number = base, 1
+        while name in taken:
+            number += 1
+            name = f"{base[: 63 - len(str(number))]}-{number}"
+        taken.add(name)
+        member.name = name
+
+
 def _sdk_invoker(tool: FunctionTool) -> SdkInvoke:
     """What invokes ``tool`` in the SDK: its own invoker, or, for a tool ``scheduled`` made, its SDK tool's."""
     invoker = tool.on_invoke_tool
@@ -453,7 +491,6 @@ def _scheduled_copy(
 def _scheduled_invoker(executor: Executor, member: Tool, gates: _Gates, sdk_invoker: SdkInvoke | None) -> SdkInvoke:
     """The invocation of a scheduled tool: one executor run for the call, whose tool runs the SDK's body."""
     name = member.name
-    handled = isinstance(sdk_invoker, _FailureHandlingFunctionToolInvoker)
     body: SdkInvoke | None = (
         sdk_invoker._invoke_tool_impl if isinstance(sdk_invoker, _FailureHandlingFunctionToolInvoker) else sdk_invoker
     )
@@ -461,18 +498,24 @@ def _scheduled_invoker(executor: Executor, member: Tool, gates: _Gates, sdk_invo
 
     async def invoke(sdk_context: Any, arguments: str) -> Any:
         call_id = getattr(sdk_context, "tool_call_id", None) or f"{name}-call"
+        # Arguments that are not a JSON object reach the SDK body as the model sent them, as in the SDK (a
+        # function_tool's parser refuses them, for its failure policy to answer); toolsched sees no arguments.
         parsed = _json_object(arguments)
+        given = parsed if parsed is not None else {}
         invocation = None
         key = id(sdk_context)
         if dispatches:
             assert body is not None and isinstance(member, AgentsFunctionTool)
-            invocation = member.invocations[key] = _Invocation(body, sdk_context, arguments, parsed)
+            invocation = member.invocations[key] = _Invocation(body, sdk_context, arguments, given)
+        text = arguments if arguments and parsed is not None else "{}"
         try:
             async with gates.hold(sdk_context, not _is_safe(member, parsed)):
-                outcome = await executor.run([ToolCall(call_id, name, arguments or "{}")], context=sdk_context)
+                outcome = await executor.run([ToolCall(call_id, name, text)], context=sdk_context)
         finally:
             if invocation is not None and member.invocations.get(key) is invocation:  # type: ignore[attr-defined]
                 del member.invocations[key]  # type: ignore[attr-defined]
+        if invocation is not None:
+            invocation.carry_variables()
         if not outcome.results:
             return _not_approved_text(call_id, name)
         result = outcome.results[0]
@@ -482,11 +525,6 @@ def _scheduled_invoker(executor: Executor, member: Tool, gates: _Gates, sdk_invo
             # The SDK tool's body failed (an exception, or a CancelledError it raised): toolsched recorded
             # the failure; the tool's failure policy answers, or the error propagates, as in the SDK.
             raise invocation.raised
-        if parsed is None and handled and result.error_kind == "invalid_input":
-            # Not a JSON object: the SDK's parser raises its own error, for the failure policy to answer.
-            _parse_function_tool_json_input(
-                tool_name=getattr(sdk_context, "tool_name", None) or name, input_json=arguments
-            )
         return result.error or f"`{name}` failed ({result.error_kind})"
 
     if sdk_invoker is not None:
