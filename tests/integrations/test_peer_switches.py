@@ -47,7 +47,7 @@ def test_every_agent_a_test_builds_is_scheduled_and_the_sdks_own_agents_are_not(
         def runs_through_toolsched(agent):
             executor = getattr(agent, "toolsched_executor", None)
             return executor is not None and all(
-                isinstance(member, AgentsFunctionTool) and member.sdk_tool is tool
+                isinstance(member, AgentsFunctionTool) and member.tool is tool
                 for member, tool in zip(executor.registry, [lookup, other])
             ) and agent.tools[0] is not lookup
 
