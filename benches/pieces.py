@@ -3,7 +3,7 @@
     python benches/pieces.py                 # every piece, 100,000 evaluations each
     python benches/pieces.py --count 20000   # fewer
 
-The figures behind ``toolsched/fastpath.py`` and the per-call short ways of ``permissions.py`` and
+The figures behind ``toolsched/_values/fastpath.py`` and the per-call short ways of ``permissions.py`` and
 ``results.py``: each piece runs ``--count`` times in a loop, under valgrind, with and without the loop
 (``instructions.py``'s method), so start-up cancels out. A piece's "plain" row is the way it would be
 made or answered without the short way.
@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from instructions import valgrind_count
 
-from toolsched.workers import WorkerGroup
+from toolsched._backends.workers import WorkerGroup
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
@@ -42,9 +42,9 @@ def pieces() -> dict[str, Callable[[], Any]]:
     """Each piece as a function of no arguments, its inputs made once."""
     import toolsched as ts
     from toolsched import _core
-    from toolsched.hooks import HookEvent, new_hook_event
-    from toolsched.permissions import UNDECIDED
-    from toolsched.results import detached, new_result
+    from toolsched._policy.hooks import HookEvent, new_hook_event
+    from toolsched._policy.permissions import UNDECIDED
+    from toolsched._values.results import detached, new_result
 
     result_fields = ("c1", "noop", None, None, None, False, 0.1, True, 0, False, None, 1)
     args = {"path": "src/file_1.py", "limit": 3}

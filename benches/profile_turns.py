@@ -36,8 +36,8 @@ import compare
 
 import toolsched as ts
 from toolsched import _core
-from toolsched.results import new_result
-from toolsched.strategies import resolve_cap
+from toolsched._executor.strategies import resolve_cap
+from toolsched._values.results import new_result
 
 ROWS = {
     "direct": compare.direct_call,

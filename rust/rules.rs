@@ -1,7 +1,7 @@
 //! Permission rules a call's subject is judged by during planning, when
 //! every pattern is a literal or a prefix.
 //!
-//! The Python side (`toolsched.permissions`) compiles a tool's rules; for
+//! The Python side (`toolsched._policy.permissions`) compiles a tool's rules; for
 //! the usual rules — each pattern a literal (`tool(src/a.py)`) or a prefix
 //! (`tool(src/**)`, `tool(git *)`) — it hands the compiled forms here, so
 //! that a turn's calls are judged in the same crossing that validates them.

@@ -3,7 +3,7 @@
 One result per call, in the model's order, with a Rust engine on the hot path.
 """
 
-from toolsched.backends import (
+from toolsched._backends.backends import (
     Backend,
     BackendError,
     BackendUnavailableError,
@@ -12,8 +12,35 @@ from toolsched.backends import (
     ResultTooLargeError,
     WorkerLostError,
 )
-from toolsched.content import Image
-from toolsched.context import ToolContext
+from toolsched._executor.executor import Executor
+from toolsched._executor.nested import AgentTool, ChildRun, agent_tool
+from toolsched._executor.strategies import Batched, Parallel, Partitioned, ResourceAware, Sequential, Strategy
+from toolsched._executor.streaming import StreamingTurn
+from toolsched._policy.guardrails import GuardrailEvent, Reject
+from toolsched._policy.hooks import BatchEvent, HookEvent, Hooks, Rewrite
+from toolsched._policy.permissions import Decision, Permissions
+from toolsched._policy.resilience import CircuitBreaker, RateLimit, Retry, Transient
+from toolsched._policy.runstate import ApprovalRequest, RunState
+from toolsched._tools.context import ToolContext
+from toolsched._tools.registry import ToolRegistry
+from toolsched._tools.resources import RunScope
+from toolsched._tools.tools import Access, FunctionTool, Tool, tool
+from toolsched._values.content import Image
+from toolsched._values.events import (
+    BatchFinished,
+    BatchStarted,
+    Event,
+    RunFinished,
+    ToolFinished,
+    ToolProgress,
+    ToolRetrying,
+    ToolsChanged,
+    ToolsRefreshFailed,
+    ToolStarted,
+    ToolUpdated,
+)
+from toolsched._values.outcome import Outcome
+from toolsched._values.results import Duplicate, ErrorKind, ToolCall, ToolResult
 from toolsched.errors import (
     ApprovalError,
     AssemblyError,
@@ -41,23 +68,6 @@ from toolsched.errors import (
     UnknownToolError,
     WorkloadError,
 )
-from toolsched.events import (
-    BatchFinished,
-    BatchStarted,
-    Event,
-    RunFinished,
-    ToolFinished,
-    ToolProgress,
-    ToolRetrying,
-    ToolsChanged,
-    ToolsRefreshFailed,
-    ToolStarted,
-    ToolUpdated,
-)
-from toolsched.executor import Executor
-from toolsched.executor.streaming import StreamingTurn
-from toolsched.guardrails import GuardrailEvent, Reject
-from toolsched.hooks import BatchEvent, HookEvent, Hooks, Rewrite
 from toolsched.journal import (
     Journal,
     JournalCorruptError,
@@ -72,16 +82,6 @@ from toolsched.journal import (
     SqliteJournal,
     UnknownRunError,
 )
-from toolsched.nested import AgentTool, ChildRun, agent_tool
-from toolsched.outcome import Outcome
-from toolsched.permissions import Decision, Permissions
-from toolsched.registry import ToolRegistry
-from toolsched.resilience import CircuitBreaker, RateLimit, Retry, Transient
-from toolsched.resources import RunScope
-from toolsched.results import Duplicate, ErrorKind, ToolCall, ToolResult
-from toolsched.runstate import ApprovalRequest, RunState
-from toolsched.strategies import Batched, Parallel, Partitioned, ResourceAware, Sequential, Strategy
-from toolsched.tools import Access, FunctionTool, Tool, tool
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 import sys
 
-from toolsched.cli import main
+from toolsched._cli.cli import main
 
 sys.exit(main())

@@ -42,13 +42,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from toolsched._executor.executor import Executor, Steering
+from toolsched._tools.registry import ToolRegistry
+from toolsched._values.outcome import Outcome
+from toolsched._values.results import ToolCall, ToolResult
 from toolsched.errors import OptionError, StreamFailed
-from toolsched.executor import Executor, Steering
-from toolsched.outcome import Outcome
 from toolsched.providers import anthropic, gemini, openai_chat, openai_responses
 from toolsched.providers.wire import read, resume_outcome
-from toolsched.registry import ToolRegistry
-from toolsched.results import ToolCall, ToolResult
 
 __all__ = ["LoopResult", "anthropic_loop", "gemini_loop", "openai_chat_loop", "openai_responses_loop"]
 

@@ -58,10 +58,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 import anyio
 import anyio.abc
 
-from toolsched.context import ToolContext
+from toolsched._tools.context import ToolContext
+from toolsched._tools.registry import ToolRegistry
+from toolsched._tools.tools import Tool
 from toolsched.errors import McpConnectionError, McpToolError, SchemaError, ToolDefinitionError
-from toolsched.registry import ToolRegistry
-from toolsched.tools import Tool
 
 if TYPE_CHECKING:
     import mcp

@@ -1,5 +1,5 @@
 //! The binding of `rust/rules.rs`: each tool's permission rules, as compiled
-//! by `toolsched.permissions`, judged for the arguments a prepare builds.
+//! by `toolsched._policy.permissions`, judged for the arguments a prepare builds.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString, PyTuple};

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import toolsched as ts
-from toolsched import bench
-from toolsched.cli import _ProgressBar, main
+from toolsched._cli import bench
+from toolsched._cli.cli import _ProgressBar, main
 
 SAMPLE = Path(__file__).resolve().parents[2] / "benches" / "workloads" / "coding_agent.jsonl"
 # Small and quick: 1 ms calls.

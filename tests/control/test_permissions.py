@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import toolsched as ts
 from toolsched import _core
-from toolsched.permissions import (
+from toolsched._policy.permissions import (
     UNDECIDED,
     ToolRules,
     _glob_path,

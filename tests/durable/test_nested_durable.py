@@ -22,8 +22,8 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from nested_crash_child import CHILD, executor, ran, turn
 
 import toolsched as ts
+from toolsched._values.results import args_digest
 from toolsched.journal import Transition
-from toolsched.results import args_digest
 
 pytestmark = pytest.mark.anyio
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import toolsched as ts
 from toolsched import _core
-from toolsched.results import init_in_python
+from toolsched._values.results import init_in_python
 
 
 class _Text(str):
@@ -124,7 +124,7 @@ def test_a_reloaded_results_module_keeps_a_working_tool_call() -> None:
     script = textwrap.dedent(
         """
         import importlib
-        import toolsched.results as results
+        import toolsched._values.results as results
         first = results.ToolCall
         reloaded = importlib.reload(results)
         assert reloaded.ToolCall is not first

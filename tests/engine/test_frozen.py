@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 import toolsched as ts
-from toolsched.events import new_tool_started
-from toolsched.fastpath import positional_builder
-from toolsched.hooks import HookEvent, new_hook_event
-from toolsched.outcome import new_outcome
-from toolsched.results import new_result
+from toolsched._policy.hooks import HookEvent, new_hook_event
+from toolsched._values.events import new_tool_started
+from toolsched._values.fastpath import positional_builder
+from toolsched._values.outcome import new_outcome
+from toolsched._values.results import new_result
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import toolsched as ts
 from toolsched import _core
-from toolsched.executor.schedule import partitioned_batches
+from toolsched._executor.schedule import partitioned_batches
 
 
 def reference_partition(safe: list[bool], cap: int) -> list[tuple[int, int, int]]:

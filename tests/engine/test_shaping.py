@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import toolsched as ts
 from toolsched import _core
-from toolsched.shaping import shape_output
+from toolsched._executor.shaping import shape_output
 
 pytestmark = pytest.mark.anyio
 

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 import toolsched as ts
 from toolsched import _core
-from toolsched.executor.turn import Job, Plan, Turn, new_job, new_plan, new_turn
-from toolsched.fastpath import positional_builder, slot_builder
-from toolsched.permissions import UNDECIDED
-from toolsched.tools import Tool, ToolFacts
+from toolsched._executor.turn import Job, Plan, Turn, new_job, new_plan, new_turn
+from toolsched._policy.permissions import UNDECIDED
+from toolsched._tools.tools import Tool, ToolFacts
+from toolsched._values.fastpath import positional_builder, slot_builder
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -198,7 +198,7 @@ def test_a_job_built_per_call_is_the_job_its_class_makes() -> None:
 @given(st.data())
 def test_a_turns_jobs_built_in_one_crossing_are_the_jobs_built_one_by_one(data: st.DataObject) -> None:
     """``_core.turn_jobs`` gives for each slot the job ``new_job`` makes of that slot's rows, in order."""
-    from toolsched.executor.turn import _JOB_BUILDER
+    from toolsched._executor.turn import _JOB_BUILDER
 
     tools = tuple(cast(Tool, Marker()) for _ in range(data.draw(st.integers(1, 4))))
     facts = tuple(cast(ToolFacts, Marker()) for _ in tools)
@@ -233,7 +233,7 @@ class Index:
 def test_a_turns_jobs_refuse_rows_that_do_not_fit_and_hold_on_to_nothing() -> None:
     """Rows of other lengths, an index past the tools, a row that is not an index, a builder of another
     class: a ``TypeError`` naming what is wrong, no job made, no reference kept."""
-    from toolsched.executor.turn import _JOB_BUILDER
+    from toolsched._executor.turn import _JOB_BUILDER
 
     marker = Marker()
     tools = (cast(Tool, marker),)
@@ -271,7 +271,7 @@ def test_a_turns_jobs_refuse_rows_that_do_not_fit_and_hold_on_to_nothing() -> No
 @pytest.mark.anyio
 async def test_a_turn_built_per_run_is_the_turn_its_class_makes(monkeypatch: pytest.MonkeyPatch) -> None:
     """``new_turn``, given what a run gives it, sets every slot as ``Turn.__init__`` does, with new lists of its own."""
-    import toolsched.executor as executor_module
+    import toolsched._executor.executor as executor_module
 
     given: list[tuple[Any, ...]] = []
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from toolsched import _core
-from toolsched.fastpath import run_until_suspended
+from toolsched._values.fastpath import run_until_suspended
 
 seen: contextvars.ContextVar[str] = contextvars.ContextVar("seen", default="unset")
 

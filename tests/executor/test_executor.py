@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import toolsched as ts
 from tests.conftest import InFlight
-from toolsched.strategies import resolve_cap
+from toolsched._executor.strategies import resolve_cap
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,4 @@
-"""Every numeric option follows one rule (toolsched/numeric_options.py): a value out of its range is refused
+"""Every numeric option follows one rule (toolsched/_values/numeric_options.py): a value out of its range is refused
 with the library's own error naming the option, never an ``OverflowError`` or a formatting failure.
 
 Huge integers (past a float, past 4,300 digits, past a machine word), NaN, infinities, zero, negatives

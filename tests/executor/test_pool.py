@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import InFlight
-from toolsched.executor.pool import run_pool
+from toolsched._executor.pool import run_pool
 
 pytestmark = pytest.mark.anyio
 

@@ -13,7 +13,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from toolsched.executor.pool import run_pool
+from toolsched._executor.pool import run_pool
 
 pytestmark = pytest.mark.anyio
 

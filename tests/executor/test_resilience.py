@@ -291,7 +291,7 @@ async def test_results_with_attempts_survive_the_journal(tmp_path: Any) -> None:
 
 
 def ts_floor() -> int:
-    from toolsched.resilience import RETRY_FLOOR
+    from toolsched._policy.resilience import RETRY_FLOOR
 
     return RETRY_FLOOR
 

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import toolsched as ts
-from toolsched.resilience import Resilience
+from toolsched._policy.resilience import Resilience
 
 pytestmark = pytest.mark.anyio
 

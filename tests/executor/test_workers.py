@@ -8,7 +8,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from toolsched.workers import WorkerGroup
+from toolsched._backends.workers import WorkerGroup
 
 pytestmark = pytest.mark.anyio
 

@@ -26,8 +26,8 @@ import ray
 import ray.cloudpickle
 
 import toolsched as ts
-from toolsched import ray_worker
-from toolsched.cli import main
+from toolsched._backends import ray_worker
+from toolsched._cli.cli import main
 
 pytestmark = pytest.mark.anyio
 

@@ -19,7 +19,7 @@ from sdk_clients import Client
 
 import toolsched as ts
 from toolsched import mcp as ts_mcp
-from toolsched.content import content_parts
+from toolsched._values.content import content_parts
 from toolsched.providers import anthropic as ts_anthropic
 from toolsched.providers import gemini as ts_gemini
 from toolsched.providers import openai_chat as ts_chat

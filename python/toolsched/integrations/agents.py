@@ -54,11 +54,11 @@ from typing import Any
 
 import anyio
 
-from toolsched.context import ToolContext
+from toolsched._executor.executor import Executor
+from toolsched._tools.context import ToolContext
+from toolsched._tools.tools import Tool, refuse_unknown_options
+from toolsched._values.results import ToolCall
 from toolsched.errors import OptionError, ToolDefinitionError
-from toolsched.executor import Executor
-from toolsched.results import ToolCall
-from toolsched.tools import Tool, refuse_unknown_options
 
 try:
     from agents import Agent, FunctionTool

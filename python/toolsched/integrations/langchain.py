@@ -38,10 +38,10 @@ import anyio.to_thread
 import pydantic
 import sniffio
 
-from toolsched.context import ToolContext
+from toolsched._tools.context import ToolContext
+from toolsched._tools.schema import inline_refs, model_schema
+from toolsched._tools.tools import Tool, refuse_unknown_options
 from toolsched.errors import ToolDefinitionError, ToolschedError
-from toolsched.schema import inline_refs, model_schema
-from toolsched.tools import Tool, refuse_unknown_options
 
 try:
     from langchain_core.messages import ToolMessage

@@ -60,11 +60,11 @@ import anyio.to_thread
 import pydantic
 import sniffio
 
+from toolsched._executor.executor import Executor
+from toolsched._tools.tools import Tool
+from toolsched._values.results import ToolCall, ToolResult
 from toolsched.errors import OptionError, ResponseFormatError, ToolCallFailed
-from toolsched.executor import Executor
 from toolsched.integrations.langchain import LangChainTool
-from toolsched.results import ToolCall, ToolResult
-from toolsched.tools import Tool
 
 try:
     from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage, convert_to_messages

@@ -60,9 +60,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
-from toolsched.content import content_parts, content_text
-from toolsched.errors import OptionError
-from toolsched.events import (
+from toolsched._executor.executor import Executor
+from toolsched._values.content import content_parts, content_text
+from toolsched._values.events import (
     BatchFinished,
     BatchStarted,
     Event,
@@ -71,8 +71,8 @@ from toolsched.events import (
     ToolRetrying,
     ToolStarted,
 )
-from toolsched.executor import Executor
-from toolsched.results import ToolCall, ToolResult
+from toolsched._values.results import ToolCall, ToolResult
+from toolsched.errors import OptionError
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context

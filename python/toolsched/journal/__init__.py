@@ -4,25 +4,27 @@
 a PostgreSQL database shared by a fleet. Both implement ``Journal``.
 """
 
-from toolsched.journal.base import (
-    SCHEMA_VERSION,
-    TRANSITIONS,
-    Journal,
+from toolsched._values.results import args_digest
+from toolsched.errors import (
     JournalCorruptError,
-    JournaledCall,
     JournalError,
     JournalVersionError,
     LeaseLostError,
     RunClaimedError,
     RunExistsError,
-    RunRecord,
-    Transition,
     UnknownRunError,
     UnstorableOutputError,
 )
+from toolsched.journal.base import (
+    SCHEMA_VERSION,
+    TRANSITIONS,
+    Journal,
+    JournaledCall,
+    RunRecord,
+    Transition,
+)
 from toolsched.journal.postgres import PostgresJournal
 from toolsched.journal.sqlite import SqliteJournal
-from toolsched.results import args_digest
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -3,7 +3,7 @@
 A run is recorded as the turn's calls (the *planned* transition, written when
 the run begins) followed by one row per transition of a call: ``pending``
 (held for a person's decision), ``approved`` / ``rejected``, ``started`` and
-``finished`` (with the call's result). A call whose nested run (``toolsched.nested``)
+``finished`` (with the call's result). A call whose nested run (``toolsched._executor.nested``)
 waits for a person goes from ``started`` to ``pending`` with the nested run's record in
 its payload, and is resumed through ``approved`` again. Every write is a committed transaction
 before the awaiting caller continues, and rows are never rewritten: a call's
@@ -33,10 +33,19 @@ from typing import Any, Literal, Self, TypeVar, cast
 
 import anyio.to_thread
 
-from toolsched.errors import ToolschedError
+from toolsched._values.numeric_options import numeric_fault, shown
+from toolsched._values.results import ERROR_KINDS, RESULT_FIELD_TYPES, ToolCall, ToolResult, args_digest, encode_output
+from toolsched.errors import (
+    JournalCorruptError,
+    JournalError,
+    JournalVersionError,
+    LeaseLostError,
+    RunClaimedError,
+    RunExistsError,
+    UnknownRunError,
+    UnstorableOutputError,
+)
 from toolsched.journal.leases import LeaseKeeper, Renewal
-from toolsched.numeric_options import numeric_fault, shown
-from toolsched.results import ERROR_KINDS, RESULT_FIELD_TYPES, ToolCall, ToolResult, args_digest, encode_output
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -84,98 +93,6 @@ _PID_NAMESPACE = "/proc/self/ns/pid"
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 T = TypeVar("T")
-
-
-# -- errors ---------------------------------------------------------------------------
-
-
-class JournalError(ToolschedError):
-    """The journal could not do what was asked; the run must not go on as if it had.
-
-    Raised for a database that went away or is locked past the busy timeout, a
-    write that breaks a call's order of transitions, and values a journal
-    cannot store.
-    """
-
-
-class UnstorableOutputError(JournalError):
-    """A result's output has no JSON form (a list that holds itself, a dict with tuple keys): nothing was written."""
-
-
-class JournalVersionError(JournalError):
-    """The journal was written by a newer toolsched (a higher schema version); it was left untouched."""
-
-    def __init__(self, message: str, *, found: int, supported: int) -> None:
-        super().__init__(message)
-        self.found = found
-        self.supported = supported
-
-
-class JournalCorruptError(JournalError):
-    """The file or database is not a toolsched journal, or is damaged; nothing in it was overwritten."""
-
-
-class UnknownRunError(JournalError, LookupError):
-    """No run with this ID is in the journal (never begun, or pruned)."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"the journal has no run {run_id!r} (never begun here, or pruned)")
-        self.run_id = run_id
-
-
-class RunExistsError(JournalError):
-    """A run with this ID was already begun; recover it, or begin the new run under another ID."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"run {run_id!r} is already in the journal; recover it or choose another run ID")
-        self.run_id = run_id
-
-
-class RunClaimedError(JournalError):
-    """Another owner holds the run: it is running or recovering it.
-
-    ``owner`` names the holder (``None`` when nobody holds the run and this
-    process must ``claim`` it before writing); ``lease_until`` is when the
-    holder's lease runs out unless it keeps writing.
-    """
-
-    def __init__(self, run_id: str, owner: str | None, lease_until: datetime | None) -> None:
-        if owner is None:
-            message = f"run {run_id!r} is not held by this process; claim it before writing to it"
-        else:
-            until = f" until {lease_until.isoformat()}" if lease_until is not None else ""
-            message = f"run {run_id!r} is held by {owner!r}{until}; it is being run or recovered there"
-        super().__init__(message)
-        self.run_id = run_id
-        self.owner = owner
-        self.lease_until = lease_until
-
-
-class LeaseLostError(RunClaimedError):
-    """A run in progress here lost its lease: this process can no longer vouch that it alone runs it.
-
-    Either a renewal or a write found another owner holding the run (``owner``; ``None`` when the
-    run is gone from the journal), or three quarters of the lease went by without a renewal landing
-    (``expired``: the journal unreachable or slow, or this process paused), so that another process
-    may soon take the run over. The run stopped when it noticed: no call of it starts after that,
-    nothing more of it is written, and its calls in flight are cancelled. Recover it.
-    """
-
-    def __init__(self, run_id: str, owner: str | None, *, expired: bool, lease: timedelta) -> None:
-        if expired:
-            why = (
-                f"no renewal of its {lease.total_seconds():g} s lease landed in time (the journal unreachable or "
-                "slow, or this process paused), so another process may take it over"
-            )
-        elif owner is None:
-            why = "the journal no longer holds it for this process (it was released or pruned elsewhere)"
-        else:
-            why = f"it is held by {owner!r} now"
-        JournalError.__init__(self, f"run {run_id!r} lost its lease: {why}; it stopped here, recover it")
-        self.run_id = run_id
-        self.owner = owner
-        self.lease_until = None
-        self.expired = expired
 
 
 # -- records --------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched.journal.base import (
     ALLOWED_FROM,
     SCHEMA_VERSION,
@@ -40,7 +41,6 @@ from toolsched.journal.base import (
     transition_refused,
 )
 from toolsched.journal.leases import Renewal
-from toolsched.numeric_options import numeric_fault, shown
 
 if TYPE_CHECKING:
     import psycopg

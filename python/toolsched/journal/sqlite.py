@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
+from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched.journal.base import (
     ALLOWED_FROM,
     SCHEMA_VERSION,
@@ -41,7 +42,6 @@ from toolsched.journal.base import (
     transition_refused,
 )
 from toolsched.journal.leases import Renewal
-from toolsched.numeric_options import numeric_fault, shown
 
 __all__ = ["SqliteJournal"]
 

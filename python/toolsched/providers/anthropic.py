@@ -25,9 +25,11 @@ from collections.abc import AsyncIterable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from toolsched.content import Image
+from toolsched._executor.executor import Executor, Steering
+from toolsched._tools.registry import ToolRegistry
+from toolsched._values.content import Image
+from toolsched._values.results import ToolCall, ToolResult
 from toolsched.errors import IncompleteStreamError, ResponseFormatError
-from toolsched.executor import Executor, Steering
 from toolsched.providers.flow import Flow
 from toolsched.providers.wire import (
     Execution,
@@ -48,8 +50,6 @@ from toolsched.providers.wire import (
     sequence_of,
     with_ids,
 )
-from toolsched.registry import ToolRegistry
-from toolsched.results import ToolCall, ToolResult
 
 __all__ = [
     "AnthropicExecution",
@@ -199,7 +199,7 @@ def results_to_blocks(
 ) -> list[dict[str, Any]]:
     """One ``tool_result`` block per unique call ID, in the model's order.
 
-    Text outputs go as they are, outputs with images (``toolsched.content``)
+    Text outputs go as they are, outputs with images (``toolsched._values.content``)
     as a list of text and image blocks, other outputs as JSON, ``None`` as a
     block without content; failures carry the error message and ``is_error: true``.
     With ``registry``, every text is held to its tool's result budget.

@@ -13,14 +13,14 @@ from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from toolsched._values.outcome import Outcome
+from toolsched._values.results import ToolCall, ToolResult
 from toolsched.errors import StreamFailed
-from toolsched.outcome import Outcome
 from toolsched.providers.wire import Execution, logger, resume_outcome
-from toolsched.results import ToolCall, ToolResult
 
 if TYPE_CHECKING:
-    from toolsched.executor import Executor, Steering
-    from toolsched.registry import ToolRegistry
+    from toolsched._executor.executor import Executor, Steering
+    from toolsched._tools.registry import ToolRegistry
 
 __all__ = ["Assembler", "Flow"]
 

@@ -28,9 +28,11 @@ from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from toolsched.content import Image
+from toolsched._executor.executor import Executor, Steering
+from toolsched._tools.registry import ToolRegistry
+from toolsched._values.content import Image
+from toolsched._values.results import ToolCall, ToolResult
 from toolsched.errors import IncompleteStreamError, ResponseFormatError
-from toolsched.executor import Executor, Steering
 from toolsched.providers.flow import Flow
 from toolsched.providers.wire import (
     Execution,
@@ -50,8 +52,6 @@ from toolsched.providers.wire import (
     sequence_of,
     synthesised,
 )
-from toolsched.registry import ToolRegistry
-from toolsched.results import ToolCall, ToolResult
 
 __all__ = [
     "ContentAssembler",
@@ -242,7 +242,7 @@ def results_to_parts(
     """One ``functionResponse`` part per unique call ID, in the model's order.
 
     ``response`` is ``{"output": value}`` (the tool's value as JSON) or
-    ``{"error": message}``; an output with images (``toolsched.content``) has
+    ``{"error": message}``; an output with images (``toolsched._values.content``) has
     its text as ``output`` and its images as the response's ``parts``
     (``inlineData``, base64); ``name`` is the name the model called. With
     ``registry``, outputs and errors are held to their tool's result budget.

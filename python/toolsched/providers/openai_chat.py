@@ -27,8 +27,10 @@ from collections.abc import AsyncIterable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from toolsched._executor.executor import Executor, Steering
+from toolsched._tools.registry import ToolRegistry
+from toolsched._values.results import ToolCall, ToolResult
 from toolsched.errors import IncompleteStreamError, ResponseFormatError
-from toolsched.executor import Executor, Steering
 from toolsched.providers.flow import Flow
 from toolsched.providers.strict import drop_strict_nulls_for
 from toolsched.providers.wire import (
@@ -51,8 +53,6 @@ from toolsched.providers.wire import (
     sequence_of,
     with_ids,
 )
-from toolsched.registry import ToolRegistry
-from toolsched.results import ToolCall, ToolResult
 
 __all__ = [
     "ChatExecution",
@@ -215,7 +215,7 @@ def results_to_messages(
     ``MissingResultError`` when a call has no result.
 
     Chat Completions takes no images in tool messages: an output with images
-    (``toolsched.content``) answers its call with its text and a stand-in for
+    (``toolsched._values.content``) answers its call with its text and a stand-in for
     each image, and the images follow, after every tool message, in one
     ``role: "user"`` message of ``image_url`` parts, each call's images under
     a line naming the call.

@@ -27,9 +27,11 @@ from collections.abc import AsyncIterable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from toolsched.content import Image
+from toolsched._executor.executor import Executor, Steering
+from toolsched._tools.registry import ToolRegistry
+from toolsched._values.content import Image
+from toolsched._values.results import ToolCall, ToolResult
 from toolsched.errors import IncompleteStreamError, ResponseFormatError
-from toolsched.executor import Executor, Steering
 from toolsched.providers.flow import Flow
 from toolsched.providers.strict import drop_strict_nulls_for
 from toolsched.providers.wire import (
@@ -52,8 +54,6 @@ from toolsched.providers.wire import (
     sequence_of,
     with_ids,
 )
-from toolsched.registry import ToolRegistry
-from toolsched.results import ToolCall, ToolResult
 
 __all__ = [
     "ResponseAssembler",
@@ -197,7 +197,7 @@ def results_to_items(
     """One ``function_call_output`` item per unique call ID, in the model's order.
 
     ``output`` is the text the tool returned, a list of ``input_text`` and
-    ``input_image`` parts for outputs with images (``toolsched.content``), or
+    ``input_image`` parts for outputs with images (``toolsched._values.content``), or
     JSON for other values (empty for ``None``); a failure's output is ``"Error: "`` and the message. With
     ``registry``, every text is held to its tool's result budget. Raises
     ``MissingResultError`` when a call has no result.

@@ -22,10 +22,10 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+from toolsched._tools.registry import ToolRegistry
+from toolsched._tools.schema import inline_refs
+from toolsched._tools.tools import Tool
 from toolsched.errors import SchemaError
-from toolsched.registry import ToolRegistry
-from toolsched.schema import inline_refs
-from toolsched.tools import Tool
 
 __all__ = ["admits_null", "drop_strict_nulls", "drop_strict_nulls_for"]
 

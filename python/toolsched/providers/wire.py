@@ -11,15 +11,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from toolsched.content import Image, content_parts, content_text
+from toolsched._executor.shaping import cut_text, shown_as_text
+from toolsched._values.content import Image, content_parts, content_text
+from toolsched._values.outcome import Outcome
+from toolsched._values.results import ToolCall, ToolResult, args_digest, jsonable
 from toolsched.errors import MissingResultError, ResponseFormatError
-from toolsched.outcome import Outcome
-from toolsched.results import ToolCall, ToolResult, args_digest, jsonable
-from toolsched.shaping import cut_text, shown_as_text
 
 if TYPE_CHECKING:
-    from toolsched.executor import Executor
-    from toolsched.registry import ToolRegistry
+    from toolsched._executor.executor import Executor
+    from toolsched._tools.registry import ToolRegistry
 
 __all__ = [
     "ERROR_PREFIX",
@@ -229,7 +229,7 @@ def output_text(output: Any) -> str:
     """A tool's output as the text a function-call reply carries.
 
     Text stays as it is, ``None`` is empty, an output with images
-    (``toolsched.content``) its text with a short stand-in for each image,
+    (``toolsched._values.content``) its text with a short stand-in for each image,
     other bytes are decoded as UTF-8, and anything else is JSON (pydantic
     models and dataclasses as their fields; what JSON cannot hold as its ``str``).
     It never raises: whatever a tool returns, the turn's results go out.
@@ -258,7 +258,7 @@ def output_parts(
 
     Text over the tool's result budget is cut as one text and put first
     (unless ``shaped``: see ``fit_to_budget``).
-    None when the output holds no image (``toolsched.content``): send it as text.
+    None when the output holds no image (``toolsched._values.content``): send it as text.
     """
     parts = content_parts(output)
     if parts is None:
@@ -321,8 +321,8 @@ def results_by_call(
 
 def registry_of(tools: Executor | ToolRegistry) -> ToolRegistry:
     """The registry behind an executor (or the registry itself)."""
-    from toolsched.executor import Executor
-    from toolsched.registry import ToolRegistry
+    from toolsched._executor.executor import Executor
+    from toolsched._tools.registry import ToolRegistry
 
     if isinstance(tools, Executor):
         return tools.registry

@@ -1,0 +1,1 @@
+"""Where tool bodies run: backends, worker tasks, threads, worker processes, Ray (private)."""

@@ -1,0 +1,1 @@
+"""The command line: `toolsched bench` and `toolsched demo` (private)."""

@@ -1,0 +1,327 @@
+"""What a durable run writes to its journal as it goes (internal to the executor).
+
+A ``RunJournal`` is one run's handle on a ``Journal``: every write is
+shielded from cancellation (a call that finished is journaled even while the
+run is being cancelled) and completes before the run takes its next step. The
+first failed write is kept in ``failure``: the run then ends by raising it,
+and nothing that was not journaled is reported as done.
+
+A run whose lease is lost (``LeaseLostError``: taken by another owner, or run
+out before a renewal landed) fails the same way, at once: ``watch`` notices and
+stops the run, and every write after that is refused without reaching the
+journal, so no call of the run starts after the loss.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import anyio
+
+from toolsched._policy.runstate import CallRecord, ChildRecord, child_from_json, child_to_json, interruption
+from toolsched._values.results import Behavior, ToolCall, ToolResult, args_digest, detached
+from toolsched.errors import StateError
+from toolsched.journal import (
+    Journal,
+    JournalCorruptError,
+    JournalError,
+    LeaseLostError,
+    RunClaimedError,
+    RunRecord,
+    Transition,
+    UnstorableOutputError,
+)
+from toolsched.journal.base import check_run_id
+from toolsched.journal.leases import Lease
+
+__all__ = ["JournalFailed", "RunJournal", "journaled_child", "storable"]
+
+logger = logging.getLogger("toolsched")
+
+
+class JournalFailed(Exception):
+    """A journal write failed mid-run (internal): carried past the tool-failure handlers to the run."""
+
+    def __init__(self, error: JournalError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+# The runs each journal object holds for a run in progress in this process: a recover or a
+# resume of one of them here is refused (the journal itself lets its own owner claim again).
+_live: weakref.WeakKeyDictionary[Journal, set[str]] = weakref.WeakKeyDictionary()
+
+
+def _live_runs(journal: Journal) -> set[str]:
+    runs = _live.get(journal)
+    if runs is None:
+        runs = _live[journal] = set()
+    return runs
+
+
+class RunJournal:
+    """One run's writes to a journal (internal)."""
+
+    __slots__ = ("failure", "held", "journal", "lease", "run_id")
+
+    def __init__(self, journal: Journal, run_id: str) -> None:
+        self.journal = journal
+        # Checked before the run is looked for among this process's runs (an unhashable ID would fail there).
+        self.run_id = check_run_id(run_id)
+        self.failure: JournalError | None = None
+        # Whether this process holds the run (begun or claimed here), so it must release it.
+        self.held = False
+        # This process's hold on the run while it holds it, kept by the journal's lease keeper.
+        self.lease: Lease | None = None
+
+    async def begin(self, calls: Sequence[ToolCall]) -> None:
+        self._hold()
+        try:
+            with anyio.CancelScope(shield=True):
+                since = await self.journal._begin_run_at(self.run_id, calls)
+        except BaseException:
+            _live_runs(self.journal).discard(self.run_id)
+            raise
+        self._taken(since)
+
+    async def add(self, position: int, call: ToolCall) -> None:
+        """Journals a call of a streamed turn as it arrives (*planned*), before anything else of it."""
+        self._check_lease()
+        if self.failure is not None:
+            raise JournalFailed(self.failure)
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.journal.add_calls(self.run_id, position, [call])
+        except JournalError as exc:
+            error = self._lost(exc)
+            if self.failure is None:
+                self.failure = error
+            raise JournalFailed(error) from exc
+
+    async def claim(self, force: bool) -> Any:
+        self._hold()
+        try:
+            with anyio.CancelScope(shield=True):
+                record, since = await self.journal._claim_at(self.run_id, force=force)
+        except BaseException:
+            _live_runs(self.journal).discard(self.run_id)
+            raise
+        self._taken(since)
+        return record
+
+    def _hold(self) -> None:
+        """Marks the run as in progress here; refused while another run of this process holds it."""
+        runs = _live_runs(self.journal)
+        if self.run_id in runs:
+            raise RunClaimedError(self.run_id, f"{self.journal.owner} (a run in progress in this process)", None)
+        runs.add(self.run_id)
+
+    def _taken(self, since: float) -> None:
+        """The run is this process's now (begun or claimed by a statement sent at ``since``): its lease is kept."""
+        self.held = True
+        self.lease = self.journal.leases.hold(self.run_id, since)
+
+    def _check_lease(self) -> None:
+        """Notices a lost lease before anything more is written (``failure`` is then the ``LeaseLostError``)."""
+        lease = self.lease
+        if lease is not None and self.failure is None and self.held and lease.lost(time.monotonic()):
+            self.failure = LeaseLostError(
+                self.run_id, lease.taken_by, expired=not lease.taken, lease=self.journal.lease
+            )
+
+    def _lost(self, error: JournalError) -> JournalError:
+        """A write refused because another owner holds the run: for a run held here, its lease was lost."""
+        if self.held and isinstance(error, RunClaimedError) and not isinstance(error, LeaseLostError):
+            lost = LeaseLostError(self.run_id, error.owner, expired=False, lease=self.journal.lease)
+            lost.__cause__ = error
+            return lost
+        return error
+
+    async def watch(self, stop: Callable[[JournalError], object]) -> None:
+        """Watches the run's lease while the run lives; the moment it is lost, ``failure`` becomes the
+        ``LeaseLostError`` and ``stop`` is called with it, once (the run must stop: its calls in flight,
+        and everything after them). Checked at the lease's ``stop_at`` and every quarter of the lease."""
+        interval = max(self.journal.lease.total_seconds() / 4, 0.01)
+        while True:
+            self._check_lease()
+            if isinstance(self.failure, LeaseLostError):
+                stop(self.failure)
+                return
+            lease = self.lease
+            wait = interval
+            if lease is not None and self.held:
+                wait = min(interval, max(lease.stop_at - time.monotonic(), 0.0))
+            await anyio.sleep(wait)
+
+    async def write(self, call_id: str, transition: Transition, payload: Any = None) -> None:
+        self._check_lease()
+        if self.failure is not None:
+            raise JournalFailed(self.failure)
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.journal.record(self.run_id, call_id, transition, payload)
+        except UnstorableOutputError:
+            # Refused before anything was written: the journal itself is fine.
+            raise
+        except JournalError as exc:
+            error = self._lost(exc)
+            if self.failure is None:
+                self.failure = error
+            raise JournalFailed(error) from exc
+
+    async def finished(self, result: ToolResult) -> ToolResult:
+        """Journals a call's result; returns the result journaled.
+
+        An output with no JSON form cannot be journaled: the call then ends as an
+        ``execution_error`` saying so, journaled in its place (the tool did run).
+        """
+        try:
+            await self.write(result.call_id, "finished", result)
+        except UnstorableOutputError as exc:
+            result = replace(
+                result,
+                output=None,
+                error=str(exc),
+                error_kind="execution_error",
+                is_error=True,
+                truncated=False,
+                offload_path=None,
+            )
+            await self.write(result.call_id, "finished", result)
+        return result
+
+    async def started(self, call_id: str, args: Any) -> None:
+        """Journals that a call starts; the call may start only once this returns. A lease lost while the write
+        waited (its statement sent too long ago for the lease it set to be sure) raises instead."""
+        stored = storable(args)
+        await self.write(call_id, "started", {"args": stored, "digest": args_digest(stored)})
+        self._check_lease()
+        if self.failure is not None:
+            raise JournalFailed(self.failure)
+
+    async def resuming(self, records: Sequence[CallRecord]) -> RunRecord:
+        """Claims a journaled run being resumed, writing nothing, and returns it as journaled: ``RunClaimedError``
+        while another process holds it, and ``StateError`` for a state whose nested run no longer waits where
+        the journal has it (resumed before, in this process or another)."""
+        run: RunRecord = await self.claim(False)
+        for record in records:
+            if record.child is not None:
+                self._check_waiting(run, record.call_id, record.child)
+        return run
+
+    async def resumed(self, records: Sequence[CallRecord]) -> None:
+        """Journals the decisions a person made on a resumed run's state (after ``resuming``).
+
+        A call whose nested run waits is journaled ``approved`` again, with the nested run's record as
+        decided: it resumes once from each wait.
+        """
+        for record in records:
+            if record.status == "approved":
+                await self.write(record.call_id, "approved", {"args": record.request_args, "digest": record.digest})
+            elif record.status == "rejected":
+                await self.write(record.call_id, "rejected", {"message": record.message})
+            elif record.child is not None:
+                assert record.fingerprint is not None
+                payload = nested_payload(record.call_id, record.request_args, record.fingerprint, record.child)
+                await self.write(record.call_id, "approved", payload)
+
+    def _check_waiting(self, run: RunRecord, call_id: str, child: ChildRecord) -> None:
+        """Refuses a nested run to resume unless the journal has its call waiting at this very interruption."""
+        entries = [entry for entry in run.calls if entry.call_id == call_id]
+        state = entries[0].state if entries else None
+        if state == "pending":
+            journaled = journaled_child(run.run_id, call_id, entries[0].decision)
+            if journaled is not None and interruption(journaled.state) == interruption(child.state):
+                return
+        if state is None:
+            found = "has no such call"
+        elif state == "pending":
+            found = "has it waiting at a later interruption"
+        else:
+            found = f"has it {state!r}"
+        raise StateError(
+            f"call {call_id!r} of run {self.run_id!r} no longer waits for the decisions of this state (the journal "
+            f"{found}): the state was resumed before, in this process or another, so its nested run is not resumed "
+            "again; recover the run to see where it stands"
+        )
+
+    async def nested_hold(self, call_id: str, args: Any, fingerprint: str, child: ChildRecord) -> None:
+        """Journals a started call whose nested run waits for a person: *pending*, with the nested run's record.
+
+        ``UnstorableOutputError`` when the record has no JSON form (a step's value, say); nothing is written.
+        """
+        await self.write(call_id, "pending", nested_payload(call_id, args, fingerprint, child))
+
+    async def decided(
+        self, call_id: str, behavior: Behavior, args: Any, reason: str | None, fingerprint: str, message: str | None
+    ) -> None:
+        """Journals how a call that asked was settled: held for a person (ask), approved or rejected."""
+        if behavior == "ask":
+            payload = {
+                "args": detached(args),
+                "reason": reason,
+                "digest": args_digest(args),
+                "fingerprint": fingerprint,
+            }
+            await self.write(call_id, "pending", payload)
+        elif behavior == "allow":
+            await self.write(call_id, "approved", {"args": detached(args), "digest": args_digest(args)})
+        else:
+            await self.write(call_id, "rejected", {"message": message})
+
+    async def release(self) -> None:
+        """Lets go of the run; a failure here is logged, never raised (the run's outcome stands)."""
+        if not self.held:
+            return
+        self.held = False
+        if self.lease is not None:
+            self.journal.leases.drop(self.lease)
+        _live_runs(self.journal).discard(self.run_id)
+        if self.lease is not None and self.lease.taken:
+            # Another owner holds the run: there is nothing of this process's to let go.
+            return
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.journal.release(self.run_id)
+        except RunClaimedError:
+            if not isinstance(self.failure, LeaseLostError):
+                logger.warning("releasing run %s in the journal failed", self.run_id, exc_info=True)
+        except Exception:
+            logger.warning("releasing run %s in the journal failed", self.run_id, exc_info=True)
+
+
+def nested_payload(call_id: str, args: Any, fingerprint: str, child: ChildRecord) -> dict[str, Any]:
+    """What the journal holds for a call whose nested run waits: its arguments, its tool, the nested run."""
+    try:
+        record = child_to_json(child)
+        json.dumps(record)
+    except (StateError, TypeError, ValueError) as exc:
+        raise UnstorableOutputError(f"the nested run of call {call_id!r} cannot be journaled: {exc}") from None
+    return {"args": detached(args), "digest": args_digest(args), "fingerprint": fingerprint, "child": record}
+
+
+def journaled_child(run_id: str, call_id: str, decision: Mapping[str, Any] | None) -> ChildRecord | None:
+    """The nested run a call's latest decision holds (None for a call of its own); ``JournalCorruptError``
+    when it is damaged."""
+    if decision is None or "child" not in decision:
+        return None
+    where = f"run {run_id!r}, call {call_id!r}: the nested run journaled for it"
+    try:
+        return child_from_json(decision["child"], where)
+    except StateError as exc:
+        raise JournalCorruptError(str(exc)) from None
+
+
+def storable(args: Any) -> Any:
+    """The arguments a call runs with, as the journal stores them (a mapping becomes a dict)."""
+    if isinstance(args, Mapping):
+        return dict(args)
+    if hasattr(args, "model_dump"):
+        return args.model_dump(mode="json")
+    return args

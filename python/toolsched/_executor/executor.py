@@ -1,0 +1,825 @@
+"""The executor: runs a turn's calls on anyio and answers every call exactly once.
+
+The rooms of a run, in the order a call meets them:
+
+- ``settings``: the executor's options, checked once;
+- ``view``: what is worked out once per tool set (facts, admission policies);
+- ``turn``: the Turn — calls in (one decoded plan), results out in model order, one way to finish;
+- ``admit``: phases 3 and 4 (``validate_input``, hooks, rules, mode, approvals);
+- ``schedule``: the strategies, on one worker pool that grows only when calls wait;
+- ``call``: phases 5 to 9 for one call (guardrails, limits, timeout, cancellation, backend, post hooks, shaping);
+- ``durable`` and ``recovery``: a durable run's journal writes, and finishing a run after a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+
+from toolsched._backends.backends import Backend
+from toolsched._executor.admit import admit, check_semantics, not_approved
+from toolsched._executor.detached import start_detached
+from toolsched._executor.durable import RunJournal
+from toolsched._executor.pool import raise_stopping
+from toolsched._executor.recovery import recovered_jobs
+from toolsched._executor.schedule import run_jobs
+from toolsched._executor.settings import ErrorFormatter, EventCallback, Settings, Steering, format_error
+from toolsched._executor.strategies import Strategy
+from toolsched._executor.streaming import StreamingTurn, streaming_refusal
+from toolsched._executor.turn import DONE, Held, Job, Plan, Turn, new_turn, plan_calls
+from toolsched._executor.view import View
+from toolsched._policy.guardrails import Guardrail
+from toolsched._policy.hooks import Hooks
+from toolsched._policy.permissions import Permissions
+from toolsched._policy.runstate import Approver, CallRecord, RunState, claim, resuming, unclaim, waiting_children
+from toolsched._tools.registry import ToolRegistry
+from toolsched._tools.resources import RunResources, current_resources
+from toolsched._tools.tools import Tool
+from toolsched._values.events import Event, RunFinished, ToolsChanged, ToolsRefreshFailed
+from toolsched._values.outcome import Outcome, new_outcome
+from toolsched._values.results import Duplicate, ToolCall, plain_calls
+from toolsched.errors import OptionError
+from toolsched.journal import Journal
+
+__all__ = ["ErrorFormatter", "EventCallback", "Executor", "Steering", "format_error"]
+
+logger = logging.getLogger("toolsched")
+
+
+class Executor:
+    """Runs the tool calls of a turn.
+
+    ``tools`` is a ``ToolRegistry`` or anything it accepts. Options:
+
+    - ``strategy``: how calls are scheduled (default ``Partitioned()``);
+    - ``on_event`` / ``on_progress``: callbacks (plain or async) for every event,
+      or for progress only; ``on_event`` may be a list of callbacks, each called in turn;
+    - ``on_error``: ``"result"`` (a failed tool becomes an ``execution_error``
+      result) or ``"raise"`` (``ToolCallFailed`` once the failing batch settles);
+    - ``abort_siblings_on_error``: a failure cancels the rest of its batch, for
+      every tool (each tool can also ask for it with its own flag);
+    - ``unknown_tool``: ``"result"`` or ``"raise"`` (``UnknownToolError``);
+    - ``max_input_bytes`` / ``max_input_depth`` / ``max_schema_errors``: argument limits. Depth counts
+      arrays and objects: the arguments object is level 1, each array or object inside one level more,
+      and a scalar none (``{"a": [1]}`` is 2 deep, ``{}`` and ``{"a": 1}`` 1); arguments given as JSON
+      text and as a mapping are held to it alike. Default 64, at most 128;
+    - ``interactive``: whether a person is present (``ToolContext.interactive``);
+    - ``offload_dir``: where ``truncate="offload"`` writes full outputs;
+    - ``error_formatter``: ``(exception, call) -> message`` for failed tools
+      (if it fails, the default message is used);
+    - ``permissions``: a ``Permissions`` (rules and mode) deciding which calls run;
+    - ``hooks``: a ``Hooks`` registry (pre/post call, pre/post batch);
+    - ``approver``: ``async (ApprovalRequest) -> bool | Decision`` for calls that
+      ask; without one such calls are held and the run ends ``interrupted``;
+    - ``input_guardrails`` / ``output_guardrails``: checks just before a call
+      runs and on its output (see ``toolsched._policy.guardrails``);
+    - ``backends`` / ``default_backend``: where tool bodies run besides this
+      process, by name (``{"ray": RayBackend()}``), and the backend of tools
+      that name none (default ``"local"``);
+    - ``journal``: a ``Journal`` (``SqliteJournal``, ``PostgresJournal``) that makes
+      runs durable: each call's transitions are written before the run goes on,
+      and ``recover(run_id)`` finishes a run after a crash.
+
+    Each run uses the registry's tool set as it is when the run starts; a
+    registry with ``refresh_tools`` is refreshed after each run's results are
+    complete (``ToolsChanged`` / ``ToolsRefreshFailed`` events), so the next
+    run sees the new set. Tools with per-run resources (``toolsched._tools.resources``)
+    have them opened by the run on first use and closed when it ends; agent
+    tools (``toolsched._executor.nested``) run child executors inside their calls.
+    """
+
+    def __init__(
+        self,
+        tools: ToolRegistry | Iterable[Tool | Callable[..., Any]],
+        *,
+        strategy: Strategy | None = None,
+        on_event: EventCallback | Sequence[EventCallback] | None = None,
+        on_progress: EventCallback | None = None,
+        on_error: Literal["result", "raise"] = "result",
+        abort_siblings_on_error: bool = False,
+        unknown_tool: Literal["result", "raise"] = "result",
+        max_input_bytes: int = 16 * 1024 * 1024,
+        max_input_depth: int = 64,
+        max_schema_errors: int = 10,
+        interactive: bool = False,
+        offload_dir: str | Path | None = None,
+        error_formatter: ErrorFormatter = format_error,
+        permissions: Permissions | None = None,
+        hooks: Hooks | None = None,
+        approver: Approver | None = None,
+        input_guardrails: Iterable[Guardrail] = (),
+        output_guardrails: Iterable[Guardrail] = (),
+        backends: Mapping[str, Backend] | None = None,
+        default_backend: str | None = None,
+        journal: Journal | None = None,
+    ) -> None:
+        self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+        self._settings = Settings(
+            self.registry,
+            strategy=strategy,
+            on_event=on_event,
+            on_progress=on_progress,
+            on_error=on_error,
+            abort_siblings_on_error=abort_siblings_on_error,
+            unknown_tool=unknown_tool,
+            max_input_bytes=max_input_bytes,
+            max_input_depth=max_input_depth,
+            max_schema_errors=max_schema_errors,
+            interactive=interactive,
+            offload_dir=offload_dir,
+            error_formatter=error_formatter,
+            permissions=permissions,
+            hooks=hooks,
+            approver=approver,
+            input_guardrails=input_guardrails,
+            output_guardrails=output_guardrails,
+            backends=backends,
+            default_backend=default_backend,
+            journal=journal,
+        )
+        self._view = View(self._settings, self.registry.toolset, None, self.registry.refreshes)
+        # Runs executing their calls on this executor now, for ``interrupt`` and ``cancel``.
+        self._runs: set[Turn] = set()
+
+    # -- options --------------------------------------------------------------------
+
+    @property
+    def strategy(self) -> Strategy:
+        return self._settings.strategy
+
+    @property
+    def journal(self) -> Journal | None:
+        return self._settings.journal
+
+    @property
+    def permissions(self) -> Permissions | None:
+        return self._settings.permissions
+
+    @property
+    def hooks(self) -> Hooks | None:
+        return self._settings.hooks
+
+    @property
+    def approver(self) -> Approver | None:
+        return self._settings.approver
+
+    @property
+    def on_error(self) -> Literal["result", "raise"]:
+        return self._settings.on_error
+
+    @property
+    def interactive(self) -> bool:
+        return self._settings.interactive
+
+    @property
+    def on_event(self) -> EventCallback | tuple[EventCallback, ...] | None:
+        """The event callbacks; assigning replaces them for the runs that start afterwards."""
+        return self._settings.on_event
+
+    @on_event.setter
+    def on_event(self, value: EventCallback | Sequence[EventCallback] | None) -> None:
+        if isinstance(value, (list, tuple)):
+            value = tuple(value)
+            if not all(callable(sink) for sink in value):
+                raise OptionError(f"on_event must be a callable or a list of callables, got {value!r}")
+        elif value is not None and not callable(value):
+            raise OptionError(f"on_event must be a callable or a list of callables, got {value!r}")
+        self._settings.on_event = value
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Executor:
+        """The executor itself: a deep copy of what holds one (an Agents SDK agent and the run items that
+        name it) shares it, as it shares the tools, hooks and journal the executor holds."""
+        return self
+
+    def _current_view(self) -> View:
+        """The view of the registry's tool set as it is now (rebuilt only when the set changed)."""
+        view = self._view
+        toolset = self.registry.toolset
+        if view.toolset is not toolset:
+            view = self._view = View(self._settings, toolset, view, self.registry.refreshes)
+        return view
+
+    # -- running ----------------------------------------------------------------------
+
+    async def run(
+        self,
+        calls: Iterable[ToolCall] | AsyncIterable[ToolCall],
+        *,
+        steering: Steering | None = None,
+        context: Any = None,
+        run_id: str | None = None,
+    ) -> Outcome:
+        """Runs a turn's calls; returns one result per unique call ID, in model order.
+
+        ``calls`` is a list (any iterable) or an async iterable: then each call
+        starts the moment the schedule lets it, while later calls are still
+        coming (``turn``); if the iterable raises, ``StreamFailed`` carries the
+        results of the calls it gave.
+
+        The turn uses the registry's tool set as it is when the turn starts.
+        With a registry that has ``refresh_tools``, the set is refreshed once
+        the results are complete, before this returns.
+
+        With a journal, the run is journaled under ``run_id`` (a new one when
+        not given; ``Outcome.run_id``): ``RunExistsError`` for an ID already in
+        the journal, and a ``JournalError`` raised when the journal fails mid-run.
+        """
+        if run_id is not None:
+            _check_run_id(run_id)
+        # A list is told by its type first: an isinstance check against an ABC costs more.
+        if type(calls) is not list and isinstance(calls, AsyncIterable):
+            return await self._run_streamed(calls, steering, context, run_id)
+        if self._settings.journal is not None:
+            return await self._run_journaled(calls, steering, context, run_id)
+        view = self._view
+        if view.toolset is not self.registry.toolset:
+            view = self._current_view()
+        if view.plain:
+            outcome = await self._planned(calls, context, None, view, None, None, run_id, steering)
+        else:
+            outcome = await self._start(calls, None, steering, context, None, None, None, run_id)
+        return outcome if run_id is None else replace(outcome, run_id=run_id)
+
+    async def _run_journaled(
+        self, calls: Iterable[ToolCall], steering: Steering | None, context: Any, run_id: str | None
+    ) -> Outcome:
+        """``run`` with a journal (apart, so that ``run`` itself holds no closure's cells)."""
+        journal = self._settings.journal
+        assert journal is not None
+        durable = RunJournal(journal, uuid.uuid4().hex if run_id is None else run_id)
+        return await self._journaled(durable, lambda: self._start(calls, None, steering, context, None, None, durable))
+
+    @property
+    def streams(self) -> bool:
+        """Whether turns can take calls over time (``turn``): not with batch hooks."""
+        return streaming_refusal(self._settings) is None
+
+    def turn(
+        self, *, steering: Steering | None = None, context: Any = None, run_id: str | None = None
+    ) -> StreamingTurn:
+        """A turn whose calls arrive over time, for ``async with``: ``submit`` each call as the model
+        streams it, ``close`` at the end, ``results()`` / ``outcome()`` for the results (see ``StreamingTurn``).
+
+        Calls are scheduled as ``run`` schedules them, each starting as soon as
+        it may; the options are ``run``'s.
+        """
+        return self._streaming_turn(steering, context, run_id, None)
+
+    def _streaming_turn(
+        self, steering: Steering | None, context: Any, run_id: str | None, sink: Callable[[Event], Any] | None
+    ) -> StreamingTurn:
+        if run_id is not None:
+            _check_run_id(run_id)
+        refresh = (lambda: self._refresh(sink, None)) if self.registry.refreshes else None
+        return StreamingTurn(
+            self._settings,
+            self._current_view(),
+            self._runs,
+            refresh,
+            steering=steering,
+            context=context,
+            run_id=run_id,
+            sink=sink,
+        )
+
+    async def _run_streamed(
+        self,
+        calls: AsyncIterable[ToolCall],
+        steering: Steering | None,
+        context: Any,
+        run_id: str | None,
+        sink: Callable[[Event], Any] | None = None,
+    ) -> Outcome:
+        if not self.streams:
+            # Batch hooks see whole batches: read the calls first.
+            listed = [call async for call in calls]
+            if sink is None:
+                return await self.run(listed, steering=steering, context=context, run_id=run_id)
+            outcome = await self._start(listed, None, steering, context, sink, None, None, run_id)
+            return outcome if run_id is None else replace(outcome, run_id=run_id)
+        turn = self._streaming_turn(steering, context, run_id, sink)
+        async with turn:
+            async for call in calls:
+                turn.submit(call)
+            turn.close()
+            return await turn.outcome()
+
+    async def recover(
+        self,
+        run_id: str,
+        *,
+        steering: Steering | None = None,
+        context: Any = None,
+        force: bool = False,
+    ) -> Outcome:
+        """Finishes a journaled run after a crash and returns its outcome, in model order.
+
+        Calls that finished are answered from the journal and never run again.
+        A call that started but did not finish runs again only if its tool is
+        ``idempotent``; otherwise it gets an ``interrupted`` error result (its
+        outcome is unknown). Calls approved or still waiting for a person keep
+        that decision; calls that never started run as they would have.
+
+        Raises ``UnknownRunError`` for a run the journal does not have and
+        ``RunClaimedError`` while another process holds the run (``force=True``
+        takes it from a holder known to be dead).
+        """
+        journal = self._settings.journal
+        if journal is None:
+            raise OptionError("recover() needs an executor built with journal=")
+        durable = RunJournal(journal, run_id)
+        return await self._journaled(durable, lambda: self._recover(durable, force, steering, context))
+
+    async def _journaled(self, durable: RunJournal, body: Callable[[], Awaitable[Outcome]]) -> Outcome:
+        """Runs a durable run's ``body`` (its lease watched meanwhile: a lost lease cancels the body at once),
+        then releases the run; a journal failure, a lost lease among them, is raised as itself."""
+        failure: Exception | None = None
+        outcome: Outcome | None = None
+        try:
+            try:
+                async with anyio.create_task_group() as group:
+                    scope = group.cancel_scope
+                    group.start_soon(durable.watch, lambda _: scope.cancel())
+                    try:
+                        outcome = await body()
+                    except Exception as exc:
+                        # Raised after the task group, which would wrap it.
+                        failure = exc
+                    finally:
+                        group.cancel_scope.cancel()
+            except BaseExceptionGroup as failures:
+                # A KeyboardInterrupt (or the like) from a tool: raised as itself, as without a journal.
+                raise_stopping(failures)
+        finally:
+            await durable.release()
+        if failure is not None:
+            if durable.failure is not None:
+                raise durable.failure from None
+            raise failure
+        if durable.failure is not None:
+            # Also a body cancelled because the run's lease was lost: it has no outcome.
+            raise durable.failure
+        assert outcome is not None
+        return replace(outcome, run_id=durable.run_id)
+
+    async def stream(
+        self,
+        calls: Iterable[ToolCall] | AsyncIterable[ToolCall],
+        *,
+        steering: Steering | None = None,
+        context: Any = None,
+        run_id: str | None = None,
+    ) -> AsyncIterator[Event]:
+        """Runs a turn, yielding its events as they happen; the last is ``RunFinished``.
+
+        Leaving the loop early (``break``) cancels the run, as soon as the
+        generator is closed: at once under ``contextlib.aclosing``, otherwise
+        when the interpreter finalises it (right after the loop on CPython).
+        The run is driven by a task of its own, so the generator may be closed
+        from any task. With a journal the run is durable, as with ``run`` (its
+        ID is ``RunFinished.outcome.run_id``).
+        """
+        if run_id is not None:
+            _check_run_id(run_id)
+        send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
+        failure: list[BaseException] = []
+        journal = self._settings.journal
+        # The run's own scope: leaving the loop early cancels it, from whichever task closes this generator.
+        scope = anyio.CancelScope()
+        cancelled = anyio.get_cancelled_exc_class()
+
+        def deliver(event: Event) -> None:
+            try:
+                send.send_nowait(event)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                # The consumer left (a "block" call of a streamed turn still finishing): nobody reads its events.
+                pass
+
+        async def drive() -> None:
+            with send:
+                try:
+                    with scope:
+                        if isinstance(calls, AsyncIterable):
+                            outcome = await self._run_streamed(calls, steering, context, run_id, deliver)
+                        elif journal is not None:
+                            durable = RunJournal(journal, uuid.uuid4().hex if run_id is None else run_id)
+                            sink = deliver
+                            outcome = await self._journaled(
+                                durable, lambda: self._start(calls, None, steering, context, sink, None, durable)
+                            )
+                        else:
+                            outcome = await self._start(calls, None, steering, context, deliver, None, None, run_id)
+                            if run_id is not None:
+                                outcome = replace(outcome, run_id=run_id)
+                        send.send_nowait(RunFinished(outcome))
+                except cancelled:
+                    # The run was stopped from outside (the loop is shutting down): nothing is left to report.
+                    return
+                except BaseException as exc:
+                    # Handed to the consumer: nothing awaits this task.
+                    failure.append(exc)
+
+        start_detached(drive)
+        try:
+            with receive:
+                async for event in receive:
+                    yield event
+        finally:
+            # Whether the consumer left early, was cancelled or read to the end: the run stops (if it still runs).
+            scope.cancel()
+        if failure:
+            raise failure[0]
+
+    def interrupt(self, reason: str | None = None, *, run_id: str | None = None) -> int:
+        """A user message arrived: stops every run in progress on this executor (or only the run ``run_id``).
+
+        Running calls of tools with ``interrupt_behavior="cancel"`` are cancelled
+        (``cancelled`` results); ``"block"`` tools finish, except that a call
+        waiting without working (a rate-limit token, a retry's backoff) runs no
+        more attempts (its last failure, or ``skipped`` if it never ran); calls
+        not started yet get ``skipped`` results. ``reason`` is added to those results' messages.
+        Returns how many runs it reached (runs that are executing their calls).
+        Call it from the event loop's thread.
+        """
+        suffix = f" ({reason})" if reason else ""
+        reached = 0
+        for turn in self._runs:
+            if run_id is not None and turn.run_id != run_id:
+                continue
+            reached += 1
+            turn.stop_calls(
+                f"not run: the user interrupted the run{suffix}",
+                turn.jobs,
+                f" because the user interrupted the run{suffix}",
+            )
+        return reached
+
+    def cancel(self, call_id: str, reason: str | None = None, *, run_id: str | None = None) -> bool:
+        """Cancels one call of the runs in progress on this executor; it gets a ``cancelled`` result.
+
+        Call IDs are unique only within a conversation: on an executor shared by
+        many, name the run (``run_id``, as given to ``run``/``stream`` or made by
+        a journal) so that only its call is reached; without ``run_id`` every run
+        in progress with a call of that ID is.
+
+        A call that has not started never runs. A running call is stopped if it
+        runs in a cancel scope: its tool has a ``timeout``,
+        ``interrupt_behavior="cancel"`` or ``isolation="process"``, or its batch
+        can be aborted by a failure. Any other running call is only asked to stop
+        (``ctx.cancelled`` turns true; the tool may end its call with
+        ``ctx.cancel()``) and otherwise keeps its own result. Returns whether a
+        call will end cancelled. Call it from the event loop's thread.
+        """
+        suffix = f": {reason}" if reason else ""
+        stopped = False
+        for turn in self._runs:
+            if run_id is not None and turn.run_id != run_id:
+                continue
+            for job in turn.jobs:
+                if job.call.id == call_id and job.state != DONE:
+                    stopped = job.cancel(f"`{job.tool.name}` was cancelled by the caller{suffix}") or stopped
+        return stopped
+
+    async def resume(
+        self,
+        state: RunState,
+        *,
+        steering: Steering | None = None,
+        context: Any = None,
+    ) -> Outcome:
+        """Continues an interrupted run from its ``RunState``; returns every result, in model order.
+
+        Calls that completed are never run again; rejected calls are answered
+        ``permission_denied``; every other call is checked again against the
+        current tools, rules and hooks before it runs. An approval holds only
+        for the same tool and the same final arguments: otherwise the call is
+        asked again. A state resumes once (``StateError`` after that). The state
+        of a journaled run (``state.run_id``) resumes only on an executor with a
+        journal (``OptionError`` otherwise), the one that holds the run.
+        """
+        if not isinstance(state, RunState):
+            raise TypeError(f"resume() takes the RunState of an interrupted run, got {type(state).__name__}")
+        journal = self._settings.journal
+        if state.run_id is not None:
+            if journal is None:
+                # Refused before the state is taken: it still resumes on an executor with the journal.
+                raise OptionError(
+                    f"the state is of the journaled run {state.run_id!r}: resume it on an executor built with "
+                    "journal= (the journal that holds the run), so that its calls are journaled and none runs twice"
+                )
+            durable = RunJournal(journal, state.run_id)
+            return await self._journaled(
+                durable, lambda: self._start(None, state, steering, context, None, None, durable)
+            )
+        return await self._start(None, state, steering, context, None, None)
+
+    async def run_nested(
+        self,
+        calls: Iterable[ToolCall] | None,
+        state: RunState | None,
+        *,
+        steering: Steering | None,
+        context: Any,
+        sink: Callable[[Event], Any] | None,
+        parent_call_id: str,
+    ) -> Outcome:
+        """Runs (``calls``) or resumes (``state``) a child turn inside the call ``parent_call_id``.
+
+        For nested runs (``toolsched._executor.nested``): the child's events go to ``sink``
+        as well, stamped with the parent call.
+        """
+        return await self._start(calls, state, steering, context, sink, parent_call_id)
+
+    # -- the entry paths --------------------------------------------------------------
+
+    async def _start(
+        self,
+        calls: Iterable[ToolCall] | None,
+        state: RunState | None,
+        steering: Steering | None,
+        context: Any,
+        sink: Callable[[Event], Any] | None,
+        parent: str | None,
+        durable: RunJournal | None = None,
+        run_id: str | None = None,
+    ) -> Outcome:
+        """Runs a turn (``calls``) or resumes one (``state``) with what surrounds it.
+
+        Around: the run's per-run resources, and the nested runs it resumes.
+        After: the registry's refresh, once the results are complete.
+        ``sink`` receives the events too; ``parent`` is the parent call of a nested run.
+        """
+        view = self._current_view()
+        children = waiting_children(state) if state is not None else None
+        try:
+            if view.resourceful or children:
+                outcome = await self._scoped(
+                    calls, state, steering, context, sink, parent, view, children, durable, run_id
+                )
+            else:
+                outcome = await self._begin(calls, state, steering, context, sink, parent, view, durable, run_id)
+        except Exception:
+            # A run that raises (on_error="raise", a tripped guardrail) has its results too: refresh all the same.
+            if self.registry.refreshes:
+                await self._refresh(sink, parent)
+            raise
+        if self.registry.refreshes:
+            await self._refresh(sink, parent)
+        return outcome
+
+    async def _begin(
+        self,
+        calls: Iterable[ToolCall] | None,
+        state: RunState | None,
+        steering: Steering | None,
+        context: Any,
+        sink: Callable[[Event], Any] | None,
+        parent: str | None,
+        view: View,
+        durable: RunJournal | None,
+        run_id: str | None = None,
+    ) -> Outcome:
+        if state is None:
+            assert calls is not None
+            return await self._run(calls, steering, context, sink, view, parent, durable, run_id)
+        return await self._resume(state, steering, context, sink, view, parent, durable)
+
+    async def _scoped(
+        self,
+        calls: Iterable[ToolCall] | None,
+        state: RunState | None,
+        steering: Steering | None,
+        context: Any,
+        sink: Callable[[Event], Any] | None,
+        parent: str | None,
+        view: View,
+        children: dict[str, CallRecord] | None,
+        durable: RunJournal | None = None,
+        run_id: str | None = None,
+    ) -> Outcome:
+        """A run with per-run resources (opened on first use, closed when it ends) or nested runs to resume."""
+        resumed = resuming.set(children) if children else None
+        try:
+            if not view.resourceful:
+                return await self._begin(calls, state, steering, context, sink, parent, view, durable, run_id)
+            failure: Exception | None = None
+            outcome: Outcome | None = None
+            try:
+                async with anyio.create_task_group() as group:
+                    resources = RunResources(group, context)
+                    token = current_resources.set(resources)
+                    try:
+                        outcome = await self._begin(
+                            calls, state, steering, context, sink, parent, view, durable, run_id
+                        )
+                    except Exception as exc:
+                        # Raised after the task group, which would wrap it: the resources close first.
+                        failure = resources.error = exc
+                    except BaseException as exc:
+                        resources.error = exc
+                        raise
+                    finally:
+                        current_resources.reset(token)
+                        resources.close()
+            except BaseExceptionGroup as failures:
+                # A KeyboardInterrupt (or the like) from a tool: raised as itself, as in a run without resources.
+                raise_stopping(failures)
+            if failure is not None:
+                raise failure
+            assert outcome is not None
+            return outcome
+        finally:
+            if resumed is not None:
+                resuming.reset(resumed)
+
+    async def _refresh(self, sink: Callable[[Event], Any] | None, parent: str | None) -> None:
+        """Refreshes the registry after a run; a failure keeps the previous set and is reported, never raised."""
+        before = {member.name for member in self.registry}
+        try:
+            changed = await self.registry.refresh()
+        except Exception as exc:
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            logger.warning("refreshing the tool set failed; the previous set stays", exc_info=True)
+            event: Event = ToolsRefreshFailed(detail)
+        else:
+            if not changed:
+                return
+            after = {member.name for member in self.registry}
+            event = ToolsChanged(tuple(sorted(after - before)), tuple(sorted(before - after)))
+        emit = self._settings.emitter(sink, parent)
+        if emit is not None:
+            emit(event)
+            await emit.flush()
+
+    async def _run(
+        self,
+        calls: Iterable[ToolCall],
+        steering: Steering | None,
+        context: Any,
+        sink: Callable[[Event], Any] | None,
+        view: View,
+        parent: str | None,
+        durable: RunJournal | None = None,
+        run_id: str | None = None,
+    ) -> Outcome:
+        """A new turn: plan its calls, answer what the engine refused, run the rest."""
+        if durable is not None:
+            calls = self._checked(calls)
+            await durable.begin(calls)
+        return await self._planned(calls, context, sink, view, parent, durable, run_id, steering)
+
+    @staticmethod
+    def _checked(calls: Iterable[ToolCall]) -> list[ToolCall]:
+        """The calls of a journaled turn, each read once (``plain_calls``): journaled as they are answered."""
+        return plain_calls(calls if isinstance(calls, list) else list(calls))
+
+    def _planned(
+        self,
+        calls: Iterable[ToolCall],
+        context: Any,
+        sink: Callable[[Event], Any] | None,
+        view: View,
+        parent: str | None,
+        durable: RunJournal | None,
+        run_id: str | None,
+        steering: Steering | None,
+    ) -> Coroutine[Any, Any, Outcome]:
+        """A new turn of ``calls``, planned (one crossing into the engine) and ready to drive: ``_drive``'s
+        coroutine, not awaited. Nothing has run yet. The plan goes on only when the engine refused a call
+        (to answer it), its jobs and calls on their own: what only planning needed is let go while the
+        calls run (fewer live objects per waiting turn for the cyclic collector to walk)."""
+        settings = self._settings
+        calls = calls if type(calls) is list else list(calls)
+        # ``plan_calls`` reads each call once (a TypeError names the first that is not a ToolCall).
+        plan = plan_calls(settings, view, calls, jobs=True)
+        # The emitter's own test written out: most turns have no listener.
+        listens = sink is not None or settings.on_event is not None or settings.on_progress is not None
+        emit = settings.emitter(sink, parent) if listens else None
+        if run_id is None and durable is not None:
+            run_id = durable.run_id
+        turn = new_turn(
+            settings, view, len(plan.tools), context, settings.interactive, emit, self._runs, durable, run_id, [], []
+        )
+        return self._drive(
+            turn, plan if plan.refused else None, plan.jobs, (), None, plan.calls, plan.duplicates, steering, None
+        )
+
+    async def _resume(
+        self,
+        state: RunState,
+        steering: Steering | None,
+        context: Any,
+        sink: Callable[[Event], Any] | None,
+        view: View,
+        parent: str | None,
+        durable: RunJournal | None = None,
+    ) -> Outcome:
+        """An interrupted turn from its state: completed calls carried over, the rest planned again."""
+        records = claim(state)
+        journaled = None
+        if durable is not None:
+            try:
+                journaled = await durable.resuming(records)
+            except BaseException:
+                # Refused by the journal (another process holds the run, say) before anything was written or
+                # ran: the state and its copies keep the person's decisions for a resume that is let through.
+                unclaim(state)
+                raise
+            await durable.resumed(records)
+        settings = self._settings
+        turn = Turn(settings, view, len(records), context, settings.emitter(sink, parent), self._runs, durable)
+        slot_calls = [ToolCall(record.call_id, record.name, record.args) for record in records]
+        todo: list[int] = []
+        for slot, record in enumerate(records):
+            if record.result is not None:
+                turn.carry(slot, record.result)
+            elif record.status == "rejected":
+                name = record.tool or record.name
+                await turn.answer(slot, slot_calls[slot], name, "permission_denied", not_approved(name, record.message))
+            else:
+                todo.append(slot)
+        # A state's call IDs are unique, so the plan has one slot per call, in order.
+        plan = plan_calls(settings, view, [slot_calls[slot] for slot in todo])
+        jobs: list[Job] = []
+        for slot, turn_slot in enumerate(todo):
+            if slot in plan.refused:
+                await turn.answer_refused(plan, slot, turn_slot)
+            else:
+                job = plan.job(view, slot, turn_slot)
+                if journaled is not None and records[turn_slot].child is not None:
+                    # A call whose nested run waited had started: it counts the starts its journal holds.
+                    job.prior_attempts = journaled.call(job.call.id).starts
+                    job.attempts = job.prior_attempts + 1
+                jobs.append(job)
+        return await self._drive(turn, None, jobs, [], [], slot_calls, state.duplicates, steering, state)
+
+    async def _recover(self, durable: RunJournal, force: bool, steering: Steering | None, context: Any) -> Outcome:
+        """Finishes a journaled run from where its calls were left (see ``recover``)."""
+        record = await durable.claim(force)
+        view = self._current_view()
+        settings = self._settings
+        plan = plan_calls(settings, view, list(record.turn))
+        turn = Turn(settings, view, len(plan), context, settings.emitter(None, None), self._runs, durable)
+        fresh, ready, held, nested = await recovered_jobs(turn, plan, record)
+        # Calls approved to resume their nested runs find them as ``resume`` sets them (``toolsched._executor.nested``).
+        token = resuming.set(nested) if nested else None
+        try:
+            return await self._drive(turn, None, fresh, ready, held, plan.calls, plan.duplicates, steering, None)
+        finally:
+            if token is not None:
+                resuming.reset(token)
+
+    async def _drive(
+        self,
+        turn: Turn,
+        refused: Plan | None,
+        fresh: list[Job],
+        ready: Sequence[Job],
+        held: list[Held] | None,
+        slot_calls: list[ToolCall],
+        duplicates: list[Duplicate],
+        steering: Steering | None,
+        prior: RunState | None,
+    ) -> Outcome:
+        """What every entry path shares: answer what the engine refused (``refused``), admit the fresh
+        calls, run them with the ready ones, finish."""
+        if refused is not None and refused.refused:
+            for slot in refused.refused:
+                await turn.answer_refused(refused, slot)
+        view = turn.view
+        jobs = fresh
+        if (view.checks_input or view.admits) and jobs:
+            # Admission awaits (input checks, hooks, a person's approval): the run is in progress meanwhile, and
+            # ``cancel``/``interrupt`` reach its calls (a call cancelled or a run interrupted now never runs).
+            turn.jobs = [*jobs, *ready] if ready else jobs
+            turn.live.add(turn)
+            try:
+                if view.checks_input:
+                    jobs = await check_semantics(jobs, turn)
+                if view.admits and jobs:
+                    if held is None:
+                        held = []
+                    jobs = await admit(jobs, turn, held, prior)
+            finally:
+                turn.live.discard(turn)
+        if ready:
+            jobs = sorted([*jobs, *ready], key=lambda job: job.slot)
+        steering_messages = await run_jobs(jobs, turn, steering)
+        if turn.emit is not None:
+            await turn.emit.flush()
+        if not held and not turn.parked:
+            return new_outcome(turn.ordered(), duplicates, steering_messages, False, [], None, None)
+        return turn.finish(slot_calls, held or [], duplicates, steering_messages, prior)
+
+
+def _check_run_id(run_id: object) -> None:
+    """A run ID given to ``run``, ``stream`` or ``turn``: non-empty text (a journal has limits of its own)."""
+    if type(run_id) is not str or not run_id:
+        raise OptionError(f"run_id must be a non-empty string, got {run_id!r}")

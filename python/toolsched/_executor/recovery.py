@@ -1,0 +1,162 @@
+"""Finishing a journaled run after a crash: each call picks up from its last journaled transition."""
+
+from __future__ import annotations
+
+from toolsched._executor.admit import denied_now, not_approved
+from toolsched._executor.durable import journaled_child
+from toolsched._executor.turn import Held, Job, Plan, Turn
+from toolsched._policy.runstate import CallRecord
+from toolsched._values.results import args_digest
+from toolsched.journal import RunRecord
+
+__all__ = ["recovered_jobs"]
+
+
+def unknown_outcome(tool_name: str) -> str:
+    return (
+        "the outcome of this call is unknown: it started before the run was interrupted and "
+        f"`{tool_name}` is not idempotent, so it was not run again"
+    )
+
+
+def attempts_spent(tool_name: str, starts: int, allowed: int) -> str:
+    spent = (
+        f"all {starts} attempts its retry policy allows"
+        if starts == allowed
+        else f"{starts} attempts (its retry policy allows {allowed})"
+    )
+    return (
+        f"the outcome of this call is unknown: {spent} had started before the run was interrupted, "
+        f"so `{tool_name}` was not run again"
+    )
+
+
+def unchecked_arguments(turn: Turn, job: Job) -> str | None:
+    """Checks the arguments the journal holds for a call against its tool's input schema: they replace the
+    call's own (validated when planned) and run without admission. Returns why they may not run, or None
+    (``job.args`` then holds them as checked)."""
+    checked, message = turn.view.table.check(job.index, job.args, turn.settings.limits)
+    if message is not None:
+        return (
+            f"the arguments the journal holds for this call do not pass the input schema of `{job.tool.name}`, "
+            f"so it was not run: {message}"
+        )
+    job.args = checked  # built anew by the check: no one else holds it
+    return None
+
+
+async def recovered_jobs(
+    turn: Turn, plan: Plan, record: RunRecord
+) -> tuple[list[Job], list[Job], list[Held], dict[str, CallRecord]]:
+    """Sorts a journaled run's calls by where each was left: ``(fresh, ready, held, nested)``.
+
+    Finished calls are answered from the journal and never run again. Fresh
+    calls (never admitted) go through admission; ready ones (approved, or
+    started by an idempotent tool) run as they are; held ones still wait for a
+    person, and calls whose nested runs wait go to ``turn.parked``. ``nested``
+    holds the ready calls whose nested runs resume, as ``resume`` finds them. A
+    call that started on a tool that is not idempotent, or that is gone, is
+    answered ``interrupted``: its outcome is unknown. A call whose journaled
+    arguments fail its tool's schema is answered ``invalid_input`` and not run, and
+    one a deny rule in force now names ``permission_denied``. Every result counts the
+    attempts its journal holds as started (``ToolResult.attempts``), a call run again
+    one more.
+    """
+    view = turn.view
+    entries = {entry.call_id: entry for entry in record.calls}
+    # Read before anything is answered: a damaged nested run is refused with the journal untouched.
+    children = {
+        entry.call_id: child
+        for entry in record.calls
+        if entry.state in ("pending", "approved")
+        and (child := journaled_child(record.run_id, entry.call_id, entry.decision)) is not None
+    }
+    fresh: list[Job] = []
+    ready: list[Job] = []
+    held: list[Held] = []
+    nested: dict[str, CallRecord] = {}
+    for slot in range(len(plan)):
+        call = plan.calls[slot]
+        entry = entries[call.id]
+        if entry.result is not None:
+            turn.carry(slot, entry.result)
+            continue
+        refused = plan.refused.get(slot)
+        if refused is not None:
+            if entry.state == "started":
+                # Started with a tool that is gone now: whether it is idempotent cannot be known.
+                await turn.answer(
+                    slot, call, call.name, "interrupted", unknown_outcome(call.name), attempts=entry.starts
+                )
+            else:
+                # The tool set changed since the crash: the call is answered as it would be now.
+                await turn.answer(slot, call, plan.tool_name(view, slot), refused[0], refused[1], attempts=entry.starts)
+            continue
+        job = plan.job(view, slot)
+        tool = job.tool
+        decision = entry.decision or {}
+        if entry.state == "planned":
+            fresh.append(job)
+            continue
+        if entry.state == "rejected":
+            await turn.answer(
+                slot,
+                call,
+                tool.name,
+                "permission_denied",
+                not_approved(tool.name, decision.get("message")),
+                attempts=entry.starts,
+            )
+            continue
+        if entry.state in ("pending", "approved"):
+            job.args = decision.get("args", job.args)
+            # A call whose nested run waits had started (the starts journaled); any other had not.
+            job.prior_attempts = entry.starts
+            job.attempts = entry.starts + 1
+        elif tool.idempotent:
+            retry = tool.retry
+            if retry is not None and entry.starts >= retry.attempts:
+                # Every attempt its policy allows had started: running it again would exceed the policy.
+                spent = attempts_spent(tool.name, entry.starts, retry.attempts)
+                await turn.answer(slot, call, tool.name, "interrupted", spent, attempts=entry.starts)
+                continue
+            job.args = (entry.run_with or {}).get("args", job.args)
+            # The runs journaled before the crash count: the run it gets now is the next one.
+            job.prior_attempts = entry.starts
+            job.attempts = entry.starts + 1
+        else:
+            await turn.answer(slot, call, tool.name, "interrupted", unknown_outcome(tool.name), attempts=entry.starts)
+            continue
+        refusal = unchecked_arguments(turn, job)
+        if refusal is not None:
+            await turn.answer(slot, call, tool.name, "invalid_input", refusal, attempts=entry.starts)
+            continue
+        denied = denied_now(job, turn)
+        if denied is not None:
+            # Approved, held or started before the crash, and denied by the rules in force now: a deny still wins.
+            await turn.answer(slot, call, tool.name, "permission_denied", denied, attempts=entry.starts)
+            continue
+        child = children.get(call.id)
+        fingerprint = str(decision.get("fingerprint", view.fingerprint(job.index)))
+        if entry.state == "pending" and child is not None:
+            if turn.parked is None:
+                turn.parked = []
+            turn.parked.append((job, child))
+        elif entry.state == "pending":
+            held.append(Held(job, str(decision.get("reason", "")), args_digest(job.args), fingerprint))
+        else:
+            if child is not None:
+                # Approved to resume its nested run: it runs with the nested run's record as decided.
+                nested[call.id] = CallRecord(
+                    call.id,
+                    call.name,
+                    call.args,
+                    "nested",
+                    tool=tool.name,
+                    fingerprint=fingerprint,
+                    request_args=job.args,
+                    digest=args_digest(job.args),
+                    child=child,
+                )
+            ready.append(job)
+    return fresh, ready, held, nested

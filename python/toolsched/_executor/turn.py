@@ -1,0 +1,560 @@
+"""The Turn: one run's calls in, one result per call out, in model order.
+
+A turn is planned once (``plan_calls``: the engine's lookup, dedup and
+validation, decoded in one place), its runnable calls become ``Job``s, and it
+ends in one place (``Turn.finish``): every result in model order, or, when
+calls wait for a person, the state to resume from.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from types import SimpleNamespace
+from typing import Any, cast
+
+import anyio
+
+from toolsched import _core
+from toolsched._executor.durable import RunJournal
+from toolsched._executor.emitter import Emitter
+from toolsched._executor.settings import Settings
+from toolsched._executor.view import View
+from toolsched._policy.hooks import UpdateFilter
+from toolsched._policy.permissions import UNDECIDED, Permissions
+from toolsched._policy.runstate import CallRecord, ChildRecord, RunState, new_state
+from toolsched._tools.context import ToolContext
+from toolsched._tools.registry import SEARCH_TOOL_NAME
+from toolsched._tools.search import SearchContext
+from toolsched._tools.tools import Tool, ToolFacts
+from toolsched._values.events import Event, ToolFinished, ToolStarted
+from toolsched._values.fastpath import slot_builder
+from toolsched._values.outcome import Outcome, new_outcome
+from toolsched._values.results import (
+    Duplicate,
+    ErrorKind,
+    ToolCall,
+    ToolResult,
+    args_digest,
+    detached,
+    new_result,
+    plain_calls,
+)
+from toolsched.errors import GuardrailTripped, UnknownToolError
+
+__all__ = [
+    "DONE",
+    "PENDING",
+    "RUNNING",
+    "Held",
+    "Job",
+    "Plan",
+    "Turn",
+    "judge",
+    "new_job",
+    "new_plan",
+    "new_turn",
+    "plan_calls",
+]
+
+logger = logging.getLogger("toolsched")
+
+# The life of a job: waiting for a worker, running, answered.
+PENDING, RUNNING, DONE = 0, 1, 2
+
+
+class Job:
+    """One runnable call of a turn (internal, mutable while the turn runs)."""
+
+    __slots__ = (
+        "args",
+        "attempts",
+        "body_left",
+        "body_outlived_cancel",
+        "call",
+        "cancel_reason",
+        "ctx",
+        "declared",
+        "facts",
+        "index",
+        "pause",
+        "prior_attempts",
+        "ruled",
+        "ruling",
+        "scope",
+        "slot",
+        "state",
+        "timed_out",
+        "tool",
+    )
+
+    def __init__(
+        self, slot: int, call: ToolCall, tool: Tool, facts: ToolFacts, args: Any, index: int, ruling: Any = UNDECIDED
+    ) -> None:
+        self.slot = slot
+        self.call = call
+        self.tool = tool
+        self.facts = facts
+        self.args = args
+        self.index = index
+        # The engine's verdict on the call's rules (``RuleTable.judge``), valid while ``args`` is ``ruled``:
+        # arguments replaced since (a hook's rewrite, a journal's) are judged anew.
+        self.ruling = ruling
+        self.ruled = args
+        self.state = PENDING
+        # How many times the tool has run for this call (a retry policy may run it again), and how
+        # many runs a journal holds from before a crash (``recover`` goes on from there).
+        self.attempts = 1
+        self.prior_attempts = 0
+        self.scope: anyio.CancelScope | None = None
+        self.cancel_reason: str | None = None
+        self.ctx: ToolContext | None = None
+        # Set when the tool cancelled its own call (``ctx.cancel``): it ends cancelled whatever follows.
+        self.declared = False
+        # Set when a body in a thread was waited for after the call was cancelled (``toolsched._backends.threads``).
+        self.body_outlived_cancel = False
+        # Set when the call's deadline passed while its cancelled body was waited for: it ends ``timeout``.
+        self.timed_out = False
+        # Set when its call ended while its body went on in a thread: set in turn when that body returns.
+        self.body_left: threading.Event | None = None
+        # The scope of a wait without working (a rate-limit token, a retry's backoff): an interrupt ends it.
+        self.pause: anyio.CancelScope | None = None
+
+    def waits_for_started_body(self) -> bool:
+        """A cancelled call waits for a sync body already running in its thread; a timed-out one does not."""
+        return self.cancel_reason is not None
+
+    def deadline(self) -> float:
+        return self.scope.deadline if self.scope is not None else math.inf
+
+    def cancel(self, message: str) -> bool:
+        """Asks the call to stop with a ``cancelled`` result carrying ``message``.
+
+        Returns whether it will: a call not started yet never starts, and a
+        running call in a cancel scope is stopped. A running call without one
+        can only be asked (``ctx.cancelled`` turns true) and keeps its own result.
+        """
+        if self.state == DONE:
+            return False
+        if self.ctx is not None:
+            self.ctx.request_cancel()
+        if self.state == PENDING or self.scope is not None:
+            if self.cancel_reason is None:
+                self.cancel_reason = message
+            if self.scope is not None:
+                self.scope.cancel()
+            return True
+        return False
+
+    def declare_cancelled(self, message: str) -> None:
+        """The tool cancelled its own call: its result is ``cancelled``, and a scope stops it now."""
+        if self.state == DONE:
+            return
+        if self.cancel_reason is None:
+            self.cancel_reason = message
+        self.declared = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+
+def judge(
+    job: Job, static: bool | None, judgement: Callable[[Any], bool], if_it_raises: bool, consequence: str
+) -> bool:
+    """A per-call flag: the tool's constant when it has one, else its judgement of the
+    arguments; a judgement that raises counts as the fail-closed answer."""
+    if static is not None:
+        return static
+    try:
+        return bool(judgement(job.args))
+    except Exception:
+        logger.warning("%s of %s raised; %s", judgement.__name__, job.tool.name, consequence, exc_info=True)
+        return if_it_raises
+
+
+# Each call of a turn gets a job: built in C (``fastpath.slot_builder``, ``python benches/pieces.py``), every
+# slot not given taking the value ``Job.__init__`` gives it. ``ruled`` is given as ``args``.
+new_job: Callable[[int, ToolCall, Tool, ToolFacts, Any, int, Any, Any], Job] = slot_builder(
+    Job,
+    ("slot", "call", "tool", "facts", "args", "index", "ruling", "ruled"),
+    Job(0, cast(ToolCall, None), cast(Tool, None), cast(ToolFacts, None), None, 0),
+)
+# The builder itself, for a turn's jobs made in one crossing (``_core.turn_jobs``).
+_JOB_BUILDER: _core.SlotBuilder = new_job.__self__  # type: ignore[attr-defined]
+
+
+class Held:
+    """A call waiting for a person's decision (internal)."""
+
+    __slots__ = ("digest", "fingerprint", "job", "reason")
+
+    def __init__(self, job: Job, reason: str, digest: str, fingerprint: str) -> None:
+        self.job = job
+        self.reason = reason
+        self.digest = digest
+        self.fingerprint = fingerprint
+
+
+class Plan:
+    """The engine's plan of a list of calls, decoded (internal).
+
+    ``calls`` are the planned calls by slot (first occurrences, model order);
+    ``tools``/``args`` the tool index and validated arguments of each slot;
+    ``refused`` the slots the engine answered, with the error kind and message;
+    ``duplicates`` the calls dropped for repeating an ID; ``rulings`` the
+    engine's verdict on each slot's permission rules (see ``Job.ruling``).
+    """
+
+    __slots__ = ("args", "calls", "duplicates", "jobs", "refused", "rulings", "tools")
+
+    def __init__(
+        self,
+        calls: list[ToolCall],
+        tools: list[int],
+        args: list[Any],
+        refused: dict[int, tuple[ErrorKind, str]],
+        duplicates: list[Duplicate],
+        rulings: list[Any],
+    ) -> None:
+        self.calls = calls
+        self.tools = tools
+        self.args = args
+        self.refused = refused
+        self.duplicates = duplicates
+        self.rulings = rulings
+        # The job of every slot the engine did not refuse, in model order (when ``plan_calls`` is asked for them).
+        self.jobs: list[Job] = []
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    def job(self, view: View, slot: int, turn_slot: int | None = None) -> Job:
+        """The job of a planned slot that the engine did not refuse (``turn_slot`` places it in the turn)."""
+        index = self.tools[slot]
+        args = self.args[slot]
+        return new_job(
+            slot if turn_slot is None else turn_slot,
+            self.calls[slot],
+            view.tools[index],
+            view.facts[index],
+            args,
+            index,
+            self.rulings[slot],
+            args,
+        )
+
+    def tool_name(self, view: View, slot: int) -> str:
+        """The canonical name of a slot's tool, or the name the model used when there is none."""
+        index = self.tools[slot]
+        return view.tools[index].name if index >= 0 else self.calls[slot].name
+
+
+# Every turn is planned once: built in C (``fastpath.slot_builder``), each slot given.
+new_plan: Callable[
+    [list[ToolCall], list[int], list[Any], dict[int, tuple[ErrorKind, str]], list[Duplicate], list[Any], list[Job]],
+    Plan,
+] = slot_builder(
+    Plan, ("calls", "tools", "args", "refused", "duplicates", "rulings", "jobs"), Plan([], [], [], {}, [], [])
+)
+
+
+# The types of a turn's calls when every one is exactly a ToolCall (``plan_calls``).
+_ONLY_TOOLCALL = {ToolCall}
+
+
+def plan_calls(settings: Settings, view: View, calls: list[ToolCall], *, jobs: bool = False) -> Plan:
+    """One crossing into the engine for a list of calls: type check, lookup, dedup by ID, validation.
+
+    With ``jobs``, the plan also holds the job of every call the engine did not refuse. A call
+    that is not exactly a ``ToolCall`` is read once, here (``plain_call``): the plan, and
+    everything after it, holds what was read.
+    """
+    # Told by the set of the calls' types, built in C: a loop here costs every call of every turn.
+    if calls and set(map(type, calls)) != _ONLY_TOOLCALL:
+        calls = plain_calls(calls)
+    tool_rows, arg_rows, failures, positions, duplicate_rows, rulings = view.table.prepare(
+        calls, view.toolset.disabled_mask(), settings.limits, view.rules, ToolCall
+    )
+    assert rulings is not None  # given a rule table, the engine judges every slot
+    planned = calls if positions is None else [calls[index] for index in positions]
+    refused: dict[int, tuple[ErrorKind, str]] = {}
+    for slot, error_kind, message in failures:
+        if error_kind == "unknown_tool":
+            message = unavailable(view, planned[slot].name, message, settings.permissions)
+        refused[slot] = (cast(ErrorKind, error_kind), message)
+    duplicates = (
+        [Duplicate(calls[index].id, index, first, differ) for index, first, differ in duplicate_rows]
+        if duplicate_rows
+        else []
+    )
+    made: list[Job] = []
+    if jobs:
+        tools, facts = view.tools, view.facts
+        if refused:
+            made = [
+                new_job(slot, planned[slot], tools[index], facts[index], args, index, rulings[slot], args)
+                for slot, (index, args) in enumerate(zip(tool_rows, arg_rows, strict=True))
+                if slot not in refused
+            ]
+        else:
+            # The same jobs as the comprehension above, built in one crossing.
+            made = _core.turn_jobs(_JOB_BUILDER, planned, tools, facts, tool_rows, arg_rows, rulings)
+    return new_plan(planned, tool_rows, arg_rows, refused, duplicates, rulings, made)
+
+
+def unavailable(view: View, name: str, message: str, permissions: Permissions | None) -> str:
+    """The ``unknown_tool`` message, telling how to load a deferred tool that has not been (unless the
+    rules deny it outright: ``tool_search`` does not offer it)."""
+    toolset = view.toolset
+    member = toolset.by_name.get(name)
+    if member is None or member.name not in toolset.deferred or member.name in toolset.loaded:
+        return message
+    if permissions is not None and permissions.denies_outright(member):
+        return message
+    search = f"`{SEARCH_TOOL_NAME}`" if SEARCH_TOOL_NAME in toolset.by_name else "tool search"
+    return (
+        f"tool `{member.name}` is not loaded yet: find it with {search} (which loads it), then call it in a later turn"
+    )
+
+
+class Turn:
+    """Results of one run as they complete, and what the run's calls can see."""
+
+    __slots__ = (
+        "abort",
+        "batch",
+        "completed",
+        "context",
+        "count",
+        "durable",
+        "emit",
+        "failures",
+        "halt",
+        "interactive",
+        "jobs",
+        "lent",
+        "live",
+        "parked",
+        "pool",
+        "run_id",
+        "scoped",
+        "settings",
+        "slots",
+        "tasked",
+        "tripped",
+        "view",
+    )
+
+    def __init__(
+        self,
+        settings: Settings,
+        view: View,
+        count: int,
+        context: Any,
+        emit: Emitter | None,
+        live: set[Turn],
+        durable: RunJournal | None,
+    ) -> None:
+        self.settings = settings
+        self.view = view
+        self.count = count
+        self.context = context
+        self.interactive = settings.interactive
+        self.emit = emit
+        # The executor's runs in progress: a turn is among them while its calls execute.
+        self.live = live
+        self.completed: list[ToolResult] = []
+        self.slots: list[int] = []
+        self.tripped: GuardrailTripped | None = None
+        # Calls whose nested runs wait for approvals: (job, the nested run's record); None when none do.
+        self.parked: list[tuple[Job, ChildRecord]] | None = None
+        # The run's journal when the run is durable: every answer is journaled before it is recorded.
+        self.durable = durable
+        # The run's ID when it has one (given to ``run``, or the journal's): ``cancel(run_id=...)`` finds it by it.
+        self.run_id = durable.run_id if durable is not None else None
+        # The calls that reach execution, and the batch running now.
+        self.jobs: Sequence[Job] = ()
+        self.batch: Sequence[Job] = ()
+        # Whether every call of the running batch gets a cancel scope (its siblings may abort it).
+        self.scoped = False
+        # Calls of the running batch waiting without working (a rate limit, a backoff): their pool
+        # slots are lent to other calls; ``pool`` is the batch's worker pool once it has one.
+        self.lent = 0
+        self.pool: Any = None
+        # Whether each call runs in a task of its own that only the turn's scopes stop (a streamed turn).
+        self.tasked = False
+        # Set when a failure aborts the running batch: why its other calls are cancelled.
+        self.abort: str | None = None
+        # Set by an interrupt: why the calls not started yet are skipped.
+        self.halt: str | None = None
+        # Failures that end the run once their batch settles: (slot, result, exception).
+        self.failures: list[tuple[int, ToolResult, BaseException | None]] | None = None
+
+    def carry(self, slot: int, result: ToolResult) -> None:
+        """Takes over a result from an earlier part of the run (no events: it was reported then)."""
+        self.completed.append(result)
+        self.slots.append(slot)
+
+    def record(self, slot: int, result: ToolResult) -> None:
+        self.completed.append(result)
+        self.slots.append(slot)
+        if self.emit is not None:
+            self.emit(ToolFinished(result))
+
+    async def answer(
+        self,
+        slot: int,
+        call: ToolCall,
+        tool_name: str,
+        kind: ErrorKind,
+        message: str,
+        batch: int | None = None,
+        attempts: int = 0,
+    ) -> None:
+        """Answers a call that does not run (again) with an error result, journaled first in a durable run;
+        ``attempts`` is how many times its tool had started on it (those a crashed run journaled)."""
+        result = new_result(call.id, tool_name, None, message, kind, True, 0.0, False, batch, False, None, attempts)
+        if self.durable is not None:
+            await self.durable.finished(result)
+        if self.emit is not None:
+            self.emit(ToolStarted(call.id, tool_name, batch, ran=False))
+        self.record(slot, result)
+
+    async def answer_refused(self, plan: Plan, slot: int, turn_slot: int | None = None) -> None:
+        """Answers a call the engine refused; an unknown tool raises instead when the executor says so."""
+        kind, message = plan.refused[slot]
+        call = plan.calls[slot]
+        if kind == "unknown_tool" and self.settings.unknown_tool == "raise":
+            raise UnknownToolError(message, call_id=call.id, tool_name=call.name)
+        await self.answer(
+            slot if turn_slot is None else turn_slot, call, plan.tool_name(self.view, slot), kind, message
+        )
+
+    def context_for(self, job: Job, cancel_call: Callable[[str], object] | None = None) -> ToolContext:
+        """The ``ToolContext`` a call's tool sees (its updates filtered by ``on_update`` hooks)."""
+        emit: Callable[[Event], None] | None = self.emit
+        if self.view.update_hooked:
+            hooks = self.view.policies[job.index].update
+            if hooks:
+                emit = UpdateFilter(hooks, emit)
+        if job.tool is self.view.toolset.search:
+            # The built-in tool_search offers only tools that this executor's rules do not deny outright.
+            permissions = self.settings.permissions
+            return SearchContext(
+                job.call.id, job.tool.name, self.context, self.interactive, emit, cancel_call, permissions
+            )
+        return ToolContext(job.call.id, job.tool.name, self.context, self.interactive, emit, cancel_call)
+
+    def stop_calls(self, halt: str, jobs: Iterable[Job], cancelled: str, *, every_call: bool = False) -> None:
+        """Stops the turn (an interrupt, a broken stream): nothing new starts (``halt``); running calls of
+        ``interrupt_behavior="cancel"`` tools (of every tool with ``every_call``) are cancelled (``cancelled``,
+        after the tool's name), and a call waiting without working (a rate-limit token, a retry's backoff)
+        works no more."""
+        if self.halt is None:
+            self.halt = halt
+        for job in jobs:
+            if job.state != RUNNING:
+                continue
+            if every_call or job.tool.interrupt_behavior == "cancel":
+                job.cancel(f"`{job.tool.name}` was cancelled{cancelled}")
+            if job.pause is not None:
+                job.pause.cancel()
+
+    def lend(self) -> None:
+        """A call of the running batch starts waiting without working: another call may take its slot."""
+        self.lent += 1
+        if self.pool is not None:
+            self.pool.lend()
+
+    async def reclaim(self) -> None:
+        """The call is ready to work again: it waits for a free slot of its batch first."""
+        if self.pool is not None:
+            await self.pool.reclaim()
+        else:
+            self.lent -= 1
+
+    def give_back(self) -> None:
+        """The call stopped while it waited (cancelled): it takes no slot again."""
+        self.lent -= 1
+        if self.pool is not None:
+            self.pool.gave_back()
+
+    def ordered_partial(self) -> list[ToolResult]:
+        """The results recorded so far, in model order."""
+        return [result for _, result in sorted(zip(self.slots, self.completed, strict=True), key=lambda p: p[0])]
+
+    def ordered(self) -> list[ToolResult]:
+        if self.count == len(self.completed) == 1:
+            return list(self.completed)
+        ordered: list[ToolResult] = _core.assemble(self.count, self.slots, self.completed)
+        return ordered
+
+    def finish(
+        self,
+        slot_calls: Sequence[ToolCall],
+        held: list[Held],
+        duplicates: list[Duplicate],
+        steering_messages: list[Any],
+        prior: RunState | None,
+    ) -> Outcome:
+        """The run's outcome: every result in model order, or, when calls wait, the state to resume from."""
+        if not held and not self.parked:
+            return new_outcome(self.ordered(), duplicates, steering_messages, False, [], None, None)
+        results = dict(zip(self.slots, self.completed, strict=True))
+        waiting = {entry.job.slot: entry for entry in held}
+        parked = {job.slot: (job, child) for job, child in self.parked or ()}
+        records = []
+        for slot, call in enumerate(slot_calls):
+            args = call.args if isinstance(call.args, str) else detached(dict(call.args))
+            result = results.get(slot)
+            if result is not None:
+                records.append(CallRecord(call.id, call.name, args, "done", result=result))
+                continue
+            if slot in parked:
+                job, child = parked[slot]
+                records.append(
+                    CallRecord(
+                        call.id,
+                        call.name,
+                        args,
+                        "nested",
+                        tool=job.tool.name,
+                        fingerprint=self.view.fingerprint(job.index),
+                        request_args=detached(job.args),
+                        digest=args_digest(job.args),
+                        child=child,
+                    )
+                )
+                continue
+            entry = waiting[slot]
+            records.append(
+                CallRecord(
+                    call.id,
+                    call.name,
+                    args,
+                    "pending",
+                    tool=entry.job.tool.name,
+                    fingerprint=entry.fingerprint,
+                    request_args=detached(entry.job.args),
+                    reason=entry.reason,
+                    digest=entry.digest,
+                )
+            )
+        run_id = self.durable.run_id if self.durable is not None else None
+        state = new_state(records, list(duplicates), prior, run_id)
+        return Outcome(self.ordered_partial(), duplicates, steering_messages, True, state.pending, state)
+
+
+# A turn of ``Executor.run``: built in C (``fastpath.slot_builder``), the slots not given taking the values
+# ``Turn.__init__`` gives them; ``new_turn(settings, view, count, context, interactive, emit, live, durable,
+# run_id, completed, slots)``, the last two new empty lists (``python benches/instructions.py 1 1000 --full``).
+new_turn: Callable[
+    [Settings, View, int, Any, bool, Emitter | None, set[Turn], RunJournal | None, str | None, list[Any], list[int]],
+    Turn,
+] = slot_builder(
+    Turn,
+    ("settings", "view", "count", "context", "interactive", "emit", "live", "durable", "run_id", "completed", "slots"),
+    # Only the slots not given are read from it: a stand-in for the settings, which it reads.
+    Turn(cast(Settings, SimpleNamespace(interactive=False)), cast(View, None), 0, None, None, set(), None),
+)

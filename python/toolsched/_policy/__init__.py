@@ -1,0 +1,1 @@
+"""Policy: permission rules, hooks, guardrails, approvals and resumable state, resilience (private)."""

@@ -1,0 +1,144 @@
+"""What a running tool can see and do: ``ToolContext``."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import anyio.from_thread
+
+from toolsched._values.events import Event, ToolProgress, ToolUpdated
+from toolsched.errors import ResourceError
+
+__all__ = ["ToolContext"]
+
+
+class ToolContext:
+    """Handed to a tool that takes a ``ctx`` parameter.
+
+    ``context`` is the object the caller passed to ``Executor.run``.
+    """
+
+    __slots__ = (
+        "_cancel_call",
+        "_cancelled",
+        "_emit",
+        "_loop_thread",
+        "_resource",
+        "call_id",
+        "context",
+        "interactive",
+        "tool_name",
+    )
+
+    # Set only for tools with a per-run resource, just before the call (see ``resource``).
+    _resource: Any
+
+    def __init__(
+        self,
+        call_id: str,
+        tool_name: str,
+        context: Any,
+        interactive: bool,
+        emit: Callable[[Event], None] | None,
+        cancel_call: Callable[[str], object] | None = None,
+    ) -> None:
+        self.call_id = call_id
+        self.tool_name = tool_name
+        self.context = context
+        self.interactive = interactive
+        self._emit = emit
+        self._cancelled = False
+        self._cancel_call = cancel_call
+        self._loop_thread = threading.get_ident()
+
+    def report_progress(self, fraction: float, message: str | None = None) -> None:
+        """Reports how far along the call is, as a fraction from 0 to 1."""
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"progress fraction must be between 0 and 1, got {fraction}")
+        if self._emit is not None:
+            self._send(ToolProgress(self.call_id, self.tool_name, fraction, message))
+
+    def update(self, partial_output: Any) -> None:
+        """Streams partial output; the final result is still what the tool returns."""
+        if self._emit is not None:
+            self._send(ToolUpdated(self.call_id, self.tool_name, partial_output))
+
+    def _send(self, event: Event) -> None:
+        if threading.get_ident() != self._loop_thread:
+            try:
+                anyio.from_thread.run_sync(self._send, event)
+            except RuntimeError:
+                # The run's event loop is gone: nobody is listening any more.
+                return
+            return
+        # Checked again on the event loop: nothing is reported after the call's result.
+        if self._emit is not None:
+            self._emit(event)
+
+    @property
+    def resource(self) -> Any:
+        """This tool's per-run resource: what its ``open`` (or ``run_resource`` factory) gave for this run.
+
+        The run opens it on the tool's first call and closes it when the run
+        ends; every call of the tool in the run sees the same one.
+        """
+        try:
+            return self._resource
+        except AttributeError:
+            raise ResourceError(
+                f"`{self.tool_name}` has no per-run resource: define open()/close() or run_resource on the tool"
+            ) from None
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether this call has been asked to stop, or was stopped (a timeout, an interrupt).
+
+        Sync tools cannot be interrupted inside their thread: check this in long loops.
+        """
+        return self._cancelled
+
+    def cancel(self, reason: str | None = None) -> None:
+        """Cancels this call: it ends with a ``cancelled`` result carrying ``reason``.
+
+        Whatever the tool returns or raises afterwards is discarded, so return
+        promptly. A call that runs in a cancel scope (a tool with a ``timeout``,
+        ``interrupt_behavior="cancel"`` or ``isolation="process"``) is also
+        stopped at its next ``await``, or, in a worker thread, answered at once
+        while the thread is left to return. Callable from the tool, its thread,
+        or any code the tool hands the context to.
+        """
+        message = f"`{self.tool_name}` was cancelled" + (f": {reason}" if reason else "")
+        self._cancelled = True
+        if self._cancel_call is None:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._cancel_call(message)
+            return
+        try:
+            anyio.from_thread.run_sync(self._cancel_call, message)
+        except RuntimeError:
+            # The run's event loop is gone: the call is over already.
+            return
+
+    @property
+    def event_sink(self) -> Callable[[Event], None] | None:
+        """Where this call's events go (internal to toolsched: a nested run sends its events there too)."""
+        return self._emit
+
+    def attach_resource(self, value: Any) -> None:
+        """Sets this call's per-run resource (internal to toolsched: the run's resources do it)."""
+        self._resource = value
+
+    def request_cancel(self) -> None:
+        """Marks the call as asked to stop (``cancelled`` turns true); the executor decides what else happens."""
+        self._cancelled = True
+
+    def finish(self, stopped: bool) -> None:
+        """The call has its result (internal to toolsched): later progress is dropped; a stopped call reads as
+        cancelled."""
+        self._emit = None
+        self._cancel_call = None
+        if stopped:
+            self._cancelled = True
