@@ -227,7 +227,7 @@ def main() -> None:
     parser.add_argument("--mode", choices=("both", "stock", "switched"), default="both")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "toolsched-peers")
     parser.add_argument("--python", default=sys.executable, help="the Python whose environment runs the tests")
-    parser.add_argument("--timeout", type=int, default=120, help="seconds a single test may take")
+    parser.add_argument("--timeout", type=int, default=20, help="seconds a single test may take")
     parser.add_argument("--files", nargs="+", metavar="PATH", help="these test files (relative to the sdist)")
     parser.add_argument("--all", action="store_true", help="the host's whole tests/ (default: its file list)")
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
