@@ -7,7 +7,7 @@ that drifts falls on all of them):
 
 - ``stock``: the ``Agent`` as built;
 - ``scheduled``: ``scheduled(agent)``, the drop-in as it comes (the tool declares nothing, so its
-  calls take turns);
+  calls start together, as the SDK starts them);
 - ``scheduled, safe``: ``scheduled(agent, tools=[from_function_tool(noop, concurrency_safe=True)])``.
 
 It prints, per N, the median time of a run each way (wall and this process's CPU time, which a
