@@ -377,7 +377,9 @@ def scheduled(
     ]
     _registry_names([*members.values(), *added])
     executor = Executor([*members.values(), *added], **executor_options)
-    gates = _Gates()
+    # Calls that are all concurrency-safe never wait for each other: no run gate is needed then.
+    all_safe = all(member.facts.static_safe is True for member in [*members.values(), *added])
+    gates = None if all_safe else _Gates()
     copied: list[Any] = [
         _scheduled_copy(item, members[item.name], executor, gates, strict) if isinstance(item, FunctionTool) else item
         for item in agent.tools
@@ -446,7 +448,7 @@ def _sdk_invoker(tool: FunctionTool) -> SdkInvoke:
 
 
 def _scheduled_copy(
-    tool: FunctionTool, member: Tool, executor: Executor, gates: _Gates, strict: bool | None
+    tool: FunctionTool, member: Tool, executor: Executor, gates: _Gates | None, strict: bool | None
 ) -> FunctionTool:
     """A copy of the SDK tool whose invocation goes through ``executor``; everything around it stays the SDK's.
 
@@ -471,8 +473,11 @@ def _scheduled_copy(
     return made
 
 
-def _scheduled_invoker(executor: Executor, member: Tool, gates: _Gates, sdk_invoker: SdkInvoke | None) -> SdkInvoke:
-    """The invocation of a scheduled tool: one executor run for the call, whose tool runs the SDK's body."""
+def _scheduled_invoker(
+    executor: Executor, member: Tool, gates: _Gates | None, sdk_invoker: SdkInvoke | None
+) -> SdkInvoke:
+    """The invocation of a scheduled tool: one executor run for the call, whose tool runs the SDK's body
+    (behind the run's gate, unless ``gates`` is None: every tool of the agent concurrency-safe)."""
     name = member.name
     body: SdkInvoke | None = _sdk.body_of(sdk_invoker) if sdk_invoker is not None else None
     dispatches = body is not None and isinstance(member, AgentsFunctionTool)
@@ -490,8 +495,11 @@ def _scheduled_invoker(executor: Executor, member: Tool, gates: _Gates, sdk_invo
             invocation = member.invocations[key] = _Invocation(body, sdk_context, arguments, given)
         text = arguments if arguments and parsed is not None else "{}"
         try:
-            async with gates.hold(sdk_context, not _is_safe(member, parsed)):
+            if gates is None:
                 outcome = await executor.run([ToolCall(call_id, name, text)], context=sdk_context)
+            else:
+                async with gates.hold(sdk_context, not _is_safe(member, parsed)):
+                    outcome = await executor.run([ToolCall(call_id, name, text)], context=sdk_context)
         finally:
             if invocation is not None and member.invocations.get(key) is invocation:  # type: ignore[attr-defined]
                 del member.invocations[key]  # type: ignore[attr-defined]
