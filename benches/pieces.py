@@ -44,7 +44,8 @@ def pieces() -> dict[str, Callable[[], Any]]:
     from toolsched import _core
     from toolsched._policy.hooks import HookEvent, new_hook_event
     from toolsched._policy.permissions import UNDECIDED
-    from toolsched._values.results import detached, new_result
+    from toolsched._values.calls import detached
+    from toolsched._values.results import new_result
 
     result_fields = ("c1", "noop", None, None, None, False, 0.1, True, 0, False, None, 1)
     args = {"path": "src/file_1.py", "limit": 3}

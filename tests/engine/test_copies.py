@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolsched._values.results import detached
+from toolsched._values.calls import detached
 
 
 class Text(str):

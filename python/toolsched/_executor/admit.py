@@ -17,7 +17,10 @@ from toolsched._executor.view import Policy
 from toolsched._policy.hooks import HookTimeout, new_hook_event
 from toolsched._policy.permissions import UNDECIDED, Verdict, resolve_permission
 from toolsched._policy.runstate import ApprovalRequest, CallRecord, RunState, records_by_id, standing_decision
-from toolsched._values.results import Behavior, Decision, ErrorKind, Rewrite, args_digest, detached
+from toolsched._values.calls import detached
+from toolsched._values.decisions import Behavior, Decision, Rewrite
+from toolsched._values.digest import args_digest
+from toolsched._values.results import ErrorKind
 from toolsched.errors import SemanticError
 
 __all__ = ["admit", "check_semantics", "not_approved"]

@@ -38,8 +38,9 @@ from toolsched._policy.resilience import CircuitOpen, NotRun, RunHalted, is_tran
 from toolsched._policy.runstate import NestedHold
 from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import ArgumentsRefused
+from toolsched._values.calls import detached
 from toolsched._values.events import ToolRetrying, new_tool_finished, new_tool_started
-from toolsched._values.results import ErrorKind, ToolResult, detached, new_result
+from toolsched._values.results import ErrorKind, ToolResult, new_result
 from toolsched.errors import GuardrailTripped
 from toolsched.journal import UnstorableOutputError
 

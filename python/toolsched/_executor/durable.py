@@ -25,7 +25,10 @@ from typing import Any
 import anyio
 
 from toolsched._policy.runstate import CallRecord, ChildRecord, child_from_json, child_to_json, interruption
-from toolsched._values.results import Behavior, ToolCall, ToolResult, args_digest, detached
+from toolsched._values.calls import ToolCall, detached
+from toolsched._values.decisions import Behavior
+from toolsched._values.digest import args_digest
+from toolsched._values.results import ToolResult
 from toolsched.errors import StateError
 from toolsched.journal import (
     Journal,

@@ -42,9 +42,9 @@ from toolsched._policy.runstate import Approver, CallRecord, RunState, claim, re
 from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.resources import RunResources, current_resources
 from toolsched._tools.tools import Tool
+from toolsched._values.calls import Duplicate, ToolCall, plain_calls
 from toolsched._values.events import Event, RunFinished, ToolsChanged, ToolsRefreshFailed
 from toolsched._values.outcome import Outcome, new_outcome
-from toolsched._values.results import Duplicate, ToolCall, plain_calls
 from toolsched.errors import OptionError
 from toolsched.journal import Journal
 

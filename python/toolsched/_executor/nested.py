@@ -43,8 +43,9 @@ from toolsched._policy.runstate import (
 )
 from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import FunctionTool
+from toolsched._values.calls import ToolCall
+from toolsched._values.digest import args_digest
 from toolsched._values.outcome import Outcome
-from toolsched._values.results import ToolCall, args_digest
 from toolsched.errors import StateError, ToolDefinitionError
 
 __all__ = ["AgentTool", "ChildRun", "agent_tool"]

@@ -27,9 +27,11 @@ from toolsched._executor.strategies import resolve_cap
 from toolsched._executor.turn import Job, Turn, judge
 from toolsched._policy.hooks import BatchEvent, Hook, HookTimeout
 from toolsched._tools.tools import Access
+from toolsched._values.calls import ToolCall, detached
+from toolsched._values.decisions import Decision
 from toolsched._values.events import BatchFinished, BatchStarted
 from toolsched._values.fastpath import run_until_suspended
-from toolsched._values.results import Decision, ToolCall, ToolResult, detached
+from toolsched._values.results import ToolResult
 from toolsched.errors import GuardrailTripped, ToolCallFailed, ToolTimeoutError
 
 __all__ = [

@@ -29,19 +29,12 @@ from toolsched._tools.context import ToolContext
 from toolsched._tools.registry import SEARCH_TOOL_NAME
 from toolsched._tools.search import SearchContext
 from toolsched._tools.tools import Tool, ToolFacts
+from toolsched._values.calls import Duplicate, ToolCall, detached, plain_calls
+from toolsched._values.digest import args_digest
 from toolsched._values.events import Event, ToolFinished, ToolStarted
 from toolsched._values.fastpath import slot_builder
 from toolsched._values.outcome import Outcome, new_outcome
-from toolsched._values.results import (
-    Duplicate,
-    ErrorKind,
-    ToolCall,
-    ToolResult,
-    args_digest,
-    detached,
-    new_result,
-    plain_calls,
-)
+from toolsched._values.results import ErrorKind, ToolResult, new_result
 from toolsched.errors import GuardrailTripped, UnknownToolError
 
 __all__ = [

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from toolsched._values.results import Behavior, Decision
+from toolsched._values.decisions import Behavior, Decision
 from toolsched.errors import OptionError, RuleError
 
 if TYPE_CHECKING:

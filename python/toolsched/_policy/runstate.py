@@ -30,17 +30,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from toolsched._values.results import (
-    ERROR_KINDS,
-    RESULT_FIELD_TYPES,
-    Decision,
-    Duplicate,
-    ToolResult,
-    args_digest,
-    detached,
-    encode_output,
-    result_fields,
-)
+from toolsched._values.calls import Duplicate, detached
+from toolsched._values.codec import RESULT_FIELD_TYPES, encode_output
+from toolsched._values.decisions import Decision
+from toolsched._values.digest import args_digest
+from toolsched._values.results import ERROR_KINDS, ToolResult, result_fields
 from toolsched.errors import ApprovalError, StateError
 
 __all__ = [

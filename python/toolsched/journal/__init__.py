@@ -4,7 +4,7 @@
 a PostgreSQL database shared by a fleet. Both implement ``Journal``.
 """
 
-from toolsched._values.results import args_digest
+from toolsched._values.digest import args_digest
 from toolsched.errors import (
     JournalCorruptError,
     JournalError,

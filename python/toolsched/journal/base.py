@@ -33,8 +33,11 @@ from typing import Any, Literal, Self, TypeVar, cast
 
 import anyio.to_thread
 
+from toolsched._values.calls import ToolCall
+from toolsched._values.codec import RESULT_FIELD_TYPES, encode_output
+from toolsched._values.digest import args_digest
 from toolsched._values.numeric_options import numeric_fault, shown
-from toolsched._values.results import ERROR_KINDS, RESULT_FIELD_TYPES, ToolCall, ToolResult, args_digest, encode_output
+from toolsched._values.results import ERROR_KINDS, ToolResult
 from toolsched.errors import (
     JournalCorruptError,
     JournalError,
