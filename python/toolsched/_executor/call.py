@@ -33,9 +33,9 @@ from toolsched._executor.settings import format_error
 from toolsched._executor.shaping import fits_as_is, shape_output
 from toolsched._executor.turn import DONE, RUNNING, Job, Turn
 from toolsched._policy.guardrails import GuardrailEvent, Guardrails
+from toolsched._policy.holds import NestedHold
 from toolsched._policy.hooks import new_hook_event
 from toolsched._policy.resilience import CircuitOpen, NotRun, RunHalted, is_transient, retry_after_of
-from toolsched._policy.runstate import NestedHold
 from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import ArgumentsRefused
 from toolsched._values.calls import detached

@@ -24,7 +24,9 @@ from typing import Any
 
 import anyio
 
-from toolsched._policy.runstate import CallRecord, ChildRecord, child_from_json, child_to_json, interruption
+from toolsched._policy.runstate import interruption, load_child
+from toolsched._policy.state_codec import child_to_json
+from toolsched._policy.state_records import CallRecord, ChildRecord
 from toolsched._values.calls import ToolCall, detached
 from toolsched._values.decisions import Behavior
 from toolsched._values.digest import args_digest
@@ -316,7 +318,7 @@ def journaled_child(run_id: str, call_id: str, decision: Mapping[str, Any] | Non
         return None
     where = f"run {run_id!r}, call {call_id!r}: the nested run journaled for it"
     try:
-        return child_from_json(decision["child"], where)
+        return load_child(decision["child"], where)
     except StateError as exc:
         raise JournalCorruptError(str(exc)) from None
 

@@ -36,9 +36,11 @@ from toolsched._executor.streaming import StreamingTurn, streaming_refusal
 from toolsched._executor.turn import DONE, Held, Job, Plan, Turn, new_turn, plan_calls
 from toolsched._executor.view import View
 from toolsched._policy.guardrails import Guardrail
+from toolsched._policy.holds import resuming
 from toolsched._policy.hooks import Hooks
 from toolsched._policy.permissions import Permissions
-from toolsched._policy.runstate import Approver, CallRecord, RunState, claim, resuming, unclaim, waiting_children
+from toolsched._policy.runstate import Approver, RunState, claim, unclaim, waiting_children
+from toolsched._policy.state_records import CallRecord
 from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.resources import RunResources, current_resources
 from toolsched._tools.tools import Tool
