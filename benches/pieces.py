@@ -43,7 +43,7 @@ def pieces() -> dict[str, Callable[[], Any]]:
     import toolsched as ts
     from toolsched import _core
     from toolsched._policy.hooks import HookEvent, new_hook_event
-    from toolsched._policy.permissions import UNDECIDED
+    from toolsched._policy.tool_rules import UNDECIDED
     from toolsched._values.calls import detached
     from toolsched._values.results import new_result
 

@@ -15,9 +15,10 @@ from toolsched._executor.settings import format_error
 from toolsched._executor.turn import Held, Job, Turn, judge
 from toolsched._executor.view import Policy
 from toolsched._policy.hooks import HookTimeout, new_hook_event
-from toolsched._policy.permissions import UNDECIDED, Verdict, resolve_permission
+from toolsched._policy.permissions import resolve_permission
 from toolsched._policy.runstate import ApprovalRequest, RunState, records_by_id, standing_decision
 from toolsched._policy.state_records import CallRecord
+from toolsched._policy.tool_rules import UNDECIDED, Verdict
 from toolsched._values.calls import detached
 from toolsched._values.decisions import Behavior, Decision, Rewrite
 from toolsched._values.digest import args_digest

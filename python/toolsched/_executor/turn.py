@@ -23,9 +23,10 @@ from toolsched._executor.emitter import Emitter
 from toolsched._executor.settings import Settings
 from toolsched._executor.view import View
 from toolsched._policy.hooks import UpdateFilter
-from toolsched._policy.permissions import UNDECIDED, Permissions
+from toolsched._policy.permissions import Permissions
 from toolsched._policy.runstate import RunState, new_state
 from toolsched._policy.state_records import CallRecord, ChildRecord
+from toolsched._policy.tool_rules import UNDECIDED
 from toolsched._tools.context import ToolContext
 from toolsched._tools.registry import SEARCH_TOOL_NAME
 from toolsched._tools.search import SearchContext
