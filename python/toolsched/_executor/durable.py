@@ -42,7 +42,7 @@ from toolsched.journal import (
     Transition,
     UnstorableOutputError,
 )
-from toolsched.journal.base import check_run_id
+from toolsched.journal._rows import check_run_id
 from toolsched.journal.leases import Lease
 
 __all__ = ["JournalFailed", "RunJournal", "journaled_child", "storable"]

@@ -15,14 +15,8 @@ from toolsched.errors import (
     UnknownRunError,
     UnstorableOutputError,
 )
-from toolsched.journal.base import (
-    SCHEMA_VERSION,
-    TRANSITIONS,
-    Journal,
-    JournaledCall,
-    RunRecord,
-    Transition,
-)
+from toolsched.journal._records import TRANSITIONS, JournaledCall, RunRecord, Transition
+from toolsched.journal.base import SCHEMA_VERSION, Journal
 from toolsched.journal.postgres import PostgresJournal
 from toolsched.journal.sqlite import SqliteJournal
 
