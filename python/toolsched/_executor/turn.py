@@ -36,7 +36,7 @@ from toolsched._values.digest import args_digest
 from toolsched._values.events import Event, ToolFinished, ToolStarted
 from toolsched._values.fastpath import slot_builder
 from toolsched._values.outcome import Outcome, new_outcome
-from toolsched._values.results import ErrorKind, ToolResult, new_result
+from toolsched._values.results import ErrorKind, ToolResult, error_result
 from toolsched.errors import GuardrailTripped, UnknownToolError
 
 __all__ = [
@@ -409,7 +409,7 @@ class Turn:
     ) -> None:
         """Answers a call that does not run (again) with an error result, journaled first in a durable run;
         ``attempts`` is how many times its tool had started on it (those a crashed run journaled)."""
-        result = new_result(call.id, tool_name, None, message, kind, True, 0.0, False, batch, False, None, attempts)
+        result = error_result(call.id, tool_name, kind, message, batch, attempts=attempts)
         if self.durable is not None:
             await self.durable.finished(result)
         if self.emit is not None:

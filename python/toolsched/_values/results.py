@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from toolsched._values.fastpath import positional_builder
 
-__all__ = ["ERROR_KINDS", "ErrorKind", "ToolResult", "new_result", "result_fields"]
+__all__ = ["ERROR_KINDS", "ErrorKind", "ToolResult", "error_result", "new_result", "result_fields"]
 
 ErrorKind = Literal[
     "unknown_tool",
@@ -57,6 +57,14 @@ class ToolResult:
 new_result: Callable[
     [str, str, Any, str | None, ErrorKind | None, bool, float, bool, int | None, bool, str | None, int], ToolResult
 ] = positional_builder(ToolResult)
+
+
+def error_result(
+    call_id: str, tool: str, kind: ErrorKind, message: str, batch: int | None = None, *, attempts: int = 0
+) -> ToolResult:
+    """The error result of a call that did not run (again): no output, no duration; ``attempts`` is how many
+    times its tool had started on it."""
+    return new_result(call_id, tool, None, message, kind, True, 0.0, False, batch, False, None, attempts)
 
 
 def result_fields() -> tuple[str, ...]:
