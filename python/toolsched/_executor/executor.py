@@ -5,9 +5,10 @@ The rooms of a run, in the order a call meets them:
 - ``settings``: the executor's options, checked once;
 - ``view``: what is worked out once per tool set (facts, admission policies);
 - ``turn``: the Turn — calls in (one decoded plan), results out in model order, one way to finish;
-- ``admit``: phases 3 and 4 (``validate_input``, hooks, rules, mode, approvals);
+- ``admit``: semantic validation and permission (``validate_input``, hooks, rules, mode, approvals);
 - ``schedule``: the strategies, on one worker pool that grows only when calls wait;
-- ``call``: phases 5 to 9 for one call (guardrails, limits, timeout, cancellation, backend, post hooks, shaping);
+- ``call``: one admitted call from its input guardrails to its shaped result (guardrails, limits, timeout,
+  cancellation, backend, post hooks, shaping);
 - ``durable`` and ``recovery``: a durable run's journal writes, and finishing a run after a crash.
 """
 

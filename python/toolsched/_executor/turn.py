@@ -31,7 +31,7 @@ from toolsched._tools.context import ToolContext
 from toolsched._tools.registry import SEARCH_TOOL_NAME
 from toolsched._tools.search import SearchContext
 from toolsched._tools.tools import Tool, ToolFacts
-from toolsched._values.calls import Duplicate, ToolCall, detached, plain_calls
+from toolsched._values.calls import Duplicate, ToolCall, args_copy, plain_calls
 from toolsched._values.digest import args_digest
 from toolsched._values.events import Event, ToolFinished, ToolStarted
 from toolsched._values.fastpath import slot_builder
@@ -501,7 +501,7 @@ class Turn:
         parked = {job.slot: (job, child) for job, child in self.parked or ()}
         records = []
         for slot, call in enumerate(slot_calls):
-            args = call.args if isinstance(call.args, str) else detached(dict(call.args))
+            args = call.args if isinstance(call.args, str) else args_copy(dict(call.args))
             result = results.get(slot)
             if result is not None:
                 records.append(CallRecord(call.id, call.name, args, "done", result=result))
@@ -516,7 +516,7 @@ class Turn:
                         "nested",
                         tool=job.tool.name,
                         fingerprint=self.view.fingerprint(job.index),
-                        request_args=detached(job.args),
+                        request_args=args_copy(job.args),
                         digest=args_digest(job.args),
                         child=child,
                     )
@@ -531,7 +531,7 @@ class Turn:
                     "pending",
                     tool=entry.job.tool.name,
                     fingerprint=entry.fingerprint,
-                    request_args=detached(entry.job.args),
+                    request_args=args_copy(entry.job.args),
                     reason=entry.reason,
                     digest=entry.digest,
                 )

@@ -47,7 +47,7 @@ from toolsched._policy.state_records import (
     Status,
     TurnEntry,
 )
-from toolsched._values.calls import Duplicate, detached
+from toolsched._values.calls import Duplicate, args_copy
 from toolsched._values.decisions import Decision
 from toolsched._values.results import ToolResult
 from toolsched.errors import ApprovalError, StateError
@@ -139,7 +139,7 @@ class RunState:
         requests = []
         for r in self._records:
             if r.status == "pending":
-                requests.append(ApprovalRequest(r.call_id, r.tool or r.name, detached(r.request_args), r.reason))
+                requests.append(ApprovalRequest(r.call_id, r.tool or r.name, args_copy(r.request_args), r.reason))
             elif r.child is not None:
                 prefix = r.call_id
                 for inner in r.child.state.pending:
