@@ -73,20 +73,6 @@ class RunRequest(NamedTuple):
     run_id: str | None = None
 
 
-class TurnWork(NamedTuple):
-    """What ``_drive`` is handed: the calls the engine refused (``refused``), the fresh jobs to admit, the jobs
-    ready to run as they are, the calls held for a person, and what the outcome reports."""
-
-    refused: Plan | None
-    fresh: list[Job]
-    ready: Sequence[Job]
-    held: list[Held] | None
-    slot_calls: list[ToolCall]
-    duplicates: list[Duplicate]
-    steering: Steering | None
-    prior: RunState | None
-
-
 class Executor:
     """Runs the tool calls of a turn.
 
@@ -276,7 +262,7 @@ class Executor:
         if view.toolset is not self.registry.toolset:
             view = self._current_view()
         if view.plain:
-            outcome = await self._planned(RunRequest(calls, steering=steering, context=context, run_id=run_id), view)
+            outcome = await self._planned(calls, view, steering=steering, context=context, run_id=run_id)
         else:
             outcome = await self._start(RunRequest(calls, steering=steering, context=context, run_id=run_id))
         return outcome if run_id is None else replace(outcome, run_id=run_id)
@@ -666,34 +652,53 @@ class Executor:
             calls = self._checked(request.calls)
             await request.durable.begin(calls)
             request = request._replace(calls=calls)
-        return await self._planned(request, view)
+        assert request.calls is not None
+        return await self._planned(
+            request.calls,
+            view,
+            steering=request.steering,
+            context=request.context,
+            sink=request.sink,
+            parent=request.parent,
+            durable=request.durable,
+            run_id=request.run_id,
+        )
 
     @staticmethod
     def _checked(calls: Iterable[ToolCall]) -> list[ToolCall]:
         """The calls of a journaled turn, each read once (``plain_calls``): journaled as they are answered."""
         return plain_calls(calls if isinstance(calls, list) else list(calls))
 
-    def _planned(self, request: RunRequest, view: View) -> Coroutine[Any, Any, Outcome]:
+    def _planned(
+        self,
+        calls: Iterable[ToolCall],
+        view: View,
+        *,
+        steering: Steering | None,
+        context: Any,
+        sink: Callable[[Event], Any] | None = None,
+        parent: str | None = None,
+        durable: RunJournal | None = None,
+        run_id: str | None = None,
+    ) -> Coroutine[Any, Any, Outcome]:
         """A new turn of ``calls``, planned (one crossing into the engine) and ready to drive: ``_drive``'s
         coroutine, not awaited. Nothing has run yet. The plan goes on only when the engine refused a call
         (to answer it), its jobs and calls on their own: what only planning needed is let go while the
         calls run (fewer live objects per waiting turn for the cyclic collector to walk)."""
         settings = self._settings
-        calls, sink, durable, run_id = request.calls, request.sink, request.durable, request.run_id
-        assert calls is not None
         calls = calls if type(calls) is list else list(calls)
         # ``plan_calls`` reads each call once (a TypeError names the first that is not a ToolCall).
         plan = plan_calls(settings, view, calls, jobs=True)
         # The emitter's own test written out: most turns have no listener.
         listens = sink is not None or settings.on_event is not None or settings.on_progress is not None
-        emit = settings.emitter(sink, request.parent) if listens else None
+        emit = settings.emitter(sink, parent) if listens else None
         if run_id is None and durable is not None:
             run_id = durable.run_id
         turn = new_turn(
             settings,
             view,
             len(plan.tools),
-            request.context,
+            context,
             settings.interactive,
             emit,
             self._runs,
@@ -704,7 +709,12 @@ class Executor:
         )
         refused = plan if plan.refused else None
         return self._drive(
-            turn, TurnWork(refused, plan.jobs, (), None, plan.calls, plan.duplicates, request.steering, None)
+            turn,
+            refused=refused,
+            fresh=plan.jobs,
+            slot_calls=plan.calls,
+            duplicates=plan.duplicates,
+            steering=steering,
         )
 
     async def _resume(self, request: RunRequest, state: RunState, view: View) -> Outcome:
@@ -748,7 +758,13 @@ class Executor:
                     job.attempts = job.prior_attempts + 1
                 jobs.append(job)
         return await self._drive(
-            turn, TurnWork(None, jobs, [], [], slot_calls, state.duplicates, request.steering, state)
+            turn,
+            fresh=jobs,
+            held=[],
+            slot_calls=slot_calls,
+            duplicates=state.duplicates,
+            steering=request.steering,
+            prior=state,
         )
 
     async def _recover(self, request: RunRequest, force: bool) -> Outcome:
@@ -764,16 +780,35 @@ class Executor:
         # Calls approved to resume their nested runs find them as ``resume`` sets them (``toolsched._executor.nested``).
         token = resuming.set(nested) if nested else None
         try:
-            work = TurnWork(None, fresh, ready, held, plan.calls, plan.duplicates, request.steering, None)
-            return await self._drive(turn, work)
+            return await self._drive(
+                turn,
+                fresh=fresh,
+                ready=ready,
+                held=held,
+                slot_calls=plan.calls,
+                duplicates=plan.duplicates,
+                steering=request.steering,
+            )
         finally:
             if token is not None:
                 resuming.reset(token)
 
-    async def _drive(self, turn: Turn, work: TurnWork) -> Outcome:
-        """What every entry path shares: answer what the engine refused (``work.refused``), admit the fresh
-        calls, run them with the ready ones, finish."""
-        refused, fresh, ready, held, slot_calls, duplicates, steering, prior = work
+    async def _drive(
+        self,
+        turn: Turn,
+        *,
+        fresh: list[Job],
+        slot_calls: list[ToolCall],
+        duplicates: list[Duplicate],
+        steering: Steering | None,
+        refused: Plan | None = None,
+        ready: Sequence[Job] = (),
+        held: list[Held] | None = None,
+        prior: RunState | None = None,
+    ) -> Outcome:
+        """What every entry path shares: answer what the engine refused (``refused``), admit the fresh
+        calls, run them with the ready ones (``ready``), finish; ``held`` collects the calls held for a
+        person, ``prior`` is the state a resumed turn came from."""
         if refused is not None and refused.refused:
             for slot in refused.refused:
                 await turn.answer_refused(refused, slot)
