@@ -37,6 +37,7 @@ from toolsched._executor.turn import DONE, Held, Job, Plan, Turn, new_turn, plan
 from toolsched._executor.view import View
 from toolsched._policy.guardrails import Guardrail
 from toolsched._policy.hooks import Hooks
+from toolsched._policy.limits import Limits, active_limits, limit_jobs, limits_in_force
 from toolsched._policy.permissions import Permissions
 from toolsched._policy.runstate import Approver, CallRecord, RunState, claim, resuming, unclaim, waiting_children
 from toolsched._tools.registry import ToolRegistry
@@ -215,6 +216,7 @@ class Executor:
         steering: Steering | None = None,
         context: Any = None,
         run_id: str | None = None,
+        limits: Limits | None = None,
     ) -> Outcome:
         """Runs a turn's calls; returns one result per unique call ID, in model order.
 
@@ -230,7 +232,25 @@ class Executor:
         With a journal, the run is journaled under ``run_id`` (a new one when
         not given; ``Outcome.run_id``): ``RunExistsError`` for an ID already in
         the journal, and a ``JournalError`` raised when the journal fails mid-run.
+
+        ``limits``: the agent run's ``Limits`` (the same object on every turn of the run): calls past its
+        caps are answered ``limit_exceeded``, and it counts this turn's calls and answers.
         """
+        if limits is None and active_limits() is None:
+            return await self._run_turn(calls, steering, context, run_id)
+        with limits_in_force(limits):
+            outcome = await self._run_turn(calls, steering, context, run_id)
+        if limits is not None:
+            limits.settle(outcome.results)
+        return outcome
+
+    async def _run_turn(
+        self,
+        calls: Iterable[ToolCall] | AsyncIterable[ToolCall],
+        steering: Steering | None,
+        context: Any,
+        run_id: str | None,
+    ) -> Outcome:
         if run_id is not None:
             _check_run_id(run_id)
         # A list is told by its type first: an isinstance check against an ABC costs more.
@@ -241,7 +261,7 @@ class Executor:
         view = self._view
         if view.toolset is not self.registry.toolset:
             view = self._current_view()
-        if view.plain:
+        if view.plain and active_limits() is None:
             outcome = await self._planned(calls, context, None, view, None, None, run_id, steering)
         else:
             outcome = await self._start(calls, None, steering, context, None, None, None, run_id)
@@ -376,6 +396,7 @@ class Executor:
         steering: Steering | None = None,
         context: Any = None,
         run_id: str | None = None,
+        limits: Limits | None = None,
     ) -> AsyncIterator[Event]:
         """Runs a turn, yielding its events as they happen; the last is ``RunFinished``.
 
@@ -384,10 +405,12 @@ class Executor:
         when the interpreter finalises it (right after the loop on CPython).
         The run is driven by a task of its own, so the generator may be closed
         from any task. With a journal the run is durable, as with ``run`` (its
-        ID is ``RunFinished.outcome.run_id``).
+        ID is ``RunFinished.outcome.run_id``). ``limits`` as for ``run``.
         """
         if run_id is not None:
             _check_run_id(run_id)
+        if limits is not None and not isinstance(limits, Limits):
+            raise OptionError(f"limits= takes a ts.Limits or None, got {type(limits).__name__}")
         send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
         failure: list[BaseException] = []
         journal = self._settings.journal
@@ -403,7 +426,7 @@ class Executor:
                 pass
 
         async def drive() -> None:
-            with send:
+            with send, limits_in_force(limits):
                 try:
                     with scope:
                         if isinstance(calls, AsyncIterable):
@@ -418,6 +441,8 @@ class Executor:
                             outcome = await self._start(calls, None, steering, context, deliver, None, None, run_id)
                             if run_id is not None:
                                 outcome = replace(outcome, run_id=run_id)
+                        if limits is not None:
+                            limits.settle(outcome.results)
                         send.send_nowait(RunFinished(outcome))
                 except cancelled:
                     # The run was stopped from outside (the loop is shutting down): nothing is left to report.
@@ -493,6 +518,7 @@ class Executor:
         *,
         steering: Steering | None = None,
         context: Any = None,
+        limits: Limits | None = None,
     ) -> Outcome:
         """Continues an interrupted run from its ``RunState``; returns every result, in model order.
 
@@ -506,6 +532,13 @@ class Executor:
         """
         if not isinstance(state, RunState):
             raise TypeError(f"resume() takes the RunState of an interrupted run, got {type(state).__name__}")
+        with limits_in_force(limits):
+            outcome = await self._resume_state(state, steering, context)
+        if limits is not None:
+            limits.settle(outcome.results)
+        return outcome
+
+    async def _resume_state(self, state: RunState, steering: Steering | None, context: Any) -> Outcome:
         journal = self._settings.journal
         if state.run_id is not None:
             if journal is None:
@@ -533,9 +566,10 @@ class Executor:
         """Runs (``calls``) or resumes (``state``) a child turn inside the call ``parent_call_id``.
 
         For nested runs (``toolsched._executor.nested``): the child's events go to ``sink``
-        as well, stamped with the parent call.
+        as well, stamped with the parent call. The parent's ``Limits`` do not count the child's calls.
         """
-        return await self._start(calls, state, steering, context, sink, parent_call_id)
+        with limits_in_force(None):
+            return await self._start(calls, state, steering, context, sink, parent_call_id)
 
     # -- the entry paths --------------------------------------------------------------
 
@@ -795,6 +829,9 @@ class Executor:
                 await turn.answer_refused(refused, slot)
         view = turn.view
         jobs = fresh
+        limits = active_limits()
+        if limits is not None and jobs:
+            jobs = await limit_jobs(jobs, turn, limits)
         if (view.checks_input or view.admits) and jobs:
             # Admission awaits (input checks, hooks, a person's approval): the run is in progress meanwhile, and
             # ``cancel``/``interrupt`` reach its calls (a call cancelled or a run interrupted now never runs).
