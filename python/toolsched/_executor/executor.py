@@ -234,14 +234,16 @@ class Executor:
         the journal, and a ``JournalError`` raised when the journal fails mid-run.
 
         ``limits``: the agent run's ``Limits`` (the same object on every turn of the run): calls past its
-        caps are answered ``limit_exceeded``, and it counts this turn's calls and answers.
+        caps are answered ``limit_exceeded``, and it counts this turn's calls and answers. Without it, the
+        limits in force where this is called (a loop's ``limits=``) apply.
         """
-        if limits is None and active_limits() is None:
-            return await self._run_turn(calls, steering, context, run_id)
+        if limits is None:
+            limits = active_limits()
+            if limits is None:
+                return await self._run_turn(calls, steering, context, run_id)
         with limits_in_force(limits):
             outcome = await self._run_turn(calls, steering, context, run_id)
-        if limits is not None:
-            limits.settle(outcome.results)
+        limits.settle(outcome.results)
         return outcome
 
     async def _run_turn(
@@ -338,6 +340,7 @@ class Executor:
         steering: Steering | None = None,
         context: Any = None,
         force: bool = False,
+        limits: Limits | None = None,
     ) -> Outcome:
         """Finishes a journaled run after a crash and returns its outcome, in model order.
 
@@ -350,12 +353,21 @@ class Executor:
         Raises ``UnknownRunError`` for a run the journal does not have and
         ``RunClaimedError`` while another process holds the run (``force=True``
         takes it from a holder known to be dead).
+
+        ``limits``: the run's ``Limits``; the calls the journal holds as answered count in it, and the calls
+        still to run are held to its caps.
         """
         journal = self._settings.journal
         if journal is None:
             raise OptionError("recover() needs an executor built with journal=")
+        if limits is None:
+            limits = active_limits()
         durable = RunJournal(journal, run_id)
-        return await self._journaled(durable, lambda: self._recover(durable, force, steering, context))
+        with limits_in_force(limits):
+            outcome = await self._journaled(durable, lambda: self._recover(durable, force, steering, context))
+        if limits is not None:
+            limits.settle(outcome.results)
+        return outcome
 
     async def _journaled(self, durable: RunJournal, body: Callable[[], Awaitable[Outcome]]) -> Outcome:
         """Runs a durable run's ``body`` (its lease watched meanwhile: a lost lease cancels the body at once),
@@ -409,7 +421,9 @@ class Executor:
         """
         if run_id is not None:
             _check_run_id(run_id)
-        if limits is not None and not isinstance(limits, Limits):
+        if limits is None:
+            limits = active_limits()
+        elif not isinstance(limits, Limits):
             raise OptionError(f"limits= takes a ts.Limits or None, got {type(limits).__name__}")
         send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
         failure: list[BaseException] = []
@@ -532,6 +546,8 @@ class Executor:
         """
         if not isinstance(state, RunState):
             raise TypeError(f"resume() takes the RunState of an interrupted run, got {type(state).__name__}")
+        if limits is None:
+            limits = active_limits()
         with limits_in_force(limits):
             outcome = await self._resume_state(state, steering, context)
         if limits is not None:
@@ -802,6 +818,10 @@ class Executor:
         plan = plan_calls(settings, view, list(record.turn))
         turn = Turn(settings, view, len(plan), context, settings.emitter(None, None), self._runs, durable)
         fresh, ready, held, nested = await recovered_jobs(turn, plan, record)
+        limits = active_limits()
+        if limits is not None:
+            # What the journal holds as answered counts before the calls left are held to the caps.
+            limits.settle(turn.ordered_partial(), plan.calls)
         # Calls approved to resume their nested runs find them as ``resume`` sets them (``toolsched._executor.nested``).
         token = resuming.set(nested) if nested else None
         try:

@@ -27,7 +27,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from toolsched._values.numeric_options import numeric_fault, shown
-from toolsched._values.results import ToolResult, args_digest
+from toolsched._values.results import ToolCall, ToolResult, args_digest
 from toolsched.errors import OptionError
 
 if TYPE_CHECKING:
@@ -37,6 +37,8 @@ __all__ = ["RETRY_KINDS", "Limits", "ModelRetry", "active_limits", "limits_in_fo
 
 # The answers that count against a tool's ``max_model_retries``.
 RETRY_KINDS = frozenset({"model_retry", "invalid_input", "semantic_error"})
+# The answers of a limit: the call was not made.
+_LIMIT_KINDS = frozenset({"limit_exceeded", "retries_exhausted"})
 
 _PREVIEW_CHARS = 200
 
@@ -220,8 +222,14 @@ class Limits:
             self._counted[call_id] = key
             return None
 
-    def settle(self, results: Sequence[ToolResult]) -> None:
-        """Takes a turn's answers into the counts: retries per tool, what each repeated call returned."""
+    def settle(self, results: Sequence[ToolResult], calls: Sequence[ToolCall] = ()) -> None:
+        """Takes answers into the counts: retries per tool, what each repeated call returned.
+
+        A call answered that was never counted here (answered by a journal, or refused before admission) counts
+        as made, unless its answer is a limit's (``limit_exceeded``, ``retries_exhausted``); ``calls`` gives
+        the arguments of such calls, for ``max_repeats``.
+        """
+        arguments = {call.id: call.args for call in calls}
         with self._lock:
             for result in results:
                 if result.call_id in self._answered:
@@ -229,9 +237,15 @@ class Limits:
                 self._answered.add(result.call_id)
                 if result.error_kind in RETRY_KINDS:
                     self._retries[result.tool_name] = self._retries.get(result.tool_name, 0) + 1
-                key = self._counted.get(result.call_id)
-                if key is not None and key in self._repeats:
-                    self._repeats[key][1] = _preview(result)
+                if result.call_id not in self._counted and result.error_kind not in _LIMIT_KINDS:
+                    made = (result.tool_name, args_digest(arguments.get(result.call_id, {})))
+                    self._calls += 1
+                    self._tool_calls[result.tool_name] = self._tool_calls.get(result.tool_name, 0) + 1
+                    self._repeats.setdefault(made, [0, None])[0] += 1
+                    self._counted[result.call_id] = made
+                counted = self._counted.get(result.call_id)
+                if counted is not None and counted in self._repeats:
+                    self._repeats[counted][1] = _preview(result)
 
 
 def _preview(result: ToolResult) -> str:
