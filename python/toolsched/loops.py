@@ -411,8 +411,8 @@ async def _loop(
         if settled.steering_messages:
             return "steered"
         limits = active_limits()
-        if limits is not None:
-            # A streamed turn's answers are counted here (a listed turn's by ``run``; each counts once).
+        if limits is not None and stream and executor.streams:
+            # A turn streamed through ``executor.turn()`` is counted here (``run`` counts its own turns).
             limits.settle(settled.results)
         kinds = {result.error_kind for result in settled.results}
         if "retries_exhausted" in kinds:

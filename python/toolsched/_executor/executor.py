@@ -364,10 +364,7 @@ class Executor:
             limits = active_limits()
         durable = RunJournal(journal, run_id)
         with limits_in_force(limits):
-            outcome = await self._journaled(durable, lambda: self._recover(durable, force, steering, context))
-        if limits is not None:
-            limits.settle(outcome.results)
-        return outcome
+            return await self._journaled(durable, lambda: self._recover(durable, force, steering, context))
 
     async def _journaled(self, durable: RunJournal, body: Callable[[], Awaitable[Outcome]]) -> Outcome:
         """Runs a durable run's ``body`` (its lease watched meanwhile: a lost lease cancels the body at once),
@@ -549,10 +546,7 @@ class Executor:
         if limits is None:
             limits = active_limits()
         with limits_in_force(limits):
-            outcome = await self._resume_state(state, steering, context)
-        if limits is not None:
-            limits.settle(outcome.results)
-        return outcome
+            return await self._resume_state(state, steering, context)
 
     async def _resume_state(self, state: RunState, steering: Steering | None, context: Any) -> Outcome:
         journal = self._settings.journal
@@ -808,7 +802,12 @@ class Executor:
                     job.prior_attempts = journaled.call(job.call.id).starts
                     job.attempts = job.prior_attempts + 1
                 jobs.append(job)
-        return await self._drive(turn, None, jobs, [], [], slot_calls, state.duplicates, steering, state)
+        limits = active_limits()
+        carried = _carry_into(limits, turn, slot_calls)
+        outcome = await self._drive(turn, None, jobs, [], [], slot_calls, state.duplicates, steering, state)
+        if limits is not None:
+            limits.settle([result for result in outcome.results if result.call_id not in carried])
+        return outcome
 
     async def _recover(self, durable: RunJournal, force: bool, steering: Steering | None, context: Any) -> Outcome:
         """Finishes a journaled run from where its calls were left (see ``recover``)."""
@@ -819,16 +818,17 @@ class Executor:
         turn = Turn(settings, view, len(plan), context, settings.emitter(None, None), self._runs, durable)
         fresh, ready, held, nested = await recovered_jobs(turn, plan, record)
         limits = active_limits()
-        if limits is not None:
-            # What the journal holds as answered counts before the calls left are held to the caps.
-            limits.settle(turn.ordered_partial(), plan.calls)
+        carried = _carry_into(limits, turn, plan.calls)
         # Calls approved to resume their nested runs find them as ``resume`` sets them (``toolsched._executor.nested``).
         token = resuming.set(nested) if nested else None
         try:
-            return await self._drive(turn, None, fresh, ready, held, plan.calls, plan.duplicates, steering, None)
+            outcome = await self._drive(turn, None, fresh, ready, held, plan.calls, plan.duplicates, steering, None)
         finally:
             if token is not None:
                 resuming.reset(token)
+        if limits is not None:
+            limits.settle([result for result in outcome.results if result.call_id not in carried])
+        return outcome
 
     async def _drive(
         self,
@@ -851,7 +851,7 @@ class Executor:
         jobs = fresh
         limits = active_limits()
         if limits is not None and jobs:
-            jobs = await limit_jobs(jobs, turn, limits)
+            jobs = await limit_jobs(jobs, turn, limits, resumed=prior is not None)
         if (view.checks_input or view.admits) and jobs:
             # Admission awaits (input checks, hooks, a person's approval): the run is in progress meanwhile, and
             # ``cancel``/``interrupt`` reach its calls (a call cancelled or a run interrupted now never runs).
@@ -874,6 +874,14 @@ class Executor:
         if not held and not turn.parked:
             return new_outcome(turn.ordered(), duplicates, steering_messages, False, [], None, None)
         return turn.finish(slot_calls, held or [], duplicates, steering_messages, prior)
+
+
+def _carry_into(limits: Limits | None, turn: Turn, calls: Sequence[ToolCall]) -> set[str]:
+    """Counts the answers a resumed or recovered turn carries from before in ``limits``; their call IDs."""
+    carried = turn.ordered_partial()
+    if limits is not None:
+        limits.carry(carried, calls)
+    return {result.call_id for result in carried}
 
 
 def _check_run_id(run_id: object) -> None:

@@ -75,7 +75,6 @@ class Limits:
     """
 
     __slots__ = (
-        "_answered",
         "_calls",
         "_counted",
         "_lock",
@@ -124,9 +123,8 @@ class Limits:
         self._retries: dict[str, int] = {}
         # (tool, args digest) -> [times admitted, preview of what it returned last]
         self._repeats: dict[tuple[str, str], list[Any]] = {}
-        # Call IDs admitted (counted) and answered (their answers counted): each counts once.
+        # Call ID -> the (tool, args digest) it was counted under: a resumed call counts once.
         self._counted: dict[str, tuple[str, str]] = {}
-        self._answered: set[str] = set()
 
     def __repr__(self) -> str:
         return (
@@ -142,7 +140,6 @@ class Limits:
             twin._retries = dict(self._retries)
             twin._repeats = {key: list(value) for key, value in self._repeats.items()}
             twin._counted = dict(self._counted)
-            twin._answered = set(self._answered)
         return twin
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Limits:
@@ -174,22 +171,33 @@ class Limits:
     def retry_budget(self, tool_name: str, tool_budget: int) -> int:
         return tool_budget if self.max_model_retries is None else self.max_model_retries
 
-    def admit(self, call_id: str, tool_name: str, args: Any, tool_budget: int) -> tuple[str, str] | None:
+    def exhausted(self, tool_name: str, tool_budget: int) -> str | None:
+        """The ``retries_exhausted`` message for ``tool_name`` once its retry budget is spent, else None."""
+        with self._lock:
+            return self._exhausted(tool_name, tool_budget)
+
+    def _exhausted(self, tool_name: str, tool_budget: int) -> str | None:
+        retries = self._retries.get(tool_name, 0)
+        if retries < self.retry_budget(tool_name, tool_budget):
+            return None
+        return (
+            f"`{tool_name}` was answered with errors to fix {retries} times in this run, its limit: "
+            "it is not called again in this run; stop calling it and answer with what you have"
+        )
+
+    def admit(
+        self, call_id: str, tool_name: str, args: Any, tool_budget: int, *, resumed: bool = False
+    ) -> tuple[str, str] | None:
         """Counts one call, or refuses it: ``(error kind, message)`` when it must not run.
 
-        A call ID already counted is let through uncounted (a resumed or recovered call).
+        A resumed call (``resumed``) this ``Limits`` already counted is let through uncounted.
         """
         with self._lock:
-            if call_id in self._counted:
+            if resumed and call_id in self._counted:
                 return None
-            budget = self.retry_budget(tool_name, tool_budget)
-            retries = self._retries.get(tool_name, 0)
-            if retries >= budget:
-                return (
-                    "retries_exhausted",
-                    f"`{tool_name}` was answered with errors to fix {retries} times in this run, its limit: "
-                    "it is not called again in this run; stop calling it and answer with what you have",
-                )
+            exhausted = self._exhausted(tool_name, tool_budget)
+            if exhausted is not None:
+                return "retries_exhausted", exhausted
             if self.max_calls is not None and self._calls >= self.max_calls:
                 return (
                     "limit_exceeded",
@@ -222,30 +230,37 @@ class Limits:
             self._counted[call_id] = key
             return None
 
-    def settle(self, results: Sequence[ToolResult], calls: Sequence[ToolCall] = ()) -> None:
-        """Takes answers into the counts: retries per tool, what each repeated call returned.
+    def settle(self, results: Sequence[ToolResult]) -> None:
+        """Takes a turn's answers into the counts: retries per tool, what each repeated call returned."""
+        with self._lock:
+            for result in results:
+                self._settle(result)
 
-        A call answered that was never counted here (answered by a journal, or refused before admission) counts
-        as made, unless its answer is a limit's (``limit_exceeded``, ``retries_exhausted``); ``calls`` gives
-        the arguments of such calls, for ``max_repeats``.
+    def carry(self, results: Sequence[ToolResult], calls: Sequence[ToolCall]) -> None:
+        """Takes answers from an earlier part of the run (a journal, a resumed state) into the counts.
+
+        A call this ``Limits`` has not counted yet counts as made (unless a limit answered it) and its answer
+        is settled; one it counted was settled when it was answered.
         """
         arguments = {call.id: call.args for call in calls}
         with self._lock:
             for result in results:
-                if result.call_id in self._answered:
+                if result.call_id in self._counted:
                     continue
-                self._answered.add(result.call_id)
-                if result.error_kind in RETRY_KINDS:
-                    self._retries[result.tool_name] = self._retries.get(result.tool_name, 0) + 1
-                if result.call_id not in self._counted and result.error_kind not in _LIMIT_KINDS:
+                if result.error_kind not in _LIMIT_KINDS:
                     made = (result.tool_name, args_digest(arguments.get(result.call_id, {})))
                     self._calls += 1
                     self._tool_calls[result.tool_name] = self._tool_calls.get(result.tool_name, 0) + 1
                     self._repeats.setdefault(made, [0, None])[0] += 1
                     self._counted[result.call_id] = made
-                counted = self._counted.get(result.call_id)
-                if counted is not None and counted in self._repeats:
-                    self._repeats[counted][1] = _preview(result)
+                self._settle(result)
+
+    def _settle(self, result: ToolResult) -> None:
+        if result.error_kind in RETRY_KINDS:
+            self._retries[result.tool_name] = self._retries.get(result.tool_name, 0) + 1
+        counted = self._counted.get(result.call_id)
+        if counted is not None and counted in self._repeats:
+            self._repeats[counted][1] = _preview(result)
 
 
 def _preview(result: ToolResult) -> str:
@@ -276,11 +291,11 @@ def limits_in_force(limits: Limits | None) -> Iterator[None]:
         _active.reset(token)
 
 
-async def limit_jobs(jobs: list[Job], turn: Turn, limits: Limits) -> list[Job]:
+async def limit_jobs(jobs: list[Job], turn: Turn, limits: Limits, *, resumed: bool = False) -> list[Job]:
     """Counts the turn's calls against ``limits``, in model order; a refused call is answered, not run."""
     passed = []
     for job in jobs:
-        refusal = limits.admit(job.call.id, job.tool.name, job.args, job.tool.max_model_retries)
+        refusal = limits.admit(job.call.id, job.tool.name, job.args, job.tool.max_model_retries, resumed=resumed)
         if refusal is None:
             passed.append(job)
         else:
