@@ -26,8 +26,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from toolsched._values.calls import ToolCall
+from toolsched._values.digest import args_digest
 from toolsched._values.numeric_options import numeric_fault, shown
-from toolsched._values.results import ToolCall, ToolResult, args_digest
+from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError
 
 if TYPE_CHECKING:
