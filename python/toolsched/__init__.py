@@ -18,6 +18,7 @@ from toolsched._executor.strategies import Batched, Parallel, Partitioned, Resou
 from toolsched._executor.streaming import StreamingTurn
 from toolsched._policy.guardrails import GuardrailEvent, Reject
 from toolsched._policy.hooks import BatchEvent, HookEvent, Hooks, Rewrite
+from toolsched._policy.limits import Limits, ModelRetry
 from toolsched._policy.permissions import Decision, Permissions
 from toolsched._policy.resilience import CircuitBreaker, RateLimit, Retry, Transient
 from toolsched._policy.runstate import ApprovalRequest, RunState
@@ -119,10 +120,12 @@ __all__ = [
     "JournalVersionError",
     "JournaledCall",
     "LeaseLostError",
+    "Limits",
     "LocalBackend",
     "McpConnectionError",
     "McpToolError",
     "MissingResultError",
+    "ModelRetry",
     "OptionError",
     "Outcome",
     "Parallel",

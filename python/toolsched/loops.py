@@ -14,6 +14,10 @@ the caller instead of being decided here:
 - a steering callback that returns messages ends the loop with
   ``stop="steered"`` after the skipped calls are answered
   (``result.steering_messages``);
+- ``limits=`` (a ``ts.Limits``) holds the run's caps across its turns: every turn
+  is run under it, and the loop ends with ``stop="limit"`` after a turn with a
+  ``limit_exceeded`` answer, or ``stop="retries_exhausted"`` after one with a
+  ``retries_exhausted`` answer (the answers are in the history first);
 - cancelling the task that runs the loop cancels the request or the tools
   in flight and propagates.
 
@@ -43,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from toolsched._executor.executor import Executor, Steering
+from toolsched._policy.limits import Limits, active_limits, limits_in_force
 from toolsched._tools.registry import ToolRegistry
 from toolsched._values.calls import ToolCall
 from toolsched._values.outcome import Outcome
@@ -53,7 +58,7 @@ from toolsched.providers.wire import read, resume_outcome
 
 __all__ = ["LoopResult", "anthropic_loop", "gemini_loop", "openai_chat_loop", "openai_responses_loop"]
 
-Stop = Literal["done", "max_turns", "interrupted", "steered"]
+Stop = Literal["done", "max_turns", "interrupted", "steered", "limit", "retries_exhausted"]
 RefreshTools = Callable[[], Awaitable[Executor | None] | Executor | None]
 
 
@@ -347,6 +352,37 @@ async def _run_loop(
     resume: LoopResult | None,
     reset_tool_choice: bool = True,
     stream: bool = False,
+    limits: Limits | None = None,
+) -> LoopResult:
+    if limits is not None and not isinstance(limits, Limits):
+        raise OptionError(f"limits= takes a ts.Limits or None, got {type(limits).__name__}")
+    with limits_in_force(limits):
+        return await _loop(
+            dialect,
+            executor,
+            history,
+            max_turns=max_turns,
+            refresh_tools=refresh_tools,
+            steering=steering,
+            context=context,
+            resume=resume,
+            reset_tool_choice=reset_tool_choice,
+            stream=stream,
+        )
+
+
+async def _loop(
+    dialect: _Dialect,
+    executor: Executor,
+    history: list[Any],
+    *,
+    max_turns: int,
+    refresh_tools: RefreshTools | None,
+    steering: Steering | None,
+    context: Any,
+    resume: LoopResult | None,
+    reset_tool_choice: bool,
+    stream: bool,
 ) -> LoopResult:
     if not isinstance(stream, bool):
         raise OptionError(f"stream must be True or False, got {stream!r}")
@@ -373,7 +409,16 @@ async def _run_loop(
         if reset_tool_choice:
             dialect.used_tools()
         executor = await _refreshed(executor, refresh_tools)
-        return "steered" if settled.steering_messages else None
+        if settled.steering_messages:
+            return "steered"
+        limits = active_limits()
+        if limits is not None and stream and executor.streams:
+            # A turn streamed through ``executor.turn()`` is counted here (``run`` counts its own turns).
+            limits.settle(settled.results)
+        kinds = {result.error_kind for result in settled.results}
+        if "retries_exhausted" in kinds:
+            return "retries_exhausted"
+        return "limit" if "limit_exceeded" in kinds else None
 
     if resume is not None:
         if resume.stop != "interrupted" or resume.state is None:
@@ -423,6 +468,7 @@ async def anthropic_loop(
     resume: LoopResult | None = None,
     reset_tool_choice: bool = True,
     stream: bool = False,
+    limits: Limits | None = None,
     **request: Any,
 ) -> LoopResult:
     """Runs the Anthropic Messages tool loop with an ``anthropic.AsyncAnthropic`` client.
@@ -443,6 +489,7 @@ async def anthropic_loop(
         resume=resume,
         reset_tool_choice=reset_tool_choice,
         stream=stream,
+        limits=limits,
     )
 
 
@@ -459,6 +506,7 @@ async def openai_responses_loop(
     resume: LoopResult | None = None,
     reset_tool_choice: bool = True,
     stream: bool = False,
+    limits: Limits | None = None,
     **request: Any,
 ) -> LoopResult:
     """Runs the OpenAI Responses tool loop with an ``openai.AsyncOpenAI`` client.
@@ -481,6 +529,7 @@ async def openai_responses_loop(
         resume=resume,
         reset_tool_choice=reset_tool_choice,
         stream=stream,
+        limits=limits,
     )
 
 
@@ -497,6 +546,7 @@ async def openai_chat_loop(
     resume: LoopResult | None = None,
     reset_tool_choice: bool = True,
     stream: bool = False,
+    limits: Limits | None = None,
     **request: Any,
 ) -> LoopResult:
     """Runs the OpenAI Chat Completions tool loop with an ``openai.AsyncOpenAI`` client.
@@ -515,6 +565,7 @@ async def openai_chat_loop(
         resume=resume,
         reset_tool_choice=reset_tool_choice,
         stream=stream,
+        limits=limits,
     )
 
 
@@ -532,6 +583,7 @@ async def gemini_loop(
     resume: LoopResult | None = None,
     reset_tool_choice: bool = True,
     stream: bool = False,
+    limits: Limits | None = None,
 ) -> LoopResult:
     """Runs the Gemini tool loop with a ``google.genai.Client`` (its ``aio`` side).
 
@@ -553,4 +605,5 @@ async def gemini_loop(
         resume=resume,
         reset_tool_choice=reset_tool_choice,
         stream=stream,
+        limits=limits,
     )

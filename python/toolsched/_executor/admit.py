@@ -16,6 +16,7 @@ from toolsched._executor.settings import format_error
 from toolsched._executor.turn import Held, Job, Turn, judge
 from toolsched._executor.view import Policy
 from toolsched._policy.hooks import HookTimeout, new_hook_event
+from toolsched._policy.limits import ModelRetry
 from toolsched._policy.permissions import resolve_permission
 from toolsched._policy.runstate import ApprovalRequest, RunState, records_by_id, standing_decision
 from toolsched._policy.state_records import CallRecord
@@ -49,6 +50,9 @@ async def check_semantics(jobs: list[Job], turn: Turn) -> list[Job]:
             # (A call cancelled, or a run interrupted, meanwhile is not checked: it is answered without running.)
             try:
                 await job.tool.validate_input(job.args, turn.context_for(job))
+            except ModelRetry as exc:
+                await turn.answer(job.slot, job.call, job.tool.name, "model_retry", exc.message)
+                continue
             except SemanticError as exc:
                 await turn.answer(job.slot, job.call, job.tool.name, "semantic_error", str(exc))
                 continue

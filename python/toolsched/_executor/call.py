@@ -36,6 +36,7 @@ from toolsched._executor.turn import DONE, RUNNING, Job, Turn
 from toolsched._policy.guardrails import GuardrailEvent, Guardrails
 from toolsched._policy.holds import NestedHold
 from toolsched._policy.hooks import new_hook_event
+from toolsched._policy.limits import ModelRetry
 from toolsched._policy.resilience import CircuitOpen, NotRun, RunHalted, is_transient, retry_after_of
 from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import ArgumentsRefused
@@ -179,6 +180,9 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
     except NotRun as exc:
         # Answered without running: an open circuit (``unavailable``), an interrupt before the first run (``skipped``).
         kind, error = exc.kind, str(exc)
+    except ModelRetry as exc:
+        # The tool asks the model to fix its call: the message is for the model.
+        kind, error, output = "model_retry", exc.message, None
     except Exception as exc:
         if anyio.current_effective_deadline() == -math.inf:
             # The run itself is being cancelled and the tool turned that into

@@ -39,6 +39,7 @@ from toolsched._executor.view import View
 from toolsched._policy.guardrails import Guardrail
 from toolsched._policy.holds import resuming
 from toolsched._policy.hooks import Hooks
+from toolsched._policy.limits import Limits, active_limits, limit_jobs, limits_in_force
 from toolsched._policy.permissions import Permissions
 from toolsched._policy.runstate import Approver, RunState, claim, unclaim, waiting_children
 from toolsched._policy.state_records import CallRecord
@@ -235,6 +236,7 @@ class Executor:
         steering: Steering | None = None,
         context: Any = None,
         run_id: str | None = None,
+        limits: Limits | None = None,
     ) -> Outcome:
         """Runs a turn's calls; returns one result per unique call ID, in model order.
 
@@ -250,7 +252,27 @@ class Executor:
         With a journal, the run is journaled under ``run_id`` (a new one when
         not given; ``Outcome.run_id``): ``RunExistsError`` for an ID already in
         the journal, and a ``JournalError`` raised when the journal fails mid-run.
+
+        ``limits``: the agent run's ``Limits`` (the same object on every turn of the run): calls past its
+        caps are answered ``limit_exceeded``, and it counts this turn's calls and answers. Without it, the
+        limits in force where this is called (a loop's ``limits=``) apply.
         """
+        if limits is None:
+            limits = active_limits()
+            if limits is None:
+                return await self._run_turn(calls, steering, context, run_id)
+        with limits_in_force(limits):
+            outcome = await self._run_turn(calls, steering, context, run_id)
+        limits.settle(outcome.results)
+        return outcome
+
+    async def _run_turn(
+        self,
+        calls: Iterable[ToolCall] | AsyncIterable[ToolCall],
+        steering: Steering | None,
+        context: Any,
+        run_id: str | None,
+    ) -> Outcome:
         if run_id is not None:
             _check_run_id(run_id)
         # A list is told by its type first: an isinstance check against an ABC costs more.
@@ -261,7 +283,7 @@ class Executor:
         view = self._view
         if view.toolset is not self.registry.toolset:
             view = self._current_view()
-        if view.plain:
+        if view.plain and active_limits() is None:
             outcome = await self._planned(calls, view, steering=steering, context=context, run_id=run_id)
         else:
             outcome = await self._start(RunRequest(calls, steering=steering, context=context, run_id=run_id))
@@ -341,6 +363,7 @@ class Executor:
         steering: Steering | None = None,
         context: Any = None,
         force: bool = False,
+        limits: Limits | None = None,
     ) -> Outcome:
         """Finishes a journaled run after a crash and returns its outcome, in model order.
 
@@ -353,13 +376,19 @@ class Executor:
         Raises ``UnknownRunError`` for a run the journal does not have and
         ``RunClaimedError`` while another process holds the run (``force=True``
         takes it from a holder known to be dead).
+
+        ``limits``: the run's ``Limits``; the calls the journal holds as answered count in it, and the calls
+        still to run are held to its caps.
         """
         journal = self._settings.journal
         if journal is None:
             raise OptionError("recover() needs an executor built with journal=")
+        if limits is None:
+            limits = active_limits()
         durable = RunJournal(journal, run_id)
         request = RunRequest(steering=steering, context=context, durable=durable)
-        return await self._journaled(durable, lambda: self._recover(request, force))
+        with limits_in_force(limits):
+            return await self._journaled(durable, lambda: self._recover(request, force))
 
     async def _journaled(self, durable: RunJournal, body: Callable[[], Awaitable[Outcome]]) -> Outcome:
         """Runs a durable run's ``body`` (its lease watched meanwhile: a lost lease cancels the body at once),
@@ -400,6 +429,7 @@ class Executor:
         steering: Steering | None = None,
         context: Any = None,
         run_id: str | None = None,
+        limits: Limits | None = None,
     ) -> AsyncIterator[Event]:
         """Runs a turn, yielding its events as they happen; the last is ``RunFinished``.
 
@@ -408,10 +438,14 @@ class Executor:
         when the interpreter finalises it (right after the loop on CPython).
         The run is driven by a task of its own, so the generator may be closed
         from any task. With a journal the run is durable, as with ``run`` (its
-        ID is ``RunFinished.outcome.run_id``).
+        ID is ``RunFinished.outcome.run_id``). ``limits`` as for ``run``.
         """
         if run_id is not None:
             _check_run_id(run_id)
+        if limits is None:
+            limits = active_limits()
+        elif not isinstance(limits, Limits):
+            raise OptionError(f"limits= takes a ts.Limits or None, got {type(limits).__name__}")
         send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
         failure: list[BaseException] = []
         journal = self._settings.journal
@@ -427,7 +461,7 @@ class Executor:
                 pass
 
         async def drive() -> None:
-            with send:
+            with send, limits_in_force(limits):
                 try:
                     with scope:
                         if isinstance(calls, AsyncIterable):
@@ -444,6 +478,8 @@ class Executor:
                             )
                             if run_id is not None:
                                 outcome = replace(outcome, run_id=run_id)
+                        if limits is not None:
+                            limits.settle(outcome.results)
                         send.send_nowait(RunFinished(outcome))
                 except cancelled:
                     # The run was stopped from outside (the loop is shutting down): nothing is left to report.
@@ -519,6 +555,7 @@ class Executor:
         *,
         steering: Steering | None = None,
         context: Any = None,
+        limits: Limits | None = None,
     ) -> Outcome:
         """Continues an interrupted run from its ``RunState``; returns every result, in model order.
 
@@ -532,6 +569,12 @@ class Executor:
         """
         if not isinstance(state, RunState):
             raise TypeError(f"resume() takes the RunState of an interrupted run, got {type(state).__name__}")
+        if limits is None:
+            limits = active_limits()
+        with limits_in_force(limits):
+            return await self._resume_state(state, steering, context)
+
+    async def _resume_state(self, state: RunState, steering: Steering | None, context: Any) -> Outcome:
         journal = self._settings.journal
         if state.run_id is not None:
             if journal is None:
@@ -558,9 +601,10 @@ class Executor:
         """Runs (``calls``) or resumes (``state``) a child turn inside the call ``parent_call_id``.
 
         For nested runs (``toolsched._executor.nested``): the child's events go to ``sink``
-        as well, stamped with the parent call.
+        as well, stamped with the parent call. The parent's ``Limits`` do not count the child's calls.
         """
-        return await self._start(RunRequest(calls, state, steering, context, sink, parent_call_id))
+        with limits_in_force(None):
+            return await self._start(RunRequest(calls, state, steering, context, sink, parent_call_id))
 
     # -- the entry paths --------------------------------------------------------------
 
@@ -757,7 +801,9 @@ class Executor:
                     job.prior_attempts = journaled.call(job.call.id).starts
                     job.attempts = job.prior_attempts + 1
                 jobs.append(job)
-        return await self._drive(
+        limits = active_limits()
+        carried = _carry_into(limits, turn, slot_calls)
+        outcome = await self._drive(
             turn,
             fresh=jobs,
             held=[],
@@ -766,6 +812,9 @@ class Executor:
             steering=request.steering,
             prior=state,
         )
+        if limits is not None:
+            limits.settle([result for result in outcome.results if result.call_id not in carried])
+        return outcome
 
     async def _recover(self, request: RunRequest, force: bool) -> Outcome:
         """Finishes a journaled run from where its calls were left (see ``recover``)."""
@@ -777,10 +826,12 @@ class Executor:
         plan = plan_calls(settings, view, list(record.turn))
         turn = Turn(settings, view, len(plan), request.context, settings.emitter(None, None), self._runs, durable)
         fresh, ready, held, nested = await recovered_jobs(turn, plan, record)
+        limits = active_limits()
+        carried = _carry_into(limits, turn, plan.calls)
         # Calls approved to resume their nested runs find them as ``resume`` sets them (``toolsched._executor.nested``).
         token = resuming.set(nested) if nested else None
         try:
-            return await self._drive(
+            outcome = await self._drive(
                 turn,
                 fresh=fresh,
                 ready=ready,
@@ -792,6 +843,9 @@ class Executor:
         finally:
             if token is not None:
                 resuming.reset(token)
+        if limits is not None:
+            limits.settle([result for result in outcome.results if result.call_id not in carried])
+        return outcome
 
     async def _drive(
         self,
@@ -814,6 +868,9 @@ class Executor:
                 await turn.answer_refused(refused, slot)
         view = turn.view
         jobs = fresh
+        limits = active_limits()
+        if limits is not None and jobs:
+            jobs = await limit_jobs(jobs, turn, limits, resumed=prior is not None)
         if (view.checks_input or view.admits) and jobs:
             # Admission awaits (input checks, hooks, a person's approval): the run is in progress meanwhile, and
             # ``cancel``/``interrupt`` reach its calls (a call cancelled or a run interrupted now never runs).
@@ -836,6 +893,14 @@ class Executor:
         if not held and not turn.parked:
             return new_outcome(turn.ordered(), duplicates, steering_messages, False, [], None, None)
         return turn.finish(slot_calls, held or [], duplicates, steering_messages, prior)
+
+
+def _carry_into(limits: Limits | None, turn: Turn, calls: Sequence[ToolCall]) -> set[str]:
+    """Counts the answers a resumed or recovered turn carries from before in ``limits``; their call IDs."""
+    carried = turn.ordered_partial()
+    if limits is not None:
+        limits.carry(carried, calls)
+    return {result.call_id for result in carried}
 
 
 def _check_run_id(run_id: object) -> None:

@@ -23,6 +23,7 @@ from toolsched._executor.emitter import Emitter
 from toolsched._executor.settings import Settings
 from toolsched._executor.view import View
 from toolsched._policy.hooks import UpdateFilter
+from toolsched._policy.limits import active_limits
 from toolsched._policy.permissions import Permissions
 from toolsched._policy.runstate import RunState, new_state
 from toolsched._policy.state_records import CallRecord, ChildRecord
@@ -422,6 +423,14 @@ class Turn:
         call = plan.calls[slot]
         if kind == "unknown_tool" and self.settings.unknown_tool == "raise":
             raise UnknownToolError(message, call_id=call.id, tool_name=call.name)
+        index = plan.tools[slot]
+        if kind == "invalid_input" and index >= 0:
+            limits = active_limits()
+            if limits is not None:
+                # A tool past its retry budget is answered so even when its arguments are refused.
+                exhausted = limits.exhausted(self.view.tools[index].name, self.view.tools[index].max_model_retries)
+                if exhausted is not None:
+                    kind, message = "retries_exhausted", exhausted
         await self.answer(
             slot if turn_slot is None else turn_slot, call, plan.tool_name(self.view, slot), kind, message
         )

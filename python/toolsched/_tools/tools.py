@@ -237,6 +237,9 @@ class Tool:
     should_defer: bool = False
     always_load: bool = False
     idempotent: bool = False
+    # How many ``model_retry``, ``invalid_input`` and ``semantic_error`` answers a run gives this tool
+    # before its calls are answered ``retries_exhausted`` (``toolsched._policy.limits``).
+    max_model_retries: int = 3
     # Resilience for shared downstreams (``toolsched._policy.resilience``): retries need ``idempotent=True``.
     retry: Retry | None = None
     rate_limit: RateLimit | None = None
@@ -433,6 +436,7 @@ class Tool:
         _positive(name, "timeout", self.timeout, optional=True, integer=False)
         _positive(name, "max_result_chars", self.max_result_chars, optional=False, integer=True)
         _positive(name, "max_result_lines", self.max_result_lines, optional=True, integer=True)
+        _in_range(name, "max_model_retries", self.max_model_retries, integer=True, zero=True, at_most=None)
         # A cap on calls in flight is held to the strategies' own (``Partitioned(max_concurrency=...)``).
         _positive(name, "max_concurrency", self.max_concurrency, optional=True, integer=True, at_most=MAX_SIZE)
         self._check_placement()
@@ -625,6 +629,7 @@ TOOL_OPTIONS = frozenset(
         "should_defer",
         "always_load",
         "idempotent",
+        "max_model_retries",
         "backend",
         "run_resource",
         "num_cpus",
@@ -675,6 +680,7 @@ def tool(
     should_defer: bool | None = None,
     always_load: bool | None = None,
     idempotent: bool | None = None,
+    max_model_retries: int | None = None,
     backend: str | None = None,
     run_resource: ResourceFactory | None = None,
     num_cpus: float | None = None,

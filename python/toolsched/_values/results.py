@@ -24,6 +24,9 @@ ErrorKind = Literal[
     "interaction_required",
     "interrupted",
     "unavailable",
+    "model_retry",
+    "retries_exhausted",
+    "limit_exceeded",
 ]
 
 ERROR_KINDS: frozenset[str] = frozenset(ErrorKind.__args__)  # type: ignore[attr-defined]
