@@ -72,9 +72,9 @@ impl Refusal {
     /// A message the model can act on.
     pub fn message(&self, tool: &str) -> String {
         match self {
-            Self::CutOff => format!(
-                "arguments for `{tool}` were cut off before the JSON ended; send the whole call again"
-            ),
+            Self::CutOff => {
+                format!("arguments for `{tool}` were cut off before the JSON ended; send the whole call again")
+            }
             Self::Unrepairable(reason) => format!("arguments for `{tool}` are not valid JSON: {reason}"),
         }
     }
@@ -88,6 +88,13 @@ impl Fixes {
     fn add(&mut self, fix: Fix) {
         if !self.0.contains(&fix) {
             self.0.push(fix);
+        }
+    }
+
+    /// Adds `other`'s fixes not already here.
+    pub fn extend(&mut self, other: &Fixes) {
+        for fix in &other.0 {
+            self.add(*fix);
         }
     }
 
@@ -112,8 +119,9 @@ pub fn repair_text(text: &str, limits: &Limits) -> Result<(Value, Fixes), Refusa
     let rewritten = rewrite(span, &mut fixes)?;
     let value = parse_arguments(&rewritten, limits).or_else(|rejection| match rejection {
         // A top-level string holding an object or array is decoded below.
-        InputRejection::NotAnObject(_) => serde_json::from_str::<Value>(&rewritten)
-            .map_err(|error| Refusal::Unrepairable(error.to_string())),
+        InputRejection::NotAnObject(_) => {
+            serde_json::from_str::<Value>(&rewritten).map_err(|error| Refusal::Unrepairable(error.to_string()))
+        }
         InputRejection::Malformed(reason) if reason.contains("EOF") => Err(Refusal::CutOff),
         other => Err(Refusal::Unrepairable(other.message("the tool"))),
     })?;
@@ -131,12 +139,16 @@ fn decode_encoded(value: Value, limits: &Limits, fixes: &mut Fixes) -> Result<Va
         Value::String(inner) => {
             let trimmed = inner.trim();
             if !(trimmed.starts_with('{') || trimmed.starts_with('[')) {
-                return Err(Refusal::Unrepairable("the arguments are a string, not an object".to_owned()));
+                return Err(Refusal::Unrepairable(
+                    "the arguments are a string, not an object".to_owned(),
+                ));
             }
             let decoded = match parse_arguments(trimmed, limits) {
                 Ok(decoded) => decoded,
                 Err(InputRejection::NotAnObject(kind)) => {
-                    return Err(Refusal::Unrepairable(format!("the encoded arguments are {kind}, not an object")))
+                    return Err(Refusal::Unrepairable(format!(
+                        "the encoded arguments are {kind}, not an object"
+                    )))
                 }
                 Err(_) => {
                     // The encoded text may itself need the textual fixes.
@@ -150,8 +162,12 @@ fn decode_encoded(value: Value, limits: &Limits, fixes: &mut Fixes) -> Result<Va
             fixes.add(Fix::EncodedString);
             Ok(decoded)
         }
-        Value::Array(_) => Err(Refusal::Unrepairable("the arguments are an array, not an object".to_owned())),
-        other => Err(Refusal::Unrepairable(format!("the arguments are `{other}`, not an object"))),
+        Value::Array(_) => Err(Refusal::Unrepairable(
+            "the arguments are an array, not an object".to_owned(),
+        )),
+        other => Err(Refusal::Unrepairable(format!(
+            "the arguments are `{other}`, not an object"
+        ))),
     }
 }
 
@@ -193,7 +209,9 @@ fn one_value<'a>(text: &'a str, fixes: &mut Fixes) -> Result<&'a str, Refusal> {
             return Err(Refusal::Unrepairable("more than one JSON value in the text".to_owned()));
         }
         if before.ends_with([',', '"', '\'']) {
-            return Err(Refusal::Unrepairable("the JSON value is part of a larger text".to_owned()));
+            return Err(Refusal::Unrepairable(
+                "the JSON value is part of a larger text".to_owned(),
+            ));
         }
         fixes.add(Fix::SurroundingProse);
     }
@@ -212,7 +230,10 @@ fn match_close(text: &str) -> Result<Option<usize>, Refusal> {
                 None => return Ok(None),
             },
             b'/' if bytes.get(at + 1) == Some(&b'/') => {
-                at = bytes[at..].iter().position(|&b| b == b'\n').map_or(bytes.len(), |p| at + p);
+                at = bytes[at..]
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(bytes.len(), |p| at + p);
             }
             b'/' if bytes.get(at + 1) == Some(&b'*') => match find(bytes, at + 2, b"*/") {
                 Some(end) => at = end + 2,
@@ -236,7 +257,10 @@ fn match_close(text: &str) -> Result<Option<usize>, Refusal> {
 }
 
 fn find(bytes: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
-    bytes[from..].windows(needle.len()).position(|w| w == needle).map(|p| from + p)
+    bytes[from..]
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .map(|p| from + p)
 }
 
 /// Index after the string opened at `at` by `quote`; `None` if it never ends.
@@ -263,7 +287,10 @@ fn rewrite(text: &str, fixes: &mut Fixes) -> Result<String, Refusal> {
             b'"' | b'\'' => at = copy_string(text, at, byte, &mut out, fixes)?,
             b'/' if bytes.get(at + 1) == Some(&b'/') => {
                 fixes.add(Fix::Comment);
-                at = bytes[at..].iter().position(|&b| b == b'\n').map_or(bytes.len(), |p| at + p);
+                at = bytes[at..]
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(bytes.len(), |p| at + p);
             }
             b'/' if bytes.get(at + 1) == Some(&b'*') => {
                 let end = find(bytes, at + 2, b"*/").ok_or(Refusal::CutOff)?;
@@ -523,8 +550,14 @@ mod tests {
 
     #[test]
     fn a_code_fence_is_dropped() {
-        assert_eq!(repaired("```json\n{\"a\": 1}\n```"), (json!({"a": 1}), vec!["code_fence"]));
-        assert_eq!(repaired("```\n{\"a\": 1}\n```\n"), (json!({"a": 1}), vec!["code_fence"]));
+        assert_eq!(
+            repaired("```json\n{\"a\": 1}\n```"),
+            (json!({"a": 1}), vec!["code_fence"])
+        );
+        assert_eq!(
+            repaired("```\n{\"a\": 1}\n```\n"),
+            (json!({"a": 1}), vec!["code_fence"])
+        );
     }
 
     #[test]
@@ -537,7 +570,10 @@ mod tests {
 
     #[test]
     fn two_objects_in_prose_are_refused() {
-        assert!(matches!(refused("either {\"a\": 1} or {\"a\": 2}"), Refusal::Unrepairable(_)));
+        assert!(matches!(
+            refused("either {\"a\": 1} or {\"a\": 2}"),
+            Refusal::Unrepairable(_)
+        ));
     }
 
     #[test]
@@ -647,7 +683,12 @@ mod tests {
         assert_eq!(value, json!({"n": 3, "x": 2.5, "b": true, "s": "4"}));
         assert_eq!(fixes.as_slice(), &[Fix::NumberAsString, Fix::BooleanAsString]);
         // Not a number in JSON's own syntax, or not an integer: left for validation to refuse.
-        for bad in [json!({"n": "3.5"}), json!({"n": " 3"}), json!({"n": "0x10"}), json!({"b": "yes"})] {
+        for bad in [
+            json!({"n": "3.5"}),
+            json!({"n": " 3"}),
+            json!({"n": "0x10"}),
+            json!({"b": "yes"}),
+        ] {
             assert_eq!(repair_to_schema(&bad, &schema), None, "{bad}");
         }
     }
@@ -673,5 +714,105 @@ mod tests {
         for bad in ["", "-", "01", "1.", ".5", "1e", "+1", "NaN", "1 "] {
             assert!(!is_json_number(bad), "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod planning_tests {
+    use serde_json::json;
+
+    use crate::catalog::{Catalog, ToolSpec};
+    use crate::plan::{prepare_turn, Arguments, CallInput, Verdict};
+    use crate::validate::Limits;
+
+    fn catalog() -> Catalog {
+        Catalog::new(vec![ToolSpec {
+            name: "read".into(),
+            aliases: vec![],
+            input_schema: json!({"type": "object", "properties": {
+                "path": {"type": "string"}, "lines": {"type": "integer"},
+                "tags": {"type": "array", "items": {"type": "string"}}
+            }, "required": ["path"]}),
+        }])
+        .unwrap()
+    }
+
+    fn verdict(args: Arguments<'_>, repair: bool) -> Verdict {
+        let limits = Limits {
+            repair,
+            ..Limits::default()
+        };
+        let calls = [CallInput {
+            id: "1",
+            name: "read",
+            args,
+        }];
+        prepare_turn(&catalog(), &calls, &[false], &limits)
+            .calls
+            .remove(0)
+            .verdict
+    }
+
+    fn fixes(verdict: &Verdict) -> Vec<&'static str> {
+        let Verdict::Repaired { fixes, .. } = verdict else {
+            panic!("not repaired: {verdict:?}")
+        };
+        fixes.as_slice().iter().map(|fix| fix.as_str()).collect()
+    }
+
+    #[test]
+    fn valid_text_plans_the_same_with_repair_on() {
+        for text in [r#"{"path": "a"}"#, r#"{"path": "a", "lines": 3}"#, ""] {
+            assert_eq!(
+                verdict(Arguments::Text(text), true),
+                verdict(Arguments::Text(text), false)
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_text_is_repaired_only_when_asked() {
+        let text = "```json\n{'path': 'a', lines: '3',}\n```";
+        assert!(matches!(
+            verdict(Arguments::Text(text), false),
+            Verdict::InvalidInput { .. }
+        ));
+        let repaired = verdict(Arguments::Text(text), true);
+        assert_eq!(
+            fixes(&repaired),
+            [
+                "code_fence",
+                "single_quotes",
+                "unquoted_key",
+                "trailing_comma",
+                "number_as_string"
+            ]
+        );
+        let Verdict::Repaired { parsed, tool, .. } = repaired else {
+            unreachable!()
+        };
+        assert_eq!((tool, parsed), (0, json!({"path": "a", "lines": 3})));
+    }
+
+    #[test]
+    fn a_decoded_object_gets_the_schema_guided_fixes() {
+        let repaired = verdict(Arguments::Value(json!({"path": "a", "tags": "x"})), true);
+        assert_eq!(fixes(&repaired), ["single_value_for_array"]);
+        assert!(matches!(
+            verdict(Arguments::Value(json!({"path": "a", "tags": "x"})), false),
+            Verdict::InvalidInput { .. }
+        ));
+    }
+
+    #[test]
+    fn a_missing_field_is_not_invented_and_cut_off_text_says_so() {
+        let Verdict::InvalidInput { message, .. } = verdict(Arguments::Text("{'lines': 3}"), true) else {
+            panic!()
+        };
+        assert!(message.contains("path"), "{message}");
+        let Verdict::InvalidInput { message, .. } = verdict(Arguments::Text(r#"{"path": "a", "lin"#), true) else {
+            panic!()
+        };
+        assert!(message.contains("cut off"), "{message}");
     }
 }
