@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::catalog::Catalog;
 use crate::direct::Build;
-use crate::repair::{repair_text, repair_to_schema, Fixes, Refusal};
+use crate::repair::{decode_encoded, repair_text, repair_to_schema, Fixes, Refusal};
 use crate::validate::{parse_arguments, InputRejection, Limits};
 
 /// A call's arguments as the model sent them.
@@ -392,6 +392,10 @@ fn judge(catalog: &Catalog, name: &str, args: &Arguments<'_>, disabled: &[bool],
 /// Repaired arguments `value` (after `fixes`) as a verdict, if they pass the schema as they are or after the
 /// schema-guided fixes; `None` if they do not.
 fn repair_to_fit(catalog: &Catalog, tool: usize, value: &Value, mut fixes: Fixes, limits: &Limits) -> Option<Verdict> {
+    if value.is_string() {
+        let decoded = decode_encoded(value.clone(), limits, &mut fixes).ok()?;
+        return repair_to_fit(catalog, tool, &decoded, fixes, limits);
+    }
     if catalog.check(tool, value, limits).is_ok() {
         return (!fixes.is_empty()).then(|| Verdict::Repaired {
             tool,

@@ -132,8 +132,8 @@ pub fn repair_text(text: &str, limits: &Limits) -> Result<(Value, Fixes), Refusa
     Ok((value, fixes))
 }
 
-/// A top-level JSON string holding an object (or array) is decoded once.
-fn decode_encoded(value: Value, limits: &Limits, fixes: &mut Fixes) -> Result<Value, Refusal> {
+/// A top-level JSON string holding an object is decoded once (with the textual fixes it needs).
+pub fn decode_encoded(value: Value, limits: &Limits, fixes: &mut Fixes) -> Result<Value, Refusal> {
     match value {
         Value::Object(_) => Ok(value),
         Value::String(inner) => {
@@ -428,6 +428,21 @@ fn coerce(value: &mut Value, schema: &Value, fixes: &mut Fixes, depth: usize) {
     if depth > MAX_COERCE_DEPTH {
         return;
     }
+    if let Some(Value::Array(branches)) = schema.get("anyOf").or_else(|| schema.get("oneOf")) {
+        // A value no branch's type takes is fixed by the first branch whose fixes make it fit that branch.
+        let fits = |value: &Value, branch: &Value| types(branch).iter().any(|kind| matches_type(value, kind));
+        if !branches.iter().any(|branch| fits(value, branch)) {
+            for branch in branches {
+                let (mut attempt, mut attempt_fixes) = (value.clone(), Fixes::default());
+                coerce(&mut attempt, branch, &mut attempt_fixes, depth + 1);
+                if !attempt_fixes.is_empty() && fits(&attempt, branch) {
+                    *value = attempt;
+                    fixes.extend(&attempt_fixes);
+                    return;
+                }
+            }
+        }
+    }
     let kinds = types(schema);
     let wants = |kind: &str| kinds.contains(&kind);
     if let Value::String(text) = value {
@@ -702,6 +717,15 @@ mod tests {
         let (value, fixes) = repair_to_schema(&json!({"paths": "a.txt", "ids": "7"}), &schema).unwrap();
         assert_eq!(value, json!({"paths": ["a.txt"], "ids": [7]}));
         assert_eq!(fixes.as_slice(), &[Fix::SingleValueForArray, Fix::NumberAsString]);
+        // Inside `anyOf` (an optional list, as type hints give it), the branch that the fix makes fit.
+        let optional = json!({"type": "object", "properties": {
+            "tags": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]}
+        }});
+        assert_eq!(
+            repair_to_schema(&json!({"tags": "x"}), &optional).unwrap().0,
+            json!({"tags": ["x"]})
+        );
+        assert_eq!(repair_to_schema(&json!({"tags": null}), &optional), None);
         // An object is not wrapped into an array of strings.
         assert_eq!(repair_to_schema(&json!({"paths": {"a": 1}}), &schema), None);
     }

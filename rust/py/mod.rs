@@ -484,7 +484,8 @@ impl<'py> Preparation<'_, 'py> {
                     }
                     let args = to_python(py, &parsed, &mut self.keys)?;
                     if let Some(rules) = self.rules {
-                        self.rulings.push(rules.verdict(py, tool, Some(&args), &mut self.subject));
+                        self.rulings
+                            .push(rules.verdict(py, tool, Some(&args), &mut self.subject));
                     }
                     self.tools.push(tool_position(tool));
                     self.args.push(args);

@@ -95,3 +95,10 @@ def test_a_missing_required_field_is_not_invented() -> None:
     (_, args, failures, *_), repairs = plan("{'lines': 3}", REPAIRING)
     assert args == [None] and repairs == []
     assert "path" in failures[0][2]
+
+
+def test_an_object_sent_as_a_json_encoded_string_is_decoded() -> None:
+    (_, args, failures, *_), repairs = plan(json.dumps(json.dumps({"path": "a"})), REPAIRING)
+    assert (args, failures, repairs) == ([{"path": "a"}], [], [(0, ("encoded_string",))])
+    (_, args, failures, *_), repairs = plan(json.dumps("just words"), REPAIRING)
+    assert args == [None] and repairs == []
