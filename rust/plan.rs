@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::catalog::Catalog;
 use crate::direct::Build;
+use crate::repair::{decode_encoded, repair_text, repair_to_schema, Fixes, Refusal};
 use crate::validate::{parse_arguments, InputRejection, Limits};
 
 /// A call's arguments as the model sent them.
@@ -37,6 +38,9 @@ pub enum Verdict {
     /// The call may proceed. `parsed` holds arguments decoded from text; for
     /// [`Arguments::Value`] it is `None` and the caller's own object is valid.
     Ready { tool: usize, parsed: Option<Value> },
+    /// The arguments were repaired (see [`crate::repair`]) and then passed the schema; `parsed` is what
+    /// will run and `fixes` what was changed.
+    Repaired { tool: usize, parsed: Value, fixes: Fixes },
     /// No enabled tool has this name.
     UnknownTool { message: String },
     /// The arguments were refused.
@@ -347,19 +351,66 @@ fn judge(catalog: &Catalog, name: &str, args: &Arguments<'_>, disabled: &[bool],
         Arguments::Rejected(rejection) => reject(rejection.clone()),
         Arguments::Value(value) => match catalog.check(tool, value, limits) {
             Ok(()) => Verdict::Ready { tool, parsed: None },
+            Err(rejection) if limits.repair => {
+                repair_to_fit(catalog, tool, value, Fixes::default(), limits).unwrap_or_else(|| reject(rejection))
+            }
             Err(rejection) => reject(rejection),
         },
-        Arguments::Text(text) => match parse_arguments(text, limits).and_then(|value| {
-            catalog.check(tool, &value, limits)?;
-            Ok(value)
-        }) {
-            Ok(value) => Verdict::Ready {
-                tool,
-                parsed: Some(value),
+        Arguments::Text(text) => match parse_arguments(text, limits) {
+            Ok(value) => match catalog.check(tool, &value, limits) {
+                Ok(()) => Verdict::Ready {
+                    tool,
+                    parsed: Some(value),
+                },
+                Err(rejection) if limits.repair => {
+                    repair_to_fit(catalog, tool, &value, Fixes::default(), limits).unwrap_or_else(|| reject(rejection))
+                }
+                Err(rejection) => reject(rejection),
             },
+            // Only text that failed to parse reaches the repair: valid JSON is never changed by it.
+            Err(rejection @ (InputRejection::Malformed(_) | InputRejection::NotAnObject(_))) if limits.repair => {
+                match repair_text(text, limits) {
+                    Ok((value, fixes)) => repair_to_fit(catalog, tool, &value, fixes, limits).unwrap_or_else(|| {
+                        // Fixed text that still breaks the schema is refused with the fixed text's errors.
+                        catalog
+                            .check(tool, &value, limits)
+                            .map_or_else(reject, |()| reject(rejection))
+                    }),
+                    Err(refusal @ Refusal::CutOff) => Verdict::InvalidInput {
+                        tool,
+                        message: refusal.message(catalog.name(tool)),
+                        rejection,
+                    },
+                    Err(Refusal::Unrepairable(_)) => reject(rejection),
+                }
+            }
             Err(rejection) => reject(rejection),
         },
     }
+}
+
+/// Repaired arguments `value` (after `fixes`) as a verdict, if they pass the schema as they are or after the
+/// schema-guided fixes; `None` if they do not.
+fn repair_to_fit(catalog: &Catalog, tool: usize, value: &Value, mut fixes: Fixes, limits: &Limits) -> Option<Verdict> {
+    if value.is_string() {
+        let decoded = decode_encoded(value.clone(), limits, &mut fixes).ok()?;
+        return repair_to_fit(catalog, tool, &decoded, fixes, limits);
+    }
+    if catalog.check(tool, value, limits).is_ok() {
+        return (!fixes.is_empty()).then(|| Verdict::Repaired {
+            tool,
+            parsed: value.clone(),
+            fixes,
+        });
+    }
+    let (fitted, schema_fixes) = repair_to_schema(value, catalog.schema(tool))?;
+    catalog.check(tool, &fitted, limits).ok()?;
+    fixes.extend(&schema_fixes);
+    Some(Verdict::Repaired {
+        tool,
+        parsed: fitted,
+        fixes,
+    })
 }
 
 fn unknown_tool_message(catalog: &Catalog, name: &str, found: Option<usize>, disabled: &[bool]) -> String {

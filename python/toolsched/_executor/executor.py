@@ -91,6 +91,10 @@ class Executor:
       arrays and objects: the arguments object is level 1, each array or object inside one level more,
       and a scalar none (``{"a": [1]}`` is 2 deep, ``{}`` and ``{"a": 1}`` 1); arguments given as JSON
       text and as a mapping are held to it alike. Default 64, at most 128;
+    - ``repair_arguments``: ``True`` repairs arguments that fail to parse or to validate where one fix is
+      unambiguous (a code fence, trailing commas, single quotes, a number sent as a string, ...; see the
+      argument repair page of the docs), then validates them like any others; valid arguments are never
+      changed. Text that was cut off is refused saying so. Default ``False``;
     - ``interactive``: whether a person is present (``ToolContext.interactive``);
     - ``offload_dir``: where ``truncate="offload"`` writes full outputs;
     - ``error_formatter``: ``(exception, call) -> message`` for failed tools
@@ -129,6 +133,7 @@ class Executor:
         max_input_bytes: int = 16 * 1024 * 1024,
         max_input_depth: int = 64,
         max_schema_errors: int = 10,
+        repair_arguments: bool = False,
         interactive: bool = False,
         offload_dir: str | Path | None = None,
         error_formatter: ErrorFormatter = format_error,
@@ -153,6 +158,7 @@ class Executor:
             max_input_bytes=max_input_bytes,
             max_input_depth=max_input_depth,
             max_schema_errors=max_schema_errors,
+            repair_arguments=repair_arguments,
             interactive=interactive,
             offload_dir=offload_dir,
             error_formatter=error_formatter,

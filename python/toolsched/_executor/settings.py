@@ -91,6 +91,7 @@ class Settings:
         max_input_bytes: int,
         max_input_depth: int,
         max_schema_errors: int,
+        repair_arguments: bool,
         interactive: bool,
         offload_dir: str | Path | None,
         error_formatter: ErrorFormatter,
@@ -140,7 +141,9 @@ class Settings:
         self.interactive = interactive
         self.error_formatter = error_formatter
         self.offload_dir = Path(offload_dir) if offload_dir is not None else Path(tempfile.gettempdir()) / "toolsched"
-        self.limits = _core.Limits(max_input_bytes, max_input_depth, max_schema_errors)
+        if not isinstance(repair_arguments, bool):
+            raise OptionError(f"repair_arguments must be True or False, got {repair_arguments!r}")
+        self.limits = _core.Limits(max_input_bytes, max_input_depth, max_schema_errors, repair=repair_arguments)
         # The invoker of each tool whose body runs on a backend other than this process;
         # extended whenever a refreshed tool set brings new tools (see ``View``).
         self.backends = backends
