@@ -16,6 +16,7 @@ from toolsched._executor.executor import Executor
 from toolsched._executor.nested import AgentTool, ChildRun, agent_tool
 from toolsched._executor.strategies import Batched, Parallel, Partitioned, ResourceAware, Sequential, Strategy
 from toolsched._executor.streaming import StreamingTurn
+from toolsched._policy.coordination import RedisCoordination
 from toolsched._policy.guardrails import GuardrailEvent, Reject
 from toolsched._policy.hooks import BatchEvent, HookEvent, Hooks, Rewrite
 from toolsched._policy.permissions import Decision, Permissions
@@ -29,6 +30,7 @@ from toolsched._values.content import Image
 from toolsched._values.events import (
     BatchFinished,
     BatchStarted,
+    CoordinationUnavailable,
     Event,
     RunFinished,
     ToolFinished,
@@ -100,6 +102,7 @@ __all__ = [
     "Batched",
     "ChildRun",
     "CircuitBreaker",
+    "CoordinationUnavailable",
     "Decision",
     "Duplicate",
     "ErrorKind",
@@ -130,6 +133,7 @@ __all__ = [
     "PostgresJournal",
     "RateLimit",
     "RayBackend",
+    "RedisCoordination",
     "RefreshError",
     "Reject",
     "ResourceAware",
