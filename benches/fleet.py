@@ -5,7 +5,8 @@
 A fake downstream on 127.0.0.1 takes ``--capacity`` requests a second (a token bucket holding a
 tenth of a second's worth) and answers ``429`` with a Retry-After beyond it. Each worker process
 runs ``--runs`` concurrent runs of 1-5 calls of one tool declaring ``RateLimit(capacity, per=1)``
-with a burst of a hundredth of a second's worth (what a worker would declare for the downstream), retries on 429 and ``max_concurrency=64``:
+with a burst of a hundredth of a second's worth (what a worker would declare for the downstream),
+retries on 429 and ``max_concurrency=64``:
 first with ``RedisCoordination`` (fleet-wide limits), then without (per-process limits), in the
 same run. Reported: share of calls succeeding, downstream requests per success, the peak of
 requests in any 100 ms against the capacity; then the cost of coordination per call at 1,000
@@ -29,6 +30,8 @@ from typing import Any
 import anyio
 
 import toolsched as ts
+
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "support", "fleet_child.py")
 
 
 def tool_for(port: int, capacity: int) -> Any:
@@ -175,7 +178,7 @@ async def phase(args: argparse.Namespace, downstream: Downstream, port: int, mod
 
 async def killed_slots(args: argparse.Namespace) -> None:
     space = f"bench-{uuid.uuid4().hex}"
-    child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "support", "fleet_child.py")
+    child = CHILD
     holder = await asyncio.create_subprocess_exec(
         sys.executable, child, "asyncio", args.redis, space, "hold", "1", stdout=asyncio.subprocess.PIPE
     )
