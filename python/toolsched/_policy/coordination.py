@@ -48,6 +48,8 @@ __all__ = ["CoordinationError", "FleetUnavailable", "RedisCoordination", "guarde
 
 logger = logging.getLogger("toolsched.coordination")
 
+# Connections to Redis one event loop keeps open at most.
+_MAX_CONNECTIONS = 16
 # How long a refused connection keeps the fleet on its fallback before Redis is tried again, in seconds.
 _RETRY_CONNECT = 1.0
 # Waits between two tries for a concurrency slot held elsewhere (seconds): from the first, doubling to the last.
@@ -201,6 +203,8 @@ class _Link:
     """The connections to Redis of one event loop (internal)."""
 
     idle: list[_Connection] = field(default_factory=list)
+    # At most this many connections of the loop in use at once: the rest of the commands queue for one.
+    gate: anyio.Semaphore = field(default_factory=lambda: anyio.Semaphore(_MAX_CONNECTIONS))
     down_until: float = -math.inf
     warned: bool = False
 
@@ -290,10 +294,15 @@ class RedisCoordination:
         return connection
 
     async def _call(self, *parts: str | int | bytes) -> Any:
-        """One command on an idle connection of this event loop (a new one when none is idle)."""
+        """One command on an idle connection of this event loop (a new one when none is idle and fewer than
+        ``_MAX_CONNECTIONS`` are in use; otherwise it waits for one)."""
         link = self._link()
         if anyio.current_time() < link.down_until:
             raise CoordinationError("Redis was unreachable a moment ago")
+        async with link.gate:
+            return await self._call_on(link, parts)
+
+    async def _call_on(self, link: _Link, parts: tuple[str | int | bytes, ...]) -> Any:
         try:
             connection = link.idle.pop() if link.idle else await self._connect()
         except (OSError, TimeoutError, _ReplyError) as exc:
