@@ -26,6 +26,7 @@ from toolsched._tools.context import ToolContext
 from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.resources import RunScope
 from toolsched._tools.tools import Access, FunctionTool, Tool, tool
+from toolsched._values.calls import Duplicate, ToolCall
 from toolsched._values.content import Image
 from toolsched._values.events import (
     BatchFinished,
@@ -42,7 +43,7 @@ from toolsched._values.events import (
     ToolUpdated,
 )
 from toolsched._values.outcome import Outcome
-from toolsched._values.results import Duplicate, ErrorKind, ToolCall, ToolResult
+from toolsched._values.results import ErrorKind, ToolResult
 from toolsched.errors import (
     ApprovalError,
     AssemblyError,

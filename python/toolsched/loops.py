@@ -44,8 +44,9 @@ from typing import Any, Literal
 
 from toolsched._executor.executor import Executor, Steering
 from toolsched._tools.registry import ToolRegistry
+from toolsched._values.calls import ToolCall
 from toolsched._values.outcome import Outcome
-from toolsched._values.results import ToolCall, ToolResult
+from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError, StreamFailed
 from toolsched.providers import anthropic, gemini, openai_chat, openai_responses
 from toolsched.providers.wire import read, resume_outcome

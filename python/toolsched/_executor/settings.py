@@ -19,9 +19,9 @@ from toolsched._policy.permissions import Mode, Permissions
 from toolsched._policy.runstate import Approver
 from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.tools import Tool
+from toolsched._values.calls import ToolCall
 from toolsched._values.events import Event, ToolProgress
 from toolsched._values.numeric_options import numeric_fault, shown
-from toolsched._values.results import ToolCall
 from toolsched.errors import OptionError
 from toolsched.journal import Journal
 

@@ -54,10 +54,11 @@ from toolsched._executor.strategies import resolve_cap
 from toolsched._executor.turn import Held, Job, Plan, Turn, plan_calls
 from toolsched._executor.view import View
 from toolsched._tools.resources import RunResources, current_resources
+from toolsched._values.calls import Duplicate, ToolCall, plain_call
 from toolsched._values.events import BatchFinished, BatchStarted, Event
 from toolsched._values.fastpath import run_until_suspended
 from toolsched._values.outcome import Outcome, new_outcome
-from toolsched._values.results import Duplicate, ToolCall, ToolResult, plain_call
+from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError, StreamFailed, ToolschedError, TurnStateError
 from toolsched.journal import JournalError
 

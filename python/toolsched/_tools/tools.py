@@ -34,8 +34,8 @@ from toolsched._tools.schema import (
     inline_refs,
     model_schema,
 )
+from toolsched._values.decisions import Decision
 from toolsched._values.numeric_options import numeric_fault, shown
-from toolsched._values.results import Decision
 from toolsched.errors import ToolDefinitionError, UnknownOptionError
 
 __all__ = ["Access", "ArgumentsRefused", "FunctionTool", "Tool", "ToolFacts", "tool", "tool_fingerprint"]

@@ -57,7 +57,7 @@ import anyio
 from toolsched._executor.executor import Executor
 from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import Tool, refuse_unknown_options
-from toolsched._values.results import ToolCall
+from toolsched._values.calls import ToolCall
 from toolsched.errors import OptionError, ToolDefinitionError
 
 try:

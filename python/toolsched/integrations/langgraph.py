@@ -62,7 +62,8 @@ import sniffio
 
 from toolsched._executor.executor import Executor
 from toolsched._tools.tools import Tool
-from toolsched._values.results import ToolCall, ToolResult
+from toolsched._values.calls import ToolCall
+from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError, ResponseFormatError, ToolCallFailed
 from toolsched.integrations.langchain import LangChainTool
 
