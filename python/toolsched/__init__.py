@@ -16,6 +16,7 @@ from toolsched._executor.executor import Executor
 from toolsched._executor.nested import AgentTool, ChildRun, agent_tool
 from toolsched._executor.strategies import Batched, Parallel, Partitioned, ResourceAware, Sequential, Strategy
 from toolsched._executor.streaming import StreamingTurn
+from toolsched._policy.coordination import RedisCoordination
 from toolsched._policy.guardrails import GuardrailEvent, Reject
 from toolsched._policy.hooks import BatchEvent, HookEvent, Hooks, Rewrite
 from toolsched._policy.limits import Limits, ModelRetry
@@ -31,6 +32,7 @@ from toolsched._values.content import Image
 from toolsched._values.events import (
     BatchFinished,
     BatchStarted,
+    CoordinationUnavailable,
     Event,
     RunFinished,
     ToolFinished,
@@ -102,6 +104,7 @@ __all__ = [
     "Batched",
     "ChildRun",
     "CircuitBreaker",
+    "CoordinationUnavailable",
     "Decision",
     "Duplicate",
     "ErrorKind",
@@ -134,6 +137,7 @@ __all__ = [
     "PostgresJournal",
     "RateLimit",
     "RayBackend",
+    "RedisCoordination",
     "RefreshError",
     "Reject",
     "ResourceAware",

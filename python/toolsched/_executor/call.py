@@ -33,6 +33,7 @@ from toolsched._executor.durable import JournalFailed
 from toolsched._executor.settings import format_error
 from toolsched._executor.shaping import fits_as_is, shape_output
 from toolsched._executor.turn import DONE, RUNNING, Job, Turn
+from toolsched._policy.coordination import guarded
 from toolsched._policy.guardrails import GuardrailEvent, Guardrails
 from toolsched._policy.holds import NestedHold
 from toolsched._policy.hooks import new_hook_event
@@ -117,6 +118,10 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
     # The tool's body runs here, or on the backend the tool names.
     remote = settings.remote
     invoke = remote.get(tool, job.facts.invoke) if remote else job.facts.invoke
+    fleet = settings.coordination
+    if fleet is not None and (job.facts.policies is not None or tool.max_concurrency is not None):
+        # Each attempt under the fleet's rate limit, circuit and concurrency slots (``_policy.coordination``).
+        invoke = guarded(fleet, tool, job.facts, invoke, turn.emit)
     if job.facts.policies is not None:
         invoke = _resilient(job, turn, invoke)
     # What the output guardrails and the post hooks are shown: the arguments the call was judged with, copied
@@ -381,7 +386,8 @@ def _resilient(
     ``skipped``, ``RunHalted``; one that ran is answered with its last failure). ``job.attempts``
     counts the runs of the body; a timeout during one is a transient failure for the circuit.
     """
-    state = job.facts.resilience()
+    # With fleet-wide limits, the rate limit and circuit are the fleet's (``guarded``): only retries stay here.
+    state = job.facts.resilience() if turn.settings.coordination is None else job.facts.retries_only()
     retry = state.retry
     tool_name = job.tool.name
 

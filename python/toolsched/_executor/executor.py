@@ -36,6 +36,7 @@ from toolsched._executor.strategies import Strategy
 from toolsched._executor.streaming import StreamingTurn, streaming_refusal
 from toolsched._executor.turn import DONE, Held, Job, Plan, Turn, new_turn, plan_calls
 from toolsched._executor.view import View
+from toolsched._policy.coordination import RedisCoordination
 from toolsched._policy.guardrails import Guardrail
 from toolsched._policy.holds import resuming
 from toolsched._policy.hooks import Hooks
@@ -145,6 +146,7 @@ class Executor:
         backends: Mapping[str, Backend] | None = None,
         default_backend: str | None = None,
         journal: Journal | None = None,
+        coordination: RedisCoordination | None = None,
     ) -> None:
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self._settings = Settings(
@@ -170,6 +172,7 @@ class Executor:
             backends=backends,
             default_backend=default_backend,
             journal=journal,
+            coordination=coordination,
         )
         self._view = View(self._settings, self.registry.toolset, None, self.registry.refreshes)
         # Runs executing their calls on this executor now, for ``interrupt`` and ``cancel``.

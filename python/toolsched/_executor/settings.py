@@ -12,6 +12,7 @@ from toolsched import _core
 from toolsched._backends.backends import Backend, Invoker, assign_backends
 from toolsched._executor.emitter import Emitter, is_async_callable
 from toolsched._executor.strategies import Partitioned, Strategy
+from toolsched._policy.coordination import RedisCoordination
 from toolsched._policy.guardrails import Guardrail, Guardrails
 from toolsched._policy.hooks import Hook, Hooks
 from toolsched._policy.permissions import Mode, Permissions
@@ -57,6 +58,7 @@ class Settings:
         "abort_siblings_on_error",
         "approver",
         "backends",
+        "coordination",
         "default_backend",
         "error_formatter",
         "hooks",
@@ -103,7 +105,11 @@ class Settings:
         backends: Mapping[str, Backend] | None,
         default_backend: str | None,
         journal: Journal | None,
+        coordination: RedisCoordination | None = None,
     ) -> None:
+        if coordination is not None and not isinstance(coordination, RedisCoordination):
+            raise OptionError(f"coordination must be a toolsched.RedisCoordination, got {coordination!r}")
+        self.coordination = coordination
         if journal is not None and not isinstance(journal, Journal):
             raise OptionError(f"journal must be a toolsched.Journal (SqliteJournal, PostgresJournal), got {journal!r}")
         self.journal = journal

@@ -133,6 +133,7 @@ class ToolFacts:
     __slots__ = (
         "_limiter",
         "_resilience",
+        "_retries_only",
         "checks_permissions",
         "exact_integers",
         "input_schema",
@@ -188,6 +189,7 @@ class ToolFacts:
         # The tool's retry, rate limit and circuit policies (None: it has none), and their state per event loop.
         self.policies = policies
         self._resilience: tuple[object, Resilience] | None = None
+        self._retries_only: tuple[object, Resilience] | None = None
 
     def resilience(self) -> Resilience:
         """The tool's retries, rate limit and circuit, shared by every run on the current event loop."""
@@ -196,6 +198,14 @@ class ToolFacts:
             assert self.policies is not None
             self._resilience = (loop, Resilience(*self.policies))
         return self._resilience[1]
+
+    def retries_only(self) -> Resilience:
+        """The tool's retries alone, on the current event loop (its rate limit and circuit are the fleet's)."""
+        loop = anyio.lowlevel.current_token().native_token
+        if self._retries_only is None or self._retries_only[0] is not loop:
+            assert self.policies is not None
+            self._retries_only = (loop, Resilience(self.policies[0], None, None))
+        return self._retries_only[1]
 
     def limiter(self) -> anyio.CapacityLimiter:
         """The tool's cap on calls in flight, shared by every run on the current event loop."""
