@@ -15,7 +15,8 @@ the caller instead of being decided here:
   ``stop="steered"`` after the skipped calls are answered
   (``result.steering_messages``);
 - ``limits=`` (a ``ts.Limits``) holds the run's caps across its turns: every turn
-  is run under it, and the loop ends with ``stop="limit"`` after a turn with a
+  is run under it (without one, a ``ts.Limits()`` of this call of the loop, so
+  each tool's ``max_model_retries`` holds across its turns), and the loop ends with ``stop="limit"`` after a turn with a
   ``limit_exceeded`` answer, or ``stop="retries_exhausted"`` after one with a
   ``retries_exhausted`` answer (the answers are in the history first);
 - cancelling the task that runs the loop cancels the request or the tools
@@ -356,7 +357,7 @@ async def _run_loop(
 ) -> LoopResult:
     if limits is not None and not isinstance(limits, Limits):
         raise OptionError(f"limits= takes a ts.Limits or None, got {type(limits).__name__}")
-    with limits_in_force(limits):
+    with limits_in_force(limits if limits is not None else Limits()):
         return await _loop(
             dialect,
             executor,

@@ -421,3 +421,26 @@ async def test_a_loop_refuses_limits_that_are_not_limits() -> None:
             max_tokens=10,
             limits=3,  # type: ignore[arg-type]
         )
+
+
+async def test_without_limits_a_loop_still_holds_each_tools_model_retries_across_turns() -> None:
+    ran: list[str] = []
+
+    @ts.tool(max_model_retries=1)
+    async def get_weather(city: str, unit: str = "c") -> str:
+        """Asks the model to call again, every time."""
+        ran.append(city)
+        raise ts.ModelRetry(f"no station in {city}; name a capital")
+
+    recorded = Recorded("anthropic", "tool_use", "tool_use", "end_turn")
+    result = await anthropic_loop(
+        recorded.anthropic(),
+        ts.Executor([get_weather]),
+        messages=[{"role": "user", "content": QUESTION}],
+        model="claude-sonnet-4-6",
+        max_tokens=1024,
+    )
+    assert (result.stop, result.turns) == ("retries_exhausted", 2)
+    assert result.outcome is not None
+    assert {r.error_kind for r in result.outcome.results} == {"retries_exhausted"}
+    assert len(ran) == 2  # the first turn's two calls ran; the second turn's were answered without running
