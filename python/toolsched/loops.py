@@ -55,7 +55,7 @@ from toolsched._values.outcome import Outcome
 from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError, StreamFailed
 from toolsched.providers import anthropic, gemini, openai_chat, openai_responses
-from toolsched.providers.wire import read, resume_outcome
+from toolsched.providers._wire import read, resume_outcome
 
 __all__ = ["LoopResult", "anthropic_loop", "gemini_loop", "openai_chat_loop", "openai_responses_loop"]
 

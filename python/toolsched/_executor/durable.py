@@ -42,8 +42,8 @@ from toolsched.journal import (
     Transition,
     UnstorableOutputError,
 )
+from toolsched.journal._leases import Lease
 from toolsched.journal._rows import check_run_id
-from toolsched.journal.leases import Lease
 
 __all__ = ["JournalFailed", "RunJournal", "journaled_child", "storable"]
 

@@ -90,7 +90,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
         "toolsched.integrations.langgraph needs the `langgraph` package: pip install 'toolsched[langgraph]'"
     ) from exc
 
-from toolsched.integrations.langgraph_state import (
+from toolsched.integrations._langgraph_state import (
     GraphTurn,
     Injections,
     current_runtime,

@@ -40,10 +40,10 @@ from toolsched.errors import (
     RunExistsError,
     UnknownRunError,
 )
+from toolsched.journal._leases import LeaseKeeper, Renewal
 from toolsched.journal._liveness import default_owner
 from toolsched.journal._records import ALLOWED_FROM, TRANSITIONS, JournaledCall, RunRecord, Transition
 from toolsched.journal._rows import check_run_id, check_text, encode_call, encode_payload
-from toolsched.journal.leases import LeaseKeeper, Renewal
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -126,7 +126,7 @@ class Journal(ABC):
     journal, and every event loop (asyncio, trio) works the same way. The runs
     in progress on a journal object have their leases renewed together, in one
     statement every quarter of the lease, from a thread of its own on a second
-    connection (``toolsched.journal.leases``); a run that goes three quarters of
+    connection (``toolsched.journal._leases``); a run that goes three quarters of
     its lease without a renewal landing stops (``LeaseLostError``).
     """
 

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from toolsched._values.numeric_options import numeric_fault, shown
+from toolsched.journal._leases import Renewal
 from toolsched.journal._liveness import holder_is_dead
 from toolsched.journal._records import ALLOWED_FROM, RunRecord
 from toolsched.journal._rows import (
@@ -41,7 +42,6 @@ from toolsched.journal.base import (
     UnknownRunError,
     transition_refused,
 )
-from toolsched.journal.leases import Renewal
 
 if TYPE_CHECKING:
     import psycopg

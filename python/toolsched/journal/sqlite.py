@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from toolsched._values.numeric_options import numeric_fault, shown
+from toolsched.journal._leases import Renewal
 from toolsched.journal._liveness import holder_is_dead
 from toolsched.journal._records import ALLOWED_FROM, RunRecord
 from toolsched.journal._rows import build_record, damaged_column, stored, stored_lease, stored_owner, stored_stamps
@@ -35,7 +36,6 @@ from toolsched.journal.base import (
     UnknownRunError,
     transition_refused,
 )
-from toolsched.journal.leases import Renewal
 
 __all__ = ["SqliteJournal"]
 

@@ -11,7 +11,7 @@ import toolsched
 
 # ``python -m toolsched`` runs the command line when imported; the LangGraph integration's state
 # helpers are imported only by toolsched.integrations.langgraph, after its own check.
-NOT_IMPORTED = {"toolsched.__main__", "toolsched.integrations.langgraph_state"}
+NOT_IMPORTED = {"toolsched.__main__", "toolsched.integrations._langgraph_state"}
 
 for module in pkgutil.walk_packages(toolsched.__path__, "toolsched."):
     if module.name in NOT_IMPORTED:

@@ -17,7 +17,7 @@ from toolsched._values.calls import ToolCall
 from toolsched._values.outcome import Outcome
 from toolsched._values.results import ToolResult
 from toolsched.errors import StreamFailed
-from toolsched.providers.wire import Execution, logger, resume_outcome
+from toolsched.providers._wire import Execution, logger, resume_outcome
 
 if TYPE_CHECKING:
     from toolsched._executor.executor import Executor, Steering
