@@ -182,8 +182,8 @@ async def complete(store: Store, run_id: str, call_id: str, output: str) -> None
             say("completed")
 
 
-async def resume(state_file: str, world: str) -> None:
-    state = ts.RunState.from_json(Path(state_file).read_text(encoding="utf-8"))
+async def resume(saved: str, world: str) -> None:
+    state = ts.RunState.from_json(saved)
     for waiting in state.pending:
         if isinstance(waiting, ts.ExternalCall):
             state.complete(waiting.call_id, output=f"confirmed with {waiting.idempotency_key}")
@@ -206,7 +206,7 @@ def main(argv: list[str]) -> None:
         assert store is not None
         anyio.run(complete, store, argv[4], argv[5], argv[6], backend=backend)
     elif command == "resume":
-        anyio.run(resume, argv[4], argv[5], backend=backend)
+        anyio.run(resume, Path(argv[4]).read_text(encoding="utf-8"), argv[5], backend=backend)
     else:
         raise SystemExit(f"unknown command {command!r}")
 
