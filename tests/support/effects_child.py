@@ -3,7 +3,7 @@
     python effects_child.py STORE BACKEND run RUN_ID WORLD POINT
     python effects_child.py STORE BACKEND recover RUN_ID WORLD POINT
     python effects_child.py STORE BACKEND complete RUN_ID CALL_ID OUTPUT
-    python effects_child.py - BACKEND resume STATE_FILE WORLD
+    python effects_child.py STORE BACKEND resume STATE_FILE WORLD
 
 STORE is the JSON from ``journal_child.Store.spec()`` (``-`` for none); BACKEND is
 ``asyncio`` or ``trio``. WORLD is a directory standing for the world outside:
@@ -19,7 +19,8 @@ and it is about to answer). At POINT it prints it and freezes (blocking on stdin
 which the parent never writes) until the parent kills it with SIGKILL; ``-`` runs
 to the end. ``complete`` answers an external call of a journaled run through the
 journal. ``resume`` loads a saved ``RunState``, answers its external calls and
-approves its held ones, resumes it without a journal and prints the outcome.
+approves its held ones, resumes it (on the journal, or without one for STORE
+``-``) and prints the outcome, or ``refused`` and why.
 """
 
 from __future__ import annotations
@@ -182,15 +183,23 @@ async def complete(store: Store, run_id: str, call_id: str, output: str) -> None
             say("completed")
 
 
-async def resume(saved: str, world: str) -> None:
+async def resume(store: Store | None, saved: str, world: str) -> None:
     state = ts.RunState.from_json(saved)
     for waiting in state.pending:
         if isinstance(waiting, ts.ExternalCall):
             state.complete(waiting.call_id, output=f"confirmed with {waiting.idempotency_key}")
         else:
             state.approve(waiting.call_id)
-    outcome = await executor(None).resume(state, context=world)
-    say(outcome_json(outcome))
+    if store is None:
+        say(outcome_json(await executor(None).resume(state, context=world)))
+        return
+    async with store.open() as journal:
+        try:
+            outcome = await executor(journal).resume(state, context=world)
+        except ts.StateError as exc:
+            say(f"refused {exc}")
+        else:
+            say(outcome_json(outcome))
 
 
 def main(argv: list[str]) -> None:
@@ -206,7 +215,7 @@ def main(argv: list[str]) -> None:
         assert store is not None
         anyio.run(complete, store, argv[4], argv[5], argv[6], backend=backend)
     elif command == "resume":
-        anyio.run(resume, Path(argv[4]).read_text(encoding="utf-8"), argv[5], backend=backend)
+        anyio.run(resume, store, Path(argv[4]).read_text(encoding="utf-8"), argv[5], backend=backend)
     else:
         raise SystemExit(f"unknown command {command!r}")
 
