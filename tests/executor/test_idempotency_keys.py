@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 import toolsched as ts
+from toolsched._policy.runstate import run_identity
+from toolsched._values.effects import idempotency_key
 
 pytestmark = pytest.mark.anyio
 
@@ -152,3 +154,21 @@ async def test_the_calls_of_nested_runs_get_keys_of_their_own_kept_across_a_resu
     every = [keys[0] for keys in seen.values()]
     # The same child call ID in two child turns, and in two parent calls: every key differs.
     assert len(set(every)) == len(every) == 8
+
+
+async def test_calls_in_worker_threads_derive_their_keys_from_the_run_the_state_carries() -> None:
+    """Sync tools ask for their keys from worker threads at once: the run's identity is chosen once, so the
+    state a held call resumes from derives the keys the threads sent."""
+    keys = Keys()
+
+    @ts.tool(needs_approval=True)
+    async def hold(reason: str) -> str:
+        return reason
+
+    calls = [ts.ToolCall(f"s{i}", "sync_send", {"text": str(i)}) for i in range(16)]
+    executor = ts.Executor([*keys.tools, hold], strategy=ts.Parallel())
+    outcome = await executor.run([*calls, ts.ToolCall("h1", "hold", {"reason": "wait"})])
+    state = outcome.state
+    assert state is not None
+    identity = run_identity(state)
+    assert all(keys.sent[call.id] == [idempotency_key(identity, call.id)] for call in calls)

@@ -59,6 +59,9 @@ __all__ = [
 
 logger = logging.getLogger("toolsched")
 
+# Guards the first choice of a run's identity (``Turn.run_identity``).
+_IDENTITY_LOCK = threading.Lock()
+
 # The life of a job: waiting for a worker, running, answered.
 PENDING, RUNNING, DONE = 0, 1, 2
 
@@ -480,7 +483,11 @@ class Turn:
         a resumed state or a parent call gave, else a random one, chosen when first asked for."""
         identity = self.identity
         if identity is None:
-            identity = self.identity = self.durable.run_id if self.durable is not None else new_identity()
+            # Chosen once, whichever thread asks first (sync tools ask from worker threads).
+            with _IDENTITY_LOCK:
+                identity = self.identity
+                if identity is None:
+                    identity = self.identity = self.durable.run_id if self.durable is not None else new_identity()
         return identity
 
     def stop_calls(self, halt: str, jobs: Iterable[Job], cancelled: str, *, every_call: bool = False) -> None:
