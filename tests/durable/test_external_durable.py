@@ -167,3 +167,20 @@ async def test_keys_of_a_journaled_run_are_the_same_in_another_process(
     async with store.open() as journal:
         other = await executor(journal).run(TURN[:1], run_id="other-keys", context=str(tmp_path))
     assert other.pending[0].call_id == "e1" and other.pending[0] != handed
+
+
+async def test_a_journaled_streamed_turn_hands_out_its_external_calls_once(store: Store, tmp_path: Path) -> None:
+    world = str(tmp_path)
+    async with store.open() as journal:
+        ex = executor(journal)
+        async with ex.turn(run_id="streamed", context=world) as turn:
+            for call in TURN[:2]:
+                turn.submit(call)
+            turn.close()
+            outcome = await turn.outcome()
+        assert [p.call_id for p in outcome.pending] == ["e1"]
+        await ex.complete("streamed", "e1", output="yes")
+        recovered = await ex.recover("streamed", context=world)
+        record = await journal.load("streamed")
+    assert summary(recovered) == [("e1", "yes", None), ("c1", "charged 10", None)]
+    assert record.call("e1").starts == 1 and record.complete
