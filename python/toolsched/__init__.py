@@ -29,6 +29,7 @@ from toolsched._tools.resources import RunScope
 from toolsched._tools.tools import Access, FunctionTool, Tool, tool
 from toolsched._values.calls import Duplicate, ToolCall
 from toolsched._values.content import Image
+from toolsched._values.effects import Done, ExternalCall, NotDone
 from toolsched._values.events import (
     BatchFinished,
     BatchStarted,
@@ -106,10 +107,12 @@ __all__ = [
     "CircuitBreaker",
     "CoordinationUnavailable",
     "Decision",
+    "Done",
     "Duplicate",
     "ErrorKind",
     "Event",
     "Executor",
+    "ExternalCall",
     "FunctionTool",
     "GuardrailEvent",
     "GuardrailTripped",
@@ -129,6 +132,7 @@ __all__ = [
     "McpToolError",
     "MissingResultError",
     "ModelRetry",
+    "NotDone",
     "OptionError",
     "Outcome",
     "Parallel",

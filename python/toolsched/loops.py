@@ -11,6 +11,10 @@ the caller instead of being decided here:
   ``result.state`` (``approve``/``reject``) and call the loop again with
   ``messages=result.history`` (or ``input=``/``contents=``),
   ``resume=result`` and ``result.executor``;
+- calls of external tools end the loop with ``stop="external"`` when nothing
+  else waits (with approvals waiting too, ``stop="interrupted"``; either way
+  ``result.pending`` holds every ``ExternalCall`` and ``ApprovalRequest``):
+  answer them on ``result.state`` (``complete``/``fail``) and resume as above;
 - a steering callback that returns messages ends the loop with
   ``stop="steered"`` after the skipped calls are answered
   (``result.steering_messages``);
@@ -51,6 +55,7 @@ from toolsched._executor.executor import Executor, Steering
 from toolsched._policy.limits import Limits, active_limits, limits_in_force
 from toolsched._tools.registry import ToolRegistry
 from toolsched._values.calls import ToolCall
+from toolsched._values.effects import ExternalCall
 from toolsched._values.outcome import Outcome
 from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError, StreamFailed
@@ -59,8 +64,10 @@ from toolsched.providers._wire import read, resume_outcome
 
 __all__ = ["LoopResult", "anthropic_loop", "gemini_loop", "openai_chat_loop", "openai_responses_loop"]
 
-Stop = Literal["done", "max_turns", "interrupted", "steered", "limit", "retries_exhausted"]
+Stop = Literal["done", "max_turns", "interrupted", "external", "steered", "limit", "retries_exhausted"]
 RefreshTools = Callable[[], Awaitable[Executor | None] | Executor | None]
+# The stops a loop resumes from (``resume=``): calls wait for a person or for answers from outside.
+_WAITING = ("interrupted", "external")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +80,13 @@ class LoopResult:
     - ``response``: the last response from the model;
     - ``text``: the text of that response, if any;
     - ``stop``: ``"done"`` (no more tool calls), ``"max_turns"``,
-      ``"interrupted"`` (calls wait for approval) or ``"steered"``;
+      ``"interrupted"`` (calls wait for approval), ``"external"`` (calls wait only
+      for answers from outside), ``"steered"``, ``"limit"`` or ``"retries_exhausted"``;
     - ``turns``: requests made by this call of the loop;
     - ``outcome``: the last turn's ``Outcome`` (None if no tool ran);
     - ``executor``: the executor in use at the end (after ``refresh_tools``);
-    - ``state``: when interrupted, the run's ``RunState`` (read once from the
-      outcome): approve or reject on it, then pass ``resume=`` this result.
+    - ``state``: when interrupted (or external), the run's ``RunState`` (read once
+      from the outcome): approve, reject, complete or fail on it, then pass ``resume=`` this result.
     """
 
     history: list[Any]
@@ -92,7 +100,7 @@ class LoopResult:
 
     @property
     def pending(self) -> list[Any]:
-        """The approval requests an interrupted loop waits for."""
+        """What an interrupted loop waits for: ``ApprovalRequest``s and ``ExternalCall``s, in model order."""
         return [] if self.outcome is None else self.outcome.pending
 
     @property
@@ -398,13 +406,15 @@ async def _loop(
     response: Any = None
 
     def finish(stop: Stop) -> LoopResult:
-        state = outcome.state if stop == "interrupted" and outcome is not None else None
+        state = outcome.state if stop in _WAITING and outcome is not None else None
         return LoopResult(history, response, dialect.text(response), stop, turns, outcome, executor, state)
 
     async def answer(calls: list[ToolCall], settled: Outcome) -> Stop | None:
         """Appends the reply to a turn's calls; says why the loop must stop, if it must."""
         nonlocal executor
         if settled.interrupted:
+            if settled.pending and all(isinstance(waiting, ExternalCall) for waiting in settled.pending):
+                return "external"
             return "interrupted"
         history.extend(dialect.reply(calls, settled.results, executor.registry))
         if reset_tool_choice:
@@ -422,7 +432,7 @@ async def _loop(
         return "limit" if "limit_exceeded" in kinds else None
 
     if resume is not None:
-        if resume.stop != "interrupted" or resume.state is None:
+        if resume.stop not in _WAITING or resume.state is None:
             raise OptionError(f"resume= takes the result of an interrupted loop, got one that stopped {resume.stop!r}")
         response = resume.response
         outcome = await resume_outcome(executor, resume.state)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from time import perf_counter
 from typing import Any
 
@@ -32,7 +34,7 @@ from toolsched._backends.workers import (
 from toolsched._executor.durable import JournalFailed
 from toolsched._executor.settings import format_error
 from toolsched._executor.shaping import fits_as_is, shape_output
-from toolsched._executor.turn import DONE, RUNNING, Job, Turn
+from toolsched._executor.turn import DONE, RUNNING, Handout, Job, Turn
 from toolsched._policy.coordination import guarded
 from toolsched._policy.guardrails import GuardrailEvent, Guardrails
 from toolsched._policy.holds import NestedHold
@@ -40,14 +42,14 @@ from toolsched._policy.hooks import new_hook_event
 from toolsched._policy.limits import ModelRetry
 from toolsched._policy.resilience import CircuitOpen, NotRun, RunHalted, is_transient, retry_after_of
 from toolsched._tools.context import ToolContext
-from toolsched._tools.tools import ArgumentsRefused
-from toolsched._values.calls import args_copy
-from toolsched._values.events import ToolRetrying, new_tool_finished, new_tool_started
+from toolsched._tools.tools import ArgumentsRefused, Tool
+from toolsched._values.calls import ToolCall, args_copy
+from toolsched._values.events import ToolRetrying, ToolStarted, new_tool_finished, new_tool_started
 from toolsched._values.results import ErrorKind, ToolResult, new_result
 from toolsched.errors import GuardrailTripped
 from toolsched.journal import UnstorableOutputError
 
-__all__ = ["EXECUTION_FAILURES", "abort_reason", "answer_unstarted", "execute"]
+__all__ = ["EXECUTION_FAILURES", "abort_reason", "answer_unstarted", "deliver", "execute", "hand_out", "shaped"]
 
 logger = logging.getLogger("toolsched")
 
@@ -93,6 +95,9 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
             await answer_unstarted([job], turn, "skipped", turn.halt or SKIPPED, batch)
         if emit is not None:
             await emit.flush()
+        return
+    if job.facts.external:
+        await hand_out(job, batch, turn)
         return
     job.state = RUNNING
     scope = None
@@ -283,6 +288,54 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
                     logger.warning("%s failed on call %s", hook.label, call.id, exc_info=True)
     if emit is not None and emit.pending:
         await emit.flush()
+
+
+async def hand_out(job: Job, batch: int, turn: Turn) -> None:
+    """Hands out a call of an external tool: its input guardrails first, then, journaled as started (with when,
+    and its deadline) in a durable run, it waits for its answer from outside (``turn.external``); it has no
+    result in this run."""
+    tool = job.tool
+    job.state = RUNNING
+    if turn.settings.input_guardrails is not None:
+        try:
+            await _guard(turn.settings.input_guardrails, job, None, turn)
+        except _Rejected as exc:
+            job.state = DONE
+            job.attempts = 0
+            await turn.answer(job.slot, job.call, tool.name, "guardrail_rejected", exc.message, batch)
+            return
+    handed_out = time.time()
+    deadline = None if tool.timeout is None or math.isinf(tool.timeout) else handed_out + tool.timeout
+    if turn.durable is not None:
+        await turn.durable.handed_out(job.call.id, job.args, handed_out, deadline)
+    job.state = DONE
+    if turn.external is None:
+        turn.external = []
+    turn.external.append(Handout(job.slot, tool.name, turn.view.fingerprint(job.index), job.args, handed_out, deadline))
+
+
+async def shaped(result: ToolResult, tool: Tool | None, settings: Any) -> ToolResult:
+    """A result whose output came from outside (an external call's answer, ``reconcile``'s ``Done``), held to its
+    tool's budget as any output is; one that cannot be shaped is an ``execution_error`` saying so."""
+    if tool is None or result.is_error or fits_as_is(result.output, tool):
+        return result
+    try:
+        output, truncated, offload_path = await shape_output(result.output, tool, result.call_id, settings.offload_dir)
+    except Exception as exc:
+        message = f"the output of `{tool.name}` could not be shaped: {exc}"
+        return replace(result, output=None, error=message, error_kind="execution_error", is_error=True)
+    return replace(result, output=output, truncated=truncated, offload_path=offload_path)
+
+
+async def deliver(turn: Turn, slot: int, call: ToolCall, tool: Tool | None, result: ToolResult) -> None:
+    """Answers a call with a result that came from outside the run (shaped first), journaled first in a durable
+    run: an external call's answer, or what ``reconcile`` found."""
+    result = await shaped(result, tool, turn.settings)
+    if turn.durable is not None:
+        result = await turn.durable.finished(result)
+    if turn.emit is not None:
+        turn.emit(ToolStarted(call.id, result.tool_name, None, ran=False))
+    turn.record(slot, result)
 
 
 def _task_cancelled(exc: BaseException, turn: Turn) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -45,7 +46,7 @@ from toolsched.journal import (
 from toolsched.journal._leases import Lease
 from toolsched.journal._rows import check_run_id
 
-__all__ = ["JournalFailed", "RunJournal", "journaled_child", "storable"]
+__all__ = ["JournalFailed", "RunJournal", "journaled_child", "journaled_handout", "storable"]
 
 logger = logging.getLogger("toolsched")
 
@@ -210,6 +211,16 @@ class RunJournal:
         if self.failure is not None:
             raise JournalFailed(self.failure)
 
+    async def handed_out(self, call_id: str, args: Any, at: float, deadline: float | None) -> None:
+        """Journals that a call of an external tool is handed out (*started*, with when and its deadline); it is
+        handed out only once this returns."""
+        stored = storable(args)
+        payload = {"args": stored, "digest": args_digest(stored), "external": {"handed_out": at, "deadline": deadline}}
+        await self.write(call_id, "started", payload)
+        self._check_lease()
+        if self.failure is not None:
+            raise JournalFailed(self.failure)
+
     async def resuming(self, records: Sequence[CallRecord]) -> RunRecord:
         """Claims a journaled run being resumed, writing nothing, and returns it as journaled: ``RunClaimedError``
         while another process holds it, and ``StateError`` for a state whose nested run no longer waits where
@@ -321,6 +332,28 @@ def journaled_child(run_id: str, call_id: str, decision: Mapping[str, Any] | Non
         return load_child(decision["child"], where)
     except StateError as exc:
         raise JournalCorruptError(str(exc)) from None
+
+
+def journaled_handout(
+    run_id: str, call_id: str, run_with: Mapping[str, Any] | None
+) -> tuple[float, float | None] | None:
+    """When a started call was handed out to be answered from outside, and its deadline (seconds since the epoch),
+    or None for a call that ran here; ``JournalCorruptError`` when the hand-out is damaged."""
+    if run_with is None or "external" not in run_with:
+        return None
+    handout = run_with["external"]
+
+    def seconds(value: Any) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+    if not (
+        isinstance(handout, Mapping)
+        and seconds(handout.get("handed_out"))
+        and (handout.get("deadline") is None or seconds(handout.get("deadline")))
+    ):
+        raise JournalCorruptError(f"run {run_id!r}, call {call_id!r}: the hand-out journaled for it is damaged")
+    deadline = handout.get("deadline")
+    return float(handout["handed_out"]), None if deadline is None else float(deadline)
 
 
 def storable(args: Any) -> Any:

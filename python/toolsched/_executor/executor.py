@@ -9,7 +9,8 @@ The rooms of a run, in the order a call meets them:
 - ``schedule``: the strategies, on one worker pool that grows only when calls wait;
 - ``call``: one admitted call from its input guardrails to its shaped result (guardrails, limits, timeout,
   cancellation, backend, post hooks, shaping);
-- ``durable`` and ``recovery``: a durable run's journal writes, and finishing a run after a crash.
+- ``durable`` and ``recovery``: a durable run's journal writes, and finishing a run after a crash;
+- ``external``: the calls of external tools once handed out, answered on resume, on recover, or through a journal.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from toolsched._backends.backends import Backend
 from toolsched._executor.admit import admit, check_semantics, limit_jobs, not_approved
 from toolsched._executor.detached import start_detached
 from toolsched._executor.durable import RunJournal
+from toolsched._executor.external import answer_through_journal, check_answers, resume_external
 from toolsched._executor.pool import raise_stopping
 from toolsched._executor.recovery import recovered_jobs
 from toolsched._executor.schedule import run_jobs
@@ -42,7 +44,8 @@ from toolsched._policy.holds import resuming
 from toolsched._policy.hooks import Hooks
 from toolsched._policy.limits import Limits, active_limits, limits_in_force
 from toolsched._policy.permissions import Permissions
-from toolsched._policy.runstate import Approver, RunState, claim, unclaim, waiting_children
+from toolsched._policy.runstate import Approver, RunState, claim, run_identity, unclaim, waiting_children
+from toolsched._policy.state_codec import EXTERNAL_STATUSES
 from toolsched._policy.state_records import CallRecord
 from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.resources import RunResources, current_resources
@@ -62,7 +65,8 @@ class RunRequest(NamedTuple):
     """What one entry into a run carries from the public method to the room that plans or resumes it.
 
     ``calls`` for a new turn or ``state`` for a resumed one; ``sink`` receives the run's events too;
-    ``parent`` is the parent call of a nested run; ``durable`` the run's journal handle, if any.
+    ``parent`` is the parent call of a nested run; ``durable`` the run's journal handle, if any;
+    ``identity`` the identity a nested run's turn takes from its parent call (its calls' idempotency keys).
     """
 
     calls: Iterable[ToolCall] | None = None
@@ -73,6 +77,7 @@ class RunRequest(NamedTuple):
     parent: str | None = None
     durable: RunJournal | None = None
     run_id: str | None = None
+    identity: str | None = None
 
 
 class Executor:
@@ -583,6 +588,24 @@ class Executor:
         with limits_in_force(limits):
             return await self._resume_state(state, steering, context)
 
+    async def complete(self, run_id: str, call_id: str, *, output: Any = None) -> None:
+        """Answers the external call ``call_id`` of the journaled run ``run_id`` with ``output``, from any process
+        (a webhook, say): the journal keeps the answer, and ``recover(run_id)`` (or a resume of the run's state)
+        delivers it in model order.
+
+        ``StateError`` for a call the run does not have, that is not an external call waiting for its answer,
+        or that was answered already; ``RunClaimedError`` while a process holds the run (it is still running:
+        answer once it has stopped); ``OptionError`` without a journal.
+        """
+        await answer_through_journal(self._settings, self._current_view(), run_id, call_id, output, None, "complete")
+
+    async def fail(self, run_id: str, call_id: str, *, error: str) -> None:
+        """Answers the external call ``call_id`` of the journaled run ``run_id`` with a failure (an
+        ``execution_error`` carrying ``error``, a message for the model); refused as ``complete`` is."""
+        if not isinstance(error, str):
+            raise TypeError(f"fail(error=...) must be a string, got {type(error).__name__}")
+        await answer_through_journal(self._settings, self._current_view(), run_id, call_id, None, error, "fail")
+
     async def _resume_state(self, state: RunState, steering: Steering | None, context: Any) -> Outcome:
         journal = self._settings.journal
         if state.run_id is not None:
@@ -606,14 +629,17 @@ class Executor:
         context: Any,
         sink: Callable[[Event], Any] | None,
         parent_call_id: str,
+        identity: str | None = None,
     ) -> Outcome:
         """Runs (``calls``) or resumes (``state``) a child turn inside the call ``parent_call_id``.
 
         For nested runs (``toolsched._executor.nested``): the child's events go to ``sink``
         as well, stamped with the parent call. The parent's ``Limits`` do not count the child's calls.
+        ``identity`` is the child turn's identity (its calls' idempotency keys derive from it).
         """
         with limits_in_force(None):
-            return await self._start(RunRequest(calls, state, steering, context, sink, parent_call_id))
+            request = RunRequest(calls, state, steering, context, sink, parent_call_id, identity=identity)
+            return await self._start(request)
 
     # -- the entry paths --------------------------------------------------------------
 
@@ -715,6 +741,7 @@ class Executor:
             parent=request.parent,
             durable=request.durable,
             run_id=request.run_id,
+            identity=request.identity,
         )
 
     @staticmethod
@@ -733,6 +760,7 @@ class Executor:
         parent: str | None = None,
         durable: RunJournal | None = None,
         run_id: str | None = None,
+        identity: str | None = None,
     ) -> Coroutine[Any, Any, Outcome]:
         """A new turn of ``calls``, planned (one crossing into the engine) and ready to drive: ``_drive``'s
         coroutine, not awaited. Nothing has run yet. The plan goes on only when the engine refused a call
@@ -760,6 +788,8 @@ class Executor:
             [],
             [],
         )
+        if identity is not None:
+            turn.identity = identity
         refused = plan if plan.refused else None
         return self._drive(
             turn,
@@ -778,6 +808,7 @@ class Executor:
         if durable is not None:
             try:
                 journaled = await durable.resuming(records)
+                check_answers(journaled, records)
             except BaseException:
                 # Refused by the journal (another process holds the run, say) before anything was written or
                 # ran: the state and its copies keep the person's decisions for a resume that is let through.
@@ -787,14 +818,18 @@ class Executor:
         settings = self._settings
         emit = settings.emitter(request.sink, request.parent)
         turn = Turn(settings, view, len(records), request.context, emit, self._runs, durable)
+        turn.identity = run_identity(state)
         slot_calls = [ToolCall(record.call_id, record.name, record.args) for record in records]
         todo: list[int] = []
         for slot, record in enumerate(records):
-            if record.result is not None:
+            if record.status == "done":
+                assert record.result is not None
                 turn.carry(slot, record.result)
             elif record.status == "rejected":
                 name = record.tool or record.name
                 await turn.answer(slot, slot_calls[slot], name, "permission_denied", not_approved(name, record.message))
+            elif record.status in EXTERNAL_STATUSES:
+                await resume_external(turn, slot, slot_calls[slot], record, journaled)
             else:
                 todo.append(slot)
         # A state's call IDs are unique, so the plan has one slot per call, in order.
@@ -899,7 +934,7 @@ class Executor:
         steering_messages = await run_jobs(jobs, turn, steering)
         if turn.emit is not None:
             await turn.emit.flush()
-        if not held and not turn.parked:
+        if not held and not turn.parked and not turn.external:
             return new_outcome(turn.ordered(), duplicates, steering_messages, False, [], None, None)
         return turn.finish(slot_calls, held or [], duplicates, steering_messages, prior)
 

@@ -38,6 +38,7 @@ from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import FunctionTool
 from toolsched._values.calls import ToolCall
 from toolsched._values.digest import args_digest
+from toolsched._values.effects import child_identity
 from toolsched._values.outcome import Outcome
 from toolsched.errors import StateError, ToolDefinitionError
 
@@ -152,6 +153,9 @@ class ChildRun:
             state = waiting.state
             self._waiting = None
         run_context = ctx.context if context is _PARENT_CONTEXT else context
+        # The child turn's calls' idempotency keys: from the parent call's key and the turn's place in the body,
+        # so that every attempt of the parent call (a resume, a recover) gives the same keys.
+        identity = child_identity(ctx.idempotency_key, len(self._journal))
         token = resuming.set(None)
         try:
             outcome = await self._executor.run_nested(
@@ -161,6 +165,7 @@ class ChildRun:
                 context=run_context,
                 sink=ctx.event_sink,
                 parent_call_id=ctx.call_id,
+                identity=identity,
             )
         finally:
             resuming.reset(token)

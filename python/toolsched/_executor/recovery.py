@@ -1,22 +1,72 @@
-"""Finishing a journaled run after a crash: each call picks up from its last journaled transition."""
+"""Finishing a journaled run after a crash: each call picks up from its last journaled transition.
+
+A call that started and did not finish is in doubt. A tool with ``reconcile`` is
+asked about it first: ``Done(output)`` answers the call with that output (it never
+runs), ``NotDone()`` runs it now; ``None``, or a ``reconcile`` that fails, leaves
+the call to what recover does without one (an idempotent tool runs it again, any
+other answers it ``interrupted``). A call of an external tool that was handed out
+waits on for its answer (``toolsched._executor.external``).
+"""
 
 from __future__ import annotations
 
+import inspect
+import logging
+import math
+from typing import Any
+
+import anyio
+
 from toolsched._executor.admit import denied_now, not_approved
-from toolsched._executor.durable import journaled_child
-from toolsched._executor.turn import Held, Job, Plan, Turn
+from toolsched._executor.call import deliver
+from toolsched._executor.durable import journaled_child, journaled_handout
+from toolsched._executor.external import wait_again
+from toolsched._executor.settings import format_error
+from toolsched._executor.turn import Handout, Held, Job, Plan, Turn
 from toolsched._policy.state_records import CallRecord
 from toolsched._values.digest import args_digest
-from toolsched.journal import RunRecord
+from toolsched._values.effects import Done, NotDone, Reconciled
+from toolsched._values.results import new_result
+from toolsched.journal import JournaledCall, RunRecord
+
+logger = logging.getLogger("toolsched")
 
 __all__ = ["recovered_jobs"]
 
 
-def unknown_outcome(tool_name: str) -> str:
+def unknown_outcome(tool_name: str, doubt: str | None = None) -> str:
+    if doubt is not None:
+        return (
+            "the outcome of this call is unknown: it started before the run was interrupted, "
+            f"{doubt}, and `{tool_name}` is not idempotent, so it was not run again"
+        )
     return (
         "the outcome of this call is unknown: it started before the run was interrupted and "
         f"`{tool_name}` is not idempotent, so it was not run again"
     )
+
+
+async def reconciled(job: Job, turn: Turn) -> tuple[Reconciled, str | None]:
+    """Asks the tool's ``reconcile`` about a call in doubt (within the tool's ``timeout``, if it has one): its
+    answer, and why it gave none (it returned None, failed, or returned something else)."""
+    tool = job.tool
+    timeout = tool.timeout if tool.timeout is not None and not math.isinf(tool.timeout) else None
+    try:
+        with anyio.fail_after(timeout):
+            answer: Any = tool.reconcile(job.args, turn.context_for(job))
+            if inspect.isawaitable(answer):
+                answer = await answer
+    except TimeoutError:
+        return None, f"its reconcile did not answer within {tool.timeout} seconds"
+    except Exception as exc:
+        logger.warning("reconcile of %s failed on call %s", tool.name, job.call.id, exc_info=True)
+        return None, f"its reconcile failed ({format_error(exc, job.call)})"
+    if answer is None:
+        return None, "its reconcile could not tell whether it took effect"
+    if not isinstance(answer, Done | NotDone):
+        logger.warning("reconcile of %s returned %r on call %s", tool.name, answer, job.call.id)
+        return None, f"its reconcile returned {answer!r}, not ts.Done, ts.NotDone or None"
+    return answer, None
 
 
 def attempts_spent(tool_name: str, starts: int, allowed: int) -> str:
@@ -81,6 +131,11 @@ async def recovered_jobs(
         if entry.result is not None:
             turn.carry(slot, entry.result)
             continue
+        handout = journaled_handout(record.run_id, call.id, entry.run_with) if entry.state == "started" else None
+        if handout is not None:
+            # An external call handed out before the crash: it waits on for its answer (or is past its deadline).
+            await wait_again(turn, slot, call, _handout(turn, plan, slot, entry, handout))
+            continue
         refused = plan.refused.get(slot)
         if refused is not None:
             if entry.state == "started":
@@ -108,9 +163,31 @@ async def recovered_jobs(
                 attempts=entry.starts,
             )
             continue
+        # Why a call in doubt stays in doubt after its tool's ``reconcile`` was asked (None: not asked).
+        doubt = None
+        settled: Reconciled = None
+        if entry.state == "started" and job.facts.reconciles:
+            # Asked with the arguments the call started with, checked against the schema first.
+            job.args = (entry.run_with or {}).get("args", job.args)
+            refusal = unchecked_arguments(turn, job)
+            if refusal is not None:
+                await turn.answer(slot, call, tool.name, "invalid_input", refusal, attempts=entry.starts)
+                continue
+            settled, doubt = await reconciled(job, turn)
+            if isinstance(settled, Done):
+                # The effect happened: the call is answered with what it gave, and never runs again.
+                found = new_result(
+                    call.id, tool.name, settled.output, None, None, False, 0.0, False, None, False, None, entry.starts
+                )
+                await deliver(turn, slot, call, tool, found)
+                continue
         if entry.state in ("pending", "approved"):
             job.args = decision.get("args", job.args)
             # A call whose nested run waits had started (the starts journaled); any other had not.
+            job.prior_attempts = entry.starts
+            job.attempts = entry.starts + 1
+        elif isinstance(settled, NotDone):
+            # The effect did not happen: the call runs now, as the next of its attempts.
             job.prior_attempts = entry.starts
             job.attempts = entry.starts + 1
         elif tool.idempotent:
@@ -125,7 +202,8 @@ async def recovered_jobs(
             job.prior_attempts = entry.starts
             job.attempts = entry.starts + 1
         else:
-            await turn.answer(slot, call, tool.name, "interrupted", unknown_outcome(tool.name), attempts=entry.starts)
+            message = unknown_outcome(tool.name, doubt)
+            await turn.answer(slot, call, tool.name, "interrupted", message, attempts=entry.starts)
             continue
         refusal = unchecked_arguments(turn, job)
         if refusal is not None:
@@ -160,3 +238,12 @@ async def recovered_jobs(
                 )
             ready.append(job)
     return fresh, ready, held, nested
+
+
+def _handout(turn: Turn, plan: Plan, slot: int, entry: JournaledCall, handout: tuple[float, float | None]) -> Handout:
+    """The hand-out of an external call as the journal holds it (its tool as planned now, if it still is one)."""
+    view = turn.view
+    index = plan.tools[slot]
+    fingerprint = view.fingerprint(index) if index >= 0 else ""
+    args = (entry.run_with or {}).get("args", plan.calls[slot].args)
+    return Handout(slot, plan.tool_name(view, slot), fingerprint, args, handout[0], handout[1])

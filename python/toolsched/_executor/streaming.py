@@ -767,7 +767,7 @@ class StreamingTurn:
                         self._error = exc
             if self._error is None:
                 messages = self._steered or []
-                if not self._held and not turn.parked:
+                if not self._held and not turn.parked and not turn.external:
                     self._outcome = new_outcome(turn.ordered(), self._duplicates, messages, False, [], None, None)
                 else:
                     self._outcome = turn.finish(self._calls, self._held, self._duplicates, messages, None)

@@ -34,6 +34,7 @@ from toolsched._tools.search import SearchContext
 from toolsched._tools.tools import Tool, ToolFacts
 from toolsched._values.calls import Duplicate, ToolCall, args_copy, plain_calls
 from toolsched._values.digest import args_digest
+from toolsched._values.effects import new_identity
 from toolsched._values.events import Event, ToolFinished, ToolStarted
 from toolsched._values.fastpath import slot_builder
 from toolsched._values.outcome import Outcome, new_outcome
@@ -44,6 +45,7 @@ __all__ = [
     "DONE",
     "PENDING",
     "RUNNING",
+    "Handout",
     "Held",
     "Job",
     "Plan",
@@ -56,6 +58,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger("toolsched")
+
+# Guards the first choice of a run's identity (``Turn.run_identity``).
+_IDENTITY_LOCK = threading.Lock()
 
 # The life of a job: waiting for a worker, running, answered.
 PENDING, RUNNING, DONE = 0, 1, 2
@@ -192,6 +197,23 @@ class Held:
         self.fingerprint = fingerprint
 
 
+class Handout:
+    """A call of an external tool handed out to be answered from outside (internal): its slot, tool, the arguments
+    it was handed out with, when (seconds since the epoch) and until when its answer is awaited (None: no limit)."""
+
+    __slots__ = ("args", "deadline", "fingerprint", "handed_out", "slot", "tool_name")
+
+    def __init__(
+        self, slot: int, tool_name: str, fingerprint: str, args: Any, handed_out: float, deadline: float | None
+    ) -> None:
+        self.slot = slot
+        self.tool_name = tool_name
+        self.fingerprint = fingerprint
+        self.args = args
+        self.handed_out = handed_out
+        self.deadline = deadline
+
+
 class Plan:
     """The engine's plan of a list of calls, decoded (internal).
 
@@ -325,8 +347,10 @@ class Turn:
         "count",
         "durable",
         "emit",
+        "external",
         "failures",
         "halt",
+        "identity",
         "interactive",
         "jobs",
         "lent",
@@ -365,6 +389,8 @@ class Turn:
         self.tripped: GuardrailTripped | None = None
         # Calls whose nested runs wait for approvals: (job, the nested run's record); None when none do.
         self.parked: list[tuple[Job, ChildRecord]] | None = None
+        # Calls of external tools handed out and waiting for their answers; None when none are.
+        self.external: list[Handout] | None = None
         # The run's journal when the run is durable: every answer is journaled before it is recorded.
         self.durable = durable
         # The run's ID when it has one (given to ``run``, or the journal's): ``cancel(run_id=...)`` finds it by it.
@@ -386,6 +412,8 @@ class Turn:
         self.halt: str | None = None
         # Failures that end the run once their batch settles: (slot, result, exception).
         self.failures: list[tuple[int, ToolResult, BaseException | None]] | None = None
+        # What the calls' idempotency keys derive from (``run_identity``), None until first needed.
+        self.identity: str | None = None
 
     def carry(self, slot: int, result: ToolResult) -> None:
         """Takes over a result from an earlier part of the run (no events: it was reported then)."""
@@ -446,9 +474,21 @@ class Turn:
             # The built-in tool_search offers only tools that this executor's rules do not deny outright.
             permissions = self.settings.permissions
             return SearchContext(
-                job.call.id, job.tool.name, self.context, self.interactive, emit, cancel_call, permissions
+                job.call.id, job.tool.name, self.context, self.interactive, emit, cancel_call, permissions, self
             )
-        return ToolContext(job.call.id, job.tool.name, self.context, self.interactive, emit, cancel_call)
+        return ToolContext(job.call.id, job.tool.name, self.context, self.interactive, emit, cancel_call, self)
+
+    def run_identity(self) -> str:
+        """The run's identity, which its calls' idempotency keys derive from: a journaled run's ID, the identity
+        a resumed state or a parent call gave, else a random one, chosen when first asked for."""
+        identity = self.identity
+        if identity is None:
+            # Chosen once, whichever thread asks first (sync tools ask from worker threads).
+            with _IDENTITY_LOCK:
+                identity = self.identity
+                if identity is None:
+                    identity = self.identity = self.durable.run_id if self.durable is not None else new_identity()
+        return identity
 
     def stop_calls(self, halt: str, jobs: Iterable[Job], cancelled: str, *, every_call: bool = False) -> None:
         """Stops the turn (an interrupt, a broken stream): nothing new starts (``halt``); running calls of
@@ -503,17 +543,35 @@ class Turn:
         prior: RunState | None,
     ) -> Outcome:
         """The run's outcome: every result in model order, or, when calls wait, the state to resume from."""
-        if not held and not self.parked:
+        if not held and not self.parked and not self.external:
             return new_outcome(self.ordered(), duplicates, steering_messages, False, [], None, None)
         results = dict(zip(self.slots, self.completed, strict=True))
         waiting = {entry.job.slot: entry for entry in held}
         parked = {job.slot: (job, child) for job, child in self.parked or ()}
+        handouts = {handout.slot: handout for handout in self.external or ()}
         records = []
         for slot, call in enumerate(slot_calls):
             args = call.args if isinstance(call.args, str) else args_copy(dict(call.args))
             result = results.get(slot)
             if result is not None:
                 records.append(CallRecord(call.id, call.name, args, "done", result=result))
+                continue
+            handout = handouts.get(slot)
+            if handout is not None:
+                records.append(
+                    CallRecord(
+                        call.id,
+                        call.name,
+                        args,
+                        "external",
+                        tool=handout.tool_name,
+                        fingerprint=handout.fingerprint,
+                        request_args=args_copy(handout.args),
+                        digest=args_digest(handout.args),
+                        handed_out=handout.handed_out,
+                        deadline=handout.deadline,
+                    )
+                )
                 continue
             if slot in parked:
                 job, child = parked[slot]
@@ -546,7 +604,7 @@ class Turn:
                 )
             )
         run_id = self.durable.run_id if self.durable is not None else None
-        state = new_state(records, list(duplicates), prior, run_id)
+        state = new_state(records, list(duplicates), prior, run_id, self.run_identity())
         return Outcome(self.ordered_partial(), duplicates, steering_messages, True, state.pending, state)
 
 

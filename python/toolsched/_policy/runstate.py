@@ -15,12 +15,19 @@ state carries the child's, so that resuming the parent resumes the child.
 Call IDs may hold ``/`` themselves, so a prefixed ID can be spelled like
 another call's: a decision by an ID that names more than one waiting call is
 refused, so that it never reaches a call other than the one the person saw.
+
+A run may wait for the world too: a call of an external tool is handed out
+(``ExternalCall`` among ``pending``) and answered with ``complete`` or
+``fail`` before the run resumes. The state carries the run's identity, which
+every call's idempotency key derives from, so keys stay the same across a
+resume in this process or another.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
@@ -28,6 +35,7 @@ from typing import Any
 
 from toolsched._policy.claims import claim_interruption, release_interruption
 from toolsched._policy.state_codec import (
+    EXTERNAL_STATUSES,
     FORMAT,
     VERSION,
     canonical,
@@ -49,18 +57,21 @@ from toolsched._policy.state_records import (
 )
 from toolsched._values.calls import Duplicate, args_copy
 from toolsched._values.decisions import Decision
-from toolsched._values.results import ToolResult
+from toolsched._values.effects import ExternalCall, idempotency_key, new_identity
+from toolsched._values.results import ErrorKind, ToolResult, new_result
 from toolsched.errors import ApprovalError, StateError
 
 __all__ = [
     "ApprovalRequest",
     "Approver",
+    "Pending",
     "RunState",
     "claim",
     "interruption",
     "load_child",
     "new_state",
     "records_by_id",
+    "run_identity",
     "standing_decision",
     "waiting_children",
 ]
@@ -85,19 +96,31 @@ class ApprovalRequest:
 
 Approver = Callable[[ApprovalRequest], Awaitable[bool | Decision] | bool | Decision]
 
+#: What an interrupted run waits for: a person's decision, or the answer to an external call.
+Pending = ApprovalRequest | ExternalCall
+
 
 class RunState:
     """Everything needed to finish an interrupted run, in this process or another.
 
-    Decide pending calls with ``approve`` / ``reject``, then
-    ``await executor.resume(state)``: calls that completed are never run
-    again. ``to_json()`` / ``RunState.from_json(text)`` carry a state between
+    Decide pending calls with ``approve`` / ``reject``, answer external
+    calls with ``complete`` / ``fail``, then ``await executor.resume(state)``:
+    calls that completed are never run again. ``to_json()`` / ``RunState.from_json(text)`` carry a state between
     processes; with ``key=`` the text is signed (HMAC-SHA256) so that an
     altered state is refused, otherwise a checksum catches corruption.
     Each state is an independent copy; a state can be resumed once.
     """
 
-    __slots__ = ("_always_allow", "_always_reject", "_duplicates", "_records", "_resumed", "_run_id", "_stage")
+    __slots__ = (
+        "_always_allow",
+        "_always_reject",
+        "_duplicates",
+        "_identity",
+        "_records",
+        "_resumed",
+        "_run_id",
+        "_stage",
+    )
 
     _records: list[CallRecord]
     _duplicates: list[Duplicate]
@@ -109,6 +132,8 @@ class RunState:
     # Which interruption of the run this is: shared by every copy (``copy``, ``to_json``), so that
     # only one of them resumes the run.
     _stage: str
+    # The run's identity, which its calls' idempotency keys derive from (``toolsched._values.effects``).
+    _identity: str
 
     def __init__(self) -> None:
         raise TypeError("RunState comes from Outcome.state or RunState.from_json")
@@ -129,17 +154,22 @@ class RunState:
         state._resumed = False
         state._run_id = None
         state._stage = uuid.uuid4().hex
+        state._identity = new_identity()
         return state
 
     # -- reading ------------------------------------------------------------------
 
     @property
-    def pending(self) -> list[ApprovalRequest]:
-        """The calls still waiting for a decision, in model order (those of nested runs in their parent's place)."""
-        requests = []
+    def pending(self) -> list[Pending]:
+        """The calls still waiting, in model order (those of nested runs in their parent's place): an
+        ``ApprovalRequest`` for a decision, an ``ExternalCall`` for an answer from outside."""
+        requests: list[Pending] = []
         for r in self._records:
             if r.status == "pending":
                 requests.append(ApprovalRequest(r.call_id, r.tool or r.name, args_copy(r.request_args), r.reason))
+            elif r.status == "external":
+                key = idempotency_key(self._identity, r.call_id)
+                requests.append(ExternalCall(r.call_id, r.tool or r.name, args_copy(r.request_args), key))
             elif r.child is not None:
                 prefix = r.call_id
                 for inner in r.child.state.pending:
@@ -160,14 +190,17 @@ class RunState:
     @property
     def results(self) -> list[ToolResult]:
         """The results of the calls that completed, in model order."""
-        return [r.result for r in self._records if r.result is not None]
+        return [r.result for r in self._records if r.status == "done" and r.result is not None]
 
     @property
     def decisions(self) -> dict[str, Status]:
-        """Every call's status: ``done``, ``pending``, ``approved``, ``rejected`` or ``nested``.
+        """Every call's status: ``done``, ``pending``, ``approved``, ``rejected``, ``nested``, ``external`` or
+        ``completed``.
 
         ``nested`` is a call whose nested run waits; the calls of that run
-        follow it, under prefixed IDs (``"p1/c2"``).
+        follow it, under prefixed IDs (``"p1/c2"``). ``external`` is an external
+        call waiting for its answer, ``completed`` one answered (``complete`` /
+        ``fail``) that the resume delivers.
         """
         decisions: dict[str, Status] = {}
         for r in self._records:
@@ -195,6 +228,11 @@ class RunState:
             if record.call_id == call_id:
                 if record.status == "done":
                     raise ApprovalError(f"cannot {verb} call {call_id!r}: it already completed")
+                if record.status in EXTERNAL_STATUSES:
+                    raise ApprovalError(
+                        f"cannot {verb} call {call_id!r}: it is a call of the external tool `{record.tool}`, "
+                        "answered with complete() or fail(), not decided"
+                    )
                 return position
         raise self._refusal(call_id, verb)
 
@@ -307,6 +345,70 @@ class RunState:
             if record.status == "pending" and record.tool == tool and record.fingerprint == fingerprint:
                 self._records[position] = replace(record, status=status, message=message)
 
+    # -- answering external calls -------------------------------------------------
+
+    def complete(self, call_id: str, *, output: Any = None) -> None:
+        """Answers the external call ``call_id`` with ``output``; ``executor.resume(state)`` then delivers it in
+        model order (shaped as any output of its tool is).
+
+        A call of a nested run is answered under its prefixed ID (``"p1/c2"``).
+        ``StateError`` for an ID that names no external call waiting for its
+        answer (unknown, not external, or answered already) or names two.
+        """
+        self._answer(call_id, "complete", output, None)
+
+    def fail(self, call_id: str, *, error: str) -> None:
+        """Answers the external call ``call_id`` with a failure: its result is an ``execution_error`` carrying
+        ``error`` (a message for the model). ``StateError`` as for ``complete``."""
+        if not isinstance(error, str):
+            raise TypeError(f"fail(error=...) must be a string, got {type(error).__name__}")
+        self._answer(call_id, "fail", None, error)
+
+    def _answer(self, call_id: str, verb: str, output: Any, error: str | None) -> None:
+        self._check_live()
+        if not isinstance(call_id, str):
+            raise TypeError(f"{verb}() takes a call ID string, got {type(call_id).__name__}")
+        targets = self._externals(call_id)
+        if len(targets) > 1:
+            raise StateError(f"cannot {verb} call {call_id!r}: the ID is ambiguous, it names {len(targets)} calls")
+        if not targets:
+            raise self._unanswerable(call_id, verb)
+        holder, position = targets[0]
+        record = holder._records[position]
+        if record.status == "completed":
+            raise StateError(f"cannot {verb} call {call_id!r}: it was answered already")
+        handed_out = record.handed_out if record.handed_out is not None else time.time()
+        took = max(0.0, (time.time() - handed_out) * 1000.0)
+        tool = record.tool or record.name
+        failed = error is not None
+        kind: ErrorKind | None = "execution_error" if failed else None
+        result = new_result(record.call_id, tool, output, error, kind, failed, took, False, None, False, None, 1)
+        holder._records[position] = replace(record, status="completed", result=result)
+
+    def _externals(self, call_id: str) -> list[tuple[RunState, int]]:
+        """The external calls ``call_id`` names, in this run or (by prefixed ID) a nested one: (state, position)."""
+        found: list[tuple[RunState, int]] = []
+        for position, record in enumerate(self._records):
+            if record.call_id == call_id and record.status in EXTERNAL_STATUSES:
+                found.append((self, position))
+            if record.child is not None and call_id.startswith(record.call_id + "/"):
+                found.extend(record.child.state._externals(call_id[len(record.call_id) + 1 :]))
+        return found
+
+    def _unanswerable(self, call_id: str, verb: str) -> StateError:
+        status = self.decisions.get(call_id)
+        if status == "done":
+            return StateError(f"cannot {verb} call {call_id!r}: it was answered already")
+        if status is not None:
+            return StateError(
+                f"cannot {verb} call {call_id!r}: it is not a call of an external tool (it is {status!r}); "
+                "only external calls are answered from outside"
+            )
+        waiting = ", ".join(repr(p.call_id) for p in self.pending if isinstance(p, ExternalCall)) or "none"
+        return StateError(
+            f"cannot {verb} call {call_id!r}: this run has no such call (external calls waiting: {waiting})"
+        )
+
     # -- copies and resumption ----------------------------------------------------
 
     def _check_live(self) -> None:
@@ -320,6 +422,7 @@ class RunState:
         state = RunState._create(records, list(self._duplicates), dict(self._always_allow), dict(self._always_reject))
         state._run_id = self._run_id
         state._stage = self._stage
+        state._identity = self._identity
         return state
 
     def _claim(self) -> list[CallRecord]:
@@ -396,6 +499,7 @@ class RunState:
         if self._run_id is not None:
             body["run_id"] = self._run_id
         body["stage"] = self._stage
+        body["identity"] = self._identity
         return body
 
     @classmethod
@@ -432,6 +536,11 @@ class RunState:
             if not isinstance(stage, str) or not stage:
                 raise StateError(f"{where}.stage must be a non-empty string")
             state._stage = stage
+        identity = body.get("identity")
+        if identity is not None:
+            if not isinstance(identity, str) or not identity:
+                raise StateError(f"{where}.identity must be a non-empty string")
+            state._identity = identity
         return state
 
 
@@ -444,14 +553,21 @@ def load_child(value: Any, where: str) -> ChildRecord:
 
 
 def new_state(
-    records: list[CallRecord], duplicates: list[Duplicate], prior: RunState | None, run_id: str | None
+    records: list[CallRecord], duplicates: list[Duplicate], prior: RunState | None, run_id: str | None, identity: str
 ) -> RunState:
-    """The state of a run that ends waiting: its records, keeping the standing decisions of ``prior``."""
+    """The state of a run that ends waiting: its records, keeping the standing decisions of ``prior``; ``identity``
+    is the run's (its calls' idempotency keys derive from it)."""
     always_allow = dict(prior._always_allow) if prior is not None else {}
     always_reject = dict(prior._always_reject) if prior is not None else {}
     state = RunState._create(records, duplicates, always_allow, always_reject)
     state._run_id = run_id
+    state._identity = identity
     return state
+
+
+def run_identity(state: RunState) -> str:
+    """The identity of the run ``state`` continues: its calls' idempotency keys derive from it."""
+    return state._identity
 
 
 def claim(state: RunState) -> list[CallRecord]:

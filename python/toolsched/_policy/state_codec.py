@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from toolsched._policy.runstate import RunState
 
 __all__ = [
+    "EXTERNAL_STATUSES",
     "FORMAT",
     "VERSION",
     "LoadState",
@@ -42,6 +44,9 @@ __all__ = [
 
 FORMAT = "toolsched.RunState"
 VERSION = 1
+
+#: The statuses of an external call's record: handed out and waiting, or answered and waiting for the resume.
+EXTERNAL_STATUSES = ("external", "completed")
 
 #: Reads a nested run's own state from its JSON body (``RunState._from_body``), naming ``where`` in errors.
 LoadState = Callable[[Any, str], "RunState"]
@@ -63,13 +68,18 @@ _RESULT_FIELDS = result_fields()
 
 def record_to_json(record: CallRecord) -> dict[str, Any]:
     item: dict[str, Any] = {"id": record.call_id, "name": record.name, "args": record.args, "status": record.status}
-    if record.result is not None:
+    if record.status == "done":
+        assert record.result is not None
         item["result"] = _result_to_json(record.result)
     else:
         item["tool"] = record.tool
         item["fingerprint"] = record.fingerprint
         item["request"] = {"args": record.request_args, "reason": record.reason, "digest": record.digest}
         item["message"] = record.message
+        if record.status in EXTERNAL_STATUSES:
+            item["external"] = {"handed_out": record.handed_out, "deadline": record.deadline}
+            if record.result is not None:
+                item["result"] = _result_to_json(record.result)
     if record.child is not None:
         item["child"] = child_to_json(record.child)
     return item
@@ -204,6 +214,16 @@ def record_from_json(item: Any, where: str, load_state: LoadState) -> CallRecord
         child = child_from_json(item.get("child"), f"{where}.child", load_state)
     elif "child" in item:
         raise StateError(f"{where}: only a nested call carries a child run")
+    handed_out = deadline = None
+    result = None
+    if status in EXTERNAL_STATUSES:
+        handed_out, deadline = _handout_from_json(item.get("external"), f"{where}.external")
+        if status == "completed":
+            result = _result_from_json(item.get("result"), call_id, where)
+        elif "result" in item:
+            raise StateError(f"{where}: an external call waiting for its answer carries no result")
+    elif "external" in item or "result" in item:
+        raise StateError(f"{where}: only an external call carries a hand-out and an answer")
     return CallRecord(
         call_id,
         name,
@@ -216,7 +236,24 @@ def record_from_json(item: Any, where: str, load_state: LoadState) -> CallRecord
         digest=digest,
         message=_text(item, "message", where, optional=True),
         child=child,
+        result=result,
+        handed_out=handed_out,
+        deadline=deadline,
     )
+
+
+def _seconds(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _handout_from_json(value: Any, where: str) -> tuple[float, float | None]:
+    """An external call's hand-out: when it was handed out and its deadline (seconds since the epoch)."""
+    if not isinstance(value, dict) or not _seconds(value.get("handed_out")):
+        raise StateError(f"{where} must hold when the call was handed out (seconds since the epoch)")
+    deadline = value.get("deadline")
+    if deadline is not None and not _seconds(deadline):
+        raise StateError(f"{where}.deadline must be seconds since the epoch or null")
+    return float(value["handed_out"]), None if deadline is None else float(deadline)
 
 
 def _result_from_json(value: Any, call_id: str, where: str) -> ToolResult:

@@ -25,8 +25,8 @@ __all__ = [
     "call_signature",
 ]
 
-Status = Literal["done", "pending", "approved", "rejected", "nested"]
-STATUSES = ("done", "pending", "approved", "rejected", "nested")
+Status = Literal["done", "pending", "approved", "rejected", "nested", "external", "completed"]
+STATUSES = ("done", "pending", "approved", "rejected", "nested", "external", "completed")
 
 
 CallSignature = tuple[tuple[str, str, str], ...]
@@ -78,7 +78,11 @@ class CallRecord:
     A ``done`` record holds its result; the others hold the request a person
     sees (``request_args``, ``reason``, ``digest``) and, once decided, the
     decision. A ``nested`` record is a call that was admitted and ran, and
-    whose nested run (``child``) waits for decisions.
+    whose nested run (``child``) waits for decisions. An ``external`` record is
+    a call of an external tool handed out with ``request_args`` at ``handed_out``
+    (seconds since the epoch), waiting for its answer until ``deadline`` (None:
+    no limit); once answered (``RunState.complete`` / ``fail``) it is
+    ``completed`` and holds the answer as ``result`` until the run resumes.
     """
 
     call_id: str
@@ -93,6 +97,8 @@ class CallRecord:
     digest: str | None = None
     message: str | None = None
     child: ChildRecord | None = None
+    handed_out: float | None = None
+    deadline: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,28 +4,38 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import anyio.from_thread
 
+from toolsched._values.effects import idempotency_key, new_identity
 from toolsched._values.events import Event, ToolProgress, ToolUpdated
 from toolsched.errors import ResourceError
 
-__all__ = ["ToolContext"]
+__all__ = ["RunIdentity", "ToolContext"]
+
+
+class RunIdentity(Protocol):
+    """What gives a call's run its identity (internal: the run's turn)."""
+
+    def run_identity(self) -> str: ...
 
 
 class ToolContext:
     """Handed to a tool that takes a ``ctx`` parameter.
 
-    ``context`` is the object the caller passed to ``Executor.run``.
+    ``context`` is the object the caller passed to ``Executor.run``;
+    ``idempotency_key`` the call's key for downstream APIs.
     """
 
     __slots__ = (
         "_cancel_call",
         "_cancelled",
         "_emit",
+        "_key",
         "_loop_thread",
         "_resource",
+        "_run",
         "call_id",
         "context",
         "interactive",
@@ -43,6 +53,7 @@ class ToolContext:
         interactive: bool,
         emit: Callable[[Event], None] | None,
         cancel_call: Callable[[str], object] | None = None,
+        run: RunIdentity | None = None,
     ) -> None:
         self.call_id = call_id
         self.tool_name = tool_name
@@ -52,6 +63,23 @@ class ToolContext:
         self._cancelled = False
         self._cancel_call = cancel_call
         self._loop_thread = threading.get_ident()
+        self._run = run
+        self._key: str | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        """This call's idempotency key, for a downstream API that drops repeated requests (an
+        ``Idempotency-Key`` header, say).
+
+        The same for every attempt of this call: its retries, and its runs after ``resume``, after ``recover``
+        and in another process. Different for every other call, the same call ID in another run included.
+        """
+        key = self._key
+        if key is None:
+            run = self._run
+            identity = run.run_identity() if run is not None else new_identity()
+            key = self._key = idempotency_key(identity, self.call_id)
+        return key
 
     def report_progress(self, fraction: float, message: str | None = None) -> None:
         """Reports how far along the call is, as a fraction from 0 to 1."""

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from toolsched._tools.context import ToolContext
+from toolsched._tools.context import RunIdentity, ToolContext
 from toolsched._tools.tools import Tool
 from toolsched._values.events import Event
 from toolsched.errors import SemanticError
@@ -80,8 +80,9 @@ class SearchContext(ToolContext):
         emit: Callable[[Event], None] | None,
         cancel_call: Callable[[str], object] | None,
         permissions: Permissions | None,
+        run: RunIdentity | None = None,
     ) -> None:
-        super().__init__(call_id, tool_name, context, interactive, emit, cancel_call)
+        super().__init__(call_id, tool_name, context, interactive, emit, cancel_call, run)
         self.permissions = permissions
 
 

@@ -35,6 +35,7 @@ from toolsched._tools.schema import (
     model_schema,
 )
 from toolsched._values.decisions import Decision
+from toolsched._values.effects import Reconciled
 from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched.errors import ToolDefinitionError, UnknownOptionError
 
@@ -136,10 +137,12 @@ class ToolFacts:
         "_retries_only",
         "checks_permissions",
         "exact_integers",
+        "external",
         "input_schema",
         "invoke",
         "max_concurrency",
         "policies",
+        "reconciles",
         "run_resource",
         "scoped",
         "static_needs_approval",
@@ -164,8 +167,14 @@ class ToolFacts:
         run_resource: ResourceFactory | None = None,
         policies: tuple[Retry | None, RateLimit | None, CircuitBreaker | None] | None = None,
         exact_integers: IntegerFix | None = None,
+        external: bool = False,
+        reconciles: bool = False,
     ) -> None:
         self.input_schema = input_schema
+        # An external tool's calls are handed out, never run here (``toolsched._executor.call.hand_out``).
+        self.external = external
+        # Whether ``recover`` asks the tool's ``reconcile`` about a call that started and did not finish.
+        self.reconciles = reconciles
         # What hands the tool ints where its schema says ``integer`` (``invoke`` takes it already; a backend
         # that runs the body elsewhere is handed arguments it has taken): None when the schema has none.
         self.exact_integers = exact_integers
@@ -263,6 +272,9 @@ class Tool:
     num_gpus: float | None = None
     memory: int | None = None
     max_retries: int | None = None
+    # Calls of an external tool are validated, permitted and scheduled, then handed out to be answered from
+    # outside (``ExternalCall``); the tool has no body.
+    external: bool = False
 
     _facts_cache: ToolFacts | None = None
 
@@ -299,6 +311,17 @@ class Tool:
         Merged with the permission rules, the mode and the hooks (deny > ask > allow).
         """
         return Decision.allow()
+
+    async def reconcile(self, args: Args, ctx: ToolContext) -> Reconciled:
+        """Settles a call in doubt: ``recover`` asks it about a call that started and did not finish.
+
+        Return ``ts.Done(output)`` when the call's effect happened (the call is
+        answered with ``output`` and never runs), ``ts.NotDone()`` when it did
+        not (the call runs now), or None when it cannot tell. Look the effect
+        up by ``ctx.idempotency_key``. Override it (or give ``reconcile=`` to
+        ``@tool``) to have ``recover`` ask; the default is never asked.
+        """
+        return None
 
     async def open(self, run: RunScope) -> Any:
         """Opens this tool's per-run resource; override (with ``close``) to have one.
@@ -398,6 +421,39 @@ class Tool:
                 "declare idempotent=True if running it twice is safe"
             )
 
+    def _reconciles(self) -> bool:
+        """Whether the tool settles calls in doubt: ``reconcile`` overridden, or given to ``@tool``."""
+        given = self.__dict__.get("reconcile")
+        if given is not None:
+            if not callable(given):
+                raise ToolDefinitionError(
+                    f"tool `{self.name}`: reconcile must be a callable (args, ctx) -> ts.Done | ts.NotDone | None; "
+                    f"got {given!r}"
+                )
+            return True
+        return type(self).reconcile is not Tool.reconcile
+
+    def _check_external(self, reconciles: bool, factory: ResourceFactory | None) -> None:
+        """An external tool has no body here: the options that shape how a body runs are refused."""
+        name = self.name
+        body_options = {
+            "isolation='process'": self.isolation == "process",
+            "backend": self.backend is not None,
+            "retry": self.retry is not None,
+            "rate_limit": self.rate_limit is not None,
+            "circuit": self.circuit is not None,
+            "max_concurrency": self.max_concurrency is not None,
+            "a per-run resource": factory is not None,
+            "reconcile": reconciles,
+            "max_retries": bool(self.max_retries),
+        }
+        refused = [option for option, given in body_options.items() if given]
+        if refused:
+            raise ToolDefinitionError(
+                f"tool `{name}`: an external tool's calls are answered from outside and never run here, so it "
+                f"takes no {', '.join(refused)}"
+            )
+
     def _policies(self) -> tuple[Retry | None, RateLimit | None, CircuitBreaker | None] | None:
         """The tool's resilience policies, checked: a retry needs an idempotent tool."""
         name = self.name
@@ -437,6 +493,7 @@ class Tool:
             "should_defer",
             "always_load",
             "idempotent",
+            "external",
         ):
             _boolean(name, field, getattr(self, field))
         _choice(name, "isolation", self.isolation, ("none", "process"))
@@ -459,9 +516,13 @@ class Tool:
         static_read_only = (
             bool(self.read_only) if cls.is_read_only is Tool.is_read_only and not callable(self.read_only) else None
         )
-        invoke = self._invoker()
+        external = self.external
+        reconciles = self._reconciles()
+        invoke = _handed_out_only(name) if external else self._invoker()
         takes_context = self._takes_context()
         factory = self._resource_factory()
+        if external:
+            self._check_external(reconciles, factory)
         if factory is not None:
             if self.isolation == "process":
                 raise ToolDefinitionError(
@@ -502,9 +563,20 @@ class Tool:
             run_resource=factory,
             policies=policies,
             exact_integers=exact_integers,
+            external=external,
+            reconciles=reconciles,
         )
         self._facts_cache = facts
         return facts
+
+
+def _handed_out_only(name: str) -> Callable[[Args, ToolContext | None], Awaitable[Any]]:
+    """The invoker of an external tool: never called (its calls are handed out), so calling it is a bug."""
+
+    async def invoke_external(args: Args, ctx: ToolContext | None) -> Any:
+        raise RuntimeError(f"`{name}` is an external tool: its calls are answered from outside, not run")
+
+    return invoke_external
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -649,6 +721,8 @@ TOOL_OPTIONS = frozenset(
         "retry",
         "rate_limit",
         "circuit",
+        "external",
+        "reconcile",
     }
 )
 
@@ -700,6 +774,8 @@ def tool(
     retry: Retry | None = None,
     rate_limit: RateLimit | None = None,
     circuit: CircuitBreaker | None = None,
+    external: bool | None = None,
+    reconcile: Callable[[Args, ToolContext], Awaitable[Reconciled] | Reconciled] | None = None,
 ) -> Callable[[F], FunctionTool]: ...
 
 
@@ -711,6 +787,9 @@ def tool(fn: Callable[..., Any] | None = None, /, **metadata: Any) -> Any:
     ``ToolContext``. Sync functions run in a worker thread. ``run_resource``
     is a per-run resource: a callable ``(RunScope) -> async context manager``
     whose value the function finds as ``ctx.resource`` (see ``toolsched._tools.resources``).
+    ``reconcile`` is ``async (args, ctx) -> ts.Done(output) | ts.NotDone() | None``, asked by
+    ``recover`` about a call that started and did not finish; ``external=True`` makes a tool whose
+    calls are handed out to be answered from outside (the function gives only the schema).
     """
     if fn is not None:
         if metadata:

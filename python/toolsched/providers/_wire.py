@@ -75,7 +75,7 @@ class Execution:
 
     @property
     def interrupted(self) -> bool:
-        """Whether calls are waiting for approval (see ``outcome.pending``)."""
+        """Whether calls are waiting for approval or for answers from outside (see ``outcome.pending``)."""
         return self.outcome.interrupted
 
 
