@@ -27,11 +27,11 @@ demo: build
 test-rust:
 	cargo test --quiet
 
-# The journal tests need PostgreSQL: the script runs pytest beside a
-# throwaway server (installing Debian's postgresql package when missing).
+# The journal tests need PostgreSQL and the fleet tests Redis: the scripts run pytest beside
+# throwaway servers (installing Debian's postgresql and redis-server packages when missing).
 test-python: build
 	$(BIN)/python -m mypy.stubtest toolsched._core
-	tests/postgres_server.sh $(BIN)/python -m pytest
+	tests/postgres_server.sh tests/redis_server.sh $(BIN)/python -m pytest
 
 test: test-rust test-python
 

@@ -7,7 +7,7 @@ that drifts falls on all of them):
 
 - ``stock``: the ``Agent`` as built;
 - ``scheduled``: ``scheduled(agent)``, the drop-in as it comes (the tool declares nothing, so its
-  calls take turns);
+  calls start together, as the SDK starts them);
 - ``scheduled, safe``: ``scheduled(agent, tools=[from_function_tool(noop, concurrency_safe=True)])``.
 
 It prints, per N, the median time of a run each way (wall and this process's CPU time, which a
@@ -40,11 +40,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agents import Agent, ModelResponse, RunConfig, Runner, Usage, function_tool, set_tracing_disabled
-from agents.models.interface import Model
-from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
 
 from toolsched.integrations.agents import from_function_tool, scheduled
+from toolsched.testing._agents_model import ScriptedAgentModel, calls_then, function_call
 
 WAYS = ("stock", "scheduled", "scheduled, safe")
 
@@ -57,38 +56,14 @@ async def noop(index: int) -> str:
     return "ok"
 
 
-class ScriptedModel(Model):
+def scripted_model(calls: int) -> ScriptedAgentModel:
     """Answers N calls of ``noop``; once their outputs are in, a final message."""
-
-    def __init__(self, calls: int) -> None:
-        self.output: list[Any] = [
-            ResponseFunctionToolCall(
-                type="function_call",
-                id=f"fc_{index}",
-                call_id=f"call_{index}",
-                name=TOOL_NAME,
-                arguments=json.dumps({"index": index}),
-                status="completed",
-            )
-            for index in range(calls)
-        ]
-        text = ResponseOutputText(type="output_text", text="done", annotations=[])
-        self.final = [
-            ResponseOutputMessage(id="msg_final", type="message", role="assistant", status="completed", content=[text])
-        ]
-
-    async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> ModelResponse:
-        last = input[-1] if isinstance(input, list) and input else None
-        kind = last.get("type") if isinstance(last, dict) else getattr(last, "type", None)
-        output = self.final if kind == "function_call_output" else self.output
-        return ModelResponse(output=list(output), usage=Usage(), response_id=None)
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("the benchmark runs without streaming")
+    asked = [function_call(f"call_{index}", TOOL_NAME, {"index": index}) for index in range(calls)]
+    return ScriptedAgentModel(calls_then(asked, "done"), record=False)
 
 
 def ways(calls: int) -> dict[str, Agent[Any]]:
-    agent = Agent(name="bench", model=ScriptedModel(calls), tools=[noop])
+    agent = Agent(name="bench", model=scripted_model(calls), tools=[noop])
     return {
         "stock": agent,
         "scheduled": scheduled(agent),

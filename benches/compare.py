@@ -370,43 +370,15 @@ async def langgraph_tool_node(texts: list[str], max_concurrency: int | None) -> 
 
 async def openai_agents_runner(texts: list[str], max_concurrency: int | None) -> Turn:
     from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
-    from agents.items import ModelResponse
-    from agents.models.interface import Model
-    from agents.usage import Usage
-    from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+
+    from toolsched.testing._agents_model import ScriptedAgentModel, calls_then, function_call
 
     set_tracing_disabled(True)
     ids = call_ids(len(texts))
 
-    class ScriptedModel(Model):
-        """Answers N function calls, then, once their outputs are in, a final message."""
-
-        async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> Any:
-            last = input[-1] if isinstance(input, list) and input else None
-            kind = last.get("type") if isinstance(last, dict) else getattr(last, "type", None)
-            if kind == "function_call_output":
-                text = ResponseOutputText(type="output_text", text="done", annotations=[])
-                message = ResponseOutputMessage(
-                    id="msg_final", type="message", role="assistant", status="completed", content=[text]
-                )
-                return ModelResponse(output=[message], usage=Usage(), response_id=None)
-            output: list[Any] = [
-                ResponseFunctionToolCall(
-                    type="function_call",
-                    id=f"fc_{call_id}",
-                    call_id=call_id,
-                    name=TOOL_NAME,
-                    arguments=text,
-                    status="completed",
-                )
-                for call_id, text in zip(ids, texts, strict=True)
-            ]
-            return ModelResponse(output=output, usage=Usage(), response_id=None)
-
-        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-            raise NotImplementedError("the benchmark runs without streaming")
-
-    agent = Agent(name="bench", model=ScriptedModel(), tools=[function_tool(noop)])
+    calls = [function_call(call_id, TOOL_NAME, text) for call_id, text in zip(ids, texts, strict=True)]
+    model = ScriptedAgentModel(calls_then(calls, "done"), record=False)
+    agent = Agent(name="bench", model=model, tools=[function_tool(noop)])
     config = RunConfig(tracing_disabled=True)
 
     async def run() -> Any:

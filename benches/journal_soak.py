@@ -50,7 +50,7 @@ import anyio
 import anyio.to_thread
 
 import toolsched as ts
-from toolsched.journal.base import holder_is_dead
+from toolsched.journal._liveness import holder_is_dead
 
 CALLS = ("idem", "once", "idem", "once", "idem")
 DSN_VARIABLE = "TOOLSCHED_TEST_POSTGRES_DSN"

@@ -29,7 +29,7 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def python_detached(args: Any) -> Any:
-    """``detached`` written in Python: each value's type checked, then a shallow copy (else a deep one)."""
+    """``args_copy`` written in Python: each value's type checked, then a shallow copy (else a deep one)."""
     if type(args) is dict:
         for value in args.values():
             if type(value) not in _SCALARS:
@@ -43,8 +43,9 @@ def pieces() -> dict[str, Callable[[], Any]]:
     import toolsched as ts
     from toolsched import _core
     from toolsched._policy.hooks import HookEvent, new_hook_event
-    from toolsched._policy.permissions import UNDECIDED
-    from toolsched._values.results import detached, new_result
+    from toolsched._policy.tool_rules import UNDECIDED
+    from toolsched._values.calls import args_copy
+    from toolsched._values.results import new_result
 
     result_fields = ("c1", "noop", None, None, None, False, 0.1, True, 0, False, None, 1)
     args = {"path": "src/file_1.py", "limit": 3}
@@ -62,7 +63,7 @@ def pieces() -> dict[str, Callable[[], Any]]:
         "ToolResult: plain (the dataclass __init__)": lambda: ts.ToolResult(*result_fields),
         "HookEvent: the builder": lambda: new_hook_event("c1", "noop", args, None, None, None),
         "HookEvent: plain (the dataclass __init__)": lambda: HookEvent("c1", "noop", args, None, None, None),
-        "the arguments' copy a hook gets (detached)": lambda: detached(args),
+        "the arguments' copy a hook gets (args_copy)": lambda: args_copy(args),
         "the arguments' copy: plain (a loop over the values in Python)": lambda: python_detached(args),
         "ToolCall(id, name, text)": lambda: ts.ToolCall("call_0", "noop", text),
         "rules: set and prefix tests (evaluate)": lambda: rules.evaluate(args),

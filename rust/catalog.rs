@@ -20,6 +20,8 @@ pub struct ToolSpec {
 pub struct Catalog {
     names: Vec<String>,
     schemas: Vec<CompiledSchema>,
+    /// Each tool's JSON Schema as given, for the schema-guided repair (see [`crate::repair`]).
+    sources: Vec<Value>,
     /// Each schema's one-pass form, when it has one (see [`crate::direct`]).
     directs: Vec<Option<DirectSchema>>,
     lookup: AHashMap<String, usize>,
@@ -47,11 +49,13 @@ impl Catalog {
         let mut names = Vec::with_capacity(specs.len());
         let mut schemas = Vec::with_capacity(specs.len());
         let mut directs = Vec::with_capacity(specs.len());
+        let mut sources = Vec::with_capacity(specs.len());
         let mut lookup: AHashMap<String, usize> = AHashMap::with_capacity(specs.len());
         for (index, spec) in specs.into_iter().enumerate() {
             check_name(&spec.name)?;
             schemas.push(CompiledSchema::compile(&spec.name, &spec.input_schema)?);
             directs.push(DirectSchema::from_schema(&spec.input_schema));
+            sources.push(spec.input_schema.clone());
             names.push(spec.name.clone());
             for key in std::iter::once(&spec.name).chain(&spec.aliases) {
                 check_name(key)?;
@@ -68,6 +72,7 @@ impl Catalog {
         Ok(Self {
             names,
             schemas,
+            sources,
             directs,
             lookup,
         })
@@ -96,6 +101,11 @@ impl Catalog {
     /// The one-pass form of tool `index`'s schema, if it has one.
     pub fn direct(&self, index: usize) -> Option<&DirectSchema> {
         self.directs[index].as_ref()
+    }
+
+    /// Tool `index`'s JSON Schema as registered.
+    pub fn schema(&self, index: usize) -> &Value {
+        &self.sources[index]
     }
 
     /// Checks `args` against tool `index`'s schema.

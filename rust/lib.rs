@@ -9,6 +9,7 @@ pub mod conflicts;
 pub mod direct;
 pub mod error;
 pub mod plan;
+pub mod repair;
 pub mod rules;
 pub mod schedule;
 pub mod shape;

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::catalog::Catalog;
 use crate::direct::Build;
+use crate::repair::{decode_encoded, repair_text, repair_to_schema, Fixes, Refusal};
 use crate::validate::{parse_arguments, InputRejection, Limits};
 
 /// A call's arguments as the model sent them.
@@ -37,6 +38,9 @@ pub enum Verdict {
     /// The call may proceed. `parsed` holds arguments decoded from text; for
     /// [`Arguments::Value`] it is `None` and the caller's own object is valid.
     Ready { tool: usize, parsed: Option<Value> },
+    /// The arguments were repaired (see [`crate::repair`]) and then passed the schema; `parsed` is what
+    /// will run and `fixes` what was changed.
+    Repaired { tool: usize, parsed: Value, fixes: Fixes },
     /// No enabled tool has this name.
     UnknownTool { message: String },
     /// The arguments were refused.
@@ -75,7 +79,7 @@ pub struct TurnPlan {
 }
 
 /// How many tool names an unknown-tool message lists before it stops.
-const NAMES_IN_MESSAGE: usize = 30;
+const NAMES_IN_MESSAGE: usize = 20;
 
 /// Resolves, dedups and validates a whole turn.
 ///
@@ -347,19 +351,66 @@ fn judge(catalog: &Catalog, name: &str, args: &Arguments<'_>, disabled: &[bool],
         Arguments::Rejected(rejection) => reject(rejection.clone()),
         Arguments::Value(value) => match catalog.check(tool, value, limits) {
             Ok(()) => Verdict::Ready { tool, parsed: None },
+            Err(rejection) if limits.repair => {
+                repair_to_fit(catalog, tool, value, Fixes::default(), limits).unwrap_or_else(|| reject(rejection))
+            }
             Err(rejection) => reject(rejection),
         },
-        Arguments::Text(text) => match parse_arguments(text, limits).and_then(|value| {
-            catalog.check(tool, &value, limits)?;
-            Ok(value)
-        }) {
-            Ok(value) => Verdict::Ready {
-                tool,
-                parsed: Some(value),
+        Arguments::Text(text) => match parse_arguments(text, limits) {
+            Ok(value) => match catalog.check(tool, &value, limits) {
+                Ok(()) => Verdict::Ready {
+                    tool,
+                    parsed: Some(value),
+                },
+                Err(rejection) if limits.repair => {
+                    repair_to_fit(catalog, tool, &value, Fixes::default(), limits).unwrap_or_else(|| reject(rejection))
+                }
+                Err(rejection) => reject(rejection),
             },
+            // Only text that failed to parse reaches the repair: valid JSON is never changed by it.
+            Err(rejection @ (InputRejection::Malformed(_) | InputRejection::NotAnObject(_))) if limits.repair => {
+                match repair_text(text, limits) {
+                    Ok((value, fixes)) => repair_to_fit(catalog, tool, &value, fixes, limits).unwrap_or_else(|| {
+                        // Fixed text that still breaks the schema is refused with the fixed text's errors.
+                        catalog
+                            .check(tool, &value, limits)
+                            .map_or_else(reject, |()| reject(rejection))
+                    }),
+                    Err(refusal @ Refusal::CutOff) => Verdict::InvalidInput {
+                        tool,
+                        message: refusal.message(catalog.name(tool)),
+                        rejection,
+                    },
+                    Err(Refusal::Unrepairable(_)) => reject(rejection),
+                }
+            }
             Err(rejection) => reject(rejection),
         },
     }
+}
+
+/// Repaired arguments `value` (after `fixes`) as a verdict, if they pass the schema as they are or after the
+/// schema-guided fixes; `None` if they do not.
+fn repair_to_fit(catalog: &Catalog, tool: usize, value: &Value, mut fixes: Fixes, limits: &Limits) -> Option<Verdict> {
+    if value.is_string() {
+        let decoded = decode_encoded(value.clone(), limits, &mut fixes).ok()?;
+        return repair_to_fit(catalog, tool, &decoded, fixes, limits);
+    }
+    if catalog.check(tool, value, limits).is_ok() {
+        return (!fixes.is_empty()).then(|| Verdict::Repaired {
+            tool,
+            parsed: value.clone(),
+            fixes,
+        });
+    }
+    let (fitted, schema_fixes) = repair_to_schema(value, catalog.schema(tool))?;
+    catalog.check(tool, &fitted, limits).ok()?;
+    fixes.extend(&schema_fixes);
+    Some(Verdict::Repaired {
+        tool,
+        parsed: fitted,
+        fixes,
+    })
 }
 
 fn unknown_tool_message(catalog: &Catalog, name: &str, found: Option<usize>, disabled: &[bool]) -> String {
@@ -379,13 +430,92 @@ fn unknown_tool_message(catalog: &Catalog, name: &str, found: Option<usize>, dis
     } else {
         available.join(", ")
     };
-    match found {
-        Some(_) => format!("tool `{name}` is not available in this turn; available tools: {listed}"),
-        None => format!(
-            "unknown tool `{}`; available tools: {listed}",
-            crate::validate::cut_text(name, crate::validate::PREVIEW_CHARS)
-        ),
+    let shown = crate::validate::cut_text(name, crate::validate::PREVIEW_CHARS);
+    if found.is_some() {
+        return format!("tool `{shown}` is not available in this turn; available tools: {listed}");
     }
+    if let Some(meant) = spelled_otherwise(&available, name) {
+        return format!(
+            "unknown tool `{shown}`: tool names are exact, did you mean `{meant}`? Call it by that name; \
+             available tools: {listed}"
+        );
+    }
+    let closest = closest_names(&available, name);
+    if closest.is_empty() {
+        format!("unknown tool `{shown}`; available tools: {listed}")
+    } else {
+        let named: Vec<String> = closest.iter().map(|n| format!("`{n}`")).collect();
+        format!(
+            "unknown tool `{shown}`; did you mean {}? available tools: {listed}",
+            named.join(" or ")
+        )
+    }
+}
+
+/// The available tool a name means when it differs only in case, or by a prefix some models add
+/// (`functions.`, `default_api:`). Suggested, never run under the guess.
+fn spelled_otherwise<'a>(available: &[&'a str], name: &str) -> Option<&'a str> {
+    let mut bare = name;
+    for prefix in ["functions.", "default_api:", "default_api."] {
+        if let Some(rest) = bare.strip_prefix(prefix) {
+            bare = rest;
+            break;
+        }
+    }
+    if let Some(exact) = available.iter().find(|&&tool| tool == bare) {
+        return Some(exact);
+    }
+    let lowered = bare.to_lowercase();
+    let mut folded = available.iter().filter(|tool| tool.to_lowercase() == lowered);
+    match (folded.next(), folded.next()) {
+        (Some(only), None) => Some(only),
+        _ => None,
+    }
+}
+
+/// Up to three available names closest to `name` by edit distance (at most a third of its length, and 1
+/// for short names), closest first.
+fn closest_names<'a>(available: &[&'a str], name: &str) -> Vec<&'a str> {
+    const SUGGESTED: usize = 3;
+    let wanted: Vec<char> = name.to_lowercase().chars().collect();
+    if wanted.is_empty() || wanted.len() > 200 {
+        return Vec::new();
+    }
+    let bound = (wanted.len() / 3).max(1);
+    let mut scored: Vec<(usize, &str)> = available
+        .iter()
+        .filter_map(|&tool| {
+            let candidate: Vec<char> = tool.to_lowercase().chars().collect();
+            let distance = edit_distance(&wanted, &candidate, bound)?;
+            Some((distance, tool))
+        })
+        .collect();
+    scored.sort_unstable();
+    scored.into_iter().take(SUGGESTED).map(|(_, tool)| tool).collect()
+}
+
+/// Levenshtein distance between `a` and `b`, or None when it is over `bound`.
+fn edit_distance(a: &[char], b: &[char], bound: usize) -> Option<usize> {
+    if a.len().abs_diff(b.len()) > bound {
+        return None;
+    }
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    let mut current = vec![0; b.len() + 1];
+    for (i, &x) in a.iter().enumerate() {
+        current[0] = i + 1;
+        let mut row_min = current[0];
+        for (j, &y) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(x != y);
+            current[j + 1] = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
+            row_min = row_min.min(current[j + 1]);
+        }
+        if row_min > bound {
+            return None;
+        }
+        std::mem::swap(&mut previous, &mut current);
+    }
+    let distance = previous[b.len()];
+    (distance <= bound).then_some(distance)
 }
 
 /// Whether two calls' arguments are the same: equal text, or equal once decoded.
@@ -569,7 +699,69 @@ mod tests {
         let Verdict::UnknownTool { message } = &plan.calls[0].verdict else {
             panic!()
         };
-        assert!(message.ends_with("and 10 more"), "{message}");
+        assert!(message.ends_with("and 20 more"), "{message}");
+        assert!(message.contains("t19") && !message.contains("t20"), "{message}");
+    }
+
+    fn named(names: &[&str]) -> Catalog {
+        let specs = names
+            .iter()
+            .map(|name| ToolSpec {
+                name: (*name).into(),
+                aliases: vec![],
+                input_schema: json!({"type": "object"}),
+            })
+            .collect();
+        Catalog::new(specs).unwrap()
+    }
+
+    fn unknown_message(catalog: &Catalog, name: &str) -> String {
+        let plan = prepare_turn(catalog, &[call("1", name, text("{}"))], &[], &Limits::default());
+        match &plan.calls[0].verdict {
+            Verdict::UnknownTool { message } => message.clone(),
+            other => panic!("{name} was not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_case_or_prefix_variant_is_suggested_under_the_name_sent() {
+        let catalog = named(&["read_file", "write_file", "grep"]);
+        for sent in [
+            "Read_File",
+            "READ_FILE",
+            "functions.read_file",
+            "default_api:read_file",
+            "functions.Read_File",
+        ] {
+            let message = unknown_message(&catalog, sent);
+            assert!(message.starts_with(&format!("unknown tool `{sent}`")), "{message}");
+            assert!(message.contains("did you mean `read_file`?"), "{message}");
+        }
+    }
+
+    #[test]
+    fn the_closest_names_are_suggested() {
+        let catalog = named(&["read_file", "write_file", "grep", "list_dir"]);
+        let message = unknown_message(&catalog, "read_fil");
+        assert!(message.contains("did you mean `read_file`"), "{message}");
+        assert!(!message.contains("`grep`?"), "{message}");
+        let message = unknown_message(&catalog, "wrte_file");
+        assert!(message.contains("did you mean `write_file`"), "{message}");
+        let message = unknown_message(&catalog, "send_email");
+        assert!(!message.contains("did you mean"), "{message}");
+        assert!(
+            message.ends_with("available tools: grep, list_dir, read_file, write_file"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn edit_distance_is_bounded() {
+        let chars = |s: &str| s.chars().collect::<Vec<_>>();
+        assert_eq!(edit_distance(&chars("kitten"), &chars("sitting"), 3), Some(3));
+        assert_eq!(edit_distance(&chars("kitten"), &chars("sitting"), 2), None);
+        assert_eq!(edit_distance(&chars(""), &chars("ab"), 2), Some(2));
+        assert_eq!(edit_distance(&chars("abc"), &chars("abc"), 0), Some(0));
     }
 
     /// Plans `calls` the way the binding does: admit every call of a chunk,

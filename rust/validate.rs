@@ -19,6 +19,9 @@ pub struct Limits {
     pub max_input_depth: usize,
     /// Most schema errors reported for one call.
     pub max_errors: usize,
+    /// Whether arguments that fail to parse or to validate are repaired (see [`crate::repair`]) before they
+    /// are refused. Valid arguments never reach the repair.
+    pub repair: bool,
 }
 
 /// The deepest nesting arguments may be allowed: every walk of a value (parsing, validation, building
@@ -42,6 +45,7 @@ impl Default for Limits {
             max_input_bytes: 16 * 1024 * 1024,
             max_input_depth: 64,
             max_errors: 10,
+            repair: false,
         }
     }
 }

@@ -16,8 +16,10 @@ from toolsched._executor.executor import Executor
 from toolsched._executor.nested import AgentTool, ChildRun, agent_tool
 from toolsched._executor.strategies import Batched, Parallel, Partitioned, ResourceAware, Sequential, Strategy
 from toolsched._executor.streaming import StreamingTurn
+from toolsched._policy.coordination import RedisCoordination
 from toolsched._policy.guardrails import GuardrailEvent, Reject
 from toolsched._policy.hooks import BatchEvent, HookEvent, Hooks, Rewrite
+from toolsched._policy.limits import Limits, ModelRetry
 from toolsched._policy.permissions import Decision, Permissions
 from toolsched._policy.resilience import CircuitBreaker, RateLimit, Retry, Transient
 from toolsched._policy.runstate import ApprovalRequest, RunState
@@ -25,10 +27,12 @@ from toolsched._tools.context import ToolContext
 from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.resources import RunScope
 from toolsched._tools.tools import Access, FunctionTool, Tool, tool
+from toolsched._values.calls import Duplicate, ToolCall
 from toolsched._values.content import Image
 from toolsched._values.events import (
     BatchFinished,
     BatchStarted,
+    CoordinationUnavailable,
     Event,
     RunFinished,
     ToolFinished,
@@ -40,7 +44,7 @@ from toolsched._values.events import (
     ToolUpdated,
 )
 from toolsched._values.outcome import Outcome
-from toolsched._values.results import Duplicate, ErrorKind, ToolCall, ToolResult
+from toolsched._values.results import ErrorKind, ToolResult
 from toolsched.errors import (
     ApprovalError,
     AssemblyError,
@@ -100,6 +104,7 @@ __all__ = [
     "Batched",
     "ChildRun",
     "CircuitBreaker",
+    "CoordinationUnavailable",
     "Decision",
     "Duplicate",
     "ErrorKind",
@@ -118,10 +123,12 @@ __all__ = [
     "JournalVersionError",
     "JournaledCall",
     "LeaseLostError",
+    "Limits",
     "LocalBackend",
     "McpConnectionError",
     "McpToolError",
     "MissingResultError",
+    "ModelRetry",
     "OptionError",
     "Outcome",
     "Parallel",
@@ -130,6 +137,7 @@ __all__ = [
     "PostgresJournal",
     "RateLimit",
     "RayBackend",
+    "RedisCoordination",
     "RefreshError",
     "Reject",
     "ResourceAware",

@@ -33,6 +33,7 @@ class ToolTable:
         limits: Limits,
         rules: RuleTable | None = None,
         call_type: type | None = None,
+        repairs: list[tuple[int, tuple[str, ...]]] | None = None,
     ) -> tuple[
         list[int],
         list[Any],
@@ -47,7 +48,9 @@ class ToolTable:
 @final
 class Limits:
     MAX_INPUT_DEPTH: ClassVar[int]
-    def __new__(cls, max_input_bytes: int, max_input_depth: int, max_errors: int) -> Limits: ...
+    def __new__(
+        cls, max_input_bytes: int, max_input_depth: int, max_errors: int, *, repair: bool = False
+    ) -> Limits: ...
     @property
     def max_input_bytes(self) -> int: ...
     @property

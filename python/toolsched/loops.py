@@ -14,6 +14,11 @@ the caller instead of being decided here:
 - a steering callback that returns messages ends the loop with
   ``stop="steered"`` after the skipped calls are answered
   (``result.steering_messages``);
+- ``limits=`` (a ``ts.Limits``) holds the run's caps across its turns: every turn
+  is run under it (without one, a ``ts.Limits()`` of this call of the loop, so
+  each tool's ``max_model_retries`` holds across its turns), and the loop ends with ``stop="limit"`` after a turn with a
+  ``limit_exceeded`` answer, or ``stop="retries_exhausted"`` after one with a
+  ``retries_exhausted`` answer (the answers are in the history first);
 - cancelling the task that runs the loop cancels the request or the tools
   in flight and propagates.
 
@@ -43,16 +48,18 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from toolsched._executor.executor import Executor, Steering
+from toolsched._policy.limits import Limits, active_limits, limits_in_force
 from toolsched._tools.registry import ToolRegistry
+from toolsched._values.calls import ToolCall
 from toolsched._values.outcome import Outcome
-from toolsched._values.results import ToolCall, ToolResult
+from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError, StreamFailed
 from toolsched.providers import anthropic, gemini, openai_chat, openai_responses
-from toolsched.providers.wire import read, resume_outcome
+from toolsched.providers._wire import read, resume_outcome
 
 __all__ = ["LoopResult", "anthropic_loop", "gemini_loop", "openai_chat_loop", "openai_responses_loop"]
 
-Stop = Literal["done", "max_turns", "interrupted", "steered"]
+Stop = Literal["done", "max_turns", "interrupted", "steered", "limit", "retries_exhausted"]
 RefreshTools = Callable[[], Awaitable[Executor | None] | Executor | None]
 
 
@@ -346,6 +353,37 @@ async def _run_loop(
     resume: LoopResult | None,
     reset_tool_choice: bool = True,
     stream: bool = False,
+    limits: Limits | None = None,
+) -> LoopResult:
+    if limits is not None and not isinstance(limits, Limits):
+        raise OptionError(f"limits= takes a ts.Limits or None, got {type(limits).__name__}")
+    with limits_in_force(limits if limits is not None else Limits()):
+        return await _loop(
+            dialect,
+            executor,
+            history,
+            max_turns=max_turns,
+            refresh_tools=refresh_tools,
+            steering=steering,
+            context=context,
+            resume=resume,
+            reset_tool_choice=reset_tool_choice,
+            stream=stream,
+        )
+
+
+async def _loop(
+    dialect: _Dialect,
+    executor: Executor,
+    history: list[Any],
+    *,
+    max_turns: int,
+    refresh_tools: RefreshTools | None,
+    steering: Steering | None,
+    context: Any,
+    resume: LoopResult | None,
+    reset_tool_choice: bool,
+    stream: bool,
 ) -> LoopResult:
     if not isinstance(stream, bool):
         raise OptionError(f"stream must be True or False, got {stream!r}")
@@ -372,7 +410,16 @@ async def _run_loop(
         if reset_tool_choice:
             dialect.used_tools()
         executor = await _refreshed(executor, refresh_tools)
-        return "steered" if settled.steering_messages else None
+        if settled.steering_messages:
+            return "steered"
+        limits = active_limits()
+        if limits is not None and stream and executor.streams:
+            # A turn streamed through ``executor.turn()`` is counted here (``run`` counts its own turns).
+            limits.settle(settled.results)
+        kinds = {result.error_kind for result in settled.results}
+        if "retries_exhausted" in kinds:
+            return "retries_exhausted"
+        return "limit" if "limit_exceeded" in kinds else None
 
     if resume is not None:
         if resume.stop != "interrupted" or resume.state is None:
@@ -422,6 +469,7 @@ async def anthropic_loop(
     resume: LoopResult | None = None,
     reset_tool_choice: bool = True,
     stream: bool = False,
+    limits: Limits | None = None,
     **request: Any,
 ) -> LoopResult:
     """Runs the Anthropic Messages tool loop with an ``anthropic.AsyncAnthropic`` client.
@@ -442,6 +490,7 @@ async def anthropic_loop(
         resume=resume,
         reset_tool_choice=reset_tool_choice,
         stream=stream,
+        limits=limits,
     )
 
 
@@ -458,6 +507,7 @@ async def openai_responses_loop(
     resume: LoopResult | None = None,
     reset_tool_choice: bool = True,
     stream: bool = False,
+    limits: Limits | None = None,
     **request: Any,
 ) -> LoopResult:
     """Runs the OpenAI Responses tool loop with an ``openai.AsyncOpenAI`` client.
@@ -480,6 +530,7 @@ async def openai_responses_loop(
         resume=resume,
         reset_tool_choice=reset_tool_choice,
         stream=stream,
+        limits=limits,
     )
 
 
@@ -496,6 +547,7 @@ async def openai_chat_loop(
     resume: LoopResult | None = None,
     reset_tool_choice: bool = True,
     stream: bool = False,
+    limits: Limits | None = None,
     **request: Any,
 ) -> LoopResult:
     """Runs the OpenAI Chat Completions tool loop with an ``openai.AsyncOpenAI`` client.
@@ -514,6 +566,7 @@ async def openai_chat_loop(
         resume=resume,
         reset_tool_choice=reset_tool_choice,
         stream=stream,
+        limits=limits,
     )
 
 
@@ -531,6 +584,7 @@ async def gemini_loop(
     resume: LoopResult | None = None,
     reset_tool_choice: bool = True,
     stream: bool = False,
+    limits: Limits | None = None,
 ) -> LoopResult:
     """Runs the Gemini tool loop with a ``google.genai.Client`` (its ``aio`` side).
 
@@ -552,4 +606,5 @@ async def gemini_loop(
         resume=resume,
         reset_tool_choice=reset_tool_choice,
         stream=stream,
+        limits=limits,
     )

@@ -33,11 +33,12 @@ use convert::{not_unicode, to_json, to_python, KeyStrings, PyBuilder};
 use errors::{AssemblyError, OptionError};
 use rules::PyRuleTable;
 
-fn limits(max_input_bytes: usize, max_input_depth: usize, max_errors: usize) -> Limits {
+fn limits(max_input_bytes: usize, max_input_depth: usize, max_errors: usize, repair: bool) -> Limits {
     Limits {
         max_input_bytes,
         max_input_depth,
         max_errors,
+        repair,
     }
 }
 
@@ -48,7 +49,9 @@ fn limits(max_input_bytes: usize, max_input_depth: usize, max_errors: usize) -> 
 /// Depth counts arrays and objects: the arguments object is level 1, each
 /// container in it one more, a scalar none (`{"a": [1]}` is 2 deep); text and
 /// mappings are held to it alike. `max_input_depth` is at most
-/// `MAX_INPUT_DEPTH` (else `OptionError`).
+/// `MAX_INPUT_DEPTH` (else `OptionError`). With `repair`, arguments that fail
+/// to parse or to validate are repaired where one fix is unambiguous (see
+/// `rust/repair.rs`) and then validated; valid arguments are never changed.
 #[pyclass(frozen, module = "toolsched._core", name = "Limits")]
 pub struct PyLimits {
     limits: Limits,
@@ -61,8 +64,8 @@ impl PyLimits {
     const MAX_INPUT_DEPTH: usize = crate::validate::MAX_INPUT_DEPTH;
 
     #[new]
-    #[pyo3(signature = (max_input_bytes, max_input_depth, max_errors))]
-    fn new(max_input_bytes: usize, max_input_depth: usize, max_errors: usize) -> PyResult<Self> {
+    #[pyo3(signature = (max_input_bytes, max_input_depth, max_errors, *, repair = false))]
+    fn new(max_input_bytes: usize, max_input_depth: usize, max_errors: usize, repair: bool) -> PyResult<Self> {
         if max_input_depth > crate::validate::MAX_INPUT_DEPTH {
             return Err(OptionError::new_err(format!(
                 "max_input_depth must be at most {}, got {max_input_depth}",
@@ -70,7 +73,7 @@ impl PyLimits {
             )));
         }
         Ok(Self {
-            limits: limits(max_input_bytes, max_input_depth, max_errors),
+            limits: limits(max_input_bytes, max_input_depth, max_errors, repair),
         })
     }
 
@@ -111,7 +114,7 @@ impl PyToolTable {
     #[new]
     fn new(py: Python<'_>, tools: Vec<(String, Vec<String>, Bound<'_, PyAny>)>) -> PyResult<Self> {
         let mut specs = Vec::with_capacity(tools.len());
-        let unlimited = limits(usize::MAX, 256, 1);
+        let unlimited = limits(usize::MAX, 256, 1, false);
         for (name, aliases, schema) in tools {
             let input_schema = match &schema {
                 text if text.is_instance_of::<PyString>() => serde_json::from_str(text.cast::<PyString>()?.to_str()?)
@@ -161,8 +164,10 @@ impl PyToolTable {
     /// are applied.
     ///
     /// With `call_type`, every call must be an instance of it: any other
-    /// object raises `TypeError` naming its position.
-    #[pyo3(signature = (calls, disabled, limits, rules = None, call_type = None))]
+    /// object raises `TypeError` naming its position. With `repairs` (a list),
+    /// each call whose arguments were repaired (`Limits(repair=True)`) appends
+    /// `(slot, fixes)`, `fixes` a tuple of the fixes' names.
+    #[pyo3(signature = (calls, disabled, limits, rules = None, call_type = None, repairs = None))]
     fn prepare<'py>(
         &self,
         py: Python<'py>,
@@ -171,6 +176,7 @@ impl PyToolTable {
         limits: &Bound<'py, PyLimits>,
         rules: Option<&Bound<'py, PyRuleTable>>,
         call_type: Option<&Bound<'py, PyType>>,
+        repairs: Option<&Bound<'py, PyList>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
         let limits = limits.get().limits;
         // A capacity hint only: a sequence may misreport its length.
@@ -196,6 +202,7 @@ impl PyToolTable {
             rules: rules.map(Bound::get),
             rulings: Vec::with_capacity(if rules.is_some() { expected } else { 0 }),
             subject: String::new(),
+            repairs: repairs.cloned(),
         };
         for (position, call) in calls.try_iter()?.enumerate() {
             let call = call?;
@@ -329,6 +336,8 @@ struct Preparation<'t, 'py> {
     rulings: Vec<Bound<'py, PyAny>>,
     /// The buffer a path subject is joined to its root in.
     subject: String,
+    /// Where repaired calls are reported as `(slot, fixes)`, if the caller asked.
+    repairs: Option<Bound<'py, PyList>>,
 }
 
 /// A first call waiting for its chunk to be judged. Its strings stay in the
@@ -468,6 +477,20 @@ impl<'py> Preparation<'_, 'py> {
                 (tool, (slot, kind.clone(), PyString::new(py, message)))
             };
             let failure = match verdicts.next().expect("a verdict for every call the direct path left") {
+                Verdict::Repaired { tool, parsed, fixes } => {
+                    if let Some(repairs) = &self.repairs {
+                        let names = PyTuple::new(py, fixes.as_slice().iter().map(|fix| fix.as_str()))?;
+                        repairs.append((slot, names))?;
+                    }
+                    let args = to_python(py, &parsed, &mut self.keys)?;
+                    if let Some(rules) = self.rules {
+                        self.rulings
+                            .push(rules.verdict(py, tool, Some(&args), &mut self.subject));
+                    }
+                    self.tools.push(tool_position(tool));
+                    self.args.push(args);
+                    continue;
+                }
                 Verdict::Ready { tool, parsed } => {
                     let decoded = parsed.is_some();
                     let args = match (parsed, &call.args) {

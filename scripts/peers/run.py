@@ -19,9 +19,15 @@ first line of its failure) go to ``switched-failures.txt`` there.
     make peer-tests                                   # both hosts, both runs (installs the test deps)
     python scripts/peers/run.py --host agents --mode switched -- -x tests/test_function_tool.py
     python scripts/peers/run.py --host langgraph --no-newest
+    python scripts/peers/run.py --host agents --no-newest --files tests/test_agent_runner.py
+    python scripts/peers/run.py --host agents --all         # the whole suite
 
-Arguments after ``--`` go to pytest (test paths there are relative to the unpacked sdist and
-replace the default ``tests``). The test dependencies are installed by ``make peer-deps``.
+Which tests: for the Agents SDK by default its tool-execution tests (``AGENTS_TOOL_EXECUTION``: the
+files whose tests build agents with function tools and run them; both runs take a few minutes), for
+LangGraph its whole ``tests/``. ``--files`` names others, ``--all`` runs the host's whole ``tests/``
+(the Agents SDK's takes over an hour switched). Arguments after ``--`` go to pytest (test paths there
+are relative to the unpacked sdist and replace the file list). The test dependencies are installed by
+``make peer-deps``.
 """
 
 from __future__ import annotations
@@ -50,10 +56,44 @@ class Host:
     source: str  # the directory, inside the sdist, that holds the importable package
     module: str  # the package the tests exercise
     plugin: str  # the switch plugin in this directory
+    files: tuple[str, ...] = ()  # the default test files (relative to the sdist); empty: all of tests/
 
+
+# The Agents SDK's tool-execution tests: the files whose tests build agents with function tools and
+# run them (a Runner or the run steps). Its whole tests/ (--all) takes over an hour switched.
+AGENTS_TOOL_EXECUTION = tuple(
+    f"tests/{name}.py"
+    for name in (
+        "test_agent_as_tool",
+        "test_agent_as_tool_output_guardrails",
+        "test_agent_runner",
+        "test_agent_runner_streamed",
+        "test_agent_scoped_approvals",
+        "test_cancel_streaming",
+        "test_default_tool_error_redaction",
+        "test_function_tool_approval_arguments",
+        "test_hitl_error_scenarios",
+        "test_native_tool_failure_history",
+        "test_resume_tool_use_behavior",
+        "test_run_impl_resume_paths",
+        "test_run_step_execution",
+        "test_soft_cancel",
+        "test_start_hook_tool_concurrency",
+        "test_start_hook_tools",
+        "test_tool_approval_call_id_reuse",
+        "test_tool_batch_failure_history",
+        "test_tool_custom_data",
+        "test_tool_exception_formatter",
+        "test_tool_failure_boundaries",
+        "test_tool_guardrails",
+        "test_tool_name_collision_policy",
+        "test_tool_origin",
+        "test_tool_use_behavior",
+    )
+)
 
 HOSTS = {
-    "agents": Host("agents", "openai-agents", "0.24.0", "src", "agents", "switch_agents"),
+    "agents": Host("agents", "openai-agents", "0.24.0", "src", "agents", "switch_agents", AGENTS_TOOL_EXECUTION),
     "langgraph": Host("langgraph", "langgraph-prebuilt", "1.1.3", ".", "langgraph.prebuilt", "switch_langgraph"),
 }
 
@@ -114,9 +154,10 @@ def code_under_test(python: str, host: Host, source: Path) -> str:
 
 
 def run_suite(
-    python: str, host: Host, root: Path, mode: str, out: Path, pytest_args: list[str], timeout: int
+    python: str, host: Host, root: Path, mode: str, out: Path, pytest_args: list[str], timeout: int, files: list[str]
 ) -> dict[str, dict[str, str]]:
-    """Runs the suite once; returns test ID -> {"outcome", "message"}."""
+    """Runs ``files`` (all of ``tests/`` when empty, or the paths in ``pytest_args`` when it names any)
+    once; returns test ID -> {"outcome", "message"}."""
     results = out / f"{mode}.json"
     log = out / f"{mode}.log"
     results.unlink(missing_ok=True)
@@ -138,7 +179,7 @@ def run_suite(
         "-q",
         *(["-p", host.plugin] if mode == "switched" else []),
         *pytest_args,
-        *([] if has_paths else ["tests"]),
+        *([] if has_paths else files or ["tests"]),
     ]
     started = time.monotonic()
     with log.open("w", encoding="utf-8") as sink:
@@ -186,12 +227,16 @@ def main() -> None:
     parser.add_argument("--mode", choices=("both", "stock", "switched"), default="both")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "toolsched-peers")
     parser.add_argument("--python", default=sys.executable, help="the Python whose environment runs the tests")
-    parser.add_argument("--timeout", type=int, default=120, help="seconds a single test may take")
+    parser.add_argument("--timeout", type=int, default=20, help="seconds a single test may take")
+    parser.add_argument("--files", nargs="+", metavar="PATH", help="these test files (relative to the sdist)")
+    parser.add_argument("--all", action="store_true", help="the host's whole tests/ (default: its file list)")
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to pytest")
     options = parser.parse_args()
     hosts = [HOSTS[key] for key in options.host or sorted(HOSTS)]
     if options.version and len(hosts) != 1:
         parser.error("--version needs exactly one --host")
+    if options.files and options.all:
+        parser.error("--files and --all exclude each other")
     cache = options.cache.expanduser().resolve()
     for host in hosts:
         versions = [options.version or host.pinned]
@@ -207,14 +252,18 @@ def main() -> None:
             out.mkdir(parents=True, exist_ok=True)
             print(f"{host.dist} {version}: {root}/tests")
             print(f"  code under test | toolsched: {code_under_test(options.python, host, root / host.source)}")
+            files = [] if options.all else list(options.files or host.files)
+            print(f"  tests: {' '.join(files) if files else 'tests/ (all)'}")
             stock = switched = None
             if options.mode in ("both", "stock"):
-                stock = run_suite(options.python, host, root, "stock", out, options.pytest_args, options.timeout)
+                stock = run_suite(options.python, host, root, "stock", out, options.pytest_args, options.timeout, files)
             elif (out / "stock.json").exists():
                 stock = json.loads((out / "stock.json").read_text(encoding="utf-8"))
                 print(f"  stock    {_counts(stock)}   (the last stock run, {out / 'stock.json'})")
             if options.mode in ("both", "switched"):
-                switched = run_suite(options.python, host, root, "switched", out, options.pytest_args, options.timeout)
+                switched = run_suite(
+                    options.python, host, root, "switched", out, options.pytest_args, options.timeout, files
+                )
                 write_failures(out, switched, stock)
 
 

@@ -15,15 +15,8 @@ from hypothesis import strategies as st
 
 import toolsched as ts
 from toolsched import _core
-from toolsched._policy.permissions import (
-    UNDECIDED,
-    ToolRules,
-    _glob_path,
-    _glob_text,
-    _path_matcher,
-    _text_matcher,
-    normalize_path,
-)
+from toolsched._policy.rule_syntax import glob_path, glob_text, normalize_path, path_matcher, text_matcher
+from toolsched._policy.tool_rules import UNDECIDED, ToolRules
 
 pytestmark = pytest.mark.anyio
 
@@ -645,8 +638,8 @@ def path_patterns(draw: st.DrawFn) -> str:
 def test_path_patterns_without_regexes_match_as_their_globs_do(pattern: str, subject: str, absolute: bool) -> None:
     root = "/work/project"
     value = normalize_path(("/" if absolute else "") + subject, root)
-    fast = bool(_path_matcher(pattern, root)(value))
-    assert fast == bool(_glob_path(pattern, root).fullmatch(value)), (pattern, value)
+    fast = bool(path_matcher(pattern, root)(value))
+    assert fast == bool(glob_path(pattern, root).fullmatch(value)), (pattern, value)
 
 
 @given(
@@ -657,7 +650,7 @@ def test_path_patterns_without_regexes_match_as_their_globs_do(pattern: str, sub
 @example(pattern="ab*", value="abba")
 @settings(max_examples=1000, deadline=None)
 def test_text_patterns_without_regexes_match_as_their_globs_do(pattern: str, value: str) -> None:
-    assert bool(_text_matcher(pattern)(value)) == bool(_glob_text(pattern).fullmatch(value))
+    assert bool(text_matcher(pattern)(value)) == bool(glob_text(pattern).fullmatch(value))
 
 
 # -- the set-and-prefix path of evaluate -----------------------------------------------

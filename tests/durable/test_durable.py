@@ -25,7 +25,7 @@ from journal_child import Store
 from psycopg import sql
 
 import toolsched as ts
-from toolsched._values.results import args_digest
+from toolsched._values.digest import args_digest
 
 pytestmark = pytest.mark.anyio
 

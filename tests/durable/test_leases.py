@@ -25,7 +25,7 @@ from journal_child import Store, store_in
 from psycopg import sql
 
 import toolsched as ts
-from toolsched.journal.leases import Renewal
+from toolsched.journal._leases import Renewal
 
 pytestmark = pytest.mark.anyio
 

@@ -22,7 +22,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from nested_crash_child import CHILD, executor, ran, turn
 
 import toolsched as ts
-from toolsched._values.results import args_digest
+from toolsched._values.digest import args_digest
 from toolsched.journal import Transition
 
 pytestmark = pytest.mark.anyio

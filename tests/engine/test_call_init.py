@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import toolsched as ts
 from toolsched import _core
-from toolsched._values.results import init_in_python
+from toolsched._values.calls import init_in_python
 
 
 class _Text(str):
@@ -119,14 +119,14 @@ def test_the_c_init_keeps_every_reference_it_should_and_no_other() -> None:
     assert (sys.getrefcount(text), sys.getrefcount(ident)) == before
 
 
-def test_a_reloaded_results_module_keeps_a_working_tool_call() -> None:
+def test_a_reloaded_calls_module_keeps_a_working_tool_call() -> None:
     """A second ToolCall class (the module reloaded) keeps its Python __init__: both classes make calls."""
     script = textwrap.dedent(
         """
         import importlib
-        import toolsched._values.results as results
-        first = results.ToolCall
-        reloaded = importlib.reload(results)
+        import toolsched._values.calls as calls
+        first = calls.ToolCall
+        reloaded = importlib.reload(calls)
         assert reloaded.ToolCall is not first
         assert type(reloaded.ToolCall.__init__).__name__ == "function"
         assert reloaded.ToolCall("c1", "read", "{}").args == "{}"

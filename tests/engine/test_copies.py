@@ -1,4 +1,4 @@
-"""``detached``: the copy of a call's input that hooks, guardrails, approvers and saved state get."""
+"""``args_copy``: the copy of a call's input that hooks, guardrails, approvers and saved state get."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolsched._values.results import detached
+from toolsched._values.calls import args_copy
 
 
 class Text(str):
@@ -68,7 +68,7 @@ values = st.recursive(
 @given(args=st.one_of(st.dictionaries(st.text(max_size=4), values, max_size=4), values))
 @settings(max_examples=500, deadline=None)
 def test_a_copy_equals_the_input_and_shares_no_mutable_part_with_it(args: Any) -> None:
-    copied = detached(args)
+    copied = args_copy(args)
     assert copied == args
     assert type(copied) is type(args)
     if isinstance(args, dict):
@@ -80,7 +80,7 @@ def test_a_copy_equals_the_input_and_shares_no_mutable_part_with_it(args: Any) -
 def test_changing_the_copy_leaves_the_input_as_it_was() -> None:
     args: dict[str, Any] = {"path": "a", "limit": 3, "tags": ["x"], "nested": {"deep": [1]}}
     kept = copy.deepcopy(args)
-    copied = detached(args)
+    copied = args_copy(args)
     copied["path"] = "b"
     copied["tags"].append("y")
     copied["nested"]["deep"].append(2)
@@ -90,7 +90,7 @@ def test_changing_the_copy_leaves_the_input_as_it_was() -> None:
 
 def test_a_flat_input_of_plain_values_is_a_new_dict_of_the_same_values() -> None:
     args = {"path": "a", "limit": 3, "ratio": 0.5, "force": False, "note": None}
-    copied = detached(args)
+    copied = args_copy(args)
     assert copied == args and copied is not args
     # The values themselves cannot change, so they are shared.
     assert all(copied[key] is args[key] for key in args)
@@ -105,7 +105,7 @@ def test_values_of_other_types_are_copied_deeply() -> None:
     tagged = Tagged("a")
     tagged.tags = ["t"]
     args = {"path": tagged, "level": Level.LOW, "count": Number(2)}
-    copied = detached(args)
+    copied = args_copy(args)
     assert copied == args
     assert copied["path"] is not tagged and copied["path"].tags == ["t"]
     assert copied["path"].tags is not tagged.tags

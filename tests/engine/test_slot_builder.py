@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import toolsched as ts
 from toolsched import _core
 from toolsched._executor.turn import Job, Plan, Turn, new_job, new_plan, new_turn
-from toolsched._policy.permissions import UNDECIDED
+from toolsched._policy.tool_rules import UNDECIDED
 from toolsched._tools.tools import Tool, ToolFacts
 from toolsched._values.fastpath import positional_builder, slot_builder
 

@@ -24,8 +24,10 @@ PACKAGE = REPOSITORY / "python" / "toolsched"
 NOT_FEATURES = {"dev", "compare"}
 # Modules imported only where they are already in use: trio, while a trio event loop runs.
 IN_USE = {"trio"}
-# Files imported only by a module that checked first that their extra is installed.
-BEHIND_A_CHECK = {"integrations/langgraph_state.py"}
+# Files imported only by a module that checked first that their extra is installed (the Agents SDK's
+# private names by integrations/agents.py), or by no module of the package (the scripted Agents SDK model
+# of the tests and benchmarks, which needs the agents extra).
+BEHIND_A_CHECK = {"integrations/_langgraph_state.py", "integrations/_agents_sdk.py", "testing/_agents_model.py"}
 
 
 def declared() -> tuple[set[str], set[str]]:

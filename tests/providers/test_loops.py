@@ -377,3 +377,70 @@ async def test_a_structured_output_goes_through_parse() -> None:
     assert result.response.output_parsed == Report(paris_c=18, london_f=59)
     # The model was told the format on every request.
     assert all(request["text"]["format"]["type"] == "json_schema" for request in recorded.requests)
+
+
+# -- limits ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("limits", "stop", "kinds"),
+    [
+        (ts.Limits(max_calls=1), "limit", [None, "limit_exceeded"]),
+        (ts.Limits(max_model_retries=0), "retries_exhausted", ["retries_exhausted", "retries_exhausted"]),
+    ],
+)
+async def test_the_loop_passes_limits_on_and_stops_on_them(
+    limits: ts.Limits, stop: str, kinds: list[str | None]
+) -> None:
+    ran: list[str] = []
+    recorded = Recorded("anthropic", "tool_use", "end_turn")
+    fresh = limits.fresh()
+    result = await anthropic_loop(
+        recorded.anthropic(),
+        ts.Executor(weather_tools(ran)),
+        messages=[{"role": "user", "content": QUESTION}],
+        model="claude-sonnet-4-6",
+        max_tokens=1024,
+        limits=fresh,
+    )
+    assert (result.stop, result.turns) == (stop, 1)
+    assert result.outcome is not None
+    assert [r.error_kind for r in result.outcome.results] == kinds
+    assert len(ran) == kinds.count(None)
+    # The answers went back into the history before the loop stopped.
+    assert "limit" in str(result.history[-1]) or "retries" in str(result.history[-1])
+
+
+async def test_a_loop_refuses_limits_that_are_not_limits() -> None:
+    with pytest.raises(ts.OptionError, match="limits="):
+        await anthropic_loop(
+            Recorded("anthropic", "tool_use").anthropic(),
+            ts.Executor(weather_tools([])),
+            messages=[{"role": "user", "content": QUESTION}],
+            model="m",
+            max_tokens=10,
+            limits=3,  # type: ignore[arg-type]
+        )
+
+
+async def test_without_limits_a_loop_still_holds_each_tools_model_retries_across_turns() -> None:
+    ran: list[str] = []
+
+    @ts.tool(max_model_retries=1)
+    async def get_weather(city: str, unit: str = "c") -> str:
+        """Asks the model to call again, every time."""
+        ran.append(city)
+        raise ts.ModelRetry(f"no station in {city}; name a capital")
+
+    recorded = Recorded("anthropic", "tool_use", "tool_use", "end_turn")
+    result = await anthropic_loop(
+        recorded.anthropic(),
+        ts.Executor([get_weather]),
+        messages=[{"role": "user", "content": QUESTION}],
+        model="claude-sonnet-4-6",
+        max_tokens=1024,
+    )
+    assert (result.stop, result.turns) == ("retries_exhausted", 2)
+    assert result.outcome is not None
+    assert {r.error_kind for r in result.outcome.results} == {"retries_exhausted"}
+    assert len(ran) == 2  # the first turn's two calls ran; the second turn's were answered without running

@@ -16,7 +16,7 @@ from recorded import load, sdk_response
 
 import toolsched as ts
 from toolsched.providers import anthropic, gemini, openai_chat, openai_responses
-from toolsched.providers.strict import admits_null, drop_strict_nulls
+from toolsched.providers._strict import admits_null, drop_strict_nulls
 
 pytestmark = pytest.mark.anyio
 

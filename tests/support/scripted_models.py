@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from agents import (
-    AgentOutputSchemaBase,
-    Handoff,
-    Model,
-    ModelResponse,
-    ModelSettings,
-    ModelTracing,
-    Tool,
-    TResponseInputItem,
-    Usage,
-)
-from agents.items import TResponseStreamEvent
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 from pydantic import PrivateAttr
+
+from toolsched.testing._agents_model import ScriptedAgentModel, final_message, function_call
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -70,48 +58,5 @@ def tool_calls_message(*calls: tuple[str, str, dict[str, Any]]) -> AIMessage:
     return AIMessage(content="", tool_calls=[{"id": i, "name": n, "args": a, "type": "tool_call"} for i, n, a in calls])
 
 
-class ScriptedAgentModel(Model):
-    """An Agents SDK ``Model``: each turn returns the next list of output items and records its input."""
-
-    def __init__(self, turns: list[list[Any]]) -> None:
-        self.turns = turns
-        self.inputs: list[str | list[TResponseInputItem]] = []
-
-    async def get_response(
-        self,
-        system_instructions: str | None,
-        input: str | list[TResponseInputItem],
-        model_settings: ModelSettings,
-        tools: list[Tool],
-        output_schema: AgentOutputSchemaBase | None,
-        handoffs: list[Handoff],
-        tracing: ModelTracing,
-        *,
-        previous_response_id: str | None,
-        conversation_id: str | None,
-        prompt: Any | None,
-    ) -> ModelResponse:
-        self.inputs.append(input)
-        if not self.turns:
-            raise AssertionError("the model was called more often than its script allows")
-        return ModelResponse(output=self.turns.pop(0), usage=Usage(), response_id=None)
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
-        raise NotImplementedError("the scripted model does not stream")
-
-
-def function_call(call_id: str, name: str, args: dict[str, Any] | str) -> ResponseFunctionToolCall:
-    arguments = args if isinstance(args, str) else json.dumps(args)
-    return ResponseFunctionToolCall(
-        type="function_call", call_id=call_id, name=name, arguments=arguments, id=f"fc_{call_id}", status="completed"
-    )
-
-
-def final_message(text: str) -> ResponseOutputMessage:
-    return ResponseOutputMessage(
-        type="message",
-        id="msg_final",
-        role="assistant",
-        status="completed",
-        content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
-    )
+# The scripted Agents SDK model is the package's own, shared with the benchmarks.
+__all__ = ["ScriptedAgentModel", "ScriptedChatModel", "final_message", "function_call", "tool_calls_message"]

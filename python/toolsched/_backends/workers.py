@@ -2,11 +2,12 @@
 
 A pool (``_executor/pool.py``) starts workers once a running call first waits. On
 asyncio, an anyio task group wraps every task it starts in a handle with a cancel scope and an
-event of its own: about 15 µs per task against 4 µs for a plain ``asyncio`` task
+event of its own, several times the cost of a plain ``asyncio`` task
 (``python benches/platform_runs.py --sleep 0.001``: turns whose calls really wait start a worker
-per call). ``WorkerGroup`` starts each worker as a plain asyncio task, so everything anyio offers
-inside it (scopes, deadlines, shields) works as in any task. An anyio ``CancelScope`` around each
-worker would cost another 6 µs per worker (its task state is made on entry), so the group stops
+per call; the figures are in docs/performance.md). ``WorkerGroup`` starts each worker as a plain
+asyncio task, so everything anyio offers inside it (scopes, deadlines, shields) works as in any
+task. An anyio ``CancelScope`` around each worker would cost more again per worker (its task state is
+made on entry), so the group stops
 its workers as anyio stops the tasks of a cancelled scope, with ``Task.cancel()``, again each
 event loop iteration until they end, and never while a worker is inside a shielded scope (it is
 asked again once the shield is left). That needs anyio's record of each task's scopes; where an

@@ -47,9 +47,9 @@ from toolsched._backends.backends import Backend
 from toolsched._executor.executor import Executor
 from toolsched._executor.strategies import Batched, Parallel, Partitioned, ResourceAware, Sequential, Strategy
 from toolsched._tools.tools import Access, Tool
+from toolsched._values.calls import ToolCall
 from toolsched._values.events import Event, ToolFinished, ToolStarted
 from toolsched._values.outcome import Outcome
-from toolsched._values.results import ToolCall
 from toolsched.errors import OptionError, WorkloadError
 
 __all__ = [

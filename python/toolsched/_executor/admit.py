@@ -1,4 +1,5 @@
-"""Phases 3 and 4 for the calls of a turn: ``validate_input``, then hooks, rules, mode and approvals.
+"""Semantic validation and permission for the calls of a turn: ``validate_input``, then hooks, rules, mode and
+approvals.
 
 Admission runs in model order, one call after another, so its result never
 depends on timing. Denied calls are answered here; calls that wait for a
@@ -15,9 +16,15 @@ from toolsched._executor.settings import format_error
 from toolsched._executor.turn import Held, Job, Turn, judge
 from toolsched._executor.view import Policy
 from toolsched._policy.hooks import HookTimeout, new_hook_event
-from toolsched._policy.permissions import UNDECIDED, Verdict, resolve_permission
-from toolsched._policy.runstate import ApprovalRequest, CallRecord, RunState, records_by_id, standing_decision
-from toolsched._values.results import Behavior, Decision, ErrorKind, Rewrite, args_digest, detached
+from toolsched._policy.limits import ModelRetry
+from toolsched._policy.permissions import resolve_permission
+from toolsched._policy.runstate import ApprovalRequest, RunState, records_by_id, standing_decision
+from toolsched._policy.state_records import CallRecord
+from toolsched._policy.tool_rules import UNDECIDED, Verdict
+from toolsched._values.calls import args_copy
+from toolsched._values.decisions import Behavior, Decision, Rewrite
+from toolsched._values.digest import args_digest
+from toolsched._values.results import ErrorKind
 from toolsched.errors import SemanticError
 
 __all__ = ["admit", "check_semantics", "not_approved"]
@@ -34,7 +41,7 @@ def not_approved(tool_name: str, message: str | None) -> str:
 
 
 async def check_semantics(jobs: list[Job], turn: Turn) -> list[Job]:
-    """Phase 3: each tool's ``validate_input``; a refusal answers the call."""
+    """Semantic validation: each tool's ``validate_input``; a refusal answers the call."""
     if not turn.view.checks_input:
         return jobs
     passed = []
@@ -43,6 +50,9 @@ async def check_semantics(jobs: list[Job], turn: Turn) -> list[Job]:
             # (A call cancelled, or a run interrupted, meanwhile is not checked: it is answered without running.)
             try:
                 await job.tool.validate_input(job.args, turn.context_for(job))
+            except ModelRetry as exc:
+                await turn.answer(job.slot, job.call, job.tool.name, "model_retry", exc.message)
+                continue
             except SemanticError as exc:
                 await turn.answer(job.slot, job.call, job.tool.name, "semantic_error", str(exc))
                 continue
@@ -55,7 +65,7 @@ async def check_semantics(jobs: list[Job], turn: Turn) -> list[Job]:
 
 
 async def admit(jobs: list[Job], turn: Turn, held: list[Held], prior: RunState | None) -> list[Job]:
-    """Phase 4 for the whole turn, in model order: hooks, rules, mode, the tool, then the approver.
+    """Permission for the whole turn, in model order: hooks, rules, mode, the tool, then the approver.
 
     Denied calls are answered; calls that wait for a person go to ``held``;
     the admitted calls come back with their final input.
@@ -108,7 +118,7 @@ async def _decide(job: Job, policy: Policy, turn: Turn, record: CallRecord | Non
     if policy.pre:
         rewritten = False
         for hook in policy.pre:
-            event = new_hook_event(job.call.id, tool.name, detached(job.args), None, None, turn.context)
+            event = new_hook_event(job.call.id, tool.name, args_copy(job.args), None, None, turn.context)
             try:
                 answer = await hook.invoke(event)
             except HookTimeout as exc:
@@ -275,7 +285,7 @@ async def _settle(
             reason = f"{reason} (asked again: {changed} changed since the approval)"
     approver = turn.settings.approver
     if approver is not None:
-        request = ApprovalRequest(job.call.id, tool.name, detached(job.args), reason)
+        request = ApprovalRequest(job.call.id, tool.name, args_copy(job.args), reason)
         try:
             answer: Any = approver(request)
             if inspect.isawaitable(answer):

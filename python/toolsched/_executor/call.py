@@ -1,4 +1,5 @@
-"""Phases 5 to 9 for one call: input guardrails, execution, output guardrails, post hooks, shaping.
+"""One admitted call, from its input guardrails to its result: input guardrails, execute, output guardrails,
+post hooks, shape.
 
 ``execute`` runs one admitted call to its one result: under its cancel scope
 (timeout, cancellation, sibling abort) when it has one, its concurrency slot,
@@ -32,14 +33,17 @@ from toolsched._executor.durable import JournalFailed
 from toolsched._executor.settings import format_error
 from toolsched._executor.shaping import fits_as_is, shape_output
 from toolsched._executor.turn import DONE, RUNNING, Job, Turn
+from toolsched._policy.coordination import guarded
 from toolsched._policy.guardrails import GuardrailEvent, Guardrails
+from toolsched._policy.holds import NestedHold
 from toolsched._policy.hooks import new_hook_event
+from toolsched._policy.limits import ModelRetry
 from toolsched._policy.resilience import CircuitOpen, NotRun, RunHalted, is_transient, retry_after_of
-from toolsched._policy.runstate import NestedHold
 from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import ArgumentsRefused
+from toolsched._values.calls import args_copy
 from toolsched._values.events import ToolRetrying, new_tool_finished, new_tool_started
-from toolsched._values.results import ErrorKind, ToolResult, detached, new_result
+from toolsched._values.results import ErrorKind, ToolResult, new_result
 from toolsched.errors import GuardrailTripped
 from toolsched.journal import UnstorableOutputError
 
@@ -76,7 +80,7 @@ async def answer_unstarted(
 
 
 async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
-    """Phases 5 to 9 for one call: input guardrails, execute, output guardrails, post hooks, shape, record."""
+    """One admitted call to its result: input guardrails, execute, output guardrails, post hooks, shape, record."""
     tool = job.tool
     call = job.call
     emit = turn.emit
@@ -114,13 +118,17 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
     # The tool's body runs here, or on the backend the tool names.
     remote = settings.remote
     invoke = remote.get(tool, job.facts.invoke) if remote else job.facts.invoke
+    fleet = settings.coordination
+    if fleet is not None and (job.facts.policies is not None or tool.max_concurrency is not None):
+        # Each attempt under the fleet's rate limit, circuit and concurrency slots (``_policy.coordination``).
+        invoke = guarded(fleet, tool, job.facts, invoke, turn.emit)
     if job.facts.policies is not None:
         invoke = _resilient(job, turn, invoke)
     # What the output guardrails and the post hooks are shown: the arguments the call was judged with, copied
     # before the body runs (a body may change the dict it is handed); only for a call that has either.
     policy = turn.view.policies[job.index] if turn.view.post_hooked else None
     observed = policy is not None and (policy.post_success or policy.post_failure)
-    judged = detached(job.args) if observed or settings.output_guardrails is not None else None
+    judged = args_copy(job.args) if observed or settings.output_guardrails is not None else None
     try:
         if scope is None:
             if input_guardrails is not None:
@@ -177,6 +185,9 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
     except NotRun as exc:
         # Answered without running: an open circuit (``unavailable``), an interrupt before the first run (``skipped``).
         kind, error = exc.kind, str(exc)
+    except ModelRetry as exc:
+        # The tool asks the model to fix its call: the message is for the model.
+        kind, error, output = "model_retry", exc.message, None
     except Exception as exc:
         if anyio.current_effective_deadline() == -math.inf:
             # The run itself is being cancelled and the tool turned that into
@@ -258,7 +269,7 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
     if kind is not None and kind in EXECUTION_FAILURES:
         _failed(job, result, cause, turn)
     if policy is not None:
-        # Phase 8: ``post_tool_use`` or ``post_tool_use_failure``; they observe, their errors are logged.
+        # Post hooks: ``post_tool_use`` or ``post_tool_use_failure``; they observe, their errors are logged.
         hooks = policy.post_success if kind is None else policy.post_failure
         if hooks:
             event = new_hook_event(call.id, tool.name, judged, batch, result, turn.context)
@@ -375,7 +386,8 @@ def _resilient(
     ``skipped``, ``RunHalted``; one that ran is answered with its last failure). ``job.attempts``
     counts the runs of the body; a timeout during one is a transient failure for the circuit.
     """
-    state = job.facts.resilience()
+    # With fleet-wide limits, the rate limit and circuit are the fleet's (``guarded``): only retries stay here.
+    state = job.facts.resilience() if turn.settings.coordination is None else job.facts.retries_only()
     retry = state.retry
     tool_name = job.tool.name
 
@@ -418,7 +430,7 @@ def _resilient(
                 try:
                     # Each attempt gets its own copy of the validated arguments: one that changed its copy
                     # and failed does not hand the change to the next.
-                    output = await invoke(args if retry is None else detached(args), ctx)
+                    output = await invoke(args if retry is None else args_copy(args), ctx)
                 except anyio.get_cancelled_exc_class():
                     if _cut_short(job) == "timeout":
                         state.record("transient", probe, job.body_left)
@@ -491,7 +503,7 @@ async def _guard(guardrails: Guardrails, job: Job, output: Any, turn: Turn, judg
     """Runs input (``output`` None) or output guardrails (shown ``judged``, the arguments as they were before
     the body ran); raises ``_Rejected`` with the refusal."""
     stage = guardrails.stage
-    args = detached(job.args) if judged is None else judged
+    args = args_copy(job.args) if judged is None else judged
     event = GuardrailEvent(stage, job.call.id, job.tool.name, args, output, turn.context)
     try:
         refusal = await guardrails.refusal(event)

@@ -24,8 +24,13 @@ from typing import Any
 
 import anyio
 
-from toolsched._policy.runstate import CallRecord, ChildRecord, child_from_json, child_to_json, interruption
-from toolsched._values.results import Behavior, ToolCall, ToolResult, args_digest, detached
+from toolsched._policy.runstate import interruption, load_child
+from toolsched._policy.state_codec import child_to_json
+from toolsched._policy.state_records import CallRecord, ChildRecord
+from toolsched._values.calls import ToolCall, args_copy
+from toolsched._values.decisions import Behavior
+from toolsched._values.digest import args_digest
+from toolsched._values.results import ToolResult
 from toolsched.errors import StateError
 from toolsched.journal import (
     Journal,
@@ -37,8 +42,8 @@ from toolsched.journal import (
     Transition,
     UnstorableOutputError,
 )
-from toolsched.journal.base import check_run_id
-from toolsched.journal.leases import Lease
+from toolsched.journal._leases import Lease
+from toolsched.journal._rows import check_run_id
 
 __all__ = ["JournalFailed", "RunJournal", "journaled_child", "storable"]
 
@@ -264,14 +269,14 @@ class RunJournal:
         """Journals how a call that asked was settled: held for a person (ask), approved or rejected."""
         if behavior == "ask":
             payload = {
-                "args": detached(args),
+                "args": args_copy(args),
                 "reason": reason,
                 "digest": args_digest(args),
                 "fingerprint": fingerprint,
             }
             await self.write(call_id, "pending", payload)
         elif behavior == "allow":
-            await self.write(call_id, "approved", {"args": detached(args), "digest": args_digest(args)})
+            await self.write(call_id, "approved", {"args": args_copy(args), "digest": args_digest(args)})
         else:
             await self.write(call_id, "rejected", {"message": message})
 
@@ -303,7 +308,7 @@ def nested_payload(call_id: str, args: Any, fingerprint: str, child: ChildRecord
         json.dumps(record)
     except (StateError, TypeError, ValueError) as exc:
         raise UnstorableOutputError(f"the nested run of call {call_id!r} cannot be journaled: {exc}") from None
-    return {"args": detached(args), "digest": args_digest(args), "fingerprint": fingerprint, "child": record}
+    return {"args": args_copy(args), "digest": args_digest(args), "fingerprint": fingerprint, "child": record}
 
 
 def journaled_child(run_id: str, call_id: str, decision: Mapping[str, Any] | None) -> ChildRecord | None:
@@ -313,7 +318,7 @@ def journaled_child(run_id: str, call_id: str, decision: Mapping[str, Any] | Non
         return None
     where = f"run {run_id!r}, call {call_id!r}: the nested run journaled for it"
     try:
-        return child_from_json(decision["child"], where)
+        return load_child(decision["child"], where)
     except StateError as exc:
         raise JournalCorruptError(str(exc)) from None
 

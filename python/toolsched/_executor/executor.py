@@ -5,9 +5,10 @@ The rooms of a run, in the order a call meets them:
 - ``settings``: the executor's options, checked once;
 - ``view``: what is worked out once per tool set (facts, admission policies);
 - ``turn``: the Turn — calls in (one decoded plan), results out in model order, one way to finish;
-- ``admit``: phases 3 and 4 (``validate_input``, hooks, rules, mode, approvals);
+- ``admit``: semantic validation and permission (``validate_input``, hooks, rules, mode, approvals);
 - ``schedule``: the strategies, on one worker pool that grows only when calls wait;
-- ``call``: phases 5 to 9 for one call (guardrails, limits, timeout, cancellation, backend, post hooks, shaping);
+- ``call``: one admitted call from its input guardrails to its shaped result (guardrails, limits, timeout,
+  cancellation, backend, post hooks, shaping);
 - ``durable`` and ``recovery``: a durable run's journal writes, and finishing a run after a crash.
 """
 
@@ -19,7 +20,7 @@ import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import anyio
 
@@ -35,22 +36,43 @@ from toolsched._executor.strategies import Strategy
 from toolsched._executor.streaming import StreamingTurn, streaming_refusal
 from toolsched._executor.turn import DONE, Held, Job, Plan, Turn, new_turn, plan_calls
 from toolsched._executor.view import View
+from toolsched._policy.coordination import RedisCoordination
 from toolsched._policy.guardrails import Guardrail
+from toolsched._policy.holds import resuming
 from toolsched._policy.hooks import Hooks
+from toolsched._policy.limits import Limits, active_limits, limit_jobs, limits_in_force
 from toolsched._policy.permissions import Permissions
-from toolsched._policy.runstate import Approver, CallRecord, RunState, claim, resuming, unclaim, waiting_children
+from toolsched._policy.runstate import Approver, RunState, claim, unclaim, waiting_children
+from toolsched._policy.state_records import CallRecord
 from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.resources import RunResources, current_resources
 from toolsched._tools.tools import Tool
+from toolsched._values.calls import Duplicate, ToolCall, plain_calls
 from toolsched._values.events import Event, RunFinished, ToolsChanged, ToolsRefreshFailed
 from toolsched._values.outcome import Outcome, new_outcome
-from toolsched._values.results import Duplicate, ToolCall, plain_calls
 from toolsched.errors import OptionError
 from toolsched.journal import Journal
 
 __all__ = ["ErrorFormatter", "EventCallback", "Executor", "Steering", "format_error"]
 
 logger = logging.getLogger("toolsched")
+
+
+class RunRequest(NamedTuple):
+    """What one entry into a run carries from the public method to the room that plans or resumes it.
+
+    ``calls`` for a new turn or ``state`` for a resumed one; ``sink`` receives the run's events too;
+    ``parent`` is the parent call of a nested run; ``durable`` the run's journal handle, if any.
+    """
+
+    calls: Iterable[ToolCall] | None = None
+    state: RunState | None = None
+    steering: Steering | None = None
+    context: Any = None
+    sink: Callable[[Event], Any] | None = None
+    parent: str | None = None
+    durable: RunJournal | None = None
+    run_id: str | None = None
 
 
 class Executor:
@@ -70,6 +92,10 @@ class Executor:
       arrays and objects: the arguments object is level 1, each array or object inside one level more,
       and a scalar none (``{"a": [1]}`` is 2 deep, ``{}`` and ``{"a": 1}`` 1); arguments given as JSON
       text and as a mapping are held to it alike. Default 64, at most 128;
+    - ``repair_arguments``: ``True`` repairs arguments that fail to parse or to validate where one fix is
+      unambiguous (a code fence, trailing commas, single quotes, a number sent as a string, ...; see the
+      argument repair page of the docs), then validates them like any others; valid arguments are never
+      changed. Text that was cut off is refused saying so. Default ``False``;
     - ``interactive``: whether a person is present (``ToolContext.interactive``);
     - ``offload_dir``: where ``truncate="offload"`` writes full outputs;
     - ``error_formatter``: ``(exception, call) -> message`` for failed tools
@@ -108,6 +134,7 @@ class Executor:
         max_input_bytes: int = 16 * 1024 * 1024,
         max_input_depth: int = 64,
         max_schema_errors: int = 10,
+        repair_arguments: bool = False,
         interactive: bool = False,
         offload_dir: str | Path | None = None,
         error_formatter: ErrorFormatter = format_error,
@@ -119,6 +146,7 @@ class Executor:
         backends: Mapping[str, Backend] | None = None,
         default_backend: str | None = None,
         journal: Journal | None = None,
+        coordination: RedisCoordination | None = None,
     ) -> None:
         self.registry = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self._settings = Settings(
@@ -132,6 +160,7 @@ class Executor:
             max_input_bytes=max_input_bytes,
             max_input_depth=max_input_depth,
             max_schema_errors=max_schema_errors,
+            repair_arguments=repair_arguments,
             interactive=interactive,
             offload_dir=offload_dir,
             error_formatter=error_formatter,
@@ -143,6 +172,7 @@ class Executor:
             backends=backends,
             default_backend=default_backend,
             journal=journal,
+            coordination=coordination,
         )
         self._view = View(self._settings, self.registry.toolset, None, self.registry.refreshes)
         # Runs executing their calls on this executor now, for ``interrupt`` and ``cancel``.
@@ -215,6 +245,7 @@ class Executor:
         steering: Steering | None = None,
         context: Any = None,
         run_id: str | None = None,
+        limits: Limits | None = None,
     ) -> Outcome:
         """Runs a turn's calls; returns one result per unique call ID, in model order.
 
@@ -230,7 +261,27 @@ class Executor:
         With a journal, the run is journaled under ``run_id`` (a new one when
         not given; ``Outcome.run_id``): ``RunExistsError`` for an ID already in
         the journal, and a ``JournalError`` raised when the journal fails mid-run.
+
+        ``limits``: the agent run's ``Limits`` (the same object on every turn of the run): calls past its
+        caps are answered ``limit_exceeded``, and it counts this turn's calls and answers. Without it, the
+        limits in force where this is called (a loop's ``limits=``) apply.
         """
+        if limits is None:
+            limits = active_limits()
+            if limits is None:
+                return await self._run_turn(calls, steering, context, run_id)
+        with limits_in_force(limits):
+            outcome = await self._run_turn(calls, steering, context, run_id)
+        limits.settle(outcome.results)
+        return outcome
+
+    async def _run_turn(
+        self,
+        calls: Iterable[ToolCall] | AsyncIterable[ToolCall],
+        steering: Steering | None,
+        context: Any,
+        run_id: str | None,
+    ) -> Outcome:
         if run_id is not None:
             _check_run_id(run_id)
         # A list is told by its type first: an isinstance check against an ABC costs more.
@@ -241,10 +292,10 @@ class Executor:
         view = self._view
         if view.toolset is not self.registry.toolset:
             view = self._current_view()
-        if view.plain:
-            outcome = await self._planned(calls, context, None, view, None, None, run_id, steering)
+        if view.plain and active_limits() is None:
+            outcome = await self._planned(calls, view, steering=steering, context=context, run_id=run_id)
         else:
-            outcome = await self._start(calls, None, steering, context, None, None, None, run_id)
+            outcome = await self._start(RunRequest(calls, steering=steering, context=context, run_id=run_id))
         return outcome if run_id is None else replace(outcome, run_id=run_id)
 
     async def _run_journaled(
@@ -254,7 +305,8 @@ class Executor:
         journal = self._settings.journal
         assert journal is not None
         durable = RunJournal(journal, uuid.uuid4().hex if run_id is None else run_id)
-        return await self._journaled(durable, lambda: self._start(calls, None, steering, context, None, None, durable))
+        request = RunRequest(calls, steering=steering, context=context, durable=durable)
+        return await self._journaled(durable, lambda: self._start(request))
 
     @property
     def streams(self) -> bool:
@@ -302,7 +354,9 @@ class Executor:
             listed = [call async for call in calls]
             if sink is None:
                 return await self.run(listed, steering=steering, context=context, run_id=run_id)
-            outcome = await self._start(listed, None, steering, context, sink, None, None, run_id)
+            outcome = await self._start(
+                RunRequest(listed, steering=steering, context=context, sink=sink, run_id=run_id)
+            )
             return outcome if run_id is None else replace(outcome, run_id=run_id)
         turn = self._streaming_turn(steering, context, run_id, sink)
         async with turn:
@@ -318,6 +372,7 @@ class Executor:
         steering: Steering | None = None,
         context: Any = None,
         force: bool = False,
+        limits: Limits | None = None,
     ) -> Outcome:
         """Finishes a journaled run after a crash and returns its outcome, in model order.
 
@@ -330,12 +385,19 @@ class Executor:
         Raises ``UnknownRunError`` for a run the journal does not have and
         ``RunClaimedError`` while another process holds the run (``force=True``
         takes it from a holder known to be dead).
+
+        ``limits``: the run's ``Limits``; the calls the journal holds as answered count in it, and the calls
+        still to run are held to its caps.
         """
         journal = self._settings.journal
         if journal is None:
             raise OptionError("recover() needs an executor built with journal=")
+        if limits is None:
+            limits = active_limits()
         durable = RunJournal(journal, run_id)
-        return await self._journaled(durable, lambda: self._recover(durable, force, steering, context))
+        request = RunRequest(steering=steering, context=context, durable=durable)
+        with limits_in_force(limits):
+            return await self._journaled(durable, lambda: self._recover(request, force))
 
     async def _journaled(self, durable: RunJournal, body: Callable[[], Awaitable[Outcome]]) -> Outcome:
         """Runs a durable run's ``body`` (its lease watched meanwhile: a lost lease cancels the body at once),
@@ -376,6 +438,7 @@ class Executor:
         steering: Steering | None = None,
         context: Any = None,
         run_id: str | None = None,
+        limits: Limits | None = None,
     ) -> AsyncIterator[Event]:
         """Runs a turn, yielding its events as they happen; the last is ``RunFinished``.
 
@@ -384,10 +447,14 @@ class Executor:
         when the interpreter finalises it (right after the loop on CPython).
         The run is driven by a task of its own, so the generator may be closed
         from any task. With a journal the run is durable, as with ``run`` (its
-        ID is ``RunFinished.outcome.run_id``).
+        ID is ``RunFinished.outcome.run_id``). ``limits`` as for ``run``.
         """
         if run_id is not None:
             _check_run_id(run_id)
+        if limits is None:
+            limits = active_limits()
+        elif not isinstance(limits, Limits):
+            raise OptionError(f"limits= takes a ts.Limits or None, got {type(limits).__name__}")
         send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
         failure: list[BaseException] = []
         journal = self._settings.journal
@@ -403,21 +470,25 @@ class Executor:
                 pass
 
         async def drive() -> None:
-            with send:
+            with send, limits_in_force(limits):
                 try:
                     with scope:
                         if isinstance(calls, AsyncIterable):
                             outcome = await self._run_streamed(calls, steering, context, run_id, deliver)
                         elif journal is not None:
                             durable = RunJournal(journal, uuid.uuid4().hex if run_id is None else run_id)
-                            sink = deliver
-                            outcome = await self._journaled(
-                                durable, lambda: self._start(calls, None, steering, context, sink, None, durable)
+                            request = RunRequest(
+                                calls, steering=steering, context=context, sink=deliver, durable=durable
                             )
+                            outcome = await self._journaled(durable, lambda: self._start(request))
                         else:
-                            outcome = await self._start(calls, None, steering, context, deliver, None, None, run_id)
+                            outcome = await self._start(
+                                RunRequest(calls, steering=steering, context=context, sink=deliver, run_id=run_id)
+                            )
                             if run_id is not None:
                                 outcome = replace(outcome, run_id=run_id)
+                        if limits is not None:
+                            limits.settle(outcome.results)
                         send.send_nowait(RunFinished(outcome))
                 except cancelled:
                     # The run was stopped from outside (the loop is shutting down): nothing is left to report.
@@ -493,6 +564,7 @@ class Executor:
         *,
         steering: Steering | None = None,
         context: Any = None,
+        limits: Limits | None = None,
     ) -> Outcome:
         """Continues an interrupted run from its ``RunState``; returns every result, in model order.
 
@@ -506,6 +578,12 @@ class Executor:
         """
         if not isinstance(state, RunState):
             raise TypeError(f"resume() takes the RunState of an interrupted run, got {type(state).__name__}")
+        if limits is None:
+            limits = active_limits()
+        with limits_in_force(limits):
+            return await self._resume_state(state, steering, context)
+
+    async def _resume_state(self, state: RunState, steering: Steering | None, context: Any) -> Outcome:
         journal = self._settings.journal
         if state.run_id is not None:
             if journal is None:
@@ -515,10 +593,9 @@ class Executor:
                     "journal= (the journal that holds the run), so that its calls are journaled and none runs twice"
                 )
             durable = RunJournal(journal, state.run_id)
-            return await self._journaled(
-                durable, lambda: self._start(None, state, steering, context, None, None, durable)
-            )
-        return await self._start(None, state, steering, context, None, None)
+            request = RunRequest(state=state, steering=steering, context=context, durable=durable)
+            return await self._journaled(durable, lambda: self._start(request))
+        return await self._start(RunRequest(state=state, steering=steering, context=context))
 
     async def run_nested(
         self,
@@ -533,92 +610,55 @@ class Executor:
         """Runs (``calls``) or resumes (``state``) a child turn inside the call ``parent_call_id``.
 
         For nested runs (``toolsched._executor.nested``): the child's events go to ``sink``
-        as well, stamped with the parent call.
+        as well, stamped with the parent call. The parent's ``Limits`` do not count the child's calls.
         """
-        return await self._start(calls, state, steering, context, sink, parent_call_id)
+        with limits_in_force(None):
+            return await self._start(RunRequest(calls, state, steering, context, sink, parent_call_id))
 
     # -- the entry paths --------------------------------------------------------------
 
-    async def _start(
-        self,
-        calls: Iterable[ToolCall] | None,
-        state: RunState | None,
-        steering: Steering | None,
-        context: Any,
-        sink: Callable[[Event], Any] | None,
-        parent: str | None,
-        durable: RunJournal | None = None,
-        run_id: str | None = None,
-    ) -> Outcome:
-        """Runs a turn (``calls``) or resumes one (``state``) with what surrounds it.
+    async def _start(self, request: RunRequest) -> Outcome:
+        """Runs a turn (``request.calls``) or resumes one (``request.state``) with what surrounds it.
 
         Around: the run's per-run resources, and the nested runs it resumes.
         After: the registry's refresh, once the results are complete.
-        ``sink`` receives the events too; ``parent`` is the parent call of a nested run.
         """
         view = self._current_view()
+        state = request.state
         children = waiting_children(state) if state is not None else None
         try:
             if view.resourceful or children:
-                outcome = await self._scoped(
-                    calls, state, steering, context, sink, parent, view, children, durable, run_id
-                )
+                outcome = await self._scoped(request, view, children)
             else:
-                outcome = await self._begin(calls, state, steering, context, sink, parent, view, durable, run_id)
+                outcome = await self._begin(request, view)
         except Exception:
             # A run that raises (on_error="raise", a tripped guardrail) has its results too: refresh all the same.
             if self.registry.refreshes:
-                await self._refresh(sink, parent)
+                await self._refresh(request.sink, request.parent)
             raise
         if self.registry.refreshes:
-            await self._refresh(sink, parent)
+            await self._refresh(request.sink, request.parent)
         return outcome
 
-    async def _begin(
-        self,
-        calls: Iterable[ToolCall] | None,
-        state: RunState | None,
-        steering: Steering | None,
-        context: Any,
-        sink: Callable[[Event], Any] | None,
-        parent: str | None,
-        view: View,
-        durable: RunJournal | None,
-        run_id: str | None = None,
-    ) -> Outcome:
-        if state is None:
-            assert calls is not None
-            return await self._run(calls, steering, context, sink, view, parent, durable, run_id)
-        return await self._resume(state, steering, context, sink, view, parent, durable)
+    async def _begin(self, request: RunRequest, view: View) -> Outcome:
+        if request.state is None:
+            return await self._run(request, view)
+        return await self._resume(request, request.state, view)
 
-    async def _scoped(
-        self,
-        calls: Iterable[ToolCall] | None,
-        state: RunState | None,
-        steering: Steering | None,
-        context: Any,
-        sink: Callable[[Event], Any] | None,
-        parent: str | None,
-        view: View,
-        children: dict[str, CallRecord] | None,
-        durable: RunJournal | None = None,
-        run_id: str | None = None,
-    ) -> Outcome:
+    async def _scoped(self, request: RunRequest, view: View, children: dict[str, CallRecord] | None) -> Outcome:
         """A run with per-run resources (opened on first use, closed when it ends) or nested runs to resume."""
         resumed = resuming.set(children) if children else None
         try:
             if not view.resourceful:
-                return await self._begin(calls, state, steering, context, sink, parent, view, durable, run_id)
+                return await self._begin(request, view)
             failure: Exception | None = None
             outcome: Outcome | None = None
             try:
                 async with anyio.create_task_group() as group:
-                    resources = RunResources(group, context)
+                    resources = RunResources(group, request.context)
                     token = current_resources.set(resources)
                     try:
-                        outcome = await self._begin(
-                            calls, state, steering, context, sink, parent, view, durable, run_id
-                        )
+                        outcome = await self._begin(request, view)
                     except Exception as exc:
                         # Raised after the task group, which would wrap it: the resources close first.
                         failure = resources.error = exc
@@ -658,22 +698,24 @@ class Executor:
             emit(event)
             await emit.flush()
 
-    async def _run(
-        self,
-        calls: Iterable[ToolCall],
-        steering: Steering | None,
-        context: Any,
-        sink: Callable[[Event], Any] | None,
-        view: View,
-        parent: str | None,
-        durable: RunJournal | None = None,
-        run_id: str | None = None,
-    ) -> Outcome:
+    async def _run(self, request: RunRequest, view: View) -> Outcome:
         """A new turn: plan its calls, answer what the engine refused, run the rest."""
-        if durable is not None:
-            calls = self._checked(calls)
-            await durable.begin(calls)
-        return await self._planned(calls, context, sink, view, parent, durable, run_id, steering)
+        if request.durable is not None:
+            assert request.calls is not None
+            calls = self._checked(request.calls)
+            await request.durable.begin(calls)
+            request = request._replace(calls=calls)
+        assert request.calls is not None
+        return await self._planned(
+            request.calls,
+            view,
+            steering=request.steering,
+            context=request.context,
+            sink=request.sink,
+            parent=request.parent,
+            durable=request.durable,
+            run_id=request.run_id,
+        )
 
     @staticmethod
     def _checked(calls: Iterable[ToolCall]) -> list[ToolCall]:
@@ -683,13 +725,14 @@ class Executor:
     def _planned(
         self,
         calls: Iterable[ToolCall],
-        context: Any,
-        sink: Callable[[Event], Any] | None,
         view: View,
-        parent: str | None,
-        durable: RunJournal | None,
-        run_id: str | None,
+        *,
         steering: Steering | None,
+        context: Any,
+        sink: Callable[[Event], Any] | None = None,
+        parent: str | None = None,
+        durable: RunJournal | None = None,
+        run_id: str | None = None,
     ) -> Coroutine[Any, Any, Outcome]:
         """A new turn of ``calls``, planned (one crossing into the engine) and ready to drive: ``_drive``'s
         coroutine, not awaited. Nothing has run yet. The plan goes on only when the engine refused a call
@@ -705,23 +748,31 @@ class Executor:
         if run_id is None and durable is not None:
             run_id = durable.run_id
         turn = new_turn(
-            settings, view, len(plan.tools), context, settings.interactive, emit, self._runs, durable, run_id, [], []
+            settings,
+            view,
+            len(plan.tools),
+            context,
+            settings.interactive,
+            emit,
+            self._runs,
+            durable,
+            run_id,
+            [],
+            [],
         )
+        refused = plan if plan.refused else None
         return self._drive(
-            turn, plan if plan.refused else None, plan.jobs, (), None, plan.calls, plan.duplicates, steering, None
+            turn,
+            refused=refused,
+            fresh=plan.jobs,
+            slot_calls=plan.calls,
+            duplicates=plan.duplicates,
+            steering=steering,
         )
 
-    async def _resume(
-        self,
-        state: RunState,
-        steering: Steering | None,
-        context: Any,
-        sink: Callable[[Event], Any] | None,
-        view: View,
-        parent: str | None,
-        durable: RunJournal | None = None,
-    ) -> Outcome:
+    async def _resume(self, request: RunRequest, state: RunState, view: View) -> Outcome:
         """An interrupted turn from its state: completed calls carried over, the rest planned again."""
+        durable = request.durable
         records = claim(state)
         journaled = None
         if durable is not None:
@@ -734,7 +785,8 @@ class Executor:
                 raise
             await durable.resumed(records)
         settings = self._settings
-        turn = Turn(settings, view, len(records), context, settings.emitter(sink, parent), self._runs, durable)
+        emit = settings.emitter(request.sink, request.parent)
+        turn = Turn(settings, view, len(records), request.context, emit, self._runs, durable)
         slot_calls = [ToolCall(record.call_id, record.name, record.args) for record in records]
         todo: list[int] = []
         for slot, record in enumerate(records):
@@ -758,43 +810,76 @@ class Executor:
                     job.prior_attempts = journaled.call(job.call.id).starts
                     job.attempts = job.prior_attempts + 1
                 jobs.append(job)
-        return await self._drive(turn, None, jobs, [], [], slot_calls, state.duplicates, steering, state)
+        limits = active_limits()
+        carried = _carry_into(limits, turn, slot_calls)
+        outcome = await self._drive(
+            turn,
+            fresh=jobs,
+            held=[],
+            slot_calls=slot_calls,
+            duplicates=state.duplicates,
+            steering=request.steering,
+            prior=state,
+        )
+        if limits is not None:
+            limits.settle([result for result in outcome.results if result.call_id not in carried])
+        return outcome
 
-    async def _recover(self, durable: RunJournal, force: bool, steering: Steering | None, context: Any) -> Outcome:
+    async def _recover(self, request: RunRequest, force: bool) -> Outcome:
         """Finishes a journaled run from where its calls were left (see ``recover``)."""
+        durable = request.durable
+        assert durable is not None
         record = await durable.claim(force)
         view = self._current_view()
         settings = self._settings
         plan = plan_calls(settings, view, list(record.turn))
-        turn = Turn(settings, view, len(plan), context, settings.emitter(None, None), self._runs, durable)
+        turn = Turn(settings, view, len(plan), request.context, settings.emitter(None, None), self._runs, durable)
         fresh, ready, held, nested = await recovered_jobs(turn, plan, record)
+        limits = active_limits()
+        carried = _carry_into(limits, turn, plan.calls)
         # Calls approved to resume their nested runs find them as ``resume`` sets them (``toolsched._executor.nested``).
         token = resuming.set(nested) if nested else None
         try:
-            return await self._drive(turn, None, fresh, ready, held, plan.calls, plan.duplicates, steering, None)
+            outcome = await self._drive(
+                turn,
+                fresh=fresh,
+                ready=ready,
+                held=held,
+                slot_calls=plan.calls,
+                duplicates=plan.duplicates,
+                steering=request.steering,
+            )
         finally:
             if token is not None:
                 resuming.reset(token)
+        if limits is not None:
+            limits.settle([result for result in outcome.results if result.call_id not in carried])
+        return outcome
 
     async def _drive(
         self,
         turn: Turn,
-        refused: Plan | None,
+        *,
         fresh: list[Job],
-        ready: Sequence[Job],
-        held: list[Held] | None,
         slot_calls: list[ToolCall],
         duplicates: list[Duplicate],
         steering: Steering | None,
-        prior: RunState | None,
+        refused: Plan | None = None,
+        ready: Sequence[Job] = (),
+        held: list[Held] | None = None,
+        prior: RunState | None = None,
     ) -> Outcome:
         """What every entry path shares: answer what the engine refused (``refused``), admit the fresh
-        calls, run them with the ready ones, finish."""
+        calls, run them with the ready ones (``ready``), finish; ``held`` collects the calls held for a
+        person, ``prior`` is the state a resumed turn came from."""
         if refused is not None and refused.refused:
             for slot in refused.refused:
                 await turn.answer_refused(refused, slot)
         view = turn.view
         jobs = fresh
+        limits = active_limits()
+        if limits is not None and jobs:
+            jobs = await limit_jobs(jobs, turn, limits, resumed=prior is not None)
         if (view.checks_input or view.admits) and jobs:
             # Admission awaits (input checks, hooks, a person's approval): the run is in progress meanwhile, and
             # ``cancel``/``interrupt`` reach its calls (a call cancelled or a run interrupted now never runs).
@@ -817,6 +902,14 @@ class Executor:
         if not held and not turn.parked:
             return new_outcome(turn.ordered(), duplicates, steering_messages, False, [], None, None)
         return turn.finish(slot_calls, held or [], duplicates, steering_messages, prior)
+
+
+def _carry_into(limits: Limits | None, turn: Turn, calls: Sequence[ToolCall]) -> set[str]:
+    """Counts the answers a resumed or recovered turn carries from before in ``limits``; their call IDs."""
+    carried = turn.ordered_partial()
+    if limits is not None:
+        limits.carry(carried, calls)
+    return {result.call_id for result in carried}
 
 
 def _check_run_id(run_id: object) -> None:

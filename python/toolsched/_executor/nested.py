@@ -32,19 +32,13 @@ from typing import Any
 import anyio
 
 from toolsched._executor.executor import Executor, Steering
-from toolsched._policy.runstate import (
-    CallSignature,
-    ChildRecord,
-    NestedHold,
-    StepEntry,
-    TurnEntry,
-    call_signature,
-    resuming,
-)
+from toolsched._policy.holds import NestedHold, resuming
+from toolsched._policy.state_records import CallSignature, ChildRecord, StepEntry, TurnEntry, call_signature
 from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import FunctionTool
+from toolsched._values.calls import ToolCall
+from toolsched._values.digest import args_digest
 from toolsched._values.outcome import Outcome
-from toolsched._values.results import ToolCall, args_digest
 from toolsched.errors import StateError, ToolDefinitionError
 
 __all__ = ["AgentTool", "ChildRun", "agent_tool"]

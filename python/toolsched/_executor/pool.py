@@ -86,7 +86,7 @@ async def _run_pool(
     either until then (or until an item raises): it is made then, entered as it would have been before the
     first item, from what was noted of the running task as this coroutine took its first step (not when it
     was made: it may be awaited in another scope, or in a task of its own). Most batches never wait, and
-    making, entering and leaving a group cost a turn 9.1k instructions (``python benches/pieces.py``). On
+    making, entering and leaving a group is a cost of its own per turn (``python benches/pieces.py``). On
     trio, or for a ``_Ready`` source, the group is entered before anything runs."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -232,11 +232,8 @@ class _Pool:
         again (``reclaim``). Items start in order: asyncio steps new tasks first in, first out.
 
         Rather than workers that each start the next as their item waits (one event-loop round per item) and
-        take the next item when theirs ends: counted for calls that all wait, 2 / 4 / 5 / 10 calls in one run,
-        101.8k / 84.7k / 80.3k / 73.2k instructions per call before, 99.0k / 78.9k / 73.5k / 65.2k now; 100
-        runs at once, 3 / 10 calls, 100.3k / 85.1k before, 100.5k / 78.7k now. Three calls in one run cost
-        more (81.0k → 84.6k): there the calling task, its own call over, ran the last item itself before the
-        worker grown for it began (``python benches/instructions.py N TURNS [--runs 100] --wait``)."""
+        take the next item when theirs ends: fewer instructions per call for runs whose calls all wait
+        (``python benches/instructions.py N TURNS [--runs 100] --wait``; the counts are in docs/performance.md)."""
         items = self.items
         group = self.group
         for index in range(position, len(items)):

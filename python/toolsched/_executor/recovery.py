@@ -5,8 +5,8 @@ from __future__ import annotations
 from toolsched._executor.admit import denied_now, not_approved
 from toolsched._executor.durable import journaled_child
 from toolsched._executor.turn import Held, Job, Plan, Turn
-from toolsched._policy.runstate import CallRecord
-from toolsched._values.results import args_digest
+from toolsched._policy.state_records import CallRecord
+from toolsched._values.digest import args_digest
 from toolsched.journal import RunRecord
 
 __all__ = ["recovered_jobs"]

@@ -27,9 +27,11 @@ from toolsched._executor.strategies import resolve_cap
 from toolsched._executor.turn import Job, Turn, judge
 from toolsched._policy.hooks import BatchEvent, Hook, HookTimeout
 from toolsched._tools.tools import Access
+from toolsched._values.calls import ToolCall, args_copy
+from toolsched._values.decisions import Decision
 from toolsched._values.events import BatchFinished, BatchStarted
 from toolsched._values.fastpath import run_until_suspended
-from toolsched._values.results import Decision, ToolCall, ToolResult, detached
+from toolsched._values.results import ToolResult
 from toolsched.errors import GuardrailTripped, ToolCallFailed, ToolTimeoutError
 
 __all__ = [
@@ -58,11 +60,9 @@ def run_jobs(jobs: list[Job], turn: Turn, steering: Steering | None) -> Coroutin
     (``run_until_suspended``): what a tool does to context variables stays in
     its call.
 
-    The coroutine returns the steering messages when steering stopped the run. One frame fewer: 100 runs of 3
-    calls that all wait, 101.8k / 100.5k → 97.3k / 97.4k instructions per call (two counts each); at 10
-    calls, with the full pipeline and for a turn of one call the same within the count's 1-2k noise
-    (``python benches/instructions.py 3 10 --runs 100 --wait``, ``10 4 --runs 100 --wait [--full]``, ``1
-    3000 --full``).
+    The coroutine returns the steering messages when steering stopped the run. It is one frame fewer than a
+    wrapper per batch (``python benches/instructions.py 3 10 --runs 100 --wait``; the counts are in
+    docs/performance.md).
     """
     settings = turn.settings
     # Read when a run starts (the environment may say), whatever the turn holds.
@@ -408,7 +408,7 @@ def trip(turn: Turn) -> GuardrailTripped:
 
 
 def _batch_event(batch: list[Job], number: int, concurrent: bool, turn: Turn, done: bool) -> BatchEvent:
-    calls = tuple(ToolCall(job.call.id, job.tool.name, detached(job.args)) for job in batch)
+    calls = tuple(ToolCall(job.call.id, job.tool.name, args_copy(job.args)) for job in batch)
     results: tuple[ToolResult, ...] = ()
     if done:
         ids = {job.call.id for job in batch}

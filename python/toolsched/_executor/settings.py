@@ -12,15 +12,16 @@ from toolsched import _core
 from toolsched._backends.backends import Backend, Invoker, assign_backends
 from toolsched._executor.emitter import Emitter, is_async_callable
 from toolsched._executor.strategies import Partitioned, Strategy
+from toolsched._policy.coordination import RedisCoordination
 from toolsched._policy.guardrails import Guardrail, Guardrails
 from toolsched._policy.hooks import Hook, Hooks
 from toolsched._policy.permissions import Mode, Permissions
 from toolsched._policy.runstate import Approver
 from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.tools import Tool
+from toolsched._values.calls import ToolCall
 from toolsched._values.events import Event, ToolProgress
 from toolsched._values.numeric_options import numeric_fault, shown
-from toolsched._values.results import ToolCall
 from toolsched.errors import OptionError
 from toolsched.journal import Journal
 
@@ -57,6 +58,7 @@ class Settings:
         "abort_siblings_on_error",
         "approver",
         "backends",
+        "coordination",
         "default_backend",
         "error_formatter",
         "hooks",
@@ -91,6 +93,7 @@ class Settings:
         max_input_bytes: int,
         max_input_depth: int,
         max_schema_errors: int,
+        repair_arguments: bool,
         interactive: bool,
         offload_dir: str | Path | None,
         error_formatter: ErrorFormatter,
@@ -102,7 +105,11 @@ class Settings:
         backends: Mapping[str, Backend] | None,
         default_backend: str | None,
         journal: Journal | None,
+        coordination: RedisCoordination | None = None,
     ) -> None:
+        if coordination is not None and not isinstance(coordination, RedisCoordination):
+            raise OptionError(f"coordination must be a toolsched.RedisCoordination, got {coordination!r}")
+        self.coordination = coordination
         if journal is not None and not isinstance(journal, Journal):
             raise OptionError(f"journal must be a toolsched.Journal (SqliteJournal, PostgresJournal), got {journal!r}")
         self.journal = journal
@@ -140,7 +147,9 @@ class Settings:
         self.interactive = interactive
         self.error_formatter = error_formatter
         self.offload_dir = Path(offload_dir) if offload_dir is not None else Path(tempfile.gettempdir()) / "toolsched"
-        self.limits = _core.Limits(max_input_bytes, max_input_depth, max_schema_errors)
+        if not isinstance(repair_arguments, bool):
+            raise OptionError(f"repair_arguments must be True or False, got {repair_arguments!r}")
+        self.limits = _core.Limits(max_input_bytes, max_input_depth, max_schema_errors, repair=repair_arguments)
         # The invoker of each tool whose body runs on a backend other than this process;
         # extended whenever a refreshed tool set brings new tools (see ``View``).
         self.backends = backends

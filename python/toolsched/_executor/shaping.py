@@ -12,8 +12,8 @@ import anyio.to_thread
 
 from toolsched import _core
 from toolsched._tools.tools import Tool
+from toolsched._values.codec import jsonable
 from toolsched._values.content import content_parts, content_text
-from toolsched._values.results import jsonable
 
 __all__ = ["cut_text", "fits_as_is", "shape_output", "shown_as_text"]
 

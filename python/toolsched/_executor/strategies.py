@@ -107,7 +107,7 @@ def _environment_reader() -> Callable[[], str | None]:
     """Reads the variable as ``os.environ`` holds it now, whoever set it.
 
     ``os.environ.get`` encodes the name and decodes the value on each read,
-    about 1 µs, paid by every run; where ``os.environ`` keeps its encoded
+    paid by every run; where ``os.environ`` keeps its encoded
     mapping (``_data``, with ``encodekey``/``decodevalue``) the name is
     encoded once and only a value that is set is decoded.
     """

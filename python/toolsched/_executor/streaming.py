@@ -53,11 +53,13 @@ from toolsched._executor.settings import Settings, Steering
 from toolsched._executor.strategies import resolve_cap
 from toolsched._executor.turn import Held, Job, Plan, Turn, plan_calls
 from toolsched._executor.view import View
+from toolsched._policy.limits import active_limits, limit_jobs
 from toolsched._tools.resources import RunResources, current_resources
+from toolsched._values.calls import Duplicate, ToolCall, plain_call
 from toolsched._values.events import BatchFinished, BatchStarted, Event
 from toolsched._values.fastpath import run_until_suspended
 from toolsched._values.outcome import Outcome, new_outcome
-from toolsched._values.results import Duplicate, ToolCall, ToolResult, plain_call
+from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError, StreamFailed, ToolschedError, TurnStateError
 from toolsched.journal import JournalError
 
@@ -509,7 +511,10 @@ class StreamingTurn:
             await self._skip([job], None)
             return
         jobs = [job]
-        if view.checks_input:
+        limits = active_limits()
+        if limits is not None:
+            jobs = await limit_jobs(jobs, turn, limits)
+        if view.checks_input and jobs:
             jobs = await check_semantics(jobs, turn)
         if view.admits and jobs:
             jobs = await admit(jobs, turn, self._held, None)

@@ -23,25 +23,21 @@ from toolsched._executor.emitter import Emitter
 from toolsched._executor.settings import Settings
 from toolsched._executor.view import View
 from toolsched._policy.hooks import UpdateFilter
-from toolsched._policy.permissions import UNDECIDED, Permissions
-from toolsched._policy.runstate import CallRecord, ChildRecord, RunState, new_state
+from toolsched._policy.limits import active_limits
+from toolsched._policy.permissions import Permissions
+from toolsched._policy.runstate import RunState, new_state
+from toolsched._policy.state_records import CallRecord, ChildRecord
+from toolsched._policy.tool_rules import UNDECIDED
 from toolsched._tools.context import ToolContext
 from toolsched._tools.registry import SEARCH_TOOL_NAME
 from toolsched._tools.search import SearchContext
 from toolsched._tools.tools import Tool, ToolFacts
+from toolsched._values.calls import Duplicate, ToolCall, args_copy, plain_calls
+from toolsched._values.digest import args_digest
 from toolsched._values.events import Event, ToolFinished, ToolStarted
 from toolsched._values.fastpath import slot_builder
 from toolsched._values.outcome import Outcome, new_outcome
-from toolsched._values.results import (
-    Duplicate,
-    ErrorKind,
-    ToolCall,
-    ToolResult,
-    args_digest,
-    detached,
-    new_result,
-    plain_calls,
-)
+from toolsched._values.results import ErrorKind, ToolResult, error_result
 from toolsched.errors import GuardrailTripped, UnknownToolError
 
 __all__ = [
@@ -414,7 +410,7 @@ class Turn:
     ) -> None:
         """Answers a call that does not run (again) with an error result, journaled first in a durable run;
         ``attempts`` is how many times its tool had started on it (those a crashed run journaled)."""
-        result = new_result(call.id, tool_name, None, message, kind, True, 0.0, False, batch, False, None, attempts)
+        result = error_result(call.id, tool_name, kind, message, batch, attempts=attempts)
         if self.durable is not None:
             await self.durable.finished(result)
         if self.emit is not None:
@@ -427,6 +423,14 @@ class Turn:
         call = plan.calls[slot]
         if kind == "unknown_tool" and self.settings.unknown_tool == "raise":
             raise UnknownToolError(message, call_id=call.id, tool_name=call.name)
+        index = plan.tools[slot]
+        if kind == "invalid_input" and index >= 0:
+            limits = active_limits()
+            if limits is not None:
+                # A tool past its retry budget is answered so even when its arguments are refused.
+                exhausted = limits.exhausted(self.view.tools[index].name, self.view.tools[index].max_model_retries)
+                if exhausted is not None:
+                    kind, message = "retries_exhausted", exhausted
         await self.answer(
             slot if turn_slot is None else turn_slot, call, plan.tool_name(self.view, slot), kind, message
         )
@@ -506,7 +510,7 @@ class Turn:
         parked = {job.slot: (job, child) for job, child in self.parked or ()}
         records = []
         for slot, call in enumerate(slot_calls):
-            args = call.args if isinstance(call.args, str) else detached(dict(call.args))
+            args = call.args if isinstance(call.args, str) else args_copy(dict(call.args))
             result = results.get(slot)
             if result is not None:
                 records.append(CallRecord(call.id, call.name, args, "done", result=result))
@@ -521,7 +525,7 @@ class Turn:
                         "nested",
                         tool=job.tool.name,
                         fingerprint=self.view.fingerprint(job.index),
-                        request_args=detached(job.args),
+                        request_args=args_copy(job.args),
                         digest=args_digest(job.args),
                         child=child,
                     )
@@ -536,7 +540,7 @@ class Turn:
                     "pending",
                     tool=entry.job.tool.name,
                     fingerprint=entry.fingerprint,
-                    request_args=detached(entry.job.args),
+                    request_args=args_copy(entry.job.args),
                     reason=entry.reason,
                     digest=entry.digest,
                 )

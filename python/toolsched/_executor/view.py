@@ -5,7 +5,7 @@ from __future__ import annotations
 from toolsched import _core
 from toolsched._executor.settings import Settings
 from toolsched._policy.hooks import Hook, ToolHooks
-from toolsched._policy.permissions import UNDECIDED, EngineRules, ToolRules
+from toolsched._policy.tool_rules import UNDECIDED, EngineRules, ToolRules
 from toolsched._tools.registry import ToolSet
 from toolsched._tools.tools import Tool, ToolFacts, tool_fingerprint
 

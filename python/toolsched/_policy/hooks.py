@@ -23,10 +23,12 @@ from typing import Any, Literal
 import anyio
 import anyio.from_thread
 
+from toolsched._values.calls import ToolCall
+from toolsched._values.decisions import Rewrite
 from toolsched._values.events import Event, ToolUpdated
 from toolsched._values.fastpath import positional_builder
 from toolsched._values.numeric_options import numeric_fault, shown
-from toolsched._values.results import Rewrite, ToolCall, ToolResult
+from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError, RuleError
 
 __all__ = ["BatchEvent", "HookEvent", "Hooks", "Rewrite", "UpdateFilter"]

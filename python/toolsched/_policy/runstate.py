@@ -1,4 +1,4 @@
-"""Approvals and resumable runs: ``ApprovalRequest`` and ``RunState`` (and the holds of nested runs).
+"""Approvals and resumable runs: ``ApprovalRequest`` and ``RunState``.
 
 A run whose calls need a person's decision, and that has no approver, ends
 interrupted: ``Outcome.pending`` lists the requests and ``Outcome.state`` holds
@@ -19,55 +19,51 @@ refused, so that it never reaches a call other than the one the person saw.
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import hmac
 import json
-import threading
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
-from toolsched._values.results import (
-    ERROR_KINDS,
-    RESULT_FIELD_TYPES,
-    Decision,
-    Duplicate,
-    ToolResult,
-    args_digest,
-    detached,
-    encode_output,
-    result_fields,
+from toolsched._policy.claims import claim_interruption, release_interruption
+from toolsched._policy.state_codec import (
+    FORMAT,
+    VERSION,
+    canonical,
+    child_from_json,
+    duplicate_from_json,
+    duplicate_to_json,
+    listed,
+    record_from_json,
+    record_to_json,
+    seal,
 )
+from toolsched._policy.state_records import (
+    STATUSES,
+    CallRecord,
+    ChildRecord,
+    DecisionTarget,
+    Status,
+    TurnEntry,
+)
+from toolsched._values.calls import Duplicate, args_copy
+from toolsched._values.decisions import Decision
+from toolsched._values.results import ToolResult
 from toolsched.errors import ApprovalError, StateError
 
 __all__ = [
     "ApprovalRequest",
     "Approver",
-    "NestedHold",
     "RunState",
-    "child_from_json",
-    "child_to_json",
     "claim",
     "interruption",
+    "load_child",
     "new_state",
     "records_by_id",
-    "resuming",
     "standing_decision",
     "waiting_children",
 ]
-
-Status = Literal["done", "pending", "approved", "rejected", "nested"]
-
-# How many resumed interruptions this process remembers to refuse a second resume of (oldest forgotten first).
-RESUMED_REMEMBERED = 100_000
-_RESUMED: dict[str, None] = {}
-_RESUMED_LOCK = threading.Lock()
-_STATUSES = ("done", "pending", "approved", "rejected", "nested")
-_FORMAT = "toolsched.RunState"
-_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,83 +84,6 @@ class ApprovalRequest:
 
 
 Approver = Callable[[ApprovalRequest], Awaitable[bool | Decision] | bool | Decision]
-
-
-CallSignature = tuple[tuple[str, str, str], ...]
-
-
-def call_signature(calls: Any) -> CallSignature:
-    """What identifies a turn's calls on replay: each call's ID, tool name and argument digest."""
-    return tuple((call.id, call.name, args_digest(call.args)) for call in calls)
-
-
-@dataclass(frozen=True, slots=True)
-class TurnEntry:
-    """A child turn that completed before its run was interrupted: replayed on resume, never run again."""
-
-    calls: CallSignature
-    results: tuple[ToolResult, ...]
-    duplicates: tuple[Duplicate, ...] = ()
-    steering_messages: tuple[Any, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class StepEntry:
-    """The value of a step (``ChildRun.step``) taken before the nested run was interrupted."""
-
-    value: Any
-
-
-@dataclass(frozen=True, slots=True)
-class ChildRecord:
-    """The nested run of a call that waits (internal): what happened in it, and where it stopped.
-
-    ``journal`` holds the steps and completed child turns in order;
-    ``waiting`` identifies the child turn that was interrupted, and ``state``
-    is that turn's own run state.
-    """
-
-    state: RunState
-    journal: tuple[TurnEntry | StepEntry, ...]
-    waiting: CallSignature
-
-    def copy(self) -> ChildRecord:
-        return replace(self, state=self.state.copy(), journal=copy.deepcopy(self.journal))
-
-
-@dataclass(frozen=True, slots=True)
-class CallRecord:
-    """One call of a saved run (internal). ``args`` is the input as the model sent it.
-
-    A ``done`` record holds its result; the others hold the request a person
-    sees (``request_args``, ``reason``, ``digest``) and, once decided, the
-    decision. A ``nested`` record is a call that was admitted and ran, and
-    whose nested run (``child``) waits for decisions.
-    """
-
-    call_id: str
-    name: str
-    args: Any
-    status: Status
-    result: ToolResult | None = None
-    tool: str | None = None
-    fingerprint: str | None = None
-    request_args: Any = None
-    reason: str | None = None
-    digest: str | None = None
-    message: str | None = None
-    child: ChildRecord | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionTarget:
-    """A call that a decision by ID could reach (internal): the run state holding it and its ID there."""
-
-    state: RunState
-    call_id: str
-    tool_name: str
-    # The prefixed ID of the call whose nested run holds it; None for a call of the top-level run.
-    parent_call_id: str | None
 
 
 class RunState:
@@ -220,7 +139,7 @@ class RunState:
         requests = []
         for r in self._records:
             if r.status == "pending":
-                requests.append(ApprovalRequest(r.call_id, r.tool or r.name, detached(r.request_args), r.reason))
+                requests.append(ApprovalRequest(r.call_id, r.tool or r.name, args_copy(r.request_args), r.reason))
             elif r.child is not None:
                 prefix = r.call_id
                 for inner in r.child.state.pending:
@@ -263,7 +182,7 @@ class RunState:
         return decisions
 
     def __repr__(self) -> str:
-        counts = {status: 0 for status in _STATUSES}
+        counts = {status: 0 for status in STATUSES}
         for record in self._records:
             counts[record.status] += 1
         return "RunState(" + ", ".join(f"{status}={count}" for status, count in counts.items()) + ")"
@@ -411,21 +330,12 @@ class RunState:
         refused, so an approved call never runs twice.
         """
         self._check_live()
-        with _RESUMED_LOCK:
-            if self._stage in _RESUMED:
-                raise StateError(
-                    "this run was already resumed from another copy of this state (Outcome.state read twice, or "
-                    "RunState.from_json of the same text): continue from that resume's outcome"
-                )
-            _RESUMED[self._stage] = None
-            while len(_RESUMED) > RESUMED_REMEMBERED:
-                del _RESUMED[next(iter(_RESUMED))]
+        claim_interruption(self._stage)
         self._resumed = True
         return list(self._records)
 
     def _unclaim(self) -> None:
-        with _RESUMED_LOCK:
-            _RESUMED.pop(self._stage, None)
+        release_interruption(self._stage)
         self._resumed = False
 
     def _children(self) -> dict[str, CallRecord]:
@@ -448,10 +358,10 @@ class RunState:
         self._check_live()
         body = self._body()
         try:
-            canonical = _canonical(body)
+            text = canonical(body)
         except (TypeError, ValueError) as exc:
             raise StateError(f"the run state holds a value that JSON cannot carry: {exc}") from None
-        body["seal"] = _seal(canonical, key)
+        body["seal"] = seal(text, key)
         return json.dumps(body, ensure_ascii=False)
 
     @classmethod
@@ -461,25 +371,25 @@ class RunState:
             body = json.loads(text)
         except (TypeError, ValueError) as exc:
             raise StateError(f"the run state is not valid JSON (truncated?): {exc}") from None
-        if not isinstance(body, dict) or body.get("format") != _FORMAT:
+        if not isinstance(body, dict) or body.get("format") != FORMAT:
             raise StateError("the text is not a toolsched run state")
-        if body.get("version") != _VERSION:
-            raise StateError(f"run state version {body.get('version')!r} is not supported (expected {_VERSION})")
-        seal = body.pop("seal", None)
-        if not isinstance(seal, str):
+        if body.get("version") != VERSION:
+            raise StateError(f"run state version {body.get('version')!r} is not supported (expected {VERSION})")
+        sealed = body.pop("seal", None)
+        if not isinstance(sealed, str):
             raise StateError("the run state has no seal; it was not written by RunState.to_json")
-        if not hmac.compare_digest(seal, _seal(_canonical(body), key)):
-            if key is None and seal.startswith("hmac-sha256:"):
+        if not hmac.compare_digest(sealed, seal(canonical(body), key)):
+            if key is None and sealed.startswith("hmac-sha256:"):
                 raise StateError("the run state is signed; load it with the key it was saved with")
             raise StateError("the run state was altered or corrupted after it was saved (its seal does not match)")
         return cls._from_body(body, "state")
 
     def _body(self) -> dict[str, Any]:
         body = {
-            "format": _FORMAT,
-            "version": _VERSION,
-            "calls": [_record_to_json(record) for record in self._records],
-            "duplicates": [_duplicate_to_json(d) for d in self._duplicates],
+            "format": FORMAT,
+            "version": VERSION,
+            "calls": [record_to_json(record) for record in self._records],
+            "duplicates": [duplicate_to_json(d) for d in self._duplicates],
             "always_allow": dict(self._always_allow),
             "always_reject": {tool: [fp, message] for tool, (fp, message) in self._always_reject.items()},
         }
@@ -492,14 +402,14 @@ class RunState:
     def _from_body(cls, body: Any, where: str) -> RunState:
         if not isinstance(body, dict):
             raise StateError(f"{where} must be an object")
-        calls = _list(body, "calls", where)
-        records = [_record_from_json(item, f"{where}.calls[{i}]") for i, item in enumerate(calls)]
+        calls = listed(body, "calls", where)
+        records = [record_from_json(item, f"{where}.calls[{i}]", RunState._from_body) for i, item in enumerate(calls)]
         ids = [record.call_id for record in records]
         if len(set(ids)) != len(ids):
             raise StateError(f"{where} repeats a call ID")
         duplicates = [
-            _duplicate_from_json(row, f"{where}.duplicates[{i}]")
-            for i, row in enumerate(_list(body, "duplicates", where))
+            duplicate_from_json(row, f"{where}.duplicates[{i}]")
+            for i, row in enumerate(listed(body, "duplicates", where))
         ]
         always_allow = body.get("always_allow")
         always_reject = body.get("always_reject")
@@ -525,208 +435,12 @@ class RunState:
         return state
 
 
-def _canonical(body: Mapping[str, Any]) -> str:
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def _seal(canonical: str, key: bytes | str | None) -> str:
-    if key is None:
-        return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
-    secret = key.encode() if isinstance(key, str) else key
-    return "hmac-sha256:" + hmac.new(secret, canonical.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
-
-
-_RESULT_FIELDS = result_fields()
-
-
-def _record_to_json(record: CallRecord) -> dict[str, Any]:
-    item: dict[str, Any] = {"id": record.call_id, "name": record.name, "args": record.args, "status": record.status}
-    if record.result is not None:
-        item["result"] = _result_to_json(record.result)
-    else:
-        item["tool"] = record.tool
-        item["fingerprint"] = record.fingerprint
-        item["request"] = {"args": record.request_args, "reason": record.reason, "digest": record.digest}
-        item["message"] = record.message
-    if record.child is not None:
-        item["child"] = child_to_json(record.child)
-    return item
-
-
-def _duplicate_to_json(duplicate: Duplicate) -> list[Any]:
-    return [duplicate.call_id, duplicate.index, duplicate.first_index, duplicate.args_differ]
-
-
-def _duplicate_from_json(row: Any, where: str) -> Duplicate:
-    if not (
-        isinstance(row, list)
-        and len(row) == 4
-        and isinstance(row[0], str)
-        and all(isinstance(n, int) and not isinstance(n, bool) for n in row[1:3])
-        and isinstance(row[3], bool)
-    ):
-        raise StateError(f"{where} is malformed")
-    return Duplicate(row[0], row[1], row[2], row[3])
-
-
-def _result_to_json(result: ToolResult) -> dict[str, Any]:
-    """A result as the state carries it: an output JSON cannot hold goes in the form adapters send."""
-    body = {name: getattr(result, name) for name in _RESULT_FIELDS}
-    try:
-        text, exact = encode_output(result.output)
-    except ValueError as exc:
-        raise StateError(f"the output of call {result.call_id!r} cannot be saved: {exc}") from None
-    if not exact:
-        body["output"] = json.loads(text)
-    return body
-
-
-def child_to_json(child: ChildRecord) -> dict[str, Any]:
-    """A nested run's record in its JSON form, as a saved state (and a journal) carries it."""
-    journal: list[dict[str, Any]] = []
-    for entry in child.journal:
-        if isinstance(entry, StepEntry):
-            journal.append({"kind": "step", "value": entry.value})
-        else:
-            journal.append(
-                {
-                    "kind": "turn",
-                    "calls": [list(call) for call in entry.calls],
-                    "results": [_result_to_json(result) for result in entry.results],
-                    "duplicates": [_duplicate_to_json(d) for d in entry.duplicates],
-                    "steering_messages": list(entry.steering_messages),
-                }
-            )
-    return {"state": child.state._body(), "journal": journal, "waiting": [list(call) for call in child.waiting]}
-
-
-def _signature_from_json(value: Any, where: str) -> CallSignature:
-    if not (
-        isinstance(value, list)
-        and all(isinstance(call, list) and len(call) == 3 and all(isinstance(p, str) for p in call) for call in value)
-    ):
-        raise StateError(f"{where} must list calls as [id, name, digest]")
-    return tuple((call[0], call[1], call[2]) for call in value)
-
-
-def child_from_json(value: Any, where: str) -> ChildRecord:
-    """A nested run's record from ``child_to_json``'s form; ``StateError`` (naming ``where``) when malformed."""
-    if not isinstance(value, dict):
-        raise StateError(f"{where} must be an object")
-    state = RunState._from_body(value.get("state"), f"{where}.state")
-    journal: list[TurnEntry | StepEntry] = []
-    for i, item in enumerate(_list(value, "journal", where)):
-        at = f"{where}.journal[{i}]"
-        if not isinstance(item, dict) or item.get("kind") not in ("turn", "step"):
-            raise StateError(f"{at} must be a step or a turn")
-        if item["kind"] == "step":
-            journal.append(StepEntry(item.get("value")))
-            continue
-        calls = _signature_from_json(item.get("calls"), f"{at}.calls")
-        results = tuple(
-            _result_from_json(result, _result_call_id(result), f"{at}.results[{j}]")
-            for j, result in enumerate(_list(item, "results", at))
-        )
-        duplicates = tuple(
-            _duplicate_from_json(row, f"{at}.duplicates[{j}]") for j, row in enumerate(_list(item, "duplicates", at))
-        )
-        journal.append(TurnEntry(calls, results, duplicates, tuple(_list(item, "steering_messages", at))))
-    return ChildRecord(state, tuple(journal), _signature_from_json(value.get("waiting"), f"{where}.waiting"))
-
-
-def _result_call_id(value: Any) -> str:
-    call_id = value.get("call_id") if isinstance(value, dict) else None
-    return call_id if isinstance(call_id, str) else ""
-
-
-def _list(body: Mapping[str, Any], key: str, where: str) -> list[Any]:
-    value = body.get(key)
-    if not isinstance(value, list):
-        raise StateError(f"{where}.{key} must be a list")
-    return value
-
-
-def _text(item: Mapping[str, Any], key: str, where: str, *, optional: bool = False) -> Any:
-    value = item.get(key)
-    if value is None and optional:
-        return None
-    if not isinstance(value, str):
-        raise StateError(f"{where}.{key} must be a string")
-    return value
-
-
-def _record_from_json(item: Any, where: str) -> CallRecord:
-    if not isinstance(item, dict):
-        raise StateError(f"{where} must be an object")
-    call_id = _text(item, "id", where)
-    name = _text(item, "name", where)
-    status = item.get("status")
-    if status not in _STATUSES:
-        raise StateError(f"{where}.status must be one of {', '.join(_STATUSES)}")
-    args = item.get("args")
-    if not isinstance(args, dict | str):
-        raise StateError(f"{where}.args must be an object or JSON text")
-    if status == "done":
-        return CallRecord(call_id, name, args, "done", result=_result_from_json(item.get("result"), call_id, where))
-    request = item.get("request")
-    if not isinstance(request, dict) or not isinstance(request.get("args"), dict):
-        raise StateError(f"{where}.request must hold the arguments the person saw")
-    digest = _text(request, "digest", f"{where}.request")
-    if digest != args_digest(request["args"]):
-        raise StateError(f"{where}: the request's arguments do not match their digest")
-    child = None
-    if status == "nested":
-        child = child_from_json(item.get("child"), f"{where}.child")
-    elif "child" in item:
-        raise StateError(f"{where}: only a nested call carries a child run")
-    return CallRecord(
-        call_id,
-        name,
-        args,
-        status,
-        tool=_text(item, "tool", where),
-        fingerprint=_text(item, "fingerprint", where),
-        request_args=request["args"],
-        reason=_text(request, "reason", f"{where}.request", optional=True),
-        digest=digest,
-        message=_text(item, "message", where, optional=True),
-        child=child,
-    )
-
-
-def _result_from_json(value: Any, call_id: str, where: str) -> ToolResult:
-    if isinstance(value, dict) and "attempts" not in value:
-        value = {**value, "attempts": 1}  # a state saved before results counted their attempts
-    if not isinstance(value, dict) or set(value) != set(_RESULT_FIELDS):
-        raise StateError(f"{where}.result must hold exactly the fields of a ToolResult")
-    if value["call_id"] != call_id or not isinstance(value["tool_name"], str):
-        raise StateError(f"{where}.result does not belong to call {call_id!r}")
-    kind = value["error_kind"]
-    if kind is not None and kind not in ERROR_KINDS:
-        raise StateError(f"{where}.result.error_kind {kind!r} is not an error kind")
-    for name, types in RESULT_FIELD_TYPES.items():
-        if name in ("call_id", "tool_name", "error_kind"):
-            continue  # checked above
-        if not isinstance(value[name], types):
-            raise StateError(f"{where}.result.{name} has the wrong type")
-    if value["is_error"] != (kind is not None):
-        raise StateError(f"{where}.result: is_error and error_kind disagree")
-    return ToolResult(**value)
+def load_child(value: Any, where: str) -> ChildRecord:
+    """A nested run's record from its JSON form (``child_to_json``); ``StateError`` naming ``where`` if malformed."""
+    return child_from_json(value, where, RunState._from_body)
 
 
 # -- what the executor does with a state (internal) -----------------------------------
-
-
-class NestedHold(Exception):
-    """Raised out of a call whose nested run waits for approvals (internal): the call has no result yet."""
-
-    def __init__(self, record: ChildRecord) -> None:
-        super().__init__("the nested run waits for decisions")
-        self.record = record
-
-
-# The calls of the run being resumed whose nested runs wait, by call ID (set by Executor.resume).
-resuming: ContextVar[Mapping[str, CallRecord] | None] = ContextVar("toolsched_resuming", default=None)
 
 
 def new_state(

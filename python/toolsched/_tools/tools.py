@@ -34,8 +34,8 @@ from toolsched._tools.schema import (
     inline_refs,
     model_schema,
 )
+from toolsched._values.decisions import Decision
 from toolsched._values.numeric_options import numeric_fault, shown
-from toolsched._values.results import Decision
 from toolsched.errors import ToolDefinitionError, UnknownOptionError
 
 __all__ = ["Access", "ArgumentsRefused", "FunctionTool", "Tool", "ToolFacts", "tool", "tool_fingerprint"]
@@ -133,6 +133,7 @@ class ToolFacts:
     __slots__ = (
         "_limiter",
         "_resilience",
+        "_retries_only",
         "checks_permissions",
         "exact_integers",
         "input_schema",
@@ -188,6 +189,7 @@ class ToolFacts:
         # The tool's retry, rate limit and circuit policies (None: it has none), and their state per event loop.
         self.policies = policies
         self._resilience: tuple[object, Resilience] | None = None
+        self._retries_only: tuple[object, Resilience] | None = None
 
     def resilience(self) -> Resilience:
         """The tool's retries, rate limit and circuit, shared by every run on the current event loop."""
@@ -196,6 +198,14 @@ class ToolFacts:
             assert self.policies is not None
             self._resilience = (loop, Resilience(*self.policies))
         return self._resilience[1]
+
+    def retries_only(self) -> Resilience:
+        """The tool's retries alone, on the current event loop (its rate limit and circuit are the fleet's)."""
+        loop = anyio.lowlevel.current_token().native_token
+        if self._retries_only is None or self._retries_only[0] is not loop:
+            assert self.policies is not None
+            self._retries_only = (loop, Resilience(self.policies[0], None, None))
+        return self._retries_only[1]
 
     def limiter(self) -> anyio.CapacityLimiter:
         """The tool's cap on calls in flight, shared by every run on the current event loop."""
@@ -237,6 +247,9 @@ class Tool:
     should_defer: bool = False
     always_load: bool = False
     idempotent: bool = False
+    # How many ``model_retry``, ``invalid_input`` and ``semantic_error`` answers a run gives this tool
+    # before its calls are answered ``retries_exhausted`` (``toolsched._policy.limits``).
+    max_model_retries: int = 3
     # Resilience for shared downstreams (``toolsched._policy.resilience``): retries need ``idempotent=True``.
     retry: Retry | None = None
     rate_limit: RateLimit | None = None
@@ -433,6 +446,7 @@ class Tool:
         _positive(name, "timeout", self.timeout, optional=True, integer=False)
         _positive(name, "max_result_chars", self.max_result_chars, optional=False, integer=True)
         _positive(name, "max_result_lines", self.max_result_lines, optional=True, integer=True)
+        _in_range(name, "max_model_retries", self.max_model_retries, integer=True, zero=True, at_most=None)
         # A cap on calls in flight is held to the strategies' own (``Partitioned(max_concurrency=...)``).
         _positive(name, "max_concurrency", self.max_concurrency, optional=True, integer=True, at_most=MAX_SIZE)
         self._check_placement()
@@ -625,6 +639,7 @@ TOOL_OPTIONS = frozenset(
         "should_defer",
         "always_load",
         "idempotent",
+        "max_model_retries",
         "backend",
         "run_resource",
         "num_cpus",
@@ -675,6 +690,7 @@ def tool(
     should_defer: bool | None = None,
     always_load: bool | None = None,
     idempotent: bool | None = None,
+    max_model_retries: int | None = None,
     backend: str | None = None,
     run_resource: ResourceFactory | None = None,
     num_cpus: float | None = None,

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchFinished",
     "BatchStarted",
+    "CoordinationUnavailable",
     "Event",
     "RunFinished",
     "ToolFinished",
@@ -127,6 +128,19 @@ class ToolsRefreshFailed:
 
 
 @dataclass(frozen=True, slots=True)
+class CoordinationUnavailable:
+    """Redis, which holds the fleet-wide limits, cannot be reached (reported once per outage).
+
+    ``fallback`` is the executor's ``on_unavailable``: ``"local"`` (per-process limits meanwhile)
+    or ``"refuse"`` (calls answered ``unavailable``).
+    """
+
+    error: str
+    fallback: str
+    parent_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RunFinished:
     """The last event of ``Executor.stream``: the run's outcome."""
 
@@ -143,6 +157,7 @@ Event = (
     | BatchFinished
     | ToolsChanged
     | ToolsRefreshFailed
+    | CoordinationUnavailable
     | RunFinished
 )
 

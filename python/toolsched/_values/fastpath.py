@@ -5,11 +5,8 @@
   ``Plan``) are built by the engine's ``SlotBuilder``: a new instance of the class, each value written
   in C where the class keeps that slot (as its member descriptor writes it), with no ``__init__`` frame.
   A frozen dataclass's generated ``__init__`` sets each field through ``object.__setattr__``, a name
-  lookup per field; for a twelve-field ``ToolResult`` that is about 1.7 µs, more than running a no-op
-  tool. Before the engine built them, an unfrozen twin class of the same slots was filled in Python and
-  its ``__class__`` then set (4.1k instructions per ``ToolResult``, 3.3k per ``HookEvent``); written
-  through each slot's descriptor they took 2.3k and 1.8k, in place 1.7k and 1.5k: the counts now, and
-  the dataclass ``__init__`` beside them, are ``python benches/pieces.py``'s.
+  lookup per field, which for a twelve-field ``ToolResult`` costs more than running a no-op tool
+  (``python benches/pieces.py`` counts both; the figures are in docs/performance.md).
 - ``call_init``: ``ToolCall.__init__`` in C for the usual call (ID, name and arguments given positionally,
   as exact text, exact text and exact text or an exact dict, the ID not empty): no Python frame, the
   three slots written in place as the builders write theirs; any other call of it goes to the Python
@@ -21,14 +18,12 @@
   task and no wrapper (``python benches/compare.py``: a task costs more than a whole no-op call).
   The step is the engine's (``_core.start``): the context copied, entered and left and the
   coroutine sent to in C, and a coroutine that finishes told apart without the ``StopIteration``
-  a Python-level ``send`` raises (full pipeline, N = 10: 53.3k -> 51.1k instructions per call,
-  ``python benches/instructions.py 10 400 --full``). A call that waits is awaited through the
-  engine's ``Resume``, each later step in C as well (no generator, no Python frame): 100 runs of 3
-  waiting calls, 116.5k -> 111.8k instructions per call (``python benches/instructions.py 3 10 --runs
-  100 --wait``).
+  a Python-level ``send`` raises (``python benches/instructions.py 10 400 --full``). A call that waits
+  is awaited through the engine's ``Resume``, each later step in C as well (no generator, no Python
+  frame; ``python benches/instructions.py 3 10 --runs 100 --wait``).
 - ``WorkerGroup`` (``toolsched/_backends/workers.py``): the pool's workers as plain asyncio tasks, stopped
-  as anyio stops a cancelled scope's tasks, instead of anyio task-group tasks (about 15 µs each)
-  or tasks each in a cancel scope of its own (about 11 µs; ``python benches/platform_runs.py --sleep 0.001``).
+  as anyio stops a cancelled scope's tasks, instead of anyio task-group tasks or tasks each in a
+  cancel scope of its own (``python benches/platform_runs.py --sleep 0.001``).
 """
 
 from __future__ import annotations

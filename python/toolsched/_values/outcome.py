@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolsched._policy.runstate import ApprovalRequest, RunState
+from toolsched._values.calls import Duplicate
 from toolsched._values.fastpath import positional_builder
-from toolsched._values.results import Duplicate, ToolResult
+from toolsched._values.results import ToolResult
 
 __all__ = ["Outcome"]
 

@@ -57,21 +57,11 @@ import anyio
 from toolsched._executor.executor import Executor
 from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import Tool, refuse_unknown_options
-from toolsched._values.results import ToolCall
+from toolsched._values.calls import ToolCall
 from toolsched.errors import OptionError, ToolDefinitionError
 
 try:
     from agents import Agent, FunctionTool
-
-    # The SDK's own steps around a function tool's body, so a scheduled tool is prepared, approved,
-    # answered on failure and reported exactly as the SDK does: the invoker class whose failure policy
-    # and error reporting ``function_tool`` tools carry (its body is ``_invoke_tool_impl``), and the
-    # markers the SDK reads off an invoker.
-    from agents.tool import (
-        _FUNCTION_TOOL_WRAPPED_CALLABLE_MARKER,
-        _SYNC_FUNCTION_TOOL_MARKER,
-        _FailureHandlingFunctionToolInvoker,
-    )
     from agents.tool_context import ToolContext as AgentsToolContext
     from pydantic import BaseModel
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environment
@@ -79,12 +69,12 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
         "toolsched.integrations.agents needs the `openai-agents` package: pip install 'toolsched[agents]'"
     ) from exc
 
+from toolsched.integrations import _agents_sdk as _sdk
+
 __all__ = ["AgentsFunctionTool", "from_function_tool", "function_tools", "scheduled"]
 
 logger = logging.getLogger("toolsched.agents")
 
-# What the SDK's argument preparation is asked for (the name of the attribute its invoker reads).
-_PREPARE_ARGUMENTS = "__agents_prepare_arguments__"
 # The SDK tool a scheduled tool stands for, on its invocation (``scheduled`` of a scheduled agent starts from it).
 _SOURCE = "__toolsched_source__"
 # The schema a scheduled SDK tool's calls are checked against by toolsched: any JSON object. The SDK's
@@ -117,8 +107,7 @@ class _Invocation:
         if dict(args) != self.given:
             # A toolsched hook changed the arguments: the SDK tool prepares the new ones itself.
             arguments = json.dumps(dict(args), ensure_ascii=False)
-            if hasattr(self.sdk_context, "_function_tool_arguments"):
-                self.sdk_context._function_tool_arguments = None
+            _sdk.forget_parsed_arguments(self.sdk_context)
         before = contextvars.copy_context()
         try:
             return await self.body(self.sdk_context, arguments)
@@ -388,7 +377,9 @@ def scheduled(
     ]
     _registry_names([*members.values(), *added])
     executor = Executor([*members.values(), *added], **executor_options)
-    gates = _Gates()
+    # Calls that are all concurrency-safe never wait for each other: no run gate is needed then.
+    all_safe = all(member.facts.static_safe is True for member in [*members.values(), *added])
+    gates = None if all_safe else _Gates()
     copied: list[Any] = [
         _scheduled_copy(item, members[item.name], executor, gates, strict) if isinstance(item, FunctionTool) else item
         for item in agent.tools
@@ -452,13 +443,12 @@ def _registry_names(members: Iterable[Tool]) -> None:
 def _sdk_invoker(tool: FunctionTool) -> SdkInvoke:
     """What invokes ``tool`` in the SDK: its own invoker, or, for a tool ``scheduled`` made, its SDK tool's."""
     invoker = tool.on_invoke_tool
-    body = invoker._invoke_tool_impl if isinstance(invoker, _FailureHandlingFunctionToolInvoker) else invoker
-    source = getattr(body, _SOURCE, None)
+    source = getattr(_sdk.body_of(invoker), _SOURCE, None)
     return source if source is not None else invoker
 
 
 def _scheduled_copy(
-    tool: FunctionTool, member: Tool, executor: Executor, gates: _Gates, strict: bool | None
+    tool: FunctionTool, member: Tool, executor: Executor, gates: _Gates | None, strict: bool | None
 ) -> FunctionTool:
     """A copy of the SDK tool whose invocation goes through ``executor``; everything around it stays the SDK's.
 
@@ -469,14 +459,9 @@ def _scheduled_copy(
     sdk_invoker = _sdk_invoker(tool)
     invoke = _scheduled_invoker(executor, member, gates, sdk_invoker)
     made = copy.copy(tool)
-    if isinstance(sdk_invoker, _FailureHandlingFunctionToolInvoker):
-        body = sdk_invoker._invoke_tool_impl
-        for marker in (_PREPARE_ARGUMENTS, _FUNCTION_TOOL_WRAPPED_CALLABLE_MARKER):
-            if hasattr(body, marker):
-                setattr(invoke, marker, getattr(body, marker))
-        invoker: Any = _FailureHandlingFunctionToolInvoker(invoke, sdk_invoker._on_handled_error, function_tool=made)
-        if getattr(sdk_invoker, _SYNC_FUNCTION_TOOL_MARKER, False):
-            setattr(invoker, _SYNC_FUNCTION_TOOL_MARKER, True)
+    invoker: Any
+    if isinstance(sdk_invoker, _sdk.FailureHandlingInvoker):
+        invoker = _sdk.like_invoker(invoke, sdk_invoker, made)
     else:
         # The SDK hands an invoker the context its first parameter's annotation asks for: the copy's
         # signature is the original's.
@@ -488,12 +473,13 @@ def _scheduled_copy(
     return made
 
 
-def _scheduled_invoker(executor: Executor, member: Tool, gates: _Gates, sdk_invoker: SdkInvoke | None) -> SdkInvoke:
-    """The invocation of a scheduled tool: one executor run for the call, whose tool runs the SDK's body."""
+def _scheduled_invoker(
+    executor: Executor, member: Tool, gates: _Gates | None, sdk_invoker: SdkInvoke | None
+) -> SdkInvoke:
+    """The invocation of a scheduled tool: one executor run for the call, whose tool runs the SDK's body
+    (behind the run's gate, unless ``gates`` is None: every tool of the agent concurrency-safe)."""
     name = member.name
-    body: SdkInvoke | None = (
-        sdk_invoker._invoke_tool_impl if isinstance(sdk_invoker, _FailureHandlingFunctionToolInvoker) else sdk_invoker
-    )
+    body: SdkInvoke | None = _sdk.body_of(sdk_invoker) if sdk_invoker is not None else None
     dispatches = body is not None and isinstance(member, AgentsFunctionTool)
 
     async def invoke(sdk_context: Any, arguments: str) -> Any:
@@ -509,8 +495,11 @@ def _scheduled_invoker(executor: Executor, member: Tool, gates: _Gates, sdk_invo
             invocation = member.invocations[key] = _Invocation(body, sdk_context, arguments, given)
         text = arguments if arguments and parsed is not None else "{}"
         try:
-            async with gates.hold(sdk_context, not _is_safe(member, parsed)):
+            if gates is None:
                 outcome = await executor.run([ToolCall(call_id, name, text)], context=sdk_context)
+            else:
+                async with gates.hold(sdk_context, not _is_safe(member, parsed)):
+                    outcome = await executor.run([ToolCall(call_id, name, text)], context=sdk_context)
         finally:
             if invocation is not None and member.invocations.get(key) is invocation:  # type: ignore[attr-defined]
                 del member.invocations[key]  # type: ignore[attr-defined]

@@ -62,7 +62,8 @@ import sniffio
 
 from toolsched._executor.executor import Executor
 from toolsched._tools.tools import Tool
-from toolsched._values.results import ToolCall, ToolResult
+from toolsched._values.calls import ToolCall
+from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError, ResponseFormatError, ToolCallFailed
 from toolsched.integrations.langchain import LangChainTool
 
@@ -89,7 +90,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the environm
         "toolsched.integrations.langgraph needs the `langgraph` package: pip install 'toolsched[langgraph]'"
     ) from exc
 
-from toolsched.integrations.langgraph_state import (
+from toolsched.integrations._langgraph_state import (
     GraphTurn,
     Injections,
     current_runtime,

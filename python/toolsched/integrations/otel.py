@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 
 from toolsched._executor.executor import Executor
+from toolsched._values.calls import ToolCall
 from toolsched._values.content import content_parts, content_text
 from toolsched._values.events import (
     BatchFinished,
@@ -71,7 +72,7 @@ from toolsched._values.events import (
     ToolRetrying,
     ToolStarted,
 )
-from toolsched._values.results import ToolCall, ToolResult
+from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError
 
 if TYPE_CHECKING:

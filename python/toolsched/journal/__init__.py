@@ -4,7 +4,7 @@
 a PostgreSQL database shared by a fleet. Both implement ``Journal``.
 """
 
-from toolsched._values.results import args_digest
+from toolsched._values.digest import args_digest
 from toolsched.errors import (
     JournalCorruptError,
     JournalError,
@@ -15,14 +15,8 @@ from toolsched.errors import (
     UnknownRunError,
     UnstorableOutputError,
 )
-from toolsched.journal.base import (
-    SCHEMA_VERSION,
-    TRANSITIONS,
-    Journal,
-    JournaledCall,
-    RunRecord,
-    Transition,
-)
+from toolsched.journal._records import TRANSITIONS, JournaledCall, RunRecord, Transition
+from toolsched.journal.base import SCHEMA_VERSION, Journal
 from toolsched.journal.postgres import PostgresJournal
 from toolsched.journal.sqlite import SqliteJournal
 

@@ -18,23 +18,19 @@ drive the same run.
 from __future__ import annotations
 
 import copy
-import json
-import os
-import secrets
-import socket
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from collections.abc import Callable, Sequence
+from datetime import timedelta
 from types import TracebackType
-from typing import Any, Literal, Self, TypeVar, cast
+from typing import Any, Self, TypeVar
 
 import anyio.to_thread
 
+from toolsched._values.calls import ToolCall
 from toolsched._values.numeric_options import numeric_fault, shown
-from toolsched._values.results import ERROR_KINDS, RESULT_FIELD_TYPES, ToolCall, ToolResult, args_digest, encode_output
+from toolsched._values.results import ToolResult
 from toolsched.errors import (
     JournalCorruptError,
     JournalError,
@@ -43,9 +39,11 @@ from toolsched.errors import (
     RunClaimedError,
     RunExistsError,
     UnknownRunError,
-    UnstorableOutputError,
 )
-from toolsched.journal.leases import LeaseKeeper, Renewal
+from toolsched.journal._leases import LeaseKeeper, Renewal
+from toolsched.journal._liveness import default_owner
+from toolsched.journal._records import ALLOWED_FROM, TRANSITIONS, JournaledCall, RunRecord, Transition
+from toolsched.journal._rows import check_run_id, check_text, encode_call, encode_payload
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -67,419 +65,7 @@ __all__ = [
 #: version was written by a newer toolsched and is refused, untouched.
 SCHEMA_VERSION = 1
 
-Transition = Literal["planned", "pending", "approved", "rejected", "started", "finished"]
-TRANSITIONS: tuple[Transition, ...] = ("planned", "pending", "approved", "rejected", "started", "finished")
-
-# The states a call may be in for each transition to be written. A finished
-# call is final; a started call can only start again (an idempotent call re-run
-# by recovery, another attempt of a retry policy), finish, or wait for a person
-# when its nested run does; a call waiting for a person cannot start (its
-# decision, ``approved``, comes first, and only once per wait).
-ALLOWED_FROM: dict[str, frozenset[str]] = {
-    "pending": frozenset({"planned", "pending", "approved", "started"}),
-    "approved": frozenset({"planned", "pending"}),
-    "rejected": frozenset({"planned", "pending"}),
-    "started": frozenset({"planned", "approved", "started"}),
-    "finished": frozenset({"planned", "pending", "approved", "rejected", "started"}),
-}
-
-_DECISIONS = frozenset({"pending", "approved", "rejected"})
-_MAX_RUN_ID = 200
-_RESULT_SCALARS = ("error", "error_kind", "is_error", "duration_ms", "was_concurrent", "batch", "truncated", "attempts")
-_CALL_TEXT_COLUMNS = ("call_id", "tool_name", "args", "args_form", "args_digest")
-_TYPE_NAMES: dict[type, str] = {str: "text", int: "an integer", bool: "true or false", datetime: "a timestamp"}
-# Where Linux shows this process's PID namespace and the running kernel's boot; absent on other platforms.
-_PID_NAMESPACE = "/proc/self/ns/pid"
-_BOOT_ID = "/proc/sys/kernel/random/boot_id"
-
 T = TypeVar("T")
-
-
-# -- records --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class JournaledCall:
-    """What the journal knows of one call (one per unique call ID).
-
-    ``state`` is the latest transition; ``starts`` how many times the call
-    started (more than once only when recovery re-ran an idempotent call);
-    ``decision`` the payload of the latest ``pending``/``approved``/``rejected``
-    transition; ``run_with`` the payload of the latest ``started`` transition
-    (what the call was started with); ``result`` the finished result. ``output_exact`` is False when
-    the output was not a value JSON holds exactly and ``result.output`` is the
-    form it was stored in (see ``encode_output``).
-    """
-
-    call_id: str
-    tool_name: str
-    position: int
-    digest: str
-    state: Transition
-    starts: int = 0
-    decision: Mapping[str, Any] | None = None
-    result: ToolResult | None = None
-    output_exact: bool = True
-    run_with: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RunRecord:
-    """A run as the journal holds it.
-
-    ``turn`` is every call as it was given to ``begin_run`` (repeated IDs
-    included), in model order, so the turn can be planned again; ``calls`` has
-    one entry per unique call ID, in order of first appearance.
-    """
-
-    run_id: str
-    turn: tuple[ToolCall, ...]
-    calls: tuple[JournaledCall, ...]
-    owner: str | None
-    lease_until: datetime | None
-    created_at: datetime
-    updated_at: datetime
-
-    def call(self, call_id: str) -> JournaledCall:
-        """The entry of one call; ``KeyError`` when the run has no such call."""
-        for entry in self.calls:
-            if entry.call_id == call_id:
-                return entry
-        raise KeyError(call_id)
-
-    @property
-    def results(self) -> list[ToolResult]:
-        """The results of the finished calls, in model order."""
-        return [entry.result for entry in self.calls if entry.result is not None]
-
-    @property
-    def complete(self) -> bool:
-        """Whether every call finished."""
-        return all(entry.state == "finished" for entry in self.calls)
-
-
-# -- values as stored ----------------------------------------------------------------
-
-
-def check_run_id(run_id: object) -> str:
-    if not isinstance(run_id, str) or not run_id:
-        raise JournalError(f"run_id must be a non-empty string, got {run_id!r}")
-    if len(run_id) > _MAX_RUN_ID:
-        raise JournalError(f"run_id must be at most {_MAX_RUN_ID} characters, got {len(run_id)}")
-    check_text("run_id", run_id)
-    return run_id
-
-
-def check_text(label: str, value: str) -> None:
-    """Text a journal stores as a column: no NUL character, valid Unicode (no lone surrogates)."""
-    if "\x00" in value:
-        raise JournalError(f"{label} {value!r} contains a NUL character, which a journal cannot store")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise JournalError(f"{label} {value!r} is not valid Unicode text (a lone surrogate)") from None
-
-
-def to_json(value: Any) -> str:
-    """Storage form of a JSON value: ASCII only, so any string survives any database."""
-    return json.dumps(value, ensure_ascii=True, separators=(",", ":"))
-
-
-def encode_call(position: int, call: ToolCall) -> tuple[int, str, str, str, str, str]:
-    """``(position, call_id, tool_name, args, args_form, digest)`` as stored; refuses what cannot be stored."""
-    if not isinstance(call, ToolCall):
-        raise JournalError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
-    check_text(f"calls[{position}].id", call.id)
-    check_text(f"calls[{position}].name", call.name)
-    if isinstance(call.args, str):
-        return position, call.id, call.name, to_json(call.args), "text", args_digest(call.args)
-    try:
-        args = dict(call.args)
-        stored = to_json(args)
-        digest = args_digest(args)
-    except (TypeError, ValueError) as exc:
-        raise JournalError(
-            f"the arguments of call {call.id!r} ({call.name}) are not JSON, so a journal cannot store them: {exc}"
-        ) from None
-    return position, call.id, call.name, stored, "object", digest
-
-
-def damaged_column(where: str, column: str, found: object, expected: str) -> JournalCorruptError:
-    """The error for a column that holds what the journal never writes there (altered behind its back)."""
-    shown = repr(found)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return JournalCorruptError(f"{where}: {column} holds {shown} ({type(found).__name__}), not {expected}")
-
-
-def stored(where: str, column: str, found: object, expected: type[T]) -> T:
-    """A value read from a row, refused as damage unless it has the type the journal writes in its column.
-
-    A database that does not enforce column types (SQLite) hands back whatever
-    was put there; comparing or converting it unchecked fails with a bare
-    ``TypeError`` far from the row.
-    """
-    # bool is an int to isinstance, but no journal column holds one where an integer belongs.
-    if isinstance(found, expected) and (expected is bool or not isinstance(found, bool)):
-        return found
-    raise damaged_column(where, column, found, _TYPE_NAMES.get(expected, expected.__name__))
-
-
-def stored_or_none(where: str, column: str, found: object, expected: type[T]) -> T | None:
-    """``stored`` for a column that may be NULL."""
-    return None if found is None else stored(where, column, found, expected)
-
-
-# How a backend reads one of its stored times: (run ID, column, what the row holds) -> the time in UTC, or
-# ``JournalCorruptError`` when the row holds anything else.
-StoredTime = Callable[[str, str, object], datetime]
-
-
-def stored_owner(run_id: str, found: object) -> str | None:
-    """The stored ``owner``: ``None`` when nobody holds the run."""
-    return stored_or_none(f"run {run_id!r}", "toolsched_runs.owner", found, str)
-
-
-def stored_lease(run_id: str, found: object, read_time: StoredTime) -> datetime | None:
-    """The stored ``lease_until``: ``None`` when nobody holds the run."""
-    return None if found is None else read_time(run_id, "lease_until", found)
-
-
-def stored_stamps(
-    run_id: str, row: Sequence[object], read_time: StoredTime
-) -> tuple[str | None, datetime | None, datetime, datetime]:
-    """A run row's ``(owner, lease_until, created_at, updated_at)`` as read, each checked (``build_record``'s
-    ``run_row``)."""
-    owner, lease_until, created_at, updated_at = row
-    return (
-        stored_owner(run_id, owner),
-        stored_lease(run_id, lease_until, read_time),
-        read_time(run_id, "created_at", created_at),
-        read_time(run_id, "updated_at", updated_at),
-    )
-
-
-def decode_call(run_id: str, position: int, call_id: str, name: str, args: str, form: str, digest: str) -> ToolCall:
-    where = f"run {run_id!r}, call {call_id!r}"
-    try:
-        value = json.loads(args)
-    except ValueError:
-        raise JournalCorruptError(f"{where}: the stored arguments are not JSON") from None
-    if form == "text" and isinstance(value, str):
-        restored: Mapping[str, Any] | str = value
-    elif form == "object" and isinstance(value, dict):
-        restored = value
-    else:
-        raise JournalCorruptError(f"{where}: the stored arguments do not match their form {form!r}")
-    if args_digest(restored) != digest:
-        raise JournalCorruptError(f"{where}: the stored arguments do not match their digest (altered?)")
-    try:
-        return ToolCall(call_id, name, restored)
-    except (TypeError, ValueError) as exc:
-        raise JournalCorruptError(f"{where}: {exc}") from None
-
-
-def encode_result(result: ToolResult) -> str:
-    if not isinstance(result, ToolResult):
-        raise JournalError(f"a finished transition carries a ToolResult, got {type(result).__name__}")
-    try:
-        output, exact = encode_output(result.output)
-    except ValueError as exc:
-        raise UnstorableOutputError(f"the output of call {result.call_id!r} cannot be journaled: {exc}") from None
-    body = {name: getattr(result, name) for name in _RESULT_SCALARS}
-    body["call_id"] = result.call_id
-    body["tool_name"] = result.tool_name
-    body["offload_path"] = result.offload_path
-    body["exact"] = exact
-    try:
-        scalars = to_json(body)
-    except (TypeError, ValueError) as exc:
-        raise JournalError(f"the result of call {result.call_id!r} has a field JSON cannot hold: {exc}") from None
-    # The output is spliced in as stored text, so it is encoded only once.
-    return scalars[:-1] + ',"output":' + output + "}"
-
-
-# A stored result: the fields of a ToolResult (one table with run states), and whether its output is exact.
-_RESULT_TYPES: dict[str, tuple[type, ...]] = {**RESULT_FIELD_TYPES, "exact": (bool,)}
-
-
-def decode_result(where: str, call_id: str, text: str | None) -> tuple[ToolResult, bool]:
-    try:
-        body = json.loads(text) if text is not None else None
-    except ValueError:
-        raise JournalCorruptError(f"{where}: the stored result is not JSON") from None
-    if isinstance(body, dict) and "attempts" not in body:
-        body["attempts"] = 1  # stored before results counted their attempts
-    if not isinstance(body, dict) or set(body) != {*_RESULT_TYPES, "output"}:
-        raise JournalCorruptError(f"{where}: the stored result does not hold the fields of a ToolResult")
-    for name, types in _RESULT_TYPES.items():
-        if type(body[name]) not in types:
-            raise JournalCorruptError(f"{where}: the stored result's {name} has the wrong type")
-    kind = body["error_kind"]
-    if body["call_id"] != call_id or (kind is not None and kind not in ERROR_KINDS):
-        raise JournalCorruptError(f"{where}: the stored result does not belong to this call")
-    exact = body.pop("exact")
-    return ToolResult(**body), exact
-
-
-def encode_payload(transition: str, call_id: str, payload: Any) -> str | None:
-    if transition == "finished":
-        return encode_result(payload)
-    if payload is None:
-        return None
-    if not isinstance(payload, Mapping):
-        kind = type(payload).__name__
-        raise JournalError(f"the payload of a {transition!r} transition must be a mapping, got {kind}")
-    try:
-        return to_json(dict(payload))
-    except (TypeError, ValueError) as exc:
-        raise JournalError(f"the payload of {transition!r} for call {call_id!r} is not JSON: {exc}") from None
-
-
-def build_record(
-    run_id: str,
-    run_row: tuple[str | None, datetime | None, datetime, datetime],
-    call_rows: Sequence[Sequence[object]],
-    transition_rows: Sequence[Sequence[object]],
-) -> RunRecord:
-    """A ``RunRecord`` from the stored rows: calls by position, transitions by sequence.
-
-    ``run_row`` is checked by the backend (its timestamps are its own); the
-    call and transition rows come as read, and each column is checked here.
-    """
-    owner, lease_until, created_at, updated_at = run_row
-    turn: list[ToolCall] = []
-    first: dict[str, tuple[int, ToolCall, str]] = {}
-    for row in call_rows:
-        position = stored(f"run {run_id!r}", "toolsched_calls.position", row[0], int)
-        where = f"run {run_id!r}, call at position {position}"
-        call_id, name, args, form, digest = (
-            stored(where, f"toolsched_calls.{column}", found, str)
-            for column, found in zip(_CALL_TEXT_COLUMNS, row[1:], strict=True)
-        )
-        call = decode_call(run_id, position, call_id, name, args, form, digest)
-        turn.append(call)
-        first.setdefault(call_id, (position, call, digest))
-    state: dict[str, Transition] = dict.fromkeys(first, "planned")
-    starts: dict[str, int] = dict.fromkeys(first, 0)
-    decisions: dict[str, Mapping[str, Any] | None] = {}
-    run_with: dict[str, Mapping[str, Any] | None] = {}
-    results: dict[str, tuple[ToolResult, bool]] = {}
-    for row in transition_rows:
-        call_id = stored(f"run {run_id!r}", "toolsched_transitions.call_id", row[0], str)
-        where = f"run {run_id!r}, call {call_id!r}"
-        kind = stored(where, "toolsched_transitions.kind", row[1], str)
-        payload = stored_or_none(where, "toolsched_transitions.payload", row[2], str)
-        if call_id not in first:
-            raise JournalCorruptError(f"{where}: a transition names a call the run does not have")
-        if kind not in ALLOWED_FROM:
-            raise JournalCorruptError(f"{where}: unknown transition {kind!r}")
-        if state[call_id] not in ALLOWED_FROM[kind]:
-            raise JournalCorruptError(f"{where}: transition {kind!r} cannot follow {state[call_id]!r}")
-        state[call_id] = cast(Transition, kind)
-        if kind == "started":
-            starts[call_id] += 1
-        elif kind == "finished":
-            results[call_id] = decode_result(where, call_id, payload)
-        if kind == "started" or kind in _DECISIONS:
-            try:
-                decoded = json.loads(payload) if payload is not None else None
-            except ValueError:
-                raise JournalCorruptError(f"{where}: the payload of {kind!r} is not JSON") from None
-            if decoded is not None and not isinstance(decoded, dict):
-                raise JournalCorruptError(f"{where}: the payload of {kind!r} is not an object")
-            if decoded is not None and "args" in decoded and "digest" in decoded:
-                check_payload_args(where, kind, decoded)
-            (run_with if kind == "started" else decisions)[call_id] = decoded
-    calls = []
-    for call_id, (position, call, digest) in first.items():
-        finished = results.get(call_id)
-        calls.append(
-            JournaledCall(
-                call_id,
-                call.name,
-                position,
-                digest,
-                state[call_id],
-                starts[call_id],
-                decisions.get(call_id),
-                finished[0] if finished else None,
-                finished[1] if finished else True,
-                run_with.get(call_id),
-            )
-        )
-    return RunRecord(run_id, tuple(turn), tuple(calls), owner, lease_until, created_at, updated_at)
-
-
-def check_payload_args(where: str, kind: str, payload: Mapping[str, Any]) -> None:
-    """Refuses as damage a transition whose arguments (what a call was approved or started with) do not match
-    the digest written beside them: recovery runs a call with them."""
-    if payload["digest"] != args_digest(payload["args"]):
-        raise JournalCorruptError(
-            f"{where}: the arguments of its {kind!r} transition do not match their digest (altered?)"
-        )
-
-
-def pid_namespace() -> str:
-    """The inode of this process's PID namespace, as text; ``""`` where it cannot be read (not Linux)."""
-    try:
-        return str(os.stat(_PID_NAMESPACE).st_ino)
-    except OSError:
-        return ""
-
-
-def boot_id() -> str:
-    """The running kernel's boot ID (a UUID, new at every boot); ``""`` where it cannot be read (not Linux)."""
-    try:
-        with open(_BOOT_ID, encoding="ascii") as source:
-            found = source.read().strip()
-    except (OSError, ValueError):
-        return ""
-    # The owner string is split on colons; a boot ID never has one, a stranger file might.
-    return found if found and ":" not in found else ""
-
-
-def holder_is_dead(owner: str | None) -> bool:
-    """Whether a run's holder is known to be gone: an owner named the default way
-    (``host:pid:random:pidns:boot``) by a process that shares this host, PID namespace and boot,
-    whose process no longer exists. Any other holder may be alive, and only its lease decides.
-
-    A pid means something only inside its PID namespace and boot: containers sharing the host's
-    network (and so its hostname) number their processes apart, and two machines may share a
-    hostname. A holder is judged by its pid only when all three match, and never when this
-    process cannot read its own namespace or boot (not Linux): there the pid proves nothing.
-    """
-    if owner is None:
-        return False
-    parts = owner.split(":")
-    # Owners written before the namespace and boot were recorded (``host:pid:random``) have 3
-    # parts and are left to their lease: their pid may belong to another namespace.
-    if len(parts) != 5:
-        return False
-    host, pid_text, _, namespace, boot = parts
-    if not pid_text.isdigit() or host != socket.gethostname():
-        return False
-    if not namespace or namespace != pid_namespace() or not boot or boot != boot_id():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
-
-
-def default_owner() -> str:
-    """``host:pid:random:pidns:boot``: unique to this journal object, readable in ``RunClaimedError``.
-
-    The PID namespace and boot ID say where the pid is meaningful (see ``holder_is_dead``); they
-    are empty where they cannot be read.
-    """
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}:{pid_namespace()}:{boot_id()}"
 
 
 # The longest lease taken: the time it runs out must be one both journals store and read back (Python's
@@ -540,7 +126,7 @@ class Journal(ABC):
     journal, and every event loop (asyncio, trio) works the same way. The runs
     in progress on a journal object have their leases renewed together, in one
     statement every quarter of the lease, from a thread of its own on a second
-    connection (``toolsched.journal.leases``); a run that goes three quarters of
+    connection (``toolsched.journal._leases``); a run that goes three quarters of
     its lease without a renewal landing stops (``LeaseLostError``).
     """
 

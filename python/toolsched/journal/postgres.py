@@ -18,8 +18,19 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from toolsched._values.numeric_options import numeric_fault, shown
+from toolsched.journal._leases import Renewal
+from toolsched.journal._liveness import holder_is_dead
+from toolsched.journal._records import ALLOWED_FROM, RunRecord
+from toolsched.journal._rows import (
+    build_record,
+    check_text,
+    stored,
+    stored_lease,
+    stored_or_none,
+    stored_owner,
+    stored_stamps,
+)
 from toolsched.journal.base import (
-    ALLOWED_FROM,
     SCHEMA_VERSION,
     Journal,
     JournalCorruptError,
@@ -28,19 +39,9 @@ from toolsched.journal.base import (
     PendingRecord,
     RunClaimedError,
     RunExistsError,
-    RunRecord,
     UnknownRunError,
-    build_record,
-    check_text,
-    holder_is_dead,
-    stored,
-    stored_lease,
-    stored_or_none,
-    stored_owner,
-    stored_stamps,
     transition_refused,
 )
-from toolsched.journal.leases import Renewal
 
 if TYPE_CHECKING:
     import psycopg

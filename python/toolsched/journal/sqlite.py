@@ -20,8 +20,11 @@ from pathlib import Path
 from typing import Literal
 
 from toolsched._values.numeric_options import numeric_fault, shown
+from toolsched.journal._leases import Renewal
+from toolsched.journal._liveness import holder_is_dead
+from toolsched.journal._records import ALLOWED_FROM, RunRecord
+from toolsched.journal._rows import build_record, damaged_column, stored, stored_lease, stored_owner, stored_stamps
 from toolsched.journal.base import (
-    ALLOWED_FROM,
     SCHEMA_VERSION,
     Journal,
     JournalCorruptError,
@@ -30,18 +33,9 @@ from toolsched.journal.base import (
     PendingRecord,
     RunClaimedError,
     RunExistsError,
-    RunRecord,
     UnknownRunError,
-    build_record,
-    damaged_column,
-    holder_is_dead,
-    stored,
-    stored_lease,
-    stored_owner,
-    stored_stamps,
     transition_refused,
 )
-from toolsched.journal.leases import Renewal
 
 __all__ = ["SqliteJournal"]
 

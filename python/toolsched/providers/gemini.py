@@ -30,11 +30,12 @@ from typing import Any
 
 from toolsched._executor.executor import Executor, Steering
 from toolsched._tools.registry import ToolRegistry
+from toolsched._values.calls import ToolCall
 from toolsched._values.content import Image
-from toolsched._values.results import ToolCall, ToolResult
+from toolsched._values.results import ToolResult
 from toolsched.errors import IncompleteStreamError, ResponseFormatError
-from toolsched.providers.flow import Flow
-from toolsched.providers.wire import (
+from toolsched.providers._flow import Flow
+from toolsched.providers._wire import (
     Execution,
     as_record,
     assign_ids,

@@ -9,7 +9,7 @@ know is left alone too, with a warning on the ``toolsched.providers`` logger.
 
 With ``tool_definitions(executor, strict=True)`` the model sends ``null`` for
 optional parameters; ``calls_from`` drops those nulls when the parameter's own
-schema does not admit null (see ``toolsched.providers.strict``).
+schema does not admit null (see ``toolsched.providers._strict``).
 
 ::
 
@@ -29,12 +29,13 @@ from typing import Any
 
 from toolsched._executor.executor import Executor, Steering
 from toolsched._tools.registry import ToolRegistry
+from toolsched._values.calls import ToolCall
 from toolsched._values.content import Image
-from toolsched._values.results import ToolCall, ToolResult
+from toolsched._values.results import ToolResult
 from toolsched.errors import IncompleteStreamError, ResponseFormatError
-from toolsched.providers.flow import Flow
-from toolsched.providers.strict import drop_strict_nulls_for
-from toolsched.providers.wire import (
+from toolsched.providers._flow import Flow
+from toolsched.providers._strict import drop_strict_nulls_for
+from toolsched.providers._wire import (
     ERROR_PREFIX,
     Execution,
     as_record,

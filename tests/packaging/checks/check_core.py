@@ -10,8 +10,15 @@ import anyio
 import toolsched
 
 # ``python -m toolsched`` runs the command line when imported; the LangGraph integration's state
-# helpers are imported only by toolsched.integrations.langgraph, after its own check.
-NOT_IMPORTED = {"toolsched.__main__", "toolsched.integrations.langgraph_state"}
+# helpers and the Agents SDK's private names are imported only by their integration, after its own
+# check; the scripted Agents SDK model is imported by no module of the package (the tests and
+# benchmarks use it, with the agents extra).
+NOT_IMPORTED = {
+    "toolsched.__main__",
+    "toolsched.integrations._langgraph_state",
+    "toolsched.integrations._agents_sdk",
+    "toolsched.testing._agents_model",
+}
 
 for module in pkgutil.walk_packages(toolsched.__path__, "toolsched."):
     if module.name in NOT_IMPORTED:

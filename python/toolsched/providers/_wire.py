@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from toolsched._executor.shaping import cut_text, shown_as_text
+from toolsched._values.calls import ToolCall
+from toolsched._values.codec import jsonable
 from toolsched._values.content import Image, content_parts, content_text
+from toolsched._values.digest import args_digest
 from toolsched._values.outcome import Outcome
-from toolsched._values.results import ToolCall, ToolResult, args_digest, jsonable
+from toolsched._values.results import ToolResult
 from toolsched.errors import MissingResultError, ResponseFormatError
 
 if TYPE_CHECKING:

@@ -13,10 +13,11 @@ from collections.abc import AsyncIterable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from toolsched._values.calls import ToolCall
 from toolsched._values.outcome import Outcome
-from toolsched._values.results import ToolCall, ToolResult
+from toolsched._values.results import ToolResult
 from toolsched.errors import StreamFailed
-from toolsched.providers.wire import Execution, logger, resume_outcome
+from toolsched.providers._wire import Execution, logger, resume_outcome
 
 if TYPE_CHECKING:
     from toolsched._executor.executor import Executor, Steering

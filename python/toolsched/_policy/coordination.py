@@ -1,0 +1,539 @@
+"""Fleet-wide limits: every tool's rate limit, circuit and concurrency cap shared through Redis.
+
+``RedisCoordination(url, namespace=..., on_unavailable=...)`` passed as ``Executor(...,
+coordination=...)`` makes each tool's ``rate_limit``, ``circuit`` and ``max_concurrency`` one
+limit for every process that uses the same Redis server and namespace:
+
+- one atomic server-side script admits an attempt: the circuit (refused while open; its single
+  half-open probe is a lease), a concurrency slot (a lease in a sorted set that expires unless
+  renewed, so a killed worker's slots come back within ``lease`` seconds; a running call renews
+  its own), and the rate limit (GCRA: the script reserves the attempt's start time, the caller
+  waits until then, so a waiting call costs no more round trips);
+- a second script gives the slot back and records the outcome for the circuit (skipped when
+  there is nothing to record);
+- Redis unreachable: ``on_unavailable="local"`` falls back to the per-process limits (a warning
+  and a ``CoordinationUnavailable`` event, once per outage), ``"refuse"`` answers the calls
+  ``unavailable``.
+
+The Redis client is a small RESP2 client over anyio sockets, in this module: the maintained
+Python clients (``redis``, ``coredis``, ``valkey-glide``) run on asyncio only, and toolsched runs
+on asyncio and trio alike. It needs no package beyond anyio.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import secrets
+import time
+import warnings
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote, urlsplit
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+
+from toolsched._policy.resilience import CircuitOpen, Resilience, is_transient
+from toolsched._values.numeric_options import numeric_fault, shown
+from toolsched.errors import OptionError
+
+if TYPE_CHECKING:
+    from toolsched._tools.tools import Tool, ToolFacts
+
+__all__ = ["CoordinationError", "FleetUnavailable", "RedisCoordination", "guarded"]
+
+logger = logging.getLogger("toolsched.coordination")
+
+# Connections to Redis one event loop keeps open at most.
+_MAX_CONNECTIONS = 16
+# How long a refused connection keeps the fleet on its fallback before Redis is tried again, in seconds.
+_RETRY_CONNECT = 1.0
+# Waits between two tries for a concurrency slot held elsewhere (seconds): from the first, doubling to the last.
+_SLOT_POLL = (0.002, 0.05)
+
+# KEYS: circuit, slots, rate. ARGV: lease id, now unused, failures, cooldown ms, probe lease ms, cap, slot lease ms,
+# emission interval µs, tolerance µs. Returns {code, wait µs or open ms, failures}: code 0 admitted, 1 admitted as
+# the circuit's probe, -1 circuit open, -2 no slot free.
+_ADMIT = """
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
+local failures = 0
+local probe = 0
+local threshold = tonumber(ARGV[3])
+if threshold > 0 then
+  local state = redis.call('HMGET', KEYS[1], 'failures', 'open_until', 'probe_until')
+  failures = tonumber(state[1] or '0')
+  if failures >= threshold then
+    local open_until = tonumber(state[2] or '0')
+    local probe_until = tonumber(state[3] or '0')
+    if now < open_until then return {-1, open_until - now, failures} end
+    if now < probe_until then return {-1, probe_until - now, failures} end
+    probe = 1
+  end
+end
+local cap = tonumber(ARGV[6])
+if cap > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  if redis.call('ZCARD', KEYS[2]) >= cap then return {-2, 0, failures} end
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[7]), ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]) * 2)
+end
+if probe == 1 then
+  redis.call('HSET', KEYS[1], 'probe_until', now + tonumber(ARGV[5]))
+end
+local wait = 0
+local interval = tonumber(ARGV[8])
+if interval > 0 then
+  local tat = tonumber(redis.call('GET', KEYS[3]) or '0')
+  if tat < now_us then tat = now_us end
+  local allowed = tat - tonumber(ARGV[9])
+  if allowed > now_us then wait = allowed - now_us end
+  tat = tat + interval
+  redis.call('SET', KEYS[3], tat, 'PX', math.floor((tat - now_us) / 1000) + 1000)
+end
+return {probe, wait, failures}
+"""
+
+# KEYS: circuit, slots. ARGV: lease id, outcome (success/transient/other/none), probe (0/1), failures, cooldown ms.
+_SETTLE = """
+if ARGV[1] ~= '' then redis.call('ZREM', KEYS[2], ARGV[1]) end
+local threshold = tonumber(ARGV[4])
+if threshold == 0 then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local failures = tonumber(redis.call('HGET', KEYS[1], 'failures') or '0')
+local outcome = ARGV[2]
+if outcome == 'transient' then
+  failures = failures + 1
+  redis.call('HSET', KEYS[1], 'failures', failures)
+  if failures >= threshold then redis.call('HSET', KEYS[1], 'open_until', now + tonumber(ARGV[5])) end
+elseif outcome ~= 'none' and (failures < threshold or (ARGV[3] == '1' and outcome == 'success')) then
+  redis.call('HSET', KEYS[1], 'failures', 0, 'open_until', 0)
+end
+if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'probe_until', 0) end
+return failures
+"""
+
+# KEYS: slots. ARGV: lease id, lease ms. Extends a held lease (never revives one that expired).
+_RENEW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local held = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not held or tonumber(held) < now then return 0 end
+redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
+return 1
+"""
+
+
+class CoordinationError(Exception):
+    """Redis could not be reached, or answered with an error (internal: ``on_unavailable`` decides)."""
+
+
+class FleetUnavailable(CircuitOpen):
+    """A call refused because Redis is unreachable and ``on_unavailable="refuse"`` (internal: ``unavailable``)."""
+
+
+def _sha1(script: str) -> str:
+    import hashlib
+
+    return hashlib.sha1(script.encode()).hexdigest()
+
+
+class _Connection:
+    """One RESP2 connection (internal): a request and its reply at a time."""
+
+    def __init__(self, stream: anyio.abc.ByteStream) -> None:
+        self.stream = stream
+        self.buffer = bytearray()
+
+    async def request(self, *parts: str | int | bytes) -> Any:
+        out = bytearray(b"*%d\r\n" % len(parts))
+        for part in parts:
+            raw = part if isinstance(part, bytes) else str(part).encode()
+            out += b"$%d\r\n%s\r\n" % (len(raw), raw)
+        await self.stream.send(bytes(out))
+        return await self._reply()
+
+    async def _line(self) -> bytes:
+        while True:
+            end = self.buffer.find(b"\r\n")
+            if end >= 0:
+                line = bytes(self.buffer[:end])
+                del self.buffer[: end + 2]
+                return line
+            self.buffer += await self.stream.receive()
+
+    async def _exactly(self, size: int) -> bytes:
+        while len(self.buffer) < size + 2:
+            self.buffer += await self.stream.receive()
+        data = bytes(self.buffer[:size])
+        del self.buffer[: size + 2]
+        return data
+
+    async def _reply(self) -> Any:
+        line = await self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise _ReplyError(rest.decode(errors="replace"))
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            size = int(rest)
+            return None if size < 0 else await self._exactly(size)
+        if kind == b"*":
+            count = int(rest)
+            return None if count < 0 else [await self._reply() for _ in range(count)]
+        raise CoordinationError(f"Redis sent a reply toolsched cannot read: {line[:80]!r}")
+
+
+class _ReplyError(Exception):
+    """Redis answered a command with an error reply."""
+
+
+@dataclass(slots=True)
+class _Link:
+    """The connections to Redis of one event loop (internal)."""
+
+    idle: list[_Connection] = field(default_factory=list)
+    # At most this many connections of the loop in use at once: the rest of the commands queue for one.
+    gate: anyio.Semaphore = field(default_factory=lambda: anyio.Semaphore(_MAX_CONNECTIONS))
+    down_until: float = -math.inf
+    warned: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Keys:
+    circuit: str
+    slots: str
+    rate: str
+
+
+class RedisCoordination:
+    """Shares every tool's ``rate_limit``, ``circuit`` and ``max_concurrency`` through one Redis server.
+
+    ``url``: ``redis://[:password@]host[:port][/db]`` (TLS is not supported). Processes with the
+    same server and ``namespace`` share their tools' limits, by tool name. ``lease`` is how long a
+    concurrency slot (or a circuit's probe) outlives a worker that died holding it, in seconds;
+    a running call renews its slot every third of it. ``on_unavailable``: ``"local"`` falls back
+    to per-process limits while Redis cannot be reached, ``"refuse"`` answers calls ``unavailable``.
+    Bad options raise ``OptionError``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        namespace: str = "toolsched",
+        on_unavailable: Literal["local", "refuse"] = "local",
+        lease: float = 10.0,
+        connect_timeout: float = 1.0,
+    ) -> None:
+        if not isinstance(url, str):
+            raise OptionError(f"RedisCoordination(url=...) must be a redis:// URL string, got {url!r}")
+        parts = urlsplit(url)
+        if parts.scheme != "redis" or not parts.hostname:
+            raise OptionError(f"RedisCoordination(url=...) must be redis://host[:port][/db], got {url!r}")
+        try:
+            port = parts.port or 6379
+        except ValueError:
+            raise OptionError(f"RedisCoordination(url=...) has a bad port: {url!r}") from None
+        path = parts.path.strip("/")
+        if path and not path.isdigit():
+            raise OptionError(f"RedisCoordination(url=...) database must be a number, got {path!r}")
+        if not isinstance(namespace, str) or not namespace or any(c.isspace() for c in namespace):
+            raise OptionError(f"RedisCoordination(namespace=...) must be a non-empty word, got {namespace!r}")
+        if on_unavailable not in ("local", "refuse"):
+            raise OptionError(
+                f"RedisCoordination(on_unavailable=...) must be 'local' or 'refuse', got {on_unavailable!r}"
+            )
+        for name, value in (("lease", lease), ("connect_timeout", connect_timeout)):
+            fault = numeric_fault(value, integer=False, least=0, above=True)
+            if fault is not None:
+                raise OptionError(f"RedisCoordination({name}=...) must be {fault}, got {shown(value)}")
+        self.url = url
+        self.namespace = namespace
+        self.on_unavailable: Literal["local", "refuse"] = on_unavailable
+        self.lease = float(lease)
+        self.connect_timeout = float(connect_timeout)
+        self._host = parts.hostname
+        self._port = port
+        self._password = unquote(parts.password) if parts.password else None
+        self._db = int(path) if path else 0
+        self._links: dict[object, _Link] = {}
+        # Round trips to Redis made by this process (read by benches/fleet.py).
+        self.round_trips = 0
+
+    def __repr__(self) -> str:
+        return f"RedisCoordination({self._host}:{self._port}, namespace={self.namespace!r})"
+
+    # -- the connection ----------------------------------------------------------
+
+    def _link(self) -> _Link:
+        loop = anyio.lowlevel.current_token().native_token
+        link = self._links.get(loop)
+        if link is None:
+            link = self._links[loop] = _Link()
+        return link
+
+    async def _connect(self) -> _Connection:
+        with anyio.fail_after(self.connect_timeout):
+            stream = await anyio.connect_tcp(self._host, self._port)
+            connection = _Connection(stream)
+            if self._password is not None:
+                await connection.request("AUTH", self._password)
+            if self._db:
+                await connection.request("SELECT", self._db)
+        return connection
+
+    async def _call(self, *parts: str | int | bytes) -> Any:
+        """One command on an idle connection of this event loop (a new one when none is idle and fewer than
+        ``_MAX_CONNECTIONS`` are in use; otherwise it waits for one)."""
+        link = self._link()
+        if anyio.current_time() < link.down_until:
+            raise CoordinationError("Redis was unreachable a moment ago")
+        async with link.gate:
+            return await self._call_on(link, parts)
+
+    async def _call_on(self, link: _Link, parts: tuple[str | int | bytes, ...]) -> Any:
+        try:
+            connection = link.idle.pop() if link.idle else await self._connect()
+        except (OSError, TimeoutError, _ReplyError) as exc:
+            link.down_until = anyio.current_time() + _RETRY_CONNECT
+            raise CoordinationError(f"cannot reach Redis at {self._host}:{self._port}: {exc}") from exc
+        self.round_trips += 1
+        try:
+            reply = await connection.request(*parts)
+        except _ReplyError:
+            link.idle.append(connection)
+            raise
+        except (OSError, anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            await connection.stream.aclose()
+            raise CoordinationError(f"lost the connection to Redis at {self._host}:{self._port}: {exc}") from exc
+        except BaseException:
+            # Cancelled mid-reply: the connection's state is unknown, it is not reused.
+            with anyio.CancelScope(shield=True):
+                await connection.stream.aclose()
+            raise
+        link.idle.append(connection)
+        if link.warned:
+            link.warned = False
+            logger.info("Redis at %s:%s is reachable again: fleet-wide limits resumed", self._host, self._port)
+        return reply
+
+    async def _script(self, script: str, keys: tuple[str, ...], *args: str | int) -> Any:
+        try:
+            return await self._call("EVALSHA", _sha1(script), len(keys), *keys, *args)
+        except _ReplyError as exc:
+            if not str(exc).startswith("NOSCRIPT"):
+                raise CoordinationError(f"Redis refused a script: {exc}") from None
+        try:
+            return await self._call("EVAL", script, len(keys), *keys, *args)
+        except _ReplyError as exc:
+            raise CoordinationError(f"Redis refused a script: {exc}") from None
+
+    def _keys(self, tool_name: str) -> _Keys:
+        base = f"{self.namespace}:{{{tool_name}}}"
+        return _Keys(f"{base}:circuit", f"{base}:slots", f"{base}:rate")
+
+    def _unavailable(self, exc: CoordinationError, emit: Callable[[Any], object] | None) -> None:
+        """Reports an outage once (a warning and a ``CoordinationUnavailable`` event)."""
+        link = self._link()
+        if link.warned:
+            return
+        link.warned = True
+        fallback = "per-process limits" if self.on_unavailable == "local" else "calls answered unavailable"
+        warnings.warn(f"fleet-wide limits unavailable ({exc}): {fallback}", RuntimeWarning, stacklevel=2)
+        if emit is not None:
+            from toolsched._values.events import CoordinationUnavailable
+
+            emit(CoordinationUnavailable(str(exc), self.on_unavailable))
+
+    # -- one attempt --------------------------------------------------------------
+
+    async def _admit(self, tool: Tool, lease_id: str) -> tuple[int, int, int]:
+        rate, circuit, cap = tool.rate_limit, tool.circuit, tool.max_concurrency
+        keys = self._keys(tool.name)
+        lease_ms = max(1, round(self.lease * 1000))
+        interval = tolerance = 0
+        if rate is not None:
+            interval = max(1, round(rate.per / rate.calls * 1_000_000))
+            tolerance = (rate.size - 1) * interval
+        reply = await self._script(
+            _ADMIT,
+            (keys.circuit, keys.slots, keys.rate),
+            lease_id,
+            0,
+            0 if circuit is None else circuit.failures,
+            0 if circuit is None else round(circuit.cooldown * 1000),
+            max(lease_ms, 0 if circuit is None else round(circuit.cooldown * 1000)),
+            cap or 0,
+            lease_ms,
+            interval,
+            tolerance,
+        )
+        code, amount, failures = (int(part) for part in reply)
+        return code, amount, failures
+
+    async def _renew(self, tool_name: str, lease_id: str) -> None:
+        lease_ms = max(1, round(self.lease * 1000))
+        slots = self._keys(tool_name).slots
+        while True:
+            await anyio.sleep(self.lease / 3)
+            try:
+                await self._script(_RENEW, (slots,), lease_id, lease_ms)
+            except CoordinationError:
+                continue
+
+    async def run_attempt(
+        self,
+        tool: Tool,
+        retry_on: Any,
+        invoke: Callable[[], Awaitable[Any]],
+        emit: Callable[[Any], object] | None,
+        local: Resilience | None,
+    ) -> Any:
+        """Runs one attempt of ``tool`` under the fleet's limits (or the fallback when Redis is unreachable)."""
+        lease_id = secrets.token_hex(8) if tool.max_concurrency is not None else ""
+        poll = _SLOT_POLL[0]
+        while True:
+            try:
+                code, amount, failures = await self._admit(tool, lease_id or "-")
+            except CoordinationError as exc:
+                self._unavailable(exc, emit)
+                if self.on_unavailable == "refuse":
+                    raise FleetUnavailable(
+                        f"`{tool.name}` is unavailable: its fleet-wide limits cannot be checked ({exc})"
+                    ) from None
+                return await _local_attempt(tool, retry_on, invoke, local)
+            if code == -1:
+                circuit = tool.circuit
+                assert circuit is not None
+                raise CircuitOpen(
+                    f"`{tool.name}` is unavailable: {circuit.failures} calls in a row failed transiently, so its "
+                    f"calls are refused for {amount / 1000:.1f} more seconds"
+                )
+            if code != -2:
+                break
+            await anyio.sleep(poll * (0.5 + random.random()))
+            poll = min(_SLOT_POLL[1], poll * 2)
+        probe = code == 1
+        outcome = "none"
+        try:
+            if amount > 0:
+                await anyio.sleep(amount / 1_000_000)
+            if lease_id:
+                async with anyio.create_task_group() as renewals:
+                    renewals.start_soon(self._renew, tool.name, lease_id)
+                    try:
+                        output = await invoke()
+                    except Exception as exc:
+                        outcome = "transient" if is_transient(exc, retry_on) else "other"
+                        raise _Failed(exc) from None
+                    finally:
+                        renewals.cancel_scope.cancel()
+            else:
+                try:
+                    output = await invoke()
+                except Exception as exc:
+                    outcome = "transient" if is_transient(exc, retry_on) else "other"
+                    raise
+            outcome = "success"
+            return output
+        except _Failed as failed:
+            raise failed.error from None
+        except BaseException as exc:
+            if outcome == "none" and _is_timeout(exc):
+                outcome = "transient"
+            raise
+        finally:
+            if lease_id or (tool.circuit is not None and (probe or failures > 0 or outcome == "transient")):
+                with anyio.CancelScope(shield=True):
+                    await self._settle(tool, lease_id, outcome, probe)
+
+    async def _settle(self, tool: Tool, lease_id: str, outcome: str, probe: bool) -> None:
+        circuit = tool.circuit
+        keys = self._keys(tool.name)
+        try:
+            with anyio.move_on_after(self.connect_timeout):
+                await self._script(
+                    _SETTLE,
+                    (keys.circuit, keys.slots),
+                    lease_id,
+                    outcome,
+                    1 if probe else 0,
+                    0 if circuit is None else circuit.failures,
+                    0 if circuit is None else round(circuit.cooldown * 1000),
+                )
+        except CoordinationError:
+            # The slot's lease expires by itself; the outcome is lost to the circuit.
+            return
+
+
+class _Failed(Exception):
+    """Carries a body's failure out of the renewal task group unwrapped (internal)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    """Whether a cancellation is the call's own deadline (``move_on_after`` of the call's scope)."""
+    return (
+        isinstance(exc, anyio.get_cancelled_exc_class()) and anyio.current_effective_deadline() <= anyio.current_time()
+    )
+
+
+async def _local_attempt(
+    tool: Tool, retry_on: Any, invoke: Callable[[], Awaitable[Any]], local: Resilience | None
+) -> Any:
+    """One attempt under this process's own rate limit and circuit (the fallback while Redis is unreachable)."""
+    if local is None:
+        return await invoke()
+    probe = local.admit()
+    if probe is None:
+        raise CircuitOpen(f"`{tool.name}` is unavailable: its circuit is open in this process")
+    try:
+        if not local.paced():
+            await local.pace()
+        try:
+            output = await invoke()
+        except Exception as exc:
+            local.record("transient" if is_transient(exc, retry_on) else "other", probe)
+            probe = False
+            raise
+        local.record("success", probe)
+        probe = False
+        return output
+    finally:
+        if probe:
+            local.release_probe()
+
+
+def guarded(
+    coordination: RedisCoordination,
+    tool: Tool,
+    facts: ToolFacts,
+    invoke: Callable[[Any, Any], Awaitable[Any]],
+    emit: Callable[[Any], object] | None,
+) -> Callable[[Any, Any], Awaitable[Any]]:
+    """``invoke`` with each attempt under the fleet's limits for ``tool`` (the executor's hook, internal)."""
+    retry_on = tool.retry
+    local = facts.resilience() if facts.policies is not None else None
+
+    async def invoke_guarded(args: Any, ctx: Any) -> Any:
+        return await coordination.run_attempt(tool, retry_on, lambda: invoke(args, ctx), emit, local)
+
+    return invoke_guarded
+
+
+def now_ms() -> float:
+    """Wall-clock milliseconds (for tests and benches that compare with the server's clock)."""
+    return time.time() * 1000

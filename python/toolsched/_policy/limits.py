@@ -1,0 +1,306 @@
+"""Retries the model sees and the limits of an agent run: ``ModelRetry`` and ``Limits``.
+
+A tool (or its ``validate_input``) raises ``ModelRetry(message)`` to have the
+call answered ``error_kind="model_retry"`` with that message for the model.
+Each tool's ``max_model_retries`` (default 3) bounds how many ``model_retry``,
+``invalid_input`` and ``semantic_error`` answers it gets within one run; once
+a tool has had that many, its next calls are answered ``retries_exhausted``
+without running.
+
+``Limits`` holds the caps of an agent run and its counts: pass the same object
+to ``run`` / ``stream`` / ``resume`` on every turn of the run (the loops do).
+Counts are taken when a call is admitted, before anything of it is awaited, so
+calls of one turn that run concurrently never go past a cap. A call is counted
+once by its ID: resuming or recovering a run does not count its calls again.
+Runs that share one ``Limits`` share its budget; ``copy.copy(limits)`` gives a
+``Limits`` with the same caps and the counts so far, counted apart from then on,
+and ``limits.fresh()`` one with the same caps and no counts.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+from toolsched._values.calls import ToolCall
+from toolsched._values.digest import args_digest
+from toolsched._values.numeric_options import numeric_fault, shown
+from toolsched._values.results import ToolResult
+from toolsched.errors import OptionError
+
+if TYPE_CHECKING:
+    from toolsched._executor.turn import Job, Turn
+
+__all__ = ["RETRY_KINDS", "Limits", "ModelRetry", "active_limits", "limits_in_force"]
+
+# The answers that count against a tool's ``max_model_retries``.
+RETRY_KINDS = frozenset({"model_retry", "invalid_input", "semantic_error"})
+# The answers of a limit: the call was not made.
+_LIMIT_KINDS = frozenset({"limit_exceeded", "retries_exhausted"})
+
+_PREVIEW_CHARS = 200
+
+
+class ModelRetry(Exception):
+    """Raised by a tool body or ``validate_input``: the call is answered ``model_retry`` with ``message``,
+    for the model to fix its call."""
+
+    def __init__(self, message: str) -> None:
+        if not isinstance(message, str):
+            raise TypeError(f"ModelRetry(message) takes a string for the model, got {type(message).__name__}")
+        super().__init__(message)
+        self.message = message
+
+
+def _cap(field: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    fault = numeric_fault(value, integer=True, above=False, most=None, infinite=False)
+    if fault is not None:
+        raise OptionError(f"Limits({field}=...) must be None or {fault}; got {shown(value)}")
+    return int(value)
+
+
+class Limits:
+    """Caps on one agent run's calls, and the run's counts (see the module's docstring).
+
+    - ``max_calls``: calls admitted in the run, every tool together;
+    - ``max_calls_per_tool``: an int (the same cap for every tool) or a mapping of tool name to cap;
+    - ``max_model_retries``: overrides every tool's ``max_model_retries``;
+    - ``max_repeats``: how many times the same call (tool and canonical arguments) may run.
+
+    Each cap is ``None`` (no cap) or a whole number >= 0; anything else raises ``OptionError``.
+    """
+
+    __slots__ = (
+        "_calls",
+        "_counted",
+        "_lock",
+        "_repeats",
+        "_retries",
+        "_tool_calls",
+        "max_calls",
+        "max_calls_per_tool",
+        "max_model_retries",
+        "max_repeats",
+    )
+
+    def __init__(
+        self,
+        max_calls: int | None = None,
+        max_calls_per_tool: int | Mapping[str, int] | None = None,
+        max_model_retries: int | None = None,
+        max_repeats: int | None = None,
+    ) -> None:
+        self.max_calls = _cap("max_calls", max_calls)
+        per_tool: int | dict[str, int] | None
+        if isinstance(max_calls_per_tool, Mapping):
+            per_tool = {}
+            for name, cap in max_calls_per_tool.items():
+                if not isinstance(name, str) or not name:
+                    raise OptionError(f"Limits(max_calls_per_tool=...) keys must be tool names; got {name!r}")
+                checked = _cap(f"max_calls_per_tool[{name!r}]", cap)
+                if checked is None:
+                    raise OptionError(f"Limits(max_calls_per_tool[{name!r}]) must be a whole number >= 0; got None")
+                per_tool[name] = checked
+        else:
+            if isinstance(max_calls_per_tool, (str, bytes)) or not (
+                max_calls_per_tool is None or isinstance(max_calls_per_tool, int)
+            ):
+                raise OptionError(
+                    "Limits(max_calls_per_tool=...) must be None, a whole number or a mapping of tool name to "
+                    f"a whole number; got {shown(max_calls_per_tool)}"
+                )
+            per_tool = _cap("max_calls_per_tool", max_calls_per_tool)
+        self.max_calls_per_tool = per_tool
+        self.max_model_retries = _cap("max_model_retries", max_model_retries)
+        self.max_repeats = _cap("max_repeats", max_repeats)
+        self._lock = threading.Lock()
+        self._calls = 0
+        self._tool_calls: dict[str, int] = {}
+        self._retries: dict[str, int] = {}
+        # (tool, args digest) -> [times admitted, preview of what it returned last]
+        self._repeats: dict[tuple[str, str], list[Any]] = {}
+        # Call ID -> the (tool, args digest) it was counted under: a resumed call counts once.
+        self._counted: dict[str, tuple[str, str]] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"Limits(max_calls={self.max_calls!r}, max_calls_per_tool={self.max_calls_per_tool!r}, "
+            f"max_model_retries={self.max_model_retries!r}, max_repeats={self.max_repeats!r})"
+        )
+
+    def __copy__(self) -> Limits:
+        twin = self.fresh()
+        with self._lock:
+            twin._calls = self._calls
+            twin._tool_calls = dict(self._tool_calls)
+            twin._retries = dict(self._retries)
+            twin._repeats = {key: list(value) for key, value in self._repeats.items()}
+            twin._counted = dict(self._counted)
+        return twin
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Limits:
+        return copy.copy(self)
+
+    def fresh(self) -> Limits:
+        """A ``Limits`` with the same caps and no counts (for a new agent run)."""
+        return Limits(self.max_calls, self.max_calls_per_tool, self.max_model_retries, self.max_repeats)
+
+    @property
+    def calls(self) -> int:
+        """Calls admitted in the run so far."""
+        return self._calls
+
+    def calls_of(self, tool_name: str) -> int:
+        """Calls of ``tool_name`` admitted in the run so far."""
+        return self._tool_calls.get(tool_name, 0)
+
+    def retries_of(self, tool_name: str) -> int:
+        """``model_retry``, ``invalid_input`` and ``semantic_error`` answers ``tool_name`` had in the run."""
+        return self._retries.get(tool_name, 0)
+
+    def _tool_cap(self, tool_name: str) -> int | None:
+        caps = self.max_calls_per_tool
+        if isinstance(caps, dict):
+            return caps.get(tool_name)
+        return caps
+
+    def retry_budget(self, tool_name: str, tool_budget: int) -> int:
+        return tool_budget if self.max_model_retries is None else self.max_model_retries
+
+    def exhausted(self, tool_name: str, tool_budget: int) -> str | None:
+        """The ``retries_exhausted`` message for ``tool_name`` once its retry budget is spent, else None."""
+        with self._lock:
+            return self._exhausted(tool_name, tool_budget)
+
+    def _exhausted(self, tool_name: str, tool_budget: int) -> str | None:
+        retries = self._retries.get(tool_name, 0)
+        if retries < self.retry_budget(tool_name, tool_budget):
+            return None
+        return (
+            f"`{tool_name}` was answered with errors to fix {retries} times in this run, its limit: "
+            "it is not called again in this run; stop calling it and answer with what you have"
+        )
+
+    def admit(
+        self, call_id: str, tool_name: str, args: Any, tool_budget: int, *, resumed: bool = False
+    ) -> tuple[str, str] | None:
+        """Counts one call, or refuses it: ``(error kind, message)`` when it must not run.
+
+        A resumed call (``resumed``) this ``Limits`` already counted is let through uncounted.
+        """
+        with self._lock:
+            if resumed and call_id in self._counted:
+                return None
+            exhausted = self._exhausted(tool_name, tool_budget)
+            if exhausted is not None:
+                return "retries_exhausted", exhausted
+            if self.max_calls is not None and self._calls >= self.max_calls:
+                return (
+                    "limit_exceeded",
+                    f"the call to `{tool_name}` was not run: this run's limit of {self.max_calls} tool calls is "
+                    "reached; make no more tool calls and answer with what you have",
+                )
+            cap = self._tool_cap(tool_name)
+            made = self._tool_calls.get(tool_name, 0)
+            if cap is not None and made >= cap:
+                return (
+                    "limit_exceeded",
+                    f"the call to `{tool_name}` was not run: `{tool_name}` may be called {cap} times in this run "
+                    "and that is reached; use another tool or answer with what you have",
+                )
+            key = (tool_name, args_digest(args))
+            seen = self._repeats.get(key)
+            if self.max_repeats is not None and seen is not None and seen[0] >= self.max_repeats:
+                before = seen[1] if seen[1] is not None else "(its answer is given in this same turn)"
+                return (
+                    "limit_exceeded",
+                    f"the call to `{tool_name}` was not run: the same call with the same arguments was already "
+                    f"made {seen[0]} times in this run; it returned: {before}",
+                )
+            self._calls += 1
+            self._tool_calls[tool_name] = made + 1
+            if seen is None:
+                self._repeats[key] = [1, None]
+            else:
+                seen[0] += 1
+            self._counted[call_id] = key
+            return None
+
+    def settle(self, results: Sequence[ToolResult]) -> None:
+        """Takes a turn's answers into the counts: retries per tool, what each repeated call returned."""
+        with self._lock:
+            for result in results:
+                self._settle(result)
+
+    def carry(self, results: Sequence[ToolResult], calls: Sequence[ToolCall]) -> None:
+        """Takes answers from an earlier part of the run (a journal, a resumed state) into the counts.
+
+        A call this ``Limits`` has not counted yet counts as made (unless a limit answered it) and its answer
+        is settled; one it counted was settled when it was answered.
+        """
+        arguments = {call.id: call.args for call in calls}
+        with self._lock:
+            for result in results:
+                if result.call_id in self._counted:
+                    continue
+                if result.error_kind not in _LIMIT_KINDS:
+                    made = (result.tool_name, args_digest(arguments.get(result.call_id, {})))
+                    self._calls += 1
+                    self._tool_calls[result.tool_name] = self._tool_calls.get(result.tool_name, 0) + 1
+                    self._repeats.setdefault(made, [0, None])[0] += 1
+                    self._counted[result.call_id] = made
+                self._settle(result)
+
+    def _settle(self, result: ToolResult) -> None:
+        if result.error_kind in RETRY_KINDS:
+            self._retries[result.tool_name] = self._retries.get(result.tool_name, 0) + 1
+        counted = self._counted.get(result.call_id)
+        if counted is not None and counted in self._repeats:
+            self._repeats[counted][1] = _preview(result)
+
+
+def _preview(result: ToolResult) -> str:
+    if result.is_error:
+        text = f"an error ({result.error_kind}): {result.error}"
+    else:
+        text = repr(result.output) if not isinstance(result.output, str) else result.output
+    return text if len(text) <= _PREVIEW_CHARS else text[:_PREVIEW_CHARS] + "…"
+
+
+_active: ContextVar[Limits | None] = ContextVar("toolsched_limits", default=None)
+
+
+def active_limits() -> Limits | None:
+    """The ``Limits`` of the run in progress in this context, if it was given one."""
+    return _active.get()
+
+
+@contextmanager
+def limits_in_force(limits: Limits | None) -> Iterator[None]:
+    """Makes ``limits`` the run's for the block (checked: a ``Limits`` or None)."""
+    if limits is not None and not isinstance(limits, Limits):
+        raise OptionError(f"limits= takes a ts.Limits or None, got {type(limits).__name__}")
+    token = _active.set(limits)
+    try:
+        yield
+    finally:
+        _active.reset(token)
+
+
+async def limit_jobs(jobs: list[Job], turn: Turn, limits: Limits, *, resumed: bool = False) -> list[Job]:
+    """Counts the turn's calls against ``limits``, in model order; a refused call is answered, not run."""
+    passed = []
+    for job in jobs:
+        refusal = limits.admit(job.call.id, job.tool.name, job.args, job.tool.max_model_retries, resumed=resumed)
+        if refusal is None:
+            passed.append(job)
+        else:
+            kind, message = refusal
+            await turn.answer(job.slot, job.call, job.tool.name, kind, message)  # type: ignore[arg-type]
+    return passed

@@ -1,0 +1,106 @@
+"""What a saved run holds, call by call: the records a ``RunState`` is made of (and a nested run's record)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from toolsched._values.calls import Duplicate
+from toolsched._values.digest import args_digest
+from toolsched._values.results import ToolResult
+
+if TYPE_CHECKING:
+    from toolsched._policy.runstate import RunState
+
+__all__ = [
+    "STATUSES",
+    "CallRecord",
+    "CallSignature",
+    "ChildRecord",
+    "DecisionTarget",
+    "Status",
+    "StepEntry",
+    "TurnEntry",
+    "call_signature",
+]
+
+Status = Literal["done", "pending", "approved", "rejected", "nested"]
+STATUSES = ("done", "pending", "approved", "rejected", "nested")
+
+
+CallSignature = tuple[tuple[str, str, str], ...]
+
+
+def call_signature(calls: Any) -> CallSignature:
+    """What identifies a turn's calls on replay: each call's ID, tool name and argument digest."""
+    return tuple((call.id, call.name, args_digest(call.args)) for call in calls)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEntry:
+    """A child turn that completed before its run was interrupted: replayed on resume, never run again."""
+
+    calls: CallSignature
+    results: tuple[ToolResult, ...]
+    duplicates: tuple[Duplicate, ...] = ()
+    steering_messages: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StepEntry:
+    """The value of a step (``ChildRun.step``) taken before the nested run was interrupted."""
+
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRecord:
+    """The nested run of a call that waits (internal): what happened in it, and where it stopped.
+
+    ``journal`` holds the steps and completed child turns in order;
+    ``waiting`` identifies the child turn that was interrupted, and ``state``
+    is that turn's own run state.
+    """
+
+    state: RunState
+    journal: tuple[TurnEntry | StepEntry, ...]
+    waiting: CallSignature
+
+    def copy(self) -> ChildRecord:
+        return replace(self, state=self.state.copy(), journal=copy.deepcopy(self.journal))
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One call of a saved run (internal). ``args`` is the input as the model sent it.
+
+    A ``done`` record holds its result; the others hold the request a person
+    sees (``request_args``, ``reason``, ``digest``) and, once decided, the
+    decision. A ``nested`` record is a call that was admitted and ran, and
+    whose nested run (``child``) waits for decisions.
+    """
+
+    call_id: str
+    name: str
+    args: Any
+    status: Status
+    result: ToolResult | None = None
+    tool: str | None = None
+    fingerprint: str | None = None
+    request_args: Any = None
+    reason: str | None = None
+    digest: str | None = None
+    message: str | None = None
+    child: ChildRecord | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionTarget:
+    """A call that a decision by ID could reach (internal): the run state holding it and its ID there."""
+
+    state: RunState
+    call_id: str
+    tool_name: str
+    # The prefixed ID of the call whose nested run holds it; None for a call of the top-level run.
+    parent_call_id: str | None

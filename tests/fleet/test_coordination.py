@@ -1,0 +1,289 @@
+"""Fleet-wide limits on a real Redis server (tests/redis_server.sh gives its address in TOOLSCHED_TEST_REDIS_URL).
+
+Without the server these tests fail rather than skip, so that a CI run never passes without them.
+Processes are real child processes (tests/support/fleet_child.py) where the limit must hold across them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import toolsched as ts
+
+URL_VARIABLE = "TOOLSCHED_TEST_REDIS_URL"
+CHILD = Path(__file__).parents[1] / "support" / "fleet_child.py"
+
+pytestmark = pytest.mark.anyio
+
+
+def redis_url() -> str:
+    url = os.environ.get(URL_VARIABLE)
+    if not url:
+        pytest.fail(f"{URL_VARIABLE} is not set: run the tests under tests/redis_server.sh (as `make test` does)")
+    return url
+
+
+def namespace() -> str:
+    return f"test-{uuid.uuid4().hex}"
+
+
+def child(backend: str, url: str, space: str, mode: str, calls: int) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.Popen(
+        [sys.executable, str(CHILD), backend, url, space, mode, str(calls)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def lines_of(process: subprocess.Popen[str]) -> list[str]:
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, out
+    return out.splitlines()
+
+
+def times(lines: list[str], word: str) -> list[float]:
+    return [float(line.split()[1]) for line in lines if line.startswith(word + " ")]
+
+
+# -- options ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"url": "http://x"}, "redis://"),
+        ({"url": 5}, "redis:// URL"),
+        ({"url": "redis://h:99999"}, "bad port"),
+        ({"url": "redis://h/zero"}, "database"),
+        ({"url": "redis://h", "namespace": ""}, "namespace"),
+        ({"url": "redis://h", "on_unavailable": "ignore"}, "on_unavailable"),
+        ({"url": "redis://h", "lease": 0}, "lease"),
+        ({"url": "redis://h", "lease": float("nan")}, "lease"),
+    ],
+)
+def test_bad_options_are_refused_readably(kwargs: dict[str, Any], message: str) -> None:
+    url = kwargs.pop("url")
+    with pytest.raises(ts.OptionError, match=message):
+        ts.RedisCoordination(url, **kwargs)
+
+
+def test_coordination_must_be_a_redis_coordination() -> None:
+    with pytest.raises(ts.OptionError, match="RedisCoordination"):
+        ts.Executor([], coordination="redis://localhost")  # type: ignore[arg-type]
+
+
+# -- across processes ------------------------------------------------------------------
+
+
+def test_rate_limit_is_shared_by_two_processes(anyio_backend: str) -> None:
+    """RateLimit(20, per=1, burst=1) for the fleet: 20 starts from two processes span at least 19 intervals
+    (each process alone would start its 10 in half that)."""
+    url, space = redis_url(), namespace()
+    workers = [child(anyio_backend, url, space, "rate", 10) for _ in range(2)]
+    starts = sorted(t for worker in workers for t in times(lines_of(worker), "start"))
+    assert len(starts) == 20
+    assert starts[-1] - starts[0] >= 19 * 0.05 * 0.9
+
+
+def test_concurrency_slots_are_shared_by_two_processes(anyio_backend: str) -> None:
+    """max_concurrency=2 for the fleet: never more than 2 calls in flight across both processes."""
+    url, space = redis_url(), namespace()
+    workers = [child(anyio_backend, url, space, "slots", 4) for _ in range(2)]
+    edges: list[tuple[float, int]] = []
+    for worker in workers:
+        lines = lines_of(worker)
+        edges += [(t, 1) for t in times(lines, "start")] + [(t, -1) for t in times(lines, "end")]
+    assert len(edges) == 16
+    in_flight = peak = 0
+    for _, step in sorted(edges, key=lambda edge: (edge[0], edge[1])):
+        in_flight += step
+        peak = max(peak, in_flight)
+    assert peak == 2
+
+
+async def test_a_killed_workers_slot_comes_back_within_its_lease(anyio_backend: str) -> None:
+    url, space = redis_url(), namespace()
+    holder = child(anyio_backend, url, space, "hold", 1)
+    assert holder.stdout is not None
+    line = await anyio.to_thread.run_sync(holder.stdout.readline)
+    while line and line.strip() != "ready":
+        line = await anyio.to_thread.run_sync(holder.stdout.readline)
+    assert line.strip() == "ready"
+    ran: list[str] = []
+
+    @ts.tool(name="fleet_tool", max_concurrency=1)
+    async def fleet_tool() -> str:
+        ran.append("ran")
+        return "ok"
+
+    executor = ts.Executor([fleet_tool], coordination=ts.RedisCoordination(url, namespace=space, lease=1.0))
+    # While the holder lives, its slot is held: a call waits.
+    with anyio.move_on_after(0.3) as waiting:
+        await executor.run([ts.ToolCall(id="early", name="fleet_tool", args={})])
+    assert waiting.cancelled_caught and ran == []
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    with anyio.fail_after(10):
+        outcome = await executor.run([ts.ToolCall(id="after", name="fleet_tool", args={})])
+    assert outcome.results[0].output == "ok" and ran == ["ran"]
+
+
+# -- the circuit -----------------------------------------------------------------------
+
+
+async def test_circuit_and_its_single_probe_are_shared(anyio_backend: str) -> None:
+    """Two executors with their own coordination objects (as two processes): one opens the circuit, the
+    other's calls are refused; after the cooldown exactly one call in the fleet probes; its success closes it."""
+    url, space = redis_url(), namespace()
+    ran: list[str] = []
+    release = anyio.Event()
+    mode = {"fail": True}
+
+    def make() -> ts.Executor:
+        @ts.tool(name="flaky", circuit=ts.CircuitBreaker(failures=2, cooldown=0.3))
+        async def flaky(tag: str) -> str:
+            ran.append(tag)
+            if mode["fail"]:
+                raise ts.Transient("downstream busy")
+            await release.wait()
+            return tag
+
+        return ts.Executor([flaky], coordination=ts.RedisCoordination(url, namespace=space))
+
+    first, second = make(), make()
+    for i in range(2):
+        result = (await first.run([ts.ToolCall(id=f"f{i}", name="flaky", args={"tag": f"f{i}"})])).results[0]
+        assert result.error_kind == "execution_error"
+    refused = (await second.run([ts.ToolCall(id="s", name="flaky", args={"tag": "s"})])).results[0]
+    assert refused.error_kind == "unavailable"
+    assert ran == ["f0", "f1"]
+    await anyio.sleep(0.35)
+    mode["fail"] = False
+    answers: dict[str, ts.ToolResult] = {}
+
+    async def call(executor: ts.Executor, tag: str) -> None:
+        answers[tag] = (await executor.run([ts.ToolCall(id=tag, name="flaky", args={"tag": tag})])).results[0]
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(call, first, "p1")
+        await anyio.sleep(0.1)
+        group.start_soon(call, second, "p2")
+        await anyio.sleep(0.1)
+        release.set()
+    assert ran == ["f0", "f1", "p1"]
+    assert answers["p1"].output == "p1"
+    assert answers["p2"].error_kind == "unavailable"
+    closed = (await second.run([ts.ToolCall(id="c", name="flaky", args={"tag": "c"})])).results[0]
+    assert closed.output == "c"
+
+
+# -- Redis unreachable -----------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def start_server(port: int, workdir: Path) -> subprocess.Popen[bytes]:
+    binary = os.environ.get("TOOLSCHED_TEST_REDIS_SERVER", "redis-server")
+    command = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--dir", str(workdir)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL)  # noqa: ASYNC220 (returns at once)
+    with anyio.fail_after(10):
+        while True:
+            try:
+                stream = await anyio.connect_tcp("127.0.0.1", port)
+            except OSError:
+                await anyio.sleep(0.05)
+                continue
+            await stream.aclose()
+            return server
+
+
+@pytest.mark.parametrize("on_unavailable", ["local", "refuse"])
+async def test_server_stopped_mid_run(anyio_backend: str, on_unavailable: str, tmp_path: Path) -> None:
+    redis_url()
+    port = free_port()
+    server = await start_server(port, tmp_path)
+    events: list[object] = []
+    try:
+
+        @ts.tool(name="paced", rate_limit=ts.RateLimit(100, per=1), max_concurrency=4)
+        async def paced(n: int) -> int:
+            return n
+
+        coordination = ts.RedisCoordination(
+            f"redis://127.0.0.1:{port}",
+            namespace=namespace(),
+            on_unavailable=on_unavailable,  # type: ignore[arg-type]
+            connect_timeout=0.5,
+        )
+        executor = ts.Executor([paced], coordination=coordination, on_event=events.append)
+        before = (await executor.run([ts.ToolCall(id="a", name="paced", args={"n": 1})])).results[0]
+        assert before.output == 1
+        trips = coordination.round_trips
+        assert trips >= 2
+    finally:
+        server.terminate()
+        server.wait()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with anyio.fail_after(10):
+            outcome = await executor.run([ts.ToolCall(id=f"b{i}", name="paced", args={"n": i}) for i in range(3)])
+    outages = [event for event in events if isinstance(event, ts.CoordinationUnavailable)]
+    assert len(outages) == 1 and outages[0].fallback == on_unavailable
+    assert any("fleet-wide limits unavailable" in str(w.message) for w in caught)
+    if on_unavailable == "local":
+        assert [result.output for result in outcome.results] == [0, 1, 2]
+    else:
+        assert {result.error_kind for result in outcome.results} == {"unavailable"}
+
+
+# -- namespaces ------------------------------------------------------------------------
+
+
+async def test_namespaces_do_not_share_limits(anyio_backend: str) -> None:
+    url = redis_url()
+    gate = anyio.Event()
+    holding = anyio.Event()
+    ran: list[str] = []
+
+    def make(space: str) -> ts.Executor:
+        # A tool object of its own for each executor, as in separate processes (no local limiter shared).
+        @ts.tool(name="single", max_concurrency=1)
+        async def single(tag: str) -> str:
+            ran.append(tag)
+            if tag == "held":
+                holding.set()
+                await gate.wait()
+            return tag
+
+        return ts.Executor([single], coordination=ts.RedisCoordination(url, namespace=space))
+
+    space = namespace()
+    holder, same, other = make(space), make(space), make(namespace())
+    async with anyio.create_task_group() as group:
+        group.start_soon(holder.run, [ts.ToolCall(id="h", name="single", args={"tag": "held"})])
+        await holding.wait()
+        with anyio.move_on_after(0.3) as waited:
+            await same.run([ts.ToolCall(id="s", name="single", args={"tag": "same"})])
+        assert waited.cancelled_caught
+        with anyio.fail_after(10):
+            result = (await other.run([ts.ToolCall(id="o", name="single", args={"tag": "other"})])).results[0]
+        assert result.output == "other"
+        gate.set()
+    assert ran == ["held", "other"]

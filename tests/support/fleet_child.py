@@ -1,0 +1,53 @@
+"""A worker process of the fleet tests: runs calls of one tool under fleet-wide limits.
+
+    python fleet_child.py BACKEND URL NAMESPACE MODE CALLS
+
+MODE ``rate``: RateLimit(20, per=1, burst=1); ``slots``: max_concurrency=2, each call 0.2 s;
+``hold``: max_concurrency=1 with a 1 s lease, one call that never ends. Prints ``start T`` and
+``end T`` (wall-clock seconds) for each call, then ``done``; ``ready`` once a ``hold`` call runs.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import anyio
+
+import toolsched as ts
+
+
+def main() -> None:
+    backend, url, namespace, mode, count = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    async def body() -> str:
+        say(f"start {time.time()}")
+        if mode == "hold":
+            say("ready")
+            await anyio.sleep_forever()
+        if mode == "slots":
+            await anyio.sleep(0.2)
+        say(f"end {time.time()}")
+        return "ok"
+
+    if mode == "rate":
+        tool = ts.tool(name="fleet_tool", rate_limit=ts.RateLimit(20, per=1, burst=1))(body)
+    else:
+        tool = ts.tool(name="fleet_tool", max_concurrency=2 if mode == "slots" else 1)(body)
+    lease = 1.0 if mode == "hold" else 10.0
+    coordination = ts.RedisCoordination(url, namespace=namespace, lease=lease, on_unavailable="refuse")
+    executor = ts.Executor([tool], strategy=ts.Parallel(), coordination=coordination)
+
+    async def run() -> None:
+        outcome = await executor.run([ts.ToolCall(id=f"c{i}", name="fleet_tool", args={}) for i in range(count)])
+        assert all(not result.is_error for result in outcome.results), outcome.results
+        say("done")
+
+    anyio.run(run, backend=backend)
+
+
+if __name__ == "__main__":
+    main()
