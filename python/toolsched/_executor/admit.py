@@ -16,7 +16,7 @@ from toolsched._executor.settings import format_error
 from toolsched._executor.turn import Held, Job, Turn, judge
 from toolsched._executor.view import Policy
 from toolsched._policy.hooks import HookTimeout, new_hook_event
-from toolsched._policy.limits import ModelRetry
+from toolsched._policy.limits import Limits, ModelRetry
 from toolsched._policy.permissions import resolve_permission
 from toolsched._policy.runstate import ApprovalRequest, RunState, records_by_id, standing_decision
 from toolsched._policy.state_records import CallRecord
@@ -304,3 +304,16 @@ async def _settle(
             return "deny", not_approved(tool.name, f"the approver returned {answer!r}")
     held.append(Held(job, reason, digest, fingerprint))
     return "ask", None
+
+
+async def limit_jobs(jobs: list[Job], turn: Turn, limits: Limits, *, resumed: bool = False) -> list[Job]:
+    """Counts the turn's calls against ``limits``, in model order; a refused call is answered, not run."""
+    passed = []
+    for job in jobs:
+        refusal = limits.admit(job.call.id, job.tool.name, job.args, job.tool.max_model_retries, resumed=resumed)
+        if refusal is None:
+            passed.append(job)
+        else:
+            kind, message = refusal
+            await turn.answer(job.slot, job.call, job.tool.name, kind, message)  # type: ignore[arg-type]
+    return passed

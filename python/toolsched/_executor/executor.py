@@ -25,7 +25,7 @@ from typing import Any, Literal, NamedTuple
 import anyio
 
 from toolsched._backends.backends import Backend
-from toolsched._executor.admit import admit, check_semantics, not_approved
+from toolsched._executor.admit import admit, check_semantics, limit_jobs, not_approved
 from toolsched._executor.detached import start_detached
 from toolsched._executor.durable import RunJournal
 from toolsched._executor.pool import raise_stopping
@@ -40,7 +40,7 @@ from toolsched._policy.coordination import RedisCoordination
 from toolsched._policy.guardrails import Guardrail
 from toolsched._policy.holds import resuming
 from toolsched._policy.hooks import Hooks
-from toolsched._policy.limits import Limits, active_limits, limit_jobs, limits_in_force
+from toolsched._policy.limits import Limits, active_limits, limits_in_force
 from toolsched._policy.permissions import Permissions
 from toolsched._policy.runstate import Approver, RunState, claim, unclaim, waiting_children
 from toolsched._policy.state_records import CallRecord

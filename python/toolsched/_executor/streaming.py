@@ -44,7 +44,7 @@ from typing import Any
 
 import anyio
 
-from toolsched._executor.admit import admit, check_semantics
+from toolsched._executor.admit import admit, check_semantics, limit_jobs
 from toolsched._executor.call import EXECUTION_FAILURES, SKIPPED, abort_reason, answer_unstarted, execute
 from toolsched._executor.durable import JournalFailed, RunJournal
 from toolsched._executor.online import Batch, Graph, Schedule
@@ -53,7 +53,7 @@ from toolsched._executor.settings import Settings, Steering
 from toolsched._executor.strategies import resolve_cap
 from toolsched._executor.turn import Held, Job, Plan, Turn, plan_calls
 from toolsched._executor.view import View
-from toolsched._policy.limits import active_limits, limit_jobs
+from toolsched._policy.limits import active_limits
 from toolsched._tools.resources import RunResources, current_resources
 from toolsched._values.calls import Duplicate, ToolCall, plain_call
 from toolsched._values.events import BatchFinished, BatchStarted, Event

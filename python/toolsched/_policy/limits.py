@@ -24,16 +24,13 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from toolsched._values.calls import ToolCall
 from toolsched._values.digest import args_digest
 from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError
-
-if TYPE_CHECKING:
-    from toolsched._executor.turn import Job, Turn
 
 __all__ = ["RETRY_KINDS", "Limits", "ModelRetry", "active_limits", "limits_in_force"]
 
@@ -291,16 +288,3 @@ def limits_in_force(limits: Limits | None) -> Iterator[None]:
         yield
     finally:
         _active.reset(token)
-
-
-async def limit_jobs(jobs: list[Job], turn: Turn, limits: Limits, *, resumed: bool = False) -> list[Job]:
-    """Counts the turn's calls against ``limits``, in model order; a refused call is answered, not run."""
-    passed = []
-    for job in jobs:
-        refusal = limits.admit(job.call.id, job.tool.name, job.args, job.tool.max_model_retries, resumed=resumed)
-        if refusal is None:
-            passed.append(job)
-        else:
-            kind, message = refusal
-            await turn.answer(job.slot, job.call, job.tool.name, kind, message)  # type: ignore[arg-type]
-    return passed
