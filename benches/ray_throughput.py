@@ -6,8 +6,10 @@ no usage reporting), then runs turns of ``--calls`` calls of a no-op tool and
 of a 10 ms tool through ``Executor.run`` with ``Parallel(max_concurrency=...)``,
 once with the bodies in this process and once on Ray, and beside them the same
 bodies as raw Ray tasks (``ray.remote`` with the same ``num_cpus``, at most
-``--concurrency`` in flight, each awaited on the event loop): the floor the Ray
-backend is measured against. It prints one row per combination: the best of
+``--concurrency`` in flight, each awaited on the event loop), and raw Ray as
+its users use it: submit ``--concurrency`` tasks, then ``ray.get`` them all,
+until ``--calls`` have run (``raw get``): the baseline the Ray backend is
+measured against. It prints one row per combination: the best of
 ``--repeat`` turns, as calls per second and as microseconds per call, and for
 the Ray backend its ratio to raw Ray. The first Ray turn of each tool is a
 warm-up (worker start, function export) and is not counted.
@@ -108,6 +110,33 @@ async def best_raw_turn(
     return best
 
 
+def best_raw_get_turn(
+    name: str, body: Callable[..., Any], calls: int, concurrency: int, cpus: float, repeat: int
+) -> float:
+    """Raw Ray as its users use it: submit ``concurrency`` tasks, ``ray.get`` them all, until ``calls`` ran."""
+    import ray
+
+    if inspect.iscoroutinefunction(body):
+        coroutine_function = body
+
+        def body() -> Any:
+            return asyncio.run(coroutine_function())
+
+    remote = ray.remote(num_cpus=cpus)(body)
+    arguments = ARGUMENTS.get(name, {})
+    ray.get([remote.remote(**arguments) for _ in range(min(calls, 50))])
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        left = calls
+        while left:
+            wave = min(left, concurrency)
+            ray.get([remote.remote(**arguments) for _ in range(wave)])
+            left -= wave
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
 async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     tools = make_tools(args.task_cpus)
     ray_backend = ts.RayBackend(
@@ -128,7 +157,20 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     }
     rows = []
     for name, member in tools.items():
+        if args.tools and name not in args.tools:
+            continue
         floor = await best_raw_turn(name, member.fn, args.calls, args.concurrency, args.task_cpus, args.repeat)
+        get_floor = best_raw_get_turn(name, member.fn, args.calls, args.concurrency, args.task_cpus, args.repeat)
+        rows.append(
+            {
+                "tool": name,
+                "backend": "raw get",
+                "calls": args.calls,
+                "concurrency": args.concurrency,
+                "calls_per_second": args.calls / get_floor,
+                "us_per_call": get_floor / args.calls * 1e6,
+            }
+        )
         rows.append(
             {
                 "tool": name,
@@ -150,6 +192,7 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "calls_per_second": args.calls / seconds,
                     "us_per_call": seconds / args.calls * 1e6,
                     "to_raw_ray": seconds / floor if backend == "ray" else None,
+                    "to_raw_get": seconds / get_floor if backend == "ray" else None,
                 }
             )
     return rows
@@ -162,6 +205,7 @@ def main() -> None:
     parser.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray cluster (default 2)")
     parser.add_argument("--task-cpus", type=float, default=1.0, help="num_cpus of each tool's Ray task (default 1)")
     parser.add_argument("--repeat", type=int, default=3, help="turns per row; the best counts (default 3)")
+    parser.add_argument("--tools", nargs="+", help="only these tools (default: every one)")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
     rows = asyncio.run(measure(args))
@@ -169,12 +213,13 @@ def main() -> None:
         f"{args.calls} calls per turn, Parallel(max_concurrency={args.concurrency}), "
         f"Ray cluster of {args.cpus} CPUs, num_cpus={args.task_cpus:g} per task"
     )
-    print(f"{'tool':<18}{'backend':<9}{'calls/s':>10}{'us/call':>10}{'to raw ray':>12}")
+    print(f"{'tool':<18}{'backend':<9}{'calls/s':>10}{'us/call':>10}{'to raw ray':>12}{'to raw get':>12}")
     for row in rows:
         ratio = "" if row.get("to_raw_ray") is None else f"{row['to_raw_ray']:.2f}x"
+        get_ratio = "" if row.get("to_raw_get") is None else f"{row['to_raw_get']:.2f}x"
         print(
             f"{row['tool']:<18}{row['backend']:<9}{row['calls_per_second']:>10,.0f}{row['us_per_call']:>10,.0f}"
-            f"{ratio:>12}"
+            f"{ratio:>12}{get_ratio:>12}"
         )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:

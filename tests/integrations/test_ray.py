@@ -683,3 +683,61 @@ async def test_integer_parameters_get_ints_on_ray_as_they_do_locally(cluster: No
     local = await ts.Executor([kind_of]).run(calls)
     assert remote.results[0].error is None
     assert remote.results[0].output == local.results[0].output == "int ['int', 'int']"
+
+
+@ts.tool(concurrency_safe=True, num_cpus=0.01, timeout=10.0)
+def stall_light(pid_file: str) -> str:
+    """Records its worker's PID, then runs far past its timeout (a sliver of a CPU: it starts among many)."""
+    Path(pid_file).write_text(str(os.getpid()))
+    time.sleep(120)
+    return "finished"
+
+
+@ts.tool(concurrency_safe=True, num_cpus=0.01, timeout=60.0)
+async def nap_or_fail(seconds: float, fail: bool = False) -> float:
+    await anyio.sleep(seconds)
+    if fail:
+        raise ValueError(f"failed after {seconds}")
+    return seconds
+
+
+async def test_many_calls_in_flight_share_one_waiter_and_each_keeps_its_answer_error_and_timeout(
+    cluster: None, tmp_path: Path
+) -> None:
+    """300 calls wait on Ray at once: each gets its own answer in order, one fails, one times out."""
+    backend = ts.RayBackend()
+    executor = ts.Executor(
+        [nap_or_fail, stall_light],
+        backends={"ray": backend},
+        default_backend="ray",
+        strategy=ts.Parallel(max_concurrency=300),
+    )
+    pid_file = tmp_path / "stall.pid"
+    calls = [ts.ToolCall(f"n{i}", "nap_or_fail", {"seconds": (i % 7) / 100, "fail": i == 150}) for i in range(300)]
+    calls.insert(40, ts.ToolCall("late", "stall_light", {"pid_file": str(pid_file)}))
+    waiters_before = [t for t in threading.enumerate() if t.name == "toolsched-ray-waiter"]
+    with anyio.fail_after(90):
+        outcome = await executor.run(calls)
+    assert [result.call_id for result in outcome.results] == [call.id for call in calls]
+    by_id = {result.call_id: result for result in outcome.results}
+    assert by_id["late"].error_kind == "timeout"
+    assert by_id["n150"].is_error and "failed after" in (by_id["n150"].error or "")
+    for i in range(300):
+        if i != 150:
+            assert by_id[f"n{i}"].output == (i % 7) / 100
+    # One waiting thread for this backend, not one per call.
+    waiters = [t for t in threading.enumerate() if t.name == "toolsched-ray-waiter" and t not in waiters_before]
+    assert len(waiters) == 1
+    # The timed-out call's Ray task was killed.
+    pid = int(pid_file.read_text())
+    with anyio.fail_after(30):
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            await anyio.sleep(0.05)
+    # Closing the backend stops its waiting thread.
+    backend.close()
+    waiters[0].join(timeout=10)
+    assert not waiters[0].is_alive()

@@ -24,9 +24,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 import anyio
-import anyio.lowlevel
 import anyio.to_thread
 
+from toolsched._backends.ray_waiting import RayWaiter
 from toolsched._backends.ray_worker import (
     AsyncToolWorker,
     Body,
@@ -277,29 +277,6 @@ class _Placement:
         self.busy = []
 
 
-async def _ray_result(reference: Any) -> Any:
-    """Waits for a Ray result without a thread: Ray's own future wakes this event loop when it is ready.
-
-    A thread per call in flight (``ray.get`` in a worker thread) capped throughput at the thread
-    hand-offs: ``python benches/ray_throughput.py`` measures both beside raw Ray tasks.
-    """
-    future = reference.future()
-    if not future.done():
-        ready = anyio.Event()
-        native: Any = anyio.lowlevel.current_token().native_token
-        call_soon = native.call_soon_threadsafe if hasattr(native, "call_soon_threadsafe") else native.run_sync_soon
-
-        def wake(_: Any) -> None:
-            try:
-                call_soon(ready.set)
-            except RuntimeError:
-                pass  # the event loop is gone: nobody waits any more
-
-        future.add_done_callback(wake)
-        await ready.wait()
-    return future.result()
-
-
 class RayBackend:
     """Runs tool bodies on a Ray cluster, as Ray tasks or on a pool of actors.
 
@@ -383,6 +360,7 @@ class RayBackend:
         if self.address is not None:
             _parse_address(self.address)
         self._placements: dict[Tool, _Placement] = {}
+        self._waiter = RayWaiter()
         self._connected = False
         self._lock = threading.Lock()
         self._connecting: threading.Thread | None = None
@@ -432,7 +410,7 @@ class RayBackend:
                 f"the call of `{tool.name}` cannot be sent to Ray: {type(exc).__name__}: {summary(exc)}"
             ) from exc
         try:
-            value, events = await _ray_result(reference)
+            value, events = await self._waiter.result(reference)
         except anyio.get_cancelled_exc_class():
             placement.cancel(reference, index)
             raise
@@ -537,6 +515,7 @@ class RayBackend:
         """Stops this backend's actors (Ray itself stays connected: other code may use it)."""
         for placement in self._placements.values():
             placement.close()
+        self._waiter.close()
 
     # -- errors ----------------------------------------------------------------
 
