@@ -239,7 +239,7 @@ class RunJournal:
         """
         for record in records:
             if record.status == "approved":
-                await self.write(record.call_id, "approved", {"args": record.request_args, "digest": record.digest})
+                await self.write(record.call_id, "approved", approval_payload(record))
             elif record.status == "rejected":
                 await self.write(record.call_id, "rejected", {"message": record.message})
             elif record.child is not None:
@@ -310,6 +310,24 @@ class RunJournal:
                 logger.warning("releasing run %s in the journal failed", self.run_id, exc_info=True)
         except Exception:
             logger.warning("releasing run %s in the journal failed", self.run_id, exc_info=True)
+
+
+def approval_payload(record: CallRecord) -> dict[str, Any]:
+    """What the journal holds for a call a person approved: the arguments it runs with and their digest; for
+    arguments the person edited, ``edited`` and what the model asked for (``requested``); the scope of a
+    standing approval given with it (``always``)."""
+    if record.edited_digest is None:
+        payload: dict[str, Any] = {"args": record.request_args, "digest": record.digest}
+    else:
+        payload = {
+            "args": record.edited_args,
+            "digest": record.edited_digest,
+            "edited": True,
+            "requested": {"args": record.request_args, "digest": record.digest},
+        }
+    if record.always is not None:
+        payload["always"] = record.always
+    return payload
 
 
 def nested_payload(call_id: str, args: Any, fingerprint: str, child: ChildRecord) -> dict[str, Any]:

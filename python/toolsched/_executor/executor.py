@@ -832,11 +832,27 @@ class Executor:
                 await resume_external(turn, slot, slot_calls[slot], record, journaled)
             else:
                 todo.append(slot)
+        # A call approved with a person's arguments is planned with them: checked against the schema and judged
+        # by the rules as they are, and answered as edited (``ToolResult.edited``).
+        edited = {slot for slot in todo if records[slot].edited_args is not None}
+        planned = [
+            ToolCall(records[slot].call_id, records[slot].name, records[slot].edited_args)
+            if slot in edited
+            else slot_calls[slot]
+            for slot in todo
+        ]
+        if edited:
+            turn.edited = frozenset(records[slot].call_id for slot in edited)
         # A state's call IDs are unique, so the plan has one slot per call, in order.
-        plan = plan_calls(settings, view, [slot_calls[slot] for slot in todo])
+        plan = plan_calls(settings, view, planned)
         jobs: list[Job] = []
         for slot, turn_slot in enumerate(todo):
             if slot in plan.refused:
+                kind, message = plan.refused[slot]
+                if turn_slot in edited and kind == "invalid_input":
+                    message = f"the arguments approved for this call are invalid, so it did not run: {message}"
+                    await turn.answer(turn_slot, plan.calls[slot], plan.tool_name(view, slot), kind, message)
+                    continue
                 await turn.answer_refused(plan, slot, turn_slot)
             else:
                 job = plan.job(view, slot, turn_slot)

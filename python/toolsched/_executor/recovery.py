@@ -121,6 +121,10 @@ async def recovered_jobs(
         if entry.state in ("pending", "approved")
         and (child := journaled_child(record.run_id, entry.call_id, entry.decision)) is not None
     }
+    # Calls a person approved with arguments of their own: they run with those, and their results say so.
+    edited = frozenset(entry.call_id for entry in record.calls if (entry.decision or {}).get("edited") is True)
+    if edited:
+        turn.edited = edited
     fresh: list[Job] = []
     ready: list[Job] = []
     held: list[Held] = []

@@ -38,7 +38,7 @@ from toolsched._values.effects import new_identity
 from toolsched._values.events import Event, ToolFinished, ToolStarted
 from toolsched._values.fastpath import slot_builder
 from toolsched._values.outcome import Outcome, new_outcome
-from toolsched._values.results import ErrorKind, ToolResult, error_result
+from toolsched._values.results import ErrorKind, ToolResult, edited_result, error_result
 from toolsched.errors import GuardrailTripped, UnknownToolError
 
 __all__ = [
@@ -346,6 +346,7 @@ class Turn:
         "context",
         "count",
         "durable",
+        "edited",
         "emit",
         "external",
         "failures",
@@ -414,6 +415,8 @@ class Turn:
         self.failures: list[tuple[int, ToolResult, BaseException | None]] | None = None
         # What the calls' idempotency keys derive from (``run_identity``), None until first needed.
         self.identity: str | None = None
+        # The calls a person approved with arguments of their own, by ID: their results say so. None when none were.
+        self.edited: frozenset[str] | None = None
 
     def carry(self, slot: int, result: ToolResult) -> None:
         """Takes over a result from an earlier part of the run (no events: it was reported then)."""
@@ -439,6 +442,8 @@ class Turn:
         """Answers a call that does not run (again) with an error result, journaled first in a durable run;
         ``attempts`` is how many times its tool had started on it (those a crashed run journaled)."""
         result = error_result(call.id, tool_name, kind, message, batch, attempts=attempts)
+        if self.edited is not None and call.id in self.edited:
+            result = edited_result(result)
         if self.durable is not None:
             await self.durable.finished(result)
         if self.emit is not None:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
-from toolsched._values.fastpath import positional_builder
+from toolsched._values.fastpath import slot_builder
 
-__all__ = ["ERROR_KINDS", "ErrorKind", "ToolResult", "error_result", "new_result", "result_fields"]
+__all__ = ["ERROR_KINDS", "ErrorKind", "ToolResult", "edited_result", "error_result", "new_result", "result_fields"]
 
 ErrorKind = Literal[
     "unknown_tool",
@@ -37,7 +37,10 @@ class ToolResult:
     """The one result of one call.
 
     ``output`` is what the tool returned (shaped if it was over budget);
-    ``error``/``error_kind`` say what went wrong when ``is_error``.
+    ``error``/``error_kind`` say what went wrong when ``is_error``; ``edited``
+    is True when a person approved the call with arguments of their own
+    (``RunState.approve(call_id, args=...)``): the result answers those, not
+    the model's.
     """
 
     call_id: str
@@ -53,13 +56,38 @@ class ToolResult:
     offload_path: str | None = None
     # How many times the tool ran for this call (its ``Retry`` policy may run it again); 0 when it never ran.
     attempts: int = 1
+    # Whether the call ran (or was answered) with arguments a person gave when approving it.
+    edited: bool = False
 
 
 # Results are made once per call on the hot path: ``new_result(call_id, tool_name, output, error,
-# error_kind, is_error, duration_ms, was_concurrent, batch, truncated, offload_path, attempts)``.
+# error_kind, is_error, duration_ms, was_concurrent, batch, truncated, offload_path, attempts)``; ``edited``
+# is False, written in C with the rest (``edited_result`` marks an edited call's result).
 new_result: Callable[
     [str, str, Any, str | None, ErrorKind | None, bool, float, bool, int | None, bool, str | None, int], ToolResult
-] = positional_builder(ToolResult)
+] = slot_builder(
+    ToolResult,
+    (
+        "call_id",
+        "tool_name",
+        "output",
+        "error",
+        "error_kind",
+        "is_error",
+        "duration_ms",
+        "was_concurrent",
+        "batch",
+        "truncated",
+        "offload_path",
+        "attempts",
+    ),
+    ToolResult("", ""),
+)
+
+
+def edited_result(result: ToolResult) -> ToolResult:
+    """``result`` marked as the answer to a call a person approved with arguments of their own."""
+    return result if result.edited else replace(result, edited=True)
 
 
 def error_result(
