@@ -51,7 +51,9 @@ async def test_the_journal_keeps_the_models_arguments_and_the_approved_ones(stor
         recovered = await executor(journal).recover("edit", context=world)
     assert summary(resumed) == [["d1", "deployed staging", True]]
     entry = record.call("d1")
-    assert entry.decision == {
+    decision = dict(entry.decision or {})
+    assert (decision.pop("tool"), len(decision.pop("fingerprint"))) == ("deploy", 64)
+    assert decision == {
         "args": {"target": "staging"},
         "digest": args_digest({"target": "staging"}),
         "edited": True,
@@ -125,3 +127,39 @@ async def test_a_deny_rule_in_force_at_recover_wins_over_an_edited_approval(stor
         resumed = await executor(journal, permissions=denied).resume(state, context=world)
     assert [(r.error_kind, r.edited) for r in resumed.results] == [("permission_denied", True)]
     assert ran(world) == []
+
+
+async def test_a_standing_approval_is_journaled_and_recover_keeps_it_in_force(store: Store, tmp_path: Path) -> None:
+    world = str(tmp_path)
+    calls = [
+        ts.ToolCall("d1", "deploy", {"target": "prod"}),
+        ts.ToolCall("d2", "deploy", {"target": "prod-eu"}),
+        ts.ToolCall("d3", "deploy", {"target": "staging"}),
+    ]
+    stalled_at_d2 = anyio.Event()
+
+    async def stall_on_d2(event: ts.HookEvent) -> None:
+        if event.call_id == "d2":
+            stalled_at_d2.set()
+            await anyio.sleep_forever()
+
+    async with store.open() as journal:
+        outcome = await executor(journal).run(calls, run_id="standing", context=world)
+        state = outcome.state
+        assert state is not None
+        state.approve("d1", always="deploy(prod*)")
+        hooks = ts.Hooks().pre_tool_use("deploy", stall_on_d2)
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as group:
+                group.start_soon(functools.partial(executor(journal, hooks=hooks).resume, state, context=world))
+                await stalled_at_d2.wait()
+                scope.cancel()  # the process dies while d2 is admitted: d1 is journaled approved, d2 still waits
+        record = await journal.load("standing")
+        assert [record.call(c.id).state for c in calls] == ["approved", "pending", "pending"]
+        assert (record.call("d1").decision or {}).get("always") == "deploy(prod*)"
+        recovered = await executor(journal).recover("standing", context=world, force=True)
+    # The rule approved by the person covers d2 after the crash too; d3 (not matched) still waits.
+    assert [(r.call_id, r.output) for r in recovered.results] == [("d1", "deployed prod"), ("d2", "deployed prod-eu")]
+    assert [p.call_id for p in recovered.pending] == ["d3"] and ran(world) == ["prod", "prod-eu"]
+    waiting = recovered.state
+    assert waiting is not None and json.loads(waiting.to_json())["always_rules"] == ["deploy(prod*)"]

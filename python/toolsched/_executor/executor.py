@@ -15,6 +15,7 @@ The rooms of a run, in the order a call meets them:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import uuid
@@ -28,7 +29,7 @@ import anyio
 from toolsched._backends.backends import Backend
 from toolsched._executor.admit import admit, check_semantics, limit_jobs, not_approved
 from toolsched._executor.detached import start_detached
-from toolsched._executor.durable import RunJournal
+from toolsched._executor.durable import RunJournal, journaled_standing
 from toolsched._executor.external import answer_through_journal, check_answers, resume_external
 from toolsched._executor.pool import raise_stopping
 from toolsched._executor.recovery import recovered_jobs
@@ -45,6 +46,7 @@ from toolsched._policy.hooks import Hooks
 from toolsched._policy.limits import Limits, active_limits, limits_in_force
 from toolsched._policy.permissions import Permissions
 from toolsched._policy.runstate import Approver, RunState, claim, run_identity, unclaim, waiting_children
+from toolsched._policy.standing import standing_in_force
 from toolsched._policy.state_codec import EXTERNAL_STATUSES
 from toolsched._policy.state_records import CallRecord
 from toolsched._tools.registry import ToolRegistry
@@ -885,21 +887,25 @@ class Executor:
         settings = self._settings
         plan = plan_calls(settings, view, list(record.turn))
         turn = Turn(settings, view, len(plan), request.context, settings.emitter(None, None), self._runs, durable)
-        fresh, ready, held, nested = await recovered_jobs(turn, plan, record)
+        # The standing approvals journaled with the run's approvals hold for the rest of it, and a new wait's
+        # state carries them on.
+        standing = journaled_standing(record)
+        fresh, ready, held, nested = await recovered_jobs(turn, plan, record, standing)
         limits = active_limits()
         carried = _carry_into(limits, turn, plan.calls)
         # Calls approved to resume their nested runs find them as ``resume`` sets them (``toolsched._executor.nested``).
         token = resuming.set(nested) if nested else None
         try:
-            outcome = await self._drive(
-                turn,
-                fresh=fresh,
-                ready=ready,
-                held=held,
-                slot_calls=plan.calls,
-                duplicates=plan.duplicates,
-                steering=request.steering,
-            )
+            with standing_in_force(standing) if standing else contextlib.nullcontext():
+                outcome = await self._drive(
+                    turn,
+                    fresh=fresh,
+                    ready=ready,
+                    held=held,
+                    slot_calls=plan.calls,
+                    duplicates=plan.duplicates,
+                    steering=request.steering,
+                )
         finally:
             if token is not None:
                 resuming.reset(token)
