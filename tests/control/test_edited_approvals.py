@@ -460,3 +460,41 @@ async def test_the_loop_carries_a_standing_approval_across_its_turns() -> None:
     done = await anthropic_loop(client, second.executor, messages=second.history, resume=second, **options)
     assert done.stop == "done"
     assert ran == ["Paris", "London", "Paris", "London", "Paris", "London"]
+
+
+@pytest.mark.parametrize("always", ["call", "tool", "bash(*)", None, 1])
+async def test_reject_always_takes_a_bool_only(always: Any) -> None:
+    shell = Shell()
+    executor = shell.executor()
+    state = waiting(await executor.run(TURN))
+    with pytest.raises(ts.OptionError, match="reject"):
+        state.reject("c1", always=always)
+    assert set(state.decisions.values()) == {"pending"}
+
+
+async def test_a_call_of_a_nested_run_is_approved_with_edits_under_its_prefixed_id() -> None:
+    ran: list[str] = []
+    edited: list[bool] = []
+
+    @ts.tool(needs_approval=True)
+    async def delete(path: str) -> str:
+        """Delete a path."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    child_executor = ts.Executor([delete])
+
+    @ts.agent_tool(child_executor, description="Tidies a site.")
+    async def tidy(site: str, child: ts.ChildRun) -> str:
+        removed = await child.run([ts.ToolCall("d1", "delete", {"path": f"{site}/old"})])
+        edited.append(removed.results[0].edited)
+        return str(removed.results[0].output)
+
+    executor = ts.Executor([tidy])
+    state = waiting(await executor.run([ts.ToolCall("p1", "tidy", {"site": "s"})]))
+    state.approve("p1/d1", args={"path": "s/older"})
+    restored = ts.RunState.from_json(state.to_json())
+    assert restored.decisions["p1/d1"] == "approved"
+    final = await executor.resume(restored)
+    assert [(r.output, r.edited) for r in final.results] == [("deleted s/older", False)]
+    assert ran == ["s/older"] and edited == [True]

@@ -353,6 +353,9 @@ class RunState:
         """
         if message is not None and not isinstance(message, str):
             raise TypeError(f"reject(message=...) must be a string, got {type(message).__name__}")
+        if not isinstance(always, bool):
+            # A scope such as "call" would otherwise read as True, and reject every call of the tool.
+            raise OptionError(f"reject(always=...) takes True or False (every call of the tool), got {always!r}")
         holder, local_id = self._target(call_id, "reject")
         if holder is not self:
             try:
