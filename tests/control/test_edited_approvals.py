@@ -498,3 +498,22 @@ async def test_a_call_of_a_nested_run_is_approved_with_edits_under_its_prefixed_
     final = await executor.resume(restored)
     assert [(r.output, r.edited) for r in final.results] == [("deleted s/older", False)]
     assert ran == ["s/older"] and edited == [True]
+
+
+async def test_an_external_call_approved_with_edits_is_handed_out_with_them_and_its_answer_says_so() -> None:
+    @ts.tool(external=True, needs_approval=True)
+    async def sign(document: str) -> str:
+        """Have a person sign a document."""
+        raise AssertionError("an external tool never runs here")
+
+    executor = ts.Executor([sign])
+    state = waiting(await executor.run([ts.ToolCall("s1", "sign", {"document": "draft"})]))
+    state.approve("s1", args={"document": "final"})
+    handed = waiting(await executor.resume(state))
+    (call,) = handed.pending
+    assert isinstance(call, ts.ExternalCall) and call.args == {"document": "final"}
+    # Still waiting after a second resume: the hand-out keeps the edit.
+    again = waiting(await executor.resume(ts.RunState.from_json(handed.to_json())))
+    again.complete("s1", output="signed")
+    outcome = await executor.resume(again)
+    assert [(r.output, r.edited) for r in outcome.results] == [("signed", True)]

@@ -163,3 +163,24 @@ async def test_a_standing_approval_is_journaled_and_recover_keeps_it_in_force(st
     assert [p.call_id for p in recovered.pending] == ["d3"] and ran(world) == ["prod", "prod-eu"]
     waiting = recovered.state
     assert waiting is not None and json.loads(waiting.to_json())["always_rules"] == ["deploy(prod*)"]
+
+
+async def test_an_external_call_approved_with_edits_and_completed_through_the_journal_says_so(store: Store) -> None:
+    @ts.tool(external=True, needs_approval=True)
+    async def sign(document: str) -> str:
+        """Have a person sign a document."""
+        raise AssertionError("an external tool never runs here")
+
+    async with store.open() as journal:
+        executor = ts.Executor([sign], journal=journal)
+        outcome = await executor.run([ts.ToolCall("s1", "sign", {"document": "draft"})], run_id="sign")
+        state = outcome.state
+        assert state is not None
+        state.approve("s1", args={"document": "final"})
+        handed = await executor.resume(state)
+        assert [p.args for p in handed.pending] == [{"document": "final"}]
+        run_with = (await journal.load("sign")).call("s1").run_with
+        assert run_with is not None and run_with["args"] == {"document": "final"}
+        await executor.complete("sign", "s1", output="signed")
+        recovered = await executor.recover("sign")
+    assert [(r.output, r.edited) for r in recovered.results] == [("signed", True)]

@@ -822,6 +822,11 @@ class Executor:
         turn = Turn(settings, view, len(records), request.context, emit, self._runs, durable)
         turn.identity = run_identity(state)
         slot_calls = [ToolCall(record.call_id, record.name, record.args) for record in records]
+        # Calls approved with a person's own arguments (and external calls handed out with them): their answers
+        # say so (``ToolResult.edited``).
+        edited_ids = {record.call_id for record in records if record.edited_args is not None or record.edited}
+        if edited_ids:
+            turn.edited = frozenset(edited_ids)
         todo: list[int] = []
         for slot, record in enumerate(records):
             if record.status == "done":
@@ -835,7 +840,7 @@ class Executor:
             else:
                 todo.append(slot)
         # A call approved with a person's arguments is planned with them: checked against the schema and judged
-        # by the rules as they are, and answered as edited (``ToolResult.edited``).
+        # by the rules as they are.
         edited = {slot for slot in todo if records[slot].edited_args is not None}
         planned = [
             ToolCall(records[slot].call_id, records[slot].name, records[slot].edited_args)
@@ -843,8 +848,6 @@ class Executor:
             else slot_calls[slot]
             for slot in todo
         ]
-        if edited:
-            turn.edited = frozenset(records[slot].call_id for slot in edited)
         # A state's call IDs are unique, so the plan has one slot per call, in order.
         plan = plan_calls(settings, view, planned)
         jobs: list[Job] = []

@@ -575,6 +575,8 @@ class Turn:
                         digest=args_digest(handout.args),
                         handed_out=handout.handed_out,
                         deadline=handout.deadline,
+                        # Handed out with a person's own arguments: its answer says so (``ToolResult.edited``).
+                        edited=self.edited is not None and call.id in self.edited,
                     )
                 )
                 continue

@@ -60,7 +60,7 @@ from toolsched._values.calls import Duplicate, args_copy
 from toolsched._values.decisions import Decision
 from toolsched._values.digest import args_digest
 from toolsched._values.effects import ExternalCall, idempotency_key, new_identity
-from toolsched._values.results import ErrorKind, ToolResult, new_result
+from toolsched._values.results import ErrorKind, ToolResult, edited_result, new_result
 from toolsched.errors import ApprovalError, OptionError, StateError
 
 __all__ = [
@@ -424,6 +424,8 @@ class RunState:
         failed = error is not None
         kind: ErrorKind | None = "execution_error" if failed else None
         result = new_result(record.call_id, tool, output, error, kind, failed, took, False, None, False, None, 1)
+        if record.edited:
+            result = edited_result(result)
         holder._records[position] = replace(record, status="completed", result=result)
 
     def _externals(self, call_id: str) -> list[tuple[RunState, int]]:

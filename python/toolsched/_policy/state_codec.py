@@ -82,6 +82,8 @@ def record_to_json(record: CallRecord) -> dict[str, Any]:
             item["always"] = record.always
         if record.status in EXTERNAL_STATUSES:
             item["external"] = {"handed_out": record.handed_out, "deadline": record.deadline}
+            if record.edited:
+                item["external"]["edited"] = True
             if record.result is not None:
                 item["result"] = _result_to_json(record.result)
     if record.child is not None:
@@ -219,9 +221,13 @@ def record_from_json(item: Any, where: str, load_state: LoadState) -> CallRecord
     elif "child" in item:
         raise StateError(f"{where}: only a nested call carries a child run")
     handed_out = deadline = None
+    external_edited = False
     result = None
     if status in EXTERNAL_STATUSES:
         handed_out, deadline = _handout_from_json(item.get("external"), f"{where}.external")
+        external_edited = item["external"].get("edited", False)
+        if not isinstance(external_edited, bool):
+            raise StateError(f"{where}.external.edited must be true or false")
         if status == "completed":
             result = _result_from_json(item.get("result"), call_id, where)
         elif "result" in item:
@@ -250,6 +256,7 @@ def record_from_json(item: Any, where: str, load_state: LoadState) -> CallRecord
         edited_args=edited_args,
         edited_digest=edited_digest,
         always=always,
+        edited=external_edited,
     )
 
 

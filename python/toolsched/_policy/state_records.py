@@ -106,6 +106,8 @@ class CallRecord:
     edited_args: Any = None
     edited_digest: str | None = None
     always: str | None = None
+    # An external call handed out with the arguments a person approved it with (its answer is ``edited``).
+    edited: bool = False
 
     @property
     def bound_digest(self) -> str | None:
