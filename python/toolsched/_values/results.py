@@ -45,7 +45,9 @@ class ToolResult:
     """The one result of one call.
 
     ``output`` is what the tool returned (shaped if it was over budget);
-    ``error``/``error_kind`` say what went wrong when ``is_error``.
+    ``error``/``error_kind`` say what went wrong when ``is_error``; ``repaired``
+    says the call's arguments were repaired (``Executor(repair_arguments=...)``),
+    whatever it was answered with.
     """
 
     call_id: str
