@@ -127,3 +127,27 @@ async def test_a_recovered_run_without_limits_keeps_its_retry_budget(store: Stor
         outcome = await ts.Executor([send], journal=journal).recover("budget", force=True)
     assert [r.error_kind for r in outcome.results] == ["invalid_input", "retries_exhausted"]
     assert ran == []
+
+
+async def test_a_deny_rule_in_force_at_recover_stops_a_repaired_call_held_before(store: Store) -> None:
+    ran: list[str] = []
+    async with store.open() as journal:
+        executor = ts.Executor(
+            [reader(ran, needs_approval=True, rule_subject="path")],
+            journal=journal,
+            repair_arguments=Repair("secret/key"),
+        )
+        outcome = await executor.run([ts.ToolCall("1", "read", HOPELESS)], run_id="denied")
+    assert outcome.interrupted
+    rules = ts.Permissions(root="/repo", deny=["read(secret/**)"], allow=["read"])
+    async with store.open() as journal:
+        executor = ts.Executor(
+            [reader(ran, needs_approval=True, rule_subject="path")],
+            journal=journal,
+            repair_arguments=Repair("elsewhere"),
+            permissions=rules,
+        )
+        recovered = await executor.recover("denied", force=True)
+    result = recovered.results[0]
+    assert (result.error_kind, result.repaired) == ("permission_denied", True)
+    assert ran == []
