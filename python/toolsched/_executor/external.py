@@ -36,15 +36,30 @@ def no_answer(tool_name: str, handed_out: float, deadline: float) -> str:
 
 
 def check_answers(run: RunRecord, records: Sequence[CallRecord]) -> None:
-    """Refuses a resume that would answer an external call the journal holds answered already (completed through
-    the journal, or by another copy of the state): ``StateError``, before anything is written."""
-    answered = {entry.call_id for entry in run.calls if entry.result is not None}
+    """Refuses a resume whose state is older than its journaled run: ``StateError``, before anything is written.
+
+    The state answers an external call the journal holds answered already (completed through the journal, or
+    by another copy of the state), or decides a call (approves, rejects, or leaves it waiting) that the journal
+    holds answered or started since (another copy of the state was resumed, in this process or another). A
+    call of a nested run is checked where its run is claimed (``RunJournal.resuming``); an external call the
+    state leaves waiting is delivered with what the journal holds.
+    """
+    entries = {entry.call_id: entry for entry in run.calls}
     for record in records:
-        if record.status == "completed" and record.call_id in answered:
+        entry = entries.get(record.call_id)
+        if entry is None or record.child is not None or record.status in ("done", "external"):
+            continue
+        if entry.result is not None:
             raise StateError(
                 f"call {record.call_id!r} of run {run.run_id!r} was answered already (the journal holds its "
-                "result), so this state's answer is refused and nothing of the resume ran; recover the run to go "
-                "on from the journal"
+                "result), so this state's answer or decision is refused and nothing of the resume ran or was "
+                "written: another copy of this state was resumed since; recover the run to go on from the journal"
+            )
+        if entry.state == "started" and record.status != "completed":
+            raise StateError(
+                f"call {record.call_id!r} of run {run.run_id!r} started since this state was saved (the journal "
+                "has it started), so this state's decision is refused and nothing of the resume ran or was "
+                "written: another copy of this state was resumed since; recover the run to go on from the journal"
             )
 
 
@@ -99,6 +114,15 @@ async def answer_through_journal(
     try:
         entry = next((entry for entry in run.calls if entry.call_id == call_id), None)
         if entry is None:
+            parent = next((entry for entry in run.calls if call_id.startswith(entry.call_id + "/")), None)
+            if parent is not None and parent.result is None and parent.decision and "child" in parent.decision:
+                # The journal keeps a nested run whole, in its parent call's entry: its calls are answered on the
+                # run's state, where the nested run is resumed from.
+                raise StateError(
+                    f"cannot {verb} call {call_id!r} of run {run_id!r} through the journal: it is a call of the "
+                    f"nested run of call {parent.call_id!r}; answer it on the run's state (state.complete or "
+                    "state.fail with this ID) and resume the state"
+                )
             raise StateError(f"cannot {verb} call {call_id!r}: run {run_id!r} has no such call")
         if entry.result is not None:
             raise StateError(f"cannot {verb} call {call_id!r} of run {run_id!r}: it was answered already")

@@ -1,0 +1,165 @@
+"""Attacks on external tools and on copies of a paused journaled run, from outside: two webhooks answering the
+same call at once, a stale copy of a state resumed in another process after the run moved on, a nested call
+answered through the journal. On SQLite and PostgreSQL, asyncio and trio."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
+from attacks_child import CHILD, executor, runs
+from journal_child import Store, store_in
+
+import toolsched as ts
+
+pytestmark = pytest.mark.anyio
+
+TURN = [
+    ts.ToolCall("p1", "pay", {"amount": 1}),
+    ts.ToolCall("e1", "confirm", {"order": "A-1"}),
+    ts.ToolCall("p2", "pay", {"amount": 2}),
+]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    yield from store_in(request.param, tmp_path, "external_attacks")
+
+
+def child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([*sys.path, os.environ.get("PYTHONPATH", "")])}
+
+
+async def resume_elsewhere(store: Store, backend: str, saved: Path, world: Path, decisions: dict[str, Any]) -> str:
+    """Resumes the saved state in another process; its last line of output."""
+    command = [sys.executable, str(CHILD), store.spec(), backend, "resume", str(saved), str(world)]
+    with anyio.fail_after(120):
+        done = await anyio.run_process([*command, json.dumps(decisions)], env=child_env(), check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode().splitlines()[-1]
+
+
+def calls_as_journaled(record: ts.RunRecord) -> list[tuple[str, str]]:
+    return [(entry.call_id, entry.state) for entry in record.calls]
+
+
+@pytest.mark.parametrize(
+    "stale",
+    [
+        {"p1": "approve", "p2": "approve"},  # p2 ran since: an approval of it comes too late
+        {"p1": "approve", "p2": "reject"},  # a rejection of a call that ran
+        {"p1": "reject", "e1": ["complete", "yes"], "p2": "approve"},
+    ],
+    ids=["approve-approve", "approve-reject", "reject-complete-approve"],
+)
+async def test_a_stale_copy_resumed_in_another_process_is_refused_whole_before_anything_is_written(
+    store: Store, anyio_backend: str, tmp_path: Path, stale: dict[str, Any]
+) -> None:
+    # One person approves p2 on the state and resumes: p2 runs, p1 still waits, e1 waits for its answer.
+    # The same state, saved before, is decided otherwise and resumed in another process afterwards. It
+    # decides p2, which the journal holds answered: the resume is refused with StateError as a whole,
+    # before any of its decisions is journaled (p1 stays waiting for a person) and before anything runs.
+    world = tmp_path / "world"
+    world.mkdir()
+    saved = tmp_path / "state.json"
+    async with store.open() as journal:
+        outcome = await executor(journal).run(TURN, run_id="stale", context=str(world))
+        state = outcome.state
+        assert state is not None
+        saved.write_text(state.to_json())
+        state.approve("p2")
+        moved_on = await executor(journal).resume(state, context=str(world))
+        assert [r.call_id for r in moved_on.results] == ["p2"]
+        before = calls_as_journaled(await journal.load("stale"))
+    assert before == [("p1", "pending"), ("e1", "started"), ("p2", "finished")]
+    refused = await resume_elsewhere(store, anyio_backend, saved, world, stale)
+    assert refused.startswith("refused StateError:"), refused
+    assert "'p2'" in refused and "answered already" in refused
+    async with store.open() as journal:
+        record = await journal.load("stale")
+        assert calls_as_journaled(record) == before and record.owner is None
+        # The run goes on from where it stands: p1 waits for a person, e1 for its answer.
+        again = await executor(journal).recover("stale", context=str(world))
+    assert [p.call_id for p in again.pending] == ["p1", "e1"]
+    assert runs(world) == ["p2"]
+
+
+async def test_two_webhooks_completing_one_call_at_once_give_it_one_answer(
+    store: Store, anyio_backend: str, tmp_path: Path
+) -> None:
+    world = tmp_path / "world"
+    world.mkdir()
+    async with store.open() as journal:
+        outcome = await executor(journal).run(TURN[1:2], run_id="race", context=str(world))
+    assert [p.call_id for p in outcome.pending] == ["e1"]
+    processes = []
+    try:
+        for answer in ("first", "second"):
+            command = [sys.executable, str(CHILD), store.spec(), anyio_backend, "complete", "race", "e1"]
+            processes.append(await anyio.open_process([*command, json.dumps(answer)], env=child_env(), stderr=None))
+        streams = [BufferedByteReceiveStream(p.stdout) for p in processes if p.stdout is not None]
+        with anyio.fail_after(60):
+            for lines in streams:
+                assert await lines.receive_until(b"\n", 65536) == b"ready"
+            for process in processes:
+                assert process.stdin is not None
+                await process.stdin.send(b"go\n")
+            said = [(await lines.receive_until(b"\n", 65536)).decode() for lines in streams]
+            for process in processes:
+                await process.wait()
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.kill()
+                with anyio.CancelScope(shield=True):
+                    await process.wait()
+            await process.aclose()
+    assert sorted(line.split(":")[0] for line in said if line != "completed") in (
+        ["refused StateError"],
+        ["refused RunClaimedError"],
+    ), said
+    winner = ["first", "second"][said.index("completed")]
+    async with store.open() as journal:
+        recovered = await executor(journal).recover("race", context=str(world))
+        record = await journal.load("race")
+    assert [(r.call_id, r.output) for r in recovered.results] == [("e1", winner)]
+    assert record.complete and record.call("e1").starts == 1
+
+
+async def test_a_nested_external_call_answered_through_the_journal_is_refused_saying_where_to_answer_it(
+    store: Store,
+) -> None:
+    @ts.tool(external=True)
+    def sign(document: str) -> str:
+        """Signed elsewhere."""
+
+    child = ts.Executor([sign])
+
+    @ts.agent_tool(child)
+    async def paperwork(document: str, child: ts.ChildRun) -> str:
+        """Files a document once it is signed."""
+        signed = await child.run([ts.ToolCall("s1", "sign", {"document": document})])
+        return f"filed {signed.results[0].output}"
+
+    async with store.open() as journal:
+        ex = ts.Executor([paperwork], journal=journal)
+        outcome = await ex.run([ts.ToolCall("p1", "paperwork", {"document": "lease"})], run_id="nested")
+        (handed,) = outcome.pending
+        assert isinstance(handed, ts.ExternalCall) and handed.call_id == "p1/s1"
+        with pytest.raises(ts.StateError, match=r"nested run of call 'p1'.*state\.complete"):
+            await ex.complete("nested", "p1/s1", output="signed")
+        with pytest.raises(ts.StateError, match="no such call"):
+            await ex.complete("nested", "p9/s1", output="signed")
+        # Nothing was written: the call is answered on the state and the run resumed, as documented.
+        state = outcome.state
+        assert state is not None
+        state.complete("p1/s1", output="signed")
+        finished = await ex.resume(state)
+    assert [(r.call_id, r.output) for r in finished.results] == [("p1", "filed signed")]
