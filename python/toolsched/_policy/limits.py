@@ -79,6 +79,7 @@ class Limits:
         "_lock",
         "_repeats",
         "_retries",
+        "_settled",
         "_tool_calls",
         "max_calls",
         "max_calls_per_tool",
@@ -124,6 +125,8 @@ class Limits:
         self._repeats: dict[tuple[str, str], list[Any]] = {}
         # Call ID -> the (tool, args digest) it was counted under: a resumed call counts once.
         self._counted: dict[str, tuple[str, str]] = {}
+        # The counted calls whose answers are taken into the counts: an answer is settled once.
+        self._settled: set[str] = set()
 
     def __repr__(self) -> str:
         return (
@@ -139,6 +142,7 @@ class Limits:
             twin._retries = dict(self._retries)
             twin._repeats = {key: list(value) for key, value in self._repeats.items()}
             twin._counted = dict(self._counted)
+            twin._settled = set(self._settled)
         return twin
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Limits:
@@ -227,6 +231,7 @@ class Limits:
             else:
                 seen[0] += 1
             self._counted[call_id] = key
+            self._settled.discard(call_id)
             return None
 
     def settle(self, results: Sequence[ToolResult]) -> None:
@@ -239,12 +244,15 @@ class Limits:
         """Takes answers from an earlier part of the run (a journal, a resumed state) into the counts.
 
         A call this ``Limits`` has not counted yet counts as made (unless a limit answered it) and its answer
-        is settled; one it counted was settled when it was answered.
+        is settled; one it counted has its answer settled unless it was already (an external call counted when
+        it was handed out is answered later, on a resume or recover).
         """
         arguments = {call.id: call.args for call in calls}
         with self._lock:
             for result in results:
                 if result.call_id in self._counted:
+                    if result.call_id not in self._settled:
+                        self._settle(result)
                     continue
                 if result.error_kind not in _LIMIT_KINDS:
                     made = (result.tool_name, args_digest(arguments.get(result.call_id, {})))
@@ -255,6 +263,7 @@ class Limits:
                 self._settle(result)
 
     def _settle(self, result: ToolResult) -> None:
+        self._settled.add(result.call_id)
         if result.error_kind in RETRY_KINDS:
             self._retries[result.tool_name] = self._retries.get(result.tool_name, 0) + 1
         counted = self._counted.get(result.call_id)
