@@ -163,3 +163,59 @@ async def test_a_nested_external_call_answered_through_the_journal_is_refused_sa
         state.complete("p1/s1", output="signed")
         finished = await ex.resume(state)
     assert [(r.call_id, r.output) for r in finished.results] == [("p1", "filed signed")]
+
+
+async def kill_at(store: Store, backend: str, arguments: list[str], point: str, go: bool = False) -> None:
+    """Runs attacks_child with ``arguments`` and kills it with SIGKILL once it prints ``point`` (after sending
+    it the line it waits for first, with ``go``)."""
+    command = [sys.executable, str(CHILD), store.spec(), backend, *arguments]
+    process = await anyio.open_process(command, env=child_env(), stderr=None)
+    try:
+        assert process.stdout is not None and process.stdin is not None
+        lines = BufferedByteReceiveStream(process.stdout)
+        with anyio.fail_after(60):
+            while True:
+                line = (await lines.receive_until(b"\n", 65536)).decode()
+                assert not line.startswith(("done", "completed", "refused")), f"finished before {point!r}: {line}"
+                if line == "ready" and go:
+                    await process.stdin.send(b"go\n")
+                if line == point:
+                    break
+        process.kill()
+        with anyio.fail_after(30):
+            await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with anyio.CancelScope(shield=True):
+                await process.wait()
+        await process.aclose()
+
+
+@pytest.mark.parametrize("point", ["writing", "written"])
+async def test_a_webhook_killed_while_it_completes_leaves_one_answer_or_none(
+    store: Store, anyio_backend: str, tmp_path: Path, point: str
+) -> None:
+    # SIGKILL while executor.complete holds the run: just before the journal writes the answer, or just
+    # after. The dead completer's claim is let go (its process is gone), the webhook's retry either lands
+    # (killed before the write) or is refused as answered already (after it): one answer either way.
+    world = tmp_path / "world"
+    world.mkdir()
+    async with store.open() as journal:
+        await executor(journal).run(TURN[1:2], run_id="killed", context=str(world))
+    arguments = ["complete", "killed", "e1", json.dumps("from the killed webhook"), point]
+    await kill_at(store, anyio_backend, arguments, point, go=True)
+    async with store.open() as journal:
+        ex = executor(journal)
+        if point == "writing":
+            assert (await journal.load("killed")).call("e1").result is None
+            await ex.complete("killed", "e1", output="from the retry")
+            expected = "from the retry"
+        else:
+            with pytest.raises(ts.StateError, match="answered already"):
+                await ex.complete("killed", "e1", output="from the retry")
+            expected = "from the killed webhook"
+        recovered = await ex.recover("killed", context=str(world))
+        again = await ex.recover("killed", context=str(world))
+    assert [(r.call_id, r.output) for r in recovered.results] == [("e1", expected)]
+    assert again.results == recovered.results

@@ -2,7 +2,8 @@
 through the journal, as another worker or a webhook would.
 
     python attacks_child.py STORE BACKEND resume STATE_FILE WORLD DECISIONS
-    python attacks_child.py STORE BACKEND complete RUN_ID CALL_ID OUTPUT
+    python attacks_child.py STORE BACKEND complete RUN_ID CALL_ID OUTPUT [POINT]
+    python attacks_child.py STORE BACKEND nested RUN_ID WORLD POINT
 
 STORE is the JSON from ``journal_child.Store.spec()``; BACKEND is ``asyncio`` or
 ``trio``. ``resume`` loads the state, applies DECISIONS (JSON: call ID to
@@ -10,13 +11,19 @@ STORE is the JSON from ``journal_child.Store.spec()``; BACKEND is ``asyncio`` or
 journal and prints ``resumed RESULTS`` or ``refused ERROR-TYPE: message``.
 ``complete`` prints ``ready``, waits for a line on stdin (so two completers
 start together), answers the call and prints ``completed`` or ``refused
-ERROR-TYPE: message``. WORLD is a directory where every run of a tool body is
-logged (``runs.log``).
+ERROR-TYPE: message``; with POINT (``writing`` or ``written``) it prints the
+point and freezes (blocking on stdin) just before or just after the journal
+writes the answer, until the parent kills it with SIGKILL. ``nested`` runs
+``NESTED`` (an idempotent agent tool whose nested run makes three ``charge``
+calls) and freezes at POINT (``inside ID``: the nested call ``ID`` logged its run
+and key). WORLD is a directory where every run of a tool body is logged
+(``runs.log``; ``keys.log`` for ``charge``: call ID and idempotency key).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,9 +39,11 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
-def log_run(world: str, call_id: str) -> None:
-    with open(Path(world) / "runs.log", "a", encoding="utf-8") as log:
-        log.write(call_id + "\n")
+def log_run(world: str, line: str, name: str = "runs.log") -> None:
+    with open(Path(world) / name, "a", encoding="utf-8") as log:
+        log.write(line + "\n")
+        log.flush()
+        os.fsync(log.fileno())
 
 
 @ts.tool(needs_approval=True)
@@ -50,8 +59,42 @@ def confirm(order: str) -> str:
     raise AssertionError("an external tool is never run")
 
 
+_point: str | None = None
+
+
+def reach(line: str) -> None:
+    """At the chosen point, prints it and freezes the whole process until it is killed."""
+    if line == _point:
+        say(line)
+        sys.stdin.readline()
+
+
+@ts.tool(idempotent=True)
+async def charge(amount: int, ctx: ts.ToolContext) -> str:
+    """Charges an amount, sending the call's idempotency key (logged in WORLD/keys.log)."""
+    log_run(ctx.context, f"{ctx.call_id} {ctx.idempotency_key}", "keys.log")
+    reach(f"inside {ctx.call_id}")
+    return f"charged {amount}"
+
+
+@ts.agent_tool(ts.Executor([charge], strategy=ts.Sequential()), idempotent=True)
+async def checkout(items: int, child: ts.ChildRun) -> str:
+    """Charges each item in a nested run."""
+    outcome = await child.run([ts.ToolCall(f"k{i}", "charge", {"amount": 10 * (i + 1)}) for i in range(items)])
+    return ", ".join(str(result.output) for result in outcome.results)
+
+
+NESTED = [ts.ToolCall("p1", "checkout", {"items": 3})]
+
+
 def executor(journal: ts.Journal) -> ts.Executor:
-    return ts.Executor([pay, confirm], strategy=ts.Sequential(), journal=journal)
+    return ts.Executor([pay, confirm, checkout], strategy=ts.Sequential(), journal=journal)
+
+
+def keys(world: str | Path) -> list[tuple[str, str]]:
+    path = Path(world) / "keys.log"
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return [(line.split()[0], line.split()[1]) for line in lines]
 
 
 def runs(world: str | Path) -> list[str]:
@@ -79,6 +122,14 @@ async def resume(store: Store, saved: str, world: str, decisions: dict[str, Any]
 
 async def complete(store: Store, run_id: str, call_id: str, output: Any) -> None:
     async with store.open() as journal:
+        record = journal.record
+
+        async def frozen_around(run: str, call: str, transition: Any, payload: Any = None) -> None:
+            reach("writing")
+            await record(run, call, transition, payload)
+            reach("written")
+
+        journal.record = frozen_around  # type: ignore[method-assign]
         say("ready")
         await anyio.to_thread.run_sync(sys.stdin.readline)
         try:
@@ -89,13 +140,24 @@ async def complete(store: Store, run_id: str, call_id: str, output: Any) -> None
             say("completed")
 
 
+async def nested(store: Store, run_id: str, world: str) -> None:
+    async with store.open() as journal:
+        outcome = await executor(journal).run(NESTED, run_id=run_id, context=world)
+    say("done " + json.dumps([[r.call_id, r.output] for r in outcome.results]))
+
+
 def main(argv: list[str]) -> None:
+    global _point
     store = Store.from_spec(argv[1])
     backend, command = argv[2], argv[3]
-    if command == "resume":
+    if command == "nested":
+        _point = argv[6]
+        anyio.run(nested, store, argv[4], argv[5], backend=backend)
+    elif command == "resume":
         saved = Path(argv[4]).read_text(encoding="utf-8")
         anyio.run(resume, store, saved, argv[5], json.loads(argv[6]), backend=backend)
     elif command == "complete":
+        _point = argv[7] if len(argv) > 7 else None
         anyio.run(complete, store, argv[4], argv[5], json.loads(argv[6]), backend=backend)
     else:
         raise SystemExit(f"unknown command {command!r}")
