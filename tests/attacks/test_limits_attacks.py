@@ -115,3 +115,45 @@ async def test_the_repeat_guard_takes_any_arguments_without_crashing(args: Any) 
     else:
         assert second.results[0].error_kind == "limit_exceeded"
         assert len(second.results[0].error or "") < 1000  # what it returned is previewed, not repeated whole
+
+
+async def test_recover_counts_the_calls_it_runs_again_and_the_calls_handed_out(store: Store) -> None:
+    # A crashed run left f1 and f2 started (idempotent: recover runs them again), e1 handed out, and f3 never
+    # admitted. The calls recover runs again and the call handed out were made in this run: with max_calls=3
+    # they use up the budget, and f3 is answered limit_exceeded instead of being a fourth call.
+    ran: list[int] = []
+
+    @ts.tool(idempotent=True)
+    async def fetch(page: int) -> str:
+        """Fetches a page."""
+        ran.append(page)
+        return f"page {page}"
+
+    calls = [
+        ts.ToolCall("f1", "fetch", {"page": 1}),
+        ts.ToolCall("e1", "confirm", {"order": "A-1"}),
+        ts.ToolCall("f2", "fetch", {"page": 2}),
+        ts.ToolCall("f3", "fetch", {"page": 3}),
+    ]
+    async with store.open() as journal:
+        executor = ts.Executor([fetch, confirm], strategy=ts.Sequential(), journal=journal)
+        outcome = await executor.run(calls[:2], run_id="handed")
+        assert [p.call_id for p in outcome.pending] == ["e1"]
+        handed_out = (await journal.load("handed")).call("e1").run_with
+    async with store.open(owner="crashed") as crashed:
+        await crashed.begin_run("limited", calls)
+        await crashed.record("limited", "f1", "started", {"args": {"page": 1}})
+        await crashed.record("limited", "e1", "started", handed_out)
+        await crashed.record("limited", "f2", "started", {"args": {"page": 2}})
+    ran.clear()
+    limits = ts.Limits(max_calls=3)
+    async with store.open() as journal:
+        executor = ts.Executor([fetch, confirm], strategy=ts.Sequential(), journal=journal)
+        recovered = await executor.recover("limited", force=True, limits=limits)
+    assert [(r.call_id, r.error_kind) for r in recovered.results] == [
+        ("f1", None),
+        ("f2", None),
+        ("f3", "limit_exceeded"),
+    ]
+    assert [p.call_id for p in recovered.pending] == ["e1"]
+    assert ran == [1, 2] and limits.calls == 3

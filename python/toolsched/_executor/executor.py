@@ -872,6 +872,14 @@ class Executor:
         fresh, ready, held, nested = await recovered_jobs(turn, plan, record)
         limits = active_limits()
         carried = _carry_into(limits, turn, plan.calls)
+        if limits is not None:
+            # The calls that run now as admitted before the crash (approved, or started and run again) and the
+            # external calls handed out count as made, whatever the caps say now; the calls never admitted are
+            # held to what is left. A call still waiting for a person is held to the caps when it is resumed.
+            admitted = [(job.slot, job.call.id, job.tool.name, job.args) for job in ready]
+            admitted += [(out.slot, plan.calls[out.slot].id, out.tool_name, out.args) for out in turn.external or ()]
+            for _, call_id, tool_name, args in sorted(admitted, key=lambda entry: entry[0]):
+                limits.admitted(call_id, tool_name, args)
         # Calls approved to resume their nested runs find them as ``resume`` sets them (``toolsched._executor.nested``).
         token = resuming.set(nested) if nested else None
         try:

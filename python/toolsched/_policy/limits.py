@@ -224,15 +224,26 @@ class Limits:
                     f"the call to `{tool_name}` was not run: the same call with the same arguments was already "
                     f"made {seen[0]} times in this run; it returned: {before}",
                 )
-            self._calls += 1
-            self._tool_calls[tool_name] = made + 1
-            if seen is None:
-                self._repeats[key] = [1, None]
-            else:
-                seen[0] += 1
-            self._counted[call_id] = key
-            self._settled.discard(call_id)
+            self._count(call_id, tool_name, key)
             return None
+
+    def admitted(self, call_id: str, tool_name: str, args: Any) -> None:
+        """Counts a call admitted before, whatever the caps say now: a call a crashed process had admitted (or
+        started) that a recovery runs or holds. One this ``Limits`` counted already is not counted again."""
+        with self._lock:
+            if call_id not in self._counted:
+                self._count(call_id, tool_name, (tool_name, args_digest(args)))
+
+    def _count(self, call_id: str, tool_name: str, key: tuple[str, str]) -> None:
+        self._calls += 1
+        self._tool_calls[tool_name] = self._tool_calls.get(tool_name, 0) + 1
+        seen = self._repeats.get(key)
+        if seen is None:
+            self._repeats[key] = [1, None]
+        else:
+            seen[0] += 1
+        self._counted[call_id] = key
+        self._settled.discard(call_id)
 
     def settle(self, results: Sequence[ToolResult]) -> None:
         """Takes a turn's answers into the counts: retries per tool, what each repeated call returned."""
