@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
-from attacks_child import CHILD, executor, runs
+from attacks_child import CHILD, confirm, executor, runs
 from journal_child import Store, store_in
 
 import toolsched as ts
@@ -219,3 +219,66 @@ async def test_a_webhook_killed_while_it_completes_leaves_one_answer_or_none(
         again = await ex.recover("killed", context=str(world))
     assert [(r.call_id, r.output) for r in recovered.results] == [("e1", expected)]
     assert again.results == recovered.results
+
+
+async def test_a_state_resumed_after_recover_moved_the_run_on_is_refused(store: Store, tmp_path: Path) -> None:
+    # The run's first state, and the state recover gives for the same interruption: the person decides on
+    # the second, the run moves on; deciding on the first afterwards is refused, nothing written or run.
+    world = tmp_path / "world"
+    world.mkdir()
+    async with store.open() as journal:
+        ex = executor(journal)
+        stale = (await ex.run([TURN[0]], run_id="both", context=str(world))).state
+        current = (await ex.recover("both", context=str(world))).state
+        assert stale is not None and current is not None
+        current.approve("p1")
+        assert [r.output for r in (await ex.resume(current, context=str(world))).results] == ["paid 1"]
+        before = calls_as_journaled(await journal.load("both"))
+        stale.reject("p1")
+        with pytest.raises(ts.StateError, match="answered already"):
+            await ex.resume(stale, context=str(world))
+        assert calls_as_journaled(await journal.load("both")) == before == [("p1", "finished")]
+    assert runs(world) == ["p1"]
+
+
+async def test_a_completion_while_a_resume_holds_the_run_is_refused_then_lands_once_it_stops(
+    store: Store, tmp_path: Path
+) -> None:
+    world = tmp_path / "world"
+    world.mkdir()
+    entered, leave = anyio.Event(), anyio.Event()
+
+    @ts.tool(needs_approval=True)
+    async def pack(order: str) -> str:
+        """Packs an order (asks first; waits to be let go)."""
+        entered.set()
+        await leave.wait()
+        return f"packed {order}"
+
+    async with store.open() as journal, store.open() as webhook_journal:
+        ex = ts.Executor([pack, confirm], journal=journal)
+        webhook = executor(webhook_journal)
+        calls = [ts.ToolCall("k1", "pack", {"order": "A-1"}), TURN[1]]
+        outcome = await ex.run(calls, run_id="held", context=str(world))
+        state = outcome.state
+        assert state is not None
+        state.approve("k1")
+        resumed: list[ts.Outcome] = []
+
+        async def resume() -> None:
+            resumed.append(await ex.resume(state, context=str(world)))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(resume)
+            await entered.wait()
+            with pytest.raises(ts.RunClaimedError):
+                await webhook.complete("held", "e1", output="too early")
+            leave.set()
+        assert [p.call_id for p in resumed[0].pending] == ["e1"]
+        await webhook.complete("held", "e1", output="confirmed")
+        with pytest.raises(ts.StateError, match="answered already"):
+            await webhook.complete("held", "e1", output="twice")
+        later = resumed[0].state
+        assert later is not None
+        finished = await ex.resume(later, context=str(world))
+    assert [(r.call_id, r.output) for r in finished.results] == [("k1", "packed A-1"), ("e1", "confirmed")]
