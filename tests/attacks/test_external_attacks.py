@@ -282,3 +282,21 @@ async def test_a_completion_while_a_resume_holds_the_run_is_refused_then_lands_o
         assert later is not None
         finished = await ex.resume(later, context=str(world))
     assert [(r.call_id, r.output) for r in finished.results] == [("k1", "packed A-1"), ("e1", "confirmed")]
+
+
+async def test_an_answer_through_the_journal_is_held_to_its_tool_s_budget_or_refused(store: Store) -> None:
+    @ts.tool(external=True, max_result_chars=100)
+    def describe(item: str) -> str:
+        """Asks a person to describe an item (answered from outside; a short answer)."""
+
+    async with store.open() as journal:
+        worker = ts.Executor([describe], journal=journal)
+        await worker.run([ts.ToolCall("d1", "describe", {"item": "mug"})], run_id="budget")
+        # A webhook built without the tool cannot hold the answer to its budget: refused, nothing written.
+        with pytest.raises(ts.OptionError, match="does not have"):
+            await ts.Executor([], journal=journal).complete("budget", "d1", output="x" * 100_000)
+        assert (await journal.load("budget")).call("d1").result is None
+        await ts.Executor([describe], journal=journal).complete("budget", "d1", output="x" * 100_000)
+        recovered = await worker.recover("budget")
+    (result,) = recovered.results
+    assert result.truncated and len(str(result.output)) < 1000

@@ -102,8 +102,9 @@ async def answer_through_journal(
     settings: Settings, view: View, run_id: str, call_id: str, output: Any, error: str | None, verb: str
 ) -> None:
     """Answers the external call ``call_id`` of the journaled run ``run_id`` (``Executor.complete`` / ``fail``):
-    claims the run, writes the call's result, lets the run go. ``StateError`` for a call that is unknown, not an
-    external call waiting for its answer, or answered already; ``RunClaimedError`` while a process holds the run."""
+    claims the run, writes the call's result (held to its tool's budget), lets the run go. ``StateError`` for a call
+    that is unknown, not an external call waiting for its answer, or answered already; ``RunClaimedError`` while a
+    process holds the run; ``OptionError`` when this executor does not have the call's tool."""
     journal = settings.journal
     if journal is None:
         raise OptionError(f"{verb}() answers through a journal: it needs an executor built with journal=")
@@ -133,11 +134,18 @@ async def answer_through_journal(
                 f"for its answer (the journal has it {entry.state!r})"
             )
         tool = view.toolset.by_name.get(entry.tool_name)
+        if tool is None:
+            # The answer is held to its tool's budget here, once, as journaled: without the tool, it could not be.
+            raise OptionError(
+                f"cannot {verb} call {call_id!r} of run {run_id!r}: it is a call of `{entry.tool_name}`, a tool this "
+                "executor does not have; answer it with an executor that has the tool, so that the answer is held "
+                "to the tool's budget"
+            )
         took = max(0.0, (time.time() - handout[0]) * 1000.0)
         failed = error is not None
         result = new_result(
             call_id,
-            tool.name if tool is not None else entry.tool_name,
+            tool.name,
             output,
             error,
             "execution_error" if failed else None,
