@@ -18,6 +18,7 @@ from attacks_child import CHILD, confirm, executor, runs
 from journal_child import Store, store_in
 
 import toolsched as ts
+from toolsched._values.effects import idempotency_key
 
 pytestmark = pytest.mark.anyio
 
@@ -192,7 +193,7 @@ async def kill_at(store: Store, backend: str, arguments: list[str], point: str, 
         await process.aclose()
 
 
-@pytest.mark.parametrize("point", ["writing", "written"])
+@pytest.mark.parametrize("point", ["writing finished e1", "wrote finished e1"])
 async def test_a_webhook_killed_while_it_completes_leaves_one_answer_or_none(
     store: Store, anyio_backend: str, tmp_path: Path, point: str
 ) -> None:
@@ -207,7 +208,7 @@ async def test_a_webhook_killed_while_it_completes_leaves_one_answer_or_none(
     await kill_at(store, anyio_backend, arguments, point, go=True)
     async with store.open() as journal:
         ex = executor(journal)
-        if point == "writing":
+        if point.startswith("writing"):
             assert (await journal.load("killed")).call("e1").result is None
             await ex.complete("killed", "e1", output="from the retry")
             expected = "from the retry"
@@ -300,3 +301,55 @@ async def test_an_answer_through_the_journal_is_held_to_its_tool_s_budget_or_ref
         recovered = await worker.recover("budget")
     (result,) = recovered.results
     assert result.truncated and len(str(result.output)) < 1000
+
+
+@pytest.mark.parametrize("point", ["writing started e1", "wrote started e1", "writing started e2", "wrote started e2"])
+async def test_a_run_killed_while_it_hands_out_hands_each_call_out_once(
+    store: Store, anyio_backend: str, tmp_path: Path, point: str
+) -> None:
+    # SIGKILL just before or just after the journal writes a hand-out. Recover hands out what was not
+    # journaled and finds the rest waiting: each call handed out once, under the key it always has.
+    world = tmp_path / "world"
+    world.mkdir()
+    await kill_at(store, anyio_backend, ["handout", "handing", str(world), point], point)
+    async with store.open() as journal:
+        recovered = await executor(journal).recover("handing", context=str(world), force=True)
+        record = await journal.load("handing")
+    assert [(p.call_id, p.idempotency_key) for p in recovered.pending if isinstance(p, ts.ExternalCall)] == [
+        (call_id, idempotency_key("handing", call_id)) for call_id in ("e1", "e2")
+    ]
+    assert [(entry.call_id, entry.state, entry.starts) for entry in record.calls] == [
+        ("e1", "started", 1),
+        ("e2", "started", 1),
+    ]
+
+
+@pytest.mark.parametrize("point", ["writing finished e1", "wrote finished e1"])
+async def test_a_resume_killed_while_it_delivers_an_answer_delivers_it_once(
+    store: Store, anyio_backend: str, tmp_path: Path, point: str
+) -> None:
+    # The person's answer is on the saved state. The process resuming it is killed just before or just after
+    # the journal writes the answer. The saved state resumed again delivers it (killed before) or is refused
+    # as answered already and recover delivers it (killed after): e1 is answered once, with that answer.
+    world = tmp_path / "world"
+    world.mkdir()
+    saved = tmp_path / "state.json"
+    async with store.open() as journal:
+        outcome = await executor(journal).run(TURN[1:2], run_id="delivering", context=str(world))
+    assert outcome.state is not None
+    saved.write_text(outcome.state.to_json())
+    decisions = json.dumps({"e1": ["complete", "confirmed"]})
+    await kill_at(store, anyio_backend, ["resume", str(saved), str(world), decisions, point], point)
+    again = ts.RunState.from_json(saved.read_text())
+    again.complete("e1", output="confirmed")
+    async with store.open() as journal:
+        ex = executor(journal)
+        if point.startswith("writing"):
+            finished = await ex.resume(again, context=str(world))
+        else:
+            with pytest.raises(ts.StateError, match="answered already"):
+                await ex.resume(again, context=str(world))
+            finished = await ex.recover("delivering", context=str(world), force=True)
+        record = await journal.load("delivering")
+    assert [(r.call_id, r.output) for r in finished.results] == [("e1", "confirmed")]
+    assert record.complete and record.call("e1").starts == 1

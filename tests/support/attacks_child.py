@@ -1,9 +1,10 @@
 """A second process for the attack tests on effects: it resumes a saved state or answers an external call
 through the journal, as another worker or a webhook would.
 
-    python attacks_child.py STORE BACKEND resume STATE_FILE WORLD DECISIONS
+    python attacks_child.py STORE BACKEND resume STATE_FILE WORLD DECISIONS [POINT]
     python attacks_child.py STORE BACKEND complete RUN_ID CALL_ID OUTPUT [POINT]
     python attacks_child.py STORE BACKEND nested RUN_ID WORLD POINT
+    python attacks_child.py STORE BACKEND handout RUN_ID WORLD POINT
 
 STORE is the JSON from ``journal_child.Store.spec()``; BACKEND is ``asyncio`` or
 ``trio``. ``resume`` loads the state, applies DECISIONS (JSON: call ID to
@@ -11,9 +12,11 @@ STORE is the JSON from ``journal_child.Store.spec()``; BACKEND is ``asyncio`` or
 journal and prints ``resumed RESULTS`` or ``refused ERROR-TYPE: message``.
 ``complete`` prints ``ready``, waits for a line on stdin (so two completers
 start together), answers the call and prints ``completed`` or ``refused
-ERROR-TYPE: message``; with POINT (``writing`` or ``written``) it prints the
-point and freezes (blocking on stdin) just before or just after the journal
-writes the answer, until the parent kills it with SIGKILL. ``nested`` runs
+ERROR-TYPE: message``. With POINT, ``resume``, ``complete`` and ``handout``
+print the point and freeze (blocking on stdin) until the parent kills them
+with SIGKILL: ``writing TRANSITION CALL`` just before the journal writes a
+call's transition, ``wrote TRANSITION CALL`` just after. ``handout`` runs
+``HANDED`` (two external calls) and prints ``done`` and the calls handed out. ``nested`` runs
 ``NESTED`` (an idempotent agent tool whose nested run makes three ``charge``
 calls) and freezes at POINT (``inside ID``: the nested call ``ID`` logged its run
 and key). WORLD is a directory where every run of a tool body is logged
@@ -85,6 +88,7 @@ async def checkout(items: int, child: ts.ChildRun) -> str:
 
 
 NESTED = [ts.ToolCall("p1", "checkout", {"items": 3})]
+HANDED = [ts.ToolCall("e1", "confirm", {"order": "A-1"}), ts.ToolCall("e2", "confirm", {"order": "A-2"})]
 
 
 def executor(journal: ts.Journal) -> ts.Executor:
@@ -102,6 +106,20 @@ def runs(world: str | Path) -> list[str]:
     return path.read_text(encoding="utf-8").split() if path.exists() else []
 
 
+def watched(journal: ts.Journal) -> ts.Journal:
+    """The journal, freezing at ``writing TRANSITION CALL`` just before it writes a call's transition and at
+    ``wrote TRANSITION CALL`` just after, when that is the chosen point."""
+    record = journal.record
+
+    async def frozen_around(run: str, call: str, transition: Any, payload: Any = None) -> None:
+        reach(f"writing {transition} {call}")
+        await record(run, call, transition, payload)
+        reach(f"wrote {transition} {call}")
+
+    journal.record = frozen_around  # type: ignore[method-assign]
+    return journal
+
+
 async def resume(store: Store, saved: str, world: str, decisions: dict[str, Any]) -> None:
     state = ts.RunState.from_json(saved)
     for call_id, decision in decisions.items():
@@ -113,7 +131,7 @@ async def resume(store: Store, saved: str, world: str, decisions: dict[str, Any]
             state.complete(call_id, output=decision[1])
     async with store.open() as journal:
         try:
-            outcome = await executor(journal).resume(state, context=world)
+            outcome = await executor(watched(journal)).resume(state, context=world)
         except ts.ToolschedError as exc:
             say(f"refused {type(exc).__name__}: {exc}")
         else:
@@ -122,18 +140,10 @@ async def resume(store: Store, saved: str, world: str, decisions: dict[str, Any]
 
 async def complete(store: Store, run_id: str, call_id: str, output: Any) -> None:
     async with store.open() as journal:
-        record = journal.record
-
-        async def frozen_around(run: str, call: str, transition: Any, payload: Any = None) -> None:
-            reach("writing")
-            await record(run, call, transition, payload)
-            reach("written")
-
-        journal.record = frozen_around  # type: ignore[method-assign]
         say("ready")
         await anyio.to_thread.run_sync(sys.stdin.readline)
         try:
-            await executor(journal).complete(run_id, call_id, output=output)
+            await executor(watched(journal)).complete(run_id, call_id, output=output)
         except ts.ToolschedError as exc:
             say(f"refused {type(exc).__name__}: {exc}")
         else:
@@ -146,14 +156,21 @@ async def nested(store: Store, run_id: str, world: str) -> None:
     say("done " + json.dumps([[r.call_id, r.output] for r in outcome.results]))
 
 
+async def hand_out(store: Store, run_id: str, world: str) -> None:
+    async with store.open() as journal:
+        outcome = await executor(watched(journal)).run(HANDED, run_id=run_id, context=world)
+    say("done " + json.dumps([p.call_id for p in outcome.pending]))
+
+
 def main(argv: list[str]) -> None:
     global _point
     store = Store.from_spec(argv[1])
     backend, command = argv[2], argv[3]
-    if command == "nested":
+    if command in ("nested", "handout"):
         _point = argv[6]
-        anyio.run(nested, store, argv[4], argv[5], backend=backend)
+        anyio.run(nested if command == "nested" else hand_out, store, argv[4], argv[5], backend=backend)
     elif command == "resume":
+        _point = argv[7] if len(argv) > 7 else None
         saved = Path(argv[4]).read_text(encoding="utf-8")
         anyio.run(resume, store, saved, argv[5], json.loads(argv[6]), backend=backend)
     elif command == "complete":
