@@ -157,3 +157,34 @@ async def test_recover_counts_the_calls_it_runs_again_and_the_calls_handed_out(s
     ]
     assert [p.call_id for p in recovered.pending] == ["e1"]
     assert ran == [1, 2] and limits.calls == 3
+
+
+async def test_runs_sharing_a_limits_with_the_same_call_ids_are_each_told_their_own_answer() -> None:
+    # Two conversations share one budget and both name their first call "call_0" (as some servers do): each
+    # run's answer is taken as its own, and a later repeat is told what that very call returned.
+    inside: list[str] = []
+    both = anyio.Event()
+
+    @ts.tool(read_only=True, concurrency_safe=True)
+    async def lookup(query: str) -> str:
+        """Looks a word up."""
+        inside.append(query)
+        if len(inside) == 2:
+            both.set()
+        await both.wait()
+        return f"{query} is a language"
+
+    executor = ts.Executor([lookup])
+    limits = ts.Limits(max_repeats=1)
+
+    async def conversation(query: str) -> None:
+        await executor.run([ts.ToolCall("call_0", "lookup", {"query": query})], limits=limits)
+
+    async with anyio.create_task_group() as group:
+        for query in ("rust", "go"):
+            group.start_soon(conversation, query)
+    for query in ("rust", "go"):
+        again = await executor.run([ts.ToolCall("call_1", "lookup", {"query": query})], limits=limits)
+        assert again.results[0].error_kind == "limit_exceeded"
+        assert (again.results[0].error or "").endswith(f"it returned: {query} is a language")
+    assert limits.calls == 2
