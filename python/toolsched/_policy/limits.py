@@ -2,10 +2,11 @@
 
 A tool (or its ``validate_input``) raises ``ModelRetry(message)`` to have the
 call answered ``error_kind="model_retry"`` with that message for the model.
-Each tool's ``max_model_retries`` (default 3) bounds how many ``model_retry``,
-``invalid_input`` and ``semantic_error`` answers it gets within one run; once
-a tool has had that many, its next calls are answered ``retries_exhausted``
-without running.
+Each tool's ``max_model_retries`` (default 3) is how many times the model may
+try again after a ``model_retry``, ``invalid_input`` or ``semantic_error``
+answer within one run: once a tool has had more such answers than that, its
+next calls are answered ``retries_exhausted`` without running (0: the first
+mistake is the last).
 
 ``Limits`` holds the caps of an agent run and its counts: pass the same object
 to ``run`` / ``stream`` / ``resume`` on every turn of the run (the loops do).
@@ -182,11 +183,12 @@ class Limits:
 
     def _exhausted(self, tool_name: str, tool_budget: int) -> str | None:
         retries = self._retries.get(tool_name, 0)
-        if retries < self.retry_budget(tool_name, tool_budget):
+        budget = self.retry_budget(tool_name, tool_budget)
+        if retries <= budget:
             return None
         return (
-            f"`{tool_name}` was answered with errors to fix {retries} times in this run, its limit: "
-            "it is not called again in this run; stop calling it and answer with what you have"
+            f"`{tool_name}` was answered with errors to fix {retries} times in this run, past its limit of "
+            f"{budget} retries: it is not called again in this run; stop calling it and answer with what you have"
         )
 
     def admit(
