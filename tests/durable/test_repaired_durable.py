@@ -114,7 +114,7 @@ async def test_a_recovered_call_never_admitted_is_repaired_as_a_new_call(store: 
 async def test_a_recovered_run_without_limits_keeps_its_retry_budget(store: Store) -> None:
     ran: list[str] = []
 
-    @ts.tool(max_model_retries=1)
+    @ts.tool(max_model_retries=0)  # the first mistake is its last
     async def send(to: str) -> str:
         ran.append(to)
         return f"sent to {to}"

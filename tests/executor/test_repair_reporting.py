@@ -307,7 +307,7 @@ async def test_a_repaired_call_held_for_approval_resumes_with_the_arguments_held
 async def test_a_run_without_limits_keeps_its_retry_budget_across_its_resume() -> None:
     ran: list[str] = []
 
-    @ts.tool(max_model_retries=1, needs_approval=True)
+    @ts.tool(max_model_retries=0, needs_approval=True)  # the first mistake is its last
     def send(to: str) -> str:
         ran.append(to)
         return f"sent to {to}"
