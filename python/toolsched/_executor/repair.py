@@ -112,8 +112,12 @@ async def repair_refused(turn: Turn, plan: Plan, jobs: list[Job]) -> list[Job]:
 
 def stored_job(turn: Turn, plan: Plan, slot: int, turn_slot: int, args: Any) -> Job | None:
     """The job of a refused slot run with ``args``, the arguments a state or a journal holds for it (what it was
-    approved, held or started with after a repair), when they pass the tool's schema now; else None."""
-    if args is None or not _repairable(turn, plan, slot) or not isinstance(args, (str, Mapping)):
+    approved, held or started with after a repair), when they pass the tool's schema now; else None. Only an
+    executor with a repair callable takes them: the built-in repair gives the same arguments every time, so a
+    call it cannot repair now was not repaired then (its tool changed since)."""
+    if turn.settings.repair_function is None or args is None or not isinstance(args, (str, Mapping)):
+        return None
+    if not _repairable(turn, plan, slot):
         return None
     call = plan.calls[slot]
     again = plan_calls(turn.settings, turn.view, [ToolCall(call.id, call.name, args)], jobs=True)
