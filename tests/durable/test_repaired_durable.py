@@ -151,3 +151,16 @@ async def test_a_deny_rule_in_force_at_recover_stops_a_repaired_call_held_before
     result = recovered.results[0]
     assert (result.error_kind, result.repaired) == ("permission_denied", True)
     assert ran == []
+
+
+async def test_without_a_repair_callable_a_refused_text_is_answered_as_it_would_be_now(store: Store) -> None:
+    ran: list[str] = []
+    async with store.open(owner="crashed") as crashed:
+        await crashed.begin_run("now", [ts.ToolCall("1", "read", HOPELESS)])
+        await crashed.record("now", "1", "approved", {"args": {"path": "journaled"}})
+    async with store.open() as journal:
+        executor = ts.Executor([reader(ran, needs_approval=True)], journal=journal, repair_arguments=True)
+        outcome = await executor.recover("now", force=True)
+    result = outcome.results[0]
+    assert (result.error_kind, result.repaired) == ("invalid_input", False)
+    assert ran == []
