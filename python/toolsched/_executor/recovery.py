@@ -22,6 +22,7 @@ from toolsched._executor.admit import denied_now, not_approved
 from toolsched._executor.call import deliver
 from toolsched._executor.durable import journaled_child, journaled_handout
 from toolsched._executor.external import wait_again
+from toolsched._executor.repair import stored_job, user_repair
 from toolsched._executor.settings import format_error
 from toolsched._executor.turn import Handout, Held, Job, Plan, Turn
 from toolsched._policy.state_records import CallRecord
@@ -155,6 +156,17 @@ async def recovered_jobs(
             await wait_again(turn, slot, call, _handout(turn, plan, slot, entry, handout))
             continue
         refused = plan.refused.get(slot)
+        job: Job | None = None
+        if refused is not None:
+            # Arguments repaired when the run began: the call goes on with what the journal holds for it (what it
+            # was held, approved or started with), never repaired again; one that never got that far is
+            # repaired as a new call would be.
+            if entry.state == "planned":
+                job = await user_repair(turn, plan, slot)
+            else:
+                stored = (entry.run_with if entry.state == "started" else entry.decision) or {}
+                job = stored_job(turn, plan, slot, slot, stored.get("args"))
+            refused = plan.refused.get(slot) if job is None else None
         if refused is not None:
             if entry.state == "started":
                 # Started with a tool that is gone now: whether it is idempotent cannot be known.
@@ -165,7 +177,8 @@ async def recovered_jobs(
                 # The tool set changed since the crash: the call is answered as it would be now.
                 await turn.answer(slot, call, plan.tool_name(view, slot), refused[0], refused[1], attempts=entry.starts)
             continue
-        job = plan.job(view, slot)
+        if job is None:
+            job = plan.job(view, slot)
         tool = job.tool
         decision = entry.decision or {}
         if entry.state == "planned":

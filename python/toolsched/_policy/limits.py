@@ -33,7 +33,7 @@ from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError
 
-__all__ = ["RETRY_KINDS", "Limits", "ModelRetry", "active_limits", "limits_in_force"]
+__all__ = ["RETRY_KINDS", "Limits", "ModelRetry", "active_limits", "bare_limits", "limits_in_force"]
 
 # The answers that count against a tool's ``max_model_retries``.
 RETRY_KINDS = frozenset({"model_retry", "invalid_input", "semantic_error"})
@@ -301,6 +301,12 @@ _active: ContextVar[Limits | None] = ContextVar("toolsched_limits", default=None
 def active_limits() -> Limits | None:
     """The ``Limits`` of the run in progress in this context, if it was given one."""
     return _active.get()
+
+
+def bare_limits() -> Limits:
+    """The counts of a run given no ``Limits`` (no caps): resumed or recovered, the answers it carries from before
+    count against each tool's ``max_model_retries``, as they would in a ``Limits`` given to every part of it."""
+    return Limits()
 
 
 @contextmanager
