@@ -98,6 +98,56 @@ def test_rate_limit_is_shared_by_two_processes(anyio_backend: str) -> None:
     assert starts[-1] - starts[0] >= 19 * 0.05 * 0.9
 
 
+def test_a_stalled_worker_does_not_release_its_due_calls_at_once(anyio_backend: str) -> None:
+    """RateLimit(10, per=1, burst=1) for the fleet, each process stalling its event loop for 1 s while its
+    reservations fall due: the calls' starts, stamped with the Redis server's clock, number at most
+    floor((W + tolerance) / interval) + 1 in any window of W (the GCRA's bound), stall or not."""
+    url, space = redis_url(), namespace()
+    workers = [child(anyio_backend, url, space, "stall", 8) for _ in range(2)]
+    lines = [line for worker in workers for line in lines_of(worker)]
+    starts = sorted(int(line.split()[1]) for line in lines if line.startswith("redis "))
+    assert len(starts) == 16
+    interval, tolerance, window = 100_000, 0, 500_000
+    bound = (window + tolerance) // interval + 1
+    busiest = max(sum(1 for t in starts if first <= t < first + window) for first in starts)
+    assert busiest <= bound, (busiest, bound, [t - starts[0] for t in starts])
+
+
+async def test_a_call_waiting_for_its_rate_reservation_holds_no_slot(anyio_backend: str) -> None:
+    """max_concurrency=1 and RateLimit(1, per=30): a second call waits ~30 s for its reservation; meanwhile
+    the fleet's one slot is free, so another process's call of the same tool runs at once."""
+    url, space = redis_url(), namespace()
+    ran: list[str] = []
+
+    @ts.tool(name="capped", rate_limit=ts.RateLimit(1, per=30, burst=1), max_concurrency=1)
+    async def capped(tag: str) -> str:
+        ran.append(tag)
+        return tag
+
+    @ts.tool(name="capped", max_concurrency=1)
+    async def elsewhere(tag: str) -> str:
+        ran.append(tag)
+        return tag
+
+    coordination = ts.RedisCoordination(url, namespace=space)
+    paced = ts.Executor([capped], coordination=coordination)
+    other = ts.Executor([elsewhere], coordination=ts.RedisCoordination(url, namespace=space))
+    first = (await paced.run([ts.ToolCall(id="a", name="capped", args={"tag": "a"})])).results[0]
+    assert first.output == "a"
+    rate_key = f"{space}:{{capped}}:rate"
+    tat = int(await coordination._call("GET", rate_key))
+    async with anyio.create_task_group() as group:
+        group.start_soon(paced.run, [ts.ToolCall(id="b", name="capped", args={"tag": "b"})])
+        with anyio.fail_after(10):
+            # The second call has its reservation (the theoretical arrival time moved on): it now waits.
+            while int(await coordination._call("GET", rate_key)) == tat:  # noqa: ASYNC110 (state in Redis)
+                await anyio.sleep(0.01)
+            result = (await other.run([ts.ToolCall(id="c", name="capped", args={"tag": "c"})])).results[0]
+        assert result.output == "c"
+        assert ran == ["a", "c"]
+        group.cancel_scope.cancel()
+
+
 def test_concurrency_slots_are_shared_by_two_processes(anyio_backend: str) -> None:
     """max_concurrency=2 for the fleet: never more than 2 calls in flight across both processes."""
     url, space = redis_url(), namespace()

@@ -5,10 +5,12 @@ coordination=...)`` makes each tool's ``rate_limit``, ``circuit`` and ``max_conc
 limit for every process that uses the same Redis server and namespace:
 
 - one atomic server-side script admits an attempt: the circuit (refused while open; its single
-  half-open probe is a lease), a concurrency slot (a lease in a sorted set that expires unless
-  renewed, so a killed worker's slots come back within ``lease`` seconds; a running call renews
-  its own), and the rate limit (GCRA: the script reserves the attempt's start time, the caller
-  waits until then, so a waiting call costs no more round trips);
+  half-open probe is a lease), the rate limit (GCRA on the server's clock: an attempt that must
+  wait gets a reservation, waits it out holding nothing, then asks again) and a concurrency slot
+  (a lease in a sorted set that expires unless renewed, so a killed worker's slots come back
+  within ``lease`` seconds), taken only once the attempt may start. The admissions themselves
+  conform to the GCRA when they are made, so a worker whose event loop stalled past its
+  reservations cannot release them all at once;
 - a second script gives the slot back and records the outcome for the circuit (skipped when
   there is nothing to record);
 - Redis unreachable: ``on_unavailable="local"`` falls back to the per-process limits (a warning
@@ -55,9 +57,14 @@ _RETRY_CONNECT = 1.0
 # Waits between two tries for a concurrency slot held elsewhere (seconds): from the first, doubling to the last.
 _SLOT_POLL = (0.002, 0.05)
 
-# KEYS: circuit, slots, rate. ARGV: lease id, now unused, failures, cooldown ms, probe lease ms, cap, slot lease ms,
-# emission interval µs, tolerance µs. Returns {code, wait µs or open ms, failures}: code 0 admitted, 1 admitted as
-# the circuit's probe, -1 circuit open, -2 no slot free.
+# KEYS: circuit, slots, rate (the reservations' theoretical arrival time, µs), admitted (the admissions' one).
+# ARGV: lease id, paid (1: the attempt holds a rate reservation it waited out), failures, cooldown ms, probe lease
+# ms, cap, slot lease ms, emission interval µs, tolerance µs. Returns {code, wait µs or open ms, failures, server
+# time µs}: code 0 admitted, 1 admitted as the circuit's probe, 2 wait that long and ask again with paid 1 (a rate
+# reservation is held; no slot is), -1 circuit open, -2 no slot free (nothing taken; a reservation held is given
+# up). Every admission conforms to the GCRA on the server's clock at the moment it is made (the ``admitted`` key),
+# so admissions in any window of W µs number at most floor((W + tolerance) / interval) + 1, however late the
+# callers woke; the reservations only spread the callers' wake-ups.
 _ADMIT = """
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -71,32 +78,43 @@ if threshold > 0 then
   if failures >= threshold then
     local open_until = tonumber(state[2] or '0')
     local probe_until = tonumber(state[3] or '0')
-    if now < open_until then return {-1, open_until - now, failures} end
-    if now < probe_until then return {-1, probe_until - now, failures} end
+    if now < open_until then return {-1, open_until - now, failures, now_us} end
+    if now < probe_until then return {-1, probe_until - now, failures, now_us} end
     probe = 1
   end
 end
 local cap = tonumber(ARGV[6])
 if cap > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  if redis.call('ZCARD', KEYS[2]) >= cap then return {-2, 0, failures} end
+  if redis.call('ZCARD', KEYS[2]) >= cap then return {-2, 0, failures, now_us} end
+end
+local interval = tonumber(ARGV[8])
+if interval > 0 then
+  local tolerance = tonumber(ARGV[9])
+  local admitted = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if admitted < now_us then admitted = now_us end
+  if ARGV[2] ~= '1' then
+    local tat = tonumber(redis.call('GET', KEYS[3]) or '0')
+    if tat < admitted then tat = admitted end
+    redis.call('SET', KEYS[3], tat + interval, 'PX', math.floor((tat + interval - now_us) / 1000) + 1000)
+    if tat - tolerance > now_us then return {2, tat - tolerance - now_us, failures, tat - tolerance} end
+  elseif admitted - tolerance > now_us then
+    -- Woke with others (a late wake-up): asked again at a time of its own, one interval after the last given.
+    local late = tonumber(redis.call('GET', KEYS[5]) or '0')
+    if late < admitted then late = admitted end
+    redis.call('SET', KEYS[5], late + interval, 'PX', math.floor((late + interval - now_us) / 1000) + 1000)
+    return {2, late - tolerance - now_us, failures, late - tolerance}
+  end
+  redis.call('SET', KEYS[4], admitted + interval, 'PX', math.floor((admitted + interval - now_us) / 1000) + 1000)
+end
+if cap > 0 then
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[7]), ARGV[1])
   redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]) * 2)
 end
 if probe == 1 then
   redis.call('HSET', KEYS[1], 'probe_until', now + tonumber(ARGV[5]))
 end
-local wait = 0
-local interval = tonumber(ARGV[8])
-if interval > 0 then
-  local tat = tonumber(redis.call('GET', KEYS[3]) or '0')
-  if tat < now_us then tat = now_us end
-  local allowed = tat - tonumber(ARGV[9])
-  if allowed > now_us then wait = allowed - now_us end
-  tat = tat + interval
-  redis.call('SET', KEYS[3], tat, 'PX', math.floor((tat - now_us) / 1000) + 1000)
-end
-return {probe, wait, failures}
+return {probe, 0, failures, now_us}
 """
 
 # KEYS: circuit, slots. ARGV: lease id, outcome (success/transient/other/none), probe (0/1), failures, cooldown ms.
@@ -214,6 +232,8 @@ class _Keys:
     circuit: str
     slots: str
     rate: str
+    admitted: str
+    late: str
 
 
 class RedisCoordination:
@@ -341,7 +361,7 @@ class RedisCoordination:
 
     def _keys(self, tool_name: str) -> _Keys:
         base = f"{self.namespace}:{{{tool_name}}}"
-        return _Keys(f"{base}:circuit", f"{base}:slots", f"{base}:rate")
+        return _Keys(f"{base}:circuit", f"{base}:slots", f"{base}:rate", f"{base}:admitted", f"{base}:late")
 
     def _unavailable(self, exc: CoordinationError, emit: Callable[[Any], object] | None) -> None:
         """Reports an outage once (a warning and a ``CoordinationUnavailable`` event)."""
@@ -358,7 +378,7 @@ class RedisCoordination:
 
     # -- one attempt --------------------------------------------------------------
 
-    async def _admit(self, tool: Tool, lease_id: str) -> tuple[int, int, int]:
+    async def _admit(self, tool: Tool, lease_id: str, paid: bool) -> tuple[int, int, int]:
         rate, circuit, cap = tool.rate_limit, tool.circuit, tool.max_concurrency
         keys = self._keys(tool.name)
         lease_ms = max(1, round(self.lease * 1000))
@@ -368,9 +388,9 @@ class RedisCoordination:
             tolerance = (rate.size - 1) * interval
         reply = await self._script(
             _ADMIT,
-            (keys.circuit, keys.slots, keys.rate),
+            (keys.circuit, keys.slots, keys.rate, keys.admitted, keys.late),
             lease_id,
-            0,
+            1 if paid else 0,
             0 if circuit is None else circuit.failures,
             0 if circuit is None else round(circuit.cooldown * 1000),
             max(lease_ms, 0 if circuit is None else round(circuit.cooldown * 1000)),
@@ -379,7 +399,7 @@ class RedisCoordination:
             interval,
             tolerance,
         )
-        code, amount, failures = (int(part) for part in reply)
+        code, amount, failures = int(reply[0]), int(reply[1]), int(reply[2])
         return code, amount, failures
 
     async def _renew(self, tool_name: str, lease_id: str) -> None:
@@ -399,20 +419,30 @@ class RedisCoordination:
         invoke: Callable[[], Awaitable[Any]],
         emit: Callable[[Any], object] | None,
         local: Resilience | None,
+        limiter: Callable[[], anyio.CapacityLimiter] | None = None,
+        admitted: Callable[[], None] | None = None,
     ) -> Any:
-        """Runs one attempt of ``tool`` under the fleet's limits (or the fallback when Redis is unreachable)."""
+        """Runs one attempt of ``tool`` under the fleet's limits (or the fallback when Redis is unreachable).
+
+        A rate reservation is waited out before the concurrency slot is taken, and the slot only when it
+        is free at the reserved time (otherwise the reservation is given up and the attempt waits for a
+        slot, then for a new reservation): a waiting attempt holds no slot, and none starts before its
+        reserved time. ``limiter`` is the per-process cap taken by the fallback; ``admitted`` is called
+        once the attempt has its slot (or its start time when the tool has no cap).
+        """
         lease_id = secrets.token_hex(8) if tool.max_concurrency is not None else ""
         poll = _SLOT_POLL[0]
+        paid = False
         while True:
             try:
-                code, amount, failures = await self._admit(tool, lease_id or "-")
+                code, amount, failures = await self._admit(tool, lease_id or "-", paid)
             except CoordinationError as exc:
                 self._unavailable(exc, emit)
                 if self.on_unavailable == "refuse":
                     raise FleetUnavailable(
                         f"`{tool.name}` is unavailable: its fleet-wide limits cannot be checked ({exc})"
                     ) from None
-                return await _local_attempt(tool, retry_on, invoke, local)
+                return await _local_attempt(tool, retry_on, invoke, local, limiter, admitted)
             if code == -1:
                 circuit = tool.circuit
                 assert circuit is not None
@@ -420,15 +450,21 @@ class RedisCoordination:
                     f"`{tool.name}` is unavailable: {circuit.failures} calls in a row failed transiently, so its "
                     f"calls are refused for {amount / 1000:.1f} more seconds"
                 )
+            if code == 2:
+                # A reservation: waited out holding no slot, then the slot is asked for.
+                paid = True
+                await anyio.sleep(amount / 1_000_000)
+                continue
             if code != -2:
                 break
+            paid = False
             await anyio.sleep(poll * (0.5 + random.random()))
             poll = min(_SLOT_POLL[1], poll * 2)
         probe = code == 1
         outcome = "none"
         try:
-            if amount > 0:
-                await anyio.sleep(amount / 1_000_000)
+            if admitted is not None:
+                admitted()
             if lease_id:
                 async with anyio.create_task_group() as renewals:
                     renewals.start_soon(self._renew, tool.name, lease_id)
@@ -492,29 +528,58 @@ def _is_timeout(exc: BaseException) -> bool:
 
 
 async def _local_attempt(
-    tool: Tool, retry_on: Any, invoke: Callable[[], Awaitable[Any]], local: Resilience | None
+    tool: Tool,
+    retry_on: Any,
+    invoke: Callable[[], Awaitable[Any]],
+    local: Resilience | None,
+    limiter: Callable[[], anyio.CapacityLimiter] | None,
+    admitted: Callable[[], None] | None,
 ) -> Any:
-    """One attempt under this process's own rate limit and circuit (the fallback while Redis is unreachable)."""
-    if local is None:
-        return await invoke()
-    probe = local.admit()
+    """One attempt under this process's own rate limit, circuit and concurrency cap (the fallback while Redis
+    is unreachable): the rate wait comes before the slot, as in the fleet."""
+    probe = local.admit() if local is not None else False
     if probe is None:
         raise CircuitOpen(f"`{tool.name}` is unavailable: its circuit is open in this process")
     try:
-        if not local.paced():
+        if local is not None and not local.paced():
             await local.pace()
-        try:
-            output = await invoke()
-        except Exception as exc:
-            local.record("transient" if is_transient(exc, retry_on) else "other", probe)
-            probe = False
-            raise
-        local.record("success", probe)
+        if limiter is None:
+            if admitted is not None:
+                admitted()
+            output = await _recorded(invoke, retry_on, local, probe)
+        else:
+            async with limiter():
+                if admitted is not None:
+                    admitted()
+                output = await _recorded(invoke, retry_on, local, probe)
         probe = False
         return output
+    except _Recorded as recorded:
+        probe = False
+        raise recorded.error from None
     finally:
-        if probe:
+        if probe and local is not None:
             local.release_probe()
+
+
+class _Recorded(Exception):
+    """A body's failure already recorded for the circuit (internal)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+async def _recorded(invoke: Callable[[], Awaitable[Any]], retry_on: Any, local: Resilience | None, probe: bool) -> Any:
+    """Runs the body, recording its outcome for the process's circuit."""
+    try:
+        output = await invoke()
+    except Exception as exc:
+        if local is not None:
+            local.record("transient" if is_transient(exc, retry_on) else "other", probe)
+        raise _Recorded(exc) from None
+    if local is not None:
+        local.record("success", probe)
+    return output
 
 
 def guarded(
@@ -523,13 +588,19 @@ def guarded(
     facts: ToolFacts,
     invoke: Callable[[Any, Any], Awaitable[Any]],
     emit: Callable[[Any], object] | None,
+    admitted: Callable[[], None] | None = None,
 ) -> Callable[[Any, Any], Awaitable[Any]]:
-    """``invoke`` with each attempt under the fleet's limits for ``tool`` (the executor's hook, internal)."""
+    """``invoke`` with each attempt under the fleet's limits for ``tool`` (the executor's hook, internal).
+
+    The fleet's slots are the tool's concurrency cap: the caller takes no per-process slot around it (the
+    fallback takes one per attempt); ``admitted`` is called when an attempt gets its slot.
+    """
     retry_on = tool.retry
     local = facts.resilience() if facts.policies is not None else None
+    limiter = facts.limiter if tool.max_concurrency is not None else None
 
     async def invoke_guarded(args: Any, ctx: Any) -> Any:
-        return await coordination.run_attempt(tool, retry_on, lambda: invoke(args, ctx), emit, local)
+        return await coordination.run_attempt(tool, retry_on, lambda: invoke(args, ctx), emit, local, limiter, admitted)
 
     return invoke_guarded
 
