@@ -148,6 +148,41 @@ async def test_a_call_waiting_for_its_rate_reservation_holds_no_slot(anyio_backe
         group.cancel_scope.cancel()
 
 
+async def test_leases_are_renewed_together_off_the_event_loop(anyio_backend: str) -> None:
+    """Five calls hold slots past their 0.3 s lease: the process renews all of them in one round trip each
+    interval (from its renewal thread), so the leases stay ahead of the server's clock and the event loop
+    makes no round trip while the calls run."""
+    url, space = redis_url(), namespace()
+    holding, release = [0], anyio.Event()
+    all_in = anyio.Event()
+
+    @ts.tool(name="held", max_concurrency=5)
+    async def held(n: int) -> int:
+        holding[0] += 1
+        if holding[0] == 5:
+            all_in.set()
+        await release.wait()
+        return n
+
+    coordination = ts.RedisCoordination(url, namespace=space, lease=0.3)
+    executor = ts.Executor([held], strategy=ts.Parallel(), coordination=coordination)
+    renewer = coordination._renewer
+    async with anyio.create_task_group() as group:
+        group.start_soon(executor.run, [ts.ToolCall(id=f"h{i}", name="held", args={"n": i}) for i in range(5)])
+        with anyio.fail_after(10):
+            await all_in.wait()
+            trips, renewals = coordination.round_trips, renewer.round_trips
+            while renewer.round_trips < renewals + 4:  # noqa: ASYNC110 (counted by the renewal thread)
+                await anyio.sleep(0.02)
+        assert coordination.round_trips == trips
+        seconds, micros = await coordination._call("TIME")
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        leases = await coordination._call("ZRANGE", f"{space}:{{held}}:slots", 0, -1, "WITHSCORES")
+        expiries = [float(score) for score in leases[1::2]]
+        assert len(expiries) == 5 and all(expiry > now_ms for expiry in expiries)
+        release.set()
+
+
 def test_concurrency_slots_are_shared_by_two_processes(anyio_backend: str) -> None:
     """max_concurrency=2 for the fleet: never more than 2 calls in flight across both processes."""
     url, space = redis_url(), namespace()

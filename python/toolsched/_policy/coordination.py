@@ -24,10 +24,14 @@ on asyncio and trio alike. It needs no package beyond anyio.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import math
 import random
 import secrets
+import socket
+import threading
 import time
 import warnings
 from collections.abc import Awaitable, Callable
@@ -137,15 +141,27 @@ if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'probe_until', 0) end
 return failures
 """
 
-# KEYS: slots. ARGV: lease id, lease ms. Extends a held lease (never revives one that expired).
+# KEYS: the slots of each tool. ARGV: lease ms, then for each key the count of its lease ids and the ids. Extends
+# the leases still held (never revives one that expired); returns how many it extended.
 _RENEW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local held = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not held or tonumber(held) < now then return 0 end
-redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
-return 1
+local lease = tonumber(ARGV[1])
+local at = 2
+local renewed = 0
+for _, key in ipairs(KEYS) do
+  local count = tonumber(ARGV[at])
+  for i = at + 1, at + count do
+    local held = redis.call('ZSCORE', key, ARGV[i])
+    if held and tonumber(held) >= now then
+      redis.call('ZADD', key, 'XX', now + lease, ARGV[i])
+      renewed = renewed + 1
+    end
+  end
+  redis.call('PEXPIRE', key, lease * 2)
+  at = at + count + 1
+end
+return renewed
 """
 
 
@@ -157,9 +173,8 @@ class FleetUnavailable(CircuitOpen):
     """A call refused because Redis is unreachable and ``on_unavailable="refuse"`` (internal: ``unavailable``)."""
 
 
+@functools.cache
 def _sha1(script: str) -> str:
-    import hashlib
-
     return hashlib.sha1(script.encode()).hexdigest()
 
 
@@ -171,11 +186,7 @@ class _Connection:
         self.buffer = bytearray()
 
     async def request(self, *parts: str | int | bytes) -> Any:
-        out = bytearray(b"*%d\r\n" % len(parts))
-        for part in parts:
-            raw = part if isinstance(part, bytes) else str(part).encode()
-            out += b"$%d\r\n%s\r\n" % (len(raw), raw)
-        await self.stream.send(bytes(out))
+        await self.stream.send(_encoded(*parts))
         return await self._reply()
 
     async def _line(self) -> bytes:
@@ -236,14 +247,97 @@ class _Keys:
     late: str
 
 
+class _Renewer:
+    """Renews every slot lease this process holds, all of them in one round trip each third of the lease
+    (internal).
+
+    It runs in a daemon thread with a connection of its own while any lease is held: a worker whose event
+    loop is busy or stalled keeps its slots; a killed one loses them within the lease.
+    """
+
+    def __init__(self, owner: RedisCoordination) -> None:
+        self.owner = owner
+        self.held: dict[str, set[str]] = {}
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        # Round trips made to renew leases (read by tests and benches/fleet.py).
+        self.round_trips = 0
+
+    def hold(self, key: str, lease_id: str) -> None:
+        with self.lock:
+            self.held.setdefault(key, set()).add(lease_id)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="toolsched-lease-renewal", daemon=True)
+                self.thread.start()
+
+    def release(self, key: str, lease_id: str) -> None:
+        with self.lock:
+            ids = self.held.get(key)
+            if ids is not None:
+                ids.discard(lease_id)
+                if not ids:
+                    del self.held[key]
+
+    def _run(self) -> None:
+        owner = self.owner
+        lease_ms = max(1, round(owner.lease * 1000))
+        connection: socket.socket | None = None
+        while True:
+            time.sleep(owner.lease / 3)
+            with self.lock:
+                if not self.held:
+                    self.thread = None
+                    break
+                keys = list(self.held)
+                args: list[str | int] = [lease_ms]
+                for key in keys:
+                    ids = self.held[key]
+                    args += [len(ids), *ids]
+            try:
+                if connection is None:
+                    connection = owner._connect_blocking()
+                self.round_trips += 1
+                reply = _blocking_request(connection, "EVALSHA", _sha1(_RENEW), len(keys), *keys, *args)
+                if reply.startswith(b"-NOSCRIPT"):
+                    _blocking_request(connection, "EVAL", _RENEW, len(keys), *keys, *args)
+            except OSError:
+                # Redis unreachable: the leases run out by themselves; tried again at the next renewal.
+                if connection is not None:
+                    connection.close()
+                connection = None
+        if connection is not None:
+            connection.close()
+
+
+def _encoded(*parts: str | int | bytes) -> bytes:
+    out = bytearray(b"*%d\r\n" % len(parts))
+    for part in parts:
+        raw = part if isinstance(part, bytes) else str(part).encode()
+        out += b"$%d\r\n%s\r\n" % (len(raw), raw)
+    return bytes(out)
+
+
+def _blocking_request(connection: socket.socket, *parts: str | int | bytes) -> bytes:
+    """Sends one command and returns the first line of its reply (the renewal's replies are one line)."""
+    connection.sendall(_encoded(*parts))
+    reply = b""
+    while not reply.endswith(b"\r\n"):
+        chunk = connection.recv(4096)
+        if not chunk:
+            raise OSError("Redis closed the connection")
+        reply += chunk
+    return reply
+
+
 class RedisCoordination:
     """Shares every tool's ``rate_limit``, ``circuit`` and ``max_concurrency`` through one Redis server.
 
     ``url``: ``redis://[:password@]host[:port][/db]`` (TLS is not supported). Processes with the
     same server and ``namespace`` share their tools' limits, by tool name. ``lease`` is how long a
     concurrency slot (or a circuit's probe) outlives a worker that died holding it, in seconds;
-    a running call renews its slot every third of it. ``on_unavailable``: ``"local"`` falls back
-    to per-process limits while Redis cannot be reached, ``"refuse"`` answers calls ``unavailable``.
+    a process renews all the slots it holds in one round trip every third of it. ``on_unavailable``:
+    ``"local"`` falls back to per-process limits while Redis cannot be reached, ``"refuse"`` answers
+    calls ``unavailable``.
     Bad options raise ``OptionError``.
     """
 
@@ -288,8 +382,10 @@ class RedisCoordination:
         self._password = unquote(parts.password) if parts.password else None
         self._db = int(path) if path else 0
         self._links: dict[object, _Link] = {}
-        # Round trips to Redis made by this process (read by benches/fleet.py).
+        # Round trips to Redis made by this process's event loops (read by benches/fleet.py); the renewals'
+        # are ``self._renewer.round_trips``.
         self.round_trips = 0
+        self._renewer = _Renewer(self)
 
     def __repr__(self) -> str:
         return f"RedisCoordination({self._host}:{self._port}, namespace={self.namespace!r})"
@@ -311,6 +407,19 @@ class RedisCoordination:
                 await connection.request("AUTH", self._password)
             if self._db:
                 await connection.request("SELECT", self._db)
+        return connection
+
+    def _connect_blocking(self) -> socket.socket:
+        """A connection for the lease renewals' thread."""
+        connection = socket.create_connection((self._host, self._port), timeout=self.connect_timeout)
+        try:
+            if self._password is not None and _blocking_request(connection, "AUTH", self._password).startswith(b"-"):
+                raise OSError("Redis refused the password")
+            if self._db and _blocking_request(connection, "SELECT", self._db).startswith(b"-"):
+                raise OSError(f"Redis refused database {self._db}")
+        except BaseException:
+            connection.close()
+            raise
         return connection
 
     async def _call(self, *parts: str | int | bytes) -> Any:
@@ -402,16 +511,6 @@ class RedisCoordination:
         code, amount, failures = int(reply[0]), int(reply[1]), int(reply[2])
         return code, amount, failures
 
-    async def _renew(self, tool_name: str, lease_id: str) -> None:
-        lease_ms = max(1, round(self.lease * 1000))
-        slots = self._keys(tool_name).slots
-        while True:
-            await anyio.sleep(self.lease / 3)
-            try:
-                await self._script(_RENEW, (slots,), lease_id, lease_ms)
-            except CoordinationError:
-                continue
-
     async def run_attempt(
         self,
         tool: Tool,
@@ -462,34 +561,26 @@ class RedisCoordination:
             poll = min(_SLOT_POLL[1], poll * 2)
         probe = code == 1
         outcome = "none"
+        slots_key = self._keys(tool.name).slots
         try:
             if admitted is not None:
                 admitted()
             if lease_id:
-                async with anyio.create_task_group() as renewals:
-                    renewals.start_soon(self._renew, tool.name, lease_id)
-                    try:
-                        output = await invoke()
-                    except Exception as exc:
-                        outcome = "transient" if is_transient(exc, retry_on) else "other"
-                        raise _Failed(exc) from None
-                    finally:
-                        renewals.cancel_scope.cancel()
-            else:
-                try:
-                    output = await invoke()
-                except Exception as exc:
-                    outcome = "transient" if is_transient(exc, retry_on) else "other"
-                    raise
+                self._renewer.hold(slots_key, lease_id)
+            try:
+                output = await invoke()
+            except Exception as exc:
+                outcome = "transient" if is_transient(exc, retry_on) else "other"
+                raise
             outcome = "success"
             return output
-        except _Failed as failed:
-            raise failed.error from None
         except BaseException as exc:
             if outcome == "none" and _is_timeout(exc):
                 outcome = "transient"
             raise
         finally:
+            if lease_id:
+                self._renewer.release(slots_key, lease_id)
             if lease_id or (tool.circuit is not None and (probe or failures > 0 or outcome == "transient")):
                 with anyio.CancelScope(shield=True):
                     await self._settle(tool, lease_id, outcome, probe)
@@ -511,13 +602,6 @@ class RedisCoordination:
         except CoordinationError:
             # The slot's lease expires by itself; the outcome is lost to the circuit.
             return
-
-
-class _Failed(Exception):
-    """Carries a body's failure out of the renewal task group unwrapped (internal)."""
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
 
 
 def _is_timeout(exc: BaseException) -> bool:
