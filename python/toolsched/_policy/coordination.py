@@ -8,9 +8,10 @@ limit for every process that uses the same Redis server and namespace:
   half-open probe is a lease), the rate limit (GCRA on the server's clock: an attempt that must
   wait gets a reservation, waits it out holding nothing, then asks again) and a concurrency slot
   (a lease in a sorted set that expires unless renewed, so a killed worker's slots come back
-  within ``lease`` seconds), taken only once the attempt may start. The admissions themselves
-  conform to the GCRA when they are made, so a worker whose event loop stalled past its
-  reservations cannot release them all at once;
+  within ``lease`` seconds), taken only once the attempt may start. An attempt is admitted on
+  its reservation only within ``_FRESH_US`` of the reserved start (a later one takes a new
+  reservation), so a worker whose event loop stalled past its reservations cannot release them
+  all at once;
 - a second script gives the slot back and records the outcome for the circuit (skipped when
   there is nothing to record);
 - Redis unreachable: ``on_unavailable="local"`` falls back to the per-process limits (a warning
@@ -61,14 +62,18 @@ _RETRY_CONNECT = 1.0
 # Waits between two tries for a concurrency slot held elsewhere (seconds): from the first, doubling to the last.
 _SLOT_POLL = (0.002, 0.05)
 
-# KEYS: circuit, slots, rate (the reservations' theoretical arrival time, µs), admitted (the admissions' one).
-# ARGV: lease id, paid (1: the attempt holds a rate reservation it waited out), failures, cooldown ms, probe lease
-# ms, cap, slot lease ms, emission interval µs, tolerance µs. Returns {code, wait µs or open ms, failures, server
-# time µs}: code 0 admitted, 1 admitted as the circuit's probe, 2 wait that long and ask again with paid 1 (a rate
-# reservation is held; no slot is), -1 circuit open, -2 no slot free (nothing taken; a reservation held is given
-# up). Every admission conforms to the GCRA on the server's clock at the moment it is made (the ``admitted`` key),
-# so admissions in any window of W µs number at most floor((W + tolerance) / interval) + 1, however late the
-# callers woke; the reservations only spread the callers' wake-ups.
+# How late after its reserved start an attempt may still be admitted on its reservation, in µs; a later one
+# (its event loop busy or stalled) takes a new reservation instead of starting in a clump with the next ones.
+_FRESH_US = 10_000
+
+# KEYS: circuit, slots, rate (the GCRA's theoretical arrival time, µs). ARGV: lease id, the reserved start (µs,
+# server clock) of a reservation the attempt waited out or '' for none, failures, cooldown ms, probe lease ms, cap,
+# slot lease ms, emission interval µs, tolerance µs, freshness µs. Returns {code, wait µs or open ms, failures,
+# start µs}: code 0 admitted, 1 admitted as the circuit's probe, 2 a reservation (wait until its start, holding
+# nothing, then ask again passing the start), -1 circuit open, -2 no slot free (nothing taken; a reservation held
+# is given up). An attempt is admitted at its reservation's start or at most the freshness after it, so the
+# admissions in any window of W µs number at most floor((W + freshness + tolerance) / interval) + 1, however late
+# the callers woke.
 _ADMIT = """
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -93,23 +98,12 @@ if cap > 0 then
   if redis.call('ZCARD', KEYS[2]) >= cap then return {-2, 0, failures, now_us} end
 end
 local interval = tonumber(ARGV[8])
-if interval > 0 then
-  local tolerance = tonumber(ARGV[9])
-  local admitted = tonumber(redis.call('GET', KEYS[4]) or '0')
-  if admitted < now_us then admitted = now_us end
-  if ARGV[2] ~= '1' then
-    local tat = tonumber(redis.call('GET', KEYS[3]) or '0')
-    if tat < admitted then tat = admitted end
-    redis.call('SET', KEYS[3], tat + interval, 'PX', math.floor((tat + interval - now_us) / 1000) + 1000)
-    if tat - tolerance > now_us then return {2, tat - tolerance - now_us, failures, tat - tolerance} end
-  elseif admitted - tolerance > now_us then
-    -- Woke with others (a late wake-up): asked again at a time of its own, one interval after the last given.
-    local late = tonumber(redis.call('GET', KEYS[5]) or '0')
-    if late < admitted then late = admitted end
-    redis.call('SET', KEYS[5], late + interval, 'PX', math.floor((late + interval - now_us) / 1000) + 1000)
-    return {2, late - tolerance - now_us, failures, late - tolerance}
-  end
-  redis.call('SET', KEYS[4], admitted + interval, 'PX', math.floor((admitted + interval - now_us) / 1000) + 1000)
+if interval > 0 and (ARGV[2] == '' or now_us > tonumber(ARGV[2]) + tonumber(ARGV[10])) then
+  local tat = tonumber(redis.call('GET', KEYS[3]) or '0')
+  if tat < now_us then tat = now_us end
+  redis.call('SET', KEYS[3], tat + interval, 'PX', math.floor((tat + interval - now_us) / 1000) + 1000)
+  local start = tat - tonumber(ARGV[9])
+  if start > now_us then return {2, start - now_us, failures, start} end
 end
 if cap > 0 then
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[7]), ARGV[1])
@@ -243,8 +237,6 @@ class _Keys:
     circuit: str
     slots: str
     rate: str
-    admitted: str
-    late: str
 
 
 class _Renewer:
@@ -470,7 +462,7 @@ class RedisCoordination:
 
     def _keys(self, tool_name: str) -> _Keys:
         base = f"{self.namespace}:{{{tool_name}}}"
-        return _Keys(f"{base}:circuit", f"{base}:slots", f"{base}:rate", f"{base}:admitted", f"{base}:late")
+        return _Keys(f"{base}:circuit", f"{base}:slots", f"{base}:rate")
 
     def _unavailable(self, exc: CoordinationError, emit: Callable[[Any], object] | None) -> None:
         """Reports an outage once (a warning and a ``CoordinationUnavailable`` event)."""
@@ -487,7 +479,7 @@ class RedisCoordination:
 
     # -- one attempt --------------------------------------------------------------
 
-    async def _admit(self, tool: Tool, lease_id: str, paid: bool) -> tuple[int, int, int]:
+    async def _admit(self, tool: Tool, lease_id: str, reserved: int | None) -> tuple[int, int, int, int]:
         rate, circuit, cap = tool.rate_limit, tool.circuit, tool.max_concurrency
         keys = self._keys(tool.name)
         lease_ms = max(1, round(self.lease * 1000))
@@ -497,9 +489,9 @@ class RedisCoordination:
             tolerance = (rate.size - 1) * interval
         reply = await self._script(
             _ADMIT,
-            (keys.circuit, keys.slots, keys.rate, keys.admitted, keys.late),
+            (keys.circuit, keys.slots, keys.rate),
             lease_id,
-            1 if paid else 0,
+            "" if reserved is None else reserved,
             0 if circuit is None else circuit.failures,
             0 if circuit is None else round(circuit.cooldown * 1000),
             max(lease_ms, 0 if circuit is None else round(circuit.cooldown * 1000)),
@@ -507,9 +499,9 @@ class RedisCoordination:
             lease_ms,
             interval,
             tolerance,
+            _FRESH_US,
         )
-        code, amount, failures = int(reply[0]), int(reply[1]), int(reply[2])
-        return code, amount, failures
+        return int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3])
 
     async def run_attempt(
         self,
@@ -525,16 +517,17 @@ class RedisCoordination:
 
         A rate reservation is waited out before the concurrency slot is taken, and the slot only when it
         is free at the reserved time (otherwise the reservation is given up and the attempt waits for a
-        slot, then for a new reservation): a waiting attempt holds no slot, and none starts before its
-        reserved time. ``limiter`` is the per-process cap taken by the fallback; ``admitted`` is called
-        once the attempt has its slot (or its start time when the tool has no cap).
+        slot, then for a new reservation): a waiting attempt holds no slot, none starts before its
+        reserved time, and one that asks too late after it takes a new reservation. ``limiter`` is the
+        per-process cap taken by the fallback; ``admitted`` is called once the attempt has its slot (or
+        its start time when the tool has no cap).
         """
         lease_id = secrets.token_hex(8) if tool.max_concurrency is not None else ""
         poll = _SLOT_POLL[0]
-        paid = False
+        reserved: int | None = None
         while True:
             try:
-                code, amount, failures = await self._admit(tool, lease_id or "-", paid)
+                code, amount, failures, start = await self._admit(tool, lease_id or "-", reserved)
             except CoordinationError as exc:
                 self._unavailable(exc, emit)
                 if self.on_unavailable == "refuse":
@@ -551,12 +544,12 @@ class RedisCoordination:
                 )
             if code == 2:
                 # A reservation: waited out holding no slot, then the slot is asked for.
-                paid = True
+                reserved = start
                 await anyio.sleep(amount / 1_000_000)
                 continue
             if code != -2:
                 break
-            paid = False
+            reserved = None
             await anyio.sleep(poll * (0.5 + random.random()))
             poll = min(_SLOT_POLL[1], poll * 2)
         probe = code == 1
