@@ -98,6 +98,9 @@ if cap > 0 then
   if redis.call('ZCARD', KEYS[2]) >= cap then return {-2, 0, failures, now_us} end
 end
 local interval = tonumber(ARGV[8])
+if interval > 0 and ARGV[2] ~= '' and now_us < tonumber(ARGV[2]) then
+  return {2, tonumber(ARGV[2]) - now_us, failures, tonumber(ARGV[2])}
+end
 if interval > 0 and (ARGV[2] == '' or now_us > tonumber(ARGV[2]) + tonumber(ARGV[10])) then
   local tat = tonumber(redis.call('GET', KEYS[3]) or '0')
   if tat < now_us then tat = now_us end
