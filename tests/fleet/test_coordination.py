@@ -185,6 +185,53 @@ async def test_leases_are_renewed_together_off_the_event_loop(anyio_backend: str
         release.set()
 
 
+async def test_calls_waiting_for_a_slot_poll_redis_one_at_a_time(anyio_backend: str) -> None:
+    """The fleet's one slot held elsewhere, 20 calls of this process waiting: each asks once, then only the one
+    at the head of the process's queue asks Redis again (the others wait behind it), and every call runs once
+    the slot is free."""
+    url, space = redis_url(), namespace()
+    holding, release = anyio.Event(), anyio.Event()
+
+    def make(held: bool, coordination: ts.RedisCoordination) -> ts.Executor:
+        @ts.tool(name="single", max_concurrency=1)
+        async def single(n: int) -> int:
+            if held:
+                holding.set()
+                await release.wait()
+            return n
+
+        return ts.Executor([single], strategy=ts.Parallel(max_concurrency=32), coordination=coordination)
+
+    coordination = ts.RedisCoordination(url, namespace=space)
+    holder, waiter = make(True, ts.RedisCoordination(url, namespace=space)), make(False, coordination)
+    asked: list[str] = []
+    admit = coordination._admit
+
+    async def recorded(tool: Any, lease_id: str, reserved: Any) -> Any:
+        asked.append(lease_id)
+        return await admit(tool, lease_id, reserved)
+
+    coordination._admit = recorded  # type: ignore[method-assign]
+    results: list[ts.ToolResult] = []
+
+    async def wait_all() -> None:
+        calls = [ts.ToolCall(id=f"w{i}", name="single", args={"n": i}) for i in range(20)]
+        results.extend((await waiter.run(calls)).results)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(holder.run, [ts.ToolCall(id="h", name="single", args={"n": -1})])
+        await holding.wait()
+        group.start_soon(wait_all)
+        with anyio.fail_after(10):
+            while len(asked) < 32:  # noqa: ASYNC110 (counted in the wrapper)
+                await anyio.sleep(0.01)
+        # Every call asked; only one of them asked again (the one at the head of the queue).
+        assert len(set(asked)) == 20
+        assert [lease for lease in set(asked) if asked.count(lease) > 1] == [asked[-1]]
+        release.set()
+    assert sorted(result.output for result in results) == list(range(20))
+
+
 def test_concurrency_slots_are_shared_by_two_processes(anyio_backend: str) -> None:
     """max_concurrency=2 for the fleet: never more than 2 calls in flight across both processes."""
     url, space = redis_url(), namespace()

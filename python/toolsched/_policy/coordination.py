@@ -233,6 +233,8 @@ class _Link:
     gate: anyio.Semaphore = field(default_factory=lambda: anyio.Semaphore(_MAX_CONNECTIONS))
     down_until: float = -math.inf
     warned: bool = False
+    # Per tool name: the lock a call holds while it asks Redis again for a slot (one poller per loop and tool).
+    pollers: dict[str, anyio.Lock] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,7 +528,6 @@ class RedisCoordination:
         its start time when the tool has no cap).
         """
         lease_id = secrets.token_hex(8) if tool.max_concurrency is not None else ""
-        poll = _SLOT_POLL[0]
         reserved: int | None = None
         while True:
             try:
@@ -552,9 +553,32 @@ class RedisCoordination:
                 continue
             if code != -2:
                 break
+            # No slot free in the fleet: one call of this process at a time asks again (the others queue
+            # behind it, in order), so a process polls Redis once per wait however many calls wait.
             reserved = None
-            await anyio.sleep(poll * (0.5 + random.random()))
-            poll = min(_SLOT_POLL[1], poll * 2)
+            pollers = self._link().pollers
+            queue = pollers.get(tool.name)
+            if queue is None:
+                queue = pollers[tool.name] = anyio.Lock()
+            async with queue:
+                poll = _SLOT_POLL[0]
+                while True:
+                    try:
+                        code, amount, failures, start = await self._admit(tool, lease_id or "-", None)
+                    except CoordinationError:
+                        break  # answered on the next turn of the outer loop
+                    if code != -2:
+                        break
+                    await anyio.sleep(poll * (0.5 + random.random()))
+                    poll = min(_SLOT_POLL[1], poll * 2)
+            if code == -2:
+                continue
+            if code == 2:
+                reserved = start
+                await anyio.sleep(amount / 1_000_000)
+                continue
+            if code != -1:
+                break
         probe = code == 1
         outcome = "none"
         slots_key = self._keys(tool.name).slots
