@@ -276,9 +276,7 @@ class Executor:
             if limits is None:
                 return await self._run_turn(calls, steering, context, run_id)
         with limits_in_force(limits):
-            outcome = await self._run_turn(calls, steering, context, run_id)
-        limits.settle(outcome.results)
-        return outcome
+            return await self._run_turn(calls, steering, context, run_id)
 
     async def _run_turn(
         self,
@@ -492,8 +490,6 @@ class Executor:
                             )
                             if run_id is not None:
                                 outcome = replace(outcome, run_id=run_id)
-                        if limits is not None:
-                            limits.settle(outcome.results)
                         send.send_nowait(RunFinished(outcome))
                 except cancelled:
                     # The run was stopped from outside (the loop is shutting down): nothing is left to report.
@@ -845,9 +841,8 @@ class Executor:
                     job.prior_attempts = journaled.call(job.call.id).starts
                     job.attempts = job.prior_attempts + 1
                 jobs.append(job)
-        limits = active_limits()
-        carried = _carry_into(limits, turn, slot_calls)
-        outcome = await self._drive(
+        carried = _carry_into(active_limits(), turn, slot_calls)
+        return await self._drive(
             turn,
             fresh=jobs,
             held=[],
@@ -855,10 +850,8 @@ class Executor:
             duplicates=state.duplicates,
             steering=request.steering,
             prior=state,
+            carried=carried,
         )
-        if limits is not None:
-            limits.settle([result for result in outcome.results if result.call_id not in carried])
-        return outcome
 
     async def _recover(self, request: RunRequest, force: bool) -> Outcome:
         """Finishes a journaled run from where its calls were left (see ``recover``)."""
@@ -872,6 +865,14 @@ class Executor:
         fresh, ready, held, nested = await recovered_jobs(turn, plan, record)
         limits = active_limits()
         carried = _carry_into(limits, turn, plan.calls)
+        if limits is not None:
+            # The calls that run now as admitted before the crash (approved, or started and run again) and the
+            # external calls handed out count as made, whatever the caps say now; the calls never admitted are
+            # held to what is left. A call still waiting for a person is held to the caps when it is resumed.
+            admitted = [(job.slot, job.call.id, job.tool.name, job.args) for job in ready]
+            admitted += [(out.slot, plan.calls[out.slot].id, out.tool_name, out.args) for out in turn.external or ()]
+            for _, call_id, tool_name, args in sorted(admitted, key=lambda entry: entry[0]):
+                limits.admitted(call_id, tool_name, args, run=turn.run_identity())
         # Calls approved to resume their nested runs find them as ``resume`` sets them (``toolsched._executor.nested``).
         token = resuming.set(nested) if nested else None
         try:
@@ -883,12 +884,11 @@ class Executor:
                 slot_calls=plan.calls,
                 duplicates=plan.duplicates,
                 steering=request.steering,
+                carried=carried,
             )
         finally:
             if token is not None:
                 resuming.reset(token)
-        if limits is not None:
-            limits.settle([result for result in outcome.results if result.call_id not in carried])
         return outcome
 
     async def _drive(
@@ -903,10 +903,12 @@ class Executor:
         ready: Sequence[Job] = (),
         held: list[Held] | None = None,
         prior: RunState | None = None,
+        carried: set[str] | frozenset[str] = frozenset(),
     ) -> Outcome:
         """What every entry path shares: answer what the engine refused (``refused``), admit the fresh
         calls, run them with the ready ones (``ready``), finish; ``held`` collects the calls held for a
-        person, ``prior`` is the state a resumed turn came from."""
+        person, ``prior`` is the state a resumed turn came from. The run's ``Limits`` take its answers,
+        but those ``carried`` from before (counted by ``_carry_into``)."""
         if refused is not None and refused.refused:
             for slot in refused.refused:
                 await turn.answer_refused(refused, slot)
@@ -935,15 +937,20 @@ class Executor:
         if turn.emit is not None:
             await turn.emit.flush()
         if not held and not turn.parked and not turn.external:
-            return new_outcome(turn.ordered(), duplicates, steering_messages, False, [], None, None)
-        return turn.finish(slot_calls, held or [], duplicates, steering_messages, prior)
+            outcome = new_outcome(turn.ordered(), duplicates, steering_messages, False, [], None, None)
+        else:
+            outcome = turn.finish(slot_calls, held or [], duplicates, steering_messages, prior)
+        if limits is not None:
+            answered = [result for result in outcome.results if result.call_id not in carried]
+            limits.settle(answered, run=turn.run_identity())
+        return outcome
 
 
 def _carry_into(limits: Limits | None, turn: Turn, calls: Sequence[ToolCall]) -> set[str]:
     """Counts the answers a resumed or recovered turn carries from before in ``limits``; their call IDs."""
     carried = turn.ordered_partial()
     if limits is not None:
-        limits.carry(carried, calls)
+        limits.carry(carried, calls, run=turn.run_identity())
     return {result.call_id for result in carried}
 
 

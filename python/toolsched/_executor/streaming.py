@@ -771,6 +771,9 @@ class StreamingTurn:
                     self._outcome = new_outcome(turn.ordered(), self._duplicates, messages, False, [], None, None)
                 else:
                     self._outcome = turn.finish(self._calls, self._held, self._duplicates, messages, None)
+                limits = active_limits()
+                if limits is not None:
+                    limits.settle(self._outcome.results, run=turn.run_identity())
                 if self._run_id is not None:
                     self._outcome = replace(self._outcome, run_id=self._run_id)
         finally:
