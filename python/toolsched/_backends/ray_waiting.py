@@ -2,7 +2,7 @@
 
 ``RayWaiter.result(reference)`` is awaited by each call; the waiter's thread
 asks Ray which of the references in flight are ready (``ray.wait`` on all of
-them), fetches those with one ``ray.get``, and wakes each waiting event loop once per batch, not
+them), fetches those, and wakes each waiting event loop once per batch, not
 once per call. A call cancelled while it waits is forgotten by the waiter at
 once (its caller cancels the Ray work). Works on asyncio and trio: each
 waiting call carries its own event loop's thread-safe scheduler.
@@ -22,11 +22,8 @@ from toolsched._backends.ray_worker import ray_package
 
 __all__ = ["RayWaiter"]
 
-# How long one ``ray.wait`` blocks at most before the thread takes in the calls submitted meanwhile.
-_POLL_SECONDS = 0.01
-# One ``ray.wait`` returns once this fraction (1 / share) of the calls in flight is ready, or one call when fewer
-# are in flight: large batches at a thousand in flight, no added wait at a few.
-_BATCH_SHARE = 10
+# How long one ``ray.wait`` blocks before the thread takes in the calls submitted meanwhile.
+_POLL_SECONDS = 0.002
 
 
 class _Waiting:
@@ -95,23 +92,12 @@ class RayWaiter:
                     self._lock.wait()
                 references = list(self._waiting)
             try:
-                # Back once a tenth of the calls in flight are ready (at least one), or after the poll at the latest.
-                wanted = max(1, len(references) // _BATCH_SHARE)
-                ready, _ = ray.wait(references, num_returns=wanted, timeout=_POLL_SECONDS, fetch_local=True)
+                ready, _ = ray.wait(references, num_returns=len(references), timeout=_POLL_SECONDS, fetch_local=True)
             except Exception as exc:  # Ray itself failed (shut down, disconnected): every call in flight hears it
                 self._settle([(reference, None, exc) for reference in references])
                 continue
             if ready:
-                self._settle(self._fetch_all(ray, ready))
-
-    @classmethod
-    def _fetch_all(cls, ray: Any, ready: list[Any]) -> list[tuple[Any, Any, BaseException | None]]:
-        """The answers of the ready references: one ``ray.get`` for all of them, or one each when any failed."""
-        try:
-            values = ray.get(ready)
-        except BaseException:  # some call failed: each is fetched alone, so that each hears its own answer
-            return [cls._fetch(ray, reference) for reference in ready]
-        return [(reference, value, None) for reference, value in zip(ready, values, strict=True)]
+                self._settle([self._fetch(ray, reference) for reference in ready])
 
     @staticmethod
     def _fetch(ray: Any, reference: Any) -> tuple[Any, Any, BaseException | None]:
