@@ -232,6 +232,39 @@ async def test_calls_waiting_for_a_slot_poll_redis_one_at_a_time(anyio_backend: 
     assert sorted(result.output for result in results) == list(range(20))
 
 
+async def test_a_capped_calls_timeout_starts_when_it_has_a_fleet_slot(anyio_backend: str) -> None:
+    """timeout=0.5 and the fleet's one slot held elsewhere for longer than that: the waiting call is not timed
+    out while it waits, and runs once the slot is free (as with a process's own cap)."""
+    url, space = redis_url(), namespace()
+    holding, release = anyio.Event(), anyio.Event()
+
+    def make(held: bool) -> ts.Executor:
+        # The holder's own tool has no timeout: it keeps the slot until released.
+        @ts.tool(name="slow_cap", max_concurrency=1, timeout=None if held else 0.5)
+        async def slow_cap(n: int) -> int:
+            if held:
+                holding.set()
+                await release.wait()
+            return n
+
+        return ts.Executor([slow_cap], coordination=ts.RedisCoordination(url, namespace=space))
+
+    holder, waiter = make(True), make(False)
+    answers: list[ts.ToolResult] = []
+
+    async def wait_for_slot() -> None:
+        answers.extend((await waiter.run([ts.ToolCall(id="w", name="slow_cap", args={"n": 7})])).results)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(holder.run, [ts.ToolCall(id="h", name="slow_cap", args={"n": 0})])
+        await holding.wait()
+        group.start_soon(wait_for_slot)
+        await anyio.sleep(0.8)  # longer than the timeout: the waiting call has no slot yet
+        assert answers == []
+        release.set()
+    assert answers[0].output == 7
+
+
 def test_concurrency_slots_are_shared_by_two_processes(anyio_backend: str) -> None:
     """max_concurrency=2 for the fleet: never more than 2 calls in flight across both processes."""
     url, space = redis_url(), namespace()
