@@ -225,20 +225,11 @@ class RunJournal:
     async def resuming(self, records: Sequence[CallRecord]) -> RunRecord:
         """Claims a journaled run being resumed, writing nothing, and returns it as journaled: ``RunClaimedError``
         while another process holds it, and ``StateError`` for a state whose nested run no longer waits where
-        the journal has it, or with a decision on a call the journal holds answered (resumed before, in this
-        process or another)."""
+        the journal has it (resumed before, in this process or another)."""
         run: RunRecord = await self.claim(False)
-        answered = {entry.call_id for entry in run.calls if entry.result is not None}
         for record in records:
             if record.child is not None:
                 self._check_waiting(run, record.call_id, record.child)
-            elif record.status in ("pending", "approved", "rejected") and record.call_id in answered:
-                # Another copy of the state was resumed (in this process or another), or the run recovered.
-                raise StateError(
-                    f"call {record.call_id!r} of run {self.run_id!r} was answered already (the journal holds its "
-                    "result): the state was resumed before, in this process or another, so nothing of this resume "
-                    "runs; recover the run to see where it stands"
-                )
         return run
 
     async def resumed(self, records: Sequence[CallRecord]) -> None:

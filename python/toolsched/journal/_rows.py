@@ -49,6 +49,7 @@ _RESULT_SCALARS = (
     "batch",
     "truncated",
     "attempts",
+    "repaired",
     "edited",
 )
 _CALL_TEXT_COLUMNS = ("call_id", "tool_name", "args", "args_form", "args_digest")
@@ -209,6 +210,8 @@ def decode_result(where: str, call_id: str, text: str | None) -> tuple[ToolResul
         raise JournalCorruptError(f"{where}: the stored result is not JSON") from None
     if isinstance(body, dict) and "attempts" not in body:
         body["attempts"] = 1  # stored before results counted their attempts
+    if isinstance(body, dict) and "repaired" not in body:
+        body["repaired"] = False  # stored before results said whether they were repaired
     if isinstance(body, dict) and "edited" not in body:
         body["edited"] = False  # stored before results said whether a person edited the call
     if not isinstance(body, dict) or set(body) != {*_RESULT_TYPES, "output"}:
