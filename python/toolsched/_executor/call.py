@@ -45,7 +45,7 @@ from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import ArgumentsRefused, Tool
 from toolsched._values.calls import ToolCall, args_copy
 from toolsched._values.events import ToolRetrying, ToolStarted, new_tool_finished, new_tool_started
-from toolsched._values.results import ErrorKind, ToolResult, new_result, repaired_result
+from toolsched._values.results import ErrorKind, ToolResult, edited_result, new_result, repaired_result
 from toolsched.errors import GuardrailTripped
 from toolsched.journal import UnstorableOutputError
 
@@ -264,6 +264,8 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
     )
     if turn.repaired is not None and call.id in turn.repaired:
         result = repaired_result(result)
+    if turn.edited is not None and call.id in turn.edited:
+        result = edited_result(result)
     if turn.durable is not None:
         result = await turn.durable.finished(result)
         if result.error_kind != kind:

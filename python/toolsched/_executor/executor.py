@@ -15,6 +15,7 @@ The rooms of a run, in the order a call meets them:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import uuid
@@ -28,7 +29,7 @@ import anyio
 from toolsched._backends.backends import Backend
 from toolsched._executor.admit import admit, check_semantics, limit_jobs, not_approved
 from toolsched._executor.detached import start_detached
-from toolsched._executor.durable import RunJournal
+from toolsched._executor.durable import RunJournal, journaled_standing
 from toolsched._executor.external import answer_through_journal, check_answers, resume_external
 from toolsched._executor.pool import raise_stopping
 from toolsched._executor.recovery import recovered_jobs
@@ -53,6 +54,7 @@ from toolsched._policy.hooks import Hooks
 from toolsched._policy.limits import Limits, active_limits, bare_limits, limits_in_force
 from toolsched._policy.permissions import Permissions
 from toolsched._policy.runstate import Approver, RunState, claim, run_identity, unclaim, waiting_children
+from toolsched._policy.standing import standing_in_force
 from toolsched._policy.state_codec import EXTERNAL_STATUSES
 from toolsched._policy.state_records import CallRecord
 from toolsched._tools.registry import ToolRegistry
@@ -837,6 +839,11 @@ class Executor:
         turn = Turn(settings, view, len(records), request.context, emit, self._runs, durable)
         turn.identity = run_identity(state)
         slot_calls = [ToolCall(record.call_id, record.name, record.args) for record in records]
+        # Calls approved with a person's own arguments (and external calls handed out with them): their answers
+        # say so (``ToolResult.edited``).
+        edited_ids = {record.call_id for record in records if record.edited_args is not None or record.edited}
+        if edited_ids:
+            turn.edited = frozenset(edited_ids)
         todo: list[int] = []
         for slot, record in enumerate(records):
             if record.status == "done":
@@ -849,13 +856,29 @@ class Executor:
                 await resume_external(turn, slot, slot_calls[slot], record, journaled)
             else:
                 todo.append(slot)
+        # A call approved with a person's arguments is planned with them: checked against the schema and judged
+        # by the rules as they are.
+        edited = {slot for slot in todo if records[slot].edited_args is not None}
+        planned = [
+            ToolCall(records[slot].call_id, records[slot].name, records[slot].edited_args)
+            if slot in edited
+            else slot_calls[slot]
+            for slot in todo
+        ]
         # A state's call IDs are unique, so the plan has one slot per call, in order.
-        plan = plan_calls(settings, view, [slot_calls[slot] for slot in todo])
+        plan = plan_calls(settings, view, planned)
         if plan.repairs:
             turn.note_plan(plan)
         jobs: list[Job] = []
         for slot, turn_slot in enumerate(todo):
             if slot in plan.refused:
+                kind, message = plan.refused[slot]
+                if turn_slot in edited:
+                    # The person's own arguments are never repaired: refused, the call does not run.
+                    if kind == "invalid_input":
+                        message = f"the arguments approved for this call are invalid, so it did not run: {message}"
+                    await turn.answer(turn_slot, plan.calls[slot], plan.tool_name(view, slot), kind, message)
+                    continue
                 # Repaired when the run began: it runs with the arguments the state holds, never repaired again.
                 stored = stored_job(turn, plan, slot, turn_slot, records[turn_slot].request_args)
                 if stored is None:
@@ -892,7 +915,10 @@ class Executor:
         turn = Turn(settings, view, len(plan), request.context, settings.emitter(None, None), self._runs, durable)
         if plan.repairs:
             turn.note_plan(plan)
-        fresh, ready, held, nested = await recovered_jobs(turn, plan, record)
+        # The standing approvals journaled with the run's approvals hold for the rest of it, and a new wait's
+        # state carries them on.
+        standing = journaled_standing(record)
+        fresh, ready, held, nested = await recovered_jobs(turn, plan, record, standing)
         limits = active_limits()
         carried = _carry_into(limits, turn, plan.calls)
         if limits is not None:
@@ -906,16 +932,17 @@ class Executor:
         # Calls approved to resume their nested runs find them as ``resume`` sets them (``toolsched._executor.nested``).
         token = resuming.set(nested) if nested else None
         try:
-            outcome = await self._drive(
-                turn,
-                fresh=fresh,
-                ready=ready,
-                held=held,
-                slot_calls=plan.calls,
-                duplicates=plan.duplicates,
-                steering=request.steering,
-                carried=carried,
-            )
+            with standing_in_force(standing) if standing else contextlib.nullcontext():
+                outcome = await self._drive(
+                    turn,
+                    fresh=fresh,
+                    ready=ready,
+                    held=held,
+                    slot_calls=plan.calls,
+                    duplicates=plan.duplicates,
+                    steering=request.steering,
+                    carried=carried,
+                )
         finally:
             if token is not None:
                 resuming.reset(token)

@@ -21,7 +21,7 @@ from toolsched._executor.turn import Handout, Turn
 from toolsched._executor.view import View
 from toolsched._policy.state_records import CallRecord
 from toolsched._values.calls import ToolCall
-from toolsched._values.results import new_result
+from toolsched._values.results import edited_result, new_result
 from toolsched.errors import OptionError, StateError
 from toolsched.journal import RunRecord
 
@@ -157,6 +157,9 @@ async def answer_through_journal(
             None,
             1,
         )
+        if (entry.decision or {}).get("edited") is True:
+            # Approved with a person's own arguments, and handed out with them.
+            result = edited_result(result)
         result = await shaped(result, tool, settings)
         try:
             await durable.finished(result)

@@ -25,6 +25,7 @@ from toolsched._executor.external import wait_again
 from toolsched._executor.repair import stored_job, user_repair
 from toolsched._executor.settings import format_error
 from toolsched._executor.turn import Handout, Held, Job, Plan, Turn
+from toolsched._policy.standing import Standing, rule_approves
 from toolsched._policy.state_records import CallRecord
 from toolsched._values.calls import args_copy
 from toolsched._values.digest import args_digest
@@ -114,8 +115,17 @@ def unchecked_arguments(turn: Turn, job: Job) -> str | None:
     return None
 
 
+def _standing_approves(standing: Standing, turn: Turn, job: Job, fingerprint: str, digest: str) -> bool:
+    permissions = turn.settings.permissions
+    root = permissions.root if permissions is not None else None
+    settled = standing.decide(
+        job.tool.name, fingerprint, digest, lambda rule: rule_approves(rule, job.tool, job.args, root)
+    )
+    return settled is not None and settled[0] == "approved"
+
+
 async def recovered_jobs(
-    turn: Turn, plan: Plan, record: RunRecord
+    turn: Turn, plan: Plan, record: RunRecord, standing: Standing | None = None
 ) -> tuple[list[Job], list[Job], list[Held], dict[str, CallRecord]]:
     """Sorts a journaled run's calls by where each was left: ``(fresh, ready, held, nested)``.
 
@@ -129,7 +139,8 @@ async def recovered_jobs(
     arguments fail its tool's schema is answered ``invalid_input`` and not run, and
     one a deny rule in force now names ``permission_denied``. Every result counts the
     attempts its journal holds as started (``ToolResult.attempts``), a call run again
-    one more.
+    one more. A held call that a standing approval of the run (``standing``, journaled with another call's
+    approval) covers is approved and runs; a deny rule in force still wins.
     """
     view = turn.view
     entries = {entry.call_id: entry for entry in record.calls}
@@ -140,6 +151,10 @@ async def recovered_jobs(
         if entry.state in ("pending", "approved")
         and (child := journaled_child(record.run_id, entry.call_id, entry.decision)) is not None
     }
+    # Calls a person approved with arguments of their own: they run with those, and their results say so.
+    edited = frozenset(entry.call_id for entry in record.calls if (entry.decision or {}).get("edited") is True)
+    if edited:
+        turn.edited = edited
     fresh: list[Job] = []
     ready: list[Job] = []
     held: list[Held] = []
@@ -252,7 +267,14 @@ async def recovered_jobs(
                 turn.parked = []
             turn.parked.append((job, child))
         elif entry.state == "pending":
-            held.append(Held(job, str(decision.get("reason", "")), args_digest(job.args), fingerprint))
+            digest = args_digest(job.args)
+            if standing and _standing_approves(standing, turn, job, fingerprint, digest):
+                # A standing approval given on another call of the run (journaled with it) covers this one.
+                assert turn.durable is not None
+                await turn.durable.decided(call.id, "allow", job.args, None, fingerprint, None)
+                ready.append(job)
+            else:
+                held.append(Held(job, str(decision.get("reason", "")), digest, fingerprint))
         else:
             if child is not None:
                 # Approved to resume its nested run: it runs with the nested run's record as decided.

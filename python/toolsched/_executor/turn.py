@@ -38,7 +38,7 @@ from toolsched._values.effects import new_identity
 from toolsched._values.events import Event, ToolArgumentsRepaired, ToolFinished, ToolStarted
 from toolsched._values.fastpath import slot_builder
 from toolsched._values.outcome import Outcome, new_outcome
-from toolsched._values.results import ErrorKind, ToolResult, error_result, repaired_result
+from toolsched._values.results import ErrorKind, ToolResult, edited_result, error_result, repaired_result
 from toolsched.errors import GuardrailTripped, UnknownToolError
 
 __all__ = [
@@ -359,6 +359,7 @@ class Turn:
         "context",
         "count",
         "durable",
+        "edited",
         "emit",
         "external",
         "failures",
@@ -430,6 +431,8 @@ class Turn:
         self.identity: str | None = None
         # The calls whose arguments were repaired, by call ID, with the fixes; None while none are.
         self.repaired: dict[str, tuple[str, ...]] | None = None
+        # The calls a person approved with arguments of their own, by ID: their results say so. None when none were.
+        self.edited: frozenset[str] | None = None
 
     def note_repaired(self, call: ToolCall, tool_name: str, fixes: tuple[str, ...], *, report: bool = True) -> None:
         """A call's arguments were repaired: its result will say so, and (with ``report``) a
@@ -472,6 +475,8 @@ class Turn:
         result = error_result(call.id, tool_name, kind, message, batch, attempts=attempts)
         if self.repaired is not None and call.id in self.repaired:
             result = repaired_result(result)
+        if self.edited is not None and call.id in self.edited:
+            result = edited_result(result)
         if self.durable is not None:
             await self.durable.finished(result)
         if self.emit is not None:
@@ -603,6 +608,8 @@ class Turn:
                         digest=args_digest(handout.args),
                         handed_out=handout.handed_out,
                         deadline=handout.deadline,
+                        # Handed out with a person's own arguments: its answer says so (``ToolResult.edited``).
+                        edited=self.edited is not None and call.id in self.edited,
                     )
                 )
                 continue

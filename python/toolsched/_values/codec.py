@@ -74,4 +74,5 @@ RESULT_FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "offload_path": (str, type(None)),
     "attempts": (int,),
     "repaired": (bool,),
+    "edited": (bool,),
 }

@@ -12,6 +12,7 @@ __all__ = [
     "ERROR_KINDS",
     "ErrorKind",
     "ToolResult",
+    "edited_result",
     "error_result",
     "new_result",
     "repaired_result",
@@ -47,7 +48,9 @@ class ToolResult:
     ``output`` is what the tool returned (shaped if it was over budget);
     ``error``/``error_kind`` say what went wrong when ``is_error``; ``repaired``
     says the call's arguments were repaired (``Executor(repair_arguments=...)``),
-    whatever it was answered with.
+    whatever it was answered with; ``edited`` is True when a person approved
+    the call with arguments of their own (``RunState.approve(call_id,
+    args=...)``): the result answers those, not the model's.
     """
 
     call_id: str
@@ -65,11 +68,14 @@ class ToolResult:
     attempts: int = 1
     # Whether the call's arguments were repaired (``Executor(repair_arguments=...)``) before it was answered.
     repaired: bool = False
+    # Whether the call ran (or was answered) with arguments a person gave when approving it.
+    edited: bool = False
 
 
 # Results are made once per call on the hot path: ``new_result(call_id, tool_name, output, error,
 # error_kind, is_error, duration_ms, was_concurrent, batch, truncated, offload_path, attempts)``, the fields
-# after ``attempts`` taking their defaults (``repaired=False``; ``repaired_result`` marks a repaired call's).
+# after ``attempts`` taking their defaults (``repaired=False``, ``edited=False``; ``repaired_result`` and
+# ``edited_result`` mark a repaired call's, an edited call's).
 new_result: Callable[
     [str, str, Any, str | None, ErrorKind | None, bool, float, bool, int | None, bool, str | None, int], ToolResult
 ] = positional_builder(ToolResult, given=12)
@@ -78,6 +84,11 @@ new_result: Callable[
 def repaired_result(result: ToolResult) -> ToolResult:
     """``result`` marked as the answer of a call whose arguments were repaired."""
     return result if result.repaired else replace(result, repaired=True)
+
+
+def edited_result(result: ToolResult) -> ToolResult:
+    """``result`` marked as the answer to a call a person approved with arguments of their own."""
+    return result if result.edited else replace(result, edited=True)
 
 
 def error_result(
