@@ -124,12 +124,12 @@ class RuleError(ToolschedError, ValueError):
     """A permission rule or a hook matcher that does not parse; raised when it is built."""
 
 
-class ApprovalError(ToolschedError, LookupError):
-    """An approval or rejection names a call that is not waiting for one."""
-
-
 class StateError(ToolschedError, ValueError):
     """A saved run state that cannot be used: malformed, truncated, altered, or already resumed."""
+
+
+class ApprovalError(StateError, LookupError):
+    """An approval or rejection names a call that is not waiting for one (unknown, or answered already)."""
 
 
 class TurnStateError(ToolschedError, RuntimeError):

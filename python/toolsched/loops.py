@@ -10,7 +10,9 @@ the caller instead of being decided here:
   pending requests are in ``result.pending``); decide them on
   ``result.state`` (``approve``/``reject``) and call the loop again with
   ``messages=result.history`` (or ``input=``/``contents=``),
-  ``resume=result`` and ``result.executor``;
+  ``resume=result`` and ``result.executor``; an approval given with
+  ``always=`` (``"call"``, ``"tool"`` or a permission rule) holds for every
+  later turn of the loop, and the state of a later interruption carries it on;
 - calls of external tools end the loop with ``stop="external"`` when nothing
   else waits (with approvals waiting too, ``stop="interrupted"``; either way
   ``result.pending`` holds every ``ExternalCall`` and ``ApprovalRequest``):
@@ -46,13 +48,16 @@ use at the end is ``result.executor``.
 from __future__ import annotations
 
 import abc
+import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from toolsched._executor.executor import Executor, Steering
-from toolsched._policy.limits import Limits, active_limits, limits_in_force
+from toolsched._policy.limits import Limits, limits_in_force
+from toolsched._policy.runstate import RunState, standing_of
+from toolsched._policy.standing import standing_in_force
 from toolsched._tools.registry import ToolRegistry
 from toolsched._values.calls import ToolCall
 from toolsched._values.effects import ExternalCall
@@ -365,7 +370,14 @@ async def _run_loop(
 ) -> LoopResult:
     if limits is not None and not isinstance(limits, Limits):
         raise OptionError(f"limits= takes a ts.Limits or None, got {type(limits).__name__}")
-    with limits_in_force(limits if limits is not None else Limits()):
+    # A person's standing approvals (``approve(..., always=...)``) hold for the rest of the loop's turns.
+    standing = (
+        standing_of(resume.state) if isinstance(resume, LoopResult) and isinstance(resume.state, RunState) else None
+    )
+    with (
+        limits_in_force(limits if limits is not None else Limits()),
+        standing_in_force(standing) if standing else contextlib.nullcontext(),
+    ):
         return await _loop(
             dialect,
             executor,
@@ -422,10 +434,6 @@ async def _loop(
         executor = await _refreshed(executor, refresh_tools)
         if settled.steering_messages:
             return "steered"
-        limits = active_limits()
-        if limits is not None and stream and executor.streams:
-            # A turn streamed through ``executor.turn()`` is counted here (``run`` counts its own turns).
-            limits.settle(settled.results)
         kinds = {result.error_kind for result in settled.results}
         if "retries_exhausted" in kinds:
             return "retries_exhausted"

@@ -18,7 +18,8 @@ from toolsched._executor.view import Policy
 from toolsched._policy.hooks import HookTimeout, new_hook_event
 from toolsched._policy.limits import Limits, ModelRetry
 from toolsched._policy.permissions import resolve_permission
-from toolsched._policy.runstate import ApprovalRequest, RunState, records_by_id, standing_decision
+from toolsched._policy.runstate import ApprovalRequest, RunState, records_by_id, standing_for
+from toolsched._policy.standing import rule_approves
 from toolsched._policy.state_records import CallRecord
 from toolsched._policy.tool_rules import UNDECIDED, Verdict
 from toolsched._values.calls import args_copy
@@ -212,7 +213,7 @@ def _merge(
         and record.status in ("approved", "nested")
         and (tool_decision is None or tool_decision.behavior != "deny")
         and record.fingerprint == turn.view.fingerprint(job.index)
-        and record.digest == args_digest(job.args)
+        and record.bound_digest == args_digest(job.args)
     ):
         return "allow", None, None
     behavior, reason = resolve_permission(
@@ -273,12 +274,16 @@ async def _settle(
     tool = job.tool
     fingerprint = turn.view.fingerprint(job.index)
     digest = args_digest(job.args)
-    if prior is not None:
-        standing = standing_decision(prior, tool.name, fingerprint)
+    always = standing_for(prior)
+    if always:
+        permissions = turn.settings.permissions
+        root = permissions.root if permissions is not None else None
+        standing = always.decide(tool.name, fingerprint, digest, lambda rule: rule_approves(rule, tool, job.args, root))
         if standing is not None:
             if standing[0] == "rejected":
                 return "deny", not_approved(tool.name, standing[1])
             return "allow", None
+    if prior is not None:
         if record is not None and record.status in ("approved", "nested"):
             # An approval for this call that _decide did not honour: given for another tool or input.
             changed = "the tool" if record.fingerprint != fingerprint else "the arguments"
@@ -310,7 +315,9 @@ async def limit_jobs(jobs: list[Job], turn: Turn, limits: Limits, *, resumed: bo
     """Counts the turn's calls against ``limits``, in model order; a refused call is answered, not run."""
     passed = []
     for job in jobs:
-        refusal = limits.admit(job.call.id, job.tool.name, job.args, job.tool.max_model_retries, resumed=resumed)
+        refusal = limits.admit(
+            job.call.id, job.tool.name, job.args, job.tool.max_model_retries, resumed=resumed, run=turn.run_identity()
+        )
         if refusal is None:
             passed.append(job)
         else:

@@ -26,13 +26,14 @@ from typing import Any
 import anyio
 
 from toolsched._policy.runstate import interruption, load_child
+from toolsched._policy.standing import Standing, parse_scope
 from toolsched._policy.state_codec import child_to_json
 from toolsched._policy.state_records import CallRecord, ChildRecord
 from toolsched._values.calls import ToolCall, args_copy
 from toolsched._values.decisions import Behavior
 from toolsched._values.digest import args_digest
 from toolsched._values.results import ToolResult
-from toolsched.errors import StateError
+from toolsched.errors import OptionError, RuleError, StateError
 from toolsched.journal import (
     Journal,
     JournalCorruptError,
@@ -239,7 +240,7 @@ class RunJournal:
         """
         for record in records:
             if record.status == "approved":
-                await self.write(record.call_id, "approved", {"args": record.request_args, "digest": record.digest})
+                await self.write(record.call_id, "approved", approval_payload(record))
             elif record.status == "rejected":
                 await self.write(record.call_id, "rejected", {"message": record.message})
             elif record.child is not None:
@@ -310,6 +311,50 @@ class RunJournal:
                 logger.warning("releasing run %s in the journal failed", self.run_id, exc_info=True)
         except Exception:
             logger.warning("releasing run %s in the journal failed", self.run_id, exc_info=True)
+
+
+def approval_payload(record: CallRecord) -> dict[str, Any]:
+    """What the journal holds for a call a person approved: the arguments it runs with and their digest; for
+    arguments the person edited, ``edited`` and what the model asked for (``requested``); the scope of a
+    standing approval given with it (``always``)."""
+    if record.edited_digest is None:
+        payload: dict[str, Any] = {"args": record.request_args, "digest": record.digest}
+    else:
+        payload = {
+            "args": record.edited_args,
+            "digest": record.edited_digest,
+            "edited": True,
+            "requested": {"args": record.request_args, "digest": record.digest},
+        }
+    if record.always is not None:
+        # The standing approval, with the tool it holds for (``recover`` keeps it in force: ``journaled_standing``).
+        payload["always"] = record.always
+        payload["tool"] = record.tool
+        payload["fingerprint"] = record.fingerprint
+    return payload
+
+
+def journaled_standing(run: RunRecord) -> Standing:
+    """The standing approvals a journaled run's approvals were given with (``approval_payload``'s ``always``)."""
+    standing = Standing()
+    for entry in run.calls:
+        decision = entry.decision or {}
+        scope, tool, fingerprint = decision.get("always"), decision.get("tool"), decision.get("fingerprint")
+        if not (isinstance(scope, str) and isinstance(tool, str) and isinstance(fingerprint, str)):
+            continue
+        if scope == "tool":
+            standing.allow[tool] = fingerprint
+        elif scope == "call":
+            digest = decision.get("digest")
+            if isinstance(digest, str):
+                standing.calls.add((tool, fingerprint, digest))
+        elif scope not in standing.rules:
+            try:
+                parse_scope(scope)
+            except (RuleError, OptionError):
+                continue  # not a rule this version reads: no standing approval from it
+            standing.rules.append(scope)
+    return standing
 
 
 def nested_payload(call_id: str, args: Any, fingerprint: str, child: ChildRecord) -> dict[str, Any]:

@@ -25,6 +25,7 @@ resume in this process or another.
 
 from __future__ import annotations
 
+import copy
 import hmac
 import json
 import time
@@ -34,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from toolsched._policy.claims import claim_interruption, release_interruption
+from toolsched._policy.standing import Standing, in_force, parse_scope
 from toolsched._policy.state_codec import (
     EXTERNAL_STATUSES,
     FORMAT,
@@ -57,9 +59,10 @@ from toolsched._policy.state_records import (
 )
 from toolsched._values.calls import Duplicate, args_copy
 from toolsched._values.decisions import Decision
+from toolsched._values.digest import args_digest
 from toolsched._values.effects import ExternalCall, idempotency_key, new_identity
-from toolsched._values.results import ErrorKind, ToolResult, new_result
-from toolsched.errors import ApprovalError, StateError
+from toolsched._values.results import ErrorKind, ToolResult, edited_result, new_result
+from toolsched.errors import ApprovalError, OptionError, StateError
 
 __all__ = [
     "ApprovalRequest",
@@ -72,7 +75,8 @@ __all__ = [
     "new_state",
     "records_by_id",
     "run_identity",
-    "standing_decision",
+    "standing_for",
+    "standing_of",
     "waiting_children",
 ]
 
@@ -112,8 +116,7 @@ class RunState:
     """
 
     __slots__ = (
-        "_always_allow",
-        "_always_reject",
+        "_always",
         "_duplicates",
         "_identity",
         "_records",
@@ -124,8 +127,8 @@ class RunState:
 
     _records: list[CallRecord]
     _duplicates: list[Duplicate]
-    _always_allow: dict[str, str]
-    _always_reject: dict[str, tuple[str, str | None]]
+    # The standing decisions of the run (``approve``/``reject`` with ``always``).
+    _always: Standing
     _resumed: bool
     # The journaled run this state continues (None when the run is not durable).
     _run_id: str | None
@@ -139,18 +142,11 @@ class RunState:
         raise TypeError("RunState comes from Outcome.state or RunState.from_json")
 
     @classmethod
-    def _create(
-        cls,
-        records: list[CallRecord],
-        duplicates: list[Duplicate],
-        always_allow: dict[str, str],
-        always_reject: dict[str, tuple[str, str | None]],
-    ) -> RunState:
+    def _create(cls, records: list[CallRecord], duplicates: list[Duplicate], always: Standing) -> RunState:
         state = object.__new__(cls)
         state._records = records
         state._duplicates = duplicates
-        state._always_allow = always_allow
-        state._always_reject = always_reject
+        state._always = always
         state._resumed = False
         state._run_id = None
         state._stage = uuid.uuid4().hex
@@ -287,18 +283,34 @@ class RunState:
             "leaves the ID naming one call fewer"
         )
 
-    def approve(self, call_id: str, *, always: bool = False) -> None:
-        """Approves a waiting call; ``always`` approves every call of its tool in this run.
+    def approve(self, call_id: str, *, args: Mapping[str, Any] | None = None, always: bool | str | None = None) -> None:
+        """Approves a waiting call, with the person's own arguments (``args``) if given, and for the rest of the
+        run within a scope (``always``).
+
+        ``args`` replaces the model's arguments: on resume they are checked
+        against the tool's schema (a failure answers the call ``invalid_input``),
+        judged by the rules (a deny rule still wins), seen by hooks and
+        guardrails, and the call runs with them; its result has ``edited``
+        set. The approval is bound to them. ``always`` approves, for the rest of
+        the run: ``"call"`` the same tool with the same arguments (the approved
+        ones), ``"tool"`` (or ``True``) every call of the tool, or a permission
+        rule's text (``"bash(npm test *)"``) every call the rule matches. A
+        deny still wins over each. ``OptionError`` for ``args`` that are not a
+        JSON object or an ``always`` of another kind, ``RuleError`` for a rule
+        that does not parse; nothing is decided then.
 
         A call of a nested run is approved under its prefixed ID (``"p1/c2"``);
-        ``always`` then holds within that nested run. An ID that names more than
-        one waiting call (a call ID spelled like a prefixed one) raises
-        ``ApprovalError`` and decides nothing.
+        ``always`` then holds within that nested run. An ID that names no call
+        waiting for a decision (unknown, or answered already), or more than one
+        (a call ID spelled like a prefixed one), raises ``ApprovalError`` (a
+        ``StateError``) and decides nothing.
         """
+        scope = parse_scope(always)
+        edited = _approved_args(args)
         holder, local_id = self._target(call_id, "approve")
         if holder is not self:
             try:
-                holder.approve(local_id, always=always)
+                holder.approve(local_id, args=args, always=always)
             except ApprovalError:
                 raise self._refusal(call_id, "approve") from None
             return
@@ -309,11 +321,28 @@ class RunState:
                 f"cannot approve call {call_id!r}: it already runs; its nested run waits for decisions on {inner}"
             )
         record = self._records[position]
-        self._records[position] = replace(record, status="approved", message=None)
-        if always and record.tool is not None and record.fingerprint is not None:
-            self._always_allow[record.tool] = record.fingerprint
-            self._always_reject.pop(record.tool, None)
+        digest = args_digest(edited) if edited is not None else None
+        if digest is not None and digest == record.digest:
+            # The person approved the arguments the model gave: nothing was edited.
+            edited = digest = None
+        record = replace(
+            record, status="approved", message=None, edited_args=edited, edited_digest=digest, always=scope
+        )
+        self._records[position] = record
+        if scope is None or record.tool is None or record.fingerprint is None:
+            return
+        if scope == "tool":
+            self._always.allow[record.tool] = record.fingerprint
+            self._always.reject.pop(record.tool, None)
             self._decide_tool(record.tool, record.fingerprint, "approved", None)
+        elif scope == "call":
+            bound = record.bound_digest
+            assert bound is not None
+            self._always.calls.add((record.tool, record.fingerprint, bound))
+            self._decide_tool(record.tool, record.fingerprint, "approved", None, bound)
+        elif scope not in self._always.rules:
+            # The calls the rule matches are approved when the run resumes (matching needs the tool itself).
+            self._always.rules.append(scope)
 
     def reject(self, call_id: str, message: str | None = None, *, always: bool = False) -> None:
         """Rejects a waiting call (``message`` tells the model why); ``always`` rejects every call of its tool.
@@ -325,6 +354,9 @@ class RunState:
         """
         if message is not None and not isinstance(message, str):
             raise TypeError(f"reject(message=...) must be a string, got {type(message).__name__}")
+        if not isinstance(always, bool):
+            # A scope such as "call" would otherwise read as True, and reject every call of the tool.
+            raise OptionError(f"reject(always=...) takes True or False (every call of the tool), got {always!r}")
         holder, local_id = self._target(call_id, "reject")
         if holder is not self:
             try:
@@ -334,15 +366,25 @@ class RunState:
             return
         position = self._undecided(call_id, "reject")
         record = self._records[position]
-        self._records[position] = replace(record, status="rejected", message=message, child=None)
+        self._records[position] = replace(
+            record, status="rejected", message=message, child=None, edited_args=None, edited_digest=None, always=None
+        )
         if always and record.tool is not None and record.fingerprint is not None:
-            self._always_reject[record.tool] = (record.fingerprint, message)
-            self._always_allow.pop(record.tool, None)
+            self._always.reject[record.tool] = (record.fingerprint, message)
+            self._always.allow.pop(record.tool, None)
             self._decide_tool(record.tool, record.fingerprint, "rejected", message)
 
-    def _decide_tool(self, tool: str, fingerprint: str, status: Status, message: str | None) -> None:
+    def _decide_tool(
+        self, tool: str, fingerprint: str, status: Status, message: str | None, digest: str | None = None
+    ) -> None:
+        """Decides every call still waiting of ``tool`` (with the arguments of ``digest`` alone, if given)."""
         for position, record in enumerate(self._records):
-            if record.status == "pending" and record.tool == tool and record.fingerprint == fingerprint:
+            if (
+                record.status == "pending"
+                and record.tool == tool
+                and record.fingerprint == fingerprint
+                and (digest is None or record.digest == digest)
+            ):
                 self._records[position] = replace(record, status=status, message=message)
 
     # -- answering external calls -------------------------------------------------
@@ -383,6 +425,8 @@ class RunState:
         failed = error is not None
         kind: ErrorKind | None = "execution_error" if failed else None
         result = new_result(record.call_id, tool, output, error, kind, failed, took, False, None, False, None, 1)
+        if record.edited:
+            result = edited_result(result)
         holder._records[position] = replace(record, status="completed", result=result)
 
     def _externals(self, call_id: str) -> list[tuple[RunState, int]]:
@@ -418,11 +462,28 @@ class RunState:
     def copy(self) -> RunState:
         """An independent copy: deciding in one never affects the other."""
         self._check_live()
-        records = [r if r.child is None else replace(r, child=r.child.copy()) for r in self._records]
-        state = RunState._create(records, list(self._duplicates), dict(self._always_allow), dict(self._always_reject))
+        return self._twin()
+
+    def __copy__(self) -> RunState:
+        # ``copy.copy`` gives an independent copy too (the default would share the records), and so does
+        # ``copy.deepcopy``; a copy of a state already resumed is resumed as well.
+        return self._twin()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RunState:
+        return self._twin()
+
+    def _twin(self) -> RunState:
+        records = [
+            r
+            if r.child is None
+            else replace(r, child=replace(r.child, state=r.child.state._twin(), journal=copy.deepcopy(r.child.journal)))
+            for r in self._records
+        ]
+        state = RunState._create(records, list(self._duplicates), self._always.copy())
         state._run_id = self._run_id
         state._stage = self._stage
         state._identity = self._identity
+        state._resumed = self._resumed
         return state
 
     def _claim(self) -> list[CallRecord]:
@@ -444,15 +505,6 @@ class RunState:
     def _children(self) -> dict[str, CallRecord]:
         """The calls whose nested runs wait, by call ID."""
         return {record.call_id: record for record in self._records if record.child is not None}
-
-    def _standing(self, tool: str, fingerprint: str) -> tuple[Status, str | None] | None:
-        """A decision given with ``always=True`` for this tool, if it still is the same tool."""
-        rejected = self._always_reject.get(tool)
-        if rejected is not None and rejected[0] == fingerprint:
-            return "rejected", rejected[1]
-        if self._always_allow.get(tool) == fingerprint:
-            return "approved", None
-        return None
 
     # -- serialisation ------------------------------------------------------------
 
@@ -493,9 +545,8 @@ class RunState:
             "version": VERSION,
             "calls": [record_to_json(record) for record in self._records],
             "duplicates": [duplicate_to_json(d) for d in self._duplicates],
-            "always_allow": dict(self._always_allow),
-            "always_reject": {tool: [fp, message] for tool, (fp, message) in self._always_reject.items()},
         }
+        self._always.to_json(body)
         if self._run_id is not None:
             body["run_id"] = self._run_id
         body["stage"] = self._stage
@@ -515,21 +566,11 @@ class RunState:
             duplicate_from_json(row, f"{where}.duplicates[{i}]")
             for i, row in enumerate(listed(body, "duplicates", where))
         ]
-        always_allow = body.get("always_allow")
-        always_reject = body.get("always_reject")
-        if not (isinstance(always_allow, dict) and all(isinstance(v, str) for v in always_allow.values())):
-            raise StateError(f"{where}.always_allow is malformed")
-        if not (
-            isinstance(always_reject, dict)
-            and all(isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) for v in always_reject.values())
-        ):
-            raise StateError(f"{where}.always_reject is malformed")
+        always = Standing.from_json(body, where)
         run_id = body.get("run_id")
         if run_id is not None and not isinstance(run_id, str):
             raise StateError(f"{where}.run_id must be a string")
-        state = cls._create(
-            records, duplicates, dict(always_allow), {tool: (v[0], v[1]) for tool, v in always_reject.items()}
-        )
+        state = cls._create(records, duplicates, always)
         state._run_id = run_id
         stage = body.get("stage")
         if stage is not None:
@@ -555,11 +596,10 @@ def load_child(value: Any, where: str) -> ChildRecord:
 def new_state(
     records: list[CallRecord], duplicates: list[Duplicate], prior: RunState | None, run_id: str | None, identity: str
 ) -> RunState:
-    """The state of a run that ends waiting: its records, keeping the standing decisions of ``prior``; ``identity``
-    is the run's (its calls' idempotency keys derive from it)."""
-    always_allow = dict(prior._always_allow) if prior is not None else {}
-    always_reject = dict(prior._always_reject) if prior is not None else {}
-    state = RunState._create(records, duplicates, always_allow, always_reject)
+    """The state of a run that ends waiting: its records, keeping the standing decisions of ``prior`` and those in
+    force (a tool loop's); ``identity`` is the run's (its calls' idempotency keys derive from it)."""
+    always = standing_for(prior)
+    state = RunState._create(records, duplicates, always.copy() if always is not None else Standing())
     state._run_id = run_id
     state._identity = identity
     return state
@@ -596,6 +636,31 @@ def records_by_id(state: RunState) -> dict[str, CallRecord]:
     return {record.call_id: record for record in state._records}
 
 
-def standing_decision(state: RunState, tool: str, fingerprint: str) -> tuple[Status, str | None] | None:
-    """A decision given with ``always=True`` for this tool, if it still is the same tool."""
-    return state._standing(tool, fingerprint)
+def standing_for(prior: RunState | None) -> Standing | None:
+    """The standing decisions a run goes by: those of the state it resumes, after those a tool loop holds in force."""
+    current = in_force()
+    if prior is None:
+        return current
+    return prior._always if current is None else current.merged(prior._always)
+
+
+def standing_of(state: RunState) -> Standing:
+    """The standing decisions ``state`` carries (a copy)."""
+    return state._always.copy()
+
+
+def _approved_args(args: Any) -> dict[str, Any] | None:
+    """The arguments a person approves a call with, as a plain JSON object (None: the model's); ``OptionError``
+    for anything JSON cannot carry as an object."""
+    if args is None:
+        return None
+    if not isinstance(args, Mapping):
+        raise OptionError(
+            f"approve(args=...) takes the arguments as a mapping (a JSON object), got {type(args).__name__}"
+        )
+    try:
+        text = json.dumps(dict(args), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise OptionError(f"approve(args=...) must be JSON (a tool's arguments are): {exc}") from None
+    plain: dict[str, Any] = json.loads(text)
+    return plain

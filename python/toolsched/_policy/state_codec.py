@@ -76,8 +76,14 @@ def record_to_json(record: CallRecord) -> dict[str, Any]:
         item["fingerprint"] = record.fingerprint
         item["request"] = {"args": record.request_args, "reason": record.reason, "digest": record.digest}
         item["message"] = record.message
+        if record.edited_digest is not None:
+            item["edit"] = {"args": record.edited_args, "digest": record.edited_digest}
+        if record.always is not None:
+            item["always"] = record.always
         if record.status in EXTERNAL_STATUSES:
             item["external"] = {"handed_out": record.handed_out, "deadline": record.deadline}
+            if record.edited:
+                item["external"]["edited"] = True
             if record.result is not None:
                 item["result"] = _result_to_json(record.result)
     if record.child is not None:
@@ -215,15 +221,23 @@ def record_from_json(item: Any, where: str, load_state: LoadState) -> CallRecord
     elif "child" in item:
         raise StateError(f"{where}: only a nested call carries a child run")
     handed_out = deadline = None
+    external_edited = False
     result = None
     if status in EXTERNAL_STATUSES:
         handed_out, deadline = _handout_from_json(item.get("external"), f"{where}.external")
+        external_edited = item["external"].get("edited", False)
+        if not isinstance(external_edited, bool):
+            raise StateError(f"{where}.external.edited must be true or false")
         if status == "completed":
             result = _result_from_json(item.get("result"), call_id, where)
         elif "result" in item:
             raise StateError(f"{where}: an external call waiting for its answer carries no result")
     elif "external" in item or "result" in item:
         raise StateError(f"{where}: only an external call carries a hand-out and an answer")
+    edited_args, edited_digest = _edit_from_json(item, status, where)
+    always = item.get("always")
+    if always is not None and (status != "approved" or not isinstance(always, str)):
+        raise StateError(f"{where}.always must be the scope of an approval, on an approved call")
     return CallRecord(
         call_id,
         name,
@@ -239,7 +253,26 @@ def record_from_json(item: Any, where: str, load_state: LoadState) -> CallRecord
         result=result,
         handed_out=handed_out,
         deadline=deadline,
+        edited_args=edited_args,
+        edited_digest=edited_digest,
+        always=always,
+        edited=external_edited,
     )
+
+
+def _edit_from_json(item: Mapping[str, Any], status: str, where: str) -> tuple[Any, str | None]:
+    """The arguments a person approved a call with (``edit``), checked against their digest: (None, None) when
+    the call was not edited."""
+    edit = item.get("edit")
+    if edit is None:
+        return None, None
+    if status != "approved":
+        raise StateError(f"{where}: only an approved call carries the arguments it was approved with")
+    if not isinstance(edit, dict) or not isinstance(edit.get("args"), dict) or not isinstance(edit.get("digest"), str):
+        raise StateError(f"{where}.edit must hold the approved arguments and their digest")
+    if edit["digest"] != args_digest(edit["args"]):
+        raise StateError(f"{where}: the approved arguments do not match their digest")
+    return edit["args"], edit["digest"]
 
 
 def _seconds(value: Any) -> bool:
@@ -259,6 +292,10 @@ def _handout_from_json(value: Any, where: str) -> tuple[float, float | None]:
 def _result_from_json(value: Any, call_id: str, where: str) -> ToolResult:
     if isinstance(value, dict) and "attempts" not in value:
         value = {**value, "attempts": 1}  # a state saved before results counted their attempts
+    if isinstance(value, dict) and "repaired" not in value:
+        value = {**value, "repaired": False}  # a state saved before results said whether they were repaired
+    if isinstance(value, dict) and "edited" not in value:
+        value = {**value, "edited": False}  # a state saved before results said whether a person edited the call
     if not isinstance(value, dict) or set(value) != set(_RESULT_FIELDS):
         raise StateError(f"{where}.result must hold exactly the fields of a ToolResult")
     if value["call_id"] != call_id or not isinstance(value["tool_name"], str):

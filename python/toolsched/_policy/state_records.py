@@ -83,6 +83,10 @@ class CallRecord:
     (seconds since the epoch), waiting for its answer until ``deadline`` (None:
     no limit); once answered (``RunState.complete`` / ``fail``) it is
     ``completed`` and holds the answer as ``result`` until the run resumes.
+    An ``approved`` record approved with a person's own arguments holds them as
+    ``edited_args`` (their digest ``edited_digest``, which the approval is bound
+    to instead of ``digest``); ``always`` is the scope of a standing approval
+    given with it (``"call"``, ``"tool"`` or a rule), journaled with the approval.
     """
 
     call_id: str
@@ -99,6 +103,16 @@ class CallRecord:
     child: ChildRecord | None = None
     handed_out: float | None = None
     deadline: float | None = None
+    edited_args: Any = None
+    edited_digest: str | None = None
+    always: str | None = None
+    # An external call handed out with the arguments a person approved it with (its answer is ``edited``).
+    edited: bool = False
+
+    @property
+    def bound_digest(self) -> str | None:
+        """The digest of the arguments a decision is bound to: the person's, when they edited them."""
+        return self.edited_digest if self.edited_digest is not None else self.digest
 
 
 @dataclass(frozen=True, slots=True)

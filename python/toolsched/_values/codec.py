@@ -73,4 +73,6 @@ RESULT_FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "truncated": (bool,),
     "offload_path": (str, type(None)),
     "attempts": (int,),
+    "repaired": (bool,),
+    "edited": (bool,),
 }
