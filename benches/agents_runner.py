@@ -103,19 +103,29 @@ def measure(loop: asyncio.Runner, calls: int, rounds: int, warmup: int) -> Times
     return times
 
 
+def quartiles(values: list[float]) -> str:
+    """The middle half of ``values`` (first to third quartile), as ``low to high``."""
+    low, _, high = statistics.quantiles(values, n=4) if len(values) > 1 else (values[0],) * 3
+    return f"{low:.3f} to {high:.3f}"
+
+
 def report(calls: int, times: Times) -> None:
     stock = times["stock"]
     print(f"\nN = {calls} calls per run, {len(stock)} paired rounds (wall: elapsed; CPU: this process's)")
-    print("| way | wall median ms | wall min ms | CPU median ms | ratio to stock, wall | ratio to stock, CPU |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| way | wall median ms | wall min ms | CPU median ms | ratio to stock, wall | ratio to stock, CPU "
+        "| CPU ratio, middle half |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for name, values in times.items():
         wall = [value[0] for value in values]
         cpu = [value[1] for value in values]
         wall_ratio = statistics.median(value[0] / base[0] for value, base in zip(values, stock, strict=True))
-        cpu_ratio = statistics.median(value[1] / base[1] for value, base in zip(values, stock, strict=True))
+        cpu_ratios = [value[1] / base[1] for value, base in zip(values, stock, strict=True)]
         print(
             f"| {name} | {statistics.median(wall) * 1e3:.2f} | {min(wall) * 1e3:.2f} | "
-            f"{statistics.median(cpu) * 1e3:.2f} | {wall_ratio:.3f} | {cpu_ratio:.3f} |"
+            f"{statistics.median(cpu) * 1e3:.2f} | {wall_ratio:.3f} | {statistics.median(cpu_ratios):.3f} "
+            f"| {quartiles(cpu_ratios)} |"
         )
 
 

@@ -671,3 +671,67 @@ async def test_context_variables_a_tool_sets_reach_its_output_guardrails_and_hoo
         await Runner.run(agent, "go", hooks=Recording(), run_config=NO_TRACING)
     assert seen == [("guardrail", "from the tool"), ("hook", "from the tool")] * 2
     assert state.get() == "unset"
+
+
+async def test_a_tool_is_handed_the_context_its_first_parameter_asks_for_as_in_the_sdk() -> None:
+    from agents import RunContextWrapper
+    from agents.tool_context import ToolContext as SdkToolContext
+
+    async def asks_tool_context(context: SdkToolContext[Any], arguments: str) -> str:
+        return type(context).__name__
+
+    async def asks_run_context(context: RunContextWrapper[Any], arguments: str) -> str:
+        return type(context).__name__
+
+    async def asks_nothing(context, arguments):  # type: ignore[no-untyped-def]
+        return type(context).__name__
+
+    received: dict[str, list[Any]] = {}
+    for form, wrap in FORMS:
+        tools = [
+            FunctionTool(
+                name=body.__name__,
+                description="Say the context.",
+                params_json_schema={"type": "object"},
+                on_invoke_tool=body,
+                strict_json_schema=False,
+            )
+            for body in (asks_tool_context, asks_run_context, asks_nothing)
+        ]
+        calls = [function_call(f"c{index}", tool.name, {}) for index, tool in enumerate(tools)]
+        model = ScriptedAgentModel([calls, [final_message("done")]])
+        result = await Runner.run(wrap(Agent(name="a", model=model, tools=tools)), "go", run_config=NO_TRACING)
+        received[form] = tool_outputs(result)
+    assert received["stock"] == ["ToolContext", "RunContextWrapper", "ToolContext"]
+    assert received["scheduled"] == received["stock"]
+
+
+async def test_a_scheduled_tool_does_not_have_its_context_annotation_read_on_every_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import agents.tool
+
+    reading = agents.tool._string_annotation_mentions_context_type
+    readings: list[str] = []
+
+    def counted(annotation: str, *, type_name: str) -> bool:
+        readings.append(annotation)
+        return reading(annotation, type_name=type_name)
+
+    @function_tool
+    async def noop(index: int) -> str:
+        """Does nothing."""
+        return "ok"
+
+    counts: dict[str, int] = {}
+    for form, wrap in FORMS:
+        calls = [function_call(f"c{index}", "noop", {"index": index}) for index in range(3)]
+        agent = wrap(Agent(name="a", model=ScriptedAgentModel([calls, [final_message("done")]]), tools=[noop]))
+        with monkeypatch.context() as patched:
+            patched.setattr(agents.tool, "_string_annotation_mentions_context_type", counted)
+            result = await Runner.run(agent, "go", run_config=NO_TRACING)
+        assert tool_outputs(result) == ["ok"] * 3
+        counts[form] = len(readings)
+        readings.clear()
+    # The SDK reads a function_tool's annotation for each call; a scheduled copy's choice was read once.
+    assert counts == {"stock": 3, "scheduled": 0}

@@ -11,21 +11,27 @@ read here and nowhere else. Checked against openai-agents 0.24.0. On an SDK upgr
   ``agents.tool._SYNC_FUNCTION_TOOL_MARKER`` (on an invoker: the tool's function is synchronous);
 - ``__agents_prepare_arguments__``: the attribute, on a body, through which the SDK prepares a call's
   arguments for its approval policy;
-- ``ToolContext._function_tool_arguments``: the arguments the SDK already parsed for the call.
+- ``ToolContext._function_tool_arguments``: the arguments the SDK already parsed for the call;
+- ``agents.tool._annotation_mentions_context_type``: how ``_get_function_tool_invoke_context`` reads an
+  invoker's first parameter to choose the context it passes (on every call).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, get_type_hints
 
+from agents.run_context import RunContextWrapper
 from agents.tool import (
     _FUNCTION_TOOL_WRAPPED_CALLABLE_MARKER,
     _SYNC_FUNCTION_TOOL_MARKER,
+    _annotation_mentions_context_type,
     _FailureHandlingFunctionToolInvoker,
 )
+from agents.tool_context import ToolContext
 
-__all__ = ["FailureHandlingInvoker", "body_of", "forget_parsed_arguments", "like_invoker"]
+__all__ = ["FailureHandlingInvoker", "body_of", "forget_parsed_arguments", "like_invoker", "pin_context_choice"]
 
 SdkInvoke = Callable[[Any, str], Awaitable[Any]]
 
@@ -59,3 +65,39 @@ def forget_parsed_arguments(sdk_context: Any) -> None:
     """Makes the SDK parse a call's arguments again (after they were changed)."""
     if hasattr(sdk_context, "_function_tool_arguments"):
         sdk_context._function_tool_arguments = None
+
+
+def pin_context_choice(invoker: Any) -> None:
+    """Pins on ``invoker`` the context the SDK chooses for it, read once.
+
+    On every call the SDK reads the invoker's signature and type hints to choose the context it passes
+    (a ``ToolContext``, or a plain ``RunContextWrapper`` when the first parameter asks for one). The
+    choice is made here as the SDK makes it, and kept as a ``__signature__`` and ``__annotations__``
+    whose first parameter names the chosen type itself: the SDK's reading then finds the same choice
+    without parsing an annotation or resolving hints.
+    """
+    try:
+        signature = inspect.signature(invoker)
+    except (TypeError, ValueError):
+        return
+    parameters = list(signature.parameters.values())
+    if not parameters:
+        return
+    first = parameters[0]
+    annotation = first.annotation
+    try:
+        hints = get_type_hints(invoker, include_extras=True)
+    except Exception:
+        pass
+    else:
+        annotation = hints.get(first.name, annotation)
+    pinned: Any
+    if _annotation_mentions_context_type(annotation, context_type=ToolContext):
+        pinned = ToolContext
+    elif _annotation_mentions_context_type(annotation, context_type=RunContextWrapper):
+        pinned = RunContextWrapper
+    else:
+        pinned = inspect.Parameter.empty
+    parameters[0] = first.replace(annotation=pinned)
+    invoker.__signature__ = signature.replace(parameters=parameters)
+    invoker.__annotations__ = {} if pinned is inspect.Parameter.empty else {first.name: pinned}

@@ -466,6 +466,7 @@ def _scheduled_copy(
         # The SDK hands an invoker the context its first parameter's annotation asks for: the copy's
         # signature is the original's.
         invoker = functools.update_wrapper(invoke, sdk_invoker)
+    _sdk.pin_context_choice(invoker)
     made.on_invoke_tool = invoker
     if strict is not None and strict != made.strict_json_schema:
         made.strict_json_schema = strict
