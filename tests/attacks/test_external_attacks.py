@@ -5,7 +5,6 @@ answered through the journal. On SQLite and PostgreSQL, asyncio and trio."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,8 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 from attacks_child import CHILD, confirm, executor, runs
+from crashes import child_env
+from crashes import kill_at as kill_child_at
 from journal_child import Store, store_in
 
 import toolsched as ts
@@ -32,10 +33,6 @@ TURN = [
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     yield from store_in(request.param, tmp_path, "external_attacks")
-
-
-def child_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([*sys.path, os.environ.get("PYTHONPATH", "")])}
 
 
 async def resume_elsewhere(store: Store, backend: str, saved: Path, world: Path, decisions: dict[str, Any]) -> str:
@@ -170,27 +167,7 @@ async def kill_at(store: Store, backend: str, arguments: list[str], point: str, 
     """Runs attacks_child with ``arguments`` and kills it with SIGKILL once it prints ``point`` (after sending
     it the line it waits for first, with ``go``)."""
     command = [sys.executable, str(CHILD), store.spec(), backend, *arguments]
-    process = await anyio.open_process(command, env=child_env(), stderr=None)
-    try:
-        assert process.stdout is not None and process.stdin is not None
-        lines = BufferedByteReceiveStream(process.stdout)
-        with anyio.fail_after(60):
-            while True:
-                line = (await lines.receive_until(b"\n", 65536)).decode()
-                assert not line.startswith(("done", "completed", "refused")), f"finished before {point!r}: {line}"
-                if line == "ready" and go:
-                    await process.stdin.send(b"go\n")
-                if line == point:
-                    break
-        process.kill()
-        with anyio.fail_after(30):
-            await process.wait()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            with anyio.CancelScope(shield=True):
-                await process.wait()
-        await process.aclose()
+    await kill_child_at(command, point, finished=("done", "completed", "refused"), go=go)
 
 
 @pytest.mark.parametrize("point", ["writing finished e1", "wrote finished e1"])

@@ -9,12 +9,10 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
-from anyio.streams.buffered import BufferedByteReceiveStream
 from attacks_child import CHILD, executor, keys
+from crashes import kill_at
 from journal_child import Store, store_in
-from test_external_attacks import child_env
 
 import toolsched as ts
 
@@ -27,23 +25,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 
 
 async def killed_inside(store: Store, backend: str, run_id: str, world: Path, point: str) -> None:
-    command = [sys.executable, str(CHILD), store.spec(), backend, "nested", run_id, str(world), point]
-    process = await anyio.open_process(command, env=child_env(), stderr=None)
-    try:
-        assert process.stdout is not None
-        lines = BufferedByteReceiveStream(process.stdout)
-        with anyio.fail_after(60):
-            while (line := (await lines.receive_until(b"\n", 65536)).decode()) != point:
-                assert not line.startswith("done"), f"finished before {point!r}"
-        process.kill()
-        with anyio.fail_after(30):
-            await process.wait()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            with anyio.CancelScope(shield=True):
-                await process.wait()
-        await process.aclose()
+    await kill_at([sys.executable, str(CHILD), store.spec(), backend, "nested", run_id, str(world), point], point)
 
 
 @pytest.mark.parametrize("point", ["inside k0", "inside k1", "inside k2"])

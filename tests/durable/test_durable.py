@@ -19,7 +19,7 @@ from uuid import uuid4
 import anyio
 import psycopg
 import pytest
-from anyio.streams.buffered import BufferedByteReceiveStream
+from crashes import kill_at
 from durable_child import CHILD, IDEMPOTENT, POINTS, TURN, append, executor, expected_output
 from journal_child import Store
 from psycopg import sql
@@ -60,30 +60,10 @@ def executions(log: Path) -> Counter[str]:
 
 
 async def crash_at(store: Store, backend: str, run_id: str, log: Path, point: str, stream: bool = False) -> None:
-    """Runs the turn in a child process (its calls streamed one by one with ``stream``) and kills it with
+    """Runs the turn in a child process (``durable_child.py``), streamed with ``stream``, and kills it with
     SIGKILL once it reaches ``point``."""
-    process = await anyio.open_process(
-        [sys.executable, str(CHILD), store.spec(), backend, run_id, str(log), point, *(["stream"] if stream else [])],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([*sys.path, os.environ.get("PYTHONPATH", "")])},
-    )
-    try:
-        assert process.stdout is not None
-        lines = BufferedByteReceiveStream(process.stdout)
-        with anyio.fail_after(60):
-            while True:
-                line = (await lines.receive_until(b"\n", 4096)).decode()
-                assert not line.startswith("done"), f"the child finished without reaching {point!r}"
-                if line == point:
-                    break
-        process.kill()
-        with anyio.fail_after(30):
-            await process.wait()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            with anyio.CancelScope(shield=True):
-                await process.wait()
-        await process.aclose()
+    extra = ["stream"] if stream else []
+    await kill_at([sys.executable, str(CHILD), store.spec(), backend, run_id, str(log), point, *extra], point)
 
 
 def check_recovered(outcome: ts.Outcome, log: Path) -> None:

@@ -10,7 +10,6 @@ whichever process. The crash tests run the turn in a child process
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
-from anyio.streams.buffered import BufferedByteReceiveStream
+from crashes import child_env, kill_at
 from nested_crash_child import CHILD, executor, ran, turn
 
 import toolsched as ts
@@ -32,31 +31,9 @@ def child_command(backend: str, journal: Path, log: Path, *args: str) -> list[st
     return [sys.executable, str(CHILD), backend, str(journal), str(log), *args]
 
 
-def child_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([*sys.path, os.environ.get("PYTHONPATH", "")])}
-
-
 async def crash_at(command: list[str], point: str) -> None:
     """Runs the child process and kills it with SIGKILL once it reaches ``point``."""
-    process = await anyio.open_process(command, env=child_env())
-    try:
-        assert process.stdout is not None
-        lines = BufferedByteReceiveStream(process.stdout)
-        with anyio.fail_after(60):
-            while True:
-                line = (await lines.receive_until(b"\n", 4096)).decode()
-                assert not line.startswith(("done", "interrupted", "refused")), f"{line!r} before {point!r}"
-                if line == point:
-                    break
-        process.kill()
-        with anyio.fail_after(30):
-            await process.wait()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            with anyio.CancelScope(shield=True):
-                await process.wait()
-        await process.aclose()
+    await kill_at(command, point, finished=("done", "interrupted", "refused"))
 
 
 async def run_child(command: list[str]) -> str:

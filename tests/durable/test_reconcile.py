@@ -9,7 +9,6 @@ downstream applied never runs again.
 
 from __future__ import annotations
 
-import os
 import random
 import sys
 from collections import Counter
@@ -19,7 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
-from anyio.streams.buffered import BufferedByteReceiveStream
+from crashes import kill_at
 from effects_child import CHILD, POINTS, TURN, Downstream, executor
 from journal_child import Store, store_in
 
@@ -39,28 +38,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 async def crash_at(store: Store, backend: str, command: str, run_id: str, world: Path, point: str) -> None:
     """Runs (``run``) or recovers (``recover``) the turn in a child process and kills it with SIGKILL once it
     reaches ``point``."""
-    process = await anyio.open_process(
-        [sys.executable, str(CHILD), store.spec(), backend, command, run_id, str(world), point],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([*sys.path, os.environ.get("PYTHONPATH", "")])},
-    )
-    try:
-        assert process.stdout is not None
-        lines = BufferedByteReceiveStream(process.stdout)
-        with anyio.fail_after(60):
-            while True:
-                line = (await lines.receive_until(b"\n", 65536)).decode()
-                assert not line.startswith("done"), f"the child finished without reaching {point!r}"
-                if line == point:
-                    break
-        process.kill()
-        with anyio.fail_after(30):
-            await process.wait()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            with anyio.CancelScope(shield=True):
-                await process.wait()
-        await process.aclose()
+    await kill_at([sys.executable, str(CHILD), store.spec(), backend, command, run_id, str(world), point], point)
 
 
 def summary(outcome: ts.Outcome) -> list[tuple[str, Any, str | None]]:
