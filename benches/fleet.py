@@ -63,6 +63,7 @@ async def worker(args: argparse.Namespace) -> None:
         coordination = ts.RedisCoordination(args.redis, namespace=args.namespace)
     executor = ts.Executor([tool_for(args.port, args.capacity)], strategy=ts.Parallel(), coordination=coordination)
     rng = random.Random(os.getpid())
+    cpu = time.process_time()
     results: list[ts.ToolResult] = []
 
     async def one_run(index: int) -> None:
@@ -73,7 +74,8 @@ async def worker(args: argparse.Namespace) -> None:
         for index in range(args.runs):
             group.start_soon(one_run, index)
     ok = sum(1 for result in results if not result.is_error)
-    print(json.dumps({"calls": len(results), "ok": ok}), flush=True)
+    trips = 0 if coordination is None else coordination.round_trips
+    print(json.dumps({"calls": len(results), "ok": ok, "trips": trips, "cpu": time.process_time() - cpu}), flush=True)
 
 
 async def cost(args: argparse.Namespace) -> None:
@@ -167,12 +169,13 @@ async def phase(args: argparse.Namespace, downstream: Downstream, port: int, mod
     outputs = [json.loads((await process.communicate())[0]) for process in workers]
     elapsed = time.perf_counter() - started
     calls, ok = sum(o["calls"] for o in outputs), sum(o["ok"] for o in outputs)
+    trips, cpu = sum(o["trips"] for o in outputs), sum(o["cpu"] for o in outputs)
     requests = len(downstream.accepted) + downstream.refused
     peak = downstream.peak_100ms()
     print(
         f"  {mode:12} {ok / calls:7.1%} of {calls} calls succeed  {requests / max(ok, 1):5.2f} requests/success  "
         f"{downstream.refused} answered 429  peak {peak} in 100 ms = {peak / (args.capacity / 10):.2f}x capacity  "
-        f"{elapsed:5.1f} s"
+        f"{elapsed:5.1f} s  {trips / calls:4.2f} Redis round trips/call  {cpu / calls * 1e6:5.0f} µs CPU/call (workers)"
     )
 
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from toolsched._executor.executor import Executor, Steering
-from toolsched._policy.limits import Limits, active_limits, limits_in_force
+from toolsched._policy.limits import Limits, limits_in_force
 from toolsched._tools.registry import ToolRegistry
 from toolsched._values.calls import ToolCall
 from toolsched._values.effects import ExternalCall
@@ -422,10 +422,6 @@ async def _loop(
         executor = await _refreshed(executor, refresh_tools)
         if settled.steering_messages:
             return "steered"
-        limits = active_limits()
-        if limits is not None and stream and executor.streams:
-            # A turn streamed through ``executor.turn()`` is counted here (``run`` counts its own turns).
-            limits.settle(settled.results)
         kinds = {result.error_kind for result in settled.results}
         if "retries_exhausted" in kinds:
             return "retries_exhausted"

@@ -17,6 +17,7 @@ import io
 import os
 import runpy
 import sys
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +117,9 @@ def test_a_block_runs_as_written(block: Block, tmp_path: Path, monkeypatch: pyte
         monkeypatch.setenv(proxy, OFFLINE)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    # urlopen builds one process-wide opener on first use and keeps the proxies it read then: one built by a
+    # block would send every later test's requests to the closed proxy once NO_PROXY is restored.
+    monkeypatch.setattr(urllib.request, "_opener", None)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         runpy.run_path(str(script), run_name="__main__")

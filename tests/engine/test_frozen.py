@@ -25,7 +25,8 @@ def test_a_built_result_equals_the_constructed_one_and_stays_frozen() -> None:
     built = new_result(*fields)
     assert type(built) is ts.ToolResult
     assert built == ts.ToolResult(*fields)
-    assert dataclasses.astuple(built) == fields
+    # The fields after ``attempts`` take their defaults (``repaired=False``).
+    assert dataclasses.astuple(built) == (*fields, False)
     assert dataclasses.replace(built, batch=3).batch == 3
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.output = "changed"  # type: ignore[misc]

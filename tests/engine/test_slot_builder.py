@@ -461,3 +461,30 @@ def test_builders_refuse_what_construction_does_beyond_setting_the_fields() -> N
     for cls in (Derived, Keyword, Seeded):
         with pytest.raises(TypeError, match="an InitVar, a field left out of __init__ or a keyword-only field"):
             positional_builder(cls)
+
+
+def test_a_positional_builder_given_fewer_fields_gives_the_rest_their_defaults() -> None:
+    build = positional_builder(Pair, given=1)
+    made = build(1)
+    assert (made.left, made.right) == (1, None) and made == Pair(1)
+    assert build(1, 2) == Pair(1, 2)
+    # A field with no default (or one instances cannot share) cannot be left out.
+    with pytest.raises(TypeError, match="no default instances can share"):
+        positional_builder(Pair, given=0)
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Listed:
+        items: list[int] = dataclasses.field(default_factory=list)
+
+    with pytest.raises(TypeError, match="no default instances can share"):
+        positional_builder(Listed, given=0)
+
+
+def test_a_result_is_built_not_repaired_unless_marked() -> None:
+    from toolsched._values.results import error_result, new_result, repaired_result
+
+    result = new_result("c", "t", 1, None, None, False, 0.0, False, None, False, None, 1)
+    assert result == ts.ToolResult("c", "t", 1) and result.repaired is False
+    marked = repaired_result(error_result("c", "t", "invalid_input", "bad"))
+    assert marked.repaired and marked.error_kind == "invalid_input"
+    assert repaired_result(marked) is marked

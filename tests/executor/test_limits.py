@@ -98,16 +98,17 @@ async def test_a_tool_past_its_retry_budget_is_answered_retries_exhausted_withou
             limits=limits,
         )
         kinds.append([result.error_kind for result in outcome.results])
+    # A budget of n retries: after the first mistake the tool runs n more times; past that it does not run.
     assert kinds == [
+        ["model_retry", "invalid_input"],
         ["model_retry", "invalid_input"],
         ["model_retry", "retries_exhausted"],
         ["retries_exhausted", "retries_exhausted"],
-        ["retries_exhausted", "retries_exhausted"],
     ]
-    assert ran == [0, 1]
-    assert limits.retries_of("picky") == 2
+    assert ran == [0, 1, 2]
+    assert limits.retries_of("picky") == 3
     exhausted = outcome.results[0].error
-    assert exhausted is not None and "picky" in exhausted and "2 times" in exhausted
+    assert exhausted is not None and "picky" in exhausted and "3 times" in exhausted and "limit of 2" in exhausted
 
 
 async def test_limits_max_model_retries_overrides_every_tools_budget() -> None:
@@ -117,8 +118,10 @@ async def test_limits_max_model_retries_overrides_every_tools_budget() -> None:
 
     executor = ts.Executor([picky])
     limits = ts.Limits(max_model_retries=0)
-    outcome = await executor.run([ts.ToolCall("a", "picky", {"n": 1})], limits=limits)
-    assert outcome.results[0].error_kind == "retries_exhausted"
+    # No retries: the tool runs once, and after its first mistake it is not called again.
+    first = await executor.run([ts.ToolCall("a", "picky", {"n": 1})], limits=limits)
+    again = await executor.run([ts.ToolCall("b", "picky", {"n": 2})], limits=limits)
+    assert [first.results[0].error_kind, again.results[0].error_kind] == ["model_retry", "retries_exhausted"]
 
 
 def test_max_model_retries_is_checked() -> None:

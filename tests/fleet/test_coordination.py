@@ -20,6 +20,7 @@ import anyio
 import pytest
 
 import toolsched as ts
+from toolsched._policy.coordination import _FRESH_US
 
 URL_VARIABLE = "TOOLSCHED_TEST_REDIS_URL"
 CHILD = Path(__file__).parents[1] / "support" / "fleet_child.py"
@@ -96,6 +97,172 @@ def test_rate_limit_is_shared_by_two_processes(anyio_backend: str) -> None:
     starts = sorted(t for worker in workers for t in times(lines_of(worker), "start"))
     assert len(starts) == 20
     assert starts[-1] - starts[0] >= 19 * 0.05 * 0.9
+
+
+def test_a_stalled_worker_does_not_release_its_due_calls_at_once(anyio_backend: str) -> None:
+    """RateLimit(10, per=1, burst=1) for the fleet, each process stalling its event loop for 1 s while its
+    reservations fall due: the calls' starts, stamped with the Redis server's clock, number at most
+    floor((W + freshness + tolerance) / interval) + 1 in any window of W (the GCRA's bound, widened by how
+    late after its reserved start a call may still be admitted), stall or not."""
+    url, space = redis_url(), namespace()
+    workers = [child(anyio_backend, url, space, "stall", 8) for _ in range(2)]
+    lines = [line for worker in workers for line in lines_of(worker)]
+    starts = sorted(int(line.split()[1]) for line in lines if line.startswith("redis "))
+    assert len(starts) == 16
+    interval, tolerance, window = 100_000, 0, 500_000
+    bound = (window + _FRESH_US + tolerance) // interval + 1
+    busiest = max(sum(1 for t in starts if first <= t < first + window) for first in starts)
+    assert busiest <= bound, (busiest, bound, [t - starts[0] for t in starts])
+
+
+async def test_a_call_waiting_for_its_rate_reservation_holds_no_slot(anyio_backend: str) -> None:
+    """max_concurrency=1 and RateLimit(1, per=30): a second call waits ~30 s for its reservation; meanwhile
+    the fleet's one slot is free, so another process's call of the same tool runs at once."""
+    url, space = redis_url(), namespace()
+    ran: list[str] = []
+
+    @ts.tool(name="capped", rate_limit=ts.RateLimit(1, per=30, burst=1), max_concurrency=1)
+    async def capped(tag: str) -> str:
+        ran.append(tag)
+        return tag
+
+    @ts.tool(name="capped", max_concurrency=1)
+    async def elsewhere(tag: str) -> str:
+        ran.append(tag)
+        return tag
+
+    coordination = ts.RedisCoordination(url, namespace=space)
+    paced = ts.Executor([capped], coordination=coordination)
+    other = ts.Executor([elsewhere], coordination=ts.RedisCoordination(url, namespace=space))
+    first = (await paced.run([ts.ToolCall(id="a", name="capped", args={"tag": "a"})])).results[0]
+    assert first.output == "a"
+    rate_key = f"{space}:{{capped}}:rate"
+    tat = int(await coordination._call("GET", rate_key))
+    async with anyio.create_task_group() as group:
+        group.start_soon(paced.run, [ts.ToolCall(id="b", name="capped", args={"tag": "b"})])
+        with anyio.fail_after(10):
+            # The second call has its reservation (the theoretical arrival time moved on): it now waits.
+            while int(await coordination._call("GET", rate_key)) == tat:  # noqa: ASYNC110 (state in Redis)
+                await anyio.sleep(0.01)
+            result = (await other.run([ts.ToolCall(id="c", name="capped", args={"tag": "c"})])).results[0]
+        assert result.output == "c"
+        assert ran == ["a", "c"]
+        group.cancel_scope.cancel()
+
+
+async def test_leases_are_renewed_together_off_the_event_loop(anyio_backend: str) -> None:
+    """Five calls hold slots past their 0.3 s lease: the process renews all of them in one round trip each
+    interval (from its renewal thread), so the leases stay ahead of the server's clock and the event loop
+    makes no round trip while the calls run."""
+    url, space = redis_url(), namespace()
+    holding, release = [0], anyio.Event()
+    all_in = anyio.Event()
+
+    @ts.tool(name="held", max_concurrency=5)
+    async def held(n: int) -> int:
+        holding[0] += 1
+        if holding[0] == 5:
+            all_in.set()
+        await release.wait()
+        return n
+
+    coordination = ts.RedisCoordination(url, namespace=space, lease=0.3)
+    executor = ts.Executor([held], strategy=ts.Parallel(), coordination=coordination)
+    renewer = coordination._renewer
+    async with anyio.create_task_group() as group:
+        group.start_soon(executor.run, [ts.ToolCall(id=f"h{i}", name="held", args={"n": i}) for i in range(5)])
+        with anyio.fail_after(10):
+            await all_in.wait()
+            trips, renewals = coordination.round_trips, renewer.round_trips
+            while renewer.round_trips < renewals + 4:  # noqa: ASYNC110 (counted by the renewal thread)
+                await anyio.sleep(0.02)
+        assert coordination.round_trips == trips
+        seconds, micros = await coordination._call("TIME")
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        leases = await coordination._call("ZRANGE", f"{space}:{{held}}:slots", 0, -1, "WITHSCORES")
+        expiries = [float(score) for score in leases[1::2]]
+        assert len(expiries) == 5 and all(expiry > now_ms for expiry in expiries)
+        release.set()
+
+
+async def test_calls_waiting_for_a_slot_poll_redis_one_at_a_time(anyio_backend: str) -> None:
+    """The fleet's one slot held elsewhere, 20 calls of this process waiting: each asks once, then only the one
+    at the head of the process's queue asks Redis again (the others wait behind it), and every call runs once
+    the slot is free."""
+    url, space = redis_url(), namespace()
+    holding, release = anyio.Event(), anyio.Event()
+
+    def make(held: bool, coordination: ts.RedisCoordination) -> ts.Executor:
+        @ts.tool(name="single", max_concurrency=1)
+        async def single(n: int) -> int:
+            if held:
+                holding.set()
+                await release.wait()
+            return n
+
+        return ts.Executor([single], strategy=ts.Parallel(max_concurrency=32), coordination=coordination)
+
+    coordination = ts.RedisCoordination(url, namespace=space)
+    holder, waiter = make(True, ts.RedisCoordination(url, namespace=space)), make(False, coordination)
+    asked: list[str] = []
+    admit = coordination._admit
+
+    async def recorded(tool: Any, lease_id: str, reserved: Any) -> Any:
+        asked.append(lease_id)
+        return await admit(tool, lease_id, reserved)
+
+    coordination._admit = recorded  # type: ignore[method-assign]
+    results: list[ts.ToolResult] = []
+
+    async def wait_all() -> None:
+        calls = [ts.ToolCall(id=f"w{i}", name="single", args={"n": i}) for i in range(20)]
+        results.extend((await waiter.run(calls)).results)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(holder.run, [ts.ToolCall(id="h", name="single", args={"n": -1})])
+        await holding.wait()
+        group.start_soon(wait_all)
+        with anyio.fail_after(10):
+            while len(asked) < 32:  # noqa: ASYNC110 (counted in the wrapper)
+                await anyio.sleep(0.01)
+        # Every call asked; only one of them asked again (the one at the head of the queue).
+        assert len(set(asked)) == 20
+        assert [lease for lease in set(asked) if asked.count(lease) > 1] == [asked[-1]]
+        release.set()
+    assert sorted(result.output for result in results) == list(range(20))
+
+
+async def test_a_capped_calls_timeout_starts_when_it_has_a_fleet_slot(anyio_backend: str) -> None:
+    """timeout=0.5 and the fleet's one slot held elsewhere for longer than that: the waiting call is not timed
+    out while it waits, and runs once the slot is free (as with a process's own cap)."""
+    url, space = redis_url(), namespace()
+    holding, release = anyio.Event(), anyio.Event()
+
+    def make(held: bool) -> ts.Executor:
+        # The holder's own tool has no timeout: it keeps the slot until released.
+        @ts.tool(name="slow_cap", max_concurrency=1, timeout=None if held else 0.5)
+        async def slow_cap(n: int) -> int:
+            if held:
+                holding.set()
+                await release.wait()
+            return n
+
+        return ts.Executor([slow_cap], coordination=ts.RedisCoordination(url, namespace=space))
+
+    holder, waiter = make(True), make(False)
+    answers: list[ts.ToolResult] = []
+
+    async def wait_for_slot() -> None:
+        answers.extend((await waiter.run([ts.ToolCall(id="w", name="slow_cap", args={"n": 7})])).results)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(holder.run, [ts.ToolCall(id="h", name="slow_cap", args={"n": 0})])
+        await holding.wait()
+        group.start_soon(wait_for_slot)
+        await anyio.sleep(0.8)  # longer than the timeout: the waiting call has no slot yet
+        assert answers == []
+        release.set()
+    assert answers[0].output == 7
 
 
 def test_concurrency_slots_are_shared_by_two_processes(anyio_backend: str) -> None:

@@ -386,7 +386,6 @@ async def test_a_structured_output_goes_through_parse() -> None:
     ("limits", "stop", "kinds"),
     [
         (ts.Limits(max_calls=1), "limit", [None, "limit_exceeded"]),
-        (ts.Limits(max_model_retries=0), "retries_exhausted", ["retries_exhausted", "retries_exhausted"]),
     ],
 )
 async def test_the_loop_passes_limits_on_and_stops_on_them(

@@ -3,8 +3,11 @@
     python fleet_child.py BACKEND URL NAMESPACE MODE CALLS
 
 MODE ``rate``: RateLimit(20, per=1, burst=1); ``slots``: max_concurrency=2, each call 0.2 s;
-``hold``: max_concurrency=1 with a 1 s lease, one call that never ends. Prints ``start T`` and
-``end T`` (wall-clock seconds) for each call, then ``done``; ``ready`` once a ``hold`` call runs.
+``hold``: max_concurrency=1 with a 1 s lease, one call that never ends; ``stall``: RateLimit(10, per=1,
+burst=1), the first call blocking the process's event loop for 1 s (a stalled worker:
+the other calls' reservations fall due meanwhile). Prints ``start T`` and ``end T`` (wall-clock seconds) for
+each call, ``redis T`` (the Redis server's clock, µs, as a call starts: ``stall`` only), then ``done``;
+``ready`` once a ``hold`` call runs.
 """
 
 from __future__ import annotations
@@ -23,8 +26,26 @@ def main() -> None:
     def say(line: str) -> None:
         print(line, flush=True)
 
+    stalled: list[bool] = []
+
+    async def redis_time() -> int:
+        host, port = url.split("//")[1].split("/")[0].split(":")
+        async with await anyio.connect_tcp(host, int(port)) as stream:
+            await stream.send(b"*1\r\n$4\r\nTIME\r\n")
+            reply = b""
+            while reply.count(b"\r\n") < 5:
+                reply += await stream.receive()
+        lines = reply.split(b"\r\n")
+        return int(lines[2]) * 1_000_000 + int(lines[4])
+
     async def body() -> str:
         say(f"start {time.time()}")
+        if mode == "stall":
+            say(f"redis {await redis_time()}")
+            if not stalled:
+                stalled.append(True)
+                await anyio.sleep(0.05)  # the other calls have their reservations by now, none falls due yet
+                time.sleep(1.0)  # noqa: ASYNC251 (the stall is the point)
         if mode == "hold":
             say("ready")
             await anyio.sleep_forever()
@@ -35,6 +56,8 @@ def main() -> None:
 
     if mode == "rate":
         tool = ts.tool(name="fleet_tool", rate_limit=ts.RateLimit(20, per=1, burst=1))(body)
+    elif mode == "stall":
+        tool = ts.tool(name="fleet_tool", rate_limit=ts.RateLimit(10, per=1, burst=1))(body)
     else:
         tool = ts.tool(name="fleet_tool", max_concurrency=2 if mode == "slots" else 1)(body)
     lease = 1.0 if mode == "hold" else 10.0

@@ -310,7 +310,9 @@ async def limit_jobs(jobs: list[Job], turn: Turn, limits: Limits, *, resumed: bo
     """Counts the turn's calls against ``limits``, in model order; a refused call is answered, not run."""
     passed = []
     for job in jobs:
-        refusal = limits.admit(job.call.id, job.tool.name, job.args, job.tool.max_model_retries, resumed=resumed)
+        refusal = limits.admit(
+            job.call.id, job.tool.name, job.args, job.tool.max_model_retries, resumed=resumed, run=turn.run_identity()
+        )
         if refusal is None:
             passed.append(job)
         else:

@@ -45,7 +45,7 @@ from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import ArgumentsRefused, Tool
 from toolsched._values.calls import ToolCall, args_copy
 from toolsched._values.events import ToolRetrying, ToolStarted, new_tool_finished, new_tool_started
-from toolsched._values.results import ErrorKind, ToolResult, new_result
+from toolsched._values.results import ErrorKind, ToolResult, new_result, repaired_result
 from toolsched.errors import GuardrailTripped
 from toolsched.journal import UnstorableOutputError
 
@@ -125,8 +125,9 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
     invoke = remote.get(tool, job.facts.invoke) if remote else job.facts.invoke
     fleet = settings.coordination
     if fleet is not None and (job.facts.policies is not None or tool.max_concurrency is not None):
-        # Each attempt under the fleet's rate limit, circuit and concurrency slots (``_policy.coordination``).
-        invoke = guarded(fleet, tool, job.facts, invoke, turn.emit)
+        # Each attempt under the fleet's rate limit, circuit and concurrency slots (``_policy.coordination``);
+        # a capped call's timeout starts when its first attempt has its slot.
+        invoke = guarded(fleet, tool, job.facts, invoke, turn.emit, _slot_taken(job, scope))
     if job.facts.policies is not None:
         invoke = _resilient(job, turn, invoke)
     # What the output guardrails and the post hooks are shown: the arguments the call was judged with, copied
@@ -261,6 +262,8 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
         offload_path,
         job.attempts,
     )
+    if turn.repaired is not None and call.id in turn.repaired:
+        result = repaired_result(result)
     if turn.durable is not None:
         result = await turn.durable.finished(result)
         if result.error_kind != kind:
@@ -417,12 +420,30 @@ async def _invoke_limited(
     """Calls the tool under its concurrency cap; its timeout counts from when it gets a slot, and a durable
     run journals it *started* once it has one (a call still waiting for a slot has not started)."""
     timeout = job.tool.timeout
+    if turn.settings.coordination is not None:
+        # The fleet's slots cap the calls (``guarded``: each attempt takes one after its rate wait).
+        if turn.durable is not None and job.facts.policies is None:
+            await turn.durable.started(job.call.id, job.args)
+        return await invoke(job.args, ctx)
     async with job.facts.limiter():
         if scope is not None and timeout is not None:
             scope.deadline = anyio.current_time() + timeout
         if turn.durable is not None and job.facts.policies is None:
             await turn.durable.started(job.call.id, job.args)
         return await invoke(job.args, ctx)
+
+
+def _slot_taken(job: Job, scope: anyio.CancelScope | None) -> Callable[[], None] | None:
+    """Starts a capped call's timeout when its first attempt has a fleet slot (None when nothing to start)."""
+    timeout = job.tool.timeout
+    if scope is None or timeout is None or job.tool.max_concurrency is None:
+        return None
+
+    def started() -> None:
+        if scope.deadline == math.inf:
+            scope.deadline = anyio.current_time() + timeout
+
+    return started
 
 
 def _resilient(

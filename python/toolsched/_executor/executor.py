@@ -32,8 +32,16 @@ from toolsched._executor.durable import RunJournal
 from toolsched._executor.external import answer_through_journal, check_answers, resume_external
 from toolsched._executor.pool import raise_stopping
 from toolsched._executor.recovery import recovered_jobs
+from toolsched._executor.repair import repair_refused, stored_job
 from toolsched._executor.schedule import run_jobs
-from toolsched._executor.settings import ErrorFormatter, EventCallback, Settings, Steering, format_error
+from toolsched._executor.settings import (
+    ErrorFormatter,
+    EventCallback,
+    RepairFunction,
+    Settings,
+    Steering,
+    format_error,
+)
 from toolsched._executor.strategies import Strategy
 from toolsched._executor.streaming import StreamingTurn, streaming_refusal
 from toolsched._executor.turn import DONE, Held, Job, Plan, Turn, new_turn, plan_calls
@@ -42,7 +50,7 @@ from toolsched._policy.coordination import RedisCoordination
 from toolsched._policy.guardrails import Guardrail
 from toolsched._policy.holds import resuming
 from toolsched._policy.hooks import Hooks
-from toolsched._policy.limits import Limits, active_limits, limits_in_force
+from toolsched._policy.limits import Limits, active_limits, bare_limits, limits_in_force
 from toolsched._policy.permissions import Permissions
 from toolsched._policy.runstate import Approver, RunState, claim, run_identity, unclaim, waiting_children
 from toolsched._policy.state_codec import EXTERNAL_STATUSES
@@ -100,7 +108,12 @@ class Executor:
     - ``repair_arguments``: ``True`` repairs arguments that fail to parse or to validate where one fix is
       unambiguous (a code fence, trailing commas, single quotes, a number sent as a string, ...; see the
       argument repair page of the docs), then validates them like any others; valid arguments are never
-      changed. Text that was cut off is refused saying so. Default ``False``;
+      changed. Text that was cut off is refused saying so. An async callable ``(call, error) -> str | dict |
+      None`` turns the built-in repair on and is tried after it on each call still refused ``invalid_input``
+      (``error`` is that answer's ``ToolResult``): its text or dict is validated and goes through rules,
+      hooks and approvals like any other arguments; None, a failure or no answer within the tool's timeout
+      leaves the call answered as it was. A repaired call's result has ``repaired=True`` and a
+      ``ToolArgumentsRepaired`` event names the fixes. Default ``False``;
     - ``interactive``: whether a person is present (``ToolContext.interactive``);
     - ``offload_dir``: where ``truncate="offload"`` writes full outputs;
     - ``error_formatter``: ``(exception, call) -> message`` for failed tools
@@ -139,7 +152,7 @@ class Executor:
         max_input_bytes: int = 16 * 1024 * 1024,
         max_input_depth: int = 64,
         max_schema_errors: int = 10,
-        repair_arguments: bool = False,
+        repair_arguments: bool | RepairFunction = False,
         interactive: bool = False,
         offload_dir: str | Path | None = None,
         error_formatter: ErrorFormatter = format_error,
@@ -276,9 +289,7 @@ class Executor:
             if limits is None:
                 return await self._run_turn(calls, steering, context, run_id)
         with limits_in_force(limits):
-            outcome = await self._run_turn(calls, steering, context, run_id)
-        limits.settle(outcome.results)
-        return outcome
+            return await self._run_turn(calls, steering, context, run_id)
 
     async def _run_turn(
         self,
@@ -392,13 +403,14 @@ class Executor:
         takes it from a holder known to be dead).
 
         ``limits``: the run's ``Limits``; the calls the journal holds as answered count in it, and the calls
-        still to run are held to its caps.
+        still to run are held to its caps. Without one, the run's own answers still count against each
+        tool's ``max_model_retries``.
         """
         journal = self._settings.journal
         if journal is None:
             raise OptionError("recover() needs an executor built with journal=")
         if limits is None:
-            limits = active_limits()
+            limits = active_limits() or bare_limits()
         durable = RunJournal(journal, run_id)
         request = RunRequest(steering=steering, context=context, durable=durable)
         with limits_in_force(limits):
@@ -492,8 +504,6 @@ class Executor:
                             )
                             if run_id is not None:
                                 outcome = replace(outcome, run_id=run_id)
-                        if limits is not None:
-                            limits.settle(outcome.results)
                         send.send_nowait(RunFinished(outcome))
                 except cancelled:
                     # The run was stopped from outside (the loop is shutting down): nothing is left to report.
@@ -580,11 +590,16 @@ class Executor:
         asked again. A state resumes once (``StateError`` after that). The state
         of a journaled run (``state.run_id``) resumes only on an executor with a
         journal (``OptionError`` otherwise), the one that holds the run.
+
+        ``limits`` as for ``run``; without one (and none in force), the answers the state carries count
+        against each tool's ``max_model_retries`` for the calls still to run: the run's budget holds across
+        its resume.
         """
         if not isinstance(state, RunState):
             raise TypeError(f"resume() takes the RunState of an interrupted run, got {type(state).__name__}")
         if limits is None:
-            limits = active_limits()
+            # Without the agent run's ``Limits``, the run's own answers still count (``bare_limits``).
+            limits = active_limits() or bare_limits()
         with limits_in_force(limits):
             return await self._resume_state(state, steering, context)
 
@@ -790,6 +805,8 @@ class Executor:
         )
         if identity is not None:
             turn.identity = identity
+        if plan.repairs:
+            turn.note_plan(plan)
         refused = plan if plan.refused else None
         return self._drive(
             turn,
@@ -834,10 +851,17 @@ class Executor:
                 todo.append(slot)
         # A state's call IDs are unique, so the plan has one slot per call, in order.
         plan = plan_calls(settings, view, [slot_calls[slot] for slot in todo])
+        if plan.repairs:
+            turn.note_plan(plan)
         jobs: list[Job] = []
         for slot, turn_slot in enumerate(todo):
             if slot in plan.refused:
-                await turn.answer_refused(plan, slot, turn_slot)
+                # Repaired when the run began: it runs with the arguments the state holds, never repaired again.
+                stored = stored_job(turn, plan, slot, turn_slot, records[turn_slot].request_args)
+                if stored is None:
+                    await turn.answer_refused(plan, slot, turn_slot)
+                    continue
+                jobs.append(stored)
             else:
                 job = plan.job(view, slot, turn_slot)
                 if journaled is not None and records[turn_slot].child is not None:
@@ -845,9 +869,8 @@ class Executor:
                     job.prior_attempts = journaled.call(job.call.id).starts
                     job.attempts = job.prior_attempts + 1
                 jobs.append(job)
-        limits = active_limits()
-        carried = _carry_into(limits, turn, slot_calls)
-        outcome = await self._drive(
+        carried = _carry_into(active_limits(), turn, slot_calls)
+        return await self._drive(
             turn,
             fresh=jobs,
             held=[],
@@ -855,10 +878,8 @@ class Executor:
             duplicates=state.duplicates,
             steering=request.steering,
             prior=state,
+            carried=carried,
         )
-        if limits is not None:
-            limits.settle([result for result in outcome.results if result.call_id not in carried])
-        return outcome
 
     async def _recover(self, request: RunRequest, force: bool) -> Outcome:
         """Finishes a journaled run from where its calls were left (see ``recover``)."""
@@ -869,9 +890,19 @@ class Executor:
         settings = self._settings
         plan = plan_calls(settings, view, list(record.turn))
         turn = Turn(settings, view, len(plan), request.context, settings.emitter(None, None), self._runs, durable)
+        if plan.repairs:
+            turn.note_plan(plan)
         fresh, ready, held, nested = await recovered_jobs(turn, plan, record)
         limits = active_limits()
         carried = _carry_into(limits, turn, plan.calls)
+        if limits is not None:
+            # The calls that run now as admitted before the crash (approved, or started and run again) and the
+            # external calls handed out count as made, whatever the caps say now; the calls never admitted are
+            # held to what is left. A call still waiting for a person is held to the caps when it is resumed.
+            admitted = [(job.slot, job.call.id, job.tool.name, job.args) for job in ready]
+            admitted += [(out.slot, plan.calls[out.slot].id, out.tool_name, out.args) for out in turn.external or ()]
+            for _, call_id, tool_name, args in sorted(admitted, key=lambda entry: entry[0]):
+                limits.admitted(call_id, tool_name, args, run=turn.run_identity())
         # Calls approved to resume their nested runs find them as ``resume`` sets them (``toolsched._executor.nested``).
         token = resuming.set(nested) if nested else None
         try:
@@ -883,12 +914,11 @@ class Executor:
                 slot_calls=plan.calls,
                 duplicates=plan.duplicates,
                 steering=request.steering,
+                carried=carried,
             )
         finally:
             if token is not None:
                 resuming.reset(token)
-        if limits is not None:
-            limits.settle([result for result in outcome.results if result.call_id not in carried])
         return outcome
 
     async def _drive(
@@ -903,11 +933,15 @@ class Executor:
         ready: Sequence[Job] = (),
         held: list[Held] | None = None,
         prior: RunState | None = None,
+        carried: set[str] | frozenset[str] = frozenset(),
     ) -> Outcome:
         """What every entry path shares: answer what the engine refused (``refused``), admit the fresh
         calls, run them with the ready ones (``ready``), finish; ``held`` collects the calls held for a
-        person, ``prior`` is the state a resumed turn came from."""
+        person, ``prior`` is the state a resumed turn came from. The run's ``Limits`` take its answers,
+        but those ``carried`` from before (counted by ``_carry_into``)."""
         if refused is not None and refused.refused:
+            if turn.settings.repair_function is not None:
+                fresh = await repair_refused(turn, refused, fresh)
             for slot in refused.refused:
                 await turn.answer_refused(refused, slot)
         view = turn.view
@@ -935,15 +969,20 @@ class Executor:
         if turn.emit is not None:
             await turn.emit.flush()
         if not held and not turn.parked and not turn.external:
-            return new_outcome(turn.ordered(), duplicates, steering_messages, False, [], None, None)
-        return turn.finish(slot_calls, held or [], duplicates, steering_messages, prior)
+            outcome = new_outcome(turn.ordered(), duplicates, steering_messages, False, [], None, None)
+        else:
+            outcome = turn.finish(slot_calls, held or [], duplicates, steering_messages, prior)
+        if limits is not None:
+            answered = [result for result in outcome.results if result.call_id not in carried]
+            limits.settle(answered, run=turn.run_identity())
+        return outcome
 
 
 def _carry_into(limits: Limits | None, turn: Turn, calls: Sequence[ToolCall]) -> set[str]:
     """Counts the answers a resumed or recovered turn carries from before in ``limits``; their call IDs."""
     carried = turn.ordered_partial()
     if limits is not None:
-        limits.carry(carried, calls)
+        limits.carry(carried, calls, run=turn.run_identity())
     return {result.call_id for result in carried}
 
 

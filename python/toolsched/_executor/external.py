@@ -36,15 +36,30 @@ def no_answer(tool_name: str, handed_out: float, deadline: float) -> str:
 
 
 def check_answers(run: RunRecord, records: Sequence[CallRecord]) -> None:
-    """Refuses a resume that would answer an external call the journal holds answered already (completed through
-    the journal, or by another copy of the state): ``StateError``, before anything is written."""
-    answered = {entry.call_id for entry in run.calls if entry.result is not None}
+    """Refuses a resume whose state is older than its journaled run: ``StateError``, before anything is written.
+
+    The state answers an external call the journal holds answered already (completed through the journal, or
+    by another copy of the state), or decides a call (approves, rejects, or leaves it waiting) that the journal
+    holds answered or started since (another copy of the state was resumed, in this process or another). A
+    call of a nested run is checked where its run is claimed (``RunJournal.resuming``); an external call the
+    state leaves waiting is delivered with what the journal holds.
+    """
+    entries = {entry.call_id: entry for entry in run.calls}
     for record in records:
-        if record.status == "completed" and record.call_id in answered:
+        entry = entries.get(record.call_id)
+        if entry is None or record.child is not None or record.status in ("done", "external"):
+            continue
+        if entry.result is not None:
             raise StateError(
                 f"call {record.call_id!r} of run {run.run_id!r} was answered already (the journal holds its "
-                "result), so this state's answer is refused and nothing of the resume ran; recover the run to go "
-                "on from the journal"
+                "result), so this state's answer or decision is refused and nothing of the resume ran or was "
+                "written: another copy of this state was resumed since; recover the run to go on from the journal"
+            )
+        if entry.state == "started" and record.status != "completed":
+            raise StateError(
+                f"call {record.call_id!r} of run {run.run_id!r} started since this state was saved (the journal "
+                "has it started), so this state's decision is refused and nothing of the resume ran or was "
+                "written: another copy of this state was resumed since; recover the run to go on from the journal"
             )
 
 
@@ -87,8 +102,9 @@ async def answer_through_journal(
     settings: Settings, view: View, run_id: str, call_id: str, output: Any, error: str | None, verb: str
 ) -> None:
     """Answers the external call ``call_id`` of the journaled run ``run_id`` (``Executor.complete`` / ``fail``):
-    claims the run, writes the call's result, lets the run go. ``StateError`` for a call that is unknown, not an
-    external call waiting for its answer, or answered already; ``RunClaimedError`` while a process holds the run."""
+    claims the run, writes the call's result (held to its tool's budget), lets the run go. ``StateError`` for a call
+    that is unknown, not an external call waiting for its answer, or answered already; ``RunClaimedError`` while a
+    process holds the run; ``OptionError`` when this executor does not have the call's tool."""
     journal = settings.journal
     if journal is None:
         raise OptionError(f"{verb}() answers through a journal: it needs an executor built with journal=")
@@ -99,6 +115,15 @@ async def answer_through_journal(
     try:
         entry = next((entry for entry in run.calls if entry.call_id == call_id), None)
         if entry is None:
+            parent = next((entry for entry in run.calls if call_id.startswith(entry.call_id + "/")), None)
+            if parent is not None and parent.result is None and parent.decision and "child" in parent.decision:
+                # The journal keeps a nested run whole, in its parent call's entry: its calls are answered on the
+                # run's state, where the nested run is resumed from.
+                raise StateError(
+                    f"cannot {verb} call {call_id!r} of run {run_id!r} through the journal: it is a call of the "
+                    f"nested run of call {parent.call_id!r}; answer it on the run's state (state.complete or "
+                    "state.fail with this ID) and resume the state"
+                )
             raise StateError(f"cannot {verb} call {call_id!r}: run {run_id!r} has no such call")
         if entry.result is not None:
             raise StateError(f"cannot {verb} call {call_id!r} of run {run_id!r}: it was answered already")
@@ -109,11 +134,18 @@ async def answer_through_journal(
                 f"for its answer (the journal has it {entry.state!r})"
             )
         tool = view.toolset.by_name.get(entry.tool_name)
+        if tool is None:
+            # The answer is held to its tool's budget here, once, as journaled: without the tool, it could not be.
+            raise OptionError(
+                f"cannot {verb} call {call_id!r} of run {run_id!r}: it is a call of `{entry.tool_name}`, a tool this "
+                "executor does not have; answer it with an executor that has the tool, so that the answer is held "
+                "to the tool's budget"
+            )
         took = max(0.0, (time.time() - handout[0]) * 1000.0)
         failed = error is not None
         result = new_result(
             call_id,
-            tool.name if tool is not None else entry.tool_name,
+            tool.name,
             output,
             error,
             "execution_error" if failed else None,

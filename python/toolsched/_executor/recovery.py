@@ -16,14 +16,17 @@ import math
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from toolsched._executor.admit import denied_now, not_approved
 from toolsched._executor.call import deliver
 from toolsched._executor.durable import journaled_child, journaled_handout
 from toolsched._executor.external import wait_again
+from toolsched._executor.repair import stored_job, user_repair
 from toolsched._executor.settings import format_error
 from toolsched._executor.turn import Handout, Held, Job, Plan, Turn
 from toolsched._policy.state_records import CallRecord
+from toolsched._values.calls import args_copy
 from toolsched._values.digest import args_digest
 from toolsched._values.effects import Done, NotDone, Reconciled
 from toolsched._values.results import new_result
@@ -31,7 +34,7 @@ from toolsched.journal import JournaledCall, RunRecord
 
 logger = logging.getLogger("toolsched")
 
-__all__ = ["recovered_jobs"]
+__all__ = ["RECONCILE_TIMEOUT", "recovered_jobs"]
 
 
 def unknown_outcome(tool_name: str, doubt: str | None = None) -> str:
@@ -46,18 +49,34 @@ def unknown_outcome(tool_name: str, doubt: str | None = None) -> str:
     )
 
 
+#: How long ``reconcile`` may take for a tool without a ``timeout`` of its own (seconds).
+RECONCILE_TIMEOUT = 60.0
+
+
 async def reconciled(job: Job, turn: Turn) -> tuple[Reconciled, str | None]:
-    """Asks the tool's ``reconcile`` about a call in doubt (within the tool's ``timeout``, if it has one): its
-    answer, and why it gave none (it returned None, failed, or returned something else)."""
+    """Asks the tool's ``reconcile`` about a call in doubt, within the tool's ``timeout`` (``RECONCILE_TIMEOUT``
+    for a tool without one): its answer, and why it gave none (it returned None, failed, did not answer in
+    time, or returned something else).
+
+    ``reconcile`` gets a copy of the arguments: what it does to them never reaches the call's run. A plain
+    (not ``async``) function runs in a worker thread, let go if it outlasts the timeout, so that a blocking
+    lookup neither stalls the event loop nor escapes the timeout.
+    """
     tool = job.tool
-    timeout = tool.timeout if tool.timeout is not None and not math.isinf(tool.timeout) else None
+    timeout = tool.timeout if tool.timeout is not None and not math.isinf(tool.timeout) else RECONCILE_TIMEOUT
+    settle = tool.reconcile
+    args = args_copy(job.args)
+    context = turn.context_for(job)
     try:
         with anyio.fail_after(timeout):
-            answer: Any = tool.reconcile(job.args, turn.context_for(job))
-            if inspect.isawaitable(answer):
-                answer = await answer
+            if inspect.iscoroutinefunction(settle):
+                answer: Any = await settle(args, context)
+            else:
+                answer = await anyio.to_thread.run_sync(settle, args, context, abandon_on_cancel=True)
+                if inspect.isawaitable(answer):
+                    answer = await answer
     except TimeoutError:
-        return None, f"its reconcile did not answer within {tool.timeout} seconds"
+        return None, f"its reconcile did not answer within {timeout:g} seconds"
     except Exception as exc:
         logger.warning("reconcile of %s failed on call %s", tool.name, job.call.id, exc_info=True)
         return None, f"its reconcile failed ({format_error(exc, job.call)})"
@@ -137,6 +156,17 @@ async def recovered_jobs(
             await wait_again(turn, slot, call, _handout(turn, plan, slot, entry, handout))
             continue
         refused = plan.refused.get(slot)
+        job: Job | None = None
+        if refused is not None:
+            # Arguments repaired when the run began: the call goes on with what the journal holds for it (what it
+            # was held, approved or started with), never repaired again; one that never got that far is
+            # repaired as a new call would be.
+            if entry.state == "planned":
+                job = await user_repair(turn, plan, slot)
+            else:
+                stored = (entry.run_with if entry.state == "started" else entry.decision) or {}
+                job = stored_job(turn, plan, slot, slot, stored.get("args"))
+            refused = plan.refused.get(slot) if job is None else None
         if refused is not None:
             if entry.state == "started":
                 # Started with a tool that is gone now: whether it is idempotent cannot be known.
@@ -147,7 +177,8 @@ async def recovered_jobs(
                 # The tool set changed since the crash: the call is answered as it would be now.
                 await turn.answer(slot, call, plan.tool_name(view, slot), refused[0], refused[1], attempts=entry.starts)
             continue
-        job = plan.job(view, slot)
+        if job is None:
+            job = plan.job(view, slot)
         tool = job.tool
         decision = entry.decision or {}
         if entry.state == "planned":

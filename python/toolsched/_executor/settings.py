@@ -25,7 +25,7 @@ from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched.errors import OptionError
 from toolsched.journal import Journal
 
-__all__ = ["ErrorFormatter", "EventCallback", "Settings", "Steering", "format_error"]
+__all__ = ["ErrorFormatter", "EventCallback", "RepairFunction", "Settings", "Steering", "format_error"]
 
 # The deepest nesting ``max_input_depth`` may allow: the engine's walks of a value recurse once per level.
 MAX_INPUT_DEPTH = _core.Limits.MAX_INPUT_DEPTH
@@ -35,6 +35,9 @@ logger = logging.getLogger("toolsched")
 Steering = Callable[[], Sequence[Any] | Awaitable[Sequence[Any] | None] | None]
 EventCallback = Callable[[Event], Any]
 ErrorFormatter = Callable[[BaseException, ToolCall], str]
+# ``repair_arguments=`` as a callable: ``(call, error) -> str | dict | None``, plain or async; ``error`` is the
+# ``ToolResult`` the call would be answered with.
+RepairFunction = Callable[[ToolCall, Any], Any]
 
 
 def format_error(exc: BaseException, call: ToolCall) -> str:
@@ -76,6 +79,8 @@ class Settings:
         "post_batch",
         "pre_batch",
         "remote",
+        "repair_function",
+        "repairs",
         "strategy",
         "unknown_tool",
     )
@@ -93,7 +98,7 @@ class Settings:
         max_input_bytes: int,
         max_input_depth: int,
         max_schema_errors: int,
-        repair_arguments: bool,
+        repair_arguments: bool | RepairFunction,
         interactive: bool,
         offload_dir: str | Path | None,
         error_formatter: ErrorFormatter,
@@ -147,8 +152,17 @@ class Settings:
         self.interactive = interactive
         self.error_formatter = error_formatter
         self.offload_dir = Path(offload_dir) if offload_dir is not None else Path(tempfile.gettempdir()) / "toolsched"
-        if not isinstance(repair_arguments, bool):
-            raise OptionError(f"repair_arguments must be True or False, got {repair_arguments!r}")
+        # The user's repair, tried after the built-in one (which a callable turns on).
+        self.repair_function: RepairFunction | None = None
+        if callable(repair_arguments) and not isinstance(repair_arguments, bool):
+            self.repair_function = repair_arguments
+            repair_arguments = True
+        elif not isinstance(repair_arguments, bool):
+            raise OptionError(
+                "repair_arguments must be True, False or an async callable (call, error) -> str | dict | None, "
+                f"got {repair_arguments!r}"
+            )
+        self.repairs: bool = repair_arguments
         self.limits = _core.Limits(max_input_bytes, max_input_depth, max_schema_errors, repair=repair_arguments)
         # The invoker of each tool whose body runs on a backend other than this process;
         # extended whenever a refreshed tool set brings new tools (see ``View``).

@@ -48,6 +48,7 @@ from toolsched._executor.admit import admit, check_semantics, limit_jobs
 from toolsched._executor.call import EXECUTION_FAILURES, SKIPPED, abort_reason, answer_unstarted, execute
 from toolsched._executor.durable import JournalFailed, RunJournal
 from toolsched._executor.online import Batch, Graph, Schedule
+from toolsched._executor.repair import user_repair
 from toolsched._executor.schedule import raise_failure, steer, trip
 from toolsched._executor.settings import Settings, Steering
 from toolsched._executor.strategies import resolve_cap
@@ -332,6 +333,8 @@ class StreamingTurn:
         self._calls.append(call)
         turn = self._turn
         plan = plan_calls(turn.settings, turn.view, [call], jobs=True)
+        if plan.repairs:
+            turn.note_plan(plan)
         if plan.refused:
             self._admission_in.send_nowait((position, call, slot, plan))
             return
@@ -503,9 +506,13 @@ class StreamingTurn:
         if item is None:
             return
         if isinstance(item, Plan):
-            await turn.answer_refused(item, 0, slot)
-            self._notify()
-            return
+            repaired = await user_repair(turn, item, 0, slot) if turn.settings.repair_function is not None else None
+            if repaired is None:
+                await turn.answer_refused(item, 0, slot)
+                self._notify()
+                return
+            self._jobs.append(repaired)
+            item = repaired
         job = item
         if self._stop is not None or turn.halt is not None or self._steered is not None:
             await self._skip([job], None)
@@ -771,6 +778,9 @@ class StreamingTurn:
                     self._outcome = new_outcome(turn.ordered(), self._duplicates, messages, False, [], None, None)
                 else:
                     self._outcome = turn.finish(self._calls, self._held, self._duplicates, messages, None)
+                limits = active_limits()
+                if limits is not None:
+                    limits.settle(self._outcome.results, run=turn.run_identity())
                 if self._run_id is not None:
                     self._outcome = replace(self._outcome, run_id=self._run_id)
         finally:

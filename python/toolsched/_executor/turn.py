@@ -35,10 +35,10 @@ from toolsched._tools.tools import Tool, ToolFacts
 from toolsched._values.calls import Duplicate, ToolCall, args_copy, plain_calls
 from toolsched._values.digest import args_digest
 from toolsched._values.effects import new_identity
-from toolsched._values.events import Event, ToolFinished, ToolStarted
+from toolsched._values.events import Event, ToolArgumentsRepaired, ToolFinished, ToolStarted
 from toolsched._values.fastpath import slot_builder
 from toolsched._values.outcome import Outcome, new_outcome
-from toolsched._values.results import ErrorKind, ToolResult, error_result
+from toolsched._values.results import ErrorKind, ToolResult, error_result, repaired_result
 from toolsched.errors import GuardrailTripped, UnknownToolError
 
 __all__ = [
@@ -221,10 +221,12 @@ class Plan:
     ``tools``/``args`` the tool index and validated arguments of each slot;
     ``refused`` the slots the engine answered, with the error kind and message;
     ``duplicates`` the calls dropped for repeating an ID; ``rulings`` the
-    engine's verdict on each slot's permission rules (see ``Job.ruling``).
+    engine's verdict on each slot's permission rules (see ``Job.ruling``);
+    ``repairs`` the slots whose arguments the engine repaired, with its fixes
+    (None when none were).
     """
 
-    __slots__ = ("args", "calls", "duplicates", "jobs", "refused", "rulings", "tools")
+    __slots__ = ("args", "calls", "duplicates", "jobs", "refused", "repairs", "rulings", "tools")
 
     def __init__(
         self,
@@ -243,6 +245,7 @@ class Plan:
         self.rulings = rulings
         # The job of every slot the engine did not refuse, in model order (when ``plan_calls`` is asked for them).
         self.jobs: list[Job] = []
+        self.repairs: dict[int, tuple[str, ...]] | None = None
 
     def __len__(self) -> int:
         return len(self.tools)
@@ -291,9 +294,16 @@ def plan_calls(settings: Settings, view: View, calls: list[ToolCall], *, jobs: b
     # Told by the set of the calls' types, built in C: a loop here costs every call of every turn.
     if calls and set(map(type, calls)) != _ONLY_TOOLCALL:
         calls = plain_calls(calls)
-    tool_rows, arg_rows, failures, positions, duplicate_rows, rulings = view.table.prepare(
-        calls, view.toolset.disabled_mask(), settings.limits, view.rules, ToolCall
-    )
+    repaired: list[tuple[int, tuple[str, ...]]] | None = None
+    if settings.repairs:
+        repaired = []
+        tool_rows, arg_rows, failures, positions, duplicate_rows, rulings = view.table.prepare(
+            calls, view.toolset.disabled_mask(), settings.limits, view.rules, ToolCall, repaired
+        )
+    else:
+        tool_rows, arg_rows, failures, positions, duplicate_rows, rulings = view.table.prepare(
+            calls, view.toolset.disabled_mask(), settings.limits, view.rules, ToolCall
+        )
     assert rulings is not None  # given a rule table, the engine judges every slot
     planned = calls if positions is None else [calls[index] for index in positions]
     refused: dict[int, tuple[ErrorKind, str]] = {}
@@ -318,7 +328,10 @@ def plan_calls(settings: Settings, view: View, calls: list[ToolCall], *, jobs: b
         else:
             # The same jobs as the comprehension above, built in one crossing.
             made = _core.turn_jobs(_JOB_BUILDER, planned, tools, facts, tool_rows, arg_rows, rulings)
-    return new_plan(planned, tool_rows, arg_rows, refused, duplicates, rulings, made)
+    plan = new_plan(planned, tool_rows, arg_rows, refused, duplicates, rulings, made)
+    if repaired:
+        plan.repairs = dict(repaired)
+    return plan
 
 
 def unavailable(view: View, name: str, message: str, permissions: Permissions | None) -> str:
@@ -357,6 +370,7 @@ class Turn:
         "live",
         "parked",
         "pool",
+        "repaired",
         "run_id",
         "scoped",
         "settings",
@@ -414,6 +428,23 @@ class Turn:
         self.failures: list[tuple[int, ToolResult, BaseException | None]] | None = None
         # What the calls' idempotency keys derive from (``run_identity``), None until first needed.
         self.identity: str | None = None
+        # The calls whose arguments were repaired, by call ID, with the fixes; None while none are.
+        self.repaired: dict[str, tuple[str, ...]] | None = None
+
+    def note_repaired(self, call: ToolCall, tool_name: str, fixes: tuple[str, ...], *, report: bool = True) -> None:
+        """A call's arguments were repaired: its result will say so, and (with ``report``) a
+        ``ToolArgumentsRepaired`` event says what was fixed, before the call is admitted."""
+        if self.repaired is None:
+            self.repaired = {}
+        self.repaired[call.id] = fixes
+        if report and self.emit is not None:
+            self.emit(ToolArgumentsRepaired(call.id, tool_name, fixes))
+
+    def note_plan(self, plan: Plan, report: bool = True) -> None:
+        """Notes the calls of ``plan`` whose arguments the engine repaired (``note_repaired``)."""
+        if plan.repairs:
+            for slot, fixes in plan.repairs.items():
+                self.note_repaired(plan.calls[slot], plan.tool_name(self.view, slot), fixes, report=report)
 
     def carry(self, slot: int, result: ToolResult) -> None:
         """Takes over a result from an earlier part of the run (no events: it was reported then)."""
@@ -439,6 +470,8 @@ class Turn:
         """Answers a call that does not run (again) with an error result, journaled first in a durable run;
         ``attempts`` is how many times its tool had started on it (those a crashed run journaled)."""
         result = error_result(call.id, tool_name, kind, message, batch, attempts=attempts)
+        if self.repaired is not None and call.id in self.repaired:
+            result = repaired_result(result)
         if self.durable is not None:
             await self.durable.finished(result)
         if self.emit is not None:

@@ -5,10 +5,13 @@ coordination=...)`` makes each tool's ``rate_limit``, ``circuit`` and ``max_conc
 limit for every process that uses the same Redis server and namespace:
 
 - one atomic server-side script admits an attempt: the circuit (refused while open; its single
-  half-open probe is a lease), a concurrency slot (a lease in a sorted set that expires unless
-  renewed, so a killed worker's slots come back within ``lease`` seconds; a running call renews
-  its own), and the rate limit (GCRA: the script reserves the attempt's start time, the caller
-  waits until then, so a waiting call costs no more round trips);
+  half-open probe is a lease), the rate limit (GCRA on the server's clock: an attempt that must
+  wait gets a reservation, waits it out holding nothing, then asks again) and a concurrency slot
+  (a lease in a sorted set that expires unless renewed, so a killed worker's slots come back
+  within ``lease`` seconds), taken only once the attempt may start. An attempt is admitted on
+  its reservation only within ``_FRESH_US`` of the reserved start (a later one takes a new
+  reservation), so a worker whose event loop stalled past its reservations cannot release them
+  all at once;
 - a second script gives the slot back and records the outcome for the circuit (skipped when
   there is nothing to record);
 - Redis unreachable: ``on_unavailable="local"`` falls back to the per-process limits (a warning
@@ -22,10 +25,14 @@ on asyncio and trio alike. It needs no package beyond anyio.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import math
 import random
 import secrets
+import socket
+import threading
 import time
 import warnings
 from collections.abc import Awaitable, Callable
@@ -55,9 +62,18 @@ _RETRY_CONNECT = 1.0
 # Waits between two tries for a concurrency slot held elsewhere (seconds): from the first, doubling to the last.
 _SLOT_POLL = (0.002, 0.05)
 
-# KEYS: circuit, slots, rate. ARGV: lease id, now unused, failures, cooldown ms, probe lease ms, cap, slot lease ms,
-# emission interval µs, tolerance µs. Returns {code, wait µs or open ms, failures}: code 0 admitted, 1 admitted as
-# the circuit's probe, -1 circuit open, -2 no slot free.
+# How late after its reserved start an attempt may still be admitted on its reservation, in µs; a later one
+# (its event loop busy or stalled) takes a new reservation instead of starting in a clump with the next ones.
+_FRESH_US = 10_000
+
+# KEYS: circuit, slots, rate (the GCRA's theoretical arrival time, µs). ARGV: lease id, the reserved start (µs,
+# server clock) of a reservation the attempt waited out or '' for none, failures, cooldown ms, probe lease ms, cap,
+# slot lease ms, emission interval µs, tolerance µs, freshness µs. Returns {code, wait µs or open ms, failures,
+# start µs}: code 0 admitted, 1 admitted as the circuit's probe, 2 a reservation (wait until its start, holding
+# nothing, then ask again passing the start), -1 circuit open, -2 no slot free (nothing taken; a reservation held
+# is given up). An attempt is admitted at its reservation's start or at most the freshness after it, so the
+# admissions in any window of W µs number at most floor((W + freshness + tolerance) / interval) + 1, however late
+# the callers woke.
 _ADMIT = """
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -71,32 +87,35 @@ if threshold > 0 then
   if failures >= threshold then
     local open_until = tonumber(state[2] or '0')
     local probe_until = tonumber(state[3] or '0')
-    if now < open_until then return {-1, open_until - now, failures} end
-    if now < probe_until then return {-1, probe_until - now, failures} end
+    if now < open_until then return {-1, open_until - now, failures, now_us} end
+    if now < probe_until then return {-1, probe_until - now, failures, now_us} end
     probe = 1
   end
 end
 local cap = tonumber(ARGV[6])
 if cap > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  if redis.call('ZCARD', KEYS[2]) >= cap then return {-2, 0, failures} end
+  if redis.call('ZCARD', KEYS[2]) >= cap then return {-2, 0, failures, now_us} end
+end
+local interval = tonumber(ARGV[8])
+if interval > 0 and ARGV[2] ~= '' and now_us < tonumber(ARGV[2]) then
+  return {2, tonumber(ARGV[2]) - now_us, failures, tonumber(ARGV[2])}
+end
+if interval > 0 and (ARGV[2] == '' or now_us > tonumber(ARGV[2]) + tonumber(ARGV[10])) then
+  local tat = tonumber(redis.call('GET', KEYS[3]) or '0')
+  if tat < now_us then tat = now_us end
+  redis.call('SET', KEYS[3], tat + interval, 'PX', math.floor((tat + interval - now_us) / 1000) + 1000)
+  local start = tat - tonumber(ARGV[9])
+  if start > now_us then return {2, start - now_us, failures, start} end
+end
+if cap > 0 then
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[7]), ARGV[1])
   redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]) * 2)
 end
 if probe == 1 then
   redis.call('HSET', KEYS[1], 'probe_until', now + tonumber(ARGV[5]))
 end
-local wait = 0
-local interval = tonumber(ARGV[8])
-if interval > 0 then
-  local tat = tonumber(redis.call('GET', KEYS[3]) or '0')
-  if tat < now_us then tat = now_us end
-  local allowed = tat - tonumber(ARGV[9])
-  if allowed > now_us then wait = allowed - now_us end
-  tat = tat + interval
-  redis.call('SET', KEYS[3], tat, 'PX', math.floor((tat - now_us) / 1000) + 1000)
-end
-return {probe, wait, failures}
+return {probe, 0, failures, now_us}
 """
 
 # KEYS: circuit, slots. ARGV: lease id, outcome (success/transient/other/none), probe (0/1), failures, cooldown ms.
@@ -119,15 +138,27 @@ if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'probe_until', 0) end
 return failures
 """
 
-# KEYS: slots. ARGV: lease id, lease ms. Extends a held lease (never revives one that expired).
+# KEYS: the slots of each tool. ARGV: lease ms, then for each key the count of its lease ids and the ids. Extends
+# the leases still held (never revives one that expired); returns how many it extended.
 _RENEW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local held = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not held or tonumber(held) < now then return 0 end
-redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
-return 1
+local lease = tonumber(ARGV[1])
+local at = 2
+local renewed = 0
+for _, key in ipairs(KEYS) do
+  local count = tonumber(ARGV[at])
+  for i = at + 1, at + count do
+    local held = redis.call('ZSCORE', key, ARGV[i])
+    if held and tonumber(held) >= now then
+      redis.call('ZADD', key, 'XX', now + lease, ARGV[i])
+      renewed = renewed + 1
+    end
+  end
+  redis.call('PEXPIRE', key, lease * 2)
+  at = at + count + 1
+end
+return renewed
 """
 
 
@@ -139,9 +170,8 @@ class FleetUnavailable(CircuitOpen):
     """A call refused because Redis is unreachable and ``on_unavailable="refuse"`` (internal: ``unavailable``)."""
 
 
+@functools.cache
 def _sha1(script: str) -> str:
-    import hashlib
-
     return hashlib.sha1(script.encode()).hexdigest()
 
 
@@ -153,11 +183,7 @@ class _Connection:
         self.buffer = bytearray()
 
     async def request(self, *parts: str | int | bytes) -> Any:
-        out = bytearray(b"*%d\r\n" % len(parts))
-        for part in parts:
-            raw = part if isinstance(part, bytes) else str(part).encode()
-            out += b"$%d\r\n%s\r\n" % (len(raw), raw)
-        await self.stream.send(bytes(out))
+        await self.stream.send(_encoded(*parts))
         return await self._reply()
 
     async def _line(self) -> bytes:
@@ -207,6 +233,8 @@ class _Link:
     gate: anyio.Semaphore = field(default_factory=lambda: anyio.Semaphore(_MAX_CONNECTIONS))
     down_until: float = -math.inf
     warned: bool = False
+    # Per tool name: the lock a call holds while it asks Redis again for a slot (one poller per loop and tool).
+    pollers: dict[str, anyio.Lock] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,14 +244,97 @@ class _Keys:
     rate: str
 
 
+class _Renewer:
+    """Renews every slot lease this process holds, all of them in one round trip each third of the lease
+    (internal).
+
+    It runs in a daemon thread with a connection of its own while any lease is held: a worker whose event
+    loop is busy or stalled keeps its slots; a killed one loses them within the lease.
+    """
+
+    def __init__(self, owner: RedisCoordination) -> None:
+        self.owner = owner
+        self.held: dict[str, set[str]] = {}
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        # Round trips made to renew leases (read by tests and benches/fleet.py).
+        self.round_trips = 0
+
+    def hold(self, key: str, lease_id: str) -> None:
+        with self.lock:
+            self.held.setdefault(key, set()).add(lease_id)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="toolsched-lease-renewal", daemon=True)
+                self.thread.start()
+
+    def release(self, key: str, lease_id: str) -> None:
+        with self.lock:
+            ids = self.held.get(key)
+            if ids is not None:
+                ids.discard(lease_id)
+                if not ids:
+                    del self.held[key]
+
+    def _run(self) -> None:
+        owner = self.owner
+        lease_ms = max(1, round(owner.lease * 1000))
+        connection: socket.socket | None = None
+        while True:
+            time.sleep(owner.lease / 3)
+            with self.lock:
+                if not self.held:
+                    self.thread = None
+                    break
+                keys = list(self.held)
+                args: list[str | int] = [lease_ms]
+                for key in keys:
+                    ids = self.held[key]
+                    args += [len(ids), *ids]
+            try:
+                if connection is None:
+                    connection = owner._connect_blocking()
+                self.round_trips += 1
+                reply = _blocking_request(connection, "EVALSHA", _sha1(_RENEW), len(keys), *keys, *args)
+                if reply.startswith(b"-NOSCRIPT"):
+                    _blocking_request(connection, "EVAL", _RENEW, len(keys), *keys, *args)
+            except OSError:
+                # Redis unreachable: the leases run out by themselves; tried again at the next renewal.
+                if connection is not None:
+                    connection.close()
+                connection = None
+        if connection is not None:
+            connection.close()
+
+
+def _encoded(*parts: str | int | bytes) -> bytes:
+    out = bytearray(b"*%d\r\n" % len(parts))
+    for part in parts:
+        raw = part if isinstance(part, bytes) else str(part).encode()
+        out += b"$%d\r\n%s\r\n" % (len(raw), raw)
+    return bytes(out)
+
+
+def _blocking_request(connection: socket.socket, *parts: str | int | bytes) -> bytes:
+    """Sends one command and returns the first line of its reply (the renewal's replies are one line)."""
+    connection.sendall(_encoded(*parts))
+    reply = b""
+    while not reply.endswith(b"\r\n"):
+        chunk = connection.recv(4096)
+        if not chunk:
+            raise OSError("Redis closed the connection")
+        reply += chunk
+    return reply
+
+
 class RedisCoordination:
     """Shares every tool's ``rate_limit``, ``circuit`` and ``max_concurrency`` through one Redis server.
 
     ``url``: ``redis://[:password@]host[:port][/db]`` (TLS is not supported). Processes with the
     same server and ``namespace`` share their tools' limits, by tool name. ``lease`` is how long a
     concurrency slot (or a circuit's probe) outlives a worker that died holding it, in seconds;
-    a running call renews its slot every third of it. ``on_unavailable``: ``"local"`` falls back
-    to per-process limits while Redis cannot be reached, ``"refuse"`` answers calls ``unavailable``.
+    a process renews all the slots it holds in one round trip every third of it. ``on_unavailable``:
+    ``"local"`` falls back to per-process limits while Redis cannot be reached, ``"refuse"`` answers
+    calls ``unavailable``.
     Bad options raise ``OptionError``.
     """
 
@@ -268,8 +379,10 @@ class RedisCoordination:
         self._password = unquote(parts.password) if parts.password else None
         self._db = int(path) if path else 0
         self._links: dict[object, _Link] = {}
-        # Round trips to Redis made by this process (read by benches/fleet.py).
+        # Round trips to Redis made by this process's event loops (read by benches/fleet.py); the renewals'
+        # are ``self._renewer.round_trips``.
         self.round_trips = 0
+        self._renewer = _Renewer(self)
 
     def __repr__(self) -> str:
         return f"RedisCoordination({self._host}:{self._port}, namespace={self.namespace!r})"
@@ -291,6 +404,19 @@ class RedisCoordination:
                 await connection.request("AUTH", self._password)
             if self._db:
                 await connection.request("SELECT", self._db)
+        return connection
+
+    def _connect_blocking(self) -> socket.socket:
+        """A connection for the lease renewals' thread."""
+        connection = socket.create_connection((self._host, self._port), timeout=self.connect_timeout)
+        try:
+            if self._password is not None and _blocking_request(connection, "AUTH", self._password).startswith(b"-"):
+                raise OSError("Redis refused the password")
+            if self._db and _blocking_request(connection, "SELECT", self._db).startswith(b"-"):
+                raise OSError(f"Redis refused database {self._db}")
+        except BaseException:
+            connection.close()
+            raise
         return connection
 
     async def _call(self, *parts: str | int | bytes) -> Any:
@@ -358,7 +484,7 @@ class RedisCoordination:
 
     # -- one attempt --------------------------------------------------------------
 
-    async def _admit(self, tool: Tool, lease_id: str) -> tuple[int, int, int]:
+    async def _admit(self, tool: Tool, lease_id: str, reserved: int | None) -> tuple[int, int, int, int]:
         rate, circuit, cap = tool.rate_limit, tool.circuit, tool.max_concurrency
         keys = self._keys(tool.name)
         lease_ms = max(1, round(self.lease * 1000))
@@ -370,7 +496,7 @@ class RedisCoordination:
             _ADMIT,
             (keys.circuit, keys.slots, keys.rate),
             lease_id,
-            0,
+            "" if reserved is None else reserved,
             0 if circuit is None else circuit.failures,
             0 if circuit is None else round(circuit.cooldown * 1000),
             max(lease_ms, 0 if circuit is None else round(circuit.cooldown * 1000)),
@@ -378,19 +504,9 @@ class RedisCoordination:
             lease_ms,
             interval,
             tolerance,
+            _FRESH_US,
         )
-        code, amount, failures = (int(part) for part in reply)
-        return code, amount, failures
-
-    async def _renew(self, tool_name: str, lease_id: str) -> None:
-        lease_ms = max(1, round(self.lease * 1000))
-        slots = self._keys(tool_name).slots
-        while True:
-            await anyio.sleep(self.lease / 3)
-            try:
-                await self._script(_RENEW, (slots,), lease_id, lease_ms)
-            except CoordinationError:
-                continue
+        return int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3])
 
     async def run_attempt(
         self,
@@ -399,20 +515,30 @@ class RedisCoordination:
         invoke: Callable[[], Awaitable[Any]],
         emit: Callable[[Any], object] | None,
         local: Resilience | None,
+        limiter: Callable[[], anyio.CapacityLimiter] | None = None,
+        admitted: Callable[[], None] | None = None,
     ) -> Any:
-        """Runs one attempt of ``tool`` under the fleet's limits (or the fallback when Redis is unreachable)."""
+        """Runs one attempt of ``tool`` under the fleet's limits (or the fallback when Redis is unreachable).
+
+        A rate reservation is waited out before the concurrency slot is taken, and the slot only when it
+        is free at the reserved time (otherwise the reservation is given up and the attempt waits for a
+        slot, then for a new reservation): a waiting attempt holds no slot, none starts before its
+        reserved time, and one that asks too late after it takes a new reservation. ``limiter`` is the
+        per-process cap taken by the fallback; ``admitted`` is called once the attempt has its slot (or
+        its start time when the tool has no cap).
+        """
         lease_id = secrets.token_hex(8) if tool.max_concurrency is not None else ""
-        poll = _SLOT_POLL[0]
+        reserved: int | None = None
         while True:
             try:
-                code, amount, failures = await self._admit(tool, lease_id or "-")
+                code, amount, failures, start = await self._admit(tool, lease_id or "-", reserved)
             except CoordinationError as exc:
                 self._unavailable(exc, emit)
                 if self.on_unavailable == "refuse":
                     raise FleetUnavailable(
                         f"`{tool.name}` is unavailable: its fleet-wide limits cannot be checked ({exc})"
                     ) from None
-                return await _local_attempt(tool, retry_on, invoke, local)
+                return await _local_attempt(tool, retry_on, invoke, local, limiter, admitted)
             if code == -1:
                 circuit = tool.circuit
                 assert circuit is not None
@@ -420,40 +546,61 @@ class RedisCoordination:
                     f"`{tool.name}` is unavailable: {circuit.failures} calls in a row failed transiently, so its "
                     f"calls are refused for {amount / 1000:.1f} more seconds"
                 )
+            if code == 2:
+                # A reservation: waited out holding no slot, then the slot is asked for.
+                reserved = start
+                await anyio.sleep(amount / 1_000_000)
+                continue
             if code != -2:
                 break
-            await anyio.sleep(poll * (0.5 + random.random()))
-            poll = min(_SLOT_POLL[1], poll * 2)
+            # No slot free in the fleet: one call of this process at a time asks again (the others queue
+            # behind it, in order), so a process polls Redis once per wait however many calls wait.
+            reserved = None
+            pollers = self._link().pollers
+            queue = pollers.get(tool.name)
+            if queue is None:
+                queue = pollers[tool.name] = anyio.Lock()
+            async with queue:
+                poll = _SLOT_POLL[0]
+                while True:
+                    try:
+                        code, amount, failures, start = await self._admit(tool, lease_id or "-", None)
+                    except CoordinationError:
+                        break  # answered on the next turn of the outer loop
+                    if code != -2:
+                        break
+                    await anyio.sleep(poll * (0.5 + random.random()))
+                    poll = min(_SLOT_POLL[1], poll * 2)
+            if code == -2:
+                continue
+            if code == 2:
+                reserved = start
+                await anyio.sleep(amount / 1_000_000)
+                continue
+            if code != -1:
+                break
         probe = code == 1
         outcome = "none"
+        slots_key = self._keys(tool.name).slots
         try:
-            if amount > 0:
-                await anyio.sleep(amount / 1_000_000)
+            if admitted is not None:
+                admitted()
             if lease_id:
-                async with anyio.create_task_group() as renewals:
-                    renewals.start_soon(self._renew, tool.name, lease_id)
-                    try:
-                        output = await invoke()
-                    except Exception as exc:
-                        outcome = "transient" if is_transient(exc, retry_on) else "other"
-                        raise _Failed(exc) from None
-                    finally:
-                        renewals.cancel_scope.cancel()
-            else:
-                try:
-                    output = await invoke()
-                except Exception as exc:
-                    outcome = "transient" if is_transient(exc, retry_on) else "other"
-                    raise
+                self._renewer.hold(slots_key, lease_id)
+            try:
+                output = await invoke()
+            except Exception as exc:
+                outcome = "transient" if is_transient(exc, retry_on) else "other"
+                raise
             outcome = "success"
             return output
-        except _Failed as failed:
-            raise failed.error from None
         except BaseException as exc:
             if outcome == "none" and _is_timeout(exc):
                 outcome = "transient"
             raise
         finally:
+            if lease_id:
+                self._renewer.release(slots_key, lease_id)
             if lease_id or (tool.circuit is not None and (probe or failures > 0 or outcome == "transient")):
                 with anyio.CancelScope(shield=True):
                     await self._settle(tool, lease_id, outcome, probe)
@@ -477,13 +624,6 @@ class RedisCoordination:
             return
 
 
-class _Failed(Exception):
-    """Carries a body's failure out of the renewal task group unwrapped (internal)."""
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-
 def _is_timeout(exc: BaseException) -> bool:
     """Whether a cancellation is the call's own deadline (``move_on_after`` of the call's scope)."""
     return (
@@ -492,29 +632,58 @@ def _is_timeout(exc: BaseException) -> bool:
 
 
 async def _local_attempt(
-    tool: Tool, retry_on: Any, invoke: Callable[[], Awaitable[Any]], local: Resilience | None
+    tool: Tool,
+    retry_on: Any,
+    invoke: Callable[[], Awaitable[Any]],
+    local: Resilience | None,
+    limiter: Callable[[], anyio.CapacityLimiter] | None,
+    admitted: Callable[[], None] | None,
 ) -> Any:
-    """One attempt under this process's own rate limit and circuit (the fallback while Redis is unreachable)."""
-    if local is None:
-        return await invoke()
-    probe = local.admit()
+    """One attempt under this process's own rate limit, circuit and concurrency cap (the fallback while Redis
+    is unreachable): the rate wait comes before the slot, as in the fleet."""
+    probe = local.admit() if local is not None else False
     if probe is None:
         raise CircuitOpen(f"`{tool.name}` is unavailable: its circuit is open in this process")
     try:
-        if not local.paced():
+        if local is not None and not local.paced():
             await local.pace()
-        try:
-            output = await invoke()
-        except Exception as exc:
-            local.record("transient" if is_transient(exc, retry_on) else "other", probe)
-            probe = False
-            raise
-        local.record("success", probe)
+        if limiter is None:
+            if admitted is not None:
+                admitted()
+            output = await _recorded(invoke, retry_on, local, probe)
+        else:
+            async with limiter():
+                if admitted is not None:
+                    admitted()
+                output = await _recorded(invoke, retry_on, local, probe)
         probe = False
         return output
+    except _Recorded as recorded:
+        probe = False
+        raise recorded.error from None
     finally:
-        if probe:
+        if probe and local is not None:
             local.release_probe()
+
+
+class _Recorded(Exception):
+    """A body's failure already recorded for the circuit (internal)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+async def _recorded(invoke: Callable[[], Awaitable[Any]], retry_on: Any, local: Resilience | None, probe: bool) -> Any:
+    """Runs the body, recording its outcome for the process's circuit."""
+    try:
+        output = await invoke()
+    except Exception as exc:
+        if local is not None:
+            local.record("transient" if is_transient(exc, retry_on) else "other", probe)
+        raise _Recorded(exc) from None
+    if local is not None:
+        local.record("success", probe)
+    return output
 
 
 def guarded(
@@ -523,13 +692,19 @@ def guarded(
     facts: ToolFacts,
     invoke: Callable[[Any, Any], Awaitable[Any]],
     emit: Callable[[Any], object] | None,
+    admitted: Callable[[], None] | None = None,
 ) -> Callable[[Any, Any], Awaitable[Any]]:
-    """``invoke`` with each attempt under the fleet's limits for ``tool`` (the executor's hook, internal)."""
+    """``invoke`` with each attempt under the fleet's limits for ``tool`` (the executor's hook, internal).
+
+    The fleet's slots are the tool's concurrency cap: the caller takes no per-process slot around it (the
+    fallback takes one per attempt); ``admitted`` is called when an attempt gets its slot.
+    """
     retry_on = tool.retry
     local = facts.resilience() if facts.policies is not None else None
+    limiter = facts.limiter if tool.max_concurrency is not None else None
 
     async def invoke_guarded(args: Any, ctx: Any) -> Any:
-        return await coordination.run_attempt(tool, retry_on, lambda: invoke(args, ctx), emit, local)
+        return await coordination.run_attempt(tool, retry_on, lambda: invoke(args, ctx), emit, local, limiter, admitted)
 
     return invoke_guarded
 

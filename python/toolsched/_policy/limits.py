@@ -2,16 +2,17 @@
 
 A tool (or its ``validate_input``) raises ``ModelRetry(message)`` to have the
 call answered ``error_kind="model_retry"`` with that message for the model.
-Each tool's ``max_model_retries`` (default 3) bounds how many ``model_retry``,
-``invalid_input`` and ``semantic_error`` answers it gets within one run; once
-a tool has had that many, its next calls are answered ``retries_exhausted``
-without running.
+Each tool's ``max_model_retries`` (default 3) is how many times the model may
+try again after a ``model_retry``, ``invalid_input`` or ``semantic_error``
+answer within one run: once a tool has had more such answers than that, its
+next calls are answered ``retries_exhausted`` without running (0: the first
+mistake is the last).
 
 ``Limits`` holds the caps of an agent run and its counts: pass the same object
 to ``run`` / ``stream`` / ``resume`` on every turn of the run (the loops do).
 Counts are taken when a call is admitted, before anything of it is awaited, so
 calls of one turn that run concurrently never go past a cap. A call is counted
-once by its ID: resuming or recovering a run does not count its calls again.
+once by its run and ID: resuming or recovering a run does not count its calls again.
 Runs that share one ``Limits`` share its budget; ``copy.copy(limits)`` gives a
 ``Limits`` with the same caps and the counts so far, counted apart from then on,
 and ``limits.fresh()`` one with the same caps and no counts.
@@ -32,7 +33,7 @@ from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError
 
-__all__ = ["RETRY_KINDS", "Limits", "ModelRetry", "active_limits", "limits_in_force"]
+__all__ = ["RETRY_KINDS", "Limits", "ModelRetry", "active_limits", "bare_limits", "limits_in_force"]
 
 # The answers that count against a tool's ``max_model_retries``.
 RETRY_KINDS = frozenset({"model_retry", "invalid_input", "semantic_error"})
@@ -79,6 +80,7 @@ class Limits:
         "_lock",
         "_repeats",
         "_retries",
+        "_settled",
         "_tool_calls",
         "max_calls",
         "max_calls_per_tool",
@@ -122,8 +124,11 @@ class Limits:
         self._retries: dict[str, int] = {}
         # (tool, args digest) -> [times admitted, preview of what it returned last]
         self._repeats: dict[tuple[str, str], list[Any]] = {}
-        # Call ID -> the (tool, args digest) it was counted under: a resumed call counts once.
-        self._counted: dict[str, tuple[str, str]] = {}
+        # (run identity, call ID) -> the (tool, args digest) it was counted under: a resumed call counts once,
+        # and runs that share the Limits never take each other's calls for their own.
+        self._counted: dict[tuple[str, str], tuple[str, str]] = {}
+        # The counted calls whose answers are taken into the counts: an answer is settled once.
+        self._settled: set[tuple[str, str]] = set()
 
     def __repr__(self) -> str:
         return (
@@ -139,6 +144,7 @@ class Limits:
             twin._retries = dict(self._retries)
             twin._repeats = {key: list(value) for key, value in self._repeats.items()}
             twin._counted = dict(self._counted)
+            twin._settled = set(self._settled)
         return twin
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Limits:
@@ -177,22 +183,24 @@ class Limits:
 
     def _exhausted(self, tool_name: str, tool_budget: int) -> str | None:
         retries = self._retries.get(tool_name, 0)
-        if retries < self.retry_budget(tool_name, tool_budget):
+        budget = self.retry_budget(tool_name, tool_budget)
+        if retries <= budget:
             return None
         return (
-            f"`{tool_name}` was answered with errors to fix {retries} times in this run, its limit: "
-            "it is not called again in this run; stop calling it and answer with what you have"
+            f"`{tool_name}` was answered with errors to fix {retries} times in this run, past its limit of "
+            f"{budget} retries: it is not called again in this run; stop calling it and answer with what you have"
         )
 
     def admit(
-        self, call_id: str, tool_name: str, args: Any, tool_budget: int, *, resumed: bool = False
+        self, call_id: str, tool_name: str, args: Any, tool_budget: int, *, resumed: bool = False, run: str = ""
     ) -> tuple[str, str] | None:
-        """Counts one call, or refuses it: ``(error kind, message)`` when it must not run.
+        """Counts one call of the run ``run`` (its identity), or refuses it: ``(error kind, message)`` when it
+        must not run.
 
         A resumed call (``resumed``) this ``Limits`` already counted is let through uncounted.
         """
         with self._lock:
-            if resumed and call_id in self._counted:
+            if resumed and (run, call_id) in self._counted:
                 return None
             exhausted = self._exhausted(tool_name, tool_budget)
             if exhausted is not None:
@@ -220,44 +228,61 @@ class Limits:
                     f"the call to `{tool_name}` was not run: the same call with the same arguments was already "
                     f"made {seen[0]} times in this run; it returned: {before}",
                 )
-            self._calls += 1
-            self._tool_calls[tool_name] = made + 1
-            if seen is None:
-                self._repeats[key] = [1, None]
-            else:
-                seen[0] += 1
-            self._counted[call_id] = key
+            self._count((run, call_id), tool_name, key)
             return None
 
-    def settle(self, results: Sequence[ToolResult]) -> None:
+    def admitted(self, call_id: str, tool_name: str, args: Any, *, run: str = "") -> None:
+        """Counts a call admitted before, whatever the caps say now: a call a crashed process had admitted (or
+        started) that a recovery runs or holds. One this ``Limits`` counted already is not counted again."""
+        with self._lock:
+            if (run, call_id) not in self._counted:
+                self._count((run, call_id), tool_name, (tool_name, args_digest(args)))
+
+    def _count(self, call_id: tuple[str, str], tool_name: str, key: tuple[str, str]) -> None:
+        self._calls += 1
+        self._tool_calls[tool_name] = self._tool_calls.get(tool_name, 0) + 1
+        seen = self._repeats.get(key)
+        if seen is None:
+            self._repeats[key] = [1, None]
+        else:
+            seen[0] += 1
+        self._counted[call_id] = key
+        self._settled.discard(call_id)
+
+    def settle(self, results: Sequence[ToolResult], *, run: str = "") -> None:
         """Takes a turn's answers into the counts: retries per tool, what each repeated call returned."""
         with self._lock:
             for result in results:
-                self._settle(result)
+                self._settle(result, run)
 
-    def carry(self, results: Sequence[ToolResult], calls: Sequence[ToolCall]) -> None:
+    def carry(self, results: Sequence[ToolResult], calls: Sequence[ToolCall], *, run: str = "") -> None:
         """Takes answers from an earlier part of the run (a journal, a resumed state) into the counts.
 
         A call this ``Limits`` has not counted yet counts as made (unless a limit answered it) and its answer
-        is settled; one it counted was settled when it was answered.
+        is settled; one it counted has its answer settled unless it was already (an external call counted when
+        it was handed out is answered later, on a resume or recover).
         """
         arguments = {call.id: call.args for call in calls}
         with self._lock:
             for result in results:
-                if result.call_id in self._counted:
+                counted = (run, result.call_id)
+                if counted in self._counted:
+                    if counted not in self._settled:
+                        self._settle(result, run)
                     continue
                 if result.error_kind not in _LIMIT_KINDS:
                     made = (result.tool_name, args_digest(arguments.get(result.call_id, {})))
                     self._calls += 1
                     self._tool_calls[result.tool_name] = self._tool_calls.get(result.tool_name, 0) + 1
                     self._repeats.setdefault(made, [0, None])[0] += 1
-                    self._counted[result.call_id] = made
-                self._settle(result)
+                    self._counted[counted] = made
+                self._settle(result, run)
 
-    def _settle(self, result: ToolResult) -> None:
+    def _settle(self, result: ToolResult, run: str) -> None:
+        self._settled.add((run, result.call_id))
         if result.error_kind in RETRY_KINDS:
             self._retries[result.tool_name] = self._retries.get(result.tool_name, 0) + 1
-        counted = self._counted.get(result.call_id)
+        counted = self._counted.get((run, result.call_id))
         if counted is not None and counted in self._repeats:
             self._repeats[counted][1] = _preview(result)
 
@@ -276,6 +301,12 @@ _active: ContextVar[Limits | None] = ContextVar("toolsched_limits", default=None
 def active_limits() -> Limits | None:
     """The ``Limits`` of the run in progress in this context, if it was given one."""
     return _active.get()
+
+
+def bare_limits() -> Limits:
+    """The counts of a run given no ``Limits`` (no caps): resumed or recovered, the answers it carries from before
+    count against each tool's ``max_model_retries``, as they would in a ``Limits`` given to every part of it."""
+    return Limits()
 
 
 @contextmanager

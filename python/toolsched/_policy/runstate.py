@@ -25,6 +25,7 @@ resume in this process or another.
 
 from __future__ import annotations
 
+import copy
 import hmac
 import json
 import time
@@ -418,11 +419,28 @@ class RunState:
     def copy(self) -> RunState:
         """An independent copy: deciding in one never affects the other."""
         self._check_live()
-        records = [r if r.child is None else replace(r, child=r.child.copy()) for r in self._records]
+        return self._twin()
+
+    def __copy__(self) -> RunState:
+        # ``copy.copy`` gives an independent copy too (the default would share the records), and so does
+        # ``copy.deepcopy``; a copy of a state already resumed is resumed as well.
+        return self._twin()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RunState:
+        return self._twin()
+
+    def _twin(self) -> RunState:
+        records = [
+            r
+            if r.child is None
+            else replace(r, child=replace(r.child, state=r.child.state._twin(), journal=copy.deepcopy(r.child.journal)))
+            for r in self._records
+        ]
         state = RunState._create(records, list(self._duplicates), dict(self._always_allow), dict(self._always_reject))
         state._run_id = self._run_id
         state._stage = self._stage
         state._identity = self._identity
+        state._resumed = self._resumed
         return state
 
     def _claim(self) -> list[CallRecord]:

@@ -259,6 +259,8 @@ def _handout_from_json(value: Any, where: str) -> tuple[float, float | None]:
 def _result_from_json(value: Any, call_id: str, where: str) -> ToolResult:
     if isinstance(value, dict) and "attempts" not in value:
         value = {**value, "attempts": 1}  # a state saved before results counted their attempts
+    if isinstance(value, dict) and "repaired" not in value:
+        value = {**value, "repaired": False}  # a state saved before results said whether they were repaired
     if not isinstance(value, dict) or set(value) != set(_RESULT_FIELDS):
         raise StateError(f"{where}.result must hold exactly the fields of a ToolResult")
     if value["call_id"] != call_id or not isinstance(value["tool_name"], str):

@@ -319,7 +319,9 @@ class Tool:
         answered with ``output`` and never runs), ``ts.NotDone()`` when it did
         not (the call runs now), or None when it cannot tell. Look the effect
         up by ``ctx.idempotency_key``. Override it (or give ``reconcile=`` to
-        ``@tool``) to have ``recover`` ask; the default is never asked.
+        ``@tool``) to have ``recover`` ask; the default is never asked. It gets a
+        copy of the arguments and is bounded by the tool's ``timeout`` (60
+        seconds without one); a plain function runs in a worker thread.
         """
         return None
 

@@ -73,4 +73,5 @@ RESULT_FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "truncated": (bool,),
     "offload_path": (str, type(None)),
     "attempts": (int,),
+    "repaired": (bool,),
 }

@@ -26,6 +26,7 @@ __all__ = [
     "CoordinationUnavailable",
     "Event",
     "RunFinished",
+    "ToolArgumentsRepaired",
     "ToolFinished",
     "ToolProgress",
     "ToolRetrying",
@@ -44,6 +45,21 @@ class ToolStarted:
     tool_name: str
     batch: int | None
     ran: bool = True
+    parent_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolArgumentsRepaired:
+    """A call's arguments were repaired (``Executor(repair_arguments=...)``); emitted before the call is admitted.
+
+    ``fixes`` names what was changed, in the order applied: the built-in repair's fixes (``"code_fence"``,
+    ``"trailing_comma"``, ``"number_as_string"``, ...), and ``"repair_function"`` when the executor's repair
+    callable gave the arguments.
+    """
+
+    call_id: str
+    tool_name: str
+    fixes: tuple[str, ...]
     parent_call_id: str | None = None
 
 
@@ -149,6 +165,7 @@ class RunFinished:
 
 Event = (
     ToolStarted
+    | ToolArgumentsRepaired
     | ToolProgress
     | ToolUpdated
     | ToolRetrying

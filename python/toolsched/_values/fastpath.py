@@ -39,9 +39,11 @@ __all__ = ["Resume", "call_init", "positional_builder", "run_until_suspended", "
 T = TypeVar("T")
 
 
-def positional_builder(cls: type[T]) -> Callable[..., T]:
+def positional_builder(cls: type[T], given: int | None = None) -> Callable[..., T]:
     """A function taking every field of ``cls`` (a frozen slotted dataclass) positionally, in declaration
-    order, and returning the instance; what ``__init__`` would do beyond setting the fields is refused."""
+    order, and returning the instance; what ``__init__`` would do beyond setting the fields is refused.
+    With ``given``, it takes the first ``given`` fields, each later one taking its default (which must be
+    a value instances can share, as for ``slot_builder``)."""
     if not (dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen):  # type: ignore[attr-defined]
         raise TypeError(f"{cls.__name__} is not a frozen dataclass")
     if "__slots__" not in cls.__dict__:
@@ -64,7 +66,14 @@ def positional_builder(cls: type[T]) -> Callable[..., T]:
     if tuple(cls.__dict__["__slots__"]) != names or cls.__bases__ != (object,):
         # Every slot is a field, each set: no slot of a base class left unset.
         raise TypeError(f"{cls.__name__} has slots other than its fields, or a base class")
-    build: Callable[..., T] = _core.SlotBuilder(cls, names).function()
+    if given is None or given == len(names):
+        build: Callable[..., T] = _core.SlotBuilder(cls, names).function()
+        return build
+    defaults = tuple(field.default for field in fields[given:])
+    for field, value in zip(fields[given:], defaults, strict=True):
+        if not (type(value) in _SHAREABLE or (type(value) is tuple and not value)):
+            raise TypeError(f"{cls.__name__}.{field.name} has no default instances can share")
+    build = _core.SlotBuilder(cls, names, defaults).function()
     return build
 
 

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 from toolsched._values.fastpath import positional_builder
 
-__all__ = ["ERROR_KINDS", "ErrorKind", "ToolResult", "error_result", "new_result", "result_fields"]
+__all__ = [
+    "ERROR_KINDS",
+    "ErrorKind",
+    "ToolResult",
+    "error_result",
+    "new_result",
+    "repaired_result",
+    "result_fields",
+]
 
 ErrorKind = Literal[
     "unknown_tool",
@@ -37,7 +45,9 @@ class ToolResult:
     """The one result of one call.
 
     ``output`` is what the tool returned (shaped if it was over budget);
-    ``error``/``error_kind`` say what went wrong when ``is_error``.
+    ``error``/``error_kind`` say what went wrong when ``is_error``; ``repaired``
+    says the call's arguments were repaired (``Executor(repair_arguments=...)``),
+    whatever it was answered with.
     """
 
     call_id: str
@@ -53,13 +63,21 @@ class ToolResult:
     offload_path: str | None = None
     # How many times the tool ran for this call (its ``Retry`` policy may run it again); 0 when it never ran.
     attempts: int = 1
+    # Whether the call's arguments were repaired (``Executor(repair_arguments=...)``) before it was answered.
+    repaired: bool = False
 
 
 # Results are made once per call on the hot path: ``new_result(call_id, tool_name, output, error,
-# error_kind, is_error, duration_ms, was_concurrent, batch, truncated, offload_path, attempts)``.
+# error_kind, is_error, duration_ms, was_concurrent, batch, truncated, offload_path, attempts)``, the fields
+# after ``attempts`` taking their defaults (``repaired=False``; ``repaired_result`` marks a repaired call's).
 new_result: Callable[
     [str, str, Any, str | None, ErrorKind | None, bool, float, bool, int | None, bool, str | None, int], ToolResult
-] = positional_builder(ToolResult)
+] = positional_builder(ToolResult, given=12)
+
+
+def repaired_result(result: ToolResult) -> ToolResult:
+    """``result`` marked as the answer of a call whose arguments were repaired."""
+    return result if result.repaired else replace(result, repaired=True)
 
 
 def error_result(

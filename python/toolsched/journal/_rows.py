@@ -40,7 +40,17 @@ __all__ = [
 
 _DECISIONS = frozenset({"pending", "approved", "rejected"})
 _MAX_RUN_ID = 200
-_RESULT_SCALARS = ("error", "error_kind", "is_error", "duration_ms", "was_concurrent", "batch", "truncated", "attempts")
+_RESULT_SCALARS = (
+    "error",
+    "error_kind",
+    "is_error",
+    "duration_ms",
+    "was_concurrent",
+    "batch",
+    "truncated",
+    "attempts",
+    "repaired",
+)
 _CALL_TEXT_COLUMNS = ("call_id", "tool_name", "args", "args_form", "args_digest")
 _TYPE_NAMES: dict[type, str] = {str: "text", int: "an integer", bool: "true or false", datetime: "a timestamp"}
 
@@ -199,6 +209,8 @@ def decode_result(where: str, call_id: str, text: str | None) -> tuple[ToolResul
         raise JournalCorruptError(f"{where}: the stored result is not JSON") from None
     if isinstance(body, dict) and "attempts" not in body:
         body["attempts"] = 1  # stored before results counted their attempts
+    if isinstance(body, dict) and "repaired" not in body:
+        body["repaired"] = False  # stored before results said whether they were repaired
     if not isinstance(body, dict) or set(body) != {*_RESULT_TYPES, "output"}:
         raise JournalCorruptError(f"{where}: the stored result does not hold the fields of a ToolResult")
     for name, types in _RESULT_TYPES.items():

@@ -128,6 +128,28 @@ def left_alone(provider: str, where: str, kind: str, known: frozenset[str], suff
     logger.warning("%s: %s has type %r, which toolsched does not know; it is left alone", provider, where, kind)
 
 
+def positions_of(
+    items: Sequence[Any],
+    wanted: str,
+    provider: str,
+    field: str,
+    known: frozenset[str],
+    suffixes: tuple[str, ...],
+    *,
+    warn: bool,
+) -> list[int]:
+    """The positions of the items of type ``wanted`` in ``items`` (the list named ``field``); other kinds are
+    noted (``left_alone``) when ``warn``."""
+    positions = []
+    for index, item in enumerate(items):
+        kind = block_type(item, provider, f"{field}[{index}]")
+        if kind == wanted:
+            positions.append(index)
+        elif warn:
+            left_alone(provider, f"{field}[{index}]", kind, known, suffixes)
+    return positions
+
+
 def assign_ids(raw_ids: Sequence[object], contents: Sequence[tuple[object, object]] = ()) -> list[str]:
     """Every call's ID: the one the model sent when it is a non-empty string, else a synthesised one.
 

@@ -36,15 +36,14 @@ from toolsched.providers._wire import (
     Execution,
     as_record,
     assign_ids,
-    block_type,
     call_arguments,
     call_name,
     error_text,
     fit_to_budget,
     is_record,
-    left_alone,
     output_parts,
     output_text,
+    positions_of,
     read,
     registry_of,
     results_by_call,
@@ -135,15 +134,7 @@ def calls_from(response: Any) -> list[ToolCall]:
 
 
 def _tool_uses(content: Sequence[Any], *, warn: bool) -> list[int]:
-    """The positions of the ``tool_use`` blocks in ``content`` (other kinds noted when ``warn``)."""
-    positions = []
-    for index, block in enumerate(content):
-        kind = block_type(block, PROVIDER, f"content[{index}]")
-        if kind == "tool_use":
-            positions.append(index)
-        elif warn:
-            left_alone(PROVIDER, f"content[{index}]", kind, _KNOWN, _HOSTED_SUFFIXES)
-    return positions
+    return positions_of(content, "tool_use", PROVIDER, "content", _KNOWN, _HOSTED_SUFFIXES, warn=warn)
 
 
 def _ids(uses: Sequence[Any]) -> list[str]:

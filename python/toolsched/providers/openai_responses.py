@@ -40,15 +40,14 @@ from toolsched.providers._wire import (
     Execution,
     as_record,
     assign_ids,
-    block_type,
     call_arguments,
     call_name,
     error_text,
     fit_to_budget,
     is_record,
-    left_alone,
     output_parts,
     output_text,
+    positions_of,
     read,
     registry_of,
     results_by_call,
@@ -133,15 +132,7 @@ def calls_from(response: Any, *, registry: ToolRegistry | None = None) -> list[T
 
 
 def _function_calls(output: Sequence[Any], *, warn: bool) -> list[int]:
-    """The positions of the ``function_call`` items in ``output`` (other kinds noted when ``warn``)."""
-    positions = []
-    for index, item in enumerate(output):
-        kind = block_type(item, PROVIDER, f"output[{index}]")
-        if kind == "function_call":
-            positions.append(index)
-        elif warn:
-            left_alone(PROVIDER, f"output[{index}]", kind, _KNOWN, _HOSTED_SUFFIXES)
-    return positions
+    return positions_of(output, "function_call", PROVIDER, "output", _KNOWN, _HOSTED_SUFFIXES, warn=warn)
 
 
 def _ids(function_calls: Sequence[Any]) -> list[str]:
