@@ -634,7 +634,7 @@ def path_patterns(draw: st.DrawFn) -> str:
 @example(pattern="src/**", subject="src", absolute=False)
 @example(pattern="/**", subject="", absolute=True)
 @example(pattern="src/a.py", subject="src/./a.py", absolute=False)
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=300, deadline=None)
 def test_path_patterns_without_regexes_match_as_their_globs_do(pattern: str, subject: str, absolute: bool) -> None:
     root = "/work/project"
     value = normalize_path(("/" if absolute else "") + subject, root)
@@ -648,7 +648,7 @@ def test_path_patterns_without_regexes_match_as_their_globs_do(pattern: str, sub
 )
 @example(pattern="ab*", value="a")
 @example(pattern="ab*", value="abba")
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=300, deadline=None)
 def test_text_patterns_without_regexes_match_as_their_globs_do(pattern: str, value: str) -> None:
     assert bool(text_matcher(pattern)(value)) == bool(glob_text(pattern).fullmatch(value))
 
@@ -706,7 +706,7 @@ def compiled(lists: dict[str, list[str]], tool: str) -> ToolRules:
 @example(lists={"deny": [], "ask": ["edit(src/a.py)"], "allow": []}, subject="src//a.py")
 @example(lists={"deny": ["edit(/work/project/src/**)"], "ask": [], "allow": []}, subject="./src/a.py")
 @example(lists={"deny": ["edit(~/**)"], "ask": [], "allow": []}, subject="~/a.py")
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=400, deadline=None)
 def test_one_plain_path_gets_the_verdict_every_subject_gets(lists: dict[str, list[str]], subject: str) -> None:
     """The verdict of set and prefix tests on one clean relative path is the one of normalising the subject and
     matching each pattern in turn: the same behavior and the same rule named, for any mix of rules; and the
@@ -727,7 +727,7 @@ def test_one_plain_path_gets_the_verdict_every_subject_gets(lists: dict[str, lis
     command=st.text(alphabet="ab ~/.*", max_size=6),
 )
 @example(lists={"deny": ["bash(a*)"], "ask": [], "allow": ["bash(ab)"]}, command="ab")
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=400, deadline=None)
 def test_one_plain_text_gets_the_verdict_every_subject_gets(lists: dict[str, list[str]], command: str) -> None:
     rules = compiled(lists, "bash")
     args = {"command": command}
@@ -768,7 +768,7 @@ class Text(str):
     ),
     shape=st.sampled_from(["value", "missing", "mapping"]),
 )
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=300, deadline=None)
 def test_the_engine_judges_any_input_as_evaluate_does_or_leaves_it(
     lists: dict[str, list[str]], value: Any, shape: str
 ) -> None:
