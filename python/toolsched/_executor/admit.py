@@ -17,9 +17,8 @@ from toolsched._executor.turn import Held, Job, Turn, judge
 from toolsched._executor.view import Policy
 from toolsched._policy.hooks import HookTimeout, new_hook_event
 from toolsched._policy.limits import Limits, ModelRetry
-from toolsched._policy.permissions import resolve_permission
+from toolsched._policy.permissions import allow_rule_matches, resolve_permission
 from toolsched._policy.runstate import ApprovalRequest, RunState, records_by_id, standing_for
-from toolsched._policy.standing import rule_approves
 from toolsched._policy.state_records import CallRecord
 from toolsched._policy.tool_rules import UNDECIDED, Verdict
 from toolsched._values.calls import args_copy
@@ -278,7 +277,9 @@ async def _settle(
     if always:
         permissions = turn.settings.permissions
         root = permissions.root if permissions is not None else None
-        standing = always.decide(tool.name, fingerprint, digest, lambda rule: rule_approves(rule, tool, job.args, root))
+        standing = always.decide(
+            tool.name, fingerprint, digest, lambda rule: allow_rule_matches(rule, tool, job.args, root)
+        )
         if standing is not None:
             if standing[0] == "rejected":
                 return "deny", not_approved(tool.name, standing[1])

@@ -25,7 +25,8 @@ from toolsched._executor.external import wait_again
 from toolsched._executor.repair import stored_job, user_repair
 from toolsched._executor.settings import format_error
 from toolsched._executor.turn import Handout, Held, Job, Plan, Turn
-from toolsched._policy.standing import Standing, rule_approves
+from toolsched._policy.permissions import allow_rule_matches
+from toolsched._policy.standing import Standing
 from toolsched._policy.state_records import CallRecord
 from toolsched._values.calls import args_copy
 from toolsched._values.digest import args_digest
@@ -119,7 +120,7 @@ def _standing_approves(standing: Standing, turn: Turn, job: Job, fingerprint: st
     permissions = turn.settings.permissions
     root = permissions.root if permissions is not None else None
     settled = standing.decide(
-        job.tool.name, fingerprint, digest, lambda rule: rule_approves(rule, job.tool, job.args, root)
+        job.tool.name, fingerprint, digest, lambda rule: allow_rule_matches(rule, job.tool, job.args, root)
     )
     return settled is not None and settled[0] == "approved"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from toolsched._policy.rule_syntax import Rule, fold_path, parse_rule, subject_is_path
 from toolsched._policy.tool_rules import MISSING, ToolRules, model_reader
@@ -17,7 +17,7 @@ from toolsched.errors import OptionError, RuleError
 if TYPE_CHECKING:
     from toolsched._tools.tools import Tool
 
-__all__ = ["MODES", "Decision", "Mode", "Permissions", "resolve_permission"]
+__all__ = ["MODES", "Decision", "Mode", "Permissions", "allow_rule_matches", "resolve_permission"]
 
 Mode = Literal["default", "ask", "accept_reads", "plan", "bypass"]
 MODES: tuple[str, ...] = ("default", "ask", "accept_reads", "plan", "bypass")
@@ -180,3 +180,27 @@ def resolve_permission(
     if reason is None or mode == "bypass":
         return "allow", None
     return "ask", reason
+
+
+# A standing approval's allow rule compiled per (rule, root): the ``Permissions`` holding that one rule.
+_COMPILED: dict[tuple[str, str | None], Permissions] = {}
+
+
+def allow_rule_matches(rule: str, tool: Tool, args: Any, root: str | os.PathLike[str] | None) -> bool:
+    """Whether the allow rule ``rule`` matches a call of ``tool`` with ``args`` (paths resolved against
+    ``root``, the executor's permissions' root); a rule with a pattern never matches a tool without a
+    rule subject."""
+    key = (rule, None if root is None else os.fspath(root))
+    permissions = _COMPILED.get(key)
+    if permissions is None:
+        if len(_COMPILED) > 256:
+            _COMPILED.clear()
+        permissions = _COMPILED[key] = Permissions(allow=[rule], root=root)
+    try:
+        rules = permissions.for_tool(tool)
+    except RuleError:
+        return False
+    if rules is None:
+        return False
+    verdict = rules.evaluate(args)
+    return verdict is not None and verdict[0] == "allow"

@@ -17,20 +17,18 @@ a tool loop holds them in force for the turns after a resume
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from toolsched._policy.permissions import Permissions
 from toolsched._policy.rule_syntax import parse_rule
 from toolsched.errors import OptionError, RuleError, StateError
 
 if TYPE_CHECKING:
-    from toolsched._tools.tools import Tool
+    pass
 
-__all__ = ["Scope", "Standing", "in_force", "parse_scope", "rule_approves", "standing_in_force"]
+__all__ = ["Scope", "Standing", "in_force", "parse_scope", "standing_in_force"]
 
 #: A standing approval's scope as ``approve(always=...)`` takes it: None (this call only), ``"call"``,
 #: ``"tool"`` or a permission rule's text.
@@ -175,27 +173,3 @@ def standing_in_force(standing: Standing) -> Iterator[None]:
         yield
     finally:
         _IN_FORCE.reset(token)
-
-
-# Rules of standing approvals compiled per (rule, root): the ``Permissions`` holding the one allow rule.
-_COMPILED: dict[tuple[str, str | None], Permissions] = {}
-
-
-def rule_approves(rule: str, tool: Tool, args: Any, root: str | os.PathLike[str] | None) -> bool:
-    """Whether the allow rule ``rule`` matches a call of ``tool`` with ``args`` (paths resolved against
-    ``root``, the executor's permissions' root); a rule with a pattern never matches a tool without a
-    rule subject."""
-    key = (rule, None if root is None else os.fspath(root))
-    permissions = _COMPILED.get(key)
-    if permissions is None:
-        if len(_COMPILED) > 256:
-            _COMPILED.clear()
-        permissions = _COMPILED[key] = Permissions(allow=[rule], root=root)
-    try:
-        rules = permissions.for_tool(tool)
-    except RuleError:
-        return False
-    if rules is None:
-        return False
-    verdict = rules.evaluate(args)
-    return verdict is not None and verdict[0] == "allow"
