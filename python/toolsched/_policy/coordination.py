@@ -44,7 +44,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from toolsched._policy.resilience import CircuitOpen, Resilience, is_transient
+from toolsched._policy.resilience import CircuitBreaker, CircuitOpen, RateLimit, Resilience, is_transient
 from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched.errors import OptionError
 
@@ -55,8 +55,13 @@ __all__ = ["CoordinationError", "FleetUnavailable", "RedisCoordination", "guarde
 
 logger = logging.getLogger("toolsched.coordination")
 
-# Connections to Redis one event loop keeps open at most.
-_MAX_CONNECTIONS = 16
+# Round trips one event loop has in flight at once, each on its own connection: the commands issued
+# meanwhile wait, and go together in the next one.
+_PIPELINES = 1
+# Commands written together in one round trip at most.
+_MAX_BATCH = 100
+# How long a batch's replies may take before its connection is given up, in seconds.
+_REPLY_TIMEOUT = 5.0
 # How long a refused connection keeps the fleet on its fallback before Redis is tried again, in seconds.
 _RETRY_CONNECT = 1.0
 # Waits between two tries for a concurrency slot held elsewhere (seconds): from the first, doubling to the last.
@@ -175,53 +180,98 @@ def _sha1(script: str) -> str:
     return hashlib.sha1(script.encode()).hexdigest()
 
 
+class _Incomplete(Exception):
+    """The buffer ends inside a reply (internal: more bytes are read)."""
+
+
+class _ReplyError(Exception):
+    """Redis answered a command with an error reply."""
+
+
+def _parsed(buffer: bytearray, at: int) -> tuple[Any, int]:
+    """The reply that starts at ``at`` in ``buffer`` and where the next one starts; an error reply is returned
+    as a ``_ReplyError`` (a pipeline's replies are each their own command's); ``_Incomplete`` when the buffer
+    ends before the reply does."""
+    end = buffer.find(b"\r\n", at)
+    if end < 0:
+        raise _Incomplete
+    kind = buffer[at]
+    if kind == 0x3A:  # ':'
+        return int(buffer[at + 1 : end]), end + 2
+    if kind == 0x2A:  # '*'
+        count = int(buffer[at + 1 : end])
+        at = end + 2
+        if count < 0:
+            return None, at
+        items = []
+        for _ in range(count):
+            item, at = _parsed(buffer, at)
+            items.append(item)
+        return items, at
+    if kind == 0x24:  # '$'
+        size = int(buffer[at + 1 : end])
+        if size < 0:
+            return None, end + 2
+        if len(buffer) < end + 4 + size:
+            raise _Incomplete
+        return bytes(buffer[end + 2 : end + 2 + size]), end + 4 + size
+    if kind == 0x2B:  # '+'
+        return buffer[at + 1 : end].decode(), end + 2
+    if kind == 0x2D:  # '-'
+        return _ReplyError(buffer[at + 1 : end].decode(errors="replace")), end + 2
+    raise CoordinationError(f"Redis sent a reply toolsched cannot read: {bytes(buffer[at : at + 80])!r}")
+
+
 class _Connection:
-    """One RESP2 connection (internal): a request and its reply at a time."""
+    """One RESP2 connection (internal): commands written together, their replies read in order."""
 
     def __init__(self, stream: anyio.abc.ByteStream) -> None:
         self.stream = stream
         self.buffer = bytearray()
 
     async def request(self, *parts: str | int | bytes) -> Any:
-        await self.stream.send(_encoded(*parts))
-        return await self._reply()
+        """One command and its reply (an error reply raised)."""
+        (reply,) = await self.exchange(_encoded(*parts), 1)
+        if isinstance(reply, _ReplyError):
+            raise reply
+        return reply
 
-    async def _line(self) -> bytes:
-        while True:
-            end = self.buffer.find(b"\r\n")
-            if end >= 0:
-                line = bytes(self.buffer[:end])
-                del self.buffer[: end + 2]
-                return line
-            self.buffer += await self.stream.receive()
-
-    async def _exactly(self, size: int) -> bytes:
-        while len(self.buffer) < size + 2:
-            self.buffer += await self.stream.receive()
-        data = bytes(self.buffer[:size])
-        del self.buffer[: size + 2]
-        return data
-
-    async def _reply(self) -> Any:
-        line = await self._line()
-        kind, rest = line[:1], line[1:]
-        if kind == b"+":
-            return rest.decode()
-        if kind == b"-":
-            raise _ReplyError(rest.decode(errors="replace"))
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            size = int(rest)
-            return None if size < 0 else await self._exactly(size)
-        if kind == b"*":
-            count = int(rest)
-            return None if count < 0 else [await self._reply() for _ in range(count)]
-        raise CoordinationError(f"Redis sent a reply toolsched cannot read: {line[:80]!r}")
+    async def exchange(self, data: bytes, count: int) -> list[Any]:
+        """Writes ``data`` (``count`` commands) at once and returns their ``count`` replies, in order."""
+        await self.stream.send(data)
+        replies: list[Any] = []
+        buffer, at = self.buffer, 0
+        while len(replies) < count:
+            try:
+                reply, at = _parsed(buffer, at)
+            except (_Incomplete, IndexError):
+                del buffer[:at]
+                at = 0
+                buffer += await self.stream.receive()
+                continue
+            replies.append(reply)
+        del buffer[:at]
+        return replies
 
 
-class _ReplyError(Exception):
-    """Redis answered a command with an error reply."""
+@dataclass(slots=True, eq=False)
+class _Request:
+    """One command in a pipeline (internal)."""
+
+    data: bytes
+    # The command sent instead when the reply to ``data`` is ``NOSCRIPT`` (a script by its text).
+    fallback: Callable[[], bytes] | None = None
+    # For an admission: the command that gives back what its reply says it took (sent when its caller was
+    # cancelled before it had the reply).
+    undo: Callable[[Any], _Request | None] | None = None
+    # Set once the reply (or ``error``) is in; None while nobody waits for it.
+    done: anyio.Event | None = None
+    reply: Any = None
+    # The loop's clock when the reply was read (a reservation's wait counts from then, not from when its
+    # caller resumed).
+    received: float = 0.0
+    error: str | None = None
+    abandoned: bool = False
 
 
 @dataclass(slots=True)
@@ -229,19 +279,14 @@ class _Link:
     """The connections to Redis of one event loop (internal)."""
 
     idle: list[_Connection] = field(default_factory=list)
-    # At most this many connections of the loop in use at once: the rest of the commands queue for one.
-    gate: anyio.Semaphore = field(default_factory=lambda: anyio.Semaphore(_MAX_CONNECTIONS))
+    # At most this many round trips of the loop in flight at once: the batch behind them takes commands.
+    gate: anyio.Semaphore = field(default_factory=lambda: anyio.Semaphore(_PIPELINES))
     down_until: float = -math.inf
     warned: bool = False
     # Per tool name: the lock a call holds while it asks Redis again for a slot (one poller per loop and tool).
     pollers: dict[str, anyio.Lock] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class _Keys:
-    circuit: str
-    slots: str
-    rate: str
+    # The batch still taking commands (written together on one connection once its leader has one), or None.
+    open: list[_Request] | None = None
 
 
 class _Renewer:
@@ -324,6 +369,66 @@ def _blocking_request(connection: socket.socket, *parts: str | int | bytes) -> b
             raise OSError("Redis closed the connection")
         reply += chunk
     return reply
+
+
+def _fallback(request: _Request) -> bytes:
+    assert request.fallback is not None
+    return request.fallback()
+
+
+def _noscript(reply: _ReplyError) -> bool:
+    return str(reply).startswith("NOSCRIPT")
+
+
+def _failed(batch: list[_Request], error: str) -> None:
+    for request in batch:
+        request.error = error
+        if request.done is not None:
+            request.done.set()
+
+
+def _bulk(part: str | int) -> bytes:
+    raw = str(part).encode()
+    return b"$%d\r\n%s\r\n" % (len(raw), raw)
+
+
+@dataclass(frozen=True, slots=True)
+class _Commands:
+    """The parts of a tool's admission and settlement commands that do not change from call to call
+    (internal): the start of each command (up to its per-call arguments) and its end, encoded."""
+
+    admit: bytes
+    admit_tail: bytes
+    admit_keys: tuple[str, str, str]
+    admit_args: tuple[int, ...]
+    settle: bytes
+    settle_tail: bytes
+    settle_args: tuple[int, ...]
+
+
+@functools.lru_cache(maxsize=256)
+def _commands(
+    namespace: str, lease_ms: int, name: str, rate: RateLimit | None, circuit: CircuitBreaker | None, cap: int | None
+) -> _Commands:
+    base = f"{namespace}:{{{name}}}"
+    keys = (f"{base}:circuit", f"{base}:slots", f"{base}:rate")
+    interval = tolerance = 0
+    if rate is not None:
+        interval = max(1, round(rate.per / rate.calls * 1_000_000))
+        tolerance = (rate.size - 1) * interval
+    failures = 0 if circuit is None else circuit.failures
+    cooldown = 0 if circuit is None else round(circuit.cooldown * 1000)
+    admit_args = (failures, cooldown, max(lease_ms, cooldown), cap or 0, lease_ms, interval, tolerance, _FRESH_US)
+    settle_args = (failures, cooldown)
+    return _Commands(
+        b"*16\r\n" + b"".join(_bulk(part) for part in ("EVALSHA", _sha1(_ADMIT), 3, *keys)),
+        b"".join(_bulk(part) for part in admit_args),
+        keys,
+        admit_args,
+        b"*10\r\n" + b"".join(_bulk(part) for part in ("EVALSHA", _sha1(_SETTLE), 2, *keys[:2])),
+        b"".join(_bulk(part) for part in settle_args),
+        settle_args,
+    )
 
 
 class RedisCoordination:
@@ -420,54 +525,134 @@ class RedisCoordination:
         return connection
 
     async def _call(self, *parts: str | int | bytes) -> Any:
-        """One command on an idle connection of this event loop (a new one when none is idle and fewer than
-        ``_MAX_CONNECTIONS`` are in use; otherwise it waits for one)."""
-        link = self._link()
-        if anyio.current_time() < link.down_until:
-            raise CoordinationError("Redis was unreachable a moment ago")
-        async with link.gate:
-            return await self._call_on(link, parts)
+        """One command and its reply (an error reply raised as ``_ReplyError``), in this loop's pipeline."""
+        reply = await self._send(_Request(_encoded(*parts)))
+        if isinstance(reply, _ReplyError):
+            raise reply
+        return reply
 
-    async def _call_on(self, link: _Link, parts: tuple[str | int | bytes, ...]) -> Any:
+    async def _send(self, request: _Request, *, wait: bool = True) -> Any:
+        """Sends one command in this event loop's pipeline and returns its reply (an error reply as a
+        ``_ReplyError``).
+
+        The commands issued in one turn of the loop (and while their batch waits for a free connection)
+        are written together on one connection and their replies read in order: one round trip for all.
+        The first command of a batch has its caller write and read the batch, shielded from its own
+        cancellation (the others' replies ride on it; ``_REPLY_TIMEOUT`` bounds it). A caller cancelled
+        while waiting loses its command if the batch is not written yet; if it is, the command's
+        ``undo`` (an admission's: give back the slot or probe it took) is sent once its reply is in.
+        ``wait=False``: return at once when another caller writes the batch (a release nobody waits for).
+        """
+        link = self._link()
+        if link.down_until != -math.inf and anyio.current_time() < link.down_until:
+            raise CoordinationError("Redis was unreachable a moment ago")
+        batch = link.open
+        if batch is None:
+            batch = link.open = [request]
+            with anyio.CancelScope(shield=True):
+                await self._flush(link, batch)
+        else:
+            batch.append(request)
+            if len(batch) >= _MAX_BATCH:
+                link.open = None
+            if not wait:
+                return None
+            done = request.done = anyio.Event()
+            try:
+                await done.wait()
+            except BaseException:
+                request.abandoned = True
+                if done.is_set() and request.error is None and request.undo is not None:
+                    # The reply came in as the caller was cancelled: give back what the command took.
+                    undo = request.undo(request.reply)
+                    if undo is not None:
+                        with anyio.CancelScope(shield=True):
+                            try:
+                                await self._send(undo, wait=False)
+                            except CoordinationError:
+                                pass  # the lease runs out by itself
+                raise
+        if request.error is not None:
+            raise CoordinationError(request.error)
+        return request.reply
+
+    async def _flush(self, link: _Link, batch: list[_Request]) -> None:
+        """Writes ``batch`` at once when no round trip of the loop is in flight, otherwise once one is back (the
+        batch takes commands until then), and hands each command its reply."""
+        try:
+            try:
+                link.gate.acquire_nowait()
+            except anyio.WouldBlock:
+                await link.gate.acquire()
+            try:
+                if link.open is batch:
+                    link.open = None
+                await self._exchange(link, batch)
+            finally:
+                link.gate.release()
+        finally:
+            if link.open is batch:
+                link.open = None
+            for request in batch:
+                if request.done is not None:
+                    request.done.set()
+
+    async def _exchange(self, link: _Link, batch: list[_Request]) -> None:
+        """One round trip for the commands of ``batch`` its callers still wait for (a ``NOSCRIPT`` reply's
+        script is sent again by its text, in a second one), then the undos of those abandoned meanwhile."""
+        batch = [request for request in batch if not request.abandoned]
+        if not batch:
+            return
         try:
             connection = link.idle.pop() if link.idle else await self._connect()
         except (OSError, TimeoutError, _ReplyError) as exc:
             link.down_until = anyio.current_time() + _RETRY_CONNECT
-            raise CoordinationError(f"cannot reach Redis at {self._host}:{self._port}: {exc}") from exc
-        self.round_trips += 1
+            _failed(batch, f"cannot reach Redis at {self._host}:{self._port}: {exc}")
+            return
         try:
-            reply = await connection.request(*parts)
-        except _ReplyError:
-            link.idle.append(connection)
-            raise
-        except (OSError, anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-            await connection.stream.aclose()
-            raise CoordinationError(f"lost the connection to Redis at {self._host}:{self._port}: {exc}") from exc
-        except BaseException:
-            # Cancelled mid-reply: the connection's state is unknown, it is not reused.
-            with anyio.CancelScope(shield=True):
+            with anyio.fail_after(_REPLY_TIMEOUT):
+                self.round_trips += 1
+                replies = await connection.exchange(b"".join(request.data for request in batch), len(batch))
+                again = [
+                    index
+                    for index, reply in enumerate(replies)
+                    if isinstance(reply, _ReplyError) and batch[index].fallback is not None and _noscript(reply)
+                ]
+                if again:
+                    self.round_trips += 1
+                    data = b"".join(_fallback(batch[index]) for index in again)
+                    for index, reply in zip(again, await connection.exchange(data, len(again)), strict=True):
+                        replies[index] = reply
+        except (
+            OSError,
+            TimeoutError,
+            CoordinationError,
+            anyio.EndOfStream,
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+        ) as exc:
+            with anyio.move_on_after(_REPLY_TIMEOUT):
                 await connection.stream.aclose()
-            raise
+            _failed(batch, f"lost the connection to Redis at {self._host}:{self._port}: {exc}")
+            return
         link.idle.append(connection)
+        link.down_until = -math.inf
         if link.warned:
             link.warned = False
             logger.info("Redis at %s:%s is reachable again: fleet-wide limits resumed", self._host, self._port)
-        return reply
-
-    async def _script(self, script: str, keys: tuple[str, ...], *args: str | int) -> Any:
-        try:
-            return await self._call("EVALSHA", _sha1(script), len(keys), *keys, *args)
-        except _ReplyError as exc:
-            if not str(exc).startswith("NOSCRIPT"):
-                raise CoordinationError(f"Redis refused a script: {exc}") from None
-        try:
-            return await self._call("EVAL", script, len(keys), *keys, *args)
-        except _ReplyError as exc:
-            raise CoordinationError(f"Redis refused a script: {exc}") from None
-
-    def _keys(self, tool_name: str) -> _Keys:
-        base = f"{self.namespace}:{{{tool_name}}}"
-        return _Keys(f"{base}:circuit", f"{base}:slots", f"{base}:rate")
+        undos: list[_Request] = []
+        received = anyio.current_time()
+        for request, reply in zip(batch, replies, strict=True):
+            request.reply = reply
+            request.received = received
+            if request.abandoned and request.undo is not None and not isinstance(reply, _ReplyError):
+                undo = request.undo(reply)
+                if undo is not None:
+                    undos.append(undo)
+            elif request.done is not None:
+                request.done.set()
+        if undos:
+            await self._exchange(link, undos)
 
     def _unavailable(self, exc: CoordinationError, emit: Callable[[Any], object] | None) -> None:
         """Reports an outage once (a warning and a ``CoordinationUnavailable`` event)."""
@@ -484,29 +669,48 @@ class RedisCoordination:
 
     # -- one attempt --------------------------------------------------------------
 
-    async def _admit(self, tool: Tool, lease_id: str, reserved: int | None) -> tuple[int, int, int, int]:
-        rate, circuit, cap = tool.rate_limit, tool.circuit, tool.max_concurrency
-        keys = self._keys(tool.name)
-        lease_ms = max(1, round(self.lease * 1000))
-        interval = tolerance = 0
-        if rate is not None:
-            interval = max(1, round(rate.per / rate.calls * 1_000_000))
-            tolerance = (rate.size - 1) * interval
-        reply = await self._script(
-            _ADMIT,
-            (keys.circuit, keys.slots, keys.rate),
-            lease_id,
-            "" if reserved is None else reserved,
-            0 if circuit is None else circuit.failures,
-            0 if circuit is None else round(circuit.cooldown * 1000),
-            max(lease_ms, 0 if circuit is None else round(circuit.cooldown * 1000)),
-            cap or 0,
-            lease_ms,
-            interval,
-            tolerance,
-            _FRESH_US,
+    def _commands(self, tool: Tool) -> _Commands:
+        return _commands(
+            self.namespace,
+            max(1, round(self.lease * 1000)),
+            tool.name,
+            tool.rate_limit,
+            tool.circuit,
+            tool.max_concurrency,
         )
-        return int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3])
+
+    async def _admit(self, tool: Tool, lease_id: str, reserved: int | None) -> tuple[int, int, int, int]:
+        commands = self._commands(tool)
+        head = _bulk(lease_id) + (b"$0\r\n\r\n" if reserved is None else _bulk(reserved))
+        request = _Request(
+            commands.admit + head + commands.admit_tail,
+            functools.partial(
+                _encoded,
+                "EVAL",
+                _ADMIT,
+                3,
+                *commands.admit_keys,
+                lease_id,
+                "" if reserved is None else reserved,
+                *commands.admit_args,
+            ),
+            functools.partial(self._undo_admission, tool, lease_id if tool.max_concurrency else ""),
+        )
+        reply = await self._send(request)
+        if isinstance(reply, _ReplyError):
+            raise CoordinationError(f"Redis refused a script: {reply}")
+        code, amount = int(reply[0]), int(reply[1])
+        if code == 2:
+            # A reservation: the wait left, counted from when its reply was read.
+            amount = max(0, amount - round((anyio.current_time() - request.received) * 1_000_000))
+        return code, amount, int(reply[2]), int(reply[3])
+
+    def _undo_admission(self, tool: Tool, lease_id: str, reply: Any) -> _Request | None:
+        """The command giving back what an admission took (its slot, its probe), from its reply."""
+        code = int(reply[0])
+        if code not in (0, 1) or (code == 0 and not lease_id):
+            return None
+        return self._settle_request(tool, lease_id, "none", code == 1)
 
     async def run_attempt(
         self,
@@ -581,7 +785,7 @@ class RedisCoordination:
                 break
         probe = code == 1
         outcome = "none"
-        slots_key = self._keys(tool.name).slots
+        slots_key = self._commands(tool).admit_keys[1]
         try:
             if admitted is not None:
                 admitted()
@@ -606,22 +810,27 @@ class RedisCoordination:
                     await self._settle(tool, lease_id, outcome, probe)
 
     async def _settle(self, tool: Tool, lease_id: str, outcome: str, probe: bool) -> None:
-        circuit = tool.circuit
-        keys = self._keys(tool.name)
+        """Gives the slot back and records the outcome for the circuit. A bare release (no circuit) is not
+        waited for when another caller writes its batch."""
+        request = self._settle_request(tool, lease_id, outcome, probe)
         try:
             with anyio.move_on_after(self.connect_timeout):
-                await self._script(
-                    _SETTLE,
-                    (keys.circuit, keys.slots),
-                    lease_id,
-                    outcome,
-                    1 if probe else 0,
-                    0 if circuit is None else circuit.failures,
-                    0 if circuit is None else round(circuit.cooldown * 1000),
-                )
+                reply = await self._send(request, wait=tool.circuit is not None)
+                if isinstance(reply, _ReplyError):
+                    logger.warning("Redis refused a script: %s", reply)
         except CoordinationError:
             # The slot's lease expires by itself; the outcome is lost to the circuit.
             return
+
+    def _settle_request(self, tool: Tool, lease_id: str, outcome: str, probe: bool) -> _Request:
+        commands = self._commands(tool)
+        flag = "1" if probe else "0"
+        return _Request(
+            commands.settle + _bulk(lease_id) + _bulk(outcome) + _bulk(flag) + commands.settle_tail,
+            functools.partial(
+                _encoded, "EVAL", _SETTLE, 2, *commands.admit_keys[:2], lease_id, outcome, flag, *commands.settle_args
+            ),
+        )
 
 
 def _is_timeout(exc: BaseException) -> bool:
