@@ -14,6 +14,9 @@ limit for every process that uses the same Redis server and namespace:
   all at once;
 - a second script gives the slot back and records the outcome for the circuit (skipped when
   there is nothing to record);
+- the commands of one event loop are pipelined: those issued in one turn of the loop, or while a round
+  trip is in flight, are written together in the next (one round trip for all), and the calls of a
+  process whose reservations fall due in the same few milliseconds wake together;
 - Redis unreachable: ``on_unavailable="local"`` falls back to the per-process limits (a warning
   and a ``CoordinationUnavailable`` event, once per outage), ``"refuse"`` answers the calls
   ``unavailable``.
@@ -58,6 +61,9 @@ logger = logging.getLogger("toolsched.coordination")
 # Round trips one event loop has in flight at once, each on its own connection: the commands issued
 # meanwhile wait, and go together in the next one.
 _PIPELINES = 1
+# A reservation is waited out to the next multiple of this on the event loop's clock (seconds), at most this
+# late: well within ``_FRESH_US``, and the calls due in the same few ms ask again together.
+_WAKE_GRID = 0.004
 # Commands written together in one round trip at most.
 _MAX_BATCH = 100
 # How long a batch's replies may take before its connection is given up, in seconds.
@@ -577,9 +583,12 @@ class RedisCoordination:
         return request.reply
 
     async def _flush(self, link: _Link, batch: list[_Request]) -> None:
-        """Writes ``batch`` at once when no round trip of the loop is in flight, otherwise once one is back (the
-        batch takes commands until then), and hands each command its reply."""
+        """Writes ``batch`` after one turn of the loop (its other callers add their commands), at once when no
+        round trip of the loop is in flight, otherwise once it is back (the batch takes commands until then),
+        and hands each command its reply."""
         try:
+            # The other callers of this turn of the loop add their commands.
+            await anyio.lowlevel.checkpoint()
             try:
                 link.gate.acquire_nowait()
             except anyio.WouldBlock:
@@ -701,8 +710,11 @@ class RedisCoordination:
             raise CoordinationError(f"Redis refused a script: {reply}")
         code, amount = int(reply[0]), int(reply[1])
         if code == 2:
-            # A reservation: the wait left, counted from when its reply was read.
-            amount = max(0, amount - round((anyio.current_time() - request.received) * 1_000_000))
+            # A reservation: the wait left, counted from when its reply was read, and rounded up to the
+            # loop's next ``_WAKE_GRID`` so that the calls of the process due in the same few ms wake together
+            # and ask again in one round trip.
+            wake = math.ceil((request.received + amount / 1_000_000) / _WAKE_GRID) * _WAKE_GRID
+            amount = max(0, round((wake - anyio.current_time()) * 1_000_000))
         return code, amount, int(reply[2]), int(reply[3])
 
     def _undo_admission(self, tool: Tool, lease_id: str, reply: Any) -> _Request | None:

@@ -1,0 +1,163 @@
+"""Coordination's commands in one event loop share round trips: those issued while one is in flight go
+together in the next (a real Redis server, as in test_coordination.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+import toolsched as ts
+from tests.fleet.test_coordination import namespace, redis_url
+
+pytestmark = pytest.mark.anyio
+
+
+def open_batch(coordination: ts.RedisCoordination) -> list[Any]:
+    """The commands waiting for the round trip in flight (empty when none wait)."""
+    (link,) = coordination._links.values()
+    return link.open or []
+
+
+async def until(condition: Any) -> None:
+    with anyio.fail_after(10):
+        while not condition():  # noqa: ASYNC110 (state of the coordination's batches)
+            await anyio.sleep(0.005)
+
+
+async def test_concurrent_admissions_share_round_trips(anyio_backend: str) -> None:
+    """20 runs of one call each, started together and admitted at once: their 20 admissions go to Redis
+    together, in one round trip (not one each)."""
+    url, space = redis_url(), namespace()
+
+    @ts.tool(name="quick", rate_limit=ts.RateLimit(100_000, per=1, burst=100))
+    async def quick(n: int) -> int:
+        return n
+
+    coordination = ts.RedisCoordination(url, namespace=space)
+    executor = ts.Executor([quick], strategy=ts.Parallel(), coordination=coordination)
+    # The first call loads the script into the server.
+    assert (await executor.run([ts.ToolCall(id="w", name="quick", args={"n": -1})])).results[0].output == -1
+    trips = coordination.round_trips
+    outputs: list[Any] = []
+
+    async def run(n: int) -> None:
+        outputs.extend(result.output for result in (await executor.run([quick_call(n)])).results)
+
+    async with anyio.create_task_group() as group:
+        for n in range(20):
+            group.start_soon(run, n)
+    assert sorted(outputs) == list(range(20))
+    # A tool with only a rate limit gives nothing back: its calls' round trips are their admissions.
+    assert coordination.round_trips - trips == 1
+
+
+def quick_call(n: int) -> ts.ToolCall:
+    return ts.ToolCall(id=f"c{n}", name="quick", args={"n": n})
+
+
+async def test_concurrent_releases_share_round_trips(anyio_backend: str) -> None:
+    """20 calls holding fleet slots finish together: their slots go back in at most two round trips, and
+    every slot is free afterwards."""
+    url, space = redis_url(), namespace()
+    release, inside = anyio.Event(), [0]
+
+    @ts.tool(name="held", max_concurrency=50)
+    async def held(n: int) -> int:
+        inside[0] += 1
+        await release.wait()
+        return n
+
+    coordination = ts.RedisCoordination(url, namespace=space)
+    executor = ts.Executor([held], strategy=ts.Parallel(max_concurrency=50), coordination=coordination)
+    outcome: list[ts.ToolResult] = []
+
+    async def run() -> None:
+        calls = [ts.ToolCall(id=f"c{i}", name="held", args={"n": i}) for i in range(20)]
+        outcome.extend((await executor.run(calls)).results)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        await until(lambda: inside[0] == 20)
+        trips = coordination.round_trips
+        release.set()
+    assert [result.output for result in outcome] == list(range(20))
+    assert coordination.round_trips - trips <= 2
+    assert await coordination._call("ZCARD", f"{space}:{{held}}:slots") == 0
+
+
+async def test_a_call_cancelled_with_its_admission_written_gives_its_slot_back(anyio_backend: str) -> None:
+    """A call cancelled after its admission was written but before its reply came: the slot the server
+    gave it goes back as the reply is read; the body never runs, and the fleet's one slot is free."""
+    url, space = redis_url(), namespace()
+    other = ts.RedisCoordination(url, namespace=space)
+    first, second = f"{space}:first", f"{space}:second"
+    ran: list[str] = []
+
+    @ts.tool(name="single", max_concurrency=1)
+    async def single() -> str:
+        ran.append("ran")
+        return "ok"
+
+    coordination = ts.RedisCoordination(url, namespace=space)
+    executor = ts.Executor([single], coordination=coordination)
+    # Load the scripts into the server, so the admission below is one command.
+    assert (await executor.run([ts.ToolCall(id="w", name="single", args={})])).results[0].output == "ok"
+    ran.clear()
+    trips = coordination.round_trips
+    async with anyio.create_task_group() as group:
+        # A round trip in flight (the server holds it), then a batch behind it: a blocking command (so the
+        # server holds that batch too) and the call's admission.
+        group.start_soon(coordination._call, "BLPOP", first, 10)
+        await until(lambda: coordination.round_trips == trips + 1)
+        group.start_soon(coordination._call, "BLPOP", second, 10)
+        await until(lambda: len(open_batch(coordination)) == 1)
+        scope = anyio.CancelScope()
+        group.start_soon(scope_run, scope, executor)
+        await until(lambda: len(open_batch(coordination)) == 2)
+        await other._call("LPUSH", first, "go")
+        # The second batch is written: the server holds it on its blocking command.
+        await until(lambda: coordination.round_trips == trips + 2)
+        scope.cancel()
+        await other._call("LPUSH", second, "go")
+    assert ran == []
+    assert await other._call("ZCARD", f"{space}:{{single}}:slots") == 0
+    assert (await executor.run([ts.ToolCall(id="after", name="single", args={})])).results[0].output == "ok"
+
+
+async def scope_run(scope: anyio.CancelScope, executor: ts.Executor) -> None:
+    with scope:
+        await executor.run([ts.ToolCall(id="c", name="single", args={})])
+
+
+async def test_a_cancelled_batch_leader_does_not_strand_the_others(anyio_backend: str) -> None:
+    """The caller whose command opened a batch is cancelled while the batch waits for the round trip in
+    flight: the batch is still written and the other callers get their replies."""
+    url, space = redis_url(), namespace()
+    other = ts.RedisCoordination(url, namespace=space)
+    blocker = f"{space}:blocker"
+    coordination = ts.RedisCoordination(url, namespace=space)
+    await coordination._call("SET", f"{space}:a", "1")
+    replies: list[Any] = []
+
+    async def follower() -> None:
+        replies.append(await coordination._call("GET", f"{space}:a"))
+
+    trips = coordination.round_trips
+    async with anyio.create_task_group() as group:
+        group.start_soon(coordination._call, "BLPOP", blocker, 10)
+        await until(lambda: coordination.round_trips == trips + 1)
+        leader = anyio.CancelScope()
+        group.start_soon(cancellable_get, leader, coordination, f"{space}:a")
+        await until(lambda: len(open_batch(coordination)) == 1)
+        group.start_soon(follower)
+        await until(lambda: len(open_batch(coordination)) == 2)
+        leader.cancel()
+        await other._call("LPUSH", blocker, "go")
+    assert replies == [b"1"]
+
+
+async def cancellable_get(scope: anyio.CancelScope, coordination: ts.RedisCoordination, key: str) -> None:
+    with scope:
+        await coordination._call("GET", key)
