@@ -597,6 +597,10 @@ class RedisCoordination:
                 if link.open is batch:
                     link.open = None
                 await self._exchange(link, batch)
+            except Exception as exc:
+                # Anything unforeseen: the commands not answered are answered with it, none is left waiting.
+                _failed([r for r in batch if not r.received], f"Redis at {self._host}:{self._port}: {exc!r}")
+                raise
             finally:
                 link.gate.release()
         finally:
