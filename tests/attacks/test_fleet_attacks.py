@@ -26,7 +26,7 @@ import anyio
 import pytest
 
 import toolsched as ts
-from toolsched._policy.coordination import _ADMIT, _sha1
+from toolsched._policy.coordination import _ADMIT, _Connection, _sha1
 
 pytestmark = pytest.mark.anyio
 
@@ -505,3 +505,78 @@ async def test_a_worker_killed_while_probing_does_not_hold_the_circuit_shut(anyi
     assert result.output == "ok"
     closed = (await executor.run([ts.ToolCall(id="c", name="fleet_tool", args={})])).results[0]
     assert closed.output == "ok"
+
+
+# -- cancelled or cut off mid-step ---------------------------------------------------------------------
+
+
+async def test_an_attempt_cancelled_while_redis_admits_it_gives_its_slot_back(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise: a fleet slot is held by a call in flight (or, for a dead worker, until its lease runs out). A
+    run cancelled after the server ran the admission script and before its reply was read (the user's cancel,
+    a sibling's failure) held a slot nobody used or renewed: the fleet's one slot stayed taken for the whole
+    10 s lease."""
+    url, space = redis_url(), namespace()
+    original = _Connection.request
+    stalled = anyio.Event()
+
+    async def reply_lost(self: _Connection, *parts: Any) -> Any:
+        reply = await original(self, *parts)
+        if parts[:2] in (("EVALSHA", _sha1(_ADMIT)), ("EVAL", _ADMIT)) and not stalled.is_set():
+            stalled.set()
+            await anyio.sleep_forever()  # the script ran; its reply is never read
+        return reply
+
+    monkeypatch.setattr(_Connection, "request", reply_lost)
+    cancelled = ts.Executor([capped_tool(cap=1)], coordination=ts.RedisCoordination(url, namespace=space))
+    with anyio.move_on_after(0.3) as scope:
+        await one(cancelled)
+    assert scope.cancelled_caught and stalled.is_set()
+    other = ts.Executor([capped_tool(cap=1)], coordination=ts.RedisCoordination(url, namespace=space))
+    with anyio.fail_after(5):
+        assert (await one(other, 2)).output == 2
+
+
+@pytest.mark.parametrize("on_unavailable", ["local", "refuse"])
+async def test_redis_stopped_while_a_call_holds_its_slot_loses_no_result(
+    anyio_backend: str, on_unavailable: str, tmp_path: Path
+) -> None:
+    """Promise: a call is never lost. Redis stopped while a call runs under its fleet slot: the call's result is
+    its own (the slot's release cannot reach Redis and is given up), whichever on_unavailable."""
+    port = free_port()
+    server = start_server(port, tmp_path)
+    inside, release = anyio.Event(), anyio.Event()
+
+    @ts.tool(name="held", max_concurrency=1, circuit=ts.CircuitBreaker(failures=3, cooldown=1))
+    async def held(n: int) -> int:
+        inside.set()
+        await release.wait()
+        return n
+
+    coordination = ts.RedisCoordination(
+        f"redis://127.0.0.1:{port}",
+        namespace=namespace(),
+        on_unavailable=on_unavailable,  # type: ignore[arg-type]
+        connect_timeout=0.3,
+        lease=0.6,
+    )
+    executor = ts.Executor([held], coordination=coordination)
+    results: list[ts.ToolResult] = []
+
+    async def call() -> None:
+        results.extend((await executor.run([ts.ToolCall("h", "held", {"n": 5})])).results)
+
+    try:
+        with warnings.catch_warnings(), anyio.fail_after(20):
+            warnings.simplefilter("ignore")
+            async with anyio.create_task_group() as group:
+                group.start_soon(call)
+                await inside.wait()
+                stop_server(server)
+                await anyio.sleep(0.5)  # the renewal thread meets the stopped server meanwhile
+                release.set()
+    finally:
+        if server.poll() is None:
+            stop_server(server)
+    assert [(result.output, result.error_kind) for result in results] == [(5, None)]

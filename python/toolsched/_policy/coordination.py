@@ -640,20 +640,30 @@ class RedisCoordination:
         if rate is not None:
             interval = min(_MOST_INTERVAL_US, max(1, round(rate.per / rate.calls * 1_000_000)))
             tolerance = (rate.size - 1) * interval
-        reply = await self._script(
-            _ADMIT,
-            (keys.circuit, keys.slots, keys.rate),
-            lease_id,
-            "" if reserved is None else reserved,
-            0 if circuit is None else circuit.failures,
-            0 if circuit is None else round(circuit.cooldown * 1000),
-            max(lease_ms, 0 if circuit is None else round(circuit.cooldown * 1000)),
-            cap or 0,
-            lease_ms,
-            interval,
-            tolerance,
-            _FRESH_US,
-        )
+        try:
+            reply = await self._script(
+                _ADMIT,
+                (keys.circuit, keys.slots, keys.rate),
+                lease_id,
+                "" if reserved is None else reserved,
+                0 if circuit is None else circuit.failures,
+                0 if circuit is None else round(circuit.cooldown * 1000),
+                max(lease_ms, 0 if circuit is None else round(circuit.cooldown * 1000)),
+                cap or 0,
+                lease_ms,
+                interval,
+                tolerance,
+                _FRESH_US,
+            )
+        except CoordinationError:
+            raise
+        except BaseException:
+            # Cancelled while the script ran: it may have taken a slot this attempt will never use or renew.
+            # Given back at once, rather than held from the fleet until its lease runs out.
+            if cap:
+                with anyio.CancelScope(shield=True), contextlib.suppress(CoordinationError):
+                    await self._script(_SETTLE, (keys.circuit, keys.slots), lease_id, "none", 0, 0, 0)
+            raise
         if not (isinstance(reply, list) and len(reply) == 4 and all(type(part) is int for part in reply)):
             raise CoordinationError(f"the server answered the admission with {str(reply)[:80]}: it is not Redis")
         return reply[0], reply[1], reply[2], reply[3]
