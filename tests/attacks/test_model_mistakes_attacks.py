@@ -272,3 +272,58 @@ def test_a_turn_cancelled_while_a_plain_repair_function_runs_ends(anyio_backend:
         assert started.is_set()
     finally:
         release.set()
+
+
+@pytest.mark.parametrize(
+    ("first", "again"),
+    [
+        ({"n": 1}, {"n": 1.0}),
+        ({"n": 1}, '{"n": 1.0}'),
+        ({"n": 100}, '{"n": 1e2}'),
+        ('{"n": 0}', '{"n": -0.0}'),
+        ({"n": 7, "tags": [1, 2]}, '{"tags": [1.0, 2e0], "n": 7}'),
+    ],
+    ids=["float", "float-text", "exponent", "negative-zero", "nested"],
+)
+async def test_a_number_spelled_another_way_is_the_same_call_for_the_repeat_guard(
+    anyio_backend: str, first: Any, again: Any
+) -> None:
+    """Promise: "the same call (tool and canonical arguments: key order and the spelling of the JSON do not
+    matter)". The tool ran twice with the very same integer, the second call spelling it 1.0 or 1e2: the
+    model stepped past max_repeats by respelling a number."""
+    ran: list[Any] = []
+
+    @ts.tool
+    async def page(n: int, tags: list[int] | None = None) -> str:
+        """Reads a page."""
+        ran.append((n, tags))
+        return f"page {n}"
+
+    executor = ts.Executor([page])
+    limits = ts.Limits(max_repeats=1)
+    made = await executor.run([ts.ToolCall("a", "page", first)], limits=limits)
+    repeat = await executor.run([ts.ToolCall("b", "page", again)], limits=limits)
+    assert made.results[0].output is not None, made.results[0].error
+    assert repeat.results[0].error_kind == "limit_exceeded"
+    assert len(ran) == 1
+
+
+@pytest.mark.parametrize(
+    ("first", "again"),
+    [({"n": 1}, {"n": True}), ({"n": 1}, {"n": 1.5}), ({"n": 1}, {"n": "1"})],
+    ids=["bool", "fraction", "string"],
+)
+async def test_values_that_differ_are_not_repeats(anyio_backend: str, first: Any, again: Any) -> None:
+    """The other side: a bool, another number, or a string is another value, not a repeat (whatever the tool
+    then makes of it)."""
+
+    @ts.tool
+    async def any_value(n: Any) -> str:
+        """Takes anything."""
+        return repr(n)
+
+    executor = ts.Executor([any_value])
+    limits = ts.Limits(max_repeats=1)
+    await executor.run([ts.ToolCall("a", "any_value", first)], limits=limits)
+    other = await executor.run([ts.ToolCall("b", "any_value", again)], limits=limits)
+    assert other.results[0].error_kind is None, other.results[0].error
