@@ -309,12 +309,17 @@ def connected_clients_with(port: int, password: str) -> int:
         ({"connect_timeout": 1e300}, "connect_timeout"),
         ({"connect_timeout": False}, "connect_timeout"),
         ({"namespace": "two words"}, "namespace"),
+        ({"namespace": "prod{}"}, "namespace"),
+        ({"namespace": "{prod"}, "namespace"),
+        ({"namespace": "prod\x00"}, "namespace"),
         ({"on_unavailable": True}, "on_unavailable"),
     ],
 )
 def test_option_values_the_fleet_cannot_hold_are_refused_readably(kwargs: dict[str, Any], message: str) -> None:
     """Promise: "Bad options raise OptionError". A lease of 1e300 s was taken, then every call went to the
-    fallback (Redis refused the script's numbers) and the renewal thread died on its timer."""
+    fallback (Redis refused the script's numbers) and the renewal thread died on its timer. A namespace with
+    braces was taken: `prod{}` made the keys' hash tag empty, so one tool's keys no longer shared a hash slot
+    (docs/fleet.md: "keys of one tool share a hash tag")."""
     with pytest.raises(ts.OptionError, match=message):
         ts.RedisCoordination("redis://127.0.0.1:6379", **kwargs)
 

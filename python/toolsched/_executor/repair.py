@@ -40,7 +40,7 @@ REPAIR_FUNCTION_FIX = "repair_function"
 
 def _is_async(function: Any) -> bool:
     """Whether ``function`` is an ``async def`` (or an object whose ``__call__`` is one)."""
-    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(getattr(function, "__call__", None))
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(type(function).__call__)
 
 
 def _repairable(turn: Turn, plan: Plan, slot: int) -> bool:

@@ -462,8 +462,16 @@ class RedisCoordination:
         path = parts.path.strip("/")
         if path and not path.isdigit():
             raise OptionError(f"RedisCoordination(url=...) database must be a number, got {path!r}")
-        if not isinstance(namespace, str) or not namespace or any(c.isspace() for c in namespace):
-            raise OptionError(f"RedisCoordination(namespace=...) must be a non-empty word, got {namespace!r}")
+        if (
+            not isinstance(namespace, str)
+            or not namespace
+            or any(c.isspace() or c in "{}" for c in namespace)
+            or not namespace.isprintable()
+        ):
+            # Braces would change the keys' hash tag (``namespace:{tool}:...``): a tool's keys must share one.
+            raise OptionError(
+                f"RedisCoordination(namespace=...) must be a non-empty word without braces, got {namespace!r}"
+            )
         if on_unavailable not in ("local", "refuse"):
             raise OptionError(
                 f"RedisCoordination(on_unavailable=...) must be 'local' or 'refuse', got {on_unavailable!r}"
