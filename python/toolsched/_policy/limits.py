@@ -288,10 +288,18 @@ class Limits:
 
 
 def _preview(result: ToolResult) -> str:
+    """What a call returned, as a repeat of it is told (at most ``_PREVIEW_CHARS``). Any output has one: a value
+    ``repr`` cannot show (an integer past Python's 4,300 digits, a structure nested past the recursion limit,
+    a ``__repr__`` that raises) is named by its type."""
     if result.is_error:
         text = f"an error ({result.error_kind}): {result.error}"
+    elif isinstance(result.output, str):
+        text = result.output
     else:
-        text = repr(result.output) if not isinstance(result.output, str) else result.output
+        try:
+            text = repr(result.output)
+        except Exception:
+            text = f"a {type(result.output).__name__} that cannot be shown"
     return text if len(text) <= _PREVIEW_CHARS else text[:_PREVIEW_CHARS] + "…"
 
 
