@@ -375,8 +375,8 @@ def test_event_loops_that_ended_keep_no_connection_open(anyio_backend: str, tmp_
 
 def test_one_coordination_shared_by_loops_on_two_threads_keeps_the_fleet_cap(anyio_backend: str) -> None:
     """Promise: max_concurrency is one cap for every caller of the same server and namespace. One coordination
-    and one executor used from two threads, each with its own event loop: never more than the cap in flight,
-    and every call answered."""
+    and one executor used from two threads, each with its own event loop (one asyncio, one trio): never more
+    than the cap in flight, and every call answered."""
     coordination = ts.RedisCoordination(redis_url(), namespace=namespace(), on_unavailable="refuse")
     lock = threading.Lock()
     now, peak, outputs = [0], [0], []
@@ -394,7 +394,7 @@ def test_one_coordination_shared_by_loops_on_two_threads_keeps_the_fleet_cap(any
     executor = ts.Executor([shared], strategy=ts.Parallel(), coordination=coordination)
     start = threading.Barrier(2)
 
-    def agent(base: int) -> None:
+    def agent(base: int, backend: str) -> None:
         async def calls() -> None:
             calls = [ts.ToolCall(id=f"s{base + i}", name="shared", args={"n": base + i}) for i in range(6)]
             outcome = await executor.run(calls)
@@ -402,9 +402,11 @@ def test_one_coordination_shared_by_loops_on_two_threads_keeps_the_fleet_cap(any
                 outputs.extend(result.output for result in outcome.results)
 
         start.wait(30)
-        anyio.run(calls, backend=anyio_backend)
+        anyio.run(calls, backend=backend)
 
-    threads = [threading.Thread(target=agent, args=(base,)) for base in (0, 100)]
+    # One thread on this backend, the other on the other one: asyncio and trio loops side by side.
+    other = "trio" if anyio_backend == "asyncio" else "asyncio"
+    threads = [threading.Thread(target=agent, args=args) for args in ((0, anyio_backend), (100, other))]
     for thread in threads:
         thread.start()
     for thread in threads:
