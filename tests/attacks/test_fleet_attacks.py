@@ -145,6 +145,14 @@ def replying(data: bytes) -> Callable[[socket.socket], None]:
     return answer
 
 
+def closing(client: socket.socket) -> None:
+    """Accepts, reads the request and closes the connection without a word (a proxy with no backend)."""
+    try:
+        client.recv(65536)
+    finally:
+        client.close()
+
+
 def streaming(client: socket.socket) -> None:
     """Answers with a line that never ends."""
     try:
@@ -199,10 +207,13 @@ async def test_a_redis_that_accepts_and_never_answers_is_unavailable_not_a_hang(
     assert any("fleet-wide limits unavailable" in str(w.message) for w in caught)
 
 
-async def test_a_redis_restarted_between_two_calls_is_used_again_at_once(anyio_backend: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("drop", ["restart", "client-kill"])
+async def test_a_redis_that_dropped_the_idle_connection_is_used_again_at_once(
+    anyio_backend: str, drop: str, tmp_path: Path
+) -> None:
     """Promise: `"refuse"` answers calls unavailable only while Redis cannot be reached. Redis restarted between
-    two calls (the process's kept connection closed by the old server) is reachable: the next call is admitted
-    through it, with no outage reported."""
+    two calls, or dropping the process's idle connection (its `timeout` setting, a proxy, `CLIENT KILL`), is
+    reachable: the next call is admitted through it, with no outage reported."""
     port = free_port()
     server = start_server(port, tmp_path)
     events: list[object] = []
@@ -210,14 +221,18 @@ async def test_a_redis_restarted_between_two_calls_is_used_again_at_once(anyio_b
         coordination = ts.RedisCoordination(f"redis://127.0.0.1:{port}", namespace=namespace(), on_unavailable="refuse")
         executor = ts.Executor([capped_tool()], coordination=coordination, on_event=events.append)
         assert (await one(executor)).output == 1
-        stop_server(server)
-        server = start_server(port, tmp_path)
+        if drop == "restart":
+            stop_server(server)
+            server = start_server(port, tmp_path)
+        else:
+            # Every other client: the coordination's idle connection (this command's own is spared).
+            assert command(port, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes") == b":1\r\n"
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             result = await one(executor, 2)
         assert result.output == 2, result.error
         assert not [event for event in events if isinstance(event, ts.CoordinationUnavailable)]
-        # Admitted by the restarted server: its admission script was loaded there.
+        # Admitted by the server: its admission script is loaded there.
         assert command(port, "SCRIPT", "EXISTS", _sha1(_ADMIT)) == b"*1\r\n:1\r\n"
     finally:
         stop_server(server)
@@ -232,8 +247,9 @@ async def test_a_redis_restarted_between_two_calls_is_used_again_at_once(anyio_b
         replying(b"$99999999999999999999999\r\n"),
         replying(b"+OK\r\n"),
         streaming,
+        closing,
     ],
-    ids=["http", "bad-integer", "bad-array", "huge-bulk", "wrong-shape", "endless-line"],
+    ids=["http", "bad-integer", "bad-array", "huge-bulk", "wrong-shape", "endless-line", "closes"],
 )
 @pytest.mark.parametrize("on_unavailable", ["local", "refuse"])
 async def test_a_server_that_is_not_redis_is_unavailable(
