@@ -28,16 +28,20 @@ on asyncio and trio alike. It needs no package beyond anyio.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import hashlib
 import logging
 import math
+import os
 import random
 import secrets
 import socket
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -46,6 +50,7 @@ from urllib.parse import unquote, urlsplit
 import anyio
 import anyio.abc
 import anyio.lowlevel
+import sniffio
 
 from toolsched._policy.resilience import CircuitBreaker, CircuitOpen, RateLimit, Resilience, is_transient
 from toolsched._values.numeric_options import numeric_fault, shown
@@ -68,6 +73,16 @@ _WAKE_GRID = 0.004
 _MAX_BATCH = 100
 # How long a batch's replies may take before its connection is given up, in seconds.
 _REPLY_TIMEOUT = 5.0
+# The longest reply line, and the largest string or array, toolsched takes from Redis: the scripts' replies are
+# a few numbers, so a larger one comes from a server that is not Redis (read no further than this).
+_MAX_LINE = 64 * 1024
+_MAX_BULK = 1024 * 1024
+# The longest ``lease`` and ``connect_timeout`` taken, in seconds (a year): the server's numbers and the renewal
+# thread's timers hold them.
+_MOST_SECONDS = 365 * 86_400
+# The longest rate interval sent to the server, in µs (about 31 years, one call per that long is none at all in
+# practice): a longer one is sent as this, so the script's arithmetic stays in whole numbers Redis accepts.
+_MOST_INTERVAL_US = 10**15
 # How long a refused connection keeps the fleet on its fallback before Redis is tried again, in seconds.
 _RETRY_CONNECT = 1.0
 # Waits between two tries for a concurrency slot held elsewhere (seconds): from the first, doubling to the last.
@@ -82,7 +97,8 @@ _FRESH_US = 10_000
 # slot lease ms, emission interval µs, tolerance µs, freshness µs. Returns {code, wait µs or open ms, failures,
 # start µs}: code 0 admitted, 1 admitted as the circuit's probe, 2 a reservation (wait until its start, holding
 # nothing, then ask again passing the start), -1 circuit open, -2 no slot free (nothing taken; a reservation held
-# is given up). An attempt is admitted at its reservation's start or at most the freshness after it, so the
+# is given up; an attempt asking again with the lease id of a slot it holds, its first reply lost, is admitted on
+# that slot). An attempt is admitted at its reservation's start or at most the freshness after it, so the
 # admissions in any window of W µs number at most floor((W + freshness + tolerance) / interval) + 1, however late
 # the callers woke.
 _ADMIT = """
@@ -106,6 +122,10 @@ end
 local cap = tonumber(ARGV[6])
 if cap > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  if probe == 0 and redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+    redis.call('ZADD', KEYS[2], now + tonumber(ARGV[7]), ARGV[1])
+    return {0, 0, failures, now_us}
+  end
   if redis.call('ZCARD', KEYS[2]) >= cap then return {-2, 0, failures, now_us} end
 end
 local interval = tonumber(ARGV[8])
@@ -197,35 +217,46 @@ class _ReplyError(Exception):
 def _parsed(buffer: bytearray, at: int) -> tuple[Any, int]:
     """The reply that starts at ``at`` in ``buffer`` and where the next one starts; an error reply is returned
     as a ``_ReplyError`` (a pipeline's replies are each their own command's); ``_Incomplete`` when the buffer
-    ends before the reply does."""
+    ends before the reply does. A reply Redis would not send (a line past ``_MAX_LINE``, a number that is not
+    one, a string or array past ``_MAX_BULK``) raises ``CoordinationError``: the server is not Redis."""
     end = buffer.find(b"\r\n", at)
     if end < 0:
+        if len(buffer) - at > _MAX_LINE:
+            raise CoordinationError(f"the server sent a line of over {_MAX_LINE} bytes: it is not Redis")
         raise _Incomplete
     kind = buffer[at]
-    if kind == 0x3A:  # ':'
-        return int(buffer[at + 1 : end]), end + 2
-    if kind == 0x2A:  # '*'
-        count = int(buffer[at + 1 : end])
-        at = end + 2
-        if count < 0:
-            return None, at
-        items = []
-        for _ in range(count):
-            item, at = _parsed(buffer, at)
-            items.append(item)
-        return items, at
-    if kind == 0x24:  # '$'
-        size = int(buffer[at + 1 : end])
-        if size < 0:
+    if kind in (0x3A, 0x2A, 0x24):  # ':', '*', '$'
+        rest = bytes(buffer[at + 1 : end])
+        if not (rest.lstrip(b"-").isdigit() and len(rest) < 20):
+            raise CoordinationError(
+                f"the server sent a reply toolsched cannot read (is it Redis?): {bytes(buffer[at : at + 80])!r}"
+            )
+        number = int(rest)
+        if kind == 0x3A:
+            return number, end + 2
+        if number > _MAX_BULK:
+            raise CoordinationError(f"the server announced a reply of {number} bytes: it is not Redis")
+        if kind == 0x2A:
+            at = end + 2
+            if number < 0:
+                return None, at
+            items = []
+            for _ in range(number):
+                item, at = _parsed(buffer, at)
+                items.append(item)
+            return items, at
+        if number < 0:
             return None, end + 2
-        if len(buffer) < end + 4 + size:
+        if len(buffer) < end + 4 + number:
             raise _Incomplete
-        return bytes(buffer[end + 2 : end + 2 + size]), end + 4 + size
+        return bytes(buffer[end + 2 : end + 2 + number]), end + 4 + number
     if kind == 0x2B:  # '+'
-        return buffer[at + 1 : end].decode(), end + 2
+        return buffer[at + 1 : end].decode(errors="replace"), end + 2
     if kind == 0x2D:  # '-'
         return _ReplyError(buffer[at + 1 : end].decode(errors="replace")), end + 2
-    raise CoordinationError(f"Redis sent a reply toolsched cannot read: {bytes(buffer[at : at + 80])!r}")
+    raise CoordinationError(
+        f"the server sent a reply toolsched cannot read (is it Redis?): {bytes(buffer[at : at + 80])!r}"
+    )
 
 
 class _Connection:
@@ -234,28 +265,37 @@ class _Connection:
     def __init__(self, stream: anyio.abc.ByteStream) -> None:
         self.stream = stream
         self.buffer = bytearray()
+        # Whether any byte of the current request's reply arrived (a connection that failed before one did
+        # never had the request answered).
+        self.heard = False
 
-    async def request(self, *parts: str | int | bytes) -> Any:
+    async def request(self, *parts: str | int | bytes, timeout: float = math.inf) -> Any:
         """One command and its reply (an error reply raised)."""
-        (reply,) = await self.exchange(_encoded(*parts), 1)
+        (reply,) = await self.exchange(_encoded(*parts), 1, timeout)
         if isinstance(reply, _ReplyError):
             raise reply
         return reply
 
-    async def exchange(self, data: bytes, count: int) -> list[Any]:
-        """Writes ``data`` (``count`` commands) at once and returns their ``count`` replies, in order."""
+    async def exchange(self, data: bytes, count: int, timeout: float = math.inf) -> list[Any]:
+        """Writes ``data`` (``count`` commands) at once and returns their ``count`` replies, in order; each reply
+        is awaited at most ``timeout`` seconds (``TimeoutError``). ``heard``: whether any byte of them came."""
+        self.heard = False
         await self.stream.send(data)
         replies: list[Any] = []
         buffer, at = self.buffer, 0
+        deadline = anyio.current_time() + timeout
         while len(replies) < count:
             try:
                 reply, at = _parsed(buffer, at)
             except (_Incomplete, IndexError):
                 del buffer[:at]
                 at = 0
-                buffer += await self.stream.receive()
+                with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
+                    buffer += await self.stream.receive()
+                self.heard = True
                 continue
             replies.append(reply)
+            deadline = anyio.current_time() + timeout
         del buffer[:at]
         return replies
 
@@ -278,6 +318,11 @@ class _Request:
     received: float = 0.0
     error: str | None = None
     abandoned: bool = False
+
+
+def _said(exc: BaseException) -> str:
+    """An exception as text for a message: its own words, or its type when it has none."""
+    return str(exc) or type(exc).__name__
 
 
 @dataclass(slots=True)
@@ -314,9 +359,15 @@ class _Renewer:
     def hold(self, key: str, lease_id: str) -> None:
         with self.lock:
             self.held.setdefault(key, set()).add(lease_id)
-            if self.thread is None:
+            if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="toolsched-lease-renewal", daemon=True)
                 self.thread.start()
+
+    def forget(self) -> None:
+        """In a child process just forked: the parent's leases and renewal thread are not the child's."""
+        self.lock = threading.Lock()
+        self.held = {}
+        self.thread = None
 
     def release(self, key: str, lease_id: str) -> None:
         with self.lock:
@@ -357,6 +408,64 @@ class _Renewer:
             connection.close()
 
 
+# Every RedisCoordination of this process, so that a forked child starts each afresh.
+_LIVE: weakref.WeakSet[RedisCoordination] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for coordination in list(_LIVE):
+        coordination._forget()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+# How often an event loop's closer looks whether its coordination is gone, in seconds.
+_CLOSER_POLL = 30.0
+# The closers' asyncio tasks, kept until they end (asyncio holds its tasks only weakly).
+_closers: set[Any] = set()
+
+
+def _closer(owner: weakref.ref[RedisCoordination], loop: object, link: _Link) -> Callable[[], Awaitable[None]]:
+    """What closes ``link``'s idle connections when its event loop ends (or its coordination is gone)."""
+
+    async def close() -> None:
+        try:
+            while owner() is not None:  # noqa: ASYNC110 (a collected object sets no Event)
+                await anyio.sleep(_CLOSER_POLL)
+        finally:
+            coordination = owner()
+            if coordination is not None and coordination._links.get(loop) is link:
+                del coordination._links[loop]
+            idle, link.idle = link.idle, []
+            with anyio.CancelScope(shield=True):
+                for connection in idle:
+                    with contextlib.suppress(Exception):
+                        await connection.stream.aclose()
+
+    return close
+
+
+def _until_loop_ends(body: Callable[[], Awaitable[None]]) -> None:
+    """Starts ``body()`` on the current event loop in a task of no caller's (an asyncio task, a trio system task):
+    it is cancelled when the loop's run ends (``anyio.run``, ``asyncio.run``, ``trio.run``), while the loop can
+    still close sockets."""
+    context = contextvars.Context()
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        trio.lowlevel.spawn_system_task(body, context=context)
+        return
+    import asyncio
+
+    async def run() -> None:
+        await body()
+
+    task = asyncio.get_running_loop().create_task(run(), context=context)
+    _closers.add(task)
+    task.add_done_callback(_closers.discard)
+
+
 def _encoded(*parts: str | int | bytes) -> bytes:
     out = bytearray(b"*%d\r\n" % len(parts))
     for part in parts:
@@ -374,6 +483,8 @@ def _blocking_request(connection: socket.socket, *parts: str | int | bytes) -> b
         if not chunk:
             raise OSError("Redis closed the connection")
         reply += chunk
+        if len(reply) > _MAX_LINE:
+            raise OSError("the server's reply is not Redis's")
     return reply
 
 
@@ -391,6 +502,11 @@ def _failed(batch: list[_Request], error: str) -> None:
         request.error = error
         if request.done is not None:
             request.done.set()
+
+
+def _admission_reply(reply: Any) -> bool:
+    """Whether ``reply`` has the admission script's shape (four integers)."""
+    return isinstance(reply, list) and len(reply) == 4 and all(type(part) is int for part in reply)
 
 
 def _bulk(part: str | int) -> bytes:
@@ -420,7 +536,7 @@ def _commands(
     keys = (f"{base}:circuit", f"{base}:slots", f"{base}:rate")
     interval = tolerance = 0
     if rate is not None:
-        interval = max(1, round(rate.per / rate.calls * 1_000_000))
+        interval = min(_MOST_INTERVAL_US, max(1, round(rate.per / rate.calls * 1_000_000)))
         tolerance = (rate.size - 1) * interval
     failures = 0 if circuit is None else circuit.failures
     cooldown = 0 if circuit is None else round(circuit.cooldown * 1000)
@@ -443,9 +559,11 @@ class RedisCoordination:
     ``url``: ``redis://[:password@]host[:port][/db]`` (TLS is not supported). Processes with the
     same server and ``namespace`` share their tools' limits, by tool name. ``lease`` is how long a
     concurrency slot (or a circuit's probe) outlives a worker that died holding it, in seconds;
-    a process renews all the slots it holds in one round trip every third of it. ``on_unavailable``:
-    ``"local"`` falls back to per-process limits while Redis cannot be reached, ``"refuse"`` answers
-    calls ``unavailable``.
+    a process renews all the slots it holds in one round trip every third of it (at most a year).
+    ``on_unavailable``: ``"local"`` falls back to per-process limits while Redis cannot be reached
+    (refuses connections, or does not answer within ``connect_timeout`` seconds, or is not Redis),
+    ``"refuse"`` answers calls ``unavailable``. A connection Redis closed while idle (a restart) is
+    replaced at once. A forked child shares no connection or lease with its parent.
     Bad options raise ``OptionError``.
     """
 
@@ -470,14 +588,22 @@ class RedisCoordination:
         path = parts.path.strip("/")
         if path and not path.isdigit():
             raise OptionError(f"RedisCoordination(url=...) database must be a number, got {path!r}")
-        if not isinstance(namespace, str) or not namespace or any(c.isspace() for c in namespace):
-            raise OptionError(f"RedisCoordination(namespace=...) must be a non-empty word, got {namespace!r}")
+        if (
+            not isinstance(namespace, str)
+            or not namespace
+            or any(c.isspace() or c in "{}" for c in namespace)
+            or not namespace.isprintable()
+        ):
+            # Braces would change the keys' hash tag (``namespace:{tool}:...``): a tool's keys must share one.
+            raise OptionError(
+                f"RedisCoordination(namespace=...) must be a non-empty word without braces, got {namespace!r}"
+            )
         if on_unavailable not in ("local", "refuse"):
             raise OptionError(
                 f"RedisCoordination(on_unavailable=...) must be 'local' or 'refuse', got {on_unavailable!r}"
             )
         for name, value in (("lease", lease), ("connect_timeout", connect_timeout)):
-            fault = numeric_fault(value, integer=False, least=0, above=True)
+            fault = numeric_fault(value, integer=False, least=0, above=True, most=_MOST_SECONDS)
             if fault is not None:
                 raise OptionError(f"RedisCoordination({name}=...) must be {fault}, got {shown(value)}")
         self.url = url
@@ -494,6 +620,13 @@ class RedisCoordination:
         # are ``self._renewer.round_trips``.
         self.round_trips = 0
         self._renewer = _Renewer(self)
+        _LIVE.add(self)
+
+    def _forget(self) -> None:
+        """In a child process just forked: the parent's connections, leases and renewal thread stay the
+        parent's (the child opens its own; a connection shared by two processes would mix their replies)."""
+        self._links = {}
+        self._renewer.forget()
 
     def __repr__(self) -> str:
         return f"RedisCoordination({self._host}:{self._port}, namespace={self.namespace!r})"
@@ -505,16 +638,24 @@ class RedisCoordination:
         link = self._links.get(loop)
         if link is None:
             link = self._links[loop] = _Link()
+            _until_loop_ends(_closer(weakref.ref(self), loop, link))
         return link
 
     async def _connect(self) -> _Connection:
-        with anyio.fail_after(self.connect_timeout):
-            stream = await anyio.connect_tcp(self._host, self._port)
-            connection = _Connection(stream)
-            if self._password is not None:
-                await connection.request("AUTH", self._password)
-            if self._db:
-                await connection.request("SELECT", self._db)
+        stream = None
+        try:
+            with anyio.fail_after(self.connect_timeout):
+                stream = await anyio.connect_tcp(self._host, self._port)
+                connection = _Connection(stream)
+                if self._password is not None:
+                    await connection.request("AUTH", self._password)
+                if self._db:
+                    await connection.request("SELECT", self._db)
+        except BaseException:
+            if stream is not None:
+                with anyio.CancelScope(shield=True):
+                    await stream.aclose()
+            raise
         return connection
 
     def _connect_blocking(self) -> socket.socket:
@@ -612,42 +753,71 @@ class RedisCoordination:
 
     async def _exchange(self, link: _Link, batch: list[_Request]) -> None:
         """One round trip for the commands of ``batch`` its callers still wait for (a ``NOSCRIPT`` reply's
-        script is sent again by its text, in a second one), then the undos of those abandoned meanwhile."""
+        script is sent again by its text, in a second one), then the undos of those abandoned meanwhile.
+
+        Each reply is awaited at most ``connect_timeout`` (and ``_REPLY_TIMEOUT``), the whole batch at most
+        ``_REPLY_TIMEOUT``: past that, or on a reply Redis would not send, Redis counts as unreachable. A kept
+        connection closed before any byte of the replies came (Redis restarted, or dropped it while idle) is
+        replaced and the whole batch written again once (an admission asked again by the same attempt takes no
+        second slot or probe). When the batch fails after it was written, the slots its admissions may have
+        taken are given back by their lease ids."""
         batch = [request for request in batch if not request.abandoned]
         if not batch:
             return
-        try:
-            connection = link.idle.pop() if link.idle else await self._connect()
-        except (OSError, TimeoutError, _ReplyError) as exc:
-            link.down_until = anyio.current_time() + _RETRY_CONNECT
-            _failed(batch, f"cannot reach Redis at {self._host}:{self._port}: {exc}")
-            return
-        try:
-            with anyio.fail_after(_REPLY_TIMEOUT):
-                self.round_trips += 1
-                replies = await connection.exchange(b"".join(request.data for request in batch), len(batch))
-                again = [
-                    index
-                    for index, reply in enumerate(replies)
-                    if isinstance(reply, _ReplyError) and batch[index].fallback is not None and _noscript(reply)
-                ]
-                if again:
+        data = b"".join(request.data for request in batch)
+        per_reply = min(self.connect_timeout, _REPLY_TIMEOUT)
+        while True:
+            reused = bool(link.idle)
+            try:
+                connection = link.idle.pop() if link.idle else await self._connect()
+            except (OSError, TimeoutError, _ReplyError, CoordinationError) as exc:
+                link.down_until = anyio.current_time() + _RETRY_CONNECT
+                _failed(batch, f"cannot reach Redis at {self._host}:{self._port}: {_said(exc)}")
+                return
+            try:
+                with anyio.fail_after(_REPLY_TIMEOUT):
                     self.round_trips += 1
-                    data = b"".join(_fallback(batch[index]) for index in again)
-                    for index, reply in zip(again, await connection.exchange(data, len(again)), strict=True):
-                        replies[index] = reply
-        except (
-            OSError,
-            TimeoutError,
-            CoordinationError,
-            anyio.EndOfStream,
-            anyio.BrokenResourceError,
-            anyio.ClosedResourceError,
-        ) as exc:
-            with anyio.move_on_after(_REPLY_TIMEOUT):
-                await connection.stream.aclose()
-            _failed(batch, f"lost the connection to Redis at {self._host}:{self._port}: {exc}")
-            return
+                    replies = await connection.exchange(data, len(batch), per_reply)
+                    again = [
+                        index
+                        for index, reply in enumerate(replies)
+                        if isinstance(reply, _ReplyError) and batch[index].fallback is not None and _noscript(reply)
+                    ]
+                    if again:
+                        self.round_trips += 1
+                        more = b"".join(_fallback(batch[index]) for index in again)
+                        for index, reply in zip(
+                            again, await connection.exchange(more, len(again), per_reply), strict=True
+                        ):
+                            replies[index] = reply
+            except (
+                OSError,
+                TimeoutError,
+                CoordinationError,
+                anyio.EndOfStream,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+            ) as exc:
+                with anyio.move_on_after(_REPLY_TIMEOUT, shield=True):
+                    await connection.stream.aclose()
+                if reused and not connection.heard and not isinstance(exc, (TimeoutError, CoordinationError)):
+                    continue  # a kept connection Redis closed before answering: the batch again, on a new one
+                if isinstance(exc, TimeoutError):
+                    error = f"Redis at {self._host}:{self._port} did not answer within {per_reply:g} s"
+                elif isinstance(exc, CoordinationError):
+                    error = f"Redis at {self._host}:{self._port}: {_said(exc)}"
+                else:
+                    error = f"lost the connection to Redis at {self._host}:{self._port}: {_said(exc)}"
+                if isinstance(exc, (TimeoutError, CoordinationError)) or not connection.heard:
+                    # Not answering, or not Redis: tried again a moment later, not at every call.
+                    link.down_until = anyio.current_time() + _RETRY_CONNECT
+                _failed(batch, error)
+                releases = [undo for request in batch if request.undo is not None if (undo := request.undo(None))]
+                if releases:
+                    with anyio.move_on_after(self.connect_timeout):
+                        await self._exchange(link, releases)
+                return
+            break
         link.idle.append(connection)
         link.down_until = -math.inf
         if link.warned:
@@ -712,6 +882,8 @@ class RedisCoordination:
         reply = await self._send(request)
         if isinstance(reply, _ReplyError):
             raise CoordinationError(f"Redis refused a script: {reply}")
+        if not _admission_reply(reply):
+            raise CoordinationError(f"the server answered the admission with {str(reply)[:80]}: it is not Redis")
         code, amount = int(reply[0]), int(reply[1])
         if code == 2:
             # A reservation: the wait left, counted from when its reply was read, and rounded up to the
@@ -722,7 +894,12 @@ class RedisCoordination:
         return code, amount, int(reply[2]), int(reply[3])
 
     def _undo_admission(self, tool: Tool, lease_id: str, reply: Any) -> _Request | None:
-        """The command giving back what an admission took (its slot, its probe), from its reply."""
+        """The command giving back what an admission took (its slot, its probe), from its reply; with no
+        reply (its batch failed after it was written), the slot it may have taken, by its lease id."""
+        if reply is None:
+            return self._settle_request(tool, lease_id, "none", False) if lease_id else None
+        if not _admission_reply(reply):
+            return None
         code = int(reply[0])
         if code not in (0, 1) or (code == 0 and not lease_id):
             return None
