@@ -8,8 +8,8 @@ server start their own with the same binary.
 
 from __future__ import annotations
 
-import multiprocessing
 import math
+import multiprocessing
 import os
 import signal
 import socket
@@ -543,9 +543,10 @@ async def test_an_attempt_cancelled_while_redis_admits_it_gives_its_slot_back(
     10 s lease."""
     url, space = redis_url(), namespace()
     original = _Connection.exchange
+    stalled = anyio.Event()
 
-    async def reply_lost(self: _Connection, data: bytes, count: int, timeout: float = math.inf) -> Any:
-        replies = await original(self, data, count, timeout)
+    async def reply_lost(self: _Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
+        replies = await original(self, data, count, per_reply)
         if (_sha1(_ADMIT).encode() in data or _ADMIT.encode() in data) and not stalled.is_set():
             stalled.set()
             await anyio.sleep_forever()  # the script ran; its reply is never read
@@ -553,7 +554,7 @@ async def test_an_attempt_cancelled_while_redis_admits_it_gives_its_slot_back(
 
     monkeypatch.setattr(_Connection, "exchange", reply_lost)
     cancelled = ts.Executor([capped_tool(cap=1)], coordination=ts.RedisCoordination(url, namespace=space))
-    with anyio.move_on_after(0.3) as scope:
+    with anyio.move_on_after(0.3):
         await one(cancelled)
     # The batch writer is shielded (the others of its batch get their replies); its reply timeout ends it.
     assert stalled.is_set()

@@ -269,21 +269,21 @@ class _Connection:
         # never had the request answered).
         self.heard = False
 
-    async def request(self, *parts: str | int | bytes, timeout: float = math.inf) -> Any:
+    async def request(self, *parts: str | int | bytes, per_reply: float = math.inf) -> Any:
         """One command and its reply (an error reply raised)."""
-        (reply,) = await self.exchange(_encoded(*parts), 1, timeout)
+        (reply,) = await self.exchange(_encoded(*parts), 1, per_reply)
         if isinstance(reply, _ReplyError):
             raise reply
         return reply
 
-    async def exchange(self, data: bytes, count: int, timeout: float = math.inf) -> list[Any]:
+    async def exchange(self, data: bytes, count: int, per_reply: float = math.inf) -> list[Any]:
         """Writes ``data`` (``count`` commands) at once and returns their ``count`` replies, in order; each reply
-        is awaited at most ``timeout`` seconds (``TimeoutError``). ``heard``: whether any byte of them came."""
+        is awaited at most ``per_reply`` seconds (``TimeoutError``). ``heard``: whether any byte of them came."""
         self.heard = False
         await self.stream.send(data)
         replies: list[Any] = []
         buffer, at = self.buffer, 0
-        deadline = anyio.current_time() + timeout
+        deadline = anyio.current_time() + per_reply
         while len(replies) < count:
             try:
                 reply, at = _parsed(buffer, at)
@@ -295,7 +295,7 @@ class _Connection:
                 self.heard = True
                 continue
             replies.append(reply)
-            deadline = anyio.current_time() + timeout
+            deadline = anyio.current_time() + per_reply
         del buffer[:at]
         return replies
 
