@@ -161,3 +161,22 @@ async def test_a_cancelled_batch_leader_does_not_strand_the_others(anyio_backend
 async def cancellable_get(scope: anyio.CancelScope, coordination: ts.RedisCoordination, key: str) -> None:
     with scope:
         await coordination._call("GET", key)
+
+
+async def test_an_admission_sent_again_takes_no_second_slot(anyio_backend: str) -> None:
+    """A batch re-sent on a new connection (its kept one closed before any reply byte, though Redis may have run
+    it) asks again with the same lease id: the attempt is admitted on the slot it holds, not given a second one
+    nor refused by its own."""
+
+    @ts.tool(name="once", max_concurrency=1)
+    async def once() -> None:
+        return None
+
+    space = namespace()
+    coordination = ts.RedisCoordination(redis_url(), namespace=space)
+    first = await coordination._admit(once, "lease-a", None)
+    again = await coordination._admit(once, "lease-a", None)
+    assert (first[0], again[0]) == (0, 0)
+    assert await coordination._call("ZCARD", f"{space}:{{once}}:slots") == 1
+    # The fleet's one slot is taken: another attempt waits for it.
+    assert (await coordination._admit(once, "lease-b", None))[0] == -2
