@@ -79,7 +79,8 @@ async def main_async(runs: int, calls: int, sleep: float, kinds: bool) -> None:
         finally:
             gc.callbacks.remove(walks)
         cells = [
-            f"gen{generation} {int(count)} x, {walked / total:.1f} objects, {refs / total:.1f} refs, {cpu / total * 1e6:.1f} µs"
+            f"gen{generation} {int(count)} x, {walked / total:.1f} objects, {refs / total:.1f} refs, "
+            f"{cpu / total * 1e6:.1f} µs"
             for generation, (count, walked, refs, cpu) in sorted(walks.per_generation.items())
         ]
         print(f"{lane.name:17s} " + " | ".join(cells))

@@ -15,10 +15,10 @@ anyio version does not have it, each worker runs inside a ``CancelScope`` of its
 stopped through it. On other event loops (trio) it is an anyio task group.
 
 A worker is a coroutine of its own that tells the group how it ended (``start`` and ``ended``: the
-pool's workers are); ``start_soon`` wraps any work in such a coroutine. ``start_task`` needs none: the
-task runs the work itself and tells the group from a done callback (the calls of an executor's batch). A worker that waits is alive
-the whole time its call waits, so each object less per worker is one less for the cyclic collector to
-walk at every pass while thousands of calls wait.
+pool's workers are); ``start_soon`` wraps any work in such a coroutine. ``start_task`` needs none:
+the task runs the work itself and tells the group from a done callback (an executor's batch's calls).
+A worker that waits is alive the whole time its call waits, so each object less per worker is one
+less for the cyclic collector to walk at every pass while thousands of calls wait.
 
 What it keeps of a task group: the entering task waits for every worker; a worker that raises
 cancels the entering task's body and the other workers, and its exception is raised from the
