@@ -15,10 +15,9 @@ anyio version does not have it, each worker runs inside a ``CancelScope`` of its
 stopped through it. On other event loops (trio) it is an anyio task group.
 
 A worker is a coroutine of its own that tells the group how it ended (``start`` and ``ended``: the
-pool's workers are); ``start_soon`` wraps any work in such a coroutine. ``start_task`` needs none:
-the task runs the work itself and tells the group from a done callback (an executor's batch's calls).
-A worker that waits is alive the whole time its call waits, so each object less per worker is one
-less for the cyclic collector to walk at every pass while thousands of calls wait.
+pool's workers are); ``start_soon`` wraps any work in such a coroutine. A worker that waits is alive
+the whole time its call waits, so each object less per worker is one less for the cyclic collector to
+walk at every pass while thousands of calls wait.
 
 What it keeps of a task group: the entering task waits for every worker; a worker that raises
 cancels the entering task's body and the other workers, and its exception is raised from the
@@ -35,7 +34,6 @@ entering task inside a shielded section (a call that must finish) passes it on o
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import math
 from asyncio import events
 from collections.abc import Callable, Coroutine
@@ -58,10 +56,6 @@ __all__ = [
     "running_task",
     "take_back",
 ]
-
-# The context the done callbacks of ``WorkerGroup.start_task`` run in (none of them reads a context variable):
-# shared, rather than a copy of the current context made for each.
-_CALLBACKS = contextvars.Context()
 
 # The workers a group has asked to stop (each leaves the set when it ends).
 _STOPPED: set[asyncio.Task[Any]] = set()
@@ -201,8 +195,6 @@ class WorkerGroup:
         "_group",
         "_host",
         "_host_cancels",
-        "_on_done",
-        "_reporting",
         "_scope",
         "_stopping",
         "_waiting",
@@ -233,11 +225,6 @@ class WorkerGroup:
         self._errors: list[BaseException] | None = None
         # Set while the entering task waits for the last workers to end.
         self._waiting: asyncio.Future[None] | None = None
-        # Set once a worker tells how it ended from its task's done callback (``start_task``), and that
-        # callback (``_finished``, bound once for all the group's tasks while any runs: one object a group
-        # rather than one a worker).
-        self._reporting = False
-        self._on_done: Callable[[asyncio.Task[Any]], None] | None = None
 
     async def __aenter__(self) -> WorkerGroup:
         if self.enter():
@@ -327,46 +314,6 @@ class WorkerGroup:
         if self._stopping:
             self._deliver()
 
-    def start_task(self, work: Coroutine[Any, Any, None]) -> None:
-        """Starts ``work`` in a task of the group that tells the group how it ended from a done callback, with
-        no coroutine of its own around ``work`` (one object less per waiting worker for the cyclic collector
-        to walk). asyncio raises a ``KeyboardInterrupt`` or ``SystemExit`` out of the event loop, past any done
-        callback: ``work`` hands those to ``absorb`` instead of raising them. Where workers need more than a
-        plain task (trio, or no record of task scopes), ``work`` is wrapped as ``start_soon`` wraps it."""
-        loop = self.loop
-        if self._group is not None or _TASK_STATES is None or loop is None:
-            self.start(self._run(lambda: work))
-            return
-        task = loop.create_task(work)
-        on_done = self._on_done
-        if on_done is None:
-            on_done = self._on_done = self._finished
-        task.add_done_callback(on_done, context=_CALLBACKS)
-        self._reporting = True
-        if self._workers is None:
-            self._workers = {}
-        self._workers[task] = None
-        if self._stopping:
-            self._deliver()
-
-    def _finished(self, task: asyncio.Task[Any]) -> None:
-        """A task of ``start_task`` is done: the group learns how it ended (unless it learnt it already)."""
-        workers = self._workers
-        if workers is None or task not in workers:
-            return
-        self._end(task, asyncio.CancelledError() if task.cancelled() else task.exception())
-
-    def absorb(self, error: BaseException) -> bool:
-        """Whether the running task is a worker of ``start_task`` and takes ``error`` (a ``KeyboardInterrupt``
-        or ``SystemExit`` it would raise) as its end: the group raises it, the task ends without it."""
-        if not self._reporting or not self._workers:
-            return False
-        task = running_task(self.loop)
-        if task is None or task not in self._workers:
-            return False
-        self._end(task, error)
-        return True
-
     async def _run(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
         try:
             await work()
@@ -383,24 +330,16 @@ class WorkerGroup:
             if error is not None:
                 raise error
             return
-        # ``asyncio.current_task``, without its Python frame (once per worker).
-        self._end(running_task(self.loop), error)
-
-    def _end(self, task: asyncio.Task[Any] | None, error: BaseException | None) -> None:
-        """``task``, a worker, ended (with ``error`` if it raised): ``ended`` on asyncio."""
-        workers = self._workers
-        assert workers is not None
-        if task is not None:
-            # Dropped first: stopping the group looks for workers whose tasks are done.
-            workers.pop(task, None)
-            _STOPPED.discard(task)
         if error is not None:
             if not isinstance(error, asyncio.CancelledError):
                 self._fail(error)
             self._cancel()
-        if not workers:
-            # No task holds the bound callback any more: nor does the group (no cycle left for the collector).
-            self._on_done = None
+        workers = self._workers
+        assert workers is not None
+        task = running_task(self.loop)  # ``asyncio.current_task``, without its Python frame (once per worker)
+        if task is not None:
+            workers.pop(task, None)
+            _STOPPED.discard(task)
         self._wake_if_none_left()
 
     def _fail(self, error: BaseException) -> None:
@@ -453,10 +392,6 @@ class WorkerGroup:
         if not workers:
             return True
         for task in [task for task in workers if task.done()]:
-            if self._reporting:
-                # Its done callback has not run yet: the group learns how it ended now.
-                self._finished(task)
-                continue
             del workers[task]
             _STOPPED.discard(task)
         self._wake_if_none_left()

@@ -84,13 +84,16 @@ async def answer_unstarted(
 async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
     """One admitted call to its result: input guardrails, execute, output guardrails, post hooks, shape, record.
 
-    In a worker of its pool's ``start_each`` (a task that tells its group how it ended from a done callback),
-    it begins only if the run is not being stopped by then, and hands a ``KeyboardInterrupt`` or ``SystemExit``
-    to the group rather than raise it out of the event loop."""
+    As a task's whole coroutine (its pool's ``start_each``: no coroutine of the pool around it), it is the
+    worker: it begins only if the run is not being stopped by then, and its last act is to tell the pool's
+    group how it ended (``WorkerGroup.ended``), as ``_Pool.take_one`` does for other work."""
     pool = turn.pool
-    if concurrent and pool is not None and pool.each and pool.group.cancelled():
+    worker = concurrent and pool is not None and pool.each
+    if worker and pool.group.cancelled():
         # Left to the run's end unstarted, as a worker between two items leaves the next.
+        pool.group.ended(None)
         return
+    told = False
     try:
         tool = job.tool
         call = job.call
@@ -304,10 +307,14 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
         if emit is not None and emit.pending:
             await emit.flush()
 
-    except (KeyboardInterrupt, SystemExit) as exc:
-        pool = turn.pool
-        if pool is None or not pool.group.absorb(exc):
+    except BaseException as exc:
+        if not worker:
             raise
+        told = True
+        pool.group.ended(exc)
+    finally:
+        if worker and not told:
+            pool.group.ended(None)
 
 
 async def hand_out(job: Job, batch: int, turn: Turn) -> None:

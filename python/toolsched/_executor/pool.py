@@ -71,9 +71,9 @@ def run_pool(
     item waits for a free slot before it works again, so that at most ``concurrency`` items
     work at once.
 
-    ``whole_task``: ``work`` may run as a task's whole coroutine (``_Pool.start_each``): it returns at once
-    when the pool's group is stopping by the time it begins, and hands a ``KeyboardInterrupt`` or
-    ``SystemExit`` to the group (``WorkerGroup.absorb``) rather than raise it; needs ``slack``.
+    ``whole_task``: ``work`` may run as a task's whole coroutine (``_Pool.start_each``, needs ``slack``):
+    then, once ``slack.pool.each`` is set, it is a worker of the pool's group as ``_Pool.take_one`` is: it
+    does not begin when the group is stopping by then, and its last act is ``group.ended``.
     """
     return _run_pool(ready, concurrency, work, slack, whole_task and slack is not None)
 
@@ -244,17 +244,14 @@ class _Pool:
         take the next item when theirs ends: fewer instructions per call for runs whose calls all wait
         (``python benches/instructions.py N TURNS [--runs 100] --wait``; the counts are in docs/performance.md).
 
-        ``whole_task`` (``run_pool``'s): each task runs ``work(item)`` itself and tells the group how it ended from
-        a done callback (``WorkerGroup.start_task``), with no coroutine of the pool's around it (one object less
-        per waiting call for the cyclic collector to walk). ``work`` then returns at once, leaving its item
-        unstarted, when the run is being stopped by the time it begins (``group.cancelled()``, as
-        ``take_one`` asks), and hands a ``KeyboardInterrupt`` or ``SystemExit`` to ``group.absorb``
-        (``execute`` does both for a pool whose ``each`` is set)."""
+        ``whole_task`` (``run_pool``'s): each task runs ``work(item)`` itself, with no coroutine of the pool's
+        around it (one object and one frame less per waiting call); ``work`` is then the worker ``take_one``
+        would be (``execute`` is, for a pool whose ``each`` is set)."""
         items = self.items
         group = self.group
         if whole_task:
             work = self.work
-            start = group.start_task
+            start = group.start
             self.each = True
             for index in range(position, len(items)):
                 start(work(items[index]))
