@@ -41,7 +41,7 @@ Needs ``openai-agents`` (``pip install 'toolsched[agents]'``).
 from __future__ import annotations
 
 import contextvars
-import copy
+import dataclasses
 import functools
 import inspect
 import json
@@ -352,8 +352,9 @@ def scheduled(
 ) -> Agent[Any]:
     """A copy of ``agent`` whose function tools run through toolsched; the original is unchanged.
 
-    Each SDK function tool of the copy is a copy of the agent's (same fields, same order), whose
-    invocation goes through the executor. ``tools`` replaces SDK tools of the same name with toolsched
+    Each SDK function tool of the copy is a copy of the agent's (same order), whose invocation goes
+    through the executor; its other fields are read from the agent's tool when the SDK reads them (a
+    change made to that tool later applies to the copy too), but for a field set on the copy itself. ``tools`` replaces SDK tools of the same name with toolsched
     tools (for example ``from_function_tool(search, concurrency_safe=True)``) or adds new ones.
     ``strict`` sets every function tool's strict mode (None keeps each tool's own). ``executor_options``
     go to ``ts.Executor``; the executor is the copy's ``toolsched_executor`` attribute. A scheduled
@@ -458,7 +459,7 @@ def _scheduled_copy(
     """
     sdk_invoker = _sdk_invoker(tool)
     invoke = _scheduled_invoker(executor, member, gates, sdk_invoker)
-    made = copy.copy(tool)
+    made = _live_copy(tool)
     invoker: Any
     if isinstance(sdk_invoker, _sdk.FailureHandlingInvoker):
         invoker = _sdk.like_invoker(invoke, sdk_invoker, made)
@@ -470,7 +471,71 @@ def _scheduled_copy(
     made.on_invoke_tool = invoker
     if strict is not None and strict != made.strict_json_schema:
         made.strict_json_schema = strict
-        FunctionTool.__post_init__(made)  # type: ignore[no-untyped-call]  # the SDK's normalization (strict schema)
+        if strict:  # the SDK's normalization of a strict tool's schema
+            made.params_json_schema = _sdk.strict_schema(tool.params_json_schema)
+    return made
+
+
+# The tool a live copy reads what it does not hold itself (in the copy's ``__dict__``).
+_LIVE_SOURCE = "_toolsched_live_source"
+_LIVE_CLASSES: dict[type, type] = {}
+
+
+def _live_field(name: str) -> property:
+    """A dataclass field of a live copy: the copy's own value once set on it, else the source tool's."""
+
+    def read(self: Any) -> Any:
+        own = self.__dict__
+        if name in own:
+            return own[name]
+        if _LIVE_SOURCE not in own:
+            raise AttributeError(name)
+        return getattr(own[_LIVE_SOURCE], name)
+
+    def write(self: Any, value: Any) -> None:
+        self.__dict__[name] = value
+
+    def forget(self: Any) -> None:
+        self.__dict__.pop(name, None)
+
+    return property(read, write, forget)
+
+
+def _live_class(kind: type) -> type:
+    """The class of live copies of ``kind`` tools: a subclass of it whose fields read through."""
+    made = _LIVE_CLASSES.get(kind)
+    if made is None:
+        namespace: dict[str, Any] = {
+            item.name: _live_field(item.name) for item in dataclasses.fields(kind) if item.name != "on_invoke_tool"
+        }
+
+        def __getattr__(self: Any, name: str) -> Any:
+            # Any other attribute the copy does not hold itself: the source tool's.
+            source = self.__dict__.get(_LIVE_SOURCE)
+            if source is None:
+                raise AttributeError(name)
+            return getattr(source, name)
+
+        namespace.update(
+            __getattr__=__getattr__,
+            __module__=kind.__module__,
+            __qualname__=kind.__qualname__,
+            __doc__=kind.__doc__,
+        )
+        made = _LIVE_CLASSES[kind] = type(kind.__name__, (kind,), namespace)
+    return made
+
+
+def _live_copy(tool: FunctionTool) -> FunctionTool:
+    """A copy of ``tool`` that reads its fields (and any other attribute) from ``tool`` as they are when
+    read, but for what is set on the copy itself; setting one on the copy leaves ``tool`` unchanged.
+
+    The SDK reads a tool's fields (``needs_approval``, ``is_enabled``, ``allowed_callers``...) on every run
+    and call, and a change made to the agent's tool after it was built applies from then on: the change
+    made to the tool given to ``scheduled`` applies to its copy alike.
+    """
+    made: FunctionTool = object.__new__(_live_class(type(tool)))
+    made.__dict__[_LIVE_SOURCE] = tool
     return made
 
 
