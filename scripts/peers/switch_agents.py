@@ -69,7 +69,10 @@ def _built_by_sdk() -> bool:
 
 def _made_entry(tool: Any) -> tuple[FunctionTool, FunctionTool, Any] | None:
     entry = _made.get(id(tool))
-    return (tool, entry[1], entry[2]) if entry is not None and entry[0]() is tool else None
+    if entry is None:
+        return None
+    made = entry[0]()
+    return (made, entry[1], entry[2]) if made is not None and made is tool else None
 
 
 def _remember(tool: FunctionTool, source: FunctionTool, executor: Any) -> None:
