@@ -46,6 +46,7 @@ import functools
 import inspect
 import json
 import logging
+import operator
 import re
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -354,8 +355,9 @@ def scheduled(
 
     Each SDK function tool of the copy is a copy of the agent's (same order), whose invocation goes
     through the executor; its other fields are read from the agent's tool when the SDK reads them (a
-    change made to that tool later applies to the copy too), but for a field set on the copy itself. ``tools`` replaces SDK tools of the same name with toolsched
-    tools (for example ``from_function_tool(search, concurrency_safe=True)``) or adds new ones.
+    change made to that tool later applies to the copy too), but for a field set on the copy itself.
+    ``tools`` replaces SDK tools of the same name with toolsched tools (for example
+    ``from_function_tool(search, concurrency_safe=True)``) or adds new ones.
     ``strict`` sets every function tool's strict mode (None keeps each tool's own). ``executor_options``
     go to ``ts.Executor``; the executor is the copy's ``toolsched_executor`` attribute. A scheduled
     agent's tools given to ``scheduled`` again are scheduled afresh from their SDK tools.
@@ -476,29 +478,48 @@ def _scheduled_copy(
     return made
 
 
-# The tool a live copy reads what it does not hold itself (in the copy's ``__dict__``).
+# Where a live copy reads its fields: the tool it copies, or a ``_Layer`` of what was set on the copy over it.
 _LIVE_SOURCE = "_toolsched_live_source"
+_LAYER_BASE = "_toolsched_layer_base"
 _LIVE_CLASSES: dict[type, type] = {}
 
 
-def _live_field(name: str) -> property:
-    """A dataclass field of a live copy: the copy's own value once set on it, else the source tool's."""
+class _Layer:
+    """The fields set on a live copy (its attributes), over the tool it reads the others from. Never changed
+    once made: a write makes a new layer, so copies of the copy that share this one keep what they saw."""
 
-    def read(self: Any) -> Any:
-        own = self.__dict__
-        if name in own:
-            return own[name]
-        if _LIVE_SOURCE not in own:
+    def __init__(self, base: Any, values: Mapping[str, Any]) -> None:
+        self.__dict__.update(values)
+        self.__dict__[_LAYER_BASE] = base
+
+    def __getattr__(self, name: str) -> Any:
+        base = self.__dict__.get(_LAYER_BASE)
+        if base is None:
             raise AttributeError(name)
-        return getattr(own[_LIVE_SOURCE], name)
+        return getattr(base, name)
+
+    def changed(self, name: str, value: Any = _MISSING) -> _Layer:
+        values = {key: item for key, item in self.__dict__.items() if key != _LAYER_BASE and key != name}
+        if value is not _MISSING:
+            values[name] = value
+        return _Layer(self.__dict__.get(_LAYER_BASE), values)
+
+
+def _live_field(name: str) -> property:
+    """A dataclass field of a live copy: read from its source (a C-level attribute path: the SDK reads a
+    tool's fields about a hundred times a call); set on the copy, it goes to a new layer over the source."""
 
     def write(self: Any, value: Any) -> None:
-        self.__dict__[name] = value
+        source = self.__dict__.get(_LIVE_SOURCE)
+        layer = source if isinstance(source, _Layer) else _Layer(source, {})
+        self.__dict__[_LIVE_SOURCE] = layer.changed(name, value)
 
     def forget(self: Any) -> None:
-        self.__dict__.pop(name, None)
+        source = self.__dict__.get(_LIVE_SOURCE)
+        if isinstance(source, _Layer) and name in source.__dict__:
+            self.__dict__[_LIVE_SOURCE] = source.changed(name)
 
-    return property(read, write, forget)
+    return property(operator.attrgetter(f"{_LIVE_SOURCE}.{name}"), write, forget)
 
 
 def _live_class(kind: type) -> type:
