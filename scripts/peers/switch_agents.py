@@ -19,6 +19,7 @@ import dataclasses
 import os
 import sys
 import threading
+import weakref
 from typing import Any
 
 import agents
@@ -30,8 +31,10 @@ from toolsched.integrations.agents import scheduled
 
 __all__: list[str] = []
 
-# Each function tool ``scheduled`` made, by id: (that tool, the SDK tool it stands for, its executor).
-_made: dict[int, tuple[FunctionTool, FunctionTool, Any]] = {}
+# Each function tool ``scheduled`` made and still alive, by id: (a weak reference to that tool, the SDK tool
+# it stands for, its executor). Weak: the entry goes with the tool, so the suite's heap does not keep every
+# agent's tools and executor to its end (a full run's garbage collections grew slower test after test).
+_made: dict[int, tuple[weakref.ref[FunctionTool], FunctionTool, Any]] = {}
 _local = threading.local()
 
 
@@ -66,7 +69,21 @@ def _built_by_sdk() -> bool:
 
 def _made_entry(tool: Any) -> tuple[FunctionTool, FunctionTool, Any] | None:
     entry = _made.get(id(tool))
-    return entry if entry is not None and entry[0] is tool else None
+    if entry is None:
+        return None
+    made = entry[0]()
+    return (made, entry[1], entry[2]) if made is not None and made is tool else None
+
+
+def _remember(tool: FunctionTool, source: FunctionTool, executor: Any) -> None:
+    key = id(tool)
+
+    def forget(reference: weakref.ref[FunctionTool]) -> None:
+        entry = _made.get(key)
+        if entry is not None and entry[0] is reference:
+            del _made[key]
+
+    _made[key] = (weakref.ref(tool, forget), source, executor)
 
 
 def _switched_copy(agent: Agent[Any], tools: list[Any]) -> Agent[Any] | None:
@@ -87,7 +104,7 @@ def _switched_copy(agent: Agent[Any], tools: list[Any]) -> Agent[Any] | None:
     by_name = {item.name: item for item in originals if isinstance(item, FunctionTool)}
     for item in copy.tools:
         if isinstance(item, FunctionTool) and item.name in by_name and item is not by_name[item.name]:
-            _made[id(item)] = (item, by_name[item.name], executor)
+            _remember(item, by_name[item.name], executor)
     return copy
 
 

@@ -188,3 +188,76 @@ async def test_runs_sharing_a_limits_with_the_same_call_ids_are_each_told_their_
         assert again.results[0].error_kind == "limit_exceeded"
         assert (again.results[0].error or "").endswith(f"it returned: {query} is a language")
     assert limits.calls == 2
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+class _Unshowable:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+OUTPUTS: dict[str, Any] = {
+    "huge-int": 10**5000,
+    "nested": _nested(5000),
+}
+
+
+@pytest.mark.parametrize("kind", list(OUTPUTS))
+async def test_a_repeat_of_a_call_whose_output_repr_cannot_show_is_answered(kind: str) -> None:
+    # A calculator's factorial(2000) has 5,736 digits, past what Python turns into text: with a Limits, the
+    # run raised ValueError (RecursionError for a deeply nested value) while noting what the call returned, and
+    # every result of the turn was lost. The output is the tool's; the repeat is told its type.
+    @ts.tool
+    async def compute(what: str) -> Any:
+        """Computes."""
+        return OUTPUTS[what]
+
+    executor = ts.Executor([compute])
+    limits = ts.Limits(max_repeats=1)
+    first = await executor.run([ts.ToolCall("a", "compute", {"what": kind})], limits=limits)
+    again = await executor.run([ts.ToolCall("b", "compute", {"what": kind})], limits=limits)
+    assert first.results[0].output is OUTPUTS[kind]
+    assert again.results[0].error_kind == "limit_exceeded"
+    assert "that cannot be shown" in (again.results[0].error or "")
+
+
+@pytest.mark.parametrize("output", [10**5000, _nested(5000), _Unshowable()], ids=["huge-int", "nested", "repr-raises"])
+async def test_an_external_answer_repr_cannot_show_resumes(output: Any) -> None:
+    # The same, for an external call answered on the state: resume raised instead of delivering the answer.
+    executor = ts.Executor([confirm])
+    outcome = await executor.run([ts.ToolCall("c1", "confirm", {"order": "A-1"})])
+    state = outcome.state
+    assert state is not None
+    state.complete("c1", output=output)
+    resumed = await executor.resume(state)
+    (result,) = resumed.results
+    if isinstance(output, _Unshowable):
+        # Shaped as a tool body's output would be: its text cannot be made.
+        assert result.error_kind == "execution_error" and "could not be shaped" in (result.error or "")
+    else:
+        assert result.output is output
+
+
+def test_approved_arguments_nested_past_the_recursion_limit_are_refused_readably() -> None:
+    # approve(args=...) raises OptionError for arguments that are not JSON; nested past the recursion limit
+    # they raised RecursionError.
+    @ts.tool(needs_approval=True)
+    async def deploy(target: Any) -> str:
+        """Deploys."""
+        return "deployed"
+
+    async def main() -> ts.RunState:
+        outcome = await ts.Executor([deploy]).run([ts.ToolCall("c1", "deploy", {"target": "prod"})])
+        assert outcome.state is not None
+        return outcome.state
+
+    state = anyio.run(main)
+    with pytest.raises(ts.OptionError, match="must be JSON"):
+        state.approve("c1", args={"target": _nested(5000)})
+    state.approve("c1", args={"target": "staging"})

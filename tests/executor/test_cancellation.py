@@ -213,6 +213,52 @@ async def test_the_run_s_own_cancellation_still_propagates(anyio_backend: str) -
     assert ran == []
 
 
+async def test_calls_left_unstarted_when_the_run_is_cancelled_as_the_first_waits() -> None:
+    # The first call cancels the scope around the run, then waits: the calls left, each in a task of its own
+    # by then, never start.
+    entered: list[int] = []
+
+    @ts.tool(concurrency_safe=True)
+    async def call(n: int) -> int:
+        entered.append(n)
+        if n == 0:
+            scope.cancel()
+        await anyio.sleep(0.01)
+        return n
+
+    executor = ts.Executor([call])
+    with anyio.CancelScope() as scope:
+        await executor.run([ts.ToolCall(f"c{n}", "call", {"n": n}) for n in range(4)])
+    assert scope.cancelled_caught
+    assert entered == [0]
+
+
+@pytest.mark.parametrize("stopping", [KeyboardInterrupt, SystemExit])
+async def test_a_process_level_exception_from_a_waiting_call_in_its_own_task_is_raised_by_the_run(
+    stopping: type[BaseException],
+) -> None:
+    # Every call of the batch waits: each after the first runs in a task of its own. The exception is the
+    # run's (raised where ``run`` is awaited, the event loop going on), not one the event loop raises.
+    entered: list[int] = []
+
+    @ts.tool(concurrency_safe=True)
+    async def call(n: int) -> int:
+        entered.append(n)
+        await anyio.sleep(0.01 if n == 2 else 0.5)
+        if n == 2:
+            raise stopping("stop")
+        return n
+
+    executor = ts.Executor([call])
+    with anyio.fail_after(5):
+        with pytest.raises(stopping) as caught:
+            await executor.run([ts.ToolCall(f"c{n}", "call", {"n": n}) for n in range(4)])
+        assert not isinstance(caught.value, BaseExceptionGroup)
+        assert sorted(entered) == [0, 1, 2, 3]
+        outcome = await executor.run([ts.ToolCall("again", "call", {"n": 5})])
+    assert outcome.results[0].output == 5
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=strategy_id)
 @pytest.mark.parametrize("stopping", [KeyboardInterrupt, SystemExit, GeneratorExit])
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

@@ -265,3 +265,25 @@ def test_bad_arguments_are_refused_by_name() -> None:
         from_function_tool(lambda: None)  # type: ignore[arg-type]
     with pytest.raises(ts.OptionError, match=r"tools\[0\] must be a toolsched tool"):
         scheduled(Agent(name="a"), tools=["read_file"])  # type: ignore[list-item]
+
+
+def test_strict_sets_the_copies_strict_mode_and_schema_as_the_sdk_normalizes_them() -> None:
+    @function_tool(strict_mode=False)
+    def lookup(query: str, limit: int = 5) -> str:
+        """Look something up."""
+        return query
+
+    loose_schema = json.loads(json.dumps(lookup.params_json_schema))
+    agent = scheduled(Agent(name="a", tools=[lookup]), strict=True)
+    (copied,) = agent.tools
+    assert copied.strict_json_schema is True
+    assert copied.params_json_schema["additionalProperties"] is False
+    assert sorted(copied.params_json_schema["required"]) == ["limit", "query"]
+    # The original keeps its own mode and schema.
+    assert lookup.strict_json_schema is False
+    assert lookup.params_json_schema == loose_schema
+    # strict=False on a strict tool: the copy is not strict; its schema is the tool's.
+    strict_tool = function_tool(lambda query: query, name_override="find")
+    (unstrict,) = scheduled(Agent(name="b", tools=[strict_tool]), strict=False).tools
+    assert (unstrict.strict_json_schema, strict_tool.strict_json_schema) == (False, True)
+    assert unstrict.params_json_schema == strict_tool.params_json_schema

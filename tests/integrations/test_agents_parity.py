@@ -17,7 +17,16 @@ from typing import Any
 
 import anyio
 import pytest
-from agents import Agent, FunctionTool, RunConfig, Runner, RunResult, function_tool
+from agents import (
+    Agent,
+    FunctionTool,
+    ModelBehaviorError,
+    RunConfig,
+    RunContextWrapper,
+    Runner,
+    RunResult,
+    function_tool,
+)
 from agents.items import ToolCallOutputItem
 from scripted_models import ScriptedAgentModel, final_message, function_call
 
@@ -674,7 +683,6 @@ async def test_context_variables_a_tool_sets_reach_its_output_guardrails_and_hoo
 
 
 async def test_a_tool_is_handed_the_context_its_first_parameter_asks_for_as_in_the_sdk() -> None:
-    from agents import RunContextWrapper
     from agents.tool_context import ToolContext as SdkToolContext
 
     async def asks_tool_context(context: SdkToolContext[Any], arguments: str) -> str:
@@ -735,3 +743,63 @@ async def test_a_scheduled_tool_does_not_have_its_context_annotation_read_on_eve
         readings.clear()
     # The SDK reads a function_tool's annotation for each call; a scheduled copy's choice was read once.
     assert counts == {"stock": 3, "scheduled": 0}
+
+
+def agent_and_tool(ran: list[str], model: ScriptedAgentModel) -> tuple[Agent[Any], FunctionTool]:
+    @function_tool
+    async def delete(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    return Agent(name="helper", model=model, tools=[delete]), delete
+
+
+@pytest.mark.parametrize(("form", "wrap"), FORMS, ids=[name for name, _ in FORMS])
+async def test_an_approval_policy_set_on_the_tool_after_the_agent_was_built_holds_the_call(
+    form: str, wrap: Wrap
+) -> None:
+    ran: list[str] = []
+    agent, delete = agent_and_tool(ran, script())
+    agent = wrap(agent)
+    delete.needs_approval = True
+    first = await Runner.run(agent, "delete a.txt", run_config=NO_TRACING)
+    assert ran == [], form
+    assert [item.raw_item.call_id for item in first.interruptions] == ["c1"]
+
+
+@pytest.mark.parametrize(("form", "wrap"), FORMS, ids=[name for name, _ in FORMS])
+async def test_a_caller_permission_revoked_on_the_tool_after_the_agent_was_built_refuses_the_call(
+    form: str, wrap: Wrap
+) -> None:
+    ran: list[str] = []
+    agent, delete = agent_and_tool(ran, script())
+    agent = wrap(agent)
+    delete.allowed_callers = ["programmatic"]
+    with pytest.raises(ModelBehaviorError, match="caller direct"):
+        await Runner.run(agent, "delete a.txt", run_config=NO_TRACING)
+    assert ran == [], form
+
+
+@pytest.mark.parametrize(("form", "wrap"), FORMS, ids=[name for name, _ in FORMS])
+async def test_a_tool_disabled_after_the_agent_was_built_is_not_offered(form: str, wrap: Wrap) -> None:
+    ran: list[str] = []
+    agent, delete = agent_and_tool(ran, script())
+    agent = wrap(agent)
+    delete.is_enabled = False
+    assert [tool.name for tool in await agent.get_all_tools(RunContextWrapper(None))] == [], form
+    with pytest.raises(ModelBehaviorError, match="delete not found"):
+        await Runner.run(agent, "delete a.txt", run_config=NO_TRACING)
+    assert ran == [], form
+
+
+async def test_a_field_set_on_a_scheduled_tool_stays_its_own() -> None:
+    _, delete = agent_and_tool([], script())
+    agent = scheduled(Agent(name="helper", tools=[delete]))
+    (copied,) = agent.tools
+    assert isinstance(copied, FunctionTool) and copied is not delete
+    copied.description = "Remove a file."
+    delete.timeout_seconds = 5.0
+    assert (copied.description, delete.description) == ("Remove a file.", "Delete a file.")
+    assert copied.timeout_seconds == 5.0
+    assert copy.copy(copied).description == "Remove a file."

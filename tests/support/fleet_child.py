@@ -7,7 +7,8 @@ MODE ``rate``: RateLimit(20, per=1, burst=1); ``slots``: max_concurrency=2, each
 burst=1), the first call blocking the process's event loop for 1 s (a stalled worker:
 the other calls' reservations fall due meanwhile). Prints ``start T`` and ``end T`` (wall-clock seconds) for
 each call, ``redis T`` (the Redis server's clock, µs, as a call starts: ``stall`` only), then ``done``;
-``ready`` once a ``hold`` call runs.
+``ready`` once a ``hold`` call runs. ``probe``: CircuitBreaker(failures=1, cooldown=0.5) with a 1 s lease: one call
+fails (opening the circuit), then after the cooldown one call probes, prints ``ready`` and never ends.
 """
 
 from __future__ import annotations
@@ -54,6 +55,28 @@ def main() -> None:
         say(f"end {time.time()}")
         return "ok"
 
+    if mode == "probe":
+        failed: list[bool] = []
+
+        async def probing() -> str:
+            if not failed:
+                failed.append(True)
+                raise ts.Transient("downstream busy")
+            say("ready")
+            await anyio.sleep_forever()
+            return "never"
+
+        probe_tool = ts.tool(name="fleet_tool", circuit=ts.CircuitBreaker(failures=1, cooldown=0.5))(probing)
+        prober = ts.Executor([probe_tool], coordination=ts.RedisCoordination(url, namespace=namespace, lease=1.0))
+
+        async def probe() -> None:
+            first = await prober.run([ts.ToolCall(id="fail", name="fleet_tool", args={})])
+            assert first.results[0].error_kind == "execution_error", first.results
+            await anyio.sleep(0.6)
+            await prober.run([ts.ToolCall(id="probe", name="fleet_tool", args={})])
+
+        anyio.run(probe, backend=backend)
+        return
     if mode == "rate":
         tool = ts.tool(name="fleet_tool", rate_limit=ts.RateLimit(20, per=1, burst=1))(body)
     elif mode == "stall":

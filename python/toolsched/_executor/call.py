@@ -82,217 +82,239 @@ async def answer_unstarted(
 
 
 async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
-    """One admitted call to its result: input guardrails, execute, output guardrails, post hooks, shape, record."""
-    tool = job.tool
-    call = job.call
-    emit = turn.emit
-    settings = turn.settings
-    if job.cancel_reason is not None or turn.abort is not None or turn.halt is not None:
-        # Stopped before it started: answered without running.
-        if turn.abort is not None:
-            await answer_unstarted([job], turn, "cancelled", f"not run: {turn.abort}", batch)
-        else:
-            await answer_unstarted([job], turn, "skipped", turn.halt or SKIPPED, batch)
-        if emit is not None:
-            await emit.flush()
+    """One admitted call to its result: input guardrails, execute, output guardrails, post hooks, shape, record.
+
+    As a task's whole coroutine (its pool's ``start_each``: no coroutine of the pool around it), it is the
+    worker: it begins only if the run is not being stopped by then, and its last act is to tell the pool's
+    group how it ended (``WorkerGroup.ended``), as ``_Pool.take_one`` does for other work."""
+    pool = turn.pool
+    worker = concurrent and pool is not None and pool.each
+    if worker and pool.group.cancelled():
+        # Left to the run's end unstarted, as a worker between two items leaves the next.
+        pool.group.ended(None)
         return
-    if job.facts.external:
-        await hand_out(job, batch, turn)
-        return
-    job.state = RUNNING
-    scope = None
-    input_guardrails = settings.input_guardrails
-    if job.facts.scoped or turn.scoped:
-        # ``move_on_after`` builds the backend's scope directly (``CancelScope()``
-        # initialises it twice). The deadline waits for the input guardrails and
-        # the concurrency slot when there are any.
-        deferred = tool.max_concurrency is not None or input_guardrails is not None
-        scope = job.scope = anyio.move_on_after(None if deferred else tool.timeout)
-        # In the call's own context: a sync body in a thread learns how its cancellation is answered.
-        watching_call.set(job)
-    ctx = None
-    if job.facts.takes_context:
-        ctx = job.ctx = turn.context_for(job, job.declare_cancelled)
-    if emit is not None:
-        emit(new_tool_started(call.id, tool.name, batch, True, None))
-    error: str | None = None
-    kind: ErrorKind | None = None
-    output: Any = None
-    cause: BaseException | None = None
-    started = perf_counter()
-    # The tool's body runs here, or on the backend the tool names.
-    remote = settings.remote
-    invoke = remote.get(tool, job.facts.invoke) if remote else job.facts.invoke
-    fleet = settings.coordination
-    if fleet is not None and (job.facts.policies is not None or tool.max_concurrency is not None):
-        # Each attempt under the fleet's rate limit, circuit and concurrency slots (``_policy.coordination``);
-        # a capped call's timeout starts when its first attempt has its slot.
-        invoke = guarded(fleet, tool, job.facts, invoke, turn.emit, _slot_taken(job, scope))
-    if job.facts.policies is not None:
-        invoke = _resilient(job, turn, invoke)
-    # What the output guardrails and the post hooks are shown: the arguments the call was judged with, copied
-    # before the body runs (a body may change the dict it is handed); only for a call that has either.
-    policy = turn.view.policies[job.index] if turn.view.post_hooked else None
-    observed = policy is not None and (policy.post_success or policy.post_failure)
-    judged = args_copy(job.args) if observed or settings.output_guardrails is not None else None
+    told = False
     try:
-        if scope is None:
-            if input_guardrails is not None:
-                await _guard(input_guardrails, job, None, turn)
-            if tool.max_concurrency is None:
-                if turn.durable is not None and job.facts.policies is None:
-                    await turn.durable.started(call.id, job.args)
-                output = await invoke(job.args, ctx)
+        tool = job.tool
+        call = job.call
+        emit = turn.emit
+        settings = turn.settings
+        if job.cancel_reason is not None or turn.abort is not None or turn.halt is not None:
+            # Stopped before it started: answered without running.
+            if turn.abort is not None:
+                await answer_unstarted([job], turn, "cancelled", f"not run: {turn.abort}", batch)
             else:
-                output = await _invoke_limited(job, invoke, ctx, None, turn)
-        else:
-            # A scope cancelled before it is entered (say by an event callback
-            # on ToolStarted) stops the call at its first checkpoint.
-            with scope:
+                await answer_unstarted([job], turn, "skipped", turn.halt or SKIPPED, batch)
+            if emit is not None:
+                await emit.flush()
+            return
+        if job.facts.external:
+            await hand_out(job, batch, turn)
+            return
+        job.state = RUNNING
+        scope = None
+        input_guardrails = settings.input_guardrails
+        if job.facts.scoped or turn.scoped:
+            # ``move_on_after`` builds the backend's scope directly (``CancelScope()``
+            # initialises it twice). The deadline waits for the input guardrails and
+            # the concurrency slot when there are any.
+            deferred = tool.max_concurrency is not None or input_guardrails is not None
+            scope = job.scope = anyio.move_on_after(None if deferred else tool.timeout)
+            # In the call's own context: a sync body in a thread learns how its cancellation is answered.
+            watching_call.set(job)
+        ctx = None
+        if job.facts.takes_context:
+            ctx = job.ctx = turn.context_for(job, job.declare_cancelled)
+        if emit is not None:
+            emit(new_tool_started(call.id, tool.name, batch, True, None))
+        error: str | None = None
+        kind: ErrorKind | None = None
+        output: Any = None
+        cause: BaseException | None = None
+        started = perf_counter()
+        # The tool's body runs here, or on the backend the tool names.
+        remote = settings.remote
+        invoke = remote.get(tool, job.facts.invoke) if remote else job.facts.invoke
+        fleet = settings.coordination
+        if fleet is not None and (job.facts.policies is not None or tool.max_concurrency is not None):
+            # Each attempt under the fleet's rate limit, circuit and concurrency slots (``_policy.coordination``);
+            # a capped call's timeout starts when its first attempt has its slot.
+            invoke = guarded(fleet, tool, job.facts, invoke, turn.emit, _slot_taken(job, scope))
+        if job.facts.policies is not None:
+            invoke = _resilient(job, turn, invoke)
+        # What the output guardrails and the post hooks are shown: the arguments the call was judged with, copied
+        # before the body runs (a body may change the dict it is handed); only for a call that has either.
+        policy = turn.view.policies[job.index] if turn.view.post_hooked else None
+        observed = policy is not None and (policy.post_success or policy.post_failure)
+        judged = args_copy(job.args) if observed or settings.output_guardrails is not None else None
+        try:
+            if scope is None:
                 if input_guardrails is not None:
                     await _guard(input_guardrails, job, None, turn)
-                    if tool.timeout is not None and tool.max_concurrency is None:
-                        scope.deadline = anyio.current_time() + tool.timeout
                 if tool.max_concurrency is None:
                     if turn.durable is not None and job.facts.policies is None:
                         await turn.durable.started(call.id, job.args)
                     output = await invoke(job.args, ctx)
                 else:
-                    output = await _invoke_limited(job, invoke, ctx, scope, turn)
-            job.scope = None
-            if scope.cancelled_caught and not job.body_outlived_cancel:
-                kind, error = _stopped(job)
-        if kind is None and settings.output_guardrails is not None:
-            await _guard(settings.output_guardrails, job, output, turn, judged)
-    except _Rejected as exc:
-        kind, error, output = "guardrail_rejected", exc.message, None
-    except ArgumentsRefused as exc:
-        # The tool's model refused what its schema let through: the input was wrong, the tool did not fail.
-        kind, error, output = "invalid_input", str(exc), None
-    except NestedHold as hold:
-        # The call's nested run waits for approvals: no result yet, the run ends interrupted. A durable run
-        # journals the wait with the nested run's record, so that each wait is resumed once and recovered.
-        if turn.durable is not None:
-            try:
-                await turn.durable.nested_hold(call.id, job.args, turn.view.fingerprint(job.index), hold.record)
-            except UnstorableOutputError as exc:
-                # The wait cannot be journaled: the call ends failed instead, its nested run abandoned.
-                kind, error = "execution_error", str(exc)
-        if kind is None:
-            _close(job, ctx)
-            if turn.parked is None:
-                turn.parked = []
-            turn.parked.append((job, hold.record))
-            if emit is not None:
-                await emit.flush()
-            return
-    except JournalFailed:
-        raise
-    except NotRun as exc:
-        # Answered without running: an open circuit (``unavailable``), an interrupt before the first run (``skipped``).
-        kind, error = exc.kind, str(exc)
-    except ModelRetry as exc:
-        # The tool asks the model to fix its call: the message is for the model.
-        kind, error, output = "model_retry", exc.message, None
-    except Exception as exc:
-        if anyio.current_effective_deadline() == -math.inf:
-            # The run itself is being cancelled and the tool turned that into
-            # an error: this checkpoint raises the run's cancellation instead.
-            _close(job, ctx)
-            await anyio.lowlevel.checkpoint()
-        elif being_stopped():
-            # The same for a worker of a pool that is stopping (it has no cancel scope to show it).
-            _close(job, ctx)
-            raise asyncio.CancelledError from exc
-        if scope is not None and scope.cancel_called and not job.body_outlived_cancel:
-            # The tool turned its own cancellation into an exception: still a cancellation.
-            kind, error = _stopped(job)
-        else:
-            kind, error, cause = "execution_error", settings.describe_failure(exc, call), exc
-    except BaseException as exc:
-        if foreign_cancellation(exc):
-            # Something outside the run cancelled what the tool awaited: that call failed, the run goes on.
-            message = _cancelled_from_outside(tool.name, exc, "something it awaited")
-        elif _task_cancelled(exc, turn):
-            # The tool cancelled the task it ran in, a pool worker or a streamed call's own task (no one
-            # else holds those): as a task of a task group that cancels itself, that call fails, not the run.
-            message = _cancelled_from_outside(tool.name, exc, "the task it ran in")
-        else:
-            # The run itself is cancelled (or the process is asked to stop): no result, nothing reported after this.
-            _close(job, ctx)
-            raise
-        if job.cancel_reason is not None:
-            kind, error = "cancelled", job.cancel_reason
-        else:
-            kind, error, cause = "execution_error", message, exc
-    # A tool that cancelled the task it ran in and returned left that cancellation pending: on a task that is
-    # the executor's it is taken now, where it stops nothing (later, it would stop the hooks, the journal or
-    # the worker's next call). Written out: it is asked after every call that runs while its turn has a pool.
-    pool = turn.pool
-    if pool is not None:
-        task = running_task(pool.group.loop)
-        if task is not None and task.cancelling() and pool.group.cancelled_unasked():
-            await absorb_cancel()
-    elif turn.tasked and _streamed_cancel_left_pending():
-        await absorb_cancel()
-    duration_ms = (perf_counter() - started) * 1000.0
-    if ctx is not None:
-        if job.declared:
-            kind, error, cause, output = "cancelled", job.cancel_reason, None, None
-        ctx.finish(kind is not None and kind != "execution_error")
-    truncated = False
-    offload_path = None
-    if kind is None and not fits_as_is(output, tool):
-        try:
-            output, truncated, offload_path = await shape_output(output, tool, call.id, settings.offload_dir)
-        except Exception as exc:
-            kind, error, cause = "execution_error", f"the output of `{tool.name}` could not be shaped: {exc}", exc
-            output = None
-    result = new_result(
-        call.id,
-        tool.name,
-        output,
-        error,
-        kind,
-        kind is not None,
-        duration_ms,
-        concurrent,
-        batch,
-        truncated,
-        offload_path,
-        job.attempts,
-    )
-    if turn.repaired is not None and call.id in turn.repaired:
-        result = repaired_result(result)
-    if turn.edited is not None and call.id in turn.edited:
-        result = edited_result(result)
-    if turn.durable is not None:
-        result = await turn.durable.finished(result)
-        if result.error_kind != kind:
-            kind, cause = result.error_kind, None
-    job.state = DONE
-    # ``turn.record``, written out: this runs once per call.
-    turn.completed.append(result)
-    turn.slots.append(job.slot)
-    if emit is not None:
-        emit(new_tool_finished(result, None))
-    if kind is not None and kind in EXECUTION_FAILURES:
-        _failed(job, result, cause, turn)
-    if policy is not None:
-        # Post hooks: ``post_tool_use`` or ``post_tool_use_failure``; they observe, their errors are logged.
-        hooks = policy.post_success if kind is None else policy.post_failure
-        if hooks:
-            event = new_hook_event(call.id, tool.name, judged, batch, result, turn.context)
-            for hook in hooks:
+                    output = await _invoke_limited(job, invoke, ctx, None, turn)
+            else:
+                # A scope cancelled before it is entered (say by an event callback
+                # on ToolStarted) stops the call at its first checkpoint.
+                with scope:
+                    if input_guardrails is not None:
+                        await _guard(input_guardrails, job, None, turn)
+                        if tool.timeout is not None and tool.max_concurrency is None:
+                            scope.deadline = anyio.current_time() + tool.timeout
+                    if tool.max_concurrency is None:
+                        if turn.durable is not None and job.facts.policies is None:
+                            await turn.durable.started(call.id, job.args)
+                        output = await invoke(job.args, ctx)
+                    else:
+                        output = await _invoke_limited(job, invoke, ctx, scope, turn)
+                job.scope = None
+                if scope.cancelled_caught and not job.body_outlived_cancel:
+                    kind, error = _stopped(job)
+            if kind is None and settings.output_guardrails is not None:
+                await _guard(settings.output_guardrails, job, output, turn, judged)
+        except _Rejected as exc:
+            kind, error, output = "guardrail_rejected", exc.message, None
+        except ArgumentsRefused as exc:
+            # The tool's model refused what its schema let through: the input was wrong, the tool did not fail.
+            kind, error, output = "invalid_input", str(exc), None
+        except NestedHold as hold:
+            # The call's nested run waits for approvals: no result yet, the run ends interrupted. A durable run
+            # journals the wait with the nested run's record, so that each wait is resumed once and recovered.
+            if turn.durable is not None:
                 try:
-                    await hook.invoke(event)
-                except BaseException as exc:
-                    # A cancellation that is not the run's (something it awaited, cancelled by someone else) too.
-                    if not observer_failure(exc):
-                        raise
-                    logger.warning("%s failed on call %s", hook.label, call.id, exc_info=True)
-    if emit is not None and emit.pending:
-        await emit.flush()
+                    await turn.durable.nested_hold(call.id, job.args, turn.view.fingerprint(job.index), hold.record)
+                except UnstorableOutputError as exc:
+                    # The wait cannot be journaled: the call ends failed instead, its nested run abandoned.
+                    kind, error = "execution_error", str(exc)
+            if kind is None:
+                _close(job, ctx)
+                if turn.parked is None:
+                    turn.parked = []
+                turn.parked.append((job, hold.record))
+                if emit is not None:
+                    await emit.flush()
+                return
+        except JournalFailed:
+            raise
+        except NotRun as exc:
+            # Answered without running: an open circuit (``unavailable``), an interrupt before the first run
+            # (``skipped``).
+            kind, error = exc.kind, str(exc)
+        except ModelRetry as exc:
+            # The tool asks the model to fix its call: the message is for the model.
+            kind, error, output = "model_retry", exc.message, None
+        except Exception as exc:
+            if anyio.current_effective_deadline() == -math.inf:
+                # The run itself is being cancelled and the tool turned that into
+                # an error: this checkpoint raises the run's cancellation instead.
+                _close(job, ctx)
+                await anyio.lowlevel.checkpoint()
+            elif being_stopped():
+                # The same for a worker of a pool that is stopping (it has no cancel scope to show it).
+                _close(job, ctx)
+                raise asyncio.CancelledError from exc
+            if scope is not None and scope.cancel_called and not job.body_outlived_cancel:
+                # The tool turned its own cancellation into an exception: still a cancellation.
+                kind, error = _stopped(job)
+            else:
+                kind, error, cause = "execution_error", settings.describe_failure(exc, call), exc
+        except BaseException as exc:
+            if foreign_cancellation(exc):
+                # Something outside the run cancelled what the tool awaited: that call failed, the run goes on.
+                message = _cancelled_from_outside(tool.name, exc, "something it awaited")
+            elif _task_cancelled(exc, turn):
+                # The tool cancelled the task it ran in, a pool worker or a streamed call's own task (no one
+                # else holds those): as a task of a task group that cancels itself, that call fails, not the run.
+                message = _cancelled_from_outside(tool.name, exc, "the task it ran in")
+            else:
+                # The run itself is cancelled (or the process is asked to stop): no result, nothing reported after this.
+                _close(job, ctx)
+                raise
+            if job.cancel_reason is not None:
+                kind, error = "cancelled", job.cancel_reason
+            else:
+                kind, error, cause = "execution_error", message, exc
+        # A tool that cancelled the task it ran in and returned left that cancellation pending: on a task that is
+        # the executor's it is taken now, where it stops nothing (later, it would stop the hooks, the journal or
+        # the worker's next call). Written out: it is asked after every call that runs while its turn has a pool.
+        pool = turn.pool
+        if pool is not None:
+            task = running_task(pool.group.loop)
+            if task is not None and task.cancelling() and pool.group.cancelled_unasked():
+                await absorb_cancel()
+        elif turn.tasked and _streamed_cancel_left_pending():
+            await absorb_cancel()
+        duration_ms = (perf_counter() - started) * 1000.0
+        if ctx is not None:
+            if job.declared:
+                kind, error, cause, output = "cancelled", job.cancel_reason, None, None
+            ctx.finish(kind is not None and kind != "execution_error")
+        truncated = False
+        offload_path = None
+        if kind is None and not fits_as_is(output, tool):
+            try:
+                output, truncated, offload_path = await shape_output(output, tool, call.id, settings.offload_dir)
+            except Exception as exc:
+                kind, error, cause = "execution_error", f"the output of `{tool.name}` could not be shaped: {exc}", exc
+                output = None
+        result = new_result(
+            call.id,
+            tool.name,
+            output,
+            error,
+            kind,
+            kind is not None,
+            duration_ms,
+            concurrent,
+            batch,
+            truncated,
+            offload_path,
+            job.attempts,
+        )
+        if turn.repaired is not None and call.id in turn.repaired:
+            result = repaired_result(result)
+        if turn.edited is not None and call.id in turn.edited:
+            result = edited_result(result)
+        if turn.durable is not None:
+            result = await turn.durable.finished(result)
+            if result.error_kind != kind:
+                kind, cause = result.error_kind, None
+        job.state = DONE
+        # ``turn.record``, written out: this runs once per call.
+        turn.completed.append(result)
+        turn.slots.append(job.slot)
+        if emit is not None:
+            emit(new_tool_finished(result, None))
+        if kind is not None and kind in EXECUTION_FAILURES:
+            _failed(job, result, cause, turn)
+        if policy is not None:
+            # Post hooks: ``post_tool_use`` or ``post_tool_use_failure``; they observe, their errors are logged.
+            hooks = policy.post_success if kind is None else policy.post_failure
+            if hooks:
+                event = new_hook_event(call.id, tool.name, judged, batch, result, turn.context)
+                for hook in hooks:
+                    try:
+                        await hook.invoke(event)
+                    except BaseException as exc:
+                        # A cancellation that is not the run's (something it awaited, cancelled by someone else) too.
+                        if not observer_failure(exc):
+                            raise
+                        logger.warning("%s failed on call %s", hook.label, call.id, exc_info=True)
+        if emit is not None and emit.pending:
+            await emit.flush()
+
+    except BaseException as exc:
+        if not worker:
+            raise
+        told = True
+        pool.group.ended(exc)
+    finally:
+        if worker and not told:
+            pool.group.ended(None)
 
 
 async def hand_out(job: Job, batch: int, turn: Turn) -> None:

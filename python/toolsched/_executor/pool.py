@@ -57,6 +57,7 @@ def run_pool(
     concurrency: int,
     work: Callable[[Any], Coroutine[Any, Any, None]],
     slack: _Slack | None = None,
+    whole_task: bool = False,
 ) -> Coroutine[Any, Any, None]:
     """Runs ``work(item)`` for every item, at most ``concurrency`` at once, on workers that grow on suspension
     (a coroutine to await: the one that does it, with no frame of this function left in the chain).
@@ -69,8 +70,12 @@ def run_pool(
     attempts) lends its slot (``slack.lent``): another worker may start meanwhile, and the
     item waits for a free slot before it works again, so that at most ``concurrency`` items
     work at once.
+
+    ``whole_task``: ``work`` may run as a task's whole coroutine (``_Pool.start_each``, needs ``slack``):
+    then, once ``slack.pool.each`` is set, it is a worker of the pool's group as ``_Pool.take_one`` is: it
+    does not begin when the group is stopping by then, and its last act is ``group.ended``.
     """
-    return _run_pool(ready, concurrency, work, slack)
+    return _run_pool(ready, concurrency, work, slack, whole_task and slack is not None)
 
 
 async def _run_pool(
@@ -78,6 +83,7 @@ async def _run_pool(
     concurrency: int,
     work: Callable[[Any], Coroutine[Any, Any, None]],
     slack: _Slack | None,
+    whole_task: bool = False,
 ) -> None:
     """``run_pool``'s coroutine. Ready items run back to back in this task until one waits; only then is
     there a pool. On asyncio, when every item fits under the cap, each item left starts at once in a worker
@@ -114,7 +120,7 @@ async def _run_pool(
                         if total <= concurrency and group.loop is not None:
                             # Every item fits under the cap: each one left starts now in a worker of its own.
                             pool = _Pool(group, concurrency, work, items, total, None, slack)
-                            pool.start_each(position)
+                            pool.start_each(position, whole_task)
                             await suspended
                             if group.cancelled():
                                 # Workers may have left their items unstarted: the run's cancellation is
@@ -161,6 +167,7 @@ class _Pool:
     __slots__ = (
         "base",
         "concurrency",
+        "each",
         "excess",
         "freed",
         "group",
@@ -193,6 +200,8 @@ class _Pool:
         self.position = position
         self.source = source
         self.workers = 1
+        # Set by ``start_each``: each item left runs in a task of its own.
+        self.each = False
         # Every item the workers take runs in a copy of the context the pool began in (as those the
         # calling task ran before), never in a copy of whatever context started the worker: a call
         # that lends its slot starts one from inside its own context. (The workers do not share it:
@@ -225,7 +234,7 @@ class _Pool:
             else:
                 self.group.start_soon(self.take_when_ready)
 
-    def start_each(self, position: int) -> None:
+    def start_each(self, position: int, whole_task: bool = False) -> None:
         """A worker for each item from ``position`` on, started now (an asyncio group, and every item fits under
         the cap). The pool then starts no more (its ``position`` is past its items), and the calling task keeps
         the item it ran. Its ``workers`` stays 1: each item has its slot, and one that lends it finds it free
@@ -233,9 +242,20 @@ class _Pool:
 
         Rather than workers that each start the next as their item waits (one event-loop round per item) and
         take the next item when theirs ends: fewer instructions per call for runs whose calls all wait
-        (``python benches/instructions.py N TURNS [--runs 100] --wait``; the counts are in docs/performance.md)."""
+        (``python benches/instructions.py N TURNS [--runs 100] --wait``; the counts are in docs/performance.md).
+
+        ``whole_task`` (``run_pool``'s): each task runs ``work(item)`` itself, with no coroutine of the pool's
+        around it (one object and one frame less per waiting call); ``work`` is then the worker ``take_one``
+        would be (``execute`` is, for a pool whose ``each`` is set)."""
         items = self.items
         group = self.group
+        if whole_task:
+            work = self.work
+            start = group.start
+            self.each = True
+            for index in range(position, len(items)):
+                start(work(items[index]))
+            return
         for index in range(position, len(items)):
             group.start(self.take_one(items[index]))
 

@@ -5,7 +5,8 @@ schema, after the built-in repair) is handed to the repair callable as ``(call, 
 the ``ToolResult`` the call would be answered with. What it returns is read as the model's own arguments
 would be: text is parsed (and repaired by the built-in repair), a mapping is taken as it is, and either is
 validated against the schema; the call then goes through the rules, hooks, approvals and guardrails like
-any other. ``None`` leaves the call answered as it was. A repair that raises, returns anything else, or
+any other. ``None`` leaves the call answered as it was. A plain (not ``async``) callable runs in a worker
+thread. A repair that raises, returns anything else, or
 outlives the tool's ``timeout`` leaves the call answered as it was, with a note saying so; one whose
 arguments are invalid answers the call ``invalid_input`` saying the repair was invalid too.
 
@@ -22,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from toolsched._executor.settings import format_error
 from toolsched._executor.turn import Job, Plan, Turn, plan_calls
@@ -34,6 +36,11 @@ logger = logging.getLogger("toolsched")
 
 # The fix a ``ToolArgumentsRepaired`` event names when the repair callable gave the arguments.
 REPAIR_FUNCTION_FIX = "repair_function"
+
+
+def _is_async(function: Any) -> bool:
+    """Whether ``function`` is an ``async def`` (or an object whose ``__call__`` is one)."""
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(type(function).__call__)
 
 
 def _repairable(turn: Turn, plan: Plan, slot: int) -> bool:
@@ -55,7 +62,14 @@ async def user_repair(turn: Turn, plan: Plan, slot: int, turn_slot: int | None =
     timeout = tool.timeout
     with anyio.move_on_after(math.inf if timeout is None else timeout) as scope:
         try:
-            given = function(call, error_result(call.id, tool.name, kind, message))
+            error = error_result(call.id, tool.name, kind, message)
+            if _is_async(function):
+                given = function(call, error)
+            else:
+                # A plain function (one that asks a model over the network, say) runs in a worker thread: the
+                # calls of a turn are repaired concurrently, and the timeout bounds it like an async one.
+                # Boxed: trio refuses a worker thread's awaitable result (a lambda around an async function).
+                (given,) = await anyio.to_thread.run_sync(lambda: (function(call, error),), abandon_on_cancel=True)
             if inspect.isawaitable(given):
                 given = await given
         except Exception as exc:

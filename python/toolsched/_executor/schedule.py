@@ -166,7 +166,7 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
                 await answer_unstarted(batch, turn, "hook_blocked", blocked, number)
             elif concurrent:
                 try:
-                    await run_pool(batch, concurrency, _in_batch(number, turn), turn)
+                    await run_pool(batch, concurrency, _in_batch(number, turn), turn, whole_task=True)
                 finally:
                     turn.pool = None
             else:

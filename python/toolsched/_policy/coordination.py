@@ -25,16 +25,20 @@ on asyncio and trio alike. It needs no package beyond anyio.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import hashlib
 import logging
 import math
+import os
 import random
 import secrets
 import socket
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -43,6 +47,7 @@ from urllib.parse import unquote, urlsplit
 import anyio
 import anyio.abc
 import anyio.lowlevel
+import sniffio
 
 from toolsched._policy.resilience import CircuitOpen, Resilience, is_transient
 from toolsched._values.numeric_options import numeric_fault, shown
@@ -57,6 +62,16 @@ logger = logging.getLogger("toolsched.coordination")
 
 # Connections to Redis one event loop keeps open at most.
 _MAX_CONNECTIONS = 16
+# The longest reply line, and the largest string or array, toolsched takes from Redis: the scripts' replies are
+# a few numbers, so a larger one comes from a server that is not Redis (read no further than this).
+_MAX_LINE = 64 * 1024
+_MAX_BULK = 1024 * 1024
+# The longest ``lease`` and ``connect_timeout`` taken, in seconds (a year): the server's numbers and the renewal
+# thread's timers hold them.
+_MOST_SECONDS = 365 * 86_400
+# The longest rate interval sent to the server, in µs (about 31 years, one call per that long is none at all in
+# practice): a longer one is sent as this, so the script's arithmetic stays in whole numbers Redis accepts.
+_MOST_INTERVAL_US = 10**15
 # How long a refused connection keeps the fleet on its fallback before Redis is tried again, in seconds.
 _RETRY_CONNECT = 1.0
 # Waits between two tries for a concurrency slot held elsewhere (seconds): from the first, doubling to the last.
@@ -181,10 +196,18 @@ class _Connection:
     def __init__(self, stream: anyio.abc.ByteStream) -> None:
         self.stream = stream
         self.buffer = bytearray()
+        # Whether any byte of the current request's reply arrived (a connection that failed before one did
+        # never had the request answered).
+        self.heard = False
 
     async def request(self, *parts: str | int | bytes) -> Any:
+        self.heard = False
         await self.stream.send(_encoded(*parts))
         return await self._reply()
+
+    async def _receive(self) -> None:
+        self.buffer += await self.stream.receive()
+        self.heard = True
 
     async def _line(self) -> bytes:
         while True:
@@ -193,11 +216,13 @@ class _Connection:
                 line = bytes(self.buffer[:end])
                 del self.buffer[: end + 2]
                 return line
-            self.buffer += await self.stream.receive()
+            if len(self.buffer) > _MAX_LINE:
+                raise CoordinationError(f"the server sent a line of over {_MAX_LINE} bytes: it is not Redis")
+            await self._receive()
 
     async def _exactly(self, size: int) -> bytes:
         while len(self.buffer) < size + 2:
-            self.buffer += await self.stream.receive()
+            await self._receive()
         data = bytes(self.buffer[:size])
         del self.buffer[: size + 2]
         return data
@@ -206,22 +231,32 @@ class _Connection:
         line = await self._line()
         kind, rest = line[:1], line[1:]
         if kind == b"+":
-            return rest.decode()
+            return rest.decode(errors="replace")
         if kind == b"-":
             raise _ReplyError(rest.decode(errors="replace"))
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            size = int(rest)
-            return None if size < 0 else await self._exactly(size)
-        if kind == b"*":
-            count = int(rest)
-            return None if count < 0 else [await self._reply() for _ in range(count)]
-        raise CoordinationError(f"Redis sent a reply toolsched cannot read: {line[:80]!r}")
+        if kind in (b":", b"$", b"*") and rest.lstrip(b"-").isdigit() and len(rest) < 20:
+            number = int(rest)
+            if kind == b":":
+                return number
+            if number > _MAX_BULK:
+                raise CoordinationError(f"the server announced a reply of {number} bytes: it is not Redis")
+            if kind == b"$":
+                return None if number < 0 else await self._exactly(number)
+            return None if number < 0 else [await self._reply() for _ in range(number)]
+        raise CoordinationError(f"the server sent a reply toolsched cannot read (is it Redis?): {line[:80]!r}")
 
 
 class _ReplyError(Exception):
     """Redis answered a command with an error reply."""
+
+
+class _Stale(Exception):
+    """A connection closed before any byte of the reply came: the command was never answered (internal)."""
+
+
+def _said(exc: BaseException) -> str:
+    """An exception as text for a message: its own words, or its type when it has none."""
+    return str(exc) or type(exc).__name__
 
 
 @dataclass(slots=True)
@@ -263,9 +298,15 @@ class _Renewer:
     def hold(self, key: str, lease_id: str) -> None:
         with self.lock:
             self.held.setdefault(key, set()).add(lease_id)
-            if self.thread is None:
+            if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="toolsched-lease-renewal", daemon=True)
                 self.thread.start()
+
+    def forget(self) -> None:
+        """In a child process just forked: the parent's leases and renewal thread are not the child's."""
+        self.lock = threading.Lock()
+        self.held = {}
+        self.thread = None
 
     def release(self, key: str, lease_id: str) -> None:
         with self.lock:
@@ -306,6 +347,64 @@ class _Renewer:
             connection.close()
 
 
+# Every RedisCoordination of this process, so that a forked child starts each afresh.
+_LIVE: weakref.WeakSet[RedisCoordination] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for coordination in list(_LIVE):
+        coordination._forget()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+# How often an event loop's closer looks whether its coordination is gone, in seconds.
+_CLOSER_POLL = 30.0
+# The closers' asyncio tasks, kept until they end (asyncio holds its tasks only weakly).
+_closers: set[Any] = set()
+
+
+def _closer(owner: weakref.ref[RedisCoordination], loop: object, link: _Link) -> Callable[[], Awaitable[None]]:
+    """What closes ``link``'s idle connections when its event loop ends (or its coordination is gone)."""
+
+    async def close() -> None:
+        try:
+            while owner() is not None:  # noqa: ASYNC110 (a collected object sets no Event)
+                await anyio.sleep(_CLOSER_POLL)
+        finally:
+            coordination = owner()
+            if coordination is not None and coordination._links.get(loop) is link:
+                del coordination._links[loop]
+            idle, link.idle = link.idle, []
+            with anyio.CancelScope(shield=True):
+                for connection in idle:
+                    with contextlib.suppress(Exception):
+                        await connection.stream.aclose()
+
+    return close
+
+
+def _until_loop_ends(body: Callable[[], Awaitable[None]]) -> None:
+    """Starts ``body()`` on the current event loop in a task of no caller's (an asyncio task, a trio system task):
+    it is cancelled when the loop's run ends (``anyio.run``, ``asyncio.run``, ``trio.run``), while the loop can
+    still close sockets."""
+    context = contextvars.Context()
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        trio.lowlevel.spawn_system_task(body, context=context)
+        return
+    import asyncio
+
+    async def run() -> None:
+        await body()
+
+    task = asyncio.get_running_loop().create_task(run(), context=context)
+    _closers.add(task)
+    task.add_done_callback(_closers.discard)
+
+
 def _encoded(*parts: str | int | bytes) -> bytes:
     out = bytearray(b"*%d\r\n" % len(parts))
     for part in parts:
@@ -323,6 +422,8 @@ def _blocking_request(connection: socket.socket, *parts: str | int | bytes) -> b
         if not chunk:
             raise OSError("Redis closed the connection")
         reply += chunk
+        if len(reply) > _MAX_LINE:
+            raise OSError("the server's reply is not Redis's")
     return reply
 
 
@@ -332,9 +433,11 @@ class RedisCoordination:
     ``url``: ``redis://[:password@]host[:port][/db]`` (TLS is not supported). Processes with the
     same server and ``namespace`` share their tools' limits, by tool name. ``lease`` is how long a
     concurrency slot (or a circuit's probe) outlives a worker that died holding it, in seconds;
-    a process renews all the slots it holds in one round trip every third of it. ``on_unavailable``:
-    ``"local"`` falls back to per-process limits while Redis cannot be reached, ``"refuse"`` answers
-    calls ``unavailable``.
+    a process renews all the slots it holds in one round trip every third of it (at most a year).
+    ``on_unavailable``: ``"local"`` falls back to per-process limits while Redis cannot be reached
+    (refuses connections, or does not answer within ``connect_timeout`` seconds, or is not Redis),
+    ``"refuse"`` answers calls ``unavailable``. A connection Redis closed while idle (a restart) is
+    replaced at once. A forked child shares no connection or lease with its parent.
     Bad options raise ``OptionError``.
     """
 
@@ -359,14 +462,22 @@ class RedisCoordination:
         path = parts.path.strip("/")
         if path and not path.isdigit():
             raise OptionError(f"RedisCoordination(url=...) database must be a number, got {path!r}")
-        if not isinstance(namespace, str) or not namespace or any(c.isspace() for c in namespace):
-            raise OptionError(f"RedisCoordination(namespace=...) must be a non-empty word, got {namespace!r}")
+        if (
+            not isinstance(namespace, str)
+            or not namespace
+            or any(c.isspace() or c in "{}" for c in namespace)
+            or not namespace.isprintable()
+        ):
+            # Braces would change the keys' hash tag (``namespace:{tool}:...``): a tool's keys must share one.
+            raise OptionError(
+                f"RedisCoordination(namespace=...) must be a non-empty word without braces, got {namespace!r}"
+            )
         if on_unavailable not in ("local", "refuse"):
             raise OptionError(
                 f"RedisCoordination(on_unavailable=...) must be 'local' or 'refuse', got {on_unavailable!r}"
             )
         for name, value in (("lease", lease), ("connect_timeout", connect_timeout)):
-            fault = numeric_fault(value, integer=False, least=0, above=True)
+            fault = numeric_fault(value, integer=False, least=0, above=True, most=_MOST_SECONDS)
             if fault is not None:
                 raise OptionError(f"RedisCoordination({name}=...) must be {fault}, got {shown(value)}")
         self.url = url
@@ -383,6 +494,13 @@ class RedisCoordination:
         # are ``self._renewer.round_trips``.
         self.round_trips = 0
         self._renewer = _Renewer(self)
+        _LIVE.add(self)
+
+    def _forget(self) -> None:
+        """In a child process just forked: the parent's connections, leases and renewal thread stay the
+        parent's (the child opens its own; a connection shared by two processes would mix their replies)."""
+        self._links = {}
+        self._renewer.forget()
 
     def __repr__(self) -> str:
         return f"RedisCoordination({self._host}:{self._port}, namespace={self.namespace!r})"
@@ -394,16 +512,24 @@ class RedisCoordination:
         link = self._links.get(loop)
         if link is None:
             link = self._links[loop] = _Link()
+            _until_loop_ends(_closer(weakref.ref(self), loop, link))
         return link
 
     async def _connect(self) -> _Connection:
-        with anyio.fail_after(self.connect_timeout):
-            stream = await anyio.connect_tcp(self._host, self._port)
-            connection = _Connection(stream)
-            if self._password is not None:
-                await connection.request("AUTH", self._password)
-            if self._db:
-                await connection.request("SELECT", self._db)
+        stream = None
+        try:
+            with anyio.fail_after(self.connect_timeout):
+                stream = await anyio.connect_tcp(self._host, self._port)
+                connection = _Connection(stream)
+                if self._password is not None:
+                    await connection.request("AUTH", self._password)
+                if self._db:
+                    await connection.request("SELECT", self._db)
+        except BaseException:
+            if stream is not None:
+                with anyio.CancelScope(shield=True):
+                    await stream.aclose()
+            raise
         return connection
 
     def _connect_blocking(self) -> socket.socket:
@@ -421,33 +547,63 @@ class RedisCoordination:
 
     async def _call(self, *parts: str | int | bytes) -> Any:
         """One command on an idle connection of this event loop (a new one when none is idle and fewer than
-        ``_MAX_CONNECTIONS`` are in use; otherwise it waits for one)."""
+        ``_MAX_CONNECTIONS`` are in use; otherwise it waits for one).
+
+        A connection kept idle that turns out closed before any byte of the reply arrived (Redis restarted
+        since, or dropped idle clients) is replaced by a new one and the command sent again; a reply that does
+        not come within ``connect_timeout`` counts as Redis unreachable."""
         link = self._link()
         if anyio.current_time() < link.down_until:
             raise CoordinationError("Redis was unreachable a moment ago")
         async with link.gate:
-            return await self._call_on(link, parts)
+            while True:
+                reused = bool(link.idle)
+                try:
+                    return await self._call_on(link, parts)
+                except _Stale:
+                    if not reused:
+                        raise CoordinationError(
+                            f"Redis at {self._host}:{self._port} closed a new connection before answering"
+                        ) from None
 
     async def _call_on(self, link: _Link, parts: tuple[str | int | bytes, ...]) -> Any:
         try:
             connection = link.idle.pop() if link.idle else await self._connect()
-        except (OSError, TimeoutError, _ReplyError) as exc:
+        except (OSError, TimeoutError, _ReplyError, CoordinationError) as exc:
             link.down_until = anyio.current_time() + _RETRY_CONNECT
-            raise CoordinationError(f"cannot reach Redis at {self._host}:{self._port}: {exc}") from exc
+            raise CoordinationError(f"cannot reach Redis at {self._host}:{self._port}: {_said(exc)}") from exc
         self.round_trips += 1
-        try:
-            reply = await connection.request(*parts)
-        except _ReplyError:
-            link.idle.append(connection)
-            raise
-        except (OSError, anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-            await connection.stream.aclose()
-            raise CoordinationError(f"lost the connection to Redis at {self._host}:{self._port}: {exc}") from exc
-        except BaseException:
-            # Cancelled mid-reply: the connection's state is unknown, it is not reused.
-            with anyio.CancelScope(shield=True):
-                await connection.stream.aclose()
-            raise
+        reply: Any = None
+        with anyio.move_on_after(self.connect_timeout) as waiting:
+            try:
+                reply = await connection.request(*parts)
+            except _ReplyError:
+                link.idle.append(connection)
+                raise
+            except (OSError, anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                with anyio.CancelScope(shield=True):
+                    await connection.stream.aclose()
+                if not connection.heard:
+                    raise _Stale from exc
+                raise CoordinationError(
+                    f"lost the connection to Redis at {self._host}:{self._port}: {_said(exc)}"
+                ) from exc
+            except CoordinationError:
+                # Not Redis (a reply it cannot read): tried again a moment later, not at every call.
+                link.down_until = anyio.current_time() + _RETRY_CONNECT
+                with anyio.CancelScope(shield=True):
+                    await connection.stream.aclose()
+                raise
+            except BaseException:
+                # Cancelled mid-reply: the connection's state is unknown, it is not reused.
+                with anyio.CancelScope(shield=True):
+                    await connection.stream.aclose()
+                raise
+        if waiting.cancelled_caught:
+            link.down_until = anyio.current_time() + _RETRY_CONNECT
+            raise CoordinationError(
+                f"Redis at {self._host}:{self._port} did not answer within {self.connect_timeout:g} s"
+            )
         link.idle.append(connection)
         if link.warned:
             link.warned = False
@@ -490,23 +646,35 @@ class RedisCoordination:
         lease_ms = max(1, round(self.lease * 1000))
         interval = tolerance = 0
         if rate is not None:
-            interval = max(1, round(rate.per / rate.calls * 1_000_000))
+            interval = min(_MOST_INTERVAL_US, max(1, round(rate.per / rate.calls * 1_000_000)))
             tolerance = (rate.size - 1) * interval
-        reply = await self._script(
-            _ADMIT,
-            (keys.circuit, keys.slots, keys.rate),
-            lease_id,
-            "" if reserved is None else reserved,
-            0 if circuit is None else circuit.failures,
-            0 if circuit is None else round(circuit.cooldown * 1000),
-            max(lease_ms, 0 if circuit is None else round(circuit.cooldown * 1000)),
-            cap or 0,
-            lease_ms,
-            interval,
-            tolerance,
-            _FRESH_US,
-        )
-        return int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3])
+        try:
+            reply = await self._script(
+                _ADMIT,
+                (keys.circuit, keys.slots, keys.rate),
+                lease_id,
+                "" if reserved is None else reserved,
+                0 if circuit is None else circuit.failures,
+                0 if circuit is None else round(circuit.cooldown * 1000),
+                max(lease_ms, 0 if circuit is None else round(circuit.cooldown * 1000)),
+                cap or 0,
+                lease_ms,
+                interval,
+                tolerance,
+                _FRESH_US,
+            )
+        except CoordinationError:
+            raise
+        except BaseException:
+            # Cancelled while the script ran: it may have taken a slot this attempt will never use or renew.
+            # Given back at once, rather than held from the fleet until its lease runs out.
+            if cap:
+                with anyio.CancelScope(shield=True), contextlib.suppress(CoordinationError):
+                    await self._script(_SETTLE, (keys.circuit, keys.slots), lease_id, "none", 0, 0, 0)
+            raise
+        if not (isinstance(reply, list) and len(reply) == 4 and all(type(part) is int for part in reply)):
+            raise CoordinationError(f"the server answered the admission with {str(reply)[:80]}: it is not Redis")
+        return reply[0], reply[1], reply[2], reply[3]
 
     async def run_attempt(
         self,

@@ -28,7 +28,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from toolsched._values.calls import ToolCall
-from toolsched._values.digest import args_digest
+from toolsched._values.digest import value_digest
 from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError
@@ -69,7 +69,7 @@ class Limits:
     - ``max_calls``: calls admitted in the run, every tool together;
     - ``max_calls_per_tool``: an int (the same cap for every tool) or a mapping of tool name to cap;
     - ``max_model_retries``: overrides every tool's ``max_model_retries``;
-    - ``max_repeats``: how many times the same call (tool and canonical arguments) may run.
+    - ``max_repeats``: how many times the same call (tool and canonical arguments, numbers by value) may run.
 
     Each cap is ``None`` (no cap) or a whole number >= 0; anything else raises ``OptionError``.
     """
@@ -219,7 +219,7 @@ class Limits:
                     f"the call to `{tool_name}` was not run: `{tool_name}` may be called {cap} times in this run "
                     "and that is reached; use another tool or answer with what you have",
                 )
-            key = (tool_name, args_digest(args))
+            key = (tool_name, value_digest(args))
             seen = self._repeats.get(key)
             if self.max_repeats is not None and seen is not None and seen[0] >= self.max_repeats:
                 before = seen[1] if seen[1] is not None else "(its answer is given in this same turn)"
@@ -236,7 +236,7 @@ class Limits:
         started) that a recovery runs or holds. One this ``Limits`` counted already is not counted again."""
         with self._lock:
             if (run, call_id) not in self._counted:
-                self._count((run, call_id), tool_name, (tool_name, args_digest(args)))
+                self._count((run, call_id), tool_name, (tool_name, value_digest(args)))
 
     def _count(self, call_id: tuple[str, str], tool_name: str, key: tuple[str, str]) -> None:
         self._calls += 1
@@ -271,7 +271,7 @@ class Limits:
                         self._settle(result, run)
                     continue
                 if result.error_kind not in _LIMIT_KINDS:
-                    made = (result.tool_name, args_digest(arguments.get(result.call_id, {})))
+                    made = (result.tool_name, value_digest(arguments.get(result.call_id, {})))
                     self._calls += 1
                     self._tool_calls[result.tool_name] = self._tool_calls.get(result.tool_name, 0) + 1
                     self._repeats.setdefault(made, [0, None])[0] += 1
@@ -288,10 +288,18 @@ class Limits:
 
 
 def _preview(result: ToolResult) -> str:
+    """What a call returned, as a repeat of it is told (at most ``_PREVIEW_CHARS``). Any output has one: a value
+    ``repr`` cannot show (an integer past Python's 4,300 digits, a structure nested past the recursion limit,
+    a ``__repr__`` that raises) is named by its type."""
     if result.is_error:
         text = f"an error ({result.error_kind}): {result.error}"
+    elif isinstance(result.output, str):
+        text = result.output
     else:
-        text = repr(result.output) if not isinstance(result.output, str) else result.output
+        try:
+            text = repr(result.output)
+        except Exception:
+            text = f"a {type(result.output).__name__} that cannot be shown"
     return text if len(text) <= _PREVIEW_CHARS else text[:_PREVIEW_CHARS] + "…"
 
 

@@ -660,7 +660,7 @@ def _approved_args(args: Any) -> dict[str, Any] | None:
         )
     try:
         text = json.dumps(dict(args), allow_nan=False)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise OptionError(f"approve(args=...) must be JSON (a tool's arguments are): {exc}") from None
     plain: dict[str, Any] = json.loads(text)
     return plain

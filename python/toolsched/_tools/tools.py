@@ -36,6 +36,7 @@ from toolsched._tools.schema import (
 )
 from toolsched._values.decisions import Decision
 from toolsched._values.effects import Reconciled
+from toolsched._values.event_loops import of_this_loop
 from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched.errors import ToolDefinitionError, UnknownOptionError
 
@@ -179,7 +180,7 @@ class ToolFacts:
         # that runs the body elsewhere is handed arguments it has taken): None when the schema has none.
         self.exact_integers = exact_integers
         self.max_concurrency = max_concurrency
-        self._limiter: tuple[object, anyio.CapacityLimiter] | None = None
+        self._limiter: dict[object, anyio.CapacityLimiter] = {}
         self.invoke = invoke
         self.takes_context = takes_context
         self.static_safe = static_safe
@@ -197,31 +198,24 @@ class ToolFacts:
         self.run_resource = run_resource
         # The tool's retry, rate limit and circuit policies (None: it has none), and their state per event loop.
         self.policies = policies
-        self._resilience: tuple[object, Resilience] | None = None
-        self._retries_only: tuple[object, Resilience] | None = None
+        self._resilience: dict[object, Resilience] = {}
+        self._retries_only: dict[object, Resilience] = {}
 
     def resilience(self) -> Resilience:
         """The tool's retries, rate limit and circuit, shared by every run on the current event loop."""
-        loop = anyio.lowlevel.current_token().native_token
-        if self._resilience is None or self._resilience[0] is not loop:
-            assert self.policies is not None
-            self._resilience = (loop, Resilience(*self.policies))
-        return self._resilience[1]
+        policies = self.policies
+        assert policies is not None
+        return of_this_loop(self._resilience, lambda: Resilience(*policies))
 
     def retries_only(self) -> Resilience:
         """The tool's retries alone, on the current event loop (its rate limit and circuit are the fleet's)."""
-        loop = anyio.lowlevel.current_token().native_token
-        if self._retries_only is None or self._retries_only[0] is not loop:
-            assert self.policies is not None
-            self._retries_only = (loop, Resilience(self.policies[0], None, None))
-        return self._retries_only[1]
+        policies = self.policies
+        assert policies is not None
+        return of_this_loop(self._retries_only, lambda: Resilience(policies[0], None, None))
 
     def limiter(self) -> anyio.CapacityLimiter:
         """The tool's cap on calls in flight, shared by every run on the current event loop."""
-        loop = anyio.lowlevel.current_token().native_token
-        if self._limiter is None or self._limiter[0] is not loop:
-            self._limiter = (loop, anyio.CapacityLimiter(self.max_concurrency or 1))
-        return self._limiter[1]
+        return of_this_loop(self._limiter, lambda: anyio.CapacityLimiter(self.max_concurrency or 1))
 
 
 class Tool:

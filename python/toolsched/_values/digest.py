@@ -9,7 +9,7 @@ from typing import Any
 
 from toolsched._values.codec import jsonable
 
-__all__ = ["args_digest"]
+__all__ = ["args_digest", "value_digest"]
 
 
 def _canonical_digest(value: Any) -> str:
@@ -33,3 +33,29 @@ def args_digest(args: Any) -> str:
     if isinstance(args, Mapping) and type(args) is not dict:
         args = dict(args)
     return _canonical_digest(args)
+
+
+def value_digest(args: Any) -> str:
+    """``args_digest`` of the arguments' value: numbers count by value, so ``1``, ``1.0`` and ``1e2``'s
+    ``100.0`` beside ``100`` are the same (JSON has one kind of number; a tool taking an integer runs the same
+    with either). The repeat guard's notion of "the same call"; the journals and approvals keep
+    ``args_digest``, which binds to the arguments exactly as given."""
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return args_digest(args)
+    try:
+        return _canonical_digest(_by_value(args))
+    except RecursionError:
+        return args_digest(args)
+
+
+def _by_value(value: Any) -> Any:
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    if isinstance(value, Mapping):
+        return {key: _by_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_by_value(item) for item in value]
+    return value

@@ -13,16 +13,20 @@ read here and nowhere else. Checked against openai-agents 0.24.0. On an SDK upgr
   arguments for its approval policy;
 - ``ToolContext._function_tool_arguments``: the arguments the SDK already parsed for the call;
 - ``agents.tool._annotation_mentions_context_type``: how ``_get_function_tool_invoke_context`` reads an
-  invoker's first parameter to choose the context it passes (on every call).
+  invoker's first parameter to choose the context it passes (on every call);
+- ``agents.strict_schema.ensure_strict_json_schema``: ``FunctionTool.__post_init__``'s normalization of a
+  strict tool's schema.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, get_type_hints
 
 from agents.run_context import RunContextWrapper
+from agents.strict_schema import ensure_strict_json_schema
 from agents.tool import (
     _FUNCTION_TOOL_WRAPPED_CALLABLE_MARKER,
     _SYNC_FUNCTION_TOOL_MARKER,
@@ -31,7 +35,14 @@ from agents.tool import (
 )
 from agents.tool_context import ToolContext
 
-__all__ = ["FailureHandlingInvoker", "body_of", "forget_parsed_arguments", "like_invoker", "pin_context_choice"]
+__all__ = [
+    "FailureHandlingInvoker",
+    "body_of",
+    "forget_parsed_arguments",
+    "like_invoker",
+    "pin_context_choice",
+    "strict_schema",
+]
 
 SdkInvoke = Callable[[Any, str], Awaitable[Any]]
 
@@ -101,3 +112,9 @@ def pin_context_choice(invoker: Any) -> None:
     parameters[0] = first.replace(annotation=pinned)
     invoker.__signature__ = signature.replace(parameters=parameters)
     invoker.__annotations__ = {} if pinned is inspect.Parameter.empty else {first.name: pinned}
+
+
+def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` as the SDK makes a strict tool's (on a copy; ``schema`` is unchanged)."""
+    made: dict[str, Any] = ensure_strict_json_schema(copy.deepcopy(schema))
+    return made

@@ -41,11 +41,12 @@ Needs ``openai-agents`` (``pip install 'toolsched[agents]'``).
 from __future__ import annotations
 
 import contextvars
-import copy
+import dataclasses
 import functools
 import inspect
 import json
 import logging
+import operator
 import re
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -352,9 +353,11 @@ def scheduled(
 ) -> Agent[Any]:
     """A copy of ``agent`` whose function tools run through toolsched; the original is unchanged.
 
-    Each SDK function tool of the copy is a copy of the agent's (same fields, same order), whose
-    invocation goes through the executor. ``tools`` replaces SDK tools of the same name with toolsched
-    tools (for example ``from_function_tool(search, concurrency_safe=True)``) or adds new ones.
+    Each SDK function tool of the copy is a copy of the agent's (same order), whose invocation goes
+    through the executor; its other fields are read from the agent's tool when the SDK reads them (a
+    change made to that tool later applies to the copy too), but for a field set on the copy itself.
+    ``tools`` replaces SDK tools of the same name with toolsched tools (for example
+    ``from_function_tool(search, concurrency_safe=True)``) or adds new ones.
     ``strict`` sets every function tool's strict mode (None keeps each tool's own). ``executor_options``
     go to ``ts.Executor``; the executor is the copy's ``toolsched_executor`` attribute. A scheduled
     agent's tools given to ``scheduled`` again are scheduled afresh from their SDK tools.
@@ -458,7 +461,7 @@ def _scheduled_copy(
     """
     sdk_invoker = _sdk_invoker(tool)
     invoke = _scheduled_invoker(executor, member, gates, sdk_invoker)
-    made = copy.copy(tool)
+    made = _live_copy(tool)
     invoker: Any
     if isinstance(sdk_invoker, _sdk.FailureHandlingInvoker):
         invoker = _sdk.like_invoker(invoke, sdk_invoker, made)
@@ -470,7 +473,90 @@ def _scheduled_copy(
     made.on_invoke_tool = invoker
     if strict is not None and strict != made.strict_json_schema:
         made.strict_json_schema = strict
-        FunctionTool.__post_init__(made)  # type: ignore[no-untyped-call]  # the SDK's normalization (strict schema)
+        if strict:  # the SDK's normalization of a strict tool's schema
+            made.params_json_schema = _sdk.strict_schema(tool.params_json_schema)
+    return made
+
+
+# Where a live copy reads its fields: the tool it copies, or a ``_Layer`` of what was set on the copy over it.
+_LIVE_SOURCE = "_toolsched_live_source"
+_LAYER_BASE = "_toolsched_layer_base"
+_LIVE_CLASSES: dict[type, type] = {}
+
+
+class _Layer:
+    """The fields set on a live copy (its attributes), over the tool it reads the others from. Never changed
+    once made: a write makes a new layer, so copies of the copy that share this one keep what they saw."""
+
+    def __init__(self, base: Any, values: Mapping[str, Any]) -> None:
+        self.__dict__.update(values)
+        self.__dict__[_LAYER_BASE] = base
+
+    def __getattr__(self, name: str) -> Any:
+        base = self.__dict__.get(_LAYER_BASE)
+        if base is None:
+            raise AttributeError(name)
+        return getattr(base, name)
+
+    def changed(self, name: str, value: Any = _MISSING) -> _Layer:
+        values = {key: item for key, item in self.__dict__.items() if key != _LAYER_BASE and key != name}
+        if value is not _MISSING:
+            values[name] = value
+        return _Layer(self.__dict__.get(_LAYER_BASE), values)
+
+
+def _live_field(name: str) -> property:
+    """A dataclass field of a live copy: read from its source (a C-level attribute path: the SDK reads a
+    tool's fields about a hundred times a call); set on the copy, it goes to a new layer over the source."""
+
+    def write(self: Any, value: Any) -> None:
+        source = self.__dict__.get(_LIVE_SOURCE)
+        layer = source if isinstance(source, _Layer) else _Layer(source, {})
+        self.__dict__[_LIVE_SOURCE] = layer.changed(name, value)
+
+    def forget(self: Any) -> None:
+        source = self.__dict__.get(_LIVE_SOURCE)
+        if isinstance(source, _Layer) and name in source.__dict__:
+            self.__dict__[_LIVE_SOURCE] = source.changed(name)
+
+    return property(operator.attrgetter(f"{_LIVE_SOURCE}.{name}"), write, forget)
+
+
+def _live_class(kind: type) -> type:
+    """The class of live copies of ``kind`` tools: a subclass of it whose fields read through."""
+    made = _LIVE_CLASSES.get(kind)
+    if made is None:
+        namespace: dict[str, Any] = {
+            item.name: _live_field(item.name) for item in dataclasses.fields(kind) if item.name != "on_invoke_tool"
+        }
+
+        def __getattr__(self: Any, name: str) -> Any:
+            # Any other attribute the copy does not hold itself: the source tool's.
+            source = self.__dict__.get(_LIVE_SOURCE)
+            if source is None:
+                raise AttributeError(name)
+            return getattr(source, name)
+
+        namespace.update(
+            __getattr__=__getattr__,
+            __module__=kind.__module__,
+            __qualname__=kind.__qualname__,
+            __doc__=kind.__doc__,
+        )
+        made = _LIVE_CLASSES[kind] = type(kind.__name__, (kind,), namespace)
+    return made
+
+
+def _live_copy(tool: FunctionTool) -> FunctionTool:
+    """A copy of ``tool`` that reads its fields (and any other attribute) from ``tool`` as they are when
+    read, but for what is set on the copy itself; setting one on the copy leaves ``tool`` unchanged.
+
+    The SDK reads a tool's fields (``needs_approval``, ``is_enabled``, ``allowed_callers``...) on every run
+    and call, and a change made to the agent's tool after it was built applies from then on: the change
+    made to the tool given to ``scheduled`` applies to its copy alike.
+    """
+    made: FunctionTool = object.__new__(_live_class(type(tool)))
+    made.__dict__[_LIVE_SOURCE] = tool
     return made
 
 

@@ -1,0 +1,51 @@
+"""State kept per event loop: one value for each loop that uses it, none kept for loops that have ended.
+
+A process may run several event loops at once (one per thread) or one after another (``anyio.run`` per
+task). A tool's concurrency cap and its retry, rate-limit and circuit state belong to one loop (anyio's
+primitives cannot cross loops); another loop using the same tool gets its own, and never replaces the
+first's while the first still runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import anyio.lowlevel
+
+__all__ = ["loop_ended", "of_this_loop"]
+
+T = TypeVar("T")
+
+
+def of_this_loop(values: dict[object, T], make: Callable[[], T]) -> T:
+    """``values``' value for the current event loop, made by ``make`` the first time the loop asks. When a
+    loop asks for the first time, the values of loops that have ended since are dropped."""
+    loop = anyio.lowlevel.current_token().native_token
+    value = values.get(loop)
+    if value is None:
+        for other in list(values):
+            if loop_ended(other):
+                values.pop(other, None)
+        value = values.setdefault(loop, make())
+    return value
+
+
+def loop_ended(token: object) -> bool:
+    """Whether the event loop of ``token`` (an asyncio loop or a trio token) has ended."""
+    is_closed = getattr(token, "is_closed", None)
+    if is_closed is not None:
+        return bool(is_closed())
+    try:
+        import trio
+    except ImportError:  # pragma: no cover (a trio token exists only with trio installed)
+        return False
+    try:
+        token.run_sync_soon(_nothing)  # type: ignore[attr-defined]
+    except trio.RunFinishedError:
+        return True
+    return False
+
+
+def _nothing() -> None:
+    return None
