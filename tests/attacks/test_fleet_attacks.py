@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import threading
-import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,25 +24,12 @@ from typing import Any
 
 import anyio
 import pytest
+from fleet_redis import CHILD, namespace, redis_url
 
 import toolsched as ts
 from toolsched._policy.coordination import _ADMIT, _Connection, _sha1
 
 pytestmark = pytest.mark.anyio
-
-URL_VARIABLE = "TOOLSCHED_TEST_REDIS_URL"
-CHILD = Path(__file__).parents[1] / "support" / "fleet_child.py"
-
-
-def redis_url() -> str:
-    url = os.environ.get(URL_VARIABLE)
-    if not url:
-        pytest.fail(f"{URL_VARIABLE} is not set: run the tests under tests/redis_server.sh (as `make test` does)")
-    return url
-
-
-def namespace() -> str:
-    return f"attack-{uuid.uuid4().hex}"
 
 
 def free_port() -> int:

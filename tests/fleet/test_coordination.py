@@ -11,32 +11,18 @@ import signal
 import socket
 import subprocess
 import sys
-import uuid
 import warnings
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from fleet_redis import CHILD, namespace, redis_url
 
 import toolsched as ts
 from toolsched._policy.coordination import _FRESH_US
 
-URL_VARIABLE = "TOOLSCHED_TEST_REDIS_URL"
-CHILD = Path(__file__).parents[1] / "support" / "fleet_child.py"
-
 pytestmark = pytest.mark.anyio
-
-
-def redis_url() -> str:
-    url = os.environ.get(URL_VARIABLE)
-    if not url:
-        pytest.fail(f"{URL_VARIABLE} is not set: run the tests under tests/redis_server.sh (as `make test` does)")
-    return url
-
-
-def namespace() -> str:
-    return f"test-{uuid.uuid4().hex}"
 
 
 def child(backend: str, url: str, space: str, mode: str, calls: int) -> subprocess.Popen[str]:

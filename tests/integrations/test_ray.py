@@ -308,15 +308,17 @@ async def test_a_timeout_answers_the_call_and_kills_its_ray_task(cluster: None, 
             await anyio.sleep(0.05)
 
 
-@ts.tool(concurrency_safe=True, num_cpus=0.01)
+@ts.tool(concurrency_safe=True, num_cpus=1)
 async def nap(seconds: float) -> float:
+    """A whole CPU each: two run at once on the two-CPU cluster, the others wait for Ray to start them."""
     await anyio.sleep(seconds)
     return seconds
 
 
 async def test_calls_waiting_on_ray_hold_no_thread_each_and_stop_waiting_when_cancelled(cluster: None) -> None:
+    # The calls Ray cannot start yet wait here as the running ones do: many waiting calls, two worker processes.
     executor = ray_executor([nap], strategy=ts.Parallel(max_concurrency=200))
-    await executor.run([ts.ToolCall("warm", "nap", {"seconds": 0})])
+    await executor.run([ts.ToolCall("warm", "nap", {"seconds": 0}) for _ in range(2)])
     threads: list[int] = []
 
     async def watch() -> None:
@@ -328,10 +330,10 @@ async def test_calls_waiting_on_ray_hold_no_thread_each_and_stop_waiting_when_ca
     with anyio.fail_after(60):
         async with anyio.create_task_group() as group:
             group.start_soon(watch)
-            outcome = await executor.run([ts.ToolCall(f"n{i}", "nap", {"seconds": 1.0}) for i in range(60)])
+            outcome = await executor.run([ts.ToolCall(f"n{i}", "nap", {"seconds": 0.1}) for i in range(60)])
             group.cancel_scope.cancel()
-    assert [result.output for result in outcome.results] == [1.0] * 60
-    # 60 calls were waiting at once: a waiting thread each would show here.
+    assert [result.output for result in outcome.results] == [0.1] * 60
+    # 60 calls were waiting at once (for 3 seconds at least: two at a time run): a waiting thread each would show here.
     assert max(threads) < before + 20, (before, max(threads))
     # A run cancelled while its calls wait on Ray stops waiting at once.
     started = time.perf_counter()
@@ -685,16 +687,17 @@ async def test_integer_parameters_get_ints_on_ray_as_they_do_locally(cluster: No
     assert remote.results[0].output == local.results[0].output == "int ['int', 'int']"
 
 
-@ts.tool(concurrency_safe=True, num_cpus=0.01, timeout=10.0)
+@ts.tool(concurrency_safe=True, num_cpus=0.01, timeout=4.0)
 def stall_light(pid_file: str) -> str:
-    """Records its worker's PID, then runs far past its timeout (a sliver of a CPU: it starts among many)."""
+    """Records its worker's PID, then runs far past its timeout (a sliver of a CPU: it starts beside the naps)."""
     Path(pid_file).write_text(str(os.getpid()))
     time.sleep(120)
     return "finished"
 
 
-@ts.tool(concurrency_safe=True, num_cpus=0.01, timeout=60.0)
+@ts.tool(concurrency_safe=True, num_cpus=0.9, timeout=60.0)
 async def nap_or_fail(seconds: float, fail: bool = False) -> float:
+    """Most of a CPU each: two run at once (two worker processes), the others wait for Ray to start them."""
     await anyio.sleep(seconds)
     if fail:
         raise ValueError(f"failed after {seconds}")
@@ -713,7 +716,7 @@ async def test_many_calls_in_flight_share_one_waiter_and_each_keeps_its_answer_e
         strategy=ts.Parallel(max_concurrency=300),
     )
     pid_file = tmp_path / "stall.pid"
-    calls = [ts.ToolCall(f"n{i}", "nap_or_fail", {"seconds": (i % 7) / 100, "fail": i == 150}) for i in range(300)]
+    calls = [ts.ToolCall(f"n{i}", "nap_or_fail", {"seconds": (i % 7) / 400, "fail": i == 150}) for i in range(300)]
     calls.insert(40, ts.ToolCall("late", "stall_light", {"pid_file": str(pid_file)}))
     waiters_before = [t for t in threading.enumerate() if t.name == "toolsched-ray-waiter"]
     with anyio.fail_after(90):
@@ -724,7 +727,7 @@ async def test_many_calls_in_flight_share_one_waiter_and_each_keeps_its_answer_e
     assert by_id["n150"].is_error and "failed after" in (by_id["n150"].error or "")
     for i in range(300):
         if i != 150:
-            assert by_id[f"n{i}"].output == (i % 7) / 100
+            assert by_id[f"n{i}"].output == (i % 7) / 400
     # One waiting thread for this backend, not one per call.
     waiters = [t for t in threading.enumerate() if t.name == "toolsched-ray-waiter" and t not in waiters_before]
     assert len(waiters) == 1

@@ -18,8 +18,7 @@ from toolsched._executor.view import Policy
 from toolsched._policy.hooks import HookTimeout, new_hook_event
 from toolsched._policy.limits import Limits, ModelRetry
 from toolsched._policy.permissions import allow_rule_matches, resolve_permission
-from toolsched._policy.runstate import ApprovalRequest, RunState, records_by_id, standing_for
-from toolsched._policy.state_records import CallRecord
+from toolsched._policy.runstate import ApprovalRequest, CallRecord, RunState, records_by_id, standing_for
 from toolsched._policy.tool_rules import UNDECIDED, Verdict
 from toolsched._values.calls import args_copy
 from toolsched._values.decisions import Behavior, Decision, Rewrite

@@ -25,10 +25,8 @@ from typing import Any
 
 import anyio
 
-from toolsched._policy.runstate import interruption, load_child
+from toolsched._policy.runstate import CallRecord, ChildRecord, child_to_json, interruption, load_child
 from toolsched._policy.standing import Standing, parse_scope
-from toolsched._policy.state_codec import child_to_json
-from toolsched._policy.state_records import CallRecord, ChildRecord
 from toolsched._values.calls import ToolCall, args_copy
 from toolsched._values.decisions import Behavior
 from toolsched._values.digest import args_digest

@@ -53,10 +53,17 @@ from toolsched._policy.holds import resuming
 from toolsched._policy.hooks import Hooks
 from toolsched._policy.limits import Limits, active_limits, bare_limits, limits_in_force
 from toolsched._policy.permissions import Permissions
-from toolsched._policy.runstate import Approver, RunState, claim, run_identity, unclaim, waiting_children
+from toolsched._policy.runstate import (
+    EXTERNAL_STATUSES,
+    Approver,
+    CallRecord,
+    RunState,
+    claim,
+    run_identity,
+    unclaim,
+    waiting_children,
+)
 from toolsched._policy.standing import standing_in_force
-from toolsched._policy.state_codec import EXTERNAL_STATUSES
-from toolsched._policy.state_records import CallRecord
 from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.resources import RunResources, current_resources
 from toolsched._tools.tools import Tool

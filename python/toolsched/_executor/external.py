@@ -19,7 +19,7 @@ from toolsched._executor.durable import JournalFailed, RunJournal, journaled_han
 from toolsched._executor.settings import Settings
 from toolsched._executor.turn import Handout, Turn
 from toolsched._executor.view import View
-from toolsched._policy.state_records import CallRecord
+from toolsched._policy.runstate import CallRecord
 from toolsched._values.calls import ToolCall
 from toolsched._values.results import edited_result, new_result
 from toolsched.errors import OptionError, StateError

@@ -33,7 +33,7 @@ import anyio
 
 from toolsched._executor.executor import Executor, Steering
 from toolsched._policy.holds import NestedHold, resuming
-from toolsched._policy.state_records import CallSignature, ChildRecord, StepEntry, TurnEntry, call_signature
+from toolsched._policy.runstate import CallSignature, ChildRecord, StepEntry, TurnEntry, call_signature
 from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import FunctionTool
 from toolsched._values.calls import ToolCall

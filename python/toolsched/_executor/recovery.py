@@ -26,8 +26,8 @@ from toolsched._executor.repair import stored_job, user_repair
 from toolsched._executor.settings import format_error
 from toolsched._executor.turn import Handout, Held, Job, Plan, Turn
 from toolsched._policy.permissions import allow_rule_matches
+from toolsched._policy.runstate import CallRecord
 from toolsched._policy.standing import Standing
-from toolsched._policy.state_records import CallRecord
 from toolsched._values.calls import args_copy
 from toolsched._values.digest import args_digest
 from toolsched._values.effects import Done, NotDone, Reconciled

@@ -25,8 +25,7 @@ from toolsched._executor.view import View
 from toolsched._policy.hooks import UpdateFilter
 from toolsched._policy.limits import active_limits
 from toolsched._policy.permissions import Permissions
-from toolsched._policy.runstate import RunState, new_state
-from toolsched._policy.state_records import CallRecord, ChildRecord
+from toolsched._policy.runstate import CallRecord, ChildRecord, RunState, new_state
 from toolsched._policy.tool_rules import UNDECIDED
 from toolsched._tools.context import ToolContext
 from toolsched._tools.registry import SEARCH_TOOL_NAME

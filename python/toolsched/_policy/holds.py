@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from contextvars import ContextVar
 
-from toolsched._policy.state_records import CallRecord, ChildRecord
+from toolsched._policy.runstate import CallRecord, ChildRecord
 
 __all__ = ["NestedHold", "resuming"]
 

@@ -1,4 +1,4 @@
-"""Approvals and resumable runs: ``ApprovalRequest`` and ``RunState``.
+"""Approvals and resumable runs: ``ApprovalRequest`` and ``RunState``, the records it is made of and its JSON form.
 
 A run whose calls need a person's decision, and that has no approver, ends
 interrupted: ``Outcome.pending`` lists the requests and ``Outcome.state`` holds
@@ -21,64 +21,443 @@ A run may wait for the world too: a call of an external tool is handed out
 ``fail`` before the run resumes. The state carries the run's identity, which
 every call's idempotency key derives from, so keys stay the same across a
 resume in this process or another.
+
+The records (``CallRecord``, a nested run's ``ChildRecord``) and the JSON form (sealed with SHA-256 or
+signed with HMAC-SHA256) live here with ``RunState`` itself: a nested run's record holds its own
+``RunState``, so the three make one recursive type, and split apart they import one another.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import hmac
 import json
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from toolsched._policy.claims import claim_interruption, release_interruption
 from toolsched._policy.standing import Standing, in_force, parse_scope
-from toolsched._policy.state_codec import (
-    EXTERNAL_STATUSES,
-    FORMAT,
-    VERSION,
-    canonical,
-    child_from_json,
-    duplicate_from_json,
-    duplicate_to_json,
-    listed,
-    record_from_json,
-    record_to_json,
-    seal,
-)
-from toolsched._policy.state_records import (
-    STATUSES,
-    CallRecord,
-    ChildRecord,
-    DecisionTarget,
-    Status,
-    TurnEntry,
-)
 from toolsched._values.calls import Duplicate, args_copy
+from toolsched._values.codec import RESULT_FIELD_TYPES, encode_output
 from toolsched._values.decisions import Decision
 from toolsched._values.digest import args_digest
 from toolsched._values.effects import ExternalCall, idempotency_key, new_identity
-from toolsched._values.results import ErrorKind, ToolResult, edited_result, new_result
+from toolsched._values.results import ERROR_KINDS, ErrorKind, ToolResult, edited_result, new_result, result_fields
 from toolsched.errors import ApprovalError, OptionError, StateError
 
 __all__ = [
+    "EXTERNAL_STATUSES",
+    "FORMAT",
+    "STATUSES",
+    "VERSION",
     "ApprovalRequest",
     "Approver",
+    "CallRecord",
+    "CallSignature",
+    "ChildRecord",
+    "DecisionTarget",
+    "LoadState",
     "Pending",
     "RunState",
+    "Status",
+    "StepEntry",
+    "TurnEntry",
+    "call_signature",
+    "canonical",
+    "child_from_json",
+    "child_to_json",
     "claim",
+    "duplicate_from_json",
+    "duplicate_to_json",
     "interruption",
+    "listed",
     "load_child",
     "new_state",
+    "record_from_json",
+    "record_to_json",
     "records_by_id",
     "run_identity",
+    "seal",
     "standing_for",
     "standing_of",
     "waiting_children",
 ]
+
+Status = Literal["done", "pending", "approved", "rejected", "nested", "external", "completed"]
+STATUSES = ("done", "pending", "approved", "rejected", "nested", "external", "completed")
+
+
+CallSignature = tuple[tuple[str, str, str], ...]
+
+
+def call_signature(calls: Any) -> CallSignature:
+    """What identifies a turn's calls on replay: each call's ID, tool name and argument digest."""
+    return tuple((call.id, call.name, args_digest(call.args)) for call in calls)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEntry:
+    """A child turn that completed before its run was interrupted: replayed on resume, never run again."""
+
+    calls: CallSignature
+    results: tuple[ToolResult, ...]
+    duplicates: tuple[Duplicate, ...] = ()
+    steering_messages: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StepEntry:
+    """The value of a step (``ChildRun.step``) taken before the nested run was interrupted."""
+
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRecord:
+    """The nested run of a call that waits (internal): what happened in it, and where it stopped.
+
+    ``journal`` holds the steps and completed child turns in order;
+    ``waiting`` identifies the child turn that was interrupted, and ``state``
+    is that turn's own run state.
+    """
+
+    state: RunState
+    journal: tuple[TurnEntry | StepEntry, ...]
+    waiting: CallSignature
+
+    def copy(self) -> ChildRecord:
+        return replace(self, state=self.state.copy(), journal=copy.deepcopy(self.journal))
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One call of a saved run (internal). ``args`` is the input as the model sent it.
+
+    A ``done`` record holds its result; the others hold the request a person
+    sees (``request_args``, ``reason``, ``digest``) and, once decided, the
+    decision. A ``nested`` record is a call that was admitted and ran, and
+    whose nested run (``child``) waits for decisions. An ``external`` record is
+    a call of an external tool handed out with ``request_args`` at ``handed_out``
+    (seconds since the epoch), waiting for its answer until ``deadline`` (None:
+    no limit); once answered (``RunState.complete`` / ``fail``) it is
+    ``completed`` and holds the answer as ``result`` until the run resumes.
+    An ``approved`` record approved with a person's own arguments holds them as
+    ``edited_args`` (their digest ``edited_digest``, which the approval is bound
+    to instead of ``digest``); ``always`` is the scope of a standing approval
+    given with it (``"call"``, ``"tool"`` or a rule), journaled with the approval.
+    """
+
+    call_id: str
+    name: str
+    args: Any
+    status: Status
+    result: ToolResult | None = None
+    tool: str | None = None
+    fingerprint: str | None = None
+    request_args: Any = None
+    reason: str | None = None
+    digest: str | None = None
+    message: str | None = None
+    child: ChildRecord | None = None
+    handed_out: float | None = None
+    deadline: float | None = None
+    edited_args: Any = None
+    edited_digest: str | None = None
+    always: str | None = None
+    # An external call handed out with the arguments a person approved it with (its answer is ``edited``).
+    edited: bool = False
+
+    @property
+    def bound_digest(self) -> str | None:
+        """The digest of the arguments a decision is bound to: the person's, when they edited them."""
+        return self.edited_digest if self.edited_digest is not None else self.digest
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionTarget:
+    """A call that a decision by ID could reach (internal): the run state holding it and its ID there."""
+
+    state: RunState
+    call_id: str
+    tool_name: str
+    # The prefixed ID of the call whose nested run holds it; None for a call of the top-level run.
+    parent_call_id: str | None
+
+
+FORMAT = "toolsched.RunState"
+VERSION = 1
+
+#: The statuses of an external call's record: handed out and waiting, or answered and waiting for the resume.
+EXTERNAL_STATUSES = ("external", "completed")
+
+#: Reads a nested run's own state from its JSON body (``RunState._from_body``), naming ``where`` in errors.
+LoadState = Callable[[Any, str], "RunState"]
+
+
+def canonical(body: Mapping[str, Any]) -> str:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def seal(canonical: str, key: bytes | str | None) -> str:
+    if key is None:
+        return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+    secret = key.encode() if isinstance(key, str) else key
+    return "hmac-sha256:" + hmac.new(secret, canonical.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+
+_RESULT_FIELDS = result_fields()
+
+
+def record_to_json(record: CallRecord) -> dict[str, Any]:
+    item: dict[str, Any] = {"id": record.call_id, "name": record.name, "args": record.args, "status": record.status}
+    if record.status == "done":
+        assert record.result is not None
+        item["result"] = _result_to_json(record.result)
+    else:
+        item["tool"] = record.tool
+        item["fingerprint"] = record.fingerprint
+        item["request"] = {"args": record.request_args, "reason": record.reason, "digest": record.digest}
+        item["message"] = record.message
+        if record.edited_digest is not None:
+            item["edit"] = {"args": record.edited_args, "digest": record.edited_digest}
+        if record.always is not None:
+            item["always"] = record.always
+        if record.status in EXTERNAL_STATUSES:
+            item["external"] = {"handed_out": record.handed_out, "deadline": record.deadline}
+            if record.edited:
+                item["external"]["edited"] = True
+            if record.result is not None:
+                item["result"] = _result_to_json(record.result)
+    if record.child is not None:
+        item["child"] = child_to_json(record.child)
+    return item
+
+
+def duplicate_to_json(duplicate: Duplicate) -> list[Any]:
+    return [duplicate.call_id, duplicate.index, duplicate.first_index, duplicate.args_differ]
+
+
+def duplicate_from_json(row: Any, where: str) -> Duplicate:
+    if not (
+        isinstance(row, list)
+        and len(row) == 4
+        and isinstance(row[0], str)
+        and all(isinstance(n, int) and not isinstance(n, bool) for n in row[1:3])
+        and isinstance(row[3], bool)
+    ):
+        raise StateError(f"{where} is malformed")
+    return Duplicate(row[0], row[1], row[2], row[3])
+
+
+def _result_to_json(result: ToolResult) -> dict[str, Any]:
+    """A result as the state carries it: an output JSON cannot hold goes in the form adapters send."""
+    body = {name: getattr(result, name) for name in _RESULT_FIELDS}
+    try:
+        text, exact = encode_output(result.output)
+    except ValueError as exc:
+        raise StateError(f"the output of call {result.call_id!r} cannot be saved: {exc}") from None
+    if not exact:
+        body["output"] = json.loads(text)
+    return body
+
+
+def child_to_json(child: ChildRecord) -> dict[str, Any]:
+    """A nested run's record in its JSON form, as a saved state (and a journal) carries it."""
+    journal: list[dict[str, Any]] = []
+    for entry in child.journal:
+        if isinstance(entry, StepEntry):
+            journal.append({"kind": "step", "value": entry.value})
+        else:
+            journal.append(
+                {
+                    "kind": "turn",
+                    "calls": [list(call) for call in entry.calls],
+                    "results": [_result_to_json(result) for result in entry.results],
+                    "duplicates": [duplicate_to_json(d) for d in entry.duplicates],
+                    "steering_messages": list(entry.steering_messages),
+                }
+            )
+    return {"state": child.state._body(), "journal": journal, "waiting": [list(call) for call in child.waiting]}
+
+
+def _signature_from_json(value: Any, where: str) -> CallSignature:
+    if not (
+        isinstance(value, list)
+        and all(isinstance(call, list) and len(call) == 3 and all(isinstance(p, str) for p in call) for call in value)
+    ):
+        raise StateError(f"{where} must list calls as [id, name, digest]")
+    return tuple((call[0], call[1], call[2]) for call in value)
+
+
+def child_from_json(value: Any, where: str, load_state: LoadState) -> ChildRecord:
+    """A nested run's record from ``child_to_json``'s form; ``StateError`` (naming ``where``) when malformed.
+
+    ``load_state`` reads the nested run's own state from its body (``RunState._from_body``).
+    """
+    if not isinstance(value, dict):
+        raise StateError(f"{where} must be an object")
+    state = load_state(value.get("state"), f"{where}.state")
+    journal: list[TurnEntry | StepEntry] = []
+    for i, item in enumerate(listed(value, "journal", where)):
+        at = f"{where}.journal[{i}]"
+        if not isinstance(item, dict) or item.get("kind") not in ("turn", "step"):
+            raise StateError(f"{at} must be a step or a turn")
+        if item["kind"] == "step":
+            journal.append(StepEntry(item.get("value")))
+            continue
+        calls = _signature_from_json(item.get("calls"), f"{at}.calls")
+        results = tuple(
+            _result_from_json(result, _result_call_id(result), f"{at}.results[{j}]")
+            for j, result in enumerate(listed(item, "results", at))
+        )
+        duplicates = tuple(
+            duplicate_from_json(row, f"{at}.duplicates[{j}]") for j, row in enumerate(listed(item, "duplicates", at))
+        )
+        journal.append(TurnEntry(calls, results, duplicates, tuple(listed(item, "steering_messages", at))))
+    return ChildRecord(state, tuple(journal), _signature_from_json(value.get("waiting"), f"{where}.waiting"))
+
+
+def _result_call_id(value: Any) -> str:
+    call_id = value.get("call_id") if isinstance(value, dict) else None
+    return call_id if isinstance(call_id, str) else ""
+
+
+def listed(body: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    value = body.get(key)
+    if not isinstance(value, list):
+        raise StateError(f"{where}.{key} must be a list")
+    return value
+
+
+def _text(item: Mapping[str, Any], key: str, where: str, *, optional: bool = False) -> Any:
+    value = item.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise StateError(f"{where}.{key} must be a string")
+    return value
+
+
+def record_from_json(item: Any, where: str, load_state: LoadState) -> CallRecord:
+    if not isinstance(item, dict):
+        raise StateError(f"{where} must be an object")
+    call_id = _text(item, "id", where)
+    name = _text(item, "name", where)
+    status = item.get("status")
+    if status not in STATUSES:
+        raise StateError(f"{where}.status must be one of {', '.join(STATUSES)}")
+    args = item.get("args")
+    if not isinstance(args, dict | str):
+        raise StateError(f"{where}.args must be an object or JSON text")
+    if status == "done":
+        return CallRecord(call_id, name, args, "done", result=_result_from_json(item.get("result"), call_id, where))
+    request = item.get("request")
+    if not isinstance(request, dict) or not isinstance(request.get("args"), dict):
+        raise StateError(f"{where}.request must hold the arguments the person saw")
+    digest = _text(request, "digest", f"{where}.request")
+    if digest != args_digest(request["args"]):
+        raise StateError(f"{where}: the request's arguments do not match their digest")
+    child = None
+    if status == "nested":
+        child = child_from_json(item.get("child"), f"{where}.child", load_state)
+    elif "child" in item:
+        raise StateError(f"{where}: only a nested call carries a child run")
+    handed_out = deadline = None
+    external_edited = False
+    result = None
+    if status in EXTERNAL_STATUSES:
+        handed_out, deadline = _handout_from_json(item.get("external"), f"{where}.external")
+        external_edited = item["external"].get("edited", False)
+        if not isinstance(external_edited, bool):
+            raise StateError(f"{where}.external.edited must be true or false")
+        if status == "completed":
+            result = _result_from_json(item.get("result"), call_id, where)
+        elif "result" in item:
+            raise StateError(f"{where}: an external call waiting for its answer carries no result")
+    elif "external" in item or "result" in item:
+        raise StateError(f"{where}: only an external call carries a hand-out and an answer")
+    edited_args, edited_digest = _edit_from_json(item, status, where)
+    always = item.get("always")
+    if always is not None and (status != "approved" or not isinstance(always, str)):
+        raise StateError(f"{where}.always must be the scope of an approval, on an approved call")
+    return CallRecord(
+        call_id,
+        name,
+        args,
+        status,
+        tool=_text(item, "tool", where),
+        fingerprint=_text(item, "fingerprint", where),
+        request_args=request["args"],
+        reason=_text(request, "reason", f"{where}.request", optional=True),
+        digest=digest,
+        message=_text(item, "message", where, optional=True),
+        child=child,
+        result=result,
+        handed_out=handed_out,
+        deadline=deadline,
+        edited_args=edited_args,
+        edited_digest=edited_digest,
+        always=always,
+        edited=external_edited,
+    )
+
+
+def _edit_from_json(item: Mapping[str, Any], status: str, where: str) -> tuple[Any, str | None]:
+    """The arguments a person approved a call with (``edit``), checked against their digest: (None, None) when
+    the call was not edited."""
+    edit = item.get("edit")
+    if edit is None:
+        return None, None
+    if status != "approved":
+        raise StateError(f"{where}: only an approved call carries the arguments it was approved with")
+    if not isinstance(edit, dict) or not isinstance(edit.get("args"), dict) or not isinstance(edit.get("digest"), str):
+        raise StateError(f"{where}.edit must hold the approved arguments and their digest")
+    if edit["digest"] != args_digest(edit["args"]):
+        raise StateError(f"{where}: the approved arguments do not match their digest")
+    return edit["args"], edit["digest"]
+
+
+def _seconds(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _handout_from_json(value: Any, where: str) -> tuple[float, float | None]:
+    """An external call's hand-out: when it was handed out and its deadline (seconds since the epoch)."""
+    if not isinstance(value, dict) or not _seconds(value.get("handed_out")):
+        raise StateError(f"{where} must hold when the call was handed out (seconds since the epoch)")
+    deadline = value.get("deadline")
+    if deadline is not None and not _seconds(deadline):
+        raise StateError(f"{where}.deadline must be seconds since the epoch or null")
+    return float(value["handed_out"]), None if deadline is None else float(deadline)
+
+
+def _result_from_json(value: Any, call_id: str, where: str) -> ToolResult:
+    if isinstance(value, dict) and "attempts" not in value:
+        value = {**value, "attempts": 1}  # a state saved before results counted their attempts
+    if isinstance(value, dict) and "repaired" not in value:
+        value = {**value, "repaired": False}  # a state saved before results said whether they were repaired
+    if isinstance(value, dict) and "edited" not in value:
+        value = {**value, "edited": False}  # a state saved before results said whether a person edited the call
+    if not isinstance(value, dict) or set(value) != set(_RESULT_FIELDS):
+        raise StateError(f"{where}.result must hold exactly the fields of a ToolResult")
+    if value["call_id"] != call_id or not isinstance(value["tool_name"], str):
+        raise StateError(f"{where}.result does not belong to call {call_id!r}")
+    kind = value["error_kind"]
+    if kind is not None and kind not in ERROR_KINDS:
+        raise StateError(f"{where}.result.error_kind {kind!r} is not an error kind")
+    for name, types in RESULT_FIELD_TYPES.items():
+        if name in ("call_id", "tool_name", "error_kind"):
+            continue  # checked above
+        if not isinstance(value[name], types):
+            raise StateError(f"{where}.result.{name} has the wrong type")
+    if value["is_error"] != (kind is not None):
+        raise StateError(f"{where}.result: is_error and error_kind disagree")
+    return ToolResult(**value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -205,17 +205,17 @@ class ToolFacts:
         """The tool's retries, rate limit and circuit, shared by every run on the current event loop."""
         policies = self.policies
         assert policies is not None
-        return of_this_loop(self._resilience, lambda: Resilience(*policies))
+        return of_this_loop(self._resilience, Resilience, *policies)
 
     def retries_only(self) -> Resilience:
         """The tool's retries alone, on the current event loop (its rate limit and circuit are the fleet's)."""
         policies = self.policies
         assert policies is not None
-        return of_this_loop(self._retries_only, lambda: Resilience(policies[0], None, None))
+        return of_this_loop(self._retries_only, Resilience, policies[0], None, None)
 
     def limiter(self) -> anyio.CapacityLimiter:
         """The tool's cap on calls in flight, shared by every run on the current event loop."""
-        return of_this_loop(self._limiter, lambda: anyio.CapacityLimiter(self.max_concurrency or 1))
+        return of_this_loop(self._limiter, anyio.CapacityLimiter, self.max_concurrency or 1)
 
 
 class Tool:

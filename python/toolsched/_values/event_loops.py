@@ -9,7 +9,7 @@ first's while the first still runs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio.lowlevel
 
@@ -18,16 +18,17 @@ __all__ = ["loop_ended", "of_this_loop"]
 T = TypeVar("T")
 
 
-def of_this_loop(values: dict[object, T], make: Callable[[], T]) -> T:
-    """``values``' value for the current event loop, made by ``make`` the first time the loop asks. When a
-    loop asks for the first time, the values of loops that have ended since are dropped."""
+def of_this_loop(values: dict[object, T], make: Callable[..., T], *args: Any) -> T:
+    """``values``' value for the current event loop, made by ``make(*args)`` the first time the loop asks (the
+    arguments rather than a closure: this is asked once per call of a capped or resilient tool). When a loop
+    asks for the first time, the values of loops that have ended since are dropped."""
     loop = anyio.lowlevel.current_token().native_token
     value = values.get(loop)
     if value is None:
         for other in list(values):
             if loop_ended(other):
                 values.pop(other, None)
-        value = values.setdefault(loop, make())
+        value = values.setdefault(loop, make(*args))
     return value
 
 
