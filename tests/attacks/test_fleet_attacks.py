@@ -27,7 +27,7 @@ import pytest
 from fleet_redis import CHILD, namespace, redis_url
 
 import toolsched as ts
-from toolsched._policy.coordination import _ADMIT, _Connection, _sha1
+from toolsched._policy.coordination import _ADMIT, _SETTLE, _Connection, _sha1
 
 pytestmark = pytest.mark.anyio
 
@@ -547,6 +547,36 @@ async def test_an_attempt_cancelled_while_redis_admits_it_gives_its_slot_back(
     other = ts.Executor([capped_tool(cap=1)], coordination=ts.RedisCoordination(url, namespace=space))
     with anyio.fail_after(5):
         assert (await one(other, 2)).output == 2
+
+
+async def test_a_release_cut_off_by_its_bound_closes_its_connection(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise: a connection the coordination opened is closed by it, on every path. An admission whose reply
+    never came gives its slot back on a new connection, within ``connect_timeout``: that release cut off by its
+    bound mid-round-trip left its connection open (neither kept nor closed), for the collector to find."""
+    url, space = redis_url(), namespace()
+    original = _Connection.exchange
+    opened: list[_Connection] = []
+
+    async def admission_lost(self: _Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
+        opened.append(self)
+        if _sha1(_ADMIT).encode() in data or _ADMIT.encode() in data:
+            raise TimeoutError  # the admission's reply never came
+        if _sha1(_SETTLE).encode() in data or _SETTLE.encode() in data:
+            await anyio.sleep_forever()  # the release's reply never comes: its bound ends it
+        return await original(self, data, count, per_reply)
+
+    monkeypatch.setattr(_Connection, "exchange", admission_lost)
+    coordination = ts.RedisCoordination(url, namespace=space, connect_timeout=0.3)
+    executor = ts.Executor([capped_tool(cap=1)], coordination=coordination)
+    with warnings.catch_warnings(), anyio.fail_after(20):
+        warnings.simplefilter("ignore", RuntimeWarning)  # the outage's own warning
+        assert (await one(executor)).output == 1  # per-process limits meanwhile (on_unavailable="local")
+        await anyio.sleep(0.01)  # asyncio closes an aborted transport's socket on the loop's next turn
+    # The admission's connection and the release's, both closed (neither kept for the next round trip).
+    assert len(opened) == 2
+    assert [connection.stream.extra(anyio.abc.SocketAttribute.raw_socket).fileno() for connection in opened] == [-1, -1]
 
 
 @pytest.mark.parametrize("on_unavailable", ["local", "refuse"])

@@ -180,3 +180,27 @@ async def test_an_admission_sent_again_takes_no_second_slot(anyio_backend: str) 
     assert await coordination._call("ZCARD", f"{space}:{{once}}:slots") == 1
     # The fleet's one slot is taken: another attempt waits for it.
     assert (await coordination._admit(once, "lease-b", None))[0] == -2
+
+
+@pytest.mark.parametrize("cap", [1, None])
+async def test_an_admission_sent_again_keeps_the_circuits_probe_it_holds(anyio_backend: str, cap: int | None) -> None:
+    """A half-open circuit's one probe taken by an admission whose batch is re-sent (its kept connection closed
+    before any reply byte): the same attempt asking again with its lease id is admitted as the probe on what it
+    holds (its slot too, under a cap), not refused by its own probe until the lease runs out; any other attempt
+    is still refused while the probe runs."""
+
+    @ts.tool(name="probed", max_concurrency=cap, circuit=ts.CircuitBreaker(failures=1, cooldown=30))
+    async def probed() -> None:
+        return None
+
+    space = namespace()
+    coordination = ts.RedisCoordination(redis_url(), namespace=space)
+    # The circuit opened by one failure, its cooldown over: the next attempt is its one probe.
+    await coordination._call("HSET", f"{space}:{{probed}}:circuit", "failures", 1, "open_until", 0)
+    first = await coordination._admit(probed, "lease-a", None)
+    again = await coordination._admit(probed, "lease-a", None)
+    assert (first[0], again[0]) == (1, 1)
+    if cap is not None:
+        assert await coordination._call("ZCARD", f"{space}:{{probed}}:slots") == 1
+    # The probe is held: another attempt is refused while it runs.
+    assert (await coordination._admit(probed, "lease-b", None))[0] == -1

@@ -28,7 +28,6 @@ on asyncio and trio alike. It needs no package beyond anyio.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 import hashlib
@@ -97,10 +96,10 @@ _FRESH_US = 10_000
 # slot lease ms, emission interval µs, tolerance µs, freshness µs. Returns {code, wait µs or open ms, failures,
 # start µs}: code 0 admitted, 1 admitted as the circuit's probe, 2 a reservation (wait until its start, holding
 # nothing, then ask again passing the start), -1 circuit open, -2 no slot free (nothing taken; a reservation held
-# is given up; an attempt asking again with the lease id of a slot it holds, its first reply lost, is admitted on
-# that slot). An attempt is admitted at its reservation's start or at most the freshness after it, so the
-# admissions in any window of W µs number at most floor((W + freshness + tolerance) / interval) + 1, however late
-# the callers woke.
+# is given up). An attempt asking again with its lease id, its first reply lost, is admitted on what it holds: its
+# slot, and the circuit's probe (the circuit's ``prober`` is the lease id of the attempt holding the probe). An
+# attempt is admitted at its reservation's start or at most the freshness after it, so the admissions in any window
+# of W µs number at most floor((W + freshness + tolerance) / interval) + 1, however late the callers woke.
 _ADMIT = """
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -109,22 +108,28 @@ local failures = 0
 local probe = 0
 local threshold = tonumber(ARGV[3])
 if threshold > 0 then
-  local state = redis.call('HMGET', KEYS[1], 'failures', 'open_until', 'probe_until')
+  local state = redis.call('HMGET', KEYS[1], 'failures', 'open_until', 'probe_until', 'prober')
   failures = tonumber(state[1] or '0')
   if failures >= threshold then
     local open_until = tonumber(state[2] or '0')
     local probe_until = tonumber(state[3] or '0')
     if now < open_until then return {-1, open_until - now, failures, now_us} end
-    if now < probe_until then return {-1, probe_until - now, failures, now_us} end
+    if now < probe_until then
+      if state[4] ~= ARGV[1] then return {-1, probe_until - now, failures, now_us} end
+      -- This attempt asking again (its first reply lost): admitted on the probe it holds.
+      if tonumber(ARGV[6]) > 0 then redis.call('ZADD', KEYS[2], now + tonumber(ARGV[7]), ARGV[1]) end
+      return {1, 0, failures, now_us}
+    end
     probe = 1
   end
 end
 local cap = tonumber(ARGV[6])
 if cap > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  if probe == 0 and redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+  if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
     redis.call('ZADD', KEYS[2], now + tonumber(ARGV[7]), ARGV[1])
-    return {0, 0, failures, now_us}
+    if probe == 1 then redis.call('HSET', KEYS[1], 'probe_until', now + tonumber(ARGV[5]), 'prober', ARGV[1]) end
+    return {probe, 0, failures, now_us}
   end
   if redis.call('ZCARD', KEYS[2]) >= cap then return {-2, 0, failures, now_us} end
 end
@@ -144,7 +149,7 @@ if cap > 0 then
   redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]) * 2)
 end
 if probe == 1 then
-  redis.call('HSET', KEYS[1], 'probe_until', now + tonumber(ARGV[5]))
+  redis.call('HSET', KEYS[1], 'probe_until', now + tonumber(ARGV[5]), 'prober', ARGV[1])
 end
 return {probe, 0, failures, now_us}
 """
@@ -165,7 +170,10 @@ if outcome == 'transient' then
 elseif outcome ~= 'none' and (failures < threshold or (ARGV[3] == '1' and outcome == 'success')) then
   redis.call('HSET', KEYS[1], 'failures', 0, 'open_until', 0)
 end
-if ARGV[3] == '1' then redis.call('HSET', KEYS[1], 'probe_until', 0) end
+if ARGV[3] == '1' then
+  redis.call('HSET', KEYS[1], 'probe_until', 0)
+  redis.call('HDEL', KEYS[1], 'prober')
+end
 return failures
 """
 
@@ -438,10 +446,7 @@ def _closer(owner: weakref.ref[RedisCoordination], loop: object, link: _Link) ->
             if coordination is not None and coordination._links.get(loop) is link:
                 del coordination._links[loop]
             idle, link.idle = link.idle, []
-            with anyio.CancelScope(shield=True):
-                for connection in idle:
-                    with contextlib.suppress(Exception):
-                        await connection.stream.aclose()
+            await _discard(*idle)
 
     return close
 
@@ -464,6 +469,34 @@ def _until_loop_ends(body: Callable[[], Awaitable[None]]) -> None:
     task = asyncio.get_running_loop().create_task(run(), context=context)
     _closers.add(task)
     task.add_done_callback(_closers.discard)
+
+
+# The errors that end a round trip as Redis lost or not Redis.
+_LOST = (
+    OSError,
+    TimeoutError,
+    CoordinationError,
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+)
+
+
+async def _discard(*connections: _Connection) -> None:
+    """Closes ``connections``, each of them whatever is raised meanwhile (a pending cancellation, an asyncio task
+    cancelled natively through its shield: each stream's socket is closed before its close awaits); the first
+    such cancellation is raised once all are closed."""
+    raised: BaseException | None = None
+    for connection in connections:
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_REPLY_TIMEOUT):
+                await connection.stream.aclose()
+        except Exception:
+            logger.debug("closing a connection to Redis failed", exc_info=True)
+        except BaseException as exc:
+            raised = raised or exc
+    if raised is not None:
+        raise raised
 
 
 def _encoded(*parts: str | int | bytes) -> bytes:
@@ -790,16 +823,13 @@ class RedisCoordination:
                             again, await connection.exchange(more, len(again), per_reply), strict=True
                         ):
                             replies[index] = reply
-            except (
-                OSError,
-                TimeoutError,
-                CoordinationError,
-                anyio.EndOfStream,
-                anyio.BrokenResourceError,
-                anyio.ClosedResourceError,
-            ) as exc:
-                with anyio.move_on_after(_REPLY_TIMEOUT, shield=True):
-                    await connection.stream.aclose()
+            except BaseException as exc:
+                # Whatever ends the round trip leaves the connection's replies out of step: it is closed.
+                await _discard(connection)
+                if not isinstance(exc, _LOST):
+                    # Cancelled mid-round-trip (the releases' bound, an asyncio task cancelled natively through its
+                    # shield, the loop's end), or anything unforeseen.
+                    raise
                 if reused and not connection.heard and not isinstance(exc, (TimeoutError, CoordinationError)):
                     continue  # a kept connection Redis closed before answering: the batch again, on a new one
                 if isinstance(exc, TimeoutError):
@@ -925,10 +955,12 @@ class RedisCoordination:
         its start time when the tool has no cap).
         """
         lease_id = secrets.token_hex(8) if tool.max_concurrency is not None else ""
+        # The attempt's id in Redis: its slot's lease id, and the holder of the circuit's probe it may take.
+        attempt = lease_id or (secrets.token_hex(8) if tool.circuit is not None else "-")
         reserved: int | None = None
         while True:
             try:
-                code, amount, failures, start = await self._admit(tool, lease_id or "-", reserved)
+                code, amount, failures, start = await self._admit(tool, attempt, reserved)
             except CoordinationError as exc:
                 self._unavailable(exc, emit)
                 if self.on_unavailable == "refuse":
@@ -961,7 +993,7 @@ class RedisCoordination:
                 poll = _SLOT_POLL[0]
                 while True:
                     try:
-                        code, amount, failures, start = await self._admit(tool, lease_id or "-", None)
+                        code, amount, failures, start = await self._admit(tool, attempt, None)
                     except CoordinationError:
                         break  # answered on the next turn of the outer loop
                     if code != -2:
