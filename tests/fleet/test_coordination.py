@@ -270,6 +270,17 @@ def test_concurrency_slots_are_shared_by_two_processes(anyio_backend: str) -> No
 async def test_a_killed_workers_slot_comes_back_within_its_lease(anyio_backend: str) -> None:
     url, space = redis_url(), namespace()
     holder = child(anyio_backend, url, space, "hold", 1)
+    try:
+        await killed_while_holding(holder, url, space)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        assert holder.stdout is not None
+        holder.stdout.close()
+
+
+async def killed_while_holding(holder: subprocess.Popen[str], url: str, space: str) -> None:
     assert holder.stdout is not None
     line = await anyio.to_thread.run_sync(holder.stdout.readline)
     while line and line.strip() != "ready":

@@ -324,6 +324,9 @@ class _Request:
     # The loop's clock when the reply was read (a reservation's wait counts from then, not from when its
     # caller resumed).
     received: float = 0.0
+    # The loop's clock when the command was written (the server ran it after that: a reservation's wait is
+    # counted from then, so that a reply read late does not make the attempt ask late).
+    sent: float = 0.0
     error: str | None = None
     abandoned: bool = False
 
@@ -810,6 +813,7 @@ class RedisCoordination:
             try:
                 with anyio.fail_after(_REPLY_TIMEOUT):
                     self.round_trips += 1
+                    sent = [anyio.current_time()] * len(batch)
                     replies = await connection.exchange(data, len(batch), per_reply)
                     again = [
                         index
@@ -819,6 +823,8 @@ class RedisCoordination:
                     if again:
                         self.round_trips += 1
                         more = b"".join(_fallback(batch[index]) for index in again)
+                        for index in again:
+                            sent[index] = anyio.current_time()
                         for index, reply in zip(
                             again, await connection.exchange(more, len(again), per_reply), strict=True
                         ):
@@ -855,9 +861,10 @@ class RedisCoordination:
             logger.info("Redis at %s:%s is reachable again: fleet-wide limits resumed", self._host, self._port)
         undos: list[_Request] = []
         received = anyio.current_time()
-        for request, reply in zip(batch, replies, strict=True):
+        for request, reply, written in zip(batch, replies, sent, strict=True):
             request.reply = reply
             request.received = received
+            request.sent = written
             if request.abandoned and request.undo is not None and not isinstance(reply, _ReplyError):
                 undo = request.undo(reply)
                 if undo is not None:
@@ -916,10 +923,11 @@ class RedisCoordination:
             raise CoordinationError(f"the server answered the admission with {str(reply)[:80]}: it is not Redis")
         code, amount = int(reply[0]), int(reply[1])
         if code == 2:
-            # A reservation: the wait left, counted from when its reply was read, and rounded up to the
-            # loop's next ``_WAKE_GRID`` so that the calls of the process due in the same few ms wake together
-            # and ask again in one round trip.
-            wake = math.ceil((request.received + amount / 1_000_000) / _WAKE_GRID) * _WAKE_GRID
+            # A reservation: the wait left, counted from when the admission was written (the server ran it
+            # later: an attempt that asks a little early is told the rest; a reply read late, its loop busy,
+            # does not make it ask late), and rounded up to the loop's next ``_WAKE_GRID`` so that the calls of
+            # the process due in the same few ms wake together and ask again in one round trip.
+            wake = math.ceil((request.sent + amount / 1_000_000) / _WAKE_GRID) * _WAKE_GRID
             amount = max(0, round((wake - anyio.current_time()) * 1_000_000))
         return code, amount, int(reply[2]), int(reply[3])
 
