@@ -747,3 +747,69 @@ async def test_many_calls_in_flight_share_one_waiter_and_each_keeps_its_answer_e
     backend.close()
     waiters[0].join(timeout=10)
     assert not waiters[0].is_alive()
+
+
+@ray.remote(num_cpus=0.01)
+def numbered(i: int) -> int:
+    if i % 7 == 3:
+        raise ValueError(f"no {i}")
+    return i
+
+
+@ray.remote(num_cpus=0.01, max_concurrency=1)
+class Gate:
+    """Holds its one call slot: calls queued behind a long ``hold`` are references that are not ready."""
+
+    def hold(self, seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+
+async def test_results_ready_together_each_reach_their_own_caller(cluster: None) -> None:
+    """Hundreds of results ready at once (more than one ``ray.wait`` returns) are all answered, a failure among
+    them to its own caller only."""
+    from toolsched._backends.ray_waiting import RayWaiter
+
+    references = [numbered.remote(i) for i in range(300)]
+    ray.wait(references, num_returns=len(references), timeout=60)
+    waiter = RayWaiter()
+    answers: dict[int, object] = {}
+
+    async def one(i: int) -> None:
+        try:
+            answers[i] = await waiter.result(references[i])
+        except ValueError as exc:
+            answers[i] = str(exc).strip().splitlines()[-1]
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as group:
+            for i in range(len(references)):
+                group.start_soon(one, i)
+    waiter.close()
+    assert [i for i in range(300) if answers[i] == i] == [i for i in range(300) if i % 7 != 3]
+    for i in range(3, 300, 7):
+        assert answers[i] == f"ValueError: no {i}", answers[i]  # the last line of Ray's text of the error
+
+
+async def test_a_quick_result_is_not_held_back_by_many_calls_still_running(cluster: None) -> None:
+    """A result ready while many calls still run is answered before any of those finish."""
+    from toolsched._backends.ray_waiting import RayWaiter
+
+    gate = Gate.remote()
+    waiter = RayWaiter()
+    pending = [gate.hold.remote(30.0)] + [gate.hold.remote(0.0) for _ in range(99)]
+    quick = numbered.remote(1)
+    try:
+        results: list[int] = []
+        async with anyio.create_task_group() as group:
+            for reference in pending:
+                group.start_soon(waiter.result, reference)
+            await anyio.wait_all_tasks_blocked()  # the waiter holds the slow ones before the quick one
+            results.append(await waiter.result(quick))
+            ready, _ = ray.wait(pending, num_returns=1, timeout=0)
+            assert results == [1]
+            assert ready == [], "the quick result waited for the slow ones"
+            group.cancel_scope.cancel()
+    finally:
+        ray.kill(gate)
+        waiter.close()
