@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import runpy
 import signal
 import socket
@@ -813,3 +814,25 @@ async def test_a_quick_result_is_not_held_back_by_many_calls_still_running(clust
     finally:
         ray.kill(gate)
         waiter.close()
+
+
+async def test_the_cpu_bench_splits_both_turns_by_thread_and_profiles_the_waiting_thread(
+    cluster: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from toolsched._backends.ray_waiting import RayWaiter
+
+    bench = runpy.run_path(str(EXAMPLES.parent / "benches" / "ray_cpu.py"))
+    run = RayWaiter._run
+    options = {"calls": 40, "concurrency": 10, "cpus": 2, "repeat": 1, "profile": True}
+    with anyio.fail_after(120):
+        await bench["measure"](bench["argparse"].Namespace(**options))
+    assert RayWaiter._run is run  # the profiling wrapper is taken out again
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "40 calls per turn, 10 in flight; CPU of this process in us per call, by thread"
+    rows = [line for line in out.splitlines() if line.startswith(("raw get ", "backend "))]
+    assert [row.split()[0] for row in rows] == ["raw", "backend"]
+    # Per thread in clock ticks (10 ms here): a thread that ran less than one in a turn this short is left out.
+    assert all(re.match(r"(raw get|backend) +[\d,]+ calls/s  cpu +\d+:", row) for row in rows), rows
+    assert "the event loop's thread, last RayBackend turn:" in out
+    waiting = out.split("the waiting thread, every RayBackend turn (and the warm-up):")[1]
+    assert "ray_waiting.py" in waiting and "(_ready)" in waiting
