@@ -448,7 +448,7 @@ def _result_from_json(value: Any, call_id: str, where: str) -> ToolResult:
     if value["call_id"] != call_id or not isinstance(value["tool_name"], str):
         raise StateError(f"{where}.result does not belong to call {call_id!r}")
     kind = value["error_kind"]
-    if kind is not None and kind not in ERROR_KINDS:
+    if kind is not None and (not isinstance(kind, str) or kind not in ERROR_KINDS):
         raise StateError(f"{where}.result.error_kind {kind!r} is not an error kind")
     for name, types in RESULT_FIELD_TYPES.items():
         if name in ("call_id", "tool_name", "error_kind"):
@@ -905,6 +905,8 @@ class RunState:
             body = json.loads(text)
         except (TypeError, ValueError) as exc:
             raise StateError(f"the run state is not valid JSON (truncated?): {exc}") from None
+        except RecursionError:
+            raise StateError("the run state nests deeper than JSON text can be read here") from None
         if not isinstance(body, dict) or body.get("format") != FORMAT:
             raise StateError("the text is not a toolsched run state")
         if body.get("version") != VERSION:
@@ -912,11 +914,14 @@ class RunState:
         sealed = body.pop("seal", None)
         if not isinstance(sealed, str):
             raise StateError("the run state has no seal; it was not written by RunState.to_json")
-        if not hmac.compare_digest(sealed, seal(canonical(body), key)):
-            if key is None and sealed.startswith("hmac-sha256:"):
-                raise StateError("the run state is signed; load it with the key it was saved with")
-            raise StateError("the run state was altered or corrupted after it was saved (its seal does not match)")
-        return cls._from_body(body, "state")
+        try:
+            if not hmac.compare_digest(sealed, seal(canonical(body), key)):
+                if key is None and sealed.startswith("hmac-sha256:"):
+                    raise StateError("the run state is signed; load it with the key it was saved with")
+                raise StateError("the run state was altered or corrupted after it was saved (its seal does not match)")
+            return cls._from_body(body, "state")
+        except RecursionError:
+            raise StateError("the run state nests deeper than JSON text can be read here") from None
 
     def _body(self) -> dict[str, Any]:
         body = {
