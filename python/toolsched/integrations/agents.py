@@ -2,9 +2,10 @@
 
 ::
 
-    from toolsched.integrations.agents import scheduled
+    from toolsched.integrations.agents import from_function_tool, scheduled
 
     agent = scheduled(Agent(name="helper", tools=[search, write_note]),   # was: Agent(...)
+                      tools=[from_function_tool(write_note, rule_subject="path")],
                       permissions=ts.Permissions(deny=["write_note(/etc/**)"]))
     result = await Runner.run(agent, "...")
 
