@@ -87,3 +87,38 @@ async def test_a_result_whose_error_kind_is_not_text_is_refused_with_a_state_err
 def test_text_nested_past_the_json_readers_depth_is_refused_with_a_state_error(opening: str) -> None:
     with pytest.raises(ts.StateError, match="nests deeper"):
         ts.RunState.from_json(opening * 100_000)
+
+
+@pytest.mark.parametrize(
+    ("output", "reads_back"),
+    [
+        ("before\ud800after", "before\ud800after"),  # a lone surrogate (a badly decoded byte)
+        ("split \ud83d\ude00 pair", "split \U0001f600 pair"),  # a surrogate pair held as two characters
+    ],
+)
+async def test_a_state_holding_a_surrogate_is_saved_as_utf8_and_reads_back(
+    output: str, reads_back: str, tmp_path: Any
+) -> None:
+    """A tool's output may hold surrogates (JSON text escapes them; Python strings keep them). ``to_json`` is for
+    storage: its text must encode as UTF-8 (a file, a database column), and load back sealed."""
+    ran: Counter[str] = Counter()
+
+    @ts.tool()
+    async def note() -> str:
+        return output
+
+    @ts.tool(needs_approval=True)
+    async def ship() -> str:
+        ran["ship"] += 1
+        return "shipped"
+
+    executor = ts.Executor([note, ship])
+    outcome = await executor.run([ts.ToolCall("n1", "note", {}), ts.ToolCall("s1", "ship", {})])
+    assert outcome.state is not None
+    saved = tmp_path / "state.json"
+    saved.write_text(outcome.state.to_json(), encoding="utf-8")
+    loaded = ts.RunState.from_json(saved.read_text(encoding="utf-8"))
+    loaded.approve("s1")
+    resumed = await executor.resume(loaded)
+    assert [result.output for result in resumed.results] == [reads_back, "shipped"]
+    assert ran["ship"] == 1

@@ -34,6 +34,7 @@ import hashlib
 import hmac
 import json
 import math
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -211,6 +212,15 @@ def seal(canonical: str, key: bytes | str | None) -> str:
 
 
 _RESULT_FIELDS = result_fields()
+# A surrogate code point: Python strings may hold one alone, UTF-8 cannot; JSON text writes it as an escape.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escaped(text: str) -> str:
+    """JSON text with every surrogate written as a ``\\u`` escape (JSON syntax outside strings is ASCII)."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
 def record_to_json(record: CallRecord) -> dict[str, Any]:
@@ -895,8 +905,13 @@ class RunState:
             text = canonical(body)
         except (TypeError, ValueError) as exc:
             raise StateError(f"the run state holds a value that JSON cannot carry: {exc}") from None
+        if _SURROGATE.search(text) is not None:
+            # Surrogates (in a tool's output, say) cannot be written as UTF-8: they are written as ``\u`` escapes,
+            # and sealed as they read back (an escaped pair reads back as the one character it encodes).
+            body = json.loads(_escaped(text))
+            text = canonical(body)
         body["seal"] = seal(text, key)
-        return json.dumps(body, ensure_ascii=False)
+        return _escaped(json.dumps(body, ensure_ascii=False))
 
     @classmethod
     def from_json(cls, text: str | bytes, *, key: bytes | str | None = None) -> RunState:
