@@ -122,3 +122,34 @@ async def test_a_state_holding_a_surrogate_is_saved_as_utf8_and_reads_back(
     resumed = await executor.resume(loaded)
     assert [result.output for result in resumed.results] == [reads_back, "shipped"]
     assert ran["ship"] == 1
+
+
+async def paused_state() -> ts.RunState:
+    @ts.tool(needs_approval=True)
+    async def ship() -> str:
+        return "shipped"
+
+    outcome = await ts.Executor([ship]).run([ts.ToolCall("s1", "ship", {})])
+    assert outcome.state is not None
+    return outcome.state
+
+
+@pytest.mark.parametrize("key", ["", b"", bytearray()])
+async def test_an_empty_key_is_refused_not_taken_as_a_signature(key: Any) -> None:
+    """``to_json(key=os.environ.get("STATE_KEY", ""))``: a state signed with an empty key can be altered and signed
+    again by anyone; it must be refused, on saving and on loading, not taken as signed."""
+    state = await paused_state()
+    with pytest.raises(ts.OptionError, match="empty"):
+        state.to_json(key=key)
+    signed = state.to_json(key="secret")
+    with pytest.raises(ts.OptionError, match="empty"):
+        ts.RunState.from_json(signed, key=key)
+
+
+@pytest.mark.parametrize("key", [5, ["secret"]])
+async def test_a_key_that_is_not_bytes_or_text_is_an_option_error(key: Any) -> None:
+    state = await paused_state()
+    with pytest.raises(ts.OptionError, match="bytes or str"):
+        state.to_json(key=key)
+    with pytest.raises(ts.OptionError, match="bytes or str"):
+        ts.RunState.from_json(state.to_json(), key=key)

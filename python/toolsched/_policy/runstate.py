@@ -204,6 +204,20 @@ def canonical(body: Mapping[str, Any]) -> str:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def checked_key(key: Any) -> bytes | str | None:
+    """``key`` as ``to_json``/``from_json`` take it: None, or a non-empty ``bytes``/``str`` (an empty key signs
+    nothing: anyone could sign an altered state with it)."""
+    if key is None:
+        return None
+    if isinstance(key, bytearray):
+        key = bytes(key)
+    if not isinstance(key, (bytes, str)):
+        raise OptionError(f"key= takes the secret as bytes or str, got {type(key).__name__}")
+    if not key:
+        raise OptionError("key= is empty: an empty key signs nothing (give the secret, or None for no signature)")
+    return key
+
+
 def seal(canonical: str, key: bytes | str | None) -> str:
     if key is None:
         return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
@@ -898,8 +912,10 @@ class RunState:
     # -- serialisation ------------------------------------------------------------
 
     def to_json(self, *, key: bytes | str | None = None) -> str:
-        """The state as JSON text; with ``key``, signed so that ``from_json`` refuses any alteration."""
+        """The state as JSON text; with ``key`` (a non-empty secret, bytes or str), signed so that ``from_json`` refuses
+        any alteration."""
         self._check_live()
+        key = checked_key(key)
         body = self._body()
         try:
             text = canonical(body)
@@ -916,6 +932,7 @@ class RunState:
     @classmethod
     def from_json(cls, text: str | bytes, *, key: bytes | str | None = None) -> RunState:
         """Loads a state saved by ``to_json``; a malformed, truncated or altered text raises ``StateError``."""
+        key = checked_key(key)
         try:
             body = json.loads(text)
         except (TypeError, ValueError) as exc:
