@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
-from wheel_venvs import EXAMPLES, Venv, clean_environment
+from wheel_venvs import EXAMPLES, REPOSITORY, Venv, clean_environment
 
 PROVIDER_ANSWER = "Paris is 18°C and London is 59°F. (2 requests, results sent: True)"
 
@@ -38,6 +39,31 @@ def test_the_wheel_alone_imports_every_module_and_runs_the_quickstart(venv: Venv
     assert lines[1].startswith("c2 grep batch=0 [")
     assert lines[2] == "c3 write_file batch=1 'wrote 7 characters to b.py'"
     assert lines[3].startswith("c4 read_file batch=None error (invalid_input)")
+
+
+def readme_examples() -> list[tuple[str, str]]:
+    """README.md's ```python blocks, each with the ```output block that follows it (the text it prints)."""
+    text = (REPOSITORY / "README.md").read_text(encoding="utf-8")
+    found = re.findall(r"^```python\n(.*?)^```\n\n```output\n(.*?)^```$", text, flags=re.MULTILINE | re.DOTALL)
+    assert len(found) == len(re.findall(r"^```python$", text, flags=re.MULTILINE)), "a README block prints nothing"
+    return found
+
+
+@pytest.mark.installs("")
+def test_the_wheel_alone_runs_the_readmes_first_example_as_written(venv: Venv, tmp_path: Path) -> None:
+    code, output = readme_examples()[0]
+    script = tmp_path / "readme_example.py"
+    script.write_text(code, encoding="utf-8")
+    assert venv.run(script).splitlines() == output.splitlines()
+
+
+@pytest.mark.installs("anthropic")
+def test_the_anthropic_extra_runs_the_readmes_provider_example_as_written(venv: Venv, tmp_path: Path) -> None:
+    code, output = readme_examples()[1]
+    assert "from anthropic import" in code
+    script = tmp_path / "readme_provider_example.py"
+    script.write_text(code, encoding="utf-8")
+    assert venv.run(script).splitlines() == output.splitlines()
 
 
 def toolsched_command(venv: Venv, *arguments: str | Path) -> subprocess.CompletedProcess[str]:
