@@ -82,3 +82,53 @@ async def test_a_tool_that_raises_stop_iteration_is_described_by_its_own_excepti
     assert failed.error_kind == "execution_error"
     assert "StopIteration: no page after 3" in (failed.error or "")
     assert "RuntimeError" not in (failed.error or "")
+
+
+def swallowing(timeout: float, started: list[str], returned: list[str]) -> ts.Tool:
+    """A tool that catches its own cancellation and returns a value anyway (as a careless ``except BaseException``
+    does)."""
+
+    @ts.tool(name="fetch", timeout=timeout, concurrency_safe=True)
+    async def fetch(n: int) -> str:
+        started.append(f"c{n}")
+        try:
+            await anyio.sleep(5)
+        except anyio.get_cancelled_exc_class():
+            returned.append(f"c{n}")
+            return "caught it, returned anyway"
+        return "fetched"
+
+    return fetch
+
+
+async def test_a_call_that_swallows_its_timeout_and_returns_still_times_out() -> None:
+    """docs/concepts/failures.md: a call that "ran past its `timeout`" is answered ``timeout``; so it was when the
+    tool let the cancellation out, or turned it into an error, but one that caught it and returned got a success."""
+    returned: list[str] = []
+    outcome = await ts.Executor([swallowing(0.05, [], returned)]).run(batch("fetch", 3))
+    assert sorted(returned) == ["c0", "c1", "c2"]
+    assert [result.error_kind for result in outcome.results] == ["timeout"] * 3
+    assert [result.output for result in outcome.results] == [None] * 3
+
+
+async def test_a_call_cancel_said_would_end_cancelled_ends_cancelled_though_the_tool_returns() -> None:
+    """``Executor.cancel`` "returns whether a call will end cancelled": True for a running call in a scope (its tool
+    has a timeout). The tool caught the cancellation and returned: the call ended a success, with that output."""
+    started: list[str] = []
+    returned: list[str] = []
+    executor = ts.Executor([swallowing(30, started, returned)])
+    outcomes: list[ts.Outcome] = []
+
+    async def run() -> None:
+        outcomes.append(await executor.run(batch("fetch", 2)))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        with anyio.fail_after(10):
+            while len(started) < 2:
+                await anyio.lowlevel.checkpoint()
+        assert [executor.cancel(call_id, "not needed") for call_id in ("c0", "c1")] == [True, True]
+    [outcome] = outcomes
+    assert sorted(returned) == ["c0", "c1"]
+    assert [result.error_kind for result in outcome.results] == ["cancelled", "cancelled"]
+    assert all("not needed" in (result.error or "") for result in outcome.results)

@@ -172,8 +172,11 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
                     else:
                         output = await _invoke_limited(job, invoke, ctx, scope, turn)
                 job.scope = None
-                if scope.cancelled_caught and not job.body_outlived_cancel:
-                    kind, error = _stopped(job)
+                # Stopped (its deadline passed, or it was cancelled), whether the body let the cancellation out
+                # or caught it and returned: the call ends as it was told it would. Only a body in a thread that
+                # was waited for after a cancellation keeps its real outcome (``body_outlived_cancel``).
+                if (scope.cancelled_caught or scope.cancel_called) and not job.body_outlived_cancel:
+                    kind, error, output = *_stopped(job), None
             if kind is None and settings.output_guardrails is not None:
                 await _guard(settings.output_guardrails, job, output, turn, judged)
         except _Rejected as exc:
