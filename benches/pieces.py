@@ -2,6 +2,7 @@
 
     python benches/pieces.py                 # every piece, 100,000 evaluations each
     python benches/pieces.py --count 20000   # fewer
+    python benches/pieces.py --only digest   # the pieces whose name holds "digest"
 
 The figures behind ``toolsched/_values/fastpath.py`` and the per-call short ways of ``permissions.py`` and
 ``results.py``: each piece runs ``--count`` times in a loop, under valgrind, with and without the loop
@@ -38,6 +39,27 @@ def python_detached(args: Any) -> Any:
     return copy.deepcopy(args)
 
 
+def plain_value_digest(args: Any) -> str:
+    """``value_digest`` of a dict without its short ways: every value rebuilt by value, then ``json.dumps``
+    with the canonical options (which makes an encoder on every call)."""
+    import hashlib
+    import json
+
+    from toolsched._values.codec import jsonable
+
+    def by_value(value: Any) -> Any:
+        if isinstance(value, float):
+            return int(value) if value.is_integer() else value
+        if isinstance(value, dict):
+            return {key: by_value(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [by_value(item) for item in value]
+        return value
+
+    text = json.dumps(by_value(args), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=jsonable)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def pieces() -> dict[str, Callable[[], Any]]:
     """Each piece as a function of no arguments, its inputs made once."""
     import toolsched as ts
@@ -45,6 +67,7 @@ def pieces() -> dict[str, Callable[[], Any]]:
     from toolsched._policy.hooks import HookEvent, new_hook_event
     from toolsched._policy.tool_rules import UNDECIDED
     from toolsched._values.calls import args_copy
+    from toolsched._values.digest import value_digest
     from toolsched._values.results import new_result
 
     result_fields = ("c1", "noop", None, None, None, False, 0.1, True, 0, False, None, 1)
@@ -66,6 +89,8 @@ def pieces() -> dict[str, Callable[[], Any]]:
         "the arguments' copy a hook gets (args_copy)": lambda: args_copy(args),
         "the arguments' copy: plain (a loop over the values in Python)": lambda: python_detached(args),
         "ToolCall(id, name, text)": lambda: ts.ToolCall("call_0", "noop", text),
+        "the repeat guard's key (value_digest)": lambda: value_digest(args),
+        "the repeat guard's key: plain (values rebuilt, json.dumps)": lambda: plain_value_digest(args),
         "rules: set and prefix tests (evaluate)": lambda: rules.evaluate(args),
         "rules: plain (every pattern in turn)": lambda: rules._evaluate_values(args),
         "rules: the engine's verdict (RuleTable.judge, one crossing each)": lambda: table.judge(0, args),
@@ -83,6 +108,7 @@ def group_entered_and_left() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=100_000, help="evaluations of each piece")
+    parser.add_argument("--only", default="", help="count only the pieces whose name holds this text")
     parser.add_argument("--inner", nargs=2, metavar=("PIECE", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner is not None:
@@ -98,6 +124,8 @@ def main() -> None:
     if args.count < 1:
         raise SystemExit("--count must be at least 1")
     for name in pieces():
+        if args.only not in name:
+            continue
         base = valgrind_count([__file__, "--inner", name, "0"])
         total = valgrind_count([__file__, "--inner", name, str(args.count)])
         print(f"{name:62s} {(total - base) / args.count:8,.0f} instructions")

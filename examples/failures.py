@@ -76,28 +76,38 @@ def show(outcome: ts.Outcome) -> None:
 async def main() -> None:
     print("timeouts and failures are results; siblings keep theirs:")
     executor = ts.Executor([fetch, lint], error_formatter=advise)
-    show(await executor.run([
-        ts.ToolCall("f1", "fetch", {"url": "https://example.com/a"}),
-        ts.ToolCall("f2", "fetch", {"url": "https://example.com/slow"}),
-        ts.ToolCall("l1", "lint", {"path": "a.py"}),
-        ts.ToolCall("l2", "lint", {"path": "b.bin"}),
-    ]))
+    show(
+        await executor.run(
+            [
+                ts.ToolCall("f1", "fetch", {"url": "https://example.com/a"}),
+                ts.ToolCall("f2", "fetch", {"url": "https://example.com/slow"}),
+                ts.ToolCall("l1", "lint", {"path": "a.py"}),
+                ts.ToolCall("l2", "lint", {"path": "b.bin"}),
+            ]
+        )
+    )
 
     print("a failure that aborts its batch; the next batch still runs:")
     executor = ts.Executor([deploy, announce])
-    show(await executor.run([
-        ts.ToolCall("d1", "deploy", {"region": "us"}),
-        ts.ToolCall("d2", "deploy", {"region": "eu"}),
-        ts.ToolCall("d3", "deploy", {"region": "ap"}),
-        ts.ToolCall("a1", "announce", {"message": "release halted"}),
-    ]))
+    show(
+        await executor.run(
+            [
+                ts.ToolCall("d1", "deploy", {"region": "us"}),
+                ts.ToolCall("d2", "deploy", {"region": "eu"}),
+                ts.ToolCall("d3", "deploy", {"region": "ap"}),
+                ts.ToolCall("a1", "announce", {"message": "release halted"}),
+            ]
+        )
+    )
 
     print("on_error='raise': the first failure is raised once its batch settles:")
     try:
-        await ts.Executor([lint, announce], on_error="raise").run([
-            ts.ToolCall("l1", "lint", {"path": "b.bin"}),
-            ts.ToolCall("a1", "announce", {"message": "lint done"}),
-        ])
+        await ts.Executor([lint, announce], on_error="raise").run(
+            [
+                ts.ToolCall("l1", "lint", {"path": "b.bin"}),
+                ts.ToolCall("a1", "announce", {"message": "lint done"}),
+            ]
+        )
     except ts.ToolCallFailed as error:
         print(f"  raised for {error.result.call_id}; results: {[r.error_kind for r in error.results]}")
 
@@ -110,17 +120,25 @@ async def main() -> None:
             executor.interrupt("the user sent a new message")
 
         group.start_soon(user_types_a_message)
-        show(await executor.run([
-            ts.ToolCall("s1", "search", {"query": "flights"}),
-            ts.ToolCall("n1", "save", {"note": "draft"}),
-            ts.ToolCall("n2", "save", {"note": "final"}),
-        ]))
+        show(
+            await executor.run(
+                [
+                    ts.ToolCall("s1", "search", {"query": "flights"}),
+                    ts.ToolCall("n1", "save", {"note": "draft"}),
+                    ts.ToolCall("n2", "save", {"note": "final"}),
+                ]
+            )
+        )
 
     print("a crashing worker process fails only its call:")
-    show(await ts.Executor([parse_pdf, announce]).run([
-        ts.ToolCall("p1", "parse_pdf", {"path": "scan.pdf"}),
-        ts.ToolCall("a1", "announce", {"message": "parsed"}),
-    ]))
+    show(
+        await ts.Executor([parse_pdf, announce]).run(
+            [
+                ts.ToolCall("p1", "parse_pdf", {"path": "scan.pdf"}),
+                ts.ToolCall("a1", "announce", {"message": "parsed"}),
+            ]
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -65,12 +65,14 @@ async def main() -> None:
         ts.Executor([read_file, write_file]), tracer_provider=tracer_provider, meter_provider=meter_provider
     )
     with tracer_provider.get_tracer("example").start_as_current_span("agent turn"):
-        await executor.run([
-            ts.ToolCall("c1", "read_file", {"path": "a.txt"}),
-            ts.ToolCall("c2", "read_file", {"path": "b.txt"}),
-            ts.ToolCall("c3", "write_file", {"path": "c.txt", "text": "hello"}),
-            ts.ToolCall("c4", "delete_file", {"path": "c.txt"}),
-        ])
+        await executor.run(
+            [
+                ts.ToolCall("c1", "read_file", {"path": "a.txt"}),
+                ts.ToolCall("c2", "read_file", {"path": "b.txt"}),
+                ts.ToolCall("c3", "write_file", {"path": "c.txt", "text": "hello"}),
+                ts.ToolCall("c4", "delete_file", {"path": "c.txt"}),
+            ]
+        )
     print_tree(list(exporter.get_finished_spans()))
     data = reader.get_metrics_data()
     assert data is not None

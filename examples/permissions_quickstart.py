@@ -1,6 +1,6 @@
 """Permissions, hooks and approvals in one turn: the README's example, runnable.
 
-    python examples/permissions_quickstart.py
+Run with ``python examples/permissions_quickstart.py``.
 """
 
 from __future__ import annotations

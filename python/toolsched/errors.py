@@ -18,6 +18,7 @@ __all__ = [
     "JournalError",
     "JournalVersionError",
     "LeaseLostError",
+    "MalformedCallError",
     "McpConnectionError",
     "McpToolError",
     "MissingResultError",
@@ -185,6 +186,14 @@ class GuardrailTripped(ToolschedError):
         self.message = message
         self.call_id: str | None = None
         self.results: tuple[ToolResult, ...] = ()
+
+
+class MalformedCallError(ToolschedError, ValueError, TypeError):
+    """A ``ToolCall`` given a field it cannot hold: an ID that is not non-empty text, a name that is not
+    text, arguments neither a mapping nor JSON text; or, handed to the executor, something that is not a
+    ``ToolCall`` or whose fields cannot be read. The message names the field (and the call's position)
+    and the rule. A ``ValueError`` and a ``TypeError``, so either catches it.
+    """
 
 
 class ResponseFormatError(ToolschedError, ValueError):

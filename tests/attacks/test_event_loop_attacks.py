@@ -112,3 +112,31 @@ def test_loops_that_ended_leave_no_state_behind(anyio_backend: str, runs: int) -
     assert [anyio.run(one, n, backend=anyio_backend) for n in range(runs)] == list(range(runs))
     facts = executor.registry.get("paced").facts  # type: ignore[union-attr]
     assert len(facts._limiter) == 1 and len(facts._resilience) == 1
+
+
+def test_a_loop_let_go_of_unclosed_is_collected_not_kept_by_a_tools_state() -> None:
+    """``loop = asyncio.new_event_loop(); loop.run_until_complete(...)`` and the loop dropped without ``close()``:
+    the garbage collector closes such a loop (its selector and self-pipe), whether or not a capped or resilient
+    tool ran on it. The tool's per-loop state must not keep the loop (and its file descriptors) alive."""
+    import asyncio
+    import gc
+    import warnings
+    import weakref
+
+    @ts.tool(name="paced", rate_limit=ts.RateLimit(1000, per=1), max_concurrency=2)
+    async def paced(n: int) -> int:
+        await asyncio.sleep(0)
+        return n
+
+    executor = ts.Executor([paced])
+    dropped: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # the unclosed loop's, as the collector closes it
+        for n in range(3):
+            loop = asyncio.new_event_loop()
+            outcome = loop.run_until_complete(executor.run([ts.ToolCall("c", "paced", {"n": n})]))
+            assert outcome.results[0].output == n
+            dropped.append(weakref.ref(loop))
+            del loop, outcome
+        gc.collect()
+    assert [ref() for ref in dropped] == [None, None, None]

@@ -567,7 +567,9 @@ async def test_a_live_run_keeps_its_lease_while_other_processes_keep_trying_to_c
             result: Renewal = renew(run_ids)
             if "r" in result[0]:
                 rounds.append(1)
-                if len(rounds) >= 5:
+                # Three rounds landing amid the claims show they do not hold renewals off; renewals that could
+                # not land would let the lease lapse while the claimers keep trying, and the run end LeaseLostError.
+                if len(rounds) >= 3:
                     landed.set()
             return result
 

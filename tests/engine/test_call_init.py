@@ -57,6 +57,40 @@ def test_the_c_init_makes_or_refuses_what_the_python_init_does(args: list[Any], 
     assert _made(ts.ToolCall.__init__, tuple(args), kwargs) == _made(init_in_python, tuple(args), kwargs)
 
 
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        pytest.param({"id": 1, "name": "read"}, r"^ToolCall\.id must be a non-empty string, got 1$", id="id-int"),
+        pytest.param({"id": "", "name": "read"}, r"^ToolCall\.id must be a non-empty string, got ''$", id="id-empty"),
+        pytest.param({"id": None, "name": "read"}, r"^ToolCall\.id must be .* got None$", id="id-none"),
+        pytest.param({"id": "c1", "name": None}, r"^ToolCall\.name must be a string, got NoneType$", id="name-none"),
+        pytest.param({"id": "c1", "name": b"read"}, r"^ToolCall\.name must be a string, got bytes$", id="name-bytes"),
+        pytest.param(
+            {"id": "c1", "name": "read", "args": 5},
+            r"^ToolCall\.args must be a mapping or JSON text, got int$",
+            id="args-int",
+        ),
+        pytest.param(
+            {"id": "c1", "name": "read", "args": ["x"]},
+            r"^ToolCall\.args must be a mapping or JSON text, got list$",
+            id="args-list",
+        ),
+    ],
+)
+@pytest.mark.parametrize("given", ["by-keyword", "positionally"])
+def test_a_field_of_the_wrong_kind_raises_malformed_call_error(
+    fields: dict[str, Any], message: str, given: str
+) -> None:
+    """Named field and rule, as toolsched's own error; still a ValueError and a TypeError for code catching those."""
+    with pytest.raises(ts.MalformedCallError, match=message) as raised:
+        if given == "by-keyword":
+            ts.ToolCall(**fields)
+        else:
+            ts.ToolCall(*fields.values())
+    assert isinstance(raised.value, ts.ToolschedError)
+    assert isinstance(raised.value, ValueError) and isinstance(raised.value, TypeError)
+
+
 def test_the_usual_call_is_made_in_c_and_every_other_by_python() -> None:
     assert type(ts.ToolCall.__init__).__name__ == "method_descriptor"
     args = {"path": "a"}

@@ -4,8 +4,8 @@ The attacks: ``ToolCall`` subclasses whose ``id``, ``name`` or ``args`` answer d
 change after the call was handed over, raise, or are not text. Every entry path is attacked: ``run`` of
 a list, ``run`` of an async iterable, ``stream`` and ``turn().submit``. The promise under attack: one
 result per call, in model order, under the call's own ID (the one read when the call was taken), or,
-for a call that cannot be read at all, a ``TypeError`` naming its position; never a crash of another
-kind, a lost result or a hang.
+for a call that cannot be read at all, a ``MalformedCallError`` (a ``TypeError``) naming its position;
+never a crash of another kind, a lost result or a hang.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ async def test_a_call_that_cannot_be_read_stops_the_turn_naming_its_position(
     """As a call that is no ToolCall at all: the turn is refused before any of its calls runs."""
     ran: list[str] = []
     calls = [ts.ToolCall("c0", "echo", {"text": "fine"}), _bad_call(field, bad)]
-    with pytest.raises(TypeError, match=r"^calls\[1\]: " + message + "$"):
+    with pytest.raises(ts.MalformedCallError, match=r"^calls\[1\]: " + message + "$"):
         await ENTRIES[entry](ts.Executor([_echo(ran)]), calls)
     assert ran == []
 
@@ -217,7 +217,7 @@ async def test_a_streamed_call_that_cannot_be_read_breaks_the_stream_at_its_posi
     calls = [ts.ToolCall("c0", "echo", {"text": "fine"}), _bad_call(field, bad)]
     with pytest.raises(ts.StreamFailed) as raised:
         await _run_iterable(ts.Executor([_echo(ran)]), calls)
-    assert isinstance(raised.value.__cause__, TypeError)
+    assert isinstance(raised.value.__cause__, ts.MalformedCallError)
     assert re.match(r"^calls\[1\]: " + message + "$", str(raised.value.__cause__))
     assert [result.call_id for result in raised.value.outcome.results] == ["c0"]
 
@@ -229,7 +229,7 @@ async def test_submitting_a_call_that_cannot_be_read_is_refused_and_the_turn_goe
     ran: list[str] = []
     async with ts.Executor([_echo(ran)]).turn() as turn:
         turn.submit(ts.ToolCall("c0", "echo", {"text": "fine"}))
-        with pytest.raises(TypeError, match=r"^calls\[1\]: " + message + "$"):
+        with pytest.raises(ts.MalformedCallError, match=r"^calls\[1\]: " + message + "$"):
             turn.submit(_bad_call(field, bad))
         turn.submit(ts.ToolCall("c1", "echo", {"text": "later"}))
         turn.close()

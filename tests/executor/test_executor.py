@@ -412,7 +412,7 @@ async def test_any_call_that_is_not_a_toolcall_stops_the_turn_before_anything_ru
 
     executor = ts.Executor([note])
     calls: list[Any] = [ts.ToolCall("c1", "note", '{"text": "a"}'), NamedCall("c2", "note", {"text": "b"})]
-    with pytest.raises(TypeError, match=r"^calls\[2\] must be a ToolCall, got LooksLikeACall$"):
+    with pytest.raises(ts.MalformedCallError, match=r"^calls\[2\] must be a ToolCall, got LooksLikeACall$"):
         await executor.run([*calls, LooksLikeACall()])
     assert ran == []
     outcome = await executor.run(calls)

@@ -8,16 +8,22 @@ recovery (SQLite and PostgreSQL) and concurrent calls of one tool racing the cap
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+import hashlib
+import json
+import types
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from journal_child import Store, store_in
 
 import toolsched as ts
+from toolsched._values.digest import value_digest
 
 pytestmark = pytest.mark.anyio
 
@@ -371,3 +377,58 @@ async def test_at_most_twenty_names_are_listed() -> None:
     outcome = await executor.run([ts.ToolCall("a", "zzz", {"n": 1})])
     error = outcome.results[0].error or ""
     assert "tool_19" in error and "tool_20" not in error and error.endswith("and 5 more")
+
+
+def _reference_value_digest(args: Any) -> str:
+    """What ``value_digest`` means, written out: the canonical JSON (keys sorted, no spaces) of the
+    arguments with every integral float as the integer it equals, hashed."""
+
+    def by_value(value: Any) -> Any:
+        if isinstance(value, float):
+            return int(value) if value.is_integer() else value
+        if isinstance(value, Mapping):
+            return {key: by_value(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [by_value(item) for item in value]
+        return value
+
+    text = json.dumps(by_value(args), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.sampled_from([0.0, -0.0, 1.0, 2.0, 1e2, 2**53 + 0.0]),
+    st.text(max_size=4),
+)
+_json_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.tuples(inner, inner),
+        st.dictionaries(st.text(max_size=3), inner, max_size=3),
+        st.builds(types.MappingProxyType, st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=3), _json_values, max_size=4))
+def test_the_repeat_guards_key_is_the_canonical_value_of_the_arguments(args: dict[str, Any]) -> None:
+    """Flat or nested, of any value types: ``value_digest`` is the digest of the canonical value form, so
+    it tells two calls apart exactly when their arguments differ by value (``1`` and ``1.0`` are one,
+    ``True`` and ``1`` two)."""
+    assert value_digest(args) == _reference_value_digest(args)
+    text = json.dumps(args, default=dict)  # a mapping proxy as the object it reads as
+    assert value_digest(text) == _reference_value_digest(json.loads(text))
+
+
+def test_the_repeat_guards_key_tells_numbers_by_value_and_booleans_apart() -> None:
+    assert value_digest({"n": 1, "s": "a"}) == value_digest({"s": "a", "n": 1.0}) == value_digest('{"n":1e0,"s":"a"}')
+    assert value_digest({"n": True}) != value_digest({"n": 1})
+    assert value_digest({"n": None}) != value_digest({"n": "null"}) != value_digest({})
+    assert value_digest({"n": 1.5}) != value_digest({"n": 1})

@@ -59,12 +59,25 @@ def times(lines: list[str], word: str) -> list[float]:
         ({"url": "redis://h", "on_unavailable": "ignore"}, "on_unavailable"),
         ({"url": "redis://h", "lease": 0}, "lease"),
         ({"url": "redis://h", "lease": float("nan")}, "lease"),
+        ({"url": "redis://h", "lease": 1e-6}, r"lease=\.\.\.\) must be a finite number of at least 0\.1 seconds"),
+        ({"url": "redis://h", "lease": 0.099}, r"lease=\.\.\.\) must be .* at least 0\.1"),
+        ({"url": "redis://h", "lease": -1}, "lease"),
+        ({"url": "redis://h", "lease": float("inf")}, "lease"),
+        ({"url": "redis://h", "lease": True}, "lease"),
+        ({"url": "redis://h", "lease": "10"}, "lease"),
+        ({"url": "redis://h", "connect_timeout": 0}, "connect_timeout"),
+        ({"url": "redis://h", "connect_timeout": float("nan")}, "connect_timeout"),
     ],
 )
 def test_bad_options_are_refused_readably(kwargs: dict[str, Any], message: str) -> None:
     url = kwargs.pop("url")
     with pytest.raises(ts.OptionError, match=message):
         ts.RedisCoordination(url, **kwargs)
+
+
+def test_the_shortest_lease_is_taken() -> None:
+    """0.1 s is the floor itself: taken (its renewal wakes every third of it)."""
+    assert ts.RedisCoordination("redis://h", lease=0.1).lease == 0.1
 
 
 def test_coordination_must_be_a_redis_coordination() -> None:

@@ -107,12 +107,12 @@ async def test_a_reply_that_never_comes_is_an_error_saying_so_and_the_next_call_
 ) -> None:
     server, listing = _raw_server(tmp_path, [_tool(reply), _tool("echo")])
     with anyio.fail_after(LIMIT):
-        async with ts_mcp.connect_stdio(sys.executable, [str(server), str(listing)], read_timeout=2.0) as connection:
+        async with ts_mcp.connect_stdio(sys.executable, [str(server), str(listing)], read_timeout=1.0) as connection:
             executor = ts.Executor(await connection.tools())
             outcome = await executor.run([ts.ToolCall("1", reply, {})])
             failed = outcome.results[0]
             assert failed.error_kind == "execution_error"
-            assert f"did not answer `{reply}` within 2 seconds" in (failed.error or "")
+            assert f"did not answer `{reply}` within 1 seconds" in (failed.error or "")
             assert "refused" not in (failed.error or "")
 
             outcome = await executor.run([ts.ToolCall("2", "echo", {"text": "next"})])

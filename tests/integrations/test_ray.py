@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import runpy
 import signal
 import socket
@@ -747,3 +748,91 @@ async def test_many_calls_in_flight_share_one_waiter_and_each_keeps_its_answer_e
     backend.close()
     waiters[0].join(timeout=10)
     assert not waiters[0].is_alive()
+
+
+@ray.remote(num_cpus=0.01)
+def numbered(i: int) -> int:
+    if i % 7 == 3:
+        raise ValueError(f"no {i}")
+    return i
+
+
+@ray.remote(num_cpus=0.01, max_concurrency=1)
+class Gate:
+    """Holds its one call slot: calls queued behind a long ``hold`` are references that are not ready."""
+
+    def hold(self, seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+
+async def test_results_ready_together_each_reach_their_own_caller(cluster: None) -> None:
+    """Hundreds of results ready at once (more than one ``ray.wait`` returns) are all answered, a failure among
+    them to its own caller only."""
+    from toolsched._backends.ray_waiting import RayWaiter
+
+    references = [numbered.remote(i) for i in range(300)]
+    ray.wait(references, num_returns=len(references), timeout=60)
+    waiter = RayWaiter()
+    answers: dict[int, object] = {}
+
+    async def one(i: int) -> None:
+        try:
+            answers[i] = await waiter.result(references[i])
+        except ValueError as exc:
+            answers[i] = str(exc).strip().splitlines()[-1]
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as group:
+            for i in range(len(references)):
+                group.start_soon(one, i)
+    waiter.close()
+    assert [i for i in range(300) if answers[i] == i] == [i for i in range(300) if i % 7 != 3]
+    for i in range(3, 300, 7):
+        assert answers[i] == f"ValueError: no {i}", answers[i]  # the last line of Ray's text of the error
+
+
+async def test_a_quick_result_is_not_held_back_by_many_calls_still_running(cluster: None) -> None:
+    """A result ready while many calls still run is answered before any of those finish."""
+    from toolsched._backends.ray_waiting import RayWaiter
+
+    gate = Gate.remote()
+    waiter = RayWaiter()
+    pending = [gate.hold.remote(30.0)] + [gate.hold.remote(0.0) for _ in range(99)]
+    quick = numbered.remote(1)
+    try:
+        results: list[int] = []
+        async with anyio.create_task_group() as group:
+            for reference in pending:
+                group.start_soon(waiter.result, reference)
+            await anyio.wait_all_tasks_blocked()  # the waiter holds the slow ones before the quick one
+            results.append(await waiter.result(quick))
+            ready, _ = ray.wait(pending, num_returns=1, timeout=0)
+            assert results == [1]
+            assert ready == [], "the quick result waited for the slow ones"
+            group.cancel_scope.cancel()
+    finally:
+        ray.kill(gate)
+        waiter.close()
+
+
+async def test_the_cpu_bench_splits_both_turns_by_thread_and_profiles_the_waiting_thread(
+    cluster: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from toolsched._backends.ray_waiting import RayWaiter
+
+    bench = runpy.run_path(str(EXAMPLES.parent / "benches" / "ray_cpu.py"))
+    run = RayWaiter._run
+    options = {"calls": 40, "concurrency": 10, "cpus": 2, "repeat": 1, "profile": True}
+    with anyio.fail_after(120):
+        await bench["measure"](bench["argparse"].Namespace(**options))
+    assert RayWaiter._run is run  # the profiling wrapper is taken out again
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "40 calls per turn, 10 in flight; CPU of this process in us per call, by thread"
+    rows = [line for line in out.splitlines() if line.startswith(("raw get ", "backend "))]
+    assert [row.split()[0] for row in rows] == ["raw", "backend"]
+    # Per thread in clock ticks (10 ms here): a thread that ran less than one in a turn this short is left out.
+    assert all(re.match(r"(raw get|backend) +[\d,]+ calls/s  cpu +\d+:", row) for row in rows), rows
+    assert "the event loop's thread, last RayBackend turn:" in out
+    waiting = out.split("the waiting thread, every RayBackend turn (and the warm-up):")[1]
+    assert "ray_waiting.py" in waiting and "(_ready)" in waiting

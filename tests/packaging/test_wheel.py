@@ -9,10 +9,14 @@ servers). pip needs the package index, or a cache that holds the packages.
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import subprocess
+from pathlib import Path
 
 import pytest
-from wheel_venvs import EXAMPLES, Venv, clean_environment
+from wheel_venvs import EXAMPLES, REPOSITORY, Venv, clean_environment
 
 PROVIDER_ANSWER = "Paris is 18°C and London is 59°F. (2 requests, results sent: True)"
 
@@ -35,6 +39,72 @@ def test_the_wheel_alone_imports_every_module_and_runs_the_quickstart(venv: Venv
     assert lines[1].startswith("c2 grep batch=0 [")
     assert lines[2] == "c3 write_file batch=1 'wrote 7 characters to b.py'"
     assert lines[3].startswith("c4 read_file batch=None error (invalid_input)")
+
+
+def readme_examples() -> list[tuple[str, str]]:
+    """README.md's ```python blocks, each with the ```output block that follows it (the text it prints)."""
+    text = (REPOSITORY / "README.md").read_text(encoding="utf-8")
+    found = re.findall(r"^```python\n(.*?)^```\n\n```output\n(.*?)^```$", text, flags=re.MULTILINE | re.DOTALL)
+    assert len(found) == len(re.findall(r"^```python$", text, flags=re.MULTILINE)), "a README block prints nothing"
+    return found
+
+
+@pytest.mark.installs("")
+def test_the_wheel_alone_runs_the_readmes_first_example_as_written(venv: Venv, tmp_path: Path) -> None:
+    code, output = readme_examples()[0]
+    script = tmp_path / "readme_example.py"
+    script.write_text(code, encoding="utf-8")
+    assert venv.run(script).splitlines() == output.splitlines()
+
+
+@pytest.mark.installs("anthropic")
+def test_the_anthropic_extra_runs_the_readmes_provider_example_as_written(venv: Venv, tmp_path: Path) -> None:
+    code, output = readme_examples()[1]
+    assert "from anthropic import" in code
+    script = tmp_path / "readme_provider_example.py"
+    script.write_text(code, encoding="utf-8")
+    assert venv.run(script).splitlines() == output.splitlines()
+
+
+def toolsched_command(venv: Venv, *arguments: str | Path) -> subprocess.CompletedProcess[str]:
+    """The wheel's ``toolsched`` console script (its entry point in the virtualenv's bin/), run outside the repo."""
+    return subprocess.run(
+        [venv.root / "bin" / "toolsched", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=venv.root.parent,
+        env=clean_environment(),
+    )
+
+
+@pytest.mark.installs("")
+def test_the_wheels_command_line_runs_each_subcommand(venv: Venv) -> None:
+    shown = toolsched_command(venv, "--help")
+    assert shown.returncode == 0 and "{demo,bench}" in shown.stdout, shown.stderr
+    version = venv.run("-c", "import importlib.metadata as m; print(m.version('toolsched'))").strip()
+    assert toolsched_command(venv, "--version").stdout.strip() == f"toolsched {version}"
+    for subcommand in ("demo", "bench"):
+        assert toolsched_command(venv, subcommand, "--help").returncode == 0
+    demo = toolsched_command(venv, "demo")
+    assert demo.returncode == 0, demo.stderr
+    assert "c8 deploy" in demo.stdout and "unknown_tool" in demo.stdout
+    bench = toolsched_command(venv, "bench", "--calls", "3", "--turns", "1", "--json")
+    assert bench.returncode == 0, bench.stderr
+    report = json.loads(bench.stdout)
+    assert report["workload"]["calls_per_turn"] == 3
+    assert len(report["strategies"]) == 5 and report["strategies"][0]["strategy"] == "Sequential()"
+    # Without the plot extra, --plot is refused with the extra to install, not a traceback.
+    plotted = toolsched_command(venv, "bench", "--calls", "3", "--turns", "1", "--plot", "bench.png")
+    assert plotted.returncode == 2 and "pip install 'toolsched[plot]'" in plotted.stderr, plotted.stderr
+
+
+@pytest.mark.installs("plot")
+def test_plot_extra(venv: Venv, tmp_path: Path) -> None:
+    chart = tmp_path / "bench.png"
+    plotted = toolsched_command(venv, "bench", "--calls", "3", "--turns", "1", "--plot", chart)
+    assert plotted.returncode == 0, plotted.stderr
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.installs("anthropic")

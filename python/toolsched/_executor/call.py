@@ -172,8 +172,11 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
                     else:
                         output = await _invoke_limited(job, invoke, ctx, scope, turn)
                 job.scope = None
-                if scope.cancelled_caught and not job.body_outlived_cancel:
-                    kind, error = _stopped(job)
+                # Stopped (its deadline passed, or it was cancelled), whether the body let the cancellation out
+                # or caught it and returned: the call ends as it was told it would. Only a body in a thread that
+                # was waited for after a cancellation keeps its real outcome (``body_outlived_cancel``).
+                if (scope.cancelled_caught or scope.cancel_called) and not job.body_outlived_cancel:
+                    kind, error, output = *_stopped(job), None
             if kind is None and settings.output_guardrails is not None:
                 await _guard(settings.output_guardrails, job, output, turn, judged)
         except _Rejected as exc:
@@ -221,7 +224,8 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
                 # The tool turned its own cancellation into an exception: still a cancellation.
                 kind, error = _stopped(job)
             else:
-                kind, error, cause = "execution_error", settings.describe_failure(exc, call), exc
+                raised = _raised_by_tool(exc)
+                kind, error, cause = "execution_error", settings.describe_failure(raised, call), raised
         except BaseException as exc:
             if foreign_cancellation(exc):
                 # Something outside the run cancelled what the tool awaited: that call failed, the run goes on.
@@ -395,6 +399,15 @@ def _streamed_cancel_left_pending() -> bool:
 def _cancelled_from_outside(tool_name: str, exc: BaseException, what: str) -> str:
     detail = f": {exc}" if str(exc) else ""
     return f"`{tool_name}` failed: {what} was cancelled from outside this run (CancelledError{detail})"
+
+
+def _raised_by_tool(exc: Exception) -> Exception:
+    """What the tool raised: a ``StopIteration`` cannot leave a coroutine, and Python makes it a ``RuntimeError``
+    ("coroutine raised StopIteration", PEP 479) whose cause is the tool's own exception, described instead."""
+    cause = exc.__cause__
+    if type(exc) is RuntimeError and isinstance(cause, StopIteration) and str(exc).endswith("raised StopIteration"):
+        return cause
+    return exc
 
 
 def _failed(job: Job, result: ToolResult, cause: BaseException | None, turn: Turn) -> None:

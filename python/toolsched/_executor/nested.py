@@ -40,7 +40,7 @@ from toolsched._values.calls import ToolCall
 from toolsched._values.digest import args_digest
 from toolsched._values.effects import child_identity
 from toolsched._values.outcome import Outcome
-from toolsched.errors import StateError, ToolDefinitionError
+from toolsched.errors import MalformedCallError, StateError, ToolDefinitionError
 
 __all__ = ["AgentTool", "ChildRun", "agent_tool"]
 
@@ -134,7 +134,7 @@ class ChildRun:
         calls = list(calls)
         for position, call in enumerate(calls):
             if not isinstance(call, ToolCall):
-                raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
+                raise MalformedCallError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
         signature = call_signature(calls)
         entry = self._replayed("turn", signature)
         if entry is not None:

@@ -61,7 +61,7 @@ from toolsched._values.events import BatchFinished, BatchStarted, Event
 from toolsched._values.fastpath import run_until_suspended
 from toolsched._values.outcome import Outcome, new_outcome
 from toolsched._values.results import ToolResult
-from toolsched.errors import OptionError, StreamFailed, ToolschedError, TurnStateError
+from toolsched.errors import MalformedCallError, OptionError, StreamFailed, ToolschedError, TurnStateError
 from toolsched.journal import JournalError
 
 __all__ = ["StreamingTurn", "streaming_refusal"]
@@ -312,7 +312,7 @@ class StreamingTurn:
         """Hands over the next call of the turn (model order); it starts as soon as the schedule lets it."""
         if type(call) is not ToolCall:
             if not isinstance(call, ToolCall):
-                raise TypeError(f"submit() takes a ToolCall, got {type(call).__name__}")
+                raise MalformedCallError(f"submit() takes a ToolCall, got {type(call).__name__}")
             # Read once, here: the turn holds what was read (a subclass may answer differently on every read).
             call = plain_call(call, self._positions)
         if not self._entered:

@@ -79,6 +79,9 @@ _MAX_BULK = 1024 * 1024
 # The longest ``lease`` and ``connect_timeout`` taken, in seconds (a year): the server's numbers and the renewal
 # thread's timers hold them.
 _MOST_SECONDS = 365 * 86_400
+# The shortest ``lease`` taken, in seconds: the renewal thread wakes every third of it and makes a round trip to
+# Redis, so a shorter one would keep it busy (and outrun the round trip) rather than renew anything.
+_LEAST_LEASE = 0.1
 # The longest rate interval sent to the server, in µs (about 31 years, one call per that long is none at all in
 # practice): a longer one is sent as this, so the script's arithmetic stays in whole numbers Redis accepts.
 _MOST_INTERVAL_US = 10**15
@@ -595,7 +598,7 @@ class RedisCoordination:
     ``url``: ``redis://[:password@]host[:port][/db]`` (TLS is not supported). Processes with the
     same server and ``namespace`` share their tools' limits, by tool name. ``lease`` is how long a
     concurrency slot (or a circuit's probe) outlives a worker that died holding it, in seconds;
-    a process renews all the slots it holds in one round trip every third of it (at most a year).
+    a process renews all the slots it holds in one round trip every third of it (from 0.1 s to a year).
     ``on_unavailable``: ``"local"`` falls back to per-process limits while Redis cannot be reached
     (refuses connections, or does not answer within ``connect_timeout`` seconds, or is not Redis),
     ``"refuse"`` answers calls ``unavailable``. A connection Redis closed while idle (a restart) is
@@ -638,10 +641,15 @@ class RedisCoordination:
             raise OptionError(
                 f"RedisCoordination(on_unavailable=...) must be 'local' or 'refuse', got {on_unavailable!r}"
             )
-        for name, value in (("lease", lease), ("connect_timeout", connect_timeout)):
-            fault = numeric_fault(value, integer=False, least=0, above=True, most=_MOST_SECONDS)
-            if fault is not None:
-                raise OptionError(f"RedisCoordination({name}=...) must be {fault}, got {shown(value)}")
+        fault = numeric_fault(lease, integer=False, least=_LEAST_LEASE, above=False, most=_MOST_SECONDS)
+        if fault is not None:
+            raise OptionError(
+                f"RedisCoordination(lease=...) must be {fault} seconds (it is renewed every third of it),"
+                f" got {shown(lease)}"
+            )
+        fault = numeric_fault(connect_timeout, integer=False, least=0, above=True, most=_MOST_SECONDS)
+        if fault is not None:
+            raise OptionError(f"RedisCoordination(connect_timeout=...) must be {fault}, got {shown(connect_timeout)}")
         self.url = url
         self.namespace = namespace
         self.on_unavailable: Literal["local", "refuse"] = on_unavailable

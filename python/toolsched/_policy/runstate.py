@@ -34,6 +34,7 @@ import hashlib
 import hmac
 import json
 import math
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -203,6 +204,20 @@ def canonical(body: Mapping[str, Any]) -> str:
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def checked_key(key: Any) -> bytes | str | None:
+    """``key`` as ``to_json``/``from_json`` take it: None, or a non-empty ``bytes``/``str`` (an empty key signs
+    nothing: anyone could sign an altered state with it)."""
+    if key is None:
+        return None
+    if isinstance(key, bytearray):
+        key = bytes(key)
+    if not isinstance(key, (bytes, str)):
+        raise OptionError(f"key= takes the secret as bytes or str, got {type(key).__name__}")
+    if not key:
+        raise OptionError("key= is empty: an empty key signs nothing (give the secret, or None for no signature)")
+    return key
+
+
 def seal(canonical: str, key: bytes | str | None) -> str:
     if key is None:
         return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
@@ -211,6 +226,15 @@ def seal(canonical: str, key: bytes | str | None) -> str:
 
 
 _RESULT_FIELDS = result_fields()
+# A surrogate code point: Python strings may hold one alone, UTF-8 cannot; JSON text writes it as an escape.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escaped(text: str) -> str:
+    """JSON text with every surrogate written as a ``\\u`` escape (JSON syntax outside strings is ASCII)."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
 def record_to_json(record: CallRecord) -> dict[str, Any]:
@@ -448,7 +472,7 @@ def _result_from_json(value: Any, call_id: str, where: str) -> ToolResult:
     if value["call_id"] != call_id or not isinstance(value["tool_name"], str):
         raise StateError(f"{where}.result does not belong to call {call_id!r}")
     kind = value["error_kind"]
-    if kind is not None and kind not in ERROR_KINDS:
+    if kind is not None and (not isinstance(kind, str) or kind not in ERROR_KINDS):
         raise StateError(f"{where}.result.error_kind {kind!r} is not an error kind")
     for name, types in RESULT_FIELD_TYPES.items():
         if name in ("call_id", "tool_name", "error_kind"):
@@ -888,23 +912,33 @@ class RunState:
     # -- serialisation ------------------------------------------------------------
 
     def to_json(self, *, key: bytes | str | None = None) -> str:
-        """The state as JSON text; with ``key``, signed so that ``from_json`` refuses any alteration."""
+        """The state as JSON text; with ``key`` (a non-empty secret, bytes or str), signed so that ``from_json`` refuses
+        any alteration."""
         self._check_live()
+        key = checked_key(key)
         body = self._body()
         try:
             text = canonical(body)
         except (TypeError, ValueError) as exc:
             raise StateError(f"the run state holds a value that JSON cannot carry: {exc}") from None
+        if _SURROGATE.search(text) is not None:
+            # Surrogates (in a tool's output, say) cannot be written as UTF-8: they are written as ``\u`` escapes,
+            # and sealed as they read back (an escaped pair reads back as the one character it encodes).
+            body = json.loads(_escaped(text))
+            text = canonical(body)
         body["seal"] = seal(text, key)
-        return json.dumps(body, ensure_ascii=False)
+        return _escaped(json.dumps(body, ensure_ascii=False))
 
     @classmethod
     def from_json(cls, text: str | bytes, *, key: bytes | str | None = None) -> RunState:
         """Loads a state saved by ``to_json``; a malformed, truncated or altered text raises ``StateError``."""
+        key = checked_key(key)
         try:
             body = json.loads(text)
         except (TypeError, ValueError) as exc:
             raise StateError(f"the run state is not valid JSON (truncated?): {exc}") from None
+        except RecursionError:
+            raise StateError("the run state nests deeper than JSON text can be read here") from None
         if not isinstance(body, dict) or body.get("format") != FORMAT:
             raise StateError("the text is not a toolsched run state")
         if body.get("version") != VERSION:
@@ -912,11 +946,14 @@ class RunState:
         sealed = body.pop("seal", None)
         if not isinstance(sealed, str):
             raise StateError("the run state has no seal; it was not written by RunState.to_json")
-        if not hmac.compare_digest(sealed, seal(canonical(body), key)):
-            if key is None and sealed.startswith("hmac-sha256:"):
-                raise StateError("the run state is signed; load it with the key it was saved with")
-            raise StateError("the run state was altered or corrupted after it was saved (its seal does not match)")
-        return cls._from_body(body, "state")
+        try:
+            if not hmac.compare_digest(sealed, seal(canonical(body), key)):
+                if key is None and sealed.startswith("hmac-sha256:"):
+                    raise StateError("the run state is signed; load it with the key it was saved with")
+                raise StateError("the run state was altered or corrupted after it was saved (its seal does not match)")
+            return cls._from_body(body, "state")
+        except RecursionError:
+            raise StateError("the run state nests deeper than JSON text can be read here") from None
 
     def _body(self) -> dict[str, Any]:
         body = {

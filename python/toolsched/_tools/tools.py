@@ -36,7 +36,7 @@ from toolsched._tools.schema import (
 )
 from toolsched._values.decisions import Decision
 from toolsched._values.effects import Reconciled
-from toolsched._values.event_loops import of_this_loop
+from toolsched._values.event_loops import LoopValues, of_this_loop
 from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched.errors import ToolDefinitionError, UnknownOptionError
 
@@ -180,7 +180,7 @@ class ToolFacts:
         # that runs the body elsewhere is handed arguments it has taken): None when the schema has none.
         self.exact_integers = exact_integers
         self.max_concurrency = max_concurrency
-        self._limiter: dict[object, anyio.CapacityLimiter] = {}
+        self._limiter: LoopValues[anyio.CapacityLimiter] = {}
         self.invoke = invoke
         self.takes_context = takes_context
         self.static_safe = static_safe
@@ -198,8 +198,8 @@ class ToolFacts:
         self.run_resource = run_resource
         # The tool's retry, rate limit and circuit policies (None: it has none), and their state per event loop.
         self.policies = policies
-        self._resilience: dict[object, Resilience] = {}
-        self._retries_only: dict[object, Resilience] = {}
+        self._resilience: LoopValues[Resilience] = {}
+        self._retries_only: LoopValues[Resilience] = {}
 
     def resilience(self) -> Resilience:
         """The tool's retries, rate limit and circuit, shared by every run on the current event loop."""

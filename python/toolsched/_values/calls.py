@@ -8,6 +8,8 @@ from typing import Any
 
 from toolsched import _core
 from toolsched._values.fastpath import call_init
+from toolsched._values.numeric_options import shown
+from toolsched.errors import MalformedCallError
 
 __all__ = ["Duplicate", "ToolCall", "args_copy", "init_in_python", "plain_call", "plain_calls"]
 
@@ -25,11 +27,11 @@ _NO_ARGS: Any = _NoArgs()
 def _check_call(id: str, name: str, args: Any) -> None:
     # Told by the real type: an object can claim to be text through its ``__class__``.
     if not issubclass(type(id), str) or not id:
-        raise ValueError(f"ToolCall.id must be a non-empty string, got {id!r}")
+        raise MalformedCallError(f"ToolCall.id must be a non-empty string, got {shown(id)}")
     if not issubclass(type(name), str):
-        raise TypeError(f"ToolCall.name must be a string, got {type(name).__name__}")
+        raise MalformedCallError(f"ToolCall.name must be a string, got {type(name).__name__}")
     if not issubclass(type(args), (str, Mapping)):
-        raise TypeError(f"ToolCall.args must be a mapping or JSON text, got {type(args).__name__}")
+        raise MalformedCallError(f"ToolCall.args must be a mapping or JSON text, got {type(args).__name__}")
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -81,25 +83,27 @@ def plain_call(call: Any, position: int) -> ToolCall:
 
     A subclass may compute its fields on every read, or change them after it
     was handed over; the executor reads a call once, when it takes it, so that
-    its result carries the ID it was taken with. ``TypeError`` names the
+    its result carries the ID it was taken with. ``MalformedCallError`` names the
     call's position (``calls[position]``) when it is not a ToolCall, when
     reading a field raises, or when a field is not what a ToolCall holds.
     """
     if type(call) is ToolCall:
         return call
     if not isinstance(call, ToolCall):
-        raise TypeError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
+        raise MalformedCallError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
     fields: list[Any] = []
     for field_name in ("id", "name", "args"):
         try:
             fields.append(getattr(call, field_name))
         except Exception as exc:
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            raise TypeError(f"calls[{position}]: reading {type(call).__name__}.{field_name} raised {detail}") from exc
+            raise MalformedCallError(
+                f"calls[{position}]: reading {type(call).__name__}.{field_name} raised {detail}"
+            ) from exc
     try:
         return ToolCall(*fields)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"calls[{position}]: {exc}") from exc
+    except MalformedCallError as exc:
+        raise MalformedCallError(f"calls[{position}]: {exc}") from exc
 
 
 def plain_calls(calls: list[Any]) -> list[ToolCall]:

@@ -3,32 +3,44 @@
 A process may run several event loops at once (one per thread) or one after another (``anyio.run`` per
 task). A tool's concurrency cap and its retry, rate-limit and circuit state belong to one loop (anyio's
 primitives cannot cross loops); another loop using the same tool gets its own, and never replaces the
-first's while the first still runs.
+first's while the first still runs. The loops are held weakly: a loop its owner let go of without closing
+it is collected (and closes its selector and self-pipe) as it would be were the tool never used on it.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import anyio.lowlevel
 
-__all__ = ["loop_ended", "of_this_loop"]
+__all__ = ["LoopValues", "loop_ended", "of_this_loop"]
 
 T = TypeVar("T")
 
+# A tool's values per event loop: by the loop's id, the loop (held weakly) and its value.
+LoopValues = dict[int, tuple["weakref.ref[Any]", T]]
 
-def of_this_loop(values: dict[object, T], make: Callable[..., T], *args: Any) -> T:
+
+def of_this_loop(values: LoopValues[T], make: Callable[..., T], *args: Any) -> T:
     """``values``' value for the current event loop, made by ``make(*args)`` the first time the loop asks (the
     arguments rather than a closure: this is asked once per call of a capped or resilient tool). When a loop
-    asks for the first time, the values of loops that have ended since are dropped."""
+    asks for the first time, the values of loops that have ended or been collected since are dropped."""
     loop = anyio.lowlevel.current_token().native_token
-    value = values.get(loop)
-    if value is None:
-        for other in list(values):
-            if loop_ended(other):
-                values.pop(other, None)
-        value = values.setdefault(loop, make(*args))
+    key = id(loop)
+    entry = values.get(key)
+    if entry is not None and entry[0]() is loop:
+        return entry[1]
+    for other in list(values):
+        held = values.get(other)
+        if held is None:
+            continue
+        token = held[0]()
+        if token is None or loop_ended(token):
+            values.pop(other, None)
+    value = make(*args)
+    values[key] = (weakref.ref(loop), value)
     return value
 
 

@@ -2,9 +2,10 @@
 
 ::
 
-    from toolsched.integrations.agents import scheduled
+    from toolsched.integrations.agents import from_function_tool, scheduled
 
     agent = scheduled(Agent(name="helper", tools=[search, write_note]),   # was: Agent(...)
+                      tools=[from_function_tool(write_note, rule_subject="path")],
                       permissions=ts.Permissions(deny=["write_note(/etc/**)"]))
     result = await Runner.run(agent, "...")
 
@@ -48,6 +49,7 @@ import json
 import logging
 import operator
 import re
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -481,7 +483,9 @@ def _scheduled_copy(
 # Where a live copy reads its fields: the tool it copies, or a ``_Layer`` of what was set on the copy over it.
 _LIVE_SOURCE = "_toolsched_live_source"
 _LAYER_BASE = "_toolsched_layer_base"
-_LIVE_CLASSES: dict[type, type] = {}
+# The class of live copies of each tool class, held weakly both ways: a tool class made at run time (one per
+# agent, say) and its live class go once neither a tool nor a live copy of one holds them.
+_LIVE_CLASSES: weakref.WeakKeyDictionary[type, weakref.ref[type]] = weakref.WeakKeyDictionary()
 
 
 class _Layer:
@@ -524,7 +528,8 @@ def _live_field(name: str) -> property:
 
 def _live_class(kind: type) -> type:
     """The class of live copies of ``kind`` tools: a subclass of it whose fields read through."""
-    made = _LIVE_CLASSES.get(kind)
+    held = _LIVE_CLASSES.get(kind)
+    made = held() if held is not None else None
     if made is None:
         namespace: dict[str, Any] = {
             item.name: _live_field(item.name) for item in dataclasses.fields(kind) if item.name != "on_invoke_tool"
@@ -543,7 +548,8 @@ def _live_class(kind: type) -> type:
             __qualname__=kind.__qualname__,
             __doc__=kind.__doc__,
         )
-        made = _LIVE_CLASSES[kind] = type(kind.__name__, (kind,), namespace)
+        made = type(kind.__name__, (kind,), namespace)
+        _LIVE_CLASSES[kind] = weakref.ref(made)
     return made
 
 

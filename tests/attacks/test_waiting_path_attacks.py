@@ -1,0 +1,134 @@
+"""Attacks on the waiting path of a concurrent batch: once a call waits, every call left starts at once, each task
+running ``execute`` itself (``_Pool.start_each``). Whatever a tool raises there, the run ends with one result per
+call in the model's order, or raises the very exception that stops the process; and a failure's message is the
+tool's own exception."""
+
+from __future__ import annotations
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import toolsched as ts
+
+pytestmark = pytest.mark.anyio
+
+
+def batch(name: str, count: int = 4) -> list[ts.ToolCall]:
+    return [ts.ToolCall(f"c{n}", name, {"n": n}) for n in range(count)]
+
+
+class Stop(BaseException):
+    """A BaseException of the tool's own."""
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemExit, GeneratorExit, Stop])
+async def test_an_exception_that_stops_the_process_leaves_the_run_as_itself(raised: type[BaseException]) -> None:
+    @ts.tool(name="wait", concurrency_safe=True)
+    async def wait(n: int) -> str:
+        await anyio.lowlevel.checkpoint()
+        if n == 2:
+            raise raised()
+        await anyio.sleep(0.01)
+        return "ok"
+
+    with pytest.raises(raised):
+        await ts.Executor([wait]).run(batch("wait"))
+
+
+async def test_failures_among_waiting_calls_leave_one_result_per_call_in_order() -> None:
+    @ts.tool(name="mixed", concurrency_safe=True)
+    async def mixed(n: int) -> str:
+        if n % 2:
+            await anyio.lowlevel.checkpoint()
+        if n == 3:
+            raise ValueError("boom")
+        if n == 5:
+            raise BaseExceptionGroup("grouped", [ValueError("inner")])
+        return f"r{n}"
+
+    outcome = await ts.Executor([mixed]).run(batch("mixed", 8))
+    assert [result.call_id for result in outcome.results] == [f"c{n}" for n in range(8)]
+    assert [result.error_kind for result in outcome.results] == [None] * 3 + ["execution_error", None] + [
+        "execution_error"
+    ] + [None] * 2
+
+
+@pytest.mark.parametrize("sync", [True, False])
+async def test_a_tool_that_raises_stop_iteration_is_described_by_its_own_exception(sync: bool) -> None:
+    """A coroutine cannot raise StopIteration (PEP 479): Python makes it "RuntimeError: coroutine raised
+    StopIteration", for a sync tool too (its body's exception crosses toolsched's coroutines). The model was told
+    that, not what the tool raised."""
+    if sync:
+
+        @ts.tool(name="pages", concurrency_safe=True)
+        def pages(n: int) -> str:
+            if n == 1:
+                raise StopIteration("no page after 3")
+            return f"page {n}"
+
+    else:
+
+        @ts.tool(name="pages", concurrency_safe=True)
+        async def pages(n: int) -> str:
+            await anyio.lowlevel.checkpoint()
+            if n == 1:
+                raise StopIteration("no page after 3")
+            return f"page {n}"
+
+    outcome = await ts.Executor([pages]).run(batch("pages", 3))
+    assert [result.output for result in outcome.results] == ["page 0", None, "page 2"]
+    failed = outcome.results[1]
+    assert failed.error_kind == "execution_error"
+    assert "StopIteration: no page after 3" in (failed.error or "")
+    assert "RuntimeError" not in (failed.error or "")
+
+
+def swallowing(timeout: float, started: list[str], returned: list[str]) -> ts.Tool:
+    """A tool that catches its own cancellation and returns a value anyway (as a careless ``except BaseException``
+    does)."""
+
+    @ts.tool(name="fetch", timeout=timeout, concurrency_safe=True)
+    async def fetch(n: int) -> str:
+        started.append(f"c{n}")
+        try:
+            await anyio.sleep(5)
+        except anyio.get_cancelled_exc_class():
+            returned.append(f"c{n}")
+            return "caught it, returned anyway"
+        return "fetched"
+
+    return fetch
+
+
+async def test_a_call_that_swallows_its_timeout_and_returns_still_times_out() -> None:
+    """docs/concepts/failures.md: a call that "ran past its `timeout`" is answered ``timeout``; so it was when the
+    tool let the cancellation out, or turned it into an error, but one that caught it and returned got a success."""
+    returned: list[str] = []
+    outcome = await ts.Executor([swallowing(0.05, [], returned)]).run(batch("fetch", 3))
+    assert sorted(returned) == ["c0", "c1", "c2"]
+    assert [result.error_kind for result in outcome.results] == ["timeout"] * 3
+    assert [result.output for result in outcome.results] == [None] * 3
+
+
+async def test_a_call_cancel_said_would_end_cancelled_ends_cancelled_though_the_tool_returns() -> None:
+    """``Executor.cancel`` "returns whether a call will end cancelled": True for a running call in a scope (its tool
+    has a timeout). The tool caught the cancellation and returned: the call ended a success, with that output."""
+    started: list[str] = []
+    returned: list[str] = []
+    executor = ts.Executor([swallowing(30, started, returned)])
+    outcomes: list[ts.Outcome] = []
+
+    async def run() -> None:
+        outcomes.append(await executor.run(batch("fetch", 2)))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        with anyio.fail_after(10):
+            while len(started) < 2:
+                await anyio.lowlevel.checkpoint()
+        assert [executor.cancel(call_id, "not needed") for call_id in ("c0", "c1")] == [True, True]
+    [outcome] = outcomes
+    assert sorted(returned) == ["c0", "c1"]
+    assert [result.error_kind for result in outcome.results] == ["cancelled", "cancelled"]
+    assert all("not needed" in (result.error or "") for result in outcome.results)
