@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import logging
 import os
 import pstats
 import resource
@@ -36,6 +35,9 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import toolsched as ts
 from toolsched._backends import ray_waiting
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ray_throughput  # the local cluster both benches start
 
 
 def thread_cpu() -> dict[tuple[str, str], float]:
@@ -74,15 +76,7 @@ async def measure(args: argparse.Namespace) -> None:
     def noop() -> None:
         return None
 
-    backend = ts.RayBackend(
-        init_options={
-            "num_cpus": args.cpus,
-            "include_dashboard": False,
-            "log_to_driver": False,
-            "logging_level": logging.WARNING,
-        }
-    )
-    backend.connect()
+    backend = ray_throughput.local_cluster(args.cpus)
     executor = ts.Executor(
         [noop],
         strategy=ts.Parallel(max_concurrency=args.concurrency),

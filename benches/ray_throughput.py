@@ -137,17 +137,23 @@ def best_raw_get_turn(
     return best
 
 
-async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
-    tools = make_tools(args.task_cpus)
-    ray_backend = ts.RayBackend(
+def local_cluster(cpus: int) -> ts.RayBackend:
+    """A ``RayBackend`` connected to a local cluster of ``cpus`` CPUs started for the bench, quiet."""
+    backend = ts.RayBackend(
         init_options={
-            "num_cpus": args.cpus,
+            "num_cpus": cpus,
             "include_dashboard": False,
             "log_to_driver": False,
             "logging_level": logging.WARNING,
         }
     )
-    ray_backend.connect()
+    backend.connect()
+    return backend
+
+
+async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
+    tools = make_tools(args.task_cpus)
+    ray_backend = local_cluster(args.cpus)
     strategy = ts.Parallel(max_concurrency=args.concurrency)
     executors: dict[str, Callable[[], ts.Executor]] = {
         "local": lambda: ts.Executor(list(tools.values()), strategy=strategy),
