@@ -170,6 +170,8 @@ def test_parsing_mixes_latencies_and_strategies() -> None:
         (["--max-concurrency", "0"], "argument --max-concurrency: must be a positive integer, got 0"),
         (["--batch-size", "-1"], "argument --batch-size: must be a positive integer, got -1"),
         (["--calls", "many"], "argument --calls: must be a positive integer, got 'many'"),
+        (["--calls", "99999999999999999999"], "--turns x --calls must be at most 1,000,000 calls in all"),
+        (["--turns", "1001", "--calls", "1000"], "got 1,001 x 1,000"),
         (["--latency", "-5"], "--latency must be a finite number of milliseconds, 0 or more; got -5"),
         (["--latency", "reads=-1"], "--latency: reads must be a finite number, 0 or more; got -1"),
         (["--conflict-rate", "1.5"], "argument --conflict-rate: must be between 0 and 1, got 1.5"),

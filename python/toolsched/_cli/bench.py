@@ -82,6 +82,8 @@ KINDS = ("reads", "search", "writes", "shell")
 DEFAULT_MIX: Mapping[str, float] = {"reads": 0.7, "writes": 0.2, "shell": 0.1}
 # The longest simulated call: a benchmark of calls longer than a minute measures nothing of the executor.
 MAX_LATENCY_MS = 60_000.0
+# The most calls a synthetic workload holds (``--turns`` x ``--calls``).
+MAX_SYNTHETIC_CALLS = 1_000_000
 DEFAULT_LATENCY_MS: Mapping[str, float] = {"reads": 10.0, "search": 20.0, "writes": 15.0, "shell": 40.0}
 STRATEGY_NAMES = ("sequential", "parallel", "batched", "partitioned", "resource_aware")
 
@@ -195,6 +197,11 @@ def synthetic_workload(
     for label, value in (("turns", turns), ("calls", calls)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise OptionError(f"--{label} must be a positive integer, got {value!r}")
+    if turns * calls > MAX_SYNTHETIC_CALLS:
+        # Every call is made before the first turn runs, and each strategy runs them all.
+        raise OptionError(
+            f"--turns x --calls must be at most {MAX_SYNTHETIC_CALLS:,} calls in all; got {turns:,} x {calls:,}"
+        )
     if not 0 <= conflict_rate <= 1:
         raise OptionError(f"--conflict-rate must be between 0 and 1, got {conflict_rate}")
     kinds = [kind for kind in KINDS if mix.get(kind, 0) > 0]

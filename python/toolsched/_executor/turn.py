@@ -66,29 +66,30 @@ PENDING, RUNNING, DONE = 0, 1, 2
 
 
 class Job:
-    """One runnable call of a turn (internal, mutable while the turn runs)."""
+    """One runnable call of a turn (internal, mutable while the turn runs).
 
-    __slots__ = (
-        "args",
-        "attempts",
-        "body_left",
-        "body_outlived_cancel",
-        "call",
-        "cancel_reason",
-        "ctx",
-        "declared",
-        "facts",
-        "index",
-        "pause",
-        "prior_attempts",
-        "ruled",
-        "ruling",
-        "scope",
-        "slot",
-        "state",
-        "timed_out",
-        "tool",
-    )
+    What every call uses is in slots; what few calls ever set (their cancel scope, context, cancellation, a
+    body left in a thread, a pause, runs from before a crash) is read from the class until a call sets it, in
+    the job's own ``__dict__`` then: a job's slots are walked by every full collection while its call waits
+    (``python benches/gc_walk.py``), and slots left at their defaults would be walked too."""
+
+    __slots__ = ("__dict__", "args", "attempts", "call", "facts", "index", "ruled", "ruling", "slot", "state", "tool")
+
+    # How many runs a journal holds from before a crash (``recover`` goes on from there).
+    prior_attempts: int = 0
+    scope: anyio.CancelScope | None = None
+    cancel_reason: str | None = None
+    ctx: ToolContext | None = None
+    # Set when the tool cancelled its own call (``ctx.cancel``): it ends cancelled whatever follows.
+    declared: bool = False
+    # Set when a body in a thread was waited for after the call was cancelled (``toolsched._backends.threads``).
+    body_outlived_cancel: bool = False
+    # Set when the call's deadline passed while its cancelled body was waited for: it ends ``timeout``.
+    timed_out: bool = False
+    # Set when its call ended while its body went on in a thread: set in turn when that body returns.
+    body_left: threading.Event | None = None
+    # The scope of a wait without working (a rate-limit token, a retry's backoff): an interrupt ends it.
+    pause: anyio.CancelScope | None = None
 
     def __init__(
         self, slot: int, call: ToolCall, tool: Tool, facts: ToolFacts, args: Any, index: int, ruling: Any = UNDECIDED
@@ -104,23 +105,8 @@ class Job:
         self.ruling = ruling
         self.ruled = args
         self.state = PENDING
-        # How many times the tool has run for this call (a retry policy may run it again), and how
-        # many runs a journal holds from before a crash (``recover`` goes on from there).
+        # How many times the tool has run for this call (a retry policy may run it again).
         self.attempts = 1
-        self.prior_attempts = 0
-        self.scope: anyio.CancelScope | None = None
-        self.cancel_reason: str | None = None
-        self.ctx: ToolContext | None = None
-        # Set when the tool cancelled its own call (``ctx.cancel``): it ends cancelled whatever follows.
-        self.declared = False
-        # Set when a body in a thread was waited for after the call was cancelled (``toolsched._backends.threads``).
-        self.body_outlived_cancel = False
-        # Set when the call's deadline passed while its cancelled body was waited for: it ends ``timeout``.
-        self.timed_out = False
-        # Set when its call ended while its body went on in a thread: set in turn when that body returns.
-        self.body_left: threading.Event | None = None
-        # The scope of a wait without working (a rate-limit token, a retry's backoff): an interrupt ends it.
-        self.pause: anyio.CancelScope | None = None
 
     def waits_for_started_body(self) -> bool:
         """A cancelled call waits for a sync body already running in its thread; a timed-out one does not."""

@@ -941,7 +941,8 @@ class RunState:
             raise StateError("the run state nests deeper than JSON text can be read here") from None
         if not isinstance(body, dict) or body.get("format") != FORMAT:
             raise StateError("the text is not a toolsched run state")
-        if body.get("version") != VERSION:
+        # An int, not a bool that equals one (``True == 1``).
+        if type(body.get("version")) is not int or body.get("version") != VERSION:
             raise StateError(f"run state version {body.get('version')!r} is not supported (expected {VERSION})")
         sealed = body.pop("seal", None)
         if not isinstance(sealed, str):

@@ -85,7 +85,8 @@ def slot_builder(cls: type[T], given: tuple[str, ...], prototype: T) -> Callable
     """A function taking the slots ``given`` positionally and giving each other slot of ``cls`` the value it
     has in ``prototype``: an instance made by the class's own ``__init__``, which stays the one place the
     defaults are written. Each default must be a value instances can share (None, a bool, a number, text, ``()``)."""
-    slots = tuple(cls.__dict__.get("__slots__", ()))
+    # A ``__dict__`` among the slots is the instance's own dictionary, made when first written: not a slot to fill.
+    slots = tuple(name for name in cls.__dict__.get("__slots__", ()) if name != "__dict__")
     if cls.__bases__ != (object,) or not slots or type(prototype) is not cls:
         raise TypeError(f"{cls.__name__} is not a slotted class of its own, or the prototype is not one of it")
     if type(cls) is not type or cls.__new__ is not object.__new__ or hasattr(cls, "__post_init__"):
