@@ -332,6 +332,11 @@ class _Request:
     sent: float = 0.0
     error: str | None = None
     abandoned: bool = False
+    # Set when the batch's writer was cancelled before this command's reply was read (an asyncio task cancelled
+    # natively through its shield): its caller sends it again, in a batch of its own.
+    again: bool = False
+    # Whether the command was written to Redis (it may have run).
+    written: bool = False
 
 
 def _said(exc: BaseException) -> str:
@@ -352,6 +357,9 @@ class _Link:
     pollers: dict[str, anyio.Lock] = field(default_factory=dict)
     # The batch still taking commands (written together on one connection once its leader has one), or None.
     open: list[_Request] | None = None
+    # Commands whose caller is gone, left unwritten or unanswered by a batch writer cancelled mid-round-trip (bare
+    # releases, the undos of admissions that may have run): written with the loop's next batch, or when it ends.
+    stray: list[_Request] = field(default_factory=list)
 
 
 class _Renewer:
@@ -449,6 +457,11 @@ def _closer(owner: weakref.ref[RedisCoordination], loop: object, link: _Link) ->
                 await anyio.sleep(_CLOSER_POLL)
         finally:
             coordination = owner()
+            if coordination is not None and link.stray:
+                # What a cancelled batch writer left unsent (slots to give back): sent before the loop ends.
+                stray, link.stray = link.stray, []
+                with anyio.CancelScope(shield=True), anyio.move_on_after(coordination.connect_timeout):
+                    await coordination._exchange(link, stray)
             if coordination is not None and coordination._links.get(loop) is link:
                 del coordination._links[loop]
             idle, link.idle = link.idle, []
@@ -740,8 +753,19 @@ class RedisCoordination:
         batch = link.open
         if batch is None:
             batch = link.open = [request]
-            with anyio.CancelScope(shield=True):
-                await self._flush(link, batch)
+            if link.stray:
+                batch[:0], link.stray = link.stray, []
+            try:
+                with anyio.CancelScope(shield=True):
+                    await self._flush(link, batch, request)
+            except BaseException:
+                # Cancelled through the shield (natively, on asyncio): what this command may have taken is given
+                # back with the loop's next batch.
+                if request.undo is not None and request.error is None and request.written:
+                    undo = request.undo(request.reply if request.received else None)
+                    if undo is not None:
+                        link.stray.append(undo)
+                raise
         else:
             batch.append(request)
             if len(batch) >= _MAX_BATCH:
@@ -763,11 +787,17 @@ class RedisCoordination:
                             except CoordinationError:
                                 pass  # the lease runs out by itself
                 raise
+            if request.again:
+                # Its batch's writer was cancelled before the reply was read: sent again (an admission asking
+                # again with its lease id takes no second slot or probe).
+                request.again = False
+                request.done = None
+                return await self._send(request, wait=wait)
         if request.error is not None:
             raise CoordinationError(request.error)
         return request.reply
 
-    async def _flush(self, link: _Link, batch: list[_Request]) -> None:
+    async def _flush(self, link: _Link, batch: list[_Request], leader: _Request) -> None:
         """Writes ``batch`` after one turn of the loop (its other callers add their commands), at once when no
         round trip of the loop is in flight, otherwise once it is back (the batch takes commands until then),
         and hands each command its reply."""
@@ -792,6 +822,18 @@ class RedisCoordination:
             if link.open is batch:
                 link.open = None
             for request in batch:
+                if not request.received and request.error is None:
+                    # The writer was cancelled before this reply was read (natively, on asyncio): a caller still
+                    # waiting sends its command again; a bare release (nobody waits) or the undo of a command
+                    # whose caller left goes with the loop's next batch.
+                    if request.abandoned:
+                        undo = request.undo(None) if request.undo is not None and request.written else None
+                        if undo is not None:
+                            link.stray.append(undo)
+                    elif request.done is not None:
+                        request.again = True
+                    elif request is not leader:
+                        link.stray.append(request)
                 if request.done is not None:
                     request.done.set()
 
@@ -809,6 +851,8 @@ class RedisCoordination:
         if not batch:
             return
         data = b"".join(request.data for request in batch)
+        for request in batch:
+            request.written = True
         per_reply = min(self.connect_timeout, _REPLY_TIMEOUT)
         while True:
             reused = bool(link.idle)

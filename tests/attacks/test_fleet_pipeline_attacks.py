@@ -1,0 +1,110 @@
+"""Attacks on the pipeline of ``ts.RedisCoordination`` (docs/fleet.md): the writer of a batch cancelled with the
+batch in flight, a probe given back by an attempt that no longer holds it, a batch lost after it was written.
+
+The real server comes from tests/redis_server.sh (``TOOLSCHED_TEST_REDIS_URL``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+import anyio
+import pytest
+from fleet_redis import namespace, redis_url
+
+import toolsched as ts
+from toolsched._policy.coordination import _ADMIT, _Connection, _sha1
+
+pytestmark = pytest.mark.anyio
+
+
+def capped(cap: int = 5) -> Any:
+    @ts.tool(name="capped", max_concurrency=cap)
+    async def capped_tool() -> None:
+        return None
+
+    return capped_tool
+
+
+def admits(data: bytes) -> bool:
+    return _sha1(_ADMIT).encode() in data or _ADMIT.encode() in data
+
+
+async def slots(coordination: ts.RedisCoordination, space: str, name: str) -> list[bytes]:
+    return sorted(await coordination._call("ZRANGE", f"{space}:{{{name}}}:slots", 0, -1))
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_batch_writer_cancelled_natively_mid_round_trip_strands_no_other_caller(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise: the others of a batch get their own replies whatever happens to its writer. An asyncio task
+    cancelled natively (``task.cancel()``, ``asyncio.wait_for``, a loop's end) gets through the writer's shield
+    with its batch in flight: the other callers were woken with no reply and no error, each told the server "is
+    not Redis" (the fleet given up for per-process limits) while their admissions held fleet slots nobody used,
+    and the writer's own slot stayed taken too, all until the lease ran out. Now each caller sends its command
+    again (its lease id takes no second slot) and the writer's slot is given back with the next batch."""
+    tool = capped()
+    space = namespace()
+    coordination = ts.RedisCoordination(redis_url(), namespace=space)
+    await coordination._admit(tool, "warm", None)  # the script loaded
+    await coordination._call("DEL", f"{space}:{{capped}}:slots")
+    original = _Connection.exchange
+    replied = asyncio.Event()
+
+    async def held_up(self: _Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
+        replies = await original(self, data, count, per_reply)
+        if admits(data) and count == 4 and not replied.is_set():
+            replied.set()
+            await asyncio.sleep(10)  # the replies are in; the writer is cancelled before it hands them out
+        return replies
+
+    monkeypatch.setattr(_Connection, "exchange", held_up)
+    writer = asyncio.ensure_future(coordination._admit(tool, "writer", None))
+    others = [asyncio.ensure_future(coordination._admit(tool, f"other{n}", None)) for n in range(3)]
+    await replied.wait()
+    writer.cancel()
+    outcomes = await asyncio.gather(writer, *others, return_exceptions=True)
+    assert isinstance(outcomes[0], asyncio.CancelledError)
+    assert [outcome[0] for outcome in outcomes[1:]] == [0, 0, 0], outcomes  # admitted, each on its one slot
+    assert await slots(coordination, space, "capped") == [b"other0", b"other1", b"other2"]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_batch_writer_cancelled_natively_gives_its_slot_back_when_the_loop_ends(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer of a batch (its admission run, the slot taken) cancelled natively with its reply unread, and no
+    other command of its loop after it: the slot goes back when the loop ends, not after the lease."""
+    tool = capped(cap=1)
+    space = namespace()
+    url = redis_url()
+    original = _Connection.exchange
+
+    async def held_up(self: _Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
+        replies = await original(self, data, count, per_reply)
+        if admits(data) and b"writer" in data:
+            await asyncio.sleep(10)  # the reply is in; its writer is cancelled before it reads it
+        return replies
+
+    def run() -> None:
+        async def main() -> None:
+            coordination = ts.RedisCoordination(url, namespace=space)
+            checker = ts.RedisCoordination(url, namespace=space)
+            await coordination._admit(tool, "warm", None)  # the script loaded
+            await coordination._call("DEL", f"{space}:{{capped}}:slots")
+            writer = asyncio.ensure_future(coordination._admit(tool, "writer", None))
+            while not await slots(checker, space, "capped"):  # noqa: ASYNC110 (the server's state)
+                await asyncio.sleep(0.005)
+            writer.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await writer
+
+        asyncio.run(main())
+
+    with monkeypatch.context() as patched:
+        patched.setattr(_Connection, "exchange", held_up)
+        await anyio.to_thread.run_sync(run)
+    assert await slots(ts.RedisCoordination(url, namespace=space), space, "capped") == []
