@@ -15,7 +15,7 @@ import pytest
 from fleet_redis import namespace, redis_url
 
 import toolsched as ts
-from toolsched._policy.coordination import _ADMIT, _Connection, _sha1
+from toolsched._policy.coordination import _ADMIT, CoordinationError, _Connection, _sha1
 
 pytestmark = pytest.mark.anyio
 
@@ -108,3 +108,67 @@ async def test_a_batch_writer_cancelled_natively_gives_its_slot_back_when_the_lo
         patched.setattr(_Connection, "exchange", held_up)
         await anyio.to_thread.run_sync(run)
     assert await slots(ts.RedisCoordination(url, namespace=space), space, "capped") == []
+
+
+def probed(cap: int | None) -> Any:
+    @ts.tool(name="probed", max_concurrency=cap, circuit=ts.CircuitBreaker(failures=1, cooldown=30))
+    async def probed_tool() -> None:
+        return None
+
+    return probed_tool
+
+
+async def opened_and_cooled(coordination: ts.RedisCoordination, space: str) -> None:
+    """The circuit of ``probed`` opened by one failure, its cooldown over: the next attempt is its one probe."""
+    await coordination._call("HSET", f"{space}:{{probed}}:circuit", "failures", 1, "open_until", 0)
+
+
+@pytest.mark.parametrize("cap", [1, None])
+async def test_a_probe_past_its_lease_does_not_free_the_next_probe(anyio_backend: str, cap: int | None) -> None:
+    """Promise: a half-open circuit lets one probe through at a time. A probe that ran past its lease (the probe
+    passed to another attempt meanwhile) gave back the probe when it ended, whoever held it: a third attempt was
+    let through as a second probe while the second still ran."""
+    tool = probed(cap if cap is None else 2)
+    space = namespace()
+    coordination = ts.RedisCoordination(redis_url(), namespace=space)
+    await opened_and_cooled(coordination, space)
+    assert (await coordination._admit(tool, "first", None))[0] == 1
+    # The first probe's lease runs out while it runs: the next attempt takes the probe.
+    await coordination._call("HSET", f"{space}:{{probed}}:circuit", "probe_until", 0)
+    assert (await coordination._admit(tool, "second", None))[0] == 1
+    await coordination._settle(tool, "first", "none", True)  # the first ends (cancelled: no outcome)
+    assert (await coordination._admit(tool, "third", None))[0] == -1  # the second still probes
+    await coordination._settle(tool, "second", "none", True)
+    assert (await coordination._admit(tool, "third", None))[0] == 1
+
+
+@pytest.mark.parametrize("cap", [1, None])
+async def test_a_probe_taken_by_an_admission_whose_reply_was_lost_is_given_back(
+    anyio_backend: str, cap: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise: a probe is held by an attempt in flight (or by a dead worker, until its lease runs out). An
+    admission that took the half-open circuit's probe and whose reply never came (the attempt falls back to
+    per-process limits) gave back its slot but not the probe: the fleet's calls were refused as the circuit
+    open for the whole lease, though nobody probed."""
+    tool = probed(cap)
+    space = namespace()
+    url = redis_url()
+    checker = ts.RedisCoordination(url, namespace=space)
+    await checker._admit(tool, "warm", None)  # the script loaded
+    await checker._settle(tool, "warm", "none", False)
+    await opened_and_cooled(checker, space)
+    original = _Connection.exchange
+
+    async def reply_lost(self: _Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
+        replies = await original(self, data, count, per_reply)
+        if admits(data):
+            raise TimeoutError  # the script ran; its reply never came
+        return replies
+
+    coordination = ts.RedisCoordination(url, namespace=space)
+    with monkeypatch.context() as patched:
+        patched.setattr(_Connection, "exchange", reply_lost)
+        with pytest.raises(CoordinationError, match="did not answer"):
+            await coordination._admit(tool, "lost", None)
+    assert await checker._call("HGET", f"{space}:{{probed}}:circuit", "prober") is None
+    assert (await checker._admit(tool, "next", None))[0] == 1

@@ -157,7 +157,9 @@ end
 return {probe, 0, failures, now_us}
 """
 
-# KEYS: circuit, slots. ARGV: lease id, outcome (success/transient/other/none), probe (0/1), failures, cooldown ms.
+# KEYS: circuit, slots. ARGV: lease id (the attempt's id), outcome (success/transient/other/none), probe (0/1),
+# failures, cooldown ms. The circuit's probe is given back only by the attempt holding it (a probe that outlived its
+# lease may have passed to another attempt meanwhile).
 _SETTLE = """
 if ARGV[1] ~= '' then redis.call('ZREM', KEYS[2], ARGV[1]) end
 local threshold = tonumber(ARGV[4])
@@ -173,7 +175,7 @@ if outcome == 'transient' then
 elseif outcome ~= 'none' and (failures < threshold or (ARGV[3] == '1' and outcome == 'success')) then
   redis.call('HSET', KEYS[1], 'failures', 0, 'open_until', 0)
 end
-if ARGV[3] == '1' then
+if ARGV[3] == '1' and redis.call('HGET', KEYS[1], 'prober') == ARGV[1] then
   redis.call('HSET', KEYS[1], 'probe_until', 0)
   redis.call('HDEL', KEYS[1], 'prober')
 end
@@ -966,7 +968,7 @@ class RedisCoordination:
                 "" if reserved is None else reserved,
                 *commands.admit_args,
             ),
-            functools.partial(self._undo_admission, tool, lease_id if tool.max_concurrency else ""),
+            functools.partial(self._undo_admission, tool, lease_id),
         )
         reply = await self._send(request)
         if isinstance(reply, _ReplyError):
@@ -983,17 +985,20 @@ class RedisCoordination:
             amount = max(0, round((wake - anyio.current_time()) * 1_000_000))
         return code, amount, int(reply[2]), int(reply[3])
 
-    def _undo_admission(self, tool: Tool, lease_id: str, reply: Any) -> _Request | None:
+    def _undo_admission(self, tool: Tool, attempt: str, reply: Any) -> _Request | None:
         """The command giving back what an admission took (its slot, its probe), from its reply; with no
-        reply (its batch failed after it was written), the slot it may have taken, by its lease id."""
+        reply (its batch failed after it was written), the slot and the probe it may have taken, by the attempt's
+        id (the probe only if this attempt holds it)."""
         if reply is None:
-            return self._settle_request(tool, lease_id, "none", False) if lease_id else None
+            if tool.max_concurrency is None and tool.circuit is None:
+                return None
+            return self._settle_request(tool, attempt, "none", tool.circuit is not None)
         if not _admission_reply(reply):
             return None
         code = int(reply[0])
-        if code not in (0, 1) or (code == 0 and not lease_id):
+        if code not in (0, 1) or (code == 0 and tool.max_concurrency is None):
             return None
-        return self._settle_request(tool, lease_id, "none", code == 1)
+        return self._settle_request(tool, attempt, "none", code == 1)
 
     async def run_attempt(
         self,
@@ -1092,7 +1097,7 @@ class RedisCoordination:
                 self._renewer.release(slots_key, lease_id)
             if lease_id or (tool.circuit is not None and (probe or failures > 0 or outcome == "transient")):
                 with anyio.CancelScope(shield=True):
-                    await self._settle(tool, lease_id, outcome, probe)
+                    await self._settle(tool, attempt, outcome, probe)
 
     async def _settle(self, tool: Tool, lease_id: str, outcome: str, probe: bool) -> None:
         """Gives the slot back and records the outcome for the circuit. A bare release (no circuit) is not
