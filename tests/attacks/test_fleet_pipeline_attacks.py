@@ -172,3 +172,40 @@ async def test_a_probe_taken_by_an_admission_whose_reply_was_lost_is_given_back(
             await coordination._admit(tool, "lost", None)
     assert await checker._call("HGET", f"{space}:{{probed}}:circuit", "prober") is None
     assert (await checker._admit(tool, "next", None))[0] == 1
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_an_event_loop_ending_with_a_batch_in_flight_gives_its_slots_back(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise: a fleet slot is held by a call in flight. ``asyncio.run`` ending while five admissions of its loop
+    are in flight (their script run, the replies unread): the loop cancels every task natively, through the batch
+    writer's shield, and the five slots stayed taken for the whole lease, held by nobody."""
+    tool = capped(cap=10)
+    space = namespace()
+    url = redis_url()
+    original = _Connection.exchange
+
+    async def held_up(self: _Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
+        replies = await original(self, data, count, per_reply)
+        if admits(data) and count == 5:
+            await asyncio.sleep(10)  # the replies are in; the loop ends before they are handed out
+        return replies
+
+    def run() -> None:
+        async def main() -> None:
+            coordination = ts.RedisCoordination(url, namespace=space)
+            checker = ts.RedisCoordination(url, namespace=space)
+            await coordination._admit(tool, "warm", None)  # the script loaded
+            await coordination._call("DEL", f"{space}:{{capped}}:slots")
+            for n in range(5):
+                asyncio.ensure_future(coordination._admit(tool, f"left{n}", None))  # noqa: RUF006 (left running)
+            while len(await slots(checker, space, "capped")) < 5:  # noqa: ASYNC110 (the server's state)
+                await asyncio.sleep(0.005)
+
+        asyncio.run(main())
+
+    with monkeypatch.context() as patched:
+        patched.setattr(_Connection, "exchange", held_up)
+        await anyio.to_thread.run_sync(run)
+    assert await slots(ts.RedisCoordination(url, namespace=space), space, "capped") == []

@@ -761,12 +761,21 @@ class RedisCoordination:
                 with anyio.CancelScope(shield=True):
                     await self._flush(link, batch, request)
             except BaseException:
-                # Cancelled through the shield (natively, on asyncio): what this command may have taken is given
-                # back with the loop's next batch.
+                # Cancelled through the shield (natively, on asyncio: a task's cancel, the loop's end): what this
+                # command and those of callers gone may have taken is given back at once, within
+                # ``connect_timeout`` (the loop may be ending).
                 if request.undo is not None and request.error is None and request.written:
                     undo = request.undo(request.reply if request.received else None)
                     if undo is not None:
                         link.stray.append(undo)
+                if link.stray:
+                    stray, link.stray = link.stray, []
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(self.connect_timeout):
+                        await self._exchange(link, stray)
+                    if link not in self._links.values():
+                        # The loop's closer has run meanwhile: it closed what was idle then, this closes the rest.
+                        idle, link.idle = link.idle, []
+                        await _discard(*idle)
                 raise
         else:
             batch.append(request)
