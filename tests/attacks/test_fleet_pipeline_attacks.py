@@ -7,7 +7,9 @@ The real server comes from tests/redis_server.sh (``TOOLSCHED_TEST_REDIS_URL``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -15,7 +17,8 @@ import pytest
 from fleet_redis import namespace, redis_url
 
 import toolsched as ts
-from toolsched._policy.coordination import _ADMIT, CoordinationError, _Connection, _sha1
+from tests.fleet.test_coordination import child, lines_of
+from toolsched._policy.coordination import _ADMIT, _FRESH_US, CoordinationError, _Connection, _sha1
 
 pytestmark = pytest.mark.anyio
 
@@ -209,3 +212,81 @@ async def test_an_event_loop_ending_with_a_batch_in_flight_gives_its_slots_back(
         patched.setattr(_Connection, "exchange", held_up)
         await anyio.to_thread.run_sync(run)
     assert await slots(ts.RedisCoordination(url, namespace=space), space, "capped") == []
+
+
+class Trickle(anyio.abc.ByteStream):
+    """A connection whose replies come ``size`` bytes per read."""
+
+    def __init__(self, inner: anyio.abc.ByteStream, size: int) -> None:
+        self.inner, self.size = inner, size
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        return await self.inner.receive(min(max_bytes, self.size))
+
+    async def send(self, item: bytes) -> None:
+        await self.inner.send(item)
+
+    async def send_eof(self) -> None:
+        await self.inner.send_eof()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.mark.parametrize("size", [1, 7])
+async def test_replies_split_across_reads_are_each_their_own_commands(
+    anyio_backend: str, size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of admissions, errors and plain replies read a byte (or seven) at a time: every caller gets its own
+    reply, in one round trip."""
+    tool = capped(cap=100)
+    space = namespace()
+    coordination = ts.RedisCoordination(redis_url(), namespace=space)
+    await coordination._admit(tool, "warm", None)  # the script loaded
+    original = anyio.connect_tcp
+
+    async def trickling(*args: Any, **kwargs: Any) -> anyio.abc.ByteStream:
+        return Trickle(await original(*args, **kwargs), size)
+
+    await coordination._call("SET", f"{space}:text", "x" * 300)
+    monkeypatch.setattr(anyio, "connect_tcp", trickling)
+    for link in coordination._links.values():
+        for connection in link.idle:
+            connection.stream = Trickle(connection.stream, size)
+    answers: dict[str, Any] = {}
+
+    async def ask(key: str, call: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            answers[key] = await call()
+        except Exception as exc:
+            answers[key] = exc
+
+    trips = coordination.round_trips
+    async with anyio.create_task_group() as group:
+        for n in range(20):
+            group.start_soon(ask, f"admit{n}", functools.partial(coordination._admit, tool, f"a{n}", None))
+            group.start_soon(ask, f"get{n}", functools.partial(coordination._call, "GET", f"{space}:text"))
+            group.start_soon(ask, f"bad{n}", functools.partial(coordination._call, "INCR", f"{space}:text"))
+    assert coordination.round_trips - trips == 1
+    for n in range(20):
+        assert answers[f"admit{n}"][0] == 0
+        assert answers[f"get{n}"] == b"x" * 300
+        assert "not an integer" in str(answers[f"bad{n}"])
+    assert len(await slots(coordination, space, "capped")) == 21  # and the warm-up's
+
+
+def test_four_processes_bursting_keep_the_fleets_rate(anyio_backend: str) -> None:
+    """Promise: one rate limit for the fleet. Four processes start 10 calls each at once under RateLimit(20, per=1,
+    burst=4): every call runs, and the admissions, stamped with the Redis server's clock by the admission script
+    itself, number at most floor((W + freshness + tolerance) / interval) + 1 in any window of W."""
+    url, space = redis_url(), namespace()
+    workers = [child(anyio_backend, url, space, "burst", 10) for _ in range(4)]
+    lines = [line for worker in workers for line in lines_of(worker)]
+    assert lines.count("done") == 4
+    stamps = sorted(int(line.split()[1]) for line in lines if line.startswith("admitted "))
+    assert len(stamps) == 40
+    interval, tolerance = 50_000, 3 * 50_000
+    for window in (1, 100_000, 500_000, 1_000_000):
+        bound = (window + _FRESH_US + tolerance) // interval + 1
+        busiest = max(sum(1 for t in stamps if first <= t < first + window) for first in stamps)
+        assert busiest <= bound, (window, busiest, bound, [t - stamps[0] for t in stamps])

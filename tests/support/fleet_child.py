@@ -9,6 +9,8 @@ the other calls' reservations fall due meanwhile). Prints ``start T`` and ``end 
 each call, ``redis T`` (the Redis server's clock, µs, as a call starts: ``stall`` only), then ``done``;
 ``ready`` once a ``hold`` call runs. ``probe``: CircuitBreaker(failures=1, cooldown=0.5) with a 1 s lease: one call
 fails (opening the circuit), then after the cooldown one call probes, prints ``ready`` and never ends.
+``burst``: RateLimit(20, per=1, burst=4), all calls at once; prints ``admitted T`` (the Redis server's clock, µs, when
+the admission script admitted the call) for each call.
 """
 
 from __future__ import annotations
@@ -81,6 +83,17 @@ def main() -> None:
         tool = ts.tool(name="fleet_tool", rate_limit=ts.RateLimit(20, per=1, burst=1))(body)
     elif mode == "stall":
         tool = ts.tool(name="fleet_tool", rate_limit=ts.RateLimit(10, per=1, burst=1))(body)
+    elif mode == "burst":
+        tool = ts.tool(name="fleet_tool", rate_limit=ts.RateLimit(20, per=1, burst=4))(body)
+        admit = ts.RedisCoordination._admit
+
+        async def stamped(self: ts.RedisCoordination, *args: object) -> tuple[int, int, int, int]:
+            reply = await admit(self, *args)  # type: ignore[arg-type]
+            if reply[0] in (0, 1):
+                say(f"admitted {reply[3]}")
+            return reply
+
+        ts.RedisCoordination._admit = stamped  # type: ignore[method-assign]
     else:
         tool = ts.tool(name="fleet_tool", max_concurrency=2 if mode == "slots" else 1)(body)
     lease = 1.0 if mode == "hold" else 10.0
