@@ -93,7 +93,7 @@ def main() -> None:
                 say(f"admitted {reply[3]}")
             return reply
 
-        ts.RedisCoordination._admit = stamped  # type: ignore[method-assign]
+        ts.RedisCoordination._admit = stamped  # type: ignore[method-assign,assignment]
     else:
         tool = ts.tool(name="fleet_tool", max_concurrency=2 if mode == "slots" else 1)(body)
     lease = 1.0 if mode == "hold" else 10.0
