@@ -82,8 +82,10 @@ KINDS = ("reads", "search", "writes", "shell")
 DEFAULT_MIX: Mapping[str, float] = {"reads": 0.7, "writes": 0.2, "shell": 0.1}
 # The longest simulated call: a benchmark of calls longer than a minute measures nothing of the executor.
 MAX_LATENCY_MS = 60_000.0
-# The most calls a synthetic workload holds (``--turns`` x ``--calls``).
+# The most calls a workload holds (``--turns`` x ``--calls``, or a recorded workload's turns together).
 MAX_SYNTHETIC_CALLS = 1_000_000
+# How much of a refused value a workload's error message shows.
+_SHOWN_CHARS = 80
 DEFAULT_LATENCY_MS: Mapping[str, float] = {"reads": 10.0, "search": 20.0, "writes": 15.0, "shell": 40.0}
 STRATEGY_NAMES = ("sequential", "parallel", "batched", "partitioned", "resource_aware")
 
@@ -263,6 +265,12 @@ def synthetic_workload(
     return Workload(tuple(workload), description)
 
 
+def _shown(value: Any) -> str:
+    """A refused value as JSON, cut short: a message quotes what was wrong, not a whole line of the file."""
+    text = json.dumps(value)
+    return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}... ({len(text):,} characters)"
+
+
 def _is_unicode(text: str) -> bool:
     try:
         text.encode("utf-8")
@@ -273,13 +281,13 @@ def _is_unicode(text: str) -> bool:
 
 def _keys(where: str, value: Any, label: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(k, str) and k for k in value):
-        raise WorkloadError(f"{where}: {label} must be a list of non-empty strings, got {json.dumps(value)}")
+        raise WorkloadError(f"{where}: {label} must be a list of non-empty strings, got {_shown(value)}")
     return list(value)
 
 
 def _parse_call(where: str, raw: Any) -> SimulatedCall:
     if not isinstance(raw, dict):
-        raise WorkloadError(f"{where} must be an object, got {json.dumps(raw)}")
+        raise WorkloadError(f"{where} must be an object, got {_shown(raw)}")
     unknown = sorted(set(raw) - _CALL_FIELDS)
     if unknown:
         known = ", ".join(sorted(_CALL_FIELDS))
@@ -289,18 +297,18 @@ def _parse_call(where: str, raw: Any) -> SimulatedCall:
             raise WorkloadError(f"{where}: field {name} is missing")
     call_id, name, latency = raw["id"], raw["name"], raw["latency_ms"]
     if not isinstance(call_id, str) or not call_id:
-        raise WorkloadError(f"{where}: id must be a non-empty string, got {json.dumps(call_id)}")
+        raise WorkloadError(f"{where}: id must be a non-empty string, got {_shown(call_id)}")
     if not _is_unicode(call_id):
-        raise WorkloadError(f"{where}: id {json.dumps(call_id)} holds a lone surrogate, which is not valid Unicode")
+        raise WorkloadError(f"{where}: id {_shown(call_id)} holds a lone surrogate, which is not valid Unicode")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise WorkloadError(f"{where}: name must be 1 to 64 letters, digits, '_', '-' or '.', got {json.dumps(name)}")
+        raise WorkloadError(f"{where}: name must be 1 to 64 letters, digits, '_', '-' or '.', got {_shown(name)}")
     if isinstance(latency, bool) or not isinstance(latency, int | float) or not math.isfinite(latency) or latency < 0:
-        raise WorkloadError(f"{where}: latency_ms must be a number, 0 or more; got {json.dumps(latency)}")
+        raise WorkloadError(f"{where}: latency_ms must be a number, 0 or more; got {_shown(latency)}")
     if latency > MAX_LATENCY_MS:
-        raise WorkloadError(f"{where}: latency_ms must be at most {MAX_LATENCY_MS:,.0f}; got {json.dumps(latency)}")
+        raise WorkloadError(f"{where}: latency_ms must be at most {MAX_LATENCY_MS:,.0f}; got {_shown(latency)}")
     args = raw.get("args", {})
     if not isinstance(args, dict):
-        raise WorkloadError(f"{where}: args must be an object, got {json.dumps(args)}")
+        raise WorkloadError(f"{where}: args must be an object, got {_shown(args)}")
     declared = "reads" in raw or "writes" in raw
     access = (
         Access(reads=_keys(where, raw.get("reads", []), "reads"), writes=_keys(where, raw.get("writes", []), "writes"))
@@ -309,7 +317,7 @@ def _parse_call(where: str, raw: Any) -> SimulatedCall:
     )
     safe = raw.get("concurrency_safe", access is not None and not access.writes)
     if not isinstance(safe, bool):
-        raise WorkloadError(f"{where}: concurrency_safe must be true or false, got {json.dumps(safe)}")
+        raise WorkloadError(f"{where}: concurrency_safe must be true or false, got {_shown(safe)}")
     return SimulatedCall(call_id, name, args, float(latency), access, safe)
 
 
@@ -323,6 +331,7 @@ def load_workload(path: str | Path, *, turns: int | None = None) -> Workload:
     except UnicodeDecodeError as exc:
         raise WorkloadError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     parsed: list[tuple[SimulatedCall, ...]] = []
+    total = 0
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -333,16 +342,25 @@ def load_workload(path: str | Path, *, turns: int | None = None) -> Workload:
             raise WorkloadError(f"{where}: the line nests too deep to be a workload") from None
         except json.JSONDecodeError as exc:
             raise WorkloadError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except ValueError as exc:
+            # What the JSON reader refuses beyond the grammar: an integer of more digits than Python converts.
+            raise WorkloadError(f"{where}: not a workload's JSON ({exc})") from None
         if not isinstance(turn, dict):
             raise WorkloadError(f"{where}: a turn must be a JSON object with a calls list")
         unknown = sorted(set(turn) - _TURN_FIELDS)
         if unknown:
             raise WorkloadError(f"{where}: unknown field(s) {', '.join(unknown)}; a turn has calls and turn")
         if "turn" in turn and not isinstance(turn["turn"], str):
-            raise WorkloadError(f"{where}: turn must be a string label, got {json.dumps(turn['turn'])}")
+            raise WorkloadError(f"{where}: turn must be a string label, got {_shown(turn['turn'])}")
         calls = turn.get("calls")
         if not isinstance(calls, list) or not calls:
-            raise WorkloadError(f"{where}: calls must be a non-empty list, got {json.dumps(calls)}")
+            raise WorkloadError(f"{where}: calls must be a non-empty list, got {_shown(calls)}")
+        total += len(calls)
+        if total > MAX_SYNTHETIC_CALLS:
+            # Every call is made before the first turn runs, and each strategy runs them all.
+            raise WorkloadError(
+                f"{where}: a workload holds at most {MAX_SYNTHETIC_CALLS:,} calls in all (--turns N reads fewer turns)"
+            )
         parsed.append(tuple(_parse_call(f"{where}: calls[{i}]", call) for i, call in enumerate(calls)))
         if turns is not None and len(parsed) == turns:
             break
