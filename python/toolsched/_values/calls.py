@@ -34,6 +34,17 @@ def _check_call(id: str, name: str, args: Any) -> None:
         raise MalformedCallError(f"ToolCall.args must be a mapping or JSON text, got {type(args).__name__}")
 
 
+def _read_mapping(args: Mapping[str, Any]) -> dict[str, Any]:
+    """A mapping's items as a dict; a mapping that raises when read is refused by name."""
+    try:
+        return dict(args)
+    except Exception as exc:
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        raise MalformedCallError(
+            f"ToolCall.args must be a mapping that can be read, but reading the {type(args).__name__} raised {detail}"
+        ) from exc
+
+
 @dataclass(frozen=True, slots=True, init=False)
 class ToolCall:
     """One tool call as the model emitted it.
@@ -59,7 +70,7 @@ class ToolCall:
             if not isinstance(args, (str, dict)):
                 # A mapping of another kind (a ``MappingProxyType``, a ``Mapping`` class) as the dict it reads as:
                 # what the engine reads and checks.
-                args = dict(args)
+                args = _read_mapping(args)
         _set_call_id(self, id)
         _set_call_name(self, name)
         _set_call_args(self, args)
