@@ -29,6 +29,7 @@ and writes nothing is safe). Blank lines are skipped.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import math
@@ -411,30 +412,66 @@ def _covers(outer: str, inner: str) -> bool:
     return inner.startswith(outer if outer == "/" else outer + "/")
 
 
-class _Workspace:
-    """The state simulated calls read and write: key -> the IDs of the calls that wrote it, in order."""
+# Digests of the workspace are 64-bit: what a run read or left is told apart by them, not kept whole.
+_MASK = (1 << 64) - 1
 
-    __slots__ = ("data",)
+
+class _Workspace:
+    """The state simulated calls read and write: key -> a digest of the IDs of the calls that wrote it, in order.
+
+    Kept so that each read and write costs about what it touches, not the whole workspace: a turn of many calls
+    (one key or more each) would otherwise cost the square of its calls in time, and in memory for what each
+    call read. A read is a digest of the items it covers; one of unknown resources reads everything, whose
+    digest is kept up to date as keys are written."""
+
+    __slots__ = ("_whole", "data", "keys")
 
     def __init__(self) -> None:
-        self.data: dict[str, str] = {}
+        self.data: dict[str, int] = {}
+        # Every key written, sorted: the keys under a directory are a range of it.
+        self.keys: list[str] = []
+        # The digest of every item (order-free: the sum of the items' hashes).
+        self._whole = 0
 
     def keys_of(self, access: Access | None) -> list[str] | None:
         return None if access is None else [_core.normalize_key(k) for k in (*access.reads, *access.writes)]
 
-    def read(self, keys: list[str] | None) -> tuple[tuple[str, str], ...]:
+    def covered(self, outer: str) -> list[str]:
+        """The keys written that ``outer`` covers (``_covers``), in order."""
+        if outer == ".":
+            return [k for k in self.keys if _covers(".", k)]
+        found = [outer] if outer in self.data else []
+        # The keys under ``outer/`` sort between ``outer/`` and ``outer0`` ('0' follows '/').
+        prefix = "/" if outer == "/" else outer + "/"
+        first = bisect.bisect_left(self.keys, prefix)
+        last = bisect.bisect_left(self.keys, prefix[:-1] + "0")
+        found.extend(k for k in self.keys[first:last] if k != outer)
+        return found
+
+    def read(self, keys: list[str] | None) -> int:
         if keys is None:
-            return tuple(sorted(self.data.items()))
-        return tuple(sorted((k, v) for k, v in self.data.items() if any(_covers(key, k) for key in keys)))
+            return self._whole
+        items = {k: self.data[k] for key in keys for k in self.covered(key)}
+        return hash(tuple(sorted(items.items())))
+
+    def _write_one(self, key: str, call_id: str) -> None:
+        old = self.data.get(key)
+        if old is None:
+            bisect.insort(self.keys, key)
+        else:
+            self._whole = (self._whole - hash((key, old))) & _MASK
+        value = hash((old, call_id))
+        self.data[key] = value
+        self._whole = (self._whole + hash((key, value))) & _MASK
 
     def write(self, access: Access | None, call_id: str) -> None:
         if access is None:
-            self.data["(unknown)"] = self.data.get("(unknown)", "") + call_id + ";"
+            self._write_one("(unknown)", call_id)
             return
         for raw in access.writes:
             key = _core.normalize_key(raw)
-            for target in [k for k in self.data if _covers(key, k)] or [key]:
-                self.data[target] = self.data.get(target, "") + call_id + ";"
+            for target in self.covered(key) or [key]:
+                self._write_one(target, call_id)
 
 
 class _Simulation:
@@ -528,7 +565,7 @@ class TurnTiming:
     makespan_s: float
     spans: Mapping[str, tuple[float, float]]
     outcome: Outcome
-    final_state: Mapping[str, str] = field(default_factory=dict)
+    final_state: Mapping[str, Any] = field(default_factory=dict)
     reads: Mapping[str, Any] = field(default_factory=dict)
 
 
