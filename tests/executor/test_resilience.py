@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import time
 from typing import Any
 
@@ -213,8 +212,11 @@ async def test_a_rate_limit_paces_calls_across_runs() -> None:
     assert len(times) == 6
     # Two at once (the burst), then one every 0.1 s: the sixth starts about 0.4 s in.
     assert elapsed >= 0.35
-    for earlier, later in itertools.pairwise(times[2:]):
-        assert later - earlier >= 0.08
+    # The bucket's promise, however late the loop wakes (a late loop may start two at once, on tokens it
+    # saved meanwhile): no span holds more starts than the burst and the span's tokens allow.
+    for first, earlier in enumerate(times):
+        for last in range(first + 2, len(times)):
+            assert times[last] - earlier >= (last - first - 1) * 0.1 - 0.02
 
 
 async def test_an_open_circuit_answers_at_once_without_running_the_tool_then_a_probe_closes_it() -> None:
