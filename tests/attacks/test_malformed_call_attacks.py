@@ -64,3 +64,38 @@ async def test_a_call_whose_arguments_cannot_be_read_is_refused_by_position(fail
     calls = [ts.ToolCall("c0", "read", {}), Lazy("c1", "read", {})]
     with pytest.raises(ts.MalformedCallError, match=r"^calls\[1\]: ToolCall\.args .*RuntimeError: the store is gone"):
         await ts.Executor([read]).run(calls)
+
+
+class Truthy(str):
+    """Text that claims to be non-empty whatever it holds."""
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __len__(self) -> int:
+        return 1
+
+
+def test_an_empty_id_that_claims_to_be_text_is_refused() -> None:
+    """An ID is kept as the plain text it holds; the empty-ID rule asked the subclass (``not id``), which said it was
+    not empty: the call was made with the ID "" and answered under it."""
+    with pytest.raises(ts.MalformedCallError, match=r"ToolCall\.id must be a non-empty string"):
+        ts.ToolCall(Truthy(""), "read", {})
+    assert ts.ToolCall(Truthy("c1"), "read", {}).id == "c1"
+
+
+@pytest.mark.anyio
+async def test_a_subclass_handing_over_such_an_id_is_refused_by_position() -> None:
+    class Claimed(ts.ToolCall):
+        __slots__ = ()
+
+        @property
+        def id(self) -> Any:
+            return Truthy("")
+
+    @ts.tool(name="read")
+    async def read() -> str:
+        return "read"
+
+    with pytest.raises(ts.MalformedCallError, match=r"^calls\[0\]: ToolCall\.id must be a non-empty string"):
+        await ts.Executor([read]).run([Claimed("c0", "read", {})])

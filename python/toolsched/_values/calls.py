@@ -26,7 +26,8 @@ _NO_ARGS: Any = _NoArgs()
 
 def _check_call(id: str, name: str, args: Any) -> None:
     # Told by the real type: an object can claim to be text through its ``__class__``.
-    if not issubclass(type(id), str) or not id:
+    # Told empty by its text: a subclass's ``__len__`` or ``__bool__`` may say otherwise.
+    if not issubclass(type(id), str) or not str.__len__(id):
         raise MalformedCallError(f"ToolCall.id must be a non-empty string, got {shown(id)}")
     if not issubclass(type(name), str):
         raise MalformedCallError(f"ToolCall.name must be a string, got {type(name).__name__}")
