@@ -157,7 +157,7 @@ async def test_a_key_that_is_not_bytes_or_text_is_an_option_error(key: Any) -> N
 
 @pytest.mark.parametrize("version", [True, 1.0, "1"])
 async def test_a_version_that_only_equals_the_supported_one_is_refused(version: Any) -> None:
-    """``"version": true`` equals 1 in Python; the saved form's version is the integer itself, or the text is refused."""
+    """``"version": true`` equals 1 in Python; the saved form's version is the integer itself, or it is refused."""
     outcome = await chain(0, Counter()).run([ts.ToolCall("c", "delete", {"path": "/tmp/x"})])
     assert outcome.state is not None
     body = json.loads(outcome.state.to_json())

@@ -132,3 +132,62 @@ async def test_a_call_cancel_said_would_end_cancelled_ends_cancelled_though_the_
     assert sorted(returned) == ["c0", "c1"]
     assert [result.error_kind for result in outcome.results] == ["cancelled", "cancelled"]
     assert all("not needed" in (result.error or "") for result in outcome.results)
+
+
+async def test_a_timeout_the_tool_swallowed_counts_for_its_circuit() -> None:
+    """docs/concepts/resilience.md: "after `failures` consecutive transient failures (timeouts included)" the circuit
+    opens. A call whose tool caught its timeout and returned is answered ``timeout``, but the circuit was told it
+    succeeded: it never opened, and every later call ran into the same timeout."""
+    ran: list[int] = []
+
+    @ts.tool(name="slow", timeout=0.05, circuit=ts.CircuitBreaker(failures=2, cooldown=30))
+    async def slow(n: int) -> str:
+        ran.append(n)
+        try:
+            await anyio.sleep(5)
+        except anyio.get_cancelled_exc_class():
+            return "caught it, returned anyway"
+        return "done"
+
+    executor = ts.Executor([slow])
+    kinds = []
+    for n in range(3):
+        outcome = await executor.run([ts.ToolCall(f"c{n}", "slow", {"n": n})])
+        kinds.append(outcome.results[0].error_kind)
+    assert kinds == ["timeout", "timeout", "unavailable"]
+    assert ran == [0, 1]
+
+
+async def test_a_cancellation_the_tool_swallowed_settles_nothing_for_its_circuit() -> None:
+    """A call cancelled (``Executor.cancel``) whose tool caught it and returned ends ``cancelled``: like one that let
+    the cancellation out, it is no success for the circuit (two timeouts then open it)."""
+    started: list[str] = []
+
+    @ts.tool(name="slow", timeout=0.2, circuit=ts.CircuitBreaker(failures=2, cooldown=30), concurrency_safe=True)
+    async def slow(n: int, mode: str) -> str:
+        started.append(f"c{n}")
+        try:
+            await anyio.sleep(5)
+        except anyio.get_cancelled_exc_class():
+            return "caught it, returned anyway"
+        return "done"
+
+    executor = ts.Executor([slow])
+    kinds: list[str | None] = []
+    outcome = await executor.run([ts.ToolCall("c0", "slow", {"n": 0, "mode": "t"})])
+    kinds.append(outcome.results[0].error_kind)
+    async with anyio.create_task_group() as group:
+
+        async def run() -> None:
+            result = (await executor.run([ts.ToolCall("c1", "slow", {"n": 1, "mode": "c"})])).results[0]
+            kinds.append(result.error_kind)
+
+        group.start_soon(run)
+        with anyio.fail_after(10):
+            while "c1" not in started:
+                await anyio.lowlevel.checkpoint()
+        assert executor.cancel("c1")
+    for n in (2, 3):
+        outcome = await executor.run([ts.ToolCall(f"c{n}", "slow", {"n": n, "mode": "t"})])
+        kinds.append(outcome.results[0].error_kind)
+    assert kinds == ["timeout", "cancelled", "timeout", "unavailable"]

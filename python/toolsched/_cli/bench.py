@@ -29,6 +29,7 @@ and writes nothing is safe). Blank lines are skipped.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import math
@@ -82,8 +83,10 @@ KINDS = ("reads", "search", "writes", "shell")
 DEFAULT_MIX: Mapping[str, float] = {"reads": 0.7, "writes": 0.2, "shell": 0.1}
 # The longest simulated call: a benchmark of calls longer than a minute measures nothing of the executor.
 MAX_LATENCY_MS = 60_000.0
-# The most calls a synthetic workload holds (``--turns`` x ``--calls``).
+# The most calls a workload holds (``--turns`` x ``--calls``, or a recorded workload's turns together).
 MAX_SYNTHETIC_CALLS = 1_000_000
+# How much of a refused value a workload's error message shows.
+_SHOWN_CHARS = 80
 DEFAULT_LATENCY_MS: Mapping[str, float] = {"reads": 10.0, "search": 20.0, "writes": 15.0, "shell": 40.0}
 STRATEGY_NAMES = ("sequential", "parallel", "batched", "partitioned", "resource_aware")
 
@@ -263,6 +266,12 @@ def synthetic_workload(
     return Workload(tuple(workload), description)
 
 
+def _shown(value: Any) -> str:
+    """A refused value as JSON, cut short: a message quotes what was wrong, not a whole line of the file."""
+    text = json.dumps(value)
+    return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}... ({len(text):,} characters)"
+
+
 def _is_unicode(text: str) -> bool:
     try:
         text.encode("utf-8")
@@ -273,13 +282,13 @@ def _is_unicode(text: str) -> bool:
 
 def _keys(where: str, value: Any, label: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(k, str) and k for k in value):
-        raise WorkloadError(f"{where}: {label} must be a list of non-empty strings, got {json.dumps(value)}")
+        raise WorkloadError(f"{where}: {label} must be a list of non-empty strings, got {_shown(value)}")
     return list(value)
 
 
 def _parse_call(where: str, raw: Any) -> SimulatedCall:
     if not isinstance(raw, dict):
-        raise WorkloadError(f"{where} must be an object, got {json.dumps(raw)}")
+        raise WorkloadError(f"{where} must be an object, got {_shown(raw)}")
     unknown = sorted(set(raw) - _CALL_FIELDS)
     if unknown:
         known = ", ".join(sorted(_CALL_FIELDS))
@@ -289,18 +298,18 @@ def _parse_call(where: str, raw: Any) -> SimulatedCall:
             raise WorkloadError(f"{where}: field {name} is missing")
     call_id, name, latency = raw["id"], raw["name"], raw["latency_ms"]
     if not isinstance(call_id, str) or not call_id:
-        raise WorkloadError(f"{where}: id must be a non-empty string, got {json.dumps(call_id)}")
+        raise WorkloadError(f"{where}: id must be a non-empty string, got {_shown(call_id)}")
     if not _is_unicode(call_id):
-        raise WorkloadError(f"{where}: id {json.dumps(call_id)} holds a lone surrogate, which is not valid Unicode")
+        raise WorkloadError(f"{where}: id {_shown(call_id)} holds a lone surrogate, which is not valid Unicode")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise WorkloadError(f"{where}: name must be 1 to 64 letters, digits, '_', '-' or '.', got {json.dumps(name)}")
+        raise WorkloadError(f"{where}: name must be 1 to 64 letters, digits, '_', '-' or '.', got {_shown(name)}")
     if isinstance(latency, bool) or not isinstance(latency, int | float) or not math.isfinite(latency) or latency < 0:
-        raise WorkloadError(f"{where}: latency_ms must be a number, 0 or more; got {json.dumps(latency)}")
+        raise WorkloadError(f"{where}: latency_ms must be a number, 0 or more; got {_shown(latency)}")
     if latency > MAX_LATENCY_MS:
-        raise WorkloadError(f"{where}: latency_ms must be at most {MAX_LATENCY_MS:,.0f}; got {json.dumps(latency)}")
+        raise WorkloadError(f"{where}: latency_ms must be at most {MAX_LATENCY_MS:,.0f}; got {_shown(latency)}")
     args = raw.get("args", {})
     if not isinstance(args, dict):
-        raise WorkloadError(f"{where}: args must be an object, got {json.dumps(args)}")
+        raise WorkloadError(f"{where}: args must be an object, got {_shown(args)}")
     declared = "reads" in raw or "writes" in raw
     access = (
         Access(reads=_keys(where, raw.get("reads", []), "reads"), writes=_keys(where, raw.get("writes", []), "writes"))
@@ -309,7 +318,7 @@ def _parse_call(where: str, raw: Any) -> SimulatedCall:
     )
     safe = raw.get("concurrency_safe", access is not None and not access.writes)
     if not isinstance(safe, bool):
-        raise WorkloadError(f"{where}: concurrency_safe must be true or false, got {json.dumps(safe)}")
+        raise WorkloadError(f"{where}: concurrency_safe must be true or false, got {_shown(safe)}")
     return SimulatedCall(call_id, name, args, float(latency), access, safe)
 
 
@@ -323,6 +332,7 @@ def load_workload(path: str | Path, *, turns: int | None = None) -> Workload:
     except UnicodeDecodeError as exc:
         raise WorkloadError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     parsed: list[tuple[SimulatedCall, ...]] = []
+    total = 0
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -333,16 +343,25 @@ def load_workload(path: str | Path, *, turns: int | None = None) -> Workload:
             raise WorkloadError(f"{where}: the line nests too deep to be a workload") from None
         except json.JSONDecodeError as exc:
             raise WorkloadError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except ValueError as exc:
+            # What the JSON reader refuses beyond the grammar: an integer of more digits than Python converts.
+            raise WorkloadError(f"{where}: not a workload's JSON ({exc})") from None
         if not isinstance(turn, dict):
             raise WorkloadError(f"{where}: a turn must be a JSON object with a calls list")
         unknown = sorted(set(turn) - _TURN_FIELDS)
         if unknown:
             raise WorkloadError(f"{where}: unknown field(s) {', '.join(unknown)}; a turn has calls and turn")
         if "turn" in turn and not isinstance(turn["turn"], str):
-            raise WorkloadError(f"{where}: turn must be a string label, got {json.dumps(turn['turn'])}")
+            raise WorkloadError(f"{where}: turn must be a string label, got {_shown(turn['turn'])}")
         calls = turn.get("calls")
         if not isinstance(calls, list) or not calls:
-            raise WorkloadError(f"{where}: calls must be a non-empty list, got {json.dumps(calls)}")
+            raise WorkloadError(f"{where}: calls must be a non-empty list, got {_shown(calls)}")
+        total += len(calls)
+        if total > MAX_SYNTHETIC_CALLS:
+            # Every call is made before the first turn runs, and each strategy runs them all.
+            raise WorkloadError(
+                f"{where}: a workload holds at most {MAX_SYNTHETIC_CALLS:,} calls in all (--turns N reads fewer turns)"
+            )
         parsed.append(tuple(_parse_call(f"{where}: calls[{i}]", call) for i, call in enumerate(calls)))
         if turns is not None and len(parsed) == turns:
             break
@@ -393,30 +412,66 @@ def _covers(outer: str, inner: str) -> bool:
     return inner.startswith(outer if outer == "/" else outer + "/")
 
 
-class _Workspace:
-    """The state simulated calls read and write: key -> the IDs of the calls that wrote it, in order."""
+# Digests of the workspace are 64-bit: what a run read or left is told apart by them, not kept whole.
+_MASK = (1 << 64) - 1
 
-    __slots__ = ("data",)
+
+class _Workspace:
+    """The state simulated calls read and write: key -> a digest of the IDs of the calls that wrote it, in order.
+
+    Kept so that each read and write costs about what it touches, not the whole workspace: a turn of many calls
+    (one key or more each) would otherwise cost the square of its calls in time, and in memory for what each
+    call read. A read is a digest of the items it covers; one of unknown resources reads everything, whose
+    digest is kept up to date as keys are written."""
+
+    __slots__ = ("_whole", "data", "keys")
 
     def __init__(self) -> None:
-        self.data: dict[str, str] = {}
+        self.data: dict[str, int] = {}
+        # Every key written, sorted: the keys under a directory are a range of it.
+        self.keys: list[str] = []
+        # The digest of every item (order-free: the sum of the items' hashes).
+        self._whole = 0
 
     def keys_of(self, access: Access | None) -> list[str] | None:
         return None if access is None else [_core.normalize_key(k) for k in (*access.reads, *access.writes)]
 
-    def read(self, keys: list[str] | None) -> tuple[tuple[str, str], ...]:
+    def covered(self, outer: str) -> list[str]:
+        """The keys written that ``outer`` covers (``_covers``), in order."""
+        if outer == ".":
+            return [k for k in self.keys if _covers(".", k)]
+        found = [outer] if outer in self.data else []
+        # The keys under ``outer/`` sort between ``outer/`` and ``outer0`` ('0' follows '/').
+        prefix = "/" if outer == "/" else outer + "/"
+        first = bisect.bisect_left(self.keys, prefix)
+        last = bisect.bisect_left(self.keys, prefix[:-1] + "0")
+        found.extend(k for k in self.keys[first:last] if k != outer)
+        return found
+
+    def read(self, keys: list[str] | None) -> int:
         if keys is None:
-            return tuple(sorted(self.data.items()))
-        return tuple(sorted((k, v) for k, v in self.data.items() if any(_covers(key, k) for key in keys)))
+            return self._whole
+        items = {k: self.data[k] for key in keys for k in self.covered(key)}
+        return hash(tuple(sorted(items.items())))
+
+    def _write_one(self, key: str, call_id: str) -> None:
+        old = self.data.get(key)
+        if old is None:
+            bisect.insort(self.keys, key)
+        else:
+            self._whole = (self._whole - hash((key, old))) & _MASK
+        value = hash((old, call_id))
+        self.data[key] = value
+        self._whole = (self._whole + hash((key, value))) & _MASK
 
     def write(self, access: Access | None, call_id: str) -> None:
         if access is None:
-            self.data["(unknown)"] = self.data.get("(unknown)", "") + call_id + ";"
+            self._write_one("(unknown)", call_id)
             return
         for raw in access.writes:
             key = _core.normalize_key(raw)
-            for target in [k for k in self.data if _covers(key, k)] or [key]:
-                self.data[target] = self.data.get(target, "") + call_id + ";"
+            for target in self.covered(key) or [key]:
+                self._write_one(target, call_id)
 
 
 class _Simulation:
@@ -510,7 +565,7 @@ class TurnTiming:
     makespan_s: float
     spans: Mapping[str, tuple[float, float]]
     outcome: Outcome
-    final_state: Mapping[str, str] = field(default_factory=dict)
+    final_state: Mapping[str, Any] = field(default_factory=dict)
     reads: Mapping[str, Any] = field(default_factory=dict)
 
 

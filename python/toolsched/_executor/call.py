@@ -571,8 +571,12 @@ def _resilient(
                     await _waiting(turn, job, anyio.sleep(delay))
                     attempt += 1
                     continue
-                state.record("success", probe)
-                probe = False
+                # A tool that caught its scope's cancellation and returned ends as it was stopped (``execute``):
+                # a timeout is a transient failure for the circuit, a cancellation settles nothing.
+                cut_short = None if job.body_outlived_cancel else _cut_short(job)
+                if cut_short != "cancelled":
+                    state.record("success" if cut_short is None else "transient", probe)
+                    probe = False
                 return output
         finally:
             if probe:

@@ -26,12 +26,24 @@ _NO_ARGS: Any = _NoArgs()
 
 def _check_call(id: str, name: str, args: Any) -> None:
     # Told by the real type: an object can claim to be text through its ``__class__``.
-    if not issubclass(type(id), str) or not id:
+    # Told empty by its text: a subclass's ``__len__`` or ``__bool__`` may say otherwise.
+    if not issubclass(type(id), str) or not str.__len__(id):
         raise MalformedCallError(f"ToolCall.id must be a non-empty string, got {shown(id)}")
     if not issubclass(type(name), str):
         raise MalformedCallError(f"ToolCall.name must be a string, got {type(name).__name__}")
     if not issubclass(type(args), (str, Mapping)):
         raise MalformedCallError(f"ToolCall.args must be a mapping or JSON text, got {type(args).__name__}")
+
+
+def _read_mapping(args: Mapping[str, Any]) -> dict[str, Any]:
+    """A mapping's items as a dict; a mapping that raises when read is refused by name."""
+    try:
+        return dict(args)
+    except Exception as exc:
+        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        raise MalformedCallError(
+            f"ToolCall.args must be a mapping that can be read, but reading the {type(args).__name__} raised {detail}"
+        ) from exc
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -59,7 +71,7 @@ class ToolCall:
             if not isinstance(args, (str, dict)):
                 # A mapping of another kind (a ``MappingProxyType``, a ``Mapping`` class) as the dict it reads as:
                 # what the engine reads and checks.
-                args = dict(args)
+                args = _read_mapping(args)
         _set_call_id(self, id)
         _set_call_name(self, name)
         _set_call_args(self, args)
