@@ -20,7 +20,7 @@ import pytest
 from fleet_redis import CHILD, namespace, redis_url
 
 import toolsched as ts
-from toolsched._policy.coordination import _FRESH_US
+from toolsched._policy.coordination import _FRESH_US, returned
 
 pytestmark = pytest.mark.anyio
 
@@ -365,6 +365,37 @@ async def test_circuit_and_its_single_probe_are_shared(anyio_backend: str) -> No
     assert answers["p2"].error_kind == "unavailable"
     closed = (await second.run([ts.ToolCall(id="c", name="flaky", args={"tag": "c"})])).results[0]
     assert closed.output == "c"
+
+
+async def test_a_timeout_the_tool_swallowed_counts_for_the_fleets_circuit(anyio_backend: str) -> None:
+    """A call whose tool caught its timeout and returned is answered ``timeout``: for the fleet's circuit, as for
+    a process's, it is a transient failure (two open it), not a success that keeps it closed."""
+    ran: list[int] = []
+
+    @ts.tool(name="slow", timeout=0.05, circuit=ts.CircuitBreaker(failures=2, cooldown=30))
+    async def slow(n: int) -> str:
+        ran.append(n)
+        try:
+            await anyio.sleep(5)
+        except anyio.get_cancelled_exc_class():
+            return "caught it, returned anyway"
+        return "done"
+
+    executor = ts.Executor([slow], coordination=ts.RedisCoordination(redis_url(), namespace=namespace()))
+    kinds = []
+    for n in range(3):
+        kinds.append((await executor.run([ts.ToolCall(f"c{n}", "slow", {"n": n})])).results[0].error_kind)
+    assert kinds == ["timeout", "timeout", "unavailable"]
+    assert ran == [0, 1]
+
+
+def test_a_body_that_returned_is_recorded_as_what_stopped_its_call() -> None:
+    """The fleet's (and its fallback's) outcome of a body that returned: a success unless its call was stopped
+    as it ran; a timeout it caught is a transient failure, a cancellation it caught settles nothing."""
+    assert returned(None) == "success"
+    assert returned(lambda: None) == "success"
+    assert returned(lambda: "timeout") == "transient"
+    assert returned(lambda: "cancelled") == "none"
 
 
 # -- Redis unreachable -----------------------------------------------------------------

@@ -139,7 +139,8 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
         if fleet is not None and (job.facts.policies is not None or tool.max_concurrency is not None):
             # Each attempt under the fleet's rate limit, circuit and concurrency slots (``_policy.coordination``);
             # a capped call's timeout starts when its first attempt has its slot.
-            invoke = guarded(fleet, tool, job.facts, invoke, turn.emit, _slot_taken(job, scope))
+            stopped = _stopped_as_it_ran(job)
+            invoke = guarded(fleet, tool, job.facts, invoke, turn.emit, _slot_taken(job, scope), stopped)
         if job.facts.policies is not None:
             invoke = _resilient(job, turn, invoke)
         # What the output guardrails and the post hooks are shown: the arguments the call was judged with, copied
@@ -481,6 +482,12 @@ def _slot_taken(job: Job, scope: anyio.CancelScope | None) -> Callable[[], None]
             scope.deadline = anyio.current_time() + timeout
 
     return started
+
+
+def _stopped_as_it_ran(job: Job) -> Callable[[], ErrorKind | None]:
+    """What stopped the call's running attempt (``_cut_short``), asked once its body returned: None for a body
+    in a thread waited for after a cancellation, which reports what it really did."""
+    return lambda: None if job.body_outlived_cancel else _cut_short(job)
 
 
 def _resilient(

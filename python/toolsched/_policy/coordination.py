@@ -1018,6 +1018,7 @@ class RedisCoordination:
         local: Resilience | None,
         limiter: Callable[[], anyio.CapacityLimiter] | None = None,
         admitted: Callable[[], None] | None = None,
+        cut_short: Callable[[], str | None] | None = None,
     ) -> Any:
         """Runs one attempt of ``tool`` under the fleet's limits (or the fallback when Redis is unreachable).
 
@@ -1026,7 +1027,9 @@ class RedisCoordination:
         slot, then for a new reservation): a waiting attempt holds no slot, none starts before its
         reserved time, and one that asks too late after it takes a new reservation. ``limiter`` is the
         per-process cap taken by the fallback; ``admitted`` is called once the attempt has its slot (or
-        its start time when the tool has no cap).
+        its start time when the tool has no cap). ``cut_short`` says what stopped the call while the body
+        ran, if anything (``"timeout"`` or ``"cancelled"``): a body that caught that and returned is
+        recorded as the stop, not as a success (``returned``).
         """
         lease_id = secrets.token_hex(8) if tool.max_concurrency is not None else ""
         # The attempt's id in Redis: its slot's lease id, and the holder of the circuit's probe it may take.
@@ -1041,7 +1044,7 @@ class RedisCoordination:
                     raise FleetUnavailable(
                         f"`{tool.name}` is unavailable: its fleet-wide limits cannot be checked ({exc})"
                     ) from None
-                return await _local_attempt(tool, retry_on, invoke, local, limiter, admitted)
+                return await _local_attempt(tool, retry_on, invoke, local, limiter, admitted, cut_short)
             if code == -1:
                 circuit = tool.circuit
                 assert circuit is not None
@@ -1095,7 +1098,7 @@ class RedisCoordination:
             except Exception as exc:
                 outcome = "transient" if is_transient(exc, retry_on) else "other"
                 raise
-            outcome = "success"
+            outcome = returned(cut_short)
             return output
         except BaseException as exc:
             if outcome == "none" and _is_timeout(exc):
@@ -1146,6 +1149,7 @@ async def _local_attempt(
     local: Resilience | None,
     limiter: Callable[[], anyio.CapacityLimiter] | None,
     admitted: Callable[[], None] | None,
+    cut_short: Callable[[], str | None] | None = None,
 ) -> Any:
     """One attempt under this process's own rate limit, circuit and concurrency cap (the fallback while Redis
     is unreachable): the rate wait comes before the slot, as in the fleet."""
@@ -1158,13 +1162,14 @@ async def _local_attempt(
         if limiter is None:
             if admitted is not None:
                 admitted()
-            output = await _recorded(invoke, retry_on, local, probe)
+            output, settled = await _recorded(invoke, retry_on, local, probe, cut_short)
         else:
             async with limiter():
                 if admitted is not None:
                     admitted()
-                output = await _recorded(invoke, retry_on, local, probe)
-        probe = False
+                output, settled = await _recorded(invoke, retry_on, local, probe, cut_short)
+        # A probe whose call was cancelled as it ran settled nothing: it is given back below.
+        probe = probe and not settled
         return output
     except _Recorded as recorded:
         probe = False
@@ -1181,17 +1186,36 @@ class _Recorded(Exception):
         self.error = error
 
 
-async def _recorded(invoke: Callable[[], Awaitable[Any]], retry_on: Any, local: Resilience | None, probe: bool) -> Any:
-    """Runs the body, recording its outcome for the process's circuit."""
+async def _recorded(
+    invoke: Callable[[], Awaitable[Any]],
+    retry_on: Any,
+    local: Resilience | None,
+    probe: bool,
+    cut_short: Callable[[], str | None] | None,
+) -> tuple[Any, bool]:
+    """Runs the body, recording its outcome for the process's circuit: what it returned, and whether an
+    outcome was recorded (a body that returned though its call was cancelled records none)."""
     try:
         output = await invoke()
     except Exception as exc:
         if local is not None:
             local.record("transient" if is_transient(exc, retry_on) else "other", probe)
         raise _Recorded(exc) from None
+    outcome = returned(cut_short)
+    if outcome == "none":
+        return output, False
     if local is not None:
-        local.record("success", probe)
-    return output
+        local.record(outcome, probe)
+    return output, True
+
+
+def returned(cut_short: Callable[[], str | None] | None) -> Literal["success", "transient", "none"]:
+    """The circuit's outcome of a body that returned: a success, unless its call was stopped while it ran and
+    it caught that (the call is answered as stopped): a timeout is a transient failure, a cancellation none."""
+    stopped = cut_short() if cut_short is not None else None
+    if stopped is None:
+        return "success"
+    return "transient" if stopped == "timeout" else "none"
 
 
 def guarded(
@@ -1201,18 +1225,22 @@ def guarded(
     invoke: Callable[[Any, Any], Awaitable[Any]],
     emit: Callable[[Any], object] | None,
     admitted: Callable[[], None] | None = None,
+    cut_short: Callable[[], str | None] | None = None,
 ) -> Callable[[Any, Any], Awaitable[Any]]:
     """``invoke`` with each attempt under the fleet's limits for ``tool`` (the executor's hook, internal).
 
     The fleet's slots are the tool's concurrency cap: the caller takes no per-process slot around it (the
-    fallback takes one per attempt); ``admitted`` is called when an attempt gets its slot.
+    fallback takes one per attempt); ``admitted`` is called when an attempt gets its slot; ``cut_short``
+    says what stopped the call as its body ran (``RedisCoordination.run_attempt``).
     """
     retry_on = tool.retry
     local = facts.resilience() if facts.policies is not None else None
     limiter = facts.limiter if tool.max_concurrency is not None else None
 
     async def invoke_guarded(args: Any, ctx: Any) -> Any:
-        return await coordination.run_attempt(tool, retry_on, lambda: invoke(args, ctx), emit, local, limiter, admitted)
+        return await coordination.run_attempt(
+            tool, retry_on, lambda: invoke(args, ctx), emit, local, limiter, admitted, cut_short
+        )
 
     return invoke_guarded
 
