@@ -27,7 +27,8 @@ import pytest
 from fleet_redis import CHILD, namespace, redis_url
 
 import toolsched as ts
-from toolsched._policy.coordination import _ADMIT, _SETTLE, _Connection, _sha1
+from toolsched._policy.coordination import _ADMIT, _SETTLE, _sha1
+from toolsched._policy.redis_wire import Connection
 
 pytestmark = pytest.mark.anyio
 
@@ -528,17 +529,17 @@ async def test_an_attempt_cancelled_while_redis_admits_it_gives_its_slot_back(
     a sibling's failure) held a slot nobody used or renewed: the fleet's one slot stayed taken for the whole
     10 s lease."""
     url, space = redis_url(), namespace()
-    original = _Connection.exchange
+    original = Connection.exchange
     stalled = anyio.Event()
 
-    async def reply_lost(self: _Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
+    async def reply_lost(self: Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
         replies = await original(self, data, count, per_reply)
         if (_sha1(_ADMIT).encode() in data or _ADMIT.encode() in data) and not stalled.is_set():
             stalled.set()
             await anyio.sleep_forever()  # the script ran; its reply is never read
         return replies
 
-    monkeypatch.setattr(_Connection, "exchange", reply_lost)
+    monkeypatch.setattr(Connection, "exchange", reply_lost)
     cancelled = ts.Executor([capped_tool(cap=1)], coordination=ts.RedisCoordination(url, namespace=space))
     # The batch writer is shielded (the others of its batch get their replies); its reply timeout ends it, and
     # the outage is reported.
@@ -557,10 +558,10 @@ async def test_a_release_cut_off_by_its_bound_closes_its_connection(
     never came gives its slot back on a new connection, within ``connect_timeout``: that release cut off by its
     bound mid-round-trip left its connection open (neither kept nor closed), for the collector to find."""
     url, space = redis_url(), namespace()
-    original = _Connection.exchange
-    opened: list[_Connection] = []
+    original = Connection.exchange
+    opened: list[Connection] = []
 
-    async def admission_lost(self: _Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
+    async def admission_lost(self: Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
         opened.append(self)
         if _sha1(_ADMIT).encode() in data or _ADMIT.encode() in data:
             raise TimeoutError  # the admission's reply never came
@@ -568,7 +569,7 @@ async def test_a_release_cut_off_by_its_bound_closes_its_connection(
             await anyio.sleep_forever()  # the release's reply never comes: its bound ends it
         return await original(self, data, count, per_reply)
 
-    monkeypatch.setattr(_Connection, "exchange", admission_lost)
+    monkeypatch.setattr(Connection, "exchange", admission_lost)
     coordination = ts.RedisCoordination(url, namespace=space, connect_timeout=0.3)
     executor = ts.Executor([capped_tool(cap=1)], coordination=coordination)
     with warnings.catch_warnings(), anyio.fail_after(20):

@@ -18,7 +18,8 @@ from fleet_redis import namespace, redis_url
 
 import toolsched as ts
 from tests.fleet.test_coordination import child, lines_of
-from toolsched._policy.coordination import _ADMIT, _FRESH_US, CoordinationError, _Connection, _sha1
+from toolsched._policy.coordination import _ADMIT, _FRESH_US, _sha1
+from toolsched._policy.redis_wire import Connection, CoordinationError
 
 pytestmark = pytest.mark.anyio
 
@@ -54,17 +55,17 @@ async def test_a_batch_writer_cancelled_natively_mid_round_trip_strands_no_other
     coordination = ts.RedisCoordination(redis_url(), namespace=space)
     await coordination._admit(tool, "warm", None)  # the script loaded
     await coordination._call("DEL", f"{space}:{{capped}}:slots")
-    original = _Connection.exchange
+    original = Connection.exchange
     replied = asyncio.Event()
 
-    async def held_up(self: _Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
+    async def held_up(self: Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
         replies = await original(self, data, count, per_reply)
         if admits(data) and count == 4 and not replied.is_set():
             replied.set()
             await asyncio.sleep(10)  # the replies are in; the writer is cancelled before it hands them out
         return replies
 
-    monkeypatch.setattr(_Connection, "exchange", held_up)
+    monkeypatch.setattr(Connection, "exchange", held_up)
     writer = asyncio.ensure_future(coordination._admit(tool, "writer", None))
     others = [asyncio.ensure_future(coordination._admit(tool, f"other{n}", None)) for n in range(3)]
     await replied.wait()
@@ -84,9 +85,9 @@ async def test_a_batch_writer_cancelled_natively_gives_its_slot_back_when_the_lo
     tool = capped(cap=1)
     space = namespace()
     url = redis_url()
-    original = _Connection.exchange
+    original = Connection.exchange
 
-    async def held_up(self: _Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
+    async def held_up(self: Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
         replies = await original(self, data, count, per_reply)
         if admits(data) and b"writer" in data:
             await asyncio.sleep(10)  # the reply is in; its writer is cancelled before it reads it
@@ -108,7 +109,7 @@ async def test_a_batch_writer_cancelled_natively_gives_its_slot_back_when_the_lo
         asyncio.run(main())
 
     with monkeypatch.context() as patched:
-        patched.setattr(_Connection, "exchange", held_up)
+        patched.setattr(Connection, "exchange", held_up)
         await anyio.to_thread.run_sync(run)
     assert await slots(ts.RedisCoordination(url, namespace=space), space, "capped") == []
 
@@ -160,9 +161,9 @@ async def test_a_probe_taken_by_an_admission_whose_reply_was_lost_is_given_back(
     await checker._admit(tool, "warm", None)  # the script loaded
     await checker._settle(tool, "warm", "none", False)
     await opened_and_cooled(checker, space)
-    original = _Connection.exchange
+    original = Connection.exchange
 
-    async def reply_lost(self: _Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
+    async def reply_lost(self: Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
         replies = await original(self, data, count, per_reply)
         if admits(data):
             raise TimeoutError  # the script ran; its reply never came
@@ -170,7 +171,7 @@ async def test_a_probe_taken_by_an_admission_whose_reply_was_lost_is_given_back(
 
     coordination = ts.RedisCoordination(url, namespace=space)
     with monkeypatch.context() as patched:
-        patched.setattr(_Connection, "exchange", reply_lost)
+        patched.setattr(Connection, "exchange", reply_lost)
         with pytest.raises(CoordinationError, match="did not answer"):
             await coordination._admit(tool, "lost", None)
     assert await checker._call("HGET", f"{space}:{{probed}}:circuit", "prober") is None
@@ -187,9 +188,9 @@ async def test_an_event_loop_ending_with_a_batch_in_flight_gives_its_slots_back(
     tool = capped(cap=10)
     space = namespace()
     url = redis_url()
-    original = _Connection.exchange
+    original = Connection.exchange
 
-    async def held_up(self: _Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
+    async def held_up(self: Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
         replies = await original(self, data, count, per_reply)
         if admits(data) and count == 5:
             await asyncio.sleep(10)  # the replies are in; the loop ends before they are handed out
@@ -209,7 +210,7 @@ async def test_an_event_loop_ending_with_a_batch_in_flight_gives_its_slots_back(
         asyncio.run(main())
 
     with monkeypatch.context() as patched:
-        patched.setattr(_Connection, "exchange", held_up)
+        patched.setattr(Connection, "exchange", held_up)
         await anyio.to_thread.run_sync(run)
     assert await slots(ts.RedisCoordination(url, namespace=space), space, "capped") == []
 

@@ -213,17 +213,18 @@ async def test_a_reservations_wait_counts_from_when_its_admission_was_written(
     that reply 40 ms after it came (busy meanwhile). The wait it is given counts from when the admission was
     written, so the 40 ms are off it and it asks again on time; counted from the late read, it waited the whole
     reservation again, asked 40 ms late (past the server's 10 ms) and took a second reservation."""
-    from toolsched._policy.coordination import _ADMIT, _Connection, _sha1
+    from toolsched._policy.coordination import _ADMIT, _sha1
+    from toolsched._policy.redis_wire import Connection
 
     @ts.tool(name="paced", rate_limit=ts.RateLimit(10, per=1, burst=1))
     async def paced() -> None:
         return None
 
     coordination = ts.RedisCoordination(redis_url(), namespace=namespace(), on_unavailable="refuse")
-    original = _Connection.exchange
+    original = Connection.exchange
     told: list[list[int]] = []
 
-    async def read_late(self: _Connection, data: bytes, count: int, per_reply: float = float("inf")) -> Any:
+    async def read_late(self: Connection, data: bytes, count: int, per_reply: float = float("inf")) -> Any:
         replies = await original(self, data, count, per_reply)
         if (_sha1(_ADMIT).encode() in data or _ADMIT.encode() in data) and isinstance(replies[0], list):
             told.append(replies[0])
@@ -231,7 +232,7 @@ async def test_a_reservations_wait_counts_from_when_its_admission_was_written(
                 await anyio.sleep(0.04)  # the reservation's reply read late
         return replies
 
-    monkeypatch.setattr(_Connection, "exchange", read_late)
+    monkeypatch.setattr(Connection, "exchange", read_late)
     assert (await coordination._admit(paced, "-", None))[0] == 0
     code, wait_us, _, _ = await coordination._admit(paced, "-", None)
     assert code == told[1][0] == 2

@@ -51,6 +51,14 @@ import anyio.abc
 import anyio.lowlevel
 import sniffio
 
+from toolsched._policy.redis_wire import (
+    Connection,
+    CoordinationError,
+    ReplyError,
+    blocking_request,
+    bulk,
+    encoded,
+)
 from toolsched._policy.resilience import CircuitBreaker, CircuitOpen, RateLimit, Resilience, is_transient
 from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched.errors import OptionError
@@ -72,10 +80,6 @@ _WAKE_GRID = 0.004
 _MAX_BATCH = 100
 # How long a batch's replies may take before its connection is given up, in seconds.
 _REPLY_TIMEOUT = 5.0
-# The longest reply line, and the largest string or array, toolsched takes from Redis: the scripts' replies are
-# a few numbers, so a larger one comes from a server that is not Redis (read no further than this).
-_MAX_LINE = 64 * 1024
-_MAX_BULK = 1024 * 1024
 # The longest ``lease`` and ``connect_timeout`` taken, in seconds (a year): the server's numbers and the renewal
 # thread's timers hold them.
 _MOST_SECONDS = 365 * 86_400
@@ -206,10 +210,6 @@ return renewed
 """
 
 
-class CoordinationError(Exception):
-    """Redis could not be reached, or answered with an error (internal: ``on_unavailable`` decides)."""
-
-
 class FleetUnavailable(CircuitOpen):
     """A call refused because Redis is unreachable and ``on_unavailable="refuse"`` (internal: ``unavailable``)."""
 
@@ -217,100 +217,6 @@ class FleetUnavailable(CircuitOpen):
 @functools.cache
 def _sha1(script: str) -> str:
     return hashlib.sha1(script.encode()).hexdigest()
-
-
-class _Incomplete(Exception):
-    """The buffer ends inside a reply (internal: more bytes are read)."""
-
-
-class _ReplyError(Exception):
-    """Redis answered a command with an error reply."""
-
-
-def _parsed(buffer: bytearray, at: int) -> tuple[Any, int]:
-    """The reply that starts at ``at`` in ``buffer`` and where the next one starts; an error reply is returned
-    as a ``_ReplyError`` (a pipeline's replies are each their own command's); ``_Incomplete`` when the buffer
-    ends before the reply does. A reply Redis would not send (a line past ``_MAX_LINE``, a number that is not
-    one, a string or array past ``_MAX_BULK``) raises ``CoordinationError``: the server is not Redis."""
-    end = buffer.find(b"\r\n", at)
-    if end < 0:
-        if len(buffer) - at > _MAX_LINE:
-            raise CoordinationError(f"the server sent a line of over {_MAX_LINE} bytes: it is not Redis")
-        raise _Incomplete
-    kind = buffer[at]
-    if kind in (0x3A, 0x2A, 0x24):  # ':', '*', '$'
-        rest = bytes(buffer[at + 1 : end])
-        if not (rest.lstrip(b"-").isdigit() and len(rest) < 20):
-            raise CoordinationError(
-                f"the server sent a reply toolsched cannot read (is it Redis?): {bytes(buffer[at : at + 80])!r}"
-            )
-        number = int(rest)
-        if kind == 0x3A:
-            return number, end + 2
-        if number > _MAX_BULK:
-            raise CoordinationError(f"the server announced a reply of {number} bytes: it is not Redis")
-        if kind == 0x2A:
-            at = end + 2
-            if number < 0:
-                return None, at
-            items = []
-            for _ in range(number):
-                item, at = _parsed(buffer, at)
-                items.append(item)
-            return items, at
-        if number < 0:
-            return None, end + 2
-        if len(buffer) < end + 4 + number:
-            raise _Incomplete
-        return bytes(buffer[end + 2 : end + 2 + number]), end + 4 + number
-    if kind == 0x2B:  # '+'
-        return buffer[at + 1 : end].decode(errors="replace"), end + 2
-    if kind == 0x2D:  # '-'
-        return _ReplyError(buffer[at + 1 : end].decode(errors="replace")), end + 2
-    raise CoordinationError(
-        f"the server sent a reply toolsched cannot read (is it Redis?): {bytes(buffer[at : at + 80])!r}"
-    )
-
-
-class _Connection:
-    """One RESP2 connection (internal): commands written together, their replies read in order."""
-
-    def __init__(self, stream: anyio.abc.ByteStream) -> None:
-        self.stream = stream
-        self.buffer = bytearray()
-        # Whether any byte of the current request's reply arrived (a connection that failed before one did
-        # never had the request answered).
-        self.heard = False
-
-    async def request(self, *parts: str | int | bytes, per_reply: float = math.inf) -> Any:
-        """One command and its reply (an error reply raised)."""
-        (reply,) = await self.exchange(_encoded(*parts), 1, per_reply)
-        if isinstance(reply, _ReplyError):
-            raise reply
-        return reply
-
-    async def exchange(self, data: bytes, count: int, per_reply: float = math.inf) -> list[Any]:
-        """Writes ``data`` (``count`` commands) at once and returns their ``count`` replies, in order; each reply
-        is awaited at most ``per_reply`` seconds (``TimeoutError``). ``heard``: whether any byte of them came."""
-        self.heard = False
-        await self.stream.send(data)
-        replies: list[Any] = []
-        buffer, at = self.buffer, 0
-        deadline = anyio.current_time() + per_reply
-        while len(replies) < count:
-            try:
-                reply, at = _parsed(buffer, at)
-            except (_Incomplete, IndexError):
-                del buffer[:at]
-                at = 0
-                with anyio.fail_after(max(0.0, deadline - anyio.current_time())):
-                    buffer += await self.stream.receive()
-                self.heard = True
-                continue
-            replies.append(reply)
-            deadline = anyio.current_time() + per_reply
-        del buffer[:at]
-        return replies
 
 
 @dataclass(slots=True, eq=False)
@@ -350,7 +256,7 @@ def _said(exc: BaseException) -> str:
 class _Link:
     """The connections to Redis of one event loop (internal)."""
 
-    idle: list[_Connection] = field(default_factory=list)
+    idle: list[Connection] = field(default_factory=list)
     # At most this many round trips of the loop in flight at once: the batch behind them takes commands.
     gate: anyio.Semaphore = field(default_factory=lambda: anyio.Semaphore(_PIPELINES))
     down_until: float = -math.inf
@@ -420,9 +326,9 @@ class _Renewer:
                 if connection is None:
                     connection = owner._connect_blocking()
                 self.round_trips += 1
-                reply = _blocking_request(connection, "EVALSHA", _sha1(_RENEW), len(keys), *keys, *args)
+                reply = blocking_request(connection, "EVALSHA", _sha1(_RENEW), len(keys), *keys, *args)
                 if reply.startswith(b"-NOSCRIPT"):
-                    _blocking_request(connection, "EVAL", _RENEW, len(keys), *keys, *args)
+                    blocking_request(connection, "EVAL", _RENEW, len(keys), *keys, *args)
             except OSError:
                 # Redis unreachable: the leases run out by themselves; tried again at the next renewal.
                 if connection is not None:
@@ -503,7 +409,7 @@ _LOST = (
 )
 
 
-async def _discard(*connections: _Connection) -> None:
+async def _discard(*connections: Connection) -> None:
     """Closes ``connections``, each of them whatever is raised meanwhile (a pending cancellation, an asyncio task
     cancelled natively through its shield: each stream's socket is closed before its close awaits); the first
     such cancellation is raised once all are closed."""
@@ -520,34 +426,12 @@ async def _discard(*connections: _Connection) -> None:
         raise raised
 
 
-def _encoded(*parts: str | int | bytes) -> bytes:
-    out = bytearray(b"*%d\r\n" % len(parts))
-    for part in parts:
-        raw = part if isinstance(part, bytes) else str(part).encode()
-        out += b"$%d\r\n%s\r\n" % (len(raw), raw)
-    return bytes(out)
-
-
-def _blocking_request(connection: socket.socket, *parts: str | int | bytes) -> bytes:
-    """Sends one command and returns the first line of its reply (the renewal's replies are one line)."""
-    connection.sendall(_encoded(*parts))
-    reply = b""
-    while not reply.endswith(b"\r\n"):
-        chunk = connection.recv(4096)
-        if not chunk:
-            raise OSError("Redis closed the connection")
-        reply += chunk
-        if len(reply) > _MAX_LINE:
-            raise OSError("the server's reply is not Redis's")
-    return reply
-
-
 def _fallback(request: _Request) -> bytes:
     assert request.fallback is not None
     return request.fallback()
 
 
-def _noscript(reply: _ReplyError) -> bool:
+def _noscript(reply: ReplyError) -> bool:
     return str(reply).startswith("NOSCRIPT")
 
 
@@ -561,11 +445,6 @@ def _failed(batch: list[_Request], error: str) -> None:
 def _admission_reply(reply: Any) -> bool:
     """Whether ``reply`` has the admission script's shape (four integers)."""
     return isinstance(reply, list) and len(reply) == 4 and all(type(part) is int for part in reply)
-
-
-def _bulk(part: str | int) -> bytes:
-    raw = str(part).encode()
-    return b"$%d\r\n%s\r\n" % (len(raw), raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -597,12 +476,12 @@ def _commands(
     admit_args = (failures, cooldown, max(lease_ms, cooldown), cap or 0, lease_ms, interval, tolerance, _FRESH_US)
     settle_args = (failures, cooldown)
     return _Commands(
-        b"*16\r\n" + b"".join(_bulk(part) for part in ("EVALSHA", _sha1(_ADMIT), 3, *keys)),
-        b"".join(_bulk(part) for part in admit_args),
+        b"*16\r\n" + b"".join(bulk(part) for part in ("EVALSHA", _sha1(_ADMIT), 3, *keys)),
+        b"".join(bulk(part) for part in admit_args),
         keys,
         admit_args,
-        b"*10\r\n" + b"".join(_bulk(part) for part in ("EVALSHA", _sha1(_SETTLE), 2, *keys[:2])),
-        b"".join(_bulk(part) for part in settle_args),
+        b"*10\r\n" + b"".join(bulk(part) for part in ("EVALSHA", _sha1(_SETTLE), 2, *keys[:2])),
+        b"".join(bulk(part) for part in settle_args),
         settle_args,
     )
 
@@ -700,12 +579,12 @@ class RedisCoordination:
             _until_loop_ends(_closer(weakref.ref(self), loop, link))
         return link
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self) -> Connection:
         stream = None
         try:
             with anyio.fail_after(self.connect_timeout):
                 stream = await anyio.connect_tcp(self._host, self._port)
-                connection = _Connection(stream)
+                connection = Connection(stream)
                 if self._password is not None:
                     await connection.request("AUTH", self._password)
                 if self._db:
@@ -721,9 +600,9 @@ class RedisCoordination:
         """A connection for the lease renewals' thread."""
         connection = socket.create_connection((self._host, self._port), timeout=self.connect_timeout)
         try:
-            if self._password is not None and _blocking_request(connection, "AUTH", self._password).startswith(b"-"):
+            if self._password is not None and blocking_request(connection, "AUTH", self._password).startswith(b"-"):
                 raise OSError("Redis refused the password")
-            if self._db and _blocking_request(connection, "SELECT", self._db).startswith(b"-"):
+            if self._db and blocking_request(connection, "SELECT", self._db).startswith(b"-"):
                 raise OSError(f"Redis refused database {self._db}")
         except BaseException:
             connection.close()
@@ -731,15 +610,15 @@ class RedisCoordination:
         return connection
 
     async def _call(self, *parts: str | int | bytes) -> Any:
-        """One command and its reply (an error reply raised as ``_ReplyError``), in this loop's pipeline."""
-        reply = await self._send(_Request(_encoded(*parts)))
-        if isinstance(reply, _ReplyError):
+        """One command and its reply (an error reply raised as ``ReplyError``), in this loop's pipeline."""
+        reply = await self._send(_Request(encoded(*parts)))
+        if isinstance(reply, ReplyError):
             raise reply
         return reply
 
     async def _send(self, request: _Request, *, wait: bool = True) -> Any:
         """Sends one command in this event loop's pipeline and returns its reply (an error reply as a
-        ``_ReplyError``).
+        ``ReplyError``).
 
         The commands issued in one turn of the loop (and while their batch waits for a free connection)
         are written together on one connection and their replies read in order: one round trip for all.
@@ -869,7 +748,7 @@ class RedisCoordination:
             reused = bool(link.idle)
             try:
                 connection = link.idle.pop() if link.idle else await self._connect()
-            except (OSError, TimeoutError, _ReplyError, CoordinationError) as exc:
+            except (OSError, TimeoutError, ReplyError, CoordinationError) as exc:
                 link.down_until = anyio.current_time() + _RETRY_CONNECT
                 _failed(batch, f"cannot reach Redis at {self._host}:{self._port}: {_said(exc)}")
                 return
@@ -881,7 +760,7 @@ class RedisCoordination:
                     again = [
                         index
                         for index, reply in enumerate(replies)
-                        if isinstance(reply, _ReplyError) and batch[index].fallback is not None and _noscript(reply)
+                        if isinstance(reply, ReplyError) and batch[index].fallback is not None and _noscript(reply)
                     ]
                     if again:
                         self.round_trips += 1
@@ -928,7 +807,7 @@ class RedisCoordination:
             request.reply = reply
             request.received = received
             request.sent = written
-            if request.abandoned and request.undo is not None and not isinstance(reply, _ReplyError):
+            if request.abandoned and request.undo is not None and not isinstance(reply, ReplyError):
                 undo = request.undo(reply)
                 if undo is not None:
                     undos.append(undo)
@@ -964,11 +843,11 @@ class RedisCoordination:
 
     async def _admit(self, tool: Tool, lease_id: str, reserved: int | None) -> tuple[int, int, int, int]:
         commands = self._commands(tool)
-        head = _bulk(lease_id) + (b"$0\r\n\r\n" if reserved is None else _bulk(reserved))
+        head = bulk(lease_id) + (b"$0\r\n\r\n" if reserved is None else bulk(reserved))
         request = _Request(
             commands.admit + head + commands.admit_tail,
             functools.partial(
-                _encoded,
+                encoded,
                 "EVAL",
                 _ADMIT,
                 3,
@@ -980,7 +859,7 @@ class RedisCoordination:
             functools.partial(self._undo_admission, tool, lease_id),
         )
         reply = await self._send(request)
-        if isinstance(reply, _ReplyError):
+        if isinstance(reply, ReplyError):
             raise CoordinationError(f"Redis refused a script: {reply}")
         if not _admission_reply(reply):
             raise CoordinationError(f"the server answered the admission with {str(reply)[:80]}: it is not Redis")
@@ -1118,7 +997,7 @@ class RedisCoordination:
         try:
             with anyio.move_on_after(self.connect_timeout):
                 reply = await self._send(request, wait=tool.circuit is not None)
-                if isinstance(reply, _ReplyError):
+                if isinstance(reply, ReplyError):
                     logger.warning("Redis refused a script: %s", reply)
         except CoordinationError:
             # The slot's lease expires by itself; the outcome is lost to the circuit.
@@ -1128,9 +1007,9 @@ class RedisCoordination:
         commands = self._commands(tool)
         flag = "1" if probe else "0"
         return _Request(
-            commands.settle + _bulk(lease_id) + _bulk(outcome) + _bulk(flag) + commands.settle_tail,
+            commands.settle + bulk(lease_id) + bulk(outcome) + bulk(flag) + commands.settle_tail,
             functools.partial(
-                _encoded, "EVAL", _SETTLE, 2, *commands.admit_keys[:2], lease_id, outcome, flag, *commands.settle_args
+                encoded, "EVAL", _SETTLE, 2, *commands.admit_keys[:2], lease_id, outcome, flag, *commands.settle_args
             ),
         )
 
