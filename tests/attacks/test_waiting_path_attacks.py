@@ -8,6 +8,7 @@ from __future__ import annotations
 import anyio
 import anyio.lowlevel
 import pytest
+from swallowing import swallowing_tool
 
 import toolsched as ts
 
@@ -139,16 +140,7 @@ async def test_a_timeout_the_tool_swallowed_counts_for_its_circuit() -> None:
     opens. A call whose tool caught its timeout and returned is answered ``timeout``, but the circuit was told it
     succeeded: it never opened, and every later call ran into the same timeout."""
     ran: list[int] = []
-
-    @ts.tool(name="slow", timeout=0.05, circuit=ts.CircuitBreaker(failures=2, cooldown=30))
-    async def slow(n: int) -> str:
-        ran.append(n)
-        try:
-            await anyio.sleep(5)
-        except anyio.get_cancelled_exc_class():
-            return "caught it, returned anyway"
-        return "done"
-
+    slow = swallowing_tool(ran, timeout=0.05, circuit=ts.CircuitBreaker(failures=2, cooldown=30))
     executor = ts.Executor([slow])
     kinds = []
     for n in range(3):
@@ -161,17 +153,9 @@ async def test_a_timeout_the_tool_swallowed_counts_for_its_circuit() -> None:
 async def test_a_cancellation_the_tool_swallowed_settles_nothing_for_its_circuit() -> None:
     """A call cancelled (``Executor.cancel``) whose tool caught it and returned ends ``cancelled``: like one that let
     the cancellation out, it is no success for the circuit (two timeouts then open it)."""
-    started: list[str] = []
-
-    @ts.tool(name="slow", timeout=0.2, circuit=ts.CircuitBreaker(failures=2, cooldown=30), concurrency_safe=True)
-    async def slow(n: int, mode: str) -> str:
-        started.append(f"c{n}")
-        try:
-            await anyio.sleep(5)
-        except anyio.get_cancelled_exc_class():
-            return "caught it, returned anyway"
-        return "done"
-
+    started: list[int] = []
+    circuit = ts.CircuitBreaker(failures=2, cooldown=30)
+    slow = swallowing_tool(started, timeout=0.2, circuit=circuit, concurrency_safe=True)
     executor = ts.Executor([slow])
     kinds: list[str | None] = []
     outcome = await executor.run([ts.ToolCall("c0", "slow", {"n": 0, "mode": "t"})])
@@ -184,7 +168,7 @@ async def test_a_cancellation_the_tool_swallowed_settles_nothing_for_its_circuit
 
         group.start_soon(run)
         with anyio.fail_after(10):
-            while "c1" not in started:
+            while 1 not in started:
                 await anyio.lowlevel.checkpoint()
         assert executor.cancel("c1")
     for n in (2, 3):

@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import pytest
 from fleet_redis import CHILD, namespace, redis_url
+from swallowing import swallowing_tool
 
 import toolsched as ts
 from toolsched._policy.coordination import _FRESH_US, returned
@@ -371,16 +372,7 @@ async def test_a_timeout_the_tool_swallowed_counts_for_the_fleets_circuit(anyio_
     """A call whose tool caught its timeout and returned is answered ``timeout``: for the fleet's circuit, as for
     a process's, it is a transient failure (two open it), not a success that keeps it closed."""
     ran: list[int] = []
-
-    @ts.tool(name="slow", timeout=0.05, circuit=ts.CircuitBreaker(failures=2, cooldown=30))
-    async def slow(n: int) -> str:
-        ran.append(n)
-        try:
-            await anyio.sleep(5)
-        except anyio.get_cancelled_exc_class():
-            return "caught it, returned anyway"
-        return "done"
-
+    slow = swallowing_tool(ran, timeout=0.05, circuit=ts.CircuitBreaker(failures=2, cooldown=30))
     executor = ts.Executor([slow], coordination=ts.RedisCoordination(redis_url(), namespace=namespace()))
     kinds = []
     for n in range(3):
