@@ -35,7 +35,7 @@ from toolsched._executor.durable import JournalFailed
 from toolsched._executor.settings import format_error
 from toolsched._executor.shaping import fits_as_is, shape_output
 from toolsched._executor.turn import DONE, RUNNING, Handout, Job, Turn
-from toolsched._policy.coordination import guarded
+from toolsched._policy.coordination import guarded, returned
 from toolsched._policy.guardrails import GuardrailEvent, Guardrails
 from toolsched._policy.holds import NestedHold
 from toolsched._policy.hooks import new_hook_event
@@ -580,9 +580,9 @@ def _resilient(
                     continue
                 # A tool that caught its scope's cancellation and returned ends as it was stopped (``execute``):
                 # a timeout is a transient failure for the circuit, a cancellation settles nothing.
-                cut_short = None if job.body_outlived_cancel else _cut_short(job)
-                if cut_short != "cancelled":
-                    state.record("success" if cut_short is None else "transient", probe)
+                outcome = returned(_stopped_as_it_ran(job))
+                if outcome != "none":
+                    state.record(outcome, probe)
                     probe = False
                 return output
         finally:

@@ -66,7 +66,7 @@ from toolsched.errors import OptionError
 if TYPE_CHECKING:
     from toolsched._tools.tools import Tool, ToolFacts
 
-__all__ = ["CoordinationError", "FleetUnavailable", "RedisCoordination", "guarded"]
+__all__ = ["CoordinationError", "FleetUnavailable", "RedisCoordination", "guarded", "returned"]
 
 logger = logging.getLogger("toolsched.coordination")
 

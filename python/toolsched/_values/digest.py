@@ -12,7 +12,7 @@ from toolsched._values.codec import jsonable
 __all__ = ["args_digest", "value_digest"]
 
 # The canonical form's encoder, made once: ``json.dumps`` with these options builds one on every call, which
-# costs as much as the encoding itself for a call's few arguments (``python benches/digest.py``).
+# costs as much as the encoding itself for a call's few arguments (``python benches/pieces.py --only "repeat guard"``).
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=jsonable)
 _canonical_text = _CANONICAL.encode
 
