@@ -1,13 +1,14 @@
-"""Waiting for many Ray results at once: one thread per backend, one ``ray.wait`` over every call in flight.
+"""Waiting for many Ray results at once: one thread per backend, ``ray.wait`` over the calls in flight.
 
-``RayWaiter.result(reference)`` is awaited by each call; the waiter's thread
-asks Ray which of the references in flight are ready (``ray.wait`` on all of
-them, until a share of them is ready or for a while), fetches those with one
-``ray.get``, and wakes each waiting event loop once per batch, not once per
-call. A call cancelled while it waits is forgotten by the waiter at
-once (its caller cancels the Ray work). Works on asyncio and trio: each
-waiting call carries its own event loop's thread-safe scheduler.
-"""
+Each call waits on a ``Waiting`` the backend registers with ``watch`` once the
+call is sent (``RayWaiter.result(reference)`` does both for one reference). The
+waiter's thread asks Ray which references are ready (``ray.wait`` on the oldest
+ones until a share of all of them is ready or for a while, and on all of them
+now and then), and hands each event loop its batch of ready ones once per batch,
+not once per call: the loop fetches them with one ``ray.get`` and wakes each
+call. A call cancelled while it waits is forgotten by the waiter at once (its
+caller cancels the Ray work). Works on asyncio and trio: each waiting call
+carries its own event loop's thread-safe scheduler."""
 
 from __future__ import annotations
 
