@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from toolsched._backends.ray_sending import Outgoing, RaySender
@@ -417,8 +418,9 @@ class RayBackend:
         placement = self._placements.get(tool)
         if placement is None:
             placement = self._placements[tool] = self._place(tool)
-        outgoing = Outgoing(functools.partial(placement.submit, args, ctx), RayWaiter.waiting())
-        self._sender.send(outgoing)
+        native = anyio.lowlevel.current_token().native_token
+        outgoing = Outgoing(functools.partial(placement.submit, args, ctx), RayWaiter.waiting(native))
+        self._sender.send(outgoing, native)
         try:
             value, events = await self._waiter.wait(outgoing.waiting)
         except anyio.get_cancelled_exc_class():

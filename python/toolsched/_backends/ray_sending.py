@@ -16,8 +16,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import anyio.lowlevel
-
 from toolsched._backends.ray_waiting import RayWaiter, Waiting
 
 __all__ = ["Outgoing", "RaySender"]
@@ -46,9 +44,9 @@ class RaySender:
         # One outbox per event loop (keyed by its native token) with calls waiting for its flush.
         self._outboxes: dict[Any, list[Outgoing]] = {}
 
-    def send(self, outgoing: Outgoing) -> None:
-        """Queues ``outgoing`` on the calling event loop; it is submitted once the loop's tasks ready now have run."""
-        native: Any = anyio.lowlevel.current_token().native_token
+    def send(self, outgoing: Outgoing, native: Any) -> None:
+        """Queues ``outgoing`` on the calling event loop (``native``: its native token); it is submitted once
+        the loop's tasks ready now have run."""
         with self._lock:
             outbox = self._outboxes.get(native)
             if outbox is not None:

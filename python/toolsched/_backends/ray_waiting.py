@@ -96,9 +96,9 @@ class RayWaiter:
         self._closed = False
 
     @staticmethod
-    def waiting() -> Waiting:
-        """A wait for a call about to be sent, on the calling event loop (registered by ``watch``)."""
-        native: Any = anyio.lowlevel.current_token().native_token
+    def waiting(native: Any) -> Waiting:
+        """A wait for a call about to be sent, on the event loop whose native token is ``native`` (the
+        calling one: ``anyio.lowlevel.current_token().native_token``), registered by ``watch``."""
         call_soon = native.call_soon_threadsafe if hasattr(native, "call_soon_threadsafe") else native.run_sync_soon
         return Waiting(call_soon)
 
@@ -129,7 +129,7 @@ class RayWaiter:
 
     async def result(self, reference: Any) -> Any:
         """The value of ``reference``; raises what ``ray.get`` raises for it. Cancellable."""
-        waiting = self.waiting()
+        waiting = self.waiting(anyio.lowlevel.current_token().native_token)
         self.watch([(reference, waiting)])
         return await self.wait(waiting)
 
