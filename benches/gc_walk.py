@@ -202,7 +202,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=10, help="calls per turn (default 10)")
     names = [lane.name for lane in platform_runs.lanes()]
     parser.add_argument("--lane", choices=names + list(WHAT_IF), action="append", help="one lane (repeatable)")
-    parser.add_argument("--what-if", action="store_true", help="add the what-if lanes (see above)")
+    parser.add_argument("--what-if", action="store_true", help="add toolsched_no_frame, toolsched_no_frame_job")
     parser.add_argument("--rounds", type=int, default=0, help="count the collector over this many rounds instead")
     arguments = parser.parse_args()
     if arguments.runs < 1 or arguments.calls < 1:
