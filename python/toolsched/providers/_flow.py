@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from toolsched._values.calls import ToolCall
 from toolsched._values.outcome import Outcome
 from toolsched._values.results import ToolResult
-from toolsched.errors import StreamFailed
+from toolsched.errors import ResponseFormatError, StreamFailed
 from toolsched.providers._wire import Execution, logger, resume_outcome
 
 if TYPE_CHECKING:
@@ -55,12 +55,14 @@ class Flow(Generic[E]):
     ``execution(calls, outcome, payload, assistant)`` builds the result;
     ``reply(calls, results, registry=...)`` builds the wire payload;
     ``empty()`` is the payload while the run is interrupted or when the
-    response had no calls.
+    response had no calls; ``ids(assembled)`` the call IDs of an assembled
+    turn, in the model's order.
     """
 
     execution: Callable[[list[ToolCall], Outcome, Any, Any], E]
     reply: Reply
     empty: Callable[[], Any]
+    ids: Callable[[Any], list[str]]
 
     def finish(self, registry: ToolRegistry, calls: list[ToolCall], outcome: Outcome, assistant: Any = None) -> E:
         """The execution of ``calls``: the reply built from the outcome, unless calls still wait.
@@ -114,12 +116,32 @@ class Flow(Generic[E]):
                 await _read(events, assembler, submit)
                 turn.close()
                 outcome = await turn.outcome()
-        return self.finish(executor.registry, calls, outcome, assembler.assembled())
+        assistant = assembler.assembled()
+        try:
+            order = self.ids(assistant)
+        except ResponseFormatError:
+            # Parts of the turn that are no calls' (left alone as the stream gave them): the completion order.
+            order = [call.id for call in calls]
+        calls, outcome = _in_model_order(calls, outcome, order)
+        return self.finish(executor.registry, calls, outcome, assistant)
 
     async def resume(self, executor: Executor, execution: E, state: Any) -> E:
         """Finishes an interrupted execution from its state (the held calls decided on it)."""
         outcome = await resume_outcome(executor, state)
         return self.finish(executor.registry, execution.calls, outcome, getattr(execution, "assistant", None))
+
+
+def _in_model_order(calls: list[ToolCall], outcome: Outcome, ids: list[str]) -> tuple[list[ToolCall], Outcome]:
+    """``calls`` and ``outcome``'s results in the order of ``ids`` (the assembled turn's), from the order the
+    stream completed them: a call can be complete before one the model put ahead of it (an earlier block that
+    stops later), and the reply answers the turn in its own order."""
+    position = {call_id: index for index, call_id in reversed(list(enumerate(ids)))}
+    last = len(ids)
+    ordered = sorted(calls, key=lambda call: position.get(call.id, last))
+    if [call.id for call in ordered] == [call.id for call in calls]:
+        return calls, outcome
+    results = sorted(outcome.results, key=lambda result: position.get(result.call_id, last))
+    return ordered, replace(outcome, results=results)
 
 
 async def _read(

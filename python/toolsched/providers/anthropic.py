@@ -212,7 +212,7 @@ def tool_definitions(tools: Executor | ToolRegistry) -> list[dict[str, Any]]:
     return registry_of(tools).to_anthropic()
 
 
-_FLOW = Flow(AnthropicExecution, results_to_message, lambda: None)
+_FLOW = Flow(AnthropicExecution, results_to_message, lambda: None, lambda turn: [call.id for call in calls_from(turn)])
 
 
 async def execute(
@@ -293,15 +293,21 @@ class MessageAssembler:
 
     def _delta(self, index: Any, delta: Any) -> None:
         block = self._blocks.get(index)
-        if block is None or delta is None or index in self._stopped:
+        if delta is None:
             return
         kind = read(delta, "type")
+        if block is None or index in self._stopped:
+            if kind == "input_json_delta":
+                # Input for a call not open: run as it stands, the call would not be the one the model made.
+                state = "was never started" if block is None else "had stopped"
+                raise ResponseFormatError(f"{PROVIDER}: input for content block {index!r}, which {state}")
+            return
         if kind == "input_json_delta" and index in self._json:
-            self._json[index].append(read(delta, "partial_json") or "")
+            self._json[index].append(_piece(delta, "partial_json"))
         elif kind == "text_delta":
-            block["text"] = block.get("text", "") + (read(delta, "text") or "")
+            block["text"] = block.get("text", "") + _piece(delta, "text")
         elif kind == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + (read(delta, "thinking") or "")
+            block["thinking"] = block.get("thinking", "") + _piece(delta, "thinking")
         elif kind == "signature_delta":
             block["signature"] = read(delta, "signature")
         elif kind == "citations_delta":
@@ -312,9 +318,16 @@ class MessageAssembler:
         if block is None or index in self._stopped:
             return []
         self._stopped.add(index)
-        if index in self._json:
+        if index in self._json and not self._json[index]:
+            # No input_json_delta: the input the block started with is the whole input (as the SDK reads it).
+            del self._json[index]
+            arguments: Any = block.get("input")
+            if not isinstance(arguments, dict):
+                # Answered invalid_input (or run with no arguments); the message keeps an input the API accepts.
+                block["input"] = {}
+        elif index in self._json:
             text = "".join(self._json.pop(index))
-            arguments: Any = text
+            arguments = text
             try:
                 arguments = block["input"] = json.loads(text) if text.strip() else {}
             except ValueError:
@@ -352,6 +365,16 @@ class MessageAssembler:
 
     def assembled(self) -> dict[str, Any]:
         return {"role": "assistant", "content": [self._blocks[index] for index in sorted(self._blocks)]}
+
+
+def _piece(delta: Any, field: str) -> str:
+    """A delta's piece of text (``partial_json``, ``text``, ...); one that is not text is a malformed stream."""
+    piece = read(delta, field)
+    if piece is None:
+        return ""
+    if not isinstance(piece, str):
+        raise ResponseFormatError(f"{PROVIDER}: a delta's `{field}` must be a string, got {type(piece).__name__}")
+    return piece
 
 
 def _error_detail(error: Any) -> str:

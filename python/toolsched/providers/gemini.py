@@ -264,7 +264,7 @@ def tool_definitions(tools: Executor | ToolRegistry) -> list[dict[str, Any]]:
     return registry_of(tools).to_gemini()
 
 
-_FLOW = Flow(GeminiExecution, results_to_content, lambda: None)
+_FLOW = Flow(GeminiExecution, results_to_content, lambda: None, lambda turn: [call.id for call in calls_from(turn)])
 
 
 async def execute(

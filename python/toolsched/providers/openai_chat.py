@@ -235,7 +235,7 @@ def tool_definitions(tools: Executor | ToolRegistry, *, strict: bool = False) ->
     return registry_of(tools).to_openai_chat(strict=strict)
 
 
-_FLOW = Flow(ChatExecution, results_to_messages, list)
+_FLOW = Flow(ChatExecution, results_to_messages, list, lambda turn: [call.id for call in calls_from(turn)])
 
 
 async def execute(
@@ -312,6 +312,12 @@ class CompletionAssembler:
         name = read(function, "name") if function is not None else None
         arguments = read(function, "arguments") if function is not None else None
         call_id = read(part, "id")
+        for field, value in (("function.name", name), ("function.arguments", arguments)):
+            if value is not None and not isinstance(value, str):
+                # Pieces of text joined across deltas: anything else is no part of a call.
+                raise ResponseFormatError(
+                    f"{PROVIDER}: a tool call delta's `{field}` must be a string, got {type(value).__name__}"
+                )
         if isinstance(index, bool) or not isinstance(index, int):
             # A delta without an index: a new call when it carries another ID than the last call, else more of
             # the last call.
