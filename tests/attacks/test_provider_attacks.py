@@ -7,17 +7,18 @@ in the order the turn holds them) or refused with a typed error (``ResponseForma
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
 import pytest
-from sdk_clients import Client
+from sdk_clients import MODULES, PROVIDERS, Client
 
 import toolsched as ts
 from toolsched.providers import anthropic as ts_anthropic
 from toolsched.providers import openai_chat as ts_chat
 from toolsched.providers import openai_responses as ts_responses
-from toolsched.testing import ScriptedProvider
+from toolsched.testing import Reply, ScriptedProvider, ToolUse, response_body
 
 pytestmark = pytest.mark.anyio
 
@@ -261,3 +262,59 @@ async def test_responses_items_that_are_no_objects_in_a_whole_turn_leave_its_cal
     ]
     execution = await ts_responses.execute_stream(ts.Executor(weather([])), events)
     assert [item["call_id"] for item in execution.items] == ["call_a"]
+
+
+# --- Replies: text a request body can carry -----------------------------------------------------------------
+
+
+CAFE = b"caf\xe9".decode("utf-8", "surrogateescape")
+
+
+def listing() -> list[ts.Tool]:
+    @ts.tool(read_only=True)
+    async def list_files(folder: str) -> Any:
+        """The names in a folder (Linux hands non-UTF-8 names back with surrogate escapes)."""
+        if folder == "fail":
+            raise OSError(f"cannot open {CAFE}")
+        if folder == "paired":
+            return "smile \ud83d\ude00"
+        return {"names": [f"{CAFE}.txt", "ok.txt"]}
+
+    return [list_files]
+
+
+LISTING = Reply(
+    tool_uses=[
+        ToolUse("list_files", {"folder": "docs"}, id="call_list"),
+        ToolUse("list_files", {"folder": "fail"}, id="call_fail"),
+        ToolUse("list_files", {"folder": "paired"}, id="call_pair"),
+    ]
+)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_outputs_and_errors_with_lone_surrogates_go_back_through_the_sdk(provider: str, stream: bool) -> None:
+    with ScriptedProvider([LISTING, Reply(text="done")]) as scripted:
+        async with Client(provider, scripted.url) as client:
+            with anyio.fail_after(30):
+                result = await client.loop(ts.Executor(listing()), "list", stream=stream)
+    assert (result.stop, result.turns) == ("done", 2)
+    second = json.dumps(scripted.requests[1].body, ensure_ascii=False)
+    assert "caf\ufffd.txt" in second and "cannot open caf\ufffd" in second and "smile \U0001f600" in second
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_every_reply_text_encodes_as_utf8(provider: str) -> None:
+    module = MODULES[provider]
+    execution = await module.execute(ts.Executor(listing()), response_body(provider, LISTING))
+    reply = {
+        "anthropic": lambda e: e.message,
+        "openai_responses": lambda e: e.items,
+        "openai_chat": lambda e: e.messages,
+        "gemini": lambda e: e.content,
+    }[provider](execution)
+    json.dumps(reply, ensure_ascii=False).encode("utf-8")
+    # The results themselves keep what the tool returned.
+    assert execution.results[0].output["names"][0] == "caf\udce9.txt"
