@@ -318,3 +318,58 @@ async def test_every_reply_text_encodes_as_utf8(provider: str) -> None:
     json.dumps(reply, ensure_ascii=False).encode("utf-8")
     # The results themselves keep what the tool returned.
     assert execution.results[0].output["names"][0] == "caf\udce9.txt"
+
+
+# --- Long answers: assembled in one pass, never copied at every delta ---------------------------------------
+
+
+class Piece(str):
+    """A delta's text that counts the characters copied when text is grown by ``+`` onto it."""
+
+    copied = 0
+
+    def __radd__(self, other: str) -> str:
+        Piece.copied += len(other)
+        return str.__add__(other, self)
+
+
+DELTAS = 2000
+
+
+def _grown(provider: str) -> tuple[list[dict[str, Any]], str]:
+    """A stream whose one long text (Anthropic thinking, chat arguments, Gemini text) comes in DELTAS pieces."""
+    if provider == "anthropic":
+        start = {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}
+        pieces = [
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": Piece("abcd")}}
+            for _ in range(DELTAS)
+        ]
+        return _message(start, *pieces, _stop(0)), "abcd" * DELTAS
+    if provider == "openai_chat":
+        arguments = '{"city": "' + "o" * (4 * DELTAS) + '"}'
+        first = _chunk({"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather"}})
+        pieces = [
+            _chunk({"index": 0, "function": {"arguments": Piece(arguments[at : at + 4])}})
+            for at in range(0, len(arguments), 4)
+        ]
+        return [first, *pieces, _chunk(None, "tool_calls")], arguments
+    chunks = [
+        {"candidates": [{"content": {"role": "model", "parts": [{"text": Piece("abcd")}]}}]} for _ in range(DELTAS)
+    ]
+    chunks.append({"candidates": [{"content": {"role": "model", "parts": [{"text": "!"}]}, "finishReason": "STOP"}]})
+    return chunks, "abcd" * DELTAS + "!"
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai_chat", "gemini"])
+async def test_a_long_text_streamed_in_many_deltas_is_joined_once_not_copied_at_each(provider: str) -> None:
+    events, whole = _grown(provider)
+    Piece.copied = 0
+    execution = await MODULES[provider].execute_stream(ts.Executor(weather([])), events)
+    assembled = {
+        "anthropic": lambda turn: turn["content"][0]["thinking"],
+        "openai_chat": lambda turn: turn["tool_calls"][0]["function"]["arguments"],
+        "gemini": lambda turn: turn["parts"][0]["text"],
+    }[provider](execution.assistant)
+    assert assembled == whole
+    # Grown by `+` at every delta, the text would be copied DELTAS / 2 times over (millions of characters).
+    assert Piece.copied <= len(whole)

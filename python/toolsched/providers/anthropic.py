@@ -251,6 +251,9 @@ class MessageAssembler:
     def __init__(self) -> None:
         self._blocks: dict[int, dict[str, Any]] = {}
         self._json: dict[int, list[str]] = {}
+        # The text and thinking pieces of each block, joined into it when it stops (or is read): text grown
+        # by ``+`` at every delta would copy all of it each time.
+        self._texts: dict[tuple[int, str], list[str]] = {}
         # The finished tool_use blocks as calls_from reads them (unparsable input kept as its text).
         self._uses: list[dict[str, Any]] = []
         self._taken = 0
@@ -304,10 +307,14 @@ class MessageAssembler:
             return
         if kind == "input_json_delta" and index in self._json:
             self._json[index].append(_piece(delta, "partial_json"))
-        elif kind == "text_delta":
-            block["text"] = block.get("text", "") + _piece(delta, "text")
-        elif kind == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + _piece(delta, "thinking")
+        elif kind in ("text_delta", "thinking_delta"):
+            field = "text" if kind == "text_delta" else "thinking"
+            piece = _piece(delta, field)
+            pieces = self._texts.get((index, field))
+            if pieces is None:
+                start = block.get(field)
+                pieces = self._texts[index, field] = [start] if isinstance(start, str) and start else []
+            pieces.append(piece)
         elif kind == "signature_delta":
             block["signature"] = read(delta, "signature")
         elif kind == "citations_delta":
@@ -318,6 +325,7 @@ class MessageAssembler:
         if block is None or index in self._stopped:
             return []
         self._stopped.add(index)
+        self._join_texts(index)
         if index in self._json and not self._json[index]:
             # No input_json_delta: the input the block started with is the whole input (as the SDK reads it).
             del self._json[index]
@@ -363,7 +371,19 @@ class MessageAssembler:
             raise IncompleteStreamError(PROVIDER, f"`message_stop` came before every block's `content_block_stop`{cut}")
         return []
 
+    def _join_texts(self, index: int) -> None:
+        """Writes the text and thinking pieces of block ``index`` into it (they stay, joined, for later deltas)."""
+        for field in ("text", "thinking"):
+            pieces = self._texts.get((index, field))
+            if pieces is None:
+                continue
+            if len(pieces) != 1:
+                pieces[:] = ["".join(pieces)]
+            self._blocks[index][field] = pieces[0]
+
     def assembled(self) -> dict[str, Any]:
+        for index in list(self._blocks):
+            self._join_texts(index)
         return {"role": "assistant", "content": [self._blocks[index] for index in sorted(self._blocks)]}
 
 
