@@ -34,9 +34,10 @@ structured content.
 Annotations are hints from the server; with ``trust_hints=False`` they are
 ignored and every tool is treated as writing, destructive and unsafe to run
 alongside others. A tool the server reports as failed, a protocol error, a
-result that is not MCP (``McpToolError`` naming the fields), a request the server does not answer within ``read_timeout`` (300 seconds by
-default) or a dropped connection becomes that call's ``execution_error``
-result (``McpToolError`` / ``McpConnectionError`` as the message), never a
+result that is not MCP (``McpToolError`` naming the fields), a request the
+server does not answer within ``read_timeout`` (300 seconds by default) or a
+dropped connection becomes that call's ``execution_error`` result
+(``McpToolError`` / ``McpConnectionError`` as the message), never a
 crash or a hang of the run. Once the connection is known to be gone (a stdio
 server's output ended, a request found it closed), every later call fails at
 once with a message saying it was called after that and not sent. The

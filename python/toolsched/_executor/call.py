@@ -38,7 +38,7 @@ from toolsched._executor.turn import DONE, RUNNING, Handout, Job, Turn
 from toolsched._policy.coordination import guarded, returned
 from toolsched._policy.guardrails import GuardrailEvent, Guardrails
 from toolsched._policy.holds import NestedHold
-from toolsched._policy.hooks import new_hook_event
+from toolsched._policy.hooks import new_hook_event, shown_result
 from toolsched._policy.limits import ModelRetry
 from toolsched._policy.resilience import CircuitOpen, NotRun, RunHalted, is_transient, retry_after_of
 from toolsched._tools.context import ToolContext
@@ -300,8 +300,9 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
             # Post hooks: ``post_tool_use`` or ``post_tool_use_failure``; they observe, their errors are logged.
             hooks = policy.post_success if kind is None else policy.post_failure
             if hooks:
-                event = new_hook_event(call.id, tool.name, judged, batch, result, turn.context)
                 for hook in hooks:
+                    # Each hook its own view of the result: what one changes in the output, the next never sees.
+                    event = new_hook_event(call.id, tool.name, judged, batch, shown_result(result), turn.context)
                     try:
                         await hook.invoke(event)
                     except BaseException as exc:

@@ -12,12 +12,13 @@ inside ``ctx.update``, which tools call without awaiting, so they are plain.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 import re
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import anyio
@@ -31,7 +32,7 @@ from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError, RuleError
 
-__all__ = ["BatchEvent", "HookEvent", "Hooks", "Rewrite", "UpdateFilter"]
+__all__ = ["BatchEvent", "HookEvent", "Hooks", "Rewrite", "UpdateFilter", "shown_result"]
 
 logger = logging.getLogger("toolsched")
 
@@ -56,6 +57,24 @@ class HookEvent:
     batch: int | None = None
     result: ToolResult | None = None
     context: Any = None
+
+
+# Outputs that cannot change in place: a hook is shown them as they are.
+_UNCHANGEABLE = frozenset({str, bytes, int, float, bool, type(None)})
+
+
+def shown_result(result: ToolResult) -> ToolResult:
+    """The result a post hook (or batch hook) is shown: ``result`` itself when its output cannot change in
+    place (text, a number, None), else a copy with a deep copy of the output, so that a hook that changes
+    what it is shown changes nothing the model or the outcome hold. An output that cannot be copied (it
+    holds a lock, a socket) is shown as it is."""
+    if type(result.output) in _UNCHANGEABLE:
+        return result
+    try:
+        output = copy.deepcopy(result.output)
+    except Exception:
+        return result
+    return replace(result, output=output)
 
 
 # ``new_hook_event(call_id, tool_name, args, batch, result, context)``: hook events are made per call and hook stage.
