@@ -45,7 +45,7 @@ from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import ArgumentsRefused, Tool
 from toolsched._values.calls import ToolCall, args_copy
 from toolsched._values.events import ToolRetrying, ToolStarted, new_tool_finished, new_tool_started
-from toolsched._values.results import ErrorKind, ToolResult, edited_result, new_result, repaired_result
+from toolsched._values.results import ErrorKind, ToolResult, edited_result, new_result, repaired_result, shown_output
 from toolsched.errors import GuardrailTripped
 from toolsched.journal import UnstorableOutputError
 
@@ -627,7 +627,9 @@ async def _guard(guardrails: Guardrails, job: Job, output: Any, turn: Turn, judg
     the body ran); raises ``_Rejected`` with the refusal."""
     stage = guardrails.stage
     args = args_copy(job.args) if judged is None else judged
-    event = GuardrailEvent(stage, job.call.id, job.tool.name, args, output, turn.context)
+    # An output guardrail checks the output: what it changes in it reaches neither the result nor the model.
+    shown = None if output is None else shown_output(output)
+    event = GuardrailEvent(stage, job.call.id, job.tool.name, args, shown, turn.context)
     try:
         refusal = await guardrails.refusal(event)
     except GuardrailTripped as exc:

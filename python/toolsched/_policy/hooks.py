@@ -12,7 +12,6 @@ inside ``ctx.update``, which tools call without awaiting, so they are plain.
 
 from __future__ import annotations
 
-import copy
 import inspect
 import logging
 import re
@@ -29,7 +28,7 @@ from toolsched._values.decisions import Rewrite
 from toolsched._values.events import Event, ToolUpdated
 from toolsched._values.fastpath import positional_builder
 from toolsched._values.numeric_options import numeric_fault, shown
-from toolsched._values.results import ToolResult
+from toolsched._values.results import ToolResult, shown_output
 from toolsched.errors import OptionError, RuleError
 
 __all__ = ["BatchEvent", "HookEvent", "Hooks", "Rewrite", "UpdateFilter", "shown_result"]
@@ -59,22 +58,12 @@ class HookEvent:
     context: Any = None
 
 
-# Outputs that cannot change in place: a hook is shown them as they are.
-_UNCHANGEABLE = frozenset({str, bytes, int, float, bool, type(None)})
-
-
 def shown_result(result: ToolResult) -> ToolResult:
-    """The result a post hook (or batch hook) is shown: ``result`` itself when its output cannot change in
-    place (text, a number, None), else a copy with a deep copy of the output, so that a hook that changes
-    what it is shown changes nothing the model or the outcome hold. An output that cannot be copied (it
-    holds a lock, a socket) is shown as it is."""
-    if type(result.output) in _UNCHANGEABLE:
-        return result
-    try:
-        output = copy.deepcopy(result.output)
-    except Exception:
-        return result
-    return replace(result, output=output)
+    """The result a post hook (or batch hook) is shown: ``result`` itself when its output is shown as it is
+    (``shown_output``), else a copy holding the output's copy, so that a hook that changes what it is shown
+    changes nothing the model or the outcome hold."""
+    output = shown_output(result.output)
+    return result if output is result.output else replace(result, output=output)
 
 
 # ``new_hook_event(call_id, tool_name, args, batch, result, context)``: hook events are made per call and hook stage.
