@@ -186,6 +186,33 @@ async def test_anthropic_blocks_without_ids_stopped_out_of_order_keep_their_ids_
     assert [call.id for call in ts_anthropic.calls_from(execution.assistant)] == [call_id for call_id, _ in sent]
 
 
+async def test_calls_held_for_approval_out_of_stream_order_wait_and_resume_in_the_turns_order() -> None:
+    @ts.tool(needs_approval=True)
+    async def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        return f"{city}: 18°C"
+
+    executor = ts.Executor([get_weather])
+    events = _message(
+        _use(0, "call_a"),
+        _use(1, "call_b"),
+        _json(0, '{"city": "Oslo"}'),
+        _json(1, '{"city": "Bern"}'),
+        _stop(1),
+        _stop(0),
+    )
+    execution = await ts_anthropic.execute_stream(executor, events)
+    assert [request.call_id for request in execution.outcome.pending] == ["call_a", "call_b"]
+    state = execution.outcome.state
+    assert state is not None
+    for request in execution.outcome.pending:
+        state.approve(request.call_id)
+    resumed = await ts_anthropic.resume(executor, execution, state)
+    assert [result.call_id for result in resumed.results] == ["call_a", "call_b"]
+    assert resumed.message is not None
+    assert [block["tool_use_id"] for block in resumed.message["content"]] == ["call_a", "call_b"]
+
+
 # --- OpenAI chat: deltas whose pieces are not text ----------------------------------------------------------
 
 

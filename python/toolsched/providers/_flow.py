@@ -67,8 +67,10 @@ class Flow(Generic[E]):
     def finish(self, registry: ToolRegistry, calls: list[ToolCall], outcome: Outcome, assistant: Any = None) -> E:
         """The execution of ``calls``: the reply built from the outcome, unless calls still wait.
 
-        ``assistant`` is what the model said, as the next request takes it.
+        ``assistant`` is what the model said, as the next request takes it. The outcome's results and
+        pending calls are put in the order of ``calls`` (a streamed turn's calls complete in another order).
         """
+        outcome = _aligned(outcome, calls)
         if outcome.interrupted or not calls:
             return self.execution(calls, outcome, self.empty(), assistant)
         results: Sequence[ToolResult] = outcome.results
@@ -122,7 +124,7 @@ class Flow(Generic[E]):
         except ResponseFormatError:
             # Parts of the turn that are no calls' (left alone as the stream gave them): the completion order.
             order = [call.id for call in calls]
-        calls, outcome = _in_model_order(calls, outcome, order)
+        calls = _in_model_order(calls, order)
         return self.finish(executor.registry, calls, outcome, assistant)
 
     async def resume(self, executor: Executor, execution: E, state: Any) -> E:
@@ -131,17 +133,32 @@ class Flow(Generic[E]):
         return self.finish(executor.registry, execution.calls, outcome, getattr(execution, "assistant", None))
 
 
-def _in_model_order(calls: list[ToolCall], outcome: Outcome, ids: list[str]) -> tuple[list[ToolCall], Outcome]:
-    """``calls`` and ``outcome``'s results in the order of ``ids`` (the assembled turn's), from the order the
-    stream completed them: a call can be complete before one the model put ahead of it (an earlier block that
-    stops later), and the reply answers the turn in its own order."""
+def _in_model_order(calls: list[ToolCall], ids: list[str]) -> list[ToolCall]:
+    """``calls`` in the order of ``ids`` (the assembled turn's), from the order the stream completed them: a
+    call can be complete before one the model put ahead of it (an earlier block that stops later), and the
+    reply answers the turn in its own order (``finish`` puts the outcome in it)."""
     position = {call_id: index for index, call_id in reversed(list(enumerate(ids)))}
     last = len(ids)
-    ordered = sorted(calls, key=lambda call: position.get(call.id, last))
-    if [call.id for call in ordered] == [call.id for call in calls]:
-        return calls, outcome
-    results = sorted(outcome.results, key=lambda result: position.get(result.call_id, last))
-    return ordered, replace(outcome, results=results)
+    return sorted(calls, key=lambda call: position.get(call.id, last))
+
+
+def _aligned(outcome: Outcome, calls: list[ToolCall]) -> Outcome:
+    """``outcome`` with its results and pending calls in the order of ``calls`` (a nested run's pending call,
+    ``"p1/c2"``, at its parent's place)."""
+    position = {call.id: index for index, call in reversed(list(enumerate(calls)))}
+    last = len(calls)
+
+    def place(call_id: str) -> int:
+        found = position.get(call_id)
+        return position.get(call_id.split("/", 1)[0], last) if found is None else found
+
+    results = sorted(outcome.results, key=lambda result: place(result.call_id))
+    pending = sorted(outcome.pending, key=lambda request: place(request.call_id))
+    if all(a is b for a, b in zip(results, outcome.results, strict=True)) and all(
+        a is b for a, b in zip(pending, outcome.pending, strict=True)
+    ):
+        return outcome
+    return replace(outcome, results=results, pending=pending)
 
 
 async def _read(
