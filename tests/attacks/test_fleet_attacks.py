@@ -8,11 +8,13 @@ server start their own with the same binary.
 
 from __future__ import annotations
 
+import gc
 import math
 import multiprocessing
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -470,6 +472,70 @@ async def test_a_child_forked_while_its_parent_renews_leases_renews_its_own(anyi
     assert result.output == "parent"
     # The child's slot and the parent's, both renewed.
     assert answers == ["live 2"]
+
+
+def _child_of_a_running_loop(url: str, space: str, backend: str, inherited: list[int], report: Any) -> None:
+    """In a child forked from its parent's event loop: reports which of the parent's connections it still holds,
+    the warnings its collector raised, and a round trip of its own."""
+    coordination = _inherited[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gc.collect()
+        held = [descriptor for descriptor in inherited if _is_socket(descriptor)]
+        answers: list[Any] = []
+
+        async def main() -> None:
+            answers.append(await coordination._call("PING"))
+
+        # A thread of its own: the one forked is inside its parent's event loop, as far as the loop knows.
+        thread = threading.Thread(target=lambda: anyio.run(main, backend=backend))
+        thread.start()
+        thread.join(30)
+        gc.collect()
+    report.send((held, [f"{warning.category.__name__}: {warning.message}" for warning in caught], answers))
+
+
+def _is_socket(descriptor: int) -> bool:
+    try:
+        return stat.S_ISSOCK(os.fstat(descriptor).st_mode)
+    except OSError:
+        return False
+
+
+async def test_a_child_forked_while_an_event_loop_runs_lets_go_of_the_parents_connections(
+    anyio_backend: str,
+) -> None:
+    """Promise: "a child process forked from a worker opens its own" connections. A child forked while its parent's
+    event loop ran (``os.fork``, a ``fork`` multiprocessing start from the loop) dropped the parent's connections
+    (its loop's, and the lease renewal thread's) without closing them: it held the parent's sockets open for its
+    whole life (Redis never saw them closed when the parent closed them). The child now lets go of them, sends
+    nothing on them, warns of nothing, and the parent's connections go on working."""
+    url, space = redis_url(), namespace()
+    coordination = ts.RedisCoordination(url, namespace=space, lease=0.3)
+    _inherited[:] = [coordination]
+    await coordination._call("PING")  # an idle connection of this loop
+    coordination._renewer.hold(f"{space}:{{held}}:slots", "lease")  # and the renewal thread's
+    with anyio.fail_after(10):
+        while coordination._renewer.connection is None:  # noqa: ASYNC110 (a thread's state)
+            await anyio.sleep(0.01)
+    (link,) = coordination._links.values()
+    (kept,) = link.idle
+    renewal = coordination._renewer.connection
+    descriptors = [kept.stream.extra(anyio.abc.SocketAttribute.raw_socket).fileno(), renewal.fileno()]
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=_child_of_a_running_loop, args=(url, space, anyio_backend, descriptors, send))
+    try:
+        process.start()  # from the event loop's own thread, while it runs
+        send.close()
+        answer = await anyio.to_thread.run_sync(lambda: receive.recv() if receive.poll(30) else "no answer")
+        await anyio.to_thread.run_sync(process.join, 30)
+    finally:
+        coordination._renewer.release(f"{space}:{{held}}:slots", "lease")
+    assert answer == ([], [], ["PONG"])
+    # The parent's connection works on, the same one (not replaced).
+    assert await coordination._call("PING") == "PONG"
+    assert link.idle == [kept]
 
 
 # -- a worker killed while it probes -------------------------------------------------------------------

@@ -283,6 +283,8 @@ class _Renewer:
         self.held: dict[str, set[str]] = {}
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
+        # The renewal thread's connection to Redis while it has one.
+        self.connection: socket.socket | None = None
         # Round trips made to renew leases (read by tests and benches/fleet.py).
         self.round_trips = 0
 
@@ -294,10 +296,14 @@ class _Renewer:
                 self.thread.start()
 
     def forget(self) -> None:
-        """In a child process just forked: the parent's leases and renewal thread are not the child's."""
+        """In a child process just forked: the parent's leases, renewal thread and its connection are not the
+        child's (the connection's descriptor is closed in the child, nothing sent on it)."""
         self.lock = threading.Lock()
         self.held = {}
         self.thread = None
+        connection, self.connection = self.connection, None
+        if connection is not None and connection.fileno() >= 0:
+            os.close(connection.detach())
 
     def release(self, key: str, lease_id: str) -> None:
         with self.lock:
@@ -324,27 +330,54 @@ class _Renewer:
                     args += [len(ids), *ids]
             try:
                 if connection is None:
-                    connection = owner._connect_blocking()
+                    connection = self.connection = owner._connect_blocking()
                 self.round_trips += 1
                 reply = blocking_request(connection, "EVALSHA", _sha1(_RENEW), len(keys), *keys, *args)
                 if reply.startswith(b"-NOSCRIPT"):
                     blocking_request(connection, "EVAL", _RENEW, len(keys), *keys, *args)
             except OSError:
                 # Redis unreachable: the leases run out by themselves; tried again at the next renewal.
+                self.connection = None
                 if connection is not None:
                     connection.close()
                 connection = None
+        self.connection = None
         if connection is not None:
             connection.close()
 
 
 # Every RedisCoordination of this process, so that a forked child starts each afresh.
 _LIVE: weakref.WeakSet[RedisCoordination] = weakref.WeakSet()
+# Every connection of this process's event loops not yet closed, so that a forked child lets go of each.
+_OPEN: weakref.WeakSet[Connection] = weakref.WeakSet()
+# In a forked child, the connections inherited from the parent (kept, so that no finalizer of theirs runs).
+_DISOWNED: list[Connection] = []
 
 
 def _after_fork() -> None:
     for coordination in list(_LIVE):
         coordination._forget()
+    _disown(list(_OPEN))
+
+
+def _disown(connections: list[Connection]) -> None:
+    """In a child process just forked: each of the parent's ``connections`` has its descriptor pointed at
+    /dev/null, so that the child neither holds the parent's socket (Redis sees it closed when the parent closes
+    it) nor writes to it. Nothing is sent, and the parent's event loop (whose selector the child shares) is not
+    touched; the objects are kept for the child's life, their finalizers never run (they would warn or close)."""
+    _OPEN.clear()
+    if not connections:
+        return
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for connection in connections:
+            raw = connection.stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+            descriptor = raw.fileno() if raw is not None else -1
+            if descriptor >= 0:
+                os.dup2(null, descriptor, inheritable=False)
+            _DISOWNED.append(connection)
+    finally:
+        os.close(null)
 
 
 os.register_at_fork(after_in_child=_after_fork)
@@ -415,6 +448,7 @@ async def _discard(*connections: Connection) -> None:
     such cancellation is raised once all are closed."""
     raised: BaseException | None = None
     for connection in connections:
+        _OPEN.discard(connection)
         try:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_REPLY_TIMEOUT):
                 await connection.stream.aclose()
@@ -589,6 +623,7 @@ class RedisCoordination:
             with anyio.fail_after(self.connect_timeout):
                 stream = await anyio.connect_tcp(self._host, self._port)
                 connection = Connection(stream)
+                _OPEN.add(connection)
                 if self._password is not None:
                     await connection.request("AUTH", self._password)
                 if self._db:
