@@ -27,6 +27,7 @@ __all__ = [
     "damaged_column",
     "decode_call",
     "decode_result",
+    "args_fault",
     "encode_call",
     "encode_payload",
     "encode_result",
@@ -102,6 +103,19 @@ def encode_call(position: int, call: ToolCall) -> tuple[int, str, str, str, str,
             f"the arguments of call {call.id!r} ({call.name}) are not JSON, so a journal cannot store them: {exc}"
         ) from None
     return position, call.id, call.name, stored, "object", digest
+
+
+def args_fault(args: Any) -> str | None:
+    """Why a journal cannot store a call's arguments (``encode_call`` would refuse them), or None."""
+    if isinstance(args, str):
+        return None
+    try:
+        mapping = dict(args)
+        to_json(mapping)
+        args_digest(mapping)
+    except (TypeError, ValueError) as exc:
+        return str(exc) or type(exc).__name__
+    return None
 
 
 def damaged_column(where: str, column: str, found: object, expected: str) -> JournalCorruptError:
