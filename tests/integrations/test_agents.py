@@ -287,3 +287,40 @@ def test_strict_sets_the_copies_strict_mode_and_schema_as_the_sdk_normalizes_the
     (unstrict,) = scheduled(Agent(name="b", tools=[strict_tool]), strict=False).tools
     assert (unstrict.strict_json_schema, strict_tool.strict_json_schema) == (False, True)
     assert unstrict.params_json_schema == strict_tool.params_json_schema
+
+
+async def test_a_clone_of_a_scheduled_agent_keeps_its_executor() -> None:
+    """Promise: a scheduled agent's executor is its ``toolsched_executor``. The SDK's ``agent.clone(...)`` builds
+    a new agent from the fields only: the clone's calls still went through toolsched, but the clone had no
+    ``toolsched_executor`` (code that reads it, ``otel.instrument(agent.toolsched_executor)``, failed). The clone,
+    and a clone of it, keep the same executor, which runs their calls under its rules."""
+    ran: list[str] = []
+
+    @function_tool
+    async def delete(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    agent = scheduled(
+        Agent(name="files", tools=[delete]),
+        tools=[from_function_tool(delete, rule_subject="path")],
+        permissions=ts.Permissions(deny=["delete(/etc/**)"]),
+    )
+    executor = agent.toolsched_executor  # type: ignore[attr-defined]
+    clone = agent.clone(name="renamed")
+    assert clone.toolsched_executor is executor  # type: ignore[attr-defined]
+    assert clone.clone(instructions="again").toolsched_executor is executor  # type: ignore[attr-defined]
+    assert clone.clone(tools=[*clone.tools]).toolsched_executor is executor  # type: ignore[attr-defined]
+    assert isinstance(clone, Agent) and type(clone).__name__ == "Agent" and clone.name == "renamed"
+    model = ScriptedAgentModel(
+        [
+            [function_call("c1", "delete", {"path": "/etc/passwd"}), function_call("c2", "delete", {"path": "a.txt"})],
+            [final_message("done")],
+        ]
+    )
+    result = await Runner.run(clone.clone(model=model), "delete them", run_config=NO_TRACING)
+    found = outputs(result)
+    assert ran == ["a.txt"]
+    assert found["c2"] == "deleted a.txt"
+    assert "denied" in found["c1"] or "not allowed" in found["c1"], found["c1"]

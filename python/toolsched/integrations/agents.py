@@ -361,8 +361,10 @@ def scheduled(
     ``tools`` replaces SDK tools of the same name with toolsched tools (for example
     ``from_function_tool(search, concurrency_safe=True)``) or adds new ones.
     ``strict`` sets every function tool's strict mode (None keeps each tool's own). ``executor_options``
-    go to ``ts.Executor``; the executor is the copy's ``toolsched_executor`` attribute. A scheduled
-    agent's tools given to ``scheduled`` again are scheduled afresh from their SDK tools.
+    go to ``ts.Executor``; the executor is the copy's ``toolsched_executor`` attribute, which the copy's
+    clones (``copy.clone(...)``) keep: the copy is an instance of a subclass of the agent's class (same name)
+    whose ``clone`` does that. A scheduled agent's tools given to ``scheduled`` again are scheduled afresh
+    from their SDK tools.
     """
     if not isinstance(agent, Agent):
         raise OptionError(f"scheduled() takes an Agents SDK Agent, got {type(agent).__name__}")
@@ -409,8 +411,47 @@ def scheduled(
                 )
             )
     copy_ = agent.clone(tools=copied)
+    copy_.__class__ = _scheduled_agent_class(type(copy_))
     setattr(copy_, "toolsched_executor", executor)  # noqa: B010 - an attribute the SDK's Agent does not declare
     return copy_
+
+
+# The class of scheduled agents of each agent class, held weakly both ways (as the live tool classes are).
+_AGENT_CLASSES: weakref.WeakKeyDictionary[type, weakref.ref[type]] = weakref.WeakKeyDictionary()
+
+
+def _scheduled_agent_class(kind: type) -> type:
+    """The class of ``scheduled``'s agents of class ``kind``: a subclass of it (same name and module) whose
+    ``clone`` keeps the agent's ``toolsched_executor`` (the SDK's ``clone`` makes a new agent of its fields
+    only): the clone's scheduled tools run through that executor still."""
+    held = _AGENT_CLASSES.get(kind)
+    made = held() if held is not None else None
+    if made is not None:
+        return made
+    if getattr(kind, _SCHEDULED_AGENT, False):
+        return kind
+
+    def clone(self: Any, **kwargs: Any) -> Any:
+        cloned = kind.clone(self, **kwargs)
+        executor = self.__dict__.get("toolsched_executor")
+        if executor is not None and "toolsched_executor" not in cloned.__dict__:
+            setattr(cloned, "toolsched_executor", executor)  # noqa: B010 - as in scheduled()
+        return cloned
+
+    clone.__doc__ = kind.clone.__doc__
+    namespace: dict[str, Any] = {
+        "clone": clone,
+        _SCHEDULED_AGENT: True,
+        "__module__": kind.__module__,
+        "__qualname__": kind.__qualname__,
+        "__doc__": kind.__doc__,
+    }
+    made = type(kind.__name__, (kind,), namespace)
+    _AGENT_CLASSES[kind] = weakref.ref(made)
+    return made
+
+
+_SCHEDULED_AGENT = "_toolsched_scheduled_agent"
 
 
 def _member(tool: FunctionTool, replacement: Tool | None) -> Tool:
