@@ -20,6 +20,7 @@ from toolsched.journal._records import ALLOWED_FROM, JournaledCall, RunRecord, T
 
 __all__ = [
     "StoredTime",
+    "args_fault",
     "build_record",
     "check_payload_args",
     "check_run_id",
@@ -27,7 +28,6 @@ __all__ = [
     "damaged_column",
     "decode_call",
     "decode_result",
-    "args_fault",
     "encode_call",
     "encode_payload",
     "encode_result",
