@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 from typing import Any
 
 import anyio
@@ -324,3 +326,24 @@ async def test_a_clone_of_a_scheduled_agent_keeps_its_executor() -> None:
     assert ran == ["a.txt"]
     assert found["c2"] == "deleted a.txt"
     assert "denied" in found["c1"] or "not allowed" in found["c1"], found["c1"]
+
+
+def test_pickling_a_scheduled_agent_or_its_tool_says_it_cannot_be_done() -> None:
+    """Promise: bad input gets a typed readable error. A scheduled agent's tools (and the agent) cannot be
+    pickled: their calls run through an executor of this process. pickle said "Can't pickle <class
+    'agents.tool.FunctionTool'>: it's not the same object as agents.tool.FunctionTool", which names neither the
+    tool nor the reason; the error is ``ts.UnpicklableError`` (a ``TypeError``) naming both. Copies still work."""
+
+    @function_tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    agent = scheduled(Agent(name="maths", tools=[add]))
+    with pytest.raises(ts.UnpicklableError, match=r"the tool 'add' of a scheduled agent cannot be pickled: its calls"):
+        pickle.dumps(agent.tools[0])
+    with pytest.raises(TypeError, match=r"the scheduled agent 'maths' cannot be pickled: its function tools run"):
+        pickle.dumps(agent)
+    copied = copy.deepcopy(agent)
+    assert copied.toolsched_executor is agent.toolsched_executor  # type: ignore[attr-defined]
+    assert [tool.name for tool in copied.tools] == ["add"] and copy.copy(agent.tools[0]).name == "add"

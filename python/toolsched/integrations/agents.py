@@ -42,6 +42,7 @@ Needs ``openai-agents`` (``pip install 'toolsched[agents]'``).
 from __future__ import annotations
 
 import contextvars
+import copy
 import dataclasses
 import functools
 import inspect
@@ -53,7 +54,7 @@ import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
@@ -61,7 +62,7 @@ from toolsched._executor.executor import Executor
 from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import Tool, refuse_unknown_options
 from toolsched._values.calls import ToolCall
-from toolsched.errors import OptionError, ToolDefinitionError
+from toolsched.errors import OptionError, ToolDefinitionError, UnpicklableError
 
 try:
     from agents import Agent, FunctionTool
@@ -420,7 +421,7 @@ def scheduled(
 _AGENT_CLASSES: weakref.WeakKeyDictionary[type, weakref.ref[type]] = weakref.WeakKeyDictionary()
 
 
-def _scheduled_agent_class(kind: type) -> type:
+def _scheduled_agent_class(kind: Any) -> type:
     """The class of ``scheduled``'s agents of class ``kind``: a subclass of it (same name and module) whose
     ``clone`` keeps the agent's ``toolsched_executor`` (the SDK's ``clone`` makes a new agent of its fields
     only): the clone's scheduled tools run through that executor still."""
@@ -429,7 +430,7 @@ def _scheduled_agent_class(kind: type) -> type:
     if made is not None:
         return made
     if getattr(kind, _SCHEDULED_AGENT, False):
-        return kind
+        return cast(type, kind)
 
     def clone(self: Any, **kwargs: Any) -> Any:
         cloned = kind.clone(self, **kwargs)
@@ -441,6 +442,9 @@ def _scheduled_agent_class(kind: type) -> type:
     clone.__doc__ = kind.clone.__doc__
     namespace: dict[str, Any] = {
         "clone": clone,
+        "__reduce_ex__": _unpicklable(_agent_refusal),
+        "__copy__": _shallow_copy,
+        "__deepcopy__": _deep_copy,
         _SCHEDULED_AGENT: True,
         "__module__": kind.__module__,
         "__qualname__": kind.__qualname__,
@@ -452,6 +456,45 @@ def _scheduled_agent_class(kind: type) -> type:
 
 
 _SCHEDULED_AGENT = "_toolsched_scheduled_agent"
+
+
+def _tool_refusal(tool: Any) -> str:
+    return (
+        f"the tool {tool.name!r} of a scheduled agent cannot be pickled: its calls run through a toolsched.Executor"
+        " of this process (live state, not data); call scheduled() in the process that runs the agent"
+    )
+
+
+def _agent_refusal(agent: Any) -> str:
+    return (
+        f"the scheduled agent {agent.name!r} cannot be pickled: its function tools run through a"
+        " toolsched.Executor of this process (live state, not data); call scheduled() in the process that runs"
+        " the agent"
+    )
+
+
+def _unpicklable(refusal: Callable[[Any], str]) -> Callable[[Any, int], Any]:
+    """A ``__reduce_ex__`` that refuses pickling with ``UnpicklableError`` (copies have their own hooks)."""
+
+    def __reduce_ex__(self: Any, protocol: int) -> Any:
+        raise UnpicklableError(refusal(self))
+
+    return __reduce_ex__
+
+
+def _shallow_copy(self: Any) -> Any:
+    """``copy.copy``: a new object of the class holding the same attributes (what the default copy makes)."""
+    made = object.__new__(type(self))
+    made.__dict__.update(self.__dict__)
+    return made
+
+
+def _deep_copy(self: Any, memo: dict[int, Any]) -> Any:
+    """``copy.deepcopy``: a new object of the class holding deep copies of the attributes (the default's)."""
+    made = object.__new__(type(self))
+    memo[id(self)] = made
+    made.__dict__.update(copy.deepcopy(self.__dict__, memo))
+    return made
 
 
 def _member(tool: FunctionTool, replacement: Tool | None) -> Tool:
@@ -585,6 +628,9 @@ def _live_class(kind: type) -> type:
 
         namespace.update(
             __getattr__=__getattr__,
+            __reduce_ex__=_unpicklable(_tool_refusal),
+            __copy__=_shallow_copy,
+            __deepcopy__=_deep_copy,
             __module__=kind.__module__,
             __qualname__=kind.__qualname__,
             __doc__=kind.__doc__,
