@@ -347,3 +347,31 @@ def test_pickling_a_scheduled_agent_or_its_tool_says_it_cannot_be_done() -> None
     copied = copy.deepcopy(agent)
     assert copied.toolsched_executor is agent.toolsched_executor  # type: ignore[attr-defined]
     assert [tool.name for tool in copied.tools] == ["add"] and copy.copy(agent.tools[0]).name == "add"
+
+
+def test_scheduling_a_scheduled_agent_again_is_refused_rather_than_dropping_its_options() -> None:
+    """Promise: an option given is applied or refused, never dropped. ``scheduled(scheduled(agent,
+    permissions=rules))`` scheduled the agent's SDK tools afresh with the outer options only: the inner rules no
+    longer applied, silently (a deny rule gone). It raises ``OptionError`` now, however the scheduled tools come
+    back (the agent, a clone, its tools in another agent or in ``tools=``); the original agent is scheduled as
+    often as wanted."""
+
+    @function_tool
+    def delete(path: str) -> str:
+        """Delete a file."""
+        return path
+
+    original = Agent(name="files", tools=[delete])
+    inner = scheduled(original, permissions=ts.Permissions(deny=["delete"]))
+    for given, extra in [
+        (inner, {}),
+        (inner.clone(name="clone"), {}),
+        (Agent(name="other", tools=[*inner.tools]), {}),
+        (original, {"tools": [from_function_tool(inner.tools[0])]}),
+    ]:
+        with pytest.raises(
+            ts.OptionError, match=r"another scheduled\(\) made \(`delete`\): scheduling them again would"
+        ):
+            scheduled(given, **extra)
+    again = scheduled(original, permissions=ts.Permissions(allow=["delete"]))
+    assert again.toolsched_executor is not inner.toolsched_executor  # type: ignore[attr-defined]

@@ -364,12 +364,22 @@ def scheduled(
     ``strict`` sets every function tool's strict mode (None keeps each tool's own). ``executor_options``
     go to ``ts.Executor``; the executor is the copy's ``toolsched_executor`` attribute, which the copy's
     clones (``copy.clone(...)``) keep: the copy is an instance of a subclass of the agent's class (same name)
-    whose ``clone`` does that. A scheduled agent's tools given to ``scheduled`` again are scheduled afresh
-    from their SDK tools.
+    whose ``clone`` does that. Tools a ``scheduled`` call made (a scheduled agent, a clone of one, or its
+    tools in another agent or in ``tools``) are refused with ``OptionError``: scheduling them again would drop
+    the first call's options.
     """
     if not isinstance(agent, Agent):
         raise OptionError(f"scheduled() takes an Agents SDK Agent, got {type(agent).__name__}")
     replacing = {member.name: member for member in _checked(tools)}
+    again = [item.name for item in agent.tools if _is_scheduled_copy(item)]
+    again += [m.name for m in replacing.values() if isinstance(m, AgentsFunctionTool) and _is_scheduled_copy(m.tool)]
+    if again:
+        names = ", ".join(f"`{name}`" for name in dict.fromkeys(again))
+        raise OptionError(
+            f"scheduled() was given tools another scheduled() made ({names}): scheduling them again would drop that"
+            " call's options (its permissions, hooks, approver, guardrails), not add to them; call scheduled()"
+            " once, on the agent as the SDK built it, with every option"
+        )
     # One toolsched tool per name: the SDK decides which of two same-named tools a call is for (the last,
     # the enabled one, the one of the call's namespace), and the copy of that tool hands over its own body.
     members: dict[str, Tool] = {}
@@ -495,6 +505,11 @@ def _deep_copy(self: Any, memo: dict[int, Any]) -> Any:
     memo[id(self)] = made
     made.__dict__.update(copy.deepcopy(self.__dict__, memo))
     return made
+
+
+def _is_scheduled_copy(tool: Any) -> bool:
+    """Whether ``tool`` is a tool of a scheduled agent (a live copy ``scheduled`` made)."""
+    return isinstance(tool, FunctionTool) and _LIVE_SOURCE in vars(tool)
 
 
 def _member(tool: FunctionTool, replacement: Tool | None) -> Tool:
