@@ -138,6 +138,15 @@ async def test_arguments_the_journal_cannot_store_answer_that_call_invalid_input
         assert [answer[:3] for answer in recovered] == [("f1", 1, None), ("b", None, "invalid_input"), ("f2", 2, None)]
         assert "not valid JSON" in recovered[1][3]
         assert sorted(ran) == ["fine 1", "fine 1", "fine 2", "fine 2"]
+        # A streamed turn journals each call as it arrives: the same answer.
+        ran.clear()
+        async with executor.turn(run_id="s1") as streamed:
+            for call in turn():
+                streamed.submit(call)
+            streamed.close()
+            assert answers(await streamed.outcome()) == unjournaled
+        assert sorted(ran) == ["fine 1", "fine 2"]
+        assert answers(await executor.recover("s1")) == unjournaled
 
 
 async def test_recover_of_a_run_still_running_here_is_refused(store: Store) -> None:
