@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import pickle
 from typing import Any
@@ -322,6 +323,45 @@ async def test_a_clone_of_a_scheduled_agent_keeps_its_executor() -> None:
         ]
     )
     result = await Runner.run(clone.clone(model=model), "delete them", run_config=NO_TRACING)
+    found = outputs(result)
+    assert ran == ["a.txt"]
+    assert found["c2"] == "deleted a.txt"
+    assert "denied" in found["c1"] or "not allowed" in found["c1"], found["c1"]
+
+
+async def test_a_dataclasses_replace_of_a_scheduled_agent_keeps_its_executor() -> None:
+    """Promise: a scheduled agent's executor is its ``toolsched_executor``, on every agent made from it. The
+    SDK's agents are dataclasses: ``dataclasses.replace(agent, ...)`` builds ``agent.__class__(**fields)``,
+    which had no ``toolsched_executor``. The replaced agent, and a clone of it, keep the executor, and two
+    scheduled agents keep their own."""
+    ran: list[str] = []
+
+    @function_tool
+    async def delete(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    agent = scheduled(
+        Agent(name="files", tools=[delete]),
+        tools=[from_function_tool(delete, rule_subject="path")],
+        permissions=ts.Permissions(deny=["delete(/etc/**)"]),
+    )
+    other = scheduled(Agent(name="other", tools=[delete]))
+    executor = agent.toolsched_executor  # type: ignore[attr-defined]
+    replaced = dataclasses.replace(agent, name="renamed")
+    assert replaced.toolsched_executor is executor  # type: ignore[attr-defined]
+    assert dataclasses.replace(replaced.clone(instructions="x")).toolsched_executor is executor  # type: ignore[attr-defined]
+    assert other.toolsched_executor is not executor  # type: ignore[attr-defined]
+    assert dataclasses.replace(other).toolsched_executor is other.toolsched_executor  # type: ignore[attr-defined]
+    assert isinstance(replaced, Agent) and type(replaced).__name__ == "Agent" and replaced.name == "renamed"
+    model = ScriptedAgentModel(
+        [
+            [function_call("c1", "delete", {"path": "/etc/passwd"}), function_call("c2", "delete", {"path": "a.txt"})],
+            [final_message("done")],
+        ]
+    )
+    result = await Runner.run(dataclasses.replace(replaced, model=model), "delete them", run_config=NO_TRACING)
     found = outputs(result)
     assert ran == ["a.txt"]
     assert found["c2"] == "deleted a.txt"

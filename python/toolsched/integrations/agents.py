@@ -54,7 +54,7 @@ import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, cast
+from typing import Any
 
 import anyio
 
@@ -363,9 +363,10 @@ def scheduled(
     ``from_function_tool(search, concurrency_safe=True)``) or adds new ones.
     ``strict`` sets every function tool's strict mode (None keeps each tool's own). ``executor_options``
     go to ``ts.Executor``; the executor is the copy's ``toolsched_executor`` attribute, which the copy's
-    clones (``copy.clone(...)``) keep: the copy is an instance of a subclass of the agent's class (same name)
-    whose ``clone`` does that. Tools a ``scheduled`` call made (a scheduled agent, a clone of one, or its
-    tools in another agent or in ``tools``) are refused with ``OptionError``: scheduling them again would drop
+    clones (``copy.clone(...)``, ``dataclasses.replace(copy, ...)``) keep: the copy is an instance of a
+    subclass of the agent's class (same name) made for this call, which holds the executor. Tools a
+    ``scheduled`` call made (a scheduled agent, a clone of one, or its tools in another agent or in
+    ``tools``) are refused with ``OptionError``: scheduling them again would drop
     the first call's options.
     """
     if not isinstance(agent, Agent):
@@ -422,36 +423,19 @@ def scheduled(
                 )
             )
     copy_ = agent.clone(tools=copied)
-    copy_.__class__ = _scheduled_agent_class(type(copy_))
-    setattr(copy_, "toolsched_executor", executor)  # noqa: B010 - an attribute the SDK's Agent does not declare
+    copy_.__class__ = _scheduled_agent_class(type(copy_), executor)
     return copy_
 
 
-# The class of scheduled agents of each agent class, held weakly both ways (as the live tool classes are).
-_AGENT_CLASSES: weakref.WeakKeyDictionary[type, weakref.ref[type]] = weakref.WeakKeyDictionary()
-
-
-def _scheduled_agent_class(kind: Any) -> type:
-    """The class of ``scheduled``'s agents of class ``kind``: a subclass of it (same name and module) whose
-    ``clone`` keeps the agent's ``toolsched_executor`` (the SDK's ``clone`` makes a new agent of its fields
-    only): the clone's scheduled tools run through that executor still."""
-    held = _AGENT_CLASSES.get(kind)
-    made = held() if held is not None else None
-    if made is not None:
-        return made
-    if getattr(kind, _SCHEDULED_AGENT, False):
-        return cast(type, kind)
-
-    def clone(self: Any, **kwargs: Any) -> Any:
-        cloned = kind.clone(self, **kwargs)
-        executor = self.__dict__.get("toolsched_executor")
-        if executor is not None and "toolsched_executor" not in cloned.__dict__:
-            setattr(cloned, "toolsched_executor", executor)  # noqa: B010 - as in scheduled()
-        return cloned
-
-    clone.__doc__ = kind.clone.__doc__
+def _scheduled_agent_class(kind: Any, executor: Any) -> type:
+    """The class of one ``scheduled`` call's agent of class ``kind``: a subclass of it (same name and module)
+    whose class attribute ``toolsched_executor`` is ``executor``. Every agent the SDK makes from that agent
+    (``clone``, ``dataclasses.replace``: both build ``obj.__class__(**fields)``) is of that class, so it has
+    the executor still, and its scheduled tools run through it."""
+    while kind.__dict__.get(_SCHEDULED_AGENT, False):
+        kind = kind.__bases__[0]
     namespace: dict[str, Any] = {
-        "clone": clone,
+        "toolsched_executor": executor,
         "__reduce_ex__": _unpicklable(_agent_refusal),
         "__copy__": _shallow_copy,
         "__deepcopy__": _deep_copy,
@@ -460,9 +444,7 @@ def _scheduled_agent_class(kind: Any) -> type:
         "__qualname__": kind.__qualname__,
         "__doc__": kind.__doc__,
     }
-    made = type(kind.__name__, (kind,), namespace)
-    _AGENT_CLASSES[kind] = weakref.ref(made)
-    return made
+    return type(kind.__name__, (kind,), namespace)
 
 
 _SCHEDULED_AGENT = "_toolsched_scheduled_agent"
