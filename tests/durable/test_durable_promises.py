@@ -131,9 +131,12 @@ async def test_arguments_the_journal_cannot_store_answer_that_call_invalid_input
         assert sorted(ran) == ["fine 1", "fine 2"]
         # A run that stopped after its calls were journaled, before any was answered: its recovery answers the
         # call invalid_input too (the journal's stand-in for the arguments is text that is not JSON).
-        from toolsched._executor.durable import journaled_call
+        from toolsched._executor.durable import journaled_calls
 
-        await journal.begin_run("r2", [journaled_call(call) for call in turn()])
+        assert journaled_calls([ts.ToolCall("f1", "fine", {"n": 1})]) is None
+        stored = journaled_calls(turn())
+        assert stored is not None
+        await journal.begin_run("r2", stored)
         recovered = answers(await executor.recover("r2"))
         assert [answer[:3] for answer in recovered] == [("f1", 1, None), ("b", None, "invalid_input"), ("f2", 2, None)]
         assert "not valid JSON" in recovered[1][3]

@@ -89,7 +89,15 @@ class RunJournal:
         self._hold()
         try:
             with anyio.CancelScope(shield=True):
-                since = await self.journal._begin_run_at(self.run_id, [journaled_call(call) for call in calls])
+                try:
+                    since = await self.journal._begin_run_at(self.run_id, calls)
+                except JournalError:
+                    # The calls are encoded before anything is written: arguments the journal cannot store
+                    # failed there, and are stored as their fault instead; any other refusal stands.
+                    stored = journaled_calls(calls)
+                    if stored is None:
+                        raise
+                    since = await self.journal._begin_run_at(self.run_id, stored)
         except BaseException:
             _live_runs(self.journal).discard(self.run_id)
             raise
@@ -102,7 +110,13 @@ class RunJournal:
             raise JournalFailed(self.failure)
         try:
             with anyio.CancelScope(shield=True):
-                await self.journal.add_calls(self.run_id, position, [journaled_call(call)])
+                try:
+                    await self.journal.add_calls(self.run_id, position, [call])
+                except JournalError:
+                    stored = journaled_calls([call])
+                    if stored is None:
+                        raise
+                    await self.journal.add_calls(self.run_id, position, stored)
         except JournalError as exc:
             error = self._lost(exc)
             if self.failure is None:
@@ -399,17 +413,22 @@ def journaled_handout(
     return float(handout["handed_out"]), None if deadline is None else float(deadline)
 
 
-def journaled_call(call: ToolCall) -> ToolCall:
-    """``call`` as its run's journal stores it. Arguments a journal cannot store (not JSON: a key that is not
-    text beside text keys, an integer of more digits than Python converts, a value of another type) are never
-    valid arguments, and the run answers the call ``invalid_input`` without running it: the journal stores in
-    their place text that is not JSON and says why, which a recovery answers ``invalid_input`` too."""
-    if not isinstance(call, ToolCall):
-        return call  # refused by the journal, naming its position
-    fault = args_fault(call.args)
-    if fault is None:
-        return call
-    return ToolCall(call.id, call.name, f"<arguments the journal cannot store: {fault}>")
+def journaled_calls(calls: Sequence[ToolCall]) -> list[ToolCall] | None:
+    """``calls`` as their run's journal stores them when some have arguments it cannot store (not JSON: a key
+    that is not text beside text keys, an integer of more digits than Python converts, a value of another
+    type), else None (the journal's refusal of them was for something else). Such arguments are never valid,
+    and the run answers the call ``invalid_input`` without running it: the journal stores in their place text
+    that is not JSON and says why, which a recovery answers ``invalid_input`` too."""
+    stored: list[ToolCall] = []
+    faulty = False
+    for call in calls:
+        fault = args_fault(call.args) if isinstance(call, ToolCall) else None
+        if fault is None:
+            stored.append(call)  # a call that is not a ToolCall is refused by the journal, naming its position
+        else:
+            faulty = True
+            stored.append(ToolCall(call.id, call.name, f"<arguments the journal cannot store: {fault}>"))
+    return stored if faulty else None
 
 
 def storable(args: Any) -> Any:
