@@ -17,8 +17,9 @@ import pytest
 from fleet_redis import namespace, redis_url
 
 import toolsched as ts
+import toolsched._policy.coordination as coordination_module
 from tests.fleet.test_coordination import child, lines_of
-from toolsched._policy.coordination import _ADMIT, _FRESH_US, _sha1
+from toolsched._policy.coordination import _ADMIT, _FRESH_US, _discard, _sha1
 from toolsched._policy.redis_wire import Connection, CoordinationError, Incomplete, parsed
 
 pytestmark = pytest.mark.anyio
@@ -260,6 +261,64 @@ async def test_a_reply_timeout_mid_batch_answers_the_callers_whose_replies_were_
     assert await slots(coordination, space, "capped") == [b"read"]
     await coordination._settle(tool, "read", "success", False)
     assert await slots(coordination, space, "capped") == []
+
+
+async def test_a_call_ending_while_redis_cannot_be_reached_does_not_wait_to_connect(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise: a call's end is not held up by an outage it cannot help. Within the second after Redis could not
+    be reached (a new connection not opened: a host blackholed), a fleet-admitted call's settle opened a fresh
+    connection again, its end waiting up to ``connect_timeout`` for it. It returns at once now, no connection
+    tried, the slot's lease running out by itself (a settle within an outage that was replies stopping midway on
+    a connection Redis answered on is still sent: the reply-timeout tests above)."""
+    tool = capped(cap=5)
+    space = namespace()
+    coordination = ts.RedisCoordination(redis_url(), namespace=space, connect_timeout=0.3)
+    assert (await coordination._admit(tool, "held", None))[0] == 0
+    link = coordination._link()
+    kept, link.idle = link.idle, []
+    await _discard(*kept)  # the next command needs a new connection
+    tried: list[object] = []
+
+    async def blackholed(*args: Any, **kwargs: Any) -> anyio.abc.ByteStream:
+        tried.append(args)
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(anyio, "connect_tcp", blackholed)
+    with pytest.raises(CoordinationError, match="cannot reach"):
+        await coordination._admit(tool, "next", None)
+    assert len(tried) == 1
+    await coordination._settle(tool, "held", "success", False)
+    assert len(tried) == 1  # the settle tried no connection
+    monkeypatch.undo()
+    checker = ts.RedisCoordination(redis_url(), namespace=space)
+    assert await slots(checker, space, "capped") == [b"held"]  # held until its lease runs out
+
+
+async def test_a_batch_cut_off_before_its_scripts_are_sent_again_is_not_answered_by_its_first_replies(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise: a caller is answered by its own command's reply, or told Redis was lost. A batch whose scripts
+    Redis did not have (``NOSCRIPT``) sends them again by their text in a second exchange; a connection lost
+    before that exchange began handed the callers the first exchange's replies as the second's (the admission
+    told "Redis refused a script: NOSCRIPT"). It is told the connection was lost, and nothing stays taken."""
+    tool = capped(cap=5)
+    space = namespace()
+    coordination = ts.RedisCoordination(redis_url(), namespace=space, connect_timeout=0.3)
+    await coordination._admit(tool, "warm", None)
+    await coordination._settle(tool, "warm", "none", False)
+    await coordination._call("SCRIPT", "FLUSH")
+
+    def cut(request: Any) -> bytes:
+        raise ConnectionError("cut before the scripts were sent again")
+
+    monkeypatch.setattr(coordination_module, "_fallback", cut)
+    with pytest.raises(CoordinationError, match="lost the connection"):
+        await coordination._admit(tool, "cut", None)
+    monkeypatch.undo()
+    checker = ts.RedisCoordination(redis_url(), namespace=space)
+    assert await slots(checker, space, "capped") == []
 
 
 @pytest.mark.parametrize("cap", [1, None])

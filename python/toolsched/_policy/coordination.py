@@ -260,6 +260,10 @@ class _Link:
     # At most this many round trips of the loop in flight at once: the batch behind them takes commands.
     gate: anyio.Semaphore = field(default_factory=lambda: anyio.Semaphore(_PIPELINES))
     down_until: float = -math.inf
+    # Whether that outage is replies that stopped coming on a connection Redis had answered on (Redis reachable
+    # a moment before): releases are still sent within it. Any other outage (no connection, not Redis) fails
+    # them at once, as it does every command.
+    stalled: bool = False
     warned: bool = False
     # Per tool name: the lock a call holds while it asks Redis again for a slot (one poller per loop and tool).
     pollers: dict[str, anyio.Lock] = field(default_factory=dict)
@@ -666,11 +670,12 @@ class RedisCoordination:
         while waiting loses its command if the batch is not written yet; if it is, the command's
         ``undo`` (an admission's: give back the slot or probe it took) is sent once its reply is in.
         ``wait=False``: return at once when another caller writes the batch (a release nobody waits for).
-        ``release=True``: sent even when Redis was unreachable a moment ago (a slot the fleet gave is given back
-        if Redis takes it; new admissions wait for ``_RETRY_CONNECT``).
+        ``release=True``: sent even when Redis stopped answering a moment ago on a connection it had answered on
+        (a slot the fleet gave is given back if Redis takes it; new admissions wait for ``_RETRY_CONNECT``); not
+        when it could not be reached at all (the slot's lease runs out by itself).
         """
         link = self._link()
-        if not release and link.down_until != -math.inf and anyio.current_time() < link.down_until:
+        if link.down_until != -math.inf and anyio.current_time() < link.down_until and not (release and link.stalled):
             raise CoordinationError("Redis was unreachable a moment ago")
         batch = link.open
         if batch is None:
@@ -791,16 +796,19 @@ class RedisCoordination:
                 connection = link.idle.pop() if link.idle else await self._connect()
             except (OSError, TimeoutError, ReplyError, CoordinationError) as exc:
                 link.down_until = anyio.current_time() + _RETRY_CONNECT
+                link.stalled = False
                 _failed(batch, f"cannot reach Redis at {self._host}:{self._port}: {_said(exc)}")
                 return
             replies: list[Any] = [_UNREAD] * len(batch)
-            # The commands sent again by their script's text (``NOSCRIPT``), while that second exchange is read.
+            sent = [anyio.current_time()] * len(batch)
+            # The exchange under way on the connection (its ``replies`` are that one's): none yet, the batch's,
+            # or the second one, of the commands sent again by their script's text (``NOSCRIPT``), ``again``.
+            phase: Literal["none", "batch", "again"] = "none"
             again: list[int] = []
             try:
                 with anyio.fail_after(_REPLY_TIMEOUT):
                     self.round_trips += 1
-                    sent = [anyio.current_time()] * len(batch)
-                    connection.replies = []
+                    phase = "batch"
                     replies[:] = await connection.exchange(data, len(batch), per_reply)
                     again = [
                         index
@@ -812,12 +820,11 @@ class RedisCoordination:
                         more = b"".join(_fallback(batch[index]) for index in again)
                         for index in again:
                             sent[index] = anyio.current_time()
-                        connection.replies = []
+                        phase = "again"
                         for index, reply in zip(
                             again, await connection.exchange(more, len(again), per_reply), strict=True
                         ):
                             replies[index] = reply
-                        again = []
             except BaseException as exc:
                 # Whatever ends the round trip leaves the connection's replies out of step: it is closed.
                 await _discard(connection)
@@ -833,12 +840,13 @@ class RedisCoordination:
                     error = f"Redis at {self._host}:{self._port}: {_said(exc)}"
                 else:
                     error = f"lost the connection to Redis at {self._host}:{self._port}: {_said(exc)}"
+                # The replies read before it failed are their commands' answers; the others' commands failed.
+                read = connection.replies if phase != "none" else []
                 if isinstance(exc, (TimeoutError, CoordinationError)) or not connection.heard:
                     # Not answering, or not Redis: tried again a moment later, not at every call.
                     link.down_until = anyio.current_time() + _RETRY_CONNECT
-                # The replies read before it failed are their commands' answers; the others' commands failed.
-                read = connection.replies
-                if again:
+                    link.stalled = isinstance(exc, TimeoutError) and (phase == "again" or bool(read))
+                if phase == "again":
                     for index, reply in zip(again, read, strict=False):
                         replies[index] = reply
                     for index in again[len(read) :]:
@@ -862,6 +870,7 @@ class RedisCoordination:
             break
         link.idle.append(connection)
         link.down_until = -math.inf
+        link.stalled = False
         if link.warned:
             link.warned = False
             logger.info("Redis at %s:%s is reachable again: fleet-wide limits resumed", self._host, self._port)
