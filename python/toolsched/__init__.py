@@ -73,6 +73,7 @@ from toolsched.errors import (
     TurnStateError,
     UnknownOptionError,
     UnknownToolError,
+    UnpicklableError,
     WorkloadError,
 )
 from toolsched.journal import (
@@ -191,6 +192,7 @@ __all__ = [
     "UnknownOptionError",
     "UnknownRunError",
     "UnknownToolError",
+    "UnpicklableError",
     "WorkerLostError",
     "WorkloadError",
     "__version__",

@@ -42,6 +42,7 @@ __all__ = [
     "UnknownOptionError",
     "UnknownRunError",
     "UnknownToolError",
+    "UnpicklableError",
     "UnstorableOutputError",
     "WorkloadError",
 ]
@@ -194,6 +195,12 @@ class MalformedCallError(ToolschedError, ValueError, TypeError):
     ``ToolCall`` or whose fields cannot be read. The message names the field (and the call's position)
     and the rule. A ``ValueError`` and a ``TypeError``, so either catches it.
     """
+
+
+class UnpicklableError(ToolschedError, TypeError):
+    """An object pickle was asked to serialize that cannot be: the message names it and says why (a tool of a
+    scheduled agent runs its calls through an executor of this process). A ``TypeError``, as pickle raises for
+    objects it cannot serialize."""
 
 
 class ResponseFormatError(ToolschedError, ValueError):

@@ -34,9 +34,10 @@ structured content.
 Annotations are hints from the server; with ``trust_hints=False`` they are
 ignored and every tool is treated as writing, destructive and unsafe to run
 alongside others. A tool the server reports as failed, a protocol error, a
-request the server does not answer within ``read_timeout`` (300 seconds by
-default) or a dropped connection becomes that call's ``execution_error``
-result (``McpToolError`` / ``McpConnectionError`` as the message), never a
+result that is not MCP (``McpToolError`` naming the fields), a request the
+server does not answer within ``read_timeout`` (300 seconds by default) or a
+dropped connection becomes that call's ``execution_error`` result
+(``McpToolError`` / ``McpConnectionError`` as the message), never a
 crash or a hang of the run. Once the connection is known to be gone (a stdio
 server's output ended, a request found it closed), every later call fails at
 once with a message saying it was called after that and not sent. The
@@ -155,6 +156,17 @@ def _content_output(result: mcp_types.CallToolResult) -> Any:
     if len(texts) == len(blocks):
         return "\n".join(text for text in texts if isinstance(text, str))
     return [block.model_dump(mode="json", by_alias=True, exclude_none=True) for block in blocks]
+
+
+def _not_mcp(exc: Exception) -> str:
+    """What a reply that is not the protocol's got wrong: the first fields the ``mcp`` package refused."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return str(exc)
+    found = errors(include_url=False)
+    shown = "; ".join(f"{'.'.join(map(str, error['loc'])) or '(root)'}: {error['msg']}" for error in found[:3])
+    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+    return shown + more
 
 
 def _error_message(result: mcp_types.CallToolResult) -> str:
@@ -365,9 +377,14 @@ class McpConnection:
         return list(self._tools)
 
     async def refresh_tools(self) -> list[McpTool]:
-        """Lists the server's tools again; unchanged tools keep their ``McpTool`` object."""
+        """Lists the server's tools again; unchanged tools keep their ``McpTool`` object.
+
+        A list the ``mcp`` package refuses (an entry that is not an MCP tool: no ``inputSchema``, a name
+        that is not text) is an ``McpConnectionError`` naming the entry's fields.
+        """
         from mcp.shared.exceptions import MCPError
         from mcp_types import REQUEST_TIMEOUT
+        from pydantic import ValidationError
 
         if self._lost is not None:
             raise McpConnectionError(
@@ -391,6 +408,12 @@ class McpConnection:
             raise McpConnectionError(f"could not list the tools of MCP server {self.label}: {exc}") from exc
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             raise McpConnectionError(f"could not list the tools of MCP server {self.label}: {exc}") from exc
+        except ValidationError as exc:
+            # The mcp package refuses the whole page when one entry is not an MCP tool.
+            raise McpConnectionError(
+                f"could not list the tools of MCP server {self.label}: its `tools/list` answer is not MCP: "
+                f"{_not_mcp(exc)}"
+            ) from exc
         if scope.cancelled_caught:
             raise McpConnectionError(f"could not list the tools of MCP server {self.label}: {self._lost}")
         previous = {member.remote_name: member for member in self._tools or ()}
@@ -428,6 +451,7 @@ class McpConnection:
         """
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+        from pydantic import ValidationError
 
         if self._lost is not None:
             raise McpConnectionError(self._not_sent(f"`{name}`"))
@@ -457,6 +481,10 @@ class McpConnection:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             self._server_closed()
             raise McpConnectionError(f"MCP server {self.label} closed the connection during `{name}`") from exc
+        except ValidationError as exc:
+            raise McpToolError(
+                f"MCP server {self.label} answered `{name}` with a result that is not MCP: {_not_mcp(exc)}"
+            ) from exc
         if scope.cancelled_caught:
             raise McpConnectionError(f"{self._lost} (during `{name}`)")
         if result.is_error:

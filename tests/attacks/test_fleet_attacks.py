@@ -8,11 +8,13 @@ server start their own with the same binary.
 
 from __future__ import annotations
 
+import gc
 import math
 import multiprocessing
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -472,6 +474,70 @@ async def test_a_child_forked_while_its_parent_renews_leases_renews_its_own(anyi
     assert answers == ["live 2"]
 
 
+def _child_of_a_running_loop(url: str, space: str, backend: str, inherited: list[int], report: Any) -> None:
+    """In a child forked from its parent's event loop: reports which of the parent's connections it still holds,
+    the warnings its collector raised, and a round trip of its own."""
+    coordination = _inherited[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gc.collect()
+        held = [descriptor for descriptor in inherited if _is_socket(descriptor)]
+        answers: list[Any] = []
+
+        async def main() -> None:
+            answers.append(await coordination._call("PING"))
+
+        # A thread of its own: the one forked is inside its parent's event loop, as far as the loop knows.
+        thread = threading.Thread(target=lambda: anyio.run(main, backend=backend))
+        thread.start()
+        thread.join(30)
+        gc.collect()
+    report.send((held, [f"{warning.category.__name__}: {warning.message}" for warning in caught], answers))
+
+
+def _is_socket(descriptor: int) -> bool:
+    try:
+        return stat.S_ISSOCK(os.fstat(descriptor).st_mode)
+    except OSError:
+        return False
+
+
+async def test_a_child_forked_while_an_event_loop_runs_lets_go_of_the_parents_connections(
+    anyio_backend: str,
+) -> None:
+    """Promise: "a child process forked from a worker opens its own" connections. A child forked while its parent's
+    event loop ran (``os.fork``, a ``fork`` multiprocessing start from the loop) dropped the parent's connections
+    (its loop's, and the lease renewal thread's) without closing them: it held the parent's sockets open for its
+    whole life (Redis never saw them closed when the parent closed them). The child now lets go of them, sends
+    nothing on them, warns of nothing, and the parent's connections go on working."""
+    url, space = redis_url(), namespace()
+    coordination = ts.RedisCoordination(url, namespace=space, lease=0.3)
+    _inherited[:] = [coordination]
+    await coordination._call("PING")  # an idle connection of this loop
+    coordination._renewer.hold(f"{space}:{{held}}:slots", "lease")  # and the renewal thread's
+    with anyio.fail_after(10):
+        while coordination._renewer.connection is None:  # noqa: ASYNC110 (a thread's state)
+            await anyio.sleep(0.01)
+    (link,) = coordination._links.values()
+    (kept,) = link.idle
+    renewal = coordination._renewer.connection
+    descriptors = [kept.stream.extra(anyio.abc.SocketAttribute.raw_socket).fileno(), renewal.fileno()]
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=_child_of_a_running_loop, args=(url, space, anyio_backend, descriptors, send))
+    try:
+        process.start()  # from the event loop's own thread, while it runs
+        send.close()
+        answer = await anyio.to_thread.run_sync(lambda: receive.recv() if receive.poll(30) else "no answer")
+        await anyio.to_thread.run_sync(process.join, 30)
+    finally:
+        coordination._renewer.release(f"{space}:{{held}}:slots", "lease")
+    assert answer == ([], [], ["PONG"])
+    # The parent's connection works on, the same one (not replaced).
+    assert await coordination._call("PING") == "PONG"
+    assert link.idle == [kept]
+
+
 # -- a worker killed while it probes -------------------------------------------------------------------
 
 
@@ -525,9 +591,10 @@ async def test_an_attempt_cancelled_while_redis_admits_it_gives_its_slot_back(
     anyio_backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Promise: a fleet slot is held by a call in flight (or, for a dead worker, until its lease runs out). A
-    run cancelled after the server ran the admission script and before its reply was read (the user's cancel,
-    a sibling's failure) held a slot nobody used or renewed: the fleet's one slot stayed taken for the whole
-    10 s lease."""
+    run cancelled after the server ran the admission script and before its reply was handed out (the user's
+    cancel, a sibling's failure) held a slot nobody used or renewed: the fleet's one slot stayed taken for the
+    whole 10 s lease. The reply read, then the round trip cut off by its reply timeout: the reply is the call's
+    answer (no fallback, no outage reported), and the cancelled call gives its slot back."""
     url, space = redis_url(), namespace()
     original = Connection.exchange
     stalled = anyio.Event()
@@ -536,16 +603,17 @@ async def test_an_attempt_cancelled_while_redis_admits_it_gives_its_slot_back(
         replies = await original(self, data, count, per_reply)
         if (_sha1(_ADMIT).encode() in data or _ADMIT.encode() in data) and not stalled.is_set():
             stalled.set()
-            await anyio.sleep_forever()  # the script ran; its reply is never read
+            await anyio.sleep_forever()  # the script ran, its reply read; the round trip never ends
         return replies
 
     monkeypatch.setattr(Connection, "exchange", reply_lost)
     cancelled = ts.Executor([capped_tool(cap=1)], coordination=ts.RedisCoordination(url, namespace=space))
-    # The batch writer is shielded (the others of its batch get their replies); its reply timeout ends it, and
-    # the outage is reported.
-    with pytest.warns(RuntimeWarning, match="fleet-wide limits unavailable"), anyio.move_on_after(0.3):
+    # The batch writer is shielded (the others of its batch get their replies); its reply timeout ends it.
+    with warnings.catch_warnings(record=True) as caught, anyio.move_on_after(0.3):
+        warnings.simplefilter("always")
         await one(cancelled)
     assert stalled.is_set()
+    assert [str(warning.message) for warning in caught] == []
     other = ts.Executor([capped_tool(cap=1)], coordination=ts.RedisCoordination(url, namespace=space))
     with anyio.fail_after(5):
         assert (await one(other, 2)).output == 2

@@ -19,7 +19,7 @@ from fleet_redis import namespace, redis_url
 import toolsched as ts
 from tests.fleet.test_coordination import child, lines_of
 from toolsched._policy.coordination import _ADMIT, _FRESH_US, _sha1
-from toolsched._policy.redis_wire import Connection, CoordinationError
+from toolsched._policy.redis_wire import Connection, CoordinationError, Incomplete, parsed
 
 pytestmark = pytest.mark.anyio
 
@@ -146,36 +146,159 @@ async def test_a_probe_past_its_lease_does_not_free_the_next_probe(anyio_backend
     assert (await coordination._admit(tool, "third", None))[0] == 1
 
 
+class Stall:
+    """Whether the next batch written (on any ``FirstReplyOnly`` connection) is cut after its first reply."""
+
+    def __init__(self) -> None:
+        self.armed = False
+
+
+class FirstReplyOnly(anyio.abc.ByteStream):
+    """A connection that, for the batch written while its ``stall`` is armed, hands over the first reply and then
+    nothing (Redis stalled midway: the batch's reply timeout ends it); every other batch goes through."""
+
+    def __init__(self, inner: anyio.abc.ByteStream, stall: Stall) -> None:
+        self.inner, self.stall = inner, stall
+        self.state = "through"  # "cut": the first reply is next; "stalled": nothing more comes
+        self.closed = False
+
+    async def send(self, item: bytes) -> None:
+        if self.stall.armed:
+            self.stall.armed = False
+            self.state = "cut"
+        await self.inner.send(item)
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        if self.state == "through":
+            return await self.inner.receive(max_bytes)
+        if self.state == "stalled":
+            await anyio.sleep_forever()
+        buffer = bytearray()
+        while True:
+            buffer += await self.inner.receive(max_bytes)
+            try:
+                _, end = parsed(buffer, 0)
+            except (Incomplete, IndexError):
+                continue
+            self.state = "stalled"
+            return bytes(buffer[:end])
+
+    async def send_eof(self) -> None:
+        await self.inner.send_eof()
+
+    async def aclose(self) -> None:
+        self.closed = True
+        await self.inner.aclose()
+
+
+def first_reply_only(monkeypatch: pytest.MonkeyPatch, stall: Stall) -> list[FirstReplyOnly]:
+    """Every connection opened from now on a ``FirstReplyOnly`` of ``stall``'s; the list of them."""
+    original = anyio.connect_tcp
+    opened: list[FirstReplyOnly] = []
+
+    async def connect(*args: Any, **kwargs: Any) -> anyio.abc.ByteStream:
+        opened.append(FirstReplyOnly(await original(*args, **kwargs), stall))
+        return opened[-1]
+
+    monkeypatch.setattr(anyio, "connect_tcp", connect)
+    return opened
+
+
+async def in_one_batch(
+    coordination: ts.RedisCoordination,
+    stall: Stall,
+    group: anyio.abc.TaskGroup,
+    *asks: Callable[[], Awaitable[None]],
+) -> None:
+    """Starts ``asks`` (each making one command) so that their commands go in one batch, in this order, the stall
+    armed for it: a round trip of the loop held in flight meanwhile, the batch takes them until it is back."""
+    link = coordination._link()
+    await link.gate.acquire()
+    try:
+        for count, ask in enumerate(asks, 1):
+            group.start_soon(ask)
+            while link.open is None or len(link.open) < count:
+                await anyio.lowlevel.checkpoint()
+        stall.armed = True
+    finally:
+        link.gate.release()
+
+
+async def test_a_reply_timeout_mid_batch_answers_the_callers_whose_replies_were_read(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise: a caller whose reply came has its answer. A batch whose replies stopped coming midway (Redis
+    stalled past the reply timeout) told every caller Redis did not answer, those whose replies had been read too:
+    they fell back to per-process limits for nothing, their fleet slots given back. Now they are admitted on their
+    replies; only the others fall back (nothing taken by them is left held), and the stalled connection is closed."""
+    tool = capped(cap=5)
+    space = namespace()
+    stall = Stall()
+    opened = first_reply_only(monkeypatch, stall)
+    coordination = ts.RedisCoordination(redis_url(), namespace=space, connect_timeout=0.3)
+    await coordination._admit(tool, "warm", None)  # the script loaded
+    await coordination._settle(tool, "warm", "none", False)
+    answers: dict[str, Any] = {}
+
+    def ask(lease: str) -> Callable[[], Awaitable[None]]:
+        async def admission() -> None:
+            try:
+                answers[lease] = (await coordination._admit(tool, lease, None))[0]
+            except CoordinationError as exc:
+                answers[lease] = str(exc)
+
+        return admission
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            await in_one_batch(coordination, stall, group, ask("read"), ask("unread"))
+    assert answers["read"] == 0, answers  # admitted on its reply
+    assert "did not answer" in answers["unread"], answers
+    stalled = [connection for connection in opened if connection.state == "stalled"]
+    assert len(stalled) == 1 and stalled[0].closed
+    # The admitted caller holds its slot; the other's was given back (if its script took one).
+    assert await slots(coordination, space, "capped") == [b"read"]
+    await coordination._settle(tool, "read", "success", False)
+    assert await slots(coordination, space, "capped") == []
+
+
 @pytest.mark.parametrize("cap", [1, None])
 async def test_a_probe_taken_by_an_admission_whose_reply_was_lost_is_given_back(
     anyio_backend: str, cap: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Promise: a probe is held by an attempt in flight (or by a dead worker, until its lease runs out). An
-    admission that took the half-open circuit's probe and whose reply never came (the attempt falls back to
-    per-process limits) gave back its slot but not the probe: the fleet's calls were refused as the circuit
-    open for the whole lease, though nobody probed."""
+    admission that took the half-open circuit's probe and whose reply never came (Redis stalled after answering
+    the command before it in the batch; the attempt falls back to per-process limits) gave back its slot but not
+    the probe: the fleet's calls were refused as the circuit open for the whole lease, though nobody probed. The
+    command whose reply was read is answered, and what it took is its caller's."""
     tool = probed(cap)
+    other = capped(cap=5)
     space = namespace()
     url = redis_url()
+    stall = Stall()
     checker = ts.RedisCoordination(url, namespace=space)
     await checker._admit(tool, "warm", None)  # the script loaded
     await checker._settle(tool, "warm", "none", False)
     await opened_and_cooled(checker, space)
-    original = Connection.exchange
+    first_reply_only(monkeypatch, stall)
+    coordination = ts.RedisCoordination(url, namespace=space, connect_timeout=0.3)
+    await coordination._call("PING")  # a connection kept: the batch goes on it
+    answers: dict[str, Any] = {}
 
-    async def reply_lost(self: Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
-        replies = await original(self, data, count, per_reply)
-        if admits(data):
-            raise TimeoutError  # the script ran; its reply never came
-        return replies
+    async def read() -> None:
+        answers["read"] = await coordination._admit(other, "read", None)
 
-    coordination = ts.RedisCoordination(url, namespace=space)
-    with monkeypatch.context() as patched:
-        patched.setattr(Connection, "exchange", reply_lost)
+    async def lost() -> None:
         with pytest.raises(CoordinationError, match="did not answer"):
             await coordination._admit(tool, "lost", None)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            await in_one_batch(coordination, stall, group, read, lost)
+    assert answers["read"][0] == 0
     assert await checker._call("HGET", f"{space}:{{probed}}:circuit", "prober") is None
     assert (await checker._admit(tool, "next", None))[0] == 1
+    assert await slots(checker, space, "capped") == [b"read"]  # the answered admission's slot is its caller's
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])

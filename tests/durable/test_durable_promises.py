@@ -86,6 +86,69 @@ async def test_an_output_the_journal_cannot_store_is_that_call_s_error(store: St
     assert sorted(ran) == ["fine 1", "fine 2", "odd"]
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [{"key": {1: "int key", "text": "text key"}}, {"number": 10**5000}, {"when": object()}],
+    ids=["mixed-keys", "past-4300-digits", "object"],
+)
+async def test_arguments_the_journal_cannot_store_answer_that_call_invalid_input(
+    store: Store, bad: dict[str, Any]
+) -> None:
+    """Promise: a journaled run answers every call as an unjournaled one does. Arguments a journal cannot store
+    (a key that is not text beside text keys, an integer past Python's 4,300 digits) made the journaled run
+    raise ``JournalError`` where the unjournaled run answers that call ``invalid_input``; now it answers it the
+    same, nothing run, the turn's other calls unaffected, and the journal holds a finished run a recovery reads."""
+    ran: list[str] = []
+
+    @ts.tool(concurrency_safe=True)
+    async def take(key: object = None, number: object = None, when: object = None) -> str:
+        ran.append("take")
+        return "taken"
+
+    @ts.tool(concurrency_safe=True)
+    async def fine(n: int) -> int:
+        ran.append(f"fine {n}")
+        return n
+
+    def turn() -> list[ts.ToolCall]:
+        return [ts.ToolCall("f1", "fine", {"n": 1}), ts.ToolCall("b", "take", bad), ts.ToolCall("f2", "fine", {"n": 2})]
+
+    def answers(outcome: ts.Outcome) -> list[tuple[Any, ...]]:
+        return [(r.call_id, r.output, r.error_kind, r.error) for r in outcome.results]
+
+    unjournaled = answers(await ts.Executor([take, fine]).run(turn()))
+    assert unjournaled[1][2] == "invalid_input"
+    ran.clear()
+    async with store.open() as journal:
+        executor = ts.Executor([take, fine], journal=journal)
+        outcome = await executor.run(turn(), run_id="r1")
+        assert answers(outcome) == unjournaled
+        assert sorted(ran) == ["fine 1", "fine 2"]
+        record = await journal.load("r1")
+        assert [entry.state for entry in record.calls] == ["finished", "finished", "finished"]
+        again = await executor.recover("r1")
+        assert answers(again) == unjournaled
+        assert sorted(ran) == ["fine 1", "fine 2"]
+        # A run that stopped after its calls were journaled, before any was answered: its recovery answers the
+        # call invalid_input too (the journal's stand-in for the arguments is text that is not JSON).
+        from toolsched._executor.durable import journaled_call
+
+        await journal.begin_run("r2", [journaled_call(call) for call in turn()])
+        recovered = answers(await executor.recover("r2"))
+        assert [answer[:3] for answer in recovered] == [("f1", 1, None), ("b", None, "invalid_input"), ("f2", 2, None)]
+        assert "not valid JSON" in recovered[1][3]
+        assert sorted(ran) == ["fine 1", "fine 1", "fine 2", "fine 2"]
+        # A streamed turn journals each call as it arrives: the same answer.
+        ran.clear()
+        async with executor.turn(run_id="s1") as streamed:
+            for call in turn():
+                streamed.submit(call)
+            streamed.close()
+            assert answers(await streamed.outcome()) == unjournaled
+        assert sorted(ran) == ["fine 1", "fine 2"]
+        assert answers(await executor.recover("s1")) == unjournaled
+
+
 async def test_recover_of_a_run_still_running_here_is_refused(store: Store) -> None:
     ran: list[str] = []
     started = anyio.Event()

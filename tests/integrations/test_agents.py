@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 from typing import Any
 
 import anyio
@@ -287,3 +289,89 @@ def test_strict_sets_the_copies_strict_mode_and_schema_as_the_sdk_normalizes_the
     (unstrict,) = scheduled(Agent(name="b", tools=[strict_tool]), strict=False).tools
     assert (unstrict.strict_json_schema, strict_tool.strict_json_schema) == (False, True)
     assert unstrict.params_json_schema == strict_tool.params_json_schema
+
+
+async def test_a_clone_of_a_scheduled_agent_keeps_its_executor() -> None:
+    """Promise: a scheduled agent's executor is its ``toolsched_executor``. The SDK's ``agent.clone(...)`` builds
+    a new agent from the fields only: the clone's calls still went through toolsched, but the clone had no
+    ``toolsched_executor`` (code that reads it, ``otel.instrument(agent.toolsched_executor)``, failed). The clone,
+    and a clone of it, keep the same executor, which runs their calls under its rules."""
+    ran: list[str] = []
+
+    @function_tool
+    async def delete(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    agent = scheduled(
+        Agent(name="files", tools=[delete]),
+        tools=[from_function_tool(delete, rule_subject="path")],
+        permissions=ts.Permissions(deny=["delete(/etc/**)"]),
+    )
+    executor = agent.toolsched_executor  # type: ignore[attr-defined]
+    clone = agent.clone(name="renamed")
+    assert clone.toolsched_executor is executor  # type: ignore[attr-defined]
+    assert clone.clone(instructions="again").toolsched_executor is executor  # type: ignore[attr-defined]
+    assert clone.clone(tools=[*clone.tools]).toolsched_executor is executor  # type: ignore[attr-defined]
+    assert isinstance(clone, Agent) and type(clone).__name__ == "Agent" and clone.name == "renamed"
+    model = ScriptedAgentModel(
+        [
+            [function_call("c1", "delete", {"path": "/etc/passwd"}), function_call("c2", "delete", {"path": "a.txt"})],
+            [final_message("done")],
+        ]
+    )
+    result = await Runner.run(clone.clone(model=model), "delete them", run_config=NO_TRACING)
+    found = outputs(result)
+    assert ran == ["a.txt"]
+    assert found["c2"] == "deleted a.txt"
+    assert "denied" in found["c1"] or "not allowed" in found["c1"], found["c1"]
+
+
+def test_pickling_a_scheduled_agent_or_its_tool_says_it_cannot_be_done() -> None:
+    """Promise: bad input gets a typed readable error. A scheduled agent's tools (and the agent) cannot be
+    pickled: their calls run through an executor of this process. pickle said "Can't pickle <class
+    'agents.tool.FunctionTool'>: it's not the same object as agents.tool.FunctionTool", which names neither the
+    tool nor the reason; the error is ``ts.UnpicklableError`` (a ``TypeError``) naming both. Copies still work."""
+
+    @function_tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    agent = scheduled(Agent(name="maths", tools=[add]))
+    with pytest.raises(ts.UnpicklableError, match=r"the tool 'add' of a scheduled agent cannot be pickled: its calls"):
+        pickle.dumps(agent.tools[0])
+    with pytest.raises(TypeError, match=r"the scheduled agent 'maths' cannot be pickled: its function tools run"):
+        pickle.dumps(agent)
+    copied = copy.deepcopy(agent)
+    assert copied.toolsched_executor is agent.toolsched_executor  # type: ignore[attr-defined]
+    assert [tool.name for tool in copied.tools] == ["add"] and copy.copy(agent.tools[0]).name == "add"
+
+
+def test_scheduling_a_scheduled_agent_again_is_refused_rather_than_dropping_its_options() -> None:
+    """Promise: an option given is applied or refused, never dropped. ``scheduled(scheduled(agent,
+    permissions=rules))`` scheduled the agent's SDK tools afresh with the outer options only: the inner rules no
+    longer applied, silently (a deny rule gone). It raises ``OptionError`` now, however the scheduled tools come
+    back (the agent, a clone, its tools in another agent or in ``tools=``); the original agent is scheduled as
+    often as wanted."""
+
+    @function_tool
+    def delete(path: str) -> str:
+        """Delete a file."""
+        return path
+
+    original = Agent(name="files", tools=[delete])
+    inner = scheduled(original, permissions=ts.Permissions(deny=["delete"]))
+    for given, extra in [
+        (inner, {}),
+        (inner.clone(name="clone"), {}),
+        (Agent(name="other", tools=[*inner.tools]), {}),
+        (original, {"tools": [from_function_tool(inner.tools[0])]}),
+    ]:
+        with pytest.raises(
+            ts.OptionError, match=r"another scheduled\(\) made \(`delete`\): scheduling them again would"
+        ):
+            scheduled(given, **extra)
+    again = scheduled(original, permissions=ts.Permissions(allow=["delete"]))
+    assert again.toolsched_executor is not inner.toolsched_executor  # type: ignore[attr-defined]

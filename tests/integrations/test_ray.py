@@ -836,3 +836,58 @@ async def test_the_cpu_bench_splits_both_turns_by_thread_and_profiles_the_waitin
     assert "the event loop's thread, last RayBackend turn:" in out
     waiting = out.split("the waiting thread, every RayBackend turn (and the warm-up):")[1]
     assert "ray_waiting.py" in waiting and "(_ready)" in waiting
+
+
+@ts.tool(concurrency_safe=True, num_cpus=0.01)
+def carry(item: Any) -> str:
+    return f"carried {item!r}"
+
+
+async def test_a_call_cancelled_before_its_loop_sends_it_never_reaches_ray(
+    cluster: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calls go to Ray once the event loop's ready tasks have run: one cancelled before that is never sent,
+    while a call started beside it is sent and answered."""
+    from toolsched._backends import backends
+
+    sent: list[dict[str, Any]] = []
+    submit = backends._Placement.submit
+
+    def counted(self: Any, args: Any, ctx: Any) -> Any:
+        sent.append(dict(args))
+        return submit(self, args, ctx)
+
+    monkeypatch.setattr(backends._Placement, "submit", counted)
+    backend = ts.RayBackend()
+    backend.bind([carry])
+    backend.connect()
+    answers: list[object] = []
+
+    async def kept() -> None:
+        answers.append(await backend.invoke(carry, {"item": "kept"}, None))
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as group:
+            group.start_soon(kept)
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await backend.invoke(carry, {"item": "dropped"}, None)
+    assert sent == [{"item": "kept"}]
+    assert answers == ["carried 'kept'"]
+    backend.close()
+
+
+async def test_a_call_that_cannot_be_sent_fails_alone_among_the_calls_sent_with_it(cluster: None) -> None:
+    """Calls started together are sent together: one whose context cannot be serialised fails with a
+    BackendError naming its tool, the others sent with it (their tool takes no context) are answered."""
+    executor = ray_executor([carry, whoami], strategy=ts.Parallel(max_concurrency=10))
+    calls = [ts.ToolCall(f"c{i}", "carry", {"item": i}) for i in range(6)]
+    calls.insert(3, ts.ToolCall("w", "whoami", {}))
+    with anyio.fail_after(60):
+        outcome = await executor.run(calls, context={"lock": threading.Lock()})
+    by_id = {result.call_id: result for result in outcome.results}
+    assert [by_id[f"c{i}"].output for i in range(6)] == [f"carried {i!r}" for i in range(6)]
+    failed = by_id["w"]
+    assert failed.error_kind == "execution_error"
+    assert failed.error is not None
+    assert failed.error.startswith("BackendError: the call of `whoami` cannot be sent to Ray"), failed.error

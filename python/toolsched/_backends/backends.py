@@ -24,8 +24,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
+from toolsched._backends.ray_sending import Outgoing, RaySender
 from toolsched._backends.ray_waiting import RayWaiter
 from toolsched._backends.ray_worker import (
     AsyncToolWorker,
@@ -193,7 +195,7 @@ def _tool_body(
 class _Placement:
     """How one tool runs on Ray: its task, or its pool of actors."""
 
-    __slots__ = ("actor_count", "actors", "body", "busy", "options", "prepare", "retries", "task")
+    __slots__ = ("actor_count", "actors", "bare_task", "body", "busy", "options", "prepare", "retries", "task")
 
     def __init__(self, tool: Tool, actor_count: int, max_result_bytes: int | None) -> None:
         self.body, self.prepare = _tool_body(tool, max_result_bytes)
@@ -219,28 +221,42 @@ class _Placement:
         self.actors: list[Any] = []
         self.busy: list[int] = []
         self.task: Any = None
+        self.bare_task: Any = None
 
     def submit(self, args: Args, ctx: ToolContext | None) -> tuple[Any, int]:
         """Starts the call on Ray; returns its result's reference and the actor it went to (-1: a task)."""
-        ray = ray_package()
         positional, keywords = self.prepare(args)
         spec = None
         if ctx is not None and self.body.context != "none":
             spec = ContextSpec(ctx.call_id, ctx.tool_name, ctx.context, ctx.interactive)
+        packed = pack(positional, keywords, spec)
         if not self.actor_count:
-            if self.task is None:
-                self.task = ray.remote(tool_task(self.body)).options(
+            return self.ray_task(bool(packed)).remote(*packed), -1
+        self.start_actors()
+        index = min(range(self.actor_count), key=self.busy.__getitem__)
+        reference = self.actors[index].run.remote(*packed)
+        self.busy[index] += 1
+        return reference, index
+
+    def ray_task(self, takes_arguments: bool) -> Any:
+        """The tool's Ray task, for calls that send arguments or for calls that send none (made on first use)."""
+        task = self.task if takes_arguments else self.bare_task
+        if task is None:
+            task = (
+                ray_package()
+                .remote(tool_task(self.body, takes_arguments=takes_arguments))
+                .options(
                     name=f"toolsched:{self.body.tool_name}",
                     max_retries=self.retries,
                     retry_exceptions=False,
                     **self.options,
                 )
-            return self.task.remote(*pack(positional, keywords, spec)), -1
-        self.start_actors()
-        index = min(range(self.actor_count), key=self.busy.__getitem__)
-        reference = self.actors[index].run.remote(*pack(positional, keywords, spec))
-        self.busy[index] += 1
-        return reference, index
+            )
+            if takes_arguments:
+                self.task = task
+            else:
+                self.bare_task = task
+        return task
 
     def start_actors(self) -> None:
         """Starts the tool's actors, if it has a pool and they are not running yet (needs a connection)."""
@@ -361,6 +377,7 @@ class RayBackend:
             _parse_address(self.address)
         self._placements: dict[Tool, _Placement] = {}
         self._waiter = RayWaiter()
+        self._sender = RaySender(self._waiter)
         self._connected = False
         self._lock = threading.Lock()
         self._connecting: threading.Thread | None = None
@@ -401,26 +418,32 @@ class RayBackend:
         placement = self._placements.get(tool)
         if placement is None:
             placement = self._placements[tool] = self._place(tool)
+        native = anyio.lowlevel.current_token().native_token
+        outgoing = Outgoing(functools.partial(placement.submit, args, ctx), RayWaiter.waiting(native))
+        self._sender.send(outgoing, native)
         try:
-            reference, index = placement.submit(args, ctx)
-        except (BackendError, ToolDefinitionError):
-            raise
-        except Exception as exc:
-            raise BackendError(
-                f"the call of `{tool.name}` cannot be sent to Ray: {type(exc).__name__}: {summary(exc)}"
-            ) from exc
-        try:
-            value, events = await self._waiter.result(reference)
+            value, events = await self._waiter.wait(outgoing.waiting)
         except anyio.get_cancelled_exc_class():
-            placement.cancel(reference, index)
+            if outgoing.reference is None:
+                outgoing.dropped = True  # not sent yet: it never will be
+            else:
+                placement.cancel(outgoing.reference, outgoing.index)
             raise
-        except ray_package().exceptions.RayError as exc:
+        except BaseException as exc:
+            if outgoing.failure is not None:  # never sent: submitting it raised
+                if isinstance(exc, (BackendError, ToolDefinitionError)) or not isinstance(exc, Exception):
+                    raise
+                raise BackendError(
+                    f"the call of `{tool.name}` cannot be sent to Ray: {type(exc).__name__}: {summary(exc)}"
+                ) from exc
+            if not isinstance(exc, ray_package().exceptions.RayError):
+                raise
             error = self._translate(exc, placement)
             if isinstance(error, BackendError):
                 raise error from exc
             raise error from None
         finally:
-            placement.settle(index)
+            placement.settle(outgoing.index)
         if ctx is not None:
             for event in events:
                 if isinstance(event, ToolProgress):

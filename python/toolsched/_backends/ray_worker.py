@@ -200,8 +200,18 @@ def pack(positional: tuple[Any, ...], keywords: dict[str, Any], spec: ContextSpe
     return ((positional, keywords, spec),)
 
 
-def tool_task(body: Body) -> Callable[..., tuple[Any, tuple[Event, ...]]]:
-    """The Ray task of one tool: its body travels with the function, exported to the cluster once."""
+def tool_task(body: Body, *, takes_arguments: bool = True) -> Callable[..., tuple[Any, tuple[Event, ...]]]:
+    """The Ray task of one tool: its body travels with the function, exported to the cluster once.
+
+    Without ``takes_arguments`` the task takes no parameter at all, for calls that send none (``pack``
+    gave ``()``): Ray binds the arguments of a task that has parameters to its signature on every call.
+    """
+    if not takes_arguments:
+
+        def run_bare_tool() -> tuple[Any, tuple[Event, ...]]:
+            return _run_body(body, *_NOTHING)
+
+        return run_bare_tool
 
     def run_tool(packed: Packed = None) -> tuple[Any, tuple[Event, ...]]:
         return _run_body(body, *(packed or _NOTHING))

@@ -43,7 +43,7 @@ from toolsched.journal import (
     UnstorableOutputError,
 )
 from toolsched.journal._leases import Lease
-from toolsched.journal._rows import check_run_id
+from toolsched.journal._rows import args_fault, check_run_id
 
 __all__ = ["JournalFailed", "RunJournal", "journaled_child", "journaled_handout", "storable"]
 
@@ -89,7 +89,7 @@ class RunJournal:
         self._hold()
         try:
             with anyio.CancelScope(shield=True):
-                since = await self.journal._begin_run_at(self.run_id, calls)
+                since = await self.journal._begin_run_at(self.run_id, [journaled_call(call) for call in calls])
         except BaseException:
             _live_runs(self.journal).discard(self.run_id)
             raise
@@ -102,7 +102,7 @@ class RunJournal:
             raise JournalFailed(self.failure)
         try:
             with anyio.CancelScope(shield=True):
-                await self.journal.add_calls(self.run_id, position, [call])
+                await self.journal.add_calls(self.run_id, position, [journaled_call(call)])
         except JournalError as exc:
             error = self._lost(exc)
             if self.failure is None:
@@ -397,6 +397,19 @@ def journaled_handout(
         raise JournalCorruptError(f"run {run_id!r}, call {call_id!r}: the hand-out journaled for it is damaged")
     deadline = handout.get("deadline")
     return float(handout["handed_out"]), None if deadline is None else float(deadline)
+
+
+def journaled_call(call: ToolCall) -> ToolCall:
+    """``call`` as its run's journal stores it. Arguments a journal cannot store (not JSON: a key that is not
+    text beside text keys, an integer of more digits than Python converts, a value of another type) are never
+    valid arguments, and the run answers the call ``invalid_input`` without running it: the journal stores in
+    their place text that is not JSON and says why, which a recovery answers ``invalid_input`` too."""
+    if not isinstance(call, ToolCall):
+        return call  # refused by the journal, naming its position
+    fault = args_fault(call.args)
+    if fault is None:
+        return call
+    return ToolCall(call.id, call.name, f"<arguments the journal cannot store: {fault}>")
 
 
 def storable(args: Any) -> Any:

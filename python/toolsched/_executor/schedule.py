@@ -25,7 +25,7 @@ from toolsched._executor.pool import run_pool
 from toolsched._executor.settings import Steering
 from toolsched._executor.strategies import resolve_cap
 from toolsched._executor.turn import Job, Turn, judge
-from toolsched._policy.hooks import BatchEvent, Hook, HookTimeout
+from toolsched._policy.hooks import BatchEvent, Hook, HookTimeout, shown_result
 from toolsched._tools.tools import Access
 from toolsched._values.calls import ToolCall, args_copy
 from toolsched._values.decisions import Decision
@@ -412,7 +412,7 @@ def _batch_event(batch: list[Job], number: int, concurrent: bool, turn: Turn, do
     results: tuple[ToolResult, ...] = ()
     if done:
         ids = {job.call.id for job in batch}
-        results = tuple(result for result in turn.ordered_partial() if result.call_id in ids)
+        results = tuple(shown_result(result) for result in turn.ordered_partial() if result.call_id in ids)
     return BatchEvent(number, calls, concurrent, results, turn.context)
 
 
@@ -446,8 +446,9 @@ async def _after_batch(batch: list[Job], number: int, concurrent: bool, turn: Tu
     hooks = _batch_hooks(turn.settings.post_batch, batch)
     if not hooks:
         return
-    event = _batch_event(batch, number, concurrent, turn, True)
     for hook in hooks:
+        # Each hook its own event: what one changes in the outputs it is shown, the next never sees.
+        event = _batch_event(batch, number, concurrent, turn, True)
         try:
             await hook(event)
         except Exception:

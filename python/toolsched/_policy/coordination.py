@@ -283,6 +283,8 @@ class _Renewer:
         self.held: dict[str, set[str]] = {}
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
+        # The renewal thread's connection to Redis while it has one.
+        self.connection: socket.socket | None = None
         # Round trips made to renew leases (read by tests and benches/fleet.py).
         self.round_trips = 0
 
@@ -294,10 +296,14 @@ class _Renewer:
                 self.thread.start()
 
     def forget(self) -> None:
-        """In a child process just forked: the parent's leases and renewal thread are not the child's."""
+        """In a child process just forked: the parent's leases, renewal thread and its connection are not the
+        child's (the connection's descriptor is closed in the child, nothing sent on it)."""
         self.lock = threading.Lock()
         self.held = {}
         self.thread = None
+        connection, self.connection = self.connection, None
+        if connection is not None and connection.fileno() >= 0:
+            os.close(connection.detach())
 
     def release(self, key: str, lease_id: str) -> None:
         with self.lock:
@@ -324,27 +330,54 @@ class _Renewer:
                     args += [len(ids), *ids]
             try:
                 if connection is None:
-                    connection = owner._connect_blocking()
+                    connection = self.connection = owner._connect_blocking()
                 self.round_trips += 1
                 reply = blocking_request(connection, "EVALSHA", _sha1(_RENEW), len(keys), *keys, *args)
                 if reply.startswith(b"-NOSCRIPT"):
                     blocking_request(connection, "EVAL", _RENEW, len(keys), *keys, *args)
             except OSError:
                 # Redis unreachable: the leases run out by themselves; tried again at the next renewal.
+                self.connection = None
                 if connection is not None:
                     connection.close()
                 connection = None
+        self.connection = None
         if connection is not None:
             connection.close()
 
 
 # Every RedisCoordination of this process, so that a forked child starts each afresh.
 _LIVE: weakref.WeakSet[RedisCoordination] = weakref.WeakSet()
+# Every connection of this process's event loops not yet closed, so that a forked child lets go of each.
+_OPEN: weakref.WeakSet[Connection] = weakref.WeakSet()
+# In a forked child, the connections inherited from the parent (kept, so that no finalizer of theirs runs).
+_DISOWNED: list[Connection] = []
 
 
 def _after_fork() -> None:
     for coordination in list(_LIVE):
         coordination._forget()
+    _disown(list(_OPEN))
+
+
+def _disown(connections: list[Connection]) -> None:
+    """In a child process just forked: each of the parent's ``connections`` has its descriptor pointed at
+    /dev/null, so that the child neither holds the parent's socket (Redis sees it closed when the parent closes
+    it) nor writes to it. Nothing is sent, and the parent's event loop (whose selector the child shares) is not
+    touched; the objects are kept for the child's life, their finalizers never run (they would warn or close)."""
+    _OPEN.clear()
+    if not connections:
+        return
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for connection in connections:
+            raw = connection.stream.extra(anyio.abc.SocketAttribute.raw_socket, None)
+            descriptor = raw.fileno() if raw is not None else -1
+            if descriptor >= 0:
+                os.dup2(null, descriptor, inheritable=False)
+            _DISOWNED.append(connection)
+    finally:
+        os.close(null)
 
 
 os.register_at_fork(after_in_child=_after_fork)
@@ -415,6 +448,7 @@ async def _discard(*connections: Connection) -> None:
     such cancellation is raised once all are closed."""
     raised: BaseException | None = None
     for connection in connections:
+        _OPEN.discard(connection)
         try:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_REPLY_TIMEOUT):
                 await connection.stream.aclose()
@@ -424,6 +458,10 @@ async def _discard(*connections: Connection) -> None:
             raised = raised or exc
     if raised is not None:
         raise raised
+
+
+# A command's reply not read (its round trip failed before it came).
+_UNREAD: Any = object()
 
 
 def _fallback(request: _Request) -> bytes:
@@ -585,6 +623,7 @@ class RedisCoordination:
             with anyio.fail_after(self.connect_timeout):
                 stream = await anyio.connect_tcp(self._host, self._port)
                 connection = Connection(stream)
+                _OPEN.add(connection)
                 if self._password is not None:
                     await connection.request("AUTH", self._password)
                 if self._db:
@@ -616,7 +655,7 @@ class RedisCoordination:
             raise reply
         return reply
 
-    async def _send(self, request: _Request, *, wait: bool = True) -> Any:
+    async def _send(self, request: _Request, *, wait: bool = True, release: bool = False) -> Any:
         """Sends one command in this event loop's pipeline and returns its reply (an error reply as a
         ``ReplyError``).
 
@@ -627,9 +666,11 @@ class RedisCoordination:
         while waiting loses its command if the batch is not written yet; if it is, the command's
         ``undo`` (an admission's: give back the slot or probe it took) is sent once its reply is in.
         ``wait=False``: return at once when another caller writes the batch (a release nobody waits for).
+        ``release=True``: sent even when Redis was unreachable a moment ago (a slot the fleet gave is given back
+        if Redis takes it; new admissions wait for ``_RETRY_CONNECT``).
         """
         link = self._link()
-        if link.down_until != -math.inf and anyio.current_time() < link.down_until:
+        if not release and link.down_until != -math.inf and anyio.current_time() < link.down_until:
             raise CoordinationError("Redis was unreachable a moment ago")
         batch = link.open
         if batch is None:
@@ -682,7 +723,7 @@ class RedisCoordination:
                 # again with its lease id takes no second slot or probe).
                 request.again = False
                 request.done = None
-                return await self._send(request, wait=wait)
+                return await self._send(request, wait=wait, release=release)
         if request.error is not None:
             raise CoordinationError(request.error)
         return request.reply
@@ -752,11 +793,15 @@ class RedisCoordination:
                 link.down_until = anyio.current_time() + _RETRY_CONNECT
                 _failed(batch, f"cannot reach Redis at {self._host}:{self._port}: {_said(exc)}")
                 return
+            replies: list[Any] = [_UNREAD] * len(batch)
+            # The commands sent again by their script's text (``NOSCRIPT``), while that second exchange is read.
+            again: list[int] = []
             try:
                 with anyio.fail_after(_REPLY_TIMEOUT):
                     self.round_trips += 1
                     sent = [anyio.current_time()] * len(batch)
-                    replies = await connection.exchange(data, len(batch), per_reply)
+                    connection.replies = []
+                    replies[:] = await connection.exchange(data, len(batch), per_reply)
                     again = [
                         index
                         for index, reply in enumerate(replies)
@@ -767,10 +812,12 @@ class RedisCoordination:
                         more = b"".join(_fallback(batch[index]) for index in again)
                         for index in again:
                             sent[index] = anyio.current_time()
+                        connection.replies = []
                         for index, reply in zip(
                             again, await connection.exchange(more, len(again), per_reply), strict=True
                         ):
                             replies[index] = reply
+                        again = []
             except BaseException as exc:
                 # Whatever ends the round trip leaves the connection's replies out of step: it is closed.
                 await _discard(connection)
@@ -789,8 +836,25 @@ class RedisCoordination:
                 if isinstance(exc, (TimeoutError, CoordinationError)) or not connection.heard:
                     # Not answering, or not Redis: tried again a moment later, not at every call.
                     link.down_until = anyio.current_time() + _RETRY_CONNECT
-                _failed(batch, error)
-                releases = [undo for request in batch if request.undo is not None if (undo := request.undo(None))]
+                # The replies read before it failed are their commands' answers; the others' commands failed.
+                read = connection.replies
+                if again:
+                    for index, reply in zip(again, read, strict=False):
+                        replies[index] = reply
+                    for index in again[len(read) :]:
+                        replies[index] = _UNREAD
+                else:
+                    replies[: len(read)] = [
+                        # A script the server did not have never ran: its command is not answered.
+                        _UNREAD
+                        if isinstance(reply, ReplyError) and request.fallback is not None and _noscript(reply)
+                        else reply
+                        for request, reply in zip(batch, read, strict=False)
+                    ]
+                unread = [request for request, reply in zip(batch, replies, strict=True) if reply is _UNREAD]
+                _failed(unread, error)
+                releases = [undo for request in unread if request.undo is not None if (undo := request.undo(None))]
+                releases += self._hand_out(batch, replies, sent)
                 if releases:
                     with anyio.move_on_after(self.connect_timeout):
                         await self._exchange(link, releases)
@@ -801,9 +865,19 @@ class RedisCoordination:
         if link.warned:
             link.warned = False
             logger.info("Redis at %s:%s is reachable again: fleet-wide limits resumed", self._host, self._port)
+        undos = self._hand_out(batch, replies, sent)
+        if undos:
+            await self._exchange(link, undos)
+
+    @staticmethod
+    def _hand_out(batch: list[_Request], replies: list[Any], sent: list[float]) -> list[_Request]:
+        """Hands each command of ``batch`` whose reply was read its reply (those ``_UNREAD`` are left as they
+        are); returns the undos of the commands whose callers left meanwhile (to give back what they took)."""
         undos: list[_Request] = []
         received = anyio.current_time()
         for request, reply, written in zip(batch, replies, sent, strict=True):
+            if reply is _UNREAD:
+                continue
             request.reply = reply
             request.received = received
             request.sent = written
@@ -813,8 +887,7 @@ class RedisCoordination:
                     undos.append(undo)
             elif request.done is not None:
                 request.done.set()
-        if undos:
-            await self._exchange(link, undos)
+        return undos
 
     def _unavailable(self, exc: CoordinationError, emit: Callable[[Any], object] | None) -> None:
         """Reports an outage once (a warning and a ``CoordinationUnavailable`` event)."""
@@ -996,7 +1069,7 @@ class RedisCoordination:
         request = self._settle_request(tool, lease_id, outcome, probe)
         try:
             with anyio.move_on_after(self.connect_timeout):
-                reply = await self._send(request, wait=tool.circuit is not None)
+                reply = await self._send(request, wait=tool.circuit is not None, release=True)
                 if isinstance(reply, ReplyError):
                     logger.warning("Redis refused a script: %s", reply)
         except CoordinationError:

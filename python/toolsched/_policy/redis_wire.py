@@ -96,6 +96,8 @@ class Connection:
         # Whether any byte of the current request's reply arrived (a connection that failed before one did
         # never had the request answered).
         self.heard = False
+        # The replies of the current exchange read so far, in order (those read before it failed are answers).
+        self.replies: list[Any] = []
 
     async def request(self, *parts: str | int | bytes, per_reply: float = math.inf) -> Any:
         """One command and its reply (an error reply raised)."""
@@ -106,10 +108,12 @@ class Connection:
 
     async def exchange(self, data: bytes, count: int, per_reply: float = math.inf) -> list[Any]:
         """Writes ``data`` (``count`` commands) at once and returns their ``count`` replies, in order; each reply
-        is awaited at most ``per_reply`` seconds (``TimeoutError``). ``heard``: whether any byte of them came."""
+        is awaited at most ``per_reply`` seconds (``TimeoutError``). ``heard``: whether any byte of them came;
+        ``replies``: those read so far (when the exchange fails, the first commands' answers)."""
         self.heard = False
-        await self.stream.send(data)
         replies: list[Any] = []
+        self.replies = replies
+        await self.stream.send(data)
         buffer, at = self.buffer, 0
         deadline = anyio.current_time() + per_reply
         while len(replies) < count:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
@@ -17,6 +18,7 @@ __all__ = [
     "new_result",
     "repaired_result",
     "result_fields",
+    "shown_output",
 ]
 
 ErrorKind = Literal[
@@ -79,6 +81,23 @@ class ToolResult:
 new_result: Callable[
     [str, str, Any, str | None, ErrorKind | None, bool, float, bool, int | None, bool, str | None, int], ToolResult
 ] = positional_builder(ToolResult, given=12)
+
+
+# Outputs that cannot change in place: an observer is shown them as they are.
+_UNCHANGEABLE = frozenset({str, bytes, int, float, bool, type(None)})
+
+
+def shown_output(output: Any) -> Any:
+    """An output as an observer (a post hook, an output guardrail) is shown it: as it is when it cannot change
+    in place (text, a number, None), else a deep copy, so that what the observer changes in it reaches
+    neither the result nor the model. An output that cannot be copied (it holds a lock, a socket) is shown
+    as it is."""
+    if type(output) in _UNCHANGEABLE:
+        return output
+    try:
+        return copy.deepcopy(output)
+    except Exception:
+        return output
 
 
 def repaired_result(result: ToolResult) -> ToolResult:

@@ -42,6 +42,7 @@ Needs ``openai-agents`` (``pip install 'toolsched[agents]'``).
 from __future__ import annotations
 
 import contextvars
+import copy
 import dataclasses
 import functools
 import inspect
@@ -53,7 +54,7 @@ import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
@@ -61,7 +62,7 @@ from toolsched._executor.executor import Executor
 from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import Tool, refuse_unknown_options
 from toolsched._values.calls import ToolCall
-from toolsched.errors import OptionError, ToolDefinitionError
+from toolsched.errors import OptionError, ToolDefinitionError, UnpicklableError
 
 try:
     from agents import Agent, FunctionTool
@@ -361,12 +362,24 @@ def scheduled(
     ``tools`` replaces SDK tools of the same name with toolsched tools (for example
     ``from_function_tool(search, concurrency_safe=True)``) or adds new ones.
     ``strict`` sets every function tool's strict mode (None keeps each tool's own). ``executor_options``
-    go to ``ts.Executor``; the executor is the copy's ``toolsched_executor`` attribute. A scheduled
-    agent's tools given to ``scheduled`` again are scheduled afresh from their SDK tools.
+    go to ``ts.Executor``; the executor is the copy's ``toolsched_executor`` attribute, which the copy's
+    clones (``copy.clone(...)``) keep: the copy is an instance of a subclass of the agent's class (same name)
+    whose ``clone`` does that. Tools a ``scheduled`` call made (a scheduled agent, a clone of one, or its
+    tools in another agent or in ``tools``) are refused with ``OptionError``: scheduling them again would drop
+    the first call's options.
     """
     if not isinstance(agent, Agent):
         raise OptionError(f"scheduled() takes an Agents SDK Agent, got {type(agent).__name__}")
     replacing = {member.name: member for member in _checked(tools)}
+    again = [item.name for item in agent.tools if _is_scheduled_copy(item)]
+    again += [m.name for m in replacing.values() if isinstance(m, AgentsFunctionTool) and _is_scheduled_copy(m.tool)]
+    if again:
+        names = ", ".join(f"`{name}`" for name in dict.fromkeys(again))
+        raise OptionError(
+            f"scheduled() was given tools another scheduled() made ({names}): scheduling them again would drop that"
+            " call's options (its permissions, hooks, approver, guardrails), not add to them; call scheduled()"
+            " once, on the agent as the SDK built it, with every option"
+        )
     # One toolsched tool per name: the SDK decides which of two same-named tools a call is for (the last,
     # the enabled one, the one of the call's namespace), and the copy of that tool hands over its own body.
     members: dict[str, Tool] = {}
@@ -409,8 +422,94 @@ def scheduled(
                 )
             )
     copy_ = agent.clone(tools=copied)
+    copy_.__class__ = _scheduled_agent_class(type(copy_))
     setattr(copy_, "toolsched_executor", executor)  # noqa: B010 - an attribute the SDK's Agent does not declare
     return copy_
+
+
+# The class of scheduled agents of each agent class, held weakly both ways (as the live tool classes are).
+_AGENT_CLASSES: weakref.WeakKeyDictionary[type, weakref.ref[type]] = weakref.WeakKeyDictionary()
+
+
+def _scheduled_agent_class(kind: Any) -> type:
+    """The class of ``scheduled``'s agents of class ``kind``: a subclass of it (same name and module) whose
+    ``clone`` keeps the agent's ``toolsched_executor`` (the SDK's ``clone`` makes a new agent of its fields
+    only): the clone's scheduled tools run through that executor still."""
+    held = _AGENT_CLASSES.get(kind)
+    made = held() if held is not None else None
+    if made is not None:
+        return made
+    if getattr(kind, _SCHEDULED_AGENT, False):
+        return cast(type, kind)
+
+    def clone(self: Any, **kwargs: Any) -> Any:
+        cloned = kind.clone(self, **kwargs)
+        executor = self.__dict__.get("toolsched_executor")
+        if executor is not None and "toolsched_executor" not in cloned.__dict__:
+            setattr(cloned, "toolsched_executor", executor)  # noqa: B010 - as in scheduled()
+        return cloned
+
+    clone.__doc__ = kind.clone.__doc__
+    namespace: dict[str, Any] = {
+        "clone": clone,
+        "__reduce_ex__": _unpicklable(_agent_refusal),
+        "__copy__": _shallow_copy,
+        "__deepcopy__": _deep_copy,
+        _SCHEDULED_AGENT: True,
+        "__module__": kind.__module__,
+        "__qualname__": kind.__qualname__,
+        "__doc__": kind.__doc__,
+    }
+    made = type(kind.__name__, (kind,), namespace)
+    _AGENT_CLASSES[kind] = weakref.ref(made)
+    return made
+
+
+_SCHEDULED_AGENT = "_toolsched_scheduled_agent"
+
+
+def _tool_refusal(tool: Any) -> str:
+    return (
+        f"the tool {tool.name!r} of a scheduled agent cannot be pickled: its calls run through a toolsched.Executor"
+        " of this process (live state, not data); call scheduled() in the process that runs the agent"
+    )
+
+
+def _agent_refusal(agent: Any) -> str:
+    return (
+        f"the scheduled agent {agent.name!r} cannot be pickled: its function tools run through a"
+        " toolsched.Executor of this process (live state, not data); call scheduled() in the process that runs"
+        " the agent"
+    )
+
+
+def _unpicklable(refusal: Callable[[Any], str]) -> Callable[[Any, int], Any]:
+    """A ``__reduce_ex__`` that refuses pickling with ``UnpicklableError`` (copies have their own hooks)."""
+
+    def __reduce_ex__(self: Any, protocol: int) -> Any:
+        raise UnpicklableError(refusal(self))
+
+    return __reduce_ex__
+
+
+def _shallow_copy(self: Any) -> Any:
+    """``copy.copy``: a new object of the class holding the same attributes (what the default copy makes)."""
+    made = object.__new__(type(self))
+    made.__dict__.update(self.__dict__)
+    return made
+
+
+def _deep_copy(self: Any, memo: dict[int, Any]) -> Any:
+    """``copy.deepcopy``: a new object of the class holding deep copies of the attributes (the default's)."""
+    made = object.__new__(type(self))
+    memo[id(self)] = made
+    made.__dict__.update(copy.deepcopy(self.__dict__, memo))
+    return made
+
+
+def _is_scheduled_copy(tool: Any) -> bool:
+    """Whether ``tool`` is a tool of a scheduled agent (a live copy ``scheduled`` made)."""
+    return isinstance(tool, FunctionTool) and _LIVE_SOURCE in vars(tool)
 
 
 def _member(tool: FunctionTool, replacement: Tool | None) -> Tool:
@@ -544,6 +643,9 @@ def _live_class(kind: type) -> type:
 
         namespace.update(
             __getattr__=__getattr__,
+            __reduce_ex__=_unpicklable(_tool_refusal),
+            __copy__=_shallow_copy,
+            __deepcopy__=_deep_copy,
             __module__=kind.__module__,
             __qualname__=kind.__qualname__,
             __doc__=kind.__doc__,

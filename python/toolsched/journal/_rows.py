@@ -20,6 +20,7 @@ from toolsched.journal._records import ALLOWED_FROM, JournaledCall, RunRecord, T
 
 __all__ = [
     "StoredTime",
+    "args_fault",
     "build_record",
     "check_payload_args",
     "check_run_id",
@@ -102,6 +103,19 @@ def encode_call(position: int, call: ToolCall) -> tuple[int, str, str, str, str,
             f"the arguments of call {call.id!r} ({call.name}) are not JSON, so a journal cannot store them: {exc}"
         ) from None
     return position, call.id, call.name, stored, "object", digest
+
+
+def args_fault(args: Any) -> str | None:
+    """Why a journal cannot store a call's arguments (``encode_call`` would refuse them), or None."""
+    if isinstance(args, str):
+        return None
+    try:
+        mapping = dict(args)
+        to_json(mapping)
+        args_digest(mapping)
+    except (TypeError, ValueError) as exc:
+        return str(exc) or type(exc).__name__
+    return None
 
 
 def damaged_column(where: str, column: str, found: object, expected: str) -> JournalCorruptError:

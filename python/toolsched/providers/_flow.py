@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from toolsched._values.calls import ToolCall
 from toolsched._values.outcome import Outcome
 from toolsched._values.results import ToolResult
-from toolsched.errors import StreamFailed
+from toolsched.errors import ResponseFormatError, StreamFailed
 from toolsched.providers._wire import Execution, logger, resume_outcome
 
 if TYPE_CHECKING:
@@ -55,18 +55,22 @@ class Flow(Generic[E]):
     ``execution(calls, outcome, payload, assistant)`` builds the result;
     ``reply(calls, results, registry=...)`` builds the wire payload;
     ``empty()`` is the payload while the run is interrupted or when the
-    response had no calls.
+    response had no calls; ``ids(assembled)`` the call IDs of an assembled
+    turn, in the model's order.
     """
 
     execution: Callable[[list[ToolCall], Outcome, Any, Any], E]
     reply: Reply
     empty: Callable[[], Any]
+    ids: Callable[[Any], list[str]]
 
     def finish(self, registry: ToolRegistry, calls: list[ToolCall], outcome: Outcome, assistant: Any = None) -> E:
         """The execution of ``calls``: the reply built from the outcome, unless calls still wait.
 
-        ``assistant`` is what the model said, as the next request takes it.
+        ``assistant`` is what the model said, as the next request takes it. The outcome's results and
+        pending calls are put in the order of ``calls`` (a streamed turn's calls complete in another order).
         """
+        outcome = _aligned(outcome, calls)
         if outcome.interrupted or not calls:
             return self.execution(calls, outcome, self.empty(), assistant)
         results: Sequence[ToolResult] = outcome.results
@@ -114,12 +118,47 @@ class Flow(Generic[E]):
                 await _read(events, assembler, submit)
                 turn.close()
                 outcome = await turn.outcome()
-        return self.finish(executor.registry, calls, outcome, assembler.assembled())
+        assistant = assembler.assembled()
+        try:
+            order = self.ids(assistant)
+        except ResponseFormatError:
+            # Parts of the turn that are no calls' (left alone as the stream gave them): the completion order.
+            order = [call.id for call in calls]
+        calls = _in_model_order(calls, order)
+        return self.finish(executor.registry, calls, outcome, assistant)
 
     async def resume(self, executor: Executor, execution: E, state: Any) -> E:
         """Finishes an interrupted execution from its state (the held calls decided on it)."""
         outcome = await resume_outcome(executor, state)
         return self.finish(executor.registry, execution.calls, outcome, getattr(execution, "assistant", None))
+
+
+def _in_model_order(calls: list[ToolCall], ids: list[str]) -> list[ToolCall]:
+    """``calls`` in the order of ``ids`` (the assembled turn's), from the order the stream completed them: a
+    call can be complete before one the model put ahead of it (an earlier block that stops later), and the
+    reply answers the turn in its own order (``finish`` puts the outcome in it)."""
+    position = {call_id: index for index, call_id in reversed(list(enumerate(ids)))}
+    last = len(ids)
+    return sorted(calls, key=lambda call: position.get(call.id, last))
+
+
+def _aligned(outcome: Outcome, calls: list[ToolCall]) -> Outcome:
+    """``outcome`` with its results and pending calls in the order of ``calls`` (a nested run's pending call,
+    ``"p1/c2"``, at its parent's place)."""
+    position = {call.id: index for index, call in reversed(list(enumerate(calls)))}
+    last = len(calls)
+
+    def place(call_id: str) -> int:
+        found = position.get(call_id)
+        return position.get(call_id.split("/", 1)[0], last) if found is None else found
+
+    results = sorted(outcome.results, key=lambda result: place(result.call_id))
+    pending = sorted(outcome.pending, key=lambda request: place(request.call_id))
+    if all(a is b for a, b in zip(results, outcome.results, strict=True)) and all(
+        a is b for a, b in zip(pending, outcome.pending, strict=True)
+    ):
+        return outcome
+    return replace(outcome, results=results, pending=pending)
 
 
 async def _read(

@@ -42,6 +42,7 @@ __all__ = [
     "registry_of",
     "results_by_call",
     "resume_outcome",
+    "sendable",
     "sequence_of",
     "synthesised",
     "with_ids",
@@ -250,6 +251,22 @@ def call_name(raw: Any) -> str:
 _ENCODER = json.JSONEncoder(ensure_ascii=False, default=jsonable)
 
 
+def sendable(text: str) -> str:
+    """``text`` as valid Unicode, the only text a request body can carry (the SDKs encode it as UTF-8).
+
+    A lone surrogate (a file name read with ``surrogateescape``, a string cut inside a pair) becomes
+    U+FFFD; a pair written as two code units becomes the character it encodes; other text is returned
+    as it is.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
 def output_text(output: Any) -> str:
     """A tool's output as the text a function-call reply carries.
 
@@ -257,8 +274,13 @@ def output_text(output: Any) -> str:
     (``toolsched._values.content``) its text with a short stand-in for each image,
     other bytes are decoded as UTF-8, and anything else is JSON (pydantic
     models and dataclasses as their fields; what JSON cannot hold as its ``str``).
-    It never raises: whatever a tool returns, the turn's results go out.
+    It never raises: whatever a tool returns, the turn's results go out, as
+    text a request can carry (``sendable``).
     """
+    return sendable(_as_text(output))
+
+
+def _as_text(output: Any) -> str:
     if output is None:
         return ""
     if isinstance(output, str):
@@ -291,13 +313,15 @@ def output_parts(
     text = content_text(parts, describe=False)
     fitted = fit_to_budget(text, tool_name, registry, shaped=shaped)
     if fitted is text:
-        return [part for part in parts if not isinstance(part, str) or part]
-    return [fitted, *(part for part in parts if isinstance(part, Image))]
+        return [
+            sendable(part) if isinstance(part, str) else part for part in parts if not isinstance(part, str) or part
+        ]
+    return [sendable(fitted), *(part for part in parts if isinstance(part, Image))]
 
 
 def error_text(result: ToolResult) -> str:
     """The message the model sees for a failed call."""
-    return result.error or f"the call of `{result.tool_name}` failed ({result.error_kind or 'error'})"
+    return sendable(result.error or f"the call of `{result.tool_name}` failed ({result.error_kind or 'error'})")
 
 
 def fit_to_budget(text: str, tool_name: str, registry: ToolRegistry | None, *, shaped: bool = False) -> str:

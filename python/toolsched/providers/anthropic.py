@@ -212,7 +212,7 @@ def tool_definitions(tools: Executor | ToolRegistry) -> list[dict[str, Any]]:
     return registry_of(tools).to_anthropic()
 
 
-_FLOW = Flow(AnthropicExecution, results_to_message, lambda: None)
+_FLOW = Flow(AnthropicExecution, results_to_message, lambda: None, lambda turn: [call.id for call in calls_from(turn)])
 
 
 async def execute(
@@ -251,6 +251,9 @@ class MessageAssembler:
     def __init__(self) -> None:
         self._blocks: dict[int, dict[str, Any]] = {}
         self._json: dict[int, list[str]] = {}
+        # The text and thinking pieces of each block, joined into it when it stops (or is read): text grown
+        # by ``+`` at every delta would copy all of it each time.
+        self._texts: dict[tuple[int, str], list[str]] = {}
         # The finished tool_use blocks as calls_from reads them (unparsable input kept as its text).
         self._uses: list[dict[str, Any]] = []
         self._taken = 0
@@ -293,15 +296,25 @@ class MessageAssembler:
 
     def _delta(self, index: Any, delta: Any) -> None:
         block = self._blocks.get(index)
-        if block is None or delta is None or index in self._stopped:
+        if delta is None:
             return
         kind = read(delta, "type")
+        if block is None or index in self._stopped:
+            if kind == "input_json_delta":
+                # Input for a call not open: run as it stands, the call would not be the one the model made.
+                state = "was never started" if block is None else "had stopped"
+                raise ResponseFormatError(f"{PROVIDER}: input for content block {index!r}, which {state}")
+            return
         if kind == "input_json_delta" and index in self._json:
-            self._json[index].append(read(delta, "partial_json") or "")
-        elif kind == "text_delta":
-            block["text"] = block.get("text", "") + (read(delta, "text") or "")
-        elif kind == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + (read(delta, "thinking") or "")
+            self._json[index].append(_piece(delta, "partial_json"))
+        elif kind in ("text_delta", "thinking_delta"):
+            field = "text" if kind == "text_delta" else "thinking"
+            piece = _piece(delta, field)
+            pieces = self._texts.get((index, field))
+            if pieces is None:
+                start = block.get(field)
+                pieces = self._texts[index, field] = [start] if isinstance(start, str) and start else []
+            pieces.append(piece)
         elif kind == "signature_delta":
             block["signature"] = read(delta, "signature")
         elif kind == "citations_delta":
@@ -312,9 +325,17 @@ class MessageAssembler:
         if block is None or index in self._stopped:
             return []
         self._stopped.add(index)
-        if index in self._json:
+        self._join_texts(index)
+        if index in self._json and not self._json[index]:
+            # No input_json_delta: the input the block started with is the whole input (as the SDK reads it).
+            del self._json[index]
+            arguments: Any = block.get("input")
+            if not isinstance(arguments, dict):
+                # Answered invalid_input (or run with no arguments); the message keeps an input the API accepts.
+                block["input"] = {}
+        elif index in self._json:
             text = "".join(self._json.pop(index))
-            arguments: Any = text
+            arguments = text
             try:
                 arguments = block["input"] = json.loads(text) if text.strip() else {}
             except ValueError:
@@ -350,8 +371,30 @@ class MessageAssembler:
             raise IncompleteStreamError(PROVIDER, f"`message_stop` came before every block's `content_block_stop`{cut}")
         return []
 
+    def _join_texts(self, index: int) -> None:
+        """Writes the text and thinking pieces of block ``index`` into it (they stay, joined, for later deltas)."""
+        for field in ("text", "thinking"):
+            pieces = self._texts.get((index, field))
+            if pieces is None:
+                continue
+            if len(pieces) != 1:
+                pieces[:] = ["".join(pieces)]
+            self._blocks[index][field] = pieces[0]
+
     def assembled(self) -> dict[str, Any]:
+        for index in list(self._blocks):
+            self._join_texts(index)
         return {"role": "assistant", "content": [self._blocks[index] for index in sorted(self._blocks)]}
+
+
+def _piece(delta: Any, field: str) -> str:
+    """A delta's piece of text (``partial_json``, ``text``, ...); one that is not text is a malformed stream."""
+    piece = read(delta, field)
+    if piece is None:
+        return ""
+    if not isinstance(piece, str):
+        raise ResponseFormatError(f"{PROVIDER}: a delta's `{field}` must be a string, got {type(piece).__name__}")
+    return piece
 
 
 def _error_detail(error: Any) -> str:

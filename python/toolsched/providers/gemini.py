@@ -264,7 +264,7 @@ def tool_definitions(tools: Executor | ToolRegistry) -> list[dict[str, Any]]:
     return registry_of(tools).to_gemini()
 
 
-_FLOW = Flow(GeminiExecution, results_to_content, lambda: None)
+_FLOW = Flow(GeminiExecution, results_to_content, lambda: None, lambda turn: [call.id for call in calls_from(turn)])
 
 
 async def execute(
@@ -304,6 +304,8 @@ class ContentAssembler:
     def __init__(self, candidate: int = 0) -> None:
         self._candidate = candidate
         self._parts: list[Any] = []
+        # The pieces of the last part while it is text joined from several chunks.
+        self._text: list[str] | None = None
         self._calls: list[Any] = []
         self._taken = 0
         # The candidate's finish reason (``STOP``, ``MAX_TOKENS``, ...), or the prompt's block reason, once it came.
@@ -356,10 +358,22 @@ class ContentAssembler:
             and isinstance(previous, dict)
             and set(part) == {"text"}
             and set(previous) == {"text"}
+            and isinstance(part["text"], str)
+            and isinstance(previous["text"], str)
         ):
-            previous["text"] += part["text"]
+            # Joined when read (``_join``): text grown by `+=` at every chunk would copy all of it each time.
+            if self._text is None:
+                self._text = [previous["text"]]
+            self._text.append(part["text"])
         else:
+            self._join()
             self._parts.append(part)
+
+    def _join(self) -> None:
+        """Writes the pieces of the last text part into it."""
+        if self._text is not None:
+            self._parts[-1]["text"] = "".join(self._text)
+            self._text = None
 
     @property
     def complete(self) -> bool:
@@ -372,6 +386,7 @@ class ContentAssembler:
         return []
 
     def assembled(self) -> dict[str, Any]:
+        self._join()
         return {"role": "model", "parts": self._parts}
 
 

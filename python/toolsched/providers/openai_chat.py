@@ -235,7 +235,7 @@ def tool_definitions(tools: Executor | ToolRegistry, *, strict: bool = False) ->
     return registry_of(tools).to_openai_chat(strict=strict)
 
 
-_FLOW = Flow(ChatExecution, results_to_messages, list)
+_FLOW = Flow(ChatExecution, results_to_messages, list, lambda turn: [call.id for call in calls_from(turn)])
 
 
 async def execute(
@@ -276,6 +276,8 @@ class CompletionAssembler:
         self._choice = choice
         self._text: list[str] = []
         self._entries: dict[int, dict[str, Any]] = {}
+        # The argument pieces of each call not complete yet.
+        self._arguments: dict[int, list[str]] = {}
         # The indexes of the complete calls, in the order they were completed.
         self._completed: list[int] = []
         self._taken = 0
@@ -312,6 +314,12 @@ class CompletionAssembler:
         name = read(function, "name") if function is not None else None
         arguments = read(function, "arguments") if function is not None else None
         call_id = read(part, "id")
+        for field, value in (("function.name", name), ("function.arguments", arguments)):
+            if value is not None and not isinstance(value, str):
+                # Pieces of text joined across deltas: anything else is no part of a call.
+                raise ResponseFormatError(
+                    f"{PROVIDER}: a tool call delta's `{field}` must be a string, got {type(value).__name__}"
+                )
         if isinstance(index, bool) or not isinstance(index, int):
             # A delta without an index: a new call when it carries another ID than the last call, else more of
             # the last call.
@@ -321,19 +329,25 @@ class CompletionAssembler:
         entry = self._entries.get(index)
         if entry is None:
             entry = self._entries[index] = {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
-        before = (entry["id"], entry["type"], entry["function"]["name"], entry["function"]["arguments"])
-        if call_id:
+            self._arguments[index] = []
+        changed = False
+        if call_id and call_id != entry["id"]:
             entry["id"] = call_id
+            changed = True
         kind = read(part, "type")
-        if kind:
+        if kind and kind != entry["type"]:
             entry["type"] = kind
+            changed = True
         # A name repeated in every delta (as some servers send it) is the name once.
         if name and name != entry["function"]["name"]:
             entry["function"]["name"] += name
+            changed = True
         if arguments:
-            entry["function"]["arguments"] += arguments
-        after = (entry["id"], entry["type"], entry["function"]["name"], entry["function"]["arguments"])
-        if index in self._completed and after != before:
+            changed = True
+            if index not in self._completed:
+                # Joined when the call completes: text grown by `+=` at every delta would copy all of it each time.
+                self._arguments[index].append(arguments)
+        if index in self._completed and changed:
             raise ResponseFormatError(
                 f"{PROVIDER}: tool call {index} changed after a later call began; it was complete and has started"
             )
@@ -345,6 +359,8 @@ class CompletionAssembler:
         if not fresh_indexes:
             return []
         self._completed += fresh_indexes
+        for index in fresh_indexes:
+            self._entries[index]["function"]["arguments"] = "".join(self._arguments.pop(index))
         entries = [self._entries[index] for index in self._completed]
         calls = calls_from({"role": "assistant", "tool_calls": entries}, registry=self._registry)
         fresh = calls[self._taken :]

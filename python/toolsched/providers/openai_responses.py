@@ -202,7 +202,7 @@ def tool_definitions(tools: Executor | ToolRegistry, *, strict: bool = False) ->
     return registry_of(tools).to_openai(strict=strict)
 
 
-_FLOW = Flow(ResponsesExecution, results_to_items, list)
+_FLOW = Flow(ResponsesExecution, results_to_items, list, lambda turn: [call.id for call in calls_from(turn)])
 
 
 async def execute(
@@ -321,6 +321,13 @@ class ResponseAssembler:
                     f"{PROVIDER}: the final output's function call {item.get('call_id')!r} is not the streamed "
                     f"call {streamed['call_id']!r}"
                 )
+            for field in ("name", "arguments"):
+                if item.get(field) is not None and item.get(field) != streamed.get(field):
+                    # The call ran as streamed: a turn that says otherwise would answer a call never made.
+                    raise ResponseFormatError(
+                        f"{PROVIDER}: the final output's function call {streamed['call_id']!r} has another "
+                        f"`{field}` than the streamed call"
+                    )
             item["call_id"] = streamed["call_id"]
         return self._add_calls([self._final[position] for position in positions[len(self._calls) :]])
 
