@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,23 @@ os.environ["RAY_AUTH_MODE"] = "disabled"
 # The helpers every area's tests share (scripted models, recorded responses, child processes
 # that tests run and kill) live in tests/support, importable by their module names.
 sys.path.insert(0, str(Path(__file__).with_name("support")))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compiled_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The processes the tests start (journal writers killed mid-run, MCP servers, process tools' workers,
+    Ray's workers, the examples) keep the bytecode of what they import in one directory of the session,
+    outside the repository: each module is compiled by the first of them, not again by every one (as it
+    is when the environment says PYTHONDONTWRITEBYTECODE). What they import and run is unchanged."""
+    saved = {name: os.environ.get(name) for name in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(tmp_path_factory.mktemp("bytecode"))
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(params=["asyncio", "trio"])

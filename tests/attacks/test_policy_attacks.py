@@ -1,8 +1,8 @@
 """Hooks that change what they are shown: post hooks observe a call's result and cannot change it.
 
 A ``post_tool_use`` or ``post_batch`` hook that writes into the output it is shown (a dict, a list) changes
-neither the outcome's result nor the reply the model is sent; a hook of the same kind registered after it
-sees the output as it was.
+neither the outcome's result nor the reply the model is sent. The hooks of one call (or one batch) share the
+one copy they are shown.
 """
 
 from __future__ import annotations
@@ -48,19 +48,32 @@ AS_RETURNED = [{"user": "ann", "role": "reader", "groups": ["staff"]}, ["xa", "x
 
 @pytest.mark.parametrize("stage", ["post_tool_use", "post_batch"])
 async def test_a_post_hook_that_writes_into_the_output_it_is_shown_changes_no_result(stage: str) -> None:
-    seen_after: list[Any] = []
-
     def tamper(event: Any) -> None:
         for result in event.results if stage == "post_batch" else (event.result,):
             _tamper(result)
 
-    def observe(event: Any) -> None:
-        seen_after.extend(r.output for r in (event.results if stage == "post_batch" else (event.result,)))
-
-    hooks = getattr(getattr(ts.Hooks(), stage)("*", tamper), stage)("*", observe)
+    hooks = getattr(ts.Hooks(), stage)("*", tamper)
     outcome = await ts.Executor(lookup(), hooks=hooks).run(CALLS)
     assert [result.output for result in outcome.results] == AS_RETURNED
-    assert sorted(map(str, seen_after)) == sorted(map(str, AS_RETURNED))
+
+
+@pytest.mark.parametrize("stage", ["post_tool_use", "post_batch"])
+async def test_the_hooks_of_a_call_or_batch_share_one_copy_of_what_they_are_shown(stage: str) -> None:
+    shown: list[list[Any]] = [[], []]
+
+    def observer(which: int) -> Any:
+        def observe(event: Any) -> None:
+            results = event.results if stage == "post_batch" else (event.result,)
+            shown[which].extend(result.output for result in results)
+
+        return observe
+
+    hooks = getattr(getattr(ts.Hooks(), stage)("*", observer(0)), stage)("*", observer(1))
+    outcome = await ts.Executor(lookup(), hooks=hooks).run(CALLS)
+    first, second = shown
+    assert len(first) == len(second) == len(CALLS)
+    assert all(a is b for a, b in zip(first, second, strict=True))  # one copy, shared by both hooks
+    assert not any(a is result.output for a in first for result in outcome.results)  # a copy, not the result's
 
 
 async def test_a_post_hook_that_writes_into_the_output_changes_nothing_the_model_is_sent() -> None:

@@ -105,6 +105,43 @@ async def test_anthropic_sdk_stream_with_the_input_at_the_blocks_start_runs_the_
     assert [call.args for call in execution.calls] == [{"city": "Oslo"}]
 
 
+@pytest.mark.parametrize("blank", ["", " ", "\n"])
+async def test_anthropic_blank_input_deltas_after_a_whole_start_input_keep_it(blank: str) -> None:
+    # The API sends one empty input_json_delta even for a call whose input came whole at its start.
+    ran: list[str] = []
+    events = _message(_use(0, "call_a", {"city": "Oslo"}), _json(0, blank), _json(0, ""), _stop(0))
+    execution = await ts_anthropic.execute_stream(ts.Executor(weather(ran)), events)
+    assert ran == ["Oslo"]
+    assert [call.args for call in execution.calls] == [{"city": "Oslo"}]
+    assert execution.assistant["content"][0]["input"] == {"city": "Oslo"}
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_anthropic_sdk_stream_with_a_whole_start_input_and_an_empty_delta_runs_the_sdks_input() -> None:
+    events = _message(_use(0, "call_a", {"city": "Oslo"}), _json(0, ""), _stop(0))
+    framed = [(0.0, event["type"], event) for event in events]
+    ran: list[str] = []
+    with ScriptedProvider([framed, framed]) as scripted:
+        async with Client("anthropic", scripted.url) as client:
+            async with client.sdk.messages.stream(
+                model="claude-sonnet-4-6", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+            ) as sdk_stream:
+                sdk_message = await sdk_stream.get_final_message()
+            stream = await client.stream()
+            with anyio.fail_after(30):
+                execution = await ts_anthropic.execute_stream(ts.Executor(weather(ran)), stream)
+    assert [block.input for block in sdk_message.content] == [{"city": "Oslo"}]
+    assert ran == ["Oslo"]
+    assert [call.args for call in execution.calls] == [{"city": "Oslo"}]
+
+
+async def test_anthropic_blank_input_deltas_after_a_start_input_that_is_no_object_are_answered_invalid() -> None:
+    events = _message(_use(0, "call_a", "Oslo"), _json(0, ""), _stop(0))  # type: ignore[arg-type]
+    execution = await ts_anthropic.execute_stream(ts.Executor(weather([])), events)
+    assert [result.error_kind for result in execution.results] == ["invalid_input"]
+    assert execution.assistant["content"][0]["input"] == {}
+
+
 async def test_anthropic_deltas_after_a_whole_start_input_replace_it_as_the_sdk_does() -> None:
     ran: list[str] = []
     events = _message(_use(0, "call_a", {"city": "Oslo"}), _json(0, '{"city": '), _json(0, '"Bern"}'), _stop(0))

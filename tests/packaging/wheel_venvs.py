@@ -30,10 +30,22 @@ PARALLEL_INSTALLS = 4
 INSTALL_FIRST = ("ray",)
 
 
+# Where the virtualenvs' processes keep the bytecode of what they import (set by ``Venvs``, outside the
+# repository): installs skip compiling (--no-compile), and each module is compiled once, by the first
+# process that imports it, instead of by every process (the command-line test alone starts eight, and a
+# Ray cluster starts several that all import ray).
+_bytecode: Path | None = None
+
+
 def clean_environment() -> dict[str, str]:
     """The environment for a virtualenv's processes: no PYTHONPATH (the installed package is the one imported)."""
-    env = {key: value for key, value in os.environ.items() if key not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    drop = {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"}
+    env = {key: value for key, value in os.environ.items() if key not in drop}
+    if _bytecode is None:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    else:
+        # Bytecode goes to the session's directory, never beside the sources (the repository's included).
+        env["PYTHONPYCACHEPREFIX"] = str(_bytecode)
     return env
 
 
@@ -120,7 +132,9 @@ class Venvs:
     """The virtualenvs of the selected extras, all installed in parallel from the first request on."""
 
     def __init__(self, base: Path, selected: list[str]) -> None:
+        global _bytecode
         self.base = base
+        _bytecode = base / "bytecode"
         self.selected = selected
         self._wheel: Future[Path] | None = None
         self._pool = ThreadPoolExecutor(max_workers=PARALLEL_INSTALLS, thread_name_prefix="venv")
@@ -146,4 +160,6 @@ class Venvs:
         return self._installs[extra].result()
 
     def close(self) -> None:
+        global _bytecode
         self._pool.shutdown(wait=True, cancel_futures=True)
+        _bytecode = None

@@ -38,14 +38,22 @@ from toolsched._executor.turn import DONE, RUNNING, Handout, Job, Turn
 from toolsched._policy.coordination import guarded, returned
 from toolsched._policy.guardrails import GuardrailEvent, Guardrails
 from toolsched._policy.holds import NestedHold
-from toolsched._policy.hooks import new_hook_event, shown_result
+from toolsched._policy.hooks import new_hook_event
 from toolsched._policy.limits import ModelRetry
 from toolsched._policy.resilience import CircuitOpen, NotRun, RunHalted, is_transient, retry_after_of
 from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import ArgumentsRefused, Tool
 from toolsched._values.calls import ToolCall, args_copy
 from toolsched._values.events import ToolRetrying, ToolStarted, new_tool_finished, new_tool_started
-from toolsched._values.results import ErrorKind, ToolResult, edited_result, new_result, repaired_result, shown_output
+from toolsched._values.results import (
+    ErrorKind,
+    ToolResult,
+    edited_result,
+    new_result,
+    repaired_result,
+    shown_output,
+    shown_result,
+)
 from toolsched.errors import GuardrailTripped
 from toolsched.journal import UnstorableOutputError
 
@@ -300,9 +308,10 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
             # Post hooks: ``post_tool_use`` or ``post_tool_use_failure``; they observe, their errors are logged.
             hooks = policy.post_success if kind is None else policy.post_failure
             if hooks:
+                # One view of the result (its output copied once) shared by the call's hooks: what a hook changes
+                # in it reaches neither the result nor what the model is sent.
+                event = new_hook_event(call.id, tool.name, judged, batch, shown_result(result), turn.context)
                 for hook in hooks:
-                    # Each hook its own view of the result: what one changes in the output, the next never sees.
-                    event = new_hook_event(call.id, tool.name, judged, batch, shown_result(result), turn.context)
                     try:
                         await hook.invoke(event)
                     except BaseException as exc:

@@ -25,13 +25,13 @@ from toolsched._executor.pool import run_pool
 from toolsched._executor.settings import Steering
 from toolsched._executor.strategies import resolve_cap
 from toolsched._executor.turn import Job, Turn, judge
-from toolsched._policy.hooks import BatchEvent, Hook, HookTimeout, shown_result
+from toolsched._policy.hooks import BatchEvent, Hook, HookTimeout
 from toolsched._tools.tools import Access
 from toolsched._values.calls import ToolCall, args_copy
 from toolsched._values.decisions import Decision
 from toolsched._values.events import BatchFinished, BatchStarted
 from toolsched._values.fastpath import run_until_suspended
-from toolsched._values.results import ToolResult
+from toolsched._values.results import ToolResult, shown_result
 from toolsched.errors import GuardrailTripped, ToolCallFailed, ToolTimeoutError
 
 __all__ = [
@@ -161,6 +161,7 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
             turn.scoped = concurrent and aborts(batch, turn)
             if turn.emit is not None:
                 turn.emit(BatchStarted(number, tuple(job.call.id for job in batch), concurrent))
+            recorded = len(turn.completed)
             blocked = await _before_batch(batch, number, concurrent, turn) if settings.pre_batch else None
             if blocked is not None:
                 await answer_unstarted(batch, turn, "hook_blocked", blocked, number)
@@ -179,7 +180,7 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
             turn.abort = None
             turn.scoped = False
             if settings.post_batch:
-                await _after_batch(batch, number, concurrent, turn)
+                await _after_batch(batch, number, concurrent, turn, recorded)
             if turn.emit is not None:
                 turn.emit(BatchFinished(number, tuple(job.call.id for job in batch)))
                 if turn.emit.pending:
@@ -339,6 +340,7 @@ async def _run_graph(jobs: list[Job], turn: Turn, cap: int, steering: Steering |
         turn.scoped = concurrent and aborts(jobs, turn)
         if emit is not None:
             emit(BatchStarted(0, tuple(job.call.id for job in jobs), concurrent))
+        recorded = len(turn.completed)
         blocked = await _before_batch(jobs, 0, concurrent, turn) if settings.pre_batch else None
         messages: list[Any] = []
         unstarted: list[Job] = []
@@ -366,7 +368,7 @@ async def _run_graph(jobs: list[Job], turn: Turn, cap: int, steering: Steering |
         if messages and turn.failures is None:
             await answer_unstarted(unstarted, turn, "skipped", SKIPPED)
         if settings.post_batch:
-            await _after_batch(jobs, 0, concurrent, turn)
+            await _after_batch(jobs, 0, concurrent, turn, recorded)
         if emit is not None:
             emit(BatchFinished(0, tuple(job.call.id for job in jobs)))
             await emit.flush()
@@ -407,12 +409,19 @@ def trip(turn: Turn) -> GuardrailTripped:
 # -- batch hooks --------------------------------------------------------------------
 
 
-def _batch_event(batch: list[Job], number: int, concurrent: bool, turn: Turn, done: bool) -> BatchEvent:
+def _batch_event(batch: list[Job], number: int, concurrent: bool, turn: Turn, recorded: int | None) -> BatchEvent:
+    """The event batch hooks are shown, made once per batch and shared by its hooks. With ``recorded`` (how many
+    results the turn held when the batch started), a ``post_batch`` event holding the batch's results in model
+    order, each output copied once (``shown_result``): what a hook changes in them reaches neither the results
+    nor what the model is sent."""
     calls = tuple(ToolCall(job.call.id, job.tool.name, args_copy(job.args)) for job in batch)
     results: tuple[ToolResult, ...] = ()
-    if done:
-        ids = {job.call.id for job in batch}
-        results = tuple(shown_result(result) for result in turn.ordered_partial() if result.call_id in ids)
+    if recorded is not None:
+        # The batch's results were recorded after it started: only those are looked at, not the whole turn's.
+        slots = {job.slot for job in batch}
+        own = [pair for pair in zip(turn.slots[recorded:], turn.completed[recorded:], strict=True) if pair[0] in slots]
+        own.sort(key=lambda pair: pair[0])
+        results = tuple(shown_result(result) for _, result in own)
     return BatchEvent(number, calls, concurrent, results, turn.context)
 
 
@@ -425,7 +434,7 @@ async def _before_batch(batch: list[Job], number: int, concurrent: bool, turn: T
     hooks = _batch_hooks(turn.settings.pre_batch, batch)
     if not hooks:
         return None
-    event = _batch_event(batch, number, concurrent, turn, False)
+    event = _batch_event(batch, number, concurrent, turn, None)
     for hook in hooks:
         try:
             answer = await hook(event)
@@ -442,13 +451,13 @@ async def _before_batch(batch: list[Job], number: int, concurrent: bool, turn: T
     return None
 
 
-async def _after_batch(batch: list[Job], number: int, concurrent: bool, turn: Turn) -> None:
+async def _after_batch(batch: list[Job], number: int, concurrent: bool, turn: Turn, recorded: int) -> None:
+    """``post_batch`` hooks, shown one event (``_batch_event``); they observe, their errors are logged."""
     hooks = _batch_hooks(turn.settings.post_batch, batch)
     if not hooks:
         return
+    event = _batch_event(batch, number, concurrent, turn, recorded)
     for hook in hooks:
-        # Each hook its own event: what one changes in the outputs it is shown, the next never sees.
-        event = _batch_event(batch, number, concurrent, turn, True)
         try:
             await hook(event)
         except Exception:

@@ -17,7 +17,7 @@ import logging
 import re
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
@@ -28,10 +28,10 @@ from toolsched._values.decisions import Rewrite
 from toolsched._values.events import Event, ToolUpdated
 from toolsched._values.fastpath import positional_builder
 from toolsched._values.numeric_options import numeric_fault, shown
-from toolsched._values.results import ToolResult, shown_output
+from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError, RuleError
 
-__all__ = ["BatchEvent", "HookEvent", "Hooks", "Rewrite", "UpdateFilter", "shown_result"]
+__all__ = ["BatchEvent", "HookEvent", "Hooks", "Rewrite", "UpdateFilter"]
 
 logger = logging.getLogger("toolsched")
 
@@ -56,14 +56,6 @@ class HookEvent:
     batch: int | None = None
     result: ToolResult | None = None
     context: Any = None
-
-
-def shown_result(result: ToolResult) -> ToolResult:
-    """The result a post hook (or batch hook) is shown: ``result`` itself when its output is shown as it is
-    (``shown_output``), else a copy holding the output's copy, so that a hook that changes what it is shown
-    changes nothing the model or the outcome hold."""
-    output = shown_output(result.output)
-    return result if output is result.output else replace(result, output=output)
 
 
 # ``new_hook_event(call_id, tool_name, args, batch, result, context)``: hook events are made per call and hook stage.

@@ -19,6 +19,7 @@ __all__ = [
     "repaired_result",
     "result_fields",
     "shown_output",
+    "shown_result",
 ]
 
 ErrorKind = Literal[
@@ -98,6 +99,36 @@ def shown_output(output: Any) -> Any:
         return copy.deepcopy(output)
     except Exception:
         return output
+
+
+# ``_every_field(call_id, ..., edited)``: a result with every field given, in declaration order.
+_every_field: Callable[..., ToolResult] = positional_builder(ToolResult)
+
+
+def shown_result(result: ToolResult) -> ToolResult:
+    """The result post hooks (or batch hooks) are shown: ``result`` itself when its output is shown as it is
+    (``shown_output``), else a copy holding the output's copy. One is made per call and shared by the
+    call's hooks: what a hook changes in it changes neither the result nor what the model is sent."""
+    output = result.output
+    shown = shown_output(output)
+    if shown is output:
+        return result
+    return _every_field(
+        result.call_id,
+        result.tool_name,
+        shown,
+        result.error,
+        result.error_kind,
+        result.is_error,
+        result.duration_ms,
+        result.was_concurrent,
+        result.batch,
+        result.truncated,
+        result.offload_path,
+        result.attempts,
+        result.repaired,
+        result.edited,
+    )
 
 
 def repaired_result(result: ToolResult) -> ToolResult:

@@ -119,12 +119,14 @@ class Flow(Generic[E]):
                 turn.close()
                 outcome = await turn.outcome()
         assistant = assembler.assembled()
-        try:
-            order = self.ids(assistant)
-        except ResponseFormatError:
-            # Parts of the turn that are no calls' (left alone as the stream gave them): the completion order.
-            order = [call.id for call in calls]
-        calls = _in_model_order(calls, order)
+        if len(calls) > 1:
+            # One call has no order to restore; more may have completed out of the model's order.
+            try:
+                order = self.ids(assistant)
+            except ResponseFormatError:
+                # Parts of the turn that are no calls' (left alone as the stream gave them): the completion order.
+                order = [call.id for call in calls]
+            calls = _in_model_order(calls, order)
         return self.finish(executor.registry, calls, outcome, assistant)
 
     async def resume(self, executor: Executor, execution: E, state: Any) -> E:
@@ -145,6 +147,14 @@ def _in_model_order(calls: list[ToolCall], ids: list[str]) -> list[ToolCall]:
 def _aligned(outcome: Outcome, calls: list[ToolCall]) -> Outcome:
     """``outcome`` with its results and pending calls in the order of ``calls`` (a nested run's pending call,
     ``"p1/c2"``, at its parent's place)."""
+    results_now = outcome.results
+    if (
+        not outcome.pending
+        and len(results_now) == len(calls)
+        and all(result.call_id == call.id for result, call in zip(results_now, calls, strict=True))
+    ):
+        # Already in order, one result a call (the common turn): nothing to sort.
+        return outcome
     position = {call.id: index for index, call in reversed(list(enumerate(calls)))}
     last = len(calls)
 

@@ -326,18 +326,19 @@ class MessageAssembler:
             return []
         self._stopped.add(index)
         self._join_texts(index)
-        if index in self._json and not self._json[index]:
-            # No input_json_delta: the input the block started with is the whole input (as the SDK reads it).
-            del self._json[index]
+        text = "".join(self._json.pop(index)) if index in self._json else None
+        if text is not None and not text.strip():
+            # No input streamed (no input_json_delta, or only blank ones, as the API sends for a call it
+            # started with its whole input): the input the block started with is the whole input (as the SDK
+            # reads it).
             arguments: Any = block.get("input")
             if not isinstance(arguments, dict):
                 # Answered invalid_input (or run with no arguments); the message keeps an input the API accepts.
                 block["input"] = {}
-        elif index in self._json:
-            text = "".join(self._json.pop(index))
+        elif text is not None:
             arguments = text
             try:
-                arguments = block["input"] = json.loads(text) if text.strip() else {}
+                arguments = block["input"] = json.loads(text)
             except ValueError:
                 # Answered invalid_input; the message keeps an empty input the API accepts.
                 block["input"] = {}
