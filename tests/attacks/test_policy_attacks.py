@@ -34,7 +34,11 @@ def lookup() -> list[ts.Tool]:
 
 def _tamper(result: ts.ToolResult | None) -> None:
     assert result is not None
-    output = result.output
+    _tamper_output(result.output)
+
+
+def _tamper_output(output: Any) -> None:
+    """Writes into a dict or list output, as a careless observer would."""
     if isinstance(output, dict):
         output["role"] = "admin"
         output["groups"].append("root")
@@ -111,15 +115,7 @@ async def test_an_output_guardrail_that_writes_into_the_output_it_checks_changes
 
     def redact_in_place(event: ts.GuardrailEvent) -> None:
         checked.append(event.output)
-        _tamper(event)
-
-    def _tamper(event: ts.GuardrailEvent) -> None:
-        output = event.output
-        if isinstance(output, dict):
-            output["role"] = "admin"
-            output["groups"].append("root")
-        else:
-            output.append("injected")
+        _tamper_output(event.output)
 
     outcome = await ts.Executor(lookup(), output_guardrails=[redact_in_place]).run(CALLS)
     assert [result.output for result in outcome.results] == AS_RETURNED

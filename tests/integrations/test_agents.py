@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import json
 import pickle
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -292,12 +293,8 @@ def test_strict_sets_the_copies_strict_mode_and_schema_as_the_sdk_normalizes_the
     assert unstrict.params_json_schema == strict_tool.params_json_schema
 
 
-async def test_a_clone_of_a_scheduled_agent_keeps_its_executor() -> None:
-    """Promise: a scheduled agent's executor is its ``toolsched_executor``. The SDK's ``agent.clone(...)`` builds
-    a new agent from the fields only: the clone's calls still went through toolsched, but the clone had no
-    ``toolsched_executor`` (code that reads it, ``otel.instrument(agent.toolsched_executor)``, failed). The clone,
-    and a clone of it, keep the same executor, which runs their calls under its rules."""
-    ran: list[str] = []
+def _files_agent(ran: list[str]) -> tuple[Any, Any]:
+    """A scheduled agent whose ``delete(path)`` tool (also returned, unscheduled) is denied ``/etc/**``."""
 
     @function_tool
     async def delete(path: str) -> str:
@@ -310,23 +307,39 @@ async def test_a_clone_of_a_scheduled_agent_keeps_its_executor() -> None:
         tools=[from_function_tool(delete, rule_subject="path")],
         permissions=ts.Permissions(deny=["delete(/etc/**)"]),
     )
-    executor = agent.toolsched_executor  # type: ignore[attr-defined]
-    clone = agent.clone(name="renamed")
-    assert clone.toolsched_executor is executor  # type: ignore[attr-defined]
-    assert clone.clone(instructions="again").toolsched_executor is executor  # type: ignore[attr-defined]
-    assert clone.clone(tools=[*clone.tools]).toolsched_executor is executor  # type: ignore[attr-defined]
-    assert isinstance(clone, Agent) and type(clone).__name__ == "Agent" and clone.name == "renamed"
+    return agent, delete
+
+
+async def _runs_under_its_rules(with_model: Callable[[Any], Any], ran: list[str]) -> None:
+    """The agent ``with_model`` makes runs a denied and an allowed ``delete`` through the scheduled agent's
+    executor: only the allowed one runs."""
     model = ScriptedAgentModel(
         [
             [function_call("c1", "delete", {"path": "/etc/passwd"}), function_call("c2", "delete", {"path": "a.txt"})],
             [final_message("done")],
         ]
     )
-    result = await Runner.run(clone.clone(model=model), "delete them", run_config=NO_TRACING)
+    result = await Runner.run(with_model(model), "delete them", run_config=NO_TRACING)
     found = outputs(result)
     assert ran == ["a.txt"]
     assert found["c2"] == "deleted a.txt"
     assert "denied" in found["c1"] or "not allowed" in found["c1"], found["c1"]
+
+
+async def test_a_clone_of_a_scheduled_agent_keeps_its_executor() -> None:
+    """Promise: a scheduled agent's executor is its ``toolsched_executor``. The SDK's ``agent.clone(...)`` builds
+    a new agent from the fields only: the clone's calls still went through toolsched, but the clone had no
+    ``toolsched_executor`` (code that reads it, ``otel.instrument(agent.toolsched_executor)``, failed). The clone,
+    and a clone of it, keep the same executor, which runs their calls under its rules."""
+    ran: list[str] = []
+    agent, _ = _files_agent(ran)
+    executor = agent.toolsched_executor  # type: ignore[attr-defined]
+    clone = agent.clone(name="renamed")
+    assert clone.toolsched_executor is executor  # type: ignore[attr-defined]
+    assert clone.clone(instructions="again").toolsched_executor is executor  # type: ignore[attr-defined]
+    assert clone.clone(tools=[*clone.tools]).toolsched_executor is executor  # type: ignore[attr-defined]
+    assert isinstance(clone, Agent) and type(clone).__name__ == "Agent" and clone.name == "renamed"
+    await _runs_under_its_rules(lambda model: clone.clone(model=model), ran)
 
 
 async def test_a_dataclasses_replace_of_a_scheduled_agent_keeps_its_executor() -> None:
@@ -335,18 +348,7 @@ async def test_a_dataclasses_replace_of_a_scheduled_agent_keeps_its_executor() -
     which had no ``toolsched_executor``. The replaced agent, and a clone of it, keep the executor, and two
     scheduled agents keep their own."""
     ran: list[str] = []
-
-    @function_tool
-    async def delete(path: str) -> str:
-        """Delete a file."""
-        ran.append(path)
-        return f"deleted {path}"
-
-    agent = scheduled(
-        Agent(name="files", tools=[delete]),
-        tools=[from_function_tool(delete, rule_subject="path")],
-        permissions=ts.Permissions(deny=["delete(/etc/**)"]),
-    )
+    agent, delete = _files_agent(ran)
     other = scheduled(Agent(name="other", tools=[delete]))
     executor = agent.toolsched_executor  # type: ignore[attr-defined]
     replaced = dataclasses.replace(agent, name="renamed")
@@ -355,17 +357,7 @@ async def test_a_dataclasses_replace_of_a_scheduled_agent_keeps_its_executor() -
     assert other.toolsched_executor is not executor  # type: ignore[attr-defined]
     assert dataclasses.replace(other).toolsched_executor is other.toolsched_executor  # type: ignore[attr-defined]
     assert isinstance(replaced, Agent) and type(replaced).__name__ == "Agent" and replaced.name == "renamed"
-    model = ScriptedAgentModel(
-        [
-            [function_call("c1", "delete", {"path": "/etc/passwd"}), function_call("c2", "delete", {"path": "a.txt"})],
-            [final_message("done")],
-        ]
-    )
-    result = await Runner.run(dataclasses.replace(replaced, model=model), "delete them", run_config=NO_TRACING)
-    found = outputs(result)
-    assert ran == ["a.txt"]
-    assert found["c2"] == "deleted a.txt"
-    assert "denied" in found["c1"] or "not allowed" in found["c1"], found["c1"]
+    await _runs_under_its_rules(lambda model: dataclasses.replace(replaced, model=model), ran)
 
 
 def test_pickling_a_scheduled_agent_or_its_tool_says_it_cannot_be_done() -> None:

@@ -16,22 +16,13 @@ from typing import Any
 import anyio
 import pytest
 from sdk_clients import MODULES, PROVIDERS, Client
+from weather import weather
 
 import toolsched as ts
 from toolsched.providers import gemini as ts_gemini
 from toolsched.testing import Reply, ScriptedProvider, ToolUse, response_body, stream_events
 
 pytestmark = pytest.mark.anyio
-
-
-def weather(ran: list[str]) -> list[ts.Tool]:
-    @ts.tool(read_only=True, concurrency_safe=True)
-    async def get_weather(city: str) -> str:
-        """Current weather for a city."""
-        ran.append(city)
-        return f"{city}: 18°C"
-
-    return [get_weather]
 
 
 def mixed_turn() -> Reply:
