@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from sdk_clients import MODULES, PROVIDERS, Client
+from sdk_clients import MODULES, PROVIDERS, Client, reply_of
 from weather import weather
 
 import toolsched as ts
@@ -160,16 +160,21 @@ async def test_anthropic_deltas_that_are_no_part_of_an_open_block_break_the_stre
 # --- Anthropic: blocks that stop out of their order ---------------------------------------------------------
 
 
-async def test_anthropic_blocks_stopped_out_of_order_are_answered_in_the_turns_order() -> None:
-    ran: list[str] = []
-    events = _message(
-        _use(0, "call_a"),
-        _use(1, "call_b"),
+def _stopped_backwards(first: str, second: str) -> list[dict[str, Any]]:
+    """A message of two calls (Oslo, then Bern) whose second block stops before its first."""
+    return _message(
+        _use(0, first),
+        _use(1, second),
         _json(0, '{"city": "Oslo"}'),
         _json(1, '{"city": "Bern"}'),
         _stop(1),
         _stop(0),
     )
+
+
+async def test_anthropic_blocks_stopped_out_of_order_are_answered_in_the_turns_order() -> None:
+    ran: list[str] = []
+    events = _stopped_backwards("call_a", "call_b")
     execution = await ts_anthropic.execute_stream(ts.Executor(weather(ran)), events)
     assert sorted(ran) == ["Bern", "Oslo"]
     sent = [block["id"] for block in execution.assistant["content"]]
@@ -181,14 +186,7 @@ async def test_anthropic_blocks_stopped_out_of_order_are_answered_in_the_turns_o
 
 
 async def test_anthropic_blocks_without_ids_stopped_out_of_order_keep_their_ids_and_the_turns_order() -> None:
-    events = _message(
-        _use(0, ""),
-        _use(1, ""),
-        _json(0, '{"city": "Oslo"}'),
-        _json(1, '{"city": "Bern"}'),
-        _stop(1),
-        _stop(0),
-    )
+    events = _stopped_backwards("", "")
     execution = await ts_anthropic.execute_stream(ts.Executor(weather([])), events)
     sent = [(block["id"], block["input"]["city"]) for block in execution.assistant["content"]]
     assert [city for _, city in sent] == ["Oslo", "Bern"]
@@ -205,14 +203,7 @@ async def test_calls_held_for_approval_out_of_stream_order_wait_and_resume_in_th
         return f"{city}: 18°C"
 
     executor = ts.Executor([get_weather])
-    events = _message(
-        _use(0, "call_a"),
-        _use(1, "call_b"),
-        _json(0, '{"city": "Oslo"}'),
-        _json(1, '{"city": "Bern"}'),
-        _stop(1),
-        _stop(0),
-    )
+    events = _stopped_backwards("call_a", "call_b")
     execution = await ts_anthropic.execute_stream(executor, events)
     assert [request.call_id for request in execution.outcome.pending] == ["call_a", "call_b"]
     state = execution.outcome.state
@@ -348,12 +339,7 @@ async def test_outputs_and_errors_with_lone_surrogates_go_back_through_the_sdk(p
 async def test_every_reply_text_encodes_as_utf8(provider: str) -> None:
     module = MODULES[provider]
     execution = await module.execute(ts.Executor(listing()), response_body(provider, LISTING))
-    reply = {
-        "anthropic": lambda e: e.message,
-        "openai_responses": lambda e: e.items,
-        "openai_chat": lambda e: e.messages,
-        "gemini": lambda e: e.content,
-    }[provider](execution)
+    reply = reply_of(provider, execution)
     json.dumps(reply, ensure_ascii=False).encode("utf-8")
     # The results themselves keep what the tool returned.
     assert execution.results[0].output["names"][0] == "caf\udce9.txt"

@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
-from sdk_clients import MODULES, PROVIDERS, Client
+from sdk_clients import MODULES, PROVIDERS, Client, reply_of
 from weather import weather
 
 import toolsched as ts
@@ -66,12 +66,7 @@ def _is(block: Any, kind: str) -> bool:
 def turn_pairs(provider: str, execution: Any) -> tuple[list[Any], list[Any]]:
     """The same pairs for an execution: its assistant turn and its reply, as they would be sent (JSON)."""
     assistant = execution.assistant
-    reply = {
-        "anthropic": lambda e: e.message,
-        "openai_responses": lambda e: e.items,
-        "openai_chat": lambda e: e.messages,
-        "gemini": lambda e: e.content,
-    }[provider](execution)
+    reply = reply_of(provider, execution)
     if provider == "anthropic":
         request = {"messages": [_plain(assistant), reply]}
     elif provider == "openai_responses":

@@ -12,7 +12,7 @@ import time
 
 import anyio
 import pytest
-from sdk_clients import MODULES, PROVIDERS, Client
+from sdk_clients import MODULES, PROVIDERS, Client, reply_of
 
 import toolsched as ts
 from toolsched.providers import anthropic as ts_anthropic
@@ -67,13 +67,7 @@ async def test_tools_start_while_the_answer_streams_and_end_as_the_whole_answer_
     assert module.calls_from(execution.assistant) == execution.calls
     whole = await module.execute(ts.Executor(_tools({})), execution.assistant)
     assert [(r.call_id, r.output) for r in whole.results] == [(r.call_id, r.output) for r in execution.results]
-    reply = {
-        "anthropic": lambda e: e.message,
-        "openai_responses": lambda e: e.items,
-        "openai_chat": lambda e: e.messages,
-        "gemini": lambda e: e.content,
-    }[provider]
-    assert reply(whole) == reply(execution)
+    assert reply_of(provider, whole) == reply_of(provider, execution)
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])

@@ -25,6 +25,18 @@ MODULES: dict[str, Any] = {
 """Each API's ``toolsched.providers`` adapter."""
 
 
+def reply_of(provider: str, execution: Any) -> Any:
+    """What an execution sends back to the model, in the provider's own shape: Anthropic's user message,
+    the Responses API's input items, chat completions' tool messages, Gemini's content."""
+    if provider == "anthropic":
+        return execution.message
+    if provider == "openai_responses":
+        return execution.items
+    if provider == "openai_chat":
+        return execution.messages
+    return execution.content
+
+
 class Client:
     """The provider's official async client against the scripted server; closed when the block ends."""
 
