@@ -24,48 +24,8 @@ pytestmark = pytest.mark.anyio
 # A hang guard only: every test here ends in seconds when the bridge works.
 LIMIT = 30
 
-# Speaks just enough MCP by hand to send what an SDK server never would. argv[1]: the tool list (JSON);
-# argv[2]: a file it writes its process ID to. `tools/call` answers "<name>:<arguments>" except for the
-# tools named after a hostile answer.
-RAW_SERVER = r"""
-import json, os, sys, time
-
-def send(message):
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-with open(sys.argv[2], "w") as pid_file:
-    pid_file.write(str(os.getpid()))
-with open(sys.argv[1]) as listing:
-    TOOLS = json.load(listing)
-for line in sys.stdin:
-    request = json.loads(line)
-    method, request_id = request.get("method"), request.get("id")
-    if method == "initialize":
-        send({"jsonrpc": "2.0", "id": request_id, "result": {
-            "protocolVersion": request["params"]["protocolVersion"],
-            "capabilities": {"tools": {}}, "serverInfo": {"name": "raw", "version": "0"}}})
-    elif method == "tools/list":
-        send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": TOOLS}})
-    elif method == "tools/call":
-        name = request["params"]["name"]
-        def answer(result):
-            send({"jsonrpc": "2.0", "id": request_id, "result": result})
-        if name == "content_not_a_list":
-            answer({"content": "text"})
-        elif name == "unknown_block":
-            answer({"content": [{"type": "hologram", "data": 1}]})
-        elif name == "twice":
-            answer({"content": [{"type": "text", "text": "first"}]})
-            answer({"content": [{"type": "text", "text": "second"}]})
-        elif name == "hang":
-            time.sleep(3600)
-        else:
-            text = name + ":" + json.dumps(request["params"].get("arguments") or {})
-            answer({"content": [{"type": "text", "text": text}]})
-    elif request_id is not None:
-        send({"jsonrpc": "2.0", "id": request_id, "result": {}})
-"""
+# The hand-written server (tests/support/raw_mcp_server.py): its docstring lists the hostile answers.
+RAW_SERVER = Path(__file__).parents[1] / "support" / "raw_mcp_server.py"
 
 
 def _tool(name: Any, schema: Any = None) -> dict[str, Any]:
@@ -76,8 +36,7 @@ def _tool(name: Any, schema: Any = None) -> dict[str, Any]:
 
 
 def _server(tmp_path: Path, tools: list[dict[str, Any]]) -> tuple[ts_mcp.McpConnection, Path]:
-    script = tmp_path / "raw_server.py"
-    script.write_text(RAW_SERVER)
+    script = RAW_SERVER
     listing = tmp_path / "tools.json"
     listing.write_text(json.dumps(tools))
     pid_file = tmp_path / "pid"

@@ -17,46 +17,8 @@ pytestmark = pytest.mark.anyio
 # A hang guard only: every test here ends in seconds when the bridge works.
 LIMIT = 30
 
-# Speaks just enough MCP by hand to send what a well-behaved SDK server never would. Its tool list is
-# read from the file named by argv[1] at every tools/list; `tools/call` answers "<name>:<arguments>",
-# except the tools named after a malformed reply, which get that reply instead.
-RAW_SERVER = r"""
-import json, sys
-
-def send(message):
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-for line in sys.stdin:
-    request = json.loads(line)
-    method, request_id = request.get("method"), request.get("id")
-    if method == "initialize":
-        send({"jsonrpc": "2.0", "id": request_id, "result": {
-            "protocolVersion": request["params"]["protocolVersion"],
-            "capabilities": {"tools": {"listChanged": True}},
-            "serverInfo": {"name": "raw", "version": "0"}}})
-    elif method == "tools/list":
-        with open(sys.argv[1]) as listing:
-            send({"jsonrpc": "2.0", "id": request_id, "result": {"tools": json.load(listing)}})
-    elif method == "tools/call":
-        name = request["params"]["name"]
-        if name == "garbage":
-            sys.stdout.write("this is not json\n")
-            sys.stdout.flush()
-        elif name == "wrong_id":
-            send({"jsonrpc": "2.0", "id": 99999, "result": {"content": []}})
-        elif name == "slow":
-            import time
-            time.sleep(1.5)
-            send({"jsonrpc": "2.0", "id": request_id, "result": {"content": [{"type": "text", "text": "late"}]}})
-        elif name == "bad_error":
-            send({"jsonrpc": "2.0", "id": request_id, "error": {"code": "x", "message": 5}})
-        else:
-            text = name + ":" + json.dumps(request["params"].get("arguments") or {})
-            send({"jsonrpc": "2.0", "id": request_id, "result": {"content": [{"type": "text", "text": text}]}})
-    elif request_id is not None:
-        send({"jsonrpc": "2.0", "id": request_id, "result": {}})
-"""
+# The hand-written server (tests/support/raw_mcp_server.py): its docstring lists the hostile answers.
+RAW_SERVER = Path(__file__).parents[1] / "support" / "raw_mcp_server.py"
 
 
 def _tool(name: str, description: str = "") -> dict[str, object]:
@@ -64,8 +26,7 @@ def _tool(name: str, description: str = "") -> dict[str, object]:
 
 
 def _raw_server(tmp_path: Path, tools: list[dict[str, object]]) -> tuple[Path, Path]:
-    server = tmp_path / "raw_server.py"
-    server.write_text(RAW_SERVER)
+    server = RAW_SERVER
     listing = tmp_path / "tools.json"
     listing.write_text(json.dumps(tools))
     return server, listing
