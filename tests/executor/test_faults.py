@@ -244,14 +244,21 @@ def test_bad_failure_options_are_refused_by_name() -> None:
 
 
 def abort_tools(started: list[str], finished: list[str], *, abort: bool) -> list[ts.Tool]:
+    """``fragile`` fails once two ``work`` calls have started (``delay`` after that); ``work`` waits ``delay``
+    (long enough by default that only a cancellation ends it in these tests)."""
+    two_started = anyio.Event()
+
     @ts.tool(concurrency_safe=True, abort_siblings_on_error=abort)
     async def fragile(delay: float) -> None:
+        await two_started.wait()
         await anyio.sleep(delay)
         raise OSError("device gone")
 
     @ts.tool(concurrency_safe=True)
-    async def work(name: str, delay: float = 0.2) -> str:
+    async def work(name: str, delay: float = 10.0) -> str:
         started.append(name)
+        if len(started) == 2:
+            two_started.set()
         await anyio.sleep(delay)
         finished.append(name)
         return name

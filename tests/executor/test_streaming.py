@@ -702,15 +702,20 @@ def test_a_streamed_turn_cancelled_twice_on_asyncio_winds_down_before_the_cancel
     import asyncio
 
     ran: list[str] = []
+    first_started: asyncio.Event | None = None
 
     @ts.tool
     async def slow(i: int) -> int:
         ran.append(f"start {i}")
-        await asyncio.sleep(0.3)
+        assert first_started is not None
+        first_started.set()
+        await asyncio.sleep(0.6)
         ran.append(f"end {i}")
         return i
 
     async def main() -> None:
+        nonlocal first_started
+        first_started = asyncio.Event()
         async with ts.SqliteJournal(str(tmp_path / "journal.db")) as journal:
             executor = ts.Executor([slow], strategy=ts.Sequential(), journal=journal)
 
@@ -721,7 +726,7 @@ def test_a_streamed_turn_cancelled_twice_on_asyncio_winds_down_before_the_cancel
                     await asyncio.sleep(30)
 
             task = asyncio.create_task(block())
-            await asyncio.sleep(0.05)
+            await asyncio.wait_for(first_started.wait(), 10)  # the first call runs: the block waits for it
             for _ in range(2):
                 task.cancel()
                 await asyncio.sleep(0.02)
