@@ -424,6 +424,8 @@ def scheduled(
             )
     copy_ = agent.clone(tools=copied)
     copy_.__class__ = _scheduled_agent_class(type(copy_), executor)
+    # Its own attribute too: code that copies an agent's state (``vars(agent)``) onto another agent takes it.
+    vars(copy_)["toolsched_executor"] = executor
     return copy_
 
 
