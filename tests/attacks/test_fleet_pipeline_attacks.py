@@ -41,6 +41,27 @@ async def slots(coordination: ts.RedisCoordination, space: str, name: str) -> li
     return sorted(await coordination._call("ZRANGE", f"{space}:{{{name}}}:slots", 0, -1))
 
 
+async def emptied(coordination: ts.RedisCoordination, tool: Any, space: str) -> None:
+    """The admission script loaded (one admission), then the tool's slots emptied."""
+    await coordination._admit(tool, "warm", None)
+    await coordination._call("DEL", f"{space}:{{{tool.name}}}:slots")
+
+
+def held_up(picks: Callable[[bytes, int], bool]) -> Callable[..., Awaitable[Any]]:
+    """A ``Connection.exchange`` that reads the replies of a batch of admissions ``picks`` (its request and its
+    command count), then waits 10 s before handing them out: whatever the test does meanwhile happens with
+    the replies read and nobody told."""
+    original = Connection.exchange
+
+    async def exchange(self: Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
+        replies = await original(self, data, count, per_reply)
+        if admits(data) and picks(data, count):
+            await asyncio.sleep(10)
+        return replies
+
+    return exchange
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_a_batch_writer_cancelled_natively_mid_round_trip_strands_no_other_caller(
     anyio_backend: str, monkeypatch: pytest.MonkeyPatch
@@ -54,19 +75,17 @@ async def test_a_batch_writer_cancelled_natively_mid_round_trip_strands_no_other
     tool = capped()
     space = namespace()
     coordination = ts.RedisCoordination(redis_url(), namespace=space)
-    await coordination._admit(tool, "warm", None)  # the script loaded
-    await coordination._call("DEL", f"{space}:{{capped}}:slots")
-    original = Connection.exchange
+    await emptied(coordination, tool, space)
     replied = asyncio.Event()
 
-    async def held_up(self: Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
-        replies = await original(self, data, count, per_reply)
-        if admits(data) and count == 4 and not replied.is_set():
-            replied.set()
-            await asyncio.sleep(10)  # the replies are in; the writer is cancelled before it hands them out
-        return replies
+    def first_of_four(data: bytes, count: int) -> bool:
+        # The replies are in; the writer is cancelled before it hands them out.
+        if count != 4 or replied.is_set():
+            return False
+        replied.set()
+        return True
 
-    monkeypatch.setattr(Connection, "exchange", held_up)
+    monkeypatch.setattr(Connection, "exchange", held_up(first_of_four))
     writer = asyncio.ensure_future(coordination._admit(tool, "writer", None))
     others = [asyncio.ensure_future(coordination._admit(tool, f"other{n}", None)) for n in range(3)]
     await replied.wait()
@@ -86,20 +105,14 @@ async def test_a_batch_writer_cancelled_natively_gives_its_slot_back_when_the_lo
     tool = capped(cap=1)
     space = namespace()
     url = redis_url()
-    original = Connection.exchange
-
-    async def held_up(self: Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
-        replies = await original(self, data, count, per_reply)
-        if admits(data) and b"writer" in data:
-            await asyncio.sleep(10)  # the reply is in; its writer is cancelled before it reads it
-        return replies
+    # The writer's reply is in; the writer is cancelled before it reads it.
+    exchange = held_up(lambda data, count: b"writer" in data)
 
     def run() -> None:
         async def main() -> None:
             coordination = ts.RedisCoordination(url, namespace=space)
             checker = ts.RedisCoordination(url, namespace=space)
-            await coordination._admit(tool, "warm", None)  # the script loaded
-            await coordination._call("DEL", f"{space}:{{capped}}:slots")
+            await emptied(coordination, tool, space)
             writer = asyncio.ensure_future(coordination._admit(tool, "writer", None))
             while not await slots(checker, space, "capped"):  # noqa: ASYNC110 (the server's state)
                 await asyncio.sleep(0.005)
@@ -110,7 +123,7 @@ async def test_a_batch_writer_cancelled_natively_gives_its_slot_back_when_the_lo
         asyncio.run(main())
 
     with monkeypatch.context() as patched:
-        patched.setattr(Connection, "exchange", held_up)
+        patched.setattr(Connection, "exchange", exchange)
         await anyio.to_thread.run_sync(run)
     assert await slots(ts.RedisCoordination(url, namespace=space), space, "capped") == []
 
@@ -370,20 +383,14 @@ async def test_an_event_loop_ending_with_a_batch_in_flight_gives_its_slots_back(
     tool = capped(cap=10)
     space = namespace()
     url = redis_url()
-    original = Connection.exchange
-
-    async def held_up(self: Connection, data: bytes, count: int, per_reply: float = math.inf) -> Any:
-        replies = await original(self, data, count, per_reply)
-        if admits(data) and count == 5:
-            await asyncio.sleep(10)  # the replies are in; the loop ends before they are handed out
-        return replies
+    # The five replies are in; the loop ends before they are handed out.
+    exchange = held_up(lambda data, count: count == 5)
 
     def run() -> None:
         async def main() -> None:
             coordination = ts.RedisCoordination(url, namespace=space)
             checker = ts.RedisCoordination(url, namespace=space)
-            await coordination._admit(tool, "warm", None)  # the script loaded
-            await coordination._call("DEL", f"{space}:{{capped}}:slots")
+            await emptied(coordination, tool, space)
             for n in range(5):
                 asyncio.ensure_future(coordination._admit(tool, f"left{n}", None))  # noqa: RUF006 (left running)
             while len(await slots(checker, space, "capped")) < 5:  # noqa: ASYNC110 (the server's state)
@@ -392,7 +399,7 @@ async def test_an_event_loop_ending_with_a_batch_in_flight_gives_its_slots_back(
         asyncio.run(main())
 
     with monkeypatch.context() as patched:
-        patched.setattr(Connection, "exchange", held_up)
+        patched.setattr(Connection, "exchange", exchange)
         await anyio.to_thread.run_sync(run)
     assert await slots(ts.RedisCoordination(url, namespace=space), space, "capped") == []
 
