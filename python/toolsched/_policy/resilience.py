@@ -34,6 +34,7 @@ from typing import Any, Literal
 import anyio
 import anyio.lowlevel
 
+from toolsched._policy.limits import ModelRetry
 from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched._values.results import ErrorKind
 from toolsched.errors import OptionError
@@ -202,7 +203,11 @@ class CircuitBreaker:
 
 def is_transient(error: BaseException, retry: Retry | None) -> bool:
     """Whether a failure may pass: a timeout, ``Transient``, or one of the policy's ``on`` types (one whose
-    ``isinstance`` check raises does not count)."""
+    ``isinstance`` check raises does not count). A ``ModelRetry`` never is, whatever ``on`` lists: it is the
+    model's mistake, for the model to fix, so running the body again cannot pass it and it says nothing of the
+    downstream (the circuit does not count it)."""
+    if isinstance(error, ModelRetry):
+        return False
     if isinstance(error, (Transient, TimeoutError)):
         return True
     if retry is None or not retry.on:
