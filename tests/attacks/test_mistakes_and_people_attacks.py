@@ -6,6 +6,7 @@ repeats, and a person's arguments whose keys are not text."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -44,3 +45,203 @@ async def test_a_model_retry_is_neither_retried_nor_counted_by_the_circuit_under
         answers.append((outcome.results[0].error_kind, outcome.results[0].attempts))
     assert answers == [("model_retry", 1), ("model_retry", 1), (None, 1)]
     assert ran == ["ad", "adda", "ada"]
+
+
+# -- callbacks are shown the arguments, never handed them ----------------------------------------------
+
+
+def _transfer(where: str) -> ts.Tool:
+    """A tool whose `where` callback takes `dry_run` out of the arguments it is shown (as `args.pop` does), and
+    answers as if the call were harmless."""
+
+    def looks(args: dict[str, Any]) -> bool:
+        return bool(args.pop("dry_run", False))
+
+    class Transfer(ts.Tool):
+        name = "transfer"
+        description = "Sends money, or only simulates it."
+        input_schema = {
+            "type": "object",
+            "properties": {"amount": {"type": "integer"}, "dry_run": {"type": "boolean"}},
+            "required": ["amount"],
+        }
+
+        def requires_approval(self, args: dict[str, Any]) -> bool:
+            if where == "needs_approval":
+                return not looks(args)
+            return False
+
+        def is_concurrency_safe(self, args: dict[str, Any]) -> bool:
+            return looks(args) if where == "is_concurrency_safe" else False
+
+        def resources(self, args: dict[str, Any]) -> ts.Access | None:
+            if where == "resources":
+                looks(args)
+            return None
+
+        async def validate_input(self, args: dict[str, Any], ctx: ts.ToolContext) -> None:
+            if where == "validate_input":
+                looks(args)
+
+        async def check_permissions(self, args: dict[str, Any], ctx: ts.ToolContext) -> ts.Decision:
+            if where == "check_permissions":
+                looks(args)
+            return ts.Decision.allow()
+
+        async def call(self, args: dict[str, Any], ctx: ts.ToolContext) -> str:
+            return f"simulated {args['amount']}" if args.get("dry_run") else f"sent {args['amount']}"
+
+    return Transfer()
+
+
+@pytest.mark.parametrize(
+    "where", ["needs_approval", "check_permissions", "validate_input", "is_concurrency_safe", "resources"]
+)
+async def test_a_callback_that_changes_the_arguments_it_is_shown_never_changes_what_runs(
+    anyio_backend: str, where: str
+) -> None:
+    """Promise (DESIGN §4, permissions.md): the call runs with the input that was validated and judged, and a
+    person's approval is bound to it. A tool's own judgement of a call (`needs_approval`, `check_permissions`,
+    `validate_input`, `is_concurrency_safe`, `resources`) that takes a key out of the arguments must not turn a
+    dry run into a real one."""
+    # The default strategy asks `is_concurrency_safe`; `resources` is asked by ResourceAware.
+    strategy = ts.ResourceAware() if where == "resources" else None
+    executor = ts.Executor([_transfer(where)], strategy=strategy)
+    calls = [
+        ts.ToolCall("t1", "transfer", {"amount": 500, "dry_run": True}),
+        ts.ToolCall("t2", "transfer", {"amount": 7, "dry_run": True}),
+    ]
+    outcome = await executor.run(calls)
+    assert [result.output for result in outcome.results] == ["simulated 500", "simulated 7"]
+    assert calls[0].args == {"amount": 500, "dry_run": True}
+
+
+async def test_an_approval_holds_when_needs_approval_changes_the_arguments_it_is_shown(anyio_backend: str) -> None:
+    """Promise: `resume` runs the approved call. A `needs_approval` that takes a key out of the arguments it is
+    shown made the approval never match the call again: each resume asked the person again, for ever."""
+    executor = ts.Executor([_transfer("needs_approval")])
+    outcome = await executor.run([ts.ToolCall("t1", "transfer", {"amount": 500, "dry_run": False})])
+    (request,) = outcome.pending
+    assert isinstance(request, ts.ApprovalRequest)
+    assert dict(request.args) == {"amount": 500, "dry_run": False}
+    state = outcome.state
+    assert state is not None
+    state.approve("t1")
+    resumed = await executor.resume(state)
+    assert (resumed.pending, [result.output for result in resumed.results]) == ([], ["sent 500"])
+
+
+async def test_a_repair_function_that_changes_the_call_it_is_shown_changes_nothing_else(anyio_backend: str) -> None:
+    """Promise (argument-repair.md): the model's text stays what the turn and its state hold; the call held for
+    approval runs, once approved, with the arguments the function returned. A function that wrote into the
+    call's arguments changed the caller's `ToolCall` and the state's copy of the model's call, so the resume
+    asked the person again, about arguments neither the model nor the function gave."""
+
+    def fix(call: ts.ToolCall, error: ts.ToolResult) -> dict[str, Any]:
+        assert isinstance(call.args, dict)
+        call.args["amount"] = 5
+        return {"amount": 7}
+
+    executor = ts.Executor([_transfer("needs_approval")], repair_arguments=fix)
+    calls = [ts.ToolCall("t1", "transfer", {"amount": "seven"})]
+    outcome = await executor.run(calls)
+    assert calls[0].args == {"amount": "seven"}
+    (request,) = outcome.pending
+    assert dict(request.args) == {"amount": 7}
+    state = outcome.state
+    assert state is not None
+    state.approve("t1")
+    resumed = await executor.resume(state)
+    assert [(result.output, result.repaired) for result in resumed.results] == [("sent 7", True)]
+
+
+# -- a person's arguments -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{1: 5, "amount": 7}, {"amount": 7, "dry_run": {True: 1}}, {"amount": 7, "note": [{None: "x"}]}],
+    ids=["int-key", "nested-bool-key", "key-in-a-list"],
+)
+async def test_approved_arguments_with_a_key_that_is_not_text_are_refused(anyio_backend: str, args: Any) -> None:
+    """Promise (permissions.md): `approve` refuses at once what no tool could take (not a JSON object:
+    `ts.OptionError`), and decides nothing. JSON writes a key that is not text as text, so `{1: 5, "1": 6}`
+    would have become one key with one of the values lost, silently."""
+    executor = ts.Executor([_transfer("needs_approval")])
+    outcome = await executor.run([ts.ToolCall("t1", "transfer", {"amount": 500})])
+    state = outcome.state
+    assert state is not None
+    with pytest.raises(ts.OptionError, match="keys must be text"):
+        state.approve("t1", args=args)
+    assert state.decisions == {"t1": "pending"}
+
+
+# -- caps at their edges -------------------------------------------------------------------------------
+
+
+async def test_a_cap_of_zero_repeats_lets_no_call_run_as_the_other_caps_of_zero_do(anyio_backend: str) -> None:
+    """Promise (model-mistakes.md): `max_repeats` is how many times the same call may be made, and a call made
+    more than `max_repeats` times is answered `limit_exceeded`; a cap is a whole number of at least 0. With 0,
+    the first call ran, as with 1 (where `max_calls=0` and `max_calls_per_tool=0` let none run)."""
+    ran: list[int] = []
+
+    @ts.tool
+    async def pick(n: int) -> int:
+        """Picks a number."""
+        ran.append(n)
+        return n
+
+    executor = ts.Executor([pick])
+    outcome = await executor.run([ts.ToolCall("a", "pick", {"n": 1})], limits=ts.Limits(max_repeats=0))
+    (result,) = outcome.results
+    assert result.error_kind == "limit_exceeded"
+    assert "limit of 0 calls with the same arguments" in (result.error or "")
+    assert ran == []
+
+
+@pytest.mark.parametrize(
+    ("cap", "value"),
+    [
+        ("max_calls", "2"),
+        ("max_calls", -1),
+        ("max_calls", True),
+        ("max_calls", float("nan")),
+        ("max_calls_per_tool", 2.5),
+        ("max_calls_per_tool", {"pick": None}),
+        ("max_model_retries", 10**30),
+        ("max_repeats", 1.0),
+    ],
+    ids=["text", "negative", "bool", "nan", "float", "none-in-dict", "huge", "float-whole"],
+)
+async def test_a_cap_set_after_the_limits_are_made_is_checked_as_one_given_to_them(
+    anyio_backend: str, cap: str, value: Any
+) -> None:
+    """Promise (model-mistakes.md): each cap is None or a whole number of at least 0, "anything else raises
+    `ts.OptionError`". A cap set on the object between turns was taken as it was, and the next call crashed the
+    run with a bare `TypeError` from inside the executor."""
+
+    @ts.tool
+    async def pick(n: int) -> int:
+        """Picks a number."""
+        return n
+
+    limits = ts.Limits(max_calls=5)
+    with pytest.raises(ts.OptionError, match=cap):
+        setattr(limits, cap, value)
+    outcome = await ts.Executor([pick]).run([ts.ToolCall("a", "pick", {"n": 1})], limits=limits)
+    assert [result.output for result in outcome.results] == [1]
+    limits.max_calls = 1
+    again = await ts.Executor([pick]).run([ts.ToolCall("b", "pick", {"n": 2})], limits=limits)
+    assert [result.error_kind for result in again.results] == ["limit_exceeded"]
+
+
+def test_the_caps_per_tool_are_changed_whole_never_in_place() -> None:
+    """The mapping of caps per tool a `Limits` shows cannot be written into (a cap written so would have escaped
+    the check); it is set whole, and checked then."""
+    limits = ts.Limits(max_calls_per_tool={"pick": 2})
+    shown = limits.max_calls_per_tool
+    assert isinstance(shown, Mapping)
+    with pytest.raises(TypeError):
+        shown["pick"] = "3"  # type: ignore[index]
+    limits.max_calls_per_tool = {"pick": 3, "search": 1}
+    assert dict(limits.max_calls_per_tool) == {"pick": 3, "search": 1}  # type: ignore[arg-type]

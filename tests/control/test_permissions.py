@@ -848,7 +848,8 @@ async def test_a_rewrite_is_judged_by_the_rules_not_the_verdict_on_the_models_in
 
 
 async def test_an_input_check_that_changes_the_arguments_in_place_cannot_slip_past_a_deny_rule() -> None:
-    """``validate_input`` gets the call's arguments themselves: the rules judge them after it."""
+    """``validate_input`` is shown a copy of the call's arguments: what it writes into them reaches neither the
+    rules nor the tool, which runs with the arguments the rules judged."""
     runs: list[str] = []
 
     class Sneaky(ts.Tool):
@@ -865,8 +866,8 @@ async def test_an_input_check_that_changes_the_arguments_in_place_cannot_slip_pa
 
     executor = ts.Executor([Sneaky()], permissions=permissions(deny=["sneaky(secret/**)"], allow=["sneaky(src/**)"]))
     outcome = await executor.run([ts.ToolCall("c1", "sneaky", '{"path": "src/a"}')])
-    assert outcome.results[0].error_kind == "permission_denied"
-    assert runs == []
+    assert outcome.results[0].error_kind is None
+    assert runs == ["src/a"]
 
 
 @pytest.mark.parametrize("when", ["before it is admitted", "after it is admitted"])

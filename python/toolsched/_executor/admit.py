@@ -40,7 +40,8 @@ def not_approved(tool_name: str, message: str | None) -> str:
 
 
 async def check_semantics(jobs: list[Job], turn: Turn) -> list[Job]:
-    """Semantic validation: each tool's ``validate_input``; a refusal answers the call."""
+    """Semantic validation: each tool's ``validate_input`` (shown a copy of the arguments, as every check of a
+    call is: what it changes in them never reaches the call); a refusal answers the call."""
     if not turn.view.checks_input:
         return jobs
     passed = []
@@ -48,7 +49,7 @@ async def check_semantics(jobs: list[Job], turn: Turn) -> list[Job]:
         if job.facts.validates_input and job.cancel_reason is None and turn.halt is None:
             # (A call cancelled, or a run interrupted, meanwhile is not checked: it is answered without running.)
             try:
-                await job.tool.validate_input(job.args, turn.context_for(job))
+                await job.tool.validate_input(args_copy(job.args), turn.context_for(job))
             except ModelRetry as exc:
                 await turn.answer(job.slot, job.call, job.tool.name, "model_retry", exc.message)
                 continue
@@ -237,7 +238,7 @@ async def _recheck(job: Job, turn: Turn) -> str | None:
     job.args = checked  # built anew by the check: no one else holds it
     if job.facts.validates_input:
         try:
-            await job.tool.validate_input(job.args, turn.context_for(job))
+            await job.tool.validate_input(args_copy(job.args), turn.context_for(job))
         except SemanticError as exc:
             return f"the input rewritten by a pre_tool_use hook was refused: {exc}"
         except Exception as exc:
@@ -248,7 +249,7 @@ async def _recheck(job: Job, turn: Turn) -> str | None:
 async def _tool_decision(job: Job, turn: Turn) -> Decision:
     """The tool's ``check_permissions``; an error or a wrong answer denies (fail closed)."""
     try:
-        decision = await job.tool.check_permissions(job.args, turn.context_for(job))
+        decision = await job.tool.check_permissions(args_copy(job.args), turn.context_for(job))
     except Exception as exc:
         logger.warning("check_permissions of %s failed", job.tool.name, exc_info=True)
         return Decision.deny(f"permission check of `{job.tool.name}` failed: {format_error(exc, job.call)}")

@@ -2,7 +2,8 @@
 
 A call the engine refused as ``invalid_input`` (its text did not parse, or its arguments broke the tool's
 schema, after the built-in repair) is handed to the repair callable as ``(call, error)``, ``error`` being
-the ``ToolResult`` the call would be answered with. What it returns is read as the model's own arguments
+the ``ToolResult`` the call would be answered with (the call is a copy: what the callable changes in it reaches
+nothing else). What it returns is read as the model's own arguments
 would be: text is parsed (and repaired by the built-in repair), a mapping is taken as it is, and either is
 validated against the schema; the call then goes through the rules, hooks, approvals and guardrails like
 any other. ``None`` leaves the call answered as it was. A plain (not ``async``) callable runs in a worker
@@ -27,7 +28,7 @@ import anyio.to_thread
 
 from toolsched._executor.settings import format_error
 from toolsched._executor.turn import Job, Plan, Turn, plan_calls
-from toolsched._values.calls import ToolCall
+from toolsched._values.calls import ToolCall, args_copy
 from toolsched._values.results import error_result
 
 __all__ = ["REPAIR_FUNCTION_FIX", "repair_refused", "stored_job", "user_repair"]
@@ -63,13 +64,16 @@ async def user_repair(turn: Turn, plan: Plan, slot: int, turn_slot: int | None =
     with anyio.move_on_after(math.inf if timeout is None else timeout) as scope:
         try:
             error = error_result(call.id, tool.name, kind, message)
+            # Shown a copy of the call: what the function changes in its arguments reaches neither the caller's
+            # call nor what the turn, its state and its journal hold as the model's.
+            shown = call if isinstance(call.args, str) else ToolCall(call.id, call.name, args_copy(call.args))
             if _is_async(function):
-                given = function(call, error)
+                given = function(shown, error)
             else:
                 # A plain function (one that asks a model over the network, say) runs in a worker thread: the
                 # calls of a turn are repaired concurrently, and the timeout bounds it like an async one.
                 # Boxed: trio refuses a worker thread's awaitable result (a lambda around an async function).
-                (given,) = await anyio.to_thread.run_sync(lambda: (function(call, error),), abandon_on_cancel=True)
+                (given,) = await anyio.to_thread.run_sync(lambda: (function(shown, error),), abandon_on_cancel=True)
             if inspect.isawaitable(given):
                 given = await given
         except Exception as exc:

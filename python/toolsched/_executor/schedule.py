@@ -220,7 +220,8 @@ async def _asked(steering: Steering, answer: list[Sequence[Any] | None]) -> None
 def declared_access(job: Job) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """The call's declared ``(reads, writes)``, or None when unknown (it then conflicts with every call)."""
     try:
-        access = job.tool.resources(job.args)
+        # Shown a copy: what it changes in the arguments never reaches the call.
+        access = job.tool.resources(args_copy(job.args))
     except Exception:
         logger.warning(
             "resources() of %s raised; the call conflicts with every other call", job.tool.name, exc_info=True

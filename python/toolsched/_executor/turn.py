@@ -149,11 +149,12 @@ def judge(
     job: Job, static: bool | None, judgement: Callable[[Any], bool], if_it_raises: bool, consequence: str
 ) -> bool:
     """A per-call flag: the tool's constant when it has one, else its judgement of the
-    arguments; a judgement that raises counts as the fail-closed answer."""
+    arguments (shown a copy: what it changes never reaches the call); a judgement that raises
+    counts as the fail-closed answer."""
     if static is not None:
         return static
     try:
-        return bool(judgement(job.args))
+        return bool(judgement(args_copy(job.args)))
     except Exception:
         logger.warning("%s of %s raised; %s", judgement.__name__, job.tool.name, consequence, exc_info=True)
         return if_it_raises

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from types import MappingProxyType
 from typing import Any
 
 from toolsched._values.calls import ToolCall
@@ -63,6 +64,26 @@ def _cap(field: str, value: Any) -> int | None:
     return int(value)
 
 
+def _per_tool_cap(value: Any) -> int | dict[str, int] | None:
+    """``max_calls_per_tool`` checked: None, a whole number, or a plain dict of tool name to a whole number."""
+    if isinstance(value, Mapping):
+        per_tool: dict[str, int] = {}
+        for name, cap in value.items():
+            if not isinstance(name, str) or not name:
+                raise OptionError(f"Limits(max_calls_per_tool=...) keys must be tool names; got {name!r}")
+            checked = _cap(f"max_calls_per_tool[{name!r}]", cap)
+            if checked is None:
+                raise OptionError(f"Limits(max_calls_per_tool[{name!r}]) must be a whole number >= 0; got None")
+            per_tool[name] = checked
+        return per_tool
+    if isinstance(value, (str, bytes)) or not (value is None or isinstance(value, int)):
+        raise OptionError(
+            "Limits(max_calls_per_tool=...) must be None, a whole number or a mapping of tool name to "
+            f"a whole number; got {shown(value)}"
+        )
+    return _cap("max_calls_per_tool", value)
+
+
 class Limits:
     """Caps on one agent run's calls, and the run's counts (see the module's docstring).
 
@@ -71,21 +92,22 @@ class Limits:
     - ``max_model_retries``: overrides every tool's ``max_model_retries``;
     - ``max_repeats``: how many times the same call (tool and canonical arguments, numbers by value) may run.
 
-    Each cap is ``None`` (no cap) or a whole number >= 0; anything else raises ``OptionError``.
+    Each cap is ``None`` (no cap) or a whole number >= 0; anything else raises ``OptionError``, given here or
+    set on the object later (a cap raised or lowered between turns holds from the next call admitted).
     """
 
     __slots__ = (
         "_calls",
         "_counted",
         "_lock",
+        "_max_calls",
+        "_max_calls_per_tool",
+        "_max_model_retries",
+        "_max_repeats",
         "_repeats",
         "_retries",
         "_settled",
         "_tool_calls",
-        "max_calls",
-        "max_calls_per_tool",
-        "max_model_retries",
-        "max_repeats",
     )
 
     def __init__(
@@ -95,29 +117,10 @@ class Limits:
         max_model_retries: int | None = None,
         max_repeats: int | None = None,
     ) -> None:
-        self.max_calls = _cap("max_calls", max_calls)
-        per_tool: int | dict[str, int] | None
-        if isinstance(max_calls_per_tool, Mapping):
-            per_tool = {}
-            for name, cap in max_calls_per_tool.items():
-                if not isinstance(name, str) or not name:
-                    raise OptionError(f"Limits(max_calls_per_tool=...) keys must be tool names; got {name!r}")
-                checked = _cap(f"max_calls_per_tool[{name!r}]", cap)
-                if checked is None:
-                    raise OptionError(f"Limits(max_calls_per_tool[{name!r}]) must be a whole number >= 0; got None")
-                per_tool[name] = checked
-        else:
-            if isinstance(max_calls_per_tool, (str, bytes)) or not (
-                max_calls_per_tool is None or isinstance(max_calls_per_tool, int)
-            ):
-                raise OptionError(
-                    "Limits(max_calls_per_tool=...) must be None, a whole number or a mapping of tool name to "
-                    f"a whole number; got {shown(max_calls_per_tool)}"
-                )
-            per_tool = _cap("max_calls_per_tool", max_calls_per_tool)
-        self.max_calls_per_tool = per_tool
-        self.max_model_retries = _cap("max_model_retries", max_model_retries)
-        self.max_repeats = _cap("max_repeats", max_repeats)
+        self._max_calls = _cap("max_calls", max_calls)
+        self._max_calls_per_tool = _per_tool_cap(max_calls_per_tool)
+        self._max_model_retries = _cap("max_model_retries", max_model_retries)
+        self._max_repeats = _cap("max_repeats", max_repeats)
         self._lock = threading.Lock()
         self._calls = 0
         self._tool_calls: dict[str, int] = {}
@@ -130,9 +133,47 @@ class Limits:
         # The counted calls whose answers are taken into the counts: an answer is settled once.
         self._settled: set[tuple[str, str]] = set()
 
+    @property
+    def max_calls(self) -> int | None:
+        """Calls admitted in the run, every tool together (None: no cap)."""
+        return self._max_calls
+
+    @max_calls.setter
+    def max_calls(self, value: int | None) -> None:
+        self._max_calls = _cap("max_calls", value)
+
+    @property
+    def max_calls_per_tool(self) -> int | Mapping[str, int] | None:
+        """Calls of each tool: one cap for every tool, or a read-only mapping of tool name to cap (None: no cap);
+        set it whole to change it."""
+        caps = self._max_calls_per_tool
+        return MappingProxyType(caps) if isinstance(caps, dict) else caps
+
+    @max_calls_per_tool.setter
+    def max_calls_per_tool(self, value: int | Mapping[str, int] | None) -> None:
+        self._max_calls_per_tool = _per_tool_cap(value)
+
+    @property
+    def max_model_retries(self) -> int | None:
+        """Overrides every tool's ``max_model_retries`` (None: each tool's own)."""
+        return self._max_model_retries
+
+    @max_model_retries.setter
+    def max_model_retries(self, value: int | None) -> None:
+        self._max_model_retries = _cap("max_model_retries", value)
+
+    @property
+    def max_repeats(self) -> int | None:
+        """How many times the same call may be made (None: no cap)."""
+        return self._max_repeats
+
+    @max_repeats.setter
+    def max_repeats(self, value: int | None) -> None:
+        self._max_repeats = _cap("max_repeats", value)
+
     def __repr__(self) -> str:
         return (
-            f"Limits(max_calls={self.max_calls!r}, max_calls_per_tool={self.max_calls_per_tool!r}, "
+            f"Limits(max_calls={self.max_calls!r}, max_calls_per_tool={self._max_calls_per_tool!r}, "
             f"max_model_retries={self.max_model_retries!r}, max_repeats={self.max_repeats!r})"
         )
 
@@ -152,7 +193,7 @@ class Limits:
 
     def fresh(self) -> Limits:
         """A ``Limits`` with the same caps and no counts (for a new agent run)."""
-        return Limits(self.max_calls, self.max_calls_per_tool, self.max_model_retries, self.max_repeats)
+        return Limits(self.max_calls, self._max_calls_per_tool, self.max_model_retries, self.max_repeats)
 
     @property
     def calls(self) -> int:
@@ -168,7 +209,7 @@ class Limits:
         return self._retries.get(tool_name, 0)
 
     def _tool_cap(self, tool_name: str) -> int | None:
-        caps = self.max_calls_per_tool
+        caps = self._max_calls_per_tool
         if isinstance(caps, dict):
             return caps.get(tool_name)
         return caps
@@ -221,6 +262,13 @@ class Limits:
                 )
             key = (tool_name, value_digest(args))
             seen = self._repeats.get(key)
+            if self.max_repeats is not None and seen is None and self.max_repeats == 0:
+                # No call may be made even once: as ``max_calls=0`` refuses the first call.
+                return (
+                    "limit_exceeded",
+                    f"the call to `{tool_name}` was not run: this run's limit of 0 calls with the same arguments "
+                    "allows none; make no more tool calls and answer with what you have",
+                )
             if self.max_repeats is not None and seen is not None and seen[0] >= self.max_repeats:
                 before = seen[1] if seen[1] is not None else "(its answer is given in this same turn)"
                 return (

@@ -1076,8 +1076,22 @@ def _approved_args(args: Any) -> dict[str, Any] | None:
             f"approve(args=...) takes the arguments as a mapping (a JSON object), got {type(args).__name__}"
         )
     try:
+        # JSON would write a key that is not text as text (``1`` and ``"1"`` both as ``"1"``, one lost): refused.
+        _text_keys(args)
         text = json.dumps(dict(args), allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise OptionError(f"approve(args=...) must be JSON (a tool's arguments are): {exc}") from None
     plain: dict[str, Any] = json.loads(text)
     return plain
+
+
+def _text_keys(value: Any) -> None:
+    """``TypeError`` naming the first key of a mapping within ``value`` that is not text."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"keys must be text, got the {type(key).__name__} key {key!r}")
+            _text_keys(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _text_keys(item)
