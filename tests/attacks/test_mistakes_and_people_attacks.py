@@ -245,3 +245,36 @@ def test_the_caps_per_tool_are_changed_whole_never_in_place() -> None:
         shown["pick"] = "3"  # type: ignore[index]
     limits.max_calls_per_tool = {"pick": 3, "search": 1}
     assert dict(limits.max_calls_per_tool) == {"pick": 3, "search": 1}  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("again", ["reject", "approve-without-always", "approve-with-edits"])
+@pytest.mark.parametrize("scope", ["tool", "call", "transfer(*)"])
+async def test_a_standing_approval_is_not_left_behind_when_its_call_is_decided_again(
+    anyio_backend: str, scope: str, again: str
+) -> None:
+    """Promise (permissions.md): `always=` approves more than the call, and a call still waiting may be decided
+    again before the resume. A person who approved `t1` for the whole tool and then changed their mind (rejected
+    `t1`) left the standing approval in force: `t2`, a call they never approved themselves, ran. The second
+    decision is refused now (`ts.ApprovalError`), the first kept whole; the same decision given twice is one."""
+    executor = ts.Executor([_transfer("needs_approval")])
+    calls = [ts.ToolCall("t1", "transfer", {"amount": 5}), ts.ToolCall("t2", "transfer", {"amount": 5})]
+    outcome = await executor.run(calls)
+    state = outcome.state
+    assert state is not None
+    state.approve("t1", always=scope)
+    state.approve("t1", always=scope)  # the same decision again
+    decided = state.decisions
+    with pytest.raises(ts.ApprovalError, match="always="):
+        if again == "reject":
+            state.reject("t1", "not this one after all")
+        elif again == "approve-without-always":
+            state.approve("t1")
+        else:
+            state.approve("t1", args={"amount": 1}, always=scope)
+    assert state.decisions == decided
+    fresh = outcome.state
+    assert fresh is not None
+    fresh.reject("t1", "not this one after all")
+    resumed = await executor.resume(fresh)
+    assert [result.error_kind for result in resumed.results] == ["permission_denied"]
+    assert [request.call_id for request in resumed.pending] == ["t2"]

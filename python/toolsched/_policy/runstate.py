@@ -728,6 +728,10 @@ class RunState:
         if digest is not None and digest == record.digest:
             # The person approved the arguments the model gave: nothing was edited.
             edited = digest = None
+        if record.status == "approved" and record.always is not None:
+            if record.always == scope and record.edited_digest == digest:
+                return  # the same decision again
+            raise self._standing_given(record, "approve")
         record = replace(
             record, status="approved", message=None, edited_args=edited, edited_digest=digest, always=scope
         )
@@ -769,6 +773,8 @@ class RunState:
             return
         position = self._undecided(call_id, "reject")
         record = self._records[position]
+        if record.status == "approved" and record.always is not None:
+            raise self._standing_given(record, "reject")
         self._records[position] = replace(
             record, status="rejected", message=message, child=None, edited_args=None, edited_digest=None, always=None
         )
@@ -776,6 +782,14 @@ class RunState:
             self._always.reject[record.tool] = (record.fingerprint, message)
             self._always.allow.pop(record.tool, None)
             self._decide_tool(record.tool, record.fingerprint, "rejected", message)
+
+    def _standing_given(self, record: CallRecord, verb: str) -> ApprovalError:
+        """Why a call approved with a standing scope cannot be decided otherwise: the scope decided more."""
+        return ApprovalError(
+            f"cannot {verb} call {record.call_id!r} otherwise: it was approved with always={record.always!r}, "
+            "which approves more than this call for the rest of the run, and that is not taken back on this "
+            "state; decide again on a fresh copy of the interruption (outcome.state, or the saved JSON)"
+        )
 
     def _decide_tool(
         self, tool: str, fingerprint: str, status: Status, message: str | None, digest: str | None = None
