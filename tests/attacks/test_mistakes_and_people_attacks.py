@@ -47,6 +47,63 @@ async def test_a_model_retry_is_neither_retried_nor_counted_by_the_circuit_under
     assert ran == ["ad", "adda", "ada"]
 
 
+class NoSuchUser(ts.ModelRetry):
+    """A tool's own `ModelRetry`, made from other arguments than the message (pickle rebuilds it from the message
+    alone, and fails)."""
+
+    def __init__(self, handle: str, known: list[str]) -> None:
+        super().__init__(f"no user {handle!r}; known: {', '.join(known)}")
+        self.known = known
+
+
+class Busy(ts.Transient):
+    """A tool's own `Transient`, made from other arguments than the message."""
+
+    def __init__(self, status: int, wait: float) -> None:
+        super().__init__(f"the downstream answered {status}", retry_after=wait)
+
+
+@ts.tool(isolation="process")
+def find_in_a_worker(handle: str) -> str:
+    """Looks a user up in a worker process."""
+    raise NoSuchUser(handle, ["ada", "alan"])
+
+
+BUSY_ONCE = "TOOLSCHED_TEST_BUSY_ONCE"
+
+
+@ts.tool(isolation="process", idempotent=True, retry=ts.Retry(attempts=2, backoff=0.001))
+def fetch_in_a_worker(marker: str) -> str:
+    """Busy the first time (a file marks it), then answers."""
+    import os
+
+    if not os.path.exists(marker):
+        with open(marker, "w"):
+            pass
+        raise Busy(503, 0.001)
+    return "fetched"
+
+
+async def test_a_model_retry_or_transient_of_its_own_kind_crosses_from_a_worker_process(
+    anyio_backend: str, tmp_path: Any
+) -> None:
+    """Promise (model-mistakes.md, resilience.md): a tool that raises `ModelRetry` has its call answered
+    `model_retry` with the message; a `Transient` is retried. From an `isolation="process"` tool, a subclass whose
+    `__init__` takes other arguments could not be rebuilt in the caller: the model was told
+    `execution_error` "TypeError: ... missing 1 required positional argument", and a transient failure was not
+    retried."""
+    executor = ts.Executor([find_in_a_worker, fetch_in_a_worker])
+    outcome = await executor.run(
+        [
+            ts.ToolCall("a", "find_in_a_worker", {"handle": "ad"}),
+            ts.ToolCall("b", "fetch_in_a_worker", {"marker": str(tmp_path / "busy")}),
+        ]
+    )
+    found, fetched = outcome.results
+    assert (found.error_kind, found.error) == ("model_retry", "no user 'ad'; known: ada, alan")
+    assert (fetched.output, fetched.attempts) == ("fetched", 2)
+
+
 # -- callbacks are shown the arguments, never handed them ----------------------------------------------
 
 

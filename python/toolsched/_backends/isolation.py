@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import pickle
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -22,6 +23,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 import anyio.to_process
 
+from toolsched._policy.limits import ModelRetry
+from toolsched._policy.resilience import Transient, retry_after_of
 from toolsched.errors import ToolDefinitionError, WorkerLostError
 
 if TYPE_CHECKING:
@@ -73,9 +76,26 @@ class _ToolMethod:
 def _call_in_worker(target: _ModuleFunction | _ToolMethod, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Runs in the worker process: resolve the body and call it (an async body on its own loop)."""
     body = target.resolve()
-    if inspect.iscoroutinefunction(body):
-        return anyio.run(functools.partial(body, *args, **kwargs))
-    return body(*args, **kwargs)
+    try:
+        if inspect.iscoroutinefunction(body):
+            return anyio.run(functools.partial(body, *args, **kwargs))
+        return body(*args, **kwargs)
+    except (ModelRetry, Transient) as exc:
+        raise _portable(exc) from None
+
+
+def _portable(exc: ModelRetry | Transient) -> Exception:
+    """``exc`` as it can travel back to the caller: itself when it survives pickling, else what it means there, a
+    plain ``ModelRetry`` with the model's message or a plain ``Transient`` with its wait. (A subclass whose
+    ``__init__`` takes other arguments is rebuilt from its message alone and fails: the caller would see that
+    ``TypeError`` instead of the message for the model, or a failure not to retry.)"""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        if isinstance(exc, ModelRetry):
+            return ModelRetry(exc.message)
+        return Transient(str(exc), retry_after=retry_after_of(exc))
+    return exc
 
 
 async def _run_in_worker(
