@@ -6,7 +6,7 @@ repeats, and a person's arguments whose keys are not text."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
@@ -335,3 +335,54 @@ async def test_a_standing_approval_is_not_left_behind_when_its_call_is_decided_a
     resumed = await executor.resume(fresh)
     assert [result.error_kind for result in resumed.results] == ["permission_denied"]
     assert [request.call_id for request in resumed.pending] == ["t2"]
+
+
+async def test_calls_to_a_tool_that_does_not_exist_count_toward_the_run_s_caps(anyio_backend: str) -> None:
+    """Promise (model-mistakes.md): toolsched "bounds how long an agent run may go on" calling a tool that does
+    not exist, and `max_calls` caps "the calls of the run". Such calls were never counted (while a recovered
+    run's journal counted them): a model that kept calling one went on until the loop's `max_turns`, and the
+    repeat guard never saw them. They count now, in model order with the turn's other calls."""
+    ran: list[int] = []
+
+    @ts.tool
+    async def pick(n: int) -> int:
+        """Picks a number."""
+        ran.append(n)
+        return n
+
+    executor = ts.Executor([pick])
+    limits = ts.Limits(max_calls=3, max_repeats=1)
+    first = await executor.run([ts.ToolCall("a", "pick", {"n": 1}), ts.ToolCall("b", "pik", {"n": 1})], limits=limits)
+    assert [result.error_kind for result in first.results] == [None, "unknown_tool"]
+    again = await executor.run([ts.ToolCall("c", "pik", {"n": 1})], limits=limits)
+    (repeat,) = again.results
+    assert repeat.error_kind == "limit_exceeded"
+    assert "unknown tool `pik`" in (repeat.error or "")  # what it returned before
+    last = await executor.run([ts.ToolCall("d", "pik", {"n": 2}), ts.ToolCall("e", "pick", {"n": 3})], limits=limits)
+    assert [result.error_kind for result in last.results] == ["unknown_tool", "limit_exceeded"]
+    assert (ran, limits.calls) == ([1], 3)
+
+
+async def test_a_streamed_call_to_a_tool_that_does_not_exist_counts_toward_the_caps(anyio_backend: str) -> None:
+    """The same in a turn whose calls stream in (an async iterable of calls): the call to a tool that does not
+    exist past `max_calls` is answered `limit_exceeded`, and it takes the last call the cap allows."""
+
+    @ts.tool
+    async def pick(n: int) -> int:
+        """Picks a number."""
+        return n
+
+    async def calls() -> AsyncIterator[ts.ToolCall]:
+        yield ts.ToolCall("a", "pik", {"n": 1})
+        yield ts.ToolCall("b", "pick", {"n": 1})
+        yield ts.ToolCall("c", "pik", {"n": 2})
+
+    limits = ts.Limits(max_calls=1)
+    finished = [
+        event async for event in ts.Executor([pick]).stream(calls(), limits=limits) if isinstance(event, ts.RunFinished)
+    ]
+    assert [result.error_kind for result in finished[0].outcome.results] == [
+        "unknown_tool",
+        "limit_exceeded",
+        "limit_exceeded",
+    ]

@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from toolsched._executor.settings import format_error
-from toolsched._executor.turn import Held, Job, Turn, judge
+from toolsched._executor.turn import Held, Job, Plan, Turn, judge
 from toolsched._executor.view import Policy
 from toolsched._policy.hooks import HookTimeout, new_hook_event
 from toolsched._policy.limits import Limits, ModelRetry
@@ -312,10 +312,23 @@ async def _settle(
     return "ask", None
 
 
-async def limit_jobs(jobs: list[Job], turn: Turn, limits: Limits, *, resumed: bool = False) -> list[Job]:
-    """Counts the turn's calls against ``limits``, in model order; a refused call is answered, not run."""
+async def limit_jobs(
+    jobs: list[Job], turn: Turn, limits: Limits, *, resumed: bool = False, refused: Plan | None = None
+) -> list[Job]:
+    """Counts the turn's calls against ``limits``, in model order; a refused call is answered, not run.
+
+    The calls to a tool that does not exist among ``refused`` (the engine's refusals, answered after this) count
+    too, in their places: one past a cap is to be answered ``limit_exceeded`` instead (``limit_unknown``)."""
+    unknown = [] if refused is None else [slot for slot in refused.refused if _counted_unknown(refused, slot, turn)]
+    order: list[tuple[int, Job | None]] = [(job.slot, job) for job in jobs]
+    if unknown:
+        order = sorted([*order, *((slot, None) for slot in unknown)], key=lambda entry: entry[0])
     passed = []
-    for job in jobs:
+    for slot, job in order:
+        if job is None:
+            assert refused is not None
+            limit_unknown(refused, slot, turn, limits)
+            continue
         refusal = limits.admit(
             job.call.id, job.tool.name, job.args, job.tool.max_model_retries, resumed=resumed, run=turn.run_identity()
         )
@@ -325,3 +338,19 @@ async def limit_jobs(jobs: list[Job], turn: Turn, limits: Limits, *, resumed: bo
             kind, message = refusal
             await turn.answer(job.slot, job.call, job.tool.name, kind, message)  # type: ignore[arg-type]
     return passed
+
+
+def _counted_unknown(plan: Plan, slot: int, turn: Turn) -> bool:
+    """Whether the engine refused ``slot`` as a call to a tool that does not exist, answered (not raised)."""
+    return plan.refused[slot][0] == "unknown_tool" and turn.settings.unknown_tool != "raise"
+
+
+def limit_unknown(plan: Plan, slot: int, turn: Turn, limits: Limits) -> None:
+    """Counts the call of ``slot`` to a tool that does not exist against ``limits`` (the calls of the run, the
+    repeats): past a cap, the slot is to be answered ``limit_exceeded`` instead. Counted once by its run and ID."""
+    if not _counted_unknown(plan, slot, turn):
+        return
+    call = plan.calls[slot]
+    refusal = limits.admit(call.id, call.name, call.args, 0, resumed=True, run=turn.run_identity())
+    if refusal is not None:
+        plan.refused[slot] = refusal  # type: ignore[assignment]

@@ -973,16 +973,19 @@ class Executor:
         calls, run them with the ready ones (``ready``), finish; ``held`` collects the calls held for a
         person, ``prior`` is the state a resumed turn came from. The run's ``Limits`` take its answers,
         but those ``carried`` from before (counted by ``_carry_into``)."""
-        if refused is not None and refused.refused:
-            if turn.settings.repair_function is not None:
-                fresh = await repair_refused(turn, refused, fresh)
-            for slot in refused.refused:
-                await turn.answer_refused(refused, slot)
+        if refused is not None and not refused.refused:
+            refused = None
+        if refused is not None and turn.settings.repair_function is not None:
+            fresh = await repair_refused(turn, refused, fresh)
         view = turn.view
         jobs = fresh
         limits = active_limits()
-        if limits is not None and jobs:
-            jobs = await limit_jobs(jobs, turn, limits, resumed=prior is not None)
+        if limits is not None and (jobs or refused is not None):
+            # The calls to a tool that does not exist count too, in model order with the others.
+            jobs = await limit_jobs(jobs, turn, limits, resumed=prior is not None, refused=refused)
+        if refused is not None:
+            for slot in refused.refused:
+                await turn.answer_refused(refused, slot)
         if (view.checks_input or view.admits) and jobs:
             # Admission awaits (input checks, hooks, a person's approval): the run is in progress meanwhile, and
             # ``cancel``/``interrupt`` reach its calls (a call cancelled or a run interrupted now never runs).

@@ -44,7 +44,7 @@ from typing import Any
 
 import anyio
 
-from toolsched._executor.admit import admit, check_semantics, limit_jobs
+from toolsched._executor.admit import admit, check_semantics, limit_jobs, limit_unknown
 from toolsched._executor.call import EXECUTION_FAILURES, SKIPPED, abort_reason, answer_unstarted, execute
 from toolsched._executor.durable import JournalFailed, RunJournal
 from toolsched._executor.online import Batch, Graph, Schedule
@@ -508,6 +508,10 @@ class StreamingTurn:
         if isinstance(item, Plan):
             repaired = await user_repair(turn, item, 0, slot) if turn.settings.repair_function is not None else None
             if repaired is None:
+                limits = active_limits()
+                if limits is not None:
+                    # A call to a tool that does not exist counts toward the run's caps too.
+                    limit_unknown(item, 0, turn, limits)
                 await turn.answer_refused(item, 0, slot)
                 self._notify()
                 return
