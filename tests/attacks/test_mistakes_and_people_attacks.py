@@ -386,3 +386,32 @@ async def test_a_streamed_call_to_a_tool_that_does_not_exist_counts_toward_the_c
         "limit_exceeded",
         "limit_exceeded",
     ]
+
+
+async def test_a_mistake_answered_before_an_approval_counts_once_across_the_resume(anyio_backend: str) -> None:
+    """Promise (model-mistakes.md): a tool's `max_model_retries` counts its mistakes in the run, and a resumed
+    call is counted once. A call whose arguments the engine refused, in a turn that also held a call for
+    approval, was counted again when the resume carried its answer: one mistake became two, and with a budget
+    of 1 the model's corrected call was refused `retries_exhausted`."""
+
+    @ts.tool(max_model_retries=1)
+    async def pick(n: int) -> int:
+        """Picks a number."""
+        return n
+
+    executor = ts.Executor([pick, _transfer("needs_approval")])
+    limits = ts.Limits()
+    outcome = await executor.run(
+        [ts.ToolCall("a", "pick", {"n": "one"}), ts.ToolCall("t1", "transfer", {"amount": 5})], limits=limits
+    )
+    assert [result.error_kind for result in outcome.results] == ["invalid_input"]
+    counts = (limits.calls, limits.retries_of("pick"))
+    state = outcome.state
+    assert state is not None
+    state.approve("t1")
+    resumed = await executor.resume(state, limits=limits)
+    assert [result.output for result in resumed.results] == [None, "sent 5"]
+    # The held call was counted when it was admitted, the mistake when it was answered: neither again.
+    assert (limits.calls, limits.retries_of("pick")) == counts == (1, 1)
+    fixed = await executor.run([ts.ToolCall("b", "pick", {"n": 1})], limits=limits)
+    assert [(result.error_kind, result.output) for result in fixed.results] == [(None, 1)]

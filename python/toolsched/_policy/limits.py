@@ -318,6 +318,10 @@ class Limits:
                     if counted not in self._settled:
                         self._settle(result, run)
                     continue
+                if counted in self._settled:
+                    # Answered in a turn this ``Limits`` saw without being admitted (the engine refused its
+                    # arguments): taken into the counts then, not again (a second mistake the model never made).
+                    continue
                 if result.error_kind not in _LIMIT_KINDS:
                     made = (result.tool_name, value_digest(arguments.get(result.call_id, {})))
                     self._calls += 1
