@@ -415,3 +415,27 @@ async def test_a_mistake_answered_before_an_approval_counts_once_across_the_resu
     assert (limits.calls, limits.retries_of("pick")) == counts == (1, 1)
     fixed = await executor.run([ts.ToolCall("b", "pick", {"n": 1})], limits=limits)
     assert [(result.error_kind, result.output) for result in fixed.results] == [(None, 1)]
+
+
+async def test_a_nested_call_approved_with_always_and_decided_again_is_refused_by_its_own_id(
+    anyio_backend: str,
+) -> None:
+    """The same for a call of a nested run, decided under its prefixed ID: the refusal names that ID and why
+    (it read "this run has no such call", of a call listed as waiting)."""
+    child = ts.Executor([_transfer("needs_approval")])
+
+    @ts.agent_tool(child, description="Pays through its own tools.")
+    async def treasurer(amount: int, child: ts.ChildRun) -> str:
+        paid = await child.run([ts.ToolCall("t1", "transfer", {"amount": amount})])
+        return str(paid.results[0].output)
+
+    executor = ts.Executor([treasurer])
+    outcome = await executor.run([ts.ToolCall("p1", "treasurer", {"amount": 5})])
+    assert [request.call_id for request in outcome.pending] == ["p1/t1"]
+    state = outcome.state
+    assert state is not None
+    state.approve("p1/t1", always="tool")
+    with pytest.raises(ts.ApprovalError, match=r"'p1/t1' otherwise: it was approved with always='tool'"):
+        state.reject("p1/t1")
+    resumed = await executor.resume(state)
+    assert [result.output for result in resumed.results] == ["sent 5"]

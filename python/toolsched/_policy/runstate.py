@@ -179,6 +179,19 @@ class CallRecord:
         return self.edited_digest if self.edited_digest is not None else self.digest
 
 
+class StandingGiven(ApprovalError):
+    """A call approved with a standing scope (``always``) decided otherwise on the same state (internal): the scope
+    decided more than the call, and is not taken back. ``call_id`` as the caller named it (prefixed when nested)."""
+
+    def __init__(self, call_id: str, always: str | None, verb: str) -> None:
+        super().__init__(
+            f"cannot {verb} call {call_id!r} otherwise: it was approved with always={always!r}, which approves "
+            "more than this call for the rest of the run, and that is not taken back on this state; decide again "
+            "on a fresh copy of the interruption (outcome.state, or the saved JSON)"
+        )
+        self.always = always
+
+
 @dataclass(frozen=True, slots=True)
 class DecisionTarget:
     """A call that a decision by ID could reach (internal): the run state holding it and its ID there."""
@@ -714,6 +727,8 @@ class RunState:
         if holder is not self:
             try:
                 holder.approve(local_id, args=args, always=always)
+            except StandingGiven as exc:
+                raise StandingGiven(call_id, exc.always, "approve") from None
             except ApprovalError:
                 raise self._refusal(call_id, "approve") from None
             return
@@ -731,7 +746,7 @@ class RunState:
         if record.status == "approved" and record.always is not None:
             if record.always == scope and record.edited_digest == digest:
                 return  # the same decision again
-            raise self._standing_given(record, "approve")
+            raise StandingGiven(call_id, record.always, "approve")
         record = replace(
             record, status="approved", message=None, edited_args=edited, edited_digest=digest, always=scope
         )
@@ -768,13 +783,15 @@ class RunState:
         if holder is not self:
             try:
                 holder.reject(local_id, message, always=always)
+            except StandingGiven as exc:
+                raise StandingGiven(call_id, exc.always, "reject") from None
             except ApprovalError:
                 raise self._refusal(call_id, "reject") from None
             return
         position = self._undecided(call_id, "reject")
         record = self._records[position]
         if record.status == "approved" and record.always is not None:
-            raise self._standing_given(record, "reject")
+            raise StandingGiven(call_id, record.always, "reject")
         self._records[position] = replace(
             record, status="rejected", message=message, child=None, edited_args=None, edited_digest=None, always=None
         )
@@ -782,14 +799,6 @@ class RunState:
             self._always.reject[record.tool] = (record.fingerprint, message)
             self._always.allow.pop(record.tool, None)
             self._decide_tool(record.tool, record.fingerprint, "rejected", message)
-
-    def _standing_given(self, record: CallRecord, verb: str) -> ApprovalError:
-        """Why a call approved with a standing scope cannot be decided otherwise: the scope decided more."""
-        return ApprovalError(
-            f"cannot {verb} call {record.call_id!r} otherwise: it was approved with always={record.always!r}, "
-            "which approves more than this call for the rest of the run, and that is not taken back on this "
-            "state; decide again on a fresh copy of the interruption (outcome.state, or the saved JSON)"
-        )
 
     def _decide_tool(
         self, tool: str, fingerprint: str, status: Status, message: str | None, digest: str | None = None
