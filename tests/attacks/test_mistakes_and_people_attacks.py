@@ -439,3 +439,60 @@ async def test_a_nested_call_approved_with_always_and_decided_again_is_refused_b
         state.reject("p1/t1")
     resumed = await executor.resume(state)
     assert [result.output for result in resumed.results] == ["sent 5"]
+
+
+# -- external answers ------------------------------------------------------------------------------------
+
+
+def test_threads_answering_one_external_call_of_a_state_at_once_give_it_one_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Promise (effects.md): "an external call is answered once: a second `complete` or `fail` of the same call
+    ... raises `ts.StateError`". Two threads of a web server answering the same call on one state both passed the
+    check before either recorded its answer: both were told it was taken, and the first answer was lost. Here
+    the first answer is held right after the check until the second thread has got as far (or 2 s have gone)."""
+    import threading
+
+    import anyio
+
+    from toolsched._policy import runstate
+
+    @ts.tool(external=True)
+    def confirm(order: str) -> str:
+        """Asks the customer to confirm."""
+
+    outcome = anyio.run(ts.Executor([confirm]).run, [ts.ToolCall("c1", "confirm", {"order": "A-7"})])
+    state = outcome.state
+    assert state is not None
+    made = runstate.new_result
+    second_in = threading.Event()
+    entered: list[int] = []
+
+    def held(*args: Any) -> Any:
+        entered.append(1)
+        if len(entered) == 1:
+            second_in.wait(2)
+        else:
+            second_in.set()
+        return made(*args)
+
+    monkeypatch.setattr(runstate, "new_result", held)
+    taken: list[str] = []
+    refused: list[str] = []
+
+    def answer(text: str) -> None:
+        try:
+            state.complete("c1", output=text)
+            taken.append(text)
+        except ts.StateError:
+            refused.append(text)
+
+    threads = [threading.Thread(target=answer, args=(text,)) for text in ("yes", "no")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert (len(taken), len(refused)) == (1, 1)
+    monkeypatch.undo()
+    resumed = anyio.run(ts.Executor([confirm]).resume, state)
+    assert [result.output for result in resumed.results] == taken

@@ -35,6 +35,7 @@ import hmac
 import json
 import math
 import re
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -190,6 +191,10 @@ class StandingGiven(ApprovalError):
             "on a fresh copy of the interruption (outcome.state, or the saved JSON)"
         )
         self.always = always
+
+
+# Held while an external call's answer is checked and recorded, and while a resume takes a state's records.
+_ANSWERING = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -836,6 +841,13 @@ class RunState:
         self._check_live()
         if not isinstance(call_id, str):
             raise TypeError(f"{verb}() takes a call ID string, got {type(call_id).__name__}")
+        # One answer at a time, and none while a resume takes the records: threads of a web server answering
+        # the same call (or answering while the run resumes) could each pass the checks before either wrote.
+        with _ANSWERING:
+            self._answer_now(call_id, verb, output, error)
+
+    def _answer_now(self, call_id: str, verb: str, output: Any, error: str | None) -> None:
+        self._check_live()
         targets = self._externals(call_id)
         if len(targets) > 1:
             raise StateError(f"cannot {verb} call {call_id!r}: the ID is ambiguous, it names {len(targets)} calls")
@@ -919,10 +931,11 @@ class RunState:
         is used: a second resume (another copy, the same JSON loaded twice) is
         refused, so an approved call never runs twice.
         """
-        self._check_live()
-        claim_interruption(self._stage)
-        self._resumed = True
-        return list(self._records)
+        with _ANSWERING:
+            self._check_live()
+            claim_interruption(self._stage)
+            self._resumed = True
+            return list(self._records)
 
     def _unclaim(self) -> None:
         release_interruption(self._stage)
