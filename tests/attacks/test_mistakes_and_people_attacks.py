@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import anyio
 import pytest
 
 import toolsched as ts
@@ -496,3 +497,57 @@ def test_threads_answering_one_external_call_of_a_state_at_once_give_it_one_answ
     monkeypatch.undo()
     resumed = anyio.run(ts.Executor([confirm]).resume, state)
     assert [result.output for result in resumed.results] == taken
+
+
+# -- cancelled while the arguments are repaired ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["cancel", "interrupt"])
+async def test_a_call_cancelled_or_a_run_interrupted_while_a_repair_function_works_never_runs(
+    anyio_backend: str, how: str
+) -> None:
+    """Promise (failures.md): `executor.cancel(call_id)` never starts a waiting call, and after an interrupt the
+    calls not started are `skipped`. While a repair function worked (it may ask a model, for seconds), the run
+    was not among the runs in progress: `cancel` reached nothing (False), `interrupt` no run (0), and both
+    calls ran once the repair answered. Now the repair ends, and neither call runs."""
+    ran: list[int] = []
+    started = anyio.Event()
+    asked_again: list[str] = []
+
+    @ts.tool
+    async def pick(n: int) -> int:
+        """Picks a number."""
+        ran.append(n)
+        return n
+
+    async def fix(call: ts.ToolCall, error: ts.ToolResult) -> dict[str, Any]:
+        started.set()
+        await anyio.sleep_forever()
+        asked_again.append(call.id)  # never reached: the repair is stopped
+        return {"n": 5}
+
+    executor = ts.Executor([pick], repair_arguments=fix)
+    outcomes: list[ts.Outcome] = []
+
+    async def run() -> None:
+        calls = [ts.ToolCall("a", "pick", "five, please"), ts.ToolCall("b", "pick", {"n": 1})]
+        outcomes.append(await executor.run(calls, run_id="r1"))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await started.wait()
+            reached = (
+                executor.cancel("a", "not needed", run_id="r1") if how == "cancel" else executor.interrupt(run_id="r1")
+            )
+    kinds = [(result.call_id, result.error_kind) for result in outcomes[0].results]
+    if how == "cancel":
+        assert reached is True
+        assert kinds == [("a", "cancelled"), ("b", None)]
+        assert "cancelled by the caller: not needed" in (outcomes[0].results[0].error or "")
+        assert ran == [1]
+    else:
+        assert reached == 1
+        assert kinds == [("a", "skipped"), ("b", "skipped")]
+        assert ran == []
+    assert asked_again == []

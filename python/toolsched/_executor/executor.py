@@ -554,6 +554,8 @@ class Executor:
                 turn.jobs,
                 f" because the user interrupted the run{suffix}",
             )
+            for repairing in list(turn.repairs.values()) if turn.repairs else ():
+                repairing.stop(None)  # not started: skipped, as the turn's other calls not started are
         return reached
 
     def cancel(self, call_id: str, reason: str | None = None, *, run_id: str | None = None) -> bool:
@@ -580,6 +582,11 @@ class Executor:
             for job in turn.jobs:
                 if job.call.id == call_id and job.state != DONE:
                     stopped = job.cancel(f"`{job.tool.name}` was cancelled by the caller{suffix}") or stopped
+            repairing = turn.repairs.get(call_id) if turn.repairs else None
+            if repairing is not None:
+                # Its arguments are being repaired: the repair ends, and the call never runs.
+                repairing.stop(f"`{repairing.tool_name}` was cancelled by the caller{suffix}")
+                stopped = True
         return stopped
 
     async def resume(
@@ -976,7 +983,14 @@ class Executor:
         if refused is not None and not refused.refused:
             refused = None
         if refused is not None and turn.settings.repair_function is not None:
-            fresh = await repair_refused(turn, refused, fresh)
+            # The repair function may take a while (it may ask a model): the run is in progress meanwhile, and
+            # ``cancel``/``interrupt`` reach its calls, those being repaired included.
+            turn.jobs = fresh
+            turn.live.add(turn)
+            try:
+                fresh = await repair_refused(turn, refused, fresh)
+            finally:
+                turn.live.discard(turn)
         view = turn.view
         jobs = fresh
         limits = active_limits()

@@ -27,7 +27,7 @@ import anyio
 import anyio.to_thread
 
 from toolsched._executor.settings import format_error
-from toolsched._executor.turn import Job, Plan, Turn, plan_calls
+from toolsched._executor.turn import Job, Plan, Repairing, Turn, plan_calls
 from toolsched._values.calls import ToolCall, args_copy
 from toolsched._values.results import error_result
 
@@ -61,24 +61,41 @@ async def user_repair(turn: Turn, plan: Plan, slot: int, turn_slot: int | None =
     note: str | None = None
     given: Any = None
     timeout = tool.timeout
-    with anyio.move_on_after(math.inf if timeout is None else timeout) as scope:
-        try:
-            error = error_result(call.id, tool.name, kind, message)
-            # Shown a copy of the call: what the function changes in its arguments reaches neither the caller's
-            # call nor what the turn, its state and its journal hold as the model's.
-            shown = call if isinstance(call.args, str) else ToolCall(call.id, call.name, args_copy(call.args))
-            if _is_async(function):
-                given = function(shown, error)
-            else:
-                # A plain function (one that asks a model over the network, say) runs in a worker thread: the
-                # calls of a turn are repaired concurrently, and the timeout bounds it like an async one.
-                # Boxed: trio refuses a worker thread's awaitable result (a lambda around an async function).
-                (given,) = await anyio.to_thread.run_sync(lambda: (function(shown, error),), abandon_on_cancel=True)
-            if inspect.isawaitable(given):
-                given = await given
-        except Exception as exc:
-            logger.warning("repair_arguments raised on call %s", call.id, exc_info=True)
-            note = f"repair_arguments raised {format_error(exc, call)}"
+    scope = anyio.CancelScope(deadline=anyio.current_time() + (math.inf if timeout is None else timeout))
+    # While it is repaired, the caller's ``cancel`` of the call and an ``interrupt`` of the run reach it.
+    repairing = Repairing(scope, tool.name)
+    if turn.repairs is None:
+        turn.repairs = {}
+    turn.repairs[call.id] = repairing
+    try:
+        with scope:
+            try:
+                error = error_result(call.id, tool.name, kind, message)
+                # Shown a copy of the call: what the function changes in its arguments reaches neither the
+                # caller's call nor what the turn, its state and its journal hold as the model's.
+                shown = call if isinstance(call.args, str) else ToolCall(call.id, call.name, args_copy(call.args))
+                if _is_async(function):
+                    given = function(shown, error)
+                else:
+                    # A plain function (one that asks a model over the network, say) runs in a worker thread: the
+                    # calls of a turn are repaired concurrently, and the timeout bounds it like an async one.
+                    # Boxed: trio refuses a worker thread's awaitable result (a lambda around an async function).
+                    (given,) = await anyio.to_thread.run_sync(lambda: (function(shown, error),), abandon_on_cancel=True)
+                if inspect.isawaitable(given):
+                    given = await given
+            except Exception as exc:
+                logger.warning("repair_arguments raised on call %s", call.id, exc_info=True)
+                note = f"repair_arguments raised {format_error(exc, call)}"
+    finally:
+        turn.repairs.pop(call.id, None)
+    if repairing.reason is not None:
+        # The caller cancelled the call while it was repaired: it never runs.
+        plan.refused[slot] = ("cancelled", repairing.reason)
+        return None
+    if turn.halt is not None:
+        # The run was interrupted while the call was repaired: like every call not started, it is skipped.
+        plan.refused[slot] = ("skipped", turn.halt)
+        return None
     if scope.cancelled_caught:
         note = f"repair_arguments gave no answer within the {timeout:g} s timeout of `{tool.name}`"
     elif note is None and given is not None and not isinstance(given, (str, Mapping)):

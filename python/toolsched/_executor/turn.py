@@ -335,6 +335,23 @@ def unavailable(view: View, name: str, message: str, permissions: Permissions | 
     )
 
 
+class Repairing:
+    """A call its executor's repair function is repairing (internal): ``stop`` ends the repair, and the call is
+    answered ``cancelled`` with ``reason`` (a caller's ``cancel``) or ``skipped`` (an interrupt: ``reason`` None)."""
+
+    __slots__ = ("reason", "scope", "tool_name")
+
+    def __init__(self, scope: anyio.CancelScope, tool_name: str) -> None:
+        self.scope = scope
+        self.tool_name = tool_name
+        self.reason: str | None = None
+
+    def stop(self, reason: str | None) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.scope.cancel()
+
+
 class Turn:
     """Results of one run as they complete, and what the run's calls can see."""
 
@@ -358,6 +375,7 @@ class Turn:
         "parked",
         "pool",
         "repaired",
+        "repairs",
         "run_id",
         "scoped",
         "settings",
@@ -417,6 +435,8 @@ class Turn:
         self.identity: str | None = None
         # The calls whose arguments were repaired, by call ID, with the fixes; None while none are.
         self.repaired: dict[str, tuple[str, ...]] | None = None
+        # The calls a repair function is repairing now, by call ID (``cancel`` and ``interrupt`` reach them).
+        self.repairs: dict[str, Repairing] | None = None
         # The calls a person approved with arguments of their own, by ID: their results say so. None when none were.
         self.edited: frozenset[str] | None = None
 
