@@ -5,13 +5,19 @@ approved for the tool it still is once, without asking."""
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from crashes import kill_at
 from journal_child import Store, store_in
+from nested_crash_child import delete, tidy
+from nested_crash_child import executor as nested_executor
+from nested_crash_child import turn as nested_turn
+from reask_child import CHILD, TURN, deploy, deploy_changed
 
 import toolsched as ts
 from toolsched._tools.tools import tool_fingerprint
@@ -19,22 +25,7 @@ from toolsched._values.digest import args_digest
 
 pytestmark = pytest.mark.anyio
 
-TURN = [ts.ToolCall("d1", "deploy", {"target": "prod"}), ts.ToolCall("d2", "deploy", {"target": "staging"})]
 ASKED_AGAIN = "`deploy` needs approval before it runs (asked again: the tool changed since the approval)"
-
-
-@ts.tool(name="deploy", needs_approval=True)
-async def deploy(target: str, ctx: ts.ToolContext) -> str:
-    """Deploy to a target."""
-    ctx.context.append(f"deploy {target}")
-    return f"deployed {target}"
-
-
-@ts.tool(name="deploy", needs_approval=True)
-async def deploy_changed(target: str, ctx: ts.ToolContext) -> str:
-    """Deploy to a target, all regions at once."""
-    ctx.context.append(f"changed {target}")
-    return f"deployed {target} everywhere"
 
 
 @ts.tool(name="deploy", needs_approval=True)
@@ -346,3 +337,69 @@ async def test_two_recoveries_at_once_of_an_approved_call_one_wins(
         assert asked(outcome) == [("d1", "deploy", {"target": "prod"}, ASKED_AGAIN)] and ran == []
     else:
         assert answers(outcome) == [("d1", "deployed prod")] and ran == ["deploy prod"]
+
+
+@pytest.mark.parametrize("changed", [True, False], ids=["changed", "unchanged"])
+async def test_a_process_killed_once_an_approval_is_journaled_recovers_it_by_its_tool(
+    store: Store, anyio_backend: str, changed: bool
+) -> None:
+    """SIGKILL once the approver's approval of d1 is journaled, before d1 starts: recovered with the tool changed,
+    d1 is asked again; with the tool as it was, it runs once, the approver not asked about it."""
+    ran: list[str] = []
+    approver_asked: list[str] = []
+
+    def approver(request: ts.ApprovalRequest) -> ts.Decision:
+        approver_asked.append(request.call_id)
+        return ts.Decision.ask()
+
+    await kill_at([sys.executable, str(CHILD), store.spec(), anyio_backend, "killed"], "approved d1")
+    async with store.open() as journal:
+        assert [(await journal.load("killed")).call(c.id).state for c in TURN] == ["approved", "planned"]
+        tool = deploy_changed if changed else deploy
+        recovered = await ts.Executor([tool], journal=journal, approver=approver).recover("killed", context=ran)
+    if changed:
+        assert asked(recovered)[0] == ("d1", "deploy", {"target": "prod"}, ASKED_AGAIN)
+        assert approver_asked == ["d1", "d2"] and recovered.results == [] and ran == []
+    else:
+        assert answers(recovered) == [("d1", "deployed prod")] and ran == ["deploy prod"]
+        assert approver_asked == ["d2"] and [p.call_id for p in recovered.pending] == ["d2"]
+
+
+async def test_a_nested_run_approved_before_the_crash_is_asked_again_when_its_tool_changed(
+    store: Store, anyio_backend: str, tmp_path: Path
+) -> None:
+    """A call whose nested run was approved to go on, its own tool changed since (and asking now): `recover`
+    asks about it again, as `resume` of the state the person decided does; nothing of the nested run runs."""
+    log = tmp_path / "ran.log"
+    at_t1 = anyio.Event()
+
+    async def stall_on_t1(event: ts.HookEvent) -> None:
+        at_t1.set()
+        await anyio.sleep_forever()
+
+    @ts.agent_tool(ts.Executor([delete]), name="tidy", needs_approval=True)
+    async def tidy_changed(paths: list[str], child: ts.ChildRun) -> str:
+        """Deletes each path, asking first."""
+        outcome = await child.run([ts.ToolCall("x1", "delete", {"path": paths[0]})])
+        return str(outcome.results[0].output)
+
+    def decided(outcome: ts.Outcome) -> ts.RunState:
+        assert outcome.state is not None
+        outcome.state.approve("t1/x1")
+        return outcome.state
+
+    async with store.open() as journal:
+        first = await nested_executor(journal).run(nested_turn(["a"])[:1], run_id="nested", context=str(log))
+        crashing = ts.Executor([tidy], journal=journal, hooks=ts.Hooks().pre_tool_use("tidy", stall_on_t1))
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as group:
+                group.start_soon(functools.partial(crashing.resume, decided(first), context=str(log)))
+                await at_t1.wait()
+                scope.cancel()
+        assert (await journal.load("nested")).call("t1").state == "approved"
+        recovered = await ts.Executor([tidy_changed], journal=journal).recover("nested", context=str(log), force=True)
+    unjournaled = await ts.Executor([tidy]).run(nested_turn(["a"])[:1], context=str(log))
+    resumed = await ts.Executor([tidy_changed]).resume(decided(unjournaled), context=str(log))
+    reason = "`tidy` needs approval before it runs (asked again: the tool changed since the approval)"
+    assert asked(recovered) == asked(resumed) == [("t1", "tidy", {"paths": ["a"]}, reason)]
+    assert recovered.results == resumed.results == [] and not log.exists()
