@@ -405,7 +405,9 @@ class Executor:
         A call that started but did not finish runs again only if its tool is
         ``idempotent``; otherwise it gets an ``interrupted`` error result (its
         outcome is unknown). Calls approved or still waiting for a person keep
-        that decision; calls that never started run as they would have.
+        that decision, an approval for the tool it was given for only: a call
+        approved for a tool that changed since is asked again, as ``resume``
+        asks. Calls that never started run as they would have.
 
         Raises ``UnknownRunError`` for a run the journal does not have and
         ``RunClaimedError`` while another process holds the run (``force=True``
