@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import anyio
 import anyio.abc
 
+from toolsched._executor.timed_out import CallTimedOut
 from toolsched._tools.context import ToolContext
 from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.tools import Tool
@@ -172,6 +173,11 @@ def _not_mcp(exc: Exception) -> str:
 def _error_message(result: mcp_types.CallToolResult) -> str:
     texts = [getattr(block, "text", "") for block in result.content if getattr(block, "type", None) == "text"]
     return "\n".join(text for text in texts if text) or "the tool reported an error without a message"
+
+
+class _Unanswered(McpConnectionError, CallTimedOut):
+    """A request the server did not answer within its read timeout: an ``McpConnectionError`` (and a
+    ``TimeoutError``) to a caller, and to the executor the call's ``timeout``."""
 
 
 class _WatchedReadStream:
@@ -475,8 +481,9 @@ class McpConnection:
                     f"MCP server {self.label} closed the connection during `{name}`: {exc.message}"
                 ) from exc
             if exc.code == REQUEST_TIMEOUT:
-                # No answer came: the server hangs, or what it sent was not a reply to this request.
-                raise McpConnectionError(self._unanswered(f"`{name}`")) from exc
+                # No answer came: the server hangs, or what it sent was not a reply to this request. The call
+                # ends as ``timeout``, as it would past the tool's own ``timeout``.
+                raise _Unanswered(self._unanswered(f"`{name}`")) from exc
             raise McpToolError(f"MCP server {self.label} refused `{name}`: {exc.message}") from exc
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             self._server_closed()
