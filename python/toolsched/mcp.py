@@ -48,6 +48,7 @@ once with a message saying it was called after that and not sent. The
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 import sys
@@ -79,6 +80,18 @@ _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 # Bound on the pages of one tools/list walk, so a server that never stops paginating cannot hang a refresh.
 MAX_TOOL_PAGES = 100
+
+# The deepest a tool's input schema may nest: the engine reads a tool's schema to this many levels.
+_SCHEMA_DEPTH = 256
+
+# How deep a `tools/list` entry sits in its reply: the message, its result, the list, the entry.
+_ENTRY_DEPTH = 4
+
+# Stands in for a part of a `tools/list` reply cut out for nesting too deep (text no tool has a reason to hold).
+_CUT = "\x00toolsched: nested too deep"
+
+# A JSON string, or a bracket outside one.
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 # How long a request waits for its answer unless ``read_timeout`` says otherwise: a reply that never comes
 # (the server hangs, or sends a line that is not a reply to it) fails that call instead of hanging it.
@@ -164,10 +177,91 @@ def _not_mcp(exc: Exception) -> str:
     errors = getattr(exc, "errors", None)
     if not callable(errors):
         return str(exc)
-    found = errors(include_url=False)
-    shown = "; ".join(f"{'.'.join(map(str, error['loc'])) or '(root)'}: {error['msg']}" for error in found[:3])
+    return _shown_errors(errors(include_url=False))
+
+
+def _shown_errors(found: Sequence[Any], *, within: int = 0) -> str:
+    """The first of pydantic's ``found`` errors, by their paths within the part ``within`` steps from the
+    root of what was checked (none for that part itself)."""
+
+    def shown(error: Any) -> str:
+        path = ".".join(map(str, error["loc"][within:])) or ("(root)" if within == 0 else "")
+        return f"{path}: {error['msg']}" if path else str(error["msg"])
+
     more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
-    return shown + more
+    return "; ".join(shown(error) for error in found[:3]) + more
+
+
+def _cut_too_deep(text: str, limit: int) -> str:
+    """The JSON ``text`` with every container nested deeper than ``limit`` replaced by the string ``_CUT``.
+
+    It counts brackets outside strings without parsing, so that any depth can be read; text that is not
+    JSON stays not JSON.
+    """
+    pieces: list[str] = []
+    depth = 0
+    kept_to = 0
+    for token in _JSON_TOKEN.finditer(text):
+        bracket = token.group()
+        if bracket in ("[", "{"):
+            depth += 1
+            if depth == limit + 1:
+                pieces.append(text[kept_to : token.start()])
+        elif bracket in ("]", "}"):
+            if depth == limit + 1:
+                pieces.append(json.dumps(_CUT))
+                kept_to = token.end()
+            depth -= 1
+    pieces.append(text[kept_to:])
+    return "".join(pieces)
+
+
+def _too_deep_line(error: Exception) -> dict[str, Any] | None:
+    """The message of a line the transport could not read because it nests deeper than the ``mcp`` package's
+    JSON parser goes (about 200 levels), read with every part deeper than a tool's input schema may nest cut
+    out (None for any other failure)."""
+    errors = getattr(error, "errors", None)
+    if not callable(errors):
+        return None
+    try:
+        found = errors(include_url=False)
+    except Exception:
+        return None
+    if len(found) != 1 or found[0].get("type") != "json_invalid" or "recursion limit" not in str(found[0].get("msg")):
+        return None
+    text = found[0].get("input")
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text).decode("utf-8", "replace")
+    if not isinstance(text, str):
+        return None
+    try:
+        message = json.loads(_cut_too_deep(text, _ENTRY_DEPTH + _SCHEMA_DEPTH))
+    except (ValueError, RecursionError):
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _holds_cut(entry: Any) -> bool:
+    """Whether a `tools/list` entry had a part cut out for nesting too deep (walked without recursion)."""
+    stack = [entry]
+    while stack:
+        value = stack.pop()
+        if value == _CUT:
+            return True
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
+
+
+def _entry_label(entry: Any, index: int, cursor: Any) -> str:
+    """How a warning names a `tools/list` entry: its name when it has one, its index in its page otherwise."""
+    name = entry.get("name") if isinstance(entry, dict) else None
+    if isinstance(name, str):
+        return f"tool {name!r}"
+    page = f" of the page at cursor {cursor!r}" if isinstance(cursor, str) else ""
+    return f"`tools/list` entry {index}{page}"
 
 
 def _error_message(result: mcp_types.CallToolResult) -> str:
@@ -186,9 +280,10 @@ class _WatchedReadStream:
     It forwards the ``ReadStream`` protocol of the ``mcp`` package unchanged.
     """
 
-    def __init__(self, stream: Any, on_end: Any) -> None:
+    def __init__(self, stream: Any, on_end: Any, on_item: Any) -> None:
         self._stream = stream
         self._on_end = on_end
+        self._on_item = on_item
 
     @property
     def last_context(self) -> Any:
@@ -196,10 +291,11 @@ class _WatchedReadStream:
 
     async def receive(self) -> Any:
         try:
-            return await self._stream.receive()
+            item = await self._stream.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._on_end()
             raise
+        return self._on_item(item)
 
     async def aclose(self) -> None:
         await self._stream.aclose()
@@ -214,6 +310,30 @@ class _WatchedReadStream:
             raise StopAsyncIteration from None
 
     async def __aenter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class _WatchedWriteStream:
+    """A transport's write stream that shows its connection each message before it is sent.
+
+    It forwards the ``WriteStream`` protocol of the ``mcp`` package unchanged.
+    """
+
+    def __init__(self, stream: Any, on_item: Any) -> None:
+        self._stream = stream
+        self._on_item = on_item
+
+    async def send(self, item: Any) -> None:
+        self._on_item(item)
+        await self._stream.send(item)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> _WatchedWriteStream:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -256,11 +376,14 @@ class McpConnection:
         self._lost: str | None = None
         # The cancel scopes of the calls waiting for the server: a lost transport cancels them.
         self._waiting: set[anyio.CancelScope] = set()
+        # The `tools/list` requests sent and not answered yet, by request ID: the cursor each asked for.
+        self._listings: dict[Any, Any] = {}
 
     async def __aenter__(self) -> McpConnection:
         _require_mcp()
         client = self._client_factory(self)
         self._lost = None
+        self._listings = {}
         self._closing = anyio.Event()
         stack = AsyncExitStack()
         group = await stack.enter_async_context(anyio.create_task_group())
@@ -305,7 +428,107 @@ class McpConnection:
         stream watched: when it ends while the connection is open, the server closed the connection, and
         every later call fails at once, saying so."""
         async with transport as (read_stream, write_stream):
-            yield _WatchedReadStream(read_stream, self._server_closed), write_stream
+            yield (
+                _WatchedReadStream(read_stream, self._server_closed, self._received),
+                _WatchedWriteStream(write_stream, self._sending),
+            )
+
+    def _sending(self, item: Any) -> None:
+        """Notes each `tools/list` request sent, so that its answer is read entry by entry (``_received``)."""
+        message = getattr(item, "message", None)
+        request_id = getattr(message, "id", None)
+        if getattr(message, "method", None) == "tools/list" and isinstance(request_id, str | int):
+            params = getattr(message, "params", None)
+            self._listings[request_id] = params.get("cursor") if isinstance(params, dict) else None
+
+    def _received(self, item: Any) -> Any:
+        """What the client is handed for ``item`` from the server: a `tools/list` answer with only its entries
+        that are MCP tools (``_listed``), or ``item`` itself.
+
+        A `tools/list` answer nesting deeper than the ``mcp`` package's JSON parser reads reaches here as the
+        parser's error: it is read again with each part deeper than a tool's schema may nest cut out, so that
+        only the entries holding one are left out.
+        """
+        from mcp.shared.message import SessionMessage
+        from mcp_types import JSONRPCError, JSONRPCResponse, jsonrpc_message_adapter
+        from pydantic import ValidationError
+
+        if not self._listings:
+            return item
+        if isinstance(item, Exception):
+            raw = _too_deep_line(item)
+            request_id = None if raw is None else raw.get("id")
+            if raw is None or not isinstance(request_id, str | int) or request_id not in self._listings:
+                return item
+            raw["result"] = self._listed(raw.get("result"), self._listings.pop(request_id))
+            try:
+                return SessionMessage(jsonrpc_message_adapter.validate_python(raw, by_name=False))
+            except ValidationError:
+                return item
+        message = getattr(item, "message", None)
+        if isinstance(message, JSONRPCResponse) and message.id in self._listings:
+            message.result = self._listed(message.result, self._listings.pop(message.id))
+        elif isinstance(message, JSONRPCError) and message.id in self._listings:
+            del self._listings[message.id]
+        return item
+
+    def _listed(self, result: Any, cursor: Any) -> Any:
+        """A `tools/list` result with each entry that is not an MCP tool left out, with a warning naming it
+        and saying why. A result that is not a list of entries is left as it is, for the client to refuse."""
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if not isinstance(tools, list):
+            return result
+        kept: list[Any] = []
+        for index, entry in enumerate(tools):
+            fault = self._not_a_tool(result, entry)
+            if fault is None:
+                kept.append(entry)
+            else:
+                logger.warning(
+                    "MCP server %s: %s is left out of its tools: %s",
+                    self.label,
+                    _entry_label(entry, index, cursor),
+                    fault,
+                )
+        return result if len(kept) == len(tools) else {**result, "tools": kept}
+
+    def _protocol_version(self) -> str:
+        """The protocol version the client checks answers against (its fallback before one is agreed)."""
+        try:
+            version = None if self._client is None else self._client.session.protocol_version
+        except RuntimeError:
+            version = None
+        return version or "2025-11-25"
+
+    def _not_a_tool(self, result: dict[str, Any], entry: Any) -> str | None:
+        """Why a `tools/list` entry is not an MCP tool (None when it is): the checks the client makes of the
+        page ``result`` (the negotiated protocol version's, then its own model's), made of the page with this
+        entry alone, and counting only what they find wrong within the entry."""
+        from mcp_types import ListToolsResult, methods
+        from pydantic import ValidationError
+
+        if _holds_cut(entry):
+            return f"it nests deeper than a tool's input schema may ({_SCHEMA_DEPTH} levels)"
+        page = {**result, "tools": [entry]}
+        version = self._protocol_version()
+
+        def by_version() -> None:
+            try:
+                methods.validate_server_result("tools/list", version, page)
+            except KeyError:
+                pass  # a version without a `tools/list` of its own: the client checks its model only
+
+        for check in (by_version, lambda: ListToolsResult.model_validate(page, by_name=False)):
+            try:
+                check()
+            except ValidationError as exc:
+                faults = [error for error in exc.errors(include_url=False) if tuple(error["loc"][:2]) == ("tools", 0)]
+                if faults:
+                    return f"it is not an MCP tool: {_shown_errors(faults, within=2)}"
+            except ValueError as exc:
+                # pydantic's serializer refuses a part nested deeper than it goes.
+                return f"it is not an MCP tool: {exc}"
+        return None
 
     def _server_closed(self) -> None:
         """The server's side of the transport ended: later calls fail at once (the waiting ones get the

@@ -1,9 +1,11 @@
 """A stdio MCP server written by hand, to send what an SDK server never would.
 
-Run as ``python raw_mcp_server.py LISTING [PID_FILE]``: its tool list is read from the JSON file LISTING at
-every ``tools/list`` (a test can shift it between two listings); it writes its process ID to PID_FILE when
-given. ``tools/call`` answers ``"<name>:<arguments as JSON>"``, except the tools named after a hostile
-answer, which get that answer instead:
+Run as ``python raw_mcp_server.py LISTING [PID_FILE]``: its tool list is the text of the JSON file LISTING,
+read at every ``tools/list`` and sent as it is (a test can shift it between two listings, or write one
+that nests deeper than a JSON parser goes). The page after it is the file LISTING.CURSOR when the file
+LISTING.next holds CURSOR (and so on, LISTING.CURSOR.next naming the one after). It writes its process
+ID to PID_FILE when given. ``tools/call`` answers ``"<name>:<arguments as JSON>"``, except the tools
+named after a hostile answer, which get that answer instead:
 
 - ``garbage``: a line that is not JSON; ``wrong_id``: an answer to another request ID;
 - ``bad_error``: an error whose code and message have the wrong types;
@@ -54,6 +56,19 @@ def call(name: str, arguments: object, request_id: object) -> None:
         answer(request_id, text(name + ":" + json.dumps(arguments or {})))
 
 
+def list_tools(cursor: object, request_id: object) -> None:
+    """Sends a page of the listing as its text stands, so that it may nest deeper than `json` reads."""
+    page = sys.argv[1] if cursor is None else f"{sys.argv[1]}.{cursor}"
+    with open(page) as listing:
+        tools = listing.read()
+    result = f'{{"tools": {tools}'
+    if os.path.exists(f"{page}.next"):
+        with open(f"{page}.next") as following:
+            result += f', "nextCursor": {json.dumps(following.read())}'
+    sys.stdout.write(f'{{"jsonrpc": "2.0", "id": {json.dumps(request_id)}, "result": {result}}}}}\n')
+    sys.stdout.flush()
+
+
 def main() -> None:
     if len(sys.argv) > 2:
         with open(sys.argv[2], "w") as pid_file:
@@ -68,8 +83,7 @@ def main() -> None:
                 "serverInfo": {"name": "raw", "version": "0"},
             })  # fmt: skip
         elif method == "tools/list":
-            with open(sys.argv[1]) as listing:
-                answer(request_id, {"tools": json.load(listing)})
+            list_tools((request.get("params") or {}).get("cursor"), request_id)
         elif method == "tools/call":
             call(request["params"]["name"], request["params"].get("arguments"), request_id)
         elif request_id is not None:
