@@ -232,13 +232,39 @@ def _too_deep_line(error: Exception) -> dict[str, Any] | None:
     text = found[0].get("input")
     if isinstance(text, bytes | bytearray):
         text = bytes(text).decode("utf-8", "replace")
-    if not isinstance(text, str):
-        return None
+    return _read_cut(text) if isinstance(text, str) else None
+
+
+def _read_cut(text: str) -> dict[str, Any] | None:
+    """The JSON-RPC message ``text`` holds, read with each part deeper than a tool's schema may nest cut out
+    (None when it is not one)."""
     try:
         message = json.loads(_cut_too_deep(text, _ENTRY_DEPTH + _SCHEMA_DEPTH))
     except (ValueError, RecursionError):
         return None
     return message if isinstance(message, dict) else None
+
+
+def _reply_in_body(content_type: str, body: str, request_id: Any) -> dict[str, Any] | None:
+    """The answer to request ``request_id`` in an HTTP response's body (JSON, or server-sent events), read with
+    each too deep part cut out (None when it holds no result for it)."""
+    if content_type.startswith("text/event-stream"):
+        events: list[str] = []
+        data: list[str] = []
+        for line in [*body.splitlines(), ""]:
+            if not line:
+                if data:
+                    events.append("\n".join(data))
+                data = []
+            elif line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+    else:
+        events = [body]
+    for event in events:
+        message = _read_cut(event)
+        if message is not None and message.get("id") == request_id and "result" in message:
+            return message
+    return None
 
 
 def _holds_cut(entry: Any) -> bool:
@@ -378,12 +404,16 @@ class McpConnection:
         self._waiting: set[anyio.CancelScope] = set()
         # The `tools/list` requests sent and not answered yet, by request ID: the cursor each asked for.
         self._listings: dict[Any, Any] = {}
+        # Over HTTP, the bodies of the answers to those requests (content type, bytes), kept as the transport
+        # reads them: one its JSON parser cannot read is read again from here.
+        self._listing_bodies: dict[Any, tuple[str, bytearray]] = {}
 
     async def __aenter__(self) -> McpConnection:
         _require_mcp()
         client = self._client_factory(self)
         self._lost = None
         self._listings = {}
+        self._listing_bodies = {}
         self._closing = anyio.Event()
         stack = AsyncExitStack()
         group = await stack.enter_async_context(anyio.create_task_group())
@@ -446,12 +476,11 @@ class McpConnection:
         that are MCP tools (``_listed``), or ``item`` itself.
 
         A `tools/list` answer nesting deeper than the ``mcp`` package's JSON parser reads reaches here as the
-        parser's error: it is read again with each part deeper than a tool's schema may nest cut out, so that
-        only the entries holding one are left out.
+        parser's error (over stdio) or as a parse error answering the request (over HTTP): it is read again
+        from its text with each part deeper than a tool's schema may nest cut out, so that only the entries
+        holding one are left out.
         """
-        from mcp.shared.message import SessionMessage
-        from mcp_types import JSONRPCError, JSONRPCResponse, jsonrpc_message_adapter
-        from pydantic import ValidationError
+        from mcp_types import PARSE_ERROR, JSONRPCError, JSONRPCResponse
 
         if not self._listings:
             return item
@@ -460,17 +489,65 @@ class McpConnection:
             request_id = None if raw is None else raw.get("id")
             if raw is None or not isinstance(request_id, str | int) or request_id not in self._listings:
                 return item
-            raw["result"] = self._listed(raw.get("result"), self._listings.pop(request_id))
-            try:
-                return SessionMessage(jsonrpc_message_adapter.validate_python(raw, by_name=False))
-            except ValidationError:
-                return item
+            return self._reread(raw, request_id, item)
         message = getattr(item, "message", None)
-        if isinstance(message, JSONRPCResponse) and message.id in self._listings:
-            message.result = self._listed(message.result, self._listings.pop(message.id))
-        elif isinstance(message, JSONRPCError) and message.id in self._listings:
-            del self._listings[message.id]
+        if isinstance(message, JSONRPCResponse | JSONRPCError) and message.id in self._listings:
+            body = self._listing_bodies.pop(message.id, None)
+            if isinstance(message, JSONRPCResponse):
+                message.result = self._listed(message.result, self._listings.pop(message.id))
+            elif message.error.code == PARSE_ERROR and body is not None:
+                raw = _reply_in_body(body[0], body[1].decode("utf-8", "replace"), message.id)
+                if raw is not None:
+                    return self._reread(raw, message.id, item)
+                del self._listings[message.id]
+            else:
+                del self._listings[message.id]
         return item
+
+    def _reread(self, raw: dict[str, Any], request_id: Any, item: Any) -> Any:
+        """The client's message for the `tools/list` answer ``raw`` read again from its text (``item`` when it
+        is not a JSON-RPC answer)."""
+        from mcp.shared.message import SessionMessage
+        from mcp_types import jsonrpc_message_adapter
+        from pydantic import ValidationError
+
+        raw["result"] = self._listed(raw.get("result"), self._listings.pop(request_id))
+        try:
+            return SessionMessage(jsonrpc_message_adapter.validate_python(raw, by_name=False))
+        except ValidationError:
+            return item
+
+    async def _keep_listing_body(self, response: Any) -> None:
+        """An HTTP response hook: the body of the answer to a `tools/list` request is kept as the transport reads
+        it, for a second reading (``_received``); an encoded body (gzip) is not."""
+        import httpx2
+
+        try:
+            sent = json.loads(response.request.content)
+        except (ValueError, AttributeError, TypeError):
+            return
+        request_id = sent.get("id") if isinstance(sent, dict) else None
+        if not (isinstance(request_id, str | int) and sent.get("method") == "tools/list"):
+            return
+        if request_id not in self._listings or response.headers.get("content-encoding", "identity") != "identity":
+            return
+        kept = bytearray()
+        content_type = response.headers.get("content-type", "").lower()
+        self._listing_bodies[request_id] = (content_type, kept)
+        stream = response.stream
+
+        class Kept(httpx2.AsyncByteStream):
+            """The response's bytes, a copy of each kept as it passes."""
+
+            async def __aiter__(self) -> AsyncIterator[bytes]:
+                async for chunk in stream:
+                    kept.extend(chunk)
+                    yield chunk
+
+            async def aclose(self) -> None:
+                await stream.aclose()
+
+        response.stream = Kept()
 
     def _listed(self, result: Any, cursor: Any) -> Any:
         """A `tools/list` result with each entry that is not an MCP tool left out, with a warning naming it
@@ -783,7 +860,9 @@ def connect_http(
     """A connection to a server over streamable HTTP at ``url``.
 
     ``headers`` are sent with every request (e.g. authorization); for more
-    control pass your own ``http_client`` (an ``httpx2.AsyncClient``).
+    control pass your own ``http_client`` (an ``httpx2.AsyncClient``; a
+    `tools/list` answer nesting deeper than the ``mcp`` package's JSON parser
+    reads is then refused whole, as the transport reads it).
     ``read_timeout`` is as for ``connect_stdio``.
     """
 
@@ -791,7 +870,7 @@ def connect_http(
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
-        if http_client is not None or not headers:
+        if http_client is not None:
             return Client(
                 connection._watch(streamable_http_client(url, http_client=http_client)),
                 message_handler=connection._on_message,
@@ -800,17 +879,22 @@ def connect_http(
 
         import httpx2
 
-        # The transport's own defaults: 30 s to connect and write, 300 s to read a held-open stream.
+        # The transport's own defaults: 30 s to connect and write, 300 s to read a held-open stream. The hook
+        # keeps the answers to `tools/list` for a second reading when the transport's parser refuses them.
         @asynccontextmanager
-        async def with_headers() -> AsyncIterator[Any]:
+        async def own_client() -> AsyncIterator[Any]:
             async with (
-                httpx2.AsyncClient(headers=dict(headers), timeout=httpx2.Timeout(30.0, read=300.0)) as own_client,
-                streamable_http_client(url, http_client=own_client) as streams,
+                httpx2.AsyncClient(
+                    headers=dict(headers or {}),
+                    timeout=httpx2.Timeout(30.0, read=300.0),
+                    event_hooks={"response": [connection._keep_listing_body]},
+                ) as client,
+                streamable_http_client(url, http_client=client) as streams,
             ):
                 yield streams
 
         return Client(
-            connection._watch(with_headers()), message_handler=connection._on_message, read_timeout_seconds=read_timeout
+            connection._watch(own_client()), message_handler=connection._on_message, read_timeout_seconds=read_timeout
         )
 
     return McpConnection(build, label=f"at {url}", prefix=prefix, trust_hints=trust_hints, read_timeout=read_timeout)

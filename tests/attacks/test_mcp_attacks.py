@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -190,6 +191,59 @@ async def test_a_tool_schema_nested_deeper_than_a_schema_may_leaves_out_that_too
         f"MCP server `{sys.executable}`: tool {name!r} is left out of its tools: it nests deeper than a tool's "
         "input schema may (256 levels)"
         for name in ("too_deep", "far_too_deep")
+    ]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.mark.parametrize("answers", ["json", "sse"])
+async def test_over_http_an_entry_not_mcp_or_nested_too_deep_is_left_out_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, answers: str
+) -> None:
+    listing = tmp_path / "tools.json"
+    entries = [
+        ("good", '{"type": "object"}'),
+        ("deep", _nested_schema(201)),
+        ("too_deep", _nested_schema(257)),
+        ("no_schema", '{"type": "string"}'),
+        ("echo", '{"type": "object"}'),
+    ]
+    _write_listing(listing, entries)
+    port = _free_port()
+    mode = "--http" if answers == "json" else "--http-sse"
+    process = await anyio.open_process([sys.executable, str(RAW_SERVER), mode, str(port), str(listing)])
+    try:
+        with anyio.fail_after(LIMIT), caplog.at_level(logging.WARNING, logger="toolsched"):
+            while True:
+                try:
+                    await (await anyio.connect_tcp("127.0.0.1", port)).aclose()
+                    break
+                except OSError:
+                    await anyio.sleep(0.05)
+            url = f"http://127.0.0.1:{port}/mcp"
+            async with ts_mcp.connect_http(url, read_timeout=5.0) as connection:
+                tools = await connection.tools()
+                assert [member.name for member in tools] == ["good", "deep", "echo"]
+                outcome = await ts.Executor(tools).run(
+                    [ts.ToolCall("1", "deep", {"x": {}}), ts.ToolCall("2", "echo", {})]
+                )
+                assert [result.output for result in outcome.results] == ['deep:{"x": {}}', "echo:{}"]
+    finally:
+        process.kill()
+        with anyio.CancelScope(shield=True):
+            await process.wait()
+            await process.aclose()
+    warnings = [record.getMessage() for record in caplog.records if record.name.startswith("toolsched")]
+    assert warnings == [
+        f"MCP server at {url}: tool 'too_deep' is left out of its tools: it nests deeper than a tool's input schema "
+        "may (256 levels)",
+        f"MCP server at {url}: tool 'no_schema' is left out of its tools: it is not an MCP tool: inputSchema.type: "
+        "Input should be 'object'",
     ]
 
 
