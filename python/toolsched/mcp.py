@@ -25,7 +25,12 @@ Tool names are made acceptable to every provider (``local_name``: letters,
 digits, ``_`` and ``-``, at most 64) while calls use the server's own name; a
 tool whose input schema the engine cannot compile is left out of the list
 with a warning on the ``toolsched.mcp`` logger, so one bad tool does not cost
-the others.
+the others. Through ``connect_stdio`` and ``connect_http`` the same holds for
+a ``tools/list`` entry that is not an MCP tool (a name that is not text, no
+``inputSchema``) or that nests deeper than a tool's schema may (256 levels):
+each entry is checked alone, and the warning names it (its name, else its
+index in its page) and says why; a list with no valid entry lists no tools.
+An answer that is not a list of entries is an ``McpConnectionError``.
 
 A successful call's output is its text (several text blocks joined by
 newlines), else its content blocks as dicts (images, resources), else its
@@ -34,13 +39,14 @@ structured content.
 Annotations are hints from the server; with ``trust_hints=False`` they are
 ignored and every tool is treated as writing, destructive and unsafe to run
 alongside others. A tool the server reports as failed, a protocol error, a
-result that is not MCP (``McpToolError`` naming the fields), a request the
-server does not answer within ``read_timeout`` (300 seconds by default) or a
-dropped connection becomes that call's ``execution_error`` result
-(``McpToolError`` / ``McpConnectionError`` as the message), never a
-crash or a hang of the run. Once the connection is known to be gone (a stdio
-server's output ended, a request found it closed), every later call fails at
-once with a message saying it was called after that and not sent. The
+result that is not MCP (``McpToolError`` naming the fields) or a dropped
+connection becomes that call's ``execution_error`` result (``McpToolError`` /
+``McpConnectionError`` as the message); a request the server does not answer
+within ``read_timeout`` (300 seconds by default) or the tool's ``timeout``
+is the call's ``timeout``, saying so: never a crash or a hang of the run.
+Once the connection is known to be gone (a stdio server's output ended, a
+request found it closed), every later call fails at once with a message
+saying it was called after that and not sent. The
 ``mcp`` package is imported only when a connection is made
 (``pip install 'toolsched[mcp]'``).
 """
@@ -685,8 +691,10 @@ class McpConnection:
     async def refresh_tools(self) -> list[McpTool]:
         """Lists the server's tools again; unchanged tools keep their ``McpTool`` object.
 
-        A list the ``mcp`` package refuses (an entry that is not an MCP tool: no ``inputSchema``, a name
-        that is not text) is an ``McpConnectionError`` naming the entry's fields.
+        Through ``connect_stdio`` and ``connect_http``, an entry that is not an MCP tool (no ``inputSchema``,
+        a name that is not text) or nests deeper than a tool's schema may is left out with a warning naming
+        it; an answer the ``mcp`` package refuses whole (its ``tools`` not a list; through ``connect``, any
+        entry that is not an MCP tool) is an ``McpConnectionError`` naming the fields.
         """
         from mcp.shared.exceptions import MCPError
         from mcp_types import REQUEST_TIMEOUT
@@ -715,7 +723,8 @@ class McpConnection:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             raise McpConnectionError(f"could not list the tools of MCP server {self.label}: {exc}") from exc
         except ValidationError as exc:
-            # The mcp package refuses the whole page when one entry is not an MCP tool.
+            # The mcp package refuses the whole page: its `tools` is not a list (or, through `connect`, one
+            # entry is not an MCP tool: its answers are not read before the client's).
             raise McpConnectionError(
                 f"could not list the tools of MCP server {self.label}: its `tools/list` answer is not MCP: "
                 f"{_not_mcp(exc)}"
@@ -829,8 +838,9 @@ def connect_stdio(
     ``env`` is merged over a minimal default environment; ``errlog`` receives
     the server's stderr (default ``sys.stderr``); ``read_timeout`` bounds each
     request's wait for an answer (``DEFAULT_READ_TIMEOUT``, 300 seconds; None
-    waits for ever): a call it ends is an ``McpConnectionError`` saying the
-    server did not answer. ``prefix`` is put before every tool name.
+    waits for ever): a tool call it ends is that call's ``timeout``, saying
+    the server did not answer (called directly, an ``McpConnectionError`` that
+    is also a ``TimeoutError``). ``prefix`` is put before every tool name.
     """
 
     def build(connection: McpConnection) -> Any:
