@@ -460,9 +460,10 @@ class McpConnection:
 
     @asynccontextmanager
     async def _watch(self, transport: Any) -> AsyncIterator[Any]:
-        """``transport`` (an ``mcp`` transport: a context manager of a read and a write stream) with its read
-        stream watched: when it ends while the connection is open, the server closed the connection, and
-        every later call fails at once, saying so."""
+        """``transport`` (an ``mcp`` transport: a context manager of a read and a write stream) with its streams
+        watched: when the read stream ends while the connection is open, the server closed the connection,
+        and every later call fails at once, saying so; the answers to `tools/list` requests are read entry by
+        entry before the client reads them (``_received``)."""
         async with transport as (read_stream, write_stream):
             yield (
                 _WatchedReadStream(read_stream, self._server_closed, self._received),
