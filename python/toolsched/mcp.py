@@ -68,6 +68,14 @@ import anyio.abc
 
 from toolsched._executor.timed_out import CallTimedOut
 from toolsched._tools.context import ToolContext
+from toolsched._tools.mcp_listing import (
+    SCHEMA_DEPTH,
+    entry_label,
+    holds_cut,
+    reply_in_body,
+    shown_errors,
+    too_deep_line,
+)
 from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.tools import Tool
 from toolsched.errors import McpConnectionError, McpToolError, SchemaError, ToolDefinitionError
@@ -86,18 +94,6 @@ _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 # Bound on the pages of one tools/list walk, so a server that never stops paginating cannot hang a refresh.
 MAX_TOOL_PAGES = 100
-
-# The deepest a tool's input schema may nest: the engine reads a tool's schema to this many levels.
-_SCHEMA_DEPTH = 256
-
-# How deep a `tools/list` entry sits in its reply: the message, its result, the list, the entry.
-_ENTRY_DEPTH = 4
-
-# Stands in for a part of a `tools/list` reply cut out for nesting too deep (text no tool has a reason to hold).
-_CUT = "\x00toolsched: nested too deep"
-
-# A JSON string, or a bracket outside one.
-_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 # How long a request waits for its answer unless ``read_timeout`` says otherwise: a reply that never comes
 # (the server hangs, or sends a line that is not a reply to it) fails that call instead of hanging it.
@@ -183,117 +179,7 @@ def _not_mcp(exc: Exception) -> str:
     errors = getattr(exc, "errors", None)
     if not callable(errors):
         return str(exc)
-    return _shown_errors(errors(include_url=False))
-
-
-def _shown_errors(found: Sequence[Any], *, within: int = 0) -> str:
-    """The first of pydantic's ``found`` errors, by their paths within the part ``within`` steps from the
-    root of what was checked (none for that part itself)."""
-
-    def shown(error: Any) -> str:
-        path = ".".join(map(str, error["loc"][within:])) or ("(root)" if within == 0 else "")
-        return f"{path}: {error['msg']}" if path else str(error["msg"])
-
-    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
-    return "; ".join(shown(error) for error in found[:3]) + more
-
-
-def _cut_too_deep(text: str, limit: int) -> str:
-    """The JSON ``text`` with every container nested deeper than ``limit`` replaced by the string ``_CUT``.
-
-    It counts brackets outside strings without parsing, so that any depth can be read; text that is not
-    JSON stays not JSON.
-    """
-    pieces: list[str] = []
-    depth = 0
-    kept_to = 0
-    for token in _JSON_TOKEN.finditer(text):
-        bracket = token.group()
-        if bracket in ("[", "{"):
-            depth += 1
-            if depth == limit + 1:
-                pieces.append(text[kept_to : token.start()])
-        elif bracket in ("]", "}"):
-            if depth == limit + 1:
-                pieces.append(json.dumps(_CUT))
-                kept_to = token.end()
-            depth -= 1
-    pieces.append(text[kept_to:])
-    return "".join(pieces)
-
-
-def _too_deep_line(error: Exception) -> dict[str, Any] | None:
-    """The message of a line the transport could not read because it nests deeper than the ``mcp`` package's
-    JSON parser goes (about 200 levels), read with every part deeper than a tool's input schema may nest cut
-    out (None for any other failure)."""
-    errors = getattr(error, "errors", None)
-    if not callable(errors):
-        return None
-    try:
-        found = errors(include_url=False)
-    except Exception:
-        return None
-    if len(found) != 1 or found[0].get("type") != "json_invalid" or "recursion limit" not in str(found[0].get("msg")):
-        return None
-    text = found[0].get("input")
-    if isinstance(text, bytes | bytearray):
-        text = bytes(text).decode("utf-8", "replace")
-    return _read_cut(text) if isinstance(text, str) else None
-
-
-def _read_cut(text: str) -> dict[str, Any] | None:
-    """The JSON-RPC message ``text`` holds, read with each part deeper than a tool's schema may nest cut out
-    (None when it is not one)."""
-    try:
-        message = json.loads(_cut_too_deep(text, _ENTRY_DEPTH + _SCHEMA_DEPTH))
-    except (ValueError, RecursionError):
-        return None
-    return message if isinstance(message, dict) else None
-
-
-def _reply_in_body(content_type: str, body: str, request_id: Any) -> dict[str, Any] | None:
-    """The answer to request ``request_id`` in an HTTP response's body (JSON, or server-sent events), read with
-    each too deep part cut out (None when it holds no result for it)."""
-    if content_type.startswith("text/event-stream"):
-        events: list[str] = []
-        data: list[str] = []
-        for line in [*body.splitlines(), ""]:
-            if not line:
-                if data:
-                    events.append("\n".join(data))
-                data = []
-            elif line.startswith("data:"):
-                data.append(line[5:].removeprefix(" "))
-    else:
-        events = [body]
-    for event in events:
-        message = _read_cut(event)
-        if message is not None and message.get("id") == request_id and "result" in message:
-            return message
-    return None
-
-
-def _holds_cut(entry: Any) -> bool:
-    """Whether a `tools/list` entry had a part cut out for nesting too deep (walked without recursion)."""
-    stack = [entry]
-    while stack:
-        value = stack.pop()
-        if value == _CUT:
-            return True
-        if isinstance(value, dict):
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-    return False
-
-
-def _entry_label(entry: Any, index: int, cursor: Any) -> str:
-    """How a warning names a `tools/list` entry: its name when it has one, its index in its page otherwise."""
-    name = entry.get("name") if isinstance(entry, dict) else None
-    if isinstance(name, str):
-        return f"tool {name!r}"
-    page = f" of the page at cursor {cursor!r}" if isinstance(cursor, str) else ""
-    return f"`tools/list` entry {index}{page}"
+    return shown_errors(errors(include_url=False))
 
 
 def _error_message(result: mcp_types.CallToolResult) -> str:
@@ -492,7 +378,7 @@ class McpConnection:
         if not self._listings:
             return item
         if isinstance(item, Exception):
-            raw = _too_deep_line(item)
+            raw = too_deep_line(item)
             request_id = None if raw is None else raw.get("id")
             if raw is None or not isinstance(request_id, str | int) or request_id not in self._listings:
                 return item
@@ -503,7 +389,7 @@ class McpConnection:
             if isinstance(message, JSONRPCResponse):
                 message.result = self._listed(message.result, self._listings.pop(message.id))
             elif message.error.code == PARSE_ERROR and body is not None:
-                raw = _reply_in_body(body[0], body[1].decode("utf-8", "replace"), message.id)
+                raw = reply_in_body(body[0], body[1].decode("utf-8", "replace"), message.id)
                 if raw is not None:
                     return self._reread(raw, message.id, item)
                 del self._listings[message.id]
@@ -571,7 +457,7 @@ class McpConnection:
                 logger.warning(
                     "MCP server %s: %s is left out of its tools: %s",
                     self.label,
-                    _entry_label(entry, index, cursor),
+                    entry_label(entry, index, cursor),
                     fault,
                 )
         return result if len(kept) == len(tools) else {**result, "tools": kept}
@@ -591,8 +477,8 @@ class McpConnection:
         from mcp_types import ListToolsResult, methods
         from pydantic import ValidationError
 
-        if _holds_cut(entry):
-            return f"it nests deeper than a tool's input schema may ({_SCHEMA_DEPTH} levels)"
+        if holds_cut(entry):
+            return f"it nests deeper than a tool's input schema may ({SCHEMA_DEPTH} levels)"
         page = {**result, "tools": [entry]}
         version = self._protocol_version()
 
@@ -608,7 +494,7 @@ class McpConnection:
             except ValidationError as exc:
                 faults = [error for error in exc.errors(include_url=False) if tuple(error["loc"][:2]) == ("tools", 0)]
                 if faults:
-                    return f"it is not an MCP tool: {_shown_errors(faults, within=2)}"
+                    return f"it is not an MCP tool: {shown_errors(faults, within=2)}"
             except ValueError as exc:
                 # pydantic's serializer refuses a part nested deeper than it goes.
                 return f"it is not an MCP tool: {exc}"
