@@ -69,7 +69,6 @@ import anyio.abc
 from toolsched._executor.timed_out import CallTimedOut
 from toolsched._tools.context import ToolContext
 from toolsched._tools.mcp_listing import (
-    SCHEMA_DEPTH,
     entry_label,
     holds_cut,
     reply_in_body,
@@ -77,6 +76,7 @@ from toolsched._tools.mcp_listing import (
     too_deep_line,
 )
 from toolsched._tools.registry import ToolRegistry
+from toolsched._tools.schema import SCHEMA_DEPTH
 from toolsched._tools.tools import Tool
 from toolsched.errors import McpConnectionError, McpToolError, SchemaError, ToolDefinitionError
 

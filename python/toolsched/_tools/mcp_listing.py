@@ -9,10 +9,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from toolsched._tools.schema import SCHEMA_DEPTH
+
 __all__ = [
     "CUT",
     "ENTRY_DEPTH",
-    "SCHEMA_DEPTH",
     "cut_too_deep",
     "entry_label",
     "holds_cut",
@@ -21,9 +22,6 @@ __all__ = [
     "shown_errors",
     "too_deep_line",
 ]
-
-# The deepest a tool's input schema may nest: the engine reads a tool's schema to this many levels.
-SCHEMA_DEPTH = 256
 
 # How deep a `tools/list` entry sits in its reply: the message, its result, the list, the entry.
 ENTRY_DEPTH = 4
