@@ -35,6 +35,7 @@ import logging
 import math
 import os
 import random
+import re
 import secrets
 import socket
 import threading
@@ -153,7 +154,8 @@ if interval > 0 and (ARGV[2] == '' or now_us > tonumber(ARGV[2]) + tonumber(ARGV
 end
 if cap > 0 then
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[7]), ARGV[1])
-  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]) * 2)
+  -- Lengthened, never shortened: a worker with a longer lease holds slots in the same set.
+  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[7]) * 2 then redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]) * 2) end
 end
 if probe == 1 then
   redis.call('HSET', KEYS[1], 'probe_until', now + tonumber(ARGV[5]), 'prober', ARGV[1])
@@ -187,7 +189,8 @@ return failures
 """
 
 # KEYS: the slots of each tool. ARGV: lease ms, then for each key the count of its lease ids and the ids. Extends
-# the leases still held (never revives one that expired); returns how many it extended.
+# the leases still held (never revives one that expired) and each set's expiry (never shortens it: workers with
+# other leases hold slots in it too); returns how many it extended.
 _RENEW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -203,7 +206,7 @@ for _, key in ipairs(KEYS) do
       renewed = renewed + 1
     end
   end
-  redis.call('PEXPIRE', key, lease * 2)
+  if redis.call('PTTL', key) < lease * 2 then redis.call('PEXPIRE', key, lease * 2) end
   at = at + count + 1
 end
 return renewed
@@ -528,10 +531,15 @@ def _commands(
     )
 
 
+def _without_password(url: str) -> str:
+    """``url`` as an error message shows it: its password, if any, replaced by ``***``."""
+    return re.sub(r"(//[^/@]*?:)[^/]*@", r"\1***@", url)
+
+
 class RedisCoordination:
     """Shares every tool's ``rate_limit``, ``circuit`` and ``max_concurrency`` through one Redis server.
 
-    ``url``: ``redis://[:password@]host[:port][/db]`` (TLS is not supported). Processes with the
+    ``url``: ``redis://[[user]:password@]host[:port][/db]`` (TLS is not supported). Processes with the
     same server and ``namespace`` share their tools' limits, by tool name. ``lease`` is how long a
     concurrency slot (or a circuit's probe) outlives a worker that died holding it, in seconds;
     a process renews all the slots it holds in one round trip every third of it (from 0.1 s to a year).
@@ -553,15 +561,30 @@ class RedisCoordination:
     ) -> None:
         if not isinstance(url, str):
             raise OptionError(f"RedisCoordination(url=...) must be a redis:// URL string, got {url!r}")
-        parts = urlsplit(url)
-        if parts.scheme != "redis" or not parts.hostname:
-            raise OptionError(f"RedisCoordination(url=...) must be redis://host[:port][/db], got {url!r}")
+        named = _without_password(url)
         try:
-            port = parts.port or 6379
+            parts = urlsplit(url)
+        except ValueError as exc:
+            raise OptionError(f"RedisCoordination(url=...) is not a URL ({exc}): {named!r}") from None
+        if parts.scheme != "redis" or not parts.hostname:
+            raise OptionError(f"RedisCoordination(url=...) must be redis://host[:port][/db], got {named!r}")
+        if any(c.isspace() or not c.isprintable() for c in parts.hostname):
+            raise OptionError(f"RedisCoordination(url=...) has a bad host name: {named!r}")
+        try:
+            port = parts.port
         except ValueError:
-            raise OptionError(f"RedisCoordination(url=...) has a bad port: {url!r}") from None
+            port = 0
+        if port == 0:
+            raise OptionError(f"RedisCoordination(url=...) has a bad port: {named!r}")
+        if parts.query or parts.fragment:
+            # Options in the query (``?db=1``) would be ignored, the fleet sharing another database's limits.
+            raise OptionError(
+                f"RedisCoordination(url=...) takes no ?query or #fragment (the database is the path: /1): {named!r}"
+            )
+        if parts.username and parts.password is None:
+            raise OptionError(f"RedisCoordination(url=...) names a user without a password: {named!r}")
         path = parts.path.strip("/")
-        if path and not path.isdigit():
+        if path and not (path.isascii() and path.isdigit() and int(path) < 2**31):
             raise OptionError(f"RedisCoordination(url=...) database must be a number, got {path!r}")
         if (
             not isinstance(namespace, str)
@@ -592,8 +615,10 @@ class RedisCoordination:
         self.lease = float(lease)
         self.connect_timeout = float(connect_timeout)
         self._host = parts.hostname
-        self._port = port
+        self._port = port or 6379
         self._password = unquote(parts.password) if parts.password else None
+        # An ACL user (Redis 6 or later) authenticates with its name and password; without a name, ``default``.
+        self._user = unquote(parts.username) if parts.username else None
         self._db = int(path) if path else 0
         self._links: dict[object, _Link] = {}
         # Round trips to Redis made by this process's event loops (read by benches/fleet.py); the renewals'
@@ -629,7 +654,7 @@ class RedisCoordination:
                 connection = Connection(stream)
                 _OPEN.add(connection)
                 if self._password is not None:
-                    await connection.request("AUTH", self._password)
+                    await connection.request("AUTH", *self._credentials())
                 if self._db:
                     await connection.request("SELECT", self._db)
         except BaseException:
@@ -639,11 +664,18 @@ class RedisCoordination:
             raise
         return connection
 
+    def _credentials(self) -> tuple[str, ...]:
+        """AUTH's arguments: the user's name (when the URL gives one) and the password."""
+        assert self._password is not None
+        return (self._password,) if self._user is None else (self._user, self._password)
+
     def _connect_blocking(self) -> socket.socket:
         """A connection for the lease renewals' thread."""
         connection = socket.create_connection((self._host, self._port), timeout=self.connect_timeout)
         try:
-            if self._password is not None and blocking_request(connection, "AUTH", self._password).startswith(b"-"):
+            if self._password is not None and blocking_request(connection, "AUTH", *self._credentials()).startswith(
+                b"-"
+            ):
                 raise OSError("Redis refused the password")
             if self._db and blocking_request(connection, "SELECT", self._db).startswith(b"-"):
                 raise OSError(f"Redis refused database {self._db}")

@@ -1,0 +1,161 @@
+"""Attacks on the fleet's leases and options (docs/fleet.md): workers of one namespace built with different
+leases, and URLs a worker cannot use refused when the coordination is built rather than at its first call.
+
+The real server comes from tests/redis_server.sh (``TOOLSCHED_TEST_REDIS_URL``).
+"""
+
+from __future__ import annotations
+
+import socket
+import warnings
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import pytest
+from fleet_redis import namespace, redis_url
+
+import toolsched as ts
+from toolsched._policy.redis_wire import blocking_request
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_short_lease_workers_call_does_not_expire_a_long_lease_workers_slot(anyio_backend: str) -> None:
+    """Promise: a slot is held while its holder lives ("a killed process loses them", a live one keeps them).
+    Two workers of one namespace with different leases (a rolling change of ``lease``, or a worker built for
+    long calls): the short-lease worker's admission set the whole slot set's expiry to its own twice its lease, so
+    the long-lease worker's slot vanished with it while its call still ran, and the fleet ran past its cap."""
+    space = namespace()
+    release = anyio.Event()
+    holding = anyio.Event()
+    running: list[str] = []
+    peak = 0
+
+    @ts.tool(name="capped", max_concurrency=2)
+    async def capped(n: int) -> int:
+        nonlocal peak
+        running.append(str(n))
+        peak = max(peak, len(running))
+        try:
+            if n == 0:
+                holding.set()
+                await release.wait()
+            else:
+                await anyio.sleep(0.01)
+        finally:
+            running.remove(str(n))
+        return n
+
+    long_lease = ts.Executor(
+        [capped], coordination=ts.RedisCoordination(redis_url(), namespace=space, lease=60, on_unavailable="refuse")
+    )
+    short_lease = ts.Executor(
+        [capped], coordination=ts.RedisCoordination(redis_url(), namespace=space, lease=0.1, on_unavailable="refuse")
+    )
+    outputs: list[Any] = []
+
+    async def run(executor: ts.Executor, n: int) -> None:
+        outcome = await executor.run([ts.ToolCall(f"c{n}", "capped", {"n": n})])
+        outputs.append(outcome.results[0].output)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        async with anyio.create_task_group() as group:
+            group.start_soon(run, long_lease, 0)
+            await holding.wait()
+            # A short call of the other worker, then more than its slot set's expiry (twice 0.1 s) goes by.
+            await run(short_lease, 1)
+            await anyio.sleep(0.3)
+            # The long call still holds its slot: two more calls fit beside it one at a time, never two at once.
+            async with anyio.create_task_group() as more:
+                for n in (2, 3, 4, 5):
+                    more.start_soon(run, short_lease, n)
+            release.set()
+    assert sorted(outputs) == [0, 1, 2, 3, 4, 5]
+    assert peak == 2
+
+
+# -- URLs ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://[::1", "is not a URL"),
+        ("redis://h/²", "database must be a number"),
+        ("redis://h/99999999999999999999", "database must be a number"),
+        ("redis://h:0", "bad port"),
+        ("redis://two words", "bad host name"),
+        ("redis://h?db=2", r"no \?query"),
+        ("redis://h/0#x", "#fragment"),
+        ("redis://alice@h", "user without a password"),
+    ],
+)
+def test_a_url_no_worker_could_use_is_refused_when_built(url: str, message: str) -> None:
+    """Promise: "Bad options raise OptionError" when the coordination is built. `[::1` and a database of
+    non-ASCII digits raised ValueError; port 0 became 6379, `?db=2` was ignored (database 0: the limits of
+    another fleet), a user name without a password was dropped; a host with a space and a database past any
+    Redis's were only found out at the first call, as an outage."""
+    with pytest.raises(ts.OptionError, match=message):
+        ts.RedisCoordination(url)
+
+
+@pytest.mark.parametrize("url", ["redis://:s3cret@h:0", "redis://u:s3cret@h?db=1", "redis://:s3@c@ret@[::1"])
+def test_a_refused_url_does_not_show_its_password(url: str) -> None:
+    with pytest.raises(ts.OptionError) as refused:
+        ts.RedisCoordination(url)
+    assert "***" in str(refused.value)
+    for part in ("s3cret", "ret@", "s3@"):
+        assert part not in str(refused.value)
+
+
+def raw(url: str, *parts: str) -> bytes:
+    """One command to the test's Redis server, outside toolsched's coordination."""
+    where = urlsplit(url)
+    with socket.create_connection((where.hostname, where.port or 6379), timeout=5) as connection:
+        return blocking_request(connection, *parts)
+
+
+async def test_an_acl_user_of_the_url_is_who_the_workers_authenticate_as(anyio_backend: str) -> None:
+    """Promise: the URL's credentials authenticate the worker. `redis://user:password@host` (a Redis 6 ACL
+    user) sent only the password, as the `default` user's: Redis refused it and every call fell back (or, with
+    "refuse", was answered unavailable). The renewal thread authenticates the same way (its slot outlives a
+    lease of 0.1 s)."""
+    url = redis_url()
+    user = f"fleet-{namespace()}"
+    assert raw(url, "ACL", "SETUSER", user, "on", ">p@ss", "~*", "+@all") == b"+OK\r\n"
+    try:
+        authenticated = url.replace("redis://", f"redis://{user}:p%40ss@")
+        coordination = ts.RedisCoordination(authenticated, namespace=namespace(), lease=0.1, on_unavailable="refuse")
+        gate = anyio.Event()
+        started = anyio.Event()
+
+        @ts.tool(name="capped", max_concurrency=1)
+        async def capped(n: int) -> int:
+            if n == 0:
+                started.set()
+                await gate.wait()
+            return n
+
+        executor = ts.Executor([capped], coordination=coordination)
+        outputs: list[Any] = []
+
+        async def run(n: int) -> None:
+            outcome = await executor.run([ts.ToolCall(f"c{n}", "capped", {"n": n})])
+            outputs.append(outcome.results[0].output)
+
+        with warnings.catch_warnings(), anyio.fail_after(10):
+            warnings.simplefilter("error")
+            async with anyio.create_task_group() as group:
+                group.start_soon(run, 0)
+                await started.wait()
+                # Past three leases: the slot is the renewal thread's to keep, the second call still waits.
+                with anyio.move_on_after(0.35):
+                    await run(1)
+                assert outputs == []
+                gate.set()
+            await run(1)
+        assert outputs == [0, 1]
+    finally:
+        raw(url, "ACL", "DELUSER", user)
