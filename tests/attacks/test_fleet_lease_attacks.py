@@ -159,3 +159,58 @@ async def test_an_acl_user_of_the_url_is_who_the_workers_authenticate_as(anyio_b
         assert outputs == [0, 1]
     finally:
         raw(url, "ACL", "DELUSER", user)
+
+
+# -- the circuit's probe ---------------------------------------------------------------------------------
+
+
+async def test_a_probe_that_runs_past_its_lease_is_still_the_only_one(anyio_backend: str) -> None:
+    """Promise: "once its cooldown is over exactly one call in the fleet probes"; the probe is a lease so that a
+    worker that dies probing does not hold the circuit shut. The probe's lease (the longer of ``lease`` and the
+    cooldown) was never renewed: a probing call that ran longer than it, its worker alive, let a second call of
+    the fleet probe beside it. It is renewed with the slots now, and still lapses when its worker is gone."""
+    space = namespace()
+    gate = anyio.Event()
+    probing = anyio.Event()
+    ran: list[int] = []
+
+    @ts.tool(name="flaky", circuit=ts.CircuitBreaker(failures=1, cooldown=0.1))
+    async def flaky(n: int) -> int:
+        ran.append(n)
+        if n == 0:
+            raise ts.Transient("downstream busy")
+        if n == 1:
+            probing.set()
+            await gate.wait()
+        return n
+
+    def make() -> ts.Executor:
+        coordination = ts.RedisCoordination(redis_url(), namespace=space, lease=0.1, on_unavailable="refuse")
+        return ts.Executor([flaky], coordination=coordination)
+
+    first, second = make(), make()
+
+    async def one(executor: ts.Executor, n: int) -> ts.ToolResult:
+        return (await executor.run([ts.ToolCall(f"c{n}", "flaky", {"n": n})])).results[0]
+
+    with warnings.catch_warnings(), anyio.fail_after(10):
+        warnings.simplefilter("error")
+        assert (await one(first, 0)).error_kind == "execution_error"
+        await anyio.sleep(0.15)  # the cooldown
+        answers: dict[int, ts.ToolResult] = {}
+
+        async def probe() -> None:
+            answers[1] = await one(first, 1)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(probe)
+            await probing.wait()
+            # Past three of the probe's leases, its call still running: the other worker is refused.
+            await anyio.sleep(0.35)
+            answers[2] = await one(second, 2)
+            gate.set()
+        assert ran == [0, 1]
+        assert answers[1].output == 1
+        assert answers[2].error_kind == "unavailable"
+        # The probe's success closed the circuit for the fleet.
+        assert (await one(second, 3)).output == 3

@@ -188,25 +188,36 @@ end
 return failures
 """
 
-# KEYS: the slots of each tool. ARGV: lease ms, then for each key the count of its lease ids and the ids. Extends
-# the leases still held (never revives one that expired) and each set's expiry (never shortens it: workers with
-# other leases hold slots in it too); returns how many it extended.
+# KEYS: the slots of each tool, then the circuits whose probe this process holds. ARGV: lease ms, the number of slot
+# sets, then for each key the count of its ids and the ids (lease ids for a slot set, attempt ids for a circuit).
+# Extends the leases still held (never revives one that expired) and each set's expiry (never shortens it: workers
+# with other leases hold slots in it too), and each probe still held by its attempt (never shortens it either: it
+# was taken for the longer of the lease and the cooldown); returns how many it extended.
 _RENEW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
-local at = 2
+local sets = tonumber(ARGV[2])
+local at = 3
 local renewed = 0
-for _, key in ipairs(KEYS) do
+for k, key in ipairs(KEYS) do
   local count = tonumber(ARGV[at])
   for i = at + 1, at + count do
-    local held = redis.call('ZSCORE', key, ARGV[i])
-    if held and tonumber(held) >= now then
-      redis.call('ZADD', key, 'XX', now + lease, ARGV[i])
-      renewed = renewed + 1
+    if k <= sets then
+      local held = redis.call('ZSCORE', key, ARGV[i])
+      if held and tonumber(held) >= now then
+        redis.call('ZADD', key, 'XX', now + lease, ARGV[i])
+        renewed = renewed + 1
+      end
+    elseif redis.call('HGET', key, 'prober') == ARGV[i] then
+      local held_until = tonumber(redis.call('HGET', key, 'probe_until') or '0')
+      if held_until >= now then
+        if held_until < now + lease then redis.call('HSET', key, 'probe_until', now + lease) end
+        renewed = renewed + 1
+      end
     end
   end
-  if redis.call('PTTL', key) < lease * 2 then redis.call('PEXPIRE', key, lease * 2) end
+  if k <= sets and redis.call('PTTL', key) < lease * 2 then redis.call('PEXPIRE', key, lease * 2) end
   at = at + count + 1
 end
 return renewed
@@ -278,8 +289,8 @@ class _Link:
 
 
 class _Renewer:
-    """Renews every slot lease this process holds, all of them in one round trip each third of the lease
-    (internal).
+    """Renews every slot lease and circuit probe this process holds, all of them in one round trip each third of
+    the lease (internal).
 
     It runs in a daemon thread with a connection of its own while any lease is held: a worker whose event
     loop is busy or stalled keeps its slots; a killed one loses them within the lease.
@@ -287,7 +298,9 @@ class _Renewer:
 
     def __init__(self, owner: RedisCoordination) -> None:
         self.owner = owner
+        # Lease ids per slot set, and attempt ids per circuit whose probe they hold.
         self.held: dict[str, set[str]] = {}
+        self.probes: dict[str, set[str]] = {}
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         # The renewal thread's connection to Redis while it has one.
@@ -295,9 +308,11 @@ class _Renewer:
         # Round trips made to renew leases (read by tests and benches/fleet.py).
         self.round_trips = 0
 
-    def hold(self, key: str, lease_id: str) -> None:
+    def hold(self, key: str, lease_id: str, *, probe: bool = False) -> None:
+        """Renews ``lease_id``'s slot in the set ``key`` (``probe``: the probe of the circuit ``key`` its attempt
+        holds) until it is released."""
         with self.lock:
-            self.held.setdefault(key, set()).add(lease_id)
+            (self.probes if probe else self.held).setdefault(key, set()).add(lease_id)
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="toolsched-lease-renewal", daemon=True)
                 self.thread.start()
@@ -307,18 +322,20 @@ class _Renewer:
         child's (the connection's descriptor is closed in the child, nothing sent on it)."""
         self.lock = threading.Lock()
         self.held = {}
+        self.probes = {}
         self.thread = None
         connection, self.connection = self.connection, None
         if connection is not None and connection.fileno() >= 0:
             os.close(connection.detach())
 
-    def release(self, key: str, lease_id: str) -> None:
+    def release(self, key: str, lease_id: str, *, probe: bool = False) -> None:
         with self.lock:
-            ids = self.held.get(key)
+            held = self.probes if probe else self.held
+            ids = held.get(key)
             if ids is not None:
                 ids.discard(lease_id)
                 if not ids:
-                    del self.held[key]
+                    del held[key]
 
     def _run(self) -> None:
         owner = self.owner
@@ -327,13 +344,12 @@ class _Renewer:
         while True:
             time.sleep(owner.lease / 3)
             with self.lock:
-                if not self.held:
+                if not self.held and not self.probes:
                     self.thread = None
                     break
-                keys = list(self.held)
-                args: list[str | int] = [lease_ms]
-                for key in keys:
-                    ids = self.held[key]
+                keys = [*self.held, *self.probes]
+                args: list[str | int] = [lease_ms, len(self.held)]
+                for ids in (*self.held.values(), *self.probes.values()):
                     args += [len(ids), *ids]
             try:
                 if connection is None:
@@ -1080,12 +1096,14 @@ class RedisCoordination:
                 break
         probe = code == 1
         outcome = "none"
-        slots_key = self._commands(tool).admit_keys[1]
+        circuit_key, slots_key, _ = self._commands(tool).admit_keys
         try:
             if admitted is not None:
                 admitted()
             if lease_id:
                 self._renewer.hold(slots_key, lease_id)
+            if probe:
+                self._renewer.hold(circuit_key, attempt, probe=True)
             try:
                 output = await invoke()
             except Exception as exc:
@@ -1100,6 +1118,8 @@ class RedisCoordination:
         finally:
             if lease_id:
                 self._renewer.release(slots_key, lease_id)
+            if probe:
+                self._renewer.release(circuit_key, attempt, probe=True)
             if lease_id or (tool.circuit is not None and (probe or failures > 0 or outcome == "transient")):
                 with anyio.CancelScope(shield=True):
                     await self._settle(tool, attempt, outcome, probe)
