@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 from collections import Counter
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
+import pydantic
 import pytest
 
 import toolsched as ts
@@ -292,6 +294,37 @@ async def test_an_executor_factory_gives_each_call_its_own_child() -> None:
     )
     assert [r.output for r in outcome.results] == ["a", "b"]
     assert len(made) == 2
+
+
+async def test_arguments_an_agent_tools_parameters_refuse_are_invalid_input_and_start_no_child() -> None:
+    """As for any ``@tool`` function, naming the argument (it was the tool failing, pydantic's raw text); an
+    argument under an alias reaches the body as the parameter it names."""
+    made: list[ts.Executor] = []
+    ran: list[str] = []
+
+    def fresh() -> ts.Executor:
+        made.append(ts.Executor([]))
+        return made[-1]
+
+    @ts.agent_tool(fresh)
+    async def plan(day: datetime.date, source: Annotated[str, pydantic.Field(alias="from")], child: ts.ChildRun) -> str:
+        ran.append(day.isoformat())
+        return f"{source} {day.isoformat()}"
+
+    outcome = await ts.Executor([plan]).run(
+        [
+            ts.ToolCall("refused", "plan", {"day": "2024-13-45", "from": "desk"}),
+            ts.ToolCall("fine", "plan", {"day": "2024-12-25", "from": "desk"}),
+        ]
+    )
+    refused, fine = outcome.results
+    assert (refused.error_kind, refused.error) == (
+        "invalid_input",
+        "arguments for `plan` refused by its parameters: `day`: "
+        "Input should be a valid date or datetime, month value is outside expected range of 1-12",
+    )
+    assert (fine.error, fine.output) == (None, "desk 2024-12-25")
+    assert (ran, len(made)) == (["2024-12-25"], 1)
 
 
 def test_agent_tool_definitions_are_checked() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import itertools
 import json
 import logging
@@ -18,10 +19,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import anyio.lowlevel
+import pydantic
+import pydantic_core
 import pytest
 import ray
 import ray.cloudpickle
@@ -853,9 +856,9 @@ async def test_a_call_cancelled_before_its_loop_sends_it_never_reaches_ray(
     sent: list[dict[str, Any]] = []
     submit = backends._Placement.submit
 
-    def counted(self: Any, args: Any, ctx: Any) -> Any:
-        sent.append(dict(args))
-        return submit(self, args, ctx)
+    def counted(self: Any, prepared: Any, ctx: Any) -> Any:
+        sent.append(dict(prepared[1]))
+        return submit(self, prepared, ctx)
 
     monkeypatch.setattr(backends._Placement, "submit", counted)
     backend = ts.RayBackend()
@@ -891,3 +894,195 @@ async def test_a_call_that_cannot_be_sent_fails_alone_among_the_calls_sent_with_
     assert failed.error_kind == "execution_error"
     assert failed.error is not None
     assert failed.error.startswith("BackendError: the call of `whoami` cannot be sent to Ray"), failed.error
+
+
+def note_run(log: str, name: str) -> None:
+    """Notes in ``log`` that the body of ``name`` ran."""
+    with open(log, "a", encoding="utf-8") as runs:
+        runs.write(name + "\n")
+
+
+@ts.tool(concurrency_safe=True)
+def booked(day: datetime.date, log: str) -> str:
+    note_run(log, "booked")
+    return day.isoformat()
+
+
+@ts.tool(concurrency_safe=True)
+def relabel(source: Annotated[str, pydantic.Field(alias="from")], day: datetime.date, log: str) -> str:
+    note_run(log, "relabel")
+    return f"{source} {day.isoformat()}"
+
+
+class Entry(pydantic.BaseModel):
+    days: int
+    log: str
+
+    @pydantic.field_validator("days")
+    @classmethod
+    def short(cls, value: int) -> int:
+        if value > 30:
+            raise ValueError("at most 30 days \u2014 \u00abrefus\u00e9\u00bb")
+        if value < 0:
+            # pydantic cannot carry a lone surrogate in a message: validating raises UnicodeEncodeError.
+            raise ValueError("no days before today \udc80")
+        return value
+
+
+class Ledger(ts.Tool):
+    """Counts the entries its own copy took: state that lives on its actor."""
+
+    name = "ledger"
+    description = "Takes an entry of days."
+    input_model = Entry
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def call(self, args: Entry, ctx: ts.ToolContext) -> str:
+        note_run(args.log, "ledger")
+        self.count += 1
+        return f"{self.count}@{os.getpid()}"
+
+
+class Unsendable:
+    """A detail of a refusal that cannot be pickled."""
+
+    def __reduce__(self) -> Any:
+        raise TypeError("an Unsendable cannot be pickled")
+
+    def __str__(self) -> str:
+        return "somewhere unsendable"
+
+
+class Route(pydantic.BaseModel):
+    to: str
+    log: str
+
+    @pydantic.field_validator("to")
+    @classmethod
+    def known(cls, value: str) -> str:
+        if value != "home":
+            raise pydantic_core.PydanticCustomError("unknown_place", "no route to {place}", {"place": Unsendable()})
+        return value
+
+
+class Router(ts.Tool):
+    name = "router"
+    description = "Routes somewhere known."
+    input_model = Route
+
+    def call(self, args: Route, ctx: ts.ToolContext) -> str:
+        note_run(args.log, "router")
+        return f"to {args.to}"
+
+
+class ArgumentsRefused(Exception):
+    """A tool's own exception that has the name of toolsched's refusal of arguments."""
+
+
+@ts.tool(concurrency_safe=True)
+def strict(text: str, log: str) -> str:
+    note_run(log, "strict")
+    raise ArgumentsRefused(f"the body refuses {text!r}")
+
+
+async def test_arguments_a_tools_model_refuses_end_invalid_input_on_ray_as_locally_and_nothing_is_sent(
+    cluster: None, tmp_path: Path
+) -> None:
+    """The tool's model checks a call's arguments in this process, as a local tool's does, before anything
+    goes to Ray: a refusal (a date that is no date, a validator's refusal in text that is not ASCII, one
+    whose detail cannot be pickled) is ``invalid_input`` with the local message, on a task and on an actor,
+    the body never runs and the actor goes on answering; arguments under an alias reach the body as locally
+    (each was a ``BackendError``, the call not sent). A body that raises its own ``ArgumentsRefused`` failed."""
+    log = str(tmp_path / "runs.log")
+    calls = [
+        ts.ToolCall("first", "ledger", {"days": 1, "log": log}),
+        ts.ToolCall("date", "booked", {"day": "2024-13-45", "log": log}),
+        ts.ToolCall("model", "ledger", {"days": 90, "log": log}),
+        ts.ToolCall("unsendable", "router", {"to": "work", "log": log}),
+        ts.ToolCall("surrogate", "ledger", {"days": -1, "log": log}),
+        ts.ToolCall("aliased", "relabel", {"from": "a", "day": "2024-13-45", "log": log}),
+        ts.ToolCall("body", "strict", {"text": "x", "log": log}),
+        ts.ToolCall("then", "ledger", {"days": 2, "log": log}),
+        ts.ToolCall("fine-date", "booked", {"day": "2024-12-25", "log": log}),
+        ts.ToolCall("fine-alias", "relabel", {"from": "a", "day": "2024-12-25", "log": log}),
+        ts.ToolCall("fine-route", "router", {"to": "home", "log": log}),
+    ]
+    backend = ts.RayBackend(actor_pool={"ledger": 1})
+    tools: list[ts.Tool] = [Ledger(), booked, Router(), relabel, strict]
+    executor = ts.Executor(tools, backends={"ray": backend}, default_backend="ray", strategy=ts.Sequential())
+    try:
+        with anyio.fail_after(90):
+            outcome = await executor.run(calls)
+    finally:
+        backend.close()
+    answers = [(result.error_kind, result.error, result.output) for result in outcome.results]
+    first, then = answers.pop(0), answers.pop(6)
+    assert answers[:3] == [
+        (
+            "invalid_input",
+            "arguments for `booked` refused by its parameters: `day`: "
+            "Input should be a valid date or datetime, month value is outside expected range of 1-12",
+            None,
+        ),
+        (
+            "invalid_input",
+            "arguments for `ledger` refused by its parameters: `days`: "
+            "Value error, at most 30 days \u2014 \u00abrefus\u00e9\u00bb",
+            None,
+        ),
+        (
+            "invalid_input",
+            "arguments for `router` refused by its parameters: `to`: no route to somewhere unsendable",
+            None,
+        ),
+    ]
+    # The model's check failed before it could refuse: as locally, that is the tool failing.
+    surrogate = answers[3]
+    assert surrogate[0] == "execution_error"
+    assert str(surrogate[1]).startswith("UnicodeEncodeError: 'utf-8' codec can't encode character '\\udc80'")
+    assert answers[4:] == [
+        (
+            "invalid_input",
+            "arguments for `relabel` refused by its parameters: `day`: "
+            "Input should be a valid date or datetime, month value is outside expected range of 1-12",
+            None,
+        ),
+        ("execution_error", "ArgumentsRefused: the body refuses 'x'", None),
+        (None, None, "2024-12-25"),
+        (None, None, "a 2024-12-25"),
+        (None, None, "to home"),
+    ]
+    # The refusals reached no worker: the actor counts two calls, answered by the same process.
+    count, worker = str(first[2]).split("@")
+    assert (first[:2], then[:2], count, then[2]) == ((None, None), (None, None), "1", f"2@{worker}")
+    assert worker != str(os.getpid())
+    ran = (await anyio.Path(log).read_text(encoding="utf-8")).split()
+    assert ran == ["ledger", "strict", "ledger", "booked", "relabel", "router"]
+    local = await ts.Executor([Ledger(), booked, Router(), relabel, strict], strategy=ts.Sequential()).run(calls)
+    kept = [(result.error_kind, result.error, result.output) for result in local.results]
+    del kept[7], kept[0]
+    assert kept == answers
+
+
+async def test_arguments_refused_for_a_ray_tool_are_answered_without_reaching_for_the_cluster(tmp_path: Path) -> None:
+    """A refusal is the call's own: it needs no cluster (it was the cluster's ``BackendUnavailableError``)."""
+    backend = ts.RayBackend(address=f"127.0.0.1:{closed_port()}", connect_timeout=5)
+    executor = ts.Executor([booked], backends={"ray": backend}, default_backend="ray")
+    log = str(tmp_path / "runs.log")
+    with anyio.fail_after(30):
+        outcome = await executor.run(
+            [
+                ts.ToolCall("refused", "booked", {"day": "2024-13-45", "log": log}),
+                ts.ToolCall("sent", "booked", {"day": "2024-12-25", "log": log}),
+            ]
+        )
+    refused, sent = outcome.results
+    assert (refused.error_kind, refused.error) == (
+        "invalid_input",
+        "arguments for `booked` refused by its parameters: `day`: "
+        "Input should be a valid date or datetime, month value is outside expected range of 1-12",
+    )
+    assert sent.error_kind == "execution_error"
+    assert str(sent.error).startswith("BackendUnavailableError: cannot reach the Ray cluster")

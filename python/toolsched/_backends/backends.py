@@ -41,7 +41,7 @@ from toolsched._backends.ray_worker import (
 )
 from toolsched._tools.context import ToolContext
 from toolsched._tools.exact_integers import with_exact_integers
-from toolsched._tools.tools import FunctionTool, Tool
+from toolsched._tools.tools import FunctionTool, Tool, argument_parser, keyword_builder
 from toolsched._values.events import ToolProgress, ToolUpdated
 from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched.errors import (
@@ -161,22 +161,21 @@ def _error_classes(module: Any, names: Iterable[str]) -> tuple[type[BaseExceptio
     return tuple(getattr(module, name) for name in names if hasattr(module, name))
 
 
-def _tool_body(
-    tool: Tool, max_result_bytes: int | None
-) -> tuple[Body, Callable[[Args], tuple[tuple[Any, ...], dict[str, Any]]]]:
-    """A tool's body for a worker, and how the caller turns validated arguments into its arguments."""
+# A body's positional and keyword arguments, made in this process from a call's validated arguments.
+Prepared = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+def _tool_body(tool: Tool, max_result_bytes: int | None) -> tuple[Body, Callable[[Args], Prepared]]:
+    """A tool's body for a worker, and how the caller turns validated arguments into its arguments: checked
+    by the tool's model as in this process (``ArgumentsRefused`` when it refuses them, before anything is sent)."""
     if isinstance(tool, FunctionTool):
         fn = tool.fn
-        model = tool.argument_model
-        wants_ctx = tool.takes_ctx
+        build = keyword_builder(tool, with_ctx=False)
 
-        def keywords(args: Args) -> tuple[tuple[Any, ...], dict[str, Any]]:
-            if model is None:
-                return (), dict(args)
-            parsed = model.model_validate(args)
-            return (), {key: getattr(parsed, key) for key in args}
+        def keywords(args: Args) -> Prepared:
+            return (), build(args, None)
 
-        context: Literal["keyword", "positional", "none"] = "keyword" if wants_ctx else "none"
+        context: Literal["keyword", "positional", "none"] = "keyword" if tool.takes_ctx else "none"
         return Body(tool.name, fn, inspect.iscoroutinefunction(fn), context, max_result_bytes), keywords
     call = getattr(tool, "call", None)
     if call is None or not callable(call):
@@ -184,9 +183,10 @@ def _tool_body(
     # The worker gets its own copy of the tool, without what this process caches about it.
     replica = tool.replica()
     input_model = tool.input_model
+    parse = argument_parser(tool)
 
-    def parsed(args: Args) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return ((input_model.model_validate(args) if input_model else dict(args)),), {}
+    def parsed(args: Args) -> Prepared:
+        return ((parse(args) if input_model else dict(args)),), {}
 
     method = getattr(replica, "call", call)
     return Body(tool.name, method, inspect.iscoroutinefunction(method), "positional", max_result_bytes), parsed
@@ -223,9 +223,10 @@ class _Placement:
         self.task: Any = None
         self.bare_task: Any = None
 
-    def submit(self, args: Args, ctx: ToolContext | None) -> tuple[Any, int]:
-        """Starts the call on Ray; returns its result's reference and the actor it went to (-1: a task)."""
-        positional, keywords = self.prepare(args)
+    def submit(self, prepared: Prepared, ctx: ToolContext | None) -> tuple[Any, int]:
+        """Starts the call on Ray with its body's arguments (``prepare``); returns its result's reference and
+        the actor it went to (-1: a task)."""
+        positional, keywords = prepared
         spec = None
         if ctx is not None and self.body.context != "none":
             spec = ContextSpec(ctx.call_id, ctx.tool_name, ctx.context, ctx.interactive)
@@ -413,13 +414,16 @@ class RayBackend:
         return placement
 
     async def invoke(self, tool: Tool, args: Args, ctx: ToolContext | None) -> Any:
-        if not self._connected:
-            await self._connect_from_loop()
         placement = self._placements.get(tool)
         if placement is None:
             placement = self._placements[tool] = self._place(tool)
+        # The tool's model checks the arguments first, in the call's own task: a refusal is the call's
+        # (``invalid_input``, as in this process), and nothing is sent.
+        prepared = placement.prepare(args)
+        if not self._connected:
+            await self._connect_from_loop()
         native = anyio.lowlevel.current_token().native_token
-        outgoing = Outgoing(functools.partial(placement.submit, args, ctx), RayWaiter.waiting(native))
+        outgoing = Outgoing(functools.partial(placement.submit, prepared, ctx), RayWaiter.waiting(native))
         self._sender.send(outgoing, native)
         try:
             value, events = await self._waiter.wait(outgoing.waiting)

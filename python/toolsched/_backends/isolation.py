@@ -1,7 +1,9 @@
 """Running a tool's body in a worker process (``isolation="process"``).
 
-The body runs in one of anyio's worker processes. The call's arguments and
-its return value (or exception) are pickled across; the function itself
+The body runs in one of anyio's worker processes. The tool's model checks the
+call's arguments in the caller first (a refusal is answered ``invalid_input``
+and nothing is sent); the checked arguments and the body's return value (or
+exception) are pickled across; the function itself
 travels by reference (module and qualified name) and is imported in the
 worker, so it must live at module level. A cancelled call (a timeout, an
 interrupt, a cancelled run) kills its worker process; a worker that dies

@@ -35,7 +35,7 @@ from toolsched._executor.executor import Executor, Steering
 from toolsched._policy.holds import NestedHold, resuming
 from toolsched._policy.runstate import CallSignature, ChildRecord, StepEntry, TurnEntry, call_signature
 from toolsched._tools.context import ToolContext
-from toolsched._tools.tools import FunctionTool
+from toolsched._tools.tools import FunctionTool, keyword_builder
 from toolsched._values.calls import ToolCall
 from toolsched._values.digest import args_digest
 from toolsched._values.effects import child_identity
@@ -250,19 +250,13 @@ class AgentTool(FunctionTool):
 
     def _invoker(self) -> Callable[[Any, ToolContext | None], Awaitable[Any]]:
         fn = self.fn
-        model = self._coerce_model
-        wants_ctx = self._wants_ctx
+        # As for any ``@tool`` function: arguments its parameters refuse are ``invalid_input``.
+        keywords = keyword_builder(self, with_ctx=self._wants_ctx)
 
         async def invoke_agent(args: Any, ctx: ToolContext | None) -> Any:
             assert ctx is not None
+            kwargs = keywords(args, ctx)
             child = ChildRun(self._child_executor(), ctx, self._resumed(ctx.call_id, args))
-            if model is None:
-                kwargs = dict(args)
-            else:
-                parsed = model.model_validate(args)
-                kwargs = {key: getattr(parsed, key) for key in args}
-            if wants_ctx:
-                kwargs["ctx"] = ctx
             kwargs["child"] = child
             try:
                 output = await fn(**kwargs)

@@ -40,13 +40,25 @@ from toolsched._values.event_loops import LoopValues, of_this_loop
 from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched.errors import ToolDefinitionError, UnknownOptionError
 
-__all__ = ["Access", "ArgumentsRefused", "FunctionTool", "Tool", "ToolFacts", "tool", "tool_fingerprint"]
+__all__ = [
+    "Access",
+    "ArgumentsRefused",
+    "FunctionTool",
+    "Tool",
+    "ToolFacts",
+    "argument_parser",
+    "keyword_builder",
+    "tool",
+    "tool_fingerprint",
+]
 
 
 class ArgumentsRefused(Exception):
     """The tool's own model refused arguments its schema let through (a ``date`` given ``"2024-13-45"``: the
     schema's ``format`` only describes it): the call is answered ``invalid_input``, as a schema refusal is,
-    not as the tool failing."""
+    not as the tool failing. Raised only by the argument check (``argument_parser``, ``keyword_builder``),
+    which runs in the executor's process before the body starts, also for a body run in a worker process
+    or on Ray (a body's own exception of the same name is not this class)."""
 
 
 def _refused(name: str, model: type[pydantic.BaseModel], args: Any) -> Any:
@@ -375,12 +387,7 @@ class Tool:
         if call is None or not callable(call):
             raise ToolDefinitionError(f"tool class {type(self).__name__} must define call(self, args, ctx)")
         model = self.input_model
-
-        name = self.name
-
-        def parse(args: Args) -> Any:
-            return _refused(name, model, args) if model else args
-
+        parse = argument_parser(self)
         if self.isolation == "process":
             return method_invoker(self, parse)
         if inspect.iscoroutinefunction(call):
@@ -626,32 +633,7 @@ class FunctionTool(Tool):
         fn = self.fn
         model = self._coerce_model
         wants_ctx = self._wants_ctx
-        name = self.name
-
-        # Parameters whose default the model makes (``Field(default_factory=...)``): the function's own
-        # default is the ``FieldInfo`` itself, so the model's value is passed when the call leaves them out.
-        made = tuple(
-            key
-            for key, parameter in inspect.signature(fn).parameters.items()
-            if isinstance(parameter.default, pydantic.fields.FieldInfo)
-        )
-
-        # The parameter each argument fills: its own name, or the alias the schema shows in its place.
-        fills = {} if model is None else {info.alias: field for field, info in model.model_fields.items() if info.alias}
-
-        def keywords(args: Args, ctx: ToolContext | None) -> dict[str, Any]:
-            if model is None:
-                kwargs = dict(args)
-            else:
-                parsed = _refused(name, model, args)
-                kwargs = {(field := fills.get(key, key)): getattr(parsed, field) for key in args}
-                for parameter in made:
-                    if parameter not in kwargs:
-                        kwargs[parameter] = getattr(parsed, parameter)
-            if wants_ctx:
-                kwargs["ctx"] = ctx
-            return kwargs
-
+        keywords = keyword_builder(self, with_ctx=wants_ctx)
         if self.isolation == "process":
             if wants_ctx:
                 raise ToolDefinitionError(
@@ -679,6 +661,52 @@ class FunctionTool(Tool):
             return await run_in_thread(functools.partial(fn, **keywords(args, ctx)))
 
         return invoke_in_thread
+
+
+def argument_parser(tool: Tool) -> Callable[[Args], Any]:
+    """What a class-form tool's ``call`` receives for a call's arguments: an instance of its ``input_model``
+    (``ArgumentsRefused`` when the model refuses them), or the arguments as given when it has none."""
+    model = tool.input_model
+    name = tool.name
+
+    def parse(args: Args) -> Any:
+        return _refused(name, model, args) if model else args
+
+    return parse
+
+
+def keyword_builder(tool: FunctionTool, *, with_ctx: bool) -> Callable[[Args, ToolContext | None], dict[str, Any]]:
+    """How a call's arguments become a ``@tool`` function's keyword arguments: coerced by its parameters'
+    model (``ArgumentsRefused`` when the model refuses them), plus what the model's defaults make, plus
+    ``ctx`` when ``with_ctx``."""
+    model = tool.argument_model
+    name = tool.name
+
+    # Parameters whose default the model makes (``Field(default_factory=...)``): the function's own
+    # default is the ``FieldInfo`` itself, so the model's value is passed when the call leaves them out.
+    made = tuple(
+        key
+        for key, parameter in inspect.signature(tool.fn).parameters.items()
+        if isinstance(parameter.default, pydantic.fields.FieldInfo)
+    )
+
+    # The parameter each argument fills: its own name, or the alias the schema shows in its place.
+    fills = {} if model is None else {info.alias: field for field, info in model.model_fields.items() if info.alias}
+
+    def keywords(args: Args, ctx: ToolContext | None) -> dict[str, Any]:
+        if model is None:
+            kwargs = dict(args)
+        else:
+            parsed = _refused(name, model, args)
+            kwargs = {(field := fills.get(key, key)): getattr(parsed, field) for key in args}
+            for parameter in made:
+                if parameter not in kwargs:
+                    kwargs[parameter] = getattr(parsed, parameter)
+        if with_ctx:
+            kwargs["ctx"] = ctx
+        return kwargs
+
+    return keywords
 
 
 # Every keyword ``@tool`` accepts (integrations that wrap other frameworks' tools accept the same).
