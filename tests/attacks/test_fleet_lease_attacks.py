@@ -87,6 +87,7 @@ async def test_a_short_lease_workers_call_does_not_expire_a_long_lease_workers_s
         ("redis://h/99999999999999999999", "database must be a number"),
         ("redis://h:0", "bad port"),
         ("redis://two words", "bad host name"),
+        ("redis://" + "ü" * 70 + ".example", "bad host name"),
         ("redis://h?db=2", r"no \?query"),
         ("redis://h/0#x", "#fragment"),
         ("redis://alice@h", "user without a password"),
@@ -96,7 +97,8 @@ def test_a_url_no_worker_could_use_is_refused_when_built(url: str, message: str)
     """Promise: "Bad options raise OptionError" when the coordination is built. `[::1` and a database of
     non-ASCII digits raised ValueError; port 0 became 6379, `?db=2` was ignored (database 0: the limits of
     another fleet), a user name without a password was dropped; a host with a space and a database past any
-    Redis's were only found out at the first call, as an outage."""
+    Redis's were only found out at the first call, as an outage, and a host name IDNA cannot encode failed every
+    call with `IDNAError` (neither falling back nor answered unavailable)."""
     with pytest.raises(ts.OptionError, match=message):
         ts.RedisCoordination(url)
 

@@ -50,6 +50,7 @@ from urllib.parse import unquote, urlsplit
 import anyio
 import anyio.abc
 import anyio.lowlevel
+import idna
 import sniffio
 
 from toolsched._policy.redis_wire import (
@@ -547,6 +548,19 @@ def _commands(
     )
 
 
+def _ascii_host(name: str) -> str | None:
+    """The host name as it is looked up (an internationalized one in IDNA 2008, as anyio encodes it, so that the
+    event loops and the renewal thread reach the same host), or None when no host has that name."""
+    if any(c.isspace() or not c.isprintable() for c in name):
+        return None
+    if name.isascii():
+        return name
+    try:
+        return idna.encode(name, uts46=True).decode("ascii")
+    except UnicodeError:  # idna.IDNAError is one
+        return None
+
+
 def _without_password(url: str) -> str:
     """``url`` as an error message shows it: its password, if any, replaced by ``***``."""
     return re.sub(r"(//[^/@]*?:)[^/]*@", r"\1***@", url)
@@ -584,7 +598,8 @@ class RedisCoordination:
             raise OptionError(f"RedisCoordination(url=...) is not a URL ({exc}): {named!r}") from None
         if parts.scheme != "redis" or not parts.hostname:
             raise OptionError(f"RedisCoordination(url=...) must be redis://host[:port][/db], got {named!r}")
-        if any(c.isspace() or not c.isprintable() for c in parts.hostname):
+        host = _ascii_host(parts.hostname)
+        if host is None:
             raise OptionError(f"RedisCoordination(url=...) has a bad host name: {named!r}")
         try:
             port = parts.port
@@ -630,7 +645,7 @@ class RedisCoordination:
         self.on_unavailable: Literal["local", "refuse"] = on_unavailable
         self.lease = float(lease)
         self.connect_timeout = float(connect_timeout)
-        self._host = parts.hostname
+        self._host = host
         self._port = port or 6379
         self._password = unquote(parts.password) if parts.password else None
         # An ACL user (Redis 6 or later) authenticates with its name and password; without a name, ``default``.
