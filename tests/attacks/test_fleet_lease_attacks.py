@@ -7,6 +7,7 @@ The real server comes from tests/redis_server.sh (``TOOLSCHED_TEST_REDIS_URL``).
 from __future__ import annotations
 
 import socket
+import time
 import warnings
 from typing import Any
 from urllib.parse import urlsplit
@@ -216,3 +217,59 @@ async def test_a_probe_that_runs_past_its_lease_is_still_the_only_one(anyio_back
         assert answers[2].error_kind == "unavailable"
         # The probe's success closed the circuit for the fleet.
         assert (await one(second, 3)).output == 3
+
+
+# -- a stalled event loop ----------------------------------------------------------------------------------
+
+
+async def test_a_loop_stalled_as_redis_grants_a_slot_keeps_the_slot(
+    anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Promise: "a stalled event loop keeps its slots". The renewal thread learnt of a slot only once the call's
+    task resumed with the admission's reply: a loop stalled (a sync body blocking it) between Redis granting the
+    slot and that moment, for longer than the lease, lost the slot while its call went on to run, and another
+    worker's call ran beside it past the fleet's cap. The stall is made here right after the reply is read."""
+    space = namespace()
+    gate = anyio.Event()
+    started = anyio.Event()
+    ran: list[str] = []
+
+    @ts.tool(name="capped", max_concurrency=1)
+    async def capped(who: str) -> str:
+        ran.append(who)
+        if who == "stalled":
+            started.set()
+            await gate.wait()
+        return who
+
+    def make() -> tuple[ts.Executor, ts.RedisCoordination]:
+        coordination = ts.RedisCoordination(redis_url(), namespace=space, lease=0.1, on_unavailable="refuse")
+        return ts.Executor([capped], coordination=coordination), coordination
+
+    (stalling, stalls), (other, _) = make(), make()
+    admit = stalls._admit
+
+    async def stalled_admit(*args: Any) -> Any:
+        reply = await admit(*args)
+        time.sleep(0.4)  # noqa: ASYNC251 (the event loop blocked past four leases, the slot granted)
+        return reply
+
+    monkeypatch.setattr(stalls, "_admit", stalled_admit)
+    answers: dict[str, ts.ToolResult] = {}
+
+    async def run(executor: ts.Executor, who: str) -> None:
+        answers[who] = (await executor.run([ts.ToolCall(who, "capped", {"who": who})])).results[0]
+
+    with warnings.catch_warnings(), anyio.fail_after(10):
+        warnings.simplefilter("error")
+        async with anyio.create_task_group() as group:
+            group.start_soon(run, stalling, "stalled")
+            await started.wait()
+            # The stalled worker's call holds the fleet's one slot: the other's waits.
+            with anyio.move_on_after(0.3):
+                await run(other, "other")
+            assert ran == ["stalled"]
+            gate.set()
+        await run(other, "other")
+    assert ran == ["stalled", "other"]
+    assert answers["stalled"].output == "stalled" and answers["other"].output == "other"

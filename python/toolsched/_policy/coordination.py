@@ -1058,6 +1058,38 @@ class RedisCoordination:
         lease_id = secrets.token_hex(8) if tool.max_concurrency is not None else ""
         # The attempt's id in Redis: its slot's lease id, and the holder of the circuit's probe it may take.
         attempt = lease_id or (secrets.token_hex(8) if tool.circuit is not None else "-")
+        circuit_key, slots_key, _ = self._commands(tool).admit_keys
+        # Known to the renewal thread before Redis is asked: a slot or probe is renewed from the moment Redis
+        # grants it, even while this event loop is stalled before it reads the reply (renewing a slot or a probe
+        # not held does nothing).
+        if lease_id:
+            self._renewer.hold(slots_key, lease_id)
+        if tool.circuit is not None:
+            self._renewer.hold(circuit_key, attempt, probe=True)
+        try:
+            return await self._attempt(
+                tool, lease_id, attempt, retry_on, invoke, emit, local, limiter, admitted, cut_short
+            )
+        finally:
+            if lease_id:
+                self._renewer.release(slots_key, lease_id)
+            if tool.circuit is not None:
+                self._renewer.release(circuit_key, attempt, probe=True)
+
+    async def _attempt(
+        self,
+        tool: Tool,
+        lease_id: str,
+        attempt: str,
+        retry_on: Any,
+        invoke: Callable[[], Awaitable[Any]],
+        emit: Callable[[Any], object] | None,
+        local: Resilience | None,
+        limiter: Callable[[], anyio.CapacityLimiter] | None,
+        admitted: Callable[[], None] | None,
+        cut_short: Callable[[], str | None] | None,
+    ) -> Any:
+        """``run_attempt`` once the renewal thread knows the attempt's slot and probe."""
         reserved: int | None = None
         while True:
             try:
@@ -1115,10 +1147,6 @@ class RedisCoordination:
         try:
             if admitted is not None:
                 admitted()
-            if lease_id:
-                self._renewer.hold(slots_key, lease_id)
-            if probe:
-                self._renewer.hold(circuit_key, attempt, probe=True)
             try:
                 output = await invoke()
             except Exception as exc:
@@ -1133,7 +1161,7 @@ class RedisCoordination:
         finally:
             if lease_id:
                 self._renewer.release(slots_key, lease_id)
-            if probe:
+            if tool.circuit is not None:
                 self._renewer.release(circuit_key, attempt, probe=True)
             if lease_id or (tool.circuit is not None and (probe or failures > 0 or outcome == "transient")):
                 with anyio.CancelScope(shield=True):
