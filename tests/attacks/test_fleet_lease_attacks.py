@@ -7,13 +7,16 @@ The real server comes from tests/redis_server.sh (``TOOLSCHED_TEST_REDIS_URL``).
 from __future__ import annotations
 
 import socket
+import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
 import pytest
+from crashes import kill_at
 from fleet_redis import namespace, redis_url
 
 import toolsched as ts
@@ -273,3 +276,84 @@ async def test_a_loop_stalled_as_redis_grants_a_slot_keeps_the_slot(
         await run(other, "other")
     assert ran == ["stalled", "other"]
     assert answers["stalled"].output == "stalled" and answers["other"].output == "other"
+
+
+# -- a worker killed with the journal and the fleet ------------------------------------------------------
+
+WORKER = """
+import os, pathlib, signal, sys, anyio
+import toolsched as ts
+
+url, space, path, log, point, backend, name = sys.argv[1:8]
+
+async def body(name: str, n: int) -> int:
+    with open(log, "a") as out:
+        out.write(f"{{name}} {{n}}\\n")
+    if point == "mid-call":
+        print("killed", flush=True)
+        await anyio.sleep(60)
+    return n
+
+@ts.tool(max_concurrency=1)
+async def charge(n: int) -> int:
+    return await body("charge", n)
+
+@ts.tool(max_concurrency=1, idempotent=True)
+async def search(n: int) -> int:
+    return await body("search", n)
+
+async def main() -> None:
+    coordination = ts.RedisCoordination(url, namespace=space, lease=0.5, on_unavailable="refuse")
+    async with ts.SqliteJournal(path, lease=600) as journal:
+        record = journal.record
+
+        async def frozen(run_id, call_id, transition, payload=None):
+            if transition == "finished" and point == "unjournaled":
+                print("killed", flush=True)
+                await anyio.sleep(60)
+            await record(run_id, call_id, transition, payload)
+
+        journal.record = frozen
+        executor = ts.Executor([charge, search], journal=journal, coordination=coordination)
+        await executor.run([ts.ToolCall("k", name, {{"n": 2}})], run_id="fleet-run")
+
+anyio.run(main, backend=backend)
+"""
+
+
+@pytest.mark.parametrize("name", ["charge", "search"])
+@pytest.mark.parametrize("point", ["mid-call", "unjournaled"])
+async def test_a_worker_killed_holding_a_fleet_slot_is_recovered_once(
+    anyio_backend: str, point: str, name: str, tmp_path: Path
+) -> None:
+    """Promise (docs/fleet.md, "When a worker dies"): a worker killed mid-call holding the fleet's only slot of
+    its tool, or after the call returned but before its result was journaled: another process recovers the
+    run, the slot comes back within its lease, the idempotent tool's call runs again once and the other's is
+    answered ``interrupted``, never run twice."""
+    url, space = redis_url(), namespace()
+    path, log = tmp_path / "journal.db", tmp_path / "log"
+    command = [sys.executable, "-c", WORKER.format(), url, space, str(path), str(log), point, anyio_backend, name]
+    await kill_at(command, "killed")
+    ran: list[str] = []
+
+    @ts.tool(max_concurrency=1)
+    async def charge(n: int) -> int:
+        ran.append("charge")
+        return n * 10
+
+    @ts.tool(max_concurrency=1, idempotent=True)
+    async def search(n: int) -> int:
+        ran.append("search")
+        return n * 10
+
+    coordination = ts.RedisCoordination(url, namespace=space, lease=0.5, on_unavailable="refuse")
+    with warnings.catch_warnings(), anyio.fail_after(20):
+        warnings.simplefilter("error")
+        async with ts.SqliteJournal(path, lease=600) as journal:
+            executor = ts.Executor([charge, search], journal=journal, coordination=coordination)
+            (result,) = (await executor.recover("fleet-run")).results
+    assert log.read_text().splitlines() == [f"{name} 2"]
+    if name == "search":
+        assert result.output == 20 and ran == ["search"]
+    else:
+        assert result.error_kind == "interrupted" and ran == []
