@@ -27,11 +27,15 @@ demo: build
 test-rust:
 	cargo test --quiet
 
+# The tests are spread over the machine's cores, at most four processes (pytest-xdist); the tests that
+# share one Ray cluster, or the packaging tests' virtualenvs, run in one process each (`xdist_group`).
+# `make test PYTEST_SPREAD=` runs them in one process.
+PYTEST_SPREAD ?= -n auto --maxprocesses 4 --dist loadgroup
 # The journal tests need PostgreSQL and the fleet tests Redis: the scripts run pytest beside
 # throwaway servers (installing Debian's postgresql and redis-server packages when missing).
 test-python: build
 	$(BIN)/python -m mypy.stubtest toolsched._core
-	tests/postgres_server.sh tests/redis_server.sh $(BIN)/python -m pytest
+	tests/postgres_server.sh tests/redis_server.sh $(BIN)/python -m pytest $(PYTEST_SPREAD)
 
 test: test-rust test-python
 

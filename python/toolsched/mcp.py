@@ -25,7 +25,12 @@ Tool names are made acceptable to every provider (``local_name``: letters,
 digits, ``_`` and ``-``, at most 64) while calls use the server's own name; a
 tool whose input schema the engine cannot compile is left out of the list
 with a warning on the ``toolsched.mcp`` logger, so one bad tool does not cost
-the others.
+the others. Through ``connect_stdio`` and ``connect_http`` the same holds for
+a ``tools/list`` entry that is not an MCP tool (a name that is not text, no
+``inputSchema``) or that nests deeper than a tool's schema may (256 levels):
+each entry is checked alone, and the warning names it (its name, else its
+index in its page) and says why; a list with no valid entry lists no tools.
+An answer that is not a list of entries is an ``McpConnectionError``.
 
 A successful call's output is its text (several text blocks joined by
 newlines), else its content blocks as dicts (images, resources), else its
@@ -34,13 +39,14 @@ structured content.
 Annotations are hints from the server; with ``trust_hints=False`` they are
 ignored and every tool is treated as writing, destructive and unsafe to run
 alongside others. A tool the server reports as failed, a protocol error, a
-result that is not MCP (``McpToolError`` naming the fields), a request the
-server does not answer within ``read_timeout`` (300 seconds by default) or a
-dropped connection becomes that call's ``execution_error`` result
-(``McpToolError`` / ``McpConnectionError`` as the message), never a
-crash or a hang of the run. Once the connection is known to be gone (a stdio
-server's output ended, a request found it closed), every later call fails at
-once with a message saying it was called after that and not sent. The
+result that is not MCP (``McpToolError`` naming the fields) or a dropped
+connection becomes that call's ``execution_error`` result (``McpToolError`` /
+``McpConnectionError`` as the message); a request the server does not answer
+within ``read_timeout`` (300 seconds by default) or the tool's ``timeout``
+is the call's ``timeout``, saying so: never a crash or a hang of the run.
+Once the connection is known to be gone (a stdio server's output ended, a
+request found it closed), every later call fails at once with a message
+saying it was called after that and not sent. The
 ``mcp`` package is imported only when a connection is made
 (``pip install 'toolsched[mcp]'``).
 """
@@ -48,6 +54,7 @@ once with a message saying it was called after that and not sent. The
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 import sys
@@ -59,8 +66,17 @@ from typing import TYPE_CHECKING, Any, TextIO
 import anyio
 import anyio.abc
 
+from toolsched._executor.timed_out import CallTimedOut
 from toolsched._tools.context import ToolContext
+from toolsched._tools.mcp_listing import (
+    entry_label,
+    holds_cut,
+    reply_in_body,
+    shown_errors,
+    too_deep_line,
+)
 from toolsched._tools.registry import ToolRegistry
+from toolsched._tools.schema import SCHEMA_DEPTH
 from toolsched._tools.tools import Tool
 from toolsched.errors import McpConnectionError, McpToolError, SchemaError, ToolDefinitionError
 
@@ -163,15 +179,17 @@ def _not_mcp(exc: Exception) -> str:
     errors = getattr(exc, "errors", None)
     if not callable(errors):
         return str(exc)
-    found = errors(include_url=False)
-    shown = "; ".join(f"{'.'.join(map(str, error['loc'])) or '(root)'}: {error['msg']}" for error in found[:3])
-    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
-    return shown + more
+    return shown_errors(errors(include_url=False))
 
 
 def _error_message(result: mcp_types.CallToolResult) -> str:
     texts = [getattr(block, "text", "") for block in result.content if getattr(block, "type", None) == "text"]
     return "\n".join(text for text in texts if text) or "the tool reported an error without a message"
+
+
+class _Unanswered(McpConnectionError, CallTimedOut):
+    """A request the server did not answer within its read timeout: an ``McpConnectionError`` (and a
+    ``TimeoutError``) to a caller, and to the executor the call's ``timeout``."""
 
 
 class _WatchedReadStream:
@@ -180,9 +198,10 @@ class _WatchedReadStream:
     It forwards the ``ReadStream`` protocol of the ``mcp`` package unchanged.
     """
 
-    def __init__(self, stream: Any, on_end: Any) -> None:
+    def __init__(self, stream: Any, on_end: Any, on_item: Any) -> None:
         self._stream = stream
         self._on_end = on_end
+        self._on_item = on_item
 
     @property
     def last_context(self) -> Any:
@@ -190,10 +209,11 @@ class _WatchedReadStream:
 
     async def receive(self) -> Any:
         try:
-            return await self._stream.receive()
+            item = await self._stream.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._on_end()
             raise
+        return self._on_item(item)
 
     async def aclose(self) -> None:
         await self._stream.aclose()
@@ -208,6 +228,30 @@ class _WatchedReadStream:
             raise StopAsyncIteration from None
 
     async def __aenter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class _WatchedWriteStream:
+    """A transport's write stream that shows its connection each message before it is sent.
+
+    It forwards the ``WriteStream`` protocol of the ``mcp`` package unchanged.
+    """
+
+    def __init__(self, stream: Any, on_item: Any) -> None:
+        self._stream = stream
+        self._on_item = on_item
+
+    async def send(self, item: Any) -> None:
+        self._on_item(item)
+        await self._stream.send(item)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> _WatchedWriteStream:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -250,11 +294,18 @@ class McpConnection:
         self._lost: str | None = None
         # The cancel scopes of the calls waiting for the server: a lost transport cancels them.
         self._waiting: set[anyio.CancelScope] = set()
+        # The `tools/list` requests sent and not answered yet, by request ID: the cursor each asked for.
+        self._listings: dict[Any, Any] = {}
+        # Over HTTP, the bodies of the answers to those requests (content type, bytes), kept as the transport
+        # reads them: one its JSON parser cannot read is read again from here.
+        self._listing_bodies: dict[Any, tuple[str, bytearray]] = {}
 
     async def __aenter__(self) -> McpConnection:
         _require_mcp()
         client = self._client_factory(self)
         self._lost = None
+        self._listings = {}
+        self._listing_bodies = {}
         self._closing = anyio.Event()
         stack = AsyncExitStack()
         group = await stack.enter_async_context(anyio.create_task_group())
@@ -295,11 +346,159 @@ class McpConnection:
 
     @asynccontextmanager
     async def _watch(self, transport: Any) -> AsyncIterator[Any]:
-        """``transport`` (an ``mcp`` transport: a context manager of a read and a write stream) with its read
-        stream watched: when it ends while the connection is open, the server closed the connection, and
-        every later call fails at once, saying so."""
+        """``transport`` (an ``mcp`` transport: a context manager of a read and a write stream) with its streams
+        watched: when the read stream ends while the connection is open, the server closed the connection,
+        and every later call fails at once, saying so; the answers to `tools/list` requests are read entry by
+        entry before the client reads them (``_received``)."""
         async with transport as (read_stream, write_stream):
-            yield _WatchedReadStream(read_stream, self._server_closed), write_stream
+            yield (
+                _WatchedReadStream(read_stream, self._server_closed, self._received),
+                _WatchedWriteStream(write_stream, self._sending),
+            )
+
+    def _sending(self, item: Any) -> None:
+        """Notes each `tools/list` request sent, so that its answer is read entry by entry (``_received``)."""
+        message = getattr(item, "message", None)
+        request_id = getattr(message, "id", None)
+        if getattr(message, "method", None) == "tools/list" and isinstance(request_id, str | int):
+            params = getattr(message, "params", None)
+            self._listings[request_id] = params.get("cursor") if isinstance(params, dict) else None
+
+    def _received(self, item: Any) -> Any:
+        """What the client is handed for ``item`` from the server: a `tools/list` answer with only its entries
+        that are MCP tools (``_listed``), or ``item`` itself.
+
+        A `tools/list` answer nesting deeper than the ``mcp`` package's JSON parser reads reaches here as the
+        parser's error (over stdio) or as a parse error answering the request (over HTTP): it is read again
+        from its text with each part deeper than a tool's schema may nest cut out, so that only the entries
+        holding one are left out.
+        """
+        from mcp_types import PARSE_ERROR, JSONRPCError, JSONRPCResponse
+
+        if not self._listings:
+            return item
+        if isinstance(item, Exception):
+            raw = too_deep_line(item)
+            request_id = None if raw is None else raw.get("id")
+            if raw is None or not isinstance(request_id, str | int) or request_id not in self._listings:
+                return item
+            return self._reread(raw, request_id, item)
+        message = getattr(item, "message", None)
+        if isinstance(message, JSONRPCResponse | JSONRPCError) and message.id in self._listings:
+            body = self._listing_bodies.pop(message.id, None)
+            if isinstance(message, JSONRPCResponse):
+                message.result = self._listed(message.result, self._listings.pop(message.id))
+            elif message.error.code == PARSE_ERROR and body is not None:
+                raw = reply_in_body(body[0], body[1].decode("utf-8", "replace"), message.id)
+                if raw is not None:
+                    return self._reread(raw, message.id, item)
+                del self._listings[message.id]
+            else:
+                del self._listings[message.id]
+        return item
+
+    def _reread(self, raw: dict[str, Any], request_id: Any, item: Any) -> Any:
+        """The client's message for the `tools/list` answer ``raw`` read again from its text (``item`` when it
+        is not a JSON-RPC answer)."""
+        from mcp.shared.message import SessionMessage
+        from mcp_types import jsonrpc_message_adapter
+        from pydantic import ValidationError
+
+        raw["result"] = self._listed(raw.get("result"), self._listings.pop(request_id))
+        try:
+            return SessionMessage(jsonrpc_message_adapter.validate_python(raw, by_name=False))
+        except ValidationError:
+            return item
+
+    async def _keep_listing_body(self, response: Any) -> None:
+        """An HTTP response hook: the body of the answer to a `tools/list` request is kept as the transport reads
+        it, for a second reading (``_received``); an encoded body (gzip) is not."""
+        import httpx2
+
+        try:
+            sent = json.loads(response.request.content)
+        except (ValueError, AttributeError, TypeError):
+            return
+        request_id = sent.get("id") if isinstance(sent, dict) else None
+        if not (isinstance(request_id, str | int) and sent.get("method") == "tools/list"):
+            return
+        if request_id not in self._listings or response.headers.get("content-encoding", "identity") != "identity":
+            return
+        kept = bytearray()
+        content_type = response.headers.get("content-type", "").lower()
+        self._listing_bodies[request_id] = (content_type, kept)
+        stream = response.stream
+
+        class Kept(httpx2.AsyncByteStream):
+            """The response's bytes, a copy of each kept as it passes."""
+
+            async def __aiter__(self) -> AsyncIterator[bytes]:
+                async for chunk in stream:
+                    kept.extend(chunk)
+                    yield chunk
+
+            async def aclose(self) -> None:
+                await stream.aclose()
+
+        response.stream = Kept()
+
+    def _listed(self, result: Any, cursor: Any) -> Any:
+        """A `tools/list` result with each entry that is not an MCP tool left out, with a warning naming it
+        and saying why. A result that is not a list of entries is left as it is, for the client to refuse."""
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if not isinstance(tools, list):
+            return result
+        kept: list[Any] = []
+        for index, entry in enumerate(tools):
+            fault = self._not_a_tool(result, entry)
+            if fault is None:
+                kept.append(entry)
+            else:
+                logger.warning(
+                    "MCP server %s: %s is left out of its tools: %s",
+                    self.label,
+                    entry_label(entry, index, cursor),
+                    fault,
+                )
+        return result if len(kept) == len(tools) else {**result, "tools": kept}
+
+    def _protocol_version(self) -> str:
+        """The protocol version the client checks answers against (its fallback before one is agreed)."""
+        try:
+            version = None if self._client is None else self._client.session.protocol_version
+        except RuntimeError:
+            version = None
+        return version or "2025-11-25"
+
+    def _not_a_tool(self, result: dict[str, Any], entry: Any) -> str | None:
+        """Why a `tools/list` entry is not an MCP tool (None when it is): the checks the client makes of the
+        page ``result`` (the negotiated protocol version's, then its own model's), made of the page with this
+        entry alone, and counting only what they find wrong within the entry."""
+        from mcp_types import ListToolsResult, methods
+        from pydantic import ValidationError
+
+        if holds_cut(entry):
+            return f"it nests deeper than a tool's input schema may ({SCHEMA_DEPTH} levels)"
+        page = {**result, "tools": [entry]}
+        version = self._protocol_version()
+
+        def by_version() -> None:
+            try:
+                methods.validate_server_result("tools/list", version, page)
+            except KeyError:
+                pass  # a version without a `tools/list` of its own: the client checks its model only
+
+        for check in (by_version, lambda: ListToolsResult.model_validate(page, by_name=False)):
+            try:
+                check()
+            except ValidationError as exc:
+                faults = [error for error in exc.errors(include_url=False) if tuple(error["loc"][:2]) == ("tools", 0)]
+                if faults:
+                    return f"it is not an MCP tool: {shown_errors(faults, within=2)}"
+            except ValueError as exc:
+                # pydantic's serializer refuses a part nested deeper than it goes.
+                return f"it is not an MCP tool: {exc}"
+        return None
 
     def _server_closed(self) -> None:
         """The server's side of the transport ended: later calls fail at once (the waiting ones get the
@@ -379,8 +578,10 @@ class McpConnection:
     async def refresh_tools(self) -> list[McpTool]:
         """Lists the server's tools again; unchanged tools keep their ``McpTool`` object.
 
-        A list the ``mcp`` package refuses (an entry that is not an MCP tool: no ``inputSchema``, a name
-        that is not text) is an ``McpConnectionError`` naming the entry's fields.
+        Through ``connect_stdio`` and ``connect_http``, an entry that is not an MCP tool (no ``inputSchema``,
+        a name that is not text) or nests deeper than a tool's schema may is left out with a warning naming
+        it; an answer the ``mcp`` package refuses whole (its ``tools`` not a list; through ``connect``, any
+        entry that is not an MCP tool) is an ``McpConnectionError`` naming the fields.
         """
         from mcp.shared.exceptions import MCPError
         from mcp_types import REQUEST_TIMEOUT
@@ -409,7 +610,8 @@ class McpConnection:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             raise McpConnectionError(f"could not list the tools of MCP server {self.label}: {exc}") from exc
         except ValidationError as exc:
-            # The mcp package refuses the whole page when one entry is not an MCP tool.
+            # The mcp package refuses the whole page: its `tools` is not a list (or, through `connect`, one
+            # entry is not an MCP tool: its answers are not read before the client's).
             raise McpConnectionError(
                 f"could not list the tools of MCP server {self.label}: its `tools/list` answer is not MCP: "
                 f"{_not_mcp(exc)}"
@@ -475,8 +677,9 @@ class McpConnection:
                     f"MCP server {self.label} closed the connection during `{name}`: {exc.message}"
                 ) from exc
             if exc.code == REQUEST_TIMEOUT:
-                # No answer came: the server hangs, or what it sent was not a reply to this request.
-                raise McpConnectionError(self._unanswered(f"`{name}`")) from exc
+                # No answer came: the server hangs, or what it sent was not a reply to this request. The call
+                # ends as ``timeout``, as it would past the tool's own ``timeout``.
+                raise _Unanswered(self._unanswered(f"`{name}`")) from exc
             raise McpToolError(f"MCP server {self.label} refused `{name}`: {exc.message}") from exc
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             self._server_closed()
@@ -522,8 +725,9 @@ def connect_stdio(
     ``env`` is merged over a minimal default environment; ``errlog`` receives
     the server's stderr (default ``sys.stderr``); ``read_timeout`` bounds each
     request's wait for an answer (``DEFAULT_READ_TIMEOUT``, 300 seconds; None
-    waits for ever): a call it ends is an ``McpConnectionError`` saying the
-    server did not answer. ``prefix`` is put before every tool name.
+    waits for ever): a tool call it ends is that call's ``timeout``, saying
+    the server did not answer (called directly, an ``McpConnectionError`` that
+    is also a ``TimeoutError``). ``prefix`` is put before every tool name.
     """
 
     def build(connection: McpConnection) -> Any:
@@ -553,7 +757,9 @@ def connect_http(
     """A connection to a server over streamable HTTP at ``url``.
 
     ``headers`` are sent with every request (e.g. authorization); for more
-    control pass your own ``http_client`` (an ``httpx2.AsyncClient``).
+    control pass your own ``http_client`` (an ``httpx2.AsyncClient``; a
+    `tools/list` answer nesting deeper than the ``mcp`` package's JSON parser
+    reads is then refused whole, as the transport reads it).
     ``read_timeout`` is as for ``connect_stdio``.
     """
 
@@ -561,7 +767,7 @@ def connect_http(
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
-        if http_client is not None or not headers:
+        if http_client is not None:
             return Client(
                 connection._watch(streamable_http_client(url, http_client=http_client)),
                 message_handler=connection._on_message,
@@ -570,17 +776,22 @@ def connect_http(
 
         import httpx2
 
-        # The transport's own defaults: 30 s to connect and write, 300 s to read a held-open stream.
+        # The transport's own defaults: 30 s to connect and write, 300 s to read a held-open stream. The hook
+        # keeps the answers to `tools/list` for a second reading when the transport's parser refuses them.
         @asynccontextmanager
-        async def with_headers() -> AsyncIterator[Any]:
+        async def own_client() -> AsyncIterator[Any]:
             async with (
-                httpx2.AsyncClient(headers=dict(headers), timeout=httpx2.Timeout(30.0, read=300.0)) as own_client,
-                streamable_http_client(url, http_client=own_client) as streams,
+                httpx2.AsyncClient(
+                    headers=dict(headers or {}),
+                    timeout=httpx2.Timeout(30.0, read=300.0),
+                    event_hooks={"response": [connection._keep_listing_body]},
+                ) as client,
+                streamable_http_client(url, http_client=client) as streams,
             ):
                 yield streams
 
         return Client(
-            connection._watch(with_headers()), message_handler=connection._on_message, read_timeout_seconds=read_timeout
+            connection._watch(own_client()), message_handler=connection._on_message, read_timeout_seconds=read_timeout
         )
 
     return McpConnection(build, label=f"at {url}", prefix=prefix, trust_hints=trust_hints, read_timeout=read_timeout)

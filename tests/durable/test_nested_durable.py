@@ -21,6 +21,7 @@ from crashes import child_env, kill_at
 from nested_crash_child import CHILD, executor, ran, turn
 
 import toolsched as ts
+from toolsched._tools.tools import tool_fingerprint
 from toolsched._values.digest import args_digest
 from toolsched.journal import Transition
 
@@ -246,11 +247,15 @@ async def crashed_after(path: Path, tool: str, args: dict[str, Any], transition:
         await crashed.begin_run("r", [ts.ToolCall("c", tool, args)])
         if transition == "approved":
             await crashed.record("r", "c", "pending", {"args": args, "reason": "asks", "digest": args_digest(args)})
-        await crashed.record("r", "c", transition, {"args": args, "digest": args_digest(args)})
+        await crashed.record("r", "c", transition, json.loads(payload(args, args, transition)))
 
 
-def payload(args: Any, digest_of: Any) -> str:
-    return json.dumps({"args": args, "digest": args_digest(digest_of)})
+def payload(args: Any, digest_of: Any, transition: Transition) -> str:
+    """A transition's payload as the executor writes it: an approval names the tool it was given for (``pay``)."""
+    written = {"args": args, "digest": args_digest(digest_of)}
+    if transition == "approved":
+        written["fingerprint"] = tool_fingerprint(pay)
+    return json.dumps(written)
 
 
 ALTERED = {
@@ -265,7 +270,12 @@ async def test_arguments_altered_behind_the_journal_are_refused_as_damage(
 ) -> None:
     path = tmp_path / "journal.db"
     await crashed_after(path, "pay" if transition == "approved" else "fetch", digest_of, transition)
-    alter(path, "UPDATE toolsched_transitions SET payload = ? WHERE kind = ?", payload(args, digest_of), transition)
+    alter(
+        path,
+        "UPDATE toolsched_transitions SET payload = ? WHERE kind = ?",
+        payload(args, digest_of, transition),
+        transition,
+    )
     damaged = contents(path)
     ran_with: list[Any] = []
     async with ts.SqliteJournal(path) as journal:
@@ -289,7 +299,9 @@ async def test_journaled_arguments_that_fail_the_tools_schema_are_never_run(
     # The row was rewritten with a digest that matches: nothing but the schema tells it apart.
     path = tmp_path / "journal.db"
     await crashed_after(path, tool, given, transition)
-    alter(path, "UPDATE toolsched_transitions SET payload = ? WHERE kind = ?", payload(args, args), transition)
+    alter(
+        path, "UPDATE toolsched_transitions SET payload = ? WHERE kind = ?", payload(args, args, transition), transition
+    )
     ran_with: list[Any] = []
     async with ts.SqliteJournal(path) as journal:
         recovered = await ts.Executor([pay, fetch], journal=journal).recover("r", force=True, context=ran_with)

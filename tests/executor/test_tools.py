@@ -236,6 +236,40 @@ def test_unknown_decorator_options_are_refused() -> None:
     assert isinstance(raised.value, TypeError)
 
 
+def _nested_schema(levels: int) -> dict[str, Any]:
+    """An object schema whose ``not`` chain makes it ``levels`` levels deep (itself level 1)."""
+    schema: dict[str, Any] = {"type": "object"}
+    node = schema
+    for _ in range(levels - 1):
+        node["not"] = node = {}
+    return schema
+
+
+@pytest.mark.parametrize("levels", [257, 1_000, 100_000])
+def test_a_raw_schema_nested_past_the_engines_limit_is_a_schema_error_at_any_depth(levels: int) -> None:
+    # Past a thousand levels, walking it recursively overflowed (RecursionError) before the engine could refuse it.
+    class Deep(ts.Tool):
+        name = "deep"
+        input_schema = _nested_schema(levels)
+
+        async def call(self, args: Any, ctx: Any) -> None:
+            return None
+
+    with pytest.raises(ts.SchemaError, match="tool `deep` has an invalid input schema: it nests deeper than the limit"):
+        ts.ToolRegistry([Deep()])
+
+
+def test_a_raw_schema_at_the_engines_limit_is_taken() -> None:
+    class Deepest(ts.Tool):
+        name = "deepest"
+        input_schema = _nested_schema(256)
+
+        async def call(self, args: Any, ctx: Any) -> None:
+            return None
+
+    assert ts.ToolRegistry([Deepest()]).get("deepest") is not None
+
+
 def test_class_without_schema_or_call_is_refused() -> None:
     class NoSchema(ts.Tool):
         name = "no_schema"

@@ -63,7 +63,7 @@ async def test_a_refresh_never_moves_a_kept_name_to_another_server_tool(tmp_path
 
 
 @pytest.mark.parametrize("reply", ["garbage", "wrong_id", "bad_error"])
-async def test_a_reply_that_never_comes_is_an_error_saying_so_and_the_next_call_works(
+async def test_a_reply_that_never_comes_is_a_timeout_saying_so_and_the_next_call_works(
     tmp_path: Path, reply: str
 ) -> None:
     server, listing = _raw_server(tmp_path, [_tool(reply), _tool("echo")])
@@ -72,8 +72,12 @@ async def test_a_reply_that_never_comes_is_an_error_saying_so_and_the_next_call_
             executor = ts.Executor(await connection.tools())
             outcome = await executor.run([ts.ToolCall("1", reply, {})])
             failed = outcome.results[0]
-            assert failed.error_kind == "execution_error"
-            assert f"did not answer `{reply}` within 1 seconds" in (failed.error or "")
+            # The request's read timeout ended the call: a timeout, as the tool's own `timeout` would be.
+            assert failed.error_kind == "timeout"
+            assert (
+                failed.error
+                == f"MCP server `{sys.executable}` did not answer `{reply}` within 1 seconds (read_timeout)"
+            )
             assert "refused" not in (failed.error or "")
 
             outcome = await executor.run([ts.ToolCall("2", "echo", {"text": "next"})])
@@ -99,4 +103,22 @@ async def test_a_tool_whose_timeout_is_longer_than_read_timeout_waits_for_its_an
             outcome = await ts.Executor([patient]).run([ts.ToolCall("1", "slow", {})])
             assert (outcome.results[0].error_kind, outcome.results[0].output) == (None, "late")
             hurried = await ts.Executor([listed]).run([ts.ToolCall("2", "slow", {})])
+            assert hurried.results[0].error_kind == "timeout"
             assert "did not answer `slow` within 0.5 seconds" in (hurried.results[0].error or "")
+
+
+async def test_a_request_past_read_timeout_is_a_timeout_for_timeout_behavior_too(tmp_path: Path) -> None:
+    # `timeout_behavior="raise"` raises for a call its read timeout ended, as for one past the tool's `timeout`.
+    server, listing = _raw_server(tmp_path, [_tool("hang")])
+    with anyio.fail_after(LIMIT):
+        async with ts_mcp.connect_stdio(sys.executable, [str(server), str(listing)], read_timeout=0.5) as connection:
+            (hang,) = await connection.tools()
+            raising = hang.replica()
+            raising.timeout_behavior = "raise"
+            with pytest.raises(ts.ToolTimeoutError, match=r"did not answer `hang` within 0\.5 seconds") as raised:
+                await ts.Executor([raising]).run([ts.ToolCall("1", "hang", {})])
+            assert raised.value.result.error_kind == "timeout"
+            # Called directly, the request's timeout is an McpConnectionError that is also a TimeoutError.
+            with pytest.raises(ts.McpConnectionError, match="did not answer `hang`") as direct:
+                await connection.call_tool("hang", {})
+            assert isinstance(direct.value, TimeoutError)

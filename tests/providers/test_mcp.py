@@ -161,6 +161,41 @@ async def test_streamable_http_server() -> None:
             await process.aclose()
 
 
+async def test_an_http_request_past_its_timeout_is_a_timeout_and_a_server_error_is_not() -> None:
+    process, port = await _http_server()
+    try:
+        with anyio.fail_after(LIMIT):
+            async with ts_mcp.connect_http(f"http://127.0.0.1:{port}/mcp", read_timeout=0.5) as server:
+                tools = {member.name: member for member in await server.tools()}
+                bounded = tools["slow"].replica()
+                bounded.timeout = 0.5
+                bounded.name = "bounded"
+                executor = ts.Executor([*tools.values(), bounded])
+                outcome = await executor.run(
+                    [
+                        # Ended by the connection's read_timeout, then by the tool's own timeout.
+                        ts.ToolCall("1", "slow", {"seconds": LIMIT}),
+                        ts.ToolCall("2", "bounded", {"seconds": LIMIT}),
+                        ts.ToolCall("3", "fail", {"reason": "disk full"}),
+                        ts.ToolCall("4", "add", {"a": 1}),
+                    ]
+                )
+                by_id = {result.call_id: result for result in outcome.results}
+                assert by_id["1"].error_kind == "timeout"
+                url = f"http://127.0.0.1:{port}/mcp"
+                assert (
+                    by_id["1"].error == f"MCP server at {url} did not answer `slow` within 0.5 seconds (read_timeout)"
+                )
+                assert (by_id["2"].error_kind, by_id["2"].error) == (
+                    "timeout",
+                    "`bounded` did not finish within 0.5 seconds",
+                )
+                assert by_id["3"].error_kind == "execution_error" and "disk full" in (by_id["3"].error or "")
+                assert by_id["4"].output == "3"
+    finally:
+        await _stop(process)
+
+
 def _low_level_server() -> Any:
     """An in-process server with paged tool lists, odd names, a broken schema and non-text results."""
     from mcp.server import Server

@@ -1,25 +1,41 @@
 """A stdio MCP server written by hand, to send what an SDK server never would.
 
-Run as ``python raw_mcp_server.py LISTING [PID_FILE]``: its tool list is read from the JSON file LISTING at
-every ``tools/list`` (a test can shift it between two listings); it writes its process ID to PID_FILE when
-given. ``tools/call`` answers ``"<name>:<arguments as JSON>"``, except the tools named after a hostile
-answer, which get that answer instead:
+Run as ``python raw_mcp_server.py LISTING [PID_FILE]``: its tool list is the text of the JSON file LISTING,
+read at every ``tools/list`` and sent as it is (a test can shift it between two listings, or write one
+that nests deeper than a JSON parser goes). The page after it is the file LISTING.CURSOR when the file
+LISTING.next holds CURSOR (and so on, LISTING.CURSOR.next naming the one after). It writes its process
+ID to PID_FILE when given. ``tools/call`` answers ``"<name>:<arguments as JSON>"``, except the tools
+named after a hostile answer, which get that answer instead:
 
 - ``garbage``: a line that is not JSON; ``wrong_id``: an answer to another request ID;
 - ``bad_error``: an error whose code and message have the wrong types;
 - ``content_not_a_list`` and ``unknown_block``: results that are not MCP;
 - ``twice``: two answers to one request; ``slow``: an answer after 1.5 s; ``hang``: no answer at all.
+
+Run as ``python raw_mcp_server.py --http PORT LISTING`` it answers the same over streamable HTTP on
+127.0.0.1 (each POST answered with the first line it would write, as JSON; nothing else of the transport);
+with ``--http-sse`` instead of ``--http``, as one server-sent event.
 """
 
+import http.server
 import json
 import os
 import sys
+import threading
 import time
 
 
-def send(message: object) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
+def write_line(line: str) -> None:
+    """Sends one line to the client: on stdout, or (over HTTP) as the body answering the request."""
+    if _http.lines is not None:
+        _http.lines.append(line)
+        return
+    sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+def send(message: object) -> None:
+    write_line(json.dumps(message))
 
 
 def answer(request_id: object, result: object) -> None:
@@ -32,8 +48,7 @@ def text(value: str) -> dict[str, object]:
 
 def call(name: str, arguments: object, request_id: object) -> None:
     if name == "garbage":
-        sys.stdout.write("this is not json\n")
-        sys.stdout.flush()
+        write_line("this is not json")
     elif name == "wrong_id":
         answer(99999, {"content": []})
     elif name == "bad_error":
@@ -54,26 +69,94 @@ def call(name: str, arguments: object, request_id: object) -> None:
         answer(request_id, text(name + ":" + json.dumps(arguments or {})))
 
 
+def list_tools(cursor: object, request_id: object) -> None:
+    """Sends a page of the listing as its text stands, so that it may nest deeper than `json` reads."""
+    page = sys.argv[1] if cursor is None else f"{sys.argv[1]}.{cursor}"
+    with open(page) as listing:
+        tools = listing.read()
+    result = f'{{"tools": {tools}'
+    if os.path.exists(f"{page}.next"):
+        with open(f"{page}.next") as following:
+            result += f', "nextCursor": {json.dumps(following.read())}'
+    write_line(f'{{"jsonrpc": "2.0", "id": {json.dumps(request_id)}, "result": {result}}}}}')
+
+
+def handle(request: dict[str, object]) -> None:
+    method, request_id = request.get("method"), request.get("id")
+    params = request.get("params") if isinstance(request.get("params"), dict) else {}
+    assert isinstance(params, dict)
+    if method == "initialize":
+        answer(request_id, {
+            "protocolVersion": params["protocolVersion"],
+            "capabilities": {"tools": {"listChanged": True}},
+            "serverInfo": {"name": "raw", "version": "0"},
+        })  # fmt: skip
+    elif method == "tools/list":
+        list_tools(params.get("cursor"), request_id)
+    elif method == "tools/call":
+        call(str(params["name"]), params.get("arguments"), request_id)
+    elif request_id is not None:
+        answer(request_id, {})
+
+
+class _Http(threading.local):
+    # The lines written while answering this thread's HTTP request (None: write on stdout).
+    lines: list[str] | None = None
+
+
+_http = _Http()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    """Streamable HTTP, the least of it: each POST is answered with the first line written for it, as JSON."""
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _http.lines = []
+        try:
+            handle(request)
+            lines = _http.lines
+        finally:
+            _http.lines = None
+        if not lines:
+            self.send_response(202)
+            self.end_headers()
+            return
+        sse = self.server.server_port in _sse_ports
+        body = (f"event: message\ndata: {lines[0]}\n\n" if sse else lines[0]).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream" if sse else "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self.send_response(405)
+        self.end_headers()
+
+    do_DELETE = do_GET
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+# The ports answered as server-sent events.
+_sse_ports: set[int] = set()
+
+
 def main() -> None:
+    if sys.argv[1] in ("--http", "--http-sse"):
+        port = int(sys.argv[2])
+        if sys.argv[1] == "--http-sse":
+            _sse_ports.add(port)
+        del sys.argv[1:3]
+        http.server.ThreadingHTTPServer(("127.0.0.1", port), _Handler).serve_forever()
+        return
     if len(sys.argv) > 2:
         with open(sys.argv[2], "w") as pid_file:
             pid_file.write(str(os.getpid()))
     for line in sys.stdin:
-        request = json.loads(line)
-        method, request_id = request.get("method"), request.get("id")
-        if method == "initialize":
-            answer(request_id, {
-                "protocolVersion": request["params"]["protocolVersion"],
-                "capabilities": {"tools": {"listChanged": True}},
-                "serverInfo": {"name": "raw", "version": "0"},
-            })  # fmt: skip
-        elif method == "tools/list":
-            with open(sys.argv[1]) as listing:
-                answer(request_id, {"tools": json.load(listing)})
-        elif method == "tools/call":
-            call(request["params"]["name"], request["params"].get("arguments"), request_id)
-        elif request_id is not None:
-            answer(request_id, {})
+        handle(json.loads(line))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from toolsched._executor.settings import format_error
@@ -63,14 +64,23 @@ async def check_semantics(jobs: list[Job], turn: Turn) -> list[Job]:
     return passed
 
 
-async def admit(jobs: list[Job], turn: Turn, held: list[Held], prior: RunState | None) -> list[Job]:
+async def admit(
+    jobs: list[Job],
+    turn: Turn,
+    held: list[Held],
+    prior: RunState | None,
+    approvals: Mapping[str, CallRecord] | None = None,
+) -> list[Job]:
     """Permission for the whole turn, in model order: hooks, rules, mode, the tool, then the approver.
 
     Denied calls are answered; calls that wait for a person go to ``held``;
-    the admitted calls come back with their final input.
+    the admitted calls come back with their final input. The decisions made
+    before are those of ``prior``, the state being resumed, or ``approvals``
+    (by call ID: the approvals a recovered run's journal holds for tools that
+    changed since).
     """
     policies = turn.view.policies
-    records = records_by_id(prior) if prior is not None else {}
+    records = records_by_id(prior) if prior is not None else approvals or {}
     admitted = []
     for job in jobs:
         policy = policies[job.index]
@@ -87,11 +97,16 @@ async def admit(jobs: list[Job], turn: Turn, held: list[Held], prior: RunState |
             decided, rule = _by_rules(job, policy, turn, None)
             behavior, kind, message = decided or _merge(job, turn, record, rule)
         if behavior == "ask":
-            behavior, message = await _settle(job, message or "", record, prior, held, turn)
+            fingerprint = turn.view.fingerprint(job.index)
+            asked = _asked_again(message or "", record, fingerprint)
+            behavior, message = await _settle(job, asked, prior, held, turn, fingerprint)
             kind = "permission_denied"
             if turn.durable is not None:
+                if behavior != "ask" and record is not None and record.status in ("approved", "nested"):
+                    # The journal holds the call approved (for another tool or input): it is held again before it
+                    # is decided anew, as a decision only follows a call planned or held.
+                    await turn.durable.decided(job.call.id, "ask", job.args, asked, fingerprint, None)
                 reason = held[-1].reason if behavior == "ask" else None
-                fingerprint = turn.view.fingerprint(job.index)
                 await turn.durable.decided(job.call.id, behavior, job.args, reason, fingerprint, message)
         if behavior == "allow":
             admitted.append(job)
@@ -265,12 +280,23 @@ def _needs_approval(job: Job) -> bool:
     return judge(job, job.facts.static_needs_approval, job.tool.requires_approval, True, "asking for approval")
 
 
+def _asked_again(reason: str, record: CallRecord | None, fingerprint: str) -> str:
+    """Why a call asks, saying so when it was approved before (``record``) and asks again: that approval was
+    given for another tool or input."""
+    if record is None or record.status not in ("approved", "nested"):
+        return reason
+    if record.fingerprint is None:
+        changed = "the approval does not say which tool it was given for"
+    else:
+        changed = f"{'the tool' if record.fingerprint != fingerprint else 'the arguments'} changed since the approval"
+    return f"{reason} (asked again: {changed})"
+
+
 async def _settle(
-    job: Job, reason: str, record: CallRecord | None, prior: RunState | None, held: list[Held], turn: Turn
+    job: Job, reason: str, prior: RunState | None, held: list[Held], turn: Turn, fingerprint: str
 ) -> tuple[Behavior, str | None]:
-    """A call that asks: an earlier decision bound to this tool and input, else the approver, else held."""
+    """A call that asks: a standing decision that covers this tool and input, else the approver, else held."""
     tool = job.tool
-    fingerprint = turn.view.fingerprint(job.index)
     digest = args_digest(job.args)
     always = standing_for(prior)
     if always:
@@ -283,11 +309,6 @@ async def _settle(
             if standing[0] == "rejected":
                 return "deny", not_approved(tool.name, standing[1])
             return "allow", None
-    if prior is not None:
-        if record is not None and record.status in ("approved", "nested"):
-            # An approval for this call that _decide did not honour: given for another tool or input.
-            changed = "the tool" if record.fingerprint != fingerprint else "the arguments"
-            reason = f"{reason} (asked again: {changed} changed since the approval)"
     approver = turn.settings.approver
     if approver is not None:
         request = ApprovalRequest(job.call.id, tool.name, args_copy(job.args), reason)

@@ -34,6 +34,7 @@ from toolsched._backends.workers import (
 from toolsched._executor.durable import JournalFailed
 from toolsched._executor.settings import format_error
 from toolsched._executor.shaping import fits_as_is, shape_output
+from toolsched._executor.timed_out import CallTimedOut
 from toolsched._executor.turn import DONE, RUNNING, Handout, Job, Turn
 from toolsched._policy.coordination import guarded, returned
 from toolsched._policy.guardrails import GuardrailEvent, Guardrails
@@ -232,6 +233,9 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
             if scope is not None and scope.cancel_called and not job.body_outlived_cancel:
                 # The tool turned its own cancellation into an exception: still a cancellation.
                 kind, error = _stopped(job)
+            elif isinstance(exc, CallTimedOut):
+                # A deadline the tool keeps itself passed (an MCP request's read timeout): a timeout like its own.
+                kind, error, cause = "timeout", str(exc), exc
             else:
                 raised = _raised_by_tool(exc)
                 kind, error, cause = "execution_error", settings.describe_failure(raised, call), raised

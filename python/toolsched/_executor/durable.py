@@ -290,7 +290,8 @@ class RunJournal:
     async def decided(
         self, call_id: str, behavior: Behavior, args: Any, reason: str | None, fingerprint: str, message: str | None
     ) -> None:
-        """Journals how a call that asked was settled: held for a person (ask), approved or rejected."""
+        """Journals how a call that asked was settled: held for a person (ask), approved or rejected; a hold
+        and an approval name the tool they were given for (``fingerprint``)."""
         if behavior == "ask":
             payload = {
                 "args": args_copy(args),
@@ -300,7 +301,8 @@ class RunJournal:
             }
             await self.write(call_id, "pending", payload)
         elif behavior == "allow":
-            await self.write(call_id, "approved", {"args": args_copy(args), "digest": args_digest(args)})
+            payload = {"args": args_copy(args), "digest": args_digest(args), "fingerprint": fingerprint}
+            await self.write(call_id, "approved", payload)
         else:
             await self.write(call_id, "rejected", {"message": message})
 
@@ -326,7 +328,8 @@ class RunJournal:
 
 
 def approval_payload(record: CallRecord) -> dict[str, Any]:
-    """What the journal holds for a call a person approved: the arguments it runs with and their digest; for
+    """What the journal holds for a call a person approved: the arguments it runs with and their digest, and the
+    tool the approval was given for (``fingerprint``: ``recover`` asks again when the tool changed since); for
     arguments the person edited, ``edited`` and what the model asked for (``requested``); the scope of a
     standing approval given with it (``always``)."""
     if record.edited_digest is None:
@@ -338,11 +341,12 @@ def approval_payload(record: CallRecord) -> dict[str, Any]:
             "edited": True,
             "requested": {"args": record.request_args, "digest": record.digest},
         }
+    if record.fingerprint is not None:
+        payload["fingerprint"] = record.fingerprint
     if record.always is not None:
         # The standing approval, with the tool it holds for (``recover`` keeps it in force: ``journaled_standing``).
         payload["always"] = record.always
         payload["tool"] = record.tool
-        payload["fingerprint"] = record.fingerprint
     return payload
 
 

@@ -405,7 +405,9 @@ class Executor:
         A call that started but did not finish runs again only if its tool is
         ``idempotent``; otherwise it gets an ``interrupted`` error result (its
         outcome is unknown). Calls approved or still waiting for a person keep
-        that decision; calls that never started run as they would have.
+        that decision, an approval for the tool it was given for only: a call
+        approved for a tool that changed since is asked again, as ``resume``
+        asks. Calls that never started run as they would have.
 
         Raises ``UnknownRunError`` for a run the journal does not have and
         ``RunClaimedError`` while another process holds the run (``force=True``
@@ -925,7 +927,7 @@ class Executor:
         # The standing approvals journaled with the run's approvals hold for the rest of it, and a new wait's
         # state carries them on.
         standing = journaled_standing(record)
-        fresh, ready, held, nested = await recovered_jobs(turn, plan, record, standing)
+        fresh, ready, held, nested, approvals = await recovered_jobs(turn, plan, record, standing)
         limits = active_limits()
         carried = _carry_into(limits, turn, plan.calls)
         if limits is not None:
@@ -949,6 +951,7 @@ class Executor:
                     duplicates=plan.duplicates,
                     steering=request.steering,
                     carried=carried,
+                    approvals=approvals,
                 )
         finally:
             if token is not None:
@@ -968,11 +971,13 @@ class Executor:
         held: list[Held] | None = None,
         prior: RunState | None = None,
         carried: set[str] | frozenset[str] = frozenset(),
+        approvals: Mapping[str, CallRecord] | None = None,
     ) -> Outcome:
         """What every entry path shares: answer what the engine refused (``refused``), admit the fresh
         calls, run them with the ready ones (``ready``), finish; ``held`` collects the calls held for a
-        person, ``prior`` is the state a resumed turn came from. The run's ``Limits`` take its answers,
-        but those ``carried`` from before (counted by ``_carry_into``)."""
+        person, ``prior`` is the state a resumed turn came from, ``approvals`` the approvals a recovered run's
+        journal holds for the fresh calls asked again. The run's ``Limits`` take its answers, but those
+        ``carried`` from before (counted by ``_carry_into``)."""
         if refused is not None and refused.refused:
             if turn.settings.repair_function is not None:
                 fresh = await repair_refused(turn, refused, fresh)
@@ -994,7 +999,7 @@ class Executor:
                 if view.admits and jobs:
                     if held is None:
                         held = []
-                    jobs = await admit(jobs, turn, held, prior)
+                    jobs = await admit(jobs, turn, held, prior, approvals)
             finally:
                 turn.live.discard(turn)
         if ready:

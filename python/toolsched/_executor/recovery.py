@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -26,7 +27,7 @@ from toolsched._executor.repair import stored_job, user_repair
 from toolsched._executor.settings import format_error
 from toolsched._executor.turn import Handout, Held, Job, Plan, Turn
 from toolsched._policy.permissions import allow_rule_matches
-from toolsched._policy.runstate import CallRecord
+from toolsched._policy.runstate import CallRecord, ChildRecord
 from toolsched._policy.standing import Standing
 from toolsched._values.calls import args_copy
 from toolsched._values.digest import args_digest
@@ -125,10 +126,48 @@ def _standing_approves(standing: Standing, turn: Turn, job: Job, fingerprint: st
     return settled is not None and settled[0] == "approved"
 
 
+def _approved_for(decision: Mapping[str, Any]) -> str | None:
+    """The fingerprint of the tool a journaled approval was given for (None when the journal does not say)."""
+    fingerprint = decision.get("fingerprint")
+    return fingerprint if isinstance(fingerprint, str) else None
+
+
+def _asked_again(turn: Turn, job: Job, entry: JournaledCall, child: ChildRecord | None) -> CallRecord | str:
+    """Makes ready to be admitted again, as ``resume`` admits it, a call approved before the crash for a tool
+    that changed since (or for a tool the journal does not name): the approval as ``resume`` finds it in a
+    state, to tell the person why it is asked again; or why the arguments approved cannot run.
+
+    The call is admitted with the arguments ``resume`` plans it with: the person's own when they edited them
+    (checked against the schema here), else those the model sent, or those it was repaired to.
+    """
+    decision = entry.decision or {}
+    call = job.call
+    if decision.get("edited") is True:
+        job.args = decision.get("args", job.args)
+        refusal = unchecked_arguments(turn, job)
+        if refusal is not None:
+            return refusal
+    # A call whose nested run waits had started (the starts journaled); any other had not.
+    job.prior_attempts = entry.starts
+    job.attempts = entry.starts + 1
+    digest = decision.get("digest")
+    return CallRecord(
+        call.id,
+        call.name,
+        call.args,
+        "approved" if child is None else "nested",
+        tool=job.tool.name,
+        fingerprint=_approved_for(decision),
+        request_args=decision.get("args"),
+        digest=digest if isinstance(digest, str) else None,
+        child=child,
+    )
+
+
 async def recovered_jobs(
     turn: Turn, plan: Plan, record: RunRecord, standing: Standing | None = None
-) -> tuple[list[Job], list[Job], list[Held], dict[str, CallRecord]]:
-    """Sorts a journaled run's calls by where each was left: ``(fresh, ready, held, nested)``.
+) -> tuple[list[Job], list[Job], list[Held], dict[str, CallRecord], dict[str, CallRecord]]:
+    """Sorts a journaled run's calls by where each was left: ``(fresh, ready, held, nested, approvals)``.
 
     Finished calls are answered from the journal and never run again. Fresh
     calls (never admitted) go through admission; ready ones (approved, or
@@ -142,6 +181,11 @@ async def recovered_jobs(
     attempts its journal holds as started (``ToolResult.attempts``), a call run again
     one more. A held call that a standing approval of the run (``standing``, journaled with another call's
     approval) covers is approved and runs; a deny rule in force still wins.
+
+    An approval holds for the tool it was given for (its fingerprint, journaled with it), as on ``resume``:
+    a call approved for a tool that changed since goes to ``fresh`` to be admitted again, as ``resume``
+    admits it, with its approval in ``approvals`` (by call ID) so that admission says why it asks again.
+    A rejection stands whatever the tool is now.
     """
     view = turn.view
     entries = {entry.call_id: entry for entry in record.calls}
@@ -160,6 +204,7 @@ async def recovered_jobs(
     ready: list[Job] = []
     held: list[Held] = []
     nested: dict[str, CallRecord] = {}
+    approvals: dict[str, CallRecord] = {}
     for slot in range(len(plan)):
         call = plan.calls[slot]
         entry = entries[call.id]
@@ -209,6 +254,19 @@ async def recovered_jobs(
                 not_approved(tool.name, decision.get("message")),
                 attempts=entry.starts,
             )
+            continue
+        if entry.state == "approved" and _approved_for(decision) != view.fingerprint(job.index):
+            # Approved for another tool than the one that has the name now: asked again, as on ``resume``.
+            child = children.get(call.id)
+            again = _asked_again(turn, job, entry, child)
+            if isinstance(again, str):
+                await turn.answer(slot, call, tool.name, "invalid_input", again, attempts=entry.starts)
+                continue
+            approvals[call.id] = again
+            if child is not None:
+                # Admitted as it is, the call resumes its nested run as ``resume`` would.
+                nested[call.id] = again
+            fresh.append(job)
             continue
         # Why a call in doubt stays in doubt after its tool's ``reconcile`` was asked (None: not asked).
         doubt = None
@@ -269,10 +327,12 @@ async def recovered_jobs(
             turn.parked.append((job, child))
         elif entry.state == "pending":
             digest = args_digest(job.args)
-            if standing and _standing_approves(standing, turn, job, fingerprint, digest):
-                # A standing approval given on another call of the run (journaled with it) covers this one.
+            current = view.fingerprint(job.index)
+            if standing and _standing_approves(standing, turn, job, current, digest):
+                # A standing approval given on another call of the run (journaled with it) covers this one, if
+                # it was given for the tool as it is now (as on ``resume``).
                 assert turn.durable is not None
-                await turn.durable.decided(call.id, "allow", job.args, None, fingerprint, None)
+                await turn.durable.decided(call.id, "allow", job.args, None, current, None)
                 ready.append(job)
             else:
                 held.append(Held(job, str(decision.get("reason", "")), digest, fingerprint))
@@ -291,7 +351,7 @@ async def recovered_jobs(
                     child=child,
                 )
             ready.append(job)
-    return fresh, ready, held, nested
+    return fresh, ready, held, nested, approvals
 
 
 def _handout(turn: Turn, plan: Plan, slot: int, entry: JournaledCall, handout: tuple[float, float | None]) -> Handout:

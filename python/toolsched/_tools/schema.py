@@ -13,7 +13,15 @@ import pydantic
 
 from toolsched.errors import SchemaError, ToolDefinitionError
 
-__all__ = ["function_schema", "inline_refs", "model_schema", "strict_schema", "to_gemini_schema"]
+__all__ = [
+    "SCHEMA_DEPTH",
+    "function_schema",
+    "inline_refs",
+    "model_schema",
+    "nests_deeper_than",
+    "strict_schema",
+    "to_gemini_schema",
+]
 
 JsonSchema = dict[str, Any]
 
@@ -21,6 +29,10 @@ JsonSchema = dict[str, Any]
 CONTEXT_PARAMETER = "ctx"
 
 _NATIVE = (str, int, float, bool, type(None), dict, list, Any)
+
+# The deepest a tool's input schema may nest, as the engine reads it: the schema object is level 1, each
+# object or array in it one more.
+SCHEMA_DEPTH = 256
 
 
 # pydantic's validators, as ``Annotated`` metadata.
@@ -126,6 +138,24 @@ def function_schema(
         for annotation, default in fields.values()
     )
     return schema, None if native else model, wants_ctx
+
+
+def nests_deeper_than(schema: Any, limit: int) -> bool:
+    """Whether ``schema`` has an object or array more than ``limit`` levels deep (itself level 1), walked
+    without recursion: any depth is answered, where what walks a schema recursively would overflow."""
+    stack: list[tuple[Any, int]] = [(schema, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, Mapping):
+            children: Collection[Any] = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def inline_refs(schema: JsonSchema) -> JsonSchema:

@@ -28,17 +28,19 @@ from toolsched._tools.context import ToolContext
 from toolsched._tools.exact_integers import exact_step, mark_plain, with_exact_integers
 from toolsched._tools.resources import ResourceFactory, RunScope, open_close, with_run_resource
 from toolsched._tools.schema import (
+    SCHEMA_DEPTH,
     IntegerFix,
     JsonSchema,
     function_schema,
     inline_refs,
     model_schema,
+    nests_deeper_than,
 )
 from toolsched._values.decisions import Decision
 from toolsched._values.effects import Reconciled
 from toolsched._values.event_loops import LoopValues, of_this_loop
 from toolsched._values.numeric_options import numeric_fault, shown
-from toolsched.errors import ToolDefinitionError, UnknownOptionError
+from toolsched.errors import SchemaError, ToolDefinitionError, UnknownOptionError
 
 __all__ = [
     "Access",
@@ -538,6 +540,11 @@ class Tool:
                 )
             invoke = with_run_resource(self, name, factory, invoke)
         input_schema = self._describe_input()
+        if nests_deeper_than(input_schema, SCHEMA_DEPTH):
+            # Refused before anything walks it recursively (the engine would refuse it too, past its limit).
+            raise SchemaError(
+                f"tool `{name}` has an invalid input schema: it nests deeper than the limit of {SCHEMA_DEPTH} levels"
+            )
         # Exports inline every reference: one that cannot be (recursive, or not to `$defs`) is refused now.
         inline_refs(input_schema)
         policies = self._policies()
