@@ -647,7 +647,9 @@ class RedisCoordination:
         self.connect_timeout = float(connect_timeout)
         self._host = host
         self._port = port or 6379
-        self._password = unquote(parts.password) if parts.password else None
+        # A user's password may be empty (an ACL user with ``nopass``); without a user, an empty one is none.
+        given = parts.password or (parts.username and parts.password == "")
+        self._password = unquote(parts.password) if given and parts.password is not None else None
         # An ACL user (Redis 6 or later) authenticates with its name and password; without a name, ``default``.
         self._user = unquote(parts.username) if parts.username else None
         self._db = int(path) if path else 0
