@@ -35,6 +35,7 @@ import logging
 import math
 import os
 import random
+import re
 import secrets
 import socket
 import threading
@@ -49,6 +50,7 @@ from urllib.parse import unquote, urlsplit
 import anyio
 import anyio.abc
 import anyio.lowlevel
+import idna
 import sniffio
 
 from toolsched._policy.redis_wire import (
@@ -153,7 +155,8 @@ if interval > 0 and (ARGV[2] == '' or now_us > tonumber(ARGV[2]) + tonumber(ARGV
 end
 if cap > 0 then
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[7]), ARGV[1])
-  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]) * 2)
+  -- Lengthened, never shortened: a worker with a longer lease holds slots in the same set.
+  if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[7]) * 2 then redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[7]) * 2) end
 end
 if probe == 1 then
   redis.call('HSET', KEYS[1], 'probe_until', now + tonumber(ARGV[5]), 'prober', ARGV[1])
@@ -186,24 +189,36 @@ end
 return failures
 """
 
-# KEYS: the slots of each tool. ARGV: lease ms, then for each key the count of its lease ids and the ids. Extends
-# the leases still held (never revives one that expired); returns how many it extended.
+# KEYS: the slots of each tool, then the circuits whose probe this process holds. ARGV: lease ms, the number of slot
+# sets, then for each key the count of its ids and the ids (lease ids for a slot set, attempt ids for a circuit).
+# Extends the leases still held (never revives one that expired) and each set's expiry (never shortens it: workers
+# with other leases hold slots in it too), and each probe still held by its attempt (never shortens it either: it
+# was taken for the longer of the lease and the cooldown); returns how many it extended.
 _RENEW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
-local at = 2
+local sets = tonumber(ARGV[2])
+local at = 3
 local renewed = 0
-for _, key in ipairs(KEYS) do
+for k, key in ipairs(KEYS) do
   local count = tonumber(ARGV[at])
   for i = at + 1, at + count do
-    local held = redis.call('ZSCORE', key, ARGV[i])
-    if held and tonumber(held) >= now then
-      redis.call('ZADD', key, 'XX', now + lease, ARGV[i])
-      renewed = renewed + 1
+    if k <= sets then
+      local held = redis.call('ZSCORE', key, ARGV[i])
+      if held and tonumber(held) >= now then
+        redis.call('ZADD', key, 'XX', now + lease, ARGV[i])
+        renewed = renewed + 1
+      end
+    elseif redis.call('HGET', key, 'prober') == ARGV[i] then
+      local held_until = tonumber(redis.call('HGET', key, 'probe_until') or '0')
+      if held_until >= now then
+        if held_until < now + lease then redis.call('HSET', key, 'probe_until', now + lease) end
+        renewed = renewed + 1
+      end
     end
   end
-  redis.call('PEXPIRE', key, lease * 2)
+  if k <= sets and redis.call('PTTL', key) < lease * 2 then redis.call('PEXPIRE', key, lease * 2) end
   at = at + count + 1
 end
 return renewed
@@ -275,8 +290,8 @@ class _Link:
 
 
 class _Renewer:
-    """Renews every slot lease this process holds, all of them in one round trip each third of the lease
-    (internal).
+    """Renews every slot lease and circuit probe this process holds, all of them in one round trip each third of
+    the lease (internal).
 
     It runs in a daemon thread with a connection of its own while any lease is held: a worker whose event
     loop is busy or stalled keeps its slots; a killed one loses them within the lease.
@@ -284,7 +299,9 @@ class _Renewer:
 
     def __init__(self, owner: RedisCoordination) -> None:
         self.owner = owner
+        # Lease ids per slot set, and attempt ids per circuit whose probe they hold.
         self.held: dict[str, set[str]] = {}
+        self.probes: dict[str, set[str]] = {}
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         # The renewal thread's connection to Redis while it has one.
@@ -292,9 +309,11 @@ class _Renewer:
         # Round trips made to renew leases (read by tests and benches/fleet.py).
         self.round_trips = 0
 
-    def hold(self, key: str, lease_id: str) -> None:
+    def hold(self, key: str, lease_id: str, *, probe: bool = False) -> None:
+        """Renews ``lease_id``'s slot in the set ``key`` (``probe``: the probe of the circuit ``key`` its attempt
+        holds) until it is released."""
         with self.lock:
-            self.held.setdefault(key, set()).add(lease_id)
+            (self.probes if probe else self.held).setdefault(key, set()).add(lease_id)
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(target=self._run, name="toolsched-lease-renewal", daemon=True)
                 self.thread.start()
@@ -304,18 +323,20 @@ class _Renewer:
         child's (the connection's descriptor is closed in the child, nothing sent on it)."""
         self.lock = threading.Lock()
         self.held = {}
+        self.probes = {}
         self.thread = None
         connection, self.connection = self.connection, None
         if connection is not None and connection.fileno() >= 0:
             os.close(connection.detach())
 
-    def release(self, key: str, lease_id: str) -> None:
+    def release(self, key: str, lease_id: str, *, probe: bool = False) -> None:
         with self.lock:
-            ids = self.held.get(key)
+            held = self.probes if probe else self.held
+            ids = held.get(key)
             if ids is not None:
                 ids.discard(lease_id)
                 if not ids:
-                    del self.held[key]
+                    del held[key]
 
     def _run(self) -> None:
         owner = self.owner
@@ -324,13 +345,12 @@ class _Renewer:
         while True:
             time.sleep(owner.lease / 3)
             with self.lock:
-                if not self.held:
+                if not self.held and not self.probes:
                     self.thread = None
                     break
-                keys = list(self.held)
-                args: list[str | int] = [lease_ms]
-                for key in keys:
-                    ids = self.held[key]
+                keys = [*self.held, *self.probes]
+                args: list[str | int] = [lease_ms, len(self.held)]
+                for ids in (*self.held.values(), *self.probes.values()):
                     args += [len(ids), *ids]
             try:
                 if connection is None:
@@ -528,10 +548,28 @@ def _commands(
     )
 
 
+def _ascii_host(name: str) -> str | None:
+    """The host name as it is looked up (an internationalized one in IDNA 2008, as anyio encodes it, so that the
+    event loops and the renewal thread reach the same host), or None when no host has that name."""
+    if any(c.isspace() or not c.isprintable() for c in name):
+        return None
+    if name.isascii():
+        return name
+    try:
+        return idna.encode(name, uts46=True).decode("ascii")
+    except UnicodeError:  # idna.IDNAError is one
+        return None
+
+
+def _without_password(url: str) -> str:
+    """``url`` as an error message shows it: its password, if any, replaced by ``***``."""
+    return re.sub(r"(//[^/@]*?:)[^/]*@", r"\1***@", url)
+
+
 class RedisCoordination:
     """Shares every tool's ``rate_limit``, ``circuit`` and ``max_concurrency`` through one Redis server.
 
-    ``url``: ``redis://[:password@]host[:port][/db]`` (TLS is not supported). Processes with the
+    ``url``: ``redis://[[user]:password@]host[:port][/db]`` (TLS is not supported). Processes with the
     same server and ``namespace`` share their tools' limits, by tool name. ``lease`` is how long a
     concurrency slot (or a circuit's probe) outlives a worker that died holding it, in seconds;
     a process renews all the slots it holds in one round trip every third of it (from 0.1 s to a year).
@@ -553,15 +591,31 @@ class RedisCoordination:
     ) -> None:
         if not isinstance(url, str):
             raise OptionError(f"RedisCoordination(url=...) must be a redis:// URL string, got {url!r}")
-        parts = urlsplit(url)
-        if parts.scheme != "redis" or not parts.hostname:
-            raise OptionError(f"RedisCoordination(url=...) must be redis://host[:port][/db], got {url!r}")
+        named = _without_password(url)
         try:
-            port = parts.port or 6379
+            parts = urlsplit(url)
+        except ValueError as exc:
+            raise OptionError(f"RedisCoordination(url=...) is not a URL ({exc}): {named!r}") from None
+        if parts.scheme != "redis" or not parts.hostname:
+            raise OptionError(f"RedisCoordination(url=...) must be redis://host[:port][/db], got {named!r}")
+        host = _ascii_host(parts.hostname)
+        if host is None:
+            raise OptionError(f"RedisCoordination(url=...) has a bad host name: {named!r}")
+        try:
+            port = parts.port
         except ValueError:
-            raise OptionError(f"RedisCoordination(url=...) has a bad port: {url!r}") from None
+            port = 0
+        if port == 0:
+            raise OptionError(f"RedisCoordination(url=...) has a bad port: {named!r}")
+        if parts.query or parts.fragment:
+            # Options in the query (``?db=1``) would be ignored, the fleet sharing another database's limits.
+            raise OptionError(
+                f"RedisCoordination(url=...) takes no ?query or #fragment (the database is the path: /1): {named!r}"
+            )
+        if parts.username and parts.password is None:
+            raise OptionError(f"RedisCoordination(url=...) names a user without a password: {named!r}")
         path = parts.path.strip("/")
-        if path and not path.isdigit():
+        if path and not (path.isascii() and path.isdigit() and int(path) < 2**31):
             raise OptionError(f"RedisCoordination(url=...) database must be a number, got {path!r}")
         if (
             not isinstance(namespace, str)
@@ -591,9 +645,13 @@ class RedisCoordination:
         self.on_unavailable: Literal["local", "refuse"] = on_unavailable
         self.lease = float(lease)
         self.connect_timeout = float(connect_timeout)
-        self._host = parts.hostname
-        self._port = port
-        self._password = unquote(parts.password) if parts.password else None
+        self._host = host
+        self._port = port or 6379
+        # A user's password may be empty (an ACL user with ``nopass``); without a user, an empty one is none.
+        given = parts.password or (parts.username and parts.password == "")
+        self._password = unquote(parts.password) if given and parts.password is not None else None
+        # An ACL user (Redis 6 or later) authenticates with its name and password; without a name, ``default``.
+        self._user = unquote(parts.username) if parts.username else None
         self._db = int(path) if path else 0
         self._links: dict[object, _Link] = {}
         # Round trips to Redis made by this process's event loops (read by benches/fleet.py); the renewals'
@@ -629,7 +687,7 @@ class RedisCoordination:
                 connection = Connection(stream)
                 _OPEN.add(connection)
                 if self._password is not None:
-                    await connection.request("AUTH", self._password)
+                    await connection.request("AUTH", *self._credentials())
                 if self._db:
                     await connection.request("SELECT", self._db)
         except BaseException:
@@ -639,11 +697,18 @@ class RedisCoordination:
             raise
         return connection
 
+    def _credentials(self) -> tuple[str, ...]:
+        """AUTH's arguments: the user's name (when the URL gives one) and the password."""
+        assert self._password is not None
+        return (self._password,) if self._user is None else (self._user, self._password)
+
     def _connect_blocking(self) -> socket.socket:
         """A connection for the lease renewals' thread."""
         connection = socket.create_connection((self._host, self._port), timeout=self.connect_timeout)
         try:
-            if self._password is not None and blocking_request(connection, "AUTH", self._password).startswith(b"-"):
+            if self._password is not None and blocking_request(connection, "AUTH", *self._credentials()).startswith(
+                b"-"
+            ):
                 raise OSError("Redis refused the password")
             if self._db and blocking_request(connection, "SELECT", self._db).startswith(b"-"):
                 raise OSError(f"Redis refused database {self._db}")
@@ -995,6 +1060,38 @@ class RedisCoordination:
         lease_id = secrets.token_hex(8) if tool.max_concurrency is not None else ""
         # The attempt's id in Redis: its slot's lease id, and the holder of the circuit's probe it may take.
         attempt = lease_id or (secrets.token_hex(8) if tool.circuit is not None else "-")
+        circuit_key, slots_key, _ = self._commands(tool).admit_keys
+        # Known to the renewal thread before Redis is asked: a slot or probe is renewed from the moment Redis
+        # grants it, even while this event loop is stalled before it reads the reply (renewing a slot or a probe
+        # not held does nothing).
+        if lease_id:
+            self._renewer.hold(slots_key, lease_id)
+        if tool.circuit is not None:
+            self._renewer.hold(circuit_key, attempt, probe=True)
+        try:
+            return await self._attempt(
+                tool, lease_id, attempt, retry_on, invoke, emit, local, limiter, admitted, cut_short
+            )
+        finally:
+            if lease_id:
+                self._renewer.release(slots_key, lease_id)
+            if tool.circuit is not None:
+                self._renewer.release(circuit_key, attempt, probe=True)
+
+    async def _attempt(
+        self,
+        tool: Tool,
+        lease_id: str,
+        attempt: str,
+        retry_on: Any,
+        invoke: Callable[[], Awaitable[Any]],
+        emit: Callable[[Any], object] | None,
+        local: Resilience | None,
+        limiter: Callable[[], anyio.CapacityLimiter] | None,
+        admitted: Callable[[], None] | None,
+        cut_short: Callable[[], str | None] | None,
+    ) -> Any:
+        """``run_attempt`` once the renewal thread knows the attempt's slot and probe."""
         reserved: int | None = None
         while True:
             try:
@@ -1048,12 +1145,10 @@ class RedisCoordination:
                 break
         probe = code == 1
         outcome = "none"
-        slots_key = self._commands(tool).admit_keys[1]
+        circuit_key, slots_key, _ = self._commands(tool).admit_keys
         try:
             if admitted is not None:
                 admitted()
-            if lease_id:
-                self._renewer.hold(slots_key, lease_id)
             try:
                 output = await invoke()
             except Exception as exc:
@@ -1068,6 +1163,8 @@ class RedisCoordination:
         finally:
             if lease_id:
                 self._renewer.release(slots_key, lease_id)
+            if tool.circuit is not None:
+                self._renewer.release(circuit_key, attempt, probe=True)
             if lease_id or (tool.circuit is not None and (probe or failures > 0 or outcome == "transient")):
                 with anyio.CancelScope(shield=True):
                     await self._settle(tool, attempt, outcome, probe)

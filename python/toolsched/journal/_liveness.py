@@ -35,7 +35,8 @@ def boot_id() -> str:
 def holder_is_dead(owner: str | None) -> bool:
     """Whether a run's holder is known to be gone: an owner named the default way
     (``host:pid:random:pidns:boot``) by a process that shares this host, PID namespace and boot,
-    whose process no longer exists. Any other holder may be alive, and only its lease decides.
+    whose process no longer exists (or is a zombie: killed, not yet reaped by its parent). Any other holder may
+    be alive, and only its lease decides.
 
     A pid means something only inside its PID namespace and boot: containers sharing the host's
     network (and so its hostname) number their processes apart, and two machines may share a
@@ -63,7 +64,20 @@ def holder_is_dead(owner: str | None) -> bool:
         return True
     except OSError:
         return False
-    return False
+    # Killed but not yet reaped by its parent (a zombie): it runs nothing, though its pid still answers.
+    return _state(pid) in (b"Z", b"X")
+
+
+def _state(pid: int) -> bytes:
+    """The process's state letter from ``/proc/PID/stat`` (``Z`` a zombie), ``b""`` where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as source:
+            stat = source.read()
+    except OSError:
+        return b""
+    # The command name (in parentheses) may hold any byte: the state follows its last closing parenthesis.
+    end = stat.rfind(b")")
+    return stat[end + 2 : end + 3] if end >= 0 else b""
 
 
 def default_owner() -> str:

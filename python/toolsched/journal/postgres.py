@@ -12,6 +12,7 @@ round trip.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -150,10 +151,20 @@ def _timestamp(run_id: str, column: str, found: object) -> datetime:
     return stored(f"run {run_id!r}", f"toolsched_runs.{column}", found, datetime).astimezone(UTC)
 
 
+def _without_password(text: str) -> str:
+    """``text`` (libpq's words, which may quote the connection string) with any password in it shown as ``***``."""
+    text = re.sub(r"(://[^/@\s\"]*?:)[^/\s\"]*@", r"\1***@", text)
+    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)", r"\1***", text)
+
+
+class _NoPsycopg(Exception):
+    """psycopg 3 is not installed (internal)."""
+
+
 class PostgresJournal(Journal):
     """A journal in a PostgreSQL database (``pip install 'toolsched[postgres]'``).
 
-    - ``dsn``: a libpq connection string or URI.
+    - ``dsn``: a libpq connection string or URI (checked when the journal is built).
     - ``schema``: the PostgreSQL schema that holds the tables (created when
       missing); default: the connection's ``search_path``.
     - ``owner`` / ``lease``: see ``Journal`` (default lease 30 seconds).
@@ -187,6 +198,27 @@ class PostgresJournal(Journal):
         # The lease keeper's own connection (its thread only).
         self._renewal: psycopg.Connection[Any] | None = None
         self._where = "PostgreSQL"
+        try:
+            self._parse_dsn()
+        except _NoPsycopg:
+            pass  # said when the journal is opened
+
+    def _parse_dsn(self) -> None:
+        """Checks the connection string (``JournalError`` naming what is wrong) and names the server it points at
+        for messages (never the password). ``_NoPsycopg`` when psycopg 3 is not installed."""
+        try:
+            import psycopg
+            from psycopg import conninfo
+        except ImportError:
+            raise _NoPsycopg from None
+        if "\x00" in self.dsn:
+            raise JournalError("dsn is not a valid connection string: it contains a NUL character")
+        try:
+            params = conninfo.conninfo_to_dict(self.dsn)
+        except psycopg.ProgrammingError as exc:
+            raise JournalError(f"dsn is not a valid connection string: {_without_password(str(exc))}") from None
+        self._where = f"PostgreSQL at {params.get('host', 'localhost')}:{params.get('port', 5432)}"
+        self._where += f"/{params.get('dbname', '')}" if params.get("dbname") else ""
 
     def __repr__(self) -> str:
         return f"PostgresJournal({self._where!r}, schema={self.schema!r}, owner={self.owner!r})"
@@ -195,17 +227,9 @@ class PostgresJournal(Journal):
 
     def _connect(self) -> None:
         try:
-            import psycopg
-            from psycopg import conninfo
-        except ImportError:
+            self._parse_dsn()
+        except _NoPsycopg:
             raise JournalError("PostgresJournal needs psycopg 3: pip install 'toolsched[postgres]'") from None
-        try:
-            params = conninfo.conninfo_to_dict(self.dsn)
-        except psycopg.ProgrammingError as exc:
-            raise JournalError(f"dsn is not a valid connection string: {exc}") from None
-        # Messages name the server, never the password.
-        self._where = f"PostgreSQL at {params.get('host', 'localhost')}:{params.get('port', 5432)}"
-        self._where += f"/{params.get('dbname', '')}" if params.get("dbname") else ""
         conn = self._open_connection()
         try:
             with self._translated():

@@ -128,7 +128,16 @@ class SqliteJournal(Journal):
             raise JournalError(f"busy_timeout must be seconds to wait, {fault}, got {shown(busy_timeout)}")
         if synchronous not in ("full", "normal"):
             raise JournalError(f"synchronous must be 'full' or 'normal', got {synchronous!r}")
-        self.path = Path(path)
+        if not isinstance(path, (str, os.PathLike)):
+            raise JournalError(f"path must be a file path (str or os.PathLike), got {type(path).__name__}")
+        try:
+            self.path = Path(path)
+        except TypeError as exc:
+            raise JournalError(f"path must be a file path: {exc}") from None
+        if not str(path):
+            raise JournalError("path must name a file, got ''")
+        if "\x00" in str(self.path):
+            raise JournalError(f"path {str(self.path)!r} contains a NUL character, which no file's name holds")
         self.busy_timeout = float(busy_timeout)
         self.synchronous = synchronous
         self._conn: sqlite3.Connection | None = None

@@ -1,0 +1,44 @@
+"""Attacks on the journals' options (docs/concepts/durability.md): a path or connection string no journal could
+open is refused with ``JournalError`` when the journal is built, not as another error or at its first write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import toolsched as ts
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        (5, "path must be a file path"),
+        (b"runs.db", "path must be a file path"),
+        ("", "path must name a file"),
+        ("runs\x00.db", "NUL character"),
+    ],
+)
+def test_a_sqlite_path_no_file_could_have_is_refused_when_built(path: Any, message: str, tmp_path: Path) -> None:
+    """An int or bytes path raised TypeError; "" became "." and a NUL in the path raised ValueError at the
+    journal's first use."""
+    with pytest.raises(ts.JournalError, match=message):
+        ts.SqliteJournal(path)
+
+
+@pytest.mark.parametrize(
+    ("dsn", "message"),
+    [
+        ("=garbage", "not a valid connection string"),
+        ("postgresql://u:s3cret@[::1", "not a valid connection string"),
+        ("host=db\x00 password=s3cret", "NUL character"),
+        ("host=db password='s3cret", "not a valid connection string"),
+    ],
+)
+def test_a_postgres_dsn_that_does_not_parse_is_refused_when_built(dsn: str, message: str) -> None:
+    """A connection string libpq cannot parse was refused only when the journal was first used, with libpq's
+    message quoting it, password and all."""
+    with pytest.raises(ts.JournalError, match=message) as refused:
+        ts.PostgresJournal(dsn)
+    assert "s3cret" not in str(refused.value)
