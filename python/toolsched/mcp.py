@@ -413,6 +413,9 @@ class McpConnection:
     async def _keep_listing_body(self, response: Any) -> None:
         """An HTTP response hook: the body of the answer to a `tools/list` request is kept as the transport reads
         it, for a second reading (``_received``); an encoded body (gzip) is not."""
+        if not self._listings:
+            # No listing waits for its answer: nothing to keep (and no request body read again).
+            return
         import httpx2
 
         try:

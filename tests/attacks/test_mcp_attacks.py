@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -145,9 +146,11 @@ def _nested_schema(levels: int) -> str:
     return '{"type": "object", "properties": {"x": ' * pairs + '{"type": "object"}' + "}}" * pairs
 
 
-def _write_listing(path: Path, entries: list[tuple[str, str]]) -> None:
-    """A listing of tools (name, input schema text), written as text."""
-    path.write_text("[" + ", ".join(f'{{"name": "{name}", "inputSchema": {schema}}}' for name, schema in entries) + "]")
+def _write_listing(path: Path, entries: list[tuple[str, str]], description: str = "") -> None:
+    """A listing of tools (name, input schema text), each described by ``description``, written as text."""
+    described = f'"description": {json.dumps(description, ensure_ascii=False)}, '
+    listed = ", ".join(f'{{"name": "{name}", {described}"inputSchema": {schema}}}' for name, schema in entries)
+    path.write_text(f"[{listed}]", encoding="utf-8")
 
 
 async def test_a_tool_schema_nested_deeper_than_the_mcp_parser_reads_is_listed_and_works(tmp_path: Path) -> None:
@@ -213,7 +216,8 @@ async def test_over_http_an_entry_not_mcp_or_nested_too_deep_is_left_out_alone(
         ("no_schema", '{"type": "string"}'),
         ("echo", '{"type": "object"}'),
     ]
-    _write_listing(listing, entries)
+    # Line separators JSON holds unescaped, which end no line of server-sent events.
+    _write_listing(listing, entries, description="one\u2028two\u2029three\x85four")
     port = _free_port()
     mode = "--http" if answers == "json" else "--http-sse"
     process = await anyio.open_process([sys.executable, str(RAW_SERVER), mode, str(port), str(listing)])
@@ -245,6 +249,25 @@ async def test_over_http_an_entry_not_mcp_or_nested_too_deep_is_left_out_alone(
         f"MCP server at {url}: tool 'no_schema' is left out of its tools: it is not an MCP tool: inputSchema.type: "
         "Input should be 'object'",
     ]
+
+
+def test_a_deep_line_with_a_string_left_open_is_read_in_one_pass() -> None:
+    # The reply a server could send while a listing waits: too deep for the `mcp` package's parser, and not
+    # JSON (a string never closed, full of escaped quotes). Each string's start was scanned to the end of the
+    # text again, holding the event loop (and the interpreter) for hours with this megabyte; a child process
+    # reads it, so that only the child is held if that comes back.
+    script = (
+        "import json, sys\n"
+        "from toolsched._tools.mcp_listing import cut_too_deep\n"
+        "text = '[' * 300 + '\"' + '\\\\\"' * 500_000\n"
+        "cut = cut_too_deep(text, 260)\n"
+        "try:\n"
+        "    json.loads(cut)\n"
+        "except ValueError:\n"
+        "    print('not json')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=LIMIT, check=True)
+    assert done.stdout == "not json\n"
 
 
 async def test_an_answer_sent_twice_is_taken_once_and_the_next_call_gets_its_own(tmp_path: Path) -> None:

@@ -29,8 +29,11 @@ ENTRY_DEPTH = 4
 # Stands in for a part of a `tools/list` reply cut out for nesting too deep (text no tool has a reason to hold).
 CUT = "\x00toolsched: nested too deep"
 
-# A JSON string, or a bracket outside one.
-_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+# A JSON string (one left open runs to the end of the text, so that no part of the text is scanned twice),
+# or a bracket outside one.
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\[\s\S][^"\\]*)*\\?(?:"|\Z)|[\[\]{}]')
+# The ends of a line of server-sent events (where ``str.splitlines`` would also split text JSON holds unescaped).
+_EVENT_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def shown_errors(found: Sequence[Any], *, within: int = 0) -> str:
@@ -104,7 +107,7 @@ def reply_in_body(content_type: str, body: str, request_id: Any) -> dict[str, An
     if content_type.startswith("text/event-stream"):
         events: list[str] = []
         data: list[str] = []
-        for line in [*body.splitlines(), ""]:
+        for line in [*_EVENT_LINE_END.split(body), ""]:
             if not line:
                 if data:
                     events.append("\n".join(data))
