@@ -6,11 +6,11 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import anyio
 import pytest
+from crashes import orphan_holder
 
 import toolsched as ts
 
@@ -29,23 +29,7 @@ async def test_a_killed_holder_its_parent_has_not_reaped_yet_lets_go_at_once(tmp
     here: ``RunClaimedError``)."""
     path = tmp_path / "journal.db"
     marker = tmp_path / "started"
-    script = textwrap.dedent(
-        f"""
-        import anyio, pathlib
-        import toolsched as ts
-
-        @ts.tool
-        async def hang() -> None:
-            pathlib.Path({str(marker)!r}).write_text("started")
-            await anyio.sleep(60)
-
-        async def main() -> None:
-            async with ts.SqliteJournal({str(path)!r}, lease=600) as journal:
-                await ts.Executor([hang], journal=journal).run([ts.ToolCall("h", "hang")], run_id="orphan")
-
-        anyio.run(main)
-        """
-    )
+    script = orphan_holder(path, marker)
     # A plain Popen: no event loop's child watcher reaps it behind the test's back.
     process = subprocess.Popen([sys.executable, "-c", script])  # noqa: ASYNC220 (see above)
     try:

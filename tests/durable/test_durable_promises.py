@@ -17,6 +17,7 @@ from uuid import uuid4
 import anyio
 import psycopg
 import pytest
+from crashes import orphan_holder
 from journal_child import Store
 from psycopg import sql
 
@@ -213,23 +214,7 @@ async def test_a_killed_holder_on_this_host_lets_go_at_once(tmp_path: Path) -> N
     # A child process begins a run with a long lease and is killed with SIGKILL in the middle of a call.
     path = tmp_path / "journal.db"
     marker = tmp_path / "started"
-    script = textwrap.dedent(
-        f"""
-        import anyio, pathlib
-        import toolsched as ts
-
-        @ts.tool
-        async def hang() -> None:
-            pathlib.Path({str(marker)!r}).write_text("started")
-            await anyio.sleep(60)
-
-        async def main() -> None:
-            async with ts.SqliteJournal({str(path)!r}, lease=600) as journal:
-                await ts.Executor([hang], journal=journal).run([ts.ToolCall("h", "hang")], run_id="orphan")
-
-        anyio.run(main)
-        """
-    )
+    script = orphan_holder(path, marker)
     process = await anyio.open_process([sys.executable, "-c", script])
     try:
         with anyio.fail_after(30):

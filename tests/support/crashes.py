@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
+from pathlib import Path
 
 import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
@@ -44,3 +46,25 @@ async def kill_at(
             with anyio.CancelScope(shield=True):
                 await process.wait()
         await process.aclose()
+
+
+def orphan_holder(journal: Path, marker: Path) -> str:
+    """A child's script: it begins run ``orphan`` on the SQLite journal at ``journal`` with a 600 s lease, and
+    writes ``marker`` once its one call (``hang``) started, which then waits a minute (for its SIGKILL)."""
+    return textwrap.dedent(
+        f"""
+        import anyio, pathlib
+        import toolsched as ts
+
+        @ts.tool
+        async def hang() -> None:
+            pathlib.Path({str(marker)!r}).write_text("started")
+            await anyio.sleep(60)
+
+        async def main() -> None:
+            async with ts.SqliteJournal({str(journal)!r}, lease=600) as journal:
+                await ts.Executor([hang], journal=journal).run([ts.ToolCall("h", "hang")], run_id="orphan")
+
+        anyio.run(main)
+        """
+    )
