@@ -27,10 +27,10 @@ demo: build
 test-rust:
 	cargo test --quiet
 
-# The tests are spread over the machine's cores, at most four processes (pytest-xdist); the tests that
-# share one Ray cluster, or the packaging tests' virtualenvs, run in one process each (`xdist_group`).
+# The tests are spread over the machine's cores, at most four processes (pytest-xdist), a module's tests
+# in one process (`--dist loadfile`: the Ray module shares one cluster, the packaging tests one wheel build).
 # `make test PYTEST_SPREAD=` runs them in one process.
-PYTEST_SPREAD ?= -n auto --maxprocesses 4 --dist loadgroup
+PYTEST_SPREAD ?= -n auto --maxprocesses 4 --dist loadfile
 # The journal tests need PostgreSQL and the fleet tests Redis: the scripts run pytest beside
 # throwaway servers (installing Debian's postgresql and redis-server packages when missing).
 test-python: build

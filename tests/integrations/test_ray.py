@@ -33,8 +33,7 @@ import toolsched as ts
 from toolsched._backends import ray_worker
 from toolsched._cli.cli import main
 
-# One Ray cluster for the module: its tests run in one process when the suite is spread over several.
-pytestmark = [pytest.mark.anyio, pytest.mark.xdist_group("ray")]
+pytestmark = pytest.mark.anyio
 
 # Ray workers cannot import this test module: its tools travel to them by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -18,13 +18,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         marker = item.get_closest_marker("installs")
-        if marker is None:
-            continue
-        if marker.args[0] not in _selected:
+        if marker is not None and marker.args[0] not in _selected:
             _selected.append(marker.args[0])
-        # The virtualenvs are built once for the session: with the suite spread over several processes
-        # (`make test`), every test that needs one runs in the same process.
-        item.add_marker(pytest.mark.xdist_group("wheel"))
 
 
 @pytest.fixture(scope="session")
