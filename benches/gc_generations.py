@@ -1,0 +1,83 @@
+"""How many collections of each generation one round of waiting calls costs, and the time in them, per lane.
+
+    python benches/gc_generations.py                 # 1,000 runs x 10 calls of 1 ms tools
+    python benches/gc_generations.py --runs 5000 --rounds 2
+
+For the bare TaskGroup and toolsched lanes of ``benches/platform_runs.py``: a warm-up round, then each
+counted round with ``gc.callbacks`` recording every collection, its generation, and the time between its
+start and stop callbacks. The counts of collections are those of the interpreter's own thresholds and do
+not move with the machine's load; the times do. A full collection (generation 2) walks every object alive,
+so one more of them near a round's peak costs as much as the rest together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import platform_runs  # the lanes and their workload
+
+LANES = ("taskgroup", "toolsched")
+
+
+class Collections:
+    """``gc.callbacks`` entry: the collections of each generation and the seconds spent in them."""
+
+    def __init__(self) -> None:
+        self.count: Counter[int] = Counter()
+        self.seconds: Counter[int] = Counter()
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            generation = info["generation"]
+            self.count[generation] += 1
+            self.seconds[generation] += time.perf_counter() - self._started
+
+
+async def measure(runs: int, calls: int, rounds: int) -> None:
+    lanes = {lane.name: lane for lane in platform_runs.lanes()}
+    turns = platform_runs.workload(runs, calls)
+    platform_runs.COUNTS.sleep = 0.001
+    total = runs * calls
+    print(f"{runs:,} runs x {calls} calls of 1 ms tools, per round")
+    print("| lane | collections (generation 0 / 1 / 2) | CPU us per call | us per call in generation 0 / 1 / 2 |")
+    print("|---|---|---:|---|")
+    for _ in range(rounds):
+        for name in LANES:
+            lane = lanes[name]
+            await lane.runs(turns)  # warm-up: caches, and the heap of the round before collected
+            gc.collect()
+            seen = Collections()
+            gc.callbacks.append(seen)
+            cpu = time.process_time()
+            try:
+                await lane.runs(turns)
+            finally:
+                cpu = time.process_time() - cpu
+                gc.callbacks.remove(seen)
+            counts = " / ".join(str(seen.count[generation]) for generation in range(3))
+            times = " / ".join(f"{seen.seconds[generation] / total * 1e6:.2f}" for generation in range(3))
+            print(f"| {name} | {counts} | {cpu / total * 1e6:.1f} | {times} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1000, help="concurrent runs (default 1,000)")
+    parser.add_argument("--calls", type=int, default=10, help="calls per turn (default 10)")
+    parser.add_argument("--rounds", type=int, default=1, help="counted rounds per lane (default 1)")
+    arguments = parser.parse_args()
+    asyncio.run(measure(arguments.runs, arguments.calls, arguments.rounds))
+
+
+if __name__ == "__main__":
+    main()
