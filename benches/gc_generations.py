@@ -4,10 +4,11 @@
     python benches/gc_generations.py --runs 5000 --rounds 2
 
 For the bare TaskGroup and toolsched lanes of ``benches/platform_runs.py``: a warm-up round, then each
-counted round with ``gc.callbacks`` recording every collection, its generation, and the time between its
-start and stop callbacks. The counts of collections are those of the interpreter's own thresholds and do
-not move with the machine's load; the times do. A full collection (generation 2) walks every object alive,
-so one more of them near a round's peak costs as much as the rest together.
+counted round with ``gc.callbacks`` recording every collection, its generation, the time between its
+start and stop callbacks, and how many tracked objects were alive as each full collection began. The
+counts follow the interpreter's own thresholds and do not move with the machine's load; the times do. A
+full collection (generation 2) walks every object alive, so one more of them near a round's peak costs as
+much as the rest together.
 """
 
 from __future__ import annotations
@@ -28,15 +29,19 @@ LANES = ("taskgroup", "toolsched")
 
 
 class Collections:
-    """``gc.callbacks`` entry: the collections of each generation and the seconds spent in them."""
+    """``gc.callbacks`` entry: the collections of each generation, the seconds spent in them, and the tracked
+    objects alive as each full collection began (counting them is not timed)."""
 
     def __init__(self) -> None:
         self.count: Counter[int] = Counter()
         self.seconds: Counter[int] = Counter()
+        self.alive_at_full: list[int] = []
         self._started = 0.0
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
+            if info["generation"] == 2:
+                self.alive_at_full.append(len(gc.get_objects()))
             self._started = time.perf_counter()
         else:
             generation = info["generation"]
@@ -50,13 +55,17 @@ async def measure(runs: int, calls: int, rounds: int) -> None:
     platform_runs.COUNTS.sleep = 0.001
     total = runs * calls
     print(f"{runs:,} runs x {calls} calls of 1 ms tools, per round")
-    print("| lane | collections (generation 0 / 1 / 2) | CPU us per call | us per call in generation 0 / 1 / 2 |")
-    print("|---|---|---:|---|")
+    print(
+        "| lane | collections (generation 0 / 1 / 2) | CPU us per call | us per call in generation 0 / 1 / 2 "
+        "| tracked objects alive at each full collection (thousands; before the round) |"
+    )
+    print("|---|---|---:|---|---|")
     for _ in range(rounds):
         for name in LANES:
             lane = lanes[name]
             await lane.runs(turns)  # warm-up: caches, and the heap of the round before collected
             gc.collect()
+            before = len(gc.get_objects())
             seen = Collections()
             gc.callbacks.append(seen)
             cpu = time.process_time()
@@ -67,7 +76,8 @@ async def measure(runs: int, calls: int, rounds: int) -> None:
                 gc.callbacks.remove(seen)
             counts = " / ".join(str(seen.count[generation]) for generation in range(3))
             times = " / ".join(f"{seen.seconds[generation] / total * 1e6:.2f}" for generation in range(3))
-            print(f"| {name} | {counts} | {cpu / total * 1e6:.1f} | {times} |")
+            alive = ", ".join(f"{count / 1000:.0f}" for count in seen.alive_at_full) or "none"
+            print(f"| {name} | {counts} | {cpu / total * 1e6:.1f} | {times} | {alive} ({before / 1000:.0f}) |")
 
 
 def main() -> None:

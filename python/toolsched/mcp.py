@@ -373,10 +373,10 @@ class McpConnection:
         from its text with each part deeper than a tool's schema may nest cut out, so that only the entries
         holding one are left out.
         """
-        from mcp_types import PARSE_ERROR, JSONRPCError, JSONRPCResponse
-
         if not self._listings:
             return item
+        from mcp_types import PARSE_ERROR, JSONRPCError, JSONRPCResponse
+
         if isinstance(item, Exception):
             raw = too_deep_line(item)
             request_id = None if raw is None else raw.get("id")
