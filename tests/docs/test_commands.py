@@ -90,7 +90,12 @@ COMMANDS = commands()
 
 
 def by_kind(kind: str) -> list[Command]:
-    return [command for command in COMMANDS if kind_of(command) == kind]
+    """The commands of one kind, each line once (the first page that gives it names it)."""
+    seen: dict[tuple[str, tuple[str, ...]], Command] = {}
+    for command in COMMANDS:
+        if kind_of(command) == kind:
+            seen.setdefault((command.line, command.shown), command)
+    return list(seen.values())
 
 
 def kind_of(command: Command) -> str:
