@@ -148,6 +148,40 @@ def fits(target: Any, positional: int, keywords: list[str]) -> bool:
     return True
 
 
+def written_as_signature(node: ast.Call, target: Any) -> bool:
+    """Whether the prose shows a signature, ``f(a, b=None)``: names, then keywords at their defaults."""
+    function = getattr(target.owner, target.name) if isinstance(target, Candidate) else target
+    parameters = inspect.signature(function).parameters
+    if not node.keywords or not all(isinstance(a, ast.Name) for a in node.args):
+        return False
+    for keyword in node.keywords:
+        parameter = parameters.get(keyword.arg or "")
+        value = keyword.value
+        if parameter is None or not isinstance(value, ast.Constant) or value.value is Ellipsis:
+            return False
+        if parameter.default is inspect.Parameter.empty or parameter.default != value.value:
+            return False
+    return True
+
+
+def keyword_only_shown_positional(code: str, node: ast.Call, target: Any) -> list[str]:
+    """The keyword-only parameters a signature in the prose shows before any ``*``: a reader would pass them
+    by position."""
+    function = getattr(target.owner, target.name) if isinstance(target, Candidate) else target
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return []
+    star = code.find("*")
+    wrong = []
+    for keyword in node.keywords:
+        parameter = parameters.get(keyword.arg or "")
+        shown_at = code.find(f"{keyword.arg}=")
+        if parameter is not None and parameter.kind is inspect.Parameter.KEYWORD_ONLY and (star < 0 or shown_at < star):
+            wrong.append(str(keyword.arg))
+    return wrong
+
+
 def as_call(code: str) -> ast.Call | None:
     """The call a piece of prose writes, signature shapes included (``f(a, *, b=None)``, ``f(a, b=)``)."""
     code = code.removeprefix("await ")
@@ -161,7 +195,7 @@ def as_call(code: str) -> ast.Call | None:
     return node if isinstance(node, ast.Call) else None
 
 
-def prose_calls() -> list[tuple[str, ast.Call, list[Any]]]:
+def prose_calls() -> list[tuple[str, str, ast.Call, list[Any]]]:
     found = []
     for page in PAGES:
         text = FENCED.sub("", page.read_text(encoding="utf-8"))
@@ -174,7 +208,7 @@ def prose_calls() -> list[tuple[str, ast.Call, list[Any]]]:
                 targets = candidates(node.func)
             except Foreign:
                 continue
-            found.append((f"{page.relative_to(REPOSITORY)}: {code}", node, targets))
+            found.append((f"{page.relative_to(REPOSITORY)}: {code}", code, node, targets))
     return found
 
 
@@ -185,9 +219,14 @@ def test_the_pages_write_toolsched_calls_in_prose() -> None:
     assert len(CALLS) >= 60
 
 
-@pytest.mark.parametrize(("node", "targets"), [(n, t) for _, n, t in CALLS], ids=[name for name, _, _ in CALLS])
-def test_a_call_in_prose_fits_its_signature(node: ast.Call, targets: list[Any]) -> None:
+@pytest.mark.parametrize(("code", "node", "targets"), [c[1:] for c in CALLS], ids=[c[0] for c in CALLS])
+def test_a_call_in_prose_fits_its_signature(code: str, node: ast.Call, targets: list[Any]) -> None:
     keywords = [keyword.arg for keyword in node.keywords if keyword.arg is not None]
-    assert any(fits(target, len(node.args), keywords) for target in targets), (
-        f"`{ast.unparse(node)}` fits no signature of {targets}"
+    fitting = [target for target in targets if fits(target, len(node.args), keywords)]
+    assert fitting, f"`{ast.unparse(node)}` fits no signature of {targets}"
+    # ``approve(call_id, args=None)`` shown for ``approve(call_id, *, args=None)`` reads as if ``args``
+    # could be passed second.
+    signatures = [target for target in fitting if written_as_signature(node, target)]
+    assert all(keyword_only_shown_positional(code, node, target) == [] for target in signatures), (
+        f"`{code}` shows keyword-only parameters without the `*` before them"
     )
