@@ -159,6 +159,25 @@ def _named(value: Any, name: str) -> Any:
     return value
 
 
+def _model_errors(error: pydantic.ValidationError, hidden: frozenset[str]) -> list[Any]:
+    """The details of ``error`` about arguments the model gives, as LangGraph reports them (those about
+    ``hidden`` arguments, and those about no argument, left out; hidden values left out of the inputs)."""
+    details = []
+    for detail in error.errors():
+        if not detail["loc"] or detail["loc"][0] in hidden:
+            continue
+        copied: dict[str, Any] = {**detail}
+        if isinstance(copied.get("input"), dict):
+            copied["input"] = {k: v for k, v in copied["input"].items() if k not in hidden}
+        details.append(copied)
+    return details
+
+
+def _own_error(response: Any) -> bool:
+    """Whether a LangChain tool answered with an error message of its own (its ``handle_tool_error``)."""
+    return isinstance(response, ToolMessage) and response.status == "error"
+
+
 def _content(output: Any) -> str | list[Any]:
     """A toolsched output as ``ToolMessage`` content: text and content blocks as they are, else JSON."""
     if isinstance(output, str):
@@ -490,7 +509,18 @@ class ToolNode(Runnable[Any, Any]):
                 return ToolInvocationError(name, details[0], kwargs, details[1])
             return ToolInvocationError(name, ValueError(result.error or "invalid arguments"), kwargs)  # type: ignore[arg-type]
         if result.error_kind == "execution_error":
-            return turn.raised.get(result.call_id)
+            raised = turn.raised.get(result.call_id)
+            if isinstance(raised, pydantic.ValidationError) and not is_invalid_resume(raised):
+                # As LangGraph's node reads it: a validation error out of the tool's invocation (its argument
+                # model's validators, or the tool's own code) is about the arguments, for the model to fix.
+                kwargs = dict(args) if isinstance(args, Mapping) else {}
+                member = self.toolsched_tools.get(name)
+                injections = self.injections_of(member) if isinstance(member, LangChainTool) else None
+                injected = set()
+                if injections is not None:
+                    injected = {*injections.state, *(a for a in (injections.store, injections.runtime) if a)}
+                return ToolInvocationError(name, raised, kwargs, _model_errors(raised, frozenset(injected)))
+            return raised
         return None
 
     def _pydantic_errors(self, name: str, kwargs: dict[str, Any]) -> tuple[Any, list[Any]] | None:
@@ -505,16 +535,7 @@ class ToolNode(Runnable[Any, Any]):
         try:
             model.model_validate(kwargs)
         except pydantic.ValidationError as exc:
-            hidden = member.hidden_arguments
-            details = []
-            for detail in exc.errors():
-                if detail["loc"] and detail["loc"][0] in hidden:
-                    continue
-                copied: dict[str, Any] = {**detail}
-                if isinstance(copied.get("input"), dict):
-                    copied["input"] = {k: v for k, v in copied["input"].items() if k not in hidden}
-                details.append(copied)
-            return exc, details
+            return exc, _model_errors(exc, member.hidden_arguments)
         return None
 
     def _handling(self, error: BaseException) -> str | None:
@@ -562,8 +583,13 @@ class ToolNode(Runnable[Any, Any]):
                 raise error
         if self.handle_tool_errors is False:
             # Failures of toolsched's own tools, which raise nothing LangGraph knows.
+            # A LangChain tool's own error message (its ``handle_tool_error``) answers the model, as in LangGraph.
             failed = [
-                r for r in results if r.error_kind in ("execution_error", "timeout") and errors.get(r.call_id) is None
+                r
+                for r in results
+                if r.error_kind in ("execution_error", "timeout")
+                and errors.get(r.call_id) is None
+                and not _own_error(turn.responses.get(r.call_id))
             ]
             if failed:
                 raise ToolCallFailed(failed[0], failed[1:], results)
@@ -577,8 +603,7 @@ class ToolNode(Runnable[Any, Any]):
     ) -> Any:
         response = turn.responses.get(result.call_id)
         if result.is_error:
-            own_error = isinstance(response, ToolMessage) and response.status == "error"
-            if own_error and result.error_kind == "execution_error":
+            if _own_error(response) and result.error_kind == "execution_error":
                 # The tool's own error message, as the tool wrote it.
                 return response
             if result.error_kind == "unknown_tool":

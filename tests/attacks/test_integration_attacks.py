@@ -1,0 +1,137 @@
+"""Attacks on the integrations as their users meet them: LangGraph's ``ToolNode`` fed what LangGraph's own
+node is fed (and compared with it, answer for answer), LangChain tools of every shape, and the OpenTelemetry
+spans of calls that are refused, time out, are cancelled or retried."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any
+
+import pydantic
+import pytest
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import ToolException, tool
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import InjectedState
+from langgraph.prebuilt import ToolNode as StockToolNode
+from scripted_models import tool_calls_message
+
+from toolsched.integrations.langgraph import ToolNode
+
+pytestmark = pytest.mark.anyio
+
+
+# -- LangGraph: ToolNode against LangGraph's own node ------------------------------------------------------
+
+
+async def one_node_outcome(make: Any, tools: list[Any], message: AIMessage, **options: Any) -> Any:
+    """What a one-node graph answers: its ToolMessages (id, name, status, content), or the exception that left it."""
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", make(tools, **options))
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    try:
+        out = await graph.compile().ainvoke({"messages": [message]})
+    except Exception as exc:
+        return ("raised", type(exc).__name__, str(exc).splitlines()[0])
+    return [(m.tool_call_id, m.name, m.status, m.content) for m in out["messages"] if isinstance(m, ToolMessage)]
+
+
+class NonNegative(pydantic.BaseModel):
+    n: int
+
+    @pydantic.field_validator("n")
+    @classmethod
+    def not_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("n must not be negative")
+        return value
+
+
+@tool(args_schema=NonNegative)
+def square_root(n: int) -> float:
+    """The square root of n."""
+    return float(n) ** 0.5
+
+
+class Reading(pydantic.BaseModel):
+    celsius: float
+
+
+@tool
+def parse_reading(raw: str) -> str:
+    """Parses a sensor reading (its own code validates it with pydantic)."""
+    return str(Reading.model_validate_json(raw).celsius)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # LangGraph runs on asyncio only
+@pytest.mark.parametrize("handling", ["default", "true", "types"])
+@pytest.mark.parametrize(
+    "call",
+    [("c1", "square_root", {"n": -4}), ("c1", "parse_reading", {"raw": '{"celsius": "warm"}'})],
+    ids=["argument-validator", "tool-body"],
+)
+async def test_a_validation_error_out_of_the_tool_answers_the_model_as_in_langgraph(
+    handling: str, call: tuple[str, str, dict[str, Any]]
+) -> None:
+    """A pydantic ValidationError raised while the tool is invoked (a validator JSON Schema cannot express, or
+    the tool's own parsing) is, for LangGraph's node, a ``ToolInvocationError``: the model is told, under the
+    default handling too. It used to leave the graph as the raw ValidationError."""
+    from langgraph.prebuilt.tool_node import ToolInvocationError
+
+    options: dict[str, Any] = {
+        "default": {},
+        "true": {"handle_tool_errors": True},
+        "types": {"handle_tool_errors": (ToolInvocationError,)},
+    }[handling]
+    message = tool_calls_message(call)
+    stock = await one_node_outcome(StockToolNode, [square_root, parse_reading], message, **options)
+    ours = await one_node_outcome(ToolNode, [square_root, parse_reading], message, **options)
+    assert isinstance(stock, list) and stock[0][2] == "error"
+    assert ours == stock
+
+
+@dataclasses.dataclass
+class Conversation:
+    messages: list[Any]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_dataclass_state_given_to_a_tool_wanting_a_dict_is_answered_as_in_langgraph() -> None:
+    """A tool whose injected state is typed ``dict`` in a graph whose state is not one: LangGraph's node answers
+    the model with the (filtered, empty) invocation error; the ValidationError used to leave the graph."""
+
+    @tool
+    def summarize(limit: int, state: Annotated[dict[str, Any], InjectedState]) -> str:
+        """Summarizes the conversation."""
+        return "summary"
+
+    message = tool_calls_message(("c1", "summarize", {"limit": 3}))
+    outcomes = []
+    for make in (StockToolNode, ToolNode):
+        graph = StateGraph(Conversation)
+        graph.add_node("tools", make([summarize]))
+        graph.add_edge(START, "tools")
+        graph.add_edge("tools", END)
+        out = await graph.compile().ainvoke(Conversation([message]))
+        outcomes.append([(m.tool_call_id, m.status, m.content) for m in out["messages"] if isinstance(m, ToolMessage)])
+    assert outcomes[0][0][1] == "error"
+    assert outcomes[1] == outcomes[0]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_tools_own_error_message_is_kept_when_the_node_handles_no_errors() -> None:
+    """A LangChain tool that handles its own ``ToolException`` answers with its error message; with
+    ``handle_tool_errors=False`` LangGraph's node passes that message on. It used to raise ToolCallFailed."""
+
+    @tool
+    def flaky(n: int) -> str:
+        """Fails in its own way."""
+        raise ToolException("the sensor is offline")
+
+    flaky.handle_tool_error = True
+    message = tool_calls_message(("c1", "flaky", {"n": 1}))
+    stock = await one_node_outcome(StockToolNode, [flaky], message, handle_tool_errors=False)
+    ours = await one_node_outcome(ToolNode, [flaky], message, handle_tool_errors=False)
+    assert stock == [("c1", "flaky", "error", "the sensor is offline")]
+    assert ours == stock
