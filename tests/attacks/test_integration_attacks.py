@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any
 
+import anyio
 import pydantic
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
@@ -14,8 +15,11 @@ from langchain_core.tools import ToolException, tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import InjectedState
 from langgraph.prebuilt import ToolNode as StockToolNode
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from scripted_models import tool_calls_message
 
+import toolsched as ts
+from toolsched.integrations import otel
 from toolsched.integrations.langgraph import ToolNode
 
 pytestmark = pytest.mark.anyio
@@ -135,3 +139,83 @@ async def test_a_tools_own_error_message_is_kept_when_the_node_handles_no_errors
     ours = await one_node_outcome(ToolNode, [flaky], message, handle_tool_errors=False)
     assert stock == [("c1", "flaky", "error", "the sensor is offline")]
     assert ours == stock
+
+
+# -- OpenTelemetry -----------------------------------------------------------------------------------------------
+
+
+class EndedSpans(SpanProcessor):
+    """Records the spans as they end."""
+
+    def __init__(self) -> None:
+        self.ended: list[ReadableSpan] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.ended.append(span)
+
+
+class BrokenExporter(SpanProcessor):
+    """A span processor that fails on every span it is handed (an exporter gone wrong)."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        raise RuntimeError("the exporter is broken")
+
+
+def broken_tracing() -> tuple[TracerProvider, EndedSpans]:
+    provider = TracerProvider()
+    ended = EndedSpans()
+    provider.add_span_processor(ended)
+    provider.add_span_processor(BrokenExporter())
+    return provider, ended
+
+
+def waiting_tool(calls: int) -> tuple[ts.Tool, anyio.Event]:
+    """A tool that waits until cancelled, and an event set once ``calls`` calls of it have started."""
+    started: list[int] = []
+    all_started = anyio.Event()
+
+    @ts.tool(read_only=True, concurrency_safe=True)
+    async def wait_forever(n: int) -> str:
+        """Waits until cancelled."""
+        started.append(n)
+        if len(started) == calls:
+            all_started.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    return wait_forever, all_started
+
+
+async def test_a_failing_span_processor_never_replaces_a_cancelled_runs_own_exception() -> None:
+    """A run cancelled by its caller ends as a cancellation (absorbed by the caller's cancel scope), even when the
+    spans it leaves open cannot be ended cleanly (the span processor raises); every open span is still ended.
+    The processor's RuntimeError reached the caller in place of the cancellation, and the later spans stayed open."""
+    provider, ended = broken_tracing()
+    tool, all_started = waiting_tool(2)
+    executor = otel.instrument(ts.Executor([tool]), tracer_provider=provider)
+    calls = [ts.ToolCall("c1", "wait_forever", {"n": 1}), ts.ToolCall("c2", "wait_forever", {"n": 2})]
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as group:
+            group.start_soon(executor.run, calls)
+            await all_started.wait()
+            scope.cancel()
+    assert scope.cancelled_caught
+    assert sorted(span.name for span in ended.ended) == [
+        "execute_tool wait_forever",
+        "execute_tool wait_forever",
+        "toolsched.batch",
+    ]
+    assert {(span.attributes or {}).get("error.type") for span in ended.ended} == {"cancelled"}
+
+
+async def test_a_failing_span_processor_never_breaks_closing_a_stream_early() -> None:
+    """Leaving ``stream`` early (its ``aclose``) ends the open spans without raising the processor's error."""
+    provider, ended = broken_tracing()
+    tool, _ = waiting_tool(1)
+    executor = otel.instrument(ts.Executor([tool]), tracer_provider=provider)
+    events = executor.stream([ts.ToolCall("c1", "wait_forever", {"n": 1})])
+    async for event in events:
+        if isinstance(event, ts.ToolStarted):
+            break
+    await events.aclose()
+    assert [span.name for span in ended.ended] == ["execute_tool wait_forever", "toolsched.batch"]

@@ -276,24 +276,31 @@ class OtelObserver:
     # -- runs that end without their events ------------------------------------
 
     def _abandon(self, run: _RunSpans, error_type: str, message: str) -> None:
-        """Ends the spans a run left open when it was cancelled or raised."""
+        """Ends the spans a run left open when it was cancelled or raised.
+
+        Never raises: the run's own exception (its cancellation) is what reaches the caller; a span that
+        cannot be ended (a failing span processor) is logged, and the others are still ended.
+        """
         from opentelemetry import context
         from opentelemetry.trace import Status, StatusCode
 
         current = _task_id()
-        for call_id, open_call in list(run.calls.items()):
+        spans: list[Span] = []
+        for open_call in run.calls.values():
             if open_call.token is not None and open_call.task == current:
                 context.detach(open_call.token)
-            open_call.span.set_attribute("error.type", error_type)
-            open_call.span.set_status(Status(StatusCode.ERROR, message))
-            open_call.span.end()
-            del run.calls[call_id]
-        for number, span in list(run.batches.items()):
-            span.set_attribute("error.type", error_type)
-            span.set_status(Status(StatusCode.ERROR, message))
-            span.end()
-            del run.batches[number]
+            spans.append(open_call.span)
+        spans.extend(run.batches.values())
+        run.calls.clear()
+        run.batches.clear()
         run.arguments.clear()
+        for span in spans:
+            try:
+                span.set_attribute("error.type", error_type)
+                span.set_status(Status(StatusCode.ERROR, message))
+                span.end()
+            except Exception:
+                logger.exception("could not end the span %r of an abandoned run", span)
 
 
 def _task_id() -> int | None:
