@@ -219,3 +219,48 @@ async def test_a_failing_span_processor_never_breaks_closing_a_stream_early() ->
             break
     await events.aclose()
     assert [span.name for span in ended.ended] == ["execute_tool wait_forever", "toolsched.batch"]
+
+
+async def test_concurrent_streamed_turns_on_one_executor_keep_their_spans_apart() -> None:
+    """Two ``turn()``s at once on one instrumented executor: each has its batch 0, and each call span sits under
+    its own turn's batch span; every span ends. The turns shared one set of open spans: the second batch 0
+    replaced the first, which never ended, and the first turn's calls were put under the second's batch."""
+    ended = EndedSpans()
+    provider = TracerProvider()
+    provider.add_span_processor(ended)
+    all_started = anyio.Event()
+    release = anyio.Event()
+    started: list[str] = []
+
+    @ts.tool(read_only=True, concurrency_safe=True)
+    async def fetch(url: str) -> str:
+        """Fetches a page."""
+        started.append(url)
+        if len(started) == 4:
+            all_started.set()
+        await release.wait()
+        return f"page {url}"
+
+    executor = otel.instrument(ts.Executor([fetch]), tracer_provider=provider)
+
+    async def one_turn(prefix: str) -> None:
+        async with executor.turn() as turn:
+            for n in (1, 2):
+                turn.submit(ts.ToolCall(f"{prefix}{n}", "fetch", {"url": f"{prefix}{n}"}))
+            turn.close()
+            await turn.outcome()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(one_turn, "a")
+        group.start_soon(one_turn, "b")
+        await all_started.wait()
+        release.set()
+    batches = [span for span in ended.ended if span.name == "toolsched.batch"]
+    calls = [span for span in ended.ended if span.name == "execute_tool fetch"]
+    assert len(batches) == 2 and len(calls) == 4
+    parents = {span.context.span_id: span for span in batches if span.context is not None}
+    under: dict[int, set[str]] = {}
+    for span in calls:
+        assert span.parent is not None and span.parent.span_id in parents
+        under.setdefault(span.parent.span_id, set()).add(str((span.attributes or {})["gen_ai.tool.call.id"]))
+    assert sorted(map(sorted, under.values())) == [["a1", "a2"], ["b1", "b2"]]

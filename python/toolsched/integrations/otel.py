@@ -39,9 +39,9 @@ Metrics (meter ``toolsched``):
   took, by ``gen_ai.tool.name`` (and ``error.type`` for failures).
 
 Everything attaches through the executor's ``on_event`` callbacks and a thin
-wrapper around ``run``, ``resume`` and ``stream`` (which keeps concurrent runs
-on one executor apart, and ends the spans of a cancelled run with
-``error.type`` = ``cancelled``); nothing is added to the call path when an
+wrapper around ``run``, ``resume``, ``stream`` and ``turn`` (which keeps
+concurrent runs and streamed turns on one executor apart, and ends the spans
+of a cancelled run with ``error.type`` = ``cancelled``); nothing is added to the call path when an
 executor is not instrumented. Needs ``opentelemetry-api``
 (``pip install 'toolsched[otel]'``); install an SDK to export.
 """
@@ -56,11 +56,13 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
 from toolsched._executor.executor import Executor
+from toolsched._executor.streaming import StreamingTurn
 from toolsched._values.calls import ToolCall
 from toolsched._values.content import content_parts, content_text
 from toolsched._values.events import (
@@ -359,6 +361,7 @@ def instrument(
     executor.run = _traced_run(observer, executor.run, record_arguments)  # type: ignore[method-assign]
     executor.resume = _traced_run(observer, executor.resume, False)  # type: ignore[method-assign]
     executor.stream = _traced_stream(observer, executor.stream, record_arguments)  # type: ignore[method-assign]
+    executor.turn = _traced_turn(observer, executor.turn)  # type: ignore[method-assign]
     return executor
 
 
@@ -369,7 +372,7 @@ def uninstrument(executor: Executor) -> None:
         return
     _, previous = installed
     executor.on_event = previous
-    for name in ("run", "resume", "stream"):
+    for name in ("run", "resume", "stream", "turn"):
         executor.__dict__.pop(name, None)
 
 
@@ -400,6 +403,67 @@ def _traced_run(observer: OtelObserver, method: Callable[..., Any], record_argum
             raise
         finally:
             _CURRENT_RUN.reset(token)
+
+    return traced
+
+
+class _TracedTurn(StreamingTurn):
+    """A streamed turn whose events are traced as one run of their own (internal; ``instrument`` makes the
+    executor's turns of this class, so that they stay ``StreamingTurn``s)."""
+
+    _otel_observer: OtelObserver
+    _otel_run: _RunSpans
+    _otel_token: Token[_RunSpans | None] | None
+
+    async def __aenter__(self) -> StreamingTurn:
+        # Set before the turn starts its tasks, which copy the caller's context: its events find this run.
+        self._otel_token = _CURRENT_RUN.set(self._otel_run)
+        try:
+            return await super().__aenter__()
+        except BaseException as exc:
+            self._otel_end(exc)
+            raise
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        ended = error
+        try:
+            await super().__aexit__(kind, error, traceback)
+        except BaseException as exc:
+            ended = exc
+            raise
+        finally:
+            self._otel_end(ended)
+
+    def _otel_end(self, error: BaseException | None) -> None:
+        """Ends what the turn left open (nothing, unless it was cancelled or failed) and leaves its run."""
+        run = self._otel_run
+        if run.calls or run.batches:
+            self._otel_observer._abandon(run, *(_failure(error) if error is not None else _NOT_FINISHED))
+        token, self._otel_token = self._otel_token, None
+        if token is not None:
+            try:
+                _CURRENT_RUN.reset(token)
+            except ValueError:
+                # Left from another context than the one it was entered in: nothing to restore there.
+                pass
+
+
+_NOT_FINISHED = ("cancelled", "the turn ended before the call finished")
+
+
+def _traced_turn(observer: OtelObserver, method: Callable[..., StreamingTurn]) -> Callable[..., StreamingTurn]:
+    @functools.wraps(method)
+    def traced(**options: Any) -> StreamingTurn:
+        turn = method(**options)
+        # The turn the executor made, traced: its class is swapped for the subclass that adds the run.
+        turn.__class__ = _TracedTurn
+        assert isinstance(turn, _TracedTurn)
+        turn._otel_observer = observer
+        turn._otel_run = _RunSpans()
+        turn._otel_token = None
+        return turn
 
     return traced
 
