@@ -264,3 +264,17 @@ async def test_concurrent_streamed_turns_on_one_executor_keep_their_spans_apart(
         assert span.parent is not None and span.parent.span_id in parents
         under.setdefault(span.parent.span_id, set()).add(str((span.attributes or {})["gen_ai.tool.call.id"]))
     assert sorted(map(sorted, under.values())) == [["a1", "a2"], ["b1", "b2"]]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_call_with_an_empty_tool_name_is_answered_as_an_unknown_tool_as_in_langgraph() -> None:
+    """A model that emits a call with an empty name gets LangGraph's "not a valid tool" answer, beside the turn's
+    other calls, so that it can try again; the node used to refuse the whole turn (ResponseFormatError)."""
+    message = tool_calls_message(("c1", "", {"n": 4}), ("c2", "square_root", {"n": 4}))
+    stock = await one_node_outcome(StockToolNode, [square_root], message)
+    ours = await one_node_outcome(ToolNode, [square_root], message)
+    assert stock == [
+        ("c1", "", "error", "Error:  is not a valid tool, try one of [square_root]."),
+        ("c2", "square_root", "success", "2.0"),
+    ]
+    assert ours == stock

@@ -481,7 +481,8 @@ class ToolNode(Runnable[Any, Any]):
                 )
             name = tool_call.get("name")
             call_id = tool_call.get("id")
-            if not isinstance(name, str) or not name:
+            if not isinstance(name, str):
+                # An empty name is a tool the node does not have, answered as such; no name at all is no call.
                 raise ResponseFormatError(f"tool call {position} has no tool name")
             if not isinstance(call_id, str) or not call_id:
                 raise ResponseFormatError(
