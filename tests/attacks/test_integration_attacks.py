@@ -4,10 +4,13 @@ spans of calls that are refused, time out, are cancelled or retried."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import threading
 from typing import Annotated, Any
 
 import anyio
+import anyio.to_thread
 import pydantic
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
@@ -20,6 +23,7 @@ from scripted_models import tool_calls_message
 
 import toolsched as ts
 from toolsched.integrations import otel
+from toolsched.integrations.langchain import from_langchain
 from toolsched.integrations.langgraph import ToolNode
 
 pytestmark = pytest.mark.anyio
@@ -278,3 +282,35 @@ async def test_a_call_with_an_empty_tool_name_is_answered_as_an_unknown_tool_as_
         ("c2", "square_root", "success", "2.0"),
     ]
     assert ours == stock
+
+
+# -- LangChain tools in an executor ------------------------------------------------------------------------------
+
+
+async def test_cancelling_a_run_cancels_a_langchain_async_tool_on_any_event_loop() -> None:
+    """An async LangChain tool (run on trio on an asyncio loop of its own in a worker thread) is cancelled when
+    its run is: the caller's cancellation returns once the tool has unwound. On trio the tool was left to run
+    to its end, and the caller's cancellation waited for it (a tool that never ends held it for good)."""
+    started = threading.Event()
+    seen: list[str] = []
+
+    @tool
+    async def crawl(url: str) -> str:
+        """Crawls a site (for a long time)."""
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        seen.append("finished")
+        return "crawled"
+
+    executor = ts.Executor([from_langchain(crawl)])
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as group:
+            group.start_soon(executor.run, [ts.ToolCall("c1", "crawl", {"url": "https://example.org"})])
+            await anyio.to_thread.run_sync(started.wait)
+            scope.cancel()
+    assert scope.cancelled_caught
+    assert seen == ["cancelled"]
