@@ -284,6 +284,50 @@ async def test_a_call_with_an_empty_tool_name_is_answered_as_an_unknown_tool_as_
     assert ours == stock
 
 
+@tool
+def lookup(key: str) -> str:
+    """Looks a key up."""
+    if key == "missing":
+        raise KeyError(key)
+    raise ValueError(f"bad key {key}")
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("key", ["missing", "other", 7], ids=["key-error", "value-error", "invalid-arguments"])
+async def test_an_empty_error_message_handles_nothing_as_in_langgraph(key: object) -> None:
+    """``handle_tool_errors=""`` is, for LangGraph's node, no handling (the flag is tested for its truth): the
+    tool's error leaves the graph. The node answered the model with the error's text instead."""
+    message = tool_calls_message(("c1", "lookup", {"key": key}))
+    stock = await one_node_outcome(StockToolNode, [lookup], message, handle_tool_errors="")
+    ours = await one_node_outcome(ToolNode, [lookup], message, handle_tool_errors="")
+    assert stock[0] == "raised"
+    assert ours == stock
+
+
+class KeyErrorsOnly:
+    """An error handler that is an object: the annotation of its ``__call__`` names what it handles."""
+
+    def __call__(self, error: KeyError) -> str:
+        return f"no such key: {error}"
+
+
+def key_errors_only(error: KeyError) -> str:
+    return f"no such key: {error}"
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("key", ["missing", "other"], ids=["key-error", "value-error"])
+async def test_an_error_handler_object_handles_only_what_its_call_annotation_names(key: str) -> None:
+    """A handler object is read as LangGraph reads a handler function (LangGraph's own node cannot read an object's
+    annotation at all): a ``KeyError`` handler answers the model for a KeyError and lets a ValueError leave the
+    graph. It handled every exception."""
+    message = tool_calls_message(("c1", "lookup", {"key": key}))
+    stock = await one_node_outcome(StockToolNode, [lookup], message, handle_tool_errors=key_errors_only)
+    ours = await one_node_outcome(ToolNode, [lookup], message, handle_tool_errors=KeyErrorsOnly())
+    assert ours == stock
+    assert (stock[0] == "raised") == (key == "other")
+
+
 # -- LangChain tools in an executor ------------------------------------------------------------------------------
 
 

@@ -125,7 +125,9 @@ def _handled_types(handler: Callable[..., Any]) -> tuple[type[Exception], ...]:
     """The exception types a handler function declares by its first parameter's annotation (Exception if none)."""
     try:
         parameters = [p for p in inspect.signature(handler).parameters.values() if p.name not in ("self", "cls")]
-        hints = typing.get_type_hints(handler)
+        # An object with ``__call__`` (not a function or method) declares its types on that method.
+        annotated = handler if inspect.isroutine(handler) else type(handler).__call__
+        hints = typing.get_type_hints(annotated)
     except (TypeError, ValueError, NameError):
         return (Exception,)
     if not parameters or parameters[0].name not in hints:
@@ -550,7 +552,8 @@ class ToolNode(Runnable[Any, Any]):
         flag = self.handle_tool_errors
         if isinstance(flag, _Default):
             return error.message if isinstance(error, ToolInvocationError) else None
-        if flag is False:
+        if flag is False or flag == "":
+            # An empty message is no handling, as for LangGraph's node (which tests the flag's truth).
             return None
         if flag is True:
             return TOOL_CALL_ERROR_TEMPLATE.format(error=repr(error))
@@ -582,7 +585,7 @@ class ToolNode(Runnable[Any, Any]):
             error = errors.get(result.call_id)
             if error is not None and self._handling(error) is None:
                 raise error
-        if self.handle_tool_errors is False:
+        if self.handle_tool_errors is False or self.handle_tool_errors == "":
             # Failures of toolsched's own tools, which raise nothing LangGraph knows.
             # A LangChain tool's own error message (its ``handle_tool_error``) answers the model, as in LangGraph.
             failed = [
