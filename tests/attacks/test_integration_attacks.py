@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import anyio
@@ -358,3 +359,86 @@ async def test_cancelling_a_run_cancels_a_langchain_async_tool_on_any_event_loop
             scope.cancel()
     assert scope.cancelled_caught
     assert seen == ["cancelled"]
+
+
+def recording_provider() -> tuple[TracerProvider, EndedSpans]:
+    provider = TracerProvider()
+    ended = EndedSpans()
+    provider.add_span_processor(ended)
+    return provider, ended
+
+
+def span_name_and_id(span: ReadableSpan) -> str:
+    attributes = span.attributes or {}
+    return f"{span.name} {attributes.get('gen_ai.tool.call.id', attributes.get('toolsched.batch.index'))}"
+
+
+def parent_name(span: ReadableSpan, ended: dict[int, ReadableSpan]) -> str:
+    """The parent's name and ID; "" for a root span, "open" for a parent that never ended."""
+    if span.parent is None:
+        return ""
+    parent = ended.get(span.parent.span_id)
+    return "open" if parent is None else span_name_and_id(parent)
+
+
+async def test_a_nested_run_keeps_its_batches_and_call_ids_apart_from_its_parents() -> None:
+    """An ``agent_tool``'s child run numbers its batches from 0 and may reuse the parent's call IDs: its spans
+    nest under the parent call, and the parent's batch and call spans all end. The child's batch 0 replaced
+    the parent's (which never ended), and a child call named as a parent call replaced that call's span."""
+    provider, ended = recording_provider()
+
+    @ts.tool(read_only=True, concurrency_safe=True)
+    async def lookup(query: str) -> str:
+        """Looks a query up."""
+        return f"found {query}"
+
+    @ts.agent_tool(ts.Executor([lookup]), description="Researches a topic.")
+    async def research(topic: str, child: ts.ChildRun) -> str:
+        found = await child.run(
+            [ts.ToolCall("c1", "lookup", {"query": topic}), ts.ToolCall("c2", "lookup", {"query": topic})]
+        )
+        return ", ".join(str(result.output) for result in found.results)
+
+    executor = otel.instrument(ts.Executor([research, lookup]), tracer_provider=provider)
+    outcome = await executor.run(
+        [ts.ToolCall("c1", "research", {"topic": "otters"}), ts.ToolCall("c2", "lookup", {"query": "seals"})]
+    )
+    assert [result.output for result in outcome.results] == ["found otters, found otters", "found seals"]
+    by_id = {span.context.span_id: span for span in ended.ended if span.context is not None}
+    tree = sorted((span_name_and_id(span), parent_name(span, by_id)) for span in ended.ended)
+    assert tree == [
+        ("execute_tool lookup c1", "toolsched.batch 0"),
+        ("execute_tool lookup c2", "toolsched.batch 0"),
+        ("execute_tool lookup c2", "toolsched.batch 1"),
+        ("execute_tool research c1", "toolsched.batch 0"),
+        ("toolsched.batch 0", ""),
+        ("toolsched.batch 0", "execute_tool research c1"),
+        ("toolsched.batch 1", ""),
+    ]
+
+
+async def test_recorded_arguments_of_calls_that_arrive_from_an_async_iterable() -> None:
+    """``run`` and ``stream`` take an async iterable of calls; with ``record_arguments=True`` the instrumented
+    executor raised TypeError (it listed the calls as a plain iterable) instead of running them."""
+    provider, ended = recording_provider()
+
+    @ts.tool(read_only=True, concurrency_safe=True)
+    async def lookup(query: str) -> str:
+        """Looks a query up."""
+        return f"found {query}"
+
+    async def streamed(*queries: str) -> AsyncIterator[ts.ToolCall]:
+        for number, query in enumerate(queries):
+            yield ts.ToolCall(f"c{number}", "lookup", {"query": query})
+
+    executor = otel.instrument(ts.Executor([lookup]), tracer_provider=provider, record_arguments=True)
+    outcome = await executor.run(streamed("otters"))
+    assert [result.output for result in outcome.results] == ["found otters"]
+    events = [event async for event in executor.stream(streamed("seals"))]
+    assert isinstance(events[-1], ts.RunFinished)
+    recorded = [
+        (span.attributes or {}).get("gen_ai.tool.call.arguments")
+        for span in ended.ended
+        if span.name == "execute_tool lookup"
+    ]
+    assert recorded == ['{"query": "otters"}', '{"query": "seals"}']

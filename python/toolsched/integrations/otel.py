@@ -53,7 +53,7 @@ import functools
 import json
 import logging
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -109,10 +109,12 @@ class _OpenCall:
 
 @dataclass(slots=True)
 class _RunSpans:
-    """The open spans of one run (internal)."""
+    """The open spans of one run (internal): keyed by the event's parent call path (None for the run's own
+    calls and batches; a nested run's have their own batch numbers and call IDs) and the batch or call."""
 
-    batches: dict[int, Span] = field(default_factory=dict)
-    calls: dict[str, _OpenCall] = field(default_factory=dict)
+    batches: dict[tuple[str | None, int], Span] = field(default_factory=dict)
+    calls: dict[tuple[str | None, str], _OpenCall] = field(default_factory=dict)
+    # The arguments of the run's own calls (``record_arguments``), by call ID.
     arguments: dict[str, Any] = field(default_factory=dict)
 
 
@@ -179,22 +181,22 @@ class OtelObserver:
         if isinstance(event, ToolStarted):
             self._started(run, event)
         elif isinstance(event, ToolFinished):
-            self._finished(run, event.result)
+            self._finished(run, event.result, event.parent_call_id)
         elif isinstance(event, BatchStarted):
             self._batch_started(run, event)
         elif isinstance(event, BatchFinished):
-            span = run.batches.pop(event.batch, None)
+            span = run.batches.pop((event.parent_call_id, event.batch), None)
             if span is not None:
                 span.end()
         elif isinstance(event, ToolProgress):
-            open_call = run.calls.get(event.call_id)
+            open_call = run.calls.get((event.parent_call_id, event.call_id))
             if open_call is not None:
                 attributes: dict[str, Any] = {"toolsched.progress.fraction": event.fraction}
                 if event.message is not None:
                     attributes["toolsched.progress.message"] = event.message
                 open_call.span.add_event("progress", attributes)
         elif isinstance(event, ToolRetrying):
-            open_call = run.calls.get(event.call_id)
+            open_call = run.calls.get((event.parent_call_id, event.call_id))
             if open_call is not None:
                 open_call.span.add_event(
                     "retry",
@@ -214,13 +216,13 @@ class OtelObserver:
                 "toolsched.batch.concurrent": event.concurrent,
             },
         )
-        run.batches[event.batch] = span
+        run.batches[event.parent_call_id, event.batch] = span
 
     def _started(self, run: _RunSpans, event: ToolStarted) -> None:
         from opentelemetry import context, trace
 
         parent: Context | None = None
-        batch_span = run.batches.get(event.batch) if event.batch is not None else None
+        batch_span = run.batches.get((event.parent_call_id, event.batch)) if event.batch is not None else None
         if batch_span is not None:
             parent = trace.set_span_in_context(batch_span)
         attributes: dict[str, Any] = {
@@ -235,7 +237,7 @@ class OtelObserver:
             attributes["gen_ai.tool.description"] = description
         if event.batch is not None:
             attributes["toolsched.batch.index"] = event.batch
-        if self.record_arguments and event.call_id in run.arguments:
+        if self.record_arguments and event.parent_call_id is None and event.call_id in run.arguments:
             attributes["gen_ai.tool.call.arguments"] = _as_text(run.arguments[event.call_id])
         span = self._tracer.start_span(
             f"{OPERATION} {event.tool_name}", context=parent, kind=trace.SpanKind.INTERNAL, attributes=attributes
@@ -246,14 +248,15 @@ class OtelObserver:
             # The tool runs in this task next: its own spans become children of this one.
             token = context.attach(trace.set_span_in_context(span))
             task = _task_id()
-        run.calls[event.call_id] = _OpenCall(span, token, task)
+        run.calls[event.parent_call_id, event.call_id] = _OpenCall(span, token, task)
 
-    def _finished(self, run: _RunSpans, result: ToolResult) -> None:
+    def _finished(self, run: _RunSpans, result: ToolResult, parent_call_id: str | None = None) -> None:
         from opentelemetry import context
         from opentelemetry.trace import Status, StatusCode
 
-        open_call = run.calls.pop(result.call_id, None)
-        run.arguments.pop(result.call_id, None)
+        open_call = run.calls.pop((parent_call_id, result.call_id), None)
+        if parent_call_id is None:
+            run.arguments.pop(result.call_id, None)
         attributes: dict[str, Any] = {"gen_ai.tool.name": result.tool_name, "gen_ai.operation.name": OPERATION}
         if result.is_error:
             attributes["error.type"] = result.error_kind or "execution_error"
@@ -381,12 +384,25 @@ def is_instrumented(executor: Executor) -> bool:
     return executor in _INSTRUMENTED
 
 
-def _remember_arguments(run: _RunSpans, calls: Iterable[ToolCall]) -> list[ToolCall]:
+def _remember_arguments(
+    run: _RunSpans, calls: Iterable[ToolCall] | AsyncIterable[ToolCall]
+) -> list[ToolCall] | AsyncIterator[ToolCall]:
+    """``calls`` as the run gets them, their arguments kept for the spans: a list, or (for an async iterable, whose
+    calls arrive over time) an iterator that keeps each call's as it passes."""
+    if isinstance(calls, AsyncIterable):
+        return _remembering(run, calls)
     listed = calls if isinstance(calls, list) else list(calls)
     for call in listed:
         if isinstance(call, ToolCall):
             run.arguments.setdefault(call.id, call.args)
     return listed
+
+
+async def _remembering(run: _RunSpans, calls: AsyncIterable[ToolCall]) -> AsyncIterator[ToolCall]:
+    async for call in calls:
+        if isinstance(call, ToolCall):
+            run.arguments.setdefault(call.id, call.args)
+        yield call
 
 
 def _traced_run(observer: OtelObserver, method: Callable[..., Any], record_arguments: bool) -> Callable[..., Any]:
@@ -472,7 +488,9 @@ def _traced_stream(
     observer: OtelObserver, method: Callable[..., AsyncIterator[Event]], record_arguments: bool
 ) -> Callable[..., AsyncGenerator[Event, None]]:
     @functools.wraps(method)
-    async def traced(calls: Iterable[ToolCall], /, **options: Any) -> AsyncGenerator[Event, None]:
+    async def traced(
+        calls: Iterable[ToolCall] | AsyncIterable[ToolCall], /, **options: Any
+    ) -> AsyncGenerator[Event, None]:
         run = _RunSpans()
         if record_arguments:
             calls = _remember_arguments(run, calls)
