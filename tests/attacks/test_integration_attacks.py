@@ -442,3 +442,27 @@ async def test_recorded_arguments_of_calls_that_arrive_from_an_async_iterable() 
         if span.name == "execute_tool lookup"
     ]
     assert recorded == ['{"query": "otters"}', '{"query": "seals"}']
+
+
+@pytest.mark.parametrize("record_arguments", [False, True], ids=["plain", "recording"])
+async def test_an_instrumented_executor_takes_its_arguments_by_keyword_as_before(record_arguments: bool) -> None:
+    """``run(calls=...)``, ``stream(calls=...)`` and ``resume(state=...)`` are the executor's own signatures;
+    instrumented, each raised TypeError (the wrappers took their first argument by position only)."""
+    provider, ended = recording_provider()
+
+    @ts.tool(needs_approval=True)
+    async def deploy(service: str) -> str:
+        """Deploys a service."""
+        return f"deployed {service}"
+
+    executor = otel.instrument(ts.Executor([deploy]), tracer_provider=provider, record_arguments=record_arguments)
+    waiting = await executor.run(calls=[ts.ToolCall("c1", "deploy", {"service": "api"})])
+    state = waiting.state
+    assert state is not None
+    state.approve("c1")
+    resumed = await executor.resume(state=state)
+    assert [result.output for result in resumed.results] == ["deployed api"]
+    events = [event async for event in executor.stream(calls=[ts.ToolCall("c2", "deploy", {"service": "web"})])]
+    assert isinstance(events[-1], ts.RunFinished)
+    # The resumed call ran (a span); the streamed one waits for approval, as the first did (no span yet).
+    assert [span.name for span in ended.ended if span.name.startswith("execute_tool")] == ["execute_tool deploy"]

@@ -384,18 +384,30 @@ def is_instrumented(executor: Executor) -> bool:
     return executor in _INSTRUMENTED
 
 
-def _remember_arguments(
-    run: _RunSpans, calls: Iterable[ToolCall] | AsyncIterable[ToolCall]
-) -> list[ToolCall] | AsyncIterator[ToolCall]:
+def _remember_arguments(run: _RunSpans, calls: Any) -> Any:
     """``calls`` as the run gets them, their arguments kept for the spans: a list, or (for an async iterable, whose
     calls arrive over time) an iterator that keeps each call's as it passes."""
     if isinstance(calls, AsyncIterable):
         return _remembering(run, calls)
+    if not isinstance(calls, Iterable) or isinstance(calls, (str, bytes, Mapping)):
+        return calls  # not calls: the method refuses it with its own error
     listed = calls if isinstance(calls, list) else list(calls)
     for call in listed:
         if isinstance(call, ToolCall):
             run.arguments.setdefault(call.id, call.args)
     return listed
+
+
+def _with_remembered_calls(
+    run: _RunSpans, arguments: tuple[Any, ...], options: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments of ``run`` or ``stream`` (the calls given by position or as ``calls=``), the calls' own
+    arguments kept for the spans; anything else is passed on as it is, for the method to judge."""
+    if arguments:
+        return (_remember_arguments(run, arguments[0]), *arguments[1:]), options
+    if "calls" in options:
+        return arguments, {**options, "calls": _remember_arguments(run, options["calls"])}
+    return arguments, options
 
 
 async def _remembering(run: _RunSpans, calls: AsyncIterable[ToolCall]) -> AsyncIterator[ToolCall]:
@@ -407,13 +419,13 @@ async def _remembering(run: _RunSpans, calls: AsyncIterable[ToolCall]) -> AsyncI
 
 def _traced_run(observer: OtelObserver, method: Callable[..., Any], record_arguments: bool) -> Callable[..., Any]:
     @functools.wraps(method)
-    async def traced(first: Any, /, **options: Any) -> Any:
+    async def traced(*arguments: Any, **options: Any) -> Any:
         run = _RunSpans()
         if record_arguments:
-            first = _remember_arguments(run, first)
+            arguments, options = _with_remembered_calls(run, arguments, options)
         token = _CURRENT_RUN.set(run)
         try:
-            return await method(first, **options)
+            return await method(*arguments, **options)
         except BaseException as exc:
             observer._abandon(run, *_failure(exc))
             raise
@@ -488,15 +500,13 @@ def _traced_stream(
     observer: OtelObserver, method: Callable[..., AsyncIterator[Event]], record_arguments: bool
 ) -> Callable[..., AsyncGenerator[Event, None]]:
     @functools.wraps(method)
-    async def traced(
-        calls: Iterable[ToolCall] | AsyncIterable[ToolCall], /, **options: Any
-    ) -> AsyncGenerator[Event, None]:
+    async def traced(*arguments: Any, **options: Any) -> AsyncGenerator[Event, None]:
         run = _RunSpans()
         if record_arguments:
-            calls = _remember_arguments(run, calls)
+            arguments, options = _with_remembered_calls(run, arguments, options)
         token = _CURRENT_RUN.set(run)
         try:
-            async with contextlib.aclosing(cast(AsyncGenerator[Event, None], method(calls, **options))) as events:
+            async with contextlib.aclosing(cast(AsyncGenerator[Event, None], method(*arguments, **options))) as events:
                 async for event in events:
                     yield event
         except BaseException as exc:
