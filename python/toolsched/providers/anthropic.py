@@ -298,6 +298,11 @@ class MessageAssembler:
         block = self._blocks.get(index)
         if delta is None:
             return
+        if not is_record(delta):
+            # Read as a delta of no known kind, its input would be dropped and the call run without it.
+            raise ResponseFormatError(
+                f"{PROVIDER}: the delta of content block {index!r} must be an object, got {type(delta).__name__}"
+            )
         kind = read(delta, "type")
         if block is None or index in self._stopped:
             if kind == "input_json_delta":

@@ -1,0 +1,120 @@
+"""Hostile streams and replies for the provider doors: pieces of the wrong shape, events out of order, a
+consumer that gives up.
+
+A streamed turn is answered whole (every call run with the arguments the model gave, answered once, in the
+turn's order) or refused with a typed error (``ResponseFormatError`` or ``IncompleteStreamError`` as the
+cause of ``StreamFailed``), as the whole response would be: never a call run with arguments the stream lost,
+never a call the model did not make.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from weather import weather
+
+import toolsched as ts
+from toolsched.providers import anthropic as ts_anthropic
+from toolsched.providers import openai_chat as ts_chat
+
+pytestmark = pytest.mark.anyio
+
+
+# --- OpenAI Chat: tool call deltas that are no list of objects --------------------------------------------
+
+
+def _chunk(tool_calls: Any = None, finish: str | None = None, *, delta: Any = None) -> dict[str, Any]:
+    if delta is None:
+        delta = {} if tool_calls is None else {"tool_calls": tool_calls}
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+OSLO = {"index": 0, "id": "call_oslo", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
+
+
+@pytest.mark.parametrize(
+    "tool_calls",
+    [
+        {"index": 0, "id": "call_oslo", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}},
+        "get_weather",
+        [None],
+        [3],
+        [["get_weather"]],
+    ],
+    ids=["one-object", "text", "none", "number", "list"],
+)
+async def test_chat_tool_call_deltas_that_are_no_list_of_objects_break_the_stream_as_the_whole_reply_would(
+    tool_calls: Any,
+) -> None:
+    ran: list[str] = []
+    whole = {"role": "assistant", "tool_calls": tool_calls}
+    with pytest.raises(ts.ResponseFormatError):
+        ts_chat.calls_from(whole)
+    with pytest.raises(ts.StreamFailed) as raised:
+        await ts_chat.execute_stream(ts.Executor(weather(ran)), [_chunk(tool_calls), _chunk(None, "tool_calls")])
+    assert isinstance(raised.value.__cause__, ts.ResponseFormatError)
+    assert raised.value.outcome.results == []
+    assert ran == []
+
+
+@pytest.mark.parametrize("delta", ["Oslo is sunny", 7, ["text"]], ids=["text", "number", "list"])
+async def test_chat_a_delta_that_is_no_object_breaks_the_stream(delta: Any) -> None:
+    with pytest.raises(ts.StreamFailed) as raised:
+        await ts_chat.execute_stream(ts.Executor(weather([])), [_chunk(delta=delta), _chunk(None, "stop")])
+    assert isinstance(raised.value.__cause__, ts.ResponseFormatError)
+
+
+async def test_chat_arguments_split_at_every_character_run_as_the_model_wrote_them() -> None:
+    ran: list[str] = []
+    text = '{"city": "Z\u00fcrich \U0001f600"}'
+    chunks = [_chunk([OSLO])]
+    chunks += [_chunk([{"index": 0, "function": {"arguments": piece}}]) for piece in text]
+    chunks.append(_chunk(None, "tool_calls"))
+    execution = await ts_chat.execute_stream(ts.Executor(weather(ran)), chunks)
+    assert ran == ["Z\u00fcrich \U0001f600"]
+    assert execution.assistant["tool_calls"][0]["function"]["arguments"] == text
+
+
+# --- Anthropic: a delta that is no object -------------------------------------------------------------------
+
+
+def _message(*middle: dict[str, Any]) -> list[dict[str, Any]]:
+    """An Anthropic message's events around ``middle``."""
+    start = {
+        "type": "message_start",
+        "message": {"id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": "m"},
+    }
+    end = [{"type": "message_delta", "delta": {"stop_reason": "tool_use"}}, {"type": "message_stop"}]
+    return [start, *middle, *end]
+
+
+def _use(index: int, call_id: str, given: dict[str, Any] | None = None) -> dict[str, Any]:
+    block = {"type": "tool_use", "id": call_id, "name": "get_weather", "input": {} if given is None else given}
+    return {"type": "content_block_start", "index": index, "content_block": block}
+
+
+def _json(index: int, piece: Any) -> dict[str, Any]:
+    return {"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}}
+
+
+def _stop(index: int) -> dict[str, Any]:
+    return {"type": "content_block_stop", "index": index}
+
+
+@pytest.mark.parametrize("delta", ['{"city": "Oslo"}', 7, ['{"city": "Oslo"}']], ids=["text", "number", "list"])
+async def test_anthropic_a_delta_that_is_no_object_breaks_the_stream_not_the_calls_input(delta: Any) -> None:
+    ran: list[str] = []
+
+    @ts.tool(read_only=True)
+    async def get_weather(city: str = "here") -> str:
+        """Current weather (here when no city is given)."""
+        ran.append(city)
+        return city
+
+    events = _message(_use(0, "toolu_1"), {"type": "content_block_delta", "index": 0, "delta": delta}, _stop(0))
+    with pytest.raises(ts.StreamFailed) as raised:
+        await ts_anthropic.execute_stream(ts.Executor([get_weather]), events)
+    assert isinstance(raised.value.__cause__, ts.ResponseFormatError)
+    # The call never ran with the input the broken delta lost (its default, "here").
+    assert ran == []
