@@ -17,6 +17,7 @@ from weather import weather
 import toolsched as ts
 from toolsched.providers import anthropic as ts_anthropic
 from toolsched.providers import openai_chat as ts_chat
+from toolsched.providers import openai_responses as ts_responses
 
 pytestmark = pytest.mark.anyio
 
@@ -118,3 +119,48 @@ async def test_anthropic_a_delta_that_is_no_object_breaks_the_stream_not_the_cal
     assert isinstance(raised.value.__cause__, ts.ResponseFormatError)
     # The call never ran with the input the broken delta lost (its default, "here").
     assert ran == []
+
+
+# --- OpenAI Responses: items done out of their output order ---------------------------------------------------
+
+
+def _call(call_id: str, city: str) -> dict[str, Any]:
+    arguments = '{"city": "' + city + '"}'
+    return {
+        "type": "function_call",
+        "id": f"fc_{call_id}",
+        "call_id": call_id,
+        "name": "get_weather",
+        "arguments": arguments,
+    }
+
+
+def _done(index: int, item: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "response.output_item.done", "output_index": index, "item": item}
+
+
+async def test_responses_calls_done_out_of_output_order_match_the_final_output_in_its_order() -> None:
+    ran: list[str] = []
+    oslo, bern = _call("call_oslo", "Oslo"), _call("call_bern", "Bern")
+    events = [
+        _done(1, bern),
+        _done(0, oslo),
+        {"type": "response.completed", "response": {"output": [dict(oslo), dict(bern)]}},
+    ]
+    execution = await ts_responses.execute_stream(ts.Executor(weather(ran)), events)
+    assert sorted(ran) == ["Bern", "Oslo"]
+    assert [call.id for call in execution.calls] == ["call_oslo", "call_bern"]
+    assert [item["call_id"] for item in execution.items] == ["call_oslo", "call_bern"]
+    assert [item["call_id"] for item in execution.assistant] == ["call_oslo", "call_bern"]
+
+
+async def test_responses_a_final_output_in_another_order_than_the_output_indexes_still_breaks_the_stream() -> None:
+    oslo, bern = _call("call_oslo", "Oslo"), _call("call_bern", "Bern")
+    events = [
+        _done(0, oslo),
+        _done(1, bern),
+        {"type": "response.completed", "response": {"output": [dict(bern), dict(oslo)]}},
+    ]
+    with pytest.raises(ts.StreamFailed) as raised:
+        await ts_responses.execute_stream(ts.Executor(weather([])), events)
+    assert isinstance(raised.value.__cause__, ts.ResponseFormatError)
