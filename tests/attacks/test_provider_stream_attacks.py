@@ -16,6 +16,7 @@ from weather import weather
 
 import toolsched as ts
 from toolsched.providers import anthropic as ts_anthropic
+from toolsched.providers import gemini as ts_gemini
 from toolsched.providers import openai_chat as ts_chat
 from toolsched.providers import openai_responses as ts_responses
 
@@ -164,3 +165,25 @@ async def test_responses_a_final_output_in_another_order_than_the_output_indexes
     with pytest.raises(ts.StreamFailed) as raised:
         await ts_responses.execute_stream(ts.Executor(weather([])), events)
     assert isinstance(raised.value.__cause__, ts.ResponseFormatError)
+
+
+# --- Gemini: a part that is no object -------------------------------------------------------------------------
+
+
+def _chunk_of(parts: list[Any], finish: str | None = None) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    return {"candidates": [candidate]}
+
+
+@pytest.mark.parametrize("part", ["It is sunny.", None, 7], ids=["text", "none", "number"])
+async def test_gemini_a_streamed_part_that_is_no_object_breaks_the_stream_as_the_whole_reply_would(part: Any) -> None:
+    ran: list[str] = []
+    oslo = {"functionCall": {"name": "get_weather", "args": {"city": "Oslo"}, "id": "g1"}}
+    with pytest.raises(ts.ResponseFormatError):
+        ts_gemini.calls_from(_chunk_of([part, oslo]))
+    with pytest.raises(ts.StreamFailed) as raised:
+        await ts_gemini.execute_stream(ts.Executor(weather(ran)), [_chunk_of([part, oslo]), _chunk_of([], "STOP")])
+    assert isinstance(raised.value.__cause__, ts.ResponseFormatError)
+    assert ran == []

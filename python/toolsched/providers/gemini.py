@@ -326,7 +326,12 @@ class ContentAssembler:
         content = model_content(chunk, candidate=self._candidate)
         found: list[Any] = []
         if content is not None:
-            for part in sequence_of(read(content, "parts") or [], PROVIDER, "parts"):
+            for number, part in enumerate(sequence_of(read(content, "parts") or [], PROVIDER, "parts")):
+                if not is_record(part):
+                    # As in a whole response: a turn holding it could not be sent back.
+                    raise ResponseFormatError(
+                        f"{PROVIDER}: parts[{number}] must be an object, got {type(part).__name__}"
+                    )
                 function_call = read(part, "function_call", "functionCall")
                 if function_call is not None and (
                     read(function_call, "will_continue", "willContinue")
