@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sdk_clients import MODULES, PROVIDERS, Client
 from weather import weather
 
 import toolsched as ts
@@ -19,6 +20,7 @@ from toolsched.providers import anthropic as ts_anthropic
 from toolsched.providers import gemini as ts_gemini
 from toolsched.providers import openai_chat as ts_chat
 from toolsched.providers import openai_responses as ts_responses
+from toolsched.testing import Reply, ScriptedProvider, ToolUse, response_body
 
 pytestmark = pytest.mark.anyio
 
@@ -187,3 +189,32 @@ async def test_gemini_a_streamed_part_that_is_no_object_breaks_the_stream_as_the
         await ts_gemini.execute_stream(ts.Executor(weather(ran)), [_chunk_of([part, oslo]), _chunk_of([], "STOP")])
     assert isinstance(raised.value.__cause__, ts.ResponseFormatError)
     assert ran == []
+
+
+# --- What is no stream ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_what_is_no_stream_is_refused_before_anything_is_read_not_reported_as_a_broken_one(provider: str) -> None:
+    # A StreamFailed asks the caller to send the request again: for a coroutine never awaited, a stream manager
+    # never entered or a whole response, every retry would "break" the same way.
+    module = MODULES[provider]
+    with ScriptedProvider([Reply(text="It is sunny.")] * 2) as scripted:
+        async with Client(provider, scripted.url) as client:
+            pending = client.stream()
+            with pytest.raises(ts.OptionError, match="await it first"):
+                await module.execute_stream(ts.Executor(weather([])), pending)
+            whole = await pending
+            async for _ in whole:
+                pass
+            if provider == "anthropic":
+                manager = client.sdk.messages.stream(
+                    model="m", max_tokens=99, messages=[{"role": "user", "content": "hi"}]
+                )
+                with pytest.raises(ts.OptionError, match="enter it first"):
+                    await module.execute_stream(ts.Executor(weather([])), manager)
+    body = response_body(provider, Reply(tool_uses=[ToolUse("get_weather", {"city": "Oslo"})]))
+    for value in (body, None, 7):
+        with pytest.raises(ts.OptionError, match="stream of events"):
+            await module.execute_stream(ts.Executor(weather([])), value)
