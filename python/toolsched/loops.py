@@ -181,8 +181,20 @@ def _conversation(value: Any, keyword: str, what: str) -> list[Any]:
 
 
 def _with_tools(request: dict[str, Any], tools: list[Any]) -> dict[str, Any]:
-    """The request keywords with the executor's tools first and the caller's own (hosted) tools after."""
-    merged = [*tools, *request.get("tools", ())]
+    """The request keywords with the executor's tools first and the caller's own (hosted) tools after.
+
+    The caller's ``tools`` is a list (or tuple); None or an SDK's "not given" (a false value) is none. A single
+    tool, or anything else, is refused with ``OptionError`` before anything is sent.
+    """
+    own = request.get("tools")
+    if not isinstance(own, (list, tuple)):
+        if own is not None and own:
+            raise OptionError(
+                f"tools= takes a list of the API's own tools (sent after the executor's), got {type(own).__name__}; "
+                "nothing was sent"
+            )
+        own = ()
+    merged = [*tools, *own]
     options = {key: value for key, value in request.items() if key != "tools"}
     if merged:
         options["tools"] = merged
