@@ -124,6 +124,23 @@ async def test_anthropic_a_delta_that_is_no_object_breaks_the_stream_not_the_cal
     assert ran == []
 
 
+@pytest.mark.parametrize("index", [[0], {"at": 0}, "0", None, True], ids=["list", "dict", "text", "none", "bool"])
+@pytest.mark.parametrize("kind", ["content_block_delta", "content_block_stop"])
+async def test_anthropic_a_block_event_without_an_integer_index_breaks_the_stream_with_a_typed_error(
+    index: Any, kind: str
+) -> None:
+    ran: list[str] = []
+    event: dict[str, Any] = {"type": kind, "index": index}
+    if kind == "content_block_delta":
+        event["delta"] = {"type": "input_json_delta", "partial_json": '{"city": "Oslo"}'}
+    events = _message(_use(0, "toolu_0"), _use(1, "toolu_1", {"city": "Bern"}), event, _stop(0), _stop(1))
+    with pytest.raises(ts.StreamFailed) as raised:
+        await ts_anthropic.execute_stream(ts.Executor(weather(ran)), events)
+    # A list or a dict there was looked up as a block and raised TypeError; True was taken for block 1.
+    assert isinstance(raised.value.__cause__, ts.ResponseFormatError)
+    assert ran == []
+
+
 # --- OpenAI Responses: items done out of their output order ---------------------------------------------------
 
 
@@ -167,6 +184,22 @@ async def test_responses_a_final_output_in_another_order_than_the_output_indexes
     with pytest.raises(ts.StreamFailed) as raised:
         await ts_responses.execute_stream(ts.Executor(weather([])), events)
     assert isinstance(raised.value.__cause__, ts.ResponseFormatError)
+
+
+@pytest.mark.parametrize("index", [[1], {"at": 1}, "1", None], ids=["list", "dict", "text", "none"])
+async def test_responses_an_output_index_that_is_no_integer_places_the_item_after_the_others(index: Any) -> None:
+    ran: list[str] = []
+    oslo, bern = _call("call_oslo", "Oslo"), _call("call_bern", "Bern")
+    events = [
+        {"type": "response.output_item.added", "output_index": index, "item": dict(bern, status="in_progress")},
+        _done(0, oslo),
+        {"type": "response.output_item.done", "output_index": index, "item": bern},
+        {"type": "response.completed", "response": {"id": "resp_1"}},
+    ]
+    # A list or a dict as the index raised TypeError (no ResponseFormatError: the stream is whole).
+    execution = await ts_responses.execute_stream(ts.Executor(weather(ran)), events)
+    assert ran == ["Oslo", "Bern"]
+    assert [item["call_id"] for item in execution.items] == ["call_oslo", "call_bern"]
 
 
 # --- Gemini: a part that is no object -------------------------------------------------------------------------

@@ -272,21 +272,19 @@ class MessageAssembler:
             if isinstance(reason, str):
                 self.stop_reason = reason
         elif kind == "content_block_start":
-            index = read(event, "index")
             block = as_record(read(event, "content_block"))
             if not isinstance(block, dict):
                 raise ResponseFormatError(f"{PROVIDER}: content_block_start without a content block")
-            if isinstance(index, bool) or not isinstance(index, int):
-                raise ResponseFormatError(f"{PROVIDER}: content_block_start has no integer `index`")
+            index = _index(event, kind)
             if index in self._blocks:
                 raise ResponseFormatError(f"{PROVIDER}: content block {index!r} started twice in one message")
             if block.get("type") in ("tool_use", "server_tool_use", "mcp_tool_use"):
                 self._json[index] = []
             self._blocks[index] = block
         elif kind == "content_block_delta":
-            self._delta(read(event, "index"), read(event, "delta"))
+            self._delta(_index(event, kind), read(event, "delta"))
         elif kind == "content_block_stop":
-            return self._stop(read(event, "index"))
+            return self._stop(_index(event, kind))
         elif kind == "message_stop":
             self._ended = True
         elif kind == "error":
@@ -294,7 +292,7 @@ class MessageAssembler:
             raise IncompleteStreamError(PROVIDER, f"the stream reported an error: {detail}")
         return []
 
-    def _delta(self, index: Any, delta: Any) -> None:
+    def _delta(self, index: int, delta: Any) -> None:
         block = self._blocks.get(index)
         if delta is None:
             return
@@ -325,7 +323,7 @@ class MessageAssembler:
         elif kind == "citations_delta":
             block.setdefault("citations", []).append(as_record(read(delta, "citation")))
 
-    def _stop(self, index: Any) -> list[ToolCall]:
+    def _stop(self, index: int) -> list[ToolCall]:
         block = self._blocks.get(index)
         if block is None or index in self._stopped:
             return []
@@ -391,6 +389,15 @@ class MessageAssembler:
         for index in list(self._blocks):
             self._join_texts(index)
         return {"role": "assistant", "content": [self._blocks[index] for index in sorted(self._blocks)]}
+
+
+def _index(event: Any, kind: str) -> int:
+    """The block ``index`` of a content block event; an event without an integer one is malformed (it names no
+    block: a list or a dict there could not even be looked up)."""
+    index = read(event, "index")
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise ResponseFormatError(f"{PROVIDER}: {kind} has no integer `index`, got {type(index).__name__}")
+    return index
 
 
 def _piece(delta: Any, field: str) -> str:

@@ -258,12 +258,12 @@ class ResponseAssembler:
         if kind == "response.output_item.added":
             item = read(event, "item")
             if read(item, "type") == "function_call":
-                self._open[read(event, "output_index")] = item
+                self._open[_output_index(event)] = item
         elif kind == "response.output_item.done":
             item = as_record(read(event, "item"))
-            index = read(event, "output_index")
+            index = _output_index(event)
             self._open.pop(index, None)
-            if not isinstance(index, int) or isinstance(index, bool):
+            if index is None:
                 index = max(self._items, default=-1) + 1
             if index in self._items:
                 raise ResponseFormatError(f"{PROVIDER}: output item {index} was done twice")
@@ -340,6 +340,13 @@ class ResponseAssembler:
         if self._final is not None:
             return self._final
         return [self._items[index] for index in sorted(self._items)]
+
+
+def _output_index(event: Any) -> int | None:
+    """An output item event's ``output_index``; None when it has no integer one (the item is placed after the
+    others)."""
+    index = read(event, "output_index")
+    return None if isinstance(index, bool) or not isinstance(index, int) else index
 
 
 def _first(pair: tuple[int, Any]) -> int:
