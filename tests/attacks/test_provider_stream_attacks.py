@@ -141,6 +141,26 @@ async def test_anthropic_a_block_event_without_an_integer_index_breaks_the_strea
     assert ran == []
 
 
+async def test_anthropic_an_assembler_that_read_a_stream_is_refused_for_the_next_not_handed_the_first_turn_again() -> (
+    None
+):
+    ran: list[str] = []
+    reader = ts_anthropic.MessageAssembler()
+    oslo = _message(_use(0, "toolu_oslo", {"city": "Oslo"}), _stop(0))
+    first = await ts_anthropic.execute_stream(ts.Executor(weather(ran)), oslo, assembler=reader)
+    assert reader.stop_reason == "tool_use" and [call.id for call in first.calls] == ["toolu_oslo"]
+    bern = _message(_use(0, "toolu_bern", {"city": "Bern"}), _stop(0))
+    # Read by the same assembler, the second turn was taken as the rest of the first: Bern's call was dropped
+    # and the first turn's message handed back as the second's, with no reply.
+    with pytest.raises(ts.OptionError, match="new MessageAssembler"):
+        await ts_anthropic.execute_stream(ts.Executor(weather(ran)), bern, assembler=reader)
+    second = await ts_anthropic.execute_stream(
+        ts.Executor(weather(ran)), bern, assembler=ts_anthropic.MessageAssembler()
+    )
+    assert [call.id for call in second.calls] == ["toolu_bern"]
+    assert ran == ["Oslo", "Bern"]
+
+
 # --- OpenAI Responses: items done out of their output order ---------------------------------------------------
 
 

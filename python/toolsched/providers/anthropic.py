@@ -30,7 +30,7 @@ from toolsched._tools.registry import ToolRegistry
 from toolsched._values.calls import ToolCall
 from toolsched._values.content import Image
 from toolsched._values.results import ToolResult
-from toolsched.errors import IncompleteStreamError, ResponseFormatError
+from toolsched.errors import IncompleteStreamError, OptionError, ResponseFormatError
 from toolsched.providers._flow import Flow
 from toolsched.providers._wire import (
     Execution,
@@ -259,10 +259,13 @@ class MessageAssembler:
         self._taken = 0
         self._stopped: set[Any] = set()
         self._ended = False
+        # Whether it was given an event: it reads one stream (``execute_stream`` refuses it for another).
+        self._fed = False
         # The message's stop reason, from its ``message_delta`` (``pause_turn``, ``tool_use``, ...).
         self.stop_reason: str | None = None
 
     def feed(self, event: Any) -> list[ToolCall]:
+        self._fed = True
         kind = read(event, "type")
         if self._ended:
             return []
@@ -435,7 +438,12 @@ async def execute_stream(
     (the connection drops, an ``error`` event, an end before ``message_stop``:
     ``IncompleteStreamError``), ``StreamFailed`` carries the results of the
     calls already complete and no reply is built.
-    Pass an ``assembler`` to read more of the stream afterwards (its ``stop_reason``).
+    Pass an ``assembler`` to read more of the stream afterwards (its ``stop_reason``): a new one for each
+    stream (one that read a stream already would take the next for the same message: ``OptionError``).
     """
+    if assembler is not None and assembler._fed:
+        raise OptionError(
+            "this MessageAssembler has read a stream already; pass a new MessageAssembler() for each stream"
+        )
     reader = MessageAssembler() if assembler is None else assembler
     return await _FLOW.execute_stream(executor, stream, reader, steering=steering, context=context)
