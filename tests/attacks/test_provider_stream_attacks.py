@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sdk_clients import MODULES, PROVIDERS, Client
+from sdk_clients import MODULES, PROVIDERS, Client, reply_of
 from weather import weather
 
 import toolsched as ts
@@ -271,3 +271,41 @@ async def test_what_is_no_stream_is_refused_before_anything_is_read_not_reported
     for value in (body, None, 7):
         with pytest.raises(ts.OptionError, match="stream of events"):
             await module.execute_stream(ts.Executor(weather([])), value)
+
+
+# --- Resuming with the state of another execution ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_an_execution_resumed_with_another_executions_state_is_refused_not_answered_with_its_results(
+    provider: str,
+) -> None:
+    ran: list[str] = []
+
+    @ts.tool(needs_approval=True)
+    async def get_weather(city: str) -> str:
+        """Current weather for a city (asks first)."""
+        ran.append(city)
+        return f"{city}: 18°C"
+
+    executor = ts.Executor([get_weather])
+    module = MODULES[provider]
+
+    def asking(city: str) -> Any:
+        # Both turns use the same call ID, as a model that numbers its calls from 0 in every response does.
+        return response_body(provider, Reply(tool_uses=[ToolUse("get_weather", {"city": city}, id="call_0")]))
+
+    oslo = await module.execute(executor, asking("Oslo"))
+    bern = await module.execute(executor, asking("Bern"))
+    state = bern.outcome.state
+    state.approve("call_0")
+    # Bern's result answered Oslo's call: the model was told Oslo is "Bern: 18°C".
+    with pytest.raises(ts.StateError, match="not the one of this execution"):
+        await module.resume(executor, oslo, state)
+    assert ran == []
+    # Its own state, saved and read back, resumes it.
+    own = oslo.outcome.state
+    own.approve("call_0")
+    finished = await module.resume(executor, oslo, ts.RunState.from_json(own.to_json()))
+    assert ran == ["Oslo"]
+    assert "Oslo: 18°C" in str(reply_of(provider, finished))

@@ -13,10 +13,11 @@ from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from toolsched._policy.runstate import RunState, run_identity
 from toolsched._values.calls import ToolCall
 from toolsched._values.outcome import Outcome
 from toolsched._values.results import ToolResult
-from toolsched.errors import OptionError, ResponseFormatError, StreamFailed
+from toolsched.errors import OptionError, ResponseFormatError, StateError, StreamFailed
 from toolsched.providers._wire import Execution, logger, resume_outcome
 
 if TYPE_CHECKING:
@@ -133,7 +134,17 @@ class Flow(Generic[E]):
         return self.finish(executor.registry, calls, outcome, assistant)
 
     async def resume(self, executor: Executor, execution: E, state: Any) -> E:
-        """Finishes an interrupted execution from its state (the held calls decided on it)."""
+        """Finishes an interrupted execution from its state (the held calls decided on it).
+
+        A ``RunState`` of another run (another execution's, whose calls may carry the same IDs) is refused
+        with ``StateError`` before anything runs: its results would answer this execution's calls.
+        """
+        own = execution.outcome.state
+        if isinstance(state, RunState) and own is not None and run_identity(state) != run_identity(own):
+            raise StateError(
+                "this state is not the one of this execution (it continues another run); resume each execution "
+                "with its own outcome.state"
+            )
         outcome = await resume_outcome(executor, state)
         return self.finish(executor.registry, execution.calls, outcome, getattr(execution, "assistant", None))
 
