@@ -20,7 +20,7 @@ from toolsched.providers import anthropic as ts_anthropic
 from toolsched.providers import gemini as ts_gemini
 from toolsched.providers import openai_chat as ts_chat
 from toolsched.providers import openai_responses as ts_responses
-from toolsched.testing import Reply, ScriptedProvider, ToolUse, response_body
+from toolsched.testing import Reply, ScriptedProvider, ToolUse, response_body, stream_events
 
 pytestmark = pytest.mark.anyio
 
@@ -309,3 +309,25 @@ async def test_an_execution_resumed_with_another_executions_state_is_refused_not
     finished = await module.resume(executor, oslo, ts.RunState.from_json(own.to_json()))
     assert ran == ["Oslo"]
     assert "Oslo: 18°C" in str(reply_of(provider, finished))
+
+
+# --- Which choice or candidate --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("position", ["0", True, 0.0, None, -1], ids=["text", "bool", "float", "none", "negative"])
+@pytest.mark.parametrize("provider", ["openai_chat", "gemini"])
+async def test_a_choice_or_candidate_that_is_no_whole_number_is_refused_whole_or_streamed(
+    provider: str, position: Any
+) -> None:
+    # Text raised a bare TypeError on a whole response, and a stream skipped every chunk of a choice "0" and
+    # "broke" (StreamFailed, asking for the request again); True read choice 1.
+    module = MODULES[provider]
+    keyword = "choice" if provider == "openai_chat" else "candidate"
+    reply = Reply(tool_uses=[ToolUse("get_weather", {"city": "Oslo"}, id="call_oslo")])
+    whole, events = response_body(provider, reply), [data for _, _, data in stream_events(provider, reply)]
+    with pytest.raises(ts.OptionError, match=f"{keyword} must be a whole number"):
+        await module.execute(ts.Executor(weather([])), whole, **{keyword: position})
+    with pytest.raises(ts.OptionError, match=f"{keyword} must be a whole number"):
+        await module.execute_stream(ts.Executor(weather([])), events, **{keyword: position})
+    execution = await module.execute_stream(ts.Executor(weather([])), events, **{keyword: 0})
+    assert [result.output for result in execution.results] == ["Oslo: 18°C"]

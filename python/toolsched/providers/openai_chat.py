@@ -48,6 +48,7 @@ from toolsched.providers._wire import (
     left_alone,
     output_parts,
     output_text,
+    position_option,
     read,
     registry_of,
     results_by_call,
@@ -84,6 +85,7 @@ class ChatExecution(Execution):
 
 def _message(response: Any, choice: int) -> Any:
     """The assistant message of a completion (``choices[choice].message``); a message is returned as it is."""
+    choice = position_option(choice, "choice")
     if not is_record(response):
         raise ResponseFormatError(
             f"{PROVIDER}: expected a ChatCompletion, a completion dict or a message, got {type(response).__name__}"
@@ -273,7 +275,7 @@ class CompletionAssembler:
 
     def __init__(self, registry: ToolRegistry | None = None, choice: int = 0) -> None:
         self._registry = registry
-        self._choice = choice
+        self._choice = position_option(choice, "choice")
         self._text: list[str] = []
         self._entries: dict[int, dict[str, Any]] = {}
         # The argument pieces of each call not complete yet.
