@@ -9,8 +9,11 @@ never a call the model did not make.
 
 from __future__ import annotations
 
+import copy
+import random
 from typing import Any
 
+import anyio
 import pytest
 from sdk_clients import MODULES, PROVIDERS, Client, reply_of
 from weather import weather
@@ -331,3 +334,62 @@ async def test_a_choice_or_candidate_that_is_no_whole_number_is_refused_whole_or
         await module.execute_stream(ts.Executor(weather([])), events, **{keyword: position})
     execution = await module.execute_stream(ts.Executor(weather([])), events, **{keyword: 0})
     assert [result.output for result in execution.results] == ["Oslo: 18°C"]
+
+
+# --- Streams mutated at random ----------------------------------------------------------------------------------
+
+HOSTILE: list[Any] = [None, 7, "x", [], {}, True, -1, 1.5, "\ud800"]
+
+
+def _mutated(events: list[Any], rng: random.Random) -> list[Any]:
+    """``events`` with one to three changes: an event dropped, repeated or swapped with the next, or one value in
+    it (at any depth) replaced by a hostile one."""
+    events = copy.deepcopy(events)
+    for _ in range(rng.randint(1, 3)):
+        position = rng.randrange(len(events))
+        change = rng.choice(["drop", "repeat", "swap", "value"])
+        if change == "drop":
+            events.pop(position)
+        elif change == "repeat":
+            events.insert(position, copy.deepcopy(events[position]))
+        elif change == "swap" and position + 1 < len(events):
+            events[position], events[position + 1] = events[position + 1], events[position]
+        elif change == "value":
+            node: Any = events[position]
+            while isinstance(node, (dict, list)) and node:
+                key = rng.choice(list(node)) if isinstance(node, dict) else rng.randrange(len(node))
+                if isinstance(node[key], (dict, list)) and node[key] and rng.random() < 0.7:
+                    node = node[key]
+                else:
+                    node[key] = rng.choice(HOSTILE)
+                    break
+    return events
+
+
+MUTATED = Reply(
+    text="Let me see.",
+    tool_uses=[
+        ToolUse("get_weather", {"city": "Paris"}, id="call_paris"),
+        ToolUse("get_weather", {"city": "Lyon"}, id="call_lyon"),
+        ToolUse("get_weather", {"city": "Rome"}, send_id=False),
+    ],
+    token_chars=2,
+)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_stream_mutated_at_random_is_a_whole_turn_answered_once_per_call_or_a_typed_refusal(
+    provider: str,
+) -> None:
+    rng = random.Random(1)
+    events = [data for _, _, data in stream_events(provider, MUTATED)]
+    for _ in range(300):
+        stream = _mutated(events, rng)
+        try:
+            with anyio.fail_after(10):
+                execution = await MODULES[provider].execute_stream(ts.Executor(weather([])), stream)
+        except ts.StreamFailed as failed:
+            assert isinstance(failed.__cause__, (ts.ResponseFormatError, ts.IncompleteStreamError)), stream
+            continue
+        answered = [result.call_id for result in execution.results]
+        assert answered == list(dict.fromkeys(call.id for call in execution.calls)), stream
