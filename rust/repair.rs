@@ -416,12 +416,12 @@ fn control(out: &mut String, fixes: &mut Fixes, escape: &str) {
 /// `None` when no such fix applies. The caller validates the result again.
 pub fn repair_to_schema(value: &Value, schema: &Value) -> Option<(Value, Fixes)> {
     let mut fixes = Fixes::default();
-    let mut fixed = value.clone();
-    coerce(&mut fixed, schema, &mut fixes, 0);
+    let mut repaired = value.clone();
+    coerce(&mut repaired, schema, &mut fixes, 0);
     if fixes.is_empty() {
         None
     } else {
-        Some((fixed, fixes))
+        Some((repaired, fixes))
     }
 }
 
