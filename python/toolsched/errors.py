@@ -49,7 +49,23 @@ __all__ = [
 
 
 class ToolschedError(Exception):
-    """Base class of the errors toolsched raises on purpose."""
+    """Base class of the errors toolsched raises on purpose.
+
+    Every one pickles and copies as it is (its message, its type and the fields it carries), though most
+    subclasses take those fields rather than the message: an error raised in a worker process travels back.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its ``args`` without ``__init__`` (which takes the fields, not the message), then given
+        # its fields back; pickle's default calls ``type(self)(*self.args)``.
+        return _rebuilt, (type(self), self.args), self.__dict__ or None
+
+
+def _rebuilt(cls: type[ToolschedError], args: tuple[Any, ...]) -> ToolschedError:
+    """An error of ``cls`` with ``args``, its ``__init__`` not run (its fields follow from the pickle)."""
+    error = cls.__new__(cls, *args)
+    error.args = args  # an ``OSError`` subclass with an ``__init__`` of its own leaves them to it
+    return error
 
 
 class SchemaError(ToolschedError, ValueError):
