@@ -6,7 +6,11 @@ and that every public error pickles and copies as it is (an error raised in a wo
 from __future__ import annotations
 
 import copy
+import os
 import pickle
+import subprocess
+import sys
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -99,3 +103,116 @@ async def test_a_process_tool_raising_an_error_with_fields_reports_its_own_messa
     (result,) = outcome.results
     assert result.error_kind == "execution_error"
     assert result.error == f"RunExistsError: {errors.RunExistsError('r9')}"
+
+
+@ts.tool(isolation="process", timeout=10)
+def run_programs() -> str:
+    """Starts programs the way tool bodies do, with the standard streams they inherit."""
+    subprocess.run(["echo", "a line on standard output"], check=True)
+    read = subprocess.run(["cat"], stdout=subprocess.PIPE, check=True)  # standard input: nothing to read
+    return f"read {read.stdout!r}"
+
+
+@ts.tool(isolation="process")
+def write_raw(data: str) -> str:
+    """Writes the bytes ``data`` (in hexadecimal) to file descriptor 1 itself, bypassing ``sys.stdout``."""
+    os.write(1, bytes.fromhex(data))
+    return "written"
+
+
+@ts.tool(isolation="process")
+def number(i: int) -> int:
+    """Returns its argument."""
+    return i
+
+
+async def test_a_program_a_process_tool_starts_cannot_break_its_worker(anyio_backend: str) -> None:
+    """Promise: a worker that dies fails only the call it was running; a tool that does not die returns its
+    output. A program the body started inherited the worker's file descriptors 0 and 1, the pipes its parent
+    talks to it through: its output on standard output broke the answer (``WorkerLostError`` for a tool that
+    worked), and one reading standard input waited for the next request (the call hung to its timeout)."""
+    outcome = await ts.Executor([run_programs]).run([ts.ToolCall(id="c1", name="run_programs", args={})])
+    (result,) = outcome.results
+    assert result.error is None
+    assert result.output == "read b''"
+
+
+async def test_a_write_to_the_raw_standard_output_cannot_answer_another_call(anyio_backend: str) -> None:
+    """Promise (docs/concepts/failures.md): every call gets exactly one result, its own. Bytes written to file
+    descriptor 1 were read by the parent as the answer: with the shape of one, they were taken as the call's
+    answer and its real answer, left in the pipe of the reused worker, as the next call's; other bytes failed
+    the call (``UnpicklingError``)."""
+    forged = b"RETURN %d\n" % len(pickle.dumps("forged")) + pickle.dumps("forged")
+    outcome = await ts.Executor([write_raw, number]).run(
+        [
+            ts.ToolCall(id="c1", name="write_raw", args={"data": forged.hex()}),
+            ts.ToolCall(id="c2", name="number", args={"i": 7}),
+            ts.ToolCall(id="c3", name="write_raw", args={"data": b"plain text\n".hex()}),
+            ts.ToolCall(id="c4", name="number", args={"i": 8}),
+        ]
+    )
+    assert [(result.output, result.error) for result in outcome.results] == [
+        ("written", None),
+        (7, None),
+        ("written", None),
+        (8, None),
+    ]
+
+
+class NeedsTwo(Exception):
+    """An exception whose ``__init__`` takes other arguments than its message: it pickles, and fails to
+    unpickle."""
+
+    def __init__(self, table: str, row: int) -> None:
+        super().__init__(f"row {row} of {table} is locked")
+
+
+class Unrebuildable:
+    """A value that pickles in the worker and fails to unpickle in the caller's process."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild_in_worker_only, ()
+
+
+def _rebuild_in_worker_only() -> Unrebuildable:
+    if not sys.argv[0].endswith(os.path.join("anyio", "to_process.py")):
+        raise RuntimeError("only a worker process can rebuild this")
+    return Unrebuildable()
+
+
+@ts.tool(isolation="process")
+def misbehave(how: str) -> Any:
+    """Returns or raises what cannot travel back from its worker process."""
+    if how == "lock":
+        return threading.Lock()
+    if how == "local":
+        return lambda: None
+    if how == "needs-two":
+        raise NeedsTwo("accounts", 3)
+    if how == "holds-a-lock":
+        error = ValueError("the cache is stale")
+        error.lock = threading.Lock()  # type: ignore[attr-defined]
+        raise error
+    return Unrebuildable()
+
+
+async def test_what_cannot_travel_back_from_a_worker_is_a_backend_error_naming_the_tool(anyio_backend: str) -> None:
+    """Promise: bad input gets a typed readable error; the tool raised -> ``execution_error`` with its
+    message. A result or exception that pickle cannot carry back came back as pickle's own ``TypeError`` or
+    ``AttributeError``, naming neither the tool nor, for an exception, what the tool raised."""
+    hows = ["lock", "local", "needs-two", "holds-a-lock", "unrebuildable"]
+    outcome = await ts.Executor([misbehave]).run(
+        [ts.ToolCall(id=how, name="misbehave", args={"how": how}) for how in hows]
+    )
+    errors_by_how = {result.call_id: result.error or "" for result in outcome.results}
+    assert {result.error_kind for result in outcome.results} == {"execution_error"}
+    for error in errors_by_how.values():
+        assert error.startswith("BackendError: "), error
+        assert "`misbehave`" in error, error
+    assert "the result of `misbehave` (lock) cannot be sent back" in errors_by_how["lock"]
+    assert "the result of `misbehave` (function) cannot be sent back" in errors_by_how["local"]
+    assert errors_by_how["needs-two"].endswith("NeedsTwo: row 3 of accounts is locked")
+    assert errors_by_how["holds-a-lock"].endswith("ValueError: the cache is stale")
+    assert (
+        "cannot be rebuilt here: RuntimeError: only a worker process can rebuild this" in errors_by_how["unrebuildable"]
+    )
