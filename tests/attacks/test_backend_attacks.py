@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -216,3 +216,42 @@ async def test_what_cannot_travel_back_from_a_worker_is_a_backend_error_naming_t
     assert (
         "cannot be rebuilt here: RuntimeError: only a worker process can rebuild this" in errors_by_how["unrebuildable"]
     )
+
+
+class Inventory(ts.Tool):
+    """A class-form process tool whose attributes travel with every call."""
+
+    name = "inventory"
+    description = "Counts the items on a shelf."
+    input_schema: ClassVar[dict[str, Any]] = {"type": "object", "properties": {"shelf": {"type": "string"}}}
+    isolation = "process"
+
+    def __init__(self, client: Any = None) -> None:
+        self.client = client
+
+    def call(self, args: Any, ctx: Any) -> str:
+        return f"{args['shelf']}: 3 items"
+
+
+def test_a_class_form_process_tool_whose_attributes_cannot_pickle_is_refused_when_the_executor_is_built() -> None:
+    """Promise: a tool declared wrongly is a ``ToolDefinitionError`` naming it when the executor is built (as
+    for Ray, docs/integrations/ray.md). A process tool holding a lock was accepted, and every call of it
+    failed with pickle's ``TypeError``."""
+    with pytest.raises(ts.ToolDefinitionError, match=r"tool `inventory`: isolation='process' .* cannot be pickled"):
+        ts.Executor([Inventory(client=threading.Lock())])
+
+
+async def test_a_call_that_cannot_be_sent_to_its_worker_is_a_backend_error_naming_the_tool(anyio_backend: str) -> None:
+    """Promise: bad input gets a typed readable error. Attributes that stop pickling after the executor was
+    built failed the call with pickle's bare ``TypeError``."""
+    tool = Inventory()
+    executor = ts.Executor([tool])
+    tool.client = threading.Lock()
+    outcome = await executor.run([ts.ToolCall(id="c1", name="inventory", args={"shelf": "a"})])
+    (result,) = outcome.results
+    assert result.error_kind == "execution_error"
+    assert (result.error or "").startswith("BackendError: the call of `inventory` cannot be sent to its worker process")
+    assert "cannot pickle '_thread.lock' object" in (result.error or "")
+    tool.client = None
+    outcome = await executor.run([ts.ToolCall(id="c2", name="inventory", args={"shelf": "a"})])
+    assert outcome.results[0].output == "a: 3 items"

@@ -167,6 +167,12 @@ async def _run_in_worker(
         )
     except anyio.BrokenWorkerProcess as exc:
         raise WorkerLostError(f"the worker process running `{tool_name}` exited before returning a result") from exc
+    except Exception as exc:
+        # The body's own exceptions come back pickled: this is the call failing to pickle on its way out.
+        raise BackendError(
+            f"the call of `{tool_name}` cannot be sent to its worker process (its arguments, or a class-form "
+            f"tool's attributes, must pickle): {_said(exc)}"
+        ) from exc
     try:
         outcome = pickle.loads(pickled)
     except Exception as why:
@@ -209,9 +215,21 @@ def method_invoker(tool: _NamedTool, parse: Callable[[Mapping[str, Any]], Any]) 
     cls = type(tool)
     _importable(tool.name, "the tool class", cls.__qualname__)
     tool_name = tool.name
+    try:
+        pickle.dumps(_ToolMethod(cls, _state_of(tool)), pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise ToolDefinitionError(
+            f"tool `{tool_name}`: isolation='process' sends the tool's class and attributes to its worker process, "
+            f"and they cannot be pickled ({_said(exc)}); create what cannot (locks, open files, live clients) "
+            "inside call"
+        ) from exc
 
     async def invoke_in_process(args: Mapping[str, Any], ctx: ToolContext | None) -> Any:
-        state = {key: value for key, value in vars(tool).items() if key != "_facts_cache"}
-        return await _run_in_worker(tool_name, _ToolMethod(cls, state), (parse(args), None), {})
+        return await _run_in_worker(tool_name, _ToolMethod(cls, _state_of(tool)), (parse(args), None), {})
 
     return invoke_in_process
+
+
+def _state_of(tool: _NamedTool) -> dict[str, Any]:
+    """What of a class-form tool's attributes its worker's copy gets: all but what this process caches about it."""
+    return {key: value for key, value in vars(tool).items() if key != "_facts_cache"}
