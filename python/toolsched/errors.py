@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from toolsched._values.exception_text import described
+
 if TYPE_CHECKING:
     from toolsched._values.results import ToolResult
 
@@ -169,7 +171,7 @@ class StreamFailed(ToolschedError):
     """
 
     def __init__(self, outcome: Any, cause: BaseException) -> None:
-        detail = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+        detail = described(cause)  # a message that cannot be read must not lose the outcome
         answered = len(outcome.results)
         super().__init__(f"the stream of calls broke after {answered} calls were answered ({detail})")
         self.outcome = outcome

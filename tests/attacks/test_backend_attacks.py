@@ -11,6 +11,7 @@ import pickle
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -255,3 +256,72 @@ async def test_a_call_that_cannot_be_sent_to_its_worker_is_a_backend_error_namin
     tool.client = None
     outcome = await executor.run([ts.ToolCall(id="c2", name="inventory", args={"shelf": "a"})])
     assert outcome.results[0].output == "a: 3 items"
+
+
+class Unprintable(Exception):
+    """An exception whose message cannot be read."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+@ts.tool(concurrency_safe=True)
+async def answered(n: int) -> int:
+    """Returns its argument."""
+    return n
+
+
+async def test_a_stream_broken_by_an_exception_without_a_readable_message_still_raises_stream_failed(
+    anyio_backend: str,
+) -> None:
+    """Promise (``StreamFailed``): ``outcome`` holds a result for every call submitted before the stream broke,
+    the stream's error is the ``__cause__``. An error whose ``str`` raises made winding the turn down and
+    building ``StreamFailed`` fail: the run raised that ``RuntimeError`` instead, and the results were lost."""
+
+    async def calls() -> Any:
+        yield ts.ToolCall(id="c1", name="answered", args={"n": 1})
+        raise Unprintable
+
+    with pytest.raises(ts.StreamFailed) as caught:
+        await ts.Executor([answered]).run(calls())
+    assert isinstance(caught.value.__cause__, Unprintable)
+    (result,) = caught.value.outcome.results  # submitted, not started when the stream broke
+    assert (result.call_id, result.error_kind) == ("c1", "skipped")
+    assert result.error == "not run: the stream of calls broke (Unprintable)"
+    assert str(caught.value) == "the stream of calls broke after 1 calls were answered (Unprintable)"
+
+
+async def test_a_guardrail_raising_an_exception_without_a_readable_message_refuses_its_call(
+    anyio_backend: str,
+) -> None:
+    """Promise: a guardrail that fails refuses its call, saying so. One whose exception's ``str`` raises
+    turned into that ``RuntimeError`` from toolsched's own message, the call an ``execution_error``."""
+
+    def guard(event: Any) -> None:
+        raise Unprintable
+
+    executor = ts.Executor([answered], input_guardrails=[guard])
+    outcome = await executor.run([ts.ToolCall(id="c1", name="answered", args={"n": 1})])
+    (result,) = outcome.results
+    assert result.error_kind == "guardrail_rejected"
+    assert "failed (Unprintable); the call was refused" in (result.error or "")
+
+
+class UnreadableArgs(Mapping[str, Any]):
+    """Arguments whose reading raises an exception without a readable message."""
+
+    def __getitem__(self, key: str) -> Any:
+        raise Unprintable
+
+    def __iter__(self) -> Iterator[str]:
+        raise Unprintable
+
+    def __len__(self) -> int:
+        return 1
+
+
+def test_call_arguments_that_raise_without_a_readable_message_are_a_malformed_call_error() -> None:
+    """Promise (``MalformedCallError``): arguments whose fields cannot be read are refused with it, naming the
+    field. Reading ones whose exception's ``str`` raises gave that ``RuntimeError`` instead."""
+    with pytest.raises(ts.MalformedCallError, match=r"reading the UnreadableArgs raised Unprintable"):
+        ts.ToolCall(id="c1", name="answered", args=UnreadableArgs())

@@ -32,6 +32,7 @@ import anyio.to_process
 
 from toolsched._policy.limits import ModelRetry
 from toolsched._policy.resilience import Transient, retry_after_of
+from toolsched._values.exception_text import described
 from toolsched.errors import BackendError, ToolDefinitionError, WorkerLostError
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ def _call_in_worker(
         except Exception as why:
             cannot = BackendError(
                 f"`{tool_name}` raised an exception that cannot be sent back from its worker process "
-                f"({_said(why)}): {_said(exc)}"
+                f"({described(why)}): {described(exc)}"
             )
             return False, pickle.dumps(cannot, pickle.HIGHEST_PROTOCOL)
         return False, pickled
@@ -111,18 +112,9 @@ def _call_in_worker(
     except Exception as why:
         cannot = BackendError(
             f"the result of `{tool_name}` ({type(value).__name__}) cannot be sent back from its worker process: "
-            f"{_said(why)}"
+            f"{described(why)}"
         )
         return False, pickle.dumps(cannot, pickle.HIGHEST_PROTOCOL)
-
-
-def _said(exc: BaseException) -> str:
-    """``Type: message`` of an exception, its message left out when it cannot be read."""
-    try:
-        text = str(exc)
-    except Exception:
-        text = ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 @contextmanager
@@ -171,14 +163,14 @@ async def _run_in_worker(
         # The body's own exceptions come back pickled: this is the call failing to pickle on its way out.
         raise BackendError(
             f"the call of `{tool_name}` cannot be sent to its worker process (its arguments, or a class-form "
-            f"tool's attributes, must pickle): {_said(exc)}"
+            f"tool's attributes, must pickle): {described(exc)}"
         ) from exc
     try:
         outcome = pickle.loads(pickled)
     except Exception as why:
         what = "result" if returned else "exception"
         raise BackendError(
-            f"the {what} of `{tool_name}` sent back from its worker process cannot be rebuilt here: {_said(why)}"
+            f"the {what} of `{tool_name}` sent back from its worker process cannot be rebuilt here: {described(why)}"
         ) from None
     if returned:
         return outcome
@@ -220,7 +212,7 @@ def method_invoker(tool: _NamedTool, parse: Callable[[Mapping[str, Any]], Any]) 
     except Exception as exc:
         raise ToolDefinitionError(
             f"tool `{tool_name}`: isolation='process' sends the tool's class and attributes to its worker process, "
-            f"and they cannot be pickled ({_said(exc)}); create what cannot (locks, open files, live clients) "
+            f"and they cannot be pickled ({described(exc)}); create what cannot (locks, open files, live clients) "
             "inside call"
         ) from exc
 
