@@ -50,6 +50,7 @@ def test_a_script_function_that_raises_a_base_exception_is_a_400_not_a_retry_tha
         ([(0, None, "x"), (float("inf"), None, "y")], r"script entry 0, event 1: the delay"),
         ([(0, 7, {"a": 1})], r"script entry 0, event 0: the name must be a string or None"),
         ([(0, "delta", {"a": object()})], r"script entry 0, event 0: the data is not JSON"),
+        ([(0, None, "half a pair \ud800")], r"script entry 0, event 0: .* cannot be sent as UTF-8"),
     ],
 )
 def test_an_exact_answer_that_cannot_be_sent_is_refused_at_once(entry: Any, message: str) -> None:

@@ -192,6 +192,12 @@ def _check_event(event: StreamEvent, what: str) -> None:
         raise OptionError(f"{what}: the name must be a string or None, not {type(event.name).__name__}")
     if not isinstance(event.data, str):
         _check_json(event.data, f"{what}: the data")
+    for text in (event.name, event.data):
+        if isinstance(text, str):
+            try:
+                text.encode()
+            except UnicodeEncodeError as error:
+                raise OptionError(f"{what}: {text!r} cannot be sent as UTF-8 ({error.reason})") from None
 
 
 def _check_position(position: Any, option: str) -> None:
