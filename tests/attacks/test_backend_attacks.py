@@ -325,3 +325,47 @@ def test_call_arguments_that_raise_without_a_readable_message_are_a_malformed_ca
     field. Reading ones whose exception's ``str`` raises gave that ``RuntimeError`` instead."""
     with pytest.raises(ts.MalformedCallError, match=r"reading the UnreadableArgs raised Unprintable"):
         ts.ToolCall(id="c1", name="answered", args=UnreadableArgs())
+
+
+# -- backend selection ---------------------------------------------------------------------------------------
+
+
+class MeteredBackend(ts.LocalBackend):
+    """Runs bodies here as the built-in backend does, counting the calls it binds and runs."""
+
+    def __init__(self) -> None:
+        self.bound: list[str] = []
+        self.ran: list[str] = []
+
+    def bind(self, tools: Any) -> None:
+        super().bind(tools)
+        self.bound.extend(member.name for member in tools)
+
+    async def invoke(self, tool: Any, args: Any, ctx: Any) -> Any:
+        self.ran.append(tool.name)
+        return await super().invoke(tool, args, ctx)
+
+
+@ts.tool(concurrency_safe=True)
+def doubled(n: int) -> int:
+    """A sync body (a worker thread)."""
+    return 2 * n
+
+
+@pytest.mark.parametrize("name", ["metered", "local"])
+async def test_a_backend_subclassing_local_backend_is_the_one_that_runs_the_calls(
+    anyio_backend: str, name: str
+) -> None:
+    """Promise (``ts.Backend``): the backend a tool names (or ``default_backend``) runs its bodies; ``bind``
+    checks its tools when the executor is built. A subclass of ``ts.LocalBackend`` that wraps ``invoke`` (to
+    log or meter the calls) was taken for the built-in one: neither its ``bind`` nor its ``invoke`` was ever
+    called, under any name."""
+    backend = MeteredBackend()
+    default = None if name == "local" else name
+    executor = ts.Executor([answered, doubled], backends={name: backend}, default_backend=default)
+    assert set(backend.bound) == {"answered", "doubled"}
+    outcome = await executor.run(
+        [ts.ToolCall(id="c1", name="answered", args={"n": 4}), ts.ToolCall(id="c2", name="doubled", args={"n": 4})]
+    )
+    assert [(result.output, result.error) for result in outcome.results] == [(4, None), (8, None)]
+    assert sorted(backend.ran) == ["answered", "doubled"]

@@ -85,7 +85,12 @@ class Backend(Protocol):
 
 
 class LocalBackend:
-    """The default: async bodies on the event loop, sync bodies in worker threads, in this process."""
+    """The default: async bodies on the event loop, sync bodies in worker threads, in this process.
+
+    A subclass that overrides ``bind`` or ``invoke`` (to log or meter calls, then call ``super()``) is a
+    backend of its own: the executor calls it for the tools that name it (under ``"local"``, for every tool
+    that names no other backend).
+    """
 
     def bind(self, tools: Sequence[Tool]) -> None:
         for member in tools:
@@ -138,7 +143,9 @@ def assign_backends(
     invokers: dict[Tool, Invoker] = {}
     for name, members in groups.items():
         chosen = configured.get(name)
-        if chosen is None or isinstance(chosen, LocalBackend):
+        # The built-in local backend runs the tool's own invoker directly; a subclass that overrides
+        # ``bind`` or ``invoke`` (to log, meter, wrap the call) is a backend of its own and is called.
+        if chosen is None or type(chosen) is LocalBackend:
             continue
         chosen.bind(members)
         for member in members:
