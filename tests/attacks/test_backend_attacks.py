@@ -6,15 +6,19 @@ and that every public error pickles and copies as it is (an error raised in a wo
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import pickle
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, ClassVar
 
+import anyio
 import pytest
 
 import toolsched as ts
@@ -369,3 +373,67 @@ async def test_a_backend_subclassing_local_backend_is_the_one_that_runs_the_call
     )
     assert [(result.output, result.error) for result in outcome.results] == [(4, None), (8, None)]
     assert sorted(backend.ran) == ["answered", "doubled"]
+
+
+# -- Ray: an actor whose call was cancelled is busy until that call ends there --------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[Any]:
+    """A two-CPU Ray cluster on this machine (loopback only: see conftest.py), shut down after the module."""
+    ray = pytest.importorskip("ray")
+    cloudpickle = pytest.importorskip("ray.cloudpickle")
+
+    # Ray workers cannot import this module: its tools travel to them by value.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(
+        address="local",
+        num_cpus=2,
+        object_store_memory=96 * 1024 * 1024,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.WARNING,
+        namespace="toolsched-attacks",
+    )
+    yield ray
+    ray.shutdown()
+
+
+@ts.tool(concurrency_safe=True, timeout=5)
+def occupy(hold: float, started: str = "") -> int:
+    """Holds its actor for ``hold`` seconds whatever happens to its call (a sync body cannot be stopped there);
+    writes its process ID to ``started`` first. Returns its process ID."""
+    if started:
+        with open(started, "w") as file:
+            file.write(str(os.getpid()))
+    time.sleep(hold)
+    return os.getpid()
+
+
+async def test_a_timed_out_call_keeps_its_actor_busy_so_the_next_call_goes_to_another(
+    ray_cluster: Any, anyio_backend: str, tmp_path: Path
+) -> None:
+    """Promise (``RayBackend(actor_pool=...)``): each actor runs one call at a time, a call goes to the least
+    busy actor, and a timed-out call of a sync body finishes on its actor (its result dropped). The actor was
+    counted free as soon as the call was answered ``timeout``: the next call went to it, and waited behind the
+    body still running there (here it timed out too) while another actor stood idle."""
+    if anyio_backend == "trio":
+        pytest.skip("one event loop is enough for the cluster's sake: the routing is the backend's own")
+    backend = ts.RayBackend(actor_pool={"occupy": 2})
+    executor = ts.Executor([occupy], backends={"ray": backend}, default_backend="ray")
+    try:
+        with anyio.fail_after(120):
+            backend.connect()
+            # Both actors up (straight to the backend: no timeout while they start).
+            async with anyio.create_task_group() as group:
+                for _ in range(2):
+                    group.start_soon(backend.invoke, occupy, {"hold": 0.5}, None)
+            started = tmp_path / "started"
+            stuck = await executor.run([ts.ToolCall(id="a", name="occupy", args={"hold": 60, "started": str(started)})])
+            after = await executor.run([ts.ToolCall(id="b", name="occupy", args={"hold": 0})])
+    finally:
+        backend.close()
+    assert stuck.results[0].error_kind == "timeout"
+    (result,) = after.results
+    assert result.error is None, result.error
+    assert result.output != int(started.read_text())

@@ -28,7 +28,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from toolsched._backends.ray_sending import Outgoing, RaySender
-from toolsched._backends.ray_waiting import RayWaiter
+from toolsched._backends.ray_waiting import RayWaiter, Waiting
 from toolsched._backends.ray_worker import (
     AsyncToolWorker,
     Body,
@@ -329,7 +329,8 @@ class RayBackend:
     again instead, up to ``max_retries`` times (3 unless set). A timeout or
     cancellation kills the task's worker; an actor call is cancelled when its
     body is async, and otherwise finishes on the actor (its result is dropped;
-    the body can watch ``ctx.cancelled``).
+    the body can watch ``ctx.cancelled``): until it ends there, that actor
+    counts as busy, and new calls go to the pool's other actors first.
 
     The first call connects (or starts the local cluster, which takes
     seconds); call ``connect()`` before the first run to keep that out of it.
@@ -439,6 +440,11 @@ class RayBackend:
                 outgoing.dropped = True  # not sent yet: it never will be
             else:
                 placement.cancel(outgoing.reference, outgoing.index)
+                if outgoing.index >= 0:
+                    # A sync body goes on on its actor (and a cancelled async one ends there later): the actor
+                    # counts as busy until it does, so the next calls go to the others rather than queue behind.
+                    self._waiter.watch([(outgoing.reference, _settling(placement, outgoing.index, native))])
+                    outgoing.index = -1
             raise
         except BaseException as exc:
             if outgoing.failure is not None:  # never sent: submitting it raised
@@ -600,6 +606,21 @@ class RayBackend:
         if isinstance(exc, _error_classes(errors, ("TaskUnschedulableError", "ActorUnschedulableError"))):
             return BackendError(f"Ray cannot schedule `{name}` on this cluster: {summary(exc)}")
         return BackendError(f"Ray could not run `{name}`: {type(exc).__name__}: {summary(exc)}")
+
+
+def _settling(placement: _Placement, index: int, native: Any) -> Waiting:
+    """A wait that, once the call on actor ``index`` ends there, settles that actor on the caller's event loop
+    (``native``: its native token), or at once when that loop is gone; the call's answer is not fetched."""
+    loop_soon = RayWaiter.waiting(native).call_soon
+    settle = functools.partial(placement.settle, index)
+
+    def on_end(answer: Callable[[], None]) -> None:
+        try:
+            loop_soon(settle)
+        except RuntimeError:  # the event loop is closed: nothing else runs there
+            settle()
+
+    return Waiting(on_end)
 
 
 def _parse_address(address: str) -> tuple[str, int] | None:
