@@ -12,7 +12,7 @@ import pytest
 from openai import BadRequestError, OpenAI
 
 import toolsched as ts
-from toolsched.testing import Reply, Request, ScriptedProvider
+from toolsched.testing import Reply, Request, ScriptedProvider, stream_events
 
 
 class GaveUp(BaseException):
@@ -80,3 +80,33 @@ def test_stream_options_of_the_wrong_kind_are_refused_at_once(options: dict[str,
     SDK, seeing the connection drop, answered by sending the request again."""
     with pytest.raises(ts.OptionError, match=message):
         ScriptedProvider([Reply(text="hi", tokens_per_second=100)], **options)
+
+
+def test_a_streamed_openai_responses_text_comes_in_pieces_at_the_replys_pace() -> None:
+    """Promise (docs/testing.md): streamed, text and arguments go out in pieces of ``token_chars`` characters
+    at ``tokens_per_second``. The OpenAI Responses stream sent a reply's text whole, in its item's
+    ``response.output_item.done``, with no ``response.output_text.delta`` at all: code that shows the text as
+    it streams saw nothing until the end, and the reply's pace was not kept."""
+    reply = Reply(text="It is 18°C in Paris.", tokens_per_second=50, token_chars=5)
+    deltas = [event for event in stream_events("openai_responses", reply) if event.name.endswith(".delta")]
+    assert [(event.delay, event.data["delta"]) for event in deltas] == [
+        (0.02, "It is"),
+        (0.02, " 18°C"),
+        (0.02, " in P"),
+        (0.02, "aris."),
+    ]
+    with ScriptedProvider([reply]) as model:
+        client = OpenAI(api_key="unused", base_url=model.url)
+        events = list(client.responses.create(model="m", input="weather?", stream=True))
+    kinds = [event.type for event in events]
+    assert kinds[:3] == ["response.created", "response.output_item.added", "response.content_part.added"]
+    assert [event.delta for event in events if event.type == "response.output_text.delta"] == [
+        "It is",
+        " 18°C",
+        " in P",
+        "aris.",
+    ]
+    (text_done,) = [event for event in events if event.type == "response.output_text.done"]
+    assert text_done.text == "It is 18°C in Paris."
+    assert events[-1].type == "response.completed"
+    assert events[-1].response.output_text == "It is 18°C in Paris."
