@@ -12,7 +12,7 @@ import pytest
 from openai import BadRequestError, OpenAI
 
 import toolsched as ts
-from toolsched.testing import Reply, Request, ScriptedProvider, stream_events
+from toolsched.testing import Reply, Request, ScriptedProvider, ToolUse, stream_events
 
 
 class GaveUp(BaseException):
@@ -110,3 +110,15 @@ def test_a_streamed_openai_responses_text_comes_in_pieces_at_the_replys_pace() -
     assert text_done.text == "It is 18°C in Paris."
     assert events[-1].type == "response.completed"
     assert events[-1].response.output_text == "It is 18°C in Paris."
+
+
+@pytest.mark.parametrize("arguments", [{"city": "Paris"}, {}, {"q": "x" * 9}])
+def test_a_gemini_call_comes_once_the_model_would_have_produced_all_of_it(arguments: dict[str, Any]) -> None:
+    """Promise (docs/testing.md): Gemini sends each call whole, once the model would have produced all of it,
+    at the reply's pace, as the other APIs stream its arguments. It counted the arguments' tokens rounding
+    down: a call whose arguments end in a partial token came one token early."""
+    reply = Reply(tool_uses=[ToolUse("lookup", arguments)], tokens_per_second=10, token_chars=4)
+    chat_gaps = [event.delay for event in stream_events("openai_chat", reply)]
+    gemini_call = stream_events("gemini", reply)[0]
+    assert "functionCall" in gemini_call.data["candidates"][0]["content"]["parts"][0]
+    assert gemini_call.delay == pytest.approx(sum(chat_gaps))

@@ -292,7 +292,7 @@ def _gemini_events(reply: Reply) -> list[StreamEvent]:
         events.append(StreamEvent(delay + gap, None, _gemini_chunk([{"text": piece}])))
         delay = 0.0
     for use in reply.tool_uses:
-        tokens = max(1, len(json.dumps(dict(use.args))) // reply.token_chars)
+        tokens = len(_pieces(json.dumps(dict(use.args)), reply))  # as many as the other APIs stream
         wait = tokens / reply.tokens_per_second if reply.tokens_per_second else 0.0
         events.append(StreamEvent(delay + wait, None, _gemini_chunk([{"functionCall": _gemini_call(use)}])))
         delay = 0.0
