@@ -437,3 +437,82 @@ async def test_a_timed_out_call_keeps_its_actor_busy_so_the_next_call_goes_to_an
     (result,) = after.results
     assert result.error is None, result.error
     assert result.output != int(started.read_text())
+
+
+# -- a sync body waited for after its call was cancelled ------------------------------------------------------
+
+
+async def test_cancelling_the_run_while_a_cancelled_call_waits_for_its_sync_body_propagates_at_once(
+    anyio_backend: str,
+) -> None:
+    """Promise (docs/concepts/failures.md): a sync body that already runs when its call is cancelled (a failed
+    sibling) is waited for and the call reports what it did; cancelling the run propagates at once and never
+    becomes a result. The wait was shielded from every cancellation, the run's too: a caller's deadline
+    passing during it waited for the body to return (asyncio), or was lost and the run returned its results
+    (trio)."""
+    release = threading.Event()
+    started = threading.Event()
+    returned = threading.Event()
+
+    @ts.tool(concurrency_safe=True)
+    def stuck() -> str:
+        started.set()
+        release.wait(3)
+        returned.set()
+        return "returned after all"
+
+    @ts.tool(concurrency_safe=True, abort_siblings_on_error=True)
+    async def breaks() -> None:
+        await anyio.to_thread.run_sync(started.wait)
+        raise RuntimeError("broken")
+
+    broke = anyio.Event()
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, ts.ToolFinished) and event.result.call_id == "b":
+            broke.set()
+
+    executor = ts.Executor([stuck, breaks], strategy=ts.Parallel(), on_event=on_event)
+    calls = [ts.ToolCall(id="s", name="stuck", args={}), ts.ToolCall(id="b", name="breaks", args={})]
+    finished: list[ts.Outcome] = []
+    try:
+        with anyio.CancelScope() as caller:
+            async with anyio.create_task_group() as group:
+
+                async def run() -> None:
+                    finished.append(await executor.run(calls))
+
+                group.start_soon(run)
+                await broke.wait()  # the sibling failed: the stuck call is cancelled and waits for its body
+                await anyio.sleep(0.05)
+                caller.cancel()
+        assert caller.cancelled_caught
+        assert finished == []
+        assert not returned.is_set()  # the run ended while the body still ran: it did not wait for it
+    finally:
+        release.set()
+
+
+async def test_a_cancelled_call_waiting_for_its_sync_body_still_keeps_the_body_s_outcome(anyio_backend: str) -> None:
+    """The other half of the promise, kept: with nothing else cancelled, the call waits for the body and reports
+    its output, not ``cancelled``."""
+    started = threading.Event()
+
+    @ts.tool(concurrency_safe=True)
+    def slow() -> str:
+        started.set()
+        time.sleep(0.2)
+        return "really done"
+
+    @ts.tool(concurrency_safe=True, abort_siblings_on_error=True)
+    async def breaks() -> None:
+        await anyio.to_thread.run_sync(started.wait)
+        raise RuntimeError("broken")
+
+    outcome = await ts.Executor([slow, breaks], strategy=ts.Parallel()).run(
+        [ts.ToolCall(id="s", name="slow", args={}), ts.ToolCall(id="b", name="breaks", args={})]
+    )
+    assert [(result.output, result.error_kind) for result in outcome.results] == [
+        ("really done", None),
+        (None, "execution_error"),
+    ]
