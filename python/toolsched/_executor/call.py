@@ -46,6 +46,7 @@ from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import ArgumentsRefused, Tool
 from toolsched._values.calls import ToolCall, args_copy
 from toolsched._values.events import ToolRetrying, ToolStarted, new_tool_finished, new_tool_started
+from toolsched._values.exception_text import words_of
 from toolsched._values.results import (
     ErrorKind,
     ToolResult,
@@ -412,7 +413,8 @@ def _streamed_cancel_left_pending() -> bool:
 
 
 def _cancelled_from_outside(tool_name: str, exc: BaseException, what: str) -> str:
-    detail = f": {exc}" if str(exc) else ""
+    words = words_of(exc)
+    detail = f": {words}" if words else ""
     return f"`{tool_name}` failed: {what} was cancelled from outside this run (CancelledError{detail})"
 
 

@@ -69,6 +69,7 @@ from toolsched._tools.resources import RunResources, current_resources
 from toolsched._tools.tools import Tool
 from toolsched._values.calls import Duplicate, ToolCall, plain_calls
 from toolsched._values.events import Event, RunFinished, ToolsChanged, ToolsRefreshFailed
+from toolsched._values.exception_text import described
 from toolsched._values.outcome import Outcome, new_outcome
 from toolsched.errors import OptionError
 from toolsched.journal import Journal
@@ -746,7 +747,7 @@ class Executor:
         try:
             changed = await self.registry.refresh()
         except Exception as exc:
-            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            detail = described(exc)
             logger.warning("refreshing the tool set failed; the previous set stays", exc_info=True)
             event: Event = ToolsRefreshFailed(detail)
         else:

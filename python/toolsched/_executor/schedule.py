@@ -30,6 +30,7 @@ from toolsched._tools.tools import Access
 from toolsched._values.calls import ToolCall, args_copy
 from toolsched._values.decisions import Decision
 from toolsched._values.events import BatchFinished, BatchStarted
+from toolsched._values.exception_text import described
 from toolsched._values.fastpath import run_until_suspended
 from toolsched._values.results import ToolResult, shown_result
 from toolsched.errors import GuardrailTripped, ToolCallFailed, ToolTimeoutError
@@ -455,7 +456,7 @@ async def _before_batch(batch: list[Job], number: int, concurrent: bool, turn: T
             return f"{hook.label} {exc}; the batch was blocked"
         except Exception as exc:
             logger.warning("%s failed on batch %d", hook.label, number, exc_info=True)
-            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            detail = described(exc)
             return f"{hook.label} failed ({detail}); the batch was blocked"
         if isinstance(answer, Decision) and answer.behavior == "deny":
             return answer.reason or f"blocked by {hook.label}"

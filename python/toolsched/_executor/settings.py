@@ -21,6 +21,7 @@ from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.tools import Tool
 from toolsched._values.calls import ToolCall
 from toolsched._values.events import Event, ToolProgress
+from toolsched._values.exception_text import described
 from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched.errors import OptionError
 from toolsched.journal import Journal
@@ -42,11 +43,7 @@ RepairFunction = Callable[[ToolCall, Any], Any]
 
 def format_error(exc: BaseException, call: ToolCall) -> str:
     """The default message for a tool that raised: the exception's type and text."""
-    try:
-        text = str(exc)
-    except Exception:
-        text = ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return described(exc)
 
 
 class Settings:

@@ -18,6 +18,7 @@ from typing import Any, cast
 import anyio
 
 from toolsched import _core
+from toolsched._backends.threads import Gate
 from toolsched._executor.durable import RunJournal
 from toolsched._executor.emitter import Emitter
 from toolsched._executor.settings import Settings
@@ -88,6 +89,8 @@ class Job:
     timed_out: bool = False
     # Set when its call ended while its body went on in a thread: set in turn when that body returns.
     body_left: threading.Event | None = None
+    # The gate of the sync body it runs in a thread now (``toolsched._backends.threads``).
+    thread_gate: Gate | None = None
     # The scope of a wait without working (a rate-limit token, a retry's backoff): an interrupt ends it.
     pause: anyio.CancelScope | None = None
 
@@ -107,6 +110,11 @@ class Job:
         self.state = PENDING
         # How many times the tool has run for this call (a retry policy may run it again).
         self.attempts = 1
+
+    def stop_after_body(self) -> None:
+        """The sync body waited for after a cancellation returned: the call's scope stops what follows."""
+        if self.scope is not None:
+            self.scope.cancel()
 
     def waits_for_started_body(self) -> bool:
         """A cancelled call waits for a sync body already running in its thread; a timed-out one does not."""
@@ -129,6 +137,13 @@ class Job:
         if self.state == PENDING or self.scope is not None:
             if self.cancel_reason is None:
                 self.cancel_reason = message
+            gate = self.thread_gate
+            if gate is not None and not gate.close_unless_started():
+                # A sync body runs in its thread: it cannot be stopped, so the call waits for it and reports
+                # what it did. Its scope is left alone: its own timeout, or a cancellation of the run, still
+                # ends it at once (a cancelled scope would have shielded that wait from both).
+                self.body_outlived_cancel = True
+                return True
             if self.scope is not None:
                 self.scope.cancel()
             return True

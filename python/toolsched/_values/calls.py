@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolsched import _core
+from toolsched._values.exception_text import described
 from toolsched._values.fastpath import call_init
 from toolsched._values.numeric_options import shown
 from toolsched.errors import MalformedCallError
@@ -40,7 +41,7 @@ def _read_mapping(args: Mapping[str, Any]) -> dict[str, Any]:
     try:
         return dict(args)
     except Exception as exc:
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        detail = described(exc)
         raise MalformedCallError(
             f"ToolCall.args must be a mapping that can be read, but reading the {type(args).__name__} raised {detail}"
         ) from exc
@@ -108,7 +109,7 @@ def plain_call(call: Any, position: int) -> ToolCall:
         try:
             fields.append(getattr(call, field_name))
         except Exception as exc:
-            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            detail = described(exc)
             raise MalformedCallError(
                 f"calls[{position}]: reading {type(call).__name__}.{field_name} raised {detail}"
             ) from exc
