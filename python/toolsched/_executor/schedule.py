@@ -20,6 +20,7 @@ import anyio
 import anyio.lowlevel
 
 from toolsched import _core
+from toolsched._backends.workers import observer_failure, own_failure
 from toolsched._executor.call import SKIPPED, answer_unstarted, execute
 from toolsched._executor.pool import run_pool
 from toolsched._executor.settings import Steering
@@ -222,7 +223,9 @@ def declared_access(job: Job) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     try:
         # Shown a copy: what it changes in the arguments never reaches the call.
         access = job.tool.resources(args_copy(job.args))
-    except Exception:
+    except BaseException as exc:
+        if not own_failure(exc):
+            raise
         logger.warning(
             "resources() of %s raised; the call conflicts with every other call", job.tool.name, exc_info=True
         )
@@ -441,7 +444,9 @@ async def _before_batch(batch: list[Job], number: int, concurrent: bool, turn: T
             answer = await hook(event)
         except HookTimeout as exc:
             return f"{hook.label} {exc}; the batch was blocked"
-        except Exception as exc:
+        except BaseException as exc:
+            if not own_failure(exc):
+                raise
             logger.warning("%s failed on batch %d", hook.label, number, exc_info=True)
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             return f"{hook.label} failed ({detail}); the batch was blocked"
@@ -461,5 +466,8 @@ async def _after_batch(batch: list[Job], number: int, concurrent: bool, turn: Tu
     for hook in hooks:
         try:
             await hook(event)
-        except Exception:
+        except BaseException as exc:
+            # A cancellation that is not the run's (something it awaited, cancelled by someone else) too.
+            if not observer_failure(exc):
+                raise
             logger.warning("%s failed on batch %d", hook.label, number, exc_info=True)

@@ -18,6 +18,7 @@ from typing import Any, cast
 import anyio
 
 from toolsched import _core
+from toolsched._backends.workers import own_failure
 from toolsched._executor.durable import RunJournal
 from toolsched._executor.emitter import Emitter
 from toolsched._executor.settings import Settings
@@ -155,7 +156,9 @@ def judge(
         return static
     try:
         return bool(judgement(args_copy(job.args)))
-    except Exception:
+    except BaseException as exc:
+        if not own_failure(exc):
+            raise
         logger.warning("%s of %s raised; %s", judgement.__name__, job.tool.name, consequence, exc_info=True)
         return if_it_raises
 
