@@ -150,3 +150,87 @@ async def test_a_repair_function_that_raises_a_cancellation_not_the_runs_leaves_
     outcome = await executor.run([ts.ToolCall("c1", "checked", {"n": "one"}), ts.ToolCall("c2", "checked", {"n": 2})])
     assert [result.error_kind for result in outcome.results] == ["invalid_input", None]
     assert ran == [2]
+
+
+@ts.tool(concurrency_safe=True)
+async def echo(n: int) -> int:
+    """Returns its number."""
+    return n
+
+
+@pytest.mark.parametrize("strategy", [ts.Sequential, ts.Parallel, ts.Batched, ts.Partitioned, ts.ResourceAware])
+def test_a_strategy_class_given_without_parentheses_is_refused_when_built(strategy: type) -> None:
+    """Before, every class has a ``kind``, so it passed: ``ts.Sequential`` ran as Sequential() and the others
+    raised a bare TypeError (``int()`` of a slot descriptor) at the first run."""
+    with pytest.raises(ts.OptionError, match=r"strategy must be a toolsched strategy .* got <class"):
+        ts.Executor([echo], strategy=strategy)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("interactive", "no", "interactive must be True or False, got 'no'"),
+        ("interactive", 0, "interactive must be True or False, got 0"),
+        ("on_progress", 5, "on_progress must be a callable, got 5"),
+        ("offload_dir", 5, r"offload_dir must be a path \(str or os.PathLike\), got 5"),
+    ],
+)
+def test_an_option_of_the_wrong_type_is_refused_when_built(option: str, value: Any, message: str) -> None:
+    """Before: ``interactive="no"`` made every run interactive (a non-empty string is true), ``on_progress=5``
+    was taken and failed at each progress event, ``offload_dir=5`` raised a bare TypeError."""
+    with pytest.raises(ts.OptionError, match=message):
+        ts.Executor([echo], **{option: value})
+
+
+def test_options_of_the_right_types_are_taken(tmp_path: Any) -> None:
+    ts.Executor([echo], interactive=True, on_progress=print, offload_dir=tmp_path)
+    ts.Executor([echo], interactive=False, offload_dir=str(tmp_path))
+
+
+NOT_CALLS: list[Any] = [
+    None,
+    5,
+    '[{"id": "c1", "name": "echo"}]',
+    b"calls",
+    {"c1": ts.ToolCall("c1", "echo", {"n": 1})},
+    ts.ToolCall("c1", "echo", {"n": 1}),
+]
+
+
+@pytest.mark.parametrize("calls", NOT_CALLS, ids=lambda calls: type(calls).__name__)
+@pytest.mark.parametrize("entry", ["run", "stream", "child run"])
+async def test_calls_that_are_not_a_collection_of_calls_are_refused_by_name(entry: str, calls: Any) -> None:
+    """Before: ``None`` or a number raised a bare TypeError ("not iterable"), ``stream(None)`` an
+    AssertionError; text, a mapping and a lone ToolCall were read as calls (their characters, their keys)."""
+    match = r"calls must be a list \(or another iterable\) of ToolCall, got "
+    if entry == "run":
+        with pytest.raises(ts.MalformedCallError, match=match):
+            await ts.Executor([echo]).run(calls)
+    elif entry == "stream":
+        with pytest.raises(ts.MalformedCallError, match=match):
+            async for _ in ts.Executor([echo]).stream(calls):
+                pass
+    else:
+
+        @ts.agent_tool(ts.Executor([echo]))
+        async def delegate(child: ts.ChildRun) -> str:
+            """Runs a child turn."""
+            await child.run(calls)
+            return "ran"
+
+        outcome = await ts.Executor([delegate]).run([ts.ToolCall("p1", "delegate", {})])
+        assert outcome.results[0].error_kind == "execution_error"
+        assert "MalformedCallError: calls must be a list (or another iterable) of ToolCall" in (
+            outcome.results[0].error or ""
+        )
+
+
+async def test_calls_from_a_tuple_or_a_generator_are_taken() -> None:
+    executor = ts.Executor([echo])
+    first = await executor.run((ts.ToolCall("c1", "echo", {"n": 1}),))
+    second = await executor.run(ts.ToolCall(f"c{n}", "echo", {"n": n}) for n in range(2))
+    streamed = [event async for event in executor.stream(iter([ts.ToolCall("c1", "echo", {"n": 3})]))]
+    assert [result.output for result in first.results] == [1]
+    assert [result.output for result in second.results] == [0, 1]
+    assert isinstance(streamed[-1], ts.RunFinished)
+    assert [result.output for result in streamed[-1].outcome.results] == [3]

@@ -67,7 +67,7 @@ from toolsched._policy.standing import standing_in_force
 from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.resources import RunResources, current_resources
 from toolsched._tools.tools import Tool
-from toolsched._values.calls import Duplicate, ToolCall, plain_calls
+from toolsched._values.calls import Duplicate, ToolCall, call_list, plain_calls
 from toolsched._values.events import Event, RunFinished, ToolsChanged, ToolsRefreshFailed
 from toolsched._values.outcome import Outcome, new_outcome
 from toolsched.errors import OptionError
@@ -329,6 +329,7 @@ class Executor:
         """``run`` with a journal (apart, so that ``run`` itself holds no closure's cells)."""
         journal = self._settings.journal
         assert journal is not None
+        calls = call_list(calls)
         durable = RunJournal(journal, uuid.uuid4().hex if run_id is None else run_id)
         request = RunRequest(calls, steering=steering, context=context, durable=durable)
         return await self._journaled(durable, lambda: self._start(request))
@@ -483,6 +484,8 @@ class Executor:
             limits = active_limits()
         elif not isinstance(limits, Limits):
             raise OptionError(f"limits= takes a ts.Limits or None, got {type(limits).__name__}")
+        if not isinstance(calls, AsyncIterable):
+            calls = call_list(calls)
         send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
         failure: list[BaseException] = []
         journal = self._settings.journal
@@ -780,7 +783,7 @@ class Executor:
     @staticmethod
     def _checked(calls: Iterable[ToolCall]) -> list[ToolCall]:
         """The calls of a journaled turn, each read once (``plain_calls``): journaled as they are answered."""
-        return plain_calls(calls if isinstance(calls, list) else list(calls))
+        return plain_calls(call_list(calls))
 
     def _planned(
         self,
@@ -800,7 +803,7 @@ class Executor:
         (to answer it), its jobs and calls on their own: what only planning needed is let go while the
         calls run (fewer live objects per waiting turn for the cyclic collector to walk)."""
         settings = self._settings
-        calls = calls if type(calls) is list else list(calls)
+        calls = call_list(calls)
         # ``plan_calls`` reads each call once (a TypeError names the first that is not a ToolCall).
         plan = plan_calls(settings, view, calls, jobs=True)
         # The emitter's own test written out: most turns have no listener.

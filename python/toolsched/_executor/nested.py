@@ -36,7 +36,7 @@ from toolsched._policy.holds import NestedHold, resuming
 from toolsched._policy.runstate import CallSignature, ChildRecord, StepEntry, TurnEntry, call_signature
 from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import FunctionTool, keyword_builder
-from toolsched._values.calls import ToolCall
+from toolsched._values.calls import ToolCall, call_list
 from toolsched._values.digest import args_digest
 from toolsched._values.effects import child_identity
 from toolsched._values.outcome import Outcome
@@ -131,7 +131,7 @@ class ChildRun:
         the module's documentation).
         """
         self._check_open()
-        calls = list(calls)
+        calls = call_list(calls)
         for position, call in enumerate(calls):
             if not isinstance(call, ToolCall):
                 raise MalformedCallError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
