@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
 import anyio
@@ -234,3 +235,87 @@ async def test_calls_from_a_tuple_or_a_generator_are_taken() -> None:
     assert [result.output for result in second.results] == [0, 1]
     assert isinstance(streamed[-1], ts.RunFinished)
     assert [result.output for result in streamed[-1].outcome.results] == [3]
+
+
+@ts.tool(concurrency_safe=True)
+async def record(n: int) -> dict[str, Any]:
+    """Returns a record the caller may change."""
+    return {"n": n, "items": [1, 2]}
+
+
+@ts.tool(needs_approval=True)
+async def publish() -> str:
+    """Needs a person's approval."""
+    return "published"
+
+
+async def test_outputs_the_caller_changes_after_an_interrupted_turn_are_not_what_the_state_holds() -> None:
+    """The state of an interrupted turn keeps the completed calls' results for ``resume`` (which returns them)
+    and ``to_json``. Before, it held the very outputs the outcome handed the caller: a caller (or a provider
+    adapter) changing one in place changed what was saved and what the resumed run returned."""
+    executor = ts.Executor([record, publish])
+    outcome = await executor.run([ts.ToolCall("c1", "record", {"n": 1}), ts.ToolCall("c2", "publish", {})])
+    state = outcome.state
+    assert state is not None and outcome.interrupted
+    outcome.results[0].output["n"] = 999
+    outcome.results[0].output["items"].append(3)
+    assert '"items": [1, 2]' in state.to_json().replace("\n", "")
+    state.approve("c2")
+    resumed = await executor.resume(state)
+    assert [result.output for result in resumed.results] == [{"n": 1, "items": [1, 2]}, "published"]
+
+
+async def test_outputs_changed_through_one_copy_of_a_state_are_not_changed_in_another() -> None:
+    """ "Two states are independent copies": before, ``state.results`` handed out the outputs every copy
+    shared, so changing one through a copy changed it in the original."""
+    executor = ts.Executor([record, publish])
+    outcome = await executor.run([ts.ToolCall("c1", "record", {"n": 1}), ts.ToolCall("c2", "publish", {})])
+    state = outcome.state
+    assert state is not None
+    twin = state.copy()
+    twin.results[0].output["items"].append(3)
+    state.results[0].output["n"] = 999
+    assert state.results[0].output == {"n": 1, "items": [1, 2]}
+    assert twin.results[0].output == {"n": 1, "items": [1, 2]}
+    state.approve("c2")
+    resumed = await executor.resume(state)
+    assert resumed.results[0].output == {"n": 1, "items": [1, 2]}
+
+
+async def test_a_child_turns_outputs_the_body_changes_are_not_what_resume_replays() -> None:
+    """A nested run's completed child turns are replayed from the state on resume (their tools never run
+    again). Before, the record held the very outputs the body was handed, so a body that changed one in place
+    was replayed the changed output."""
+    ran: list[int] = []
+
+    @ts.tool(concurrency_safe=True, name="record")
+    async def counted_record(n: int) -> dict[str, Any]:
+        ran.append(n)
+        return {"n": n, "items": [1, 2]}
+
+    seen: list[Any] = []
+    child_executor = ts.Executor([counted_record, publish])
+
+    @ts.agent_tool(child_executor)
+    async def delegate(child: ts.ChildRun) -> str:
+        """Runs three child turns; the second and third need approval."""
+        first = await child.run([ts.ToolCall("k1", "record", {"n": 1})])
+        seen.append(copy.deepcopy(first.results[0].output))
+        first.results[0].output["items"].append(3)
+        await child.run([ts.ToolCall("k2", "publish", {})])
+        await child.run([ts.ToolCall("k3", "publish", {})])
+        return "delegated"
+
+    executor = ts.Executor([delegate])
+    outcome = await executor.run([ts.ToolCall("p1", "delegate", {})])
+    state = outcome.state
+    assert state is not None and outcome.interrupted
+    state.approve("p1/k2")
+    again = await executor.resume(state)
+    state = again.state
+    assert state is not None and again.interrupted
+    state.approve("p1/k3")
+    resumed = await executor.resume(state)
+    assert resumed.results[0].output == "delegated"
+    assert ran == [1]
+    assert seen == [{"n": 1, "items": [1, 2]}] * 3
