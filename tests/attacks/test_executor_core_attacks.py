@@ -319,3 +319,40 @@ async def test_a_child_turns_outputs_the_body_changes_are_not_what_resume_replay
     assert resumed.results[0].output == "delegated"
     assert ran == [1]
     assert seen == [{"n": 1, "items": [1, 2]}] * 3
+
+
+def overwritten_access(args: Any) -> ts.Access:
+    """An ``Access`` whose frozen field is set anew, after it was made and checked, to what is not keys."""
+    access = ts.Access(writes=("shared",))
+    if args["n"] == 1:
+        object.__setattr__(access, "writes", ["shared", 5])
+    return access
+
+
+@pytest.mark.parametrize("entry", ["run", "async iterable"])
+async def test_an_access_holding_what_is_not_keys_makes_its_call_conflict_with_every_call(entry: str) -> None:
+    """Before, the engine's conflict planner raised a bare TypeError (``'int' object is not an instance of
+    'str'``) out of the run, and no call of the turn was answered."""
+    events: list[tuple[str, int]] = []
+
+    @ts.tool(name="write", concurrency_safe=True, resources=overwritten_access)
+    async def write(n: int) -> int:
+        events.append(("start", n))
+        await anyio.sleep(0.01)
+        events.append(("end", n))
+        return n
+
+    executor = ts.Executor([write], strategy=ts.ResourceAware())
+    turn = [ts.ToolCall(f"c{n}", "write", {"n": n}) for n in range(3)]
+    if entry == "run":
+        outcome = await executor.run(turn)
+    else:
+
+        async def arriving() -> Any:
+            for call in turn:
+                yield call
+
+        outcome = await executor.run(arriving())
+    assert [(result.call_id, result.output) for result in outcome.results] == [("c0", 0), ("c1", 1), ("c2", 2)]
+    # c1 conflicts with every call, c0 and c2 with each other: one at a time, in model order.
+    assert events == [("start", 0), ("end", 0), ("start", 1), ("end", 1), ("start", 2), ("end", 2)]

@@ -41,6 +41,7 @@ __all__ = [
     "is_safe",
     "partitioned_batches",
     "raise_failure",
+    "readable_access",
     "run_jobs",
     "steer",
     "trip",
@@ -242,6 +243,23 @@ def declared_access(job: Job) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     return access.reads, access.writes
 
 
+def readable_access(
+    access: tuple[tuple[str, ...], tuple[str, ...]] | None, job: Job
+) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """``access`` when its reads and writes are tuples of non-empty strings, else None (unknown: the call
+    conflicts with every call), as for any ``resources()`` that does not answer with an ``Access``."""
+    if access is None or all(
+        type(keys) is tuple and all(isinstance(key, str) and key for key in keys) for keys in access
+    ):
+        return access
+    logger.warning(
+        "resources() of %s returned an Access holding %r, not keys; the call conflicts with every other call",
+        job.tool.name,
+        access,
+    )
+    return None
+
+
 class _Graph:
     """``ResourceAware``'s ready calls: a call is ready once every earlier call it conflicts with finished.
 
@@ -269,8 +287,15 @@ class _Graph:
 
     def __init__(self, jobs: list[Job], turn: Turn, steering: Steering | None) -> None:
         count = len(jobs)
-        self.accesses = accesses = [declared_access(job) for job in jobs]
-        wait_offsets, _, self._dependent_offsets, self._dependents = _core.plan_conflicts(accesses)
+        accesses = [declared_access(job) for job in jobs]
+        try:
+            planned = _core.plan_conflicts(accesses)
+        except TypeError:
+            # An ``Access`` whose fields were set anew after it was made (it is frozen) to what is not keys.
+            accesses = [readable_access(access, job) for access, job in zip(accesses, jobs, strict=True)]
+            planned = _core.plan_conflicts(accesses)
+        self.accesses = accesses
+        wait_offsets, _, self._dependent_offsets, self._dependents = planned
         self._remaining = [wait_offsets[i + 1] - wait_offsets[i] for i in range(count)]
         self._heap = [i for i in range(count) if self._remaining[i] == 0]  # ascending, so already a heap
         self._turn = turn
