@@ -182,6 +182,8 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, stdout
             parser.error(f"--plot: the directory {folder!r} does not exist")
         if not os.access(folder, os.W_OK):
             parser.error(f"--plot: the directory {folder!r} is not writable")
+        if os.path.isdir(args.plot):
+            parser.error(f"--plot: {args.plot!r} is a directory, not a file")
     try:
         strategies = bench.parse_strategies(
             args.strategies, max_concurrency=args.max_concurrency, batch_size=args.batch_size
