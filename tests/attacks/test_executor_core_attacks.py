@@ -356,3 +356,63 @@ async def test_an_access_holding_what_is_not_keys_makes_its_call_conflict_with_e
     assert [(result.call_id, result.output) for result in outcome.results] == [("c0", 0), ("c1", 1), ("c2", 2)]
     # c1 conflicts with every call, c0 and c2 with each other: one at a time, in model order.
     assert events == [("start", 0), ("end", 0), ("start", 1), ("end", 1), ("start", 2), ("end", 2)]
+
+
+@pytest.mark.parametrize("strategy", [ts.Sequential(), ts.Parallel(), ts.Batched(2), ts.ResourceAware()])
+@pytest.mark.parametrize("value", [str(2**64), "1000001"])
+async def test_a_cap_from_the_environment_past_the_limit_is_refused(
+    strategy: ts.Strategy, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The argument is refused past 1,000,000 (``OptionError``); before, the environment variable was not:
+    past a machine word the run raised a bare OverflowError ("int too big to convert"), below it the cap was
+    taken."""
+    monkeypatch.setenv("TOOLSCHED_MAX_CONCURRENCY", value)
+    with pytest.raises(ts.OptionError, match=f"TOOLSCHED_MAX_CONCURRENCY must be at most 1,000,000, got '{value}'"):
+        await ts.Executor([echo], strategy=strategy).run([ts.ToolCall(f"c{n}", "echo", {"n": n}) for n in range(3)])
+
+
+STEERED = [ts.Sequential(), ts.Batched(1), ts.ResourceAware()]
+
+
+async def steered_run(strategy: ts.Strategy, entry: str, steering: Any) -> ts.Outcome:
+    calls = [ts.ToolCall(f"c{n}", "echo", {"n": n}) for n in range(3)]
+    executor = ts.Executor([echo], strategy=strategy)
+    if entry == "run":
+        return await executor.run(calls, steering=steering)
+
+    async def arriving() -> Any:
+        for call in calls:
+            yield call
+
+    return await executor.run(arriving(), steering=steering)
+
+
+@pytest.mark.parametrize("strategy", STEERED, ids=lambda strategy: strategy.kind)
+@pytest.mark.parametrize("entry", ["run", "async iterable"])
+@pytest.mark.parametrize("answer", ["stop here", b"stop", {"stop": 1}, 5, True], ids=repr)
+async def test_steering_that_answers_no_list_of_messages_is_refused_by_name(
+    strategy: ts.Strategy, entry: str, answer: Any
+) -> None:
+    """Before: text came back as its characters (``['s', 't', 'o', ...]``), bytes as numbers, a mapping as its
+    keys; a number or a bool raised a bare TypeError, under ResourceAware inside an ExceptionGroup naming
+    the executor's pool."""
+    with pytest.raises(ts.OptionError, match=r"steering must return a list of messages \(or None to go on\), got "):
+        await steered_run(strategy, entry, lambda: answer)
+
+
+@pytest.mark.parametrize("strategy", STEERED, ids=lambda strategy: strategy.kind)
+@pytest.mark.parametrize("entry", ["run", "async iterable"])
+async def test_steering_that_answers_an_empty_iterable_lets_the_turn_go_on(strategy: ts.Strategy, entry: str) -> None:
+    """Before, an empty generator was taken as messages (it is true), so every call not started was skipped
+    and ``steering_messages`` was empty."""
+    outcome = await steered_run(strategy, entry, lambda: (message for message in ()))
+    assert [result.output for result in outcome.results] == [0, 1, 2]
+    assert outcome.steering_messages == []
+
+
+@pytest.mark.parametrize("strategy", STEERED, ids=lambda strategy: strategy.kind)
+async def test_steering_that_answers_a_tuple_or_a_generator_of_messages_stops_the_turn(strategy: ts.Strategy) -> None:
+    for answer in (("use staging",), (message for message in ["use staging"])):
+        outcome = await steered_run(strategy, "run", lambda answer=answer: answer)
+        assert [result.error_kind for result in outcome.results] == [None, "skipped", "skipped"]
+        assert outcome.steering_messages == ["use staging"]

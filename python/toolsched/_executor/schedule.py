@@ -13,7 +13,7 @@ import contextvars
 import heapq
 import inspect
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -32,8 +32,9 @@ from toolsched._values.calls import ToolCall, args_copy
 from toolsched._values.decisions import Decision
 from toolsched._values.events import BatchFinished, BatchStarted
 from toolsched._values.fastpath import run_until_suspended
+from toolsched._values.numeric_options import shown
 from toolsched._values.results import ToolResult, shown_result
-from toolsched.errors import GuardrailTripped, ToolCallFailed, ToolTimeoutError
+from toolsched.errors import GuardrailTripped, OptionError, ToolCallFailed, ToolTimeoutError
 
 __all__ = [
     "aborts",
@@ -216,7 +217,22 @@ async def _asked(steering: Steering, answer: list[Sequence[Any] | None]) -> None
     messages = steering()
     if inspect.isawaitable(messages):
         messages = await messages
-    answer.append(messages)
+    answer.append(steering_messages(messages))
+
+
+def steering_messages(messages: Any) -> list[Any] | None:
+    """What steering answered, as its list of messages (None or an empty list: go on). ``OptionError`` for an
+    answer that is not a collection of messages: text, bytes and a mapping would be read as messages
+    character by character or key by key, and a number or a bool is no collection at all."""
+    if messages is None:
+        return None
+    if type(messages) is list:
+        return messages
+    if isinstance(messages, (str, bytes, bytearray, Mapping)) or not isinstance(messages, Iterable):
+        text = shown(messages)
+        text = text if len(text) <= 80 else f"{text[:77]}..."
+        raise OptionError(f"steering must return a list of messages (or None to go on), got {text}")
+    return list(messages)
 
 
 def declared_access(job: Job) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
