@@ -9,6 +9,7 @@ import copy
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import toolsched as ts
@@ -416,3 +417,42 @@ async def test_steering_that_answers_a_tuple_or_a_generator_of_messages_stops_th
         outcome = await steered_run(strategy, "run", lambda answer=answer: answer)
         assert [result.error_kind for result in outcome.results] == [None, "skipped", "skipped"]
         assert outcome.steering_messages == ["use staging"]
+
+
+@ts.tool(concurrency_safe=True)
+async def reporting(n: int, ctx: ts.ToolContext) -> int:
+    """Reports its progress once."""
+    ctx.report_progress(0.5, f"half of {n}")
+    return n
+
+
+@pytest.mark.parametrize("option", ["on_event", "on_progress"])
+async def test_a_plain_callback_that_hands_back_an_awaitable_has_it_awaited(option: str) -> None:
+    """Hooks and steering await what a plain callable hands back; before, event callbacks did not: a lambda
+    around an async handler lost every event (its coroutine was never awaited, with a RuntimeWarning)."""
+    seen: list[str] = []
+
+    async def handler(event: Any) -> None:
+        await anyio.lowlevel.checkpoint()
+        seen.append(type(event).__name__)
+
+    executor = ts.Executor([reporting], **{option: lambda event: handler(event)})
+    outcome = await executor.run([ts.ToolCall("c1", "reporting", {"n": 1}), ts.ToolCall("c2", "reporting", {"n": 2})])
+    assert [result.output for result in outcome.results] == [1, 2]
+    if option == "on_progress":
+        assert seen == ["ToolProgress", "ToolProgress"]
+    else:
+        assert seen.count("ToolProgress") == 2
+        assert seen.count("ToolFinished") == 2
+        assert seen[0] == "BatchStarted" and seen[-1] == "BatchFinished"
+
+
+async def test_an_awaitable_a_plain_callback_hands_back_that_fails_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    async def failing(event: Any) -> None:
+        raise ValueError("listener broke")
+
+    outcome = await ts.Executor([reporting], on_event=lambda event: failing(event)).run(
+        [ts.ToolCall("c1", "reporting", {"n": 1})]
+    )
+    assert [result.output for result in outcome.results] == [1]
+    assert "listener broke" in caplog.text

@@ -232,9 +232,9 @@ class Settings:
                 sinks.append(progress_only_async)
             else:
 
-                def progress_only(event: Event) -> None:
-                    if isinstance(event, ToolProgress):
-                        on_progress(event)
+                def progress_only(event: Event) -> Any:
+                    # What it hands back too: an awaitable is awaited by the emitter.
+                    return on_progress(event) if isinstance(event, ToolProgress) else None
 
                 sinks.append(progress_only)
         if extra is not None:
