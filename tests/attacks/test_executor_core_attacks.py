@@ -456,3 +456,38 @@ async def test_an_awaitable_a_plain_callback_hands_back_that_fails_is_logged(cap
     )
     assert [result.output for result in outcome.results] == [1]
     assert "listener broke" in caplog.text
+
+
+def plain_checks_tool(ran: list[int], refused: int) -> ts.Tool:
+    class PlainChecks(ts.Tool):
+        name = "plain_checks"
+        description = "Checks its input and its permission with plain methods."
+        input_schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+
+        def validate_input(self, args: Any, ctx: Any) -> None:  # type: ignore[override]
+            if args["n"] == refused:
+                raise ts.SemanticError(f"{refused} is out of scope")
+
+        def check_permissions(self, args: Any, ctx: Any) -> ts.Decision:  # type: ignore[override]
+            return ts.Decision.deny("not this one") if args["n"] == refused + 1 else ts.Decision.allow()
+
+        def call(self, args: Any, ctx: Any) -> int:
+            ran.append(args["n"])
+            return int(args["n"])
+
+    return PlainChecks()
+
+
+async def test_plain_validate_input_and_check_permissions_are_taken() -> None:
+    """``reconcile``, hooks and the approver may be plain functions; before, a plain ``validate_input`` refused
+    every call ("TypeError: object NoneType can't be used in 'await' expression") and a plain
+    ``check_permissions`` denied every call the same way."""
+    ran: list[int] = []
+    calls = [ts.ToolCall(f"c{n}", "plain_checks", {"n": n}) for n in range(3)]
+    outcome = await ts.Executor([plain_checks_tool(ran, refused=1)]).run(calls)
+    assert [(result.error_kind, result.error) for result in outcome.results] == [
+        (None, None),
+        ("semantic_error", "1 is out of scope"),
+        ("permission_denied", "not this one"),
+    ]
+    assert ran == [0]

@@ -51,7 +51,10 @@ async def check_semantics(jobs: list[Job], turn: Turn) -> list[Job]:
         if job.facts.validates_input and job.cancel_reason is None and turn.halt is None:
             # (A call cancelled, or a run interrupted, meanwhile is not checked: it is answered without running.)
             try:
-                await job.tool.validate_input(args_copy(job.args), turn.context_for(job))
+                checked = job.tool.validate_input(args_copy(job.args), turn.context_for(job))
+                if inspect.isawaitable(checked):
+                    # (A plain ``def validate_input`` is taken too: it answers without awaiting.)
+                    await checked
             except ModelRetry as exc:
                 await turn.answer(job.slot, job.call, job.tool.name, "model_retry", exc.message)
                 continue
@@ -258,7 +261,9 @@ async def _recheck(job: Job, turn: Turn) -> str | None:
     job.args = checked  # built anew by the check: no one else holds it
     if job.facts.validates_input:
         try:
-            await job.tool.validate_input(args_copy(job.args), turn.context_for(job))
+            checked = job.tool.validate_input(args_copy(job.args), turn.context_for(job))
+            if inspect.isawaitable(checked):
+                await checked
         except SemanticError as exc:
             return f"the input rewritten by a pre_tool_use hook was refused: {exc}"
         except BaseException as exc:
@@ -271,7 +276,10 @@ async def _recheck(job: Job, turn: Turn) -> str | None:
 async def _tool_decision(job: Job, turn: Turn) -> Decision:
     """The tool's ``check_permissions``; an error or a wrong answer denies (fail closed)."""
     try:
-        decision = await job.tool.check_permissions(args_copy(job.args), turn.context_for(job))
+        decision: Any = job.tool.check_permissions(args_copy(job.args), turn.context_for(job))
+        if inspect.isawaitable(decision):
+            # (A plain ``def check_permissions`` is taken too: it answers without awaiting.)
+            decision = await decision
     except BaseException as exc:
         if not own_failure(exc):
             raise
