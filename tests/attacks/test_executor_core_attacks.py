@@ -491,3 +491,46 @@ async def test_plain_validate_input_and_check_permissions_are_taken() -> None:
         ("permission_denied", "not this one"),
     ]
     assert ran == [0]
+
+
+@pytest.mark.parametrize("cap", [1, 2])
+async def test_a_call_nested_inside_a_call_of_its_own_tool_runs_on_that_calls_slot(cap: int) -> None:
+    """An agent tool with ``max_concurrency`` whose child turn calls it again (a sub-agent that delegates to
+    itself). Before, the nested call asked anyio's limiter for a second token on the task that held the first,
+    and failed with "RuntimeError: this borrower is already holding one of this CapacityLimiter's tokens"
+    (even with a slot free); taking another slot would wait forever on the one its ancestor holds. It runs on
+    its ancestor's slot: the ancestor only waits for it."""
+    box: dict[str, ts.Executor] = {}
+
+    @ts.agent_tool(lambda: box["child"], max_concurrency=cap)
+    async def delegate(depth: int, child: ts.ChildRun) -> str:
+        """Delegates to itself until the depth runs out."""
+        if depth == 0:
+            return "leaf"
+        outcome = await child.run([ts.ToolCall(f"d{depth}", "delegate", {"depth": depth - 1})])
+        result = outcome.results[0]
+        return f"{depth}/{result.output if not result.is_error else result.error}"
+
+    box["child"] = ts.Executor([delegate])
+    with anyio.fail_after(10):
+        outcome = await ts.Executor([delegate]).run([ts.ToolCall("c1", "delegate", {"depth": 2})])
+    assert [(result.error_kind, result.output) for result in outcome.results] == [(None, "2/1/leaf")]
+
+
+async def test_the_cap_still_holds_for_calls_of_a_tool_not_nested_in_one_another() -> None:
+    in_flight: list[int] = [0, 0]
+
+    @ts.tool(concurrency_safe=True, max_concurrency=2)
+    async def capped(n: int) -> int:
+        in_flight[0] += 1
+        in_flight[1] = max(in_flight[1], in_flight[0])
+        await anyio.sleep(0.01)
+        in_flight[0] -= 1
+        return n
+
+    executor = ts.Executor([capped])
+    async with anyio.create_task_group() as group:
+        for _ in range(4):
+            calls = [ts.ToolCall(f"c{n}", "capped", {"n": n}) for n in range(5)]
+            group.start_soon(executor.run, calls)
+    assert in_flight[1] == 2
