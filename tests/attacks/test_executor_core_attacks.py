@@ -534,3 +534,26 @@ async def test_the_cap_still_holds_for_calls_of_a_tool_not_nested_in_one_another
             calls = [ts.ToolCall(f"c{n}", "capped", {"n": n}) for n in range(5)]
             group.start_soon(executor.run, calls)
     assert in_flight[1] == 2
+
+
+@ts.tool(isolation="process", concurrency_safe=True)
+def raises_what_cannot_travel(n: int) -> int:
+    """Raises an exception of a class defined inside the function: pickle cannot send it back."""
+
+    class LocalFailure(Exception):
+        pass
+
+    if n:
+        raise LocalFailure(f"call {n} failed")
+    return n
+
+
+async def test_a_process_isolated_tool_raising_what_cannot_be_pickled_fails_only_its_call() -> None:
+    """Before, the call's error was pickle's ("AttributeError: Can't pickle local object ...", or with the tool
+    in a script "WorkerLostError: the worker process ... exited"), never what the tool raised."""
+    calls = [ts.ToolCall(f"c{n}", "raises_what_cannot_travel", {"n": n}) for n in range(2)]
+    outcome = await ts.Executor([raises_what_cannot_travel]).run(calls)
+    assert [result.error_kind for result in outcome.results] == [None, "execution_error"]
+    error = outcome.results[1].error or ""
+    assert "LocalFailure: call 1 failed" in error
+    assert "could not be sent back from the worker process" in error

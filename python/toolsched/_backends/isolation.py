@@ -82,6 +82,17 @@ def _call_in_worker(target: _ModuleFunction | _ToolMethod, args: tuple[Any, ...]
         return body(*args, **kwargs)
     except (ModelRetry, Transient) as exc:
         raise _portable(exc) from None
+    except Exception as exc:
+        # What cannot be pickled back (a class defined inside a function, one holding a lock) would break the
+        # worker process as it sends it, and the call would be told the worker was lost: told what it raised.
+        try:
+            pickle.loads(pickle.dumps(exc))
+        except Exception as unsent:
+            text = f"{type(exc).__qualname__}: {exc}" if str(exc) else type(exc).__qualname__
+            raise RuntimeError(
+                f"{text} (its exception could not be sent back from the worker process: {unsent})"
+            ) from None
+        raise
 
 
 def _portable(exc: ModelRetry | Transient) -> Exception:
