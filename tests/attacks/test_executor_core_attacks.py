@@ -557,3 +557,40 @@ async def test_a_process_isolated_tool_raising_what_cannot_be_pickled_fails_only
     error = outcome.results[1].error or ""
     assert "LocalFailure: call 1 failed" in error
     assert "could not be sent back from the worker process" in error
+
+
+@pytest.mark.parametrize("entry", ["run", "stream", "turn", "resume", "child run"])
+async def test_steering_that_is_not_callable_is_refused_before_anything_runs(entry: str) -> None:
+    """Before, ``steering=["stop"]`` (the messages instead of the callback) was taken: a turn of one batch ran
+    without ever asking it, a longer one raised a bare TypeError ("'list' object is not callable") between
+    batches, after the first batch had run."""
+    ran: list[int] = []
+    calls = [ts.ToolCall(f"c{n}", "checked", {"n": n}) for n in range(2)]
+    executor = ts.Executor([checked_tool(ran)], strategy=ts.Sequential())
+    match = r"steering must be a callable returning messages or None, got \['stop'\]"
+    with pytest.raises(ts.OptionError, match=match):
+        if entry == "run":
+            await executor.run(calls, steering=["stop"])
+        elif entry == "stream":
+            async for _ in executor.stream(calls, steering=["stop"]):
+                pass
+        elif entry == "turn":
+            async with executor.turn(steering=["stop"]) as turn:
+                for call in calls:
+                    await turn.submit(call)
+        elif entry == "resume":
+            held = ts.Executor([checked_tool(ran, needs_approval=lambda self, args: True)])
+            outcome = await held.run(calls)
+            assert outcome.state is not None
+            await held.resume(outcome.state, steering=["stop"])
+        else:
+
+            @ts.agent_tool(executor)
+            async def delegate(child: ts.ChildRun) -> str:
+                """Runs a child turn."""
+                await child.run(calls, steering=["stop"])  # type: ignore[arg-type]
+                return "ran"
+
+            outcome = await ts.Executor([delegate]).run([ts.ToolCall("p1", "delegate", {})])
+            raise ts.OptionError(outcome.results[0].error or "")
+    assert ran == []

@@ -311,6 +311,8 @@ class Executor:
         this function is left in the chain a waiting run keeps)."""
         if run_id is not None:
             _check_run_id(run_id)
+        if steering is not None:
+            _check_steering(steering)
         # A list is told by its type first: an isinstance check against an ABC costs more.
         if type(calls) is not list and isinstance(calls, AsyncIterable):
             return self._run_streamed(calls, steering, context, run_id)
@@ -357,6 +359,8 @@ class Executor:
     ) -> StreamingTurn:
         if run_id is not None:
             _check_run_id(run_id)
+        if steering is not None:
+            _check_steering(steering)
         refresh = (lambda: self._refresh(sink, None)) if self.registry.refreshes else None
         return StreamingTurn(
             self._settings,
@@ -423,6 +427,8 @@ class Executor:
         journal = self._settings.journal
         if journal is None:
             raise OptionError("recover() needs an executor built with journal=")
+        if steering is not None:
+            _check_steering(steering)
         if limits is None:
             limits = active_limits() or bare_limits()
         durable = RunJournal(journal, run_id)
@@ -488,6 +494,8 @@ class Executor:
             raise OptionError(f"limits= takes a ts.Limits or None, got {type(limits).__name__}")
         if not isinstance(calls, AsyncIterable):
             calls = call_list(calls)
+        if steering is not None:
+            _check_steering(steering)
         send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
         failure: list[BaseException] = []
         journal = self._settings.journal
@@ -620,6 +628,8 @@ class Executor:
         """
         if not isinstance(state, RunState):
             raise TypeError(f"resume() takes the RunState of an interrupted run, got {type(state).__name__}")
+        if steering is not None:
+            _check_steering(steering)
         if limits is None:
             # Without the agent run's ``Limits``, the run's own answers still count (``bare_limits``).
             limits = active_limits() or bare_limits()
@@ -675,6 +685,8 @@ class Executor:
         as well, stamped with the parent call. The parent's ``Limits`` do not count the child's calls.
         ``identity`` is the child turn's identity (its calls' idempotency keys derive from it).
         """
+        if steering is not None:
+            _check_steering(steering)
         with limits_in_force(None):
             request = RunRequest(calls, state, steering, context, sink, parent_call_id, identity=identity)
             return await self._start(request)
@@ -1059,6 +1071,12 @@ def _carry_into(limits: Limits | None, turn: Turn, calls: Sequence[ToolCall]) ->
     if limits is not None:
         limits.carry(carried, calls, run=turn.run_identity())
     return {result.call_id for result in carried}
+
+
+def _check_steering(steering: object) -> None:
+    """A steering callback given to a run: a callable (plain or async), checked before anything runs."""
+    if not callable(steering):
+        raise OptionError(f"steering must be a callable returning messages or None, got {steering!r}")
 
 
 def _check_run_id(run_id: object) -> None:
