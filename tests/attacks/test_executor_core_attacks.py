@@ -594,3 +594,29 @@ async def test_steering_that_is_not_callable_is_refused_before_anything_runs(ent
             outcome = await ts.Executor([delegate]).run([ts.ToolCall("p1", "delegate", {})])
             raise ts.OptionError(outcome.results[0].error or "")
     assert ran == []
+
+
+class EqualToAll(str):
+    """Text whose equality says yes to anything."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return 0
+
+
+@pytest.mark.parametrize("stage", ["pre_tool_use", "pre_batch"])
+async def test_a_hook_matcher_of_a_text_subclass_matches_only_what_its_text_names(stage: str) -> None:
+    """Before, a matcher compared equal to ``"*"`` by its own ``__eq__`` matched every tool: a hook meant for
+    one tool blocked the others."""
+
+    @ts.tool(name="alpha")
+    async def alpha() -> str:
+        return "alpha"
+
+    hooks = getattr(ts.Hooks(), stage)(EqualToAll("alpha"), lambda event: ts.Decision.deny("not alpha"))
+    outcome = await ts.Executor([echo, alpha], hooks=hooks, strategy=ts.Sequential()).run(
+        [ts.ToolCall("c1", "echo", {"n": 1}), ts.ToolCall("c2", "alpha", {})]
+    )
+    assert [(result.output, result.error_kind) for result in outcome.results] == [(1, None), (None, "hook_blocked")]
