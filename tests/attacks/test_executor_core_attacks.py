@@ -620,3 +620,19 @@ async def test_a_hook_matcher_of_a_text_subclass_matches_only_what_its_text_name
         [ts.ToolCall("c1", "echo", {"n": 1}), ts.ToolCall("c2", "alpha", {})]
     )
     assert [(result.output, result.error_kind) for result in outcome.results] == [(1, None), (None, "hook_blocked")]
+
+
+async def test_a_permission_mode_of_a_text_subclass_is_the_mode_its_text_names() -> None:
+    """Before, a mode equal to every text by its own ``__eq__`` passed the check and then was every mode at once:
+    ``ask`` ran every call without asking (fail-open), ``plan`` let writes run."""
+    ran: list[int] = []
+    permissions = ts.Permissions(mode=EqualToAll("ask"))  # type: ignore[arg-type]
+    assert type(permissions.mode) is str and permissions.mode == "ask"
+    outcome = await ts.Executor([checked_tool(ran)], permissions=permissions).run(calls())
+    assert outcome.interrupted
+    assert [request.call_id for request in outcome.pending] == ["c1", "c2"]
+    assert ran == []
+    planned = ts.Permissions(mode=EqualToAll("plan"))  # type: ignore[arg-type]
+    outcome = await ts.Executor([checked_tool(ran)], permissions=planned).run(calls())
+    assert [result.error_kind for result in outcome.results] == ["permission_denied", "permission_denied"]
+    assert ran == []
