@@ -636,3 +636,22 @@ async def test_a_permission_mode_of_a_text_subclass_is_the_mode_its_text_names()
     outcome = await ts.Executor([checked_tool(ran)], permissions=planned).run(calls())
     assert [result.error_kind for result in outcome.results] == ["permission_denied", "permission_denied"]
     assert ran == []
+
+
+async def test_options_of_a_text_subclass_are_the_choice_their_text_names() -> None:
+    """Before, ``on_error`` and ``unknown_tool`` equal to every text by their own ``__eq__`` passed the check and
+    then compared equal to ``"raise"`` (a failed call and an unknown tool raised), and a tool's
+    ``isolation`` of ``"none"`` compared equal to ``"process"`` (refused: its function is not at module level)."""
+
+    @ts.tool(name="fails", isolation=EqualToAll("none"))  # type: ignore[arg-type]
+    def fails() -> str:
+        raise ValueError("it failed")
+
+    executor = ts.Executor(
+        [fails],
+        on_error=EqualToAll("result"),  # type: ignore[arg-type]
+        unknown_tool=EqualToAll("result"),  # type: ignore[arg-type]
+    )
+    outcome = await executor.run([ts.ToolCall("c1", "fails", {}), ts.ToolCall("c2", "missing", {})])
+    assert [result.error_kind for result in outcome.results] == ["execution_error", "unknown_tool"]
+    assert type(fails.isolation) is str and fails.isolation == "none"

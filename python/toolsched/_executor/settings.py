@@ -126,6 +126,11 @@ class Settings:
                 "strategy must be a toolsched strategy (ts.Sequential(), ts.Parallel(), ts.Batched(size), "
                 f"ts.Partitioned(), ts.ResourceAware()), got {self.strategy!r}"
             )
+        # Plain text: a subclass's own equality could make "result" equal to "raise".
+        if isinstance(on_error, str):
+            on_error = str.__str__(on_error)  # type: ignore[assignment]
+        if isinstance(unknown_tool, str):
+            unknown_tool = str.__str__(unknown_tool)  # type: ignore[assignment]
         if on_error not in ("result", "raise"):
             raise OptionError(f"on_error must be 'result' or 'raise', got {on_error!r}")
         if unknown_tool not in ("result", "raise"):
