@@ -12,6 +12,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ApprovalError",
     "AssemblyError",
+    "BackendError",
+    "BackendUnavailableError",
     "GuardrailTripped",
     "IncompleteStreamError",
     "JournalCorruptError",
@@ -26,6 +28,7 @@ __all__ = [
     "RefreshError",
     "ResourceError",
     "ResponseFormatError",
+    "ResultTooLargeError",
     "RuleError",
     "RunClaimedError",
     "RunExistsError",
@@ -44,6 +47,7 @@ __all__ = [
     "UnknownToolError",
     "UnpicklableError",
     "UnstorableOutputError",
+    "WorkerLostError",
     "WorkloadError",
 ]
 
