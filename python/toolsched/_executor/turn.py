@@ -19,6 +19,7 @@ import anyio
 
 from toolsched import _core
 from toolsched._backends.threads import Gate
+from toolsched._backends.workers import own_failure
 from toolsched._executor.durable import RunJournal
 from toolsched._executor.emitter import Emitter
 from toolsched._executor.settings import Settings
@@ -38,7 +39,14 @@ from toolsched._values.effects import new_identity
 from toolsched._values.events import Event, ToolArgumentsRepaired, ToolFinished, ToolStarted
 from toolsched._values.fastpath import slot_builder
 from toolsched._values.outcome import Outcome, new_outcome
-from toolsched._values.results import ErrorKind, ToolResult, edited_result, error_result, repaired_result
+from toolsched._values.results import (
+    ErrorKind,
+    ToolResult,
+    edited_result,
+    error_result,
+    repaired_result,
+    shown_result,
+)
 from toolsched.errors import GuardrailTripped, UnknownToolError
 
 __all__ = [
@@ -170,7 +178,9 @@ def judge(
         return static
     try:
         return bool(judgement(args_copy(job.args)))
-    except Exception:
+    except BaseException as exc:
+        if not own_failure(exc):
+            raise
         logger.warning("%s of %s raised; %s", judgement.__name__, job.tool.name, consequence, exc_info=True)
         return if_it_raises
 
@@ -613,7 +623,8 @@ class Turn:
             args = call.args if isinstance(call.args, str) else args_copy(dict(call.args))
             result = results.get(slot)
             if result is not None:
-                records.append(CallRecord(call.id, call.name, args, "done", result=result))
+                # The state's own copy of the output: the caller is handed the result itself in the outcome.
+                records.append(CallRecord(call.id, call.name, args, "done", result=shown_result(result)))
                 continue
             handout = handouts.get(slot)
             if handout is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +12,7 @@ from toolsched._values.fastpath import call_init
 from toolsched._values.numeric_options import shown
 from toolsched.errors import MalformedCallError
 
-__all__ = ["Duplicate", "ToolCall", "args_copy", "init_in_python", "plain_call", "plain_calls"]
+__all__ = ["Duplicate", "ToolCall", "args_copy", "call_list", "init_in_python", "plain_call", "plain_calls"]
 
 
 class _NoArgs:
@@ -117,6 +117,19 @@ def plain_call(call: Any, position: int) -> ToolCall:
         return ToolCall(*fields)
     except MalformedCallError as exc:
         raise MalformedCallError(f"calls[{position}]: {exc}") from exc
+
+
+def call_list(calls: Iterable[Any]) -> list[Any]:
+    """A turn's calls as a list: ``calls`` itself when it is one, else what the iterable gives.
+
+    ``MalformedCallError`` for what is not a collection of calls: text, a mapping and a lone ``ToolCall`` (each
+    would be read as something else: its characters, its keys) and anything that is not iterable.
+    """
+    if type(calls) is list:
+        return calls
+    if isinstance(calls, (str, bytes, bytearray, Mapping, ToolCall)) or not isinstance(calls, Iterable):
+        raise MalformedCallError(f"calls must be a list (or another iterable) of ToolCall, got {type(calls).__name__}")
+    return list(calls)
 
 
 def plain_calls(calls: list[Any]) -> list[ToolCall]:
