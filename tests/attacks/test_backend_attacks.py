@@ -410,6 +410,8 @@ def occupy(hold: float, started: str = "") -> int:
     return os.getpid()
 
 
+# One event loop is enough: the routing is the backend's own, and the cluster is costly.
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_a_timed_out_call_keeps_its_actor_busy_so_the_next_call_goes_to_another(
     ray_cluster: Any, anyio_backend: str, tmp_path: Path
 ) -> None:
@@ -417,8 +419,6 @@ async def test_a_timed_out_call_keeps_its_actor_busy_so_the_next_call_goes_to_an
     busy actor, and a timed-out call of a sync body finishes on its actor (its result dropped). The actor was
     counted free as soon as the call was answered ``timeout``: the next call went to it, and waited behind the
     body still running there (here it timed out too) while another actor stood idle."""
-    if anyio_backend == "trio":
-        pytest.skip("one event loop is enough for the cluster's sake: the routing is the backend's own")
     backend = ts.RayBackend(actor_pool={"occupy": 2})
     executor = ts.Executor([occupy], backends={"ray": backend}, default_backend="ray")
     try:
