@@ -300,28 +300,30 @@ class Executor:
         with limits_in_force(limits):
             return await self._run_turn(calls, steering, context, run_id)
 
-    async def _run_turn(
+    def _run_turn(
         self,
         calls: Iterable[ToolCall] | AsyncIterable[ToolCall],
         steering: Steering | None,
         context: Any,
         run_id: str | None,
-    ) -> Outcome:
+    ) -> Coroutine[Any, Any, Outcome]:
+        """``run``'s turn, planned when it can be: the coroutine that runs it, for ``run`` to await (no frame of
+        this function is left in the chain a waiting run keeps)."""
         if run_id is not None:
             _check_run_id(run_id)
         # A list is told by its type first: an isinstance check against an ABC costs more.
         if type(calls) is not list and isinstance(calls, AsyncIterable):
-            return await self._run_streamed(calls, steering, context, run_id)
+            return self._run_streamed(calls, steering, context, run_id)
         if self._settings.journal is not None:
-            return await self._run_journaled(calls, steering, context, run_id)
+            return self._run_journaled(calls, steering, context, run_id)
         view = self._view
         if view.toolset is not self.registry.toolset:
             view = self._current_view()
         if view.plain and active_limits() is None:
-            outcome = await self._planned(calls, view, steering=steering, context=context, run_id=run_id)
+            turn = self._planned(calls, view, steering=steering, context=context, run_id=run_id)
         else:
-            outcome = await self._start(RunRequest(calls, steering=steering, context=context, run_id=run_id))
-        return outcome if run_id is None else replace(outcome, run_id=run_id)
+            turn = self._start(RunRequest(calls, steering=steering, context=context, run_id=run_id))
+        return turn if run_id is None else _with_run_id(turn, run_id)
 
     async def _run_journaled(
         self, calls: Iterable[ToolCall], steering: Steering | None, context: Any, run_id: str | None
@@ -831,7 +833,7 @@ class Executor:
             refused=refused,
             fresh=plan.jobs,
             slot_calls=plan.calls,
-            duplicates=plan.duplicates,
+            duplicates=plan.duplicates or None,
             steering=steering,
         )
 
@@ -971,7 +973,7 @@ class Executor:
         *,
         fresh: list[Job],
         slot_calls: list[ToolCall],
-        duplicates: list[Duplicate],
+        duplicates: list[Duplicate] | None,
         steering: Steering | None,
         refused: Plan | None = None,
         ready: Sequence[Job] = (),
@@ -984,7 +986,8 @@ class Executor:
         calls, run them with the ready ones (``ready``), finish; ``held`` collects the calls held for a
         person, ``prior`` is the state a resumed turn came from, ``approvals`` the approvals a recovered run's
         journal holds for the fresh calls asked again. The run's ``Limits`` take its answers, but those
-        ``carried`` from before (counted by ``_carry_into``)."""
+        ``carried`` from before (counted by ``_carry_into``). ``duplicates`` is None when there are none: an
+        empty list kept while the calls wait would be one more object per run for the collector to walk."""
         if refused is not None and not refused.refused:
             refused = None
         if refused is not None and turn.settings.repair_function is not None:
@@ -1024,14 +1027,27 @@ class Executor:
         steering_messages = await run_jobs(jobs, turn, steering)
         if turn.emit is not None:
             await turn.emit.flush()
+        if duplicates is None:
+            duplicates = []
         if not held and not turn.parked and not turn.external:
             outcome = new_outcome(turn.ordered(), duplicates, steering_messages, False, [], None, None)
         else:
             outcome = turn.finish(slot_calls, held or [], duplicates, steering_messages, prior)
         if limits is not None:
-            answered = [result for result in outcome.results if result.call_id not in carried]
-            limits.settle(answered, run=turn.run_identity())
+            _settle(limits, outcome, carried, turn)
         return outcome
+
+
+def _settle(limits: Limits, outcome: Outcome, carried: set[str] | frozenset[str], turn: Turn) -> None:
+    """The run's ``Limits`` take the outcome's answers but those ``carried`` from before. (Apart from ``_drive``:
+    a comprehension there reading ``carried`` would make it a cell that every waiting run keeps.)"""
+    answered = [result for result in outcome.results if result.call_id not in carried]
+    limits.settle(answered, run=turn.run_identity())
+
+
+async def _with_run_id(turn: Awaitable[Outcome], run_id: str) -> Outcome:
+    """The outcome of ``turn`` (a run given its ID), carrying that ID."""
+    return replace(await turn, run_id=run_id)
 
 
 def _carry_into(limits: Limits | None, turn: Turn, calls: Sequence[ToolCall]) -> set[str]:

@@ -117,9 +117,11 @@ async def _run_pool(
                         if group is None:
                             group = WorkerGroup()
                             group.enter(note)
+                            # Not kept while the calls wait: one object less per waiting run.
+                            note = None
                         if total <= concurrency and group.loop is not None:
                             # Every item fits under the cap: each one left starts now in a worker of its own.
-                            pool = _Pool(group, concurrency, work, items, total, None, slack)
+                            pool = _Pool(group, concurrency, work, items, total, None, slack, False)
                             pool.start_each(position, whole_task)
                             await suspended
                             if group.cancelled():
@@ -192,7 +194,10 @@ class _Pool:
         position: int,
         source: _Ready | None = None,
         slack: _Slack | None = None,
+        in_order: bool = True,
     ) -> None:
+        """``in_order``: whether workers will take the items one after another (``take_in_order``,
+        ``take_when_ready``); a pool that starts each item at once (``start_each``) is made without."""
         self.group = group
         self.concurrency = concurrency
         self.work = work
@@ -206,8 +211,9 @@ class _Pool:
         # calling task ran before), never in a copy of whatever context started the worker: a call
         # that lends its slot starts one from inside its own context. (The workers do not share it:
         # a tool that re-enters the event loop, as nest_asyncio allows, steps one worker inside
-        # another's step, and one context cannot be entered twice.)
-        self.base = contextvars.copy_context()
+        # another's step, and one context cannot be entered twice.) A pool whose items each start in a task of
+        # their own runs none there, and keeps none: one object less per waiting run.
+        self.base = contextvars.copy_context() if in_order else None
         self.running = 0
         self.waiting = 0
         # Made when a worker first waits: most pools never wait, and an event costs microseconds.

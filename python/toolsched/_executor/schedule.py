@@ -141,9 +141,13 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
     try:
         settings = turn.settings
         batches = _batches(jobs, turn, cap)
+        count = len(batches)
         # By index, not enumerate: no iterator objects stay alive while a batch's calls wait.
-        for number in range(len(batches)):
+        for number in range(count):
             start, end, concurrency = batches[number]
+            if count == 1:
+                # The usual turn, one batch: its plan (a list and a tuple) is not kept while its calls wait.
+                del batches
             if number:
                 # A cancellation of the run that arrived as the last batch ended stops it here: nothing more starts.
                 await anyio.lowlevel.checkpoint_if_cancelled()
@@ -195,8 +199,16 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
 
 
 def _in_batch(number: int, turn: Turn) -> Callable[[Job], Coroutine[Any, Any, None]]:
-    """The work of a concurrent batch's pool: each call executed as part of batch ``number``."""
-    return lambda job: execute(job, number, True, turn)
+    """The work of a concurrent batch's pool: each call executed as part of batch ``number``.
+
+    ``number`` and ``turn`` are bound as defaults rather than closed over: the function and one tuple, where
+    a closure is the function, a tuple and a cell per name, kept by every waiting run (the call costs the same).
+    """
+
+    def work(job: Job, number: int = number, turn: Turn = turn) -> Coroutine[Any, Any, None]:
+        return execute(job, number, True, turn)
+
+    return work
 
 
 async def steer(steering: Steering, context: contextvars.Context | None = None) -> Sequence[Any] | None:
