@@ -571,3 +571,30 @@ def test_scheduling_one_tool_from_many_threads_routes_it_once() -> None:
     assert len(made) == 8 and all(agent.tools[0] is delete for agent in made)
     assert routed is not body and routed.body is body  # type: ignore[attr-defined]
     assert delete.on_invoke_tool is invoker
+
+
+async def test_a_routed_body_hands_any_other_agent_the_sdk_bodys_own_coroutine() -> None:
+    """For a call of an agent ``scheduled`` did not make (or of no agent), the routed body returns the SDK
+    body's own coroutine: no frame of toolsched's runs while the tool does. For the scheduled agent's call it
+    returns toolsched's."""
+    from agents.tool import _FailureHandlingFunctionToolInvoker
+    from agents.tool_context import ToolContext as SdkToolContext
+
+    ran: list[str] = []
+    delete = denied_delete(ran)
+    invoker = delete.on_invoke_tool
+    assert isinstance(invoker, _FailureHandlingFunctionToolInvoker)
+    body = invoker._invoke_tool_impl
+    agent = scheduled(Agent(name="files", tools=[delete]), permissions=ts.Permissions(deny=["delete"]))
+    routed = invoker._invoke_tool_impl
+    plain = Agent(name="plain", tools=[delete])
+    for other in (plain, None):
+        context = SdkToolContext(None, tool_name="delete", tool_call_id="c1", tool_arguments="{}", agent=other)
+        made = routed(context, '{"path": "a.txt"}')
+        assert made.cr_code is body.__code__  # type: ignore[attr-defined]
+        assert await made == "deleted a.txt"
+    context = SdkToolContext(None, tool_name="delete", tool_call_id="c2", tool_arguments="{}", agent=agent)
+    made = routed(context, '{"path": "b.txt"}')
+    assert made.cr_code is not body.__code__  # type: ignore[attr-defined]
+    assert await made == DENIED
+    assert ran == ["a.txt", "a.txt"]
