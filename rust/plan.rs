@@ -376,7 +376,7 @@ fn judge(catalog: &Catalog, name: &str, args: &Arguments<'_>, disabled: &[bool],
                             .check(tool, &value, limits)
                             .map_or_else(reject, |()| reject(rejection))
                     }),
-                    Err(refusal @ Refusal::CutOff) => Verdict::InvalidInput {
+                    Err(refusal @ (Refusal::CutOff | Refusal::Ambiguous(_))) => Verdict::InvalidInput {
                         tool,
                         message: refusal.message(catalog.name(tool)),
                         rejection,

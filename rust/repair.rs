@@ -66,6 +66,8 @@ pub enum Refusal {
     CutOff,
     /// The text is not JSON in a way no unambiguous fix explains.
     Unrepairable(String),
+    /// The text has more than one reading, said in a way the model can act on.
+    Ambiguous(&'static str),
 }
 
 impl Refusal {
@@ -76,6 +78,7 @@ impl Refusal {
                 format!("arguments for `{tool}` were cut off before the JSON ended; send the whole call again")
             }
             Self::Unrepairable(reason) => format!("arguments for `{tool}` are not valid JSON: {reason}"),
+            Self::Ambiguous(reason) => format!("arguments for `{tool}` are not valid JSON: {reason}"),
         }
     }
 }
@@ -218,6 +221,10 @@ fn one_value<'a>(text: &'a str, fixes: &mut Fixes) -> Result<&'a str, Refusal> {
     Ok(&text[start..end])
 }
 
+/// Why text with an apostrophe inside a single-quoted string is refused.
+const APOSTROPHE: &str = "a single-quoted string holds an apostrophe, so which quote ends it is ambiguous; \
+send the arguments as JSON, with double quotes";
+
 /// Length of the container `text` opens, strings and comments skipped; `None` if it never closes.
 fn match_close(text: &str) -> Result<Option<usize>, Refusal> {
     let bytes = text.as_bytes();
@@ -227,6 +234,11 @@ fn match_close(text: &str) -> Result<Option<usize>, Refusal> {
         match bytes[at] {
             quote @ (b'"' | b'\'') => match skip_string(bytes, at, quote) {
                 Some(next) => at = next,
+                // A single-quoted string that never ends in text whose brackets close: an apostrophe
+                // inside one (`'it's'`) ended it early, not a cut.
+                None if quote == b'\'' && text.trim_end().ends_with(['}', ']']) => {
+                    return Err(Refusal::Ambiguous(APOSTROPHE));
+                }
                 None => return Ok(None),
             },
             b'/' if bytes.get(at + 1) == Some(&b'/') => {
@@ -404,12 +416,12 @@ fn control(out: &mut String, fixes: &mut Fixes, escape: &str) {
 /// `None` when no such fix applies. The caller validates the result again.
 pub fn repair_to_schema(value: &Value, schema: &Value) -> Option<(Value, Fixes)> {
     let mut fixes = Fixes::default();
-    let mut fixed = value.clone();
-    coerce(&mut fixed, schema, &mut fixes, 0);
+    let mut repaired = value.clone();
+    coerce(&mut repaired, schema, &mut fixes, 0);
     if fixes.is_empty() {
         None
     } else {
-        Some((fixed, fixes))
+        Some((repaired, fixes))
     }
 }
 
@@ -613,6 +625,13 @@ mod tests {
         // Which quote ends the string is ambiguous: the text is refused, never guessed at.
         repair_text("{'a': 'it's'}", &Limits::default()).expect_err("refused");
         repair_text("{'a': 'it's', 'b': 'x'}", &Limits::default()).expect_err("refused");
+        // Said as what it is, not as text cut off: sending the same call again would not help.
+        assert_eq!(
+            repair_text("{'a': 'it's'}", &Limits::default()),
+            Err(Refusal::Ambiguous(APOSTROPHE))
+        );
+        // Text that does end inside a single-quoted string is cut off.
+        assert_eq!(repair_text("{'a': 'it", &Limits::default()), Err(Refusal::CutOff));
     }
 
     #[test]

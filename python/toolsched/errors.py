@@ -6,12 +6,16 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from toolsched._values.exception_text import described
+
 if TYPE_CHECKING:
     from toolsched._values.results import ToolResult
 
 __all__ = [
     "ApprovalError",
     "AssemblyError",
+    "BackendError",
+    "BackendUnavailableError",
     "GuardrailTripped",
     "IncompleteStreamError",
     "JournalCorruptError",
@@ -26,6 +30,7 @@ __all__ = [
     "RefreshError",
     "ResourceError",
     "ResponseFormatError",
+    "ResultTooLargeError",
     "RuleError",
     "RunClaimedError",
     "RunExistsError",
@@ -44,12 +49,29 @@ __all__ = [
     "UnknownToolError",
     "UnpicklableError",
     "UnstorableOutputError",
+    "WorkerLostError",
     "WorkloadError",
 ]
 
 
 class ToolschedError(Exception):
-    """Base class of the errors toolsched raises on purpose."""
+    """Base class of the errors toolsched raises on purpose.
+
+    Every one pickles and copies as it is (its message, its type and the fields it carries), though most
+    subclasses take those fields rather than the message: an error raised in a worker process travels back.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its ``args`` without ``__init__`` (which takes the fields, not the message), then given
+        # its fields back; pickle's default calls ``type(self)(*self.args)``.
+        return _rebuilt, (type(self), self.args), self.__dict__ or None
+
+
+def _rebuilt(cls: type[ToolschedError], args: tuple[Any, ...]) -> ToolschedError:
+    """An error of ``cls`` with ``args``, its ``__init__`` not run (its fields follow from the pickle)."""
+    error = cls.__new__(cls, *args)
+    error.args = args  # an ``OSError`` subclass with an ``__init__`` of its own leaves them to it
+    return error
 
 
 class SchemaError(ToolschedError, ValueError):
@@ -153,7 +175,7 @@ class StreamFailed(ToolschedError):
     """
 
     def __init__(self, outcome: Any, cause: BaseException) -> None:
-        detail = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+        detail = described(cause)  # a message that cannot be read must not lose the outcome
         answered = len(outcome.results)
         super().__init__(f"the stream of calls broke after {answered} calls were answered ({detail})")
         self.outcome = outcome

@@ -50,7 +50,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -167,9 +167,34 @@ def _async_method(method: Any, client: Any, wanted: str) -> Any:
     return method
 
 
+def _conversation(value: Any, keyword: str, what: str) -> list[Any]:
+    """The conversation a loop starts from, as a list: a one-message value (text, a dict, an SDK object) is
+    refused before anything is sent (read as a list it would be its characters, or its keys)."""
+    if (
+        value is None
+        or isinstance(value, (str, bytes, bytearray, Mapping))
+        or hasattr(value, "model_dump")
+        or not isinstance(value, Iterable)
+    ):
+        raise OptionError(f"{keyword}= takes a list of {what}, got {type(value).__name__}; nothing was sent")
+    return list(value)
+
+
 def _with_tools(request: dict[str, Any], tools: list[Any]) -> dict[str, Any]:
-    """The request keywords with the executor's tools first and the caller's own (hosted) tools after."""
-    merged = [*tools, *request.get("tools", ())]
+    """The request keywords with the executor's tools first and the caller's own (hosted) tools after.
+
+    The caller's ``tools`` is a list (or tuple); None or an SDK's "not given" (a false value) is none. A single
+    tool, or anything else, is refused with ``OptionError`` before anything is sent.
+    """
+    own = request.get("tools")
+    if not isinstance(own, (list, tuple)):
+        if own is not None and own:
+            raise OptionError(
+                f"tools= takes a list of the API's own tools (sent after the executor's), got {type(own).__name__}; "
+                "nothing was sent"
+            )
+        own = ()
+    merged = [*tools, *own]
     options = {key: value for key, value in request.items() if key != "tools"}
     if merged:
         options["tools"] = merged
@@ -492,15 +517,17 @@ async def anthropic_loop(
 ) -> LoopResult:
     """Runs the Anthropic Messages tool loop with an ``anthropic.AsyncAnthropic`` client.
 
-    ``request`` holds the other ``messages.create`` keywords (``model``,
-    ``max_tokens``, ``system``, ...); ``tools`` given there (server tools such
-    as web search) are sent after the executor's. A ``pause_turn`` response is
-    sent back as it is. See the module doc for stops, approvals and refresh.
+    ``messages`` is the list of messages so far (one message, or text, is
+    refused with ``OptionError`` before anything is sent). ``request`` holds
+    the other ``messages.create`` keywords (``model``, ``max_tokens``,
+    ``system``, ...); ``tools`` given there (server tools such as web search)
+    are sent after the executor's. A ``pause_turn`` response is sent back as
+    it is. See the module doc for stops, approvals and refresh.
     """
     return await _run_loop(
         _Anthropic(client, request),
         executor,
-        list(messages),
+        _conversation(messages, "messages", "messages"),
         max_turns=max_turns,
         refresh_tools=refresh_tools,
         steering=steering,
@@ -530,13 +557,18 @@ async def openai_responses_loop(
 ) -> LoopResult:
     """Runs the OpenAI Responses tool loop with an ``openai.AsyncOpenAI`` client.
 
-    ``input`` is the first user text or a list of input items; the loop keeps
+    ``input`` is the first user text or a list of input items (one item alone
+    is refused with ``OptionError`` before anything is sent); the loop keeps
     the whole conversation in ``input`` (it works with ``store=False``).
     ``strict=True`` exports the tools in strict form. ``request`` holds the
     other ``responses.create`` keywords; ``tools`` given there (hosted tools)
     are sent after the executor's.
     """
-    history: list[Any] = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
+    history: list[Any] = (
+        [{"role": "user", "content": input}]
+        if isinstance(input, str)
+        else _conversation(input, "input", "input items (or the user's text)")
+    )
     return await _run_loop(
         _Responses(client, request, strict),
         executor,
@@ -570,13 +602,15 @@ async def openai_chat_loop(
 ) -> LoopResult:
     """Runs the OpenAI Chat Completions tool loop with an ``openai.AsyncOpenAI`` client.
 
-    ``strict=True`` exports the tools in strict form. ``request`` holds the
-    other ``chat.completions.create`` keywords (``model``, ...).
+    ``messages`` is the list of messages so far (one message, or text, is
+    refused with ``OptionError`` before anything is sent). ``strict=True``
+    exports the tools in strict form. ``request`` holds the other
+    ``chat.completions.create`` keywords (``model``, ...).
     """
     return await _run_loop(
         _Chat(client, request, strict),
         executor,
-        list(messages),
+        _conversation(messages, "messages", "messages"),
         max_turns=max_turns,
         refresh_tools=refresh_tools,
         steering=steering,
@@ -606,12 +640,15 @@ async def gemini_loop(
 ) -> LoopResult:
     """Runs the Gemini tool loop with a ``google.genai.Client`` (its ``aio`` side).
 
-    ``contents`` is the first user text or a list of contents; ``config`` a
+    ``contents`` is the first user text or a list of contents (one ``Content``
+    alone is refused with ``OptionError`` before anything is sent); ``config`` a
     dict or ``GenerateContentConfig`` whose ``tools`` (hosted tools) are sent
     after the executor's function declarations.
     """
     history: list[Any] = (
-        [{"role": "user", "parts": [{"text": contents}]}] if isinstance(contents, str) else list(contents)
+        [{"role": "user", "parts": [{"text": contents}]}]
+        if isinstance(contents, str)
+        else _conversation(contents, "contents", "contents (or the user's text)")
     )
     return await _run_loop(
         _Gemini(client, model, config),

@@ -95,9 +95,9 @@ _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 # Bound on the pages of one tools/list walk, so a server that never stops paginating cannot hang a refresh.
 MAX_TOOL_PAGES = 100
 
-# How long a request waits for its answer unless ``read_timeout`` says otherwise: a reply that never comes
-# (the server hangs, or sends a line that is not a reply to it) fails that call instead of hanging it.
 DEFAULT_READ_TIMEOUT = 300.0
+"""Seconds a request waits for its answer unless ``read_timeout`` says otherwise: a reply that never comes
+(the server hangs, or sends a line that is not a reply to it) fails that call instead of hanging it."""
 
 
 def local_name(prefix: str, remote_name: str, taken: set[str]) -> str:

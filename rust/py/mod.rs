@@ -168,6 +168,8 @@ impl PyToolTable {
     /// each call whose arguments were repaired (`Limits(repair=True)`) appends
     /// `(slot, fixes)`, `fixes` a tuple of the fixes' names.
     #[pyo3(signature = (calls, disabled, limits, rules = None, call_type = None, repairs = None))]
+    // The arguments are Python's, as the binding's callers pass them.
+    #[allow(clippy::too_many_arguments)]
     fn prepare<'py>(
         &self,
         py: Python<'py>,
@@ -460,6 +462,13 @@ impl<'py> Preparation<'_, 'py> {
             let _resumed = self.collector.resumed();
             py.detach(judge_rest);
         }
+        self.record_chunk()
+    }
+
+    /// Appends the judged chunk's rows (each call's tool and arguments, or
+    /// its failure), then drops the chunk.
+    fn record_chunk(&mut self) -> PyResult<()> {
+        let py = self.py;
         let mut verdicts = self.verdicts.drain(..);
         for ((index, call), built) in self.turn.chunk().iter().zip(self.direct.drain(..)) {
             let slot = self.tools.len();

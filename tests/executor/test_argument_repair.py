@@ -52,6 +52,15 @@ async def test_cut_off_arguments_are_refused_saying_so() -> None:
     assert ran == []
 
 
+async def test_an_apostrophe_in_single_quotes_is_refused_as_ambiguous_not_as_cut_off() -> None:
+    ran: list[dict[str, Any]] = []
+    executor = ts.Executor([reader(ran)], repair_arguments=True)
+    outcome = await executor.run([ts.ToolCall("1", "read", "{'path': 'it's'}")])
+    result = outcome.results[0]
+    assert result.error_kind == "invalid_input" and ran == []
+    assert result.error is not None and "apostrophe" in result.error and "cut off" not in result.error
+
+
 async def test_a_missing_required_field_is_never_invented() -> None:
     ran: list[dict[str, Any]] = []
     executor = ts.Executor([reader(ran)], repair_arguments=True)

@@ -183,7 +183,18 @@ async def test_a_repeated_call_is_answered_with_what_it_returned_before() -> Non
     assert [r.error_kind for r in again.results] == ["limit_exceeded", None]
     assert ran == ["x", "y"]
     error = again.results[0].error
-    assert error is not None and "already made 1 times" in error and "contents of x" in error
+    assert error is not None and "already made once in this run" in error and "contents of x" in error
+
+
+async def test_a_refusal_counts_in_words_the_model_reads() -> None:
+    # "1 times", "1 tool calls", "1 retries" read as mistakes; a count of one is "once", "1 tool call".
+    executor = ts.Executor(counting_tools([]))
+    outcome = await executor.run([*reads("a", "b")], limits=ts.Limits(max_calls=1))
+    assert "this run's limit of 1 tool call is reached" in str(outcome.results[1].error)
+    outcome = await executor.run([*reads("a", "b")], limits=ts.Limits(max_calls_per_tool=1))
+    assert "`read_file` may be called once in this run" in str(outcome.results[1].error)
+    outcome = await executor.run([*reads("a", "b")], limits=ts.Limits(max_calls_per_tool=2))
+    assert [r.error for r in outcome.results] == [None, None]
 
 
 async def test_concurrent_calls_of_one_tool_never_run_past_the_cap() -> None:

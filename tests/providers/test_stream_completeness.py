@@ -470,7 +470,12 @@ async def test_chat_length_inside_a_call_answers_it_invalid_and_pairs() -> None:
 
 async def test_responses_incomplete_answer_is_whole_and_its_cut_call_is_answered() -> None:
     events = data_of("openai_responses", TURN)
-    added = next(i for i, d in enumerate(events) if d.get("type") == "response.output_item.added" and i > 2)
+    # London's call: the second function call the stream begins.
+    added = [
+        i
+        for i, d in enumerate(events)
+        if d.get("type") == "response.output_item.added" and d["item"].get("type") == "function_call"
+    ][1]
     london = copy.deepcopy(events[added]["item"])
     london.update(arguments='{"city": "Lon', status="incomplete")
     done = {"type": "response.output_item.done", "sequence_number": 90, "output_index": 2, "item": london}

@@ -28,7 +28,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from toolsched._backends.ray_sending import Outgoing, RaySender
-from toolsched._backends.ray_waiting import RayWaiter
+from toolsched._backends.ray_waiting import RayWaiter, Waiting
 from toolsched._backends.ray_worker import (
     AsyncToolWorker,
     Body,
@@ -85,7 +85,12 @@ class Backend(Protocol):
 
 
 class LocalBackend:
-    """The default: async bodies on the event loop, sync bodies in worker threads, in this process."""
+    """The default: async bodies on the event loop, sync bodies in worker threads, in this process.
+
+    A subclass that overrides ``bind`` or ``invoke`` (to log or meter calls, then call ``super()``) is a
+    backend of its own: the executor calls it for the tools that name it (under ``"local"``, for every tool
+    that names no other backend).
+    """
 
     def bind(self, tools: Sequence[Tool]) -> None:
         for member in tools:
@@ -138,7 +143,9 @@ def assign_backends(
     invokers: dict[Tool, Invoker] = {}
     for name, members in groups.items():
         chosen = configured.get(name)
-        if chosen is None or isinstance(chosen, LocalBackend):
+        # The built-in local backend runs the tool's own invoker directly; a subclass that overrides
+        # ``bind`` or ``invoke`` (to log, meter, wrap the call) is a backend of its own and is called.
+        if chosen is None or type(chosen) is LocalBackend:
             continue
         chosen.bind(members)
         for member in members:
@@ -322,7 +329,8 @@ class RayBackend:
     again instead, up to ``max_retries`` times (3 unless set). A timeout or
     cancellation kills the task's worker; an actor call is cancelled when its
     body is async, and otherwise finishes on the actor (its result is dropped;
-    the body can watch ``ctx.cancelled``).
+    the body can watch ``ctx.cancelled``): until it ends there, that actor
+    counts as busy, and new calls go to the pool's other actors first.
 
     The first call connects (or starts the local cluster, which takes
     seconds); call ``connect()`` before the first run to keep that out of it.
@@ -432,6 +440,11 @@ class RayBackend:
                 outgoing.dropped = True  # not sent yet: it never will be
             else:
                 placement.cancel(outgoing.reference, outgoing.index)
+                if outgoing.index >= 0:
+                    # A sync body goes on on its actor (and a cancelled async one ends there later): the actor
+                    # counts as busy until it does, so the next calls go to the others rather than queue behind.
+                    self._waiter.watch([(outgoing.reference, _settling(placement, outgoing.index, native))])
+                    outgoing.index = -1
             raise
         except BaseException as exc:
             if outgoing.failure is not None:  # never sent: submitting it raised
@@ -593,6 +606,21 @@ class RayBackend:
         if isinstance(exc, _error_classes(errors, ("TaskUnschedulableError", "ActorUnschedulableError"))):
             return BackendError(f"Ray cannot schedule `{name}` on this cluster: {summary(exc)}")
         return BackendError(f"Ray could not run `{name}`: {type(exc).__name__}: {summary(exc)}")
+
+
+def _settling(placement: _Placement, index: int, native: Any) -> Waiting:
+    """A wait that, once the call on actor ``index`` ends there, settles that actor on the caller's event loop
+    (``native``: its native token), or at once when that loop is gone; the call's answer is not fetched."""
+    loop_soon = RayWaiter.waiting(native).call_soon
+    settle = functools.partial(placement.settle, index)
+
+    def on_end(answer: Callable[[], None]) -> None:
+        try:
+            loop_soon(settle)
+        except RuntimeError:  # the event loop is closed: nothing else runs there
+            settle()
+
+    return Waiting(on_end)
 
 
 def _parse_address(address: str) -> tuple[str, int] | None:

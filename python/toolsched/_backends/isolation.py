@@ -7,7 +7,12 @@ exception) are pickled across; the function itself
 travels by reference (module and qualified name) and is imported in the
 worker, so it must live at module level. A cancelled call (a timeout, an
 interrupt, a cancelled run) kills its worker process; a worker that dies
-(a crash, ``os._exit``, a signal) fails only the call it was running.
+(a crash, ``os._exit``, a signal) fails only the call it was running. A
+return value or exception that cannot be pickled back (or rebuilt in the
+caller) fails its call with a ``BackendError`` naming the tool (and what it
+raised). The body's standard input and output, down to file descriptors 0
+and 1 that the programs it starts inherit, are ``os.devnull``: those
+descriptors are the pipes the worker is driven through.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import os
 import pickle
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,7 +32,8 @@ import anyio.to_process
 
 from toolsched._policy.limits import ModelRetry
 from toolsched._policy.resilience import Transient, retry_after_of
-from toolsched.errors import ToolDefinitionError, WorkerLostError
+from toolsched._values.exception_text import described
+from toolsched.errors import BackendError, ToolDefinitionError, WorkerLostError
 
 if TYPE_CHECKING:
     from toolsched._tools.context import ToolContext
@@ -73,15 +81,59 @@ class _ToolMethod:
         return instance.call  # type: ignore[no-any-return]
 
 
-def _call_in_worker(target: _ModuleFunction | _ToolMethod, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Runs in the worker process: resolve the body and call it (an async body on its own loop)."""
+def _call_in_worker(
+    tool_name: str, target: _ModuleFunction | _ToolMethod, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[bool, bytes]:
+    """Runs in the worker process: resolve the body and call it (an async body on its own loop). Returns
+    whether it returned, and its value or exception pickled here, so that what cannot travel is told as such
+    (a ``BaseException`` that is not an ``Exception`` is raised as it is)."""
     body = target.resolve()
     try:
-        if inspect.iscoroutinefunction(body):
-            return anyio.run(functools.partial(body, *args, **kwargs))
-        return body(*args, **kwargs)
+        with _standard_streams_set_aside():
+            if inspect.iscoroutinefunction(body):
+                value = anyio.run(functools.partial(body, *args, **kwargs))
+            else:
+                value = body(*args, **kwargs)
     except (ModelRetry, Transient) as exc:
-        raise _portable(exc) from None
+        return False, pickle.dumps(_portable(exc), pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        try:
+            pickled = pickle.dumps(exc, pickle.HIGHEST_PROTOCOL)
+            pickle.loads(pickled)  # one whose ``__init__`` takes other arguments than its ``args`` fails here
+        except Exception as why:
+            cannot = BackendError(
+                f"`{tool_name}` raised an exception that cannot be sent back from its worker process "
+                f"({described(why)}): {described(exc)}"
+            )
+            return False, pickle.dumps(cannot, pickle.HIGHEST_PROTOCOL)
+        return False, pickled
+    try:
+        return True, pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+    except Exception as why:
+        cannot = BackendError(
+            f"the result of `{tool_name}` ({type(value).__name__}) cannot be sent back from its worker process: "
+            f"{described(why)}"
+        )
+        return False, pickle.dumps(cannot, pickle.HIGHEST_PROTOCOL)
+
+
+@contextmanager
+def _standard_streams_set_aside() -> Iterator[None]:
+    """While a body runs, the worker's file descriptors 0 and 1, the pipes its parent talks to it through, read
+    and write ``os.devnull`` instead (as ``sys.stdin`` and ``sys.stdout`` do): a program the body starts, or an
+    ``os.write(1, ...)``, neither reads the next request nor breaks the answer (a crash, or another call's
+    answer taken for this one)."""
+    saved = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        yield
+    finally:
+        os.dup2(saved[0], 0)
+        os.dup2(saved[1], 1)
+        for fd in (*saved, null):
+            os.close(fd)
 
 
 def _portable(exc: ModelRetry | Transient) -> Exception:
@@ -102,9 +154,27 @@ async def _run_in_worker(
     tool_name: str, target: _ModuleFunction | _ToolMethod, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     try:
-        return await anyio.to_process.run_sync(_call_in_worker, target, args, kwargs, cancellable=True)
+        returned, pickled = await anyio.to_process.run_sync(
+            _call_in_worker, tool_name, target, args, kwargs, cancellable=True
+        )
     except anyio.BrokenWorkerProcess as exc:
         raise WorkerLostError(f"the worker process running `{tool_name}` exited before returning a result") from exc
+    except Exception as exc:
+        # The body's own exceptions come back pickled: this is the call failing to pickle on its way out.
+        raise BackendError(
+            f"the call of `{tool_name}` cannot be sent to its worker process (its arguments, or a class-form "
+            f"tool's attributes, must pickle): {described(exc)}"
+        ) from exc
+    try:
+        outcome = pickle.loads(pickled)
+    except Exception as why:
+        what = "result" if returned else "exception"
+        raise BackendError(
+            f"the {what} of `{tool_name}` sent back from its worker process cannot be rebuilt here: {described(why)}"
+        ) from None
+    if returned:
+        return outcome
+    raise outcome
 
 
 def _importable(tool_name: str, what: str, qualname: str) -> None:
@@ -137,9 +207,21 @@ def method_invoker(tool: _NamedTool, parse: Callable[[Mapping[str, Any]], Any]) 
     cls = type(tool)
     _importable(tool.name, "the tool class", cls.__qualname__)
     tool_name = tool.name
+    try:
+        pickle.dumps(_ToolMethod(cls, _state_of(tool)), pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise ToolDefinitionError(
+            f"tool `{tool_name}`: isolation='process' sends the tool's class and attributes to its worker process, "
+            f"and they cannot be pickled ({described(exc)}); create what cannot (locks, open files, live clients) "
+            "inside call"
+        ) from exc
 
     async def invoke_in_process(args: Mapping[str, Any], ctx: ToolContext | None) -> Any:
-        state = {key: value for key, value in vars(tool).items() if key != "_facts_cache"}
-        return await _run_in_worker(tool_name, _ToolMethod(cls, state), (parse(args), None), {})
+        return await _run_in_worker(tool_name, _ToolMethod(cls, _state_of(tool)), (parse(args), None), {})
 
     return invoke_in_process
+
+
+def _state_of(tool: _NamedTool) -> dict[str, Any]:
+    """What of a class-form tool's attributes its worker's copy gets: all but what this process caches about it."""
+    return {key: value for key, value in vars(tool).items() if key != "_facts_cache"}

@@ -2,8 +2,9 @@
 sees there, and the task and actors that run it (the caller's side is ``toolsched._backends.backends``).
 
 A worker checks what it sends back: a result over the backend's size limit, or one that cannot be
-pickled, is refused in the worker with an error naming the tool; an exception Ray could not rebuild
-on the caller's side comes back as a ``BackendError`` naming its type and message.
+pickled, is refused in the worker with an error naming the tool (with ``max_result_bytes=None`` a result
+is not measured, and one that cannot be pickled fails with Ray's own serialisation error); an exception Ray
+could not rebuild on the caller's side comes back as a ``BackendError`` naming its type and message.
 """
 
 from __future__ import annotations

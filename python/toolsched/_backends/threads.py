@@ -8,10 +8,14 @@ A thread cannot be stopped, so a sync body's call keeps two promises:
   caller, an interrupt), is waited for, and the call reports what the body
   really did: the model is never told ``cancelled`` about work that happened.
 
-The one exception is the call's own timeout: a stuck body is then answered
-``timeout`` at once and its thread is left to return (``ctx.cancelled`` turns
-true), as README says. The executor tells which case applies through
-``watching_call``, set in the call's own context.
+Such a call is not stopped at all: its job asks the body's gate (``thread_gate``)
+when it is cancelled, and leaves the call's scope alone once the body started,
+so the call waits for the body as any call waits for its work. Its own timeout
+and a cancellation of the run around it still end it at once: a stuck body is
+then answered ``timeout`` (or the run's cancellation goes on) and its thread is
+left to return (``ctx.cancelled`` turns true), as README says. The executor
+tells which case applies through ``watching_call``, set in the call's own
+context.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any, Protocol
 import anyio
 import anyio.to_thread
 
-__all__ = ["CallWatch", "run_in_thread", "watching_call"]
+__all__ = ["CallWatch", "Gate", "run_in_thread", "watching_call"]
 
 
 class CallWatch(Protocol):
@@ -37,6 +41,13 @@ class CallWatch(Protocol):
     timed_out: bool
     # Set when the call ends while its body goes on in the thread: the event is set when the body returns.
     body_left: threading.Event | None
+    # The gate of the body the call runs in a thread now (None between attempts): a cancellation of the call
+    # closes it, and leaves the call's scope alone when the body started.
+    thread_gate: Gate | None
+
+    def stop_after_body(self) -> None:
+        """The body waited for after the call was cancelled has returned: the call stops now (no more attempts)."""
+        ...
 
     def waits_for_started_body(self) -> bool:
         """Whether a cancellation of the call waits for a body that already started (not a timeout)."""
@@ -51,7 +62,7 @@ class CallWatch(Protocol):
 watching_call: ContextVar[CallWatch | None] = ContextVar("toolsched_watching_call", default=None)
 
 
-class _Gate:
+class Gate:
     """Whether a body may start, and what it did (shared by the event loop and the worker thread)."""
 
     __slots__ = ("_lock", "closed", "error", "finished", "started", "value")
@@ -95,21 +106,31 @@ class _Gate:
 
 async def run_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` in a worker thread, keeping the promises above."""
-    gate = _Gate()
+    gate = Gate()
+    call = watching_call.get()
+    if call is not None:
+        call.thread_gate = gate
     try:
         return await anyio.to_thread.run_sync(gate.run, fn, args, abandon_on_cancel=True)
     except anyio.get_cancelled_exc_class():
         if gate.close_unless_started():
             raise
-        call = watching_call.get()
         if call is None:
             raise
-        if not call.waits_for_started_body():
-            # Timed out: the call ends now, its body goes on in the thread.
+        if call.body_outlived_cancel:
+            # The call was cancelled once its body ran, and left running to report what the body did; this is
+            # its own deadline, or a cancellation of the run: it ends now, its body goes on in the thread.
+            call.body_outlived_cancel = False
+            call.timed_out = anyio.current_time() >= call.deadline()
             call.body_left = gate.finished
             raise
-        # Started, and cancelled (not timed out): the body's real outcome is the call's, unless the
-        # call's own timeout runs out first (it then ends ``timeout``, its thread left to return).
+        if not call.waits_for_started_body():
+            # Timed out (or the run is cancelled): the call ends now, its body goes on in the thread.
+            call.body_left = gate.finished
+            raise
+        # Started, and its scope cancelled by the body itself (``ctx.cancel`` from its thread): the body's
+        # real outcome is the call's, unless the call's own timeout runs out first (it then ends ``timeout``,
+        # its thread left to return).
         deadline = call.deadline()
         with anyio.CancelScope(shield=True, deadline=deadline) as waiting:
             left = None if deadline == math.inf else max(deadline - anyio.current_time(), 0.0)
@@ -120,3 +141,9 @@ async def run_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
             raise
         call.body_outlived_cancel = True
         return gate.outcome()
+    finally:
+        if call is not None:
+            if call.thread_gate is gate:
+                call.thread_gate = None
+            if call.body_outlived_cancel:
+                call.stop_after_body()

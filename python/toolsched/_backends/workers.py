@@ -53,6 +53,7 @@ __all__ = [
     "foreign_cancellation",
     "note_host",
     "observer_failure",
+    "own_failure",
     "running_task",
     "take_back",
 ]
@@ -95,9 +96,15 @@ def foreign_cancellation(exc: BaseException) -> bool:
     return task is not None and task.cancelling() == 0
 
 
+def own_failure(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by code the run calls (a check of a call, a hook, the approver, a tool's judgement
+    of its arguments), is that code's own failure: any ``Exception``, or a cancellation that is not the run's."""
+    return isinstance(exc, Exception) or foreign_cancellation(exc)
+
+
 def observer_failure(exc: BaseException) -> bool:
     """Whether ``exc``, raised by code that only observes the run (a post hook, an event listener), is that
-    code's own failure, to be logged: any ``Exception``, or a cancellation that is not the run's."""
+    code's own failure, to be logged (``own_failure``)."""
     return isinstance(exc, Exception) or foreign_cancellation(exc)
 
 

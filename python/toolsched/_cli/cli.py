@@ -182,6 +182,8 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, stdout
             parser.error(f"--plot: the directory {folder!r} does not exist")
         if not os.access(folder, os.W_OK):
             parser.error(f"--plot: the directory {folder!r} is not writable")
+        if os.path.isdir(args.plot):
+            parser.error(f"--plot: {args.plot!r} is a directory, not a file")
     try:
         strategies = bench.parse_strategies(
             args.strategies, max_concurrency=args.max_concurrency, batch_size=args.batch_size
@@ -226,12 +228,13 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, stdout
         )
     )
     if args.json:
-        stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
+        text = json.dumps(report.to_json(), indent=2) + "\n"
     else:
-        stdout.write(f"workload: {bench.describe_workload(report.workload)}\n")
+        text = f"workload: {bench.describe_workload(report.workload)}\n"
         if backend is not None:
-            stdout.write(f"backend: {report.backend}, {args.ray_cpus or 1.0:g} CPU per call\n")
-        stdout.write(f"\n{bench.format_table(report)}\n")
+            text += f"backend: {report.backend}, {args.ray_cpus or 1.0:g} CPU per call\n"
+        text += f"\n{bench.format_table(report)}\n"
+    _show(stdout, text)
     if args.plot is not None:
         bench.plot_report(report, args.plot)
         stderr.write(f"plot written to {args.plot}\n")
@@ -268,15 +271,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         if sys.stderr is not None:
             sys.stderr.write(f"toolsched {args.command}: error: standard output is closed; nothing would be shown\n")
         return 2
-    if args.command == "demo":
-        from toolsched._cli.demo import run_demo
+    try:
+        if args.command == "demo":
+            from toolsched._cli.demo import run_demo
 
-        print(run_demo())
-        return 0
-    if args.command == "bench":
-        return _run_bench(args, bench, sys.stdout, sys.stderr)
+            _show(sys.stdout, run_demo() + "\n")
+            return 0
+        if args.command == "bench":
+            return _run_bench(args, bench, sys.stdout, sys.stderr)
+    except _Unshown as failure:
+        # Standard output is a full disk, a closed pipe, ...: one line on standard error, no traceback, and
+        # nothing left in the buffer for the interpreter to fail on again as it exits.
+        if sys.stderr is not None:
+            sys.stderr.write(f"toolsched {args.command}: error: cannot write the output: {failure.cause}\n")
+        _drop_standard_output()
+        return 1
     parser.error(f"unknown command {args.command}")
     return 2
+
+
+class _Unshown(Exception):
+    """Writing to standard output failed (internal): ``cause`` is the ``OSError``."""
+
+    def __init__(self, cause: OSError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _show(stream: TextIO, text: str) -> None:
+    """Writes ``text`` to standard output and flushes it; ``_Unshown`` if the system refuses."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except OSError as exc:
+        raise _Unshown(exc) from exc
+
+
+def _drop_standard_output() -> None:
+    """Points standard output at the null device, so that what its buffer still holds goes nowhere at exit."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _version() -> str:

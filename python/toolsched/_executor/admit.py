@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from toolsched._backends.workers import own_failure
 from toolsched._executor.settings import format_error
 from toolsched._executor.turn import Held, Job, Plan, Turn, judge
 from toolsched._executor.view import Policy
@@ -50,14 +51,19 @@ async def check_semantics(jobs: list[Job], turn: Turn) -> list[Job]:
         if job.facts.validates_input and job.cancel_reason is None and turn.halt is None:
             # (A call cancelled, or a run interrupted, meanwhile is not checked: it is answered without running.)
             try:
-                await job.tool.validate_input(args_copy(job.args), turn.context_for(job))
+                checked = job.tool.validate_input(args_copy(job.args), turn.context_for(job))
+                if inspect.isawaitable(checked):
+                    # (A plain ``def validate_input`` is taken too: it answers without awaiting.)
+                    await checked
             except ModelRetry as exc:
                 await turn.answer(job.slot, job.call, job.tool.name, "model_retry", exc.message)
                 continue
             except SemanticError as exc:
                 await turn.answer(job.slot, job.call, job.tool.name, "semantic_error", str(exc))
                 continue
-            except Exception as exc:
+            except BaseException as exc:
+                if not own_failure(exc):
+                    raise
                 message = f"input check of `{job.tool.name}` failed: {format_error(exc, job.call)}"
                 await turn.answer(job.slot, job.call, job.tool.name, "semantic_error", message)
                 continue
@@ -138,7 +144,9 @@ async def _decide(job: Job, policy: Policy, turn: Turn, record: CallRecord | Non
                 answer = await hook.invoke(event)
             except HookTimeout as exc:
                 return "deny", "hook_blocked", f"{hook.label} {exc}; the call was blocked"
-            except Exception as exc:
+            except BaseException as exc:
+                if not own_failure(exc):
+                    raise
                 logger.warning("%s failed on call %s", hook.label, job.call.id, exc_info=True)
                 detail = format_error(exc, job.call)
                 return "deny", "hook_blocked", f"{hook.label} failed ({detail}); the call was blocked"
@@ -253,10 +261,14 @@ async def _recheck(job: Job, turn: Turn) -> str | None:
     job.args = checked  # built anew by the check: no one else holds it
     if job.facts.validates_input:
         try:
-            await job.tool.validate_input(args_copy(job.args), turn.context_for(job))
+            checked = job.tool.validate_input(args_copy(job.args), turn.context_for(job))
+            if inspect.isawaitable(checked):
+                await checked
         except SemanticError as exc:
             return f"the input rewritten by a pre_tool_use hook was refused: {exc}"
-        except Exception as exc:
+        except BaseException as exc:
+            if not own_failure(exc):
+                raise
             return f"the input rewritten by a pre_tool_use hook was refused: {format_error(exc, job.call)}"
     return None
 
@@ -264,8 +276,13 @@ async def _recheck(job: Job, turn: Turn) -> str | None:
 async def _tool_decision(job: Job, turn: Turn) -> Decision:
     """The tool's ``check_permissions``; an error or a wrong answer denies (fail closed)."""
     try:
-        decision = await job.tool.check_permissions(args_copy(job.args), turn.context_for(job))
-    except Exception as exc:
+        decision: Any = job.tool.check_permissions(args_copy(job.args), turn.context_for(job))
+        if inspect.isawaitable(decision):
+            # (A plain ``def check_permissions`` is taken too: it answers without awaiting.)
+            decision = await decision
+    except BaseException as exc:
+        if not own_failure(exc):
+            raise
         logger.warning("check_permissions of %s failed", job.tool.name, exc_info=True)
         return Decision.deny(f"permission check of `{job.tool.name}` failed: {format_error(exc, job.call)}")
     if not isinstance(decision, Decision):
@@ -317,7 +334,9 @@ async def _settle(
             answer: Any = approver(request)
             if inspect.isawaitable(answer):
                 answer = await answer
-        except Exception as exc:
+        except BaseException as exc:
+            if not own_failure(exc):
+                raise
             logger.warning("the approver failed on call %s", job.call.id, exc_info=True)
             return "deny", not_approved(tool.name, f"the approver failed ({format_error(exc, job.call)})")
         if answer is True or (isinstance(answer, Decision) and answer.behavior == "allow"):

@@ -14,6 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import replace
 from time import perf_counter
 from typing import Any
@@ -46,6 +47,7 @@ from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import ArgumentsRefused, Tool
 from toolsched._values.calls import ToolCall, args_copy
 from toolsched._values.events import ToolRetrying, ToolStarted, new_tool_finished, new_tool_started
+from toolsched._values.exception_text import words_of
 from toolsched._values.results import (
     ErrorKind,
     ToolResult,
@@ -61,6 +63,9 @@ from toolsched.journal import UnstorableOutputError
 __all__ = ["EXECUTION_FAILURES", "abort_reason", "answer_unstarted", "deliver", "execute", "hand_out", "shaped"]
 
 logger = logging.getLogger("toolsched")
+
+# The tools' limiters whose slots the calls this code runs inside hold (see ``_invoke_limited``).
+_holding: ContextVar[frozenset[anyio.CapacityLimiter] | None] = ContextVar("toolsched_holding", default=None)
 
 # Failures of the tool itself: they can abort the batch's siblings and end a raising run.
 EXECUTION_FAILURES = frozenset({"execution_error", "timeout"})
@@ -412,7 +417,8 @@ def _streamed_cancel_left_pending() -> bool:
 
 
 def _cancelled_from_outside(tool_name: str, exc: BaseException, what: str) -> str:
-    detail = f": {exc}" if str(exc) else ""
+    words = words_of(exc)
+    detail = f": {words}" if words else ""
     return f"`{tool_name}` failed: {what} was cancelled from outside this run (CancelledError{detail})"
 
 
@@ -477,12 +483,27 @@ async def _invoke_limited(
         if turn.durable is not None and job.facts.policies is None:
             await turn.durable.started(job.call.id, job.args)
         return await invoke(job.args, ctx)
-    async with job.facts.limiter():
+    limiter = job.facts.limiter()
+    holding = _holding.get()
+    if holding is not None and limiter in holding:
+        # Made inside a call of the same tool (a nested run in its body): it runs on that call's slot, which
+        # only waits for it. Another slot would be a second token for the task holding the first (refused by
+        # anyio), or, with none free, a wait for the slot its own ancestor holds.
         if scope is not None and timeout is not None:
             scope.deadline = anyio.current_time() + timeout
         if turn.durable is not None and job.facts.policies is None:
             await turn.durable.started(job.call.id, job.args)
         return await invoke(job.args, ctx)
+    async with limiter:
+        token = _holding.set(frozenset((limiter,)) if holding is None else holding | {limiter})
+        try:
+            if scope is not None and timeout is not None:
+                scope.deadline = anyio.current_time() + timeout
+            if turn.durable is not None and job.facts.policies is None:
+                await turn.durable.started(job.call.id, job.args)
+            return await invoke(job.args, ctx)
+        finally:
+            _holding.reset(token)
 
 
 def _slot_taken(job: Job, scope: anyio.CancelScope | None) -> Callable[[], None] | None:

@@ -45,7 +45,7 @@ class Emitter:
         for sink in sinks:
             (self._async_sinks if is_async_callable(sink) else self._plain_sinks).append(sink)
         # Events waiting for the async callbacks: ``flush`` delivers them (callers skip it while empty).
-        self.pending: list[Event] = []
+        self.pending: list[Event | _Answer] = []
         self._loop_thread = threading.get_ident()
 
     def __call__(self, event: Event) -> None:
@@ -59,17 +59,30 @@ class Emitter:
             event = under_parent(event, self._parent)
         for sink in self._plain_sinks:
             try:
-                sink(event)
+                answer = sink(event)
             except BaseException as exc:
                 if not observer_failure(exc):
                     raise
                 logger.exception("event callback %r failed on %r", sink, event)
+                continue
+            if answer is not None and inspect.isawaitable(answer):
+                # A plain callable that hands back an awaitable (a lambda around an async function, say): it is
+                # awaited with the async callbacks, in order, as a hook's would be.
+                self.pending.append(_Answer(sink, event, answer))
         if self._async_sinks:
             self.pending.append(event)
 
     async def flush(self) -> None:
         while self.pending:
             event = self.pending.pop(0)
+            if isinstance(event, _Answer):
+                try:
+                    await event.answer
+                except BaseException as exc:
+                    if not observer_failure(exc):
+                        raise
+                    logger.exception("event callback %r failed on %r", event.sink, event.event)
+                continue
             for sink in self._async_sinks:
                 try:
                     await sink(event)
@@ -78,3 +91,14 @@ class Emitter:
                     if not observer_failure(exc):
                         raise
                     logger.exception("event callback %r failed on %r", sink, event)
+
+
+class _Answer:
+    """What a plain callback handed back for an event, still to be awaited (``Emitter.flush``)."""
+
+    __slots__ = ("answer", "event", "sink")
+
+    def __init__(self, sink: Callable[[Event], Any], event: Event, answer: Awaitable[Any]) -> None:
+        self.sink = sink
+        self.event = event
+        self.answer = answer

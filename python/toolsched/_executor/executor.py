@@ -67,8 +67,9 @@ from toolsched._policy.standing import standing_in_force
 from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.resources import RunResources, current_resources
 from toolsched._tools.tools import Tool
-from toolsched._values.calls import Duplicate, ToolCall, plain_calls
+from toolsched._values.calls import Duplicate, ToolCall, call_list, plain_calls
 from toolsched._values.events import Event, RunFinished, ToolsChanged, ToolsRefreshFailed
+from toolsched._values.exception_text import described
 from toolsched._values.outcome import Outcome, new_outcome
 from toolsched.errors import OptionError
 from toolsched.journal import Journal
@@ -311,6 +312,8 @@ class Executor:
         this function is left in the chain a waiting run keeps)."""
         if run_id is not None:
             _check_run_id(run_id)
+        if steering is not None:
+            _check_steering(steering)
         # A list is told by its type first: an isinstance check against an ABC costs more.
         if type(calls) is not list and isinstance(calls, AsyncIterable):
             return self._run_streamed(calls, steering, context, run_id)
@@ -331,6 +334,7 @@ class Executor:
         """``run`` with a journal (apart, so that ``run`` itself holds no closure's cells)."""
         journal = self._settings.journal
         assert journal is not None
+        calls = call_list(calls)
         durable = RunJournal(journal, uuid.uuid4().hex if run_id is None else run_id)
         request = RunRequest(calls, steering=steering, context=context, durable=durable)
         return await self._journaled(durable, lambda: self._start(request))
@@ -356,6 +360,8 @@ class Executor:
     ) -> StreamingTurn:
         if run_id is not None:
             _check_run_id(run_id)
+        if steering is not None:
+            _check_steering(steering)
         refresh = (lambda: self._refresh(sink, None)) if self.registry.refreshes else None
         return StreamingTurn(
             self._settings,
@@ -422,6 +428,8 @@ class Executor:
         journal = self._settings.journal
         if journal is None:
             raise OptionError("recover() needs an executor built with journal=")
+        if steering is not None:
+            _check_steering(steering)
         if limits is None:
             limits = active_limits() or bare_limits()
         durable = RunJournal(journal, run_id)
@@ -485,6 +493,10 @@ class Executor:
             limits = active_limits()
         elif not isinstance(limits, Limits):
             raise OptionError(f"limits= takes a ts.Limits or None, got {type(limits).__name__}")
+        if not isinstance(calls, AsyncIterable):
+            calls = call_list(calls)
+        if steering is not None:
+            _check_steering(steering)
         send, receive = anyio.create_memory_object_stream[Event](max_buffer_size=math.inf)
         failure: list[BaseException] = []
         journal = self._settings.journal
@@ -617,6 +629,8 @@ class Executor:
         """
         if not isinstance(state, RunState):
             raise TypeError(f"resume() takes the RunState of an interrupted run, got {type(state).__name__}")
+        if steering is not None:
+            _check_steering(steering)
         if limits is None:
             # Without the agent run's ``Limits``, the run's own answers still count (``bare_limits``).
             limits = active_limits() or bare_limits()
@@ -672,6 +686,8 @@ class Executor:
         as well, stamped with the parent call. The parent's ``Limits`` do not count the child's calls.
         ``identity`` is the child turn's identity (its calls' idempotency keys derive from it).
         """
+        if steering is not None:
+            _check_steering(steering)
         with limits_in_force(None):
             request = RunRequest(calls, state, steering, context, sink, parent_call_id, identity=identity)
             return await self._start(request)
@@ -746,7 +762,7 @@ class Executor:
         try:
             changed = await self.registry.refresh()
         except Exception as exc:
-            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            detail = described(exc)
             logger.warning("refreshing the tool set failed; the previous set stays", exc_info=True)
             event: Event = ToolsRefreshFailed(detail)
         else:
@@ -782,7 +798,7 @@ class Executor:
     @staticmethod
     def _checked(calls: Iterable[ToolCall]) -> list[ToolCall]:
         """The calls of a journaled turn, each read once (``plain_calls``): journaled as they are answered."""
-        return plain_calls(calls if isinstance(calls, list) else list(calls))
+        return plain_calls(call_list(calls))
 
     def _planned(
         self,
@@ -802,7 +818,7 @@ class Executor:
         (to answer it), its jobs and calls on their own: what only planning needed is let go while the
         calls run (fewer live objects per waiting turn for the cyclic collector to walk)."""
         settings = self._settings
-        calls = calls if type(calls) is list else list(calls)
+        calls = call_list(calls)
         # ``plan_calls`` reads each call once (a TypeError names the first that is not a ToolCall).
         plan = plan_calls(settings, view, calls, jobs=True)
         # The emitter's own test written out: most turns have no listener.
@@ -1056,6 +1072,12 @@ def _carry_into(limits: Limits | None, turn: Turn, calls: Sequence[ToolCall]) ->
     if limits is not None:
         limits.carry(carried, calls, run=turn.run_identity())
     return {result.call_id for result in carried}
+
+
+def _check_steering(steering: object) -> None:
+    """A steering callback given to a run: a callable (plain or async), checked before anything runs."""
+    if not callable(steering):
+        raise OptionError(f"steering must be a callable returning messages or None, got {steering!r}")
 
 
 def _check_run_id(run_id: object) -> None:

@@ -36,10 +36,11 @@ from toolsched._policy.holds import NestedHold, resuming
 from toolsched._policy.runstate import CallSignature, ChildRecord, StepEntry, TurnEntry, call_signature
 from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import FunctionTool, keyword_builder
-from toolsched._values.calls import ToolCall
+from toolsched._values.calls import ToolCall, call_list
 from toolsched._values.digest import args_digest
 from toolsched._values.effects import child_identity
 from toolsched._values.outcome import Outcome
+from toolsched._values.results import shown_result
 from toolsched.errors import MalformedCallError, StateError, ToolDefinitionError
 
 __all__ = ["AgentTool", "ChildRun", "agent_tool"]
@@ -131,7 +132,7 @@ class ChildRun:
         the module's documentation).
         """
         self._check_open()
-        calls = list(calls)
+        calls = call_list(calls)
         for position, call in enumerate(calls):
             if not isinstance(call, ToolCall):
                 raise MalformedCallError(f"calls[{position}] must be a ToolCall, got {type(call).__name__}")
@@ -140,7 +141,9 @@ class ChildRun:
         if entry is not None:
             assert isinstance(entry, TurnEntry)
             self._journal.append(entry)
-            return Outcome(list(entry.results), list(entry.duplicates), list(entry.steering_messages))
+            # Copies of the recorded outputs: what the body changes in them is replayed on no later resume.
+            results = [shown_result(result) for result in entry.results]
+            return Outcome(results, list(entry.duplicates), list(entry.steering_messages))
         ctx = self._ctx
         state = None
         waiting = self._waiting
@@ -177,8 +180,14 @@ class ChildRun:
             assert child_state is not None
             self._held = NestedHold(ChildRecord(child_state, tuple(self._journal), signature))
             raise self._held
+        # The record's own copy of each output: the body is handed the results themselves.
         self._journal.append(
-            TurnEntry(signature, tuple(outcome.results), tuple(outcome.duplicates), tuple(outcome.steering_messages))
+            TurnEntry(
+                signature,
+                tuple(shown_result(result) for result in outcome.results),
+                tuple(outcome.duplicates),
+                tuple(outcome.steering_messages),
+            )
         )
         return outcome
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 
 from toolsched import _core
-from toolsched._executor.schedule import declared_access, is_safe
+from toolsched._executor.schedule import declared_access, is_safe, readable_access
 from toolsched._executor.turn import Job
 
 __all__ = ["Batch", "Graph", "Schedule"]
@@ -82,7 +82,12 @@ class Graph:
         index = len(self.remaining)
         self.index[job.slot] = index
         access = declared_access(job)
-        waits = self.planner.insert(access)
+        try:
+            waits = self.planner.insert(access)
+        except TypeError:
+            # An ``Access`` whose fields were set anew after it was made (it is frozen) to what is not keys.
+            access = readable_access(access, job)
+            waits = self.planner.insert(access)
         remaining = 0
         for earlier in waits:
             if not self.done[earlier]:

@@ -26,6 +26,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from toolsched._backends.workers import own_failure
 from toolsched._executor.settings import format_error
 from toolsched._executor.turn import Job, Plan, Repairing, Turn, plan_calls
 from toolsched._values.calls import ToolCall, args_copy
@@ -83,7 +84,9 @@ async def user_repair(turn: Turn, plan: Plan, slot: int, turn_slot: int | None =
                     (given,) = await anyio.to_thread.run_sync(lambda: (function(shown, error),), abandon_on_cancel=True)
                 if inspect.isawaitable(given):
                     given = await given
-            except Exception as exc:
+            except BaseException as exc:
+                if not own_failure(exc):
+                    raise
                 logger.warning("repair_arguments raised on call %s", call.id, exc_info=True)
                 note = f"repair_arguments raised {format_error(exc, call)}"
     finally:

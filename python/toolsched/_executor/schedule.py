@@ -13,13 +13,14 @@ import contextvars
 import heapq
 import inspect
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 
 from toolsched import _core
+from toolsched._backends.workers import observer_failure, own_failure
 from toolsched._executor.call import SKIPPED, answer_unstarted, execute
 from toolsched._executor.pool import run_pool
 from toolsched._executor.settings import Steering
@@ -30,9 +31,11 @@ from toolsched._tools.tools import Access
 from toolsched._values.calls import ToolCall, args_copy
 from toolsched._values.decisions import Decision
 from toolsched._values.events import BatchFinished, BatchStarted
+from toolsched._values.exception_text import described
 from toolsched._values.fastpath import run_until_suspended
+from toolsched._values.numeric_options import shown
 from toolsched._values.results import ToolResult, shown_result
-from toolsched.errors import GuardrailTripped, ToolCallFailed, ToolTimeoutError
+from toolsched.errors import GuardrailTripped, OptionError, ToolCallFailed, ToolTimeoutError
 
 __all__ = [
     "aborts",
@@ -40,6 +43,7 @@ __all__ = [
     "is_safe",
     "partitioned_batches",
     "raise_failure",
+    "readable_access",
     "run_jobs",
     "steer",
     "trip",
@@ -226,7 +230,22 @@ async def _asked(steering: Steering, answer: list[Sequence[Any] | None]) -> None
     messages = steering()
     if inspect.isawaitable(messages):
         messages = await messages
-    answer.append(messages)
+    answer.append(steering_messages(messages))
+
+
+def steering_messages(messages: Any) -> list[Any] | None:
+    """What steering answered, as its list of messages (None or an empty list: go on). ``OptionError`` for an
+    answer that is not a collection of messages: text, bytes and a mapping would be read as messages
+    character by character or key by key, and a number or a bool is no collection at all."""
+    if messages is None:
+        return None
+    if type(messages) is list:
+        return messages
+    if isinstance(messages, (str, bytes, bytearray, Mapping)) or not isinstance(messages, Iterable):
+        text = shown(messages)
+        text = text if len(text) <= 80 else f"{text[:77]}..."
+        raise OptionError(f"steering must return a list of messages (or None to go on), got {text}")
+    return list(messages)
 
 
 def declared_access(job: Job) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
@@ -234,7 +253,9 @@ def declared_access(job: Job) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     try:
         # Shown a copy: what it changes in the arguments never reaches the call.
         access = job.tool.resources(args_copy(job.args))
-    except Exception:
+    except BaseException as exc:
+        if not own_failure(exc):
+            raise
         logger.warning(
             "resources() of %s raised; the call conflicts with every other call", job.tool.name, exc_info=True
         )
@@ -249,6 +270,23 @@ def declared_access(job: Job) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
         )
         return None
     return access.reads, access.writes
+
+
+def readable_access(
+    access: tuple[tuple[str, ...], tuple[str, ...]] | None, job: Job
+) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """``access`` when its reads and writes are tuples of non-empty strings, else None (unknown: the call
+    conflicts with every call), as for any ``resources()`` that does not answer with an ``Access``."""
+    if access is None or all(
+        type(keys) is tuple and all(isinstance(key, str) and key for key in keys) for keys in access
+    ):
+        return access
+    logger.warning(
+        "resources() of %s returned an Access holding %r, not keys; the call conflicts with every other call",
+        job.tool.name,
+        access,
+    )
+    return None
 
 
 class _Graph:
@@ -278,8 +316,15 @@ class _Graph:
 
     def __init__(self, jobs: list[Job], turn: Turn, steering: Steering | None) -> None:
         count = len(jobs)
-        self.accesses = accesses = [declared_access(job) for job in jobs]
-        wait_offsets, _, self._dependent_offsets, self._dependents = _core.plan_conflicts(accesses)
+        accesses = [declared_access(job) for job in jobs]
+        try:
+            planned = _core.plan_conflicts(accesses)
+        except TypeError:
+            # An ``Access`` whose fields were set anew after it was made (it is frozen) to what is not keys.
+            accesses = [readable_access(access, job) for access, job in zip(accesses, jobs, strict=True)]
+            planned = _core.plan_conflicts(accesses)
+        self.accesses = accesses
+        wait_offsets, _, self._dependent_offsets, self._dependents = planned
         self._remaining = [wait_offsets[i + 1] - wait_offsets[i] for i in range(count)]
         self._heap = [i for i in range(count) if self._remaining[i] == 0]  # ascending, so already a heap
         self._turn = turn
@@ -453,9 +498,11 @@ async def _before_batch(batch: list[Job], number: int, concurrent: bool, turn: T
             answer = await hook(event)
         except HookTimeout as exc:
             return f"{hook.label} {exc}; the batch was blocked"
-        except Exception as exc:
+        except BaseException as exc:
+            if not own_failure(exc):
+                raise
             logger.warning("%s failed on batch %d", hook.label, number, exc_info=True)
-            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            detail = described(exc)
             return f"{hook.label} failed ({detail}); the batch was blocked"
         if isinstance(answer, Decision) and answer.behavior == "deny":
             return answer.reason or f"blocked by {hook.label}"
@@ -473,5 +520,8 @@ async def _after_batch(batch: list[Job], number: int, concurrent: bool, turn: Tu
     for hook in hooks:
         try:
             await hook(event)
-        except Exception:
+        except BaseException as exc:
+            # A cancellation that is not the run's (something it awaited, cancelled by someone else) too.
+            if not observer_failure(exc):
+                raise
             logger.warning("%s failed on batch %d", hook.label, number, exc_info=True)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from os import PathLike
 from pathlib import Path
 from typing import Any, Literal
 
 from toolsched import _core
 from toolsched._backends.backends import Backend, Invoker, assign_backends
 from toolsched._executor.emitter import Emitter, is_async_callable
-from toolsched._executor.strategies import Partitioned, Strategy
+from toolsched._executor.strategies import Batched, Parallel, Partitioned, ResourceAware, Sequential, Strategy
 from toolsched._policy.coordination import RedisCoordination
 from toolsched._policy.guardrails import Guardrail, Guardrails
 from toolsched._policy.hooks import Hook, Hooks
@@ -21,6 +22,7 @@ from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.tools import Tool
 from toolsched._values.calls import ToolCall
 from toolsched._values.events import Event, ToolProgress
+from toolsched._values.exception_text import described
 from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched.errors import OptionError
 from toolsched.journal import Journal
@@ -42,11 +44,7 @@ RepairFunction = Callable[[ToolCall, Any], Any]
 
 def format_error(exc: BaseException, call: ToolCall) -> str:
     """The default message for a tool that raised: the exception's type and text."""
-    try:
-        text = str(exc)
-    except Exception:
-        text = ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return described(exc)
 
 
 class Settings:
@@ -119,14 +117,29 @@ class Settings:
             raise OptionError(f"journal must be a toolsched.Journal (SqliteJournal, PostgresJournal), got {journal!r}")
         self.journal = journal
         self.strategy: Strategy = Partitioned() if strategy is None else strategy
-        if not hasattr(self.strategy, "kind"):
-            raise OptionError(f"strategy must be a toolsched strategy, got {self.strategy!r}")
+        if not isinstance(self.strategy, (Sequential, Parallel, Batched, Partitioned, ResourceAware)):
+            # A strategy class given without its parentheses (``ts.Parallel``) included: it has a ``kind`` too.
+            raise OptionError(
+                "strategy must be a toolsched strategy (ts.Sequential(), ts.Parallel(), ts.Batched(size), "
+                f"ts.Partitioned(), ts.ResourceAware()), got {self.strategy!r}"
+            )
+        # Plain text: a subclass's own equality could make "result" equal to "raise".
+        if isinstance(on_error, str):
+            on_error = str.__str__(on_error)  # type: ignore[assignment]
+        if isinstance(unknown_tool, str):
+            unknown_tool = str.__str__(unknown_tool)  # type: ignore[assignment]
         if on_error not in ("result", "raise"):
             raise OptionError(f"on_error must be 'result' or 'raise', got {on_error!r}")
         if unknown_tool not in ("result", "raise"):
             raise OptionError(f"unknown_tool must be 'result' or 'raise', got {unknown_tool!r}")
         if not isinstance(abort_siblings_on_error, bool):
             raise OptionError(f"abort_siblings_on_error must be True or False, got {abort_siblings_on_error!r}")
+        if not isinstance(interactive, bool):
+            raise OptionError(f"interactive must be True or False, got {interactive!r}")
+        if on_progress is not None and not callable(on_progress):
+            raise OptionError(f"on_progress must be a callable, got {on_progress!r}")
+        if offload_dir is not None and not isinstance(offload_dir, (str, PathLike)):
+            raise OptionError(f"offload_dir must be a path (str or os.PathLike), got {offload_dir!r}")
         if not callable(error_formatter):
             raise OptionError(f"error_formatter must be a callable (exception, call) -> str, got {error_formatter!r}")
         # The engine walks arguments level by level (its stack bounded by the limit).
@@ -221,9 +234,9 @@ class Settings:
                 sinks.append(progress_only_async)
             else:
 
-                def progress_only(event: Event) -> None:
-                    if isinstance(event, ToolProgress):
-                        on_progress(event)
+                def progress_only(event: Event) -> Any:
+                    # What it hands back too: an awaitable is awaited by the emitter.
+                    return on_progress(event) if isinstance(event, ToolProgress) else None
 
                 sinks.append(progress_only)
         if extra is not None:

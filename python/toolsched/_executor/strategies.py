@@ -149,4 +149,7 @@ def resolve_cap(strategy: Strategy) -> int:
         value = 0
     if value < 1:
         raise OptionError(f"{ENVIRONMENT_VARIABLE} must be a positive integer, got {raw!r}")
+    if value > MAX_SIZE:
+        # As for the argument: past a machine word the engine could not even take it.
+        raise OptionError(f"{ENVIRONMENT_VARIABLE} must be at most {MAX_SIZE:,}, got {raw!r}")
     return value

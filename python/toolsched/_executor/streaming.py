@@ -58,6 +58,7 @@ from toolsched._policy.limits import active_limits
 from toolsched._tools.resources import RunResources, current_resources
 from toolsched._values.calls import Duplicate, ToolCall, plain_call
 from toolsched._values.events import BatchFinished, BatchStarted, Event
+from toolsched._values.exception_text import described
 from toolsched._values.fastpath import run_until_suspended
 from toolsched._values.outcome import Outcome, new_outcome
 from toolsched._values.results import ToolResult
@@ -296,7 +297,7 @@ class StreamingTurn:
         what = "the run's lease was lost" if lease_lost else "the stream of calls broke"
         reason = what
         if error is not None:
-            detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+            detail = described(error)
             reason = f"{what} ({detail})"
         self._turn.stop_calls(f"not run: {reason}", self._jobs, f": {reason}", every_call=lease_lost)
         self.close()

@@ -18,6 +18,8 @@ from typing import Any, cast
 import anyio
 
 from toolsched import _core
+from toolsched._backends.threads import Gate
+from toolsched._backends.workers import own_failure
 from toolsched._executor.durable import RunJournal
 from toolsched._executor.emitter import Emitter
 from toolsched._executor.settings import Settings
@@ -37,7 +39,14 @@ from toolsched._values.effects import new_identity
 from toolsched._values.events import Event, ToolArgumentsRepaired, ToolFinished, ToolStarted
 from toolsched._values.fastpath import slot_builder
 from toolsched._values.outcome import Outcome, new_outcome
-from toolsched._values.results import ErrorKind, ToolResult, edited_result, error_result, repaired_result
+from toolsched._values.results import (
+    ErrorKind,
+    ToolResult,
+    edited_result,
+    error_result,
+    repaired_result,
+    shown_result,
+)
 from toolsched.errors import GuardrailTripped, UnknownToolError
 
 __all__ = [
@@ -88,6 +97,8 @@ class Job:
     timed_out: bool = False
     # Set when its call ended while its body went on in a thread: set in turn when that body returns.
     body_left: threading.Event | None = None
+    # The gate of the sync body it runs in a thread now (``toolsched._backends.threads``).
+    thread_gate: Gate | None = None
     # The scope of a wait without working (a rate-limit token, a retry's backoff): an interrupt ends it.
     pause: anyio.CancelScope | None = None
 
@@ -107,6 +118,11 @@ class Job:
         self.state = PENDING
         # How many times the tool has run for this call (a retry policy may run it again).
         self.attempts = 1
+
+    def stop_after_body(self) -> None:
+        """The sync body waited for after a cancellation returned: the call's scope stops what follows."""
+        if self.scope is not None:
+            self.scope.cancel()
 
     def waits_for_started_body(self) -> bool:
         """A cancelled call waits for a sync body already running in its thread; a timed-out one does not."""
@@ -129,6 +145,13 @@ class Job:
         if self.state == PENDING or self.scope is not None:
             if self.cancel_reason is None:
                 self.cancel_reason = message
+            gate = self.thread_gate
+            if gate is not None and not gate.close_unless_started():
+                # A sync body runs in its thread: it cannot be stopped, so the call waits for it and reports
+                # what it did. Its scope is left alone: its own timeout, or a cancellation of the run, still
+                # ends it at once (a cancelled scope would have shielded that wait from both).
+                self.body_outlived_cancel = True
+                return True
             if self.scope is not None:
                 self.scope.cancel()
             return True
@@ -155,7 +178,9 @@ def judge(
         return static
     try:
         return bool(judgement(args_copy(job.args)))
-    except Exception:
+    except BaseException as exc:
+        if not own_failure(exc):
+            raise
         logger.warning("%s of %s raised; %s", judgement.__name__, job.tool.name, consequence, exc_info=True)
         return if_it_raises
 
@@ -598,7 +623,8 @@ class Turn:
             args = call.args if isinstance(call.args, str) else args_copy(dict(call.args))
             result = results.get(slot)
             if result is not None:
-                records.append(CallRecord(call.id, call.name, args, "done", result=result))
+                # The state's own copy of the output: the caller is handed the result itself in the outcome.
+                records.append(CallRecord(call.id, call.name, args, "done", result=shown_result(result)))
                 continue
             handout = handouts.get(slot)
             if handout is not None:

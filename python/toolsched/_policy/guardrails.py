@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from toolsched._values.exception_text import described
 from toolsched.errors import GuardrailTripped
 
 __all__ = ["Guardrail", "GuardrailEvent", "Reject"]
@@ -82,7 +83,7 @@ class Guardrails:
                 raise
             except Exception as exc:
                 logger.warning("%s guardrail %s failed on call %s", self.stage, label, event.call_id, exc_info=True)
-                detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                detail = described(exc)
                 return f"{self.stage} guardrail {label} failed ({detail}); the call was refused"
             if answer is None or answer is True:
                 continue

@@ -81,6 +81,8 @@ class Matcher:
     def __init__(self, text: str) -> None:
         if not isinstance(text, str):
             raise RuleError(f"a hook matcher is a string (a tool name, `a|b`, a regex or `*`), got {text!r}")
+        # Plain text: a subclass's own equality could make any matcher equal to `*`.
+        text = str.__str__(text)
         self.text = text
         self._names: frozenset[str] | None = None
         self._regex: re.Pattern[str] | None = None

@@ -55,6 +55,16 @@ class ModelRetry(Exception):
         self.message = message
 
 
+def _times(count: int) -> str:
+    """``count`` as a number of times, in words the model reads: "once", "2 times"."""
+    return "once" if count == 1 else f"{count} times"
+
+
+def _counted(count: int, one: str, many: str) -> str:
+    """``count`` with its noun in the right number: "1 retry", "2 retries"."""
+    return f"{count} {one if count == 1 else many}"
+
+
 def _cap(field: str, value: Any) -> int | None:
     if value is None:
         return None
@@ -228,8 +238,9 @@ class Limits:
         if retries <= budget:
             return None
         return (
-            f"`{tool_name}` was answered with errors to fix {retries} times in this run, past its limit of "
-            f"{budget} retries: it is not called again in this run; stop calling it and answer with what you have"
+            f"`{tool_name}` was answered with errors to fix {_times(retries)} in this run, past its limit of "
+            f"{_counted(budget, 'retry', 'retries')}: it is not called again in this run; stop calling it and "
+            "answer with what you have"
         )
 
     def admit(
@@ -249,7 +260,8 @@ class Limits:
             if self.max_calls is not None and self._calls >= self.max_calls:
                 return (
                     "limit_exceeded",
-                    f"the call to `{tool_name}` was not run: this run's limit of {self.max_calls} tool calls is "
+                    f"the call to `{tool_name}` was not run: this run's limit of "
+                    f"{_counted(self.max_calls, 'tool call', 'tool calls')} is "
                     "reached; make no more tool calls and answer with what you have",
                 )
             cap = self._tool_cap(tool_name)
@@ -257,7 +269,7 @@ class Limits:
             if cap is not None and made >= cap:
                 return (
                     "limit_exceeded",
-                    f"the call to `{tool_name}` was not run: `{tool_name}` may be called {cap} times in this run "
+                    f"the call to `{tool_name}` was not run: `{tool_name}` may be called {_times(cap)} in this run "
                     "and that is reached; use another tool or answer with what you have",
                 )
             key = (tool_name, value_digest(args))
@@ -274,7 +286,7 @@ class Limits:
                 return (
                     "limit_exceeded",
                     f"the call to `{tool_name}` was not run: the same call with the same arguments was already "
-                    f"made {seen[0]} times in this run; it returned: {before}",
+                    f"made {_times(seen[0])} in this run; it returned: {before}",
                 )
             self._count((run, call_id), tool_name, key)
             return None

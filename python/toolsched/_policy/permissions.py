@@ -52,6 +52,9 @@ class Permissions:
         *,
         root: str | os.PathLike[str] | None = None,
     ) -> None:
+        if isinstance(mode, str):
+            # Plain text: a subclass's own equality could make one mode every mode.
+            mode = str.__str__(mode)  # type: ignore[assignment]
         if mode not in MODES:
             raise OptionError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
         self.mode: Mode = mode

@@ -49,7 +49,15 @@ from toolsched._values.codec import RESULT_FIELD_TYPES, encode_output
 from toolsched._values.decisions import Decision
 from toolsched._values.digest import args_digest
 from toolsched._values.effects import ExternalCall, idempotency_key, new_identity
-from toolsched._values.results import ERROR_KINDS, ErrorKind, ToolResult, edited_result, new_result, result_fields
+from toolsched._values.results import (
+    ERROR_KINDS,
+    ErrorKind,
+    ToolResult,
+    edited_result,
+    new_result,
+    result_fields,
+    shown_result,
+)
 from toolsched.errors import ApprovalError, OptionError, StateError
 
 __all__ = [
@@ -606,8 +614,9 @@ class RunState:
 
     @property
     def results(self) -> list[ToolResult]:
-        """The results of the calls that completed, in model order."""
-        return [r.result for r in self._records if r.status == "done" and r.result is not None]
+        """The results of the calls that completed, in model order (each output a copy: changing one changes
+        neither this state nor any copy of it)."""
+        return [shown_result(r.result) for r in self._records if r.status == "done" and r.result is not None]
 
     @property
     def decisions(self) -> dict[str, Status]:

@@ -16,6 +16,7 @@ from toolsched import _core
 from toolsched._tools.schema import NotStrictError, inline_refs, strict_schema, to_gemini_schema
 from toolsched._tools.search import ToolSearch
 from toolsched._tools.tools import Tool, tool
+from toolsched._values.exception_text import described
 from toolsched.errors import OptionError, RefreshError, ToolNameError
 
 if TYPE_CHECKING:
@@ -252,7 +253,7 @@ class ToolRegistry:
             if inspect.isawaitable(fresh):
                 fresh = await fresh
         except Exception as exc:
-            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            detail = described(exc)
             raise RefreshError(f"refresh_tools failed ({detail}); the previous tool set stays") from exc
         if fresh is None:
             return False

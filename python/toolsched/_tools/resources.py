@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from toolsched._values.exception_text import described
 from toolsched.errors import ResourceError
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ class RunResources:
             except BaseException as exc:
                 # Later calls in this run try again; the calls waiting now fail with the reason.
                 del self._entries[key]
-                detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                detail = described(exc)
                 entry.failure = f"opening the per-run resource of `{name}` failed ({detail})"
                 entry.ready.set()
                 if isinstance(exc, Exception):

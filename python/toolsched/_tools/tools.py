@@ -501,6 +501,11 @@ class Tool:
             "external",
         ):
             _boolean(name, field, getattr(self, field))
+        for field in ("isolation", "interrupt_behavior", "timeout_behavior", "truncate"):
+            value = getattr(self, field)
+            if isinstance(value, str) and type(value) is not str:
+                # Plain text: a subclass's own equality could make "none" equal to "process".
+                setattr(self, field, str.__str__(value))
         _choice(name, "isolation", self.isolation, ("none", "process"))
         _choice(name, "interrupt_behavior", self.interrupt_behavior, ("block", "cancel"))
         _choice(name, "timeout_behavior", self.timeout_behavior, ("error", "raise"))

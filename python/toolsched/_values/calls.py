@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from toolsched import _core
+from toolsched._values.exception_text import described
 from toolsched._values.fastpath import call_init
 from toolsched._values.numeric_options import shown
 from toolsched.errors import MalformedCallError
 
-__all__ = ["Duplicate", "ToolCall", "args_copy", "init_in_python", "plain_call", "plain_calls"]
+__all__ = ["Duplicate", "ToolCall", "args_copy", "call_list", "init_in_python", "plain_call", "plain_calls"]
 
 
 class _NoArgs:
@@ -40,7 +41,7 @@ def _read_mapping(args: Mapping[str, Any]) -> dict[str, Any]:
     try:
         return dict(args)
     except Exception as exc:
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        detail = described(exc)
         raise MalformedCallError(
             f"ToolCall.args must be a mapping that can be read, but reading the {type(args).__name__} raised {detail}"
         ) from exc
@@ -108,7 +109,7 @@ def plain_call(call: Any, position: int) -> ToolCall:
         try:
             fields.append(getattr(call, field_name))
         except Exception as exc:
-            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            detail = described(exc)
             raise MalformedCallError(
                 f"calls[{position}]: reading {type(call).__name__}.{field_name} raised {detail}"
             ) from exc
@@ -116,6 +117,19 @@ def plain_call(call: Any, position: int) -> ToolCall:
         return ToolCall(*fields)
     except MalformedCallError as exc:
         raise MalformedCallError(f"calls[{position}]: {exc}") from exc
+
+
+def call_list(calls: Iterable[Any]) -> list[Any]:
+    """A turn's calls as a list: ``calls`` itself when it is one, else what the iterable gives.
+
+    ``MalformedCallError`` for what is not a collection of calls: text, a mapping and a lone ``ToolCall`` (each
+    would be read as something else: its characters, its keys) and anything that is not iterable.
+    """
+    if type(calls) is list:
+        return calls
+    if isinstance(calls, (str, bytes, bytearray, Mapping, ToolCall)) or not isinstance(calls, Iterable):
+        raise MalformedCallError(f"calls must be a list (or another iterable) of ToolCall, got {type(calls).__name__}")
+    return list(calls)
 
 
 def plain_calls(calls: list[Any]) -> list[ToolCall]:

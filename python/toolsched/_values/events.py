@@ -177,6 +177,7 @@ Event = (
     | CoordinationUnavailable
     | RunFinished
 )
+"""Any of the events above: what an ``on_event=`` callback receives and ``Executor.stream`` yields."""
 
 
 def under_parent(event: Event, parent_call_id: str) -> Event:

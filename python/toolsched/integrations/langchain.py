@@ -19,8 +19,9 @@ tool is treated as writing and unsafe to run beside others.
 A call invokes the tool as LangGraph does, with a tool call (so
 ``InjectedToolCallId`` arguments receive the call's ID and LangChain's callbacks
 and tracing see the run); async tools are awaited (on trio, where LangChain's
-async code cannot run, on an asyncio loop in a worker thread), sync ones run
-in a worker thread. The output is the ``ToolMessage``'s content. A message the tool marks
+async code cannot run, on an asyncio loop in a worker thread, where a cancelled
+call's task is cancelled and a timeout abandons it), sync ones run in a worker
+thread. The output is the ``ToolMessage``'s content. A message the tool marks
 as an error (its ``handle_tool_error``) becomes an ``execution_error`` whose
 message is the tool's text (``LangChainToolError``). Model-supplied values for
 injected arguments are dropped. Needs ``langchain-core``
@@ -29,8 +30,10 @@ injected arguments are dropped. Needs ``langchain-core``
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Mapping
+import threading
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import anyio
@@ -172,9 +175,9 @@ class LangChainTool(Tool):
                 response = await self.tool.ainvoke(tool_call, config)
             elif self._async:
                 # LangChain's async machinery needs asyncio: elsewhere (trio) the call gets an asyncio loop
-                # of its own in a worker thread, which a timeout abandons rather than cancels.
-                run_on_asyncio = functools.partial(anyio.run, self.tool.ainvoke, tool_call, config, backend="asyncio")
-                response = await anyio.to_thread.run_sync(run_on_asyncio, abandon_on_cancel=self.timeout is not None)
+                # of its own in a worker thread.
+                ainvoke = functools.partial(self.tool.ainvoke, tool_call, config)
+                response = await _on_asyncio_loop(ainvoke, abandon=self.timeout is not None)
             else:
                 invoke = functools.partial(self.tool.invoke, tool_call, config)
                 response = await anyio.to_thread.run_sync(invoke, abandon_on_cancel=self.timeout is not None)
@@ -189,6 +192,56 @@ class LangChainTool(Tool):
                 raise LangChainToolError(str(response.content))
             return response.content
         return response
+
+
+class _AsyncioCall:
+    """A coroutine function run on an asyncio loop of its own (``run``, in a worker thread); ``cancel`` cancels
+    its task from any thread, before or while it runs."""
+
+    def __init__(self, function: Callable[[], Awaitable[Any]]) -> None:
+        self._function = function
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelled = False
+        self.done = threading.Event()
+
+    def run(self) -> Any:
+        try:
+            return anyio.run(self._main, backend="asyncio")
+        finally:
+            self.done.set()
+
+    async def _main(self) -> Any:
+        with self._lock:
+            if self._cancelled:
+                raise asyncio.CancelledError
+            self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+        return await self._function()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            loop, task = self._loop, self._task
+        if loop is not None and task is not None:
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # the loop has closed: the call is over
+                pass
+
+
+async def _on_asyncio_loop(function: Callable[[], Awaitable[Any]], *, abandon: bool) -> Any:
+    """``function()`` awaited on an asyncio loop in a worker thread. When the caller is cancelled, so is the
+    call's task; the caller then waits for it to end, unless ``abandon`` (a timeout: the call is left to end)."""
+    call = _AsyncioCall(function)
+    try:
+        return await anyio.to_thread.run_sync(call.run, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        call.cancel()
+        if not abandon:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(call.done.wait)
+        raise
 
 
 def from_langchain(tool: BaseTool, **metadata: Any) -> LangChainTool:

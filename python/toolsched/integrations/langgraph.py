@@ -125,7 +125,9 @@ def _handled_types(handler: Callable[..., Any]) -> tuple[type[Exception], ...]:
     """The exception types a handler function declares by its first parameter's annotation (Exception if none)."""
     try:
         parameters = [p for p in inspect.signature(handler).parameters.values() if p.name not in ("self", "cls")]
-        hints = typing.get_type_hints(handler)
+        # An object with ``__call__`` (not a function or method) declares its types on that method.
+        annotated = handler if inspect.isroutine(handler) else type(handler).__call__
+        hints = typing.get_type_hints(annotated)
     except (TypeError, ValueError, NameError):
         return (Exception,)
     if not parameters or parameters[0].name not in hints:
@@ -157,6 +159,25 @@ def _named(value: Any, name: str) -> Any:
             update = [_named(item, name) for item in update]
         return dataclasses.replace(value, update=update) if update is not value.update else value
     return value
+
+
+def _model_errors(error: pydantic.ValidationError, hidden: frozenset[str]) -> list[Any]:
+    """The details of ``error`` about arguments the model gives, as LangGraph reports them (those about
+    ``hidden`` arguments, and those about no argument, left out; hidden values left out of the inputs)."""
+    details = []
+    for detail in error.errors():
+        if not detail["loc"] or detail["loc"][0] in hidden:
+            continue
+        copied: dict[str, Any] = {**detail}
+        if isinstance(copied.get("input"), dict):
+            copied["input"] = {k: v for k, v in copied["input"].items() if k not in hidden}
+        details.append(copied)
+    return details
+
+
+def _own_error(response: Any) -> bool:
+    """Whether a LangChain tool answered with an error message of its own (its ``handle_tool_error``)."""
+    return isinstance(response, ToolMessage) and response.status == "error"
 
 
 def _content(output: Any) -> str | list[Any]:
@@ -462,7 +483,8 @@ class ToolNode(Runnable[Any, Any]):
                 )
             name = tool_call.get("name")
             call_id = tool_call.get("id")
-            if not isinstance(name, str) or not name:
+            if not isinstance(name, str):
+                # An empty name is a tool the node does not have, answered as such; no name at all is no call.
                 raise ResponseFormatError(f"tool call {position} has no tool name")
             if not isinstance(call_id, str) or not call_id:
                 raise ResponseFormatError(
@@ -490,7 +512,18 @@ class ToolNode(Runnable[Any, Any]):
                 return ToolInvocationError(name, details[0], kwargs, details[1])
             return ToolInvocationError(name, ValueError(result.error or "invalid arguments"), kwargs)  # type: ignore[arg-type]
         if result.error_kind == "execution_error":
-            return turn.raised.get(result.call_id)
+            raised = turn.raised.get(result.call_id)
+            if isinstance(raised, pydantic.ValidationError) and not is_invalid_resume(raised):
+                # As LangGraph's node reads it: a validation error out of the tool's invocation (its argument
+                # model's validators, or the tool's own code) is about the arguments, for the model to fix.
+                kwargs = dict(args) if isinstance(args, Mapping) else {}
+                member = self.toolsched_tools.get(name)
+                injections = self.injections_of(member) if isinstance(member, LangChainTool) else None
+                injected = set()
+                if injections is not None:
+                    injected = {*injections.state, *(a for a in (injections.store, injections.runtime) if a)}
+                return ToolInvocationError(name, raised, kwargs, _model_errors(raised, frozenset(injected)))
+            return raised
         return None
 
     def _pydantic_errors(self, name: str, kwargs: dict[str, Any]) -> tuple[Any, list[Any]] | None:
@@ -505,16 +538,7 @@ class ToolNode(Runnable[Any, Any]):
         try:
             model.model_validate(kwargs)
         except pydantic.ValidationError as exc:
-            hidden = member.hidden_arguments
-            details = []
-            for detail in exc.errors():
-                if detail["loc"] and detail["loc"][0] in hidden:
-                    continue
-                copied: dict[str, Any] = {**detail}
-                if isinstance(copied.get("input"), dict):
-                    copied["input"] = {k: v for k, v in copied["input"].items() if k not in hidden}
-                details.append(copied)
-            return exc, details
+            return exc, _model_errors(exc, member.hidden_arguments)
         return None
 
     def _handling(self, error: BaseException) -> str | None:
@@ -528,7 +552,8 @@ class ToolNode(Runnable[Any, Any]):
         flag = self.handle_tool_errors
         if isinstance(flag, _Default):
             return error.message if isinstance(error, ToolInvocationError) else None
-        if flag is False:
+        if flag is False or flag == "":
+            # An empty message is no handling, as for LangGraph's node (which tests the flag's truth).
             return None
         if flag is True:
             return TOOL_CALL_ERROR_TEMPLATE.format(error=repr(error))
@@ -560,10 +585,15 @@ class ToolNode(Runnable[Any, Any]):
             error = errors.get(result.call_id)
             if error is not None and self._handling(error) is None:
                 raise error
-        if self.handle_tool_errors is False:
+        if self.handle_tool_errors is False or self.handle_tool_errors == "":
             # Failures of toolsched's own tools, which raise nothing LangGraph knows.
+            # A LangChain tool's own error message (its ``handle_tool_error``) answers the model, as in LangGraph.
             failed = [
-                r for r in results if r.error_kind in ("execution_error", "timeout") and errors.get(r.call_id) is None
+                r
+                for r in results
+                if r.error_kind in ("execution_error", "timeout")
+                and errors.get(r.call_id) is None
+                and not _own_error(turn.responses.get(r.call_id))
             ]
             if failed:
                 raise ToolCallFailed(failed[0], failed[1:], results)
@@ -577,8 +607,7 @@ class ToolNode(Runnable[Any, Any]):
     ) -> Any:
         response = turn.responses.get(result.call_id)
         if result.is_error:
-            own_error = isinstance(response, ToolMessage) and response.status == "error"
-            if own_error and result.error_kind == "execution_error":
+            if _own_error(response) and result.error_kind == "execution_error":
                 # The tool's own error message, as the tool wrote it.
                 return response
             if result.error_kind == "unknown_tool":

@@ -39,9 +39,9 @@ Metrics (meter ``toolsched``):
   took, by ``gen_ai.tool.name`` (and ``error.type`` for failures).
 
 Everything attaches through the executor's ``on_event`` callbacks and a thin
-wrapper around ``run``, ``resume`` and ``stream`` (which keeps concurrent runs
-on one executor apart, and ends the spans of a cancelled run with
-``error.type`` = ``cancelled``); nothing is added to the call path when an
+wrapper around ``run``, ``resume``, ``stream`` and ``turn`` (which keeps
+concurrent runs and streamed turns on one executor apart, and ends the spans
+of a cancelled run with ``error.type`` = ``cancelled``); nothing is added to the call path when an
 executor is not instrumented. Needs ``opentelemetry-api``
 (``pip install 'toolsched[otel]'``); install an SDK to export.
 """
@@ -53,14 +53,16 @@ import functools
 import json
 import logging
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
 from toolsched._executor.executor import Executor
+from toolsched._executor.streaming import StreamingTurn
 from toolsched._values.calls import ToolCall
 from toolsched._values.content import content_parts, content_text
 from toolsched._values.events import (
@@ -107,10 +109,12 @@ class _OpenCall:
 
 @dataclass(slots=True)
 class _RunSpans:
-    """The open spans of one run (internal)."""
+    """The open spans of one run (internal): keyed by the event's parent call path (None for the run's own
+    calls and batches; a nested run's have their own batch numbers and call IDs) and the batch or call."""
 
-    batches: dict[int, Span] = field(default_factory=dict)
-    calls: dict[str, _OpenCall] = field(default_factory=dict)
+    batches: dict[tuple[str | None, int], Span] = field(default_factory=dict)
+    calls: dict[tuple[str | None, str], _OpenCall] = field(default_factory=dict)
+    # The arguments of the run's own calls (``record_arguments``), by call ID.
     arguments: dict[str, Any] = field(default_factory=dict)
 
 
@@ -177,22 +181,22 @@ class OtelObserver:
         if isinstance(event, ToolStarted):
             self._started(run, event)
         elif isinstance(event, ToolFinished):
-            self._finished(run, event.result)
+            self._finished(run, event.result, event.parent_call_id)
         elif isinstance(event, BatchStarted):
             self._batch_started(run, event)
         elif isinstance(event, BatchFinished):
-            span = run.batches.pop(event.batch, None)
+            span = run.batches.pop((event.parent_call_id, event.batch), None)
             if span is not None:
                 span.end()
         elif isinstance(event, ToolProgress):
-            open_call = run.calls.get(event.call_id)
+            open_call = run.calls.get((event.parent_call_id, event.call_id))
             if open_call is not None:
                 attributes: dict[str, Any] = {"toolsched.progress.fraction": event.fraction}
                 if event.message is not None:
                     attributes["toolsched.progress.message"] = event.message
                 open_call.span.add_event("progress", attributes)
         elif isinstance(event, ToolRetrying):
-            open_call = run.calls.get(event.call_id)
+            open_call = run.calls.get((event.parent_call_id, event.call_id))
             if open_call is not None:
                 open_call.span.add_event(
                     "retry",
@@ -212,13 +216,13 @@ class OtelObserver:
                 "toolsched.batch.concurrent": event.concurrent,
             },
         )
-        run.batches[event.batch] = span
+        run.batches[event.parent_call_id, event.batch] = span
 
     def _started(self, run: _RunSpans, event: ToolStarted) -> None:
         from opentelemetry import context, trace
 
         parent: Context | None = None
-        batch_span = run.batches.get(event.batch) if event.batch is not None else None
+        batch_span = run.batches.get((event.parent_call_id, event.batch)) if event.batch is not None else None
         if batch_span is not None:
             parent = trace.set_span_in_context(batch_span)
         attributes: dict[str, Any] = {
@@ -233,7 +237,7 @@ class OtelObserver:
             attributes["gen_ai.tool.description"] = description
         if event.batch is not None:
             attributes["toolsched.batch.index"] = event.batch
-        if self.record_arguments and event.call_id in run.arguments:
+        if self.record_arguments and event.parent_call_id is None and event.call_id in run.arguments:
             attributes["gen_ai.tool.call.arguments"] = _as_text(run.arguments[event.call_id])
         span = self._tracer.start_span(
             f"{OPERATION} {event.tool_name}", context=parent, kind=trace.SpanKind.INTERNAL, attributes=attributes
@@ -244,14 +248,15 @@ class OtelObserver:
             # The tool runs in this task next: its own spans become children of this one.
             token = context.attach(trace.set_span_in_context(span))
             task = _task_id()
-        run.calls[event.call_id] = _OpenCall(span, token, task)
+        run.calls[event.parent_call_id, event.call_id] = _OpenCall(span, token, task)
 
-    def _finished(self, run: _RunSpans, result: ToolResult) -> None:
+    def _finished(self, run: _RunSpans, result: ToolResult, parent_call_id: str | None = None) -> None:
         from opentelemetry import context
         from opentelemetry.trace import Status, StatusCode
 
-        open_call = run.calls.pop(result.call_id, None)
-        run.arguments.pop(result.call_id, None)
+        open_call = run.calls.pop((parent_call_id, result.call_id), None)
+        if parent_call_id is None:
+            run.arguments.pop(result.call_id, None)
         attributes: dict[str, Any] = {"gen_ai.tool.name": result.tool_name, "gen_ai.operation.name": OPERATION}
         if result.is_error:
             attributes["error.type"] = result.error_kind or "execution_error"
@@ -276,24 +281,31 @@ class OtelObserver:
     # -- runs that end without their events ------------------------------------
 
     def _abandon(self, run: _RunSpans, error_type: str, message: str) -> None:
-        """Ends the spans a run left open when it was cancelled or raised."""
+        """Ends the spans a run left open when it was cancelled or raised.
+
+        Never raises: the run's own exception (its cancellation) is what reaches the caller; a span that
+        cannot be ended (a failing span processor) is logged, and the others are still ended.
+        """
         from opentelemetry import context
         from opentelemetry.trace import Status, StatusCode
 
         current = _task_id()
-        for call_id, open_call in list(run.calls.items()):
+        spans: list[Span] = []
+        for open_call in run.calls.values():
             if open_call.token is not None and open_call.task == current:
                 context.detach(open_call.token)
-            open_call.span.set_attribute("error.type", error_type)
-            open_call.span.set_status(Status(StatusCode.ERROR, message))
-            open_call.span.end()
-            del run.calls[call_id]
-        for number, span in list(run.batches.items()):
-            span.set_attribute("error.type", error_type)
-            span.set_status(Status(StatusCode.ERROR, message))
-            span.end()
-            del run.batches[number]
+            spans.append(open_call.span)
+        spans.extend(run.batches.values())
+        run.calls.clear()
+        run.batches.clear()
         run.arguments.clear()
+        for span in spans:
+            try:
+                span.set_attribute("error.type", error_type)
+                span.set_status(Status(StatusCode.ERROR, message))
+                span.end()
+            except Exception:
+                logger.exception("could not end the span %r of an abandoned run", span)
 
 
 def _task_id() -> int | None:
@@ -352,6 +364,7 @@ def instrument(
     executor.run = _traced_run(observer, executor.run, record_arguments)  # type: ignore[method-assign]
     executor.resume = _traced_run(observer, executor.resume, False)  # type: ignore[method-assign]
     executor.stream = _traced_stream(observer, executor.stream, record_arguments)  # type: ignore[method-assign]
+    executor.turn = _traced_turn(observer, executor.turn)  # type: ignore[method-assign]
     return executor
 
 
@@ -362,7 +375,7 @@ def uninstrument(executor: Executor) -> None:
         return
     _, previous = installed
     executor.on_event = previous
-    for name in ("run", "resume", "stream"):
+    for name in ("run", "resume", "stream", "turn"):
         executor.__dict__.pop(name, None)
 
 
@@ -371,7 +384,13 @@ def is_instrumented(executor: Executor) -> bool:
     return executor in _INSTRUMENTED
 
 
-def _remember_arguments(run: _RunSpans, calls: Iterable[ToolCall]) -> list[ToolCall]:
+def _remember_arguments(run: _RunSpans, calls: Any) -> Any:
+    """``calls`` as the run gets them, their arguments kept for the spans: a list, or (for an async iterable, whose
+    calls arrive over time) an iterator that keeps each call's as it passes."""
+    if isinstance(calls, AsyncIterable):
+        return _remembering(run, calls)
+    if not isinstance(calls, Iterable) or isinstance(calls, (str, bytes, Mapping)):
+        return calls  # not calls: the method refuses it with its own error
     listed = calls if isinstance(calls, list) else list(calls)
     for call in listed:
         if isinstance(call, ToolCall):
@@ -379,15 +398,34 @@ def _remember_arguments(run: _RunSpans, calls: Iterable[ToolCall]) -> list[ToolC
     return listed
 
 
+def _with_remembered_calls(
+    run: _RunSpans, arguments: tuple[Any, ...], options: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The arguments of ``run`` or ``stream`` (the calls given by position or as ``calls=``), the calls' own
+    arguments kept for the spans; anything else is passed on as it is, for the method to judge."""
+    if arguments:
+        return (_remember_arguments(run, arguments[0]), *arguments[1:]), options
+    if "calls" in options:
+        return arguments, {**options, "calls": _remember_arguments(run, options["calls"])}
+    return arguments, options
+
+
+async def _remembering(run: _RunSpans, calls: AsyncIterable[ToolCall]) -> AsyncIterator[ToolCall]:
+    async for call in calls:
+        if isinstance(call, ToolCall):
+            run.arguments.setdefault(call.id, call.args)
+        yield call
+
+
 def _traced_run(observer: OtelObserver, method: Callable[..., Any], record_arguments: bool) -> Callable[..., Any]:
     @functools.wraps(method)
-    async def traced(first: Any, /, **options: Any) -> Any:
+    async def traced(*arguments: Any, **options: Any) -> Any:
         run = _RunSpans()
         if record_arguments:
-            first = _remember_arguments(run, first)
+            arguments, options = _with_remembered_calls(run, arguments, options)
         token = _CURRENT_RUN.set(run)
         try:
-            return await method(first, **options)
+            return await method(*arguments, **options)
         except BaseException as exc:
             observer._abandon(run, *_failure(exc))
             raise
@@ -397,17 +435,78 @@ def _traced_run(observer: OtelObserver, method: Callable[..., Any], record_argum
     return traced
 
 
+class _TracedTurn(StreamingTurn):
+    """A streamed turn whose events are traced as one run of their own (internal; ``instrument`` makes the
+    executor's turns of this class, so that they stay ``StreamingTurn``s)."""
+
+    _otel_observer: OtelObserver
+    _otel_run: _RunSpans
+    _otel_token: Token[_RunSpans | None] | None
+
+    async def __aenter__(self) -> StreamingTurn:
+        # Set before the turn starts its tasks, which copy the caller's context: its events find this run.
+        self._otel_token = _CURRENT_RUN.set(self._otel_run)
+        try:
+            return await super().__aenter__()
+        except BaseException as exc:
+            self._otel_end(exc)
+            raise
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        ended = error
+        try:
+            await super().__aexit__(kind, error, traceback)
+        except BaseException as exc:
+            ended = exc
+            raise
+        finally:
+            self._otel_end(ended)
+
+    def _otel_end(self, error: BaseException | None) -> None:
+        """Ends what the turn left open (nothing, unless it was cancelled or failed) and leaves its run."""
+        run = self._otel_run
+        if run.calls or run.batches:
+            self._otel_observer._abandon(run, *(_failure(error) if error is not None else _NOT_FINISHED))
+        token, self._otel_token = self._otel_token, None
+        if token is not None:
+            try:
+                _CURRENT_RUN.reset(token)
+            except ValueError:
+                # Left from another context than the one it was entered in: nothing to restore there.
+                pass
+
+
+_NOT_FINISHED = ("cancelled", "the turn ended before the call finished")
+
+
+def _traced_turn(observer: OtelObserver, method: Callable[..., StreamingTurn]) -> Callable[..., StreamingTurn]:
+    @functools.wraps(method)
+    def traced(**options: Any) -> StreamingTurn:
+        turn = method(**options)
+        # The turn the executor made, traced: its class is swapped for the subclass that adds the run.
+        turn.__class__ = _TracedTurn
+        assert isinstance(turn, _TracedTurn)
+        turn._otel_observer = observer
+        turn._otel_run = _RunSpans()
+        turn._otel_token = None
+        return turn
+
+    return traced
+
+
 def _traced_stream(
     observer: OtelObserver, method: Callable[..., AsyncIterator[Event]], record_arguments: bool
 ) -> Callable[..., AsyncGenerator[Event, None]]:
     @functools.wraps(method)
-    async def traced(calls: Iterable[ToolCall], /, **options: Any) -> AsyncGenerator[Event, None]:
+    async def traced(*arguments: Any, **options: Any) -> AsyncGenerator[Event, None]:
         run = _RunSpans()
         if record_arguments:
-            calls = _remember_arguments(run, calls)
+            arguments, options = _with_remembered_calls(run, arguments, options)
         token = _CURRENT_RUN.set(run)
         try:
-            async with contextlib.aclosing(cast(AsyncGenerator[Event, None], method(calls, **options))) as events:
+            async with contextlib.aclosing(cast(AsyncGenerator[Event, None], method(*arguments, **options))) as events:
                 async for event in events:
                     yield event
         except BaseException as exc:

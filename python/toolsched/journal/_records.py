@@ -13,7 +13,9 @@ from toolsched._values.results import ToolResult
 __all__ = ["ALLOWED_FROM", "TRANSITIONS", "JournaledCall", "RunRecord", "Transition"]
 
 Transition = Literal["planned", "pending", "approved", "rejected", "started", "finished"]
+"""One step of a call's life in the journal; ``JournaledCall.state`` is the latest."""
 TRANSITIONS: tuple[Transition, ...] = ("planned", "pending", "approved", "rejected", "started", "finished")
+"""Every ``Transition``, in the order a call can take them."""
 
 # The states a call may be in for each transition to be written. A finished
 # call is final; a started call can only start again (an idempotent call re-run

@@ -61,9 +61,9 @@ __all__ = [
     "UnknownRunError",
 ]
 
-#: The version of the tables this release writes. A journal at a higher
-#: version was written by a newer toolsched and is refused, untouched.
 SCHEMA_VERSION = 1
+"""The version of the tables this release writes. A journal at a higher
+version was written by a newer toolsched and is refused, untouched."""
 
 T = TypeVar("T")
 

@@ -9,14 +9,15 @@ its state, and holds the reply back while calls wait for a person.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from toolsched._policy.runstate import RunState, run_identity
 from toolsched._values.calls import ToolCall
 from toolsched._values.outcome import Outcome
 from toolsched._values.results import ToolResult
-from toolsched.errors import ResponseFormatError, StreamFailed
+from toolsched.errors import OptionError, ResponseFormatError, StateError, StreamFailed
 from toolsched.providers._wire import Execution, logger, resume_outcome
 
 if TYPE_CHECKING:
@@ -100,7 +101,10 @@ class Flow(Generic[E]):
         results of the calls it completed, with the stream's error as its ``__cause__``; a failure after the
         final event changes nothing (the turn is whole) and is logged. An executor whose turns cannot stream
         (batch hooks) reads the whole stream first, then runs the calls; a stream that breaks there runs none.
+        What is no stream of events (a coroutine not awaited, a stream manager not entered, a whole response)
+        is refused with ``OptionError`` before anything is read: no ``StreamFailed``, which asks for a retry.
         """
+        _check_stream(events)
         calls: list[ToolCall] = []
         if not executor.streams:
             try:
@@ -130,9 +134,35 @@ class Flow(Generic[E]):
         return self.finish(executor.registry, calls, outcome, assistant)
 
     async def resume(self, executor: Executor, execution: E, state: Any) -> E:
-        """Finishes an interrupted execution from its state (the held calls decided on it)."""
+        """Finishes an interrupted execution from its state (the held calls decided on it).
+
+        A ``RunState`` of another run (another execution's, whose calls may carry the same IDs) is refused
+        with ``StateError`` before anything runs: its results would answer this execution's calls.
+        """
+        own = execution.outcome.state
+        if isinstance(state, RunState) and own is not None and run_identity(state) != run_identity(own):
+            raise StateError(
+                "this state is not the one of this execution (it continues another run); resume each execution "
+                "with its own outcome.state"
+            )
         outcome = await resume_outcome(executor, state)
         return self.finish(executor.registry, execution.calls, outcome, getattr(execution, "assistant", None))
+
+
+def _check_stream(events: Any) -> None:
+    """Refuses what is no stream of events, naming what it is (``OptionError``)."""
+    whole = isinstance(events, (str, bytes, bytearray, Mapping)) or hasattr(events, "model_dump")
+    if not whole and isinstance(events, (AsyncIterable, Iterable)):
+        return
+    if inspect.isawaitable(events):
+        hint = ": await it first (the SDK's request with stream=True is a coroutine)"
+    elif hasattr(events, "__aenter__"):
+        hint = ": enter it first (async with ... as stream) and pass the stream"
+    elif whole:
+        hint = ": a whole response goes to execute()"
+    else:
+        hint = ""
+    raise OptionError(f"execute_stream takes the model's stream of events, got {type(events).__name__}{hint}")
 
 
 def _in_model_order(calls: list[ToolCall], ids: list[str]) -> list[ToolCall]:

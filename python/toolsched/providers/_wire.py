@@ -18,7 +18,7 @@ from toolsched._values.content import Image, content_parts, content_text
 from toolsched._values.digest import args_digest
 from toolsched._values.outcome import Outcome
 from toolsched._values.results import ToolResult
-from toolsched.errors import MissingResultError, ResponseFormatError
+from toolsched.errors import MissingResultError, OptionError, ResponseFormatError
 
 if TYPE_CHECKING:
     from toolsched._executor.executor import Executor
@@ -38,6 +38,7 @@ __all__ = [
     "left_alone",
     "output_parts",
     "output_text",
+    "position_option",
     "read",
     "registry_of",
     "results_by_call",
@@ -240,6 +241,14 @@ def as_record(item: Any) -> Any:
     if hasattr(item, "model_dump"):
         return item.model_dump(mode="json", exclude_none=True)
     return item
+
+
+def position_option(value: Any, name: str) -> int:
+    """A ``choice=``/``candidate=`` option: a whole number not below 0, else ``OptionError`` (a bool or text would
+    pick another choice, or none)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise OptionError(f"{name} must be a whole number from 0, got {value!r}")
+    return int(value)
 
 
 def call_name(raw: Any) -> str:

@@ -30,7 +30,7 @@ from toolsched._tools.registry import ToolRegistry
 from toolsched._values.calls import ToolCall
 from toolsched._values.content import Image
 from toolsched._values.results import ToolResult
-from toolsched.errors import IncompleteStreamError, ResponseFormatError
+from toolsched.errors import IncompleteStreamError, OptionError, ResponseFormatError
 from toolsched.providers._flow import Flow
 from toolsched.providers._wire import (
     Execution,
@@ -259,10 +259,13 @@ class MessageAssembler:
         self._taken = 0
         self._stopped: set[Any] = set()
         self._ended = False
+        # Whether it was given an event: it reads one stream (``execute_stream`` refuses it for another).
+        self._fed = False
         # The message's stop reason, from its ``message_delta`` (``pause_turn``, ``tool_use``, ...).
         self.stop_reason: str | None = None
 
     def feed(self, event: Any) -> list[ToolCall]:
+        self._fed = True
         kind = read(event, "type")
         if self._ended:
             return []
@@ -272,21 +275,19 @@ class MessageAssembler:
             if isinstance(reason, str):
                 self.stop_reason = reason
         elif kind == "content_block_start":
-            index = read(event, "index")
             block = as_record(read(event, "content_block"))
             if not isinstance(block, dict):
                 raise ResponseFormatError(f"{PROVIDER}: content_block_start without a content block")
-            if isinstance(index, bool) or not isinstance(index, int):
-                raise ResponseFormatError(f"{PROVIDER}: content_block_start has no integer `index`")
+            index = _index(event, kind)
             if index in self._blocks:
                 raise ResponseFormatError(f"{PROVIDER}: content block {index!r} started twice in one message")
             if block.get("type") in ("tool_use", "server_tool_use", "mcp_tool_use"):
                 self._json[index] = []
             self._blocks[index] = block
         elif kind == "content_block_delta":
-            self._delta(read(event, "index"), read(event, "delta"))
+            self._delta(_index(event, kind), read(event, "delta"))
         elif kind == "content_block_stop":
-            return self._stop(read(event, "index"))
+            return self._stop(_index(event, kind))
         elif kind == "message_stop":
             self._ended = True
         elif kind == "error":
@@ -294,10 +295,15 @@ class MessageAssembler:
             raise IncompleteStreamError(PROVIDER, f"the stream reported an error: {detail}")
         return []
 
-    def _delta(self, index: Any, delta: Any) -> None:
+    def _delta(self, index: int, delta: Any) -> None:
         block = self._blocks.get(index)
         if delta is None:
             return
+        if not is_record(delta):
+            # Read as a delta of no known kind, its input would be dropped and the call run without it.
+            raise ResponseFormatError(
+                f"{PROVIDER}: the delta of content block {index!r} must be an object, got {type(delta).__name__}"
+            )
         kind = read(delta, "type")
         if block is None or index in self._stopped:
             if kind == "input_json_delta":
@@ -320,7 +326,7 @@ class MessageAssembler:
         elif kind == "citations_delta":
             block.setdefault("citations", []).append(as_record(read(delta, "citation")))
 
-    def _stop(self, index: Any) -> list[ToolCall]:
+    def _stop(self, index: int) -> list[ToolCall]:
         block = self._blocks.get(index)
         if block is None or index in self._stopped:
             return []
@@ -388,6 +394,15 @@ class MessageAssembler:
         return {"role": "assistant", "content": [self._blocks[index] for index in sorted(self._blocks)]}
 
 
+def _index(event: Any, kind: str) -> int:
+    """The block ``index`` of a content block event; an event without an integer one is malformed (it names no
+    block: a list or a dict there could not even be looked up)."""
+    index = read(event, "index")
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise ResponseFormatError(f"{PROVIDER}: {kind} has no integer `index`, got {type(index).__name__}")
+    return index
+
+
 def _piece(delta: Any, field: str) -> str:
     """A delta's piece of text (``partial_json``, ``text``, ...); one that is not text is a malformed stream."""
     piece = read(delta, field)
@@ -423,7 +438,12 @@ async def execute_stream(
     (the connection drops, an ``error`` event, an end before ``message_stop``:
     ``IncompleteStreamError``), ``StreamFailed`` carries the results of the
     calls already complete and no reply is built.
-    Pass an ``assembler`` to read more of the stream afterwards (its ``stop_reason``).
+    Pass an ``assembler`` to read more of the stream afterwards (its ``stop_reason``): a new one for each
+    stream (one that read a stream already would take the next for the same message: ``OptionError``).
     """
+    if assembler is not None and assembler._fed:
+        raise OptionError(
+            "this MessageAssembler has read a stream already; pass a new MessageAssembler() for each stream"
+        )
     reader = MessageAssembler() if assembler is None else assembler
     return await _FLOW.execute_stream(executor, stream, reader, steering=steering, context=context)

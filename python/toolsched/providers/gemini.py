@@ -47,6 +47,7 @@ from toolsched.providers._wire import (
     left_alone,
     output_parts,
     output_text,
+    position_option,
     read,
     registry_of,
     results_by_call,
@@ -131,6 +132,7 @@ def model_content(response: Any, *, candidate: int = 0) -> Any:
 
     A ``Content`` (with ``parts``) is returned as it is.
     """
+    candidate = position_option(candidate, "candidate")
     if not is_record(response):
         raise ResponseFormatError(
             f"{PROVIDER}: expected a GenerateContentResponse, a response dict, a Content or a list of parts, "
@@ -302,7 +304,7 @@ class ContentAssembler:
     """
 
     def __init__(self, candidate: int = 0) -> None:
-        self._candidate = candidate
+        self._candidate = position_option(candidate, "candidate")
         self._parts: list[Any] = []
         # The pieces of the last part while it is text joined from several chunks.
         self._text: list[str] | None = None
@@ -326,7 +328,12 @@ class ContentAssembler:
         content = model_content(chunk, candidate=self._candidate)
         found: list[Any] = []
         if content is not None:
-            for part in sequence_of(read(content, "parts") or [], PROVIDER, "parts"):
+            for number, part in enumerate(sequence_of(read(content, "parts") or [], PROVIDER, "parts")):
+                if not is_record(part):
+                    # As in a whole response: a turn holding it could not be sent back.
+                    raise ResponseFormatError(
+                        f"{PROVIDER}: parts[{number}] must be an object, got {type(part).__name__}"
+                    )
                 function_call = read(part, "function_call", "functionCall")
                 if function_call is not None and (
                     read(function_call, "will_continue", "willContinue")

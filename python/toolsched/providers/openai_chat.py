@@ -48,6 +48,7 @@ from toolsched.providers._wire import (
     left_alone,
     output_parts,
     output_text,
+    position_option,
     read,
     registry_of,
     results_by_call,
@@ -84,6 +85,7 @@ class ChatExecution(Execution):
 
 def _message(response: Any, choice: int) -> Any:
     """The assistant message of a completion (``choices[choice].message``); a message is returned as it is."""
+    choice = position_option(choice, "choice")
     if not is_record(response):
         raise ResponseFormatError(
             f"{PROVIDER}: expected a ChatCompletion, a completion dict or a message, got {type(response).__name__}"
@@ -273,7 +275,7 @@ class CompletionAssembler:
 
     def __init__(self, registry: ToolRegistry | None = None, choice: int = 0) -> None:
         self._registry = registry
-        self._choice = choice
+        self._choice = position_option(choice, "choice")
         self._text: list[str] = []
         self._entries: dict[int, dict[str, Any]] = {}
         # The argument pieces of each call not complete yet.
@@ -291,15 +293,30 @@ class CompletionAssembler:
         error = read(chunk, "error") if is_record(chunk) else None
         if error is not None:
             raise IncompleteStreamError(PROVIDER, f"the stream reported an error: {_error_detail(error)}")
-        for entry in sequence_of(read(chunk, "choices") or [], PROVIDER, "choices"):
+        for position, entry in enumerate(sequence_of(read(chunk, "choices") or [], PROVIDER, "choices")):
+            if not is_record(entry):
+                raise ResponseFormatError(
+                    f"{PROVIDER}: choices[{position}] must be an object, got {type(entry).__name__}"
+                )
             if read(entry, "index") not in (self._choice, None):
                 continue
             delta = read(entry, "delta")
             if delta is not None:
+                if not is_record(delta):
+                    # Text or a call's pieces in something that is no delta: read as one, they would be lost.
+                    raise ResponseFormatError(
+                        f"{PROVIDER}: a choice's `delta` must be an object, got {type(delta).__name__}"
+                    )
                 content = read(delta, "content")
                 if isinstance(content, str):
                     self._text.append(content)
-                for part in read(delta, "tool_calls") or ():
+                parts = sequence_of(read(delta, "tool_calls"), PROVIDER, "delta.tool_calls")
+                for number, part in enumerate(parts):
+                    if not is_record(part):
+                        # Read as a call, it would be one the model never made (and the real one lost).
+                        raise ResponseFormatError(
+                            f"{PROVIDER}: delta.tool_calls[{number}] must be an object, got {type(part).__name__}"
+                        )
                     self._merge(part)
             reason = read(entry, "finish_reason")
             if reason is not None:

@@ -243,6 +243,8 @@ class ResponseAssembler:
         self._registry = registry
         self._items: dict[int, Any] = {}
         self._calls: list[Any] = []
+        # The output index of each streamed call, in the order of ``_calls`` (the order they were done).
+        self._indexes: list[int] = []
         self._taken = 0
         self._final: list[Any] | None = None
         self._ended = False
@@ -256,17 +258,18 @@ class ResponseAssembler:
         if kind == "response.output_item.added":
             item = read(event, "item")
             if read(item, "type") == "function_call":
-                self._open[read(event, "output_index")] = item
+                self._open[_output_index(event)] = item
         elif kind == "response.output_item.done":
             item = as_record(read(event, "item"))
-            index = read(event, "output_index")
+            index = _output_index(event)
             self._open.pop(index, None)
-            if not isinstance(index, int) or isinstance(index, bool):
+            if index is None:
                 index = max(self._items, default=-1) + 1
             if index in self._items:
                 raise ResponseFormatError(f"{PROVIDER}: output item {index} was done twice")
             self._items[index] = item
             if isinstance(item, dict) and item.get("type") == "function_call":
+                self._indexes.append(index)
                 return self._add_calls([item])
         elif kind in ("response.completed", "response.incomplete"):
             self._ended = True
@@ -306,15 +309,17 @@ class ResponseAssembler:
             raise IncompleteStreamError(PROVIDER, f"the stream ended before `response.completed`{cut}")
         if self._final is None:
             return []
-        # The final output is the answer as the API keeps it: its function calls must be the streamed ones
-        # (the first ones carrying their IDs), and one the stream never finished is a call now.
+        # The final output is the answer as the API keeps it: its function calls must be the streamed ones, in
+        # the order of their output indexes (the first ones carrying their IDs; the stream may finish a later
+        # item first), and one the stream never finished is a call now.
         positions = [index for index, item in enumerate(self._final) if _is_function_call(item)]
         if len(positions) < len(self._calls):
             raise ResponseFormatError(
                 f"{PROVIDER}: the final output has {len(positions)} function calls; "
                 f"the stream finished {len(self._calls)}"
             )
-        for position, streamed in zip(positions, self._calls, strict=False):
+        in_output_order = [item for _, item in sorted(zip(self._indexes, self._calls, strict=True), key=_first)]
+        for position, streamed in zip(positions, in_output_order, strict=False):
             item = self._final[position]
             if item.get("call_id") not in (None, "", streamed["call_id"]):
                 raise ResponseFormatError(
@@ -335,6 +340,17 @@ class ResponseAssembler:
         if self._final is not None:
             return self._final
         return [self._items[index] for index in sorted(self._items)]
+
+
+def _output_index(event: Any) -> int | None:
+    """An output item event's ``output_index``; None when it has no integer one (the item is placed after the
+    others)."""
+    index = read(event, "output_index")
+    return None if isinstance(index, bool) or not isinstance(index, int) else index
+
+
+def _first(pair: tuple[int, Any]) -> int:
+    return pair[0]
 
 
 def _is_function_call(item: Any) -> bool:

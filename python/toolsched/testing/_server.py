@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -49,8 +50,9 @@ class ScriptedProvider:
     ``StreamEvent`` (or ``(delay, name, data)`` tuples), streamed as given
     whatever the request asked (to script error events or malformed
     streams), or a dict, sent as the JSON body. A request past the end of
-    the script, to an unknown path, or whose function raised, is answered
-    with the API's 400 error naming why (SDKs do not retry a 400).
+    the script, or whose function raised (any ``BaseException``), is
+    answered with the API's 400 error naming why, one to an unknown path
+    with a 404 (SDKs retry neither).
 
     ``break_after`` maps an entry's position (from 0) to a number of events
     after which its stream's connection is cut mid-chunk, a tenth of a
@@ -64,7 +66,9 @@ class ScriptedProvider:
     stream only once its code reached a point (a tool started, say).
 
     Use it as a context manager (it serves while the block runs). Raises
-    ``OptionError`` for a script entry of the wrong kind.
+    ``OptionError`` for a script entry of the wrong kind, an exact answer
+    that cannot be sent (not JSON, a delay that is not a finite number of
+    seconds of at least 0), and options of the wrong kind.
     """
 
     def __init__(
@@ -82,18 +86,30 @@ class ScriptedProvider:
                 self._script.append(entry)
             elif isinstance(entry, Mapping):
                 self._script.append(dict(entry))
+                _check_json(entry, f"script entry {position}")
             elif isinstance(entry, Sequence) and not isinstance(entry, str | bytes):
                 if not all(isinstance(event, tuple) and len(event) == 3 for event in entry):
                     raise OptionError(f"script entry {position} must hold (delay, name, data) events")
-                self._script.append([StreamEvent(*event) for event in entry])
+                events = [StreamEvent(*event) for event in entry]
+                for number, event in enumerate(events):
+                    _check_event(event, f"script entry {position}, event {number}")
+                self._script.append(events)
             else:
                 raise OptionError(
                     f"script entry {position} must be a Reply, a function returning one, a list of events or a"
                     f" JSON body, not {type(entry).__name__}"
                 )
-        self.break_after: dict[int, int] = dict(break_after or {})
-        self.end_after: dict[int, int] = dict(end_after or {})
+        # Checked here: a wrong value would fail the server's thread mid-answer, and the SDK, seeing the
+        # connection drop, would send the request again and take the next entry's answer for this one.
+        self.break_after: dict[int, int] = _counts(break_after, "break_after")
+        self.end_after: dict[int, int] = _counts(end_after, "end_after")
         self.gates: dict[int, threading.Event] = dict(gates or {})
+        for position, gate in self.gates.items():
+            _check_position(position, "gates")
+            if not callable(getattr(gate, "wait", None)):
+                raise OptionError(f"gates[{position!r}] must be a threading.Event, not {type(gate).__name__}")
+        if isinstance(gate_limit, bool) or not isinstance(gate_limit, int | float) or not 0 <= gate_limit < math.inf:
+            raise OptionError(f"gate_limit must be a finite number of seconds of at least 0, not {gate_limit!r}")
         self.gate_limit = gate_limit
         self.requests: list[Request] = []
         """Every request received, in order."""
@@ -161,6 +177,43 @@ class ScriptedProvider:
         self.hang_up.set()
 
 
+def _check_json(value: Any, what: str) -> None:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise OptionError(f"{what} is not JSON: {error}") from None
+
+
+def _check_event(event: StreamEvent, what: str) -> None:
+    delay = event.delay
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay < math.inf:
+        raise OptionError(f"{what}: the delay must be a finite number of seconds of at least 0, not {delay!r}")
+    if event.name is not None and not isinstance(event.name, str):
+        raise OptionError(f"{what}: the name must be a string or None, not {type(event.name).__name__}")
+    if not isinstance(event.data, str):
+        _check_json(event.data, f"{what}: the data")
+    for text in (event.name, event.data):
+        if isinstance(text, str):
+            try:
+                text.encode()
+            except UnicodeEncodeError as error:
+                raise OptionError(f"{what}: {text!r} cannot be sent as UTF-8 ({error.reason})") from None
+
+
+def _check_position(position: Any, option: str) -> None:
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        raise OptionError(f"{option} keys are script positions (integers from 0), not {position!r}")
+
+
+def _counts(counts: Mapping[int, int] | None, option: str) -> dict[int, int]:
+    checked = dict(counts or {})
+    for position, count in checked.items():
+        _check_position(position, option)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise OptionError(f"{option}[{position}] must be a number of events (an integer from 0), not {count!r}")
+    return checked
+
+
 def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -197,7 +250,7 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
                 reply = entry if isinstance(entry, Reply) else entry(request)
                 if not isinstance(reply, Reply):
                     raise OptionError(f"a script function returned {type(reply).__name__}, not a Reply")
-            except Exception as error:
+            except BaseException as error:  # ``pytest.fail`` too: a dropped connection would be sent again
                 self._send_json(400, error_body(api, f"script entry {position} raised {error!r}"))
                 return
             if stream:

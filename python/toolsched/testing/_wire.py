@@ -209,7 +209,17 @@ def _responses_events(reply: Reply, number: int) -> list[StreamEvent]:
     events = [event(reply.first_token, "response.created", response={**base, "status": "in_progress", "output": []})]
     output: list[dict[str, Any]] = []
     if reply.text:
+        # As the API streams a message: the item and its text part begin, the text comes in deltas, both end.
         message = _responses_message(reply.text, number)
+        begun = {**message, "status": "in_progress", "content": []}
+        part = {"item_id": message["id"], "output_index": 0, "content_index": 0}
+        events.append(event(0.0, "response.output_item.added", output_index=0, item=begun))
+        empty = {"type": "output_text", "text": "", "annotations": []}
+        events.append(event(0.0, "response.content_part.added", **part, part=empty))
+        for gap, piece in _pieces(reply.text, reply):
+            events.append(event(gap, "response.output_text.delta", **part, delta=piece, logprobs=[]))
+        events.append(event(0.0, "response.output_text.done", **part, text=reply.text, logprobs=[]))
+        events.append(event(0.0, "response.content_part.done", **part, part=message["content"][0]))
         events.append(event(0.0, "response.output_item.done", output_index=0, item=message))
         output.append(message)
     for position, use in enumerate(reply.tool_uses):
@@ -282,7 +292,7 @@ def _gemini_events(reply: Reply) -> list[StreamEvent]:
         events.append(StreamEvent(delay + gap, None, _gemini_chunk([{"text": piece}])))
         delay = 0.0
     for use in reply.tool_uses:
-        tokens = max(1, len(json.dumps(dict(use.args))) // reply.token_chars)
+        tokens = len(_pieces(json.dumps(dict(use.args)), reply))  # as many as the other APIs stream
         wait = tokens / reply.tokens_per_second if reply.tokens_per_second else 0.0
         events.append(StreamEvent(delay + wait, None, _gemini_chunk([{"functionCall": _gemini_call(use)}])))
         delay = 0.0
