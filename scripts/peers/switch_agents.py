@@ -2,14 +2,15 @@
 
 ``scripts/peers/run.py`` loads it (``-p switch_agents``) for the switched run of the SDK's own
 tests. An ``Agent`` is switched where it is made (``Agent(...)``, ``agent.clone(...)``) and where
-its ``tools`` are assigned: it takes, in place, what ``scheduled(agent)`` gives its copy (the
-function tools that run through toolsched and ``toolsched_executor``), so every reference the
-test holds is the scheduled agent. A clone that keeps the switched tools shares them and their
-executor, as a clone of a scheduled agent does. An agent without function tools is left as it is
-(``scheduled`` would only copy its list). A list changed in place after it was assigned is not
-switched again. Agents the SDK builds for itself (``Agent(...)`` or ``clone(...)`` called from the
-``agents`` package, as the sandbox runtime and its memory phases do) are left as they are: a user's
-``scheduled(agent)`` cannot reach them either (a clone keeps the scheduled tools it was given).
+its ``tools`` are assigned: it takes, in place, what ``scheduled(agent)`` gives its copy (its
+``toolsched_executor`` and the schedule that routes its function tools' calls through it; the tools
+are the agent's own objects, in its own list, but for those ``scheduled`` copies), so every
+reference the test holds is the scheduled agent. A clone that keeps a switched agent's list shares
+its executor, as a clone of a scheduled agent does. An agent without function tools is left as it
+is. A list changed in place after it was assigned is not switched again. Agents the SDK builds for
+itself (``Agent(...)`` or ``clone(...)`` called from the ``agents`` package, as the sandbox runtime
+and its memory phases do) are not switched afresh: one holding a switched agent's tools shares that
+agent's executor and schedule, as the SDK's clone of a scheduled agent keeps its class's.
 ``agents.testing``, the SDK's helpers for tests, counts as the test's own code.
 """
 
@@ -31,11 +32,13 @@ from toolsched.integrations.agents import scheduled
 
 __all__: list[str] = []
 
-# Each function tool ``scheduled`` made and still alive, by id: (a weak reference to that tool, the SDK tool
-# it stands for, its executor). Weak: the entry goes with the tool, so the suite's heap does not keep every
-# agent's tools and executor to its end (a full run's garbage collections grew slower test after test).
-_made: dict[int, tuple[weakref.ref[FunctionTool], FunctionTool, Any]] = {}
+# The switched agent each function tool was last scheduled with, by the tool's id: (a weak reference to the
+# tool, one to the agent). Weak: an entry goes with its tool or agent, so the suite's heap does not keep every
+# agent's executor to its end (a full run's garbage collections grew slower test after test).
+_owners: dict[int, tuple[weakref.ref[FunctionTool], weakref.ref[Agent[Any]]]] = {}
 _local = threading.local()
+# What ``scheduled`` gives the agent it returns, beside its tools: the attributes the switch copies.
+_SCHEDULED_STATE = ("toolsched_executor", "_toolsched_schedule")
 
 
 def _inside() -> bool:
@@ -67,59 +70,73 @@ def _built_by_sdk() -> bool:
     return False
 
 
-def _made_entry(tool: Any) -> tuple[FunctionTool, FunctionTool, Any] | None:
-    entry = _made.get(id(tool))
-    if entry is None:
+def _owner(tool: Any) -> Agent[Any] | None:
+    """The switched agent ``tool`` was last scheduled with, while both live."""
+    entry = _owners.get(id(tool))
+    if entry is None or entry[0]() is not tool:
         return None
-    made = entry[0]()
-    return (made, entry[1], entry[2]) if made is not None and made is tool else None
+    return entry[1]()
 
 
-def _remember(tool: FunctionTool, source: FunctionTool, executor: Any) -> None:
+def _remember(tool: FunctionTool, agent: Agent[Any]) -> None:
     key = id(tool)
 
     def forget(reference: weakref.ref[FunctionTool]) -> None:
-        entry = _made.get(key)
+        entry = _owners.get(key)
         if entry is not None and entry[0] is reference:
-            del _made[key]
+            del _owners[key]
 
-    _made[key] = (weakref.ref(tool, forget), source, executor)
+    _owners[key] = (weakref.ref(tool, forget), weakref.ref(agent))
 
 
 def _switched_copy(agent: Agent[Any], tools: list[Any]) -> Agent[Any] | None:
     """``scheduled`` applied to ``agent`` holding ``tools`` (None where there is nothing to switch)."""
-    function_tools = [item for item in tools if isinstance(item, FunctionTool)]
-    if not function_tools:
+    if not any(isinstance(item, FunctionTool) for item in tools):
         return None
-    entries = [_made_entry(item) for item in function_tools]
-    if all(entry is not None for entry in entries) and len({id(entry[2]) for entry in entries if entry}) == 1:
-        return None  # already the tools of one scheduled agent (a clone that kept them)
-    originals = [entry[1] if (entry := _made_entry(item)) is not None else item for item in tools]
     _local.depth = getattr(_local, "depth", 0) + 1
     try:
-        copy = scheduled(agent.clone(tools=originals))
+        # A clone, made from the fields only: it holds none of the state a switch gave ``agent`` before.
+        return scheduled(agent.clone(tools=tools))
     finally:
         _local.depth -= 1
-    executor = getattr(copy, "toolsched_executor", None)
-    by_name = {item.name: item for item in originals if isinstance(item, FunctionTool)}
-    for item in copy.tools:
-        if isinstance(item, FunctionTool) and item.name in by_name and item is not by_name[item.name]:
-            _remember(item, by_name[item.name], executor)
-    return copy
 
 
 switched_agents = 0
 
 
 def _take_from(agent: Agent[Any], copy: Agent[Any]) -> None:
-    """Gives ``agent`` what ``scheduled`` gave its copy: the tools, the executor, anything else it set."""
+    """Gives ``agent`` what ``scheduled`` gave its copy: its executor and schedule, the tools (the agent's own
+    list where the copy holds the same tools: ``scheduled`` copies only those it cannot route in place)."""
     global switched_agents
     switched_agents += 1
     mine = vars(agent)
     for key, value in vars(copy).items():
         if key != "tools" and mine.get(key, _missing) is not value:
             object.__setattr__(agent, key, value)
-    original_setattr(agent, "tools", copy.tools)
+    tools = mine.get("tools")
+    if not (
+        isinstance(tools, list)
+        and len(tools) == len(copy.tools)
+        and all(mine_ is theirs for mine_, theirs in zip(tools, copy.tools, strict=True))
+    ):
+        original_setattr(agent, "tools", copy.tools)
+    for item in agent.tools:
+        if isinstance(item, FunctionTool):
+            _remember(item, agent)
+
+
+def _share_schedule(agent: Agent[Any], tools: list[Any]) -> bool:
+    """Gives ``agent`` the executor and schedule of the switched agent its function tools were scheduled with
+    (a clone that keeps a switched agent's tools shares its executor, as a clone of a scheduled agent does)."""
+    for item in tools:
+        owner = _owner(item) if isinstance(item, FunctionTool) else None
+        if owner is not None:
+            state = vars(owner)
+            if all(key in state for key in _SCHEDULED_STATE):
+                for key in _SCHEDULED_STATE:
+                    object.__setattr__(agent, key, state[key])
+                return True
+    return False
 
 
 _missing = object()
@@ -129,23 +146,23 @@ original_setattr = AgentBase.__setattr__
 
 def _post_init(self: Agent[Any]) -> None:
     original_post_init(self)  # type: ignore[no-untyped-call]
-    if _inside() or _built_by_sdk():
+    if _inside():
         return
     tools = vars(self).get("tools")
-    if isinstance(tools, list):
-        copy = _switched_copy(self, tools)
-        if copy is not None:
-            _take_from(self, copy)
-        else:
-            _share_executor(self, tools)
-
-
-def _share_executor(agent: Agent[Any], tools: list[Any]) -> None:
-    for item in tools:
-        entry = _made_entry(item)
-        if entry is not None and entry[2] is not None:
-            object.__setattr__(agent, "toolsched_executor", entry[2])
-            return
+    if not isinstance(tools, list):
+        return
+    if _built_by_sdk():
+        # The SDK's own agents (a clone it makes of the running agent, with its tools) keep the schedule
+        # those tools have, as the SDK's clone of a scheduled agent does; others are left as they are.
+        _share_schedule(self, tools)
+        return
+    owner = next((_owner(item) for item in tools if isinstance(item, FunctionTool)), None)
+    if owner is not None and owner.tools is tools:
+        _share_schedule(self, tools)  # a clone that keeps the switched agent's list
+        return
+    copy = _switched_copy(self, tools)
+    if copy is not None:
+        _take_from(self, copy)
 
 
 def _setattr(self: AgentBase[Any], name: str, value: Any) -> None:
@@ -157,12 +174,10 @@ def _setattr(self: AgentBase[Any], name: str, value: Any) -> None:
         and "tools" in vars(self)  # assigned after the agent was made, not by its __init__
         and not _built_by_sdk()
     ):
+        original_setattr(self, name, value)
         copy = _switched_copy(self, value)
         if copy is not None:
             _take_from(self, copy)
-            return
-        original_setattr(self, name, value)
-        _share_executor(self, value)
         return
     original_setattr(self, name, value)
 

@@ -1,6 +1,8 @@
-"""Attacks on ``scheduled(agent)`` (the Agents SDK integration): its tools are live copies, instances of a cached
-subclass of each tool's class whose fields read through to the agent's tool. Copies of those copies made the
-Python ways must still run through the executor and its rules, and scheduling must keep no tool class alive."""
+"""Attacks on ``scheduled(agent)`` (the Agents SDK integration). A ``function_tool`` stays the agent's own object,
+its body routed in place: copies of it made the Python ways, in an agent made from the scheduled one, must
+still run through the executor and its rules (and, in a plain agent, as the SDK runs them). Other tools are
+live copies, instances of a cached subclass of each tool's class whose fields read through to the agent's
+tool: scheduling must keep no tool class alive."""
 
 from __future__ import annotations
 
@@ -52,14 +54,12 @@ def test_a_tool_class_made_at_run_time_is_not_kept_alive_by_scheduling() -> None
 
 
 def test_a_live_class_is_shared_by_the_copies_that_live_at_once() -> None:
-    @function_tool
-    def lookup(key: str) -> str:
-        """Looks a key up."""
-        return key
-
+    lookup = FunctionTool(
+        name="lookup", description="Looks a key up.", params_json_schema={"type": "object"}, on_invoke_tool=_answer
+    )
     first = scheduled(Agent(name="a", tools=[lookup])).tools[0]
     second = scheduled(Agent(name="b", tools=[lookup])).tools[0]
-    assert type(first) is type(second)
+    assert first is not lookup and type(first) is type(second)
 
 
 COPIES: dict[str, Callable[[Any], Any]] = {
@@ -71,6 +71,9 @@ COPIES: dict[str, Callable[[Any], Any]] = {
 
 @pytest.mark.parametrize("how", list(COPIES))
 async def test_a_copy_of_a_scheduled_tool_still_runs_through_the_executors_rules(how: str) -> None:
+    """A copy of the scheduled agent's tool, given to an agent made from the scheduled one (the SDK copies
+    tools this way too), runs through the executor: its rules hold. The same copy in a plain agent runs as
+    the SDK runs it: scheduling is the agent's, not the tool's."""
     ran: list[str] = []
 
     @function_tool
@@ -79,10 +82,47 @@ async def test_a_copy_of_a_scheduled_tool_still_runs_through_the_executors_rules
         ran.append(path)
         return f"removed {path}"
 
+    def script() -> ScriptedAgentModel:
+        return ScriptedAgentModel([[function_call("c1", "remove", {"path": "a.txt"})], [final_message("done")]])
+
     agent = scheduled(Agent(name="files", tools=[remove]), permissions=ts.Permissions(deny=["remove"]))
-    model = ScriptedAgentModel([[function_call("c1", "remove", {"path": "a.txt"})], [final_message("done")]])
-    other = Agent(name="copied", model=model, tools=[COPIES[how](agent.tools[0])])
-    result = await Runner.run(other, "remove a.txt", run_config=NO_TRACING)
-    [output] = [item.output for item in result.new_items if isinstance(item, ToolCallOutputItem)]
-    assert output == "`remove` with this input is denied by the rule `remove`"
+    copied = COPIES[how](agent.tools[0])
+    assert copied is not remove
+    for made in [
+        agent.clone(model=script(), tools=[copied]),
+        dataclasses.replace(agent, model=script(), tools=[copied]),
+    ]:
+        result = await Runner.run(made, "remove a.txt", run_config=NO_TRACING)
+        [output] = [item.output for item in result.new_items if isinstance(item, ToolCallOutputItem)]
+        assert output == "`remove` with this input is denied by the rule `remove`"
     assert ran == []
+    result = await Runner.run(Agent(name="plain", model=script(), tools=[copied]), "go", run_config=NO_TRACING)
+    [output] = [item.output for item in result.new_items if isinstance(item, ToolCallOutputItem)]
+    assert (output, ran) == ("removed a.txt", ["a.txt"])
+
+
+async def test_a_tool_the_agent_holds_only_under_a_shared_body_runs_under_its_own_name() -> None:
+    """Two tools of one agent that share one SDK body (``dataclasses.replace(tool, name=...)``): each call is
+    checked by the rules of the tool it was made for, never the other's."""
+    ran: list[str] = []
+
+    @function_tool
+    def remove(path: str) -> str:
+        """Removes a file."""
+        ran.append(path)
+        return f"removed {path}"
+
+    erase = dataclasses.replace(remove, name="erase")
+    model = ScriptedAgentModel(
+        [
+            [function_call("c1", "remove", {"path": "a.txt"}), function_call("c2", "erase", {"path": "b.txt"})],
+            [final_message("done")],
+        ]
+    )
+    agent = scheduled(
+        Agent(name="files", model=model, tools=[remove, erase]), permissions=ts.Permissions(deny=["erase"])
+    )
+    result = await Runner.run(agent, "remove them", run_config=NO_TRACING)
+    found = {item.raw_item["call_id"]: item.output for item in result.new_items if isinstance(item, ToolCallOutputItem)}
+    assert found == {"c1": "removed a.txt", "c2": "`erase` with this input is denied by the rule `erase`"}
+    assert ran == ["a.txt"]

@@ -360,20 +360,27 @@ async def test_a_dataclasses_replace_of_a_scheduled_agent_keeps_its_executor() -
     await _runs_under_its_rules(lambda model: dataclasses.replace(replaced, model=model), ran)
 
 
-def test_pickling_a_scheduled_agent_or_its_tool_says_it_cannot_be_done() -> None:
-    """Promise: bad input gets a typed readable error. A scheduled agent's tools (and the agent) cannot be
-    pickled: their calls run through an executor of this process. pickle said "Can't pickle <class
-    'agents.tool.FunctionTool'>: it's not the same object as agents.tool.FunctionTool", which names neither the
-    tool nor the reason; the error is ``ts.UnpicklableError`` (a ``TypeError``) naming both. Copies still work."""
+def test_pickling_a_scheduled_agent_says_it_cannot_be_done_and_its_tools_pickle_as_in_the_sdk() -> None:
+    """Promise: bad input gets a typed readable error. A scheduled agent cannot be pickled: its calls run
+    through an executor of this process. pickle said "Can't pickle <class 'agents.tool.FunctionTool'>: it's
+    not the same object as agents.tool.FunctionTool", which names neither the agent nor the reason; the error
+    is ``ts.UnpicklableError`` (a ``TypeError``) naming both. Its tools are the agent's own: pickling one does
+    what it does without toolsched. Copies of the agent still work."""
 
     @function_tool
     def add(a: int, b: int) -> int:
         """Add two numbers."""
         return a + b
 
+    def pickling_error(tool: Any) -> tuple[type, str]:
+        with pytest.raises(Exception) as raised:
+            pickle.dumps(tool)
+        return type(raised.value), str(raised.value)
+
+    before = pickling_error(add)
     agent = scheduled(Agent(name="maths", tools=[add]))
-    with pytest.raises(ts.UnpicklableError, match=r"the tool 'add' of a scheduled agent cannot be pickled: its calls"):
-        pickle.dumps(agent.tools[0])
+    assert agent.tools[0] is add
+    assert pickling_error(add) == before
     with pytest.raises(TypeError, match=r"the scheduled agent 'maths' cannot be pickled: its function tools run"):
         pickle.dumps(agent)
     copied = copy.deepcopy(agent)
@@ -384,9 +391,9 @@ def test_pickling_a_scheduled_agent_or_its_tool_says_it_cannot_be_done() -> None
 def test_scheduling_a_scheduled_agent_again_is_refused_rather_than_dropping_its_options() -> None:
     """Promise: an option given is applied or refused, never dropped. ``scheduled(scheduled(agent,
     permissions=rules))`` scheduled the agent's SDK tools afresh with the outer options only: the inner rules no
-    longer applied, silently (a deny rule gone). It raises ``OptionError`` now, however the scheduled tools come
-    back (the agent, a clone, its tools in another agent or in ``tools=``); the original agent is scheduled as
-    often as wanted."""
+    longer applied, silently (a deny rule gone). It raises ``OptionError`` for a scheduled agent and any agent
+    made from one (a clone); the agent's tools are its own objects, which any other agent may hold and be
+    scheduled with, each agent with its own executor."""
 
     @function_tool
     def delete(path: str) -> str:
@@ -395,15 +402,199 @@ def test_scheduling_a_scheduled_agent_again_is_refused_rather_than_dropping_its_
 
     original = Agent(name="files", tools=[delete])
     inner = scheduled(original, permissions=ts.Permissions(deny=["delete"]))
-    for given, extra in [
-        (inner, {}),
-        (inner.clone(name="clone"), {}),
-        (Agent(name="other", tools=[*inner.tools]), {}),
-        (original, {"tools": [from_function_tool(inner.tools[0])]}),
-    ]:
-        with pytest.raises(
-            ts.OptionError, match=r"another scheduled\(\) made \(`delete`\): scheduling them again would"
-        ):
-            scheduled(given, **extra)
+    for given in [inner, inner.clone(name="clone"), dataclasses.replace(inner, name="replaced")]:
+        with pytest.raises(ts.OptionError, match=r"which another scheduled\(\) made \(or one made from it\)"):
+            scheduled(given)
     again = scheduled(original, permissions=ts.Permissions(allow=["delete"]))
-    assert again.toolsched_executor is not inner.toolsched_executor  # type: ignore[attr-defined]
+    other = scheduled(Agent(name="other", tools=[*inner.tools]), tools=[from_function_tool(inner.tools[0])])
+    assert len({id(inner.toolsched_executor), id(again.toolsched_executor), id(other.toolsched_executor)}) == 3  # type: ignore[attr-defined]
+    assert inner.tools[0] is again.tools[0] is other.tools[0] is delete
+
+
+class ToolsSeen(ScriptedAgentModel):
+    """A scripted model that records the tools it was offered on each turn."""
+
+    def __init__(self, turns: list[list[Any]]) -> None:
+        super().__init__(turns)
+        self.offered: list[list[Any]] = []
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+        self.offered.append(list(kwargs["tools"] if "tools" in kwargs else args[3]))
+        return await super().get_response(*args, **kwargs)
+
+
+DENIED = "`delete` with this input is denied by the rule `delete`"
+
+
+def denied_delete(ran: list[str]) -> Any:
+    @function_tool
+    async def delete(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    return delete
+
+
+def delete_script(model_kind: Callable[[list[list[Any]]], ScriptedAgentModel] = ScriptedAgentModel) -> Any:
+    return model_kind([[function_call("c1", "delete", {"path": "a.txt"})], [final_message("done")]])
+
+
+async def test_the_sdk_its_hooks_and_the_model_see_the_agents_own_tool_objects() -> None:
+    """Promise: ``scheduled(agent)`` is a drop-in. Its function tools were copies: ``agent.tools[0] is
+    my_tool`` and ``== my_tool`` were false, a hook's ``tool is my_tool`` never matched, and the model was
+    offered the copies. They are the agent's own objects now (the invoker too), and the call still goes
+    through toolsched (its deny rule answers)."""
+    from agents import RunHooks
+
+    ran: list[str] = []
+    delete = denied_delete(ran)
+    invoker = delete.on_invoke_tool
+    seen: list[Any] = []
+
+    class Hooks(RunHooks[Any]):
+        async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+            seen.append(tool)
+
+        async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+            seen.append(tool)
+
+    model = delete_script(ToolsSeen)
+    agent = scheduled(Agent(name="files", model=model, tools=[delete]), permissions=ts.Permissions(deny=["delete"]))
+    assert agent.tools[0] is delete and agent.tools == [delete]
+    assert delete.on_invoke_tool is invoker
+    result = await Runner.run(agent, "delete a.txt", run_config=NO_TRACING, hooks=Hooks())
+    assert outputs(result)["c1"] == DENIED
+    assert ran == []
+    assert len(seen) == 2 and all(tool is delete for tool in seen)
+    assert isinstance(model, ToolsSeen) and all(offered == [delete] for offered in model.offered)
+    assert model.offered[0][0] is delete
+
+
+async def test_an_unscheduled_agent_sharing_the_tool_runs_it_as_the_sdk_does() -> None:
+    """Promise: ``scheduled`` changes no other agent. A plain agent that holds the same tool object, run at
+    the same time as the scheduled one, runs its call as the SDK does: the executor's hooks see the
+    scheduled agent's call only."""
+    ran: list[str] = []
+    delete = denied_delete(ran)
+    seen_by_toolsched: list[str] = []
+
+    async def watch(event: ts.HookEvent) -> None:
+        seen_by_toolsched.append(event.call_id)
+
+    def script(call_id: str, path: str) -> ScriptedAgentModel:
+        return ScriptedAgentModel([[function_call(call_id, "delete", {"path": path})], [final_message("done")]])
+
+    plain = Agent(name="plain", model=script("p1", "plain.txt"), tools=[delete])
+    scheduled_agent = scheduled(
+        Agent(name="files", model=script("s1", "scheduled.txt"), tools=[delete]),
+        hooks=ts.Hooks().pre_tool_use("*", watch),
+    )
+    results: dict[str, Any] = {}
+
+    async def run(name: str, agent: Any) -> None:
+        results[name] = outputs(await Runner.run(agent, "delete", run_config=NO_TRACING))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run, "plain", plain)
+        group.start_soon(run, "scheduled", scheduled_agent)
+    assert results == {"plain": {"p1": "deleted plain.txt"}, "scheduled": {"s1": "deleted scheduled.txt"}}
+    assert sorted(ran) == ["plain.txt", "scheduled.txt"]
+    assert seen_by_toolsched == ["s1"]
+    assert plain.tools[0] is delete and not hasattr(plain, "toolsched_executor")
+
+
+async def test_a_handoff_to_a_plain_agent_sharing_the_tool_runs_it_as_the_sdk_does() -> None:
+    """Within one run: the scheduled agent's call goes through its executor (denied); after a handoff, the
+    plain agent's call of the same tool object runs as the SDK runs it."""
+    ran: list[str] = []
+    delete = denied_delete(ran)
+    plain = Agent(
+        name="plain",
+        model=ScriptedAgentModel([[function_call("c2", "delete", {"path": "b.txt"})], [final_message("done")]]),
+        tools=[delete],
+    )
+    front = scheduled(
+        Agent(
+            name="front",
+            model=ScriptedAgentModel(
+                [[function_call("c1", "delete", {"path": "a.txt"}), function_call("h1", "transfer_to_plain", {})]]
+            ),
+            tools=[delete],
+            handoffs=[plain],
+        ),
+        permissions=ts.Permissions(deny=["delete"]),
+    )
+    result = await Runner.run(front, "delete them", run_config=NO_TRACING)
+    found = outputs(result)
+    assert found["c1"] == DENIED
+    assert found["c2"] == "deleted b.txt"
+    assert ran == ["b.txt"]
+
+
+async def test_two_scheduled_agents_sharing_a_tool_each_run_it_under_their_own_rules() -> None:
+    ran: list[str] = []
+    delete = denied_delete(ran)
+    denying = scheduled(
+        Agent(name="denying", model=delete_script(), tools=[delete]), permissions=ts.Permissions(deny=["delete"])
+    )
+    allowing = scheduled(Agent(name="allowing", model=delete_script(), tools=[delete]))
+    assert outputs(await Runner.run(denying, "go", run_config=NO_TRACING))["c1"] == DENIED
+    assert outputs(await Runner.run(allowing, "go", run_config=NO_TRACING))["c1"] == "deleted a.txt"
+    assert ran == ["a.txt"]
+
+
+def test_scheduling_one_tool_from_many_threads_routes_it_once() -> None:
+    """``scheduled`` routes a function_tool's body in place, once, under a lock: agents scheduled from many
+    threads at once share that one routing (never a routing of a routing)."""
+    import threading
+
+    from agents.tool import _FailureHandlingFunctionToolInvoker
+
+    delete = denied_delete([])
+    invoker = delete.on_invoke_tool
+    assert isinstance(invoker, _FailureHandlingFunctionToolInvoker)
+    body = invoker._invoke_tool_impl
+    start = threading.Barrier(8)
+    made: list[Any] = []
+
+    def schedule() -> None:
+        start.wait()
+        made.append(scheduled(Agent(name="a", tools=[delete])))
+
+    threads = [threading.Thread(target=schedule) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    routed = invoker._invoke_tool_impl
+    assert len(made) == 8 and all(agent.tools[0] is delete for agent in made)
+    assert routed is not body and routed.body is body  # type: ignore[attr-defined]
+    assert delete.on_invoke_tool is invoker
+
+
+async def test_a_routed_body_hands_any_other_agent_the_sdk_bodys_own_coroutine() -> None:
+    """For a call of an agent ``scheduled`` did not make (or of no agent), the routed body returns the SDK
+    body's own coroutine: no frame of toolsched's runs while the tool does. For the scheduled agent's call it
+    returns toolsched's."""
+    from agents.tool import _FailureHandlingFunctionToolInvoker
+    from agents.tool_context import ToolContext as SdkToolContext
+
+    ran: list[str] = []
+    delete = denied_delete(ran)
+    invoker = delete.on_invoke_tool
+    assert isinstance(invoker, _FailureHandlingFunctionToolInvoker)
+    body = invoker._invoke_tool_impl
+    agent = scheduled(Agent(name="files", tools=[delete]), permissions=ts.Permissions(deny=["delete"]))
+    routed = invoker._invoke_tool_impl
+    plain = Agent(name="plain", tools=[delete])
+    for other in (plain, None):
+        context = SdkToolContext(None, tool_name="delete", tool_call_id="c1", tool_arguments="{}", agent=other)
+        made = routed(context, '{"path": "a.txt"}')
+        assert made.cr_code is body.__code__  # type: ignore[attr-defined]
+        assert await made == "deleted a.txt"
+    context = SdkToolContext(None, tool_name="delete", tool_call_id="c2", tool_arguments="{}", agent=agent)
+    made = routed(context, '{"path": "b.txt"}')
+    assert made.cr_code is not body.__code__  # type: ignore[attr-defined]
+    assert await made == DENIED
+    assert ran == ["a.txt", "a.txt"]

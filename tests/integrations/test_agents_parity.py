@@ -714,9 +714,9 @@ async def test_a_tool_is_handed_the_context_its_first_parameter_asks_for_as_in_t
     assert received["scheduled"] == received["stock"]
 
 
-async def test_a_scheduled_tool_does_not_have_its_context_annotation_read_on_every_call(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_a_function_tools_context_annotation_is_read_as_in_the_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The scheduled agent's function_tool is the SDK's own object: the SDK reads its invoker's annotation for
+    # each call, as it does without toolsched.
     import agents.tool
 
     reading = agents.tool._string_annotation_mentions_context_type
@@ -741,8 +741,7 @@ async def test_a_scheduled_tool_does_not_have_its_context_annotation_read_on_eve
         assert tool_outputs(result) == ["ok"] * 3
         counts[form] = len(readings)
         readings.clear()
-    # The SDK reads a function_tool's annotation for each call; a scheduled copy's choice was read once.
-    assert counts == {"stock": 3, "scheduled": 0}
+    assert counts == {"stock": 3, "scheduled": 3}
 
 
 def agent_and_tool(ran: list[str], model: ScriptedAgentModel) -> tuple[Agent[Any], FunctionTool]:
@@ -793,8 +792,25 @@ async def test_a_tool_disabled_after_the_agent_was_built_is_not_offered(form: st
     assert ran == [], form
 
 
-async def test_a_field_set_on_a_scheduled_tool_stays_its_own() -> None:
+async def test_a_field_set_on_a_scheduled_function_tool_is_set_on_the_agents_tool() -> None:
+    # The scheduled agent's function_tool is the agent's own object: one tool, whichever agent it is read from.
     _, delete = agent_and_tool([], script())
+    agent = scheduled(Agent(name="helper", tools=[delete]))
+    (held,) = agent.tools
+    assert held is delete and held == delete
+    held.description = "Remove a file."
+    assert delete.description == "Remove a file."
+
+
+async def test_a_field_set_on_a_scheduled_copy_stays_its_own() -> None:
+    # A FunctionTool built around an invoker of one's own is scheduled as a live copy: its fields read through
+    # to the agent's tool, but for those set on the copy.
+    async def delete_path(context: Any, arguments: str) -> str:
+        return "deleted"
+
+    delete = FunctionTool(
+        name="delete", description="Delete a file.", params_json_schema={"type": "object"}, on_invoke_tool=delete_path
+    )
     agent = scheduled(Agent(name="helper", tools=[delete]))
     (copied,) = agent.tools
     assert isinstance(copied, FunctionTool) and copied is not delete

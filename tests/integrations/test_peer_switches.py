@@ -44,34 +44,48 @@ def test_every_agent_a_test_builds_is_scheduled_and_the_sdks_own_agents_are_not(
             "Another tool."
             return key
 
-        def runs_through_toolsched(agent):
+        def runs_through_toolsched(agent, tools):
             executor = getattr(agent, "toolsched_executor", None)
             return executor is not None and all(
                 isinstance(member, AgentsFunctionTool) and member.tool is tool
-                for member, tool in zip(executor.registry, [lookup, other])
-            ) and agent.tools[0] is not lookup
+                for member, tool in zip(executor.registry, tools)
+            ) and all(mine is tool for mine, tool in zip(agent.tools, tools))
 
         built = Agent(name="a", tools=[lookup])
-        print("built", runs_through_toolsched(built))
+        print("built", runs_through_toolsched(built, [lookup]))
         clone = built.clone(name="b")
         print("clone shares", clone.tools is built.tools and clone.toolsched_executor is built.toolsched_executor)
         grown = built.clone(tools=[*built.tools, other])
-        print("clone with a new tool", runs_through_toolsched(grown), len(grown.toolsched_executor.registry))
+        members = len(grown.toolsched_executor.registry)
+        print("clone with a new tool", runs_through_toolsched(grown, [lookup, other]), members)
+        supplied = [lookup, other]
+        print("a given list kept", built.clone(tools=supplied).tools is supplied)
         built.tools = [lookup, other]
-        print("assigned", runs_through_toolsched(built), len(built.toolsched_executor.registry))
+        print("assigned", runs_through_toolsched(built, [lookup, other]), len(built.toolsched_executor.registry))
         print("no function tools", hasattr(Agent(name="c"), "toolsched_executor"))
-        namespace = {"Agent": Agent, "lookup": lookup}
-        exec(compile("made = Agent(name='sdk', tools=[lookup])", sdk_module.__file__, "exec"), namespace)
-        print("made by the SDK", namespace["made"].tools[0] is lookup, hasattr(namespace["made"], "toolsched_executor"))
+        namespace = {"Agent": Agent, "lookup": lookup, "other": other}
+        exec(compile("made = Agent(name='sdk', tools=[other])", sdk_module.__file__, "exec"), namespace)
+        print("made by the SDK", namespace["made"].tools[0] is other,
+              getattr(namespace["made"], "toolsched_executor", None) is built.toolsched_executor)
+        @function_tool
+        def third(key: str) -> str:
+            "A tool no test agent holds."
+            return key
+
+        namespace["third"] = third
+        exec(compile("fresh = Agent(name='sdk', tools=[third])", sdk_module.__file__, "exec"), namespace)
+        print("made by the SDK, tools no switched agent holds", hasattr(namespace["fresh"], "toolsched_executor"))
         """
     )
     assert out.splitlines() == [
         "built True",
         "clone shares True",
         "clone with a new tool True 2",
+        "a given list kept True",
         "assigned True 2",
         "no function tools False",
-        "made by the SDK True False",
+        "made by the SDK True True",
+        "made by the SDK, tools no switched agent holds False",
     ]
 
 

@@ -6,7 +6,9 @@ read here and nowhere else. Checked against openai-agents 0.24.0. On an SDK upgr
 
 - ``agents.tool._FailureHandlingFunctionToolInvoker``: the invoker ``function_tool`` tools carry; its
   constructor ``(invoke_tool_impl, on_handled_error, *, function_tool=...)`` and its attributes
-  ``_invoke_tool_impl`` (the tool's body) and ``_on_handled_error`` (the SDK's error reporting);
+  ``_invoke_tool_impl`` (the tool's body, which it awaits with the ``ToolContext`` the SDK hands it, and
+  which a scheduled agent's tool has routed: see ``route_body``) and ``_on_handled_error`` (the SDK's
+  error reporting);
 - ``agents.tool._FUNCTION_TOOL_WRAPPED_CALLABLE_MARKER`` (on a body: the callable it wraps) and
   ``agents.tool._SYNC_FUNCTION_TOOL_MARKER`` (on an invoker: the tool's function is synchronous);
 - ``__agents_prepare_arguments__``: the attribute, on a body, through which the SDK prepares a call's
@@ -22,8 +24,9 @@ from __future__ import annotations
 
 import copy
 import inspect
+import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, get_type_hints
+from typing import Any, SupportsIndex, get_type_hints
 
 from agents.run_context import RunContextWrapper
 from agents.strict_schema import ensure_strict_json_schema
@@ -37,10 +40,12 @@ from agents.tool_context import ToolContext
 
 __all__ = [
     "FailureHandlingInvoker",
+    "RoutedBody",
     "body_of",
     "forget_parsed_arguments",
     "like_invoker",
     "pin_context_choice",
+    "route_body",
     "strict_schema",
 ]
 
@@ -52,17 +57,70 @@ _BODY_MARKERS = ("__agents_prepare_arguments__", _FUNCTION_TOOL_WRAPPED_CALLABLE
 
 
 def body_of(invoker: SdkInvoke) -> SdkInvoke:
-    """The body of an SDK invoker: what a failure-handling invoker wraps, or the invoker itself."""
+    """The body of an SDK invoker: what a failure-handling invoker wraps (the tool's own body where it was
+    routed), or the invoker itself."""
     if isinstance(invoker, _FailureHandlingFunctionToolInvoker):
         body: SdkInvoke = invoker._invoke_tool_impl
-        return body
+        return body.body if isinstance(body, RoutedBody) else body
     return invoker
+
+
+class RoutedBody:
+    """The body of a failure-handling invoker, routed: called with the SDK's ``ToolContext``, it returns
+    ``route(body, context, input)`` when ``route`` answers for that context (not None), else the body's
+    own coroutine, ``body(context, input)``, untouched. It reads as the body reads (the SDK's markers on
+    it: its argument preparation, its wrapped callable); copied or pickled, it is its body's like."""
+
+    __slots__ = ("body", "route")
+
+    def __init__(self, body: SdkInvoke, route: Callable[[Any, Any], Any]) -> None:
+        self.body = body
+        self.route = route
+
+    def __call__(self, ctx: Any, input: str) -> Awaitable[Any]:
+        routed = self.route(self, ctx)
+        if routed is None:
+            return self.body(ctx, input)
+        made: Awaitable[Any] = routed(self.body, ctx, input)
+        return made
+
+    def __getattr__(self, name: str) -> Any:
+        if name in RoutedBody.__slots__:
+            raise AttributeError(name)
+        return getattr(self.body, name)
+
+    def __copy__(self) -> RoutedBody:
+        return self  # a function is its own copy
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RoutedBody:
+        return self
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        # Pickled as its body (which pickles, or not, as it does without toolsched): the copy is unrouted.
+        return (_same, (self.body,))
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+_ROUTING = threading.Lock()
+
+
+def route_body(invoker: _FailureHandlingFunctionToolInvoker, route: Callable[[Any, Any], Any]) -> RoutedBody:
+    """Routes the body of ``invoker`` (once: every later call returns the same ``RoutedBody``), in place: the
+    invoker, its tool and the tool's copies (which share the body) stay the SDK's objects."""
+    with _ROUTING:
+        body = invoker._invoke_tool_impl
+        if not isinstance(body, RoutedBody):
+            body = invoker._invoke_tool_impl = RoutedBody(body, route)
+        return body
 
 
 def like_invoker(invoke: SdkInvoke, sdk_invoker: _FailureHandlingFunctionToolInvoker, function_tool: Any) -> Any:
     """A failure-handling invoker of ``function_tool`` around ``invoke`` that the SDK treats as ``sdk_invoker``:
     the same argument preparation, wrapped callable, error reporting and synchronous marker."""
-    body = sdk_invoker._invoke_tool_impl
+    body = body_of(sdk_invoker)
     for marker in _BODY_MARKERS:
         if hasattr(body, marker):
             setattr(invoke, marker, getattr(body, marker))

@@ -11,18 +11,23 @@
 
 ``scheduled(agent, **executor_options)`` returns a copy of the agent whose
 function tools run through a ``ts.Executor`` (``executor_options`` are its
-keyword options; the executor is the copy's ``toolsched_executor``). The SDK
-still drives the run and does, with its own code, everything it does around
-a call: ``is_enabled`` and name resolution (duplicate names, namespaces),
-approval policies (a ``needs_approval`` callable sees what the SDK's argument
-preparation lets it see) with the ``RunState`` approve/reject flow, tool
-guardrails, hooks, timeouts, tracing, parsing and validating the arguments,
-the tool's ``failure_error_function`` (a failure, a ``CancelledError`` the tool
-raises, arguments that are not a JSON object: answered and reported as the
-SDK does; without one the error propagates), and the output as the tool
-returned it. Only the invocation goes through toolsched: its permission
-rules, hooks, approver and guardrails decide whether the call runs, and its
-timeouts and result budgets apply; a call toolsched refuses is answered with
+keyword options; the executor is the copy's ``toolsched_executor``). The
+copy holds the agent's own tool objects (a ``function_tool`` is routed in
+place: its body sends a call made for a scheduled agent, known by the SDK's
+``ToolContext.agent``, to that agent's executor, and runs any other agent's
+call as the SDK does); a tool built around an invoker of one's own is a copy.
+The SDK still drives the run and does, with its own code, everything it does
+around a call: ``is_enabled`` and name resolution (duplicate names,
+namespaces), approval policies (a ``needs_approval`` callable sees what the
+SDK's argument preparation lets it see) with the ``RunState`` approve/reject
+flow, tool guardrails, hooks, timeouts, tracing, parsing and validating the
+arguments, the tool's ``failure_error_function`` (a failure, a
+``CancelledError`` the tool raises, arguments that are not a JSON object:
+answered and reported as the SDK does; without one the error propagates),
+and the output as the tool returned it. Only the invocation goes through
+toolsched: its permission rules, hooks, approver and guardrails decide
+whether the call runs, and its timeouts and result budgets apply; a call
+toolsched refuses is answered with
 toolsched's message (calls that ask toolsched for approval need
 ``approver=``; without one they are answered as not approved).
 
@@ -54,7 +59,7 @@ import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, SupportsIndex
 
 import anyio
 
@@ -354,24 +359,33 @@ def _exported_invoker(executor: Executor, member: Tool, gates: _Gates) -> SdkInv
 def scheduled(
     agent: Agent[Any], *, tools: Sequence[Tool] = (), strict: bool | None = None, **executor_options: Any
 ) -> Agent[Any]:
-    """A copy of ``agent`` whose function tools run through toolsched; the original is unchanged.
+    """A copy of ``agent`` whose function tools run through toolsched; the original runs as before.
 
-    Each SDK function tool of the copy is a copy of the agent's (same order), whose invocation goes
-    through the executor; its other fields are read from the agent's tool when the SDK reads them (a
-    change made to that tool later applies to the copy too), but for a field set on the copy itself.
+    The copy's tools are the agent's own objects, in a list of its own (same order), for every tool whose
+    invoker is the SDK's failure-handling one (``function_tool``'s): its body is routed in place, once (its
+    invoker, and the tool, stay the objects they were), and sends the calls the SDK makes for this copy (or
+    an agent made from it) through the executor; the calls of any other agent run as without toolsched.
+    Other function tools (an invoker of one's own; every tool whose mode ``strict`` changes) are copies
+    whose fields are read from the agent's tool when the SDK reads them, but for a field set on the copy.
     ``tools`` replaces SDK tools of the same name with toolsched tools (for example
     ``from_function_tool(search, concurrency_safe=True)``) or adds new ones.
     ``strict`` sets every function tool's strict mode (None keeps each tool's own). ``executor_options``
     go to ``ts.Executor``; the executor is the copy's ``toolsched_executor`` attribute, which the copy's
     clones (``copy.clone(...)``, ``dataclasses.replace(copy, ...)``) keep: the copy is an instance of a
-    subclass of the agent's class (same name) made for this call, which holds the executor. Tools a
-    ``scheduled`` call made (a scheduled agent, a clone of one, or its tools in another agent or in
-    ``tools``) are refused with ``OptionError``: scheduling them again would drop
-    the first call's options.
+    subclass of the agent's class (same name) made for this call, which holds the executor. A scheduled
+    agent (or one made from it), and tool copies a ``scheduled`` call made, are refused with
+    ``OptionError``: scheduling them again would drop the first call's options.
     """
     if not isinstance(agent, Agent):
         raise OptionError(f"scheduled() takes an Agents SDK Agent, got {type(agent).__name__}")
     replacing = {member.name: member for member in _checked(tools)}
+    if isinstance(getattr(agent, _SCHEDULE, None), _Schedule):
+        raise OptionError(
+            f"scheduled() was given the agent `{agent.name}`, which another scheduled() made (or one made from"
+            " it): scheduling it again would drop that call's options (its permissions, hooks, approver,"
+            " guardrails), not add to them; call scheduled() once, on the agent as the SDK built it, with every"
+            " option"
+        )
     again = [item.name for item in agent.tools if _is_scheduled_copy(item)]
     again += [m.name for m in replacing.values() if isinstance(m, AgentsFunctionTool) and _is_scheduled_copy(m.tool)]
     if again:
@@ -382,7 +396,7 @@ def scheduled(
             " once, on the agent as the SDK built it, with every option"
         )
     # One toolsched tool per name: the SDK decides which of two same-named tools a call is for (the last,
-    # the enabled one, the one of the call's namespace), and the copy of that tool hands over its own body.
+    # the enabled one, the one of the call's namespace), and that tool hands over its own body.
     members: dict[str, Tool] = {}
     strict_flags: list[bool] = []
     for item in agent.tools:
@@ -399,8 +413,12 @@ def scheduled(
     # Calls that are all concurrency-safe never wait for each other: no run gate is needed then.
     all_safe = all(member.facts.static_safe is True for member in [*members.values(), *added])
     gates = None if all_safe else _Gates()
-    copied: list[Any] = [
-        _scheduled_copy(item, members[item.name], executor, gates, strict) if isinstance(item, FunctionTool) else item
+    schedule = _Schedule(executor)
+    routes = {id(member): _Route(executor, member, gates) for member in [*members.values(), *added]}
+    made: list[Any] = [
+        _scheduled_tool(item, routes[id(members[item.name])], schedule, strict)
+        if isinstance(item, FunctionTool)
+        else item
         for item in agent.tools
     ]
     use_strict = strict if strict is not None else bool(strict_flags) and all(strict_flags)
@@ -411,33 +429,47 @@ def scheduled(
     }
     for member in added:
         if isinstance(member, AgentsFunctionTool):
-            copied.append(_scheduled_copy(member.tool, member, executor, gates, strict))
+            made.append(_scheduled_tool(member.tool, routes[id(member)], schedule, strict))
         else:
-            copied.append(
+            made.append(
                 FunctionTool(
                     name=member.name,
                     description=member.description,
                     params_json_schema=exported[member.name]["parameters"],
-                    on_invoke_tool=_scheduled_invoker(executor, member, gates, None),
+                    on_invoke_tool=_scheduled_invoker(routes[id(member)], None),
                     strict_json_schema=use_strict,
                 )
             )
-    copy_ = agent.clone(tools=copied)
-    copy_.__class__ = _scheduled_agent_class(type(copy_), executor)
-    # Its own attribute too: code that copies an agent's state (``vars(agent)``) onto another agent takes it.
+    copy_ = agent.clone(tools=made)
+    copy_.__class__ = _scheduled_agent_class(type(copy_), schedule)
+    # Its own attributes too: code that copies an agent's state (``vars(agent)``) onto another agent takes them.
     vars(copy_)["toolsched_executor"] = executor
+    vars(copy_)[_SCHEDULE] = schedule
     return copy_
 
 
-def _scheduled_agent_class(kind: Any, executor: Any) -> type:
+def _scheduled_tool(tool: FunctionTool, route: _Route, schedule: _Schedule, strict: bool | None) -> FunctionTool:
+    """The scheduled agent's tool for the agent's ``tool``: the tool itself, its body routed (a tool whose
+    invoker is the SDK's failure-handling one, as ``function_tool`` makes, when ``strict`` keeps its mode),
+    or else a scheduled copy."""
+    invoker = tool.on_invoke_tool
+    if isinstance(invoker, _sdk.FailureHandlingInvoker) and (strict is None or strict == tool.strict_json_schema):
+        routed = _sdk.route_body(invoker, _route_for)
+        schedule.add(routed.body, tool.name, route)
+        return tool
+    return _scheduled_copy(tool, route, strict)
+
+
+def _scheduled_agent_class(kind: Any, schedule: _Schedule) -> type:
     """The class of one ``scheduled`` call's agent of class ``kind``: a subclass of it (same name and module)
-    whose class attribute ``toolsched_executor`` is ``executor``. Every agent the SDK makes from that agent
-    (``clone``, ``dataclasses.replace``: both build ``obj.__class__(**fields)``) is of that class, so it has
-    the executor still, and its scheduled tools run through it."""
+    whose class attributes are the call's executor (``toolsched_executor``) and schedule. Every agent the SDK
+    makes from that agent (``clone``, ``dataclasses.replace``: both build ``obj.__class__(**fields)``) is of
+    that class, so it has them still, and its scheduled tools run through the executor."""
     while kind.__dict__.get(_SCHEDULED_AGENT, False):
         kind = kind.__bases__[0]
     namespace: dict[str, Any] = {
-        "toolsched_executor": executor,
+        "toolsched_executor": schedule.executor,
+        _SCHEDULE: schedule,
         "__reduce_ex__": _unpicklable(_agent_refusal),
         "__copy__": _shallow_copy,
         "__deepcopy__": _deep_copy,
@@ -450,6 +482,8 @@ def _scheduled_agent_class(kind: Any, executor: Any) -> type:
 
 
 _SCHEDULED_AGENT = "_toolsched_scheduled_agent"
+# The attribute (of a scheduled agent's class, and of the agent) that holds its ``_Schedule``.
+_SCHEDULE = "_toolsched_schedule"
 
 
 def _tool_refusal(tool: Any) -> str:
@@ -535,17 +569,15 @@ def _sdk_invoker(tool: FunctionTool) -> SdkInvoke:
     return source if source is not None else invoker
 
 
-def _scheduled_copy(
-    tool: FunctionTool, member: Tool, executor: Executor, gates: _Gates | None, strict: bool | None
-) -> FunctionTool:
-    """A copy of the SDK tool whose invocation goes through ``executor``; everything around it stays the SDK's.
+def _scheduled_copy(tool: FunctionTool, route: _Route, strict: bool | None) -> FunctionTool:
+    """A copy of the SDK tool whose invocation goes through ``route``; everything around it stays the SDK's.
 
     A tool built by ``function_tool`` (and the SDK's other wrapped tools) keeps its invoker's kind: the
     copy's approval policy is asked with the SDK's own argument preparation, and its failures go to the
     tool's failure policy and the SDK's error reporting.
     """
     sdk_invoker = _sdk_invoker(tool)
-    invoke = _scheduled_invoker(executor, member, gates, sdk_invoker)
+    invoke = _scheduled_invoker(route, sdk_invoker)
     made = _live_copy(tool)
     invoker: Any
     if isinstance(sdk_invoker, _sdk.FailureHandlingInvoker):
@@ -652,16 +684,21 @@ def _live_copy(tool: FunctionTool) -> FunctionTool:
     return made
 
 
-def _scheduled_invoker(
-    executor: Executor, member: Tool, gates: _Gates | None, sdk_invoker: SdkInvoke | None
-) -> SdkInvoke:
-    """The invocation of a scheduled tool: one executor run for the call, whose tool runs the SDK's body
-    (behind the run's gate, unless ``gates`` is None: every tool of the agent concurrency-safe)."""
-    name = member.name
-    body: SdkInvoke | None = _sdk.body_of(sdk_invoker) if sdk_invoker is not None else None
-    dispatches = body is not None and isinstance(member, AgentsFunctionTool)
+class _Route:
+    """How the calls of one toolsched tool of a scheduled agent run: one executor run per call, whose tool runs
+    the SDK body it is handed (behind the run's gate, unless ``gates`` is None: every tool of the agent
+    concurrency-safe)."""
 
-    async def invoke(sdk_context: Any, arguments: str) -> Any:
+    __slots__ = ("executor", "gates", "member", "name")
+
+    def __init__(self, executor: Executor, member: Tool, gates: _Gates | None) -> None:
+        self.executor = executor
+        self.member = member
+        self.gates = gates
+        self.name = member.name
+
+    async def __call__(self, body: SdkInvoke | None, sdk_context: Any, arguments: str) -> Any:
+        name, member, executor, gates = self.name, self.member, self.executor, self.gates
         call_id = getattr(sdk_context, "tool_call_id", None) or f"{name}-call"
         # Arguments that are not a JSON object reach the SDK body as the model sent them, as in the SDK (a
         # function_tool's parser refuses them, for its failure policy to answer); toolsched sees no arguments.
@@ -669,8 +706,7 @@ def _scheduled_invoker(
         given = parsed if parsed is not None else {}
         invocation = None
         key = id(sdk_context)
-        if dispatches:
-            assert body is not None and isinstance(member, AgentsFunctionTool)
+        if body is not None and isinstance(member, AgentsFunctionTool):
             invocation = member.invocations[key] = _Invocation(body, sdk_context, arguments, given)
         text = arguments if arguments and parsed is not None else "{}"
         try:
@@ -694,6 +730,62 @@ def _scheduled_invoker(
             # the failure; the tool's failure policy answers, or the error propagates, as in the SDK.
             raise invocation.raised
         return result.error or f"`{name}` failed ({result.error_kind})"
+
+
+class _Schedule:
+    """The routes of one ``scheduled`` call's tools, by the SDK body each runs (and, for a body two tools of
+    the agent share, by the tool's name). Held by the scheduled agent (and every agent made from it)."""
+
+    __slots__ = ("_routes", "executor")
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self._routes: dict[int, tuple[SdkInvoke, dict[str, _Route]]] = {}
+
+    def add(self, body: SdkInvoke, name: str, route: _Route) -> None:
+        self._routes.setdefault(id(body), (body, {}))[1].setdefault(name, route)
+
+    def route(self, body: SdkInvoke, name: Any) -> _Route | None:
+        entry = self._routes.get(id(body))
+        if entry is None or entry[0] is not body:
+            return None
+        routes = entry[1]
+        found = routes.get(name) if len(routes) > 1 else None
+        return found if found is not None else next(iter(routes.values()))
+
+    def __copy__(self) -> _Schedule:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Schedule:
+        return self
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        raise UnpicklableError(
+            "a scheduled agent's schedule cannot be pickled: its calls run through a toolsched.Executor of this"
+            " process (live state, not data); call scheduled() in the process that runs the agent"
+        )
+
+
+def _route_for(routed: _sdk.RoutedBody, sdk_context: Any) -> _Route | None:
+    """The route of a routed SDK body's call: the one of the scheduled agent the call is made for (the SDK's
+    ``ToolContext.agent``), when that agent's ``scheduled`` call routed this body; None otherwise (the body
+    runs as in the SDK)."""
+    agent = getattr(sdk_context, "agent", None)
+    if agent is None:
+        return None
+    schedule = getattr(agent, _SCHEDULE, None)
+    if not isinstance(schedule, _Schedule):
+        return None
+    return schedule.route(routed.body, getattr(sdk_context, "tool_name", None))
+
+
+def _scheduled_invoker(route: _Route, sdk_invoker: SdkInvoke | None) -> SdkInvoke:
+    """The invocation of a scheduled copy: ``route`` with the SDK body of ``sdk_invoker`` (None: a toolsched
+    tool, which runs its own)."""
+    body: SdkInvoke | None = _sdk.body_of(sdk_invoker) if sdk_invoker is not None else None
+
+    async def invoke(sdk_context: Any, arguments: str) -> Any:
+        return await route(body, sdk_context, arguments)
 
     if sdk_invoker is not None:
         setattr(invoke, _SOURCE, sdk_invoker)
