@@ -207,9 +207,9 @@ async def test_calls_waiting_for_a_slot_poll_redis_one_at_a_time(anyio_backend: 
     asked: list[str] = []
     admit = coordination._admit
 
-    async def recorded(tool: Any, lease_id: str, reserved: Any) -> Any:
+    async def recorded(tool: Any, lease_id: str, reserved: Any, *rest: Any) -> Any:
         asked.append(lease_id)
-        return await admit(tool, lease_id, reserved)
+        return await admit(tool, lease_id, reserved, *rest)
 
     coordination._admit = recorded  # type: ignore[method-assign]
     results: list[ts.ToolResult] = []
@@ -263,6 +263,75 @@ async def test_a_capped_calls_timeout_starts_when_it_has_a_fleet_slot(anyio_back
         assert answers == []
         release.set()
     assert answers[0].output == 7
+
+
+@pytest.mark.parametrize("cap", [1, 2])
+async def test_a_call_nested_inside_a_call_of_its_own_tool_runs_on_that_calls_fleet_slot(
+    anyio_backend: str, cap: int
+) -> None:
+    """An agent tool with ``max_concurrency`` under fleet-wide limits whose child turn calls it again, two
+    levels deep. Each nested call runs on its ancestor's fleet slot, as it does on a process's own cap: before,
+    it asked Redis for a slot of its own while its ancestors held every one it could get, and waited for a
+    slot only its own ancestor could free."""
+    url, space = redis_url(), namespace()
+    box: dict[str, ts.Executor] = {}
+
+    @ts.agent_tool(lambda: box["child"], name="delegate", max_concurrency=cap)
+    async def delegate(depth: int, child: ts.ChildRun) -> str:
+        """Delegates to itself until the depth runs out."""
+        if depth == 0:
+            return "leaf"
+        outcome = await child.run([ts.ToolCall(f"d{depth}", "delegate", {"depth": depth - 1})])
+        result = outcome.results[0]
+        return f"{depth}/{result.output if not result.is_error else result.error}"
+
+    box["child"] = ts.Executor([delegate], coordination=ts.RedisCoordination(url, namespace=space))
+    executor = ts.Executor([delegate], coordination=ts.RedisCoordination(url, namespace=space))
+    with anyio.fail_after(10):
+        outcome = await executor.run([ts.ToolCall("c1", "delegate", {"depth": 2})])
+    assert [(result.error_kind, result.output) for result in outcome.results] == [(None, "2/1/leaf")]
+
+
+async def test_a_nested_call_takes_no_fleet_slot_from_a_call_of_another_run(anyio_backend: str) -> None:
+    """max_concurrency=1 for the fleet: while a call holds the slot and runs its nested call on it, a call of
+    the same tool from another executor still waits for the slot (the nested call freed none, took none)."""
+    url, space = redis_url(), namespace()
+    box: dict[str, ts.Executor] = {}
+    nested_running, release = anyio.Event(), anyio.Event()
+    ran: list[str] = []
+
+    @ts.agent_tool(lambda: box["child"], name="delegate", max_concurrency=1)
+    async def delegate(tag: str, child: ts.ChildRun) -> str:
+        """Delegates once, then waits inside the nested call."""
+        ran.append(tag)
+        if tag == "outer":
+            outcome = await child.run([ts.ToolCall("n", "delegate", {"tag": "nested"})])
+            return f"outer/{outcome.results[0].output}"
+        if tag == "nested":
+            nested_running.set()
+            await release.wait()
+        return tag
+
+    def make() -> ts.Executor:
+        return ts.Executor([delegate], coordination=ts.RedisCoordination(url, namespace=space))
+
+    box["child"] = make()
+    holder, other = make(), make()
+    answers: list[ts.ToolResult] = []
+
+    async def run_other() -> None:
+        answers.extend((await other.run([ts.ToolCall("o", "delegate", {"tag": "other"})])).results)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(holder.run, [ts.ToolCall("h", "delegate", {"tag": "outer"})])
+            await nested_running.wait()
+            group.start_soon(run_other)
+            await anyio.sleep(0.3)
+            assert ran == ["outer", "nested"]
+            release.set()
+    assert ran == ["outer", "nested", "other"]
+    assert answers[0].output == "other"
 
 
 def test_concurrency_slots_are_shared_by_two_processes(anyio_backend: str) -> None:
@@ -451,6 +520,36 @@ async def test_server_stopped_mid_run(anyio_backend: str, on_unavailable: str, t
         assert [result.output for result in outcome.results] == [0, 1, 2]
     else:
         assert {result.error_kind for result in outcome.results} == {"unavailable"}
+
+
+async def test_a_nested_call_runs_on_its_ancestors_slot_in_the_local_fallback(anyio_backend: str) -> None:
+    """Redis unreachable, ``on_unavailable="local"``: each attempt takes the per-process cap instead of a fleet
+    slot, and a call nested inside a call of its own tool runs on its ancestor's slot there too (before, it asked
+    the process's limiter for a second token while its ancestor held the only one)."""
+    redis_url()
+    box: dict[str, ts.Executor] = {}
+
+    @ts.agent_tool(lambda: box["child"], name="delegate", max_concurrency=1)
+    async def delegate(depth: int, child: ts.ChildRun) -> str:
+        """Delegates to itself until the depth runs out."""
+        if depth == 0:
+            return "leaf"
+        outcome = await child.run([ts.ToolCall(f"d{depth}", "delegate", {"depth": depth - 1})])
+        result = outcome.results[0]
+        return f"{depth}/{result.output if not result.is_error else result.error}"
+
+    url, space = f"redis://127.0.0.1:{free_port()}", namespace()
+
+    def make() -> ts.Executor:
+        coordination = ts.RedisCoordination(url, namespace=space, connect_timeout=0.5)
+        return ts.Executor([delegate], coordination=coordination)
+
+    box["child"] = make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with anyio.fail_after(20):
+            outcome = await make().run([ts.ToolCall("c1", "delegate", {"depth": 2})])
+    assert [(result.error_kind, result.output) for result in outcome.results] == [(None, "2/1/leaf")]
 
 
 # -- namespaces ------------------------------------------------------------------------

@@ -93,6 +93,14 @@ _LEAST_LEASE = 0.1
 _MOST_INTERVAL_US = 10**15
 # How long a refused connection keeps the fleet on its fallback before Redis is tried again, in seconds.
 _RETRY_CONNECT = 1.0
+# The slot sets (``namespace:{tool}:slots``) whose slots the calls this code runs inside hold, in the fleet or in
+# the fallback's per-process cap, each with the id of the process holding it; nested runs inherit it. A call of such
+# a tool (made in a nested run of the body of one of its own calls) runs on its ancestor's slot: a slot of its own
+# could be one only its ancestor frees. A process forked inside a call holds none of its parent's slots.
+_holding: contextvars.ContextVar[frozenset[tuple[int, str]]] = contextvars.ContextVar(
+    "toolsched_fleet_holding", default=frozenset()
+)
+
 # Waits between two tries for a concurrency slot held elsewhere (seconds): from the first, doubling to the last.
 _SLOT_POLL = (0.002, 0.05)
 
@@ -978,18 +986,21 @@ class RedisCoordination:
 
     # -- one attempt --------------------------------------------------------------
 
-    def _commands(self, tool: Tool) -> _Commands:
+    def _commands(self, tool: Tool, slotless: bool = False) -> _Commands:
+        """The tool's commands; ``slotless``: an admission that takes no slot (the tool's cap left out)."""
         return _commands(
             self.namespace,
             max(1, round(self.lease * 1000)),
             tool.name,
             tool.rate_limit,
             tool.circuit,
-            tool.max_concurrency,
+            None if slotless else tool.max_concurrency,
         )
 
-    async def _admit(self, tool: Tool, lease_id: str, reserved: int | None) -> tuple[int, int, int, int]:
-        commands = self._commands(tool)
+    async def _admit(
+        self, tool: Tool, lease_id: str, reserved: int | None, slotless: bool = False
+    ) -> tuple[int, int, int, int]:
+        commands = self._commands(tool, slotless)
         head = bulk(lease_id) + (b"$0\r\n\r\n" if reserved is None else bulk(reserved))
         request = _Request(
             commands.admit + head + commands.admit_tail,
@@ -1056,11 +1067,30 @@ class RedisCoordination:
         its start time when the tool has no cap). ``cut_short`` says what stopped the call while the body
         ran, if anything (``"timeout"`` or ``"cancelled"``): a body that caught that and returned is
         recorded as the stop, not as a success (``returned``).
+
+        An attempt made inside a call of the same tool that holds a slot (a nested run in its body) runs on that
+        slot: it takes none in the fleet nor in the fallback's cap (its rate limit and circuit still apply).
         """
-        lease_id = secrets.token_hex(8) if tool.max_concurrency is not None else ""
+        circuit_key, slots_key, _ = self._commands(tool).admit_keys
+        capped = tool.max_concurrency is not None
+        held = (os.getpid(), slots_key)
+        nested = capped and held in _holding.get()
+        lease_id = secrets.token_hex(8) if capped and not nested else ""
         # The attempt's id in Redis: its slot's lease id, and the holder of the circuit's probe it may take.
         attempt = lease_id or (secrets.token_hex(8) if tool.circuit is not None else "-")
-        circuit_key, slots_key, _ = self._commands(tool).admit_keys
+        if nested:
+            limiter = None
+        elif capped:
+            body = invoke
+
+            async def invoke() -> Any:
+                # Run holding the slot: the calls of this tool made inside it run on it.
+                token = _holding.set(_holding.get() | {held})
+                try:
+                    return await body()
+                finally:
+                    _holding.reset(token)
+
         # Known to the renewal thread before Redis is asked: a slot or probe is renewed from the moment Redis
         # grants it, even while this event loop is stalled before it reads the reply (renewing a slot or a probe
         # not held does nothing).
@@ -1070,7 +1100,7 @@ class RedisCoordination:
             self._renewer.hold(circuit_key, attempt, probe=True)
         try:
             return await self._attempt(
-                tool, lease_id, attempt, retry_on, invoke, emit, local, limiter, admitted, cut_short
+                tool, lease_id, attempt, retry_on, invoke, emit, local, limiter, admitted, cut_short, nested
             )
         finally:
             if lease_id:
@@ -1090,12 +1120,14 @@ class RedisCoordination:
         limiter: Callable[[], anyio.CapacityLimiter] | None,
         admitted: Callable[[], None] | None,
         cut_short: Callable[[], str | None] | None,
+        slotless: bool = False,
     ) -> Any:
-        """``run_attempt`` once the renewal thread knows the attempt's slot and probe."""
+        """``run_attempt`` once the renewal thread knows the attempt's slot and probe (``slotless``: it takes
+        no slot, running on its ancestor's)."""
         reserved: int | None = None
         while True:
             try:
-                code, amount, failures, start = await self._admit(tool, attempt, reserved)
+                code, amount, failures, start = await self._admit(tool, attempt, reserved, slotless)
             except CoordinationError as exc:
                 self._unavailable(exc, emit)
                 if self.on_unavailable == "refuse":
@@ -1128,7 +1160,7 @@ class RedisCoordination:
                 poll = _SLOT_POLL[0]
                 while True:
                     try:
-                        code, amount, failures, start = await self._admit(tool, attempt, None)
+                        code, amount, failures, start = await self._admit(tool, attempt, None, slotless)
                     except CoordinationError:
                         break  # answered on the next turn of the outer loop
                     if code != -2:
