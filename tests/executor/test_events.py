@@ -137,3 +137,78 @@ async def test_an_async_callable_object_as_on_progress_gets_the_progress() -> No
     recorder = AsyncRecorder()
     await ts.Executor([crawl], on_progress=recorder).run([ts.ToolCall("a", "crawl", {"pages": 1})])
     assert recorder.kinds == ["ToolProgress"]
+
+
+# -- bad values given to the context -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("act", "shown_value"),
+    [
+        (lambda ctx: ctx.report_progress(None), "None"),
+        (lambda ctx: ctx.report_progress("0.5"), "'0.5'"),
+        (lambda ctx: ctx.report_progress(True), "True"),
+        (lambda ctx: ctx.report_progress(float("nan")), "nan"),
+        (lambda ctx: ctx.report_progress(-0.1), "-0.1"),
+        (lambda ctx: ctx.report_progress(1.5), "1.5"),
+        (lambda ctx: ctx.report_progress(0.5, 5), "5"),
+        (lambda ctx: ctx.report_progress(0.5, b"half"), "b'half'"),
+        (lambda ctx: ctx.cancel(5), "5"),
+        (lambda ctx: ctx.cancel(["why"]), "['why']"),
+    ],
+)
+async def test_bad_values_given_to_the_context_are_refused_readably(act: object, shown_value: str) -> None:
+    """ctx.report_progress(None) ended its call with "TypeError: '<=' not supported between instances of
+    'float' and 'NoneType'", a message or a cancel reason that is not text went on into the events and the
+    result. Each is an OptionError naming the method, the argument and the rule, and the value given."""
+    caught: list[BaseException] = []
+
+    @ts.tool
+    async def reporting(ctx: ts.ToolContext) -> str:
+        try:
+            act(ctx)  # type: ignore[operator]
+        except Exception as exc:
+            caught.append(exc)
+        return "done"
+
+    seen: list[ts.ToolProgress] = []
+    outcome = await ts.Executor([reporting], on_progress=seen.append).run([ts.ToolCall("a", "reporting", {})])
+    assert outcome.results[0].output == "done"
+    assert len(caught) == 1 and isinstance(caught[0], ts.OptionError), caught
+    message = str(caught[0])
+    assert ("ctx.report_progress(" in message or "ctx.cancel(" in message) and message.endswith(f"got {shown_value}")
+    assert seen == []
+
+
+async def test_a_bad_progress_value_ends_its_call_with_the_readable_error() -> None:
+    @ts.tool
+    async def reporting(ctx: ts.ToolContext) -> str:
+        ctx.report_progress(None)  # type: ignore[arg-type]
+        return "never"
+
+    result = (await ts.Executor([reporting]).run([ts.ToolCall("a", "reporting", {})])).results[0]
+    assert result.error_kind == "execution_error"
+    assert "ctx.report_progress(fraction=...) must be a number from 0 to 1, got None" in (result.error or "")
+
+
+async def test_good_values_given_to_the_context_are_taken() -> None:
+    """The edges of the range, an int, and a reason or message of None."""
+    seen: list[ts.ToolProgress] = []
+
+    @ts.tool
+    async def reporting(ctx: ts.ToolContext) -> str:
+        ctx.report_progress(0)
+        ctx.report_progress(1, None)
+        ctx.report_progress(0.25, "a quarter")
+        ctx.cancel(None)
+        return "done"
+
+    result = (await ts.Executor([reporting], on_progress=seen.append).run([ts.ToolCall("a", "reporting", {})])).results[
+        0
+    ]
+    assert result.error_kind == "cancelled"
+    assert [(p.fraction, type(p.fraction), p.message) for p in seen] == [
+        (0.0, float, None),
+        (1.0, float, None),
+        (0.25, float, "a quarter"),
+    ]

@@ -10,7 +10,8 @@ import anyio.from_thread
 
 from toolsched._values.effects import idempotency_key, new_identity
 from toolsched._values.events import Event, ToolProgress, ToolUpdated
-from toolsched.errors import ResourceError
+from toolsched._values.numeric_options import numeric_fault, shown
+from toolsched.errors import OptionError, ResourceError
 
 __all__ = ["RunIdentity", "ToolContext"]
 
@@ -82,11 +83,13 @@ class ToolContext:
         return key
 
     def report_progress(self, fraction: float, message: str | None = None) -> None:
-        """Reports how far along the call is, as a fraction from 0 to 1."""
-        if not 0.0 <= fraction <= 1.0:
-            raise ValueError(f"progress fraction must be between 0 and 1, got {fraction}")
+        """Reports how far along the call is, as a fraction from 0 to 1 (an ``int`` or a ``float``, sent as a
+        float), with an optional message (a string). Anything else raises ``OptionError``."""
+        if numeric_fault(fraction, integer=False, above=False, most=1) is not None:
+            raise OptionError(f"ctx.report_progress(fraction=...) must be a number from 0 to 1, got {shown(fraction)}")
+        _check_text("ctx.report_progress(message=...)", message)
         if self._emit is not None:
-            self._send(ToolProgress(self.call_id, self.tool_name, fraction, message))
+            self._send(ToolProgress(self.call_id, self.tool_name, float(fraction), message))
 
     def update(self, partial_output: Any) -> None:
         """Streams partial output; the final result is still what the tool returns."""
@@ -135,8 +138,10 @@ class ToolContext:
         ``interrupt_behavior="cancel"`` or ``isolation="process"``) is also
         stopped at its next ``await``, or, in a worker thread, answered at once
         while the thread is left to return. Callable from the tool, its thread,
-        or any code the tool hands the context to.
+        or any code the tool hands the context to. A ``reason`` that is not a
+        string (or None) raises ``OptionError``.
         """
+        _check_text("ctx.cancel(reason=...)", reason)
         message = f"`{self.tool_name}` was cancelled" + (f": {reason}" if reason else "")
         self._cancelled = True
         if self._cancel_call is None:
@@ -170,3 +175,9 @@ class ToolContext:
         self._cancel_call = None
         if stopped:
             self._cancelled = True
+
+
+def _check_text(argument: str, value: object) -> None:
+    """Refuses ``value`` unless it is a string or None (``argument`` names it in the error)."""
+    if value is not None and not isinstance(value, str):
+        raise OptionError(f"{argument} must be a string or None, got {shown(value)}")
