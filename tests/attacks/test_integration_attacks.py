@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import threading
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
@@ -466,3 +467,94 @@ async def test_an_instrumented_executor_takes_its_arguments_by_keyword_as_before
     assert isinstance(events[-1], ts.RunFinished)
     # The resumed call ran (a span); the streamed one waits for approval, as the first did (no span yet).
     assert [span.name for span in ended.ended if span.name.startswith("execute_tool")] == ["execute_tool deploy"]
+
+
+async def crashed_run(path: str, run_id: str, calls: list[ts.ToolCall]) -> None:
+    """Journals a run as a process that died before any call started would have left it."""
+    async with ts.SqliteJournal(path, owner="crashed") as crashed:
+        await crashed.begin_run(run_id, calls)
+
+
+async def test_a_cancelled_recover_ends_its_spans_as_cancelled(tmp_path: Any) -> None:
+    """``recover`` cancelled by its caller while its calls run ends every span it opened, with ``error.type`` =
+    ``cancelled``, as a cancelled ``run`` does. It was not wrapped as run/resume/stream/turn are: its spans
+    were left open in the observer's shared set."""
+    ended = EndedSpans()
+    provider = TracerProvider()
+    provider.add_span_processor(ended)
+    tool, all_started = waiting_tool(2)
+    path = str(tmp_path / "journal.db")
+    await crashed_run(path, "r1", [ts.ToolCall(f"c{n}", "wait_forever", {"n": n}) for n in (1, 2)])
+    executor = otel.instrument(ts.Executor([tool], journal=ts.SqliteJournal(path)), tracer_provider=provider)
+    with anyio.fail_after(10), anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as group:
+            group.start_soon(functools.partial(executor.recover, "r1", force=True))
+            await all_started.wait()
+            scope.cancel()
+    assert scope.cancelled_caught
+    assert sorted(span.name for span in ended.ended) == [
+        "execute_tool wait_forever",
+        "execute_tool wait_forever",
+        "toolsched.batch",
+    ]
+    assert {(span.attributes or {}).get("error.type") for span in ended.ended} == {"cancelled"}
+
+
+async def test_concurrent_recovers_on_one_executor_keep_their_spans_apart(tmp_path: Any) -> None:
+    """Two runs recovered at once on one instrumented executor: each has its own batch 0, each call span sits
+    under its own run's batch span, and every span ends. The recovered runs shared the observer's one set of open
+    spans: the second batch 0 replaced the first, which never ended, and the first run's calls were put under the
+    second's batch."""
+    ended = EndedSpans()
+    provider = TracerProvider()
+    provider.add_span_processor(ended)
+    all_started, release = anyio.Event(), anyio.Event()
+    started: list[str] = []
+
+    @ts.tool(read_only=True, concurrency_safe=True)
+    async def fetch(url: str) -> str:
+        """Fetches a page."""
+        started.append(url)
+        if len(started) == 4:
+            all_started.set()
+        await release.wait()
+        return f"page {url}"
+
+    path = str(tmp_path / "journal.db")
+    for prefix in ("a", "b"):
+        await crashed_run(path, prefix, [ts.ToolCall(f"{prefix}{n}", "fetch", {"url": f"{prefix}{n}"}) for n in (1, 2)])
+    executor = otel.instrument(ts.Executor([fetch], journal=ts.SqliteJournal(path)), tracer_provider=provider)
+    outcomes: list[ts.Outcome] = []
+
+    async def recover(run_id: str) -> None:
+        outcomes.append(await executor.recover(run_id, force=True))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(recover, "a")
+            group.start_soon(recover, "b")
+            await all_started.wait()
+            release.set()
+    assert sorted(result.output for outcome in outcomes for result in outcome.results) == [
+        "page a1",
+        "page a2",
+        "page b1",
+        "page b2",
+    ]
+    batches = [span for span in ended.ended if span.name == "toolsched.batch"]
+    calls = [span for span in ended.ended if span.name == "execute_tool fetch"]
+    assert len(batches) == 2 and len(calls) == 4
+    parents = {span.context.span_id: span for span in batches if span.context is not None}
+    under: dict[int, set[str]] = {}
+    for span in calls:
+        assert span.parent is not None and span.parent.span_id in parents
+        under.setdefault(span.parent.span_id, set()).add(str((span.attributes or {})["gen_ai.tool.call.id"]))
+    assert sorted(map(sorted, under.values())) == [["a1", "a2"], ["b1", "b2"]]
+
+
+async def test_uninstrument_gives_back_the_executors_own_recover(tmp_path: Any) -> None:
+    executor = ts.Executor([], journal=ts.SqliteJournal(str(tmp_path / "journal.db")))
+    otel.instrument(executor, tracer_provider=TracerProvider())
+    assert "recover" in vars(executor)
+    otel.uninstrument(executor)
+    assert "recover" not in vars(executor)

@@ -39,7 +39,7 @@ Metrics (meter ``toolsched``):
   took, by ``gen_ai.tool.name`` (and ``error.type`` for failures).
 
 Everything attaches through the executor's ``on_event`` callbacks and a thin
-wrapper around ``run``, ``resume``, ``stream`` and ``turn`` (which keeps
+wrapper around ``run``, ``resume``, ``recover``, ``stream`` and ``turn`` (which keeps
 concurrent runs and streamed turns on one executor apart, and ends the spans
 of a cancelled run with ``error.type`` = ``cancelled``); nothing is added to the call path when an
 executor is not instrumented. Needs ``opentelemetry-api``
@@ -118,7 +118,8 @@ class _RunSpans:
     arguments: dict[str, Any] = field(default_factory=dict)
 
 
-# The run whose events the current task emits; set by the wrappers around run, resume and stream.
+# The run whose events the current task emits; set by the wrappers around run, resume, recover and stream (and by
+# a traced turn).
 _CURRENT_RUN: ContextVar[_RunSpans | None] = ContextVar("toolsched_otel_run", default=None)
 
 
@@ -363,6 +364,7 @@ def instrument(
     _INSTRUMENTED[executor] = (observer, previous)
     executor.run = _traced_run(observer, executor.run, record_arguments)  # type: ignore[method-assign]
     executor.resume = _traced_run(observer, executor.resume, False)  # type: ignore[method-assign]
+    executor.recover = _traced_run(observer, executor.recover, False)  # type: ignore[method-assign]
     executor.stream = _traced_stream(observer, executor.stream, record_arguments)  # type: ignore[method-assign]
     executor.turn = _traced_turn(observer, executor.turn)  # type: ignore[method-assign]
     return executor
@@ -375,7 +377,7 @@ def uninstrument(executor: Executor) -> None:
         return
     _, previous = installed
     executor.on_event = previous
-    for name in ("run", "resume", "stream", "turn"):
+    for name in ("run", "resume", "recover", "stream", "turn"):
         executor.__dict__.pop(name, None)
 
 
