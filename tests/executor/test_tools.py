@@ -292,3 +292,68 @@ def test_access_wants_collections_of_keys() -> None:
     assert ts.Access(reads=["a"], writes=("b",)) == ts.Access(reads=("a",), writes=("b",))
     with pytest.raises(TypeError):
         ts.Access(reads="abc")
+
+
+class _TreeNode(pydantic.BaseModel):
+    """A recursive model: a node holds nodes."""
+
+    name: str
+    children: list[_TreeNode] = []
+
+
+def test_a_recursive_argument_model_is_refused_with_a_schema_error() -> None:
+    """docs/limits.md: a recursive pydantic model cannot be a tool's arguments (every ``$ref`` is inlined),
+    whether it is one argument's type or a class tool's ``input_model``; the error names the definition."""
+    message = "schema definition `_TreeNode` is recursive and cannot be inlined"
+    with pytest.raises(ts.SchemaError, match=message):
+
+        @ts.tool
+        async def walk(tree: _TreeNode) -> int:
+            return 1
+
+    class Walk(ts.Tool):
+        name = "walk"
+        input_model = _TreeNode
+
+        async def call(self, args: Any, ctx: Any) -> int:
+            return 1
+
+    with pytest.raises(ts.SchemaError, match=message):
+        ts.ToolRegistry([Walk()])
+
+    class RawWalk(ts.Tool):
+        name = "raw_walk"
+        input_schema = {
+            "type": "object",
+            "properties": {"tree": {"$ref": "#/$defs/Node"}},
+            "$defs": {
+                "Node": {
+                    "type": "object",
+                    "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}},
+                }
+            },
+        }
+
+        async def call(self, args: Any, ctx: Any) -> int:
+            return 1
+
+    with pytest.raises(ts.SchemaError, match="schema definition `Node` is recursive and cannot be inlined"):
+        ts.ToolRegistry([RawWalk()])
+
+
+def test_the_documented_workaround_for_a_recursive_model_takes_the_tree() -> None:
+    """docs/limits.md's workaround: the argument as a mapping, validated with the model in the body."""
+
+    @ts.tool
+    async def count_nodes(tree: dict[str, Any]) -> int:
+        """Counts the nodes of a tree ({"name": ..., "children": [...]})."""
+        root = _TreeNode.model_validate(tree)
+        stack, count = [root], 0
+        while stack:
+            count += 1
+            stack.extend(stack.pop().children)
+        return count
+
+    tree = {"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}, {"name": "d"}]}
+    outcome = anyio.run(ts.Executor([count_nodes]).run, [ts.ToolCall("c1", "count_nodes", {"tree": tree})])
+    assert outcome.results[0].output == 4
