@@ -126,3 +126,149 @@ async def test_a_tool_the_agent_holds_only_under_a_shared_body_runs_under_its_ow
     found = {item.raw_item["call_id"]: item.output for item in result.new_items if isinstance(item, ToolCallOutputItem)}
     assert found == {"c1": "removed a.txt", "c2": "`erase` with this input is denied by the rule `erase`"}
     assert ran == ["a.txt"]
+
+
+# What a scheduled agent must refuse: every test below gives it ``deny=["write_note"]`` and checks the note
+# was never written, whichever way the SDK reaches the tool.
+DENY_NOTES = ts.Permissions(deny=["write_note"])
+DENIED = "`write_note` with this input is denied by the rule `write_note`"
+
+
+def note_tool(written: list[str]) -> Any:
+    @function_tool
+    def write_note(text: str) -> str:
+        """Writes a note."""
+        written.append(text)
+        return f"wrote {text}"
+
+    return write_note
+
+
+def note_script(*then: list[Any]) -> ScriptedAgentModel:
+    return ScriptedAgentModel([[function_call("c1", "write_note", {"text": "hi"})], *then, [final_message("done")]])
+
+
+def tool_outputs(result: Any) -> list[Any]:
+    return [item.output for item in result.new_items if isinstance(item, ToolCallOutputItem)]
+
+
+async def test_a_handoff_to_a_scheduled_agent_runs_its_calls_under_its_rules_and_a_plain_one_under_none() -> None:
+    written: list[str] = []
+    write_note = note_tool(written)
+    writer = scheduled(Agent(name="writer", model=note_script(), tools=[write_note]), permissions=DENY_NOTES)
+    triage = Agent(
+        name="triage",
+        model=ScriptedAgentModel([[function_call("h1", "transfer_to_writer", {})]]),
+        handoffs=[writer],
+    )
+    result = await Runner.run(triage, "note hi", run_config=NO_TRACING)
+    assert (DENIED in tool_outputs(result), written) == (True, [])
+    # The other way: the scheduled agent hands off to a plain one holding the same tool, which runs it.
+    plain = Agent(name="plain", model=note_script(), tools=[write_note])
+    guarded = scheduled(
+        Agent(
+            name="guarded",
+            model=ScriptedAgentModel([[function_call("h1", "transfer_to_plain", {})]]),
+            tools=[write_note],
+            handoffs=[plain],
+        ),
+        permissions=DENY_NOTES,
+    )
+    result = await Runner.run(guarded, "note hi", run_config=NO_TRACING)
+    assert (tool_outputs(result), written) == (["wrote hi"], ["hi"])
+
+
+async def test_a_scheduled_agent_used_as_a_tool_keeps_its_rules_inside_a_plain_agent() -> None:
+    written: list[str] = []
+    inner = scheduled(Agent(name="writer", model=note_script(), tools=[note_tool(written)]), permissions=DENY_NOTES)
+    outer = Agent(
+        name="outer",
+        model=ScriptedAgentModel([[function_call("o1", "writer_tool", {"input": "note hi"})], [final_message("ok")]]),
+        tools=[inner.as_tool(tool_name="writer_tool", tool_description="Writes notes.")],
+    )
+    result = await Runner.run(outer, "go", run_config=NO_TRACING)
+    assert result.final_output == "ok"
+    assert written == []
+
+
+async def test_an_agent_used_as_a_tool_of_a_scheduled_agent_is_a_call_of_its_executor() -> None:
+    written: list[str] = []
+    inner = Agent(name="writer", model=note_script(), tools=[note_tool(written)])
+    outer = scheduled(
+        Agent(
+            name="outer",
+            model=ScriptedAgentModel([[function_call("o1", "writer_tool", {"input": "x"})], [final_message("ok")]]),
+            tools=[inner.as_tool(tool_name="writer_tool", tool_description="Writes notes.")],
+        ),
+        permissions=ts.Permissions(deny=["writer_tool"]),
+    )
+    result = await Runner.run(outer, "go", run_config=NO_TRACING)
+    assert tool_outputs(result) == ["`writer_tool` with this input is denied by the rule `writer_tool`"]
+    assert written == []
+
+
+async def test_a_streamed_run_of_a_scheduled_agent_keeps_its_rules() -> None:
+    written: list[str] = []
+    from agents.testing.model import ScriptedModel  # the SDK's own model, which streams
+
+    model = ScriptedModel([[function_call("c1", "write_note", {"text": "hi"})], [final_message("done")]])
+    agent = scheduled(Agent(name="writer", model=model, tools=[note_tool(written)]), permissions=DENY_NOTES)
+    streamed = Runner.run_streamed(agent, "note hi", run_config=NO_TRACING)
+    async for _ in streamed.stream_events():
+        pass
+    assert (tool_outputs(streamed), written) == ([DENIED], [])
+
+
+async def test_an_approved_call_resumed_from_a_run_state_still_meets_the_scheduled_agents_rules() -> None:
+    """The SDK's approval says yes; toolsched's rules still say no, on the in-memory state and on one read back
+    from its JSON text."""
+    from agents import RunState
+
+    for round_trip in (False, True):
+        written: list[str] = []
+
+        @function_tool(needs_approval=True)
+        def write_note(text: str) -> str:
+            """Writes a note."""
+            written.append(text)
+            return f"wrote {text}"
+
+        agent = scheduled(Agent(name="writer", model=note_script(), tools=[write_note]), permissions=DENY_NOTES)
+        first = await Runner.run(agent, "note hi", run_config=NO_TRACING)
+        state = first.to_state()
+        if round_trip:
+            state = await RunState.from_string(agent, state.to_string())
+        state.approve(state.get_interruptions()[0])
+        second = await Runner.run(agent, state, run_config=NO_TRACING)
+        assert (tool_outputs(second), written) == ([DENIED], []), round_trip
+
+
+async def test_one_tool_in_two_scheduled_agents_run_at_once_meets_each_agents_own_rules() -> None:
+    import anyio
+
+    written: list[str] = []
+    both_in = anyio.Event()
+    arrived = 0
+
+    @function_tool
+    async def write_note(text: str) -> str:
+        """Writes a note."""
+        nonlocal arrived
+        arrived += 1
+        written.append(text)
+        return f"wrote {text}"
+
+    denying = scheduled(Agent(name="denying", model=note_script(), tools=[write_note]), permissions=DENY_NOTES)
+    allowing = scheduled(Agent(name="allowing", model=note_script(), tools=[write_note]))
+    results: dict[str, Any] = {}
+
+    async def run(agent: Any) -> None:
+        results[agent.name] = await Runner.run(agent, "note hi", run_config=NO_TRACING)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run, denying)
+        group.start_soon(run, allowing)
+    del both_in
+    assert tool_outputs(results["denying"]) == [DENIED]
+    assert tool_outputs(results["allowing"]) == ["wrote hi"]
+    assert written == ["hi"]
