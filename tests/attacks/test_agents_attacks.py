@@ -13,13 +13,14 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import pytest
-from agents import Agent, FunctionTool, RunConfig, Runner, function_tool
+from agents import Agent, FunctionTool, RunConfig, Runner, RunState, function_tool
 from agents.items import ToolCallOutputItem
 from scripted_models import ScriptedAgentModel, final_message, function_call
 
 import toolsched as ts
-from toolsched.integrations.agents import scheduled
+from toolsched.integrations.agents import from_function_tool, scheduled
 
 pytestmark = pytest.mark.anyio
 
@@ -219,56 +220,166 @@ async def test_a_streamed_run_of_a_scheduled_agent_keeps_its_rules() -> None:
     assert (tool_outputs(streamed), written) == ([DENIED], [])
 
 
-async def test_an_approved_call_resumed_from_a_run_state_still_meets_the_scheduled_agents_rules() -> None:
+@pytest.mark.parametrize("read_back", [False, True], ids=["in memory", "read back"])
+async def test_an_approved_call_resumed_from_a_run_state_still_meets_the_scheduled_agents_rules(
+    read_back: bool,
+) -> None:
     """The SDK's approval says yes; toolsched's rules still say no, on the in-memory state and on one read back
     from its JSON text."""
-    from agents import RunState
+    written: list[str] = []
 
-    for round_trip in (False, True):
-        written: list[str] = []
+    @function_tool(needs_approval=True)
+    def write_note(text: str) -> str:
+        """Writes a note."""
+        written.append(text)
+        return f"wrote {text}"
 
-        @function_tool(needs_approval=True)
-        def write_note(text: str) -> str:
-            """Writes a note."""
-            written.append(text)
-            return f"wrote {text}"
-
-        agent = scheduled(Agent(name="writer", model=note_script(), tools=[write_note]), permissions=DENY_NOTES)
-        first = await Runner.run(agent, "note hi", run_config=NO_TRACING)
-        state = first.to_state()
-        if round_trip:
-            state = await RunState.from_string(agent, state.to_string())
-        state.approve(state.get_interruptions()[0])
-        second = await Runner.run(agent, state, run_config=NO_TRACING)
-        assert (tool_outputs(second), written) == ([DENIED], []), round_trip
+    agent = scheduled(Agent(name="writer", model=note_script(), tools=[write_note]), permissions=DENY_NOTES)
+    first = await Runner.run(agent, "note hi", run_config=NO_TRACING)
+    state = first.to_state()
+    if read_back:
+        state = await RunState.from_string(agent, state.to_string())
+    state.approve(state.get_interruptions()[0])
+    second = await Runner.run(agent, state, run_config=NO_TRACING)
+    assert (tool_outputs(second), written) == ([DENIED], [])
 
 
 async def test_one_tool_in_two_scheduled_agents_run_at_once_meets_each_agents_own_rules() -> None:
-    import anyio
-
+    """Both runs are in the tool at once (each waits for the other to arrive): each call meets its own agent's
+    rules, never the other's."""
     written: list[str] = []
+    arrived: list[str] = []
     both_in = anyio.Event()
-    arrived = 0
 
     @function_tool
     async def write_note(text: str) -> str:
         """Writes a note."""
-        nonlocal arrived
-        arrived += 1
+        arrived.append(text)
+        if len(arrived) == 2:
+            both_in.set()
+        await both_in.wait()
         written.append(text)
         return f"wrote {text}"
 
-    denying = scheduled(Agent(name="denying", model=note_script(), tools=[write_note]), permissions=DENY_NOTES)
-    allowing = scheduled(Agent(name="allowing", model=note_script(), tools=[write_note]))
+    def script(text: str) -> ScriptedAgentModel:
+        return ScriptedAgentModel([[function_call("c1", "write_note", {"text": text})], [final_message("done")]])
+
+    def rules() -> dict[str, Any]:
+        return {
+            "tools": [from_function_tool(write_note, rule_subject="text")],
+            "permissions": ts.Permissions(deny=["write_note(secret*)"]),
+        }
+
+    first = scheduled(Agent(name="first", model=script("secret"), tools=[write_note]), **rules())
+    second = scheduled(Agent(name="second", model=script("open"), tools=[write_note]), **rules())
+    other = scheduled(Agent(name="other", model=script("secret2"), tools=[write_note]))
     results: dict[str, Any] = {}
 
     async def run(agent: Any) -> None:
-        results[agent.name] = await Runner.run(agent, "note hi", run_config=NO_TRACING)
+        results[agent.name] = await Runner.run(agent, "note", run_config=NO_TRACING)
 
     async with anyio.create_task_group() as group:
-        group.start_soon(run, denying)
-        group.start_soon(run, allowing)
-    del both_in
-    assert tool_outputs(results["denying"]) == [DENIED]
-    assert tool_outputs(results["allowing"]) == ["wrote hi"]
-    assert written == ["hi"]
+        for agent in (first, second, other):
+            group.start_soon(run, agent)
+    assert tool_outputs(results["first"]) == [
+        "`write_note` with this input is denied by the rule `write_note(secret*)`"
+    ]
+    assert tool_outputs(results["second"]) == ["wrote open"]
+    assert tool_outputs(results["other"]) == ["wrote secret2"]
+    assert sorted(written) == ["open", "secret2"]
+
+
+def _replace_body(tool: Any, written: list[str]) -> None:
+    async def body(context: Any, arguments: str) -> str:
+        written.append("replaced body")
+        return "replaced"
+
+    tool.on_invoke_tool._invoke_tool_impl = body
+
+
+def _replace_invoker(tool: Any, written: list[str]) -> None:
+    async def invoker(context: Any, arguments: str) -> str:
+        written.append("replaced invoker")
+        return "replaced"
+
+    tool.on_invoke_tool = invoker
+
+
+def _replace_with_a_new_function_tool(tool: Any, written: list[str]) -> None:
+    tool.on_invoke_tool = note_tool(written).on_invoke_tool
+
+
+CHANGES: dict[str, Callable[[Any, list[str]], None]] = {
+    "body": _replace_body,
+    "invoker": _replace_invoker,
+    "function_tool invoker": _replace_with_a_new_function_tool,
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+async def test_a_tool_whose_invoker_is_replaced_after_scheduling_still_meets_the_rules(change: str) -> None:
+    """The tool's body or invoker replaced after ``scheduled()``: the scheduled agent re-routes it (by the tool's
+    name) when the SDK asks it for its tools, so the call still meets its rules; a plain agent runs the new one."""
+    written: list[str] = []
+    write_note = note_tool(written)
+    agent = scheduled(Agent(name="writer", model=note_script(), tools=[write_note]), permissions=DENY_NOTES)
+    CHANGES[change](write_note, written)
+    result = await Runner.run(agent, "note hi", run_config=NO_TRACING)
+    assert (tool_outputs(result), written) == ([DENIED], [])
+    plain = Agent(name="plain", model=note_script(), tools=[write_note])
+    result = await Runner.run(plain, "note hi", run_config=NO_TRACING)
+    assert len(written) == 1
+
+
+NEW_TOOLS: dict[str, Callable[[Any, Any], Any]] = {
+    "clone": lambda agent, tool: agent.clone(tools=[tool]),
+    "replace": lambda agent, tool: dataclasses.replace(agent, tools=[tool]),
+    "list item": lambda agent, tool: (agent.tools.__setitem__(0, tool), agent)[1],
+    "appended": lambda agent, tool: (agent.tools.clear(), agent.tools.append(tool), agent)[2],
+}
+
+
+@pytest.mark.parametrize("how", list(NEW_TOOLS))
+async def test_a_new_tool_of_a_known_name_given_to_a_scheduled_agent_meets_that_names_rules(how: str) -> None:
+    """Another ``write_note`` (a tool ``scheduled()`` never saw) given to the scheduled agent or an agent made
+    from it runs through the executor as the ``write_note`` it knows."""
+    written: list[str] = []
+    agent = scheduled(Agent(name="writer", model=note_script(), tools=[note_tool([])]), permissions=DENY_NOTES)
+    made = NEW_TOOLS[how](agent, note_tool(written))
+    result = await Runner.run(made, "note hi", run_config=NO_TRACING)
+    assert (tool_outputs(result), written) == ([DENIED], [])
+
+
+def test_a_scheduled_tool_runs_under_its_rules_from_event_loops_in_two_threads() -> None:
+    """One scheduled agent run by ``asyncio.run`` in two threads at once (one executor, two event loops), and a
+    plain agent holding the same tool in a third: the scheduled calls are refused, the plain ones run."""
+    import asyncio
+    import threading
+
+    written: list[str] = []
+    write_note = note_tool(written)
+    denying = scheduled(Agent(name="denying", tools=[write_note]), permissions=DENY_NOTES)
+    outputs: dict[str, list[Any]] = {}
+    errors: list[BaseException] = []
+
+    def run(name: str, agent: Any) -> None:
+        try:
+            for _ in range(3):
+                made = agent.clone(model=note_script())
+                result = asyncio.run(Runner.run(made, "note hi", run_config=NO_TRACING))
+                outputs.setdefault(name, []).extend(tool_outputs(result))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=run, args=("denying", denying)),
+        threading.Thread(target=run, args=("denying too", denying)),
+        threading.Thread(target=run, args=("plain", Agent(name="plain", tools=[write_note]))),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert outputs == {"denying": [DENIED] * 3, "denying too": [DENIED] * 3, "plain": ["wrote hi"] * 3}
+    assert written == ["hi"] * 3
