@@ -383,3 +383,25 @@ def test_a_scheduled_tool_runs_under_its_rules_from_event_loops_in_two_threads()
     assert errors == []
     assert outputs == {"denying": [DENIED] * 3, "denying too": [DENIED] * 3, "plain": ["wrote hi"] * 3}
     assert written == ["hi"] * 3
+
+
+async def test_a_pickled_copy_of_a_routed_tool_given_to_an_agent_made_from_the_scheduled_one_meets_its_rules() -> None:
+    """A routed tool pickles as its SDK body (the copy is unrouted): given back to an agent made from the
+    scheduled one, it is routed again by its name; in a plain agent it runs as the SDK runs it."""
+    import pickle
+
+    from agents.tool import _FailureHandlingFunctionToolInvoker
+
+    tool = FunctionTool(
+        name="write_note",
+        description="Writes a note.",
+        params_json_schema={"type": "object"},
+        on_invoke_tool=_FailureHandlingFunctionToolInvoker(_answer, None),
+    )
+    agent = scheduled(Agent(name="writer", tools=[tool]), permissions=DENY_NOTES)
+    back = pickle.loads(pickle.dumps(tool))
+    assert back.on_invoke_tool._invoke_tool_impl is _answer
+    result = await Runner.run(agent.clone(model=note_script(), tools=[back]), "note hi", run_config=NO_TRACING)
+    assert tool_outputs(result) == [DENIED]
+    result = await Runner.run(Agent(name="plain", model=note_script(), tools=[back]), "note hi", run_config=NO_TRACING)
+    assert tool_outputs(result) == ["answered"]
