@@ -405,3 +405,23 @@ async def test_a_pickled_copy_of_a_routed_tool_given_to_an_agent_made_from_the_s
     assert tool_outputs(result) == [DENIED]
     result = await Runner.run(Agent(name="plain", model=note_script(), tools=[back]), "note hi", run_config=NO_TRACING)
     assert tool_outputs(result) == ["answered"]
+
+
+async def test_the_scheduled_agents_tool_check_calls_the_agent_classs_get_all_tools_as_it_is_then(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Agent.get_all_tools`` patched after ``scheduled()`` (as the SDK's own tests patch it): the scheduled
+    agent asks the patched one, then routes what it returns."""
+    written: list[str] = []
+    agent = scheduled(Agent(name="writer", model=note_script(), tools=[note_tool([])]), permissions=DENY_NOTES)
+    offered = note_tool(written)
+    asked: list[str] = []
+
+    async def patched(self: Any, run_context: Any) -> list[Any]:
+        asked.append(self.name)
+        return [offered]
+
+    monkeypatch.setattr(Agent, "get_all_tools", patched)
+    result = await Runner.run(agent, "note hi", run_config=NO_TRACING)
+    assert (tool_outputs(result), written) == ([DENIED], [])
+    assert asked and set(asked) == {"writer"}

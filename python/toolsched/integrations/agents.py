@@ -503,14 +503,14 @@ def _guarded_tools(kind: type) -> Callable[..., Awaitable[list[Any]]]:
     """A scheduled agent's ``get_all_tools`` (what the SDK asks for the tools it offers and runs, every turn and
     on a resume): ``kind``'s, with the function tools of the names the agent's ``scheduled`` call knew routed
     through its executor, whatever was done to them or to the agent's list since (see ``_Schedule.guard``)."""
-    base = kind.get_all_tools  # type: ignore[attr-defined]
 
     async def get_all_tools(self: Any, run_context: Any) -> list[Any]:
-        tools: list[Any] = await base(self, run_context)
+        # ``kind``'s as it is when called (a test may patch ``Agent.get_all_tools``).
+        tools: list[Any] = await kind.get_all_tools(self, run_context)  # type: ignore[attr-defined]
         schedule = getattr(self, _SCHEDULE, None)
         return schedule.guard(tools) if isinstance(schedule, _Schedule) else tools
 
-    get_all_tools.__doc__ = base.__doc__
+    get_all_tools.__doc__ = kind.get_all_tools.__doc__  # type: ignore[attr-defined]
     return get_all_tools
 
 
