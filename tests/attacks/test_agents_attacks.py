@@ -425,3 +425,30 @@ async def test_the_scheduled_agents_tool_check_calls_the_agent_classs_get_all_to
     result = await Runner.run(agent, "note hi", run_config=NO_TRACING)
     assert (tool_outputs(result), written) == ([DENIED], [])
     assert asked and set(asked) == {"writer"}
+
+
+async def test_tools_made_per_request_and_routed_by_a_clone_are_not_kept_alive_by_the_scheduled_agent() -> None:
+    """A tool made per request (its closure holding the request) and given to a clone of the scheduled agent is
+    routed for that run, and goes once the request is done: the schedule keeps no body or copy of it."""
+    agent = scheduled(Agent(name="writer", tools=[note_tool([])]), permissions=DENY_NOTES)
+
+    async def own_invoker(context: Any, arguments: str) -> str:
+        return "ran"
+
+    made: list[weakref.ref[Any]] = []
+    for _ in range(3):
+        routed = note_tool([])
+        plain = FunctionTool(
+            name="write_note",
+            description="Writes a note.",
+            params_json_schema={"type": "object"},
+            on_invoke_tool=own_invoker,
+        )
+        for tool in (routed, plain):
+            result = await Runner.run(agent.clone(model=note_script(), tools=[tool]), "note", run_config=NO_TRACING)
+            assert tool_outputs(result) == [DENIED]
+        made += [weakref.ref(routed), weakref.ref(routed.on_invoke_tool._invoke_tool_impl.body), weakref.ref(plain)]
+        del routed, plain, tool, result
+    await Runner.run(agent.clone(model=ScriptedAgentModel([[final_message("done")]])), "x", run_config=NO_TRACING)
+    gc.collect()
+    assert [ref() for ref in made] == [None] * 9

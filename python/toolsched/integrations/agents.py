@@ -764,7 +764,7 @@ class _Schedule:
     """The routes of one ``scheduled`` call's tools, by the SDK body each runs (and, for a body two tools of
     the agent share, by the tool's name). Held by the scheduled agent (and every agent made from it)."""
 
-    __slots__ = ("_copies", "_routes", "by_name", "executor", "strict")
+    __slots__ = ("_copies", "_later", "_routes", "by_name", "executor", "strict")
 
     def __init__(self, executor: Executor, strict: bool | None) -> None:
         self.executor = executor
@@ -773,11 +773,22 @@ class _Schedule:
         # The route of each SDK tool name the ``scheduled`` call knew (a tool given under that name later
         # is re-routed to it: see ``guard``).
         self.by_name: dict[str, _Route] = {}
-        # Scheduled copies made by ``guard``, by the id of the tool: (tool, its invoker then, the copy).
+        # The routes of bodies ``guard`` routed, held weakly: a tool made per request and given to a clone
+        # goes with its request.
+        self._later: weakref.WeakKeyDictionary[Any, dict[str, _Route]] = weakref.WeakKeyDictionary()
+        # Scheduled copies made by the last ``guard``, by the id of the tool: (tool, its invoker then, the copy).
         self._copies: dict[int, tuple[FunctionTool, Any, FunctionTool]] = {}
 
     def add(self, body: SdkInvoke, name: str, route: _Route) -> None:
         self._routes.setdefault(id(body), (body, {}))[1].setdefault(name, route)
+
+    def _add_later(self, body: SdkInvoke, name: str, route: _Route) -> None:
+        try:
+            routes = self._later.setdefault(body, {})
+        except TypeError:  # a body that takes no weak reference is held as scheduled() holds its own
+            self.add(body, name, route)
+        else:
+            routes.setdefault(name, route)
 
     def guard(self, tools: list[Any]) -> list[Any]:
         """``tools`` (what the SDK will run for the scheduled agent this turn) with every function tool of a
@@ -786,6 +797,7 @@ class _Schedule:
         now (its body in place, or, for an invoker of one's own, a scheduled copy). A tool of a name the
         schedule never knew is left as it is (the executor has no tool of that name)."""
         guarded = tools
+        copies: dict[int, tuple[FunctionTool, Any, FunctionTool]] = {}
         for position, tool in enumerate(tools):
             if not isinstance(tool, FunctionTool):
                 continue
@@ -802,23 +814,33 @@ class _Schedule:
                 if route is None:
                     continue
                 if self.strict is None or self.strict == tool.strict_json_schema:
-                    self.add(_sdk.route_body(invoker, _route_for).body, tool.name, route)
+                    self._add_later(_sdk.route_body(invoker, _route_for).body, tool.name, route)
                     continue
             elif route is None:
                 continue
             held = self._copies.get(id(tool))
             if held is None or held[0] is not tool or held[1] is not invoker:
-                held = self._copies[id(tool)] = (tool, invoker, _scheduled_copy(tool, route, self.strict))
+                held = (tool, invoker, _scheduled_copy(tool, route, self.strict))
+            copies[id(tool)] = held
             if guarded is tools:
                 guarded = list(tools)
             guarded[position] = held[2]
+        if copies or self._copies:
+            self._copies = copies
         return guarded
 
     def route(self, body: SdkInvoke, name: Any) -> _Route | None:
         entry = self._routes.get(id(body))
-        if entry is None or entry[0] is not body:
-            return None
-        routes = entry[1]
+        if entry is not None and entry[0] is body:
+            routes = entry[1]
+        else:
+            try:
+                later = self._later.get(body) if self._later else None
+            except TypeError:
+                later = None
+            if not later:
+                return None
+            routes = later
         found = routes.get(name) if len(routes) > 1 else None
         return found if found is not None else next(iter(routes.values()))
 
