@@ -351,14 +351,16 @@ async def test_a_new_tool_of_a_known_name_given_to_a_scheduled_agent_meets_that_
 
 
 def test_a_scheduled_tool_runs_under_its_rules_from_event_loops_in_two_threads() -> None:
-    """One scheduled agent run by ``asyncio.run`` in two threads at once (one executor, two event loops), and a
-    plain agent holding the same tool in a third: the scheduled calls are refused, the plain ones run."""
+    """Scheduled agents run by ``asyncio.run`` in two threads at once each (one executor, two event loops), and
+    a plain agent holding the same tool in another: the denying one's calls are refused, the others run (the
+    allowing one's through its executor, its tool not concurrency-safe: behind a run gate)."""
     import asyncio
     import threading
 
     written: list[str] = []
     write_note = note_tool(written)
     denying = scheduled(Agent(name="denying", tools=[write_note]), permissions=DENY_NOTES)
+    allowing = scheduled(Agent(name="allowing", tools=[write_note]), tools=[from_function_tool(write_note)])
     outputs: dict[str, list[Any]] = {}
     errors: list[BaseException] = []
 
@@ -375,14 +377,23 @@ def test_a_scheduled_tool_runs_under_its_rules_from_event_loops_in_two_threads()
         threading.Thread(target=run, args=("denying", denying)),
         threading.Thread(target=run, args=("denying too", denying)),
         threading.Thread(target=run, args=("plain", Agent(name="plain", tools=[write_note]))),
+        threading.Thread(target=run, args=("allowing", allowing)),
+        threading.Thread(target=run, args=("allowing too", allowing)),
     ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert errors == []
-    assert outputs == {"denying": [DENIED] * 3, "denying too": [DENIED] * 3, "plain": ["wrote hi"] * 3}
-    assert written == ["hi"] * 3
+    wrote = ["wrote hi"] * 3
+    assert outputs == {
+        "denying": [DENIED] * 3,
+        "denying too": [DENIED] * 3,
+        "plain": wrote,
+        "allowing": wrote,
+        "allowing too": wrote,
+    }
+    assert written == ["hi"] * 9
 
 
 async def test_a_pickled_copy_of_a_routed_tool_given_to_an_agent_made_from_the_scheduled_one_meets_its_rules() -> None:
