@@ -516,3 +516,52 @@ async def test_a_cancelled_call_waiting_for_its_sync_body_still_keeps_the_body_s
         ("really done", None),
         (None, "execution_error"),
     ]
+
+
+async def test_a_module_that_starts_a_program_as_it_is_imported_cannot_break_its_worker(anyio_backend: str) -> None:
+    """Promise: a tool that does not die returns its output. The worker imported the tool's module before the
+    standard streams were set aside for the body: a program the module starts at import (its output on the
+    worker's file descriptor 1, the pipe of its answer) broke every call (``WorkerLostError``)."""
+    from noisy_import import ping
+
+    executor = ts.Executor([ping])
+    for call_id in ("c1", "c2"):
+        outcome = await executor.run([ts.ToolCall(call_id, "ping", {})])
+        assert [(result.output, result.error) for result in outcome.results] == [("pong", None)]
+
+
+@ts.tool
+def slow_inner() -> str:
+    """A sync body that takes a while."""
+    time.sleep(1.0)
+    return "inner done"
+
+
+INNER = ts.Executor([slow_inner])
+
+
+@ts.tool(timeout=100)
+async def runs_inner() -> str:
+    """Runs ``slow_inner`` in a run of its own, then works on (an async body: a cancellation stops it at once)."""
+    await INNER.run([ts.ToolCall("inner", "slow_inner", {})])
+    await anyio.sleep(5)
+    return "outer done"
+
+
+async def test_a_call_whose_nested_run_waits_for_a_sync_body_is_cancelled_at_once(anyio_backend: str) -> None:
+    """Promise (docs/concepts/failures.md): a cancelled call is answered ``cancelled``, and never reported as work
+    that happened. A nested run's calls run in copies of the enclosing call's context, and a sync body of theirs
+    took the enclosing call for its own: cancelling the enclosing call waited for that body, then reported the
+    call as a success with no output."""
+    executor = ts.Executor([runs_inner])
+    box: dict[str, ts.Outcome] = {}
+
+    async def run() -> None:
+        box["outcome"] = await executor.run([ts.ToolCall("outer", "runs_inner", {})])
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        await anyio.sleep(0.3)
+        assert executor.cancel("outer", "stop it")
+    (result,) = box["outcome"].results
+    assert (result.error_kind, result.output) == ("cancelled", None)

@@ -8,19 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from toolsched._cli.cli import main
+from cli_runs import run_cli
 
 TINY = ["--turns", "1", "--calls", "2", "--strategies", "sequential"]
-
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_a_plot_that_names_a_directory_is_refused_before_the_benchmark_runs(

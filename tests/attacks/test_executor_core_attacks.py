@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -655,3 +656,18 @@ async def test_options_of_a_text_subclass_are_the_choice_their_text_names() -> N
     outcome = await executor.run([ts.ToolCall("c1", "fails", {}), ts.ToolCall("c2", "missing", {})])
     assert [result.error_kind for result in outcome.results] == ["execution_error", "unknown_tool"]
     assert type(fails.isolation) is str and fails.isolation == "none"
+
+
+async def test_no_calls_are_refused_by_name_with_limits_or_a_journal(anyio_backend: str, tmp_path: Path) -> None:
+    """Promise: bad input is a typed, readable error. ``run(None)`` under ``Limits`` (and with a journal) raised a
+    bare ``AssertionError`` (and ran on under ``python -O``)."""
+
+    @ts.tool
+    async def echo(x: int) -> int:
+        return x
+
+    with pytest.raises(ts.MalformedCallError, match="calls must be a list"):
+        await ts.Executor([echo]).run(None, limits=ts.Limits(max_calls=5))  # type: ignore[arg-type]
+    async with ts.SqliteJournal(str(tmp_path / "runs.db")) as journal:
+        with pytest.raises(ts.MalformedCallError, match="calls must be a list"):
+            await ts.Executor([echo], journal=journal).run(None)  # type: ignore[arg-type]

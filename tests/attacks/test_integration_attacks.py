@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import functools
 import threading
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -558,3 +559,57 @@ async def test_uninstrument_gives_back_the_executors_own_recover(tmp_path: Any) 
     assert "recover" in vars(executor)
     otel.uninstrument(executor)
     assert "recover" not in vars(executor)
+
+
+@tool
+async def lookup_async(q: str) -> str:
+    """Look up q."""
+    return "found " + q
+
+
+@ts.tool(concurrency_safe=True)
+def occupies_the_thread() -> str:
+    """Holds the one worker thread for a second."""
+    time.sleep(1.0)
+    return "done"
+
+
+def test_a_langchain_async_tool_cancelled_before_its_thread_starts_does_not_hang_the_run() -> None:
+    """Promise: a run's cancellation goes on at once, never a hang. On trio an async LangChain tool runs on an
+    asyncio loop in a worker thread; cancelled before that thread took it (here it waits for the one thread
+    token another call holds), its caller waited, shielded, for an end that never came: the run hung for good.
+    The run goes in a thread of its own here, so that a regression fails the test rather than hanging it."""
+    executor = ts.Executor([occupies_the_thread, from_langchain(lookup_async, concurrency_safe=True)])
+    ended: list[str] = []
+
+    async def run() -> None:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = 1
+        try:
+            with anyio.fail_after(0.2):
+                await executor.run(
+                    [ts.ToolCall("b", "occupies_the_thread", {}), ts.ToolCall("l", "lookup_async", {"q": "x"})]
+                )
+        except TimeoutError:
+            ended.append("timed out")
+
+    runner = threading.Thread(target=anyio.run, args=(run,), kwargs={"backend": "trio"}, daemon=True)
+    runner.start()
+    runner.join(20)
+    assert ended == ["timed out"]
+
+
+@tool
+def slow_lookup(q: str) -> str:
+    """Look up q, slowly."""
+    time.sleep(1.5)
+    return "found " + q
+
+
+async def test_a_langchain_sync_tool_lets_the_runs_cancellation_go_on_at_once(anyio_backend: str) -> None:
+    """Promise (docs/concepts/failures.md): cancelling a run propagates at once and never becomes a result. A
+    sync LangChain tool without a timeout was waited for in its thread, and the run's cancellation was lost:
+    the run returned the tool's answer after the caller's deadline."""
+    executor = ts.Executor([from_langchain(slow_lookup)])
+    with pytest.raises(TimeoutError):
+        with anyio.fail_after(0.3):
+            await executor.run([ts.ToolCall("c1", "slow_lookup", {"q": "x"})])

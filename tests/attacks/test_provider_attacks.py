@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from anthropic_events import block_stop, json_delta, message, tool_use
 from sdk_clients import MODULES, PROVIDERS, Client, reply_of
 from weather import weather
 
@@ -24,51 +25,12 @@ from toolsched.testing import Reply, ScriptedProvider, ToolUse, response_body
 pytestmark = pytest.mark.anyio
 
 
-def _message(*middle: dict[str, Any]) -> list[dict[str, Any]]:
-    """An Anthropic message's events around ``middle``."""
-    start = {
-        "type": "message_start",
-        "message": {
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "content": [],
-            "model": "claude-sonnet-4-6",
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {"input_tokens": 1, "output_tokens": 1},
-        },
-    }
-    end = [
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-            "usage": {"output_tokens": 1},
-        },
-        {"type": "message_stop"},
-    ]
-    return [start, *middle, *end]
-
-
-def _use(index: int, call_id: str, given: dict[str, Any] | None = None) -> dict[str, Any]:
-    block = {"type": "tool_use", "id": call_id, "name": "get_weather", "input": {} if given is None else given}
-    return {"type": "content_block_start", "index": index, "content_block": block}
-
-
-def _json(index: int, piece: Any) -> dict[str, Any]:
-    return {"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}}
-
-
-def _stop(index: int) -> dict[str, Any]:
-    return {"type": "content_block_stop", "index": index}
-
-
 # --- Anthropic: a tool_use whose input came whole in its content_block_start -------------------------------
 
 
 async def test_anthropic_input_given_whole_at_the_blocks_start_is_the_calls_input() -> None:
     ran: list[str] = []
-    events = _message(_use(0, "call_a", {"city": "Oslo"}), _stop(0))
+    events = message(tool_use(0, "call_a", {"city": "Oslo"}), block_stop(0))
     execution = await ts_anthropic.execute_stream(ts.Executor(weather(ran)), events)
     assert ran == ["Oslo"]
     assert [call.args for call in execution.calls] == [{"city": "Oslo"}]
@@ -82,7 +44,7 @@ async def test_anthropic_input_given_whole_at_the_blocks_start_is_the_calls_inpu
 async def test_anthropic_sdk_stream_with_the_input_at_the_blocks_start_runs_the_sdks_input(deltas: int) -> None:
     # The official SDK reads such a block as a call with that input (its own accumulated message says so),
     # with no input_json_delta after the start (as some gateways send it) or the empty one the API sends.
-    events = _message(_use(0, "call_a", {"city": "Oslo"}), *[_json(0, "")] * deltas, _stop(0))
+    events = message(tool_use(0, "call_a", {"city": "Oslo"}), *[json_delta(0, "")] * deltas, block_stop(0))
     framed = [(0.0, event["type"], event) for event in events]
     ran: list[str] = []
     with ScriptedProvider([framed, framed]) as scripted:
@@ -103,7 +65,7 @@ async def test_anthropic_sdk_stream_with_the_input_at_the_blocks_start_runs_the_
 async def test_anthropic_blank_input_deltas_after_a_whole_start_input_keep_it(blank: str) -> None:
     # The API sends one empty input_json_delta even for a call whose input came whole at its start.
     ran: list[str] = []
-    events = _message(_use(0, "call_a", {"city": "Oslo"}), _json(0, blank), _json(0, ""), _stop(0))
+    events = message(tool_use(0, "call_a", {"city": "Oslo"}), json_delta(0, blank), json_delta(0, ""), block_stop(0))
     execution = await ts_anthropic.execute_stream(ts.Executor(weather(ran)), events)
     assert ran == ["Oslo"]
     assert [call.args for call in execution.calls] == [{"city": "Oslo"}]
@@ -111,7 +73,7 @@ async def test_anthropic_blank_input_deltas_after_a_whole_start_input_keep_it(bl
 
 
 async def test_anthropic_blank_input_deltas_after_a_start_input_that_is_no_object_are_answered_invalid() -> None:
-    events = _message(_use(0, "call_a", "Oslo"), _json(0, ""), _stop(0))  # type: ignore[arg-type]
+    events = message(tool_use(0, "call_a", "Oslo"), json_delta(0, ""), block_stop(0))  # type: ignore[arg-type]
     execution = await ts_anthropic.execute_stream(ts.Executor(weather([])), events)
     assert [result.error_kind for result in execution.results] == ["invalid_input"]
     assert execution.assistant["content"][0]["input"] == {}
@@ -119,14 +81,16 @@ async def test_anthropic_blank_input_deltas_after_a_start_input_that_is_no_objec
 
 async def test_anthropic_deltas_after_a_whole_start_input_replace_it_as_the_sdk_does() -> None:
     ran: list[str] = []
-    events = _message(_use(0, "call_a", {"city": "Oslo"}), _json(0, '{"city": '), _json(0, '"Bern"}'), _stop(0))
+    events = message(
+        tool_use(0, "call_a", {"city": "Oslo"}), json_delta(0, '{"city": '), json_delta(0, '"Bern"}'), block_stop(0)
+    )
     execution = await ts_anthropic.execute_stream(ts.Executor(weather(ran)), events)
     assert ran == ["Bern"]
     assert execution.assistant["content"][0]["input"] == {"city": "Bern"}
 
 
 async def test_anthropic_start_input_that_is_no_object_is_answered_invalid_and_the_turn_stays_sendable() -> None:
-    events = _message(_use(0, "call_a", "Oslo"), _stop(0))  # type: ignore[arg-type]
+    events = message(tool_use(0, "call_a", "Oslo"), block_stop(0))  # type: ignore[arg-type]
     execution = await ts_anthropic.execute_stream(ts.Executor(weather([])), events)
     assert [result.error_kind for result in execution.results] == ["invalid_input"]
     assert execution.assistant["content"][0]["input"] == {}
@@ -138,14 +102,14 @@ async def test_anthropic_start_input_that_is_no_object_is_answered_invalid_and_t
 @pytest.mark.parametrize(
     "events",
     [
-        _message(_use(0, "call_a"), _json(0, 7), _stop(0)),
-        _message(
+        message(tool_use(0, "call_a"), json_delta(0, 7), block_stop(0)),
+        message(
             {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
             {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": ["x"]}},
-            _stop(0),
+            block_stop(0),
         ),
-        _message(_use(0, "call_a"), _json(3, '{"city": "Oslo"}'), _stop(0)),
-        _message(_use(0, "call_a"), _json(0, '{"city": "Oslo"}'), _stop(0), _json(0, "garbage")),
+        message(tool_use(0, "call_a"), json_delta(3, '{"city": "Oslo"}'), block_stop(0)),
+        message(tool_use(0, "call_a"), json_delta(0, '{"city": "Oslo"}'), block_stop(0), json_delta(0, "garbage")),
     ],
     ids=["partial-json-not-text", "text-not-text", "input-for-a-block-never-started", "input-after-the-stop"],
 )
@@ -162,13 +126,13 @@ async def test_anthropic_deltas_that_are_no_part_of_an_open_block_break_the_stre
 
 def _stopped_backwards(first: str, second: str) -> list[dict[str, Any]]:
     """A message of two calls (Oslo, then Bern) whose second block stops before its first."""
-    return _message(
-        _use(0, first),
-        _use(1, second),
-        _json(0, '{"city": "Oslo"}'),
-        _json(1, '{"city": "Bern"}'),
-        _stop(1),
-        _stop(0),
+    return message(
+        tool_use(0, first),
+        tool_use(1, second),
+        json_delta(0, '{"city": "Oslo"}'),
+        json_delta(1, '{"city": "Bern"}'),
+        block_stop(1),
+        block_stop(0),
     )
 
 
@@ -369,7 +333,7 @@ def _grown(provider: str) -> tuple[list[dict[str, Any]], str]:
             {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": Piece("abcd")}}
             for _ in range(DELTAS)
         ]
-        return _message(start, *pieces, _stop(0)), "abcd" * DELTAS
+        return message(start, *pieces, block_stop(0)), "abcd" * DELTAS
     if provider == "openai_chat":
         arguments = '{"city": "' + "o" * (4 * DELTAS) + '"}'
         first = _chunk({"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather"}})

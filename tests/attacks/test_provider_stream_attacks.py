@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from anthropic_events import block_stop, message, tool_use
 from sdk_clients import MODULES, PROVIDERS, Client, reply_of
 from weather import weather
 
@@ -86,29 +87,6 @@ async def test_chat_arguments_split_at_every_character_run_as_the_model_wrote_th
 # --- Anthropic: a delta that is no object -------------------------------------------------------------------
 
 
-def _message(*middle: dict[str, Any]) -> list[dict[str, Any]]:
-    """An Anthropic message's events around ``middle``."""
-    start = {
-        "type": "message_start",
-        "message": {"id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": "m"},
-    }
-    end = [{"type": "message_delta", "delta": {"stop_reason": "tool_use"}}, {"type": "message_stop"}]
-    return [start, *middle, *end]
-
-
-def _use(index: int, call_id: str, given: dict[str, Any] | None = None) -> dict[str, Any]:
-    block = {"type": "tool_use", "id": call_id, "name": "get_weather", "input": {} if given is None else given}
-    return {"type": "content_block_start", "index": index, "content_block": block}
-
-
-def _json(index: int, piece: Any) -> dict[str, Any]:
-    return {"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}}
-
-
-def _stop(index: int) -> dict[str, Any]:
-    return {"type": "content_block_stop", "index": index}
-
-
 @pytest.mark.parametrize("delta", ['{"city": "Oslo"}', 7, ['{"city": "Oslo"}']], ids=["text", "number", "list"])
 async def test_anthropic_a_delta_that_is_no_object_breaks_the_stream_not_the_calls_input(delta: Any) -> None:
     ran: list[str] = []
@@ -119,7 +97,7 @@ async def test_anthropic_a_delta_that_is_no_object_breaks_the_stream_not_the_cal
         ran.append(city)
         return city
 
-    events = _message(_use(0, "toolu_1"), {"type": "content_block_delta", "index": 0, "delta": delta}, _stop(0))
+    events = message(tool_use(0, "toolu_1"), {"type": "content_block_delta", "index": 0, "delta": delta}, block_stop(0))
     with pytest.raises(ts.StreamFailed) as raised:
         await ts_anthropic.execute_stream(ts.Executor([get_weather]), events)
     assert isinstance(raised.value.__cause__, ts.ResponseFormatError)
@@ -136,7 +114,9 @@ async def test_anthropic_a_block_event_without_an_integer_index_breaks_the_strea
     event: dict[str, Any] = {"type": kind, "index": index}
     if kind == "content_block_delta":
         event["delta"] = {"type": "input_json_delta", "partial_json": '{"city": "Oslo"}'}
-    events = _message(_use(0, "toolu_0"), _use(1, "toolu_1", {"city": "Bern"}), event, _stop(0), _stop(1))
+    events = message(
+        tool_use(0, "toolu_0"), tool_use(1, "toolu_1", {"city": "Bern"}), event, block_stop(0), block_stop(1)
+    )
     with pytest.raises(ts.StreamFailed) as raised:
         await ts_anthropic.execute_stream(ts.Executor(weather(ran)), events)
     # A list or a dict there was looked up as a block and raised TypeError; True was taken for block 1.
@@ -149,10 +129,10 @@ async def test_anthropic_an_assembler_that_read_a_stream_is_refused_for_the_next
 ):
     ran: list[str] = []
     reader = ts_anthropic.MessageAssembler()
-    oslo = _message(_use(0, "toolu_oslo", {"city": "Oslo"}), _stop(0))
+    oslo = message(tool_use(0, "toolu_oslo", {"city": "Oslo"}), block_stop(0))
     first = await ts_anthropic.execute_stream(ts.Executor(weather(ran)), oslo, assembler=reader)
     assert reader.stop_reason == "tool_use" and [call.id for call in first.calls] == ["toolu_oslo"]
-    bern = _message(_use(0, "toolu_bern", {"city": "Bern"}), _stop(0))
+    bern = message(tool_use(0, "toolu_bern", {"city": "Bern"}), block_stop(0))
     # Read by the same assembler, the second turn was taken as the rest of the first: Bern's call was dropped
     # and the first turn's message handed back as the second's, with no reply.
     with pytest.raises(ts.OptionError, match="new MessageAssembler"):

@@ -10,23 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runs import run_cli
 
 import toolsched as ts
 from toolsched._cli import bench
-from toolsched._cli.cli import _ProgressBar, main
+from toolsched._cli.cli import _ProgressBar
 
 SAMPLE = Path(__file__).resolve().parents[2] / "benches" / "workloads" / "coding_agent.jsonl"
 # Small and quick: 1 ms calls.
 TINY = ["--turns", "2", "--calls", "8", "--latency", "1"]
-
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_the_json_report_compares_every_strategy_with_sequential(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
-import pkgutil
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from public_api import public_modules
 
 import toolsched
 
@@ -43,15 +43,6 @@ VARIABLES = {
     "journal": "Journal",
     "child": "ChildRun",
 }
-
-
-def public_modules() -> list[ModuleType]:
-    names = [
-        found.name
-        for found in pkgutil.walk_packages(toolsched.__path__, "toolsched.")
-        if not any(part.startswith("_") for part in found.name.split("."))
-    ]
-    return [toolsched, *(importlib.import_module(name) for name in sorted(names))]
 
 
 def exported() -> dict[str, list[Any]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import pkgutil
 import re
 import subprocess
 import sys
@@ -15,8 +14,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-
-import toolsched
+from public_api import public_modules
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -48,16 +46,6 @@ def test_the_site_builds_strict(site: Path) -> None:
     # Known limits and the changelog are pages of the site.
     assert (site / "limits" / "index.html").exists()
     assert "Keep a Changelog" in (site / "changelog" / "index.html").read_text(encoding="utf-8")
-
-
-def public_modules() -> list[ModuleType]:
-    """``toolsched`` and every module under it with no ``_``-prefixed part in its name."""
-    names = [
-        found.name
-        for found in pkgutil.walk_packages(toolsched.__path__, "toolsched.")
-        if not any(part.startswith("_") for part in found.name.split("."))
-    ]
-    return [toolsched, *(importlib.import_module(name) for name in sorted(names))]
 
 
 def public_names(module: ModuleType) -> list[str]:

@@ -81,15 +81,17 @@ class _ToolMethod:
         return instance.call  # type: ignore[no-any-return]
 
 
-def _call_in_worker(
-    tool_name: str, target: _ModuleFunction | _ToolMethod, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[bool, bytes]:
-    """Runs in the worker process: resolve the body and call it (an async body on its own loop). Returns
-    whether it returned, and its value or exception pickled here, so that what cannot travel is told as such
-    (a ``BaseException`` that is not an ``Exception`` is raised as it is)."""
-    body = target.resolve()
+def _call_in_worker(tool_name: str, payload: bytes) -> tuple[bool, bytes]:
+    """Runs in the worker process: read the call (``payload``: the target, its positional and keyword
+    arguments, pickled), resolve the body and call it (an async body on its own loop). Returns whether it
+    returned, and its value or exception pickled here, so that what cannot travel is told as such (a
+    ``BaseException`` that is not an ``Exception`` is raised as it is). The call is read, and the tool's module
+    imported, with the standard streams set aside as the body runs: what a module does as it is imported (a
+    program it starts, a print) cannot break the answer either."""
     try:
         with _standard_streams_set_aside():
+            target, args, kwargs = pickle.loads(payload)
+            body = target.resolve()
             if inspect.iscoroutinefunction(body):
                 value = anyio.run(functools.partial(body, *args, **kwargs))
             else:
@@ -154,17 +156,16 @@ async def _run_in_worker(
     tool_name: str, target: _ModuleFunction | _ToolMethod, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     try:
-        returned, pickled = await anyio.to_process.run_sync(
-            _call_in_worker, tool_name, target, args, kwargs, cancellable=True
-        )
-    except anyio.BrokenWorkerProcess as exc:
-        raise WorkerLostError(f"the worker process running `{tool_name}` exited before returning a result") from exc
+        payload = pickle.dumps((target, args, kwargs), pickle.HIGHEST_PROTOCOL)
     except Exception as exc:
-        # The body's own exceptions come back pickled: this is the call failing to pickle on its way out.
         raise BackendError(
             f"the call of `{tool_name}` cannot be sent to its worker process (its arguments, or a class-form "
             f"tool's attributes, must pickle): {described(exc)}"
         ) from exc
+    try:
+        returned, pickled = await anyio.to_process.run_sync(_call_in_worker, tool_name, payload, cancellable=True)
+    except anyio.BrokenWorkerProcess as exc:
+        raise WorkerLostError(f"the worker process running `{tool_name}` exited before returning a result") from exc
     try:
         outcome = pickle.loads(pickled)
     except Exception as why:

@@ -23,13 +23,13 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable
-from contextvars import ContextVar
+from contextvars import Context, ContextVar
 from typing import Any, Protocol
 
 import anyio
 import anyio.to_thread
 
-__all__ = ["CallWatch", "Gate", "run_in_thread", "watching_call"]
+__all__ = ["CallWatch", "Gate", "run_in_thread", "unwatched", "watching_call"]
 
 
 class CallWatch(Protocol):
@@ -60,6 +60,15 @@ class CallWatch(Protocol):
 
 # The call being executed, in its own context (None outside the executor, or for calls without a cancel scope).
 watching_call: ContextVar[CallWatch | None] = ContextVar("toolsched_watching_call", default=None)
+
+
+def unwatched(context: Context) -> Context:
+    """``context`` for the calls of a run, with no call of an enclosing run watched in it: a run started inside
+    a call (a nested run) copies that call's context, and a sync body of its own must not take the enclosing
+    call for its call (a cancellation of the enclosing call would wait for it, and report it as a success)."""
+    if context.get(watching_call) is not None:
+        context.run(watching_call.set, None)
+    return context
 
 
 class Gate:

@@ -27,6 +27,7 @@ from typing import Any, Literal, NamedTuple
 import anyio
 
 from toolsched._backends.backends import Backend
+from toolsched._backends.threads import watching_call
 from toolsched._executor.admit import admit, check_semantics, limit_jobs, not_approved
 from toolsched._executor.detached import start_detached
 from toolsched._executor.durable import RunJournal, journaled_standing
@@ -325,7 +326,9 @@ class Executor:
         if view.plain and active_limits() is None:
             turn = self._planned(calls, view, steering=steering, context=context, run_id=run_id)
         else:
-            turn = self._start(RunRequest(calls, steering=steering, context=context, run_id=run_id))
+            # Read as a list now: a request without calls is a resumed turn's.
+            request = RunRequest(call_list(calls), steering=steering, context=context, run_id=run_id)
+            turn = self._start(request)
         return turn if run_id is None else _with_run_id(turn, run_id)
 
     async def _run_journaled(
@@ -336,7 +339,7 @@ class Executor:
         assert journal is not None
         calls = call_list(calls)
         durable = RunJournal(journal, uuid.uuid4().hex if run_id is None else run_id)
-        request = RunRequest(calls, steering=steering, context=context, durable=durable)
+        request = RunRequest(call_list(calls), steering=steering, context=context, durable=durable)
         return await self._journaled(durable, lambda: self._start(request))
 
     @property
@@ -1040,7 +1043,16 @@ class Executor:
                 turn.live.discard(turn)
         if ready:
             jobs = sorted([*jobs, *ready], key=lambda job: job.slot)
-        steering_messages = await run_jobs(jobs, turn, steering)
+        if watching_call.get() is None:
+            steering_messages = await run_jobs(jobs, turn, steering)
+        else:
+            # A run inside a call (a nested run): its calls copy this context, and must not take that call for
+            # theirs (``toolsched._backends.threads.unwatched``).
+            token = watching_call.set(None)
+            try:
+                steering_messages = await run_jobs(jobs, turn, steering)
+            finally:
+                watching_call.reset(token)
         if turn.emit is not None:
             await turn.emit.flush()
         if duplicates is None:

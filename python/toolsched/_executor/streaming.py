@@ -44,6 +44,7 @@ from typing import Any
 
 import anyio
 
+from toolsched._backends.threads import unwatched
 from toolsched._executor.admit import admit, check_semantics, limit_jobs, limit_unknown
 from toolsched._executor.call import EXECUTION_FAILURES, SKIPPED, abort_reason, answer_unstarted, execute
 from toolsched._executor.durable import JournalFailed, RunJournal
@@ -198,7 +199,7 @@ class StreamingTurn:
             self._resources = RunResources(self._group, self._context)
             self._token = current_resources.set(self._resources)
         # Calls run in copies of the caller's context as it is now (the run's resources included).
-        self._base = copy_context()
+        self._base = unwatched(copy_context())
         turn.live.add(turn)
         # Its tasks are shielded: only the turn stops its calls (a caller's cancellation winds it down).
         self._group.start_soon(_shielded, self._admit_in_order)

@@ -367,6 +367,9 @@ def scheduled(
     an agent made from it) through the executor; the calls of any other agent run as without toolsched.
     Other function tools (an invoker of one's own; every tool whose mode ``strict`` changes) are copies
     whose fields are read from the agent's tool when the SDK reads them, but for a field set on the copy.
+    Whenever the SDK asks the copy (or an agent made from it) for its tools, a function tool of a name this
+    call knew whose body or invoker was replaced since, or another tool given under that name, is routed
+    to that name's toolsched tool; a tool of a name this call did not see runs as in the SDK.
     ``tools`` replaces SDK tools of the same name with toolsched tools (for example
     ``from_function_tool(search, concurrency_safe=True)``) or adds new ones.
     ``strict`` sets every function tool's strict mode (None keeps each tool's own). ``executor_options``
@@ -413,8 +416,15 @@ def scheduled(
     # Calls that are all concurrency-safe never wait for each other: no run gate is needed then.
     all_safe = all(member.facts.static_safe is True for member in [*members.values(), *added])
     gates = None if all_safe else _Gates()
-    schedule = _Schedule(executor)
+    schedule = _Schedule(executor, strict)
     routes = {id(member): _Route(executor, member, gates) for member in [*members.values(), *added]}
+    for item in agent.tools:
+        if isinstance(item, FunctionTool):
+            schedule.by_name.setdefault(item.name, routes[id(members[item.name])])
+    for member in added:
+        schedule.by_name.setdefault(
+            member.tool.name if isinstance(member, AgentsFunctionTool) else member.name, routes[id(member)]
+        )
     made: list[Any] = [
         _scheduled_tool(item, routes[id(members[item.name])], schedule, strict)
         if isinstance(item, FunctionTool)
@@ -473,6 +483,7 @@ def _scheduled_agent_class(kind: Any, schedule: _Schedule) -> type:
         "__reduce_ex__": _unpicklable(_agent_refusal),
         "__copy__": _shallow_copy,
         "__deepcopy__": _deep_copy,
+        "get_all_tools": _guarded_tools(kind),
         _SCHEDULED_AGENT: True,
         "__module__": kind.__module__,
         "__qualname__": kind.__qualname__,
@@ -482,8 +493,25 @@ def _scheduled_agent_class(kind: Any, schedule: _Schedule) -> type:
 
 
 _SCHEDULED_AGENT = "_toolsched_scheduled_agent"
+# On a scheduled copy's invocation: the route it sends its calls to.
+_ROUTED = "_toolsched_route"
 # The attribute (of a scheduled agent's class, and of the agent) that holds its ``_Schedule``.
 _SCHEDULE = "_toolsched_schedule"
+
+
+def _guarded_tools(kind: type) -> Callable[..., Awaitable[list[Any]]]:
+    """A scheduled agent's ``get_all_tools`` (what the SDK asks for the tools it offers and runs, every turn and
+    on a resume): ``kind``'s, with the function tools of the names the agent's ``scheduled`` call knew routed
+    through its executor, whatever was done to them or to the agent's list since (see ``_Schedule.guard``)."""
+
+    async def get_all_tools(self: Any, run_context: Any) -> list[Any]:
+        # ``kind``'s as it is when called (a test may patch ``Agent.get_all_tools``).
+        tools: list[Any] = await kind.get_all_tools(self, run_context)  # type: ignore[attr-defined]
+        schedule = getattr(self, _SCHEDULE, None)
+        return schedule.guard(tools) if isinstance(schedule, _Schedule) else tools
+
+    get_all_tools.__doc__ = kind.get_all_tools.__doc__  # type: ignore[attr-defined]
+    return get_all_tools
 
 
 def _tool_refusal(tool: Any) -> str:
@@ -736,20 +764,83 @@ class _Schedule:
     """The routes of one ``scheduled`` call's tools, by the SDK body each runs (and, for a body two tools of
     the agent share, by the tool's name). Held by the scheduled agent (and every agent made from it)."""
 
-    __slots__ = ("_routes", "executor")
+    __slots__ = ("_copies", "_later", "_routes", "by_name", "executor", "strict")
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: Executor, strict: bool | None) -> None:
         self.executor = executor
+        self.strict = strict
         self._routes: dict[int, tuple[SdkInvoke, dict[str, _Route]]] = {}
+        # The route of each SDK tool name the ``scheduled`` call knew (a tool given under that name later
+        # is re-routed to it: see ``guard``).
+        self.by_name: dict[str, _Route] = {}
+        # The routes of bodies ``guard`` routed, held weakly: a tool made per request and given to a clone
+        # goes with its request.
+        self._later: weakref.WeakKeyDictionary[Any, dict[str, _Route]] = weakref.WeakKeyDictionary()
+        # Scheduled copies made by the last ``guard``, by the id of the tool: (tool, its invoker then, the copy).
+        self._copies: dict[int, tuple[FunctionTool, Any, FunctionTool]] = {}
 
     def add(self, body: SdkInvoke, name: str, route: _Route) -> None:
         self._routes.setdefault(id(body), (body, {}))[1].setdefault(name, route)
 
+    def _add_later(self, body: SdkInvoke, name: str, route: _Route) -> None:
+        try:
+            routes = self._later.setdefault(body, {})
+        except TypeError:  # a body that takes no weak reference is held as scheduled() holds its own
+            self.add(body, name, route)
+        else:
+            routes.setdefault(name, route)
+
+    def guard(self, tools: list[Any]) -> list[Any]:
+        """``tools`` (what the SDK will run for the scheduled agent this turn) with every function tool of a
+        name this schedule knows running through its route: a tool whose body or invoker was replaced after
+        ``scheduled()``, or a tool of that name given later (``clone(tools=...)``, a list edit), is routed
+        now (its body in place, or, for an invoker of one's own, a scheduled copy). A tool of a name the
+        schedule never knew is left as it is (the executor has no tool of that name)."""
+        guarded = tools
+        copies: dict[int, tuple[FunctionTool, Any, FunctionTool]] = {}
+        for position, tool in enumerate(tools):
+            if not isinstance(tool, FunctionTool):
+                continue
+            invoker = tool.on_invoke_tool
+            if getattr(invoker, _ROUTED, None) is not None:
+                continue  # a scheduled copy's invoker
+            route = self.by_name.get(tool.name)
+            if isinstance(invoker, _sdk.FailureHandlingInvoker):
+                body = invoker._invoke_tool_impl
+                if getattr(body, _ROUTED, None) is not None:
+                    continue  # a scheduled copy's body
+                if isinstance(body, _sdk.RoutedBody) and self.route(body.body, tool.name) is not None:
+                    continue
+                if route is None:
+                    continue
+                if self.strict is None or self.strict == tool.strict_json_schema:
+                    self._add_later(_sdk.route_body(invoker, _route_for).body, tool.name, route)
+                    continue
+            elif route is None:
+                continue
+            held = self._copies.get(id(tool))
+            if held is None or held[0] is not tool or held[1] is not invoker:
+                held = (tool, invoker, _scheduled_copy(tool, route, self.strict))
+            copies[id(tool)] = held
+            if guarded is tools:
+                guarded = list(tools)
+            guarded[position] = held[2]
+        if copies or self._copies:
+            self._copies = copies
+        return guarded
+
     def route(self, body: SdkInvoke, name: Any) -> _Route | None:
         entry = self._routes.get(id(body))
-        if entry is None or entry[0] is not body:
-            return None
-        routes = entry[1]
+        if entry is not None and entry[0] is body:
+            routes = entry[1]
+        else:
+            try:
+                later = self._later.get(body) if self._later else None
+            except TypeError:
+                later = None
+            if not later:
+                return None
+            routes = later
         found = routes.get(name) if len(routes) > 1 else None
         return found if found is not None else next(iter(routes.values()))
 
@@ -787,6 +878,7 @@ def _scheduled_invoker(route: _Route, sdk_invoker: SdkInvoke | None) -> SdkInvok
     async def invoke(sdk_context: Any, arguments: str) -> Any:
         return await route(body, sdk_context, arguments)
 
+    setattr(invoke, _ROUTED, route)
     if sdk_invoker is not None:
         setattr(invoke, _SOURCE, sdk_invoker)
     return invoke

@@ -41,6 +41,7 @@ import anyio.to_thread
 import pydantic
 import sniffio
 
+from toolsched._backends.threads import run_in_thread
 from toolsched._tools.context import ToolContext
 from toolsched._tools.schema import inline_refs, model_schema
 from toolsched._tools.tools import Tool, refuse_unknown_options
@@ -179,8 +180,9 @@ class LangChainTool(Tool):
                 ainvoke = functools.partial(self.tool.ainvoke, tool_call, config)
                 response = await _on_asyncio_loop(ainvoke, abandon=self.timeout is not None)
             else:
-                invoke = functools.partial(self.tool.invoke, tool_call, config)
-                response = await anyio.to_thread.run_sync(invoke, abandon_on_cancel=self.timeout is not None)
+                # In a worker thread as toolsched's own sync tools run (``toolsched._backends.threads``): a
+                # cancellation of the run goes on at once, a cancelled call reports what the body really did.
+                response = await run_in_thread(self.tool.invoke, tool_call, config)
         except Exception as exc:
             if scope is not None:
                 scope.keep(call_id, None, exc)
@@ -204,10 +206,16 @@ class _AsyncioCall:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[Any] | None = None
         self._cancelled = False
+        self._started = False
         self.done = threading.Event()
 
     def run(self) -> Any:
         try:
+            with self._lock:
+                if self._cancelled:
+                    # Cancelled before its thread took it: it never runs.
+                    raise asyncio.CancelledError
+                self._started = True
             return anyio.run(self._main, backend="asyncio")
         finally:
             self.done.set()
@@ -219,15 +227,18 @@ class _AsyncioCall:
             self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
         return await self._function()
 
-    def cancel(self) -> None:
+    def cancel(self) -> bool:
+        """Cancels the call; whether it had started in its thread (if not, it never will, and ``done`` may
+        never be set: the thread may never take it)."""
         with self._lock:
             self._cancelled = True
-            loop, task = self._loop, self._task
+            loop, task, started = self._loop, self._task, self._started
         if loop is not None and task is not None:
             try:
                 loop.call_soon_threadsafe(task.cancel)
             except RuntimeError:  # the loop has closed: the call is over
                 pass
+        return started
 
 
 async def _on_asyncio_loop(function: Callable[[], Awaitable[Any]], *, abandon: bool) -> Any:
@@ -237,8 +248,7 @@ async def _on_asyncio_loop(function: Callable[[], Awaitable[Any]], *, abandon: b
     try:
         return await anyio.to_thread.run_sync(call.run, abandon_on_cancel=True)
     except anyio.get_cancelled_exc_class():
-        call.cancel()
-        if not abandon:
+        if call.cancel() and not abandon:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(call.done.wait)
         raise
