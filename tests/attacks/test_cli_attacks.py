@@ -28,7 +28,6 @@ def test_a_plot_that_names_a_directory_is_refused_before_the_benchmark_runs(
     assert err.splitlines()[-1] == f"toolsched bench: error: --plot: {str(target)!r} is a directory, not a file"
 
 
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a device whose writes fail: disk full)")
 @pytest.mark.parametrize("argv", [["demo"], ["bench", *TINY, "--json"], ["bench", *TINY]], ids=" ".join)
 def test_output_that_cannot_be_written_is_one_line_on_standard_error(argv: list[str]) -> None:
     """Before: an OSError traceback (No space left on device) when standard output is a full disk."""

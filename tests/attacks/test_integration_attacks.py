@@ -228,6 +228,40 @@ async def test_a_failing_span_processor_never_breaks_closing_a_stream_early() ->
     assert [span.name for span in ended.ended] == ["execute_tool wait_forever", "toolsched.batch"]
 
 
+class GatedPages:
+    """A ``fetch`` tool whose calls all wait for ``release``; ``all_started`` is set once ``count`` of them began."""
+
+    def __init__(self, count: int) -> None:
+        self.all_started = anyio.Event()
+        self.release = anyio.Event()
+        started: list[str] = []
+
+        @ts.tool(read_only=True, concurrency_safe=True)
+        async def fetch(url: str) -> str:
+            """Fetches a page."""
+            started.append(url)
+            if len(started) == count:
+                self.all_started.set()
+            await self.release.wait()
+            return f"page {url}"
+
+        self.fetch = fetch
+
+
+def fetches_by_batch(ended: EndedSpans) -> list[list[str]]:
+    """The call IDs of the ended ``fetch`` spans, grouped by the batch span each sits under (two batches of four
+    calls, every call under one of them)."""
+    batches = [span for span in ended.ended if span.name == "toolsched.batch"]
+    calls = [span for span in ended.ended if span.name == "execute_tool fetch"]
+    assert len(batches) == 2 and len(calls) == 4
+    parents = {span.context.span_id: span for span in batches if span.context is not None}
+    under: dict[int, set[str]] = {}
+    for span in calls:
+        assert span.parent is not None and span.parent.span_id in parents
+        under.setdefault(span.parent.span_id, set()).add(str((span.attributes or {})["gen_ai.tool.call.id"]))
+    return sorted(map(sorted, under.values()))
+
+
 async def test_concurrent_streamed_turns_on_one_executor_keep_their_spans_apart() -> None:
     """Two ``turn()``s at once on one instrumented executor: each has its batch 0, and each call span sits under
     its own turn's batch span; every span ends. The turns shared one set of open spans: the second batch 0
@@ -235,20 +269,8 @@ async def test_concurrent_streamed_turns_on_one_executor_keep_their_spans_apart(
     ended = EndedSpans()
     provider = TracerProvider()
     provider.add_span_processor(ended)
-    all_started = anyio.Event()
-    release = anyio.Event()
-    started: list[str] = []
-
-    @ts.tool(read_only=True, concurrency_safe=True)
-    async def fetch(url: str) -> str:
-        """Fetches a page."""
-        started.append(url)
-        if len(started) == 4:
-            all_started.set()
-        await release.wait()
-        return f"page {url}"
-
-    executor = otel.instrument(ts.Executor([fetch]), tracer_provider=provider)
+    pages = GatedPages(4)
+    executor = otel.instrument(ts.Executor([pages.fetch]), tracer_provider=provider)
 
     async def one_turn(prefix: str) -> None:
         async with executor.turn() as turn:
@@ -260,17 +282,9 @@ async def test_concurrent_streamed_turns_on_one_executor_keep_their_spans_apart(
     async with anyio.create_task_group() as group:
         group.start_soon(one_turn, "a")
         group.start_soon(one_turn, "b")
-        await all_started.wait()
-        release.set()
-    batches = [span for span in ended.ended if span.name == "toolsched.batch"]
-    calls = [span for span in ended.ended if span.name == "execute_tool fetch"]
-    assert len(batches) == 2 and len(calls) == 4
-    parents = {span.context.span_id: span for span in batches if span.context is not None}
-    under: dict[int, set[str]] = {}
-    for span in calls:
-        assert span.parent is not None and span.parent.span_id in parents
-        under.setdefault(span.parent.span_id, set()).add(str((span.attributes or {})["gen_ai.tool.call.id"]))
-    assert sorted(map(sorted, under.values())) == [["a1", "a2"], ["b1", "b2"]]
+        await pages.all_started.wait()
+        pages.release.set()
+    assert fetches_by_batch(ended) == [["a1", "a2"], ["b1", "b2"]]
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -509,22 +523,11 @@ async def test_concurrent_recovers_on_one_executor_keep_their_spans_apart(tmp_pa
     ended = EndedSpans()
     provider = TracerProvider()
     provider.add_span_processor(ended)
-    all_started, release = anyio.Event(), anyio.Event()
-    started: list[str] = []
-
-    @ts.tool(read_only=True, concurrency_safe=True)
-    async def fetch(url: str) -> str:
-        """Fetches a page."""
-        started.append(url)
-        if len(started) == 4:
-            all_started.set()
-        await release.wait()
-        return f"page {url}"
-
+    pages = GatedPages(4)
     path = str(tmp_path / "journal.db")
     for prefix in ("a", "b"):
         await crashed_run(path, prefix, [ts.ToolCall(f"{prefix}{n}", "fetch", {"url": f"{prefix}{n}"}) for n in (1, 2)])
-    executor = otel.instrument(ts.Executor([fetch], journal=ts.SqliteJournal(path)), tracer_provider=provider)
+    executor = otel.instrument(ts.Executor([pages.fetch], journal=ts.SqliteJournal(path)), tracer_provider=provider)
     outcomes: list[ts.Outcome] = []
 
     async def recover(run_id: str) -> None:
@@ -534,23 +537,15 @@ async def test_concurrent_recovers_on_one_executor_keep_their_spans_apart(tmp_pa
         async with anyio.create_task_group() as group:
             group.start_soon(recover, "a")
             group.start_soon(recover, "b")
-            await all_started.wait()
-            release.set()
+            await pages.all_started.wait()
+            pages.release.set()
     assert sorted(result.output for outcome in outcomes for result in outcome.results) == [
         "page a1",
         "page a2",
         "page b1",
         "page b2",
     ]
-    batches = [span for span in ended.ended if span.name == "toolsched.batch"]
-    calls = [span for span in ended.ended if span.name == "execute_tool fetch"]
-    assert len(batches) == 2 and len(calls) == 4
-    parents = {span.context.span_id: span for span in batches if span.context is not None}
-    under: dict[int, set[str]] = {}
-    for span in calls:
-        assert span.parent is not None and span.parent.span_id in parents
-        under.setdefault(span.parent.span_id, set()).add(str((span.attributes or {})["gen_ai.tool.call.id"]))
-    assert sorted(map(sorted, under.values())) == [["a1", "a2"], ["b1", "b2"]]
+    assert fetches_by_batch(ended) == [["a1", "a2"], ["b1", "b2"]]
 
 
 async def test_uninstrument_gives_back_the_executors_own_recover(tmp_path: Any) -> None:
