@@ -12,7 +12,11 @@ the caller instead of being decided here:
   ``messages=result.history`` (or ``input=``/``contents=``),
   ``resume=result`` and ``result.executor``; an approval given with
   ``always=`` (``"call"``, ``"tool"`` or a permission rule) holds for every
-  later turn of the loop, and the state of a later interruption carries it on;
+  later turn of the loop, and the state of a later interruption carries it on.
+  A resume whose results could not answer the turn (``resume=`` no ``LoopResult``, one of another API's
+  loop, or a history that does not end with the turn the loop stopped at: the first messages only, a
+  message added after it, the history of an earlier interruption) is refused with ``OptionError`` before
+  any call runs or anything is sent, and the result still resumes; earlier entries may change;
 - calls of external tools end the loop with ``stop="external"`` when nothing
   else waits (with approvals waiting too, ``stop="interrupted"``; either way
   ``result.pending`` holds every ``ExternalCall`` and ``ApprovalRequest``):
@@ -56,14 +60,14 @@ from typing import Any, Literal
 
 from toolsched._executor.executor import Executor, Steering
 from toolsched._policy.limits import Limits, limits_in_force
-from toolsched._policy.runstate import RunState, standing_of
+from toolsched._policy.runstate import RunState, records_by_id, standing_of
 from toolsched._policy.standing import standing_in_force
 from toolsched._tools.registry import ToolRegistry
 from toolsched._values.calls import ToolCall
 from toolsched._values.effects import ExternalCall
 from toolsched._values.outcome import Outcome
 from toolsched._values.results import ToolResult
-from toolsched.errors import OptionError, StreamFailed
+from toolsched.errors import OptionError, ResponseFormatError, StreamFailed
 from toolsched.providers import anthropic, gemini, openai_chat, openai_responses
 from toolsched.providers._wire import read, resume_outcome
 
@@ -117,6 +121,9 @@ class LoopResult:
 class _Dialect(abc.ABC):
     """What differs between APIs: the request, the assistant turn, the calls and the reply."""
 
+    # The loop's keyword for the conversation.
+    keyword = "messages"
+
     @abc.abstractmethod
     async def request(self, history: list[Any], executor: Executor) -> Any:
         """Sends the conversation so far with the executor's tools; returns the response."""
@@ -132,6 +139,10 @@ class _Dialect(abc.ABC):
     @abc.abstractmethod
     def reply(self, calls: list[ToolCall], results: list[ToolResult], registry: ToolRegistry) -> list[Any]:
         """The history entries that answer the calls."""
+
+    def recorded_calls(self, entries: list[Any], registry: ToolRegistry) -> list[ToolCall]:
+        """The calls of an assistant turn as the history records it (``assistant_turn``'s entries)."""
+        return self.calls(entries[0], registry) if len(entries) == 1 else []
 
     @abc.abstractmethod
     def text(self, response: Any) -> str | None:
@@ -239,6 +250,8 @@ class _Anthropic(_Dialect):
 
 
 class _Responses(_Dialect):
+    keyword = "input"
+
     def __init__(self, client: Any, request: dict[str, Any], strict: bool) -> None:
         # A structured output (``text_format=`` a pydantic model) goes through ``parse``.
         method = client.responses.parse if "text_format" in request else client.responses.create
@@ -255,6 +268,9 @@ class _Responses(_Dialect):
 
     def calls(self, response: Any, registry: ToolRegistry) -> list[ToolCall]:
         return openai_responses.calls_from(response, registry=registry)
+
+    def recorded_calls(self, entries: list[Any], registry: ToolRegistry) -> list[ToolCall]:
+        return openai_responses.calls_from(entries, registry=registry)
 
     def reply(self, calls: list[ToolCall], results: list[ToolResult], registry: ToolRegistry) -> list[Any]:
         return list(openai_responses.results_to_items(calls, results, registry=registry))
@@ -318,6 +334,8 @@ class _Chat(_Dialect):
 
 
 class _Gemini(_Dialect):
+    keyword = "contents"
+
     def __init__(self, client: Any, model: str, config: Any) -> None:
         self.generate = _async_method(
             getattr(client, "aio", client).models.generate_content, client, "google.genai.Client"
@@ -377,6 +395,43 @@ async def _refreshed(executor: Executor, refresh_tools: RefreshTools | None) -> 
     if not isinstance(fresh, Executor):
         raise TypeError(f"refresh_tools must return an Executor or None, got {type(fresh).__name__}")
     return fresh
+
+
+def _resumed_calls(dialect: _Dialect, history: list[Any], resume: Any, registry: ToolRegistry) -> list[ToolCall]:
+    """The calls of the turn ``resume`` stopped at, once it is sure their results can answer them: ``resume`` is
+    the ``LoopResult`` of an interrupted loop of this API, whose state holds those calls, and ``history`` ends
+    with that turn (the results are appended after it). ``OptionError`` otherwise, before anything runs."""
+    if not isinstance(resume, LoopResult):
+        raise OptionError(
+            f"resume= takes the LoopResult of an interrupted loop, got {type(resume).__name__}; nothing was run or sent"
+        )
+    if resume.stop not in _WAITING or not isinstance(resume.state, RunState):
+        raise OptionError(f"resume= takes the result of an interrupted loop, got one that stopped {resume.stop!r}")
+    try:
+        calls = dialect.calls(resume.response, registry)
+        turn = dialect.assistant_turn(resume.response)
+    except ResponseFormatError as error:
+        raise OptionError(
+            f"resume= holds a response this loop cannot read (a result of another API's loop?): {error}; "
+            "nothing was run or sent"
+        ) from error
+    ids = [call.id for call in calls]
+    if not calls or set(ids) != set(records_by_id(resume.state)):
+        raise OptionError(
+            "resume= holds a state of other calls than its response's (a result of another API's loop?); "
+            "nothing was run or sent"
+        )
+    tail = history[-len(turn) :] if len(history) >= len(turn) else []
+    try:
+        recorded = [call.id for call in dialect.recorded_calls(tail, registry)]
+    except ResponseFormatError:
+        recorded = []
+    if recorded != ids:
+        raise OptionError(
+            f"{dialect.keyword}= must end with the assistant turn the loop stopped at (pass result.history, whose "
+            "earlier entries may change): the results answer that turn's calls; nothing was run or sent"
+        )
+    return calls
 
 
 async def _run_loop(
@@ -465,11 +520,11 @@ async def _loop(
         return "limit" if "limit_exceeded" in kinds else None
 
     if resume is not None:
-        if resume.stop not in _WAITING or resume.state is None:
-            raise OptionError(f"resume= takes the result of an interrupted loop, got one that stopped {resume.stop!r}")
+        # Read and checked before the state is taken: a resume refused here runs nothing and may be made again.
+        calls = _resumed_calls(dialect, history, resume, executor.registry)
         response = resume.response
         outcome = await resume_outcome(executor, resume.state)
-        stop = await answer(dialect.calls(response, executor.registry), outcome)
+        stop = await answer(calls, outcome)
         if stop is not None:
             return finish(stop)
 
