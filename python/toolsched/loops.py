@@ -12,7 +12,8 @@ the caller instead of being decided here:
   ``messages=result.history`` (or ``input=``/``contents=``),
   ``resume=result`` and ``result.executor``; an approval given with
   ``always=`` (``"call"``, ``"tool"`` or a permission rule) holds for every
-  later turn of the loop, and the state of a later interruption carries it on.
+  later turn of the loop, and the state of a later interruption carries it on. The resumed calls run
+  with the resuming call's ``context=`` and ``steering=``, as every later turn's.
   A resume whose results could not answer the turn (``resume=`` no ``LoopResult``, one of another API's
   loop, or a history that does not end with the turn the loop stopped at: the first messages only, a
   message added after it, the history of an earlier interruption) is refused with ``OptionError`` before
@@ -69,7 +70,7 @@ from toolsched._values.outcome import Outcome
 from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError, ResponseFormatError, StreamFailed
 from toolsched.providers import anthropic, gemini, openai_chat, openai_responses
-from toolsched.providers._wire import read, resume_outcome
+from toolsched.providers._wire import read
 
 __all__ = ["LoopResult", "anthropic_loop", "gemini_loop", "openai_chat_loop", "openai_responses_loop"]
 
@@ -523,7 +524,8 @@ async def _loop(
         # Read and checked before the state is taken: a resume refused here runs nothing and may be made again.
         calls = _resumed_calls(dialect, history, resume, executor.registry)
         response = resume.response
-        outcome = await resume_outcome(executor, resume.state)
+        # The resumed calls run as the loop's other calls do: with its context, steering asked between them.
+        outcome = await executor.resume(resume.state, steering=steering, context=context)
         stop = await answer(calls, outcome)
         if stop is not None:
             return finish(stop)

@@ -171,3 +171,35 @@ async def test_a_result_resumed_by_another_providers_loop_runs_nothing(provider:
         async with Client(provider, scripted.url) as client:
             finished = await run(provider, client.sdk, paused.executor, paused.history, resume=paused)
     assert (finished.stop, ran) == ("done", ["Paris"])
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_the_calls_a_resume_runs_get_the_loops_context_and_steering(provider: str, stream: bool) -> None:
+    # The approved calls ran with ctx.context None (a tool scoped to the caller's user ran for nobody) and no
+    # steering was asked between them: the loop resumed the state without either.
+    seen: list[tuple[str, Any]] = []
+
+    @ts.tool(needs_approval=True)
+    async def get_weather(city: str, ctx: ts.ToolContext) -> str:
+        """Current weather for a city (asks first; one call at a time)."""
+        seen.append((city, ctx.context))
+        return f"{city}: 18°C"
+
+    def steering() -> list[str] | None:
+        return ["Only Paris, please."] if seen else None
+
+    options: dict[str, Any] = {"context": {"user": "u1"}, "stream": stream}
+    with ScriptedProvider([asking("Paris", "Rome"), Reply(text="Sunny.")]) as scripted:
+        async with Client(provider, scripted.url) as client:
+            paused = await run(
+                provider, client.sdk, ts.Executor([get_weather]), [user(provider, "Weather?")], **options
+            )
+            approve_all(paused)
+            finished = await run(
+                provider, client.sdk, paused.executor, paused.history, resume=paused, steering=steering, **options
+            )
+    assert seen == [("Paris", {"user": "u1"})]
+    assert (finished.stop, finished.steering_messages) == ("steered", ["Only Paris, please."])
+    assert len(scripted.requests) == 1
