@@ -31,7 +31,9 @@ the caller instead of being decided here:
   ``limit_exceeded`` answer, or ``stop="retries_exhausted"`` after one with a
   ``retries_exhausted`` answer (the answers are in the history first);
 - cancelling the task that runs the loop cancels the request or the tools
-  in flight and propagates.
+  in flight and propagates; with ``stream=True`` the turn is wound down as a
+  broken stream first (calls of tools with ``interrupt_behavior="cancel"`` are
+  cancelled, ``"block"`` calls finish), as ``Executor.turn`` does.
 
 ``stream=True`` streams each answer and starts every tool call the moment
 the stream completes it (``execute_stream``), results still in model order.
