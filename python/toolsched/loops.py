@@ -143,9 +143,9 @@ class _Dialect(abc.ABC):
     def reply(self, calls: list[ToolCall], results: list[ToolResult], registry: ToolRegistry) -> list[Any]:
         """The history entries that answer the calls."""
 
-    def recorded_calls(self, entries: list[Any], registry: ToolRegistry) -> list[ToolCall]:
-        """The calls of an assistant turn as the history records it (``assistant_turn``'s entries)."""
-        return self.calls(entries[0], registry) if len(entries) == 1 else []
+    def recorded_calls(self, history: list[Any], registry: ToolRegistry) -> list[ToolCall]:
+        """The calls of the assistant turn the history ends with (its last entry)."""
+        return self.calls(history[-1], registry) if history else []
 
     @abc.abstractmethod
     def text(self, response: Any) -> str | None:
@@ -252,6 +252,11 @@ class _Anthropic(_Dialect):
         return response, execution.calls, execution.outcome
 
 
+def _output_item(item: Any) -> bool:
+    """Whether an input item is one the model gave (not a message of the user's, nor a call's output)."""
+    return read(item, "type") != "function_call_output" and read(item, "role") in (None, "assistant")
+
+
 class _Responses(_Dialect):
     keyword = "input"
 
@@ -272,8 +277,13 @@ class _Responses(_Dialect):
     def calls(self, response: Any, registry: ToolRegistry) -> list[ToolCall]:
         return openai_responses.calls_from(response, registry=registry)
 
-    def recorded_calls(self, entries: list[Any], registry: ToolRegistry) -> list[ToolCall]:
-        return openai_responses.calls_from(entries, registry=registry)
+    def recorded_calls(self, history: list[Any], registry: ToolRegistry) -> list[ToolCall]:
+        # The turn is the model's items at the end of the input (as many as the caller kept of it): after the
+        # last input message or call output.
+        start = len(history)
+        while start > 0 and _output_item(history[start - 1]):
+            start -= 1
+        return openai_responses.calls_from(history[start:], registry=registry)
 
     def reply(self, calls: list[ToolCall], results: list[ToolResult], registry: ToolRegistry) -> list[Any]:
         return list(openai_responses.results_to_items(calls, results, registry=registry))
@@ -412,7 +422,6 @@ def _resumed_calls(dialect: _Dialect, history: list[Any], resume: Any, registry:
         raise OptionError(f"resume= takes the result of an interrupted loop, got one that stopped {resume.stop!r}")
     try:
         calls = dialect.calls(resume.response, registry)
-        turn = dialect.assistant_turn(resume.response)
     except ResponseFormatError as error:
         raise OptionError(
             f"resume= holds a response this loop cannot read (a result of another API's loop?): {error}; "
@@ -424,9 +433,8 @@ def _resumed_calls(dialect: _Dialect, history: list[Any], resume: Any, registry:
             "resume= holds a state of other calls than its response's (a result of another API's loop?); "
             "nothing was run or sent"
         )
-    tail = history[-len(turn) :] if len(history) >= len(turn) else []
     try:
-        recorded = [call.id for call in dialect.recorded_calls(tail, registry)]
+        recorded = [call.id for call in dialect.recorded_calls(history, registry)]
     except ResponseFormatError:
         recorded = []
     if recorded != ids:

@@ -203,3 +203,28 @@ async def test_the_calls_a_resume_runs_get_the_loops_context_and_steering(provid
     assert seen == [("Paris", {"user": "u1"})]
     assert (finished.stop, finished.steering_messages) == ("steered", ["Only Paris, please."])
     assert len(scripted.requests) == 1
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_responses_resume_whose_turn_lost_its_text_item_still_resumes(stream: bool) -> None:
+    # The turn is read from the model's items at the end of the input, however many the caller kept: one
+    # that dropped the turn's message item (its text) still ends with the turn's calls.
+    ran: list[str] = []
+    script = [Reply(text="Looking.", tool_uses=[ToolUse("get_weather", {"city": "Paris"})]), Reply(text="Sunny.")]
+    with ScriptedProvider(script) as scripted:
+        async with Client("openai_responses", scripted.url) as client:
+            paused = await run(
+                "openai_responses",
+                client.sdk,
+                ts.Executor(held(ran)),
+                [user("openai_responses", "Weather?")],
+                stream=stream,
+            )
+            approve_all(paused)
+            kinds = [getattr(item, "type", None) or item.get("type") for item in paused.history[1:]]
+            assert kinds == ["message", "function_call"]
+            kept = [paused.history[0], paused.history[2]]
+            finished = await run("openai_responses", client.sdk, paused.executor, kept, resume=paused, stream=stream)
+    assert (finished.stop, ran) == ("done", ["Paris"])
+    assert scripted.requests[1].tool_outputs() == ["Paris: 18°C"]
