@@ -42,6 +42,13 @@ error, or it ends before its final event) is never sent back: the loop raises
 ``StreamFailed`` with the results of the calls it completed (``outcome``) and
 the conversation before that request (``history``), ready to be sent again.
 
+A request that fails once the loop has answered a turn's calls (the connection,
+an HTTP error, the SDK), or a ``refresh_tools`` that fails, raises
+``LoopFailed`` (the error is its ``__cause__``) with the conversation so far,
+every turn answered (``history``), ready to be sent again: the tools that ran
+are never run again to get it back. A failure before the loop answered any
+call is raised as it is.
+
 The assistant turn appended to the history carries, for every call, the ID
 its result answers (a call the model sent without an ID gets the one the
 adapter's ``calls_from`` gives it).
@@ -70,7 +77,7 @@ from toolsched._values.calls import ToolCall
 from toolsched._values.effects import ExternalCall
 from toolsched._values.outcome import Outcome
 from toolsched._values.results import ToolResult
-from toolsched.errors import OptionError, ResponseFormatError, StreamFailed
+from toolsched.errors import LoopFailed, OptionError, ResponseFormatError, StreamFailed
 from toolsched.providers import anthropic, gemini, openai_chat, openai_responses
 from toolsched.providers._wire import read
 
@@ -507,6 +514,9 @@ async def _loop(
     turns = 0
     outcome: Outcome | None = None
     response: Any = None
+    # Whether this call of the loop has answered a turn's calls: a failure after that raises ``LoopFailed``,
+    # which keeps the history with their results (before it, the conversation given is the one to send).
+    answered = False
 
     def finish(stop: Stop) -> LoopResult:
         state = outcome.state if stop in _WAITING and outcome is not None else None
@@ -514,15 +524,19 @@ async def _loop(
 
     async def answer(calls: list[ToolCall], settled: Outcome) -> Stop | None:
         """Appends the reply to a turn's calls; says why the loop must stop, if it must."""
-        nonlocal executor
+        nonlocal executor, answered
         if settled.interrupted:
             if settled.pending and all(isinstance(waiting, ExternalCall) for waiting in settled.pending):
                 return "external"
             return "interrupted"
         history.extend(dialect.reply(calls, settled.results, executor.registry))
+        answered = True
         if reset_tool_choice:
             dialect.used_tools()
-        executor = await _refreshed(executor, refresh_tools)
+        try:
+            executor = await _refreshed(executor, refresh_tools)
+        except Exception as exc:
+            raise LoopFailed(list(history), settled, turns, executor, exc) from exc
         if settled.steering_messages:
             return "steered"
         kinds = {result.error_kind for result in settled.results}
@@ -548,10 +562,19 @@ async def _loop(
             except StreamFailed as failed:
                 failed.history = list(history)
                 raise
+            except Exception as exc:
+                if not answered:
+                    raise
+                raise LoopFailed(list(history), outcome, turns, executor, exc) from exc
             turns += 1
             history.extend(dialect.assistant_turn(response))
         else:
-            response = await dialect.request(history, executor)
+            try:
+                response = await dialect.request(history, executor)
+            except Exception as exc:
+                if not answered:
+                    raise
+                raise LoopFailed(list(history), outcome, turns, executor, exc) from exc
             turns += 1
             history.extend(dialect.assistant_turn(response))
             calls = dialect.calls(response, executor.registry)
