@@ -18,8 +18,10 @@ drive the same run.
 from __future__ import annotations
 
 import copy
+import os
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -86,6 +88,21 @@ def check_lease(lease: timedelta | float) -> timedelta:
     )
 
 
+# Every journal object of this process, so that a forked child starts each afresh (``Journal._forked``).
+_JOURNALS: weakref.WeakSet[Journal] = weakref.WeakSet()
+# In a forked child, the connections inherited from the parent: kept, never used or closed here (the parent
+# still uses them, and closing one from another process is using it).
+_DISOWNED: list[object] = []
+
+
+def _after_fork() -> None:
+    for journal in list(_JOURNALS):
+        journal._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 def check_age(older_than: timedelta) -> timedelta:
     if not isinstance(older_than, timedelta) or older_than < timedelta(0):
         raise JournalError(f"older_than must be a non-negative timedelta, got {older_than!r}")
@@ -128,6 +145,11 @@ class Journal(ABC):
     statement every quarter of the lease, from a thread of its own on a second
     connection (``toolsched.journal._leases``); a run that goes three quarters of
     its lease without a renewal landing stops (``LeaseLostError``).
+
+    A copy of a journal object is the object itself. In a process forked from
+    this one, the object starts afresh: it opens connections of its own, and
+    without an ``owner`` given it names the child, so forked workers never
+    take each other's runs for their own.
     """
 
     owner: str
@@ -138,6 +160,8 @@ class Journal(ABC):
             if not isinstance(owner, str) or not owner:
                 raise JournalError(f"owner must be a non-empty string, got {owner!r}")
             check_text("owner", owner)
+        # An owner given stays the object's in a forked child; the default one names each process.
+        self._owner_given = owner is not None
         self.owner = owner if owner is not None else default_owner()
         self.lease = check_lease(lease)
         self._lock = threading.Lock()
@@ -146,6 +170,28 @@ class Journal(ABC):
         self._opened = False
         self._closed = False
         self._keeper: LeaseKeeper | None = None
+        _JOURNALS.add(self)
+
+    def __copy__(self) -> Self:
+        """The journal itself: a second object with the same owner would hold the same runs, and let a run in
+        progress on one be recovered through the other."""
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
+        return self
+
+    def _forked(self) -> None:
+        """In a child process just forked: the parent's connections, locks, queued writes and lease keeper are
+        not the child's. It lets go of them (without closing a connection the parent still uses), opens its
+        own on first use, and takes an owner of its own unless one was given."""
+        self._lock = threading.Lock()
+        self._queue_lock = threading.Lock()
+        self._queue = []
+        self._keeper = None
+        _DISOWNED.extend(self._inherited())
+        self._opened = False
+        if not self._owner_given:
+            self.owner = default_owner()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -297,6 +343,7 @@ class Journal(ABC):
             raise JournalError(f"transition must be one of {allowed}; got {transition!r}")
         if not isinstance(call_id, str):
             raise JournalError(f"call_id must be a string, got {type(call_id).__name__}")
+        check_text("call_id", call_id)
         if transition == "finished" and isinstance(payload, ToolResult) and payload.call_id != call_id:
             raise JournalError(f"the result of call {payload.call_id!r} cannot finish call {call_id!r}")
         stored = encode_payload(transition, call_id, payload)
@@ -354,6 +401,10 @@ class Journal(ABC):
 
     @abstractmethod
     def _disconnect(self) -> None: ...
+
+    def _inherited(self) -> list[object]:
+        """In a forked child: forgets the connections (the journal's and the renewal's), returning them unclosed."""
+        return []
 
     @abstractmethod
     def _begin_run(self, run_id: str, rows: Sequence[tuple[int, str, str, str, str, str]]) -> None: ...

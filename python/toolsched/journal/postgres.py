@@ -323,6 +323,11 @@ class PostgresJournal(Journal):
             self._conn.close()
             self._conn = None
 
+    def _inherited(self) -> list[object]:
+        inherited: list[object] = [conn for conn in (self._conn, self._renewal) if conn is not None]
+        self._conn = self._renewal = None
+        return inherited
+
     # -- plumbing ---------------------------------------------------------------------
 
     @contextmanager

@@ -289,6 +289,12 @@ class SqliteJournal(Journal):
             self._conn.close()
             self._conn = None
 
+    def _inherited(self) -> list[object]:
+        inherited: list[object] = [conn for conn in (self._conn, self._renewal) if conn is not None]
+        self._conn = self._renewal = None
+        self._identity = None
+        return inherited
+
     # -- plumbing ---------------------------------------------------------------------
 
     @contextmanager

@@ -1,0 +1,161 @@
+"""Attacks on who holds a journaled run (docs/concepts/durability.md): "Only the process that holds the run
+decides (another's `recover` is refused with `ts.RunClaimedError` meanwhile)", and "In this process, a run
+in progress cannot be recovered or resumed a second time (`RunClaimedError`)". Against SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from crashes import child_env
+from journal_child import Store, store_in
+
+import toolsched as ts
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    yield from store_in(request.param, tmp_path, "concurrency_attack")
+
+
+# A pre-forking server: the journal is built (and with ``open``, opened) in the parent, which forks a worker
+# that runs a turn and, once that turn's one call started, a second worker that is asked to recover it.
+FORKED_WORKERS = """
+import json, os, pathlib, time
+import anyio
+import toolsched as ts
+from journal_child import Store
+
+workdir = pathlib.Path({workdir!r})
+journal = Store.from_spec({spec!r}).open()
+if {opened!r}:
+    anyio.run(journal.open)
+
+
+@ts.tool
+async def charge(order: str) -> str:
+    with open(workdir / "effects", "a") as effects:
+        effects.write(order + "\\n")
+    (workdir / "started").touch()
+    while not (workdir / "go").exists():
+        await anyio.sleep(0.01)
+    return f"charged {{order}}"
+
+
+async def work(job: str) -> str:
+    executor = ts.Executor([charge], journal=journal)
+    try:
+        if job == "run":
+            outcome = await executor.run([ts.ToolCall("c1", "charge", {{"order": "A-1"}})], run_id="turn-1")
+        else:
+            outcome = await executor.recover("turn-1")
+    except ts.RunClaimedError as exc:
+        return f"{{type(exc).__name__}} {{exc.owner}}"
+    except ts.JournalError as exc:
+        return type(exc).__name__
+    return json.dumps([result.output if not result.is_error else result.error_kind for result in outcome.results])
+
+
+def fork(job: str) -> int:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            (workdir / job).write_text(anyio.run(work, job))
+        finally:
+            os._exit(0)
+    return pid
+
+
+first = fork("run")
+while not (workdir / "started").exists():
+    time.sleep(0.01)
+os.waitpid(fork("recover"), 0)
+(workdir / "go").touch()
+os.waitpid(first, 0)
+print(json.dumps({{"first": first, "run": (workdir / "run").read_text(), "recover": (workdir / "recover").read_text(),
+                  "effects": (workdir / "effects").read_text()}}))
+"""
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("opened", [False, True], ids=["built", "opened"])
+async def test_a_worker_forked_from_the_same_journal_cannot_take_a_run_its_sibling_is_running(
+    store: Store, tmp_path: Path, opened: bool
+) -> None:
+    """Workers forked from a parent that built the journal (gunicorn's ``--preload``, a multiprocessing pool)
+    named themselves with the parent's owner string, so each let itself claim its siblings' runs: the second
+    worker's ``recover`` took a run the first was in the middle of and answered its call ``interrupted``, and the
+    first worker's run then failed (``LeaseLostError``), losing the result of a call that ran."""
+    script = FORKED_WORKERS.format(workdir=str(tmp_path), spec=store.spec(), opened=opened)
+    done = await anyio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(script)],
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    refusal, holder = report["recover"].split(" ", 1)
+    assert refusal == "RunClaimedError"
+    assert f":{report['first']}:" in holder  # named for the worker that holds the run, not for their parent
+    assert report["run"] == json.dumps(["charged A-1"])
+    assert report["effects"] == "A-1\n"
+
+
+async def test_a_copy_of_a_journal_cannot_recover_a_run_in_progress_on_the_original(store: Store) -> None:
+    """``copy.copy`` of a journal made another object with the same owner: a ``recover`` through it took over a
+    run in progress on the original in this process, answered its call ``interrupted`` while it ran, and the
+    run itself then failed with ``LeaseLostError``; ``copy.deepcopy`` raised a bare ``TypeError``."""
+    started = anyio.Event()
+    go = anyio.Event()
+    effects: list[str] = []
+
+    @ts.tool
+    async def charge(order: str) -> str:
+        effects.append(order)
+        started.set()
+        await go.wait()
+        return f"charged {order}"
+
+    async with store.open() as journal:
+        outcomes: list[ts.Outcome] = []
+
+        async def run() -> None:
+            executor = ts.Executor([charge], journal=journal)
+            outcomes.append(await executor.run([ts.ToolCall("c1", "charge", {"order": "A-1"})], run_id="turn-1"))
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(run)
+            await started.wait()
+            with pytest.raises(ts.RunClaimedError):
+                await ts.Executor([charge], journal=copy.copy(journal)).recover("turn-1")
+            go.set()
+        assert copy.deepcopy({"journal": journal})["journal"] is journal
+    assert [result.output for result in outcomes[0].results] == ["charged A-1"]
+    assert effects == ["A-1"]
+
+
+@pytest.mark.parametrize("call_id", ["\ud800", "c\x001"], ids=["lone-surrogate", "nul"])
+async def test_a_transition_for_a_call_id_no_journal_can_store_is_a_journal_error(store: Store, call_id: str) -> None:
+    """``record`` with a call ID holding a lone surrogate raised sqlite3's bare ``UnicodeEncodeError`` (failing
+    every transition written in the same batch with it), and PostgreSQL refused a NUL in its own words."""
+    async with store.open() as journal:
+        await journal.begin_run("r", [ts.ToolCall("c1", "echo", {})])
+        with pytest.raises(ts.JournalError, match="call_id"):
+            await journal.record("r", call_id, "started")
+        await journal.record("r", "c1", "started")
+        assert (await journal.load("r")).call("c1").state == "started"
