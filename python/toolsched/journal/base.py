@@ -41,6 +41,7 @@ from toolsched.errors import (
     RunClaimedError,
     RunExistsError,
     UnknownRunError,
+    UnstorableOutputError,
 )
 from toolsched.journal._leases import LeaseKeeper, Renewal
 from toolsched.journal._liveness import default_owner
@@ -103,6 +104,11 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
+# What a row holds besides its one large column (its other columns, the database's own bytes), in bytes:
+# a row is refused before it is sent when its large column leaves less than this of the backend's limit.
+_ROW_MARGIN = 4096
+
+
 def check_age(older_than: timedelta) -> timedelta:
     if not isinstance(older_than, timedelta) or older_than < timedelta(0):
         raise JournalError(f"older_than must be a non-negative timedelta, got {older_than!r}")
@@ -154,6 +160,9 @@ class Journal(ABC):
 
     owner: str
     lease: timedelta
+    # The most bytes one row may take (a backend's limit): a transition or call that would take more is refused
+    # before anything is sent.
+    _max_row: int = 1_000_000_000
 
     def __init__(self, *, owner: str | None, lease: timedelta | float) -> None:
         if owner is not None:
@@ -280,6 +289,23 @@ class Journal(ABC):
         if write.error is not None:
             raise write.error
 
+    def _check_row(self, size: int, call_id: str, transition: str) -> None:
+        """Refuses a row of ``size`` bytes (its large column and its keys) that the database would not store:
+        a result as ``UnstorableOutputError`` (the call is then that error), anything else as ``JournalError``."""
+        limit = self._max_row - _ROW_MARGIN - len(self.owner.encode())
+        if size <= limit:
+            return
+        if transition == "finished":
+            raise UnstorableOutputError(
+                f"the output of call {call_id!r} cannot be journaled: it takes {size:,} characters as stored, "
+                f"more than the journal holds in one row ({limit:,})"
+            )
+        what = "the arguments" if transition == "planned" else f"the {transition!r} transition"
+        raise JournalError(
+            f"{what} of call {call_id!r} take {size:,} characters as stored, more than the journal holds in one row "
+            f"({limit:,})"
+        )
+
     @property
     def leases(self) -> LeaseKeeper:
         """What keeps this journal's leases (internal to the executor: ``hold`` a run begun or claimed here,
@@ -316,8 +342,13 @@ class Journal(ABC):
         sets counts from no earlier)."""
         run_id = check_run_id(run_id)
         rows = [encode_call(position, call) for position, call in enumerate(calls)]
+        self._check_calls(run_id, rows)
         _, began = await anyio.to_thread.run_sync(self._locked_timed, lambda: self._begin_run(run_id, rows))
         return began
+
+    def _check_calls(self, run_id: str, rows: Sequence[tuple[int, str, str, str, str, str]]) -> None:
+        for row in rows:
+            self._check_row(len(run_id.encode()) + sum(len(text.encode()) for text in row[1:]), row[1], "planned")
 
     async def add_calls(self, run_id: str, first_position: int, calls: Sequence[ToolCall]) -> None:
         """Adds calls to a run in progress whose calls arrive over time (a streamed turn), at positions
@@ -326,6 +357,7 @@ class Journal(ABC):
         """
         run_id = check_run_id(run_id)
         rows = [encode_call(first_position + offset, call) for offset, call in enumerate(calls)]
+        self._check_calls(run_id, rows)
         await self._run(lambda: self._add_calls(run_id, rows))
 
     async def record(self, run_id: str, call_id: str, transition: Transition, payload: Any = None) -> None:
@@ -347,6 +379,8 @@ class Journal(ABC):
         if transition == "finished" and isinstance(payload, ToolResult) and payload.call_id != call_id:
             raise JournalError(f"the result of call {payload.call_id!r} cannot finish call {call_id!r}")
         stored = encode_payload(transition, call_id, payload)
+        if stored is not None:
+            self._check_row(len(stored) + len(run_id.encode()) + len(call_id.encode()), call_id, transition)
         await anyio.to_thread.run_sync(self._write_record, PendingRecord(run_id, call_id, transition, stored))
 
     async def load(self, run_id: str) -> RunRecord:

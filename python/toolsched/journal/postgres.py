@@ -171,6 +171,9 @@ class PostgresJournal(Journal):
     - ``connect_timeout``: seconds to wait for the server when connecting.
     """
 
+    # PostgreSQL's largest field, and largest message to the server (a row's values travel in one): 1 GB - 1.
+    _max_row = 2**30 - 1
+
     def __init__(
         self,
         dsn: str,
