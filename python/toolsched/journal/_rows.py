@@ -177,7 +177,7 @@ def decode_call(run_id: str, position: int, call_id: str, name: str, args: str, 
     where = f"run {run_id!r}, call {call_id!r}"
     try:
         value = json.loads(args)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than any value the journal writes
         raise JournalCorruptError(f"{where}: the stored arguments are not JSON") from None
     if form == "text" and isinstance(value, str):
         restored: Mapping[str, Any] | str = value
@@ -220,7 +220,7 @@ _RESULT_TYPES: dict[str, tuple[type, ...]] = {**RESULT_FIELD_TYPES, "exact": (bo
 def decode_result(where: str, call_id: str, text: str | None) -> tuple[ToolResult, bool]:
     try:
         body = json.loads(text) if text is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):
         raise JournalCorruptError(f"{where}: the stored result is not JSON") from None
     if isinstance(body, dict) and "attempts" not in body:
         body["attempts"] = 1  # stored before results counted their attempts
@@ -302,7 +302,7 @@ def build_record(
         if kind == "started" or kind in _DECISIONS:
             try:
                 decoded = json.loads(payload) if payload is not None else None
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise JournalCorruptError(f"{where}: the payload of {kind!r} is not JSON") from None
             if decoded is not None and not isinstance(decoded, dict):
                 raise JournalCorruptError(f"{where}: the payload of {kind!r} is not an object")
