@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import psycopg
 import pytest
 from crashes import child_env
 from journal_child import Store, store_in
@@ -159,3 +162,46 @@ async def test_a_transition_for_a_call_id_no_journal_can_store_is_a_journal_erro
             await journal.record("r", call_id, "started")
         await journal.record("r", "c1", "started")
         assert (await journal.load("r")).call("c1").state == "started"
+
+
+def connections_of(store: Store, journal: ts.Journal, *, settled: bool = False) -> int:
+    """How many connections the journal holds open: descriptors of its file in this process (SQLite), sessions
+    named for its owner on the server (PostgreSQL; with ``settled``, once those its client closed are gone)."""
+    if store.kind == "sqlite":
+        assert store.path is not None
+        target = os.path.realpath(store.path)
+        return sum(os.path.realpath(f"/proc/self/fd/{fd}") == target for fd in os.listdir("/proc/self/fd"))
+    assert store.dsn is not None
+    name = f"toolsched-journal {journal.owner}"[:63]
+    with psycopg.connect(store.dsn, autocommit=True) as conn:
+        for _ in range(500):
+            row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)).fetchone()
+            assert row is not None
+            if row[0] == 0 or not settled:
+                break
+            # A session the client closed leaves the server's list once its backend has exited.
+            time.sleep(0.01)
+    return int(row[0])
+
+
+async def test_a_journal_left_by_a_cancellation_is_closed(store: Store) -> None:
+    """``async with journal:`` left by a cancellation (a timeout, a task group cancelled) and ``close()`` called
+    in a cancelled scope closed nothing: the connections stayed open (a PostgreSQL session held for the life of
+    the process) and the journal went on taking writes."""
+    with anyio.move_on_after(0.2):
+        async with store.open() as journal:
+            await journal.begin_run("r", [ts.ToolCall("c1", "echo", {})])
+            assert connections_of(store, journal) == 1
+            await anyio.sleep(30)
+    assert connections_of(store, journal, settled=True) == 0
+    with pytest.raises(ts.JournalError, match="closed"):
+        await journal.load("r")
+
+    second = store.open()
+    await second.load("r")
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await second.close()
+    assert connections_of(store, second, settled=True) == 0
+    with pytest.raises(ts.JournalError, match="closed"):
+        await second.load("r")

@@ -209,8 +209,12 @@ class Journal(ABC):
         await self._run(lambda: None)
 
     async def close(self) -> None:
-        """Closes the connection. A closed journal refuses further use."""
-        await anyio.to_thread.run_sync(self._close_locked)
+        """Closes the connection. A closed journal refuses further use.
+
+        Shielded from cancellation: a journal left by a cancelled ``async with`` is closed all the same.
+        """
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self._close_locked)
 
     def _close_locked(self) -> None:
         # Outside the lock: the keeper never takes it, and a renewal under way finishes first.
