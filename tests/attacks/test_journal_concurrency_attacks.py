@@ -8,11 +8,14 @@ from __future__ import annotations
 import copy
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import anyio
@@ -205,3 +208,53 @@ async def test_a_journal_left_by_a_cancellation_is_closed(store: Store) -> None:
     assert connections_of(store, second, settled=True) == 0
     with pytest.raises(ts.JournalError, match="closed"):
         await second.load("r")
+
+
+@pytest.fixture
+def postgres_store(tmp_path: Path) -> Iterator[Store]:
+    yield from store_in("postgres", tmp_path, "concurrency_attack")
+
+
+async def test_a_postgres_server_that_stops_answering_fails_the_run_instead_of_hanging_it(
+    postgres_store: Store,
+) -> None:
+    """A server that stops answering (its backend stopped here with SIGSTOP, as a hung server or a network that
+    drops everything looks to the client) held the journal's statement for good: the write was shielded, so
+    neither the lost lease nor a timeout around the run ended it, and the run hung until the server came back
+    (30 s here, when the test continues it). A statement with no answer within the lease (at least
+    ``connect_timeout``) now has its connection closed: the run fails with ``JournalError`` while the server is
+    still stopped, and the journal connects afresh for what comes next."""
+    dsn = postgres_store.dsn
+    assert dsn is not None
+    stopped: list[int] = []
+    continued = threading.Event()
+
+    def resume_server() -> None:
+        continued.set()
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+
+    async with postgres_store.open(lease=1, connect_timeout=1) as journal:
+        name = f"toolsched-journal {journal.owner}"[:63]
+
+        @ts.tool
+        async def stop_the_server() -> str:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (name,))
+                stopped.extend(int(row[0]) for row in rows.fetchall())
+            assert stopped
+            for pid in stopped:
+                os.kill(pid, signal.SIGSTOP)
+            return "stopped"
+
+        guard = threading.Timer(30, resume_server)
+        guard.start()
+        try:
+            with pytest.raises(ts.JournalError):
+                await ts.Executor([stop_the_server], journal=journal).run([ts.ToolCall("s", "stop_the_server")])
+            assert not continued.is_set()
+        finally:
+            guard.cancel()
+            resume_server()
+        # The connections severed are replaced: the journal answers again.
+        assert await journal.prune(older_than=timedelta(days=1)) == 0

@@ -306,8 +306,8 @@ class Journal(ABC):
             )
         what = "the arguments" if transition == "planned" else f"the {transition!r} transition"
         raise JournalError(
-            f"{what} of call {call_id!r} take {size:,} characters as stored, more than the journal holds in one row "
-            f"({limit:,})"
+            f"{what} of call {call_id!r} would take {size:,} characters as stored, more than the journal holds in one "
+            f"row ({limit:,})"
         )
 
     @property
