@@ -258,3 +258,27 @@ async def test_a_postgres_server_that_stops_answering_fails_the_run_instead_of_h
             resume_server()
         # The connections severed are replaced: the journal answers again.
         assert await journal.prune(older_than=timedelta(days=1)) == 0
+
+
+@pytest.mark.parametrize("force", ["false", "no", 0.0, None], ids=repr)
+async def test_force_that_is_not_a_bool_is_refused_before_a_live_holder_loses_its_run(
+    store: Store, force: object
+) -> None:
+    """``force`` was read for its truth: ``recover(run_id, force="false")`` took a run from its live holder and ran
+    its planned call here, what the holder's lease is there to prevent (and ``force=0.0``/``None`` passed as
+    False). A ``force`` that is not True or False is now refused, naming it, before anything is claimed."""
+    ran: list[str] = []
+
+    @ts.tool
+    async def charge(order: str) -> str:
+        ran.append(order)
+        return f"charged {order}"
+
+    async with store.open(lease=600) as holder, store.open() as other:
+        await holder.begin_run("turn-1", [ts.ToolCall("c1", "charge", {"order": "A-1"})])
+        with pytest.raises(ts.OptionError, match="force must be True or False"):
+            await ts.Executor([charge], journal=other).recover("turn-1", force=force)  # type: ignore[arg-type]
+        with pytest.raises(ts.JournalError, match="force must be True or False"):
+            await other.claim("turn-1", force=force)  # type: ignore[arg-type]
+        assert (await other.load("turn-1")).owner == holder.owner
+    assert ran == []

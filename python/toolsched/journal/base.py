@@ -411,6 +411,8 @@ class Journal(ABC):
         """``claim``, also returning the ``time.monotonic()`` at which its statement was sent (the lease it
         sets counts from no earlier)."""
         run_id = check_run_id(run_id)
+        if not isinstance(force, bool):
+            raise JournalError(f"force must be True or False, got {force!r}")
         return await anyio.to_thread.run_sync(self._locked_timed, lambda: self._claim(run_id, force))
 
     async def renew(self, run_id: str) -> None:
