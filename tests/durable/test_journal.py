@@ -772,3 +772,18 @@ async def test_journals_opened_at_once_on_a_fresh_store_agree_on_the_schema(stor
     assert raw(store, "SELECT value FROM toolsched_meta WHERE key = 'schema_version'") == [
         (str(ts.journal.SCHEMA_VERSION),)
     ]
+
+
+@pytest.mark.parametrize("first_position", [1.5, "1", True, -1, 2**31], ids=repr)
+async def test_a_position_no_call_can_have_is_refused_and_the_run_stays_readable(
+    store: Store, first_position: Any
+) -> None:
+    """``add_calls`` took any ``first_position``: 1.5 was stored in SQLite's position column, after which every
+    ``load`` and ``recover`` of the run was ``JournalCorruptError``; "1" and 2**31 raised a bare TypeError or
+    OverflowError; True and -1 were stored (a call at -1 comes before the turn's first). A position that is not
+    a whole number from 0 to 2**31 - 1 (PostgreSQL's integer) is ``JournalError`` naming it, nothing written."""
+    async with store.open() as journal:
+        await journal.begin_run("r", [ts.ToolCall("c0", "echo", {})])
+        with pytest.raises(ts.JournalError, match="first_position"):
+            await journal.add_calls("r", first_position, [ts.ToolCall("c1", "echo", {})])
+        assert [entry.call_id for entry in (await journal.load("r")).calls] == ["c0"]

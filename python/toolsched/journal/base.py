@@ -76,6 +76,10 @@ T = TypeVar("T")
 MAX_LEASE = timedelta(days=365_000)
 
 
+# The last position a call can have: PostgreSQL's ``integer``, the narrower of the journals' position columns.
+MAX_POSITION = 2**31 - 1
+
+
 def check_lease(lease: timedelta | float) -> timedelta:
     """A journal's lease: a timedelta or seconds (``numeric_fault``'s rule), positive and at most ``MAX_LEASE``."""
     if isinstance(lease, timedelta):
@@ -360,6 +364,13 @@ class Journal(ABC):
         a position already taken raises ``JournalError``.
         """
         run_id = check_run_id(run_id)
+        calls = list(calls)
+        last = MAX_POSITION - max(len(calls) - 1, 0)
+        if type(first_position) is not int or not 0 <= first_position <= last:
+            raise JournalError(
+                f"first_position must be a whole number from 0 to {last:,} (the positions of {len(calls)} calls end "
+                f"by {MAX_POSITION:,}), got {first_position!r}"
+            )
         rows = [encode_call(first_position + offset, call) for offset, call in enumerate(calls)]
         self._check_calls(run_id, rows)
         await self._run(lambda: self._add_calls(run_id, rows))
