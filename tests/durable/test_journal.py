@@ -787,3 +787,30 @@ async def test_a_position_no_call_can_have_is_refused_and_the_run_stays_readable
         with pytest.raises(ts.JournalError, match="first_position"):
             await journal.add_calls("r", first_position, [ts.ToolCall("c1", "echo", {})])
         assert [entry.call_id for entry in (await journal.load("r")).calls] == ["c0"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"attempts": None}, "attempts"),
+        ({"is_error": 1}, "is_error"),
+        ({"batch": "x"}, "batch"),
+        ({"error_kind": "weird"}, "error_kind"),
+        ({"tool_name": None}, "tool_name"),
+    ],
+    ids=["attempts-none", "is_error-int", "batch-text", "unknown-error-kind", "tool_name-none"],
+)
+async def test_a_result_the_journal_could_not_read_back_is_refused_when_recorded(
+    store: Store, fields: dict[str, Any], named: str
+) -> None:
+    """``record(..., "finished", result)`` stored a ``ToolResult`` whose fields have types a result never has
+    (``is_error=1``, ``attempts=None``) or an unknown ``error_kind``, and from then on every ``load`` and
+    ``recover`` of the run was ``JournalCorruptError``: a finished call is final, so the run could not be mended.
+    Such a result is ``JournalError`` naming the field, nothing written; the call can still finish."""
+    async with store.open() as journal:
+        await journal.begin_run("r", [ts.ToolCall("c1", "echo", {})])
+        with pytest.raises(ts.JournalError, match=named):
+            await journal.record("r", "c1", "finished", result("c1", "out", **fields))
+        assert (await journal.load("r")).call("c1").state == "planned"
+        await journal.record("r", "c1", "finished", result("c1", "out"))
+        assert (await journal.load("r")).call("c1").result == result("c1", "out")

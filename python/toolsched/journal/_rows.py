@@ -204,6 +204,19 @@ def encode_result(result: ToolResult) -> str:
     body["call_id"] = result.call_id
     body["tool_name"] = result.tool_name
     body["offload_path"] = result.offload_path
+    # What ``decode_result`` would refuse is refused here: once finished, a call cannot be written again.
+    for name, types in RESULT_FIELD_TYPES.items():
+        if type(body[name]) not in types:
+            allowed = " or ".join("None" if kind is type(None) else kind.__name__ for kind in types)
+            raise JournalError(
+                f"the result of call {result.call_id!r} cannot be journaled: its {name} must be {allowed}, "
+                f"got {body[name]!r}"
+            )
+    if body["error_kind"] is not None and body["error_kind"] not in ERROR_KINDS:
+        raise JournalError(
+            f"the result of call {result.call_id!r} cannot be journaled: its error_kind {body['error_kind']!r} "
+            f"is none of {', '.join(sorted(ERROR_KINDS))}"
+        )
     body["exact"] = exact
     try:
         scalars = to_json(body)
