@@ -814,3 +814,20 @@ async def test_a_result_the_journal_could_not_read_back_is_refused_when_recorded
         assert (await journal.load("r")).call("c1").state == "planned"
         await journal.record("r", "c1", "finished", result("c1", "out"))
         assert (await journal.load("r")).call("c1").result == result("c1", "out")
+
+
+@pytest.mark.parametrize("transition", ["pending", "approved", "started"])
+async def test_arguments_that_do_not_match_their_digest_are_refused_when_recorded(
+    store: Store, transition: ts.journal.Transition
+) -> None:
+    """A transition whose ``args`` do not match the ``digest`` beside them was stored, and from then on every
+    ``load`` and ``recover`` of the run took it for damage (``JournalCorruptError``), with no way to mend it.
+    It is ``JournalError`` when recorded, nothing written; with the right digest the same transition is kept."""
+    args = {"text": "one"}
+    async with store.open() as journal:
+        await journal.begin_run("r", [ts.ToolCall("c1", "echo", args)])
+        with pytest.raises(ts.JournalError, match="digest"):
+            await journal.record("r", "c1", transition, {"args": args, "digest": "not the digest"})
+        assert (await journal.load("r")).call("c1").state == "planned"
+        await journal.record("r", "c1", transition, {"args": args, "digest": ts.journal.args_digest(args)})
+        assert (await journal.load("r")).call("c1").state == transition

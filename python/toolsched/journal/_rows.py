@@ -262,9 +262,18 @@ def encode_payload(transition: str, call_id: str, payload: Any) -> str | None:
         kind = type(payload).__name__
         raise JournalError(f"the payload of a {transition!r} transition must be a mapping, got {kind}")
     try:
-        return to_json(dict(payload))
+        text = to_json(dict(payload))
     except (TypeError, ValueError) as exc:
         raise JournalError(f"the payload of {transition!r} for call {call_id!r} is not JSON: {exc}") from None
+    if "args" in payload and "digest" in payload:
+        # Checked as ``build_record`` reads it back (``check_payload_args``): a mismatch stored would make every
+        # later read of the run take it for damage.
+        stored_form = json.loads(text)
+        if stored_form["digest"] != args_digest(stored_form["args"]):
+            raise JournalError(
+                f"the payload of {transition!r} for call {call_id!r} has arguments that do not match its digest"
+            )
+    return text
 
 
 def build_record(
