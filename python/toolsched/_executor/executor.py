@@ -431,6 +431,9 @@ class Executor:
         journal = self._settings.journal
         if journal is None:
             raise OptionError("recover() needs an executor built with journal=")
+        if not isinstance(force, bool):
+            # Read for its truth, a "false" would take the run from a live holder.
+            raise OptionError(f"force must be True or False, got {force!r}")
         if steering is not None:
             _check_steering(steering)
         if limits is None:
