@@ -1,0 +1,207 @@
+"""MCP servers that misbehave at the edges of the protocol, and connections used the wrong way: a server that
+stops reading its input, tool lists that page in a circle or list a tool twice, a connection entered twice,
+options that are not what they must be.
+
+Every call gets one result, no request outlives its ``read_timeout``, no server process outlives its
+connection, and a wrong option is an ``OptionError`` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import toolsched as ts
+from toolsched import mcp as ts_mcp
+
+pytestmark = pytest.mark.anyio
+
+# A hang guard only: every test here ends in seconds when the bridge works.
+LIMIT = 30
+
+# The hand-written server (tests/support/raw_mcp_server.py): its docstring lists the hostile answers.
+RAW_SERVER = Path(__file__).parents[1] / "support" / "raw_mcp_server.py"
+# The server written with the `mcp` package (tests/support/mcp_server.py).
+SDK_SERVER = Path(__file__).parents[1] / "support" / "mcp_server.py"
+
+
+def _tool(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "inputSchema": {"type": "object"}, **extra}
+
+
+def _raw_server(tmp_path: Path, tools: list[dict[str, Any]], **options: Any) -> ts_mcp.McpConnection:
+    listing = tmp_path / "tools.json"
+    listing.write_text(json.dumps(tools))
+    return ts_mcp.connect_stdio(sys.executable, [str(RAW_SERVER), str(listing)], **options)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+async def test_a_call_the_server_does_not_read_ends_at_read_timeout(tmp_path: Path) -> None:
+    # `hang` stops the server reading its input: the pipe to it fills with the first calls' arguments, and a
+    # later call cannot even be written. Each call still ends at its read timeout, as a timeout.
+    connection = _raw_server(tmp_path, [_tool("hang")], read_timeout=1.0)
+    blob = "x" * 300_000
+    with anyio.fail_after(LIMIT):
+        async with connection:
+            executor = ts.Executor(await connection.tools(), strategy=ts.Parallel())
+            outcome = await executor.run([ts.ToolCall(str(n), "hang", {"blob": blob}) for n in range(4)])
+    assert [result.call_id for result in outcome.results] == ["0", "1", "2", "3"]
+    for result in outcome.results:
+        assert result.error_kind == "timeout", result
+        assert f"MCP server `{sys.executable}` did not " in (result.error or "")
+        assert "`hang` within 1 seconds (read_timeout)" in (result.error or "")
+
+
+async def test_a_tool_list_whose_cursor_comes_back_lists_each_tool_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Page one names the cursor "again", and so does the page at "again": a walk that followed it would list
+    # the same tools until its page bound, each under a new name.
+    connection = _raw_server(tmp_path, [_tool("first")])
+    (tmp_path / "tools.json.next").write_text("again")
+    (tmp_path / "tools.json.again").write_text(json.dumps([_tool("second")]))
+    (tmp_path / "tools.json.again.next").write_text("again")
+    with anyio.fail_after(LIMIT), caplog.at_level(logging.WARNING, logger="toolsched"):
+        async with connection:
+            tools = await connection.tools()
+            assert [(member.name, member.remote_name) for member in tools] == [
+                ("first", "first"),
+                ("second", "second"),
+            ]
+            outcome = await ts.Executor(tools).run([ts.ToolCall("1", "second", {})])
+            assert outcome.results[0].output == "second:{}"
+    warnings = [record.getMessage() for record in caplog.records if record.name.startswith("toolsched")]
+    assert warnings == [
+        f"MCP server `{sys.executable}`: its `tools/list` cursor 'again' came back; the tools listed before it "
+        "are kept and the list ends there"
+    ]
+
+
+async def test_a_tool_list_longer_than_its_page_bound_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Every page names a new cursor: the walk stops at its bound, and says it did.
+    pages = ts_mcp.MAX_TOOL_PAGES + 5
+    connection = _raw_server(tmp_path, [_tool("t0")])
+    (tmp_path / "tools.json.next").write_text("p1")
+    for page in range(1, pages):
+        (tmp_path / f"tools.json.p{page}").write_text(json.dumps([_tool(f"t{page}")]))
+        (tmp_path / f"tools.json.p{page}.next").write_text(f"p{page + 1}")
+    with anyio.fail_after(LIMIT), caplog.at_level(logging.WARNING, logger="toolsched"):
+        async with connection:
+            tools = await connection.tools()
+    assert [member.name for member in tools] == [f"t{page}" for page in range(ts_mcp.MAX_TOOL_PAGES)]
+    warnings = [record.getMessage() for record in caplog.records if record.name.startswith("toolsched")]
+    assert warnings == [
+        f"MCP server `{sys.executable}`: its `tools/list` goes on past {ts_mcp.MAX_TOOL_PAGES} pages (the next at "
+        f"cursor 'p{ts_mcp.MAX_TOOL_PAGES}'); the tools of the first {ts_mcp.MAX_TOOL_PAGES} are kept"
+    ]
+
+
+async def test_a_tool_listed_twice_is_one_tool_with_its_first_schema(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Both entries would call the server's one `a`: a second toolsched tool for it would be checked against a
+    # schema the server does not hold for it.
+    strict = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    connection = _raw_server(tmp_path, [_tool("a"), {"name": "a", "inputSchema": strict}, _tool("b")])
+    with anyio.fail_after(LIMIT), caplog.at_level(logging.WARNING, logger="toolsched"):
+        async with connection:
+            tools = await connection.tools()
+            assert [(member.name, member.remote_name) for member in tools] == [("a", "a"), ("b", "b")]
+            assert tools[0].input_schema == {"type": "object"}
+            again = await connection.refresh_tools()
+            assert again == tools and all(kept is member for kept, member in zip(again, tools, strict=True))
+    warnings = [record.getMessage() for record in caplog.records if record.name.startswith("toolsched")]
+    left_out = f"MCP server `{sys.executable}`: tool 'a' is listed again; its first entry is kept"
+    assert warnings == [left_out, left_out]
+
+
+async def test_a_connection_entered_while_open_is_refused_and_its_server_is_not_lost() -> None:
+    connection = ts_mcp.connect_stdio(sys.executable, [str(SDK_SERVER)])
+    with anyio.fail_after(LIMIT):
+        async with connection:
+            executor = ts.Executor(await connection.tools())
+            first = await executor.run([ts.ToolCall("1", "pid", {})])
+            pid = int(first.results[0].output)
+            with pytest.raises(ts.McpConnectionError, match="is open already") as raised:
+                async with connection:
+                    pass
+            assert "`async with`" in str(raised.value)
+            # The open connection goes on with its server.
+            again = await executor.run([ts.ToolCall("2", "pid", {})])
+            assert again.results[0].output == str(pid)
+        assert _gone(pid)
+        # Closed, it can be entered again.
+        async with connection:
+            outcome = await ts.Executor(await connection.tools()).run([ts.ToolCall("3", "add", {"a": 1})])
+            assert outcome.results[0].output == "3"
+
+
+async def test_a_connection_entered_from_two_tasks_at_once_opens_once() -> None:
+    connection = ts_mcp.connect_stdio(sys.executable, [str(SDK_SERVER)])
+    refused: list[BaseException] = []
+    pids: list[int] = []
+
+    async def enter(opened: anyio.Event, done: anyio.Event) -> None:
+        try:
+            async with connection:
+                pids.append(int(await connection.call_tool("pid", {})))
+                opened.set()
+                await done.wait()
+        except ts.McpConnectionError as exc:
+            refused.append(exc)
+            opened.set()
+
+    with anyio.fail_after(LIMIT):
+        async with anyio.create_task_group() as group:
+            done = anyio.Event()
+            events = [anyio.Event(), anyio.Event()]
+            for opened in events:
+                group.start_soon(enter, opened, done)
+            for opened in events:
+                await opened.wait()
+            done.set()
+    assert len(pids) == 1 and len(refused) == 1
+    assert "is open already" in str(refused[0])
+    assert _gone(pids[0])
+
+
+@pytest.mark.parametrize("read_timeout", [0, -1, float("nan"), "5", True])
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_read_timeout_that_is_not_a_positive_number_is_an_option_error(read_timeout: Any, transport: str) -> None:
+    with pytest.raises(ts.OptionError, match="read_timeout must be a positive number of seconds") as raised:
+        if transport == "stdio":
+            ts_mcp.connect_stdio(sys.executable, [str(SDK_SERVER)], read_timeout=read_timeout)
+        else:
+            ts_mcp.connect_http("http://127.0.0.1:1/mcp", read_timeout=read_timeout)
+    assert repr(read_timeout) in str(raised.value)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_prefix_that_is_not_text_is_an_option_error(transport: str) -> None:
+    with pytest.raises(ts.OptionError, match="prefix must be text, got 5"):
+        if transport == "stdio":
+            ts_mcp.connect_stdio(sys.executable, [str(SDK_SERVER)], prefix=5)  # type: ignore[arg-type]
+        else:
+            ts_mcp.connect_http("http://127.0.0.1:1/mcp", prefix=5)  # type: ignore[arg-type]
+
+
+async def test_no_wait_and_an_infinite_read_timeout_still_connect(tmp_path: Path) -> None:
+    for read_timeout in (None, float("inf")):
+        connection = _raw_server(tmp_path, [_tool("echo")], read_timeout=read_timeout)
+        with anyio.fail_after(LIMIT):
+            async with connection:
+                assert await connection.call_tool("echo", {}) == "echo:{}"
