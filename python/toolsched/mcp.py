@@ -83,6 +83,7 @@ from toolsched._tools.mcp_listing import (
     shown_errors,
     too_deep_line,
 )
+from toolsched._tools.mcp_stderr import stderr_into
 from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.schema import SCHEMA_DEPTH
 from toolsched._tools.tools import Tool
@@ -821,7 +822,8 @@ def connect_stdio(
     """A connection to a server started as a subprocess that speaks MCP over its stdin and stdout.
 
     ``env`` is merged over a minimal default environment; ``errlog`` receives
-    the server's stderr (default ``sys.stderr``); ``read_timeout`` bounds each
+    the server's stderr (default ``sys.stderr``; a stream without a file
+    descriptor, such as a ``StringIO``, is fed through a pipe); ``read_timeout`` bounds each
     request's wait for an answer (``DEFAULT_READ_TIMEOUT``, 300 seconds; None
     waits for ever): a tool call it ends is that call's ``timeout``, saying
     the server did not answer (called directly, an ``McpConnectionError`` that
@@ -836,7 +838,11 @@ def connect_stdio(
         parameters = StdioServerParameters(
             command=command, args=list(args), env=dict(env) if env is not None else None, cwd=cwd
         )
-        transport = stdio_client(parameters, errlog=errlog if errlog is not None else sys.stderr)
+        # A stream without a descriptor (a StringIO, a notebook's or a test runner's captured stderr) is fed
+        # through a pipe.
+        transport = stderr_into(
+            errlog if errlog is not None else sys.stderr, lambda stream: stdio_client(parameters, errlog=stream)
+        )
         return Client(
             connection._watch(transport), message_handler=connection._on_message, read_timeout_seconds=read_timeout
         )

@@ -8,6 +8,7 @@ connection, and a wrong option is an ``OptionError`` naming it.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -205,3 +206,41 @@ async def test_no_wait_and_an_infinite_read_timeout_still_connect(tmp_path: Path
         with anyio.fail_after(LIMIT):
             async with connection:
                 assert await connection.call_tool("echo", {}) == "echo:{}"
+
+
+def _server_that_writes_to_stderr(tmp_path: Path, text: str) -> list[str]:
+    """The arguments of a raw server that writes ``text`` (read from a file) to its stderr before it serves."""
+    listing = tmp_path / "tools.json"
+    listing.write_text(json.dumps([_tool("echo")]))
+    written = tmp_path / "stderr.txt"
+    written.write_text(text, encoding="utf-8")
+    start = (
+        "import runpy, sys\n"
+        f"sys.stderr.write(open({str(written)!r}, encoding='utf-8').read())\n"
+        "sys.stderr.flush()\n"
+        f"sys.argv = [{str(RAW_SERVER)!r}, {str(listing)!r}]\n"
+        f"runpy.run_path({str(RAW_SERVER)!r}, run_name='__main__')\n"
+    )
+    return ["-c", start]
+
+
+async def test_a_server_stderr_goes_to_an_errlog_without_a_file_descriptor(tmp_path: Path) -> None:
+    # A StringIO (or a notebook's or a test runner's captured stderr) has no descriptor a process can write to.
+    errlog = io.StringIO()
+    text = "starting é\n" + "noise\n" * 20_000
+    connection = ts_mcp.connect_stdio(sys.executable, _server_that_writes_to_stderr(tmp_path, text), errlog=errlog)
+    with anyio.fail_after(LIMIT):
+        async with connection:
+            assert await connection.call_tool("echo", {"n": 1}) == 'echo:{"n": 1}'
+    assert errlog.getvalue() == text
+
+
+async def test_a_server_started_while_stderr_is_captured_connects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # pytest's capsys puts a stream without a descriptor in sys.stderr, the default errlog.
+    connection = ts_mcp.connect_stdio(sys.executable, _server_that_writes_to_stderr(tmp_path, "hello\n"))
+    with anyio.fail_after(LIMIT):
+        async with connection:
+            assert await connection.call_tool("echo", {}) == "echo:{}"
+    assert capsys.readouterr().err == "hello\n"
