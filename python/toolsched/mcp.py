@@ -559,6 +559,14 @@ class McpConnection:
             self._lost = f"MCP server {self.label} closed the connection"
             logger.warning("%s", self._lost)
 
+    def _closed_here(self) -> bool:
+        """Whether the connection's own ``async with`` ended (it closes the transport, not the server)."""
+        return self._closing is not None and self._closing.is_set()
+
+    def _closed_during(self, name: str) -> str:
+        """The message of a call that waited while the connection's ``async with`` block ended."""
+        return f"the connection to MCP server {self.label} was closed during `{name}`: its `async with` block ended"
+
     def _not_sent(self, request: str) -> str:
         """The message of a request made after the connection was gone: it was never sent."""
         return f"{self._lost}; {request} was called after that and was not sent"
@@ -767,6 +775,8 @@ class McpConnection:
                     name, dict(args), read_timeout_seconds=self._waits_for(tool_timeout), progress_callback=on_progress
                 )
         except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED and self._closed_here():
+                raise McpConnectionError(self._closed_during(name)) from exc
             if exc.code == CONNECTION_CLOSED:
                 # The transport gave up on the server (an HTTP server that cannot be reached says so only
                 # here): later calls fail at once.
@@ -780,6 +790,8 @@ class McpConnection:
                 raise _Unanswered(self._unanswered(f"`{name}`")) from exc
             raise McpToolError(f"MCP server {self.label} refused `{name}`: {exc.message}") from exc
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
+            if self._closed_here():
+                raise McpConnectionError(self._closed_during(name)) from exc
             self._server_closed()
             raise McpConnectionError(f"MCP server {self.label} closed the connection during `{name}`") from exc
         except ValidationError as exc:

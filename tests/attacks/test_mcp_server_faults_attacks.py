@@ -244,3 +244,30 @@ async def test_a_server_started_while_stderr_is_captured_connects(
         async with connection:
             assert await connection.call_tool("echo", {}) == "echo:{}"
     assert capsys.readouterr().err == "hello\n"
+
+
+async def test_calls_in_flight_when_their_block_ends_say_the_block_closed_the_connection() -> None:
+    # The server did not close anything: the connection's own `async with` ended while its calls waited.
+    results: list[ts.ToolResult] = []
+    with anyio.fail_after(LIMIT):
+        async with anyio.create_task_group() as group:
+            async with ts_mcp.connect_stdio(sys.executable, [str(SDK_SERVER)]) as connection:
+                started = anyio.Event()
+                executor = ts.Executor(
+                    await connection.tools(),
+                    strategy=ts.Parallel(),
+                    on_progress=lambda event: started.set() if isinstance(event, ts.ToolProgress) else None,
+                )
+
+                async def run() -> None:
+                    outcome = await executor.run([ts.ToolCall("1", "started_then_slow", {"seconds": LIMIT})])
+                    results.extend(outcome.results)
+
+                group.start_soon(run)
+                await started.wait()
+    (result,) = results
+    assert result.error_kind == "execution_error"
+    assert result.error == (
+        f"McpConnectionError: the connection to MCP server `{sys.executable}` was closed during `started_then_slow`: "
+        "its `async with` block ended"
+    )
