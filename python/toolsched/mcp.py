@@ -376,13 +376,20 @@ class McpConnection:
     async def _hold_open(self, client: Any, *, task_status: anyio.abc.TaskStatus[Exception | None]) -> None:
         """Enters the client in this task and keeps it open until the connection closes or the transport fails."""
         started = False
+        closing = anyio.CancelScope()
         try:
-            async with client:
-                self._client = client
-                started = True
-                task_status.started(None)
-                assert self._closing is not None
-                await self._closing.wait()
+            with closing:
+                async with client:
+                    self._client = client
+                    started = True
+                    task_status.started(None)
+                    assert self._closing is not None
+                    await self._closing.wait()
+                    # Leaving the client ends the session (over HTTP, a DELETE the server is to answer): a request
+                    # like any other, bounded by read_timeout, so that a server that never answers it cannot hold
+                    # the end of the `async with` block (the transport's own bound is minutes).
+                    if self.read_timeout is not None:
+                        closing.deadline = anyio.current_time() + self.read_timeout
         except Exception as exc:
             if not started:
                 task_status.started(exc)

@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -271,3 +272,39 @@ async def test_calls_in_flight_when_their_block_ends_say_the_block_closed_the_co
         f"McpConnectionError: the connection to MCP server `{sys.executable}` was closed during `started_then_slow`: "
         "its `async with` block ended"
     )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def test_leaving_an_http_connection_whose_server_never_ends_its_session_waits_read_timeout_at_most(
+    tmp_path: Path,
+) -> None:
+    # Leaving the block ends the session with a DELETE, which this server never answers: the close is a
+    # request like any other, bounded by read_timeout (the transport's own read bound is 300 seconds).
+    listing = tmp_path / "tools.json"
+    listing.write_text(json.dumps([_tool("echo")]))
+    port = _free_port()
+    process = await anyio.open_process([sys.executable, str(RAW_SERVER), "--http-session", str(port), str(listing)])
+    try:
+        with anyio.fail_after(LIMIT):
+            while True:
+                try:
+                    await (await anyio.connect_tcp("127.0.0.1", port)).aclose()
+                    break
+                except OSError:
+                    await anyio.sleep(0.05)
+            async with ts_mcp.connect_http(f"http://127.0.0.1:{port}/mcp", read_timeout=1.0) as connection:
+                outcome = await ts.Executor(await connection.tools()).run([ts.ToolCall("1", "echo", {})])
+                assert outcome.results[0].output == "echo:{}"
+            with pytest.raises(ts.McpConnectionError, match="not connected"):
+                await connection.call_tool("echo", {})
+    finally:
+        process.kill()
+        with anyio.CancelScope(shield=True):
+            await process.wait()
+            await process.aclose()

@@ -14,7 +14,8 @@ named after a hostile answer, which get that answer instead:
 
 Run as ``python raw_mcp_server.py --http PORT LISTING`` it answers the same over streamable HTTP on
 127.0.0.1 (each POST answered with the first line it would write, as JSON; nothing else of the transport);
-with ``--http-sse`` instead of ``--http``, as one server-sent event.
+with ``--http-sse`` instead of ``--http``, as one server-sent event. With ``--http-session`` it answers as
+``--http`` does under a session ID, and never answers the DELETE that ends the session.
 """
 
 import http.server
@@ -125,6 +126,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         sse = self.server.server_port in _sse_ports
         body = (f"event: message\ndata: {lines[0]}\n\n" if sse else lines[0]).encode()
         self.send_response(200)
+        if self.server.server_port in _session_ports:
+            self.send_header("Mcp-Session-Id", "raw-session")
         self.send_header("Content-Type", "text/event-stream" if sse else "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -134,21 +137,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(405)
         self.end_headers()
 
-    do_DELETE = do_GET
+    def do_DELETE(self) -> None:
+        if self.server.server_port in _session_ports:
+            time.sleep(3600)
+        self.do_GET()
 
     def log_message(self, format: str, *args: object) -> None:
         pass
 
 
-# The ports answered as server-sent events.
+# The ports answered as server-sent events, and those answered under a session ID.
 _sse_ports: set[int] = set()
+_session_ports: set[int] = set()
 
 
 def main() -> None:
-    if sys.argv[1] in ("--http", "--http-sse"):
+    if sys.argv[1] in ("--http", "--http-sse", "--http-session"):
         port = int(sys.argv[2])
         if sys.argv[1] == "--http-sse":
             _sse_ports.add(port)
+        if sys.argv[1] == "--http-session":
+            _session_ports.add(port)
         del sys.argv[1:3]
         http.server.ThreadingHTTPServer(("127.0.0.1", port), _Handler).serve_forever()
         return

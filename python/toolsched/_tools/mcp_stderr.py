@@ -52,9 +52,10 @@ async def stderr_into(
                         yield streams
                 finally:
                     group.cancel_scope.cancel()
-        # The transport is closed and its server stopped: what it wrote last is in the pipe.
-        _read_what_is_left(read_end, decoder, errlog)
     finally:
+        # The transport is closed and its server stopped (even when the close was cancelled: the transport
+        # stops its server shielded): what it wrote last is in the pipe.
+        _read_what_is_left(read_end, decoder, errlog)
         os.close(read_end)
 
 
