@@ -42,7 +42,8 @@ structured content.
 Annotations are hints from the server; with ``trust_hints=False`` they are
 ignored and every tool is treated as writing, destructive and unsafe to run
 alongside others. A tool the server reports as failed, a protocol error, a
-result that is not MCP (``McpToolError`` naming the fields) or a dropped
+result that is not MCP (``McpToolError`` naming the fields), one that breaks
+the output schema its tool declared (``McpToolError``) or a dropped
 connection becomes that call's ``execution_error`` result (``McpToolError`` /
 ``McpConnectionError`` as the message); a request the server does not answer
 within ``read_timeout`` (300 seconds by default) or the tool's ``timeout``,
@@ -804,6 +805,14 @@ class McpConnection:
         except ValidationError as exc:
             raise McpToolError(
                 f"MCP server {self.label} answered `{name}` with a result that is not MCP: {_not_mcp(exc)}"
+            ) from exc
+        except RuntimeError as exc:
+            # The `mcp` package checks a result against the output schema its tool declared (and refuses kinds
+            # of result a plain call does not take) with a RuntimeError; its first line says why (the rest is
+            # the schema and the value, of any size).
+            refused = str(exc).split("\n", 1)[0] or type(exc).__name__
+            raise McpToolError(
+                f"MCP server {self.label} answered `{name}` with a result the `mcp` package refused: {refused}"
             ) from exc
         if scope.cancelled_caught:
             raise McpConnectionError(f"{self._lost} (during `{name}`)")

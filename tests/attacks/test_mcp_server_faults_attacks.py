@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import os
+import re
 import socket
 import sys
 from pathlib import Path
@@ -308,3 +309,33 @@ async def test_leaving_an_http_connection_whose_server_never_ends_its_session_wa
         with anyio.CancelScope(shield=True):
             await process.wait()
             await process.aclose()
+
+
+@pytest.mark.parametrize(
+    ("name", "refused"),
+    [
+        ("shaped", "Tool shaped has an output schema but did not return structured content"),
+        ("structured", "Invalid structured content returned by tool structured: 'no' is not of type 'integer'"),
+    ],
+    ids=["no-structured-content", "structured-content-of-another-shape"],
+)
+async def test_a_result_that_breaks_its_output_schema_is_an_mcp_tool_error(
+    tmp_path: Path, name: str, refused: str
+) -> None:
+    # The `mcp` package checks a result against the output schema its tool declared, and refuses it with a
+    # RuntimeError. `shaped` is answered with text only; `structured` with an `x` that is not an integer.
+    output_schema = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    connection = _raw_server(tmp_path, [_tool(name, outputSchema=output_schema), _tool("echo")])
+    with anyio.fail_after(LIMIT):
+        async with connection:
+            executor = ts.Executor(await connection.tools())
+            outcome = await executor.run([ts.ToolCall("1", name, {}), ts.ToolCall("2", "echo", {})])
+            with pytest.raises(ts.McpToolError, match=re.escape(refused)):
+                await connection.call_tool(name, {})
+    failed, answered = outcome.results
+    assert failed.error_kind == "execution_error"
+    assert (failed.error or "").startswith(
+        f"McpToolError: MCP server `{sys.executable}` answered `{name}` with a result the `mcp` package refused: "
+        f"{refused}"
+    )
+    assert answered.output == "echo:{}"

@@ -10,7 +10,8 @@ named after a hostile answer, which get that answer instead:
 - ``garbage``: a line that is not JSON; ``wrong_id``: an answer to another request ID;
 - ``bad_error``: an error whose code and message have the wrong types;
 - ``content_not_a_list`` and ``unknown_block``: results that are not MCP;
-- ``twice``: two answers to one request; ``slow``: an answer after 1.5 s; ``hang``: no answer at all.
+- ``twice``: two answers to one request; ``slow``: an answer after 1.5 s; ``hang``: no answer at all;
+- ``structured``: text with the structured content ``{"x": "no"}``.
 
 Run as ``python raw_mcp_server.py --http PORT LISTING`` it answers the same over streamable HTTP on
 127.0.0.1 (each POST answered with the first line it would write, as JSON; nothing else of the transport);
@@ -58,6 +59,8 @@ def call(name: str, arguments: object, request_id: object) -> None:
         answer(request_id, {"content": "text"})
     elif name == "unknown_block":
         answer(request_id, {"content": [{"type": "hologram", "data": 1}]})
+    elif name == "structured":
+        answer(request_id, {**text("structured"), "structuredContent": {"x": "no"}})
     elif name == "twice":
         answer(request_id, text("first"))
         answer(request_id, text("second"))
