@@ -65,6 +65,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import re
 import sys
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -774,8 +775,12 @@ class McpConnection:
         client = self.client
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            if ctx is not None and total:
-                ctx.report_progress(min(max(progress / total, 0.0), 1.0), message)
+            if ctx is None or not total:
+                return
+            fraction = progress / total
+            # NaN (a NaN amount, or infinity over infinity) is no fraction: not reported.
+            if not math.isnan(fraction):
+                ctx.report_progress(min(max(fraction, 0.0), 1.0), message)
 
         try:
             with self._watched() as scope:

@@ -339,3 +339,18 @@ async def test_a_result_that_breaks_its_output_schema_is_an_mcp_tool_error(
         f"{refused}"
     )
     assert answered.output == "echo:{}"
+
+
+async def test_progress_of_no_number_is_not_reported_and_logs_no_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # NaN over 1, 1 over NaN, NaN over NaN and infinity over infinity are no fraction; 1 over 2 is a half.
+    connection = _raw_server(tmp_path, [_tool("odd_progress")])
+    events: list[ts.Event] = []
+    with anyio.fail_after(LIMIT), caplog.at_level(logging.WARNING):
+        async with connection:
+            executor = ts.Executor(await connection.tools(), on_progress=events.append)
+            outcome = await executor.run([ts.ToolCall("1", "odd_progress", {})])
+    assert outcome.results[0].output == "done"
+    assert [event.fraction for event in events if isinstance(event, ts.ToolProgress)] == [0.5]
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []

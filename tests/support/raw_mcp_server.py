@@ -11,7 +11,8 @@ named after a hostile answer, which get that answer instead:
 - ``bad_error``: an error whose code and message have the wrong types;
 - ``content_not_a_list`` and ``unknown_block``: results that are not MCP;
 - ``twice``: two answers to one request; ``slow``: an answer after 1.5 s; ``hang``: no answer at all;
-- ``structured``: text with the structured content ``{"x": "no"}``.
+- ``structured``: text with the structured content ``{"x": "no"}``;
+- ``odd_progress``: progress notifications of NaN and infinite amounts, then ``"done"``.
 
 Run as ``python raw_mcp_server.py --http PORT LISTING`` it answers the same over streamable HTTP on
 127.0.0.1 (each POST answered with the first line it would write, as JSON; nothing else of the transport);
@@ -48,8 +49,14 @@ def text(value: str) -> dict[str, object]:
     return {"content": [{"type": "text", "text": value}]}
 
 
-def call(name: str, arguments: object, request_id: object) -> None:
-    if name == "garbage":
+def call(name: str, arguments: object, request_id: object, token: object = None) -> None:
+    if name == "odd_progress":
+        nan, inf = float("nan"), float("inf")
+        for progress, total in [(nan, 1), (1, nan), (nan, nan), (inf, inf), (1, 2)]:
+            params = {"progressToken": token, "progress": progress, "total": total}
+            send({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
+        answer(request_id, text("done"))
+    elif name == "garbage":
         write_line("this is not json")
     elif name == "wrong_id":
         answer(99999, {"content": []})
@@ -98,7 +105,8 @@ def handle(request: dict[str, object]) -> None:
     elif method == "tools/list":
         list_tools(params.get("cursor"), request_id)
     elif method == "tools/call":
-        call(str(params["name"]), params.get("arguments"), request_id)
+        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+        call(str(params["name"]), params.get("arguments"), request_id, meta.get("progressToken"))
     elif request_id is not None:
         answer(request_id, {})
 
