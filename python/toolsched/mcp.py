@@ -66,6 +66,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import re
 import sys
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -841,12 +842,41 @@ def connect(client: Any, *, label: str = "", prefix: str = "", trust_hints: bool
     )
 
 
+def _text_or_path(option: str, value: Any) -> str:
+    """``value`` as the text of a command line: text, or a path (``os.PathLike``); ``OptionError`` otherwise."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise OptionError(f"{option} must be text or a path, got {shown(value)}")
+    return value
+
+
+def _command_line(command: Any, args: Any, env: Any, cwd: Any) -> tuple[str, list[str], dict[str, str] | None, Any]:
+    """``connect_stdio``'s command, arguments, environment and directory, checked: ``OptionError`` names the
+    first that is not what it must be (a single string for ``args`` included: it is not a list of them)."""
+    if isinstance(args, str | bytes):
+        raise OptionError(f"args must be a sequence of arguments (text or paths), not one string: {shown(args)}")
+    if not isinstance(args, Sequence):
+        raise OptionError(f"args must be a sequence of arguments (text or paths), got {shown(args)}")
+    arguments = [_text_or_path(f"args[{index}]", argument) for index, argument in enumerate(args)]
+    if env is not None:
+        if not isinstance(env, Mapping):
+            raise OptionError(f"env must map names to text, got {shown(env)}")
+        for name, value in env.items():
+            if not isinstance(name, str) or not isinstance(value, str):
+                raise OptionError(f"env must map names to text, got {shown(name)}: {shown(value)}")
+        env = dict(env)
+    if cwd is not None:
+        cwd = _text_or_path("cwd", cwd)
+    return _text_or_path("command", command), arguments, env, cwd
+
+
 def connect_stdio(
-    command: str,
-    args: Sequence[str] = (),
+    command: str | os.PathLike[str],
+    args: Sequence[str | os.PathLike[str]] = (),
     *,
     env: Mapping[str, str] | None = None,
-    cwd: str | None = None,
+    cwd: str | os.PathLike[str] | None = None,
     prefix: str = "",
     trust_hints: bool = True,
     read_timeout: float | None = DEFAULT_READ_TIMEOUT,
@@ -861,16 +891,17 @@ def connect_stdio(
     waits for ever): a tool call it ends is that call's ``timeout``, saying
     the server did not answer (called directly, an ``McpConnectionError`` that
     is also a ``TimeoutError``). ``prefix`` is put before every tool name.
+    The command, its arguments and ``cwd`` are text or paths; an option of
+    another kind is an ``OptionError`` here.
     """
     _check_options(prefix, read_timeout)
+    program, arguments, environment, directory = _command_line(command, args, env, cwd)
 
     def build(connection: McpConnection) -> Any:
         from mcp import Client, StdioServerParameters
         from mcp.client.stdio import stdio_client
 
-        parameters = StdioServerParameters(
-            command=command, args=list(args), env=dict(env) if env is not None else None, cwd=cwd
-        )
+        parameters = StdioServerParameters(command=program, args=arguments, env=environment, cwd=directory)
         # A stream without a descriptor (a StringIO, a notebook's or a test runner's captured stderr) is fed
         # through a pipe.
         transport = stderr_into(
@@ -880,7 +911,7 @@ def connect_stdio(
             connection._watch(transport), message_handler=connection._on_message, read_timeout_seconds=read_timeout
         )
 
-    return McpConnection(build, label=f"`{command}`", prefix=prefix, trust_hints=trust_hints, read_timeout=read_timeout)
+    return McpConnection(build, label=f"`{program}`", prefix=prefix, trust_hints=trust_hints, read_timeout=read_timeout)
 
 
 def connect_http(

@@ -354,3 +354,31 @@ async def test_progress_of_no_number_is_not_reported_and_logs_no_error(
     assert outcome.results[0].output == "done"
     assert [event.fraction for event in events if isinstance(event, ts.ToolProgress)] == [0.5]
     assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
+
+
+async def test_a_stdio_command_its_arguments_and_its_directory_may_be_paths(tmp_path: Path) -> None:
+    listing = tmp_path / "tools.json"
+    listing.write_text(json.dumps([_tool("echo")]))
+    connection = ts_mcp.connect_stdio(Path(sys.executable), [RAW_SERVER, listing], cwd=tmp_path)
+    with anyio.fail_after(LIMIT):
+        async with connection:
+            assert await connection.call_tool("echo", {}) == "echo:{}"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"command": 5}, "command must be text or a path, got 5"),
+        ({"args": "server.py"}, "args must be a sequence of arguments (text or paths), not one string: 'server.py'"),
+        ({"args": ["server.py", 5]}, "args[1] must be text or a path, got 5"),
+        ({"args": 5}, "args must be a sequence of arguments (text or paths), got 5"),
+        ({"env": {"HOME": 1}}, "env must map names to text, got 'HOME': 1"),
+        ({"env": ["HOME"]}, "env must map names to text, got ['HOME']"),
+        ({"cwd": 5}, "cwd must be text or a path, got 5"),
+    ],
+    ids=["command", "args-one-string", "args-item", "args-not-a-sequence", "env-value", "env-not-a-mapping", "cwd"],
+)
+def test_a_stdio_option_of_the_wrong_kind_is_an_option_error(options: dict[str, Any], message: str) -> None:
+    arguments: dict[str, Any] = {"command": sys.executable, "args": [str(SDK_SERVER)], **options}
+    with pytest.raises(ts.OptionError, match=re.escape(message)):
+        ts_mcp.connect_stdio(**arguments)
