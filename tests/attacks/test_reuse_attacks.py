@@ -1,0 +1,142 @@
+"""Attacks on the public objects used the ways hosts use them beyond one event loop: one executor shared by
+threads that each run an event loop (asyncio or trio) at once, a tool's context handed to a thread the tool
+started, and a journal carried into a process forked from its holder."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pytest
+
+import toolsched as ts
+
+BACKENDS = ["asyncio", "trio"]
+
+
+def on_a_thread(backend: str, body: Callable[[], object]) -> threading.Thread:
+    """Runs ``anyio.run(body)`` on a thread of its own (another event loop)."""
+    thread = threading.Thread(target=anyio.run, args=(body,), kwargs={"backend": backend}, daemon=True)
+    thread.start()
+    return thread
+
+
+def waiting_tool(started: threading.Event, finished: list[str]) -> ts.Tool:
+    @ts.tool(name="wait", interrupt_behavior="cancel")
+    async def wait(tag: str) -> str:
+        """Waits far longer than the test: only a delivered stop ends it."""
+        started.set()
+        await anyio.sleep(60)
+        finished.append(tag)
+        return tag
+
+    return wait
+
+
+@pytest.mark.parametrize("here", BACKENDS)
+@pytest.mark.parametrize("there", BACKENDS)
+@pytest.mark.parametrize("entry", ["interrupt", "interrupt(run_id)", "cancel", "cancel(run_id)"])
+def test_a_stop_from_one_loop_reaches_a_run_on_another_loops_thread(here: str, there: str, entry: str) -> None:
+    """``interrupt()`` / ``cancel(call_id)`` "stop every run in progress on this executor": with the executor
+    shared by two threads, each running its own event loop, a stop asked on one loop's thread reached the other
+    loop's run from the wrong thread. Across asyncio and trio it raised asyncio's or trio's own RuntimeError
+    ("no running event loop", "must be called from async context"); between two asyncio loops the other loop
+    was never woken, so its call went on until its own sleep ended. The stop is now handed to the run's loop:
+    the call ends ``cancelled`` at once and its body never finishes."""
+    started = threading.Event()
+    finished: list[str] = []
+    executor = ts.Executor([waiting_tool(started, finished)])
+    outcomes: list[ts.Outcome] = []
+
+    async def there_run() -> None:
+        outcomes.append(await executor.run([ts.ToolCall("w1", "wait", {"tag": "w1"})], run_id="r-there"))
+
+    other = on_a_thread(there, there_run)
+    assert started.wait(30)
+
+    async def stop_here() -> object:
+        if entry == "interrupt":
+            return executor.interrupt("stop")
+        if entry == "interrupt(run_id)":
+            return executor.interrupt("stop", run_id="r-there")
+        if entry == "cancel":
+            return executor.cancel("w1", "stop")
+        return executor.cancel("w1", "stop", run_id="r-there")
+
+    answer = anyio.run(stop_here, backend=here)
+    other.join(20)
+    assert not other.is_alive(), "the run on the other loop was not stopped"
+    assert answer in (1, True)
+    (result,) = outcomes[0].results
+    assert result.error_kind == "cancelled"
+    assert finished == []
+
+
+def test_a_stop_from_a_plain_thread_reaches_every_loops_run() -> None:
+    """The same from a thread that runs no event loop (a UI or signal thread): each run is stopped on its own
+    loop, whichever library runs it."""
+    started = [threading.Event(), threading.Event()]
+    finished: list[str] = []
+    outcomes: list[ts.Outcome] = []
+
+    @ts.tool(name="wait", interrupt_behavior="cancel")
+    async def wait(tag: str) -> str:
+        """Waits far longer than the test."""
+        started[int(tag)].set()
+        await anyio.sleep(60)
+        finished.append(tag)
+        return tag
+
+    executor = ts.Executor([wait])
+
+    def run_on(tag: str) -> Callable[[], Any]:
+        async def body() -> None:
+            outcomes.append(await executor.run([ts.ToolCall(f"w{tag}", "wait", {"tag": tag})]))
+
+        return body
+
+    threads = [on_a_thread(backend, run_on(str(n))) for n, backend in enumerate(BACKENDS)]
+    assert all(event.wait(30) for event in started)
+    assert executor.interrupt("stop") == 2
+    for thread in threads:
+        thread.join(20)
+    assert not any(thread.is_alive() for thread in threads)
+    assert sorted(outcome.results[0].error_kind or "" for outcome in outcomes) == ["cancelled", "cancelled"]
+    assert finished == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_tools_own_thread_can_cancel_its_call_and_report_progress(backend: str) -> None:
+    """``ctx.cancel`` is "callable from the tool, its thread, or any code the tool hands the context to", and
+    ``ctx.report_progress`` streams progress: from a thread the tool started itself (not one of anyio's
+    worker threads) both were dropped without a word, the call answered with what the tool returned as if
+    nobody had cancelled it, and no progress event sent."""
+    events: list[ts.Event] = []
+
+    @ts.tool(name="hands_off")
+    async def hands_off(ctx: ts.ToolContext) -> str:
+        """Hands its context to a thread of its own, which reports and cancels."""
+
+        def elsewhere() -> None:
+            ctx.report_progress(0.5, "half way")
+            ctx.cancel("the user closed the tab")
+
+        helper = threading.Thread(target=elsewhere)
+        helper.start()
+        await anyio.to_thread.run_sync(helper.join)
+        return "finished"
+
+    executor = ts.Executor([hands_off], on_event=events.append)
+
+    async def main() -> ts.Outcome:
+        return await executor.run([ts.ToolCall("h1", "hands_off", {})])
+
+    (result,) = anyio.run(main, backend=backend).results
+    assert result.error_kind == "cancelled"
+    assert result.error is not None and "the user closed the tab" in result.error
+    assert [(event.fraction, event.message) for event in events if isinstance(event, ts.ToolProgress)] == [
+        (0.5, "half way")
+    ]
