@@ -4,13 +4,17 @@ started, and a journal carried into a process forked from its holder."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.to_thread
 import pytest
+from journal_child import Store, store_in
 
 import toolsched as ts
 
@@ -140,3 +144,60 @@ def test_a_tools_own_thread_can_cancel_its_call_and_report_progress(backend: str
     assert [(event.fraction, event.message) for event in events if isinstance(event, ts.ToolProgress)] == [
         (0.5, "half way")
     ]
+
+
+def _forked_child(journal: ts.Journal, executor: ts.Executor, backend: str, report: Any) -> None:
+    """In a child forked from a process whose journal keeps leases: runs a journaled call that outlasts the
+    lease, and reports its result (or error) and the journal's owner."""
+    try:
+
+        async def main() -> str:
+            outcome = await executor.run([ts.ToolCall("c1", "slow", {"seconds": 1.5})])
+            return str(outcome.results[0].output)
+
+        answer = anyio.run(main, backend=backend)
+    except Exception as exc:
+        answer = f"{type(exc).__name__}: {exc}"
+    report.send((answer, journal.owner))
+    report.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    yield from store_in(request.param, tmp_path, "reuse")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_child_forked_from_a_journals_holder_keeps_its_own_leases(backend: str, store: Store) -> None:
+    """A journal keeps its runs' leases from a thread of its own ("a long call is never taken over"). A
+    process forked from one whose journal had kept leases (a preloading server's workers, a ``fork``
+    multiprocessing pool) inherited that thread as started but not the thread itself: the child's runs were
+    never renewed and stopped with ``LeaseLostError`` after three quarters of the lease. It also claimed its
+    runs under the parent's name (its pid and random part), so parent and child were one owner to the
+    journal, and wrote on the parent's own database connection. The child now opens its own connections and
+    keeps its own leases under a name of its own, and the parent goes on working on its connection."""
+
+    @ts.tool(name="slow")
+    async def slow(seconds: float) -> str:
+        await anyio.sleep(seconds)
+        return "done"
+
+    journal = store.open(lease=0.6)
+    executor = ts.Executor([slow], journal=journal)
+
+    async def parent_run() -> str:
+        return str((await executor.run([ts.ToolCall("p1", "slow", {"seconds": 0.01})])).results[0].output)
+
+    assert anyio.run(parent_run, backend=backend) == "done"  # the parent's keeper thread has started
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=_forked_child, args=(journal, executor, backend, send))
+    process.start()
+    send.close()
+    answer, child_owner = receive.recv() if receive.poll(30) else ("no answer", None)
+    process.join(30)
+    assert answer == "done"
+    assert child_owner != journal.owner
+    assert str(os.getpid()) in journal.owner.split(":")
+    assert str(process.pid) in str(child_owner).split(":")
+    assert anyio.run(parent_run, backend=backend) == "done"

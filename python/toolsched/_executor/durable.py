@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -61,6 +62,8 @@ class JournalFailed(Exception):
 # The runs each journal object holds for a run in progress in this process: a recover or a
 # resume of one of them here is refused (the journal itself lets its own owner claim again).
 _live: weakref.WeakKeyDictionary[Journal, set[str]] = weakref.WeakKeyDictionary()
+# A forked child holds none of its parent's runs.
+os.register_at_fork(after_in_child=_live.clear)
 
 
 def _live_runs(journal: Journal) -> set[str]:

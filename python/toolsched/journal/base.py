@@ -18,8 +18,10 @@ drive the same run.
 from __future__ import annotations
 
 import copy
+import os
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -128,6 +130,11 @@ class Journal(ABC):
     statement every quarter of the lease, from a thread of its own on a second
     connection (``toolsched.journal._leases``); a run that goes three quarters of
     its lease without a renewal landing stops (``LeaseLostError``).
+
+    A process forked from one that used the journal starts it afresh: the
+    parent's connections, runs and lease keeper stay the parent's, the child
+    opens its own and keeps its own leases, under an owner name of its own
+    (the default one; an ``owner`` given is kept).
     """
 
     owner: str
@@ -139,6 +146,8 @@ class Journal(ABC):
                 raise JournalError(f"owner must be a non-empty string, got {owner!r}")
             check_text("owner", owner)
         self.owner = owner if owner is not None else default_owner()
+        # Whether the owner's name was given (kept by a forked child) or made for this process.
+        self._owner_given = owner is not None
         self.lease = check_lease(lease)
         self._lock = threading.Lock()
         self._queue_lock = threading.Lock()
@@ -146,6 +155,20 @@ class Journal(ABC):
         self._opened = False
         self._closed = False
         self._keeper: LeaseKeeper | None = None
+        _JOURNALS.add(self)
+
+    def _forget_parent(self) -> None:
+        """In a child process just forked: the parent's connections (kept unclosed, ``_disown``), its runs and
+        their lease keeper (whose thread the child does not have), and its locks (a worker thread may have held
+        one) are not the child's. The child opens its own connections on first use, under a new default owner."""
+        self._lock = threading.Lock()
+        self._queue_lock = threading.Lock()
+        self._queue = []
+        self._keeper = None
+        if not self._owner_given:
+            self.owner = default_owner()
+        _DISOWNED.extend(self._disown())
+        self._opened = False
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -389,6 +412,26 @@ class Journal(ABC):
 
     @abstractmethod
     def _prune(self, older_than: timedelta) -> int: ...
+
+    def _disown(self) -> Sequence[object]:
+        """In a child process just forked: lets go of the parent's connections (the journal's and the lease
+        keeper's) without closing them or sending anything on them, and returns them, to be kept for the
+        child's life (a finalizer closing one would end, or disturb, the parent's use of it)."""
+        return []
+
+
+# Every journal of this process, so that a forked child starts each afresh.
+_JOURNALS: weakref.WeakSet[Journal] = weakref.WeakSet()
+# In a forked child, the connections inherited from the parent (kept, so that no finalizer of theirs runs).
+_DISOWNED: list[object] = []
+
+
+def _after_fork() -> None:
+    for journal in list(_JOURNALS):
+        journal._forget_parent()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def transition_refused(run_id: str, call_id: str, transition: str, current: str | None) -> JournalError:

@@ -12,6 +12,7 @@ round trip.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -322,6 +323,24 @@ class PostgresJournal(Journal):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def _disown(self) -> Sequence[object]:
+        # Each socket is pointed at /dev/null in the child: the parent's sessions see nothing from it, not even
+        # the goodbye libpq sends when a connection object is finalized.
+        held = [conn for conn in (self._conn, self._renewal) if conn is not None]
+        self._conn = self._renewal = None
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            for conn in held:
+                try:
+                    descriptor = -1 if conn.closed else conn.pgconn.socket
+                except Exception:
+                    descriptor = -1  # no socket left to point anywhere (a connection that broke)
+                if descriptor >= 0:
+                    os.dup2(null, descriptor, inheritable=False)
+        finally:
+            os.close(null)
+        return held
 
     # -- plumbing ---------------------------------------------------------------------
 

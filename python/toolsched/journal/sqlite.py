@@ -289,6 +289,13 @@ class SqliteJournal(Journal):
             self._conn.close()
             self._conn = None
 
+    def _disown(self) -> Sequence[object]:
+        # SQLite says a connection must not be carried across a fork: the child never uses or closes these.
+        held = [conn for conn in (self._conn, self._renewal) if conn is not None]
+        self._conn = self._renewal = None
+        self._identity = None
+        return held
+
     # -- plumbing ---------------------------------------------------------------------
 
     @contextmanager
