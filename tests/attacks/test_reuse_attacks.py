@@ -1,11 +1,14 @@
 """Attacks on the public objects used the ways hosts use them beyond one event loop: one executor shared by
 threads that each run an event loop (asyncio or trio) at once, a tool's context handed to a thread the tool
-started, and a journal carried into a process forked from its holder."""
+started, a journal carried into a process forked from its holder, and copies and pickles of tools, limits,
+executors, registries and journals (each works, or is refused with ``ts.UnpicklableError`` naming it)."""
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 import os
+import pickle
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +17,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
+import reuse_tools
 from journal_child import Store, store_in
 
 import toolsched as ts
@@ -201,3 +205,92 @@ def test_a_child_forked_from_a_journals_holder_keeps_its_own_leases(backend: str
     assert str(os.getpid()) in journal.owner.split(":")
     assert str(process.pid) in str(child_owner).split(":")
     assert anyio.run(parent_run, backend=backend) == "done"
+
+
+COPIES: dict[str, Callable[[Any], Any]] = {
+    "copy.copy": copy.copy,
+    "copy.deepcopy": copy.deepcopy,
+    "pickle": lambda value: pickle.loads(pickle.dumps(value)),
+}
+
+
+@pytest.mark.parametrize("how", COPIES)
+@pytest.mark.parametrize("form", ["function", "class"])
+def test_a_tool_that_ran_copies_and_pickles_into_a_tool_of_its_own(how: str, form: str) -> None:
+    """A tool with a concurrency cap that had run (its per-loop limiter made) failed to deep-copy with anyio's
+    own ``TypeError`` ("CapacityLimiter.__new__() missing 1 required positional argument"), and to pickle with
+    "cannot pickle 'weakref.ReferenceType' object"; a ``@tool`` function at module level never pickled ("it's
+    not the same object as ..."). A copy or pickle of a tool now carries its attributes, not what this process
+    cached about it: registered, it runs as a tool of its own; a module-level ``@tool`` pickles by reference."""
+    original: ts.Tool = reuse_tools.capped_sum if form == "function" else reuse_tools.CappedEcho()
+    args = {"a": 1, "b": 2} if form == "function" else {"text": "hi"}
+    expected = 3 if form == "function" else "hi"
+
+    async def one(tool: ts.Tool) -> Any:
+        outcome = await ts.Executor([tool]).run([ts.ToolCall("c1", tool.name, args)])
+        return outcome.results[0].output
+
+    assert anyio.run(one, original) == expected  # its cap's limiter is made now
+    twin = COPIES[how](original)
+    assert anyio.run(one, twin) == expected
+    if form == "function" and how == "pickle":
+        assert twin is original
+    else:
+        assert twin is not original
+        assert twin.facts is not original.facts
+
+
+def test_a_tool_pickle_cannot_find_by_name_is_refused_naming_it() -> None:
+    """A ``@tool`` made inside a function cannot be found again by its module and name: pickling it raised
+    pickle's own "Can't pickle <function ...>: it's not the same object as ..." about the function it wraps;
+    now ``ts.UnpicklableError`` (a ``TypeError``) names the tool and says why."""
+
+    @ts.tool(name="local_tool")
+    def local_tool(a: int) -> int:
+        return a
+
+    with pytest.raises(ts.UnpicklableError, match=r"tool `local_tool` cannot be pickled.*module level"):
+        pickle.dumps(local_tool)
+    assert isinstance(ts.UnpicklableError("x"), TypeError)
+
+
+@pytest.mark.parametrize("how", COPIES)
+def test_limits_copy_and_pickle_with_their_caps_and_counts(how: str) -> None:
+    """``copy.copy(limits)`` is documented ("the same caps and the counts so far, counted apart from then on");
+    pickling a ``Limits`` (an agent run's state put away between turns) raised "cannot pickle '_thread.lock'
+    object". It now pickles as it copies."""
+
+    @ts.tool(name="ping")
+    async def ping() -> str:
+        return "pong"
+
+    executor = ts.Executor([ping])
+    limits = ts.Limits(max_calls=2)
+
+    async def turn(run_limits: ts.Limits, call_id: str) -> str | None:
+        outcome = await executor.run([ts.ToolCall(call_id, "ping", {})], limits=run_limits)
+        return outcome.results[0].error_kind
+
+    assert anyio.run(turn, limits, "c1") is None
+    twin = COPIES[how](limits)
+    assert (twin.max_calls, twin.calls) == (2, 1)
+    assert anyio.run(turn, twin, "c2") is None
+    assert anyio.run(turn, twin, "c3") == "limit_exceeded"
+    assert limits.calls == 1
+
+
+def test_objects_holding_live_state_refuse_pickle_by_name_and_copy_as_before(tmp_path: Path) -> None:
+    """An executor, a registry and a journal hold what cannot travel (compiled schemas, runs in progress,
+    connections): pickling one raised pickle's ``TypeError`` about an internal (``cannot pickle
+    'toolsched._core.ToolTable' object``, ``cannot pickle '_thread.lock' object``), and so did
+    ``copy.deepcopy`` of a registry or a journal. Pickling now raises ``ts.UnpicklableError`` naming the
+    object; a deep copy shares it, as a deep copy of the executor does; ``copy.copy`` is a shallow copy."""
+    registry = ts.ToolRegistry([reuse_tools.capped_sum])
+    journal = ts.SqliteJournal(tmp_path / "runs.db")
+    executor = ts.Executor(registry, journal=journal)
+    for value, name in ((executor, "an Executor"), (registry, "a ToolRegistry"), (journal, "a SqliteJournal")):
+        with pytest.raises(ts.UnpicklableError, match=f"^{name} cannot be pickled"):
+            pickle.dumps(value)
+        assert copy.deepcopy(value) is value
+        shallow = copy.copy(value)
+        assert shallow is not value and type(shallow) is type(value)

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, C
 from dataclasses import replace
 from pathlib import Path
 from threading import get_ident
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, SupportsIndex
 
 import anyio
 
@@ -76,7 +76,7 @@ from toolsched._values.event_loops import hand_to_loop, loop_handle
 from toolsched._values.events import Event, RunFinished, ToolsChanged, ToolsRefreshFailed
 from toolsched._values.exception_text import described
 from toolsched._values.outcome import Outcome, new_outcome
-from toolsched.errors import OptionError
+from toolsched.errors import OptionError, UnpicklableError
 from toolsched.journal import Journal
 
 __all__ = ["ErrorFormatter", "EventCallback", "Executor", "Steering", "format_error"]
@@ -260,6 +260,17 @@ class Executor:
         """The executor itself: a deep copy of what holds one (an Agents SDK agent and the run items that
         name it) shares it, as it shares the tools, hooks and journal the executor holds."""
         return self
+
+    def __copy__(self) -> Executor:
+        copied = object.__new__(type(self))
+        copied.__dict__.update(self.__dict__)
+        return copied
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        raise UnpicklableError(
+            "an Executor cannot be pickled: it holds its runs in progress and its tools' compiled schemas; "
+            "build one where it is needed (a worker process builds its own from the same tools)"
+        )
 
     def _current_view(self) -> View:
         """The view of the registry's tool set as it is now (rebuilt only when the set changed)."""

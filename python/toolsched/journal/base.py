@@ -26,7 +26,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self, SupportsIndex, TypeVar
 
 import anyio.to_thread
 
@@ -41,6 +41,7 @@ from toolsched.errors import (
     RunClaimedError,
     RunExistsError,
     UnknownRunError,
+    UnpicklableError,
 )
 from toolsched.journal._leases import LeaseKeeper, Renewal
 from toolsched.journal._liveness import default_owner
@@ -156,6 +157,23 @@ class Journal(ABC):
         self._closed = False
         self._keeper: LeaseKeeper | None = None
         _JOURNALS.add(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
+        """The journal itself, as for the ``Executor`` that holds one: a deep copy of what holds it shares it
+        (its connections and the leases it keeps cannot be copied)."""
+        return self
+
+    def __copy__(self) -> Self:
+        copied = object.__new__(type(self))
+        copied.__dict__.update(self.__dict__)
+        _JOURNALS.add(copied)
+        return copied
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        raise UnpicklableError(
+            f"a {type(self).__name__} cannot be pickled: it holds its database connections and the leases of "
+            "its runs in progress; open one on the same database where it is needed"
+        )
 
     def _forget_parent(self) -> None:
         """In a child process just forked: the parent's connections (kept unclosed, ``_disown``), its runs and
