@@ -6,10 +6,12 @@ executors, registries and journals (each works, or is refused with ``ts.Unpickla
 from __future__ import annotations
 
 import copy
+import gc
 import multiprocessing
 import os
 import pickle
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -294,3 +296,29 @@ def test_objects_holding_live_state_refuse_pickle_by_name_and_copy_as_before(tmp
         assert copy.deepcopy(value) is value
         shallow = copy.copy(value)
         assert shallow is not value and type(shallow) is type(value)
+
+
+def test_a_streamed_turn_made_where_no_event_loop_runs_is_refused_by_name() -> None:
+    """``executor.turn()`` is a plain method: called from sync code (at import, before ``anyio.run``) it raised
+    anyio's own ``NoEventLoopError`` and left the turn's memory streams unclosed (two ``ResourceWarning``s when
+    they were collected). It now raises ``ts.TurnStateError`` saying where a turn is made, before making
+    anything of it."""
+
+    @ts.tool(name="ping")
+    async def ping() -> str:
+        return "pong"
+
+    executor = ts.Executor([ping])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        with pytest.raises(ts.TurnStateError, match="no event loop runs"):
+            executor.turn()
+        gc.collect()
+
+    async def inside() -> list[Any]:
+        async with executor.turn() as turn:
+            turn.submit(ts.ToolCall("c1", "ping", {}))
+            turn.close()
+        return [result.output for result in (await turn.outcome()).results]
+
+    assert anyio.run(inside) == ["pong"]

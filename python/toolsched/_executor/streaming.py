@@ -119,6 +119,12 @@ class StreamingTurn:
         refusal = streaming_refusal(settings)
         if refusal is not None:
             raise OptionError(refusal)
+        if loop_handle() is None:
+            # Refused before anything of the turn is made (its streams would be left unclosed).
+            raise TurnStateError(
+                "executor.turn() was called where no event loop runs; make the turn on the event loop that runs "
+                "it: async with executor.turn() as turn: ..."
+            )
         self._refresh = refresh
         self._steering = steering
         self._context = context
