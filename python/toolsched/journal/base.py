@@ -26,7 +26,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self, SupportsIndex, TypeVar
 
 import anyio.to_thread
 
@@ -41,6 +41,7 @@ from toolsched.errors import (
     RunClaimedError,
     RunExistsError,
     UnknownRunError,
+    UnpicklableError,
     UnstorableOutputError,
 )
 from toolsched.journal._leases import LeaseKeeper, Renewal
@@ -156,7 +157,8 @@ class Journal(ABC):
     connection (``toolsched.journal._leases``); a run that goes three quarters of
     its lease without a renewal landing stops (``LeaseLostError``).
 
-    A copy of a journal object is the object itself. In a process forked from
+    A copy of a journal object is the object itself; it cannot be pickled
+    (``UnpicklableError``). In a process forked from
     this one, the object starts afresh: it opens connections of its own, and
     without an ``owner`` given it names the child, so forked workers never
     take each other's runs for their own.
@@ -192,6 +194,12 @@ class Journal(ABC):
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Self:
         return self
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        raise UnpicklableError(
+            f"a {type(self).__name__} cannot be pickled: it holds its database connections and the leases of "
+            "its runs in progress; open one on the same database where it is needed"
+        )
 
     def _forked(self) -> None:
         """In a child process just forked: the parent's connections, locks, queued writes and lease keeper are

@@ -12,6 +12,7 @@ round trip.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -353,8 +354,21 @@ class PostgresJournal(Journal):
             self._conn = None
 
     def _inherited(self) -> list[object]:
+        # Each socket is pointed at /dev/null in the child: the parent's sessions see nothing from it, not even
+        # the goodbye libpq sends when a connection object is finalized.
         inherited: list[object] = [conn for conn in (self._conn, self._renewal) if conn is not None]
         self._conn = self._renewal = None
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            for conn in inherited:
+                try:
+                    descriptor = -1 if conn.closed else conn.pgconn.socket  # type: ignore[attr-defined]
+                except Exception:
+                    descriptor = -1  # no socket left to point anywhere (a connection that broke)
+                if descriptor >= 0:
+                    os.dup2(null, descriptor, inheritable=False)
+        finally:
+            os.close(null)
         return inherited
 
     # -- plumbing ---------------------------------------------------------------------
