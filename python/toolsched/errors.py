@@ -190,8 +190,9 @@ class LoopFailed(ToolschedError):
 
     Nothing the tools did is lost: ``history`` is the conversation before the request that failed, every
     turn answered, ready to be sent again; ``outcome`` is the last turn's ``Outcome``, ``turns`` the requests
-    this call of the loop made, ``executor`` the executor in use then. A failure before the loop answered any
-    call (its first request) is raised as it is: the conversation given is still the one to send.
+    this call of the loop made, ``executor`` the executor in use then (None once the error was pickled). A
+    failure before the loop answered any call (its first request) is raised as it is: the conversation given
+    is still the one to send.
     """
 
     def __init__(self, history: list[Any], outcome: Any, turns: int, executor: Any, cause: BaseException) -> None:
@@ -203,6 +204,15 @@ class LoopFailed(ToolschedError):
         self.outcome = outcome
         self.turns = turns
         self.executor = executor
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled without its executor (which holds what cannot leave this process): ``executor`` is None then.
+        return _rebuilt, (type(self), self.args), {**self.__dict__, "executor": None}
+
+    def __copy__(self) -> LoopFailed:
+        copied = _rebuilt(type(self), self.args)
+        copied.__dict__.update(self.__dict__)
+        return copied  # type: ignore[return-value]
 
 
 class IncompleteStreamError(ToolschedError):

@@ -52,6 +52,10 @@ def _sample(name: str) -> BaseException:
         "ToolCallFailed": lambda: errors.ToolCallFailed(_FAILED, [_TIMED_OUT], [_FAILED, _TIMED_OUT]),
         "ToolTimeoutError": lambda: errors.ToolTimeoutError(_TIMED_OUT, [], [_TIMED_OUT]),
         "StreamFailed": lambda: errors.StreamFailed(ts.Outcome(results=[_FAILED]), RuntimeError("cut")),
+        # Pickled without its executor (``test_a_loop_failed_error_pickles_without_its_executor``).
+        "LoopFailed": lambda: errors.LoopFailed(
+            [{"role": "user", "content": "hi\n"}], ts.Outcome(results=[_FAILED]), 2, None, ConnectionError("down")
+        ),
     }
     maker = made.get(name)
     return maker() if maker is not None else getattr(errors, name)(f"{name}: a message with 'quotes'")
@@ -73,6 +77,23 @@ def test_every_public_error_pickles_and_copies_as_it_is(name: str) -> None:
         assert back.args == error.args
         assert vars(back) == vars(error)
         assert repr(back) == repr(error)
+
+
+def test_a_loop_failed_error_pickles_without_its_executor() -> None:
+    """``LoopFailed`` carries the executor the loop used, which cannot be pickled: the error pickles with
+    ``executor`` None and everything else as it was (it raised ``UnpicklableError``); a copy keeps it."""
+    executor = ts.Executor([])
+    error = errors.LoopFailed([{"role": "user", "content": "hi"}], None, 1, executor, ConnectionError("down"))
+    back = pickle.loads(pickle.dumps(error))
+    assert (type(back), str(back), back.args, back.history, back.turns) == (
+        errors.LoopFailed,
+        str(error),
+        error.args,
+        error.history,
+        1,
+    )
+    assert back.executor is None and back.outcome is None
+    assert copy.copy(error).executor is executor
 
 
 def test_the_errors_keep_the_kinds_the_docs_promise() -> None:
