@@ -14,7 +14,6 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from dataclasses import replace
 from time import perf_counter
 from typing import Any
@@ -43,6 +42,7 @@ from toolsched._policy.holds import NestedHold
 from toolsched._policy.hooks import new_hook_event
 from toolsched._policy.limits import ModelRetry
 from toolsched._policy.resilience import CircuitOpen, NotRun, RunHalted, is_transient, retry_after_of
+from toolsched._policy.slots import holding, holds
 from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import ArgumentsRefused, Tool
 from toolsched._values.calls import ToolCall, args_copy
@@ -63,9 +63,6 @@ from toolsched.journal import UnstorableOutputError
 __all__ = ["EXECUTION_FAILURES", "abort_reason", "answer_unstarted", "deliver", "execute", "hand_out", "shaped"]
 
 logger = logging.getLogger("toolsched")
-
-# The tools' limiters whose slots the calls this code runs inside hold (see ``_invoke_limited``).
-_holding: ContextVar[frozenset[anyio.CapacityLimiter] | None] = ContextVar("toolsched_holding", default=None)
 
 # Failures of the tool itself: they can abort the batch's siblings and end a raising run.
 EXECUTION_FAILURES = frozenset({"execution_error", "timeout"})
@@ -484,26 +481,21 @@ async def _invoke_limited(
             await turn.durable.started(job.call.id, job.args)
         return await invoke(job.args, ctx)
     limiter = job.facts.limiter()
-    holding = _holding.get()
-    if holding is not None and limiter in holding:
-        # Made inside a call of the same tool (a nested run in its body): it runs on that call's slot, which
-        # only waits for it. Another slot would be a second token for the task holding the first (refused by
-        # anyio), or, with none free, a wait for the slot its own ancestor holds.
+    if holds(limiter):
+        # Made inside a call of the same tool (a nested run in its body, its slot taken by this cap or by the
+        # fleet's local fallback): it runs on that call's slot, which only waits for it (``_policy.slots``).
         if scope is not None and timeout is not None:
             scope.deadline = anyio.current_time() + timeout
         if turn.durable is not None and job.facts.policies is None:
             await turn.durable.started(job.call.id, job.args)
         return await invoke(job.args, ctx)
     async with limiter:
-        token = _holding.set(frozenset((limiter,)) if holding is None else holding | {limiter})
-        try:
+        with holding(limiter):
             if scope is not None and timeout is not None:
                 scope.deadline = anyio.current_time() + timeout
             if turn.durable is not None and job.facts.policies is None:
                 await turn.durable.started(job.call.id, job.args)
             return await invoke(job.args, ctx)
-        finally:
-            _holding.reset(token)
 
 
 def _slot_taken(job: Job, scope: anyio.CancelScope | None) -> Callable[[], None] | None:

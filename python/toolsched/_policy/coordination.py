@@ -62,6 +62,7 @@ from toolsched._policy.redis_wire import (
     encoded,
 )
 from toolsched._policy.resilience import CircuitBreaker, CircuitOpen, RateLimit, Resilience, is_transient
+from toolsched._policy.slots import holding, holds
 from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched.errors import OptionError
 
@@ -1249,15 +1250,19 @@ async def _local_attempt(
     try:
         if local is not None and not local.paced():
             await local.pace()
-        if limiter is None:
+        slot = limiter() if limiter is not None else None
+        if slot is None or holds(slot):
+            # No cap, or made inside a call of the same tool holding a slot of this cap (taken here or by an
+            # executor without coordination): it runs on that slot (``_policy.slots``).
             if admitted is not None:
                 admitted()
             output, settled = await _recorded(invoke, retry_on, local, probe, cut_short)
         else:
-            async with limiter():
-                if admitted is not None:
-                    admitted()
-                output, settled = await _recorded(invoke, retry_on, local, probe, cut_short)
+            async with slot:
+                with holding(slot):
+                    if admitted is not None:
+                        admitted()
+                    output, settled = await _recorded(invoke, retry_on, local, probe, cut_short)
         # A probe whose call was cancelled as it ran settled nothing: it is given back below.
         probe = probe and not settled
         return output
