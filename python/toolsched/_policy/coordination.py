@@ -62,7 +62,7 @@ from toolsched._policy.redis_wire import (
     encoded,
 )
 from toolsched._policy.resilience import CircuitBreaker, CircuitOpen, RateLimit, Resilience, is_transient
-from toolsched._policy.slots import holding, holds
+from toolsched._policy.slots import slot_of
 from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched.errors import OptionError
 
@@ -1064,7 +1064,8 @@ class RedisCoordination:
         is free at the reserved time (otherwise the reservation is given up and the attempt waits for a
         slot, then for a new reservation): a waiting attempt holds no slot, none starts before its
         reserved time, and one that asks too late after it takes a new reservation. ``limiter`` is the
-        per-process cap taken by the fallback; ``admitted`` is called once the attempt has its slot (or
+        per-process cap, taken by the fallback's attempts and by those the fleet admitted (so the fallback counts
+        them); ``admitted`` is called once the attempt has its slot (or
         its start time when the tool has no cap). ``cut_short`` says what stopped the call while the body
         ran, if anything (``"timeout"`` or ``"cancelled"``): a body that caught that and returned is
         recorded as the stop, not as a success (``returned``).
@@ -1180,15 +1181,18 @@ class RedisCoordination:
         outcome = "none"
         circuit_key, slots_key, _ = self._commands(tool).admit_keys
         try:
-            if admitted is not None:
-                admitted()
-            try:
-                output = await invoke()
-            except Exception as exc:
-                outcome = "transient" if is_transient(exc, retry_on) else "other"
-                raise
-            outcome = returned(cut_short)
-            return output
+            # A slot of the process's cap too (free unless the fallback's calls hold them): with Redis unreachable,
+            # the fallback counts this call against the process's own limit.
+            async with slot_of(limiter() if limiter is not None and lease_id else None):
+                if admitted is not None:
+                    admitted()
+                try:
+                    output = await invoke()
+                except Exception as exc:
+                    outcome = "transient" if is_transient(exc, retry_on) else "other"
+                    raise
+                outcome = returned(cut_short)
+                return output
         except BaseException as exc:
             if outcome == "none" and _is_timeout(exc):
                 outcome = "transient"
@@ -1250,19 +1254,12 @@ async def _local_attempt(
     try:
         if local is not None and not local.paced():
             await local.pace()
-        slot = limiter() if limiter is not None else None
-        if slot is None or holds(slot):
-            # No cap, or made inside a call of the same tool holding a slot of this cap (taken here or by an
-            # executor without coordination): it runs on that slot (``_policy.slots``).
+        # The process's cap, counting the calls the fleet admitted that still run; a call made inside a call of the
+        # same tool runs on that call's slot (``_policy.slots``).
+        async with slot_of(limiter() if limiter is not None else None):
             if admitted is not None:
                 admitted()
             output, settled = await _recorded(invoke, retry_on, local, probe, cut_short)
-        else:
-            async with slot:
-                with holding(slot):
-                    if admitted is not None:
-                        admitted()
-                    output, settled = await _recorded(invoke, retry_on, local, probe, cut_short)
         # A probe whose call was cancelled as it ran settled nothing: it is given back below.
         probe = probe and not settled
         return output
@@ -1324,8 +1321,9 @@ def guarded(
 ) -> Callable[[Any, Any], Awaitable[Any]]:
     """``invoke`` with each attempt under the fleet's limits for ``tool`` (the executor's hook, internal).
 
-    The fleet's slots are the tool's concurrency cap: the caller takes no per-process slot around it (the
-    fallback takes one per attempt); ``admitted`` is called when an attempt gets its slot; ``cut_short``
+    The fleet's slots are the tool's concurrency cap: the caller takes no per-process slot around it (each
+    attempt takes one, in the fleet or in the fallback); ``admitted`` is called when an attempt gets its slots;
+    ``cut_short``
     says what stopped the call as its body ran (``RedisCoordination.run_attempt``).
     """
     retry_on = tool.retry

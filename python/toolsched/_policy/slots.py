@@ -2,19 +2,19 @@
 
 A call made inside a call of the same tool (a nested run in its body, on any executor) runs on its ancestor's slot:
 another token would be a second one for the task holding the first (refused by anyio), or, with none free, a wait
-for the slot its own ancestor holds. The executor's own cap and the fleet's local fallback both take slots here, so
-each sees the other's.
+for the slot its own ancestor holds. The executor's own cap, the fleet's local fallback and the calls the fleet
+admits all take slots here, so each sees the others' (the fallback counts the calls the fleet admitted).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 
 import anyio
 
-__all__ = ["holding", "holds"]
+__all__ = ["holding", "holds", "slot_of"]
 
 # The limiters whose slots the calls this code runs inside hold; nested runs inherit it.
 _held: ContextVar[frozenset[anyio.CapacityLimiter]] = ContextVar("toolsched_holding", default=frozenset())
@@ -33,3 +33,15 @@ def holding(limiter: anyio.CapacityLimiter) -> Iterator[None]:
         yield
     finally:
         _held.reset(token)
+
+
+@asynccontextmanager
+async def slot_of(limiter: anyio.CapacityLimiter | None) -> AsyncIterator[None]:
+    """Runs the code inside on a slot of ``limiter``: one taken here (waited for), or, inside a call holding one,
+    that call's; none with no limiter."""
+    if limiter is None or holds(limiter):
+        yield
+        return
+    async with limiter:
+        with holding(limiter):
+            yield

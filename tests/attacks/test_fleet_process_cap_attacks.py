@@ -1,0 +1,118 @@
+"""Attacks on a process's own concurrency cap beside ``ts.RedisCoordination``'s fleet slots (docs/fleet.md): a call
+made inside a call of its own tool runs on its ancestor's slot whichever of the two executors has the fleet's limits
+and whether Redis answers; the local fallback keeps the process's cap with calls the fleet admitted still running.
+
+The real server comes from tests/redis_server.sh (``TOOLSCHED_TEST_REDIS_URL``); a test that stops a server starts
+its own with the same binary.
+"""
+
+from __future__ import annotations
+
+import socket
+import warnings
+from pathlib import Path
+
+import anyio
+import pytest
+from fleet_redis import namespace
+
+import toolsched as ts
+from tests.attacks.test_fleet_attacks import start_server, stop_server
+
+pytestmark = pytest.mark.anyio
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(("parent_fleet", "child_fleet"), [(True, False), (False, True), (True, True)])
+async def test_a_nested_call_on_a_slot_its_ancestor_took_in_the_local_fallback_runs(
+    anyio_backend: str, parent_fleet: bool, child_fleet: bool
+) -> None:
+    """Redis unreachable, ``on_unavailable="local"``: a call holding the per-process slot of a capped tool (the
+    fallback's, or an executor's own without coordination) runs a nested call of the same tool on another executor
+    (with or without coordination, a namespace of its own). The nested call runs on its ancestor's slot: before,
+    the fallback and the executor's own cap each kept their own record of the slots held, and the nested call
+    asked anyio's limiter for a second token of the task holding one (``RuntimeError``)."""
+    url = f"redis://127.0.0.1:{free_port()}"
+    box: dict[str, ts.Executor] = {}
+
+    @ts.agent_tool(lambda: box["child"], name="delegate", max_concurrency=1)
+    async def delegate(depth: int, child: ts.ChildRun) -> str:
+        """Delegates to itself until the depth runs out."""
+        if depth == 0:
+            return "leaf"
+        outcome = await child.run([ts.ToolCall(f"d{depth}", "delegate", {"depth": depth - 1})])
+        result = outcome.results[0]
+        return f"{depth}/{result.output if not result.is_error else result.error}"
+
+    def make(fleet: bool) -> ts.Executor:
+        if not fleet:
+            return ts.Executor([delegate])
+        coordination = ts.RedisCoordination(url, namespace=namespace(), connect_timeout=0.5)
+        return ts.Executor([delegate], coordination=coordination)
+
+    box["child"] = make(child_fleet)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with anyio.fail_after(20):
+            outcome = await make(parent_fleet).run([ts.ToolCall("c1", "delegate", {"depth": 2})])
+    assert [(result.error_kind, result.output) for result in outcome.results] == [(None, "2/1/leaf")]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_the_local_fallback_counts_the_calls_the_fleet_admitted(anyio_backend: str, tmp_path: Path) -> None:
+    """Promise: with Redis unreachable, ``on_unavailable="local"`` falls back to each process's own limits.
+    ``max_concurrency=2``: two calls run on fleet slots, four more wait; Redis stops. The waiting calls fall
+    back to the process's cap, which the two running calls count against: never more than two run at once.
+    Before, the fleet's calls held no slot of the process's cap, and the fallback started two more beside them
+    (four in flight)."""
+    port = free_port()
+    server = start_server(port, tmp_path)
+    running: set[int] = set()
+    peak = 0
+    two_running, release = anyio.Event(), anyio.Event()
+
+    @ts.tool(name="capped", max_concurrency=2)
+    async def capped(n: int) -> int:
+        nonlocal peak
+        running.add(n)
+        peak = max(peak, len(running))
+        if len(running) == 2:
+            two_running.set()
+        try:
+            await release.wait()
+        finally:
+            running.discard(n)
+        return n
+
+    coordination = ts.RedisCoordination(
+        f"redis://127.0.0.1:{port}", namespace=namespace(), connect_timeout=0.3, lease=5
+    )
+    executor = ts.Executor([capped], coordination=coordination)
+    outputs: list[object] = []
+
+    async def call(n: int) -> None:
+        outputs.extend(
+            result.output for result in (await executor.run([ts.ToolCall(f"c{n}", "capped", {"n": n})])).results
+        )
+
+    try:
+        with warnings.catch_warnings(), anyio.fail_after(20):
+            warnings.simplefilter("ignore")
+            async with anyio.create_task_group() as group:
+                for n in range(6):
+                    group.start_soon(call, n)
+                await two_running.wait()
+                stop_server(server)
+                await anyio.sleep(1.0)  # the waiting calls meet the stopped server and fall back meanwhile
+                assert len(running) == 2
+                release.set()
+    finally:
+        if server.poll() is None:
+            stop_server(server)
+    assert sorted(outputs) == [0, 1, 2, 3, 4, 5]
+    assert peak == 2
