@@ -9,12 +9,14 @@ its own with the same binary.
 from __future__ import annotations
 
 import socket
+import sys
 import warnings
 from pathlib import Path
 
 import anyio
 import pytest
-from fleet_redis import namespace
+from crashes import kill_at
+from fleet_redis import namespace, redis_url
 
 import toolsched as ts
 from tests.attacks.test_fleet_attacks import start_server, stop_server
@@ -116,3 +118,73 @@ async def test_the_local_fallback_counts_the_calls_the_fleet_admitted(anyio_back
             stop_server(server)
     assert sorted(outputs) == [0, 1, 2, 3, 4, 5]
     assert peak == 2
+
+
+# -- a worker killed while its journaled call waits for the fleet ------------------------------------------------
+
+WAITING_WORKER = """
+import functools, sys, anyio
+import toolsched as ts
+
+url, space, path, log, backend, kind = sys.argv[1:7]
+
+async def body(n: int) -> int:
+    with open(log, "a") as out:
+        out.write(f"ran {n}\\n")
+    return n
+
+limits = {
+    "cap": {"max_concurrency": 1},
+    "cap-circuit": {"max_concurrency": 1, "circuit": ts.CircuitBreaker(failures=3, cooldown=1)},
+    "rate": {"rate_limit": ts.RateLimit(1, per=3600)},
+}[kind]
+charge = ts.tool(name="charge", **limits)(body)
+
+async def main() -> None:
+    coordination = ts.RedisCoordination(url, namespace=space, on_unavailable="refuse")
+    async with ts.SqliteJournal(path, lease=600) as journal:
+        executor = ts.Executor([charge], journal=journal, coordination=coordination)
+        async with anyio.create_task_group() as group:
+            run = functools.partial(executor.run, run_id="fleet-run")
+            group.start_soon(run, [ts.ToolCall("k", "charge", {"n": 2})])
+            await anyio.sleep(1.0)
+            print("waiting", flush=True)
+            await anyio.sleep(60)
+
+anyio.run(main, backend=backend)
+"""
+
+
+@pytest.mark.parametrize("kind", ["cap", "cap-circuit", "rate"])
+async def test_a_worker_killed_while_its_call_waits_for_the_fleet_leaves_it_unstarted(
+    anyio_backend: str, kind: str, tmp_path: Path
+) -> None:
+    """Promise (docs/concepts/durability.md): a call journaled started is one that may have run; calls that never
+    started run as they would have on ``recover``. A journaled run's call of a tool that is not idempotent waits
+    for the fleet (its only slot held by another worker, or its rate spent for the hour) when its worker is
+    killed. ``recover`` runs it: it never started. Before, it was journaled started before the fleet admitted it,
+    and ``recover`` answered it ``interrupted`` though it never ran."""
+    url, space = redis_url(), namespace()
+    path, log = tmp_path / "journal.db", tmp_path / "log"
+    other = ts.RedisCoordination(url, namespace=space)
+    if kind == "rate":
+        # Another worker took the hour's only call.
+        await other._call("SET", f"{space}:{{charge}}:rate", 10**18, "PX", 3_600_000)
+    else:
+        # Another worker holds the only slot (its lease far from running out).
+        await other._call("ZADD", f"{space}:{{charge}}:slots", 10**15, "elsewhere")
+    command = [sys.executable, "-c", WAITING_WORKER, url, space, str(path), str(log), anyio_backend, kind]
+    await kill_at(command, "waiting")
+    assert not log.exists()
+    await other._call("DEL", f"{space}:{{charge}}:slots", f"{space}:{{charge}}:rate")
+
+    @ts.tool(name="charge", max_concurrency=1)
+    async def charge(n: int) -> int:
+        return n * 10
+
+    with warnings.catch_warnings(), anyio.fail_after(20):
+        warnings.simplefilter("error")
+        async with ts.SqliteJournal(path, lease=600) as journal:
+            executor = ts.Executor([charge], journal=journal, coordination=ts.RedisCoordination(url, namespace=space))
+            (result,) = (await executor.recover("fleet-run")).results
+    assert (result.error_kind, result.output) == (None, 20)

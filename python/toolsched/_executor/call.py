@@ -149,9 +149,10 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
         fleet = settings.coordination
         if fleet is not None and (job.facts.policies is not None or tool.max_concurrency is not None):
             # Each attempt under the fleet's rate limit, circuit and concurrency slots (``_policy.coordination``);
-            # a capped call's timeout starts when its first attempt has its slot.
+            # a capped call's timeout starts when its first attempt has its slot, and a durable run journals each
+            # attempt started once the fleet admitted it.
             stopped = _stopped_as_it_ran(job)
-            invoke = guarded(fleet, tool, job.facts, invoke, turn.emit, _slot_taken(job, scope), stopped)
+            invoke = guarded(fleet, tool, job.facts, invoke, turn.emit, _fleet_admitted(job, scope, turn), stopped)
         if job.facts.policies is not None:
             invoke = _resilient(job, turn, invoke)
         # What the output guardrails and the post hooks are shown: the arguments the call was judged with, copied
@@ -476,9 +477,8 @@ async def _invoke_limited(
     run journals it *started* once it has one (a call still waiting for a slot has not started)."""
     timeout = job.tool.timeout
     if turn.settings.coordination is not None:
-        # The fleet's slots cap the calls (``guarded``: each attempt takes one after its rate wait).
-        if turn.durable is not None and job.facts.policies is None:
-            await turn.durable.started(job.call.id, job.args)
+        # The fleet's slots cap the calls (``guarded``: each attempt takes one after its rate wait, and is
+        # journaled started once it has it).
         return await invoke(job.args, ctx)
     limiter = job.facts.limiter()
     if holds(limiter):
@@ -498,17 +498,24 @@ async def _invoke_limited(
             return await invoke(job.args, ctx)
 
 
-def _slot_taken(job: Job, scope: anyio.CancelScope | None) -> Callable[[], None] | None:
-    """Starts a capped call's timeout when its first attempt has a fleet slot (None when nothing to start)."""
+def _fleet_admitted(job: Job, scope: anyio.CancelScope | None, turn: Turn) -> Callable[[], Awaitable[None]] | None:
+    """What an attempt the fleet admitted does before its body runs (None when nothing): a capped call's timeout
+    starts (at its first attempt), and a durable run journals the attempt started (one still waiting for the fleet
+    has not started)."""
     timeout = job.tool.timeout
-    if scope is None or timeout is None or job.tool.max_concurrency is None:
+    if scope is None or job.tool.max_concurrency is None:
+        timeout = None
+    durable = turn.durable
+    if timeout is None and durable is None:
         return None
 
-    def started() -> None:
-        if scope.deadline == math.inf:
+    async def admitted() -> None:
+        if scope is not None and timeout is not None and scope.deadline == math.inf:
             scope.deadline = anyio.current_time() + timeout
+        if durable is not None:
+            await durable.started(job.call.id, job.args)
 
-    return started
+    return admitted
 
 
 def _stopped_as_it_ran(job: Job) -> Callable[[], ErrorKind | None]:
@@ -567,9 +574,10 @@ def _resilient(
                         raise circuit_open() if failure is None else failure
                 if failure is None:
                     state.first_attempt()
-                if turn.durable is not None:
+                if turn.durable is not None and turn.settings.coordination is None:
                     # Every attempt is journaled as it starts (after its token, once the circuit admitted it),
-                    # so that ``recover`` never exceeds the policy nor counts an attempt that never ran.
+                    # so that ``recover`` never exceeds the policy nor counts an attempt that never ran. Under the
+                    # fleet's limits, once the fleet admitted it (``_fleet_admitted``).
                     await turn.durable.started(job.call.id, args)
                 job.attempts = attempt
                 try:

@@ -1055,7 +1055,7 @@ class RedisCoordination:
         emit: Callable[[Any], object] | None,
         local: Resilience | None,
         limiter: Callable[[], anyio.CapacityLimiter] | None = None,
-        admitted: Callable[[], None] | None = None,
+        admitted: Callable[[], Awaitable[None]] | None = None,
         cut_short: Callable[[], str | None] | None = None,
     ) -> Any:
         """Runs one attempt of ``tool`` under the fleet's limits (or the fallback when Redis is unreachable).
@@ -1065,10 +1065,10 @@ class RedisCoordination:
         slot, then for a new reservation): a waiting attempt holds no slot, none starts before its
         reserved time, and one that asks too late after it takes a new reservation. ``limiter`` is the
         per-process cap, taken by the fallback's attempts and by those the fleet admitted (so the fallback counts
-        them); ``admitted`` is called once the attempt has its slot (or
-        its start time when the tool has no cap). ``cut_short`` says what stopped the call while the body
-        ran, if anything (``"timeout"`` or ``"cancelled"``): a body that caught that and returned is
-        recorded as the stop, not as a success (``returned``).
+        them); ``admitted`` is awaited once the attempt has its slot (or its start time when the tool has no
+        cap), before its body runs (a durable run journals the attempt started then). ``cut_short`` says what
+        stopped the call while the body ran, if anything (``"timeout"`` or ``"cancelled"``): a body that caught
+        that and returned is recorded as the stop, not as a success (``returned``).
 
         An attempt made inside a call of the same tool that holds a slot (a nested run in its body) runs on that
         slot: it takes none in the fleet nor in the fallback's cap (its rate limit and circuit still apply).
@@ -1120,7 +1120,7 @@ class RedisCoordination:
         emit: Callable[[Any], object] | None,
         local: Resilience | None,
         limiter: Callable[[], anyio.CapacityLimiter] | None,
-        admitted: Callable[[], None] | None,
+        admitted: Callable[[], Awaitable[None]] | None,
         cut_short: Callable[[], str | None] | None,
         slotless: bool = False,
     ) -> Any:
@@ -1185,7 +1185,7 @@ class RedisCoordination:
             # the fallback counts this call against the process's own limit.
             async with slot_of(limiter() if limiter is not None and lease_id else None):
                 if admitted is not None:
-                    admitted()
+                    await admitted()
                 try:
                     output = await invoke()
                 except Exception as exc:
@@ -1243,7 +1243,7 @@ async def _local_attempt(
     invoke: Callable[[], Awaitable[Any]],
     local: Resilience | None,
     limiter: Callable[[], anyio.CapacityLimiter] | None,
-    admitted: Callable[[], None] | None,
+    admitted: Callable[[], Awaitable[None]] | None,
     cut_short: Callable[[], str | None] | None = None,
 ) -> Any:
     """One attempt under this process's own rate limit, circuit and concurrency cap (the fallback while Redis
@@ -1258,7 +1258,7 @@ async def _local_attempt(
         # same tool runs on that call's slot (``_policy.slots``).
         async with slot_of(limiter() if limiter is not None else None):
             if admitted is not None:
-                admitted()
+                await admitted()
             output, settled = await _recorded(invoke, retry_on, local, probe, cut_short)
         # A probe whose call was cancelled as it ran settled nothing: it is given back below.
         probe = probe and not settled
@@ -1316,13 +1316,13 @@ def guarded(
     facts: ToolFacts,
     invoke: Callable[[Any, Any], Awaitable[Any]],
     emit: Callable[[Any], object] | None,
-    admitted: Callable[[], None] | None = None,
+    admitted: Callable[[], Awaitable[None]] | None = None,
     cut_short: Callable[[], str | None] | None = None,
 ) -> Callable[[Any, Any], Awaitable[Any]]:
     """``invoke`` with each attempt under the fleet's limits for ``tool`` (the executor's hook, internal).
 
     The fleet's slots are the tool's concurrency cap: the caller takes no per-process slot around it (each
-    attempt takes one, in the fleet or in the fallback); ``admitted`` is called when an attempt gets its slots;
+    attempt takes one, in the fleet or in the fallback); ``admitted`` is awaited when an attempt gets its slots;
     ``cut_short``
     says what stopped the call as its body ran (``RedisCoordination.run_attempt``).
     """
