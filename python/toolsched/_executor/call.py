@@ -217,9 +217,10 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
         except JournalFailed:
             raise
         except NotRun as exc:
-            # Answered without running: an open circuit (``unavailable``), an interrupt before the first run
-            # (``skipped``).
+            # Answered without running: an open circuit or the fleet's refusal (``unavailable``), an interrupt
+            # before the first run (``skipped``). No attempt of it ran here.
             kind, error = exc.kind, str(exc)
+            job.attempts = job.prior_attempts
         except ModelRetry as exc:
             # The tool asks the model to fix its call: the message is for the model.
             kind, error, output = "model_retry", exc.message, None
@@ -584,6 +585,14 @@ def _resilient(
                     # Each attempt gets its own copy of the validated arguments: one that changed its copy
                     # and failed does not hand the change to the next.
                     output = await invoke(args if retry is None else args_copy(args), ctx)
+                except CircuitOpen:
+                    # The fleet refused the attempt before it ran (its circuit open, or Redis unreachable with
+                    # ``on_unavailable="refuse"``): a retrying call ends with its last failure, counting only the
+                    # attempts that ran.
+                    if failure is None:
+                        raise
+                    job.attempts = attempt - 1
+                    raise failure from None
                 except anyio.get_cancelled_exc_class():
                     if _cut_short(job) == "timeout":
                         state.record("transient", probe, job.body_left)

@@ -1,0 +1,80 @@
+"""Attacks on retries and attempts under ``ts.RedisCoordination``'s circuit (docs/concepts/resilience.md,
+docs/fleet.md): a call refused by the fleet (its open circuit, Redis unreachable) ran nothing, and a retrying call
+whose failures opened the circuit ends with its last failure, as it does with the process's own circuit.
+
+The real server comes from tests/redis_server.sh (``TOOLSCHED_TEST_REDIS_URL``).
+"""
+
+from __future__ import annotations
+
+import socket
+import warnings
+
+import anyio
+import pytest
+from fleet_redis import namespace, redis_url
+
+import toolsched as ts
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize("fleet", [False, True])
+async def test_a_retrying_call_that_opens_the_circuit_ends_with_its_last_failure(
+    anyio_backend: str, fleet: bool
+) -> None:
+    """Promise (docs/concepts/resilience.md): after ``failures`` transient failures in a row the tool's calls are
+    answered ``unavailable`` (``attempts=0``, the tool not run), and a running call's retries stop there too (it
+    ends with its last failure). With the fleet's circuit as with the process's own: the first call fails twice
+    and opens the circuit, answered with its ``TimeoutError`` after 2 attempts; the next is ``unavailable`` with
+    0 attempts. Before, under the fleet, the first was answered ``unavailable`` with 3 attempts (its refused
+    retry counted) and the next with 1."""
+    runs: list[int] = []
+
+    @ts.tool(
+        name="flaky",
+        circuit=ts.CircuitBreaker(failures=2, cooldown=30),
+        retry=ts.Retry(attempts=4, backoff=0.01),
+        idempotent=True,
+    )
+    async def flaky(n: int) -> int:
+        runs.append(n)
+        raise TimeoutError("the service did not answer")
+
+    coordination = ts.RedisCoordination(redis_url(), namespace=namespace()) if fleet else None
+    executor = ts.Executor([flaky], coordination=coordination)
+    with anyio.fail_after(20):
+        first = (await executor.run([ts.ToolCall("c1", "flaky", {"n": 1})])).results[0]
+        second = (await executor.run([ts.ToolCall("c2", "flaky", {"n": 2})])).results[0]
+    assert (first.error_kind, first.attempts) == ("execution_error", 2)
+    assert "the service did not answer" in (first.error or "")
+    assert (second.error_kind, second.attempts) == ("unavailable", 0)
+    assert runs == [1, 1]
+
+
+async def test_a_call_refused_for_want_of_redis_ran_no_attempt(anyio_backend: str) -> None:
+    """Promise (docs/fleet.md): with Redis unreachable, ``on_unavailable="refuse"`` answers the calls
+    ``unavailable``; such a call ran nothing, and its result says so (``attempts=0``), whichever limits its tool
+    has. Before, a tool with ``max_concurrency`` alone was answered with 1 attempt."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    runs: list[str] = []
+
+    @ts.tool(name="capped", max_concurrency=2)
+    async def capped(n: int) -> int:
+        runs.append("capped")
+        return n
+
+    @ts.tool(name="paced", rate_limit=ts.RateLimit(5, per=1))
+    async def paced(n: int) -> int:
+        runs.append("paced")
+        return n
+
+    coordination = ts.RedisCoordination(f"redis://127.0.0.1:{port}", namespace=namespace(), on_unavailable="refuse")
+    executor = ts.Executor([capped, paced], coordination=coordination)
+    with warnings.catch_warnings(), anyio.fail_after(20):
+        warnings.simplefilter("ignore")
+        outcome = await executor.run([ts.ToolCall("a", "capped", {"n": 1}), ts.ToolCall("b", "paced", {"n": 1})])
+    assert [(result.error_kind, result.attempts) for result in outcome.results] == [("unavailable", 0)] * 2
+    assert runs == []
