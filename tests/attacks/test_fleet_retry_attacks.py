@@ -19,6 +19,12 @@ import toolsched as ts
 pytestmark = pytest.mark.anyio
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 @pytest.mark.parametrize("fleet", [False, True])
 async def test_a_retrying_call_that_opens_the_circuit_ends_with_its_last_failure(
     anyio_backend: str, fleet: bool
@@ -56,9 +62,7 @@ async def test_a_call_refused_for_want_of_redis_ran_no_attempt(anyio_backend: st
     """Promise (docs/fleet.md): with Redis unreachable, ``on_unavailable="refuse"`` answers the calls
     ``unavailable``; such a call ran nothing, and its result says so (``attempts=0``), whichever limits its tool
     has. Before, a tool with ``max_concurrency`` alone was answered with 1 attempt."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     runs: list[str] = []
 
     @ts.tool(name="capped", max_concurrency=2)
@@ -78,3 +82,32 @@ async def test_a_call_refused_for_want_of_redis_ran_no_attempt(anyio_backend: st
         outcome = await executor.run([ts.ToolCall("a", "capped", {"n": 1}), ts.ToolCall("b", "paced", {"n": 1})])
     assert [(result.error_kind, result.attempts) for result in outcome.results] == [("unavailable", 0)] * 2
     assert runs == []
+
+
+@pytest.mark.parametrize("limits", ["process", "fleet", "fallback"])
+async def test_no_retry_is_announced_once_the_calls_own_failure_opened_the_circuit(
+    anyio_backend: str, limits: str
+) -> None:
+    """Promise (docs/concepts/resilience.md): each retry is a ``ToolRetrying`` event, and a running call's retries
+    stop once the circuit opens. The call's second failure opens it (``failures=2``): one ``ToolRetrying`` (after
+    the first), none after the second, with the fleet's circuit (or its local fallback, Redis unreachable) as with
+    the process's own. Before, under the fleet, a retry was announced after the second failure and then refused."""
+    events: list[object] = []
+
+    @ts.tool(
+        name="flaky",
+        circuit=ts.CircuitBreaker(failures=2, cooldown=30),
+        retry=ts.Retry(attempts=4, backoff=0.01),
+        idempotent=True,
+    )
+    async def flaky(n: int) -> int:
+        raise TimeoutError("the service did not answer")
+
+    url = redis_url() if limits == "fleet" else f"redis://127.0.0.1:{free_port()}"
+    coordination = ts.RedisCoordination(url, namespace=namespace()) if limits != "process" else None
+    executor = ts.Executor([flaky], coordination=coordination, on_event=events.append)
+    with warnings.catch_warnings(), anyio.fail_after(20):
+        warnings.simplefilter("ignore")
+        (result,) = (await executor.run([ts.ToolCall("c1", "flaky", {"n": 1})])).results
+    assert (result.error_kind, result.attempts) == ("execution_error", 2)
+    assert [event.attempt for event in events if isinstance(event, ts.ToolRetrying)] == [1]

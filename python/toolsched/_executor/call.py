@@ -152,7 +152,8 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
             # a capped call's timeout starts when its first attempt has its slot, and a durable run journals each
             # attempt started once the fleet admitted it.
             stopped = _stopped_as_it_ran(job)
-            invoke = guarded(fleet, tool, job.facts, invoke, turn.emit, _fleet_admitted(job, scope, turn), stopped)
+            admitted = _fleet_admitted(job, scope, turn)
+            invoke = guarded(fleet, tool, job.facts, invoke, turn.emit, admitted, stopped, job.fleet_circuit_opened)
         if job.facts.policies is not None:
             invoke = _resilient(job, turn, invoke)
         # What the output guardrails and the post hooks are shown: the arguments the call was judged with, copied
@@ -612,6 +613,7 @@ def _resilient(
                         anyio.current_time() + delay >= anyio.current_effective_deadline()
                         or turn.halt is not None
                         or state.refuses()
+                        or job.circuit_open
                         or not state.may_retry()
                     ):
                         raise  # no time left within the call's timeout, an interrupt, an open circuit, or no budget

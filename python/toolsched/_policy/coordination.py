@@ -1057,6 +1057,7 @@ class RedisCoordination:
         limiter: Callable[[], anyio.CapacityLimiter] | None = None,
         admitted: Callable[[], Awaitable[None]] | None = None,
         cut_short: Callable[[], str | None] | None = None,
+        opened: Callable[[], None] | None = None,
     ) -> Any:
         """Runs one attempt of ``tool`` under the fleet's limits (or the fallback when Redis is unreachable).
 
@@ -1068,7 +1069,8 @@ class RedisCoordination:
         them); ``admitted`` is awaited once the attempt has its slot (or its start time when the tool has no
         cap), before its body runs (a durable run journals the attempt started then). ``cut_short`` says what
         stopped the call while the body ran, if anything (``"timeout"`` or ``"cancelled"``): a body that caught
-        that and returned is recorded as the stop, not as a success (``returned``).
+        that and returned is recorded as the stop, not as a success (``returned``). ``opened`` is called when the
+        attempt failed and the tool's circuit is open after it (its call's retries stop there).
 
         An attempt made inside a call of the same tool that holds a slot (a nested run in its body) runs on that
         slot: it takes none in the fleet nor in the fallback's cap (its rate limit and circuit still apply).
@@ -1102,7 +1104,7 @@ class RedisCoordination:
             self._renewer.hold(circuit_key, attempt, probe=True)
         try:
             return await self._attempt(
-                tool, lease_id, attempt, retry_on, invoke, emit, local, limiter, admitted, cut_short, nested
+                tool, lease_id, attempt, retry_on, invoke, emit, local, limiter, admitted, cut_short, opened, nested
             )
         finally:
             if lease_id:
@@ -1122,6 +1124,7 @@ class RedisCoordination:
         limiter: Callable[[], anyio.CapacityLimiter] | None,
         admitted: Callable[[], Awaitable[None]] | None,
         cut_short: Callable[[], str | None] | None,
+        opened: Callable[[], None] | None,
         slotless: bool = False,
     ) -> Any:
         """``run_attempt`` once the renewal thread knows the attempt's slot and probe (``slotless``: it takes
@@ -1136,7 +1139,7 @@ class RedisCoordination:
                     raise FleetUnavailable(
                         f"`{tool.name}` is unavailable: its fleet-wide limits cannot be checked ({exc})"
                     ) from None
-                return await _local_attempt(tool, retry_on, invoke, local, limiter, admitted, cut_short)
+                return await _local_attempt(tool, retry_on, invoke, local, limiter, admitted, cut_short, opened)
             if code == -1:
                 circuit = tool.circuit
                 assert circuit is not None
@@ -1204,12 +1207,16 @@ class RedisCoordination:
                 self._renewer.release(circuit_key, attempt, probe=True)
             if lease_id or (tool.circuit is not None and (probe or failures > 0 or outcome == "transient")):
                 with anyio.CancelScope(shield=True):
-                    await self._settle(tool, attempt, outcome, probe)
+                    opens = await self._settle(tool, attempt, outcome, probe)
+                if opens and opened is not None:
+                    opened()
 
-    async def _settle(self, tool: Tool, lease_id: str, outcome: str, probe: bool) -> None:
-        """Gives the slot back and records the outcome for the circuit. A bare release (no circuit) is not
-        waited for when another caller writes its batch."""
+    async def _settle(self, tool: Tool, lease_id: str, outcome: str, probe: bool) -> bool:
+        """Gives the slot back and records the outcome for the circuit; returns whether the attempt's transient
+        failure left the circuit open. A bare release (no circuit) is not waited for when another caller writes
+        its batch."""
         request = self._settle_request(tool, lease_id, outcome, probe)
+        reply: Any = None
         try:
             with anyio.move_on_after(self.connect_timeout):
                 reply = await self._send(request, wait=tool.circuit is not None, release=True)
@@ -1217,7 +1224,9 @@ class RedisCoordination:
                     logger.warning("Redis refused a script: %s", reply)
         except CoordinationError:
             # The slot's lease expires by itself; the outcome is lost to the circuit.
-            return
+            return False
+        circuit = tool.circuit
+        return circuit is not None and outcome == "transient" and type(reply) is int and reply >= circuit.failures
 
     def _settle_request(self, tool: Tool, lease_id: str, outcome: str, probe: bool) -> _Request:
         commands = self._commands(tool)
@@ -1245,9 +1254,10 @@ async def _local_attempt(
     limiter: Callable[[], anyio.CapacityLimiter] | None,
     admitted: Callable[[], Awaitable[None]] | None,
     cut_short: Callable[[], str | None] | None = None,
+    opened: Callable[[], None] | None = None,
 ) -> Any:
     """One attempt under this process's own rate limit, circuit and concurrency cap (the fallback while Redis
-    is unreachable): the rate wait comes before the slot, as in the fleet."""
+    is unreachable): the rate wait comes before the slot, as in the fleet; ``opened`` as in ``run_attempt``."""
     probe = local.admit() if local is not None else False
     if probe is None:
         raise CircuitOpen(f"`{tool.name}` is unavailable: its circuit is open in this process")
@@ -1265,6 +1275,8 @@ async def _local_attempt(
         return output
     except _Recorded as recorded:
         probe = False
+        if opened is not None and local is not None and local.refuses():
+            opened()
         raise recorded.error from None
     finally:
         if probe and local is not None:
@@ -1318,13 +1330,14 @@ def guarded(
     emit: Callable[[Any], object] | None,
     admitted: Callable[[], Awaitable[None]] | None = None,
     cut_short: Callable[[], str | None] | None = None,
+    opened: Callable[[], None] | None = None,
 ) -> Callable[[Any, Any], Awaitable[Any]]:
     """``invoke`` with each attempt under the fleet's limits for ``tool`` (the executor's hook, internal).
 
     The fleet's slots are the tool's concurrency cap: the caller takes no per-process slot around it (each
     attempt takes one, in the fleet or in the fallback); ``admitted`` is awaited when an attempt gets its slots;
-    ``cut_short``
-    says what stopped the call as its body ran (``RedisCoordination.run_attempt``).
+    ``cut_short`` says what stopped the call as its body ran; ``opened`` is called when an attempt's failure left
+    the circuit open (``RedisCoordination.run_attempt``).
     """
     retry_on = tool.retry
     local = facts.resilience() if facts.policies is not None else None
@@ -1332,7 +1345,7 @@ def guarded(
 
     async def invoke_guarded(args: Any, ctx: Any) -> Any:
         return await coordination.run_attempt(
-            tool, retry_on, lambda: invoke(args, ctx), emit, local, limiter, admitted, cut_short
+            tool, retry_on, lambda: invoke(args, ctx), emit, local, limiter, admitted, cut_short, opened
         )
 
     return invoke_guarded
