@@ -188,3 +188,51 @@ async def test_a_worker_killed_while_its_call_waits_for_the_fleet_leaves_it_unst
             executor = ts.Executor([charge], journal=journal, coordination=ts.RedisCoordination(url, namespace=space))
             (result,) = (await executor.recover("fleet-run")).results
     assert (result.error_kind, result.output) == (None, 20)
+
+
+# -- the outage's report -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("on_unavailable", ["local", "refuse"])
+async def test_an_outage_first_met_by_a_release_is_reported_with_its_cause(
+    anyio_backend: str, on_unavailable: str, tmp_path: Path
+) -> None:
+    """Promise (docs/fleet.md): an outage is reported once, with a ``RuntimeWarning`` and a
+    ``CoordinationUnavailable`` event whose ``error`` says what failed. Redis stops while a call holds its slot:
+    the call's end meets the outage first (its release cannot be sent), and the next call reports it. The report
+    names the server and what failed (no connection); before, it said only "Redis was unreachable a moment ago"."""
+    port = free_port()
+    server = start_server(port, tmp_path)
+    inside, release = anyio.Event(), anyio.Event()
+    events: list[object] = []
+
+    @ts.tool(name="held", max_concurrency=1)
+    async def held(n: int) -> int:
+        if n == 1:
+            inside.set()
+            await release.wait()
+        return n
+
+    coordination = ts.RedisCoordination(
+        f"redis://127.0.0.1:{port}",
+        namespace=namespace(),
+        on_unavailable=on_unavailable,  # type: ignore[arg-type]
+        connect_timeout=0.3,
+    )
+    executor = ts.Executor([held], coordination=coordination, on_event=events.append)
+    try:
+        with warnings.catch_warnings(record=True) as caught, anyio.fail_after(20):
+            warnings.simplefilter("always")
+            async with anyio.create_task_group() as group:
+                group.start_soon(executor.run, [ts.ToolCall("h", "held", {"n": 1})])
+                await inside.wait()
+                stop_server(server)
+                release.set()
+            await executor.run([ts.ToolCall("n", "held", {"n": 2})])
+    finally:
+        if server.poll() is None:
+            stop_server(server)
+    (outage,) = [event for event in events if isinstance(event, ts.CoordinationUnavailable)]
+    assert f"cannot reach Redis at 127.0.0.1:{port}: " in outage.error
+    (warned,) = [w for w in caught if "fleet-wide limits unavailable" in str(w.message)]
+    assert outage.error in str(warned.message)

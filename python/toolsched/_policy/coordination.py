@@ -289,6 +289,8 @@ class _Link:
     # them at once, as it does every command.
     stalled: bool = False
     warned: bool = False
+    # What made Redis count as unreachable until ``down_until`` (the calls meanwhile are told it).
+    outage: str = "Redis was unreachable"
     # Per tool name: the lock a call holds while it asks Redis again for a slot (one poller per loop and tool).
     pollers: dict[str, anyio.Lock] = field(default_factory=dict)
     # The batch still taking commands (written together on one connection once its leader has one), or None.
@@ -750,7 +752,7 @@ class RedisCoordination:
         """
         link = self._link()
         if link.down_until != -math.inf and anyio.current_time() < link.down_until and not (release and link.stalled):
-            raise CoordinationError("Redis was unreachable a moment ago")
+            raise CoordinationError(f"{link.outage} (a moment ago)")
         batch = link.open
         if batch is None:
             batch = link.open = [request]
@@ -871,7 +873,8 @@ class RedisCoordination:
             except (OSError, TimeoutError, ReplyError, CoordinationError) as exc:
                 link.down_until = anyio.current_time() + _RETRY_CONNECT
                 link.stalled = False
-                _failed(batch, f"cannot reach Redis at {self._host}:{self._port}: {_said(exc)}")
+                link.outage = f"cannot reach Redis at {self._host}:{self._port}: {_said(exc)}"
+                _failed(batch, link.outage)
                 return
             replies: list[Any] = [_UNREAD] * len(batch)
             sent = [anyio.current_time()] * len(batch)
@@ -920,6 +923,7 @@ class RedisCoordination:
                     # Not answering, or not Redis: tried again a moment later, not at every call.
                     link.down_until = anyio.current_time() + _RETRY_CONNECT
                     link.stalled = isinstance(exc, TimeoutError) and (phase == "again" or bool(read))
+                    link.outage = error
                 if phase == "again":
                     for index, reply in zip(again, read, strict=False):
                         replies[index] = reply
