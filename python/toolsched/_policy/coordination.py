@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import hashlib
+import ipaddress
 import logging
 import math
 import os
@@ -559,17 +560,31 @@ def _commands(
     )
 
 
+# One label of a host name: letters, digits, hyphens (not first nor last) and underscores (taken by resolvers of
+# private networks), at most 63 characters.
+_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+
+
 def _ascii_host(name: str) -> str | None:
     """The host name as it is looked up (an internationalized one in IDNA 2008, as anyio encodes it, so that the
-    event loops and the renewal thread reach the same host), or None when no host has that name."""
+    event loops and the renewal thread reach the same host), or None when no host has that name (a name past 253
+    characters, a label that is empty, past 63 characters or with a character no host name has)."""
     if any(c.isspace() or not c.isprintable() for c in name):
         return None
-    if name.isascii():
-        return name
     try:
-        return idna.encode(name, uts46=True).decode("ascii")
-    except UnicodeError:  # idna.IDNAError is one
+        ipaddress.ip_address(name)
+    except ValueError:
+        pass
+    else:
+        return name
+    if not name.isascii():
+        try:
+            name = idna.encode(name, uts46=True).decode("ascii")
+        except UnicodeError:  # idna.IDNAError is one
+            return None
+    if len(name) > 253 or not all(_LABEL.fullmatch(label) for label in name.removesuffix(".").split(".")):
         return None
+    return name
 
 
 def _without_password(url: str) -> str:
