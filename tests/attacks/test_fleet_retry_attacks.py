@@ -7,6 +7,7 @@ The real server comes from tests/redis_server.sh (``TOOLSCHED_TEST_REDIS_URL``).
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import warnings
 
@@ -111,3 +112,66 @@ async def test_no_retry_is_announced_once_the_calls_own_failure_opened_the_circu
         (result,) = (await executor.run([ts.ToolCall("c1", "flaky", {"n": 1})])).results
     assert (result.error_kind, result.attempts) == ("execution_error", 2)
     assert [event.attempt for event in events if isinstance(event, ts.ToolRetrying)] == [1]
+
+
+@pytest.mark.parametrize("limits", ["process", "fleet"])
+@pytest.mark.parametrize("stop", ["caller's deadline", "closed stream"])
+async def test_a_run_cancelled_from_outside_is_no_failure_for_the_circuit(
+    anyio_backend: str, limits: str, stop: str
+) -> None:
+    """Promise (docs/concepts/resilience.md): the circuit opens after ``failures`` transient failures in a row
+    (the call's own timeouts included). A run cancelled from outside as its call runs (a deadline of the caller
+    around ``run``, a ``stream`` closed early) is no failure of the tool: with ``failures=1``, the next call runs.
+    Before, under the fleet, the caller's deadline counted as the call's own timeout and opened the circuit: the
+    next call was answered ``unavailable``."""
+    ran: list[int] = []
+    running = anyio.Event()
+
+    @ts.tool(name="slow", circuit=ts.CircuitBreaker(failures=1, cooldown=30))
+    async def slow(n: int) -> int:
+        ran.append(n)
+        if n == 1:
+            running.set()
+            await anyio.sleep(30)
+        return n
+
+    coordination = ts.RedisCoordination(redis_url(), namespace=namespace()) if limits == "fleet" else None
+    executor = ts.Executor([slow], coordination=coordination)
+    with anyio.fail_after(20):
+        if stop == "closed stream":
+            async with contextlib.aclosing(executor.stream([ts.ToolCall("c1", "slow", {"n": 1})])) as events:
+                async for event in events:
+                    if isinstance(event, ts.ToolStarted):
+                        await running.wait()
+                        break
+        else:
+            async with anyio.create_task_group() as group:
+                group.start_soon(executor.run, [ts.ToolCall("c1", "slow", {"n": 1})])
+                await running.wait()
+                group.cancel_scope.deadline = anyio.current_time()
+        (result,) = (await executor.run([ts.ToolCall("c2", "slow", {"n": 2})])).results
+    assert (result.error_kind, result.output) == (None, 2)
+    assert ran == [1, 2]
+
+
+@pytest.mark.parametrize("limits", ["process", "fleet", "fallback"])
+async def test_the_calls_own_timeouts_open_the_circuit(anyio_backend: str, limits: str) -> None:
+    """The other side of the cancellation above: a call stopped by its own ``timeout`` is a transient failure for
+    the circuit (two open it), with the fleet's circuit (or its local fallback, Redis unreachable) as with the
+    process's own."""
+    ran: list[int] = []
+
+    @ts.tool(name="slow", timeout=0.05, circuit=ts.CircuitBreaker(failures=2, cooldown=30))
+    async def slow(n: int) -> int:
+        ran.append(n)
+        await anyio.sleep(30)
+        return n
+
+    url = redis_url() if limits == "fleet" else f"redis://127.0.0.1:{free_port()}"
+    coordination = ts.RedisCoordination(url, namespace=namespace()) if limits != "process" else None
+    executor = ts.Executor([slow], coordination=coordination)
+    with warnings.catch_warnings(), anyio.fail_after(20):
+        warnings.simplefilter("ignore")
+        kinds = [(await executor.run([ts.ToolCall(f"c{n}", "slow", {"n": n})])).results[0].error_kind for n in range(3)]
+    assert kinds == ["timeout", "timeout", "unavailable"]
+    assert ran == [0, 1]

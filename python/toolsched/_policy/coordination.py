@@ -1215,8 +1215,10 @@ class RedisCoordination:
                     raise
                 outcome = returned(cut_short)
                 return output
-        except BaseException as exc:
-            if outcome == "none" and _is_timeout(exc):
+        except anyio.get_cancelled_exc_class():
+            # Stopped as it ran: its own timeout is a transient failure for the circuit; a cancellation (the call's,
+            # or its run's from outside) settles nothing.
+            if outcome == "none" and cut_short is not None and cut_short() == "timeout":
                 outcome = "transient"
             raise
         finally:
@@ -1258,13 +1260,6 @@ class RedisCoordination:
         )
 
 
-def _is_timeout(exc: BaseException) -> bool:
-    """Whether a cancellation is the call's own deadline (``move_on_after`` of the call's scope)."""
-    return (
-        isinstance(exc, anyio.get_cancelled_exc_class()) and anyio.current_effective_deadline() <= anyio.current_time()
-    )
-
-
 async def _local_attempt(
     tool: Tool,
     retry_on: Any,
@@ -1280,6 +1275,7 @@ async def _local_attempt(
     probe = local.admit() if local is not None else False
     if probe is None:
         raise CircuitOpen(f"`{tool.name}` is unavailable: its circuit is open in this process")
+    ran = False
     try:
         if local is not None and not local.paced():
             await local.pace()
@@ -1288,6 +1284,7 @@ async def _local_attempt(
         async with slot_of(limiter() if limiter is not None else None):
             if admitted is not None:
                 await admitted()
+            ran = True
             output, settled = await _recorded(invoke, retry_on, local, probe, cut_short)
         # A probe whose call was cancelled as it ran settled nothing: it is given back below.
         probe = probe and not settled
@@ -1297,6 +1294,13 @@ async def _local_attempt(
         if opened is not None and local is not None and local.refuses():
             opened()
         raise recorded.error from None
+    except anyio.get_cancelled_exc_class():
+        # Stopped as its body ran: its own timeout is a transient failure for the circuit; a cancellation (the
+        # call's, or its run's from outside) settles nothing.
+        if ran and local is not None and cut_short is not None and cut_short() == "timeout":
+            local.record("transient", probe)
+            probe = False
+        raise
     finally:
         if probe and local is not None:
             local.release_probe()
