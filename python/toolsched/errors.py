@@ -22,6 +22,7 @@ __all__ = [
     "JournalError",
     "JournalVersionError",
     "LeaseLostError",
+    "LoopFailed",
     "MalformedCallError",
     "McpConnectionError",
     "McpToolError",
@@ -180,6 +181,28 @@ class StreamFailed(ToolschedError):
         super().__init__(f"the stream of calls broke after {answered} calls were answered ({detail})")
         self.outcome = outcome
         self.history: list[Any] | None = None
+
+
+class LoopFailed(ToolschedError):
+    """A tool loop (``toolsched.loops``) failed after it had answered a turn's calls: the request for the next
+    answer failed (the connection, an HTTP error, the SDK), or so did ``refresh_tools``. The error is the
+    ``__cause__``.
+
+    Nothing the tools did is lost: ``history`` is the conversation before the request that failed, every
+    turn answered, ready to be sent again; ``outcome`` is the last turn's ``Outcome``, ``turns`` the requests
+    this call of the loop made, ``executor`` the executor in use then. A failure before the loop answered any
+    call (its first request) is raised as it is: the conversation given is still the one to send.
+    """
+
+    def __init__(self, history: list[Any], outcome: Any, turns: int, executor: Any, cause: BaseException) -> None:
+        super().__init__(
+            f"the tool loop failed after {turns} request{'s' if turns != 1 else ''} with its calls answered "
+            f"({described(cause)}); its history is kept on this error"
+        )
+        self.history = history
+        self.outcome = outcome
+        self.turns = turns
+        self.executor = executor
 
 
 class IncompleteStreamError(ToolschedError):

@@ -12,7 +12,12 @@ the caller instead of being decided here:
   ``messages=result.history`` (or ``input=``/``contents=``),
   ``resume=result`` and ``result.executor``; an approval given with
   ``always=`` (``"call"``, ``"tool"`` or a permission rule) holds for every
-  later turn of the loop, and the state of a later interruption carries it on;
+  later turn of the loop, and the state of a later interruption carries it on. The resumed calls run
+  with the resuming call's ``context=`` and ``steering=``, as every later turn's.
+  A resume whose results could not answer the turn (``resume=`` no ``LoopResult``, one of another API's
+  loop, or a history that does not end with the turn the loop stopped at: the first messages only, a
+  message added after it, the history of an earlier interruption) is refused with ``OptionError`` before
+  any call runs or anything is sent, and the result still resumes; earlier entries may change;
 - calls of external tools end the loop with ``stop="external"`` when nothing
   else waits (with approvals waiting too, ``stop="interrupted"``; either way
   ``result.pending`` holds every ``ExternalCall`` and ``ApprovalRequest``):
@@ -26,7 +31,9 @@ the caller instead of being decided here:
   ``limit_exceeded`` answer, or ``stop="retries_exhausted"`` after one with a
   ``retries_exhausted`` answer (the answers are in the history first);
 - cancelling the task that runs the loop cancels the request or the tools
-  in flight and propagates.
+  in flight and propagates; with ``stream=True`` the turn is wound down as a
+  broken stream first (calls of tools with ``interrupt_behavior="cancel"`` are
+  cancelled, ``"block"`` calls finish), as ``Executor.turn`` does.
 
 ``stream=True`` streams each answer and starts every tool call the moment
 the stream completes it (``execute_stream``), results still in model order.
@@ -34,6 +41,13 @@ An answer whose stream breaks (the connection drops, the provider reports an
 error, or it ends before its final event) is never sent back: the loop raises
 ``StreamFailed`` with the results of the calls it completed (``outcome``) and
 the conversation before that request (``history``), ready to be sent again.
+
+A request that fails once the loop has answered a turn's calls (the connection,
+an HTTP error, the SDK), or a ``refresh_tools`` that fails, raises
+``LoopFailed`` (the error is its ``__cause__``) with the conversation so far,
+every turn answered (``history``), ready to be sent again: the tools that ran
+are never run again to get it back. A failure before the loop answered any
+call is raised as it is.
 
 The assistant turn appended to the history carries, for every call, the ID
 its result answers (a call the model sent without an ID gets the one the
@@ -56,16 +70,16 @@ from typing import Any, Literal
 
 from toolsched._executor.executor import Executor, Steering
 from toolsched._policy.limits import Limits, limits_in_force
-from toolsched._policy.runstate import RunState, standing_of
+from toolsched._policy.runstate import RunState, records_by_id, standing_of
 from toolsched._policy.standing import standing_in_force
 from toolsched._tools.registry import ToolRegistry
 from toolsched._values.calls import ToolCall
 from toolsched._values.effects import ExternalCall
 from toolsched._values.outcome import Outcome
 from toolsched._values.results import ToolResult
-from toolsched.errors import OptionError, StreamFailed
+from toolsched.errors import LoopFailed, OptionError, ResponseFormatError, StreamFailed
 from toolsched.providers import anthropic, gemini, openai_chat, openai_responses
-from toolsched.providers._wire import read, resume_outcome
+from toolsched.providers._wire import read
 
 __all__ = ["LoopResult", "anthropic_loop", "gemini_loop", "openai_chat_loop", "openai_responses_loop"]
 
@@ -117,6 +131,9 @@ class LoopResult:
 class _Dialect(abc.ABC):
     """What differs between APIs: the request, the assistant turn, the calls and the reply."""
 
+    # The loop's keyword for the conversation.
+    keyword = "messages"
+
     @abc.abstractmethod
     async def request(self, history: list[Any], executor: Executor) -> Any:
         """Sends the conversation so far with the executor's tools; returns the response."""
@@ -132,6 +149,10 @@ class _Dialect(abc.ABC):
     @abc.abstractmethod
     def reply(self, calls: list[ToolCall], results: list[ToolResult], registry: ToolRegistry) -> list[Any]:
         """The history entries that answer the calls."""
+
+    def recorded_calls(self, history: list[Any], registry: ToolRegistry) -> list[ToolCall]:
+        """The calls of the assistant turn the history ends with (its last entry)."""
+        return self.calls(history[-1], registry) if history else []
 
     @abc.abstractmethod
     def text(self, response: Any) -> str | None:
@@ -238,7 +259,14 @@ class _Anthropic(_Dialect):
         return response, execution.calls, execution.outcome
 
 
+def _output_item(item: Any) -> bool:
+    """Whether an input item is one the model gave (not a message of the user's, nor a call's output)."""
+    return read(item, "type") != "function_call_output" and read(item, "role") in (None, "assistant")
+
+
 class _Responses(_Dialect):
+    keyword = "input"
+
     def __init__(self, client: Any, request: dict[str, Any], strict: bool) -> None:
         # A structured output (``text_format=`` a pydantic model) goes through ``parse``.
         method = client.responses.parse if "text_format" in request else client.responses.create
@@ -255,6 +283,14 @@ class _Responses(_Dialect):
 
     def calls(self, response: Any, registry: ToolRegistry) -> list[ToolCall]:
         return openai_responses.calls_from(response, registry=registry)
+
+    def recorded_calls(self, history: list[Any], registry: ToolRegistry) -> list[ToolCall]:
+        # The turn is the model's items at the end of the input (as many as the caller kept of it): after the
+        # last input message or call output.
+        start = len(history)
+        while start > 0 and _output_item(history[start - 1]):
+            start -= 1
+        return openai_responses.calls_from(history[start:], registry=registry)
 
     def reply(self, calls: list[ToolCall], results: list[ToolResult], registry: ToolRegistry) -> list[Any]:
         return list(openai_responses.results_to_items(calls, results, registry=registry))
@@ -318,6 +354,8 @@ class _Chat(_Dialect):
 
 
 class _Gemini(_Dialect):
+    keyword = "contents"
+
     def __init__(self, client: Any, model: str, config: Any) -> None:
         self.generate = _async_method(
             getattr(client, "aio", client).models.generate_content, client, "google.genai.Client"
@@ -377,6 +415,41 @@ async def _refreshed(executor: Executor, refresh_tools: RefreshTools | None) -> 
     if not isinstance(fresh, Executor):
         raise TypeError(f"refresh_tools must return an Executor or None, got {type(fresh).__name__}")
     return fresh
+
+
+def _resumed_calls(dialect: _Dialect, history: list[Any], resume: Any, registry: ToolRegistry) -> list[ToolCall]:
+    """The calls of the turn ``resume`` stopped at, once it is sure their results can answer them: ``resume`` is
+    the ``LoopResult`` of an interrupted loop of this API, whose state holds those calls, and ``history`` ends
+    with that turn (the results are appended after it). ``OptionError`` otherwise, before anything runs."""
+    if not isinstance(resume, LoopResult):
+        raise OptionError(
+            f"resume= takes the LoopResult of an interrupted loop, got {type(resume).__name__}; nothing was run or sent"
+        )
+    if resume.stop not in _WAITING or not isinstance(resume.state, RunState):
+        raise OptionError(f"resume= takes the result of an interrupted loop, got one that stopped {resume.stop!r}")
+    try:
+        calls = dialect.calls(resume.response, registry)
+    except ResponseFormatError as error:
+        raise OptionError(
+            f"resume= holds a response this loop cannot read (a result of another API's loop?): {error}; "
+            "nothing was run or sent"
+        ) from error
+    ids = [call.id for call in calls]
+    if not calls or set(ids) != set(records_by_id(resume.state)):
+        raise OptionError(
+            "resume= holds a state of other calls than its response's (a result of another API's loop?); "
+            "nothing was run or sent"
+        )
+    try:
+        recorded = [call.id for call in dialect.recorded_calls(history, registry)]
+    except ResponseFormatError:
+        recorded = []
+    if recorded != ids:
+        raise OptionError(
+            f"{dialect.keyword}= must end with the assistant turn the loop stopped at (pass result.history, whose "
+            "earlier entries may change): the results answer that turn's calls; nothing was run or sent"
+        )
+    return calls
 
 
 async def _run_loop(
@@ -441,6 +514,9 @@ async def _loop(
     turns = 0
     outcome: Outcome | None = None
     response: Any = None
+    # Whether this call of the loop has answered a turn's calls: a failure after that raises ``LoopFailed``,
+    # which keeps the history with their results (before it, the conversation given is the one to send).
+    answered = False
 
     def finish(stop: Stop) -> LoopResult:
         state = outcome.state if stop in _WAITING and outcome is not None else None
@@ -448,15 +524,19 @@ async def _loop(
 
     async def answer(calls: list[ToolCall], settled: Outcome) -> Stop | None:
         """Appends the reply to a turn's calls; says why the loop must stop, if it must."""
-        nonlocal executor
+        nonlocal executor, answered
         if settled.interrupted:
             if settled.pending and all(isinstance(waiting, ExternalCall) for waiting in settled.pending):
                 return "external"
             return "interrupted"
         history.extend(dialect.reply(calls, settled.results, executor.registry))
+        answered = True
         if reset_tool_choice:
             dialect.used_tools()
-        executor = await _refreshed(executor, refresh_tools)
+        try:
+            executor = await _refreshed(executor, refresh_tools)
+        except Exception as exc:
+            raise LoopFailed(list(history), settled, turns, executor, exc) from exc
         if settled.steering_messages:
             return "steered"
         kinds = {result.error_kind for result in settled.results}
@@ -465,11 +545,12 @@ async def _loop(
         return "limit" if "limit_exceeded" in kinds else None
 
     if resume is not None:
-        if resume.stop not in _WAITING or resume.state is None:
-            raise OptionError(f"resume= takes the result of an interrupted loop, got one that stopped {resume.stop!r}")
+        # Read and checked before the state is taken: a resume refused here runs nothing and may be made again.
+        calls = _resumed_calls(dialect, history, resume, executor.registry)
         response = resume.response
-        outcome = await resume_outcome(executor, resume.state)
-        stop = await answer(dialect.calls(response, executor.registry), outcome)
+        # The resumed calls run as the loop's other calls do: with its context, steering asked between them.
+        outcome = await executor.resume(resume.state, steering=steering, context=context)
+        stop = await answer(calls, outcome)
         if stop is not None:
             return finish(stop)
 
@@ -481,10 +562,19 @@ async def _loop(
             except StreamFailed as failed:
                 failed.history = list(history)
                 raise
+            except Exception as exc:
+                if not answered:
+                    raise
+                raise LoopFailed(list(history), outcome, turns, executor, exc) from exc
             turns += 1
             history.extend(dialect.assistant_turn(response))
         else:
-            response = await dialect.request(history, executor)
+            try:
+                response = await dialect.request(history, executor)
+            except Exception as exc:
+                if not answered:
+                    raise
+                raise LoopFailed(list(history), outcome, turns, executor, exc) from exc
             turns += 1
             history.extend(dialect.assistant_turn(response))
             calls = dialect.calls(response, executor.registry)

@@ -30,7 +30,10 @@ a ``tools/list`` entry that is not an MCP tool (a name that is not text, no
 ``inputSchema``) or that nests deeper than a tool's schema may (256 levels):
 each entry is checked alone, and the warning names it (its name, else its
 index in its page) and says why; a list with no valid entry lists no tools.
-An answer that is not a list of entries is an ``McpConnectionError``.
+An answer that is not a list of entries is an ``McpConnectionError``. A
+tool listed twice is listed once (its first entry); a list whose cursor
+comes back, or that goes on past ``MAX_TOOL_PAGES`` pages, ends there: each
+with a warning.
 
 A successful call's output is its text (several text blocks joined by
 newlines), else its content blocks as dicts (images, resources), else its
@@ -39,15 +42,21 @@ structured content.
 Annotations are hints from the server; with ``trust_hints=False`` they are
 ignored and every tool is treated as writing, destructive and unsafe to run
 alongside others. A tool the server reports as failed, a protocol error, a
-result that is not MCP (``McpToolError`` naming the fields) or a dropped
+result that is not MCP (``McpToolError`` naming the fields), one that breaks
+the output schema its tool declared (``McpToolError``) or a dropped
 connection becomes that call's ``execution_error`` result (``McpToolError`` /
 ``McpConnectionError`` as the message); a request the server does not answer
-within ``read_timeout`` (300 seconds by default) or the tool's ``timeout``
-is the call's ``timeout``, saying so: never a crash or a hang of the run.
+within ``read_timeout`` (300 seconds by default) or the tool's ``timeout``,
+or does not read within ``read_timeout`` (a stdio server that stopped
+reading its input), is the call's ``timeout``, saying so: never a crash or a
+hang of the run.
 Once the connection is known to be gone (a stdio server's output ended, a
 request found it closed), every later call fails at once with a message
-saying it was called after that and not sent. The
-``mcp`` package is imported only when a connection is made
+saying it was called after that and not sent. One ``async with`` at a time
+holds a connection: entering it while open is an ``McpConnectionError``. A
+``prefix`` that is not text or a ``read_timeout`` that is not a positive
+number of seconds (or None) is an ``OptionError`` when the connection is
+made. The ``mcp`` package is imported only when a connection is made
 (``pip install 'toolsched[mcp]'``).
 """
 
@@ -56,6 +65,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
+import os
 import re
 import sys
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -75,10 +86,12 @@ from toolsched._tools.mcp_listing import (
     shown_errors,
     too_deep_line,
 )
+from toolsched._tools.mcp_stderr import stderr_into
 from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.schema import SCHEMA_DEPTH
 from toolsched._tools.tools import Tool
-from toolsched.errors import McpConnectionError, McpToolError, SchemaError, ToolDefinitionError
+from toolsched._values.numeric_options import numeric_fault, shown
+from toolsched.errors import McpConnectionError, McpToolError, OptionError, SchemaError, ToolDefinitionError
 
 if TYPE_CHECKING:
     import mcp
@@ -92,8 +105,9 @@ logger = logging.getLogger("toolsched.mcp")
 _NAME_LIMIT = 64
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
-# Bound on the pages of one tools/list walk, so a server that never stops paginating cannot hang a refresh.
 MAX_TOOL_PAGES = 100
+"""Bound on the pages of one ``tools/list`` walk, so a server that never stops paging cannot hang a refresh: the
+tools of the first ``MAX_TOOL_PAGES`` pages are kept, with a warning."""
 
 DEFAULT_READ_TIMEOUT = 300.0
 """Seconds a request waits for its answer unless ``read_timeout`` says otherwise: a reply that never comes
@@ -118,6 +132,16 @@ def local_name(prefix: str, remote_name: str, taken: set[str]) -> str:
         suffix = f"_{number}"
         candidate = name[: _NAME_LIMIT - len(suffix)] + suffix
     return candidate
+
+
+def _check_options(prefix: Any, read_timeout: Any = None) -> None:
+    """``OptionError`` for a ``prefix`` that is not text or a ``read_timeout`` that is not a positive number of
+    seconds (``inf`` and None: no bound), raised when the connection is made rather than at its first request."""
+    if not isinstance(prefix, str):
+        raise OptionError(f"prefix must be text, got {shown(prefix)}")
+    fault = None if read_timeout is None else numeric_fault(read_timeout, integer=False, infinite=True)
+    if fault is not None:
+        raise OptionError(f"read_timeout must be {fault} of seconds (or None), got {shown(read_timeout)}")
 
 
 def _require_mcp() -> None:
@@ -235,18 +259,30 @@ class _WatchedReadStream:
 
 
 class _WatchedWriteStream:
-    """A transport's write stream that shows its connection each message before it is sent.
+    """A transport's write stream that shows its connection each message before it is sent, and bounds how long
+    a request waits to be taken by the transport (``within`` seconds; None: no bound).
 
-    It forwards the ``WriteStream`` protocol of the ``mcp`` package unchanged.
+    It forwards the ``WriteStream`` protocol of the ``mcp`` package unchanged. A request the transport does not
+    take in time (a stdio server that stopped reading its input, its pipe full) raises ``not_taken(item)``: the
+    client's own read timeout starts only once a request is written, so it would wait for ever.
     """
 
-    def __init__(self, stream: Any, on_item: Any) -> None:
+    def __init__(self, stream: Any, on_item: Any, *, within: float | None, not_taken: Any) -> None:
         self._stream = stream
         self._on_item = on_item
+        self._within = within
+        self._not_taken = not_taken
 
     async def send(self, item: Any) -> None:
         self._on_item(item)
-        await self._stream.send(item)
+        message = getattr(item, "message", None)
+        if self._within is None or getattr(message, "method", None) is None or getattr(message, "id", None) is None:
+            await self._stream.send(item)
+            return
+        with anyio.move_on_after(self._within) as waited:
+            await self._stream.send(item)
+        if waited.cancelled_caught:
+            raise self._not_taken(message)
 
     async def aclose(self) -> None:
         await self._stream.aclose()
@@ -299,9 +335,25 @@ class McpConnection:
         # Over HTTP, the bodies of the answers to those requests (content type, bytes), kept as the transport
         # reads them: one its JSON parser cannot read is read again from here.
         self._listing_bodies: dict[Any, tuple[str, bytearray]] = {}
+        # Whether an `async with` holds the connection (from its start to its end): a second one is refused.
+        self._entered = False
 
     async def __aenter__(self) -> McpConnection:
+        if self._entered:
+            raise McpConnectionError(
+                f"the connection to MCP server {self.label} is open already: one `async with` at a time holds it "
+                "(use the open connection, or make another)"
+            )
         _require_mcp()
+        self._entered = True
+        try:
+            return await self._open()
+        except BaseException:
+            self._entered = False
+            raise
+
+    async def _open(self) -> McpConnection:
+        """Starts the transport and the client's handshake in a task of the connection's own."""
         client = self._client_factory(self)
         self._lost = None
         self._listings = {}
@@ -327,13 +379,20 @@ class McpConnection:
     async def _hold_open(self, client: Any, *, task_status: anyio.abc.TaskStatus[Exception | None]) -> None:
         """Enters the client in this task and keeps it open until the connection closes or the transport fails."""
         started = False
+        closing = anyio.CancelScope()
         try:
-            async with client:
-                self._client = client
-                started = True
-                task_status.started(None)
-                assert self._closing is not None
-                await self._closing.wait()
+            with closing:
+                async with client:
+                    self._client = client
+                    started = True
+                    task_status.started(None)
+                    assert self._closing is not None
+                    await self._closing.wait()
+                    # Leaving the client ends the session (over HTTP, a DELETE the server is to answer): a request
+                    # like any other, bounded by read_timeout, so that a server that never answers it cannot hold
+                    # the end of the `async with` block (the transport's own bound is minutes).
+                    if self.read_timeout is not None:
+                        closing.deadline = anyio.current_time() + self.read_timeout
         except Exception as exc:
             if not started:
                 task_status.started(exc)
@@ -353,7 +412,7 @@ class McpConnection:
         async with transport as (read_stream, write_stream):
             yield (
                 _WatchedReadStream(read_stream, self._server_closed, self._received),
-                _WatchedWriteStream(write_stream, self._sending),
+                _WatchedWriteStream(write_stream, self._sending, within=self.read_timeout, not_taken=self._not_taken),
             )
 
     def _sending(self, item: Any) -> None:
@@ -510,6 +569,14 @@ class McpConnection:
             self._lost = f"MCP server {self.label} closed the connection"
             logger.warning("%s", self._lost)
 
+    def _closed_here(self) -> bool:
+        """Whether the connection's own ``async with`` ended (it closes the transport, not the server)."""
+        return self._closing is not None and self._closing.is_set()
+
+    def _closed_during(self, name: str) -> str:
+        """The message of a call that waited while the connection's ``async with`` block ended."""
+        return f"the connection to MCP server {self.label} was closed during `{name}`: its `async with` block ended"
+
     def _not_sent(self, request: str) -> str:
         """The message of a request made after the connection was gone: it was never sent."""
         return f"{self._lost}; {request} was called after that and was not sent"
@@ -527,8 +594,11 @@ class McpConnection:
         stack, self._stack = self._stack, None
         if self._closing is not None:
             self._closing.set()
-        if stack is not None:
-            await stack.aclose()
+        try:
+            if stack is not None:
+                await stack.aclose()
+        finally:
+            self._entered = False
 
     @property
     def client(self) -> mcp.Client:
@@ -556,6 +626,15 @@ class McpConnection:
         if self.read_timeout is None or timeout is None:
             return self.read_timeout
         return max(self.read_timeout, timeout)
+
+    def _not_taken(self, message: Any) -> _Unanswered:
+        """The error of a request the transport did not take within ``read_timeout``: the server is not reading."""
+        params = getattr(message, "params", None)
+        name = params.get("name") if isinstance(params, dict) and message.method == "tools/call" else None
+        request = f"`{name}`" if isinstance(name, str) else f"`{message.method}`"
+        return _Unanswered(
+            f"MCP server {self.label} did not read {request} within {self.read_timeout:g} seconds (read_timeout)"
+        )
 
     def _unanswered(self, request: str) -> str:
         within = "in time" if self.read_timeout is None else f"within {self.read_timeout:g} seconds"
@@ -598,6 +677,7 @@ class McpConnection:
         self._changed = False
         specs: list[mcp_types.Tool] = []
         cursor: str | None = None
+        followed: set[str] = set()
         try:
             with self._watched() as scope:
                 for _ in range(MAX_TOOL_PAGES):
@@ -606,6 +686,25 @@ class McpConnection:
                     cursor = page.next_cursor
                     if not cursor:
                         break
+                    if cursor in followed:
+                        # Following it would list the same pages again, each of their tools under a new name.
+                        logger.warning(
+                            "MCP server %s: its `tools/list` cursor %r came back; the tools listed before it are "
+                            "kept and the list ends there",
+                            self.label,
+                            cursor,
+                        )
+                        break
+                    followed.add(cursor)
+                else:
+                    logger.warning(
+                        "MCP server %s: its `tools/list` goes on past %d pages (the next at cursor %r); the tools "
+                        "of the first %d are kept",
+                        self.label,
+                        MAX_TOOL_PAGES,
+                        cursor,
+                        MAX_TOOL_PAGES,
+                    )
         except MCPError as exc:
             if exc.code == REQUEST_TIMEOUT:
                 raise McpConnectionError(self._unanswered("`tools/list`")) from exc
@@ -621,6 +720,7 @@ class McpConnection:
             ) from exc
         if scope.cancelled_caught:
             raise McpConnectionError(f"could not list the tools of MCP server {self.label}: {self._lost}")
+        specs = self._first_of_each_name(specs)
         previous = {member.remote_name: member for member in self._tools or ()}
         # A tool the server still lists keeps its name, changed or not, whatever is listed before it: a
         # name the model has seen must never start calling a different server tool. New tools are named
@@ -629,7 +729,6 @@ class McpConnection:
         fresh: list[McpTool] = []
         taken: set[str] = set()
         for spec in specs:
-            # Popped, so that a name listed twice keeps its old name once.
             kept = previous.pop(spec.name, None)
             if kept is not None and kept.spec == spec:
                 member = kept
@@ -645,6 +744,20 @@ class McpConnection:
             fresh.append(member)
         self._tools = fresh
         return list(fresh)
+
+    def _first_of_each_name(self, specs: list[mcp_types.Tool]) -> list[mcp_types.Tool]:
+        """``specs`` with each name's first entry only: a server calls one tool by a name, so a second entry
+        for it would be a second toolsched tool for that one tool, checked against a schema it may not hold.
+        Each entry left out is a warning."""
+        listed: set[str] = set()
+        first: list[mcp_types.Tool] = []
+        for spec in specs:
+            if spec.name in listed:
+                logger.warning("MCP server %s: tool %r is listed again; its first entry is kept", self.label, spec.name)
+                continue
+            listed.add(spec.name)
+            first.append(spec)
+        return first
 
     async def call_tool(
         self, name: str, args: Mapping[str, Any], ctx: ToolContext | None = None, *, tool_timeout: float | None = None
@@ -663,8 +776,12 @@ class McpConnection:
         client = self.client
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            if ctx is not None and total:
-                ctx.report_progress(min(max(progress / total, 0.0), 1.0), message)
+            if ctx is None or not total:
+                return
+            fraction = progress / total
+            # NaN (a NaN amount, or infinity over infinity) is no fraction: not reported.
+            if not math.isnan(fraction):
+                ctx.report_progress(min(max(fraction, 0.0), 1.0), message)
 
         try:
             with self._watched() as scope:
@@ -672,6 +789,8 @@ class McpConnection:
                     name, dict(args), read_timeout_seconds=self._waits_for(tool_timeout), progress_callback=on_progress
                 )
         except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED and self._closed_here():
+                raise McpConnectionError(self._closed_during(name)) from exc
             if exc.code == CONNECTION_CLOSED:
                 # The transport gave up on the server (an HTTP server that cannot be reached says so only
                 # here): later calls fail at once.
@@ -685,11 +804,21 @@ class McpConnection:
                 raise _Unanswered(self._unanswered(f"`{name}`")) from exc
             raise McpToolError(f"MCP server {self.label} refused `{name}`: {exc.message}") from exc
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
+            if self._closed_here():
+                raise McpConnectionError(self._closed_during(name)) from exc
             self._server_closed()
             raise McpConnectionError(f"MCP server {self.label} closed the connection during `{name}`") from exc
         except ValidationError as exc:
             raise McpToolError(
                 f"MCP server {self.label} answered `{name}` with a result that is not MCP: {_not_mcp(exc)}"
+            ) from exc
+        except RuntimeError as exc:
+            # The `mcp` package checks a result against the output schema its tool declared (and refuses kinds
+            # of result a plain call does not take) with a RuntimeError; its first line says why (the rest is
+            # the schema and the value, of any size).
+            refused = str(exc).split("\n", 1)[0] or type(exc).__name__
+            raise McpToolError(
+                f"MCP server {self.label} answered `{name}` with a result the `mcp` package refused: {refused}"
             ) from exc
         if scope.cancelled_caught:
             raise McpConnectionError(f"{self._lost} (during `{name}`)")
@@ -703,6 +832,7 @@ def connect(client: Any, *, label: str = "", prefix: str = "", trust_hints: bool
 
     The client must not be entered yet; the connection enters and exits it.
     """
+    _check_options(prefix)
     return McpConnection(
         lambda _connection: client,
         label=label or repr(client.server),
@@ -712,12 +842,41 @@ def connect(client: Any, *, label: str = "", prefix: str = "", trust_hints: bool
     )
 
 
+def _text_or_path(option: str, value: Any) -> str:
+    """``value`` as the text of a command line: text, or a path (``os.PathLike``); ``OptionError`` otherwise."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise OptionError(f"{option} must be text or a path, got {shown(value)}")
+    return value
+
+
+def _command_line(command: Any, args: Any, env: Any, cwd: Any) -> tuple[str, list[str], dict[str, str] | None, Any]:
+    """``connect_stdio``'s command, arguments, environment and directory, checked: ``OptionError`` names the
+    first that is not what it must be (a single string for ``args`` included: it is not a list of them)."""
+    if isinstance(args, str | bytes):
+        raise OptionError(f"args must be a sequence of arguments (text or paths), not one string: {shown(args)}")
+    if not isinstance(args, Sequence):
+        raise OptionError(f"args must be a sequence of arguments (text or paths), got {shown(args)}")
+    arguments = [_text_or_path(f"args[{index}]", argument) for index, argument in enumerate(args)]
+    if env is not None:
+        if not isinstance(env, Mapping):
+            raise OptionError(f"env must map names to text, got {shown(env)}")
+        for name, value in env.items():
+            if not isinstance(name, str) or not isinstance(value, str):
+                raise OptionError(f"env must map names to text, got {shown(name)}: {shown(value)}")
+        env = dict(env)
+    if cwd is not None:
+        cwd = _text_or_path("cwd", cwd)
+    return _text_or_path("command", command), arguments, env, cwd
+
+
 def connect_stdio(
-    command: str,
-    args: Sequence[str] = (),
+    command: str | os.PathLike[str],
+    args: Sequence[str | os.PathLike[str]] = (),
     *,
     env: Mapping[str, str] | None = None,
-    cwd: str | None = None,
+    cwd: str | os.PathLike[str] | None = None,
     prefix: str = "",
     trust_hints: bool = True,
     read_timeout: float | None = DEFAULT_READ_TIMEOUT,
@@ -726,26 +885,33 @@ def connect_stdio(
     """A connection to a server started as a subprocess that speaks MCP over its stdin and stdout.
 
     ``env`` is merged over a minimal default environment; ``errlog`` receives
-    the server's stderr (default ``sys.stderr``); ``read_timeout`` bounds each
+    the server's stderr (default ``sys.stderr``; a stream without a file
+    descriptor, such as a ``StringIO``, is fed through a pipe); ``read_timeout`` bounds each
     request's wait for an answer (``DEFAULT_READ_TIMEOUT``, 300 seconds; None
     waits for ever): a tool call it ends is that call's ``timeout``, saying
     the server did not answer (called directly, an ``McpConnectionError`` that
     is also a ``TimeoutError``). ``prefix`` is put before every tool name.
+    The command, its arguments and ``cwd`` are text or paths; an option of
+    another kind is an ``OptionError`` here.
     """
+    _check_options(prefix, read_timeout)
+    program, arguments, environment, directory = _command_line(command, args, env, cwd)
 
     def build(connection: McpConnection) -> Any:
         from mcp import Client, StdioServerParameters
         from mcp.client.stdio import stdio_client
 
-        parameters = StdioServerParameters(
-            command=command, args=list(args), env=dict(env) if env is not None else None, cwd=cwd
+        parameters = StdioServerParameters(command=program, args=arguments, env=environment, cwd=directory)
+        # A stream without a descriptor (a StringIO, a notebook's or a test runner's captured stderr) is fed
+        # through a pipe.
+        transport = stderr_into(
+            errlog if errlog is not None else sys.stderr, lambda stream: stdio_client(parameters, errlog=stream)
         )
-        transport = stdio_client(parameters, errlog=errlog if errlog is not None else sys.stderr)
         return Client(
             connection._watch(transport), message_handler=connection._on_message, read_timeout_seconds=read_timeout
         )
 
-    return McpConnection(build, label=f"`{command}`", prefix=prefix, trust_hints=trust_hints, read_timeout=read_timeout)
+    return McpConnection(build, label=f"`{program}`", prefix=prefix, trust_hints=trust_hints, read_timeout=read_timeout)
 
 
 def connect_http(
@@ -765,6 +931,7 @@ def connect_http(
     reads is then refused whole, as the transport reads it).
     ``read_timeout`` is as for ``connect_stdio``.
     """
+    _check_options(prefix, read_timeout)
 
     def build(connection: McpConnection) -> Any:
         from mcp import Client

@@ -1,8 +1,9 @@
 """Attacks on the ``toolsched`` command line: arguments that could only fail once the benchmark has run are
-refused before it runs, in one line."""
+refused before it runs, in one line; so are a workload file without end and an interrupt."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +46,46 @@ def test_output_that_cannot_be_written_is_one_line_on_standard_error(argv: list[
     assert done.stderr.splitlines()[-1] == (
         f"toolsched {argv[0]}: error: cannot write the output: [Errno 28] No space left on device"
     )
+
+
+def _limited_memory() -> None:
+    """Run in the child before it starts: its address space capped at 2 GiB (a read without bound fails there,
+    not on the machine)."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+def test_a_workload_file_without_end_is_refused_in_one_line_not_read_into_memory() -> None:
+    """Before: the whole file was read before anything was checked; /dev/zero ended in a MemoryError traceback
+    (without a cap on the process, after taking the machine's memory)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "toolsched", "bench", "--workload", "/dev/zero"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        preexec_fn=_limited_memory,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == [
+        "toolsched bench: error: /dev/zero: a workload file holds at most 256 MiB; this one holds more"
+    ]
+
+
+def test_a_bench_interrupted_with_ctrl_c_says_so_in_one_line() -> None:
+    """Before: SIGINT mid-run ended in a KeyboardInterrupt traceback from asyncio's runner."""
+    # The --mix note is written just before the benchmark starts: the interrupt lands while it runs.
+    argv = ["bench", "--mix", "reads=2", "--turns", "50", "--calls", "50", "--latency", "50"]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "toolsched", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert child.stderr is not None
+    note = child.stderr.readline()
+    assert note.startswith("--mix: the shares add up to 2")
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 130
+    assert out == ""
+    assert err.splitlines() == ["toolsched bench: interrupted"]

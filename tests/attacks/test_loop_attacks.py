@@ -13,7 +13,7 @@ from weather import weather
 
 import toolsched as ts
 from toolsched.loops import anthropic_loop, gemini_loop, openai_chat_loop, openai_responses_loop
-from toolsched.testing import Reply, ScriptedProvider
+from toolsched.testing import Reply, ScriptedProvider, ToolUse
 
 pytestmark = pytest.mark.anyio
 
@@ -118,3 +118,50 @@ async def test_a_loop_given_one_tool_instead_of_a_list_refuses_it_and_sends_noth
             with pytest.raises(ts.OptionError, match="tools= takes a list"):
                 await _with_own_tools(provider, hosted)(client.sdk, ts.Executor(weather([])))
     assert scripted.requests == []
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("provider", ["anthropic", "openai_chat", "openai_responses", "gemini"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_loop_cancelled_while_its_tools_run_stops_them_as_its_doc_says(provider: str, stream: bool) -> None:
+    # Whole: every call in flight is cancelled. Streamed: wound down as a broken stream, a "block" call finishing
+    # first. Either way the cancellation propagates, nothing is left running and no second request is sent.
+    import asyncio
+
+    ended: dict[str, str] = {}
+    started = {"cancel": asyncio.Event(), "block": asyncio.Event()}
+    cancelled = asyncio.Event()
+    release = asyncio.Event()
+
+    def held(behaviour: str) -> ts.Tool:
+        @ts.tool(name=f"{behaviour}_tool", concurrency_safe=True, interrupt_behavior=behaviour)
+        async def body(city: str) -> str:
+            """Waits until released."""
+            started[behaviour].set()
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                ended[behaviour] = "cancelled"
+                cancelled.set()
+                raise
+            ended[behaviour] = "finished"
+            return city
+
+        return body
+
+    tools = [held("cancel"), held("block")]
+    uses = [ToolUse("cancel_tool", {"city": "Paris"}), ToolUse("block_tool", {"city": "Rome"})]
+    with ScriptedProvider([Reply(tool_uses=uses), Reply(text="Sunny.")]) as scripted:
+        async with Client(provider, scripted.url) as client:
+            task = asyncio.ensure_future(client.loop(ts.Executor(tools), "Weather?", stream=stream))
+            await started["cancel"].wait()
+            await started["block"].wait()
+            task.cancel()
+            if stream:
+                # The "cancel" call is stopped at once; the "block" one is waited for: released only then.
+                await cancelled.wait()
+                release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+    assert ended == {"cancel": "cancelled", "block": "finished" if stream else "cancelled"}
+    assert len(scripted.requests) == 1

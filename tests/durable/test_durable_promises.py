@@ -87,6 +87,36 @@ async def test_an_output_the_journal_cannot_store_is_that_call_s_error(store: St
     assert sorted(ran) == ["fine 1", "fine 2", "odd"]
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_an_output_larger_than_the_journal_stores_is_that_call_s_error(store: Store) -> None:
+    """An output of 2**30 characters (a tool whose result budget lets it through) is more than either journal
+    stores in one row. SQLite's refusal ("string or blob too big") was reported as ``JournalCorruptError``, "the
+    journal is damaged", and the run failed with the call left started; now the call is an
+    ``execution_error`` saying why, journaled as finished, and the turn's other calls are unaffected."""
+    ran: list[str] = []
+
+    @ts.tool(max_result_chars=2**31)
+    async def dump() -> str:
+        ran.append("dump")
+        return "x" * 2**30
+
+    @ts.tool
+    async def fine(n: int) -> int:
+        ran.append(f"fine {n}")
+        return n
+
+    async with store.open() as journal:
+        executor = ts.Executor([dump, fine], journal=journal)
+        outcome = await executor.run([ts.ToolCall("d", "dump"), ts.ToolCall("f", "fine", {"n": 1})], run_id="big")
+        dumped, fine_result = outcome.results
+        assert dumped.error_kind == "execution_error" and dumped.output is None
+        assert "cannot be journaled" in (dumped.error or "") and "characters" in (dumped.error or "")
+        assert fine_result.output == 1
+        again = await executor.recover("big")
+        assert [result.error for result in again.results] == [dumped.error, None]
+    assert ran == ["dump", "fine 1"]
+
+
 @pytest.mark.parametrize(
     "bad",
     [{"key": {1: "int key", "text": "text key"}}, {"number": 10**5000}, {"when": object()}],

@@ -772,3 +772,62 @@ async def test_journals_opened_at_once_on_a_fresh_store_agree_on_the_schema(stor
     assert raw(store, "SELECT value FROM toolsched_meta WHERE key = 'schema_version'") == [
         (str(ts.journal.SCHEMA_VERSION),)
     ]
+
+
+@pytest.mark.parametrize("first_position", [1.5, "1", True, -1, 2**31], ids=repr)
+async def test_a_position_no_call_can_have_is_refused_and_the_run_stays_readable(
+    store: Store, first_position: Any
+) -> None:
+    """``add_calls`` took any ``first_position``: 1.5 was stored in SQLite's position column, after which every
+    ``load`` and ``recover`` of the run was ``JournalCorruptError``; "1" and 2**31 raised a bare TypeError or
+    OverflowError; True and -1 were stored (a call at -1 comes before the turn's first). A position that is not
+    a whole number from 0 to 2**31 - 1 (PostgreSQL's integer) is ``JournalError`` naming it, nothing written."""
+    async with store.open() as journal:
+        await journal.begin_run("r", [ts.ToolCall("c0", "echo", {})])
+        with pytest.raises(ts.JournalError, match="first_position"):
+            await journal.add_calls("r", first_position, [ts.ToolCall("c1", "echo", {})])
+        assert [entry.call_id for entry in (await journal.load("r")).calls] == ["c0"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"attempts": None}, "attempts"),
+        ({"is_error": 1}, "is_error"),
+        ({"batch": "x"}, "batch"),
+        ({"error_kind": "weird"}, "error_kind"),
+        ({"tool_name": None}, "tool_name"),
+    ],
+    ids=["attempts-none", "is_error-int", "batch-text", "unknown-error-kind", "tool_name-none"],
+)
+async def test_a_result_the_journal_could_not_read_back_is_refused_when_recorded(
+    store: Store, fields: dict[str, Any], named: str
+) -> None:
+    """``record(..., "finished", result)`` stored a ``ToolResult`` whose fields have types a result never has
+    (``is_error=1``, ``attempts=None``) or an unknown ``error_kind``, and from then on every ``load`` and
+    ``recover`` of the run was ``JournalCorruptError``: a finished call is final, so the run could not be mended.
+    Such a result is ``JournalError`` naming the field, nothing written; the call can still finish."""
+    async with store.open() as journal:
+        await journal.begin_run("r", [ts.ToolCall("c1", "echo", {})])
+        with pytest.raises(ts.JournalError, match=named):
+            await journal.record("r", "c1", "finished", result("c1", "out", **fields))
+        assert (await journal.load("r")).call("c1").state == "planned"
+        await journal.record("r", "c1", "finished", result("c1", "out"))
+        assert (await journal.load("r")).call("c1").result == result("c1", "out")
+
+
+@pytest.mark.parametrize("transition", ["pending", "approved", "started"])
+async def test_arguments_that_do_not_match_their_digest_are_refused_when_recorded(
+    store: Store, transition: ts.journal.Transition
+) -> None:
+    """A transition whose ``args`` do not match the ``digest`` beside them was stored, and from then on every
+    ``load`` and ``recover`` of the run took it for damage (``JournalCorruptError``), with no way to mend it.
+    It is ``JournalError`` when recorded, nothing written; with the right digest the same transition is kept."""
+    args = {"text": "one"}
+    async with store.open() as journal:
+        await journal.begin_run("r", [ts.ToolCall("c1", "echo", args)])
+        with pytest.raises(ts.JournalError, match="digest"):
+            await journal.record("r", "c1", transition, {"args": args, "digest": "not the digest"})
+        assert (await journal.load("r")).call("c1").state == "planned"
+        await journal.record("r", "c1", transition, {"args": args, "digest": ts.journal.args_digest(args)})
+        assert (await journal.load("r")).call("c1").state == transition

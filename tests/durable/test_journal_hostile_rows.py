@@ -116,6 +116,21 @@ DAMAGE = {
         "UPDATE toolsched_runs SET owner = CAST(X'FF' AS TEXT)",
         "Could not decode to UTF-8 column 'owner'",
     ),
+    # JSON nested deeper than any value the journal writes: decoding it raised a bare RecursionError.
+    "arguments nested 100,000 deep": (
+        "UPDATE toolsched_calls SET args = '" + '{"a":' * 100_000 + "1" + "}" * 100_000 + "' WHERE position = 0",
+        "run 'r', call 'c0': the stored arguments are not JSON",
+    ),
+    "result nested 100,000 deep": (
+        "UPDATE toolsched_transitions SET payload = '" + "[" * 100_000 + "]" * 100_000 + "' "
+        "WHERE call_id = 'c1' AND kind = 'finished'",
+        "run 'r', call 'c1': the stored result is not JSON",
+    ),
+    "start nested 100,000 deep": (
+        "UPDATE toolsched_transitions SET payload = '" + "[" * 100_000 + "]" * 100_000 + "' "
+        "WHERE call_id = 'c1' AND kind = 'started'",
+        "run 'r', call 'c1': the payload of 'started' is not JSON",
+    ),
 }
 
 

@@ -287,13 +287,13 @@ async def test_a_turn_built_per_run_is_the_turn_its_class_makes(monkeypatch: pyt
     monkeypatch.setattr(executor_module, "new_turn", spy)
     await ts.Executor([read]).run([ts.ToolCall("c1", "read", '{"path": "a"}')], context="ctx", run_id="r1")
     (values,) = given
-    settings, view, count, context, _, emit, live, durable, run_id, _, _ = values
+    settings, view, count, context, _, emit, live, _, _, durable, run_id, _, _ = values
     made = Turn(settings, view, count, context, emit, live, durable)
     made.run_id = run_id
-    built = cast(Any, new_turn)(*values[:9], [], [])
+    built = cast(Any, new_turn)(*values[:11], [], [])
     for name in Turn.__slots__:
         assert getattr(built, name) == getattr(made, name), name
-    other = cast(Any, new_turn)(*values[:9], [], [])
+    other = cast(Any, new_turn)(*values[:11], [], [])
     cast(list[Any], built.completed).append(1)
     built.halt = "stop"
     assert other.completed == [] and other.halt is None and other.completed is not built.completed

@@ -93,6 +93,14 @@ async def slow(seconds: float) -> str:
     return f"waited {seconds}"
 
 
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def started_then_slow(seconds: float, ctx: Context) -> str:
+    """Reports that it started (progress 0 of 1), then waits, then answers."""
+    await ctx.report_progress(0, 1, "started")
+    await anyio.sleep(seconds)
+    return f"waited {seconds}"
+
+
 def _wire_out() -> int:
     """The descriptor the server writes its messages to: the pipe it was started with as stdout (the server
     keeps it under another number and points fd 1 at stderr while it serves)."""

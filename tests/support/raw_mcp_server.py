@@ -10,11 +10,14 @@ named after a hostile answer, which get that answer instead:
 - ``garbage``: a line that is not JSON; ``wrong_id``: an answer to another request ID;
 - ``bad_error``: an error whose code and message have the wrong types;
 - ``content_not_a_list`` and ``unknown_block``: results that are not MCP;
-- ``twice``: two answers to one request; ``slow``: an answer after 1.5 s; ``hang``: no answer at all.
+- ``twice``: two answers to one request; ``slow``: an answer after 1.5 s; ``hang``: no answer at all;
+- ``structured``: text with the structured content ``{"x": "no"}``;
+- ``odd_progress``: progress notifications of NaN and infinite amounts, then ``"done"``.
 
 Run as ``python raw_mcp_server.py --http PORT LISTING`` it answers the same over streamable HTTP on
 127.0.0.1 (each POST answered with the first line it would write, as JSON; nothing else of the transport);
-with ``--http-sse`` instead of ``--http``, as one server-sent event.
+with ``--http-sse`` instead of ``--http``, as one server-sent event. With ``--http-session`` it answers as
+``--http`` does under a session ID, and never answers the DELETE that ends the session.
 """
 
 import http.server
@@ -46,8 +49,14 @@ def text(value: str) -> dict[str, object]:
     return {"content": [{"type": "text", "text": value}]}
 
 
-def call(name: str, arguments: object, request_id: object) -> None:
-    if name == "garbage":
+def call(name: str, arguments: object, request_id: object, token: object = None) -> None:
+    if name == "odd_progress":
+        nan, inf = float("nan"), float("inf")
+        for progress, total in [(nan, 1), (1, nan), (nan, nan), (inf, inf), (1, 2)]:
+            params = {"progressToken": token, "progress": progress, "total": total}
+            send({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
+        answer(request_id, text("done"))
+    elif name == "garbage":
         write_line("this is not json")
     elif name == "wrong_id":
         answer(99999, {"content": []})
@@ -57,6 +66,8 @@ def call(name: str, arguments: object, request_id: object) -> None:
         answer(request_id, {"content": "text"})
     elif name == "unknown_block":
         answer(request_id, {"content": [{"type": "hologram", "data": 1}]})
+    elif name == "structured":
+        answer(request_id, {**text("structured"), "structuredContent": {"x": "no"}})
     elif name == "twice":
         answer(request_id, text("first"))
         answer(request_id, text("second"))
@@ -94,7 +105,8 @@ def handle(request: dict[str, object]) -> None:
     elif method == "tools/list":
         list_tools(params.get("cursor"), request_id)
     elif method == "tools/call":
-        call(str(params["name"]), params.get("arguments"), request_id)
+        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+        call(str(params["name"]), params.get("arguments"), request_id, meta.get("progressToken"))
     elif request_id is not None:
         answer(request_id, {})
 
@@ -125,6 +137,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         sse = self.server.server_port in _sse_ports
         body = (f"event: message\ndata: {lines[0]}\n\n" if sse else lines[0]).encode()
         self.send_response(200)
+        if self.server.server_port in _session_ports:
+            self.send_header("Mcp-Session-Id", "raw-session")
         self.send_header("Content-Type", "text/event-stream" if sse else "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -134,21 +148,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(405)
         self.end_headers()
 
-    do_DELETE = do_GET
+    def do_DELETE(self) -> None:
+        if self.server.server_port in _session_ports:
+            time.sleep(3600)
+        self.do_GET()
 
     def log_message(self, format: str, *args: object) -> None:
         pass
 
 
-# The ports answered as server-sent events.
+# The ports answered as server-sent events, and those answered under a session ID.
 _sse_ports: set[int] = set()
+_session_ports: set[int] = set()
 
 
 def main() -> None:
-    if sys.argv[1] in ("--http", "--http-sse"):
+    if sys.argv[1] in ("--http", "--http-sse", "--http-session"):
         port = int(sys.argv[2])
         if sys.argv[1] == "--http-sse":
             _sse_ports.add(port)
+        if sys.argv[1] == "--http-session":
+            _session_ports.add(port)
         del sys.argv[1:3]
         http.server.ThreadingHTTPServer(("127.0.0.1", port), _Handler).serve_forever()
         return

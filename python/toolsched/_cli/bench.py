@@ -24,7 +24,8 @@ of letters, digits, ``_``, ``-`` and ``.``, at most 64), ``latency_ms`` (a numbe
 ``reads`` and ``writes`` (lists of resource keys; a call with neither has
 unknown resources and conflicts with every call) and ``concurrency_safe``
 (a bool, used by ``Partitioned``; by default a call that declares resources
-and writes nothing is safe). Blank lines are skipped.
+and writes nothing is safe). Blank lines are skipped. A file holds at most 256 MiB
+(``MAX_WORKLOAD_BYTES``) and a million calls (``MAX_SYNTHETIC_CALLS``).
 """
 
 from __future__ import annotations
@@ -85,6 +86,9 @@ DEFAULT_MIX: Mapping[str, float] = {"reads": 0.7, "writes": 0.2, "shell": 0.1}
 MAX_LATENCY_MS = 60_000.0
 # The most calls a workload holds (``--turns`` x ``--calls``, or a recorded workload's turns together).
 MAX_SYNTHETIC_CALLS = 1_000_000
+# The largest workload file read (a million calls of a hundred-odd bytes each fit): a file past it (or one
+# without end, such as /dev/zero) is refused, never read whole into memory.
+MAX_WORKLOAD_BYTES = 256 << 20
 # How much of a refused value a workload's error message shows.
 _SHOWN_CHARS = 80
 DEFAULT_LATENCY_MS: Mapping[str, float] = {"reads": 10.0, "search": 20.0, "writes": 15.0, "shell": 40.0}
@@ -326,11 +330,19 @@ def load_workload(path: str | Path, *, turns: int | None = None) -> Workload:
     """Reads a recorded workload (JSONL, one turn per line; see the module's doc). ``turns`` keeps the first N."""
     source = Path(path)
     try:
-        text = source.read_text(encoding="utf-8")
+        with source.open("rb") as file:
+            data = file.read(MAX_WORKLOAD_BYTES + 1)
     except OSError as exc:
         raise WorkloadError(f"cannot read workload {str(source)!r}: {exc.strerror or exc}") from None
+    if len(data) > MAX_WORKLOAD_BYTES:
+        raise WorkloadError(
+            f"{source}: a workload file holds at most {MAX_WORKLOAD_BYTES >> 20} MiB; this one holds more"
+        )
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise WorkloadError(f"{source}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    del data
     parsed: list[tuple[SimulatedCall, ...]] = []
     total = 0
     for number, line in enumerate(text.splitlines(), start=1):

@@ -279,6 +279,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "bench":
             return _run_bench(args, bench, sys.stdout, sys.stderr)
+    except KeyboardInterrupt:
+        # Ctrl-C: the run was stopped on purpose; one line, no traceback, the shell's status for SIGINT.
+        if sys.stderr is not None:
+            sys.stderr.write(f"toolsched {args.command}: interrupted\n")
+        return 130
     except _Unshown as failure:
         # Standard output is a full disk, a closed pipe, ...: one line on standard error, no traceback, and
         # nothing left in the buffer for the interpreter to fail on again as it exits.

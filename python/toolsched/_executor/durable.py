@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -61,6 +63,13 @@ class JournalFailed(Exception):
 # The runs each journal object holds for a run in progress in this process: a recover or a
 # resume of one of them here is refused (the journal itself lets its own owner claim again).
 _live: weakref.WeakKeyDictionary[Journal, set[str]] = weakref.WeakKeyDictionary()
+# A forked child runs none of its parent's runs (its journal objects take owners of their own: ``Journal``).
+os.register_at_fork(after_in_child=_live.clear)
+
+
+# Held while ``_live`` is read and changed: runs on executors in other threads (each with its event loop) may
+# start at the same moment, and the check and the mark of ``RunJournal._hold`` must be one step.
+_live_lock = threading.Lock()
 
 
 def _live_runs(journal: Journal) -> set[str]:
@@ -68,6 +77,11 @@ def _live_runs(journal: Journal) -> set[str]:
     if runs is None:
         runs = _live[journal] = set()
     return runs
+
+
+def _let_go(journal: Journal, run_id: str) -> None:
+    with _live_lock:
+        _live_runs(journal).discard(run_id)
 
 
 class RunJournal:
@@ -99,7 +113,7 @@ class RunJournal:
                         raise
                     since = await self.journal._begin_run_at(self.run_id, stored)
         except BaseException:
-            _live_runs(self.journal).discard(self.run_id)
+            _let_go(self.journal, self.run_id)
             raise
         self._taken(since)
 
@@ -129,17 +143,18 @@ class RunJournal:
             with anyio.CancelScope(shield=True):
                 record, since = await self.journal._claim_at(self.run_id, force=force)
         except BaseException:
-            _live_runs(self.journal).discard(self.run_id)
+            _let_go(self.journal, self.run_id)
             raise
         self._taken(since)
         return record
 
     def _hold(self) -> None:
         """Marks the run as in progress here; refused while another run of this process holds it."""
-        runs = _live_runs(self.journal)
-        if self.run_id in runs:
-            raise RunClaimedError(self.run_id, f"{self.journal.owner} (a run in progress in this process)", None)
-        runs.add(self.run_id)
+        with _live_lock:
+            runs = _live_runs(self.journal)
+            if self.run_id in runs:
+                raise RunClaimedError(self.run_id, f"{self.journal.owner} (a run in progress in this process)", None)
+            runs.add(self.run_id)
 
     def _taken(self, since: float) -> None:
         """The run is this process's now (begun or claimed by a statement sent at ``since``): its lease is kept."""
@@ -313,7 +328,7 @@ class RunJournal:
         self.held = False
         if self.lease is not None:
             self.journal.leases.drop(self.lease)
-        _live_runs(self.journal).discard(self.run_id)
+        _let_go(self.journal, self.run_id)
         if self.lease is not None and self.lease.taken:
             # Another owner holds the run: there is nothing of this process's to let go.
             return

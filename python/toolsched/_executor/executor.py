@@ -18,11 +18,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import threading
 import uuid
+from asyncio.events import _get_running_loop as _running_loop
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from threading import get_ident
+from typing import Any, Literal, NamedTuple, SupportsIndex
 
 import anyio
 
@@ -69,10 +72,11 @@ from toolsched._tools.registry import ToolRegistry
 from toolsched._tools.resources import RunResources, current_resources
 from toolsched._tools.tools import Tool
 from toolsched._values.calls import Duplicate, ToolCall, call_list, plain_calls
+from toolsched._values.event_loops import hand_to_loop, loop_handle
 from toolsched._values.events import Event, RunFinished, ToolsChanged, ToolsRefreshFailed
 from toolsched._values.exception_text import described
 from toolsched._values.outcome import Outcome, new_outcome
-from toolsched.errors import OptionError
+from toolsched.errors import OptionError, UnpicklableError
 from toolsched.journal import Journal
 
 __all__ = ["ErrorFormatter", "EventCallback", "Executor", "Steering", "format_error"]
@@ -257,6 +261,17 @@ class Executor:
         name it) shares it, as it shares the tools, hooks and journal the executor holds."""
         return self
 
+    def __copy__(self) -> Executor:
+        copied = object.__new__(type(self))
+        copied.__dict__.update(self.__dict__)
+        return copied
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        raise UnpicklableError(
+            "an Executor cannot be pickled: it holds its runs in progress and its tools' compiled schemas; "
+            "build one where it is needed (a worker process builds its own from the same tools)"
+        )
+
     def _current_view(self) -> View:
         """The view of the registry's tool set as it is now (rebuilt only when the set changed)."""
         view = self._view
@@ -431,6 +446,9 @@ class Executor:
         journal = self._settings.journal
         if journal is None:
             raise OptionError("recover() needs an executor built with journal=")
+        if not isinstance(force, bool):
+            # Read for its truth, a "false" would take the run from a live holder.
+            raise OptionError(f"force must be True or False, got {force!r}")
         if steering is not None:
             _check_steering(steering)
         if limits is None:
@@ -560,21 +578,21 @@ class Executor:
         more attempts (its last failure, or ``skipped`` if it never ran); calls
         not started yet get ``skipped`` results. ``reason`` is added to those results' messages.
         Returns how many runs it reached (runs that are executing their calls).
-        Call it from the event loop's thread.
+
+        Callable from any thread: a run on another thread's event loop (an executor shared by threads
+        that each run a loop) is stopped on its own loop, as soon as that loop runs the request.
         """
         suffix = f" ({reason})" if reason else ""
         reached = 0
-        for turn in self._runs:
+        here = threading.get_ident()
+        for turn in tuple(self._runs):
             if run_id is not None and turn.run_id != run_id:
                 continue
+            if turn.thread == here or turn.loop is None:
+                _interrupt_turn(turn, suffix)
+            elif not hand_to_loop(turn.loop, _interrupt_turn, turn, suffix):
+                continue  # its loop has ended: so has the run
             reached += 1
-            turn.stop_calls(
-                f"not run: the user interrupted the run{suffix}",
-                turn.jobs,
-                f" because the user interrupted the run{suffix}",
-            )
-            for repairing in list(turn.repairs.values()) if turn.repairs else ():
-                repairing.stop(None)  # not started: skipped, as the turn's other calls not started are
         return reached
 
     def cancel(self, call_id: str, reason: str | None = None, *, run_id: str | None = None) -> bool:
@@ -591,20 +609,21 @@ class Executor:
         can be aborted by a failure. Any other running call is only asked to stop
         (``ctx.cancelled`` turns true; the tool may end its call with
         ``ctx.cancel()``) and otherwise keeps its own result. Returns whether a
-        call will end cancelled. Call it from the event loop's thread.
+        call will end cancelled.
+
+        Callable from any thread: a call of a run on another thread's event loop is cancelled on its own
+        loop, as soon as that loop runs the request, and the answer is what the call's state says when
+        asked (a call that ends before its loop runs the request keeps its result).
         """
         suffix = f": {reason}" if reason else ""
         stopped = False
-        for turn in self._runs:
+        here = threading.get_ident()
+        for turn in tuple(self._runs):
             if run_id is not None and turn.run_id != run_id:
                 continue
-            for job in turn.jobs:
-                if job.call.id == call_id and job.state != DONE:
-                    stopped = job.cancel(f"`{job.tool.name}` was cancelled by the caller{suffix}") or stopped
-            repairing = turn.repairs.get(call_id) if turn.repairs else None
-            if repairing is not None:
-                # Its arguments are being repaired: the repair ends, and the call never runs.
-                repairing.stop(f"`{repairing.tool_name}` was cancelled by the caller{suffix}")
+            if turn.thread == here or turn.loop is None:
+                stopped = _cancel_in_turn(turn, call_id, suffix) or stopped
+            elif _stoppable_in_turn(turn, call_id) and hand_to_loop(turn.loop, _cancel_in_turn, turn, call_id, suffix):
                 stopped = True
         return stopped
 
@@ -829,6 +848,8 @@ class Executor:
         emit = settings.emitter(sink, parent) if listens else None
         if run_id is None and durable is not None:
             run_id = durable.run_id
+        # ``loop_handle()``, asyncio's loop read directly (one C call per run).
+        loop = _running_loop()
         turn = new_turn(
             settings,
             view,
@@ -837,6 +858,8 @@ class Executor:
             settings.interactive,
             emit,
             self._runs,
+            loop if loop is not None else loop_handle(),
+            get_ident(),
             durable,
             run_id,
             [],
@@ -1084,6 +1107,39 @@ def _carry_into(limits: Limits | None, turn: Turn, calls: Sequence[ToolCall]) ->
     if limits is not None:
         limits.carry(carried, calls, run=turn.run_identity())
     return {result.call_id for result in carried}
+
+
+def _interrupt_turn(turn: Turn, suffix: str) -> None:
+    """``interrupt`` of one run, on the run's event loop."""
+    turn.stop_calls(
+        f"not run: the user interrupted the run{suffix}",
+        turn.jobs,
+        f" because the user interrupted the run{suffix}",
+    )
+    for repairing in list(turn.repairs.values()) if turn.repairs else ():
+        repairing.stop(None)  # not started: skipped, as the turn's other calls not started are
+
+
+def _cancel_in_turn(turn: Turn, call_id: str, suffix: str) -> bool:
+    """``cancel`` of one run's call ``call_id``, on the run's event loop: whether it will end cancelled."""
+    stopped = False
+    for job in turn.jobs:
+        if job.call.id == call_id and job.state != DONE:
+            stopped = job.cancel(f"`{job.tool.name}` was cancelled by the caller{suffix}") or stopped
+    repairing = turn.repairs.get(call_id) if turn.repairs else None
+    if repairing is not None:
+        # Its arguments are being repaired: the repair ends, and the call never runs.
+        repairing.stop(f"`{repairing.tool_name}` was cancelled by the caller{suffix}")
+        stopped = True
+    return stopped
+
+
+def _stoppable_in_turn(turn: Turn, call_id: str) -> bool:
+    """Whether ``_cancel_in_turn`` would stop the call ``call_id`` of a run on another thread, read from here."""
+    repairs = turn.repairs
+    if repairs and call_id in repairs:
+        return True
+    return any(job.call.id == call_id and job.stoppable() for job in tuple(turn.jobs))
 
 
 def _check_steering(steering: object) -> None:

@@ -58,6 +58,7 @@ from toolsched._executor.view import View
 from toolsched._policy.limits import active_limits
 from toolsched._tools.resources import RunResources, current_resources
 from toolsched._values.calls import Duplicate, ToolCall, plain_call
+from toolsched._values.event_loops import loop_handle
 from toolsched._values.events import BatchFinished, BatchStarted, Event
 from toolsched._values.exception_text import described
 from toolsched._values.fastpath import run_until_suspended
@@ -118,6 +119,12 @@ class StreamingTurn:
         refusal = streaming_refusal(settings)
         if refusal is not None:
             raise OptionError(refusal)
+        if loop_handle() is None:
+            # Refused before anything of the turn is made (its streams would be left unclosed).
+            raise TurnStateError(
+                "executor.turn() was called where no event loop runs; make the turn on the event loop that runs "
+                "it: async with executor.turn() as turn: ..."
+            )
         self._refresh = refresh
         self._steering = steering
         self._context = context
@@ -188,6 +195,8 @@ class StreamingTurn:
         self._entered = True
         self._thread = threading.get_ident()
         turn = self._turn
+        # Made by ``Executor.turn``, maybe outside the loop: it runs on this one.
+        turn.loop, turn.thread = loop_handle(), self._thread
         if self._journal is not None:
             durable = RunJournal(self._journal, uuid.uuid4().hex if self._run_id is None else self._run_id)
             await durable.begin([])

@@ -36,6 +36,7 @@ from toolsched._tools.tools import Tool, ToolFacts
 from toolsched._values.calls import Duplicate, ToolCall, args_copy, plain_calls
 from toolsched._values.digest import args_digest
 from toolsched._values.effects import new_identity
+from toolsched._values.event_loops import loop_handle
 from toolsched._values.events import Event, ToolArgumentsRepaired, ToolFinished, ToolStarted
 from toolsched._values.fastpath import slot_builder
 from toolsched._values.outcome import Outcome, new_outcome
@@ -134,6 +135,10 @@ class Job:
     def deadline(self) -> float:
         return self.scope.deadline if self.scope is not None else math.inf
 
+    def stoppable(self) -> bool:
+        """Whether ``cancel`` would stop the call now: it has not started, or it runs in a cancel scope."""
+        return self.state == PENDING or (self.state != DONE and self.scope is not None)
+
     def cancel(self, message: str) -> bool:
         """Asks the call to stop with a ``cancelled`` result carrying ``message``.
 
@@ -145,7 +150,7 @@ class Job:
             return False
         if self.ctx is not None:
             self.ctx.request_cancel()
-        if self.state == PENDING or self.scope is not None:
+        if self.stoppable():
             if self.cancel_reason is None:
                 self.cancel_reason = message
             gate = self.thread_gate
@@ -404,6 +409,7 @@ class Turn:
         "jobs",
         "lent",
         "live",
+        "loop",
         "parked",
         "pool",
         "repaired",
@@ -413,6 +419,7 @@ class Turn:
         "settings",
         "slots",
         "tasked",
+        "thread",
         "tripped",
         "view",
     )
@@ -435,6 +442,10 @@ class Turn:
         self.emit = emit
         # The executor's runs in progress: a turn is among them while its calls execute.
         self.live = live
+        # The event loop running the turn (``loop_handle``'s) and its thread: ``interrupt`` and ``cancel``
+        # from another thread hand their work to it. Set again when a turn made outside its loop starts.
+        self.loop = loop_handle()
+        self.thread = threading.get_ident()
         self.completed: list[ToolResult] = []
         self.slots: list[int] = []
         self.tripped: GuardrailTripped | None = None
@@ -688,14 +699,43 @@ class Turn:
 
 
 # A turn of ``Executor.run``: built in C (``fastpath.slot_builder``), the slots not given taking the values
-# ``Turn.__init__`` gives them; ``new_turn(settings, view, count, context, interactive, emit, live, durable,
-# run_id, completed, slots)``, the last two new empty lists (``python benches/instructions.py 1 1000 --full``).
+# ``Turn.__init__`` gives them; ``new_turn(settings, view, count, context, interactive, emit, live, loop, thread,
+# durable, run_id, completed, slots)``, ``loop`` and ``thread`` the running loop's (``loop_handle()``,
+# ``threading.get_ident()``), the last two new empty lists (``python benches/instructions.py 1 1000 --full``).
 new_turn: Callable[
-    [Settings, View, int, Any, bool, Emitter | None, set[Turn], RunJournal | None, str | None, list[Any], list[int]],
+    [
+        Settings,
+        View,
+        int,
+        Any,
+        bool,
+        Emitter | None,
+        set[Turn],
+        object,
+        int,
+        RunJournal | None,
+        str | None,
+        list[Any],
+        list[int],
+    ],
     Turn,
 ] = slot_builder(
     Turn,
-    ("settings", "view", "count", "context", "interactive", "emit", "live", "durable", "run_id", "completed", "slots"),
+    (
+        "settings",
+        "view",
+        "count",
+        "context",
+        "interactive",
+        "emit",
+        "live",
+        "loop",
+        "thread",
+        "durable",
+        "run_id",
+        "completed",
+        "slots",
+    ),
     # Only the slots not given are read from it: a stand-in for the settings, which it reads.
     Turn(cast(Settings, SimpleNamespace(interactive=False)), cast(View, None), 0, None, None, set(), None),
 )

@@ -201,6 +201,13 @@ class Limits:
     def __deepcopy__(self, memo: dict[int, Any]) -> Limits:
         return copy.copy(self)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as ``copy.copy`` copies it: the caps and the counts so far (its lock is made anew)."""
+        twin = copy.copy(self)
+        counts = (twin._calls, twin._tool_calls, twin._retries, twin._repeats, twin._counted, twin._settled)
+        caps = (twin._max_calls, twin._max_calls_per_tool, twin._max_model_retries, twin._max_repeats)
+        return _limits_from, (caps, counts)
+
     def fresh(self) -> Limits:
         """A ``Limits`` with the same caps and no counts (for a new agent run)."""
         return Limits(self.max_calls, self._max_calls_per_tool, self.max_model_retries, self.max_repeats)
@@ -365,6 +372,20 @@ def _preview(result: ToolResult) -> str:
         except Exception:
             text = f"a {type(result.output).__name__} that cannot be shown"
     return text if len(text) <= _PREVIEW_CHARS else text[:_PREVIEW_CHARS] + "…"
+
+
+def _limits_from(caps: tuple[Any, ...], counts: tuple[Any, ...]) -> Limits:
+    """A pickled ``Limits`` loaded: its caps checked again, its counts as they were."""
+    limits = Limits(*caps)
+    (
+        limits._calls,
+        limits._tool_calls,
+        limits._retries,
+        limits._repeats,
+        limits._counted,
+        limits._settled,
+    ) = counts
+    return limits
 
 
 _active: ContextVar[Limits | None] = ContextVar("toolsched_limits", default=None)

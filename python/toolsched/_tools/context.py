@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import anyio.from_thread
 
 from toolsched._values.effects import idempotency_key, new_identity
+from toolsched._values.event_loops import run_on_loop
 from toolsched._values.events import Event, ToolProgress, ToolUpdated
 from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched.errors import OptionError, ResourceError
@@ -98,11 +99,8 @@ class ToolContext:
 
     def _send(self, event: Event) -> None:
         if threading.get_ident() != self._loop_thread:
-            try:
-                anyio.from_thread.run_sync(self._send, event)
-            except RuntimeError:
-                # The run's event loop is gone: nobody is listening any more.
-                return
+            # Nobody is listening any more when the run's event loop is gone.
+            self._on_loop(self._send, event)
             return
         # Checked again on the event loop: nothing is reported after the call's result.
         if self._emit is not None:
@@ -149,10 +147,24 @@ class ToolContext:
         if threading.get_ident() == self._loop_thread:
             self._cancel_call(message)
             return
+        # The call is over already when the run's event loop is gone.
+        self._on_loop(self._cancel_on_loop, message)
+
+    def _cancel_on_loop(self, message: str) -> None:
+        cancel_call = self._cancel_call
+        if cancel_call is not None:
+            cancel_call(message)
+
+    def _on_loop(self, fn: Callable[[Any], object], arg: Any) -> None:
+        """``fn(arg)`` on the run's event loop, from another thread (one of anyio's workers, a thread the tool
+        started, another loop's), waiting until it has run; nothing when that loop has ended."""
+        loop = getattr(self._run, "loop", None)
+        if loop is not None:
+            run_on_loop(loop, fn, arg)
+            return
         try:
-            anyio.from_thread.run_sync(self._cancel_call, message)
+            anyio.from_thread.run_sync(fn, arg)
         except RuntimeError:
-            # The run's event loop is gone: the call is over already.
             return
 
     @property

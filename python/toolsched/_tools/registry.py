@@ -10,14 +10,14 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from toolsched import _core
 from toolsched._tools.schema import NotStrictError, inline_refs, strict_schema, to_gemini_schema
 from toolsched._tools.search import ToolSearch
 from toolsched._tools.tools import Tool, tool
 from toolsched._values.exception_text import described
-from toolsched.errors import OptionError, RefreshError, ToolNameError
+from toolsched.errors import OptionError, RefreshError, ToolNameError, UnpicklableError
 
 if TYPE_CHECKING:
     from toolsched._policy.permissions import Permissions
@@ -167,6 +167,22 @@ class ToolRegistry:
                 member = tool(item)
             members.append(member)
         return tuple(members), wrapped
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ToolRegistry:
+        """The registry itself, as for the ``Executor`` that holds one: a deep copy of what holds it shares it
+        (its tools' compiled schemas cannot be copied)."""
+        return self
+
+    def __copy__(self) -> ToolRegistry:
+        copied = object.__new__(type(self))
+        copied.__dict__.update(self.__dict__)
+        return copied
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        raise UnpicklableError(
+            "a ToolRegistry cannot be pickled: it holds its tools' compiled schemas; build one where it is "
+            "needed (module-level @tool functions pickle by reference, class-form tools by value)"
+        )
 
     def _search_tool(self) -> Tool:
         if self._search is None:

@@ -11,9 +11,10 @@ import functools
 import hashlib
 import inspect
 import json
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast, overload
+from typing import Any, Literal, SupportsIndex, TypeVar, cast, overload
 
 import anyio
 import anyio.lowlevel
@@ -40,7 +41,7 @@ from toolsched._values.decisions import Decision
 from toolsched._values.effects import Reconciled
 from toolsched._values.event_loops import LoopValues, of_this_loop
 from toolsched._values.numeric_options import numeric_fault, shown
-from toolsched.errors import SchemaError, ToolDefinitionError, UnknownOptionError
+from toolsched.errors import SchemaError, ToolDefinitionError, UnknownOptionError, UnpicklableError
 
 __all__ = [
     "Access",
@@ -352,9 +353,18 @@ class Tool:
 
     def replica(self) -> Tool:
         """A shallow copy without what this process caches about the tool (for a worker elsewhere)."""
-        copied = copy.copy(self)
-        copied.__dict__.pop("_facts_cache", None)
-        return copied
+        return copy.copy(self)
+
+    def __getstate__(self) -> Any:
+        """What a copy (``copy.copy``, ``copy.deepcopy``) or a pickle of the tool carries: its attributes,
+        without what this process caches about it (its per-loop concurrency cap and resilience state, which
+        cannot be copied). Registered, a copy is a tool of its own, its attributes read afresh."""
+        state: Any = super().__getstate__()
+        attributes = state[0] if isinstance(state, tuple) else state
+        if attributes and "_facts_cache" in attributes:
+            attributes = {key: value for key, value in attributes.items() if key != "_facts_cache"}
+            state = (attributes, state[1]) if isinstance(state, tuple) else attributes
+        return state
 
     def _resource_factory(self) -> ResourceFactory | None:
         """The per-run resource the tool declares: ``run_resource``, or ``open``/``close`` overridden."""
@@ -624,6 +634,34 @@ class FunctionTool(Tool):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> str:
+        """Pickled by reference, as a function is: the module-level name the decorated function was bound to,
+        looked up again where it is loaded. ``UnpicklableError`` for a tool that name does not reach (one made
+        inside a function, or by ``tool(fn)`` under another name)."""
+        module_name = str(getattr(self, "__module__", ""))
+        qualname = str(getattr(self, "__qualname__", ""))
+        found: Any = sys.modules.get(module_name)
+        for part in qualname.split("."):
+            found = getattr(found, part, None)
+        if found is not self:
+            raise UnpicklableError(
+                f"tool `{self.name}` cannot be pickled: a @tool function is pickled by reference (its module and "
+                f"name), and {module_name}.{qualname} is not this tool; define it at module level, decorated "
+                "where it is defined"
+            )
+        return qualname
+
+    def __copy__(self) -> FunctionTool:
+        copied = object.__new__(type(self))
+        copied.__dict__.update(self.__getstate__())
+        return copied
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FunctionTool:
+        copied = object.__new__(type(self))
+        memo[id(self)] = copied
+        copied.__dict__.update(copy.deepcopy(self.__getstate__(), memo))
+        return copied
 
     @property
     def argument_model(self) -> type[pydantic.BaseModel] | None:

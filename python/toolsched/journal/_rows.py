@@ -177,7 +177,7 @@ def decode_call(run_id: str, position: int, call_id: str, name: str, args: str, 
     where = f"run {run_id!r}, call {call_id!r}"
     try:
         value = json.loads(args)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than any value the journal writes
         raise JournalCorruptError(f"{where}: the stored arguments are not JSON") from None
     if form == "text" and isinstance(value, str):
         restored: Mapping[str, Any] | str = value
@@ -204,6 +204,19 @@ def encode_result(result: ToolResult) -> str:
     body["call_id"] = result.call_id
     body["tool_name"] = result.tool_name
     body["offload_path"] = result.offload_path
+    # What ``decode_result`` would refuse is refused here: once finished, a call cannot be written again.
+    for name, types in RESULT_FIELD_TYPES.items():
+        if type(body[name]) not in types:
+            allowed = " or ".join("None" if kind is type(None) else kind.__name__ for kind in types)
+            raise JournalError(
+                f"the result of call {result.call_id!r} cannot be journaled: its {name} must be {allowed}, "
+                f"got {body[name]!r}"
+            )
+    if body["error_kind"] is not None and body["error_kind"] not in ERROR_KINDS:
+        raise JournalError(
+            f"the result of call {result.call_id!r} cannot be journaled: its error_kind {body['error_kind']!r} "
+            f"is none of {', '.join(sorted(ERROR_KINDS))}"
+        )
     body["exact"] = exact
     try:
         scalars = to_json(body)
@@ -220,7 +233,7 @@ _RESULT_TYPES: dict[str, tuple[type, ...]] = {**RESULT_FIELD_TYPES, "exact": (bo
 def decode_result(where: str, call_id: str, text: str | None) -> tuple[ToolResult, bool]:
     try:
         body = json.loads(text) if text is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):
         raise JournalCorruptError(f"{where}: the stored result is not JSON") from None
     if isinstance(body, dict) and "attempts" not in body:
         body["attempts"] = 1  # stored before results counted their attempts
@@ -249,9 +262,18 @@ def encode_payload(transition: str, call_id: str, payload: Any) -> str | None:
         kind = type(payload).__name__
         raise JournalError(f"the payload of a {transition!r} transition must be a mapping, got {kind}")
     try:
-        return to_json(dict(payload))
+        text = to_json(dict(payload))
     except (TypeError, ValueError) as exc:
         raise JournalError(f"the payload of {transition!r} for call {call_id!r} is not JSON: {exc}") from None
+    if "args" in payload and "digest" in payload:
+        # Checked as ``build_record`` reads it back (``check_payload_args``): a mismatch stored would make every
+        # later read of the run take it for damage.
+        stored_form = json.loads(text)
+        if stored_form["digest"] != args_digest(stored_form["args"]):
+            raise JournalError(
+                f"the payload of {transition!r} for call {call_id!r} has arguments that do not match its digest"
+            )
+    return text
 
 
 def build_record(
@@ -302,7 +324,7 @@ def build_record(
         if kind == "started" or kind in _DECISIONS:
             try:
                 decoded = json.loads(payload) if payload is not None else None
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise JournalCorruptError(f"{where}: the payload of {kind!r} is not JSON") from None
             if decoded is not None and not isinstance(decoded, dict):
                 raise JournalCorruptError(f"{where}: the payload of {kind!r} is not an object")

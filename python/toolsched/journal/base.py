@@ -18,13 +18,15 @@ drive the same run.
 from __future__ import annotations
 
 import copy
+import os
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self, SupportsIndex, TypeVar
 
 import anyio.to_thread
 
@@ -39,6 +41,8 @@ from toolsched.errors import (
     RunClaimedError,
     RunExistsError,
     UnknownRunError,
+    UnpicklableError,
+    UnstorableOutputError,
 )
 from toolsched.journal._leases import LeaseKeeper, Renewal
 from toolsched.journal._liveness import default_owner
@@ -73,6 +77,10 @@ T = TypeVar("T")
 MAX_LEASE = timedelta(days=365_000)
 
 
+# The last position a call can have: PostgreSQL's ``integer``, the narrower of the journals' position columns.
+MAX_POSITION = 2**31 - 1
+
+
 def check_lease(lease: timedelta | float) -> timedelta:
     """A journal's lease: a timedelta or seconds (``numeric_fault``'s rule), positive and at most ``MAX_LEASE``."""
     if isinstance(lease, timedelta):
@@ -84,6 +92,26 @@ def check_lease(lease: timedelta | float) -> timedelta:
         f"lease must be positive and at most {MAX_LEASE.days:,} days: a timedelta or a finite number of seconds, "
         f"got {shown(lease)}"
     )
+
+
+# Every journal object of this process, so that a forked child starts each afresh (``Journal._forked``).
+_JOURNALS: weakref.WeakSet[Journal] = weakref.WeakSet()
+# In a forked child, the connections inherited from the parent: kept, never used or closed here (the parent
+# still uses them, and closing one from another process is using it).
+_DISOWNED: list[object] = []
+
+
+def _after_fork() -> None:
+    for journal in list(_JOURNALS):
+        journal._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+# What a row holds besides its one large column (its other columns, the database's own bytes), in bytes:
+# a row is refused before it is sent when its large column leaves less than this of the backend's limit.
+_ROW_MARGIN = 4096
 
 
 def check_age(older_than: timedelta) -> timedelta:
@@ -128,16 +156,27 @@ class Journal(ABC):
     statement every quarter of the lease, from a thread of its own on a second
     connection (``toolsched.journal._leases``); a run that goes three quarters of
     its lease without a renewal landing stops (``LeaseLostError``).
+
+    A copy of a journal object is the object itself; it cannot be pickled
+    (``UnpicklableError``). In a process forked from
+    this one, the object starts afresh: it opens connections of its own, and
+    without an ``owner`` given it names the child, so forked workers never
+    take each other's runs for their own.
     """
 
     owner: str
     lease: timedelta
+    # The most bytes one row may take (a backend's limit): a transition or call that would take more is refused
+    # before anything is sent.
+    _max_row: int = 1_000_000_000
 
     def __init__(self, *, owner: str | None, lease: timedelta | float) -> None:
         if owner is not None:
             if not isinstance(owner, str) or not owner:
                 raise JournalError(f"owner must be a non-empty string, got {owner!r}")
             check_text("owner", owner)
+        # An owner given stays the object's in a forked child; the default one names each process.
+        self._owner_given = owner is not None
         self.owner = owner if owner is not None else default_owner()
         self.lease = check_lease(lease)
         self._lock = threading.Lock()
@@ -146,6 +185,34 @@ class Journal(ABC):
         self._opened = False
         self._closed = False
         self._keeper: LeaseKeeper | None = None
+        _JOURNALS.add(self)
+
+    def __copy__(self) -> Self:
+        """The journal itself: a second object with the same owner would hold the same runs, and let a run in
+        progress on one be recovered through the other."""
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
+        return self
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        raise UnpicklableError(
+            f"a {type(self).__name__} cannot be pickled: it holds its database connections and the leases of "
+            "its runs in progress; open one on the same database where it is needed"
+        )
+
+    def _forked(self) -> None:
+        """In a child process just forked: the parent's connections, locks, queued writes and lease keeper are
+        not the child's. It lets go of them (without closing a connection the parent still uses), opens its
+        own on first use, and takes an owner of its own unless one was given."""
+        self._lock = threading.Lock()
+        self._queue_lock = threading.Lock()
+        self._queue = []
+        self._keeper = None
+        _DISOWNED.extend(self._inherited())
+        self._opened = False
+        if not self._owner_given:
+            self.owner = default_owner()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -154,8 +221,12 @@ class Journal(ABC):
         await self._run(lambda: None)
 
     async def close(self) -> None:
-        """Closes the connection. A closed journal refuses further use."""
-        await anyio.to_thread.run_sync(self._close_locked)
+        """Closes the connection. A closed journal refuses further use.
+
+        Shielded from cancellation: a journal left by a cancelled ``async with`` is closed all the same.
+        """
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self._close_locked)
 
     def _close_locked(self) -> None:
         # Outside the lock: the keeper never takes it, and a renewal under way finishes first.
@@ -234,6 +305,23 @@ class Journal(ABC):
         if write.error is not None:
             raise write.error
 
+    def _check_row(self, size: int, call_id: str, transition: str) -> None:
+        """Refuses a row of ``size`` bytes (its large column and its keys) that the database would not store:
+        a result as ``UnstorableOutputError`` (the call is then that error), anything else as ``JournalError``."""
+        limit = self._max_row - _ROW_MARGIN - len(self.owner.encode())
+        if size <= limit:
+            return
+        if transition == "finished":
+            raise UnstorableOutputError(
+                f"the output of call {call_id!r} cannot be journaled: it takes {size:,} characters as stored, "
+                f"more than the journal holds in one row ({limit:,})"
+            )
+        what = "the arguments" if transition == "planned" else f"the {transition!r} transition"
+        raise JournalError(
+            f"{what} of call {call_id!r} would take {size:,} characters as stored, more than the journal holds in one "
+            f"row ({limit:,})"
+        )
+
     @property
     def leases(self) -> LeaseKeeper:
         """What keeps this journal's leases (internal to the executor: ``hold`` a run begun or claimed here,
@@ -270,8 +358,13 @@ class Journal(ABC):
         sets counts from no earlier)."""
         run_id = check_run_id(run_id)
         rows = [encode_call(position, call) for position, call in enumerate(calls)]
+        self._check_calls(run_id, rows)
         _, began = await anyio.to_thread.run_sync(self._locked_timed, lambda: self._begin_run(run_id, rows))
         return began
+
+    def _check_calls(self, run_id: str, rows: Sequence[tuple[int, str, str, str, str, str]]) -> None:
+        for row in rows:
+            self._check_row(len(run_id.encode()) + sum(len(text.encode()) for text in row[1:]), row[1], "planned")
 
     async def add_calls(self, run_id: str, first_position: int, calls: Sequence[ToolCall]) -> None:
         """Adds calls to a run in progress whose calls arrive over time (a streamed turn), at positions
@@ -279,7 +372,15 @@ class Journal(ABC):
         a position already taken raises ``JournalError``.
         """
         run_id = check_run_id(run_id)
+        calls = list(calls)
+        last = MAX_POSITION - max(len(calls) - 1, 0)
+        if type(first_position) is not int or not 0 <= first_position <= last:
+            raise JournalError(
+                f"first_position must be a whole number from 0 to {last:,} (the positions of {len(calls)} calls end "
+                f"by {MAX_POSITION:,}), got {first_position!r}"
+            )
         rows = [encode_call(first_position + offset, call) for offset, call in enumerate(calls)]
+        self._check_calls(run_id, rows)
         await self._run(lambda: self._add_calls(run_id, rows))
 
     async def record(self, run_id: str, call_id: str, transition: Transition, payload: Any = None) -> None:
@@ -297,9 +398,12 @@ class Journal(ABC):
             raise JournalError(f"transition must be one of {allowed}; got {transition!r}")
         if not isinstance(call_id, str):
             raise JournalError(f"call_id must be a string, got {type(call_id).__name__}")
+        check_text("call_id", call_id)
         if transition == "finished" and isinstance(payload, ToolResult) and payload.call_id != call_id:
             raise JournalError(f"the result of call {payload.call_id!r} cannot finish call {call_id!r}")
         stored = encode_payload(transition, call_id, payload)
+        if stored is not None:
+            self._check_row(len(stored) + len(run_id.encode()) + len(call_id.encode()), call_id, transition)
         await anyio.to_thread.run_sync(self._write_record, PendingRecord(run_id, call_id, transition, stored))
 
     async def load(self, run_id: str) -> RunRecord:
@@ -326,6 +430,8 @@ class Journal(ABC):
         """``claim``, also returning the ``time.monotonic()`` at which its statement was sent (the lease it
         sets counts from no earlier)."""
         run_id = check_run_id(run_id)
+        if not isinstance(force, bool):
+            raise JournalError(f"force must be True or False, got {force!r}")
         return await anyio.to_thread.run_sync(self._locked_timed, lambda: self._claim(run_id, force))
 
     async def renew(self, run_id: str) -> None:
@@ -354,6 +460,10 @@ class Journal(ABC):
 
     @abstractmethod
     def _disconnect(self) -> None: ...
+
+    def _inherited(self) -> list[object]:
+        """In a forked child: forgets the connections (the journal's and the renewal's), returning them unclosed."""
+        return []
 
     @abstractmethod
     def _begin_run(self, run_id: str, rows: Sequence[tuple[int, str, str, str, str, str]]) -> None: ...

@@ -12,6 +12,7 @@ round trip.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from toolsched._values.numeric_options import numeric_fault, shown
+from toolsched.journal._deadlines import DEADLINES, sever_socket
 from toolsched.journal._leases import Renewal
 from toolsched.journal._liveness import holder_is_dead
 from toolsched.journal._records import ALLOWED_FROM, RunRecord
@@ -168,8 +170,13 @@ class PostgresJournal(Journal):
     - ``schema``: the PostgreSQL schema that holds the tables (created when
       missing); default: the connection's ``search_path``.
     - ``owner`` / ``lease``: see ``Journal`` (default lease 30 seconds).
-    - ``connect_timeout``: seconds to wait for the server when connecting.
+    - ``connect_timeout``: seconds to wait for the server when connecting. A statement the server has not
+      answered within the lease (or ``connect_timeout``, if longer) fails with ``JournalError``, its
+      connection closed under it; the journal connects afresh for what comes next.
     """
+
+    # PostgreSQL's largest field, and largest message to the server (a row's values travel in one): 1 GB - 1.
+    _max_row = 2**30 - 1
 
     def __init__(
         self,
@@ -232,7 +239,7 @@ class PostgresJournal(Journal):
             raise JournalError("PostgresJournal needs psycopg 3: pip install 'toolsched[postgres]'") from None
         conn = self._open_connection()
         try:
-            with self._translated():
+            with self._translated(), self._answered(conn):
                 self._prepare(conn)
         except BaseException:
             conn.close()
@@ -257,15 +264,38 @@ class PostgresJournal(Journal):
 
             schema = sql.Identifier(self.schema)
             try:
-                try:
-                    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
-                except psycopg.errors.UniqueViolation:
-                    pass  # another journal created it at the same moment
-                conn.execute(sql.SQL("SET search_path TO {}").format(schema))
+                with self._answered(conn):
+                    try:
+                        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+                    except psycopg.errors.UniqueViolation:
+                        pass  # another journal created it at the same moment
+                    conn.execute(sql.SQL("SET search_path TO {}").format(schema))
             except psycopg.Error as exc:
                 conn.close()
                 raise JournalError(f"cannot use schema {self.schema!r} on {self._where}: {exc}") from None
         return conn
+
+    @contextmanager
+    def _answered(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """Runs statements on ``conn`` that the server must answer within the lease (at least ``connect_timeout``):
+        past that, the connection is closed under them (``toolsched.journal._deadlines``) and they fail with
+        ``JournalError``, rather than holding the journal, and every run writing to it, until the server answers.
+        """
+        seconds = max(self.lease.total_seconds(), float(self.connect_timeout))
+        watch = None
+        try:
+            with DEADLINES.within(seconds, lambda: sever_socket(lambda: conn.pgconn.socket)) as watch:
+                yield
+        except Exception as exc:
+            if watch is not None and watch.severed:
+                raise JournalError(
+                    f"the journal's {self._where} did not answer within {seconds:g} s, so its connection was closed: "
+                    f"{exc}"
+                ) from None
+            raise
+        finally:
+            if watch is not None and watch.severed:
+                conn.close()
 
     def _prepare(self, conn: psycopg.Connection[Any]) -> None:
         version = self._version(conn)
@@ -323,6 +353,24 @@ class PostgresJournal(Journal):
             self._conn.close()
             self._conn = None
 
+    def _inherited(self) -> list[object]:
+        # Each socket is pointed at /dev/null in the child: the parent's sessions see nothing from it, not even
+        # the goodbye libpq sends when a connection object is finalized.
+        inherited: list[object] = [conn for conn in (self._conn, self._renewal) if conn is not None]
+        self._conn = self._renewal = None
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            for conn in inherited:
+                try:
+                    descriptor = -1 if conn.closed else conn.pgconn.socket  # type: ignore[attr-defined]
+                except Exception:
+                    descriptor = -1  # no socket left to point anywhere (a connection that broke)
+                if descriptor >= 0:
+                    os.dup2(null, descriptor, inheritable=False)
+        finally:
+            os.close(null)
+        return inherited
+
     # -- plumbing ---------------------------------------------------------------------
 
     @contextmanager
@@ -351,7 +399,7 @@ class PostgresJournal(Journal):
     def _transaction(self, *, snapshot: bool = False) -> Iterator[psycopg.Connection[Any]]:
         with self._translated():
             conn = self._connection()
-            with conn.transaction():
+            with self._answered(conn), conn.transaction():
                 if snapshot:
                     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 yield conn
@@ -404,13 +452,14 @@ class PostgresJournal(Journal):
     def _record_batch(self, writes: Sequence[PendingRecord]) -> None:
         with self._translated():
             conn = self._connection()
-            if len(writes) == 1:
-                # Autocommit: the one statement is its own transaction, one round trip.
-                self._record(conn, writes[0])
-                return
-            with conn.transaction():
-                for write in writes:
-                    self._record(conn, write)
+            with self._answered(conn):
+                if len(writes) == 1:
+                    # Autocommit: the one statement is its own transaction, one round trip.
+                    self._record(conn, writes[0])
+                    return
+                with conn.transaction():
+                    for write in writes:
+                        self._record(conn, write)
 
     def _record(self, conn: psycopg.Connection[Any], write: PendingRecord) -> None:
         params = {
@@ -483,8 +532,6 @@ class PostgresJournal(Journal):
                 raise self._refusal(conn, run_id)
 
     def _renew_held(self, run_ids: Sequence[str]) -> Renewal:
-        import psycopg
-
         with self._translated():
             conn = self._renewal
             if conn is None or conn.closed or conn.broken:
@@ -495,28 +542,36 @@ class PostgresJournal(Journal):
                 # A renewal never waits long for a row: past this, the run is left for the next round. At most
                 # 200 ms, under PostgreSQL's default deadlock_timeout (1 s).
                 wait_ms = min(200, max(10, round(self.lease.total_seconds() * 1000 / 8)))
-                conn.execute(f"SET lock_timeout = {wait_ms}")
-            params = {"runs": list(run_ids), "owner": self.owner, "lease": self.lease.total_seconds()}
-            renewed = {stored("renewal", "toolsched_runs.run_id", row[0], str) for row in conn.execute(_RENEW, params)}
-            missing = [run_id for run_id in run_ids if run_id not in renewed]
-            if not missing:
-                return renewed, {}
-            owners = self._owners(conn, missing)
-            # Rows still this owner's were locked (by one of its writes, or another owner's claim under way):
-            # one more statement renews them, waiting for their rows up to the lock timeout. It may wait for a
-            # row while holding others one of this owner's writes waits for: the lock timeout, shorter than the
-            # server's deadlock timeout, ends the renewal first, never the write.
-            locked = [run_id for run_id in missing if owners.get(run_id) == self.owner]
-            if locked:
-                try:
-                    renewed.update(
-                        stored("renewal", "toolsched_runs.run_id", row[0], str)
-                        for row in conn.execute(_RENEW_LOCKED, {**params, "runs": locked})
-                    )
-                except psycopg.errors.LockNotAvailable:
-                    pass
-            missing = [run_id for run_id in missing if run_id not in renewed]
-            owners = self._owners(conn, missing) if missing else {}
+                with self._answered(conn):
+                    conn.execute(f"SET lock_timeout = {wait_ms}")
+            with self._answered(conn):
+                return self._renew_on(conn, run_ids)
+
+    def _renew_on(self, conn: psycopg.Connection[Any], run_ids: Sequence[str]) -> Renewal:
+        """``_renew_held``'s statements, on the renewal connection."""
+        import psycopg
+
+        params = {"runs": list(run_ids), "owner": self.owner, "lease": self.lease.total_seconds()}
+        renewed = {stored("renewal", "toolsched_runs.run_id", row[0], str) for row in conn.execute(_RENEW, params)}
+        missing = [run_id for run_id in run_ids if run_id not in renewed]
+        if not missing:
+            return renewed, {}
+        owners = self._owners(conn, missing)
+        # Rows still this owner's were locked (by one of its writes, or another owner's claim under way):
+        # one more statement renews them, waiting for their rows up to the lock timeout. It may wait for a
+        # row while holding others one of this owner's writes waits for: the lock timeout, shorter than the
+        # server's deadlock timeout, ends the renewal first, never the write.
+        locked = [run_id for run_id in missing if owners.get(run_id) == self.owner]
+        if locked:
+            try:
+                renewed.update(
+                    stored("renewal", "toolsched_runs.run_id", row[0], str)
+                    for row in conn.execute(_RENEW_LOCKED, {**params, "runs": locked})
+                )
+            except psycopg.errors.LockNotAvailable:
+                pass
+        missing = [run_id for run_id in missing if run_id not in renewed]
+        owners = self._owners(conn, missing) if missing else {}
         # Still this owner's: its row stayed locked, so it was not renewed this time, but it is not lost.
         return renewed, {run_id: owners.get(run_id) for run_id in missing if owners.get(run_id) != self.owner}
 

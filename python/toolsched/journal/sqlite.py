@@ -170,6 +170,8 @@ class SqliteJournal(Journal):
             raise
         self._conn = conn
         self._identity = (stat.st_dev, stat.st_ino)
+        # This SQLite's longest string, blob or row (a build may set another than the usual 10**9 bytes).
+        self._max_row = conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
 
     def _prepare_waiting(self, conn: sqlite3.Connection, existing: bool) -> None:
         """``_prepare``, asked again while another connection holds a new file for a moment.
@@ -289,6 +291,12 @@ class SqliteJournal(Journal):
             self._conn.close()
             self._conn = None
 
+    def _inherited(self) -> list[object]:
+        inherited: list[object] = [conn for conn in (self._conn, self._renewal) if conn is not None]
+        self._conn = self._renewal = None
+        self._identity = None
+        return inherited
+
     # -- plumbing ---------------------------------------------------------------------
 
     @contextmanager
@@ -307,6 +315,9 @@ class SqliteJournal(Journal):
                     f"({self.busy_timeout:g} s): {text}"
                 ) from None
             raise JournalError(f"the journal {self.path} failed: {text}") from None
+        except sqlite3.DataError as exc:
+            # A value past one of SQLite's limits ("string or blob too big"): the file is fine.
+            raise JournalError(f"the journal {self.path} refused a value: {exc}") from None
         except sqlite3.DatabaseError as exc:
             raise JournalCorruptError(f"the journal {self.path} is damaged: {exc}") from None
         except sqlite3.Error as exc:
