@@ -107,6 +107,34 @@ def test_a_url_no_worker_could_use_is_refused_when_built(url: str, message: str)
         ts.RedisCoordination(url)
 
 
+@pytest.mark.parametrize("host", ["h%00", "a..b", ".", "a" * 64, ("a" * 60 + ".") * 5 + "a", "-h", "h-.x", "h!"])
+def test_a_host_no_resolver_could_look_up_is_refused_when_built(host: str) -> None:
+    """Promise (docs/fleet.md): a URL a worker could not use is refused with ``ts.OptionError`` when the coordination
+    is built. A host name that is not one (an empty label, a label past 63 characters or a name past 253, a label
+    that starts or ends with a hyphen, a character no host name has) was taken, and found out only at the first
+    call, as an outage."""
+    with pytest.raises(ts.OptionError, match="bad host name"):
+        ts.RedisCoordination(f"redis://{host}:6379")
+
+
+@pytest.mark.parametrize(
+    ("host", "shown"),
+    [
+        ("localhost", "localhost"),
+        ("redis_1.internal", "redis_1.internal"),
+        ("limits.example.", "limits.example."),
+        ("[::1]", "::1"),
+        ("127.0.0.1", "127.0.0.1"),
+        ("bücher.example", "xn--bcher-kva.example"),
+        ("a" * 63 + ".example", "a" * 63 + ".example"),
+    ],
+)
+def test_host_names_and_addresses_are_taken(host: str, shown: str) -> None:
+    assert (
+        repr(ts.RedisCoordination(f"redis://{host}:6380")) == f"RedisCoordination({shown}:6380, namespace='toolsched')"
+    )
+
+
 @pytest.mark.parametrize("url", ["redis://:s3cret@h:0", "redis://u:s3cret@h?db=1", "redis://:s3@c@ret@[::1"])
 def test_a_refused_url_does_not_show_its_password(url: str) -> None:
     with pytest.raises(ts.OptionError) as refused:

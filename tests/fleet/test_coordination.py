@@ -586,3 +586,40 @@ async def test_namespaces_do_not_share_limits(anyio_backend: str) -> None:
         assert result.output == "other"
         gate.set()
     assert ran == ["held", "other"]
+
+
+async def test_workers_that_disagree_on_a_cap_each_apply_their_own(anyio_backend: str) -> None:
+    """docs/fleet.md: workers of one namespace whose tool has another ``max_concurrency`` (a rolling deploy that
+    changes it) each apply their own at each admission. Two calls run: a worker with a cap of 2 waits, one with
+    a cap of 3 starts a third beside them; nothing is refused."""
+    url, space = redis_url(), namespace()
+    running: list[str] = []
+    two, three, release = anyio.Event(), anyio.Event(), anyio.Event()
+
+    def make(cap: int) -> ts.Executor:
+        # A tool object of its own for each executor, as in separate processes (no local limiter shared).
+        @ts.tool(name="shared", max_concurrency=cap)
+        async def shared(tag: str) -> str:
+            running.append(tag)
+            if len(running) == 2:
+                two.set()
+            if len(running) == 3:
+                three.set()
+            await release.wait()
+            return tag
+
+        return ts.Executor([shared], coordination=ts.RedisCoordination(url, namespace=space))
+
+    wide, narrow = make(3), make(2)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as group:
+            for tag in ("w1", "w2"):
+                group.start_soon(wide.run, [ts.ToolCall(tag, "shared", {"tag": tag})])
+            await two.wait()
+            with anyio.move_on_after(0.3) as waited:
+                await narrow.run([ts.ToolCall("n", "shared", {"tag": "narrow"})])
+            assert waited.cancelled_caught
+            group.start_soon(wide.run, [ts.ToolCall("w3", "shared", {"tag": "w3"})])
+            await three.wait()
+            release.set()
+    assert sorted(running) == ["w1", "w2", "w3"]

@@ -14,7 +14,6 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from dataclasses import replace
 from time import perf_counter
 from typing import Any
@@ -43,6 +42,7 @@ from toolsched._policy.holds import NestedHold
 from toolsched._policy.hooks import new_hook_event
 from toolsched._policy.limits import ModelRetry
 from toolsched._policy.resilience import CircuitOpen, NotRun, RunHalted, is_transient, retry_after_of
+from toolsched._policy.slots import holding, holds
 from toolsched._tools.context import ToolContext
 from toolsched._tools.tools import ArgumentsRefused, Tool
 from toolsched._values.calls import ToolCall, args_copy
@@ -63,9 +63,6 @@ from toolsched.journal import UnstorableOutputError
 __all__ = ["EXECUTION_FAILURES", "abort_reason", "answer_unstarted", "deliver", "execute", "hand_out", "shaped"]
 
 logger = logging.getLogger("toolsched")
-
-# The tools' limiters whose slots the calls this code runs inside hold (see ``_invoke_limited``).
-_holding: ContextVar[frozenset[anyio.CapacityLimiter] | None] = ContextVar("toolsched_holding", default=None)
 
 # Failures of the tool itself: they can abort the batch's siblings and end a raising run.
 EXECUTION_FAILURES = frozenset({"execution_error", "timeout"})
@@ -152,9 +149,11 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
         fleet = settings.coordination
         if fleet is not None and (job.facts.policies is not None or tool.max_concurrency is not None):
             # Each attempt under the fleet's rate limit, circuit and concurrency slots (``_policy.coordination``);
-            # a capped call's timeout starts when its first attempt has its slot.
+            # a capped call's timeout starts when its first attempt has its slot, and a durable run journals each
+            # attempt started once the fleet admitted it.
             stopped = _stopped_as_it_ran(job)
-            invoke = guarded(fleet, tool, job.facts, invoke, turn.emit, _slot_taken(job, scope), stopped)
+            admitted = _fleet_admitted(job, scope, turn)
+            invoke = guarded(fleet, tool, job.facts, invoke, turn.emit, admitted, stopped, job.fleet_circuit_opened)
         if job.facts.policies is not None:
             invoke = _resilient(job, turn, invoke)
         # What the output guardrails and the post hooks are shown: the arguments the call was judged with, copied
@@ -219,9 +218,10 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
         except JournalFailed:
             raise
         except NotRun as exc:
-            # Answered without running: an open circuit (``unavailable``), an interrupt before the first run
-            # (``skipped``).
+            # Answered without running: an open circuit or the fleet's refusal (``unavailable``), an interrupt
+            # before the first run (``skipped``). No attempt of it ran here.
             kind, error = exc.kind, str(exc)
+            job.attempts = job.prior_attempts
         except ModelRetry as exc:
             # The tool asks the model to fix its call: the message is for the model.
             kind, error, output = "model_retry", exc.message, None
@@ -479,44 +479,45 @@ async def _invoke_limited(
     run journals it *started* once it has one (a call still waiting for a slot has not started)."""
     timeout = job.tool.timeout
     if turn.settings.coordination is not None:
-        # The fleet's slots cap the calls (``guarded``: each attempt takes one after its rate wait).
-        if turn.durable is not None and job.facts.policies is None:
-            await turn.durable.started(job.call.id, job.args)
+        # The fleet's slots cap the calls (``guarded``: each attempt takes one after its rate wait, and is
+        # journaled started once it has it).
         return await invoke(job.args, ctx)
     limiter = job.facts.limiter()
-    holding = _holding.get()
-    if holding is not None and limiter in holding:
-        # Made inside a call of the same tool (a nested run in its body): it runs on that call's slot, which
-        # only waits for it. Another slot would be a second token for the task holding the first (refused by
-        # anyio), or, with none free, a wait for the slot its own ancestor holds.
+    if holds(limiter):
+        # Made inside a call of the same tool (a nested run in its body, its slot taken by this cap or by the
+        # fleet's local fallback): it runs on that call's slot, which only waits for it (``_policy.slots``).
         if scope is not None and timeout is not None:
             scope.deadline = anyio.current_time() + timeout
         if turn.durable is not None and job.facts.policies is None:
             await turn.durable.started(job.call.id, job.args)
         return await invoke(job.args, ctx)
     async with limiter:
-        token = _holding.set(frozenset((limiter,)) if holding is None else holding | {limiter})
-        try:
+        with holding(limiter):
             if scope is not None and timeout is not None:
                 scope.deadline = anyio.current_time() + timeout
             if turn.durable is not None and job.facts.policies is None:
                 await turn.durable.started(job.call.id, job.args)
             return await invoke(job.args, ctx)
-        finally:
-            _holding.reset(token)
 
 
-def _slot_taken(job: Job, scope: anyio.CancelScope | None) -> Callable[[], None] | None:
-    """Starts a capped call's timeout when its first attempt has a fleet slot (None when nothing to start)."""
+def _fleet_admitted(job: Job, scope: anyio.CancelScope | None, turn: Turn) -> Callable[[], Awaitable[None]] | None:
+    """What an attempt the fleet admitted does before its body runs (None when nothing): a capped call's timeout
+    starts (at its first attempt), and a durable run journals the attempt started (one still waiting for the fleet
+    has not started)."""
     timeout = job.tool.timeout
-    if scope is None or timeout is None or job.tool.max_concurrency is None:
+    if scope is None or job.tool.max_concurrency is None:
+        timeout = None
+    durable = turn.durable
+    if timeout is None and durable is None:
         return None
 
-    def started() -> None:
-        if scope.deadline == math.inf:
+    async def admitted() -> None:
+        if scope is not None and timeout is not None and scope.deadline == math.inf:
             scope.deadline = anyio.current_time() + timeout
+        if durable is not None:
+            await durable.started(job.call.id, job.args)
 
-    return started
+    return admitted
 
 
 def _stopped_as_it_ran(job: Job) -> Callable[[], ErrorKind | None]:
@@ -575,15 +576,24 @@ def _resilient(
                         raise circuit_open() if failure is None else failure
                 if failure is None:
                     state.first_attempt()
-                if turn.durable is not None:
+                if turn.durable is not None and turn.settings.coordination is None:
                     # Every attempt is journaled as it starts (after its token, once the circuit admitted it),
-                    # so that ``recover`` never exceeds the policy nor counts an attempt that never ran.
+                    # so that ``recover`` never exceeds the policy nor counts an attempt that never ran. Under the
+                    # fleet's limits, once the fleet admitted it (``_fleet_admitted``).
                     await turn.durable.started(job.call.id, args)
                 job.attempts = attempt
                 try:
                     # Each attempt gets its own copy of the validated arguments: one that changed its copy
                     # and failed does not hand the change to the next.
                     output = await invoke(args if retry is None else args_copy(args), ctx)
+                except CircuitOpen:
+                    # The fleet refused the attempt before it ran (its circuit open, or Redis unreachable with
+                    # ``on_unavailable="refuse"``): a retrying call ends with its last failure, counting only the
+                    # attempts that ran.
+                    if failure is None:
+                        raise
+                    job.attempts = attempt - 1
+                    raise failure from None
                 except anyio.get_cancelled_exc_class():
                     if _cut_short(job) == "timeout":
                         state.record("transient", probe, job.body_left)
@@ -603,6 +613,7 @@ def _resilient(
                         anyio.current_time() + delay >= anyio.current_effective_deadline()
                         or turn.halt is not None
                         or state.refuses()
+                        or job.circuit_open
                         or not state.may_retry()
                     ):
                         raise  # no time left within the call's timeout, an interrupt, an open circuit, or no budget

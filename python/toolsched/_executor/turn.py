@@ -102,6 +102,9 @@ class Job:
     thread_gate: Gate | None = None
     # The scope of a wait without working (a rate-limit token, a retry's backoff): an interrupt ends it.
     pause: anyio.CancelScope | None = None
+    # Set when the fleet's circuit (``RedisCoordination``) was open after one of its failed attempts: its retries
+    # stop there, as with the process's own circuit.
+    circuit_open: bool = False
 
     def __init__(
         self, slot: int, call: ToolCall, tool: Tool, facts: ToolFacts, args: Any, index: int, ruling: Any = UNDECIDED
@@ -171,6 +174,10 @@ class Job:
         self.declared = True
         if self.scope is not None:
             self.scope.cancel()
+
+    def fleet_circuit_opened(self) -> None:
+        """The fleet's circuit is open after one of the call's failed attempts: it runs no more."""
+        self.circuit_open = True
 
 
 def judge(

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import hashlib
+import ipaddress
 import logging
 import math
 import os
@@ -62,6 +63,7 @@ from toolsched._policy.redis_wire import (
     encoded,
 )
 from toolsched._policy.resilience import CircuitBreaker, CircuitOpen, RateLimit, Resilience, is_transient
+from toolsched._policy.slots import slot_of
 from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched.errors import OptionError
 
@@ -288,6 +290,8 @@ class _Link:
     # them at once, as it does every command.
     stalled: bool = False
     warned: bool = False
+    # What made Redis count as unreachable until ``down_until`` (the calls meanwhile are told it).
+    outage: str = "Redis was unreachable"
     # Per tool name: the lock a call holds while it asks Redis again for a slot (one poller per loop and tool).
     pollers: dict[str, anyio.Lock] = field(default_factory=dict)
     # The batch still taking commands (written together on one connection once its leader has one), or None.
@@ -556,17 +560,31 @@ def _commands(
     )
 
 
+# One label of a host name: letters, digits, hyphens (not first nor last) and underscores (taken by resolvers of
+# private networks), at most 63 characters.
+_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+
+
 def _ascii_host(name: str) -> str | None:
     """The host name as it is looked up (an internationalized one in IDNA 2008, as anyio encodes it, so that the
-    event loops and the renewal thread reach the same host), or None when no host has that name."""
+    event loops and the renewal thread reach the same host), or None when no host has that name (a name past 253
+    characters, a label that is empty, past 63 characters or with a character no host name has)."""
     if any(c.isspace() or not c.isprintable() for c in name):
         return None
-    if name.isascii():
-        return name
     try:
-        return idna.encode(name, uts46=True).decode("ascii")
-    except UnicodeError:  # idna.IDNAError is one
+        ipaddress.ip_address(name)
+    except ValueError:
+        pass
+    else:
+        return name
+    if not name.isascii():
+        try:
+            name = idna.encode(name, uts46=True).decode("ascii")
+        except UnicodeError:  # idna.IDNAError is one
+            return None
+    if len(name) > 253 or not all(_LABEL.fullmatch(label) for label in name.removesuffix(".").split(".")):
         return None
+    return name
 
 
 def _without_password(url: str) -> str:
@@ -749,7 +767,7 @@ class RedisCoordination:
         """
         link = self._link()
         if link.down_until != -math.inf and anyio.current_time() < link.down_until and not (release and link.stalled):
-            raise CoordinationError("Redis was unreachable a moment ago")
+            raise CoordinationError(f"{link.outage} (a moment ago)")
         batch = link.open
         if batch is None:
             batch = link.open = [request]
@@ -870,7 +888,8 @@ class RedisCoordination:
             except (OSError, TimeoutError, ReplyError, CoordinationError) as exc:
                 link.down_until = anyio.current_time() + _RETRY_CONNECT
                 link.stalled = False
-                _failed(batch, f"cannot reach Redis at {self._host}:{self._port}: {_said(exc)}")
+                link.outage = f"cannot reach Redis at {self._host}:{self._port}: {_said(exc)}"
+                _failed(batch, link.outage)
                 return
             replies: list[Any] = [_UNREAD] * len(batch)
             sent = [anyio.current_time()] * len(batch)
@@ -919,6 +938,7 @@ class RedisCoordination:
                     # Not answering, or not Redis: tried again a moment later, not at every call.
                     link.down_until = anyio.current_time() + _RETRY_CONNECT
                     link.stalled = isinstance(exc, TimeoutError) and (phase == "again" or bool(read))
+                    link.outage = error
                 if phase == "again":
                     for index, reply in zip(again, read, strict=False):
                         replies[index] = reply
@@ -1054,8 +1074,9 @@ class RedisCoordination:
         emit: Callable[[Any], object] | None,
         local: Resilience | None,
         limiter: Callable[[], anyio.CapacityLimiter] | None = None,
-        admitted: Callable[[], None] | None = None,
+        admitted: Callable[[], Awaitable[None]] | None = None,
         cut_short: Callable[[], str | None] | None = None,
+        opened: Callable[[], None] | None = None,
     ) -> Any:
         """Runs one attempt of ``tool`` under the fleet's limits (or the fallback when Redis is unreachable).
 
@@ -1063,10 +1084,12 @@ class RedisCoordination:
         is free at the reserved time (otherwise the reservation is given up and the attempt waits for a
         slot, then for a new reservation): a waiting attempt holds no slot, none starts before its
         reserved time, and one that asks too late after it takes a new reservation. ``limiter`` is the
-        per-process cap taken by the fallback; ``admitted`` is called once the attempt has its slot (or
-        its start time when the tool has no cap). ``cut_short`` says what stopped the call while the body
-        ran, if anything (``"timeout"`` or ``"cancelled"``): a body that caught that and returned is
-        recorded as the stop, not as a success (``returned``).
+        per-process cap, taken by the fallback's attempts and by those the fleet admitted (so the fallback counts
+        them); ``admitted`` is awaited once the attempt has its slot (or its start time when the tool has no
+        cap), before its body runs (a durable run journals the attempt started then). ``cut_short`` says what
+        stopped the call while the body ran, if anything (``"timeout"`` or ``"cancelled"``): a body that caught
+        that and returned is recorded as the stop, not as a success (``returned``). ``opened`` is called when the
+        attempt failed and the tool's circuit is open after it (its call's retries stop there).
 
         An attempt made inside a call of the same tool that holds a slot (a nested run in its body) runs on that
         slot: it takes none in the fleet nor in the fallback's cap (its rate limit and circuit still apply).
@@ -1100,7 +1123,7 @@ class RedisCoordination:
             self._renewer.hold(circuit_key, attempt, probe=True)
         try:
             return await self._attempt(
-                tool, lease_id, attempt, retry_on, invoke, emit, local, limiter, admitted, cut_short, nested
+                tool, lease_id, attempt, retry_on, invoke, emit, local, limiter, admitted, cut_short, opened, nested
             )
         finally:
             if lease_id:
@@ -1118,8 +1141,9 @@ class RedisCoordination:
         emit: Callable[[Any], object] | None,
         local: Resilience | None,
         limiter: Callable[[], anyio.CapacityLimiter] | None,
-        admitted: Callable[[], None] | None,
+        admitted: Callable[[], Awaitable[None]] | None,
         cut_short: Callable[[], str | None] | None,
+        opened: Callable[[], None] | None,
         slotless: bool = False,
     ) -> Any:
         """``run_attempt`` once the renewal thread knows the attempt's slot and probe (``slotless``: it takes
@@ -1134,7 +1158,7 @@ class RedisCoordination:
                     raise FleetUnavailable(
                         f"`{tool.name}` is unavailable: its fleet-wide limits cannot be checked ({exc})"
                     ) from None
-                return await _local_attempt(tool, retry_on, invoke, local, limiter, admitted, cut_short)
+                return await _local_attempt(tool, retry_on, invoke, local, limiter, admitted, cut_short, opened)
             if code == -1:
                 circuit = tool.circuit
                 assert circuit is not None
@@ -1179,17 +1203,22 @@ class RedisCoordination:
         outcome = "none"
         circuit_key, slots_key, _ = self._commands(tool).admit_keys
         try:
-            if admitted is not None:
-                admitted()
-            try:
-                output = await invoke()
-            except Exception as exc:
-                outcome = "transient" if is_transient(exc, retry_on) else "other"
-                raise
-            outcome = returned(cut_short)
-            return output
-        except BaseException as exc:
-            if outcome == "none" and _is_timeout(exc):
+            # A slot of the process's cap too (free unless the fallback's calls hold them): with Redis unreachable,
+            # the fallback counts this call against the process's own limit.
+            async with slot_of(limiter() if limiter is not None and lease_id else None):
+                if admitted is not None:
+                    await admitted()
+                try:
+                    output = await invoke()
+                except Exception as exc:
+                    outcome = "transient" if is_transient(exc, retry_on) else "other"
+                    raise
+                outcome = returned(cut_short)
+                return output
+        except anyio.get_cancelled_exc_class():
+            # Stopped as it ran: its own timeout is a transient failure for the circuit; a cancellation (the call's,
+            # or its run's from outside) settles nothing.
+            if outcome == "none" and cut_short is not None and cut_short() == "timeout":
                 outcome = "transient"
             raise
         finally:
@@ -1199,12 +1228,16 @@ class RedisCoordination:
                 self._renewer.release(circuit_key, attempt, probe=True)
             if lease_id or (tool.circuit is not None and (probe or failures > 0 or outcome == "transient")):
                 with anyio.CancelScope(shield=True):
-                    await self._settle(tool, attempt, outcome, probe)
+                    opens = await self._settle(tool, attempt, outcome, probe)
+                if opens and opened is not None:
+                    opened()
 
-    async def _settle(self, tool: Tool, lease_id: str, outcome: str, probe: bool) -> None:
-        """Gives the slot back and records the outcome for the circuit. A bare release (no circuit) is not
-        waited for when another caller writes its batch."""
+    async def _settle(self, tool: Tool, lease_id: str, outcome: str, probe: bool) -> bool:
+        """Gives the slot back and records the outcome for the circuit; returns whether the attempt's transient
+        failure left the circuit open. A bare release (no circuit) is not waited for when another caller writes
+        its batch."""
         request = self._settle_request(tool, lease_id, outcome, probe)
+        reply: Any = None
         try:
             with anyio.move_on_after(self.connect_timeout):
                 reply = await self._send(request, wait=tool.circuit is not None, release=True)
@@ -1212,7 +1245,9 @@ class RedisCoordination:
                     logger.warning("Redis refused a script: %s", reply)
         except CoordinationError:
             # The slot's lease expires by itself; the outcome is lost to the circuit.
-            return
+            return False
+        circuit = tool.circuit
+        return circuit is not None and outcome == "transient" and type(reply) is int and reply >= circuit.failures
 
     def _settle_request(self, tool: Tool, lease_id: str, outcome: str, probe: bool) -> _Request:
         commands = self._commands(tool)
@@ -1225,45 +1260,47 @@ class RedisCoordination:
         )
 
 
-def _is_timeout(exc: BaseException) -> bool:
-    """Whether a cancellation is the call's own deadline (``move_on_after`` of the call's scope)."""
-    return (
-        isinstance(exc, anyio.get_cancelled_exc_class()) and anyio.current_effective_deadline() <= anyio.current_time()
-    )
-
-
 async def _local_attempt(
     tool: Tool,
     retry_on: Any,
     invoke: Callable[[], Awaitable[Any]],
     local: Resilience | None,
     limiter: Callable[[], anyio.CapacityLimiter] | None,
-    admitted: Callable[[], None] | None,
+    admitted: Callable[[], Awaitable[None]] | None,
     cut_short: Callable[[], str | None] | None = None,
+    opened: Callable[[], None] | None = None,
 ) -> Any:
     """One attempt under this process's own rate limit, circuit and concurrency cap (the fallback while Redis
-    is unreachable): the rate wait comes before the slot, as in the fleet."""
+    is unreachable): the rate wait comes before the slot, as in the fleet; ``opened`` as in ``run_attempt``."""
     probe = local.admit() if local is not None else False
     if probe is None:
         raise CircuitOpen(f"`{tool.name}` is unavailable: its circuit is open in this process")
+    ran = False
     try:
         if local is not None and not local.paced():
             await local.pace()
-        if limiter is None:
+        # The process's cap, counting the calls the fleet admitted that still run; a call made inside a call of the
+        # same tool runs on that call's slot (``_policy.slots``).
+        async with slot_of(limiter() if limiter is not None else None):
             if admitted is not None:
-                admitted()
+                await admitted()
+            ran = True
             output, settled = await _recorded(invoke, retry_on, local, probe, cut_short)
-        else:
-            async with limiter():
-                if admitted is not None:
-                    admitted()
-                output, settled = await _recorded(invoke, retry_on, local, probe, cut_short)
         # A probe whose call was cancelled as it ran settled nothing: it is given back below.
         probe = probe and not settled
         return output
     except _Recorded as recorded:
         probe = False
+        if opened is not None and local is not None and local.refuses():
+            opened()
         raise recorded.error from None
+    except anyio.get_cancelled_exc_class():
+        # Stopped as its body ran: its own timeout is a transient failure for the circuit; a cancellation (the
+        # call's, or its run's from outside) settles nothing.
+        if ran and local is not None and cut_short is not None and cut_short() == "timeout":
+            local.record("transient", probe)
+            probe = False
+        raise
     finally:
         if probe and local is not None:
             local.release_probe()
@@ -1314,14 +1351,16 @@ def guarded(
     facts: ToolFacts,
     invoke: Callable[[Any, Any], Awaitable[Any]],
     emit: Callable[[Any], object] | None,
-    admitted: Callable[[], None] | None = None,
+    admitted: Callable[[], Awaitable[None]] | None = None,
     cut_short: Callable[[], str | None] | None = None,
+    opened: Callable[[], None] | None = None,
 ) -> Callable[[Any, Any], Awaitable[Any]]:
     """``invoke`` with each attempt under the fleet's limits for ``tool`` (the executor's hook, internal).
 
-    The fleet's slots are the tool's concurrency cap: the caller takes no per-process slot around it (the
-    fallback takes one per attempt); ``admitted`` is called when an attempt gets its slot; ``cut_short``
-    says what stopped the call as its body ran (``RedisCoordination.run_attempt``).
+    The fleet's slots are the tool's concurrency cap: the caller takes no per-process slot around it (each
+    attempt takes one, in the fleet or in the fallback); ``admitted`` is awaited when an attempt gets its slots;
+    ``cut_short`` says what stopped the call as its body ran; ``opened`` is called when an attempt's failure left
+    the circuit open (``RedisCoordination.run_attempt``).
     """
     retry_on = tool.retry
     local = facts.resilience() if facts.policies is not None else None
@@ -1329,7 +1368,7 @@ def guarded(
 
     async def invoke_guarded(args: Any, ctx: Any) -> Any:
         return await coordination.run_attempt(
-            tool, retry_on, lambda: invoke(args, ctx), emit, local, limiter, admitted, cut_short
+            tool, retry_on, lambda: invoke(args, ctx), emit, local, limiter, admitted, cut_short, opened
         )
 
     return invoke_guarded
