@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +34,14 @@ STRATEGIES = {
     "partitioned": lambda: ts.Partitioned(max_concurrency=3),
     "resource_aware": lambda: ts.ResourceAware(max_concurrency=3),
 }
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Waits (at most 10 s) until ``condition()`` holds: what a fixed sleep assumed, a loaded machine may not do
+    in time."""
+    with anyio.fail_after(10):
+        while not condition():  # noqa: ASYNC110 - the condition is the tools' own notes, set by no event
+            await anyio.sleep(0.001)
 
 
 def _tools() -> list[Any]:
@@ -167,7 +176,7 @@ async def test_an_unsafe_call_waits_for_every_earlier_call_and_holds_every_later
         turn.submit(ts.ToolCall("1", "look", {"name": "l1"}))
         turn.submit(ts.ToolCall("2", "change", {"name": "c"}))
         turn.submit(ts.ToolCall("3", "look", {"name": "l2"}))
-        await anyio.sleep(0.01)
+        await until(lambda: bool(log))
         # Only the first safe call runs: the change waits for it, the later look waits for the change.
         assert log == ["start l1"]
     assert log == ["start l1", "end l1", "start c", "end c", "start l2", "end l2"]
@@ -267,7 +276,7 @@ async def test_a_failure_cancels_the_siblings_that_join_its_batch_later_as_run_d
     ]
     async with executor.turn() as turn:
         turn.submit(whole_calls[0])
-        await anyio.sleep(0.01)
+        await until(lambda: bool(ran))
         turn.submit(whole_calls[1])
         await anyio.sleep(0.01)
         turn.submit(whole_calls[2])
@@ -328,7 +337,8 @@ async def test_calls_arriving_after_steering_are_skipped() -> None:
     async with executor.turn(steering=steering) as turn:
         turn.submit(ts.ToolCall("1", "step", {"name": "one"}))
         turn.submit(ts.ToolCall("2", "step", {"name": "two"}))
-        await anyio.sleep(0.01)
+        # Both ran before the user speaks (a fixed sleep was too short on a loaded machine).
+        await until(lambda: len(ran) == 2)
         messages.append("stop, the user said something")
         turn.submit(ts.ToolCall("3", "step", {"name": "three"}))
         turn.submit(ts.ToolCall("4", "step", {"name": "four"}))
@@ -349,7 +359,7 @@ async def test_an_interrupt_mid_stream_skips_what_comes_after() -> None:
     executor = ts.Executor([step])
     async with executor.turn(run_id="r1") as turn:
         turn.submit(ts.ToolCall("1", "step", {"name": "one"}))
-        await anyio.sleep(0.01)
+        await until(lambda: bool(ran))
         assert executor.interrupt("user pressed escape", run_id="r1") == 1
         turn.submit(ts.ToolCall("2", "step", {"name": "two"}))
     outcome = await turn.outcome()
@@ -396,7 +406,7 @@ async def test_a_held_call_blocks_no_later_independent_call_and_the_turn_resumes
     async with executor.turn() as turn:
         turn.submit(ts.ToolCall("d", "deploy", {}))
         turn.submit(ts.ToolCall("l", "look", {}))
-        await anyio.sleep(0.01)
+        await until(lambda: bool(ran))
         assert ran == ["look"]
     outcome = await turn.outcome()
     assert outcome.interrupted and [request.call_id for request in outcome.pending] == ["d"]
