@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from sdk_clients import PROVIDERS, Client
+from tool_loops import run, user
 
 import toolsched as ts
-from toolsched.loops import LoopResult, anthropic_loop, gemini_loop, openai_chat_loop, openai_responses_loop
 from toolsched.testing import Reply, ScriptedProvider, ToolUse
 
 pytestmark = pytest.mark.anyio
@@ -36,22 +36,6 @@ def asking(city: str) -> Reply:
 def unavailable(request: Any) -> Reply:
     """A script entry the provider answers with an HTTP error (the model's API is down for this request)."""
     raise RuntimeError("the model is unavailable")
-
-
-def user(provider: str, text: str) -> dict[str, Any]:
-    if provider == "gemini":
-        return {"role": "user", "parts": [{"text": text}]}
-    return {"role": "user", "content": text}
-
-
-async def run(provider: str, sdk: Any, executor: ts.Executor, history: Any, **options: Any) -> LoopResult:
-    if provider == "anthropic":
-        return await anthropic_loop(sdk, executor, messages=history, model="m", max_tokens=99, **options)
-    if provider == "openai_responses":
-        return await openai_responses_loop(sdk, executor, input=history, model="m", **options)
-    if provider == "openai_chat":
-        return await openai_chat_loop(sdk, executor, messages=history, model="m", **options)
-    return await gemini_loop(sdk, executor, model="m", contents=history, **options)
 
 
 # Gemini's client runs on asyncio only (it asks asyncio for the running loop).

@@ -8,14 +8,13 @@ from typing import Any
 
 import pytest
 from sdk_clients import PROVIDERS, Client
+from tool_loops import KEYWORD, run, user
 
 import toolsched as ts
-from toolsched.loops import LoopResult, anthropic_loop, gemini_loop, openai_chat_loop, openai_responses_loop
+from toolsched.loops import LoopResult
 from toolsched.testing import Reply, ScriptedProvider, ToolUse
 
 pytestmark = pytest.mark.anyio
-
-KEYWORD = {"anthropic": "messages", "openai_responses": "input", "openai_chat": "messages", "gemini": "contents"}
 
 
 def held(ran: list[str]) -> list[ts.Tool]:
@@ -32,22 +31,6 @@ def held(ran: list[str]) -> list[ts.Tool]:
 
 def asking(*cities: str) -> Reply:
     return Reply(tool_uses=[ToolUse("get_weather", {"city": city}) for city in cities])
-
-
-def user(provider: str, text: str) -> dict[str, Any]:
-    if provider == "gemini":
-        return {"role": "user", "parts": [{"text": text}]}
-    return {"role": "user", "content": text}
-
-
-async def run(provider: str, sdk: Any, executor: ts.Executor, history: Any, **options: Any) -> LoopResult:
-    if provider == "anthropic":
-        return await anthropic_loop(sdk, executor, messages=history, model="m", max_tokens=99, **options)
-    if provider == "openai_responses":
-        return await openai_responses_loop(sdk, executor, input=history, model="m", **options)
-    if provider == "openai_chat":
-        return await openai_chat_loop(sdk, executor, messages=history, model="m", **options)
-    return await gemini_loop(sdk, executor, model="m", contents=history, **options)
 
 
 def approve_all(paused: LoopResult) -> None:
