@@ -188,9 +188,11 @@ def _async_method(method: Any, client: Any, wanted: str) -> Any:
     return method
 
 
-def _conversation(value: Any, keyword: str, what: str) -> list[Any]:
+def _conversation(value: Any, keyword: str, what: str, *, empty: bool = False) -> list[Any]:
     """The conversation a loop starts from, as a list: a one-message value (text, a dict, an SDK object) is
-    refused before anything is sent (read as a list it would be its characters, or its keys)."""
+    refused before anything is sent (read as a list it would be its characters, or its keys), and so is an
+    empty one unless ``empty`` (the Responses API's, which may go on from ``previous_response_id``): the other
+    APIs refuse a request without a message (the Gemini SDK with its own ``ValueError``)."""
     if (
         value is None
         or isinstance(value, (str, bytes, bytearray, Mapping))
@@ -198,7 +200,10 @@ def _conversation(value: Any, keyword: str, what: str) -> list[Any]:
         or not isinstance(value, Iterable)
     ):
         raise OptionError(f"{keyword}= takes a list of {what}, got {type(value).__name__}; nothing was sent")
-    return list(value)
+    conversation = list(value)
+    if not conversation and not empty:
+        raise OptionError(f"{keyword}= is empty: the API takes at least one message; nothing was sent")
+    return conversation
 
 
 def _with_tools(request: dict[str, Any], tools: list[Any]) -> dict[str, Any]:
@@ -657,7 +662,7 @@ async def openai_responses_loop(
     history: list[Any] = (
         [{"role": "user", "content": input}]
         if isinstance(input, str)
-        else _conversation(input, "input", "input items (or the user's text)")
+        else _conversation(input, "input", "input items (or the user's text)", empty=True)
     )
     return await _run_loop(
         _Responses(client, request, strict),

@@ -68,6 +68,18 @@ async def test_a_loop_given_one_message_instead_of_a_list_refuses_it_and_sends_n
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("provider", ["anthropic", "openai_chat", "gemini"])
+@pytest.mark.parametrize("empty", [[], ()], ids=["list", "tuple"])
+async def test_a_loop_given_an_empty_conversation_refuses_it_and_sends_nothing(provider: str, empty: Any) -> None:
+    # Gemini's SDK raised its own ValueError ("contents are required"); the other two APIs answer 400.
+    with ScriptedProvider([Reply(text="It is sunny.")]) as scripted:
+        async with Client(provider, scripted.url) as client:
+            with pytest.raises(ts.OptionError, match="is empty"):
+                await _start(provider, empty)(client.sdk, ts.Executor(weather([])))
+    assert scripted.requests == []
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
 @pytest.mark.parametrize("provider", ["anthropic", "openai_chat", "openai_responses", "gemini"])
 async def test_a_loop_takes_its_conversation_as_any_list_of_messages(provider: str) -> None:
     if provider == "gemini":

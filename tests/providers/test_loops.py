@@ -269,12 +269,15 @@ async def test_gemini_loop_answers_with_function_responses() -> None:
     ]
 
 
+QUESTION_MESSAGE = {"role": "user", "content": QUESTION}
+
+
 async def test_loop_options_are_checked() -> None:
     recorded = Recorded("anthropic", "end_turn")
     with pytest.raises(ts.OptionError, match="max_turns"):
-        await anthropic_loop(recorded.anthropic(), ts.Executor([]), messages=[], max_turns=0)
+        await anthropic_loop(recorded.anthropic(), ts.Executor([]), messages=[QUESTION_MESSAGE], max_turns=0)
     with pytest.raises(TypeError, match="Executor"):
-        await anthropic_loop(recorded.anthropic(), [], messages=[])  # type: ignore[arg-type]
+        await anthropic_loop(recorded.anthropic(), [], messages=[QUESTION_MESSAGE])  # type: ignore[arg-type]
     assert recorded.requests == []
 
 
