@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from cli_runs import run_cli
 
+from toolsched._cli.cli import main
+
 TINY = ["--turns", "1", "--calls", "2", "--strategies", "sequential"]
 
 
@@ -89,3 +91,14 @@ def test_a_bench_interrupted_with_ctrl_c_says_so_in_one_line() -> None:
     assert child.returncode == 130
     assert out == ""
     assert err.splitlines() == ["toolsched bench: interrupted"]
+
+
+@pytest.mark.parametrize("cpus", ["inf", "nan", "0", "-1"])
+def test_ray_cpus_that_no_cluster_could_place_are_refused_before_anything_starts(
+    cpus: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # ``inf`` was taken: each simulated call asked Ray for infinitely many CPUs, a task no cluster places.
+    with pytest.raises(SystemExit) as refused:
+        main(["bench", "--turns", "1", "--backend", "ray", "--ray-cpus", cpus])
+    assert refused.value.code == 2
+    assert "--ray-cpus: must be a finite number more than 0" in capsys.readouterr().err

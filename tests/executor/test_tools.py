@@ -199,7 +199,10 @@ def test_boolean_options_take_bools_and_callables() -> None:
         ({"max_result_chars": -(10**5000)}, "max_result_chars must be a positive integer; got an integer of"),
         ({"timeout": 10**400}, "timeout must be at most 1.79"),
         ({"timeout": float("nan")}, "timeout must be a positive number"),
-        ({"num_cpus": float("nan")}, "num_cpus must be a number of at least 0"),
+        ({"num_cpus": float("nan")}, "num_cpus must be a finite number of at least 0"),
+        # No scheduler places a call that asks for infinitely many (it was taken, and sent to Ray as it was).
+        ({"num_cpus": float("inf")}, "num_cpus must be a finite number of at least 0"),
+        ({"num_gpus": float("inf")}, "num_gpus must be a finite number of at least 0"),
     ],
 )
 def test_numeric_options_are_held_to_what_the_engine_takes(options: dict[str, Any], message: str) -> None:

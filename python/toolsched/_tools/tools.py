@@ -116,17 +116,19 @@ def _choice(tool: str, field: str, value: Any, allowed: tuple[str, ...]) -> None
         raise ToolDefinitionError(f"tool `{tool}`: {field} must be one of {', '.join(allowed)}; got {value!r}")
 
 
-def _in_range(tool: str, field: str, value: Any, *, integer: bool, zero: bool, at_most: int | None) -> None:
+def _in_range(
+    tool: str, field: str, value: Any, *, integer: bool, zero: bool, at_most: int | None, finite: bool = False
+) -> None:
     """Checks a numeric tool option by ``numeric_fault``'s rule (a count at most a machine word unless
-    ``at_most`` says less; a number in seconds may be ``inf``, no limit)."""
-    fault = numeric_fault(value, integer=integer, above=not zero, most=at_most, infinite=not integer)
+    ``at_most`` says less; a number in seconds may be ``inf``, no limit, unless ``finite``)."""
+    fault = numeric_fault(value, integer=integer, above=not zero, most=at_most, infinite=not integer and not finite)
     if fault is not None:
         raise ToolDefinitionError(f"tool `{tool}`: {field} must be {fault}; got {shown(value)}")
 
 
-def _non_negative(tool: str, field: str, value: Any, *, integer: bool) -> None:
+def _non_negative(tool: str, field: str, value: Any, *, integer: bool, finite: bool = False) -> None:
     if value is not None:
-        _in_range(tool, field, value, integer=integer, zero=True, at_most=None)
+        _in_range(tool, field, value, integer=integer, zero=True, at_most=None, finite=finite)
 
 
 def _positive(tool: str, field: str, value: Any, *, optional: bool, integer: bool, at_most: int | None = None) -> None:
@@ -426,8 +428,9 @@ class Tool:
         name = self.name
         if self.backend is not None and (not isinstance(self.backend, str) or not self.backend):
             raise ToolDefinitionError(f"tool `{name}`: backend must be a backend's name; got {self.backend!r}")
-        _non_negative(name, "num_cpus", self.num_cpus, integer=False)
-        _non_negative(name, "num_gpus", self.num_gpus, integer=False)
+        # A share of a machine: no scheduler places a call that asks for infinitely many.
+        _non_negative(name, "num_cpus", self.num_cpus, integer=False, finite=True)
+        _non_negative(name, "num_gpus", self.num_gpus, integer=False, finite=True)
         _positive(name, "memory", self.memory, optional=True, integer=True)
         _non_negative(name, "max_retries", self.max_retries, integer=True)
         if self.max_retries and not self.idempotent:
