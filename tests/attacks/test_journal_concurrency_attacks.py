@@ -282,3 +282,27 @@ async def test_force_that_is_not_a_bool_is_refused_before_a_live_holder_loses_it
             await other.claim("turn-1", force=force)  # type: ignore[arg-type]
         assert (await other.load("turn-1")).owner == holder.owner
     assert ran == []
+
+
+async def test_the_lease_of_a_journal_that_keeps_leases_cannot_change(store: Store) -> None:
+    """The lease keeper renews every quarter of the lease it started with: a lease shortened afterwards
+    (``journal.lease = 0.1`` once runs had been held) was taken without a word, and a run renewed every
+    quarter of the old lease could expire between renewals and be taken by another process while it ran.
+    Such a change is ``JournalError``; before any run was held, and to the same value, it is taken."""
+
+    @ts.tool
+    async def ping() -> str:
+        return "pong"
+
+    journal = store.open(lease=30)
+    journal.lease = timedelta(seconds=20)  # nothing held yet: taken
+    assert journal.lease == timedelta(seconds=20)
+    with pytest.raises(ts.JournalError, match="lease"):
+        journal.lease = 0  # checked as when the journal is made
+    async with journal:
+        outcome = await ts.Executor([ping], journal=journal).run([ts.ToolCall("c1", "ping", {})], run_id="r1")
+        assert outcome.results[0].output == "pong"
+        with pytest.raises(ts.JournalError, match="cannot change"):
+            journal.lease = 0.5
+        journal.lease = timedelta(seconds=20)
+        assert journal.lease == timedelta(seconds=20)

@@ -165,7 +165,7 @@ class Journal(ABC):
     """
 
     owner: str
-    lease: timedelta
+    _lease: timedelta
     # The most bytes one row may take (a backend's limit): a transition or call that would take more is refused
     # before anything is sent.
     _max_row: int = 1_000_000_000
@@ -178,14 +178,31 @@ class Journal(ABC):
         # An owner given stays the object's in a forked child; the default one names each process.
         self._owner_given = owner is not None
         self.owner = owner if owner is not None else default_owner()
+        self._keeper: LeaseKeeper | None = None
         self.lease = check_lease(lease)
         self._lock = threading.Lock()
         self._queue_lock = threading.Lock()
         self._queue: list[PendingRecord] = []
         self._opened = False
         self._closed = False
-        self._keeper: LeaseKeeper | None = None
         _JOURNALS.add(self)
+
+    @property
+    def lease(self) -> timedelta:
+        """How long a run stays this journal's without a renewal landing (set when the journal is made)."""
+        return self._lease
+
+    @lease.setter
+    def lease(self, lease: timedelta | float) -> None:
+        checked = check_lease(lease)
+        if self._keeper is not None and checked != self._lease:
+            # The keeper renews every quarter of the lease it started with: a shorter one would expire between
+            # renewals, and another process could take a live run.
+            raise JournalError(
+                f"the lease of a journal that keeps leases cannot change ({self._lease} to {checked}): "
+                "open another journal object with the new lease"
+            )
+        self._lease = checked
 
     def __copy__(self) -> Self:
         """The journal itself: a second object with the same owner would hold the same runs, and let a run in
