@@ -306,3 +306,32 @@ async def test_the_lease_of_a_journal_that_keeps_leases_cannot_change(store: Sto
             journal.lease = 0.5
         journal.lease = timedelta(seconds=20)
         assert journal.lease == timedelta(seconds=20)
+
+
+def test_a_child_forked_while_a_thread_marks_a_run_can_still_run_durably(tmp_path: Path) -> None:
+    """The lock around the runs in progress in this process was the parent's in a forked child: a child forked
+    while another thread held it (a run starting or ending there) waited on it for good at its first durable
+    run. A forked child takes a lock of its own."""
+    from toolsched._executor import durable
+
+    journal = ts.SqliteJournal(tmp_path / "runs.db")
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            durable._let_go(journal, "run")
+
+    worker = threading.Thread(target=churn, daemon=True)
+    worker.start()
+    stuck = 0
+    try:
+        for _ in range(20):
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                os._exit(0 if durable._live_lock.acquire(timeout=0.5) else 1)
+            _, status = os.waitpid(pid, 0)
+            stuck += os.waitstatus_to_exitcode(status) == 1
+    finally:
+        stop.set()
+        worker.join()
+    assert stuck == 0

@@ -63,13 +63,22 @@ class JournalFailed(Exception):
 # The runs each journal object holds for a run in progress in this process: a recover or a
 # resume of one of them here is refused (the journal itself lets its own owner claim again).
 _live: weakref.WeakKeyDictionary[Journal, set[str]] = weakref.WeakKeyDictionary()
-# A forked child runs none of its parent's runs (its journal objects take owners of their own: ``Journal``).
-os.register_at_fork(after_in_child=_live.clear)
 
 
 # Held while ``_live`` is read and changed: runs on executors in other threads (each with its event loop) may
 # start at the same moment, and the check and the mark of ``RunJournal._hold`` must be one step.
 _live_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    """A forked child runs none of its parent's runs (its journal objects take owners of their own: ``Journal``),
+    and takes a lock of its own: another thread of the parent may have held this one as it forked."""
+    global _live_lock
+    _live_lock = threading.Lock()
+    _live.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def _live_runs(journal: Journal) -> set[str]:
