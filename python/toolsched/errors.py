@@ -185,11 +185,11 @@ class StreamFailed(ToolschedError):
 
 class LoopFailed(ToolschedError):
     """A tool loop (``toolsched.loops``) failed after it had answered a turn's calls: the request for the next
-    answer failed (the connection, an HTTP error, the SDK), or so did ``refresh_tools``. The error is the
-    ``__cause__``.
+    answer failed (the connection, an HTTP error, the SDK), the answer could not be read, running its calls
+    failed (a journal that cannot be written, say), or ``refresh_tools`` failed. The error is the ``__cause__``.
 
     Nothing the tools did is lost: ``history`` is the conversation before the request that failed, every
-    turn answered, ready to be sent again; ``outcome`` is the last turn's ``Outcome``, ``turns`` the requests
+    turn answered (an answer whose calls were not all answered is left out), ready to be sent again; ``outcome`` is the last turn's ``Outcome``, ``turns`` the requests
     this call of the loop made, ``executor`` the executor in use then (None once the error was pickled). A
     failure before the loop answered any call (its first request) is raised as it is: the conversation given
     is still the one to send.

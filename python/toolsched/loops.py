@@ -43,7 +43,8 @@ error, or it ends before its final event) is never sent back: the loop raises
 the conversation before that request (``history``), ready to be sent again.
 
 A request that fails once the loop has answered a turn's calls (the connection,
-an HTTP error, the SDK), or a ``refresh_tools`` that fails, raises
+an HTTP error, the SDK; an answer that cannot be read; its calls' run), or a
+``refresh_tools`` that fails, raises
 ``LoopFailed`` (the error is its ``__cause__``) with the conversation so far,
 every turn answered (``history``), ready to be sent again: the tools that ran
 are never run again to get it back. A failure before the loop answered any
@@ -560,35 +561,37 @@ async def _loop(
             return finish(stop)
 
     while True:
-        if stream:
-            # Each call starts while the answer is still streaming.
-            try:
-                response, calls, streamed = await dialect.execute_stream(history, executor, steering, context)
-            except StreamFailed as failed:
-                failed.history = list(history)
-                raise
-            except Exception as exc:
-                if not answered:
+        # The conversation and outcome as they stand before this request: what ``LoopFailed`` keeps if anything of
+        # this pass fails once the loop has answered calls (the request, reading the answer, running its calls).
+        sent, kept = len(history), outcome
+        try:
+            if stream:
+                # Each call starts while the answer is still streaming.
+                try:
+                    response, calls, streamed = await dialect.execute_stream(history, executor, steering, context)
+                except StreamFailed as failed:
+                    failed.history = list(history)
                     raise
-                raise LoopFailed(list(history), outcome, turns, executor, exc) from exc
-            turns += 1
-            history.extend(dialect.assistant_turn(response))
-        else:
-            try:
+                turns += 1
+                history.extend(dialect.assistant_turn(response))
+            else:
                 response = await dialect.request(history, executor)
-            except Exception as exc:
-                if not answered:
-                    raise
-                raise LoopFailed(list(history), outcome, turns, executor, exc) from exc
-            turns += 1
-            history.extend(dialect.assistant_turn(response))
-            calls = dialect.calls(response, executor.registry)
-        if not calls:
-            if dialect.paused(response) and turns < max_turns:
-                continue
-            return finish("max_turns" if dialect.paused(response) else "done")
-        outcome = streamed if stream else await executor.run(calls, steering=steering, context=context)
-        stop = await answer(calls, outcome)
+                turns += 1
+                history.extend(dialect.assistant_turn(response))
+                calls = dialect.calls(response, executor.registry)
+            if not calls:
+                if dialect.paused(response) and turns < max_turns:
+                    continue
+                return finish("max_turns" if dialect.paused(response) else "done")
+            outcome = streamed if stream else await executor.run(calls, steering=steering, context=context)
+            stop = await answer(calls, outcome)
+        except (LoopFailed, StreamFailed):
+            raise
+        except Exception as exc:
+            if not answered:
+                raise
+            del history[sent:]  # an answer whose calls were not all answered is never sent back
+            raise LoopFailed(list(history), kept, turns, executor, exc) from exc
         if stop is not None:
             return finish(stop)
         if turns >= max_turns:

@@ -133,3 +133,23 @@ async def test_a_request_that_fails_after_a_resume_keeps_the_resumed_calls_resul
             finished = await run(provider, client.sdk, paused.executor, caught.value.history)
     assert (finished.stop, ran) == ("done", ["Paris"])
     assert scripted.requests[-1].tool_outputs() == ["Paris: 18°C"]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("provider", [provider for provider in PROVIDERS if provider != "gemini"])
+async def test_an_answer_that_cannot_be_read_after_tools_ran_keeps_their_results(provider: str) -> None:
+    # Only the request itself was covered: an answer the adapter cannot read (a proxy's empty JSON body) raised
+    # ResponseFormatError with no history, and the caller could only start over. (Gemini's SDK reads an empty
+    # body as an answer without calls.)
+    ran: list[str] = []
+    with ScriptedProvider([asking("Paris"), {}, Reply(text="Sunny.")]) as scripted:
+        async with Client(provider, scripted.url) as client:
+            executor = ts.Executor([weather(ran)])
+            with pytest.raises(ts.LoopFailed) as caught:
+                await run(provider, client.sdk, executor, [user(provider, "Weather?")])
+            assert isinstance(caught.value.__cause__, ts.ResponseFormatError) and ran == ["Paris"]
+            assert [result.output for result in caught.value.outcome.results] == ["Paris: 18°C"]
+            finished = await run(provider, client.sdk, executor, caught.value.history)
+    assert (finished.stop, finished.text, ran) == ("done", "Sunny.", ["Paris"])
+    # The unreadable answer is not in the history sent again: it ends with the first turn's result.
+    assert scripted.requests[-1].tool_outputs() == ["Paris: 18°C"]
