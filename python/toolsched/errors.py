@@ -189,10 +189,10 @@ class LoopFailed(ToolschedError):
     failed (a journal that cannot be written, say), or ``refresh_tools`` failed. The error is the ``__cause__``.
 
     Nothing the tools did is lost: ``history`` is the conversation before the request that failed, every
-    turn answered (an answer whose calls were not all answered is left out), ready to be sent again; ``outcome`` is the last turn's ``Outcome``, ``turns`` the requests
-    this call of the loop made, ``executor`` the executor in use then (None once the error was pickled). A
-    failure before the loop answered any call (its first request) is raised as it is: the conversation given
-    is still the one to send.
+    turn answered (an answer whose calls were not all answered is left out), ready to be sent again;
+    ``outcome`` is the last answered turn's ``Outcome``, ``turns`` the requests this call of the loop made,
+    ``executor`` the executor in use then (None once the error was pickled). A failure before the loop
+    answered any call (its first request) is raised as it is: the conversation given is still the one to send.
     """
 
     def __init__(self, history: list[Any], outcome: Any, turns: int, executor: Any, cause: BaseException) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import pytest
 import reuse_tools
@@ -150,6 +151,42 @@ def test_a_tools_own_thread_can_cancel_its_call_and_report_progress(backend: str
     assert [(event.fraction, event.message) for event in events if isinstance(event, ts.ToolProgress)] == [
         (0.5, "half way")
     ]
+
+
+def test_two_loops_reporting_on_each_others_calls_both_finish() -> None:
+    """A tool's context used from a thread that runs an event loop of its own (another run's tool, on another
+    loop's thread) waited there until the run's loop took the report: the caller's whole loop stopped, and two
+    loops each reporting progress on the other's call waited for each other for good. From such a thread the
+    report is handed over without waiting."""
+    contexts: dict[str, ts.ToolContext] = {}
+    both_started = threading.Barrier(2)
+
+    @ts.tool(name="work")
+    async def work(me: str, other: str, ctx: ts.ToolContext) -> str:
+        """Reports progress on its peer's call, which runs on the other thread's loop."""
+        contexts[me] = ctx
+        await anyio.to_thread.run_sync(both_started.wait)
+        for _ in range(2000):
+            contexts[other].report_progress(0.5, f"from {me}")
+            await anyio.lowlevel.checkpoint()
+        return "done"
+
+    executor = ts.Executor([work], on_event=lambda event: None)
+    results: dict[str, Any] = {}
+
+    def run(me: str, other: str) -> None:
+        async def main() -> None:
+            outcome = await executor.run([ts.ToolCall(me, "work", {"me": me, "other": other})])
+            results[me] = outcome.results[0].output
+
+        anyio.run(main)
+
+    threads = [threading.Thread(target=run, args=pair, daemon=True) for pair in (("a", "b"), ("b", "a"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert results == {"a": "done", "b": "done"}
 
 
 def _forked_child(journal: ts.Journal, executor: ts.Executor, backend: str, report: Any) -> None:

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import anyio.from_thread
 
 from toolsched._values.effects import idempotency_key, new_identity
-from toolsched._values.event_loops import run_on_loop
+from toolsched._values.event_loops import hand_to_loop, loop_handle, run_on_loop
 from toolsched._values.events import Event, ToolProgress, ToolUpdated
 from toolsched._values.numeric_options import numeric_fault, shown
 from toolsched.errors import OptionError, ResourceError
@@ -157,10 +157,15 @@ class ToolContext:
 
     def _on_loop(self, fn: Callable[[Any], object], arg: Any) -> None:
         """``fn(arg)`` on the run's event loop, from another thread (one of anyio's workers, a thread the tool
-        started, another loop's), waiting until it has run; nothing when that loop has ended."""
+        started, another loop's), waiting until it has run; nothing when that loop has ended. From a thread that
+        runs an event loop of its own it is handed over without waiting: waiting would stop that loop, and two
+        loops each waiting for the other would wait for good."""
         loop = getattr(self._run, "loop", None)
         if loop is not None:
-            run_on_loop(loop, fn, arg)
+            if loop_handle() is not None:
+                hand_to_loop(loop, fn, arg)
+            else:
+                run_on_loop(loop, fn, arg)
             return
         try:
             anyio.from_thread.run_sync(fn, arg)
