@@ -6,9 +6,10 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
 if TYPE_CHECKING:
     from toolsched._backends.backends import RayBackend
@@ -219,6 +220,7 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, stdout
 
     progress = _ProgressBar(stderr)
     report = anyio.run(
+        _interruptible,
         lambda: bench.run_bench(
             workload,
             strategies,
@@ -226,7 +228,7 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, stdout
             progress=progress,
             backend=backend,
             num_cpus=None if backend is None else args.ray_cpus or 1.0,
-        )
+        ),
     )
     if args.json:
         text = json.dumps(report.to_json(), indent=2) + "\n"
@@ -240,6 +242,35 @@ def _run_bench(args: argparse.Namespace, parser: argparse.ArgumentParser, stdout
         bench.plot_report(report, args.plot)
         stderr.write(f"plot written to {args.plot}\n")
     return 0
+
+
+_T = TypeVar("_T")
+
+
+async def _interruptible(work: Callable[[], Awaitable[_T]]) -> _T:
+    """``work()``, stopped by Ctrl-C (``KeyboardInterrupt`` once it has stopped). The interrupt cancels the scope
+    ``work`` runs in, which stays cancelled until it has ended: the event loop's own handling of SIGINT
+    cancels its main task once, and a cancellation taken back on the way (by a scope that was ending, say) let
+    the whole benchmark run on to its end."""
+    import anyio
+
+    interrupted = False
+    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        async with anyio.create_task_group() as group:
+
+            async def watch() -> None:
+                nonlocal interrupted
+                async for _ in signals:
+                    interrupted = True
+                    group.cancel_scope.cancel()
+                    return
+
+            group.start_soon(watch)
+            outcome = await work()
+            group.cancel_scope.cancel()
+    if interrupted:
+        raise KeyboardInterrupt
+    return outcome
 
 
 def _ray_backend(args: argparse.Namespace) -> RayBackend:
