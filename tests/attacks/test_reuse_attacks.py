@@ -10,6 +10,8 @@ import gc
 import multiprocessing
 import os
 import pickle
+import subprocess
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -317,6 +319,45 @@ def test_limits_copy_and_pickle_with_their_caps_and_counts(how: str) -> None:
     assert anyio.run(turn, twin, "c2") is None
     assert anyio.run(turn, twin, "c3") == "limit_exceeded"
     assert limits.calls == 1
+
+
+SCRIPT_TOOLS = """
+import base64, subprocess, sys
+from ray import cloudpickle
+import toolsched as ts
+
+
+@ts.tool
+def normalize(text: str) -> str:
+    \"\"\"Normalize.\"\"\"
+    return text.strip().lower()
+
+
+@ts.tool
+def search(query: str) -> str:
+    \"\"\"Search, with another tool's function.\"\"\"
+    return "result for " + normalize(query)
+
+
+# What Ray sends a worker: the body, by cloudpickle; loaded where this script is no module at all.
+blob = base64.b64encode(cloudpickle.dumps(search.fn)).decode()
+load = (
+    "import sys, base64; from ray import cloudpickle; "
+    "print(cloudpickle.loads(base64.b64decode(sys.argv[1]))(' Hi '))"
+)
+done = subprocess.run([sys.executable, "-c", load, blob], capture_output=True, text=True)
+print(done.stdout.strip() or done.stderr.strip().splitlines()[-1])
+"""
+
+
+def test_a_scripts_tool_travels_by_value_to_a_ray_worker(tmp_path: Path) -> None:
+    """A ``@ts.tool`` pickled by reference was named ``__main__.normalize`` where a Ray worker loaded it, a name
+    nothing there holds (``AttributeError``): a body of a script or a notebook that used another of its tools
+    could not run on Ray. A tool of ``__main__`` travels by value, as its function does."""
+    script = tmp_path / "agent.py"
+    script.write_text(SCRIPT_TOOLS)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.stdout.strip() == "result for hi", done.stderr
 
 
 def test_objects_holding_live_state_refuse_pickle_by_name_and_copy_as_before(tmp_path: Path) -> None:

@@ -610,6 +610,24 @@ def _handed_out_only(name: str) -> Callable[[Args, ToolContext | None], Awaitabl
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _pickled_by_value(module_name: str) -> bool:
+    """Whether a tool defined in ``module_name`` travels by value: one of ``__main__`` (a script, a notebook),
+    or of a module registered with cloudpickle (``register_pickle_by_value``, standalone or Ray's)."""
+    if module_name == "__main__":
+        return True
+    module = sys.modules.get(module_name)
+    if module is None:
+        return False
+    for pickler in ("cloudpickle.cloudpickle", "ray.cloudpickle.cloudpickle"):
+        registered = getattr(sys.modules.get(pickler), "_is_registered_pickle_by_value", None)
+        try:
+            if registered is not None and registered(module):
+                return True
+        except Exception:  # a release whose private check reads otherwise: by reference, as before
+            continue
+    return False
+
+
 class FunctionTool(Tool):
     """A tool made from a function by ``@tool``. Calling it calls the function."""
 
@@ -638,11 +656,17 @@ class FunctionTool(Tool):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 
-    def __reduce_ex__(self, protocol: SupportsIndex) -> str:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> str | tuple[Any, ...]:
         """Pickled by reference, as a function is: the module-level name the decorated function was bound to,
         looked up again where it is loaded. ``UnpicklableError`` for a tool that name does not reach (one made
-        inside a function, or by ``tool(fn)`` under another name)."""
+        inside a function, or by ``tool(fn)`` under another name). A tool of a script or a notebook
+        (``__main__``), or of a module registered with cloudpickle to travel by value, is pickled by value."""
         module_name = str(getattr(self, "__module__", ""))
+        if _pickled_by_value(module_name):
+            # A script's or a notebook's tool, or one of a module registered with cloudpickle to travel by value:
+            # its name means nothing where it is loaded (a Ray worker), so its attributes travel, the function
+            # among them (cloudpickle, as Ray uses it, sends such a function by value).
+            return object.__reduce_ex__(self, protocol)
         qualname = str(getattr(self, "__qualname__", ""))
         found: Any = sys.modules.get(module_name)
         for part in qualname.split("."):
