@@ -1003,6 +1003,7 @@ class Executor:
                     steering=request.steering,
                     carried=carried,
                     approvals=approvals,
+                    recovered=True,
                 )
         finally:
             if token is not None:
@@ -1023,13 +1024,16 @@ class Executor:
         prior: RunState | None = None,
         carried: set[str] | frozenset[str] = frozenset(),
         approvals: Mapping[str, CallRecord] | None = None,
+        recovered: bool = False,
     ) -> Outcome:
         """What every entry path shares: answer what the engine refused (``refused``), admit the fresh
         calls, run them with the ready ones (``ready``), finish; ``held`` collects the calls held for a
         person, ``prior`` is the state a resumed turn came from, ``approvals`` the approvals a recovered run's
-        journal holds for the fresh calls asked again. The run's ``Limits`` take its answers, but those
-        ``carried`` from before (counted by ``_carry_into``). ``duplicates`` is None when there are none: an
-        empty list kept while the calls wait would be one more object per run for the collector to walk."""
+        journal holds for the fresh calls asked again, ``recovered`` whether the turn is a recovered run's. The
+        run's ``Limits`` take its answers, but those ``carried`` from before (counted by ``_carry_into``), and
+        count once each call a resumed or recovered run's ``Limits`` had counted before it stopped.
+        ``duplicates`` is None when there are none: an empty list kept while the calls wait would be one more
+        object per run for the collector to walk."""
         if refused is not None and not refused.refused:
             refused = None
         if refused is not None and turn.settings.repair_function is not None:
@@ -1046,7 +1050,8 @@ class Executor:
         limits = active_limits()
         if limits is not None and (jobs or refused is not None):
             # The calls to a tool that does not exist count too, in model order with the others.
-            jobs = await limit_jobs(jobs, turn, limits, resumed=prior is not None, refused=refused)
+            # A resumed or recovered run's calls that its ``Limits`` counted before it stopped are not counted again.
+            jobs = await limit_jobs(jobs, turn, limits, resumed=prior is not None or recovered, refused=refused)
         if refused is not None:
             for slot in refused.refused:
                 await turn.answer_refused(refused, slot)
