@@ -29,7 +29,7 @@ def ran(world: str | Path) -> list[str]:
 
 
 @ts.tool(needs_approval=True, rule_subject="target")
-async def deploy(target: str, ctx: ts.ToolContext) -> str:
+def deploy(target: str, ctx: ts.ToolContext) -> str:
     """Deploy to a target (not idempotent); every run is logged in the world directory (the context)."""
     with open(Path(ctx.context) / "deploys", "a", encoding="utf-8") as log:
         log.write(target + "\n")
@@ -45,8 +45,7 @@ def die_when_judged(event: ts.HookEvent) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-async def main(store: Store, state_file: str, world: str) -> None:
-    state = ts.RunState.from_json(Path(state_file).read_text(encoding="utf-8"))
+async def main(store: Store, state: ts.RunState, world: str) -> None:
     async with store.open() as journal:
         hooks = ts.Hooks().pre_tool_use("deploy", die_when_judged)
         await executor(journal, hooks=hooks).resume(state, context=world)
@@ -57,4 +56,5 @@ if __name__ == "__main__":
     import people_child
 
     spec, backend, state_file, world = sys.argv[1:5]
-    anyio.run(people_child.main, Store.from_spec(spec), state_file, world, backend=backend)
+    state = ts.RunState.from_json(Path(state_file).read_text(encoding="utf-8"))
+    anyio.run(people_child.main, Store.from_spec(spec), state, world, backend=backend)

@@ -986,6 +986,13 @@ class Executor:
             # external calls handed out count as made, whatever the caps say now; the calls never admitted are
             # held to what is left. A call still waiting for a person is held to the caps when it is resumed.
             admitted = [(job.slot, job.call.id, job.tool.name, job.args) for job in ready]
+            # Approved with a person's arguments (admitted again to judge them): approved calls, counted so.
+            admitted += [
+                (job.slot, job.call.id, job.tool.name, job.args)
+                for job in fresh
+                if (approval := approvals.get(job.call.id)) is not None
+                and approval.fingerprint == view.fingerprint(job.index)
+            ]
             admitted += [(out.slot, plan.calls[out.slot].id, out.tool_name, out.args) for out in turn.external or ()]
             for _, call_id, tool_name, args in sorted(admitted, key=lambda entry: entry[0]):
                 limits.admitted(call_id, tool_name, args, run=turn.run_identity())
