@@ -106,6 +106,19 @@ async def test_an_edited_approval_recovered_after_a_kill_runs_the_edit_once(
     assert again.results == recovered.results and ran(tmp_path) == ["prod-secret"]
 
 
+async def test_an_edited_approval_recovered_after_a_kill_counts_as_an_approved_call(
+    store: Store, anyio_backend: str, tmp_path: Path
+) -> None:
+    # Admitted again to judge the person's arguments, the call is still one approved before the crash: it runs
+    # whatever the caps say now, and counts once.
+    await killed_while_the_edit_is_judged(store, anyio_backend, tmp_path, "capped")
+    limits = ts.Limits(max_calls=0)
+    async with store.open() as journal:
+        recovered = await executor(journal).recover("capped", context=str(tmp_path), limits=limits)
+    assert [(r.call_id, r.output, r.edited) for r in recovered.results] == [("d1", "deployed prod-secret", True)]
+    assert ran(tmp_path) == ["prod-secret"] and limits.calls == 1
+
+
 async def test_a_call_counted_before_its_run_stopped_is_not_counted_again_by_its_recovery(store: Store) -> None:
     # One Limits for the agent run: its call was counted when admitted, the run stopped while a hook judged it
     # (the journal holds it planned), and recover with the same Limits finds it counted already: it runs, as the
