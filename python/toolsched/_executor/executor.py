@@ -986,6 +986,13 @@ class Executor:
             # external calls handed out count as made, whatever the caps say now; the calls never admitted are
             # held to what is left. A call still waiting for a person is held to the caps when it is resumed.
             admitted = [(job.slot, job.call.id, job.tool.name, job.args) for job in ready]
+            # Approved with a person's arguments (admitted again to judge them): approved calls, counted so.
+            admitted += [
+                (job.slot, job.call.id, job.tool.name, job.args)
+                for job in fresh
+                if (approval := approvals.get(job.call.id)) is not None
+                and approval.fingerprint == view.fingerprint(job.index)
+            ]
             admitted += [(out.slot, plan.calls[out.slot].id, out.tool_name, out.args) for out in turn.external or ()]
             for _, call_id, tool_name, args in sorted(admitted, key=lambda entry: entry[0]):
                 limits.admitted(call_id, tool_name, args, run=turn.run_identity())
@@ -1003,6 +1010,7 @@ class Executor:
                     steering=request.steering,
                     carried=carried,
                     approvals=approvals,
+                    recovered=True,
                 )
         finally:
             if token is not None:
@@ -1023,13 +1031,16 @@ class Executor:
         prior: RunState | None = None,
         carried: set[str] | frozenset[str] = frozenset(),
         approvals: Mapping[str, CallRecord] | None = None,
+        recovered: bool = False,
     ) -> Outcome:
         """What every entry path shares: answer what the engine refused (``refused``), admit the fresh
         calls, run them with the ready ones (``ready``), finish; ``held`` collects the calls held for a
         person, ``prior`` is the state a resumed turn came from, ``approvals`` the approvals a recovered run's
-        journal holds for the fresh calls asked again. The run's ``Limits`` take its answers, but those
-        ``carried`` from before (counted by ``_carry_into``). ``duplicates`` is None when there are none: an
-        empty list kept while the calls wait would be one more object per run for the collector to walk."""
+        journal holds for the fresh calls asked again, ``recovered`` whether the turn is a recovered run's. The
+        run's ``Limits`` take its answers, but those ``carried`` from before (counted by ``_carry_into``), and
+        count once each call a resumed or recovered run's ``Limits`` had counted before it stopped.
+        ``duplicates`` is None when there are none: an empty list kept while the calls wait would be one more
+        object per run for the collector to walk."""
         if refused is not None and not refused.refused:
             refused = None
         if refused is not None and turn.settings.repair_function is not None:
@@ -1046,7 +1057,8 @@ class Executor:
         limits = active_limits()
         if limits is not None and (jobs or refused is not None):
             # The calls to a tool that does not exist count too, in model order with the others.
-            jobs = await limit_jobs(jobs, turn, limits, resumed=prior is not None, refused=refused)
+            # A resumed or recovered run's calls that its ``Limits`` counted before it stopped are not counted again.
+            jobs = await limit_jobs(jobs, turn, limits, resumed=prior is not None or recovered, refused=refused)
         if refused is not None:
             for slot in refused.refused:
                 await turn.answer_refused(refused, slot)

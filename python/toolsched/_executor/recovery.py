@@ -185,6 +185,8 @@ async def recovered_jobs(
     An approval holds for the tool it was given for (its fingerprint, journaled with it), as on ``resume``:
     a call approved for a tool that changed since goes to ``fresh`` to be admitted again, as ``resume``
     admits it, with its approval in ``approvals`` (by call ID) so that admission says why it asks again.
+    So does a call approved with a person's own arguments: admission (validation, hooks, rules, the tool's
+    check) judges them before they run, and the approval answers the ask when they pass unchanged.
     A rejection stands whatever the tool is now.
     """
     view = turn.view
@@ -255,8 +257,14 @@ async def recovered_jobs(
                 attempts=entry.starts,
             )
             continue
-        if entry.state == "approved" and _approved_for(decision) != view.fingerprint(job.index):
-            # Approved for another tool than the one that has the name now: asked again, as on ``resume``.
+        if entry.state == "approved" and (
+            _approved_for(decision) != view.fingerprint(job.index)
+            or (decision.get("edited") is True and call.id not in children)
+        ):
+            # Approved for another tool than the one that has the name now: asked again, as on ``resume``. Or
+            # approved with a person's own arguments, which no hook, check or rule had judged before the crash
+            # (``resume`` journals the approval before it admits them): admitted as ``resume`` admits them,
+            # where the approval answers the ask if they come through unchanged.
             child = children.get(call.id)
             again = _asked_again(turn, job, entry, child)
             if isinstance(again, str):
