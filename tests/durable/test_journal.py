@@ -645,6 +645,18 @@ async def test_prune_removes_old_unheld_runs_whole(store: Store) -> None:
             await journal.load("recent")
 
 
+async def test_prune_removes_every_stale_run_however_many(store: Store) -> None:
+    """PostgreSQL prunes in batches (each statement answered within the lease, where one transaction over every
+    stale run of a journal not pruned for a while was cut off by the statement deadline each time, and never
+    finished): every stale run goes in one call, a whole number of batches as well."""
+    async with store.open(owner="pruner") as journal:
+        for number in range(400):
+            await journal.begin_run(f"r{number}", turn(1))
+            await journal.release(f"r{number}")
+        assert await journal.prune(older_than=timedelta(0)) == 400
+        assert await journal.prune(older_than=timedelta(0)) == 0
+
+
 # -- journals that must not be touched -------------------------------------------------------
 
 

@@ -138,6 +138,7 @@ WITH stale AS (
     SELECT run_id FROM toolsched_runs
     WHERE updated_at < clock_timestamp() - make_interval(secs => %(age)s)
       AND (owner IS NULL OR lease_until IS NULL OR lease_until <= clock_timestamp())
+    LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 ), gone_transitions AS (
     DELETE FROM toolsched_transitions WHERE run_id IN (SELECT run_id FROM stale)
@@ -146,6 +147,10 @@ WITH stale AS (
 )
 DELETE FROM toolsched_runs WHERE run_id IN (SELECT run_id FROM stale) RETURNING run_id
 """
+
+
+# How many runs one statement of ``prune`` deletes, with their calls and transitions.
+_PRUNE_BATCH = 200
 
 
 def _timestamp(run_id: str, column: str, found: object) -> datetime:
@@ -600,5 +605,13 @@ class PostgresJournal(Journal):
                     raise refusal
 
     def _prune(self, older_than: timedelta) -> int:
-        with self._transaction() as conn:
-            return len(conn.execute(_PRUNE, {"age": older_than.total_seconds()}).fetchall())
+        # In batches, each a transaction of its own: every statement must be answered within the lease
+        # (``_answered``), and one transaction over every stale run of a journal not pruned for a while could
+        # take longer, be cut off each time, and never finish.
+        pruned = 0
+        while True:
+            with self._transaction() as conn:
+                batch = len(conn.execute(_PRUNE, {"age": older_than.total_seconds(), "batch": _PRUNE_BATCH}).fetchall())
+            pruned += batch
+            if batch < _PRUNE_BATCH:
+                return pruned
