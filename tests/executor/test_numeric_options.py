@@ -201,7 +201,8 @@ def test_a_number_past_what_its_consumer_holds_is_refused(
         pytest.param(lambda: ts.Executor([], max_input_bytes=sys.maxsize, max_schema_errors=sys.maxsize), id="exec"),
         pytest.param(lambda: ts.Retry(backoff=sys.float_info.max, max_backoff=sys.float_info.max), id="Retry.backoff"),
         pytest.param(lambda: ts.CircuitBreaker(cooldown=sys.float_info.max), id="CircuitBreaker.cooldown"),
-        pytest.param(lambda: a_tool(timeout=math.inf, num_cpus=math.inf), id="tool.inf"),
+        # A share of a machine is finite (num_cpus=inf is refused): the largest one taken is the largest float.
+        pytest.param(lambda: a_tool(timeout=math.inf, num_cpus=sys.float_info.max), id="tool.inf"),
         pytest.param(lambda: ts.Hooks(timeout=math.inf), id="Hooks.inf"),
         pytest.param(lambda: ts.RayBackend(connect_timeout=threading.TIMEOUT_MAX), id="RayBackend"),
     ],
