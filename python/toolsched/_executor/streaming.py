@@ -469,6 +469,12 @@ class StreamingTurn:
                             # Journaled before anything else happens to it, so that recover() knows every call.
                             await turn.durable.add(position, call)
                         journaled = position
+                        if isinstance(item, Plan):
+                            item = await self._repaired(slot, item)
+                            if item is None:
+                                continue
+                            # Repaired: from here on admission holds the call's job, as any other's.
+                            taken = (position, call, slot, item)
                         await self._admit_one(slot, item)
                 if self._admission_scope.cancelled_caught:
                     # The stream broke while admission waited (a hook, a person, a check): what it held, and
@@ -509,26 +515,29 @@ class StreamingTurn:
                 await self._skip([item], None)
         self._notify()
 
-    async def _admit_one(self, slot: int, item: Plan | Job | None) -> None:
-        """Admits one call taken from the stream: a refused one answered, an admitted one placed in the schedule
-        (``None``: a repeated call ID, journaled only)."""
+    async def _repaired(self, slot: int, plan: Plan) -> Job | None:
+        """The job of a call the engine refused, once the repair function repaired it; else the call is answered
+        as refused, and None."""
+        turn = self._turn
+        repaired = await user_repair(turn, plan, 0, slot) if turn.settings.repair_function is not None else None
+        if repaired is None:
+            limits = active_limits()
+            if limits is not None:
+                # A call to a tool that does not exist counts toward the run's caps too.
+                limit_unknown(plan, 0, turn, limits)
+            await turn.answer_refused(plan, 0, slot)
+            self._notify()
+            return None
+        self._jobs.append(repaired)
+        return repaired
+
+    async def _admit_one(self, slot: int, job: Job | None) -> None:
+        """Admits one call taken from the stream, placed in the schedule unless refused (``None``: a repeated
+        call ID, journaled only)."""
         turn = self._turn
         view = turn.view
-        if item is None:
+        if job is None:
             return
-        if isinstance(item, Plan):
-            repaired = await user_repair(turn, item, 0, slot) if turn.settings.repair_function is not None else None
-            if repaired is None:
-                limits = active_limits()
-                if limits is not None:
-                    # A call to a tool that does not exist counts toward the run's caps too.
-                    limit_unknown(item, 0, turn, limits)
-                await turn.answer_refused(item, 0, slot)
-                self._notify()
-                return
-            self._jobs.append(repaired)
-            item = repaired
-        job = item
         if self._stop is not None or turn.halt is not None or self._steered is not None:
             await self._skip([job], None)
             return
