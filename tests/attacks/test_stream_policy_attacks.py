@@ -4,6 +4,7 @@ that says what happened to it; nothing runs that was not admitted."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -52,3 +53,52 @@ async def test_a_repaired_call_whose_hook_waits_when_the_stream_breaks_is_skippe
     assert ran == []
     finished = [event.result.call_id for event in events if isinstance(event, ts.ToolFinished)]
     assert finished == ["c1", "c2"]
+
+
+async def _calls_then_drop(calls: list[ts.ToolCall]) -> AsyncIterator[ts.ToolCall]:
+    for call in calls:
+        yield call
+    raise StreamDropped("connection reset")
+
+
+@pytest.mark.parametrize("entry", ["run", "stream"])
+async def test_a_broken_stream_read_whole_for_batch_hooks_raises_stream_failed_with_every_call_answered(
+    entry: str,
+) -> None:
+    ran: list[str] = []
+    batches: list[Any] = []
+
+    @ts.tool(aliases=["look"])
+    async def read(key: str) -> str:
+        ran.append(key)
+        return key
+
+    hooks = ts.Hooks().pre_batch("*", batches.append)
+    executor = ts.Executor([read], hooks=hooks)
+    assert not executor.streams
+    calls = [
+        ts.ToolCall("c1", "look", {"key": "a"}),
+        ts.ToolCall("c2", "missing", {}),
+        ts.ToolCall("c1", "read", {"key": "again"}),
+        ts.ToolCall("c3", "read", {"key": "b"}),
+    ]
+    events: list[Any] = []
+    with pytest.raises(ts.StreamFailed) as raised:
+        if entry == "run":
+            await executor.run(_calls_then_drop(calls))
+        else:
+            async for event in executor.stream(_calls_then_drop(calls)):
+                events.append(event)
+    assert isinstance(raised.value.__cause__, StreamDropped)
+    outcome = raised.value.outcome
+    assert [(r.call_id, r.tool_name, r.error_kind) for r in outcome.results] == [
+        ("c1", "read", "skipped"),
+        ("c2", "missing", "unknown_tool"),
+        ("c3", "read", "skipped"),
+    ]
+    assert [duplicate.call_id for duplicate in outcome.duplicates] == ["c1"]
+    assert ran == [] and batches == []
+    if entry == "stream":
+        started = [event.call_id for event in events if isinstance(event, ts.ToolStarted)]
+        finished = [event.result.call_id for event in events if isinstance(event, ts.ToolFinished)]
+        assert started == finished == ["c1", "c2", "c3"]

@@ -67,7 +67,7 @@ from toolsched._values.results import ToolResult
 from toolsched.errors import MalformedCallError, OptionError, StreamFailed, ToolschedError, TurnStateError
 from toolsched.journal import JournalError
 
-__all__ = ["StreamingTurn", "streaming_refusal"]
+__all__ = ["StreamingTurn", "streaming_refusal", "unread_outcome"]
 
 
 def streaming_refusal(settings: Settings) -> str | None:
@@ -78,6 +78,31 @@ def streaming_refusal(settings: Settings) -> str | None:
             " ends; run the turn with run() (a list, or an async iterable it reads to the end first)"
         )
     return None
+
+
+async def unread_outcome(
+    settings: Settings,
+    view: View,
+    calls: list[ToolCall],
+    error: BaseException,
+    *,
+    context: Any,
+    run_id: str | None,
+    sink: Callable[[Event], Any] | None,
+) -> Outcome:
+    """The outcome of calls read from a stream that broke before any of them ran (a turn that cannot stream reads
+    the whole stream first): each call the engine refuses is answered so, every other one ``skipped``, as a
+    streamed turn answers the calls still waiting for admission when its stream breaks."""
+    turn = Turn(settings, view, 0, context, settings.emitter(sink, None), set(), None)
+    plan = plan_calls(settings, view, calls)
+    turn.note_plan(plan)
+    reason = f"not run: the stream of calls broke ({described(error)})"
+    for slot, call in enumerate(plan.calls):
+        kind, message = plan.refused.get(slot, ("skipped", reason))
+        await turn.answer(slot, call, plan.tool_name(view, slot), kind, message)
+    if turn.emit is not None:
+        await turn.emit.flush()
+    return new_outcome(turn.ordered_partial(), plan.duplicates, [], False, [], None, run_id)
 
 
 async def _shielded(work: Any) -> None:
