@@ -102,3 +102,37 @@ async def test_a_broken_stream_read_whole_for_batch_hooks_raises_stream_failed_w
         started = [event.call_id for event in events if isinstance(event, ts.ToolStarted)]
         finished = [event.result.call_id for event in events if isinstance(event, ts.ToolFinished)]
         assert started == finished == ["c1", "c2", "c3"]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_calls_of_a_capped_tool_in_backoff_never_leave_each_other_without_a_slot(streamed: bool) -> None:
+    # Each call fails twice before it answers, and the tool runs one call at a time (max_concurrency=1) in a
+    # batch of two slots. A call in backoff holds its tool's slot: had it lent its batch slot, the calls
+    # waiting for the tool's slot would take both, and it could never work again.
+    tries: dict[str, int] = {}
+
+    @ts.tool(
+        concurrency_safe=True,
+        idempotent=True,
+        max_concurrency=1,
+        interrupt_behavior="cancel",
+        retry=ts.Retry(attempts=3, backoff=0.01, max_backoff=0.02),
+    )
+    async def flaky(tag: str) -> str:
+        tries[tag] = tries.get(tag, 0) + 1
+        if tries[tag] < 3:
+            raise ts.Transient("down")
+        return tag
+
+    executor = ts.Executor([flaky], strategy=ts.Parallel(max_concurrency=2))
+    calls = [ts.ToolCall(f"c{number}", "flaky", {"tag": f"c{number}"}) for number in range(4)]
+
+    async def given() -> AsyncIterator[ts.ToolCall]:
+        for call in calls:
+            yield call
+
+    with anyio.fail_after(10):
+        outcome = await executor.run(given() if streamed else calls)
+    assert [(result.call_id, result.output, result.attempts) for result in outcome.results] == [
+        (f"c{number}", f"c{number}", 3) for number in range(4)
+    ]
