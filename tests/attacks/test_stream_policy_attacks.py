@@ -104,6 +104,54 @@ async def test_a_broken_stream_read_whole_for_batch_hooks_raises_stream_failed_w
         assert started == finished == ["c1", "c2", "c3"]
 
 
+@pytest.mark.parametrize("strategy", ["parallel", "partitioned", "resource_aware"])
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_call_in_a_retry_backoff_lends_its_slot_in_a_streamed_turn_as_in_a_whole_one(
+    strategy: str, streamed: bool
+) -> None:
+    # Two slots: "a" fails once and waits 1 s before its retry, "b" holds the other slot until "c" has run.
+    # "c" can only run in the slot "a" lends while it waits; without the loan it waits for "a", which waits
+    # for nothing, and "b" for "c": the turn would still end, but "b" would time out first.
+    c_ran = anyio.Event()
+    log: list[str] = []
+    tries: list[str] = []
+
+    @ts.tool(
+        concurrency_safe=True,
+        idempotent=True,
+        retry=ts.Retry(attempts=2, backoff=0.01),
+        resources=lambda args: ts.Access(reads=(args["name"],)),
+    )
+    async def fetch(name: str) -> str:
+        if name == "a" and not tries:
+            tries.append(name)
+            raise ts.Transient("busy", retry_after=1.0)
+        if name == "b":
+            with anyio.move_on_after(5):
+                await c_ran.wait()
+        if name == "c":
+            c_ran.set()
+        log.append(name)
+        return name
+
+    strategies = {
+        "parallel": ts.Parallel(max_concurrency=2),
+        "partitioned": ts.Partitioned(max_concurrency=2),
+        "resource_aware": ts.ResourceAware(max_concurrency=2),
+    }
+    executor = ts.Executor([fetch], strategy=strategies[strategy])
+    calls = [ts.ToolCall(name, "fetch", {"name": name}) for name in "abc"]
+
+    async def given() -> AsyncIterator[ts.ToolCall]:
+        for call in calls:
+            yield call
+
+    outcome = await executor.run(given() if streamed else calls)
+    assert [result.output for result in outcome.results] == ["a", "b", "c"]
+    # "c" ran in the slot "a" lent, so "b" saw it before "a" came back from its wait.
+    assert log.index("c") < log.index("b") < log.index("a")
+
+
 @pytest.mark.parametrize("streamed", [False, True])
 async def test_calls_of_a_capped_tool_in_backoff_never_leave_each_other_without_a_slot(streamed: bool) -> None:
     # Each call fails twice before it answers, and the tool runs one call at a time (max_concurrency=1) in a

@@ -190,6 +190,12 @@ class StreamingTurn:
         self._admitting = True
         self._current = -1
         self._in_flight = 0
+        # Calls in flight that lent their slots while they wait without working (a rate-limit token, a retry's
+        # backoff), and those of them waiting for a slot again; what they wait on (None while none does).
+        self._lent = 0
+        self._reclaiming = 0
+        self._freed: anyio.Event | None = None
+        turn.lender = self
         self._launched: set[int] = set()
         self._closed = False
         self._over = False
@@ -476,6 +482,10 @@ class StreamingTurn:
         if ready is not None:
             self._ready = None
             ready.set()
+        freed = self._freed
+        if freed is not None:
+            self._freed = None
+            freed.set()
         self._wake.set()
 
     # -- admission, in model order ----------------------------------------------------
@@ -627,7 +637,7 @@ class StreamingTurn:
             if batch is not None and not batch.complete():
                 # A failing batch settles, as in run(): its calls still start; later batches do not.
                 limit = batch.concurrency
-                while self._in_flight < limit and batch.next < len(batch.jobs) and self._may_start(batch):
+                while self._busy() < limit and batch.next < len(batch.jobs) and self._may_start(batch):
                     job = batch.jobs[batch.next]
                     batch.next += 1
                     self._launch(job, batch)
@@ -679,7 +689,7 @@ class StreamingTurn:
                 self._steered = list(messages)
                 await self._skip_graph(graph)
                 return
-        while graph.heap and self._in_flight < self._cap:
+        while graph.heap and self._busy() < self._cap:
             index = heapq.heappop(graph.heap)
             graph.unstarted -= 1
             self._launch(batch.jobs[index], batch)
@@ -695,6 +705,49 @@ class StreamingTurn:
             finally:
                 self._asking = None
         return None
+
+    # -- slots lent by calls that wait without working ------------------------------------------
+
+    def _busy(self) -> int:
+        """The slots taken: calls working, and calls waiting to work again (they come before new calls)."""
+        return self._in_flight - self._lent + self._reclaiming
+
+    def _lends(self) -> tuple[bool, int]:
+        """Whether the calls running now lend their slots while they wait, as in ``run`` (where a pool runs
+        them: a ResourceAware turn, or a batch that may run calls together), and how many slots there are."""
+        if self._schedule.graph is not None:
+            return True, self._cap
+        if self._current < 0:
+            return False, 1
+        concurrency = self._schedule.batches[self._current].concurrency
+        return concurrency > 1, concurrency
+
+    def lend(self) -> None:
+        """A running call waits without working: another call may start in its slot."""
+        if self._lends()[0]:
+            self._lent += 1
+            self._notify()
+
+    async def reclaim(self) -> None:
+        """A call that lent its slot works again once a slot is free (before any new call starts)."""
+        lends, slots = self._lends()
+        if not lends:
+            return
+        self._reclaiming += 1
+        try:
+            # ``_lent`` counts this call still: the others working are ``_in_flight - _lent``.
+            while self._in_flight - self._lent >= slots:
+                if self._freed is None:
+                    self._freed = anyio.Event()
+                await self._freed.wait()
+        finally:
+            self._reclaiming -= 1
+            self._lent -= 1
+
+    def gave_back(self) -> None:
+        """A call that lent its slot stopped while it waited: it takes no slot again."""
+        if self._lends()[0]:
+            self._lent -= 1
 
     def _launch(self, job: Job, batch: Batch) -> None:
         self._launched.add(job.slot)
