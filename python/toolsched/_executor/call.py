@@ -650,17 +650,24 @@ async def _waiting(turn: Turn, job: Job, wait: Awaitable[None]) -> None:
     """Awaits ``wait`` with the call's pool slot lent to other calls, then waits for a slot again.
 
     An interrupt ends the wait at once (``Executor.interrupt`` cancels ``job.pause``); the call then
-    works no more and takes no slot again.
+    works no more and takes no slot again. A call of a tool with ``max_concurrency`` keeps its slot: it holds
+    its tool's slot through every attempt, and the calls waiting for that one, given the slot it lent, could
+    take every slot of the batch and leave it none to work again in.
     """
-    turn.lend()
+    lends = job.tool.max_concurrency is None or turn.settings.coordination is not None
+    if lends:
+        turn.lend()
     try:
         with anyio.CancelScope() as job.pause:
             await wait
     except BaseException:
-        turn.give_back()
+        if lends:
+            turn.give_back()
         raise
     finally:
         job.pause = None
+    if not lends:
+        return
     if turn.halt is not None:
         turn.give_back()
     else:

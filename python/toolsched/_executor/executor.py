@@ -48,7 +48,7 @@ from toolsched._executor.settings import (
     format_error,
 )
 from toolsched._executor.strategies import Strategy
-from toolsched._executor.streaming import StreamingTurn, streaming_refusal
+from toolsched._executor.streaming import StreamingTurn, streaming_refusal, unread_outcome
 from toolsched._executor.turn import DONE, Held, Job, Plan, Turn, new_turn, plan_calls
 from toolsched._executor.view import View
 from toolsched._policy.coordination import RedisCoordination
@@ -76,7 +76,7 @@ from toolsched._values.event_loops import hand_to_loop, loop_handle
 from toolsched._values.events import Event, RunFinished, ToolsChanged, ToolsRefreshFailed
 from toolsched._values.exception_text import described
 from toolsched._values.outcome import Outcome, new_outcome
-from toolsched.errors import OptionError, UnpicklableError
+from toolsched.errors import OptionError, StreamFailed, UnpicklableError
 from toolsched.journal import Journal
 
 __all__ = ["ErrorFormatter", "EventCallback", "Executor", "Steering", "format_error"]
@@ -402,7 +402,16 @@ class Executor:
     ) -> Outcome:
         if not self.streams:
             # Batch hooks see whole batches: read the calls first.
-            listed = [call async for call in calls]
+            listed: list[ToolCall] = []
+            try:
+                async for call in calls:
+                    listed.append(call)
+            except Exception as error:
+                view = self._current_view()
+                outcome = await unread_outcome(
+                    self._settings, view, listed, error, context=context, run_id=run_id, sink=sink
+                )
+                raise StreamFailed(outcome, error) from error
             if sink is None:
                 return await self.run(listed, steering=steering, context=context, run_id=run_id)
             outcome = await self._start(

@@ -67,7 +67,7 @@ from toolsched._values.results import ToolResult
 from toolsched.errors import MalformedCallError, OptionError, StreamFailed, ToolschedError, TurnStateError
 from toolsched.journal import JournalError
 
-__all__ = ["StreamingTurn", "streaming_refusal"]
+__all__ = ["StreamingTurn", "streaming_refusal", "unread_outcome"]
 
 
 def streaming_refusal(settings: Settings) -> str | None:
@@ -78,6 +78,31 @@ def streaming_refusal(settings: Settings) -> str | None:
             " ends; run the turn with run() (a list, or an async iterable it reads to the end first)"
         )
     return None
+
+
+async def unread_outcome(
+    settings: Settings,
+    view: View,
+    calls: list[ToolCall],
+    error: BaseException,
+    *,
+    context: Any,
+    run_id: str | None,
+    sink: Callable[[Event], Any] | None,
+) -> Outcome:
+    """The outcome of calls read from a stream that broke before any of them ran (a turn that cannot stream reads
+    the whole stream first): each call the engine refuses is answered so, every other one ``skipped``, as a
+    streamed turn answers the calls still waiting for admission when its stream breaks."""
+    turn = Turn(settings, view, 0, context, settings.emitter(sink, None), set(), None)
+    plan = plan_calls(settings, view, calls)
+    turn.note_plan(plan)
+    reason = f"not run: the stream of calls broke ({described(error)})"
+    for slot, call in enumerate(plan.calls):
+        kind, message = plan.refused.get(slot, ("skipped", reason))
+        await turn.answer(slot, call, plan.tool_name(view, slot), kind, message)
+    if turn.emit is not None:
+        await turn.emit.flush()
+    return new_outcome(turn.ordered_partial(), plan.duplicates, [], False, [], None, run_id)
 
 
 async def _shielded(work: Any) -> None:
@@ -165,6 +190,12 @@ class StreamingTurn:
         self._admitting = True
         self._current = -1
         self._in_flight = 0
+        # Calls in flight that lent their slots while they wait without working (a rate-limit token, a retry's
+        # backoff), and those of them waiting for a slot again; what they wait on (None while none does).
+        self._lent = 0
+        self._reclaiming = 0
+        self._freed: anyio.Event | None = None
+        turn.lender = self
         self._launched: set[int] = set()
         self._closed = False
         self._over = False
@@ -451,6 +482,10 @@ class StreamingTurn:
         if ready is not None:
             self._ready = None
             ready.set()
+        freed = self._freed
+        if freed is not None:
+            self._freed = None
+            freed.set()
         self._wake.set()
 
     # -- admission, in model order ----------------------------------------------------
@@ -469,6 +504,12 @@ class StreamingTurn:
                             # Journaled before anything else happens to it, so that recover() knows every call.
                             await turn.durable.add(position, call)
                         journaled = position
+                        if isinstance(item, Plan):
+                            item = await self._repaired(slot, item)
+                            if item is None:
+                                continue
+                            # Repaired: from here on admission holds the call's job, as any other's.
+                            taken = (position, call, slot, item)
                         await self._admit_one(slot, item)
                 if self._admission_scope.cancelled_caught:
                     # The stream broke while admission waited (a hook, a person, a check): what it held, and
@@ -509,26 +550,29 @@ class StreamingTurn:
                 await self._skip([item], None)
         self._notify()
 
-    async def _admit_one(self, slot: int, item: Plan | Job | None) -> None:
-        """Admits one call taken from the stream: a refused one answered, an admitted one placed in the schedule
-        (``None``: a repeated call ID, journaled only)."""
+    async def _repaired(self, slot: int, plan: Plan) -> Job | None:
+        """The job of a call the engine refused, once the repair function repaired it; else the call is answered
+        as refused, and None."""
+        turn = self._turn
+        repaired = await user_repair(turn, plan, 0, slot) if turn.settings.repair_function is not None else None
+        if repaired is None:
+            limits = active_limits()
+            if limits is not None:
+                # A call to a tool that does not exist counts toward the run's caps too.
+                limit_unknown(plan, 0, turn, limits)
+            await turn.answer_refused(plan, 0, slot)
+            self._notify()
+            return None
+        self._jobs.append(repaired)
+        return repaired
+
+    async def _admit_one(self, slot: int, job: Job | None) -> None:
+        """Admits one call taken from the stream, placed in the schedule unless refused (``None``: a repeated
+        call ID, journaled only)."""
         turn = self._turn
         view = turn.view
-        if item is None:
+        if job is None:
             return
-        if isinstance(item, Plan):
-            repaired = await user_repair(turn, item, 0, slot) if turn.settings.repair_function is not None else None
-            if repaired is None:
-                limits = active_limits()
-                if limits is not None:
-                    # A call to a tool that does not exist counts toward the run's caps too.
-                    limit_unknown(item, 0, turn, limits)
-                await turn.answer_refused(item, 0, slot)
-                self._notify()
-                return
-            self._jobs.append(repaired)
-            item = repaired
-        job = item
         if self._stop is not None or turn.halt is not None or self._steered is not None:
             await self._skip([job], None)
             return
@@ -593,7 +637,7 @@ class StreamingTurn:
             if batch is not None and not batch.complete():
                 # A failing batch settles, as in run(): its calls still start; later batches do not.
                 limit = batch.concurrency
-                while self._in_flight < limit and batch.next < len(batch.jobs) and self._may_start(batch):
+                while self._busy() < limit and batch.next < len(batch.jobs) and self._may_start(batch):
                     job = batch.jobs[batch.next]
                     batch.next += 1
                     self._launch(job, batch)
@@ -645,7 +689,7 @@ class StreamingTurn:
                 self._steered = list(messages)
                 await self._skip_graph(graph)
                 return
-        while graph.heap and self._in_flight < self._cap:
+        while graph.heap and self._busy() < self._cap:
             index = heapq.heappop(graph.heap)
             graph.unstarted -= 1
             self._launch(batch.jobs[index], batch)
@@ -661,6 +705,49 @@ class StreamingTurn:
             finally:
                 self._asking = None
         return None
+
+    # -- slots lent by calls that wait without working ------------------------------------------
+
+    def _busy(self) -> int:
+        """The slots taken: calls working, and calls waiting to work again (they come before new calls)."""
+        return self._in_flight - self._lent + self._reclaiming
+
+    def _lends(self) -> tuple[bool, int]:
+        """Whether the calls running now lend their slots while they wait, as in ``run`` (where a pool runs
+        them: a ResourceAware turn, or a batch that may run calls together), and how many slots there are."""
+        if self._schedule.graph is not None:
+            return True, self._cap
+        if self._current < 0:
+            return False, 1
+        concurrency = self._schedule.batches[self._current].concurrency
+        return concurrency > 1, concurrency
+
+    def lend(self) -> None:
+        """A running call waits without working: another call may start in its slot."""
+        if self._lends()[0]:
+            self._lent += 1
+            self._notify()
+
+    async def reclaim(self) -> None:
+        """A call that lent its slot works again once a slot is free (before any new call starts)."""
+        lends, slots = self._lends()
+        if not lends:
+            return
+        self._reclaiming += 1
+        try:
+            # ``_lent`` counts this call still: the others working are ``_in_flight - _lent``.
+            while self._in_flight - self._lent >= slots:
+                if self._freed is None:
+                    self._freed = anyio.Event()
+                await self._freed.wait()
+        finally:
+            self._reclaiming -= 1
+            self._lent -= 1
+
+    def gave_back(self) -> None:
+        """A call that lent its slot stopped while it waited: it takes no slot again."""
+        if self._lends()[0]:
+            self._lent -= 1
 
     def _launch(self, job: Job, batch: Batch) -> None:
         self._launched.add(job.slot)

@@ -13,7 +13,7 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import anyio
 
@@ -57,6 +57,7 @@ __all__ = [
     "Handout",
     "Held",
     "Job",
+    "Lender",
     "Plan",
     "Turn",
     "judge",
@@ -372,6 +373,17 @@ def unavailable(view: View, name: str, message: str, permissions: Permissions | 
     )
 
 
+class Lender(Protocol):
+    """What starts a turn's calls when no pool does (a streamed turn): it takes the slots its calls lend while
+    they wait without working, and gives them one back when they work again."""
+
+    def lend(self) -> None: ...
+
+    async def reclaim(self) -> None: ...
+
+    def gave_back(self) -> None: ...
+
+
 class Repairing:
     """A call its executor's repair function is repairing (internal): ``stop`` ends the repair, and the call is
     answered ``cancelled`` with ``reason`` (a caller's ``cancel``) or ``skipped`` (an interrupt: ``reason`` None)."""
@@ -407,6 +419,7 @@ class Turn:
         "identity",
         "interactive",
         "jobs",
+        "lender",
         "lent",
         "live",
         "loop",
@@ -466,6 +479,8 @@ class Turn:
         # slots are lent to other calls; ``pool`` is the batch's worker pool once it has one.
         self.lent = 0
         self.pool: Any = None
+        # Who else takes the slots a waiting call lends: a streamed turn, which starts its calls itself (no pool).
+        self.lender: Lender | None = None
         # Whether each call runs in a task of its own that only the turn's scopes stop (a streamed turn).
         self.tasked = False
         # Set when a failure aborts the running batch: why its other calls are cancelled.
@@ -597,12 +612,18 @@ class Turn:
         self.lent += 1
         if self.pool is not None:
             self.pool.lend()
+        elif self.lender is not None:
+            self.lender.lend()
 
     async def reclaim(self) -> None:
         """The call is ready to work again: it waits for a free slot of its batch first."""
         if self.pool is not None:
             await self.pool.reclaim()
-        else:
+            return
+        try:
+            if self.lender is not None:
+                await self.lender.reclaim()
+        finally:
             self.lent -= 1
 
     def give_back(self) -> None:
@@ -610,6 +631,8 @@ class Turn:
         self.lent -= 1
         if self.pool is not None:
             self.pool.gave_back()
+        elif self.lender is not None:
+            self.lender.gave_back()
 
     def ordered_partial(self) -> list[ToolResult]:
         """The results recorded so far, in model order."""
