@@ -80,8 +80,14 @@ def test_a_bench_interrupted_with_ctrl_c_says_so_in_one_line() -> None:
     """Before: SIGINT mid-run ended in a KeyboardInterrupt traceback from asyncio's runner."""
     # The --mix note is written just before the benchmark starts: the interrupt lands while it runs.
     argv = ["bench", "--mix", "reads=2", "--turns", "50", "--calls", "50", "--latency", "50"]
+    # The child takes Ctrl-C as a terminal's foreground program does, whatever this process was started with (a
+    # shell without job control starts its background jobs with SIGINT ignored, and a child inherits that).
     child = subprocess.Popen(
-        [sys.executable, "-m", "toolsched", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "toolsched", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert child.stderr is not None
     note = child.stderr.readline()

@@ -248,12 +248,13 @@ _T = TypeVar("_T")
 
 
 async def _interruptible(work: Callable[[], Awaitable[_T]]) -> _T:
-    """``work()``, stopped by Ctrl-C (``KeyboardInterrupt`` once it has stopped). The interrupt cancels the scope
-    ``work`` runs in, which stays cancelled until it has ended: the event loop's own handling of SIGINT
-    cancels its main task once, and a cancellation taken back on the way (by a scope that was ending, say) let
-    the whole benchmark run on to its end."""
+    """``work()``, stopped by Ctrl-C (``KeyboardInterrupt`` once it has stopped): the interrupt cancels a scope
+    ``work`` runs in, which stays cancelled until it has ended. A process started with SIGINT ignored (a
+    background job of a shell without job control, ``nohup``) goes on ignoring it."""
     import anyio
 
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return await work()
     interrupted = False
     with anyio.open_signal_receiver(signal.SIGINT) as signals:
         async with anyio.create_task_group() as group:
