@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 from crashes import kill_at
-from fleet_redis import namespace, redis_url
+from fleet_redis import delegating, namespace, redis_url
 
 import toolsched as ts
 from tests.attacks.test_fleet_attacks import start_server, stop_server
@@ -42,14 +42,7 @@ async def test_a_nested_call_on_a_slot_its_ancestor_took_in_the_local_fallback_r
     url = f"redis://127.0.0.1:{free_port()}"
     box: dict[str, ts.Executor] = {}
 
-    @ts.agent_tool(lambda: box["child"], name="delegate", max_concurrency=1)
-    async def delegate(depth: int, child: ts.ChildRun) -> str:
-        """Delegates to itself until the depth runs out."""
-        if depth == 0:
-            return "leaf"
-        outcome = await child.run([ts.ToolCall(f"d{depth}", "delegate", {"depth": depth - 1})])
-        result = outcome.results[0]
-        return f"{depth}/{result.output if not result.is_error else result.error}"
+    delegate = delegating(box)
 
     def make(fleet: bool) -> ts.Executor:
         if not fleet:

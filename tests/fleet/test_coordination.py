@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
-from fleet_redis import CHILD, namespace, redis_url
+from fleet_redis import CHILD, delegating, namespace, redis_url
 from swallowing import swallowing_tool
 
 import toolsched as ts
@@ -276,14 +276,7 @@ async def test_a_call_nested_inside_a_call_of_its_own_tool_runs_on_that_calls_fl
     url, space = redis_url(), namespace()
     box: dict[str, ts.Executor] = {}
 
-    @ts.agent_tool(lambda: box["child"], name="delegate", max_concurrency=cap)
-    async def delegate(depth: int, child: ts.ChildRun) -> str:
-        """Delegates to itself until the depth runs out."""
-        if depth == 0:
-            return "leaf"
-        outcome = await child.run([ts.ToolCall(f"d{depth}", "delegate", {"depth": depth - 1})])
-        result = outcome.results[0]
-        return f"{depth}/{result.output if not result.is_error else result.error}"
+    delegate = delegating(box, cap)
 
     box["child"] = ts.Executor([delegate], coordination=ts.RedisCoordination(url, namespace=space))
     executor = ts.Executor([delegate], coordination=ts.RedisCoordination(url, namespace=space))
@@ -529,14 +522,7 @@ async def test_a_nested_call_runs_on_its_ancestors_slot_in_the_local_fallback(an
     redis_url()
     box: dict[str, ts.Executor] = {}
 
-    @ts.agent_tool(lambda: box["child"], name="delegate", max_concurrency=1)
-    async def delegate(depth: int, child: ts.ChildRun) -> str:
-        """Delegates to itself until the depth runs out."""
-        if depth == 0:
-            return "leaf"
-        outcome = await child.run([ts.ToolCall(f"d{depth}", "delegate", {"depth": depth - 1})])
-        result = outcome.results[0]
-        return f"{depth}/{result.output if not result.is_error else result.error}"
+    delegate = delegating(box)
 
     url, space = f"redis://127.0.0.1:{free_port()}", namespace()
 
