@@ -4,8 +4,10 @@ A blocking driver waits for the server's answer as long as it takes. When the se
 answering (a hung backend, a host paused, a network that drops everything) the worker thread
 waiting holds the journal for good, and with it every run that writes to it: their writes are
 shielded from cancellation, so neither a lost lease nor a timeout ends them. ``Deadlines`` runs
-one thread per process that shuts down the socket of a statement past its deadline: the driver's
-wait wakes to a closed connection and fails, and the journal connects afresh for what comes next.
+one thread per process that watches the statements under way; each one past its deadline is severed
+from a thread of its own (the journal asks the server to cancel it, within a bound, then shuts down
+its socket): the driver's wait wakes to a closed connection and fails, and the journal connects
+afresh for what comes next.
 """
 
 from __future__ import annotations
@@ -36,12 +38,14 @@ def sever_socket(descriptor: Callable[[], int]) -> None:
 
 
 class Watch:
-    """One block under a deadline: ``severed`` once its deadline passed and ``sever`` was called (internal)."""
+    """One block under a deadline: ``severed`` once its deadline passed and ``sever`` was called (internal);
+    ``settled`` is set once ``sever`` has returned."""
 
-    __slots__ = ("severed",)
+    __slots__ = ("settled", "severed")
 
     def __init__(self) -> None:
         self.severed = False
+        self.settled: threading.Event | None = None
 
 
 class Deadlines:
@@ -57,8 +61,10 @@ class Deadlines:
 
     @contextmanager
     def within(self, seconds: float, sever: Callable[[], None]) -> Iterator[Watch]:
-        """Calls ``sever`` (from the deadline thread) if the block is still running ``seconds`` from now; the
-        ``Watch`` says afterwards whether it was called (the connection is then to be closed and opened anew)."""
+        """Calls ``sever`` (from a thread of its own) if the block is still running ``seconds`` from now; the
+        ``Watch`` says afterwards whether it was called (the connection is then to be closed and opened anew).
+        A block severed leaves only once ``sever`` has returned: what ``sever`` uses (the block's connection)
+        stays open while it runs, and ``sever`` must return within a bound of its own."""
         deadline = time.monotonic() + seconds
         watch = Watch()
         with self._changed:
@@ -76,18 +82,30 @@ class Deadlines:
         finally:
             with self._changed:
                 self._pending.pop(token, None)
+                settled = watch.settled
+            # The block does not leave (and close its connection, whose descriptor another could then take)
+            # while it is being severed.
+            if settled is not None:
+                settled.wait()
 
     def _run(self) -> None:
         with self._changed:
             while True:
                 now = time.monotonic()
                 due = [token for token, (deadline, _, _) in self._pending.items() if deadline <= now]
-                # Severed under the lock: the block cannot leave ``within`` (and close its connection, whose
-                # descriptor another could then take) while its socket is being shut down.
                 for token in due:
                     _, sever, watch = self._pending.pop(token)
                     watch.severed = True
-                    sever()
+                    watch.settled = threading.Event()
+                    # A thread per statement severed (a rare event): a cancel request waiting for a server that
+                    # does not answer holds up neither the other deadlines nor the blocks entering or leaving.
+                    severer = threading.Thread(
+                        target=_sever, args=(sever, watch.settled), name="toolsched journal sever", daemon=True
+                    )
+                    try:
+                        severer.start()
+                    except RuntimeError:  # no thread to be had: severed here, late as that makes the others
+                        _sever(sever, watch.settled)
                 if self._pending:
                     self._changed.wait(_TICK)
                 else:
@@ -100,6 +118,13 @@ class Deadlines:
         self._pending = {}
         self._thread = None
         self._idle = False
+
+
+def _sever(sever: Callable[[], None], settled: threading.Event) -> None:
+    try:
+        sever()
+    finally:
+        settled.set()
 
 
 DEADLINES = Deadlines()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -164,6 +165,32 @@ def _without_password(text: str) -> str:
     return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)", r"\1***", text)
 
 
+def _cancel_on_server(conn: psycopg.Connection[Any], seconds: float) -> None:
+    """Asks the server to cancel the statement ``conn`` runs (from another thread than the one waiting for it),
+    waiting at most ``seconds`` for the request to be taken; a request that fails or is not taken in time is
+    given up, never raised. The server may still finish the statement first."""
+    import psycopg
+
+    try:
+        if psycopg.capabilities.has_cancel_safe():
+            conn.cancel_safe(timeout=seconds)
+            return
+        # libpq before 17 sends the request blocking, with no bound of its own: from a thread left to it.
+        request = conn.pgconn.get_cancel()
+    except Exception:  # the connection closed meanwhile, or the server took no request: it is severed all the same
+        return
+    sender = threading.Thread(target=_send_cancel, args=(request,), name="toolsched journal cancel", daemon=True)
+    sender.start()
+    sender.join(seconds)
+
+
+def _send_cancel(request: psycopg.pq.abc.PGcancel) -> None:
+    try:
+        request.cancel()
+    except Exception:  # no server took it: the connection is severed all the same
+        return
+
+
 class _NoPsycopg(Exception):
     """psycopg 3 is not installed (internal)."""
 
@@ -176,8 +203,9 @@ class PostgresJournal(Journal):
       missing); default: the connection's ``search_path``.
     - ``owner`` / ``lease``: see ``Journal`` (default lease 30 seconds).
     - ``connect_timeout``: seconds to wait for the server when connecting. A statement the server has not
-      answered within the lease (or ``connect_timeout``, if longer) fails with ``JournalError``, its
-      connection closed under it; the journal connects afresh for what comes next.
+      answered within the lease (or ``connect_timeout``, if longer) fails with ``JournalError``: the server
+      is asked to cancel it (the request given up after ``connect_timeout``) and its connection is closed
+      under it; the journal connects afresh for what comes next.
     """
 
     # PostgreSQL's largest field, and largest message to the server (a row's values travel in one): 1 GB - 1.
@@ -283,13 +311,14 @@ class PostgresJournal(Journal):
     @contextmanager
     def _answered(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
         """Runs statements on ``conn`` that the server must answer within the lease (at least ``connect_timeout``):
-        past that, the connection is closed under them (``toolsched.journal._deadlines``) and they fail with
-        ``JournalError``, rather than holding the journal, and every run writing to it, until the server answers.
+        past that, the server is asked to cancel them and the connection is closed under them
+        (``toolsched.journal._deadlines``), and they fail with ``JournalError``, rather than holding the journal,
+        and every run writing to it, until the server answers.
         """
         seconds = max(self.lease.total_seconds(), float(self.connect_timeout))
         watch = None
         try:
-            with DEADLINES.within(seconds, lambda: sever_socket(lambda: conn.pgconn.socket)) as watch:
+            with DEADLINES.within(seconds, lambda: self._abandon(conn)) as watch:
                 yield
         except Exception as exc:
             if watch is not None and watch.severed:
@@ -301,6 +330,15 @@ class PostgresJournal(Journal):
         finally:
             if watch is not None and watch.severed:
                 conn.close()
+
+    def _abandon(self, conn: psycopg.Connection[Any]) -> None:
+        """Severs ``conn`` (past its deadline, from the thread ``_deadlines`` gives it): first asks the server to
+        cancel what it runs there, waiting at most ``connect_timeout`` for the request to be taken, then shuts
+        down its socket. Closing the socket alone leaves the statement running on the server, which reads its
+        client's socket only between statements: one waiting for a lock keeps its place in the queue, and
+        commits, once it has the lock, the write the journal reported failed."""
+        _cancel_on_server(conn, float(self.connect_timeout))
+        sever_socket(lambda: conn.pgconn.socket)
 
     def _prepare(self, conn: psycopg.Connection[Any]) -> None:
         version = self._version(conn)
