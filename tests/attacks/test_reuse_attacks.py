@@ -5,6 +5,8 @@ executors, registries and journals (each works, or is refused with ``ts.Unpickla
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import gc
 import multiprocessing
@@ -148,6 +150,54 @@ def test_a_tools_own_thread_can_cancel_its_call_and_report_progress(backend: str
         return await executor.run([ts.ToolCall("h1", "hands_off", {})])
 
     (result,) = anyio.run(main, backend=backend).results
+    assert result.error_kind == "cancelled"
+    assert result.error is not None and "the user closed the tab" in result.error
+    assert [(event.fraction, event.message) for event in events if isinstance(event, ts.ToolProgress)] == [
+        (0.5, "half way")
+    ]
+
+
+def test_a_tools_thread_reporting_while_the_runs_loop_is_stopped_does_not_wait_for_it() -> None:
+    """A run on an asyncio loop that ``run_until_complete`` left stopped, not closed (it returned, or was
+    interrupted, with the run's task still pending): a thread the tool handed its context to, reporting progress
+    or cancelling the call meanwhile, waited until the loop took it, which it could not while stopped, for good
+    if it never runs again (and a process whose thread is not a daemon never exits). The report is now handed
+    over without waiting; the loop takes it, in order, when it runs again."""
+    events: list[ts.Event] = []
+    handed = threading.Event()
+    loop_stopped = threading.Event()
+    reported = threading.Event()
+
+    @ts.tool(name="hands_off")
+    async def hands_off(ctx: ts.ToolContext) -> str:
+        """Hands its context to a thread of its own, which reports and cancels once the loop has stopped."""
+
+        def elsewhere() -> None:
+            loop_stopped.wait(30)
+            ctx.report_progress(0.5, "half way")
+            ctx.cancel("the user closed the tab")
+            reported.set()
+
+        helper = threading.Thread(target=elsewhere, daemon=True)
+        helper.start()
+        handed.set()
+        await anyio.to_thread.run_sync(helper.join)
+        return "finished"
+
+    executor = ts.Executor([hands_off], on_event=events.append)
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(executor.run([ts.ToolCall("h1", "hands_off", {})]))
+    try:
+        assert loop.run_until_complete(asyncio.to_thread(handed.wait, 30))
+        assert not loop.is_running() and not task.done()
+        loop_stopped.set()
+        assert reported.wait(30), "the tool's thread still waits for the stopped loop"
+        (result,) = loop.run_until_complete(task).results
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            loop.run_until_complete(task)
+        loop.close()
     assert result.error_kind == "cancelled"
     assert result.error is not None and "the user closed the tab" in result.error
     assert [(event.fraction, event.message) for event in events if isinstance(event, ts.ToolProgress)] == [

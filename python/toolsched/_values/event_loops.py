@@ -109,7 +109,13 @@ def hand_to_loop(handle: object, fn: Callable[..., object], *args: Any) -> bool:
 
 def run_on_loop(handle: object, fn: Callable[..., object], *args: Any) -> bool:
     """Runs ``fn(*args)`` on the event loop of ``handle`` and waits until it has, from a thread that does not run
-    that loop; False when that loop ended first. An exception of ``fn`` is raised here."""
+    that loop; False when that loop ended first. An exception of ``fn`` is raised here.
+
+    An asyncio loop that is stopped, not closed (``run_until_complete`` returned with tasks still pending), runs
+    nothing until it runs again, which it may never do: ``fn`` is handed to it without waiting (True), and runs,
+    in order, when the loop runs again; an exception of ``fn`` is then logged."""
+    if _stopped(handle):
+        return hand_to_loop(handle, fn, *args)
     done: concurrent.futures.Future[None] = concurrent.futures.Future()
 
     def run() -> None:
@@ -130,6 +136,24 @@ def run_on_loop(handle: object, fn: Callable[..., object], *args: Any) -> bool:
             # An asyncio loop closed with the callback still queued drops it (trio runs every callback it took).
             if loop_ended(handle):
                 return False
+            if _stopped(handle):
+                # Stopped with the callback still queued: it runs when the loop runs again, unwatched.
+                done.add_done_callback(_log_failure(fn))
+                return True
+
+
+def _stopped(handle: object) -> bool:
+    """Whether ``handle`` is an asyncio loop that is not running and not closed (trio's run only ever ends)."""
+    return isinstance(handle, asyncio.AbstractEventLoop) and not handle.is_running() and not handle.is_closed()
+
+
+def _log_failure(fn: Callable[..., object]) -> Callable[[concurrent.futures.Future[None]], None]:
+    def log(done: concurrent.futures.Future[None]) -> None:
+        exc = done.exception()
+        if exc is not None and isinstance(exc, Exception):
+            logger.error("%r, handed to the event loop from another thread, failed", fn, exc_info=exc)
+
+    return log
 
 
 # How often ``run_on_loop`` looks whether the loop it waits for has closed, in seconds.
