@@ -42,3 +42,14 @@ def test_a_postgres_dsn_that_does_not_parse_is_refused_when_built(dsn: str, mess
     with pytest.raises(ts.JournalError, match=message) as refused:
         ts.PostgresJournal(dsn)
     assert "s3cret" not in str(refused.value)
+
+
+@pytest.mark.parametrize("schema", ["j" * 64, "é" * 32], ids=["64-ascii", "64-bytes-utf8"])
+def test_a_postgres_schema_name_longer_than_postgresql_keeps_is_refused_when_built(schema: str) -> None:
+    """PostgreSQL keeps the first 63 bytes of a name and drops the rest without an error: a journal given a
+    longer schema name opened the schema of its first 63 bytes, so two journals whose schema names differ only
+    after those (``journal_<63 bytes>_eu`` and ``..._us``) shared one journal and each other's runs. Such a name
+    is refused when the journal is built, naming the option and the limit."""
+    with pytest.raises(ts.JournalError, match="schema must be at most 63 bytes"):
+        ts.PostgresJournal("host=localhost", schema=schema)
+    ts.PostgresJournal("host=localhost", schema=schema[: len(schema) - 1])

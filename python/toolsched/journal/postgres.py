@@ -150,6 +150,9 @@ DELETE FROM toolsched_runs WHERE run_id IN (SELECT run_id FROM stale) RETURNING 
 """
 
 
+# The most bytes of a name PostgreSQL keeps (NAMEDATALEN - 1 as built by default).
+_MAX_NAME = 63
+
 # How many runs one statement of ``prune`` deletes, with their calls and transitions.
 _PRUNE_BATCH = 200
 
@@ -200,7 +203,7 @@ class PostgresJournal(Journal):
 
     - ``dsn``: a libpq connection string or URI (checked when the journal is built).
     - ``schema``: the PostgreSQL schema that holds the tables (created when
-      missing); default: the connection's ``search_path``.
+      missing), at most 63 bytes; default: the connection's ``search_path``.
     - ``owner`` / ``lease``: see ``Journal`` (default lease 30 seconds).
     - ``connect_timeout``: seconds to wait for the server when connecting. A statement the server has not
       answered within the lease (or ``connect_timeout``, if longer) fails with ``JournalError``: the server
@@ -227,6 +230,13 @@ class PostgresJournal(Journal):
             if not isinstance(schema, str) or not schema:
                 raise JournalError(f"schema must be a non-empty string, got {schema!r}")
             check_text("schema", schema)
+            if len(schema.encode()) > _MAX_NAME:
+                # PostgreSQL would cut the name to its first bytes without a word: two journals whose schema
+                # names differ only past them would share one journal.
+                raise JournalError(
+                    f"schema must be at most {_MAX_NAME} bytes (PostgreSQL keeps no more of a name), "
+                    f"got {schema!r} ({len(schema.encode())} bytes)"
+                )
         # libpq reads the timeout as a C int of seconds.
         fault = numeric_fault(connect_timeout, integer=False, most=2**31 - 1)
         if fault is not None:
