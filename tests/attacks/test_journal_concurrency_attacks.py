@@ -21,6 +21,7 @@ from pathlib import Path
 import anyio
 import psycopg
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 from crashes import child_env
 from journal_child import Store, store_in
 
@@ -335,3 +336,91 @@ def test_a_child_forked_while_a_thread_marks_a_run_can_still_run_durably(tmp_pat
         stop.set()
         worker.join()
     assert stuck == 0
+
+
+# A recoverer of a run whose holder was killed: says ``ready``, waits for a line (so that two start together),
+# then recovers the run (never forced: the holder's death is what lets it) and says ``won`` with the results, or
+# ``lost`` with the holder named in the refusal.
+RECOVERER = """
+import json, sys
+import anyio
+import durable_child
+from journal_child import Store
+import toolsched as ts
+
+
+async def main() -> None:
+    async with Store.from_spec(sys.argv[1]).open() as journal:
+        print("ready", flush=True)
+        sys.stdin.readline()
+        try:
+            outcome = await durable_child.executor(journal).recover(sys.argv[2], context=sys.argv[3])
+        except ts.RunClaimedError as exc:
+            print("lost", json.dumps(exc.owner), flush=True)
+            return
+        results = [[result.call_id, result.error_kind] for result in outcome.results]
+        print("won", json.dumps(journal.owner), json.dumps(results), flush=True)
+
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("point", ["inside c0", "finished c0", "inside c1", "before c3"])
+async def test_two_processes_recovering_the_run_of_a_killed_holder_at_once_run_nothing_twice(
+    store: Store, tmp_path: Path, point: str
+) -> None:
+    """The holder is killed (SIGKILL) at a step of its run (``inside c0``: ``started`` journaled, ``finished``
+    not); two processes then recover the run at the same moment, each let in by the holder's death alone. One
+    recovers it; the other is refused with ``RunClaimedError`` naming the first (or, once the first has ended,
+    recovers the same answers from the journal); no call that is not idempotent runs twice (``c0``'s start is
+    answered ``interrupted``, ``c3`` runs once)."""
+    from crashes import kill_at
+    from durable_child import CHILD, executor
+
+    log = tmp_path / "executions.log"
+    log.touch()
+    await kill_at([sys.executable, str(CHILD), store.spec(), "asyncio", "turn", str(log), point], point)
+    recoverers = [
+        await anyio.open_process(
+            [sys.executable, "-c", RECOVERER, store.spec(), "turn", str(log)], env=child_env(), stderr=None
+        )
+        for _ in range(2)
+    ]
+    said: list[str] = []
+    try:
+        with anyio.fail_after(60):
+            streams = [BufferedByteReceiveStream(process.stdout) for process in recoverers]  # type: ignore[arg-type]
+            for stream in streams:
+                assert (await stream.receive_until(b"\n", 65536)) == b"ready"
+            for process in recoverers:
+                assert process.stdin is not None
+                await process.stdin.send(b"go\n")
+            for stream in streams:
+                said.append((await stream.receive_until(b"\n", 1 << 20)).decode())
+            for process in recoverers:
+                assert await process.wait() == 0
+    finally:
+        for process in recoverers:
+            if process.returncode is None:
+                process.kill()
+            await process.aclose()
+    won = [line.split(" ", 2) for line in said if line.startswith("won ")]
+    lost = [line.split(" ", 1) for line in said if line.startswith("lost ")]
+    if lost:
+        assert len(won) == 1 and len(lost) == 1, said
+        assert json.loads(lost[0][1]) == json.loads(won[0][1])
+    else:
+        # The first recovery ended (the run released, waiting for ``c2``'s approval) before the second claimed:
+        # the second recovered the same answers from the journal.
+        assert len(won) == 2 and won[0][2] == won[1][2], said
+    results = dict(json.loads(won[0][2]))
+    ran = log.read_text().splitlines()
+    assert ran.count("c0") == 1 and ran.count("c3") == 1, ran
+    assert results["c0"] == ("interrupted" if point == "inside c0" else None)
+    # What the winner recovered is settled: recovering it once more runs nothing.
+    async with store.open() as journal:
+        again = await executor(journal).recover("turn", context=str(log))
+    assert log.read_text().splitlines() == ran
+    assert [result.call_id for result in again.results] == [call_id for call_id, _ in json.loads(won[0][2])]
