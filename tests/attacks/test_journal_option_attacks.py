@@ -3,6 +3,7 @@ open is refused with ``JournalError`` when the journal is built, not as another 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,25 @@ import toolsched as ts
         (b"runs.db", "path must be a file path"),
         ("", "path must name a file"),
         ("runs\x00.db", "NUL character"),
+        ("runs\ud800.db", "cannot name a file"),
     ],
 )
 def test_a_sqlite_path_no_file_could_have_is_refused_when_built(path: Any, message: str, tmp_path: Path) -> None:
     """An int or bytes path raised TypeError; "" became "." and a NUL in the path raised ValueError at the
-    journal's first use."""
+    journal's first use; a lone surrogate no file system encoding holds raised a bare ``UnicodeEncodeError`` at
+    the journal's first use."""
     with pytest.raises(ts.JournalError, match=message):
         ts.SqliteJournal(path)
+
+
+@pytest.mark.anyio
+async def test_a_sqlite_path_from_a_file_name_that_is_not_utf8_opens(tmp_path: Path) -> None:
+    """A name of bytes that are not UTF-8, as Python reads it from the file system (``os.fsdecode``: its bytes as
+    escaped surrogates), is a file's name: it is taken, and the journal is made there."""
+    path = os.fsdecode(os.fsencode(tmp_path) + b"/runs-\xff.db")
+    async with ts.SqliteJournal(path) as journal:
+        await journal.begin_run("r", [])
+    assert b"runs-\xff.db" in os.listdir(os.fsencode(tmp_path))
 
 
 @pytest.mark.parametrize(

@@ -138,6 +138,13 @@ class SqliteJournal(Journal):
             raise JournalError("path must name a file, got ''")
         if "\x00" in str(self.path):
             raise JournalError(f"path {str(self.path)!r} contains a NUL character, which no file's name holds")
+        try:
+            os.fsencode(self.path)
+        except UnicodeEncodeError:
+            raise JournalError(
+                f"path {str(self.path)!r} cannot name a file: the file system's encoding has no bytes for one of "
+                "its characters (a lone surrogate)"
+            ) from None
         self.busy_timeout = float(busy_timeout)
         self.synchronous = synchronous
         self._conn: sqlite3.Connection | None = None
