@@ -424,3 +424,27 @@ async def test_two_processes_recovering_the_run_of_a_killed_holder_at_once_run_n
         again = await executor(journal).recover("turn", context=str(log))
     assert log.read_text().splitlines() == ran
     assert [result.call_id for result in again.results] == [call_id for call_id, _ in json.loads(won[0][2])]
+
+
+async def test_prune_while_a_run_is_live_leaves_it_whole(store: Store) -> None:
+    """``prune(older_than=0)`` from another journal, again and again while a run is under way (its one call
+    waits until ten prunes have passed, each after the run's last write): the live lease keeps the run whole, so
+    the call's result is journaled and the run reads back complete; once the run has ended and let go of it, the
+    next prune takes it."""
+    pruned: list[int] = []
+    pruner = store.open(owner="pruner")
+
+    @ts.tool
+    async def wait_for_prunes() -> str:
+        while len(pruned) < 10:
+            pruned.append(await pruner.prune(older_than=timedelta(0)))
+        return "outlived"
+
+    async with pruner, store.open(lease=2) as journal:
+        outcome = await ts.Executor([wait_for_prunes], journal=journal).run(
+            [ts.ToolCall("w1", "wait_for_prunes", {})], run_id="live"
+        )
+        assert [result.output for result in outcome.results] == ["outlived"]
+        assert pruned == [0] * 10
+        assert (await journal.load("live")).complete
+        assert await pruner.prune(older_than=timedelta(0)) == 1
