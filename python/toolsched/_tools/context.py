@@ -159,7 +159,8 @@ class ToolContext:
         """``fn(arg)`` on the run's event loop, from another thread (one of anyio's workers, a thread the tool
         started, another loop's), waiting until it has run; nothing when that loop has ended. From a thread that
         runs an event loop of its own it is handed over without waiting: waiting would stop that loop, and two
-        loops each waiting for the other would wait for good."""
+        loops each waiting for the other would wait for good. So it is to an asyncio loop that is stopped, not
+        closed (``run_on_loop``): it runs when that loop runs again."""
         loop = getattr(self._run, "loop", None)
         if loop is not None:
             if loop_handle() is not None:
