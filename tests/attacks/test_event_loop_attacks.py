@@ -5,8 +5,10 @@ loop's circuit, rate limit or cap."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -140,3 +142,51 @@ def test_a_loop_let_go_of_unclosed_is_collected_not_kept_by_a_tools_state() -> N
             del loop, outcome
         gc.collect()
     assert [ref() for ref in dropped] == [None, None, None]
+
+
+@pytest.mark.parametrize("stops", ["before", "while-waiting"])
+def test_work_handed_to_a_stopped_asyncio_loop_does_not_wait_for_it(stops: str) -> None:
+    """``run_on_loop`` (how a tool's context reaches its run's loop from a plain thread) waited until the loop
+    had run the work, looking only whether the loop had closed: for an asyncio loop stopped but not closed,
+    before the work was handed or while it waited in the loop's queue, it waited until the loop ran again, for
+    good if it never did. It returns once the work is handed to a stopped loop, and the work runs, once, when
+    the loop runs again."""
+    from toolsched._values.event_loops import run_on_loop
+
+    queued = threading.Event()
+
+    class Observed(asyncio.SelectorEventLoop):
+        """Says when work is handed to it from another thread."""
+
+        def call_soon_threadsafe(self, *args: Any, **kwargs: Any) -> asyncio.Handle:
+            handle = super().call_soon_threadsafe(*args, **kwargs)
+            queued.set()
+            return handle
+
+    loop = Observed()
+    ran: list[str] = []
+    returned = threading.Event()
+
+    def hand_over() -> None:
+        run_on_loop(loop, ran.append, "handed")
+        returned.set()
+
+    try:
+        if stops == "before":
+            loop.run_until_complete(asyncio.sleep(0))
+            threading.Thread(target=hand_over, daemon=True).start()
+        else:
+            # The loop runs a callback that holds it until the work is queued, then stops it.
+            def held() -> None:
+                threading.Thread(target=hand_over, daemon=True).start()
+                queued.wait(30)
+                loop.stop()
+
+            loop.call_soon(held)
+            loop.run_forever()
+        assert returned.wait(30), "run_on_loop still waits for the stopped loop"
+        assert ran == []
+        loop.run_until_complete(asyncio.sleep(0))
+        assert ran == ["handed"]
+    finally:
+        loop.close()
