@@ -66,3 +66,14 @@ def test_a_postgres_schema_name_longer_than_postgresql_keeps_is_refused_when_bui
     with pytest.raises(ts.JournalError, match="schema must be at most 63 bytes"):
         ts.PostgresJournal("host=localhost", schema=schema)
     ts.PostgresJournal("host=localhost", schema=schema[: len(schema) - 1])
+
+
+@pytest.mark.parametrize("lease", [1e-9, 4e-7], ids=["1e-9", "4e-7"])
+def test_a_lease_shorter_than_a_microsecond_is_refused_naming_what_was_given(lease: float) -> None:
+    """A lease of a positive number of seconds under half a microsecond became ``timedelta(0)`` before it was
+    checked: the refusal said the lease must be positive and showed ``timedelta(0)``, a value the caller never
+    gave, for one that is positive. It names the seconds given and why they are too few."""
+    with pytest.raises(ts.JournalError, match="lease must be positive") as refused:
+        ts.SqliteJournal("runs.db", lease=lease)
+    assert repr(lease) in str(refused.value) and "microsecond" in str(refused.value)
+    assert "timedelta(0)" not in str(refused.value)

@@ -87,7 +87,13 @@ def check_lease(lease: timedelta | float) -> timedelta:
         if timedelta(0) < lease <= MAX_LEASE:
             return lease
     elif numeric_fault(lease, integer=False, most=MAX_LEASE.total_seconds()) is None:
-        return timedelta(seconds=lease)
+        checked = timedelta(seconds=lease)
+        if checked > timedelta(0):
+            return checked
+        raise JournalError(
+            f"lease must be positive: got {shown(lease)} seconds, which a timedelta rounds to 0 "
+            "(its shortest is a microsecond)"
+        )
     raise JournalError(
         f"lease must be positive and at most {MAX_LEASE.days:,} days: a timedelta or a finite number of seconds, "
         f"got {shown(lease)}"
