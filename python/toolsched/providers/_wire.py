@@ -36,6 +36,7 @@ __all__ = [
     "fit_to_budget",
     "is_record",
     "left_alone",
+    "object_arguments",
     "output_parts",
     "output_text",
     "position_option",
@@ -232,6 +233,18 @@ def call_arguments(raw: Any) -> Mapping[str, Any] | str:
         if isinstance(dumped, Mapping):
             return dumped
     return json.dumps(raw, default=str)
+
+
+def object_arguments(raw: Any) -> Mapping[str, Any] | str:
+    """Arguments of an API that carries them as a JSON object (Anthropic's ``input``, Gemini's ``args``), as the
+    engine takes them.
+
+    Text there is no object, whatever it holds: it is passed on as a JSON string, which the engine answers with
+    ``invalid_input``, never parsed and run. Anything else is read as ``call_arguments`` reads it.
+    """
+    if isinstance(raw, str):
+        return json.dumps(raw)
+    return call_arguments(raw)
 
 
 def as_record(item: Any) -> Any:

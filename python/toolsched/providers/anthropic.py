@@ -36,11 +36,11 @@ from toolsched.providers._wire import (
     Execution,
     as_record,
     assign_ids,
-    call_arguments,
     call_name,
     error_text,
     fit_to_budget,
     is_record,
+    object_arguments,
     output_parts,
     output_text,
     positions_of,
@@ -121,15 +121,21 @@ def calls_from(response: Any) -> list[ToolCall]:
     A ``tool_use`` without an ``id`` gets ``toolsched_call_{position}_{digest}``
     (its index among the response's tool calls and a digest of its name and
     input; ``assistant_message`` carries the same ID); a missing or non-object
-    ``input`` is passed on for the engine to answer with ``invalid_input``.
+    ``input`` (text too, whatever it holds) is passed on for the engine to
+    answer with ``invalid_input``.
     Raises ``ResponseFormatError`` for something that is not a response.
     """
     content = _content(response)
     positions = _tool_uses(content, warn=True)
     uses = [content[position] for position in positions]
+    return _calls(uses, [object_arguments(read(block, "input")) for block in uses])
+
+
+def _calls(uses: Sequence[Any], arguments: Sequence[Any]) -> list[ToolCall]:
+    """The calls of ``uses`` (``tool_use`` blocks), each with its arguments as the engine takes them."""
     return [
-        ToolCall(call_id, call_name(read(block, "name")), call_arguments(read(block, "input")))
-        for call_id, block in zip(_ids(uses), uses, strict=True)
+        ToolCall(call_id, call_name(read(block, "name")), given)
+        for call_id, block, given in zip(_ids(uses), uses, arguments, strict=True)
     ]
 
 
@@ -254,8 +260,10 @@ class MessageAssembler:
         # The text and thinking pieces of each block, joined into it when it stops (or is read): text grown
         # by ``+`` at every delta would copy all of it each time.
         self._texts: dict[tuple[int, str], list[str]] = {}
-        # The finished tool_use blocks as calls_from reads them (unparsable input kept as its text).
+        # The finished tool_use blocks as calls_from reads them, and each one's arguments for the engine (an
+        # input streamed as text that does not parse kept as that text, for the engine to report).
         self._uses: list[dict[str, Any]] = []
+        self._arguments: list[Any] = []
         self._taken = 0
         self._stopped: set[Any] = set()
         self._ended = False
@@ -338,22 +346,28 @@ class MessageAssembler:
             # started with its whole input): the input the block started with is the whole input (as the SDK
             # reads it).
             arguments: Any = block.get("input")
+            given: Any = object_arguments(arguments)
             if not isinstance(arguments, dict):
                 # Answered invalid_input (or run with no arguments); the message keeps an input the API accepts.
                 block["input"] = {}
         elif text is not None:
-            arguments = text
+            # Text that does not parse is answered invalid_input, the engine saying where it stops being JSON.
+            arguments = given = text
             try:
                 arguments = block["input"] = json.loads(text)
             except ValueError:
-                # Answered invalid_input; the message keeps an empty input the API accepts.
+                # The message keeps an empty input the API accepts.
                 block["input"] = {}
+            else:
+                given = object_arguments(arguments)
         else:
             arguments = block.get("input")
+            given = object_arguments(arguments)
         if block.get("type") != "tool_use":
             return []
         self._uses.append({**block, "input": arguments})
-        calls = calls_from(self._uses)
+        self._arguments.append(given)
+        calls = _calls(self._uses, self._arguments)
         fresh = calls[self._taken :]
         self._taken = len(calls)
         for call in fresh:

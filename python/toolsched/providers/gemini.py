@@ -39,12 +39,12 @@ from toolsched.providers._wire import (
     Execution,
     as_record,
     assign_ids,
-    call_arguments,
     call_name,
     error_text,
     fit_to_budget,
     is_record,
     left_alone,
+    object_arguments,
     output_parts,
     output_text,
     position_option,
@@ -166,8 +166,9 @@ def calls_from(response: Any, *, candidate: int = 0) -> list[ToolCall]:
     ``response`` is an SDK ``GenerateContentResponse``, its REST dict, a
     ``Content`` or a list of parts. A call without an ``id`` gets
     ``toolsched_call_{position}_{digest}`` (its index among the response's
-    calls and a digest of its name and arguments), and its answer no ``id``.
-    A response without candidates has no calls. Raises
+    calls and a digest of its name and arguments), and its answer no ``id``;
+    ``args`` that are no object (text too, whatever it holds) are answered
+    ``invalid_input``. A response without candidates has no calls. Raises
     ``ResponseFormatError`` for something that is not a response.
     """
     function_calls = []
@@ -184,7 +185,7 @@ def calls_from(response: Any, *, candidate: int = 0) -> list[ToolCall]:
         [(read(function_call, "name"), read(function_call, "args")) for function_call in function_calls],
     )
     return [
-        ToolCall(call_id, call_name(read(function_call, "name")), call_arguments(read(function_call, "args")))
+        ToolCall(call_id, call_name(read(function_call, "name")), object_arguments(read(function_call, "args")))
         for call_id, function_call in zip(ids, function_calls, strict=True)
     ]
 

@@ -1,0 +1,78 @@
+"""Attacks on the provider adapters' whole-response paths: calls read from what a gateway or a hand-built dict may
+hold, and replies built from results of every kind, checked against the official SDKs' own types.
+
+A call whose arguments are not what its API carries is answered ``invalid_input`` and never run; the assistant
+turn handed back is one the API takes in the next request; a builder given something that is not calls or
+results says so with a typed error.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from anthropic_events import block_stop, json_delta, message, tool_use
+from weather import weather
+
+import toolsched as ts
+from toolsched.providers import anthropic as ts_anthropic
+from toolsched.providers import gemini as ts_gemini
+
+pytestmark = pytest.mark.anyio
+
+# Arguments an object-carrying API (Anthropic's ``input``, Gemini's ``args``) may be sent as text by a gateway:
+# text is no object, whatever it holds.
+TEXT_INPUTS = ['{"city": "Oslo"}', '"{\\"city\\": \\"Oslo\\"}"', "Oslo"]
+
+
+def _anthropic_response(given: Any) -> dict[str, Any]:
+    block = {"type": "tool_use", "id": "call_a", "name": "get_weather", "input": given}
+    return {"role": "assistant", "content": [{"type": "text", "text": "Looking."}, block]}
+
+
+@pytest.mark.parametrize("given", TEXT_INPUTS)
+async def test_an_anthropic_input_sent_as_text_is_answered_invalid_and_never_run(given: str) -> None:
+    """Promise (``anthropic.calls_from``): a non-object ``input`` is answered ``invalid_input``. Text holding a
+    JSON object was parsed and the tool run with it."""
+    ran: list[str] = []
+    execution = await ts_anthropic.execute(ts.Executor(weather(ran)), _anthropic_response(given))
+    assert ran == []
+    assert [result.error_kind for result in execution.results] == ["invalid_input"]
+    assert execution.message is not None
+    assert execution.message["content"][0]["is_error"] is True
+
+
+@pytest.mark.parametrize("given", TEXT_INPUTS)
+async def test_an_anthropic_streamed_input_that_is_text_is_answered_invalid_and_never_run(given: str) -> None:
+    """The same call streamed: its start input as text, or its streamed JSON a string. Both ran the tool."""
+    ran: list[str] = []
+    start_input = message(tool_use(0, "call_a", given), block_stop(0))  # type: ignore[arg-type]
+    streamed_string = message(tool_use(0, "call_a"), json_delta(0, json.dumps(given)), block_stop(0))
+    for events in (start_input, streamed_string):
+        execution = await ts_anthropic.execute_stream(ts.Executor(weather(ran)), events)
+        assert [result.error_kind for result in execution.results] == ["invalid_input"]
+    assert ran == []
+
+
+async def test_an_anthropic_streamed_input_cut_off_is_still_reported_as_not_json() -> None:
+    ran: list[str] = []
+    events = message(tool_use(0, "call_a"), json_delta(0, '{"city": "Os'), block_stop(0))
+    execution = await ts_anthropic.execute_stream(ts.Executor(weather(ran)), events)
+    assert ran == []
+    (result,) = execution.results
+    assert result.error_kind == "invalid_input"
+    assert "not valid JSON" in (result.error or "")
+
+
+@pytest.mark.parametrize("given", TEXT_INPUTS)
+async def test_gemini_args_sent_as_text_are_answered_invalid_and_never_run(given: str) -> None:
+    """Promise (the providers guide): arguments that fail the schema are answered with an error result. Gemini's
+    ``args`` is an object; text holding one was parsed and the tool run with it."""
+    ran: list[str] = []
+    response = {"parts": [{"functionCall": {"id": "call_a", "name": "get_weather", "args": given}}]}
+    execution = await ts_gemini.execute(ts.Executor(weather(ran)), response)
+    assert ran == []
+    assert [result.error_kind for result in execution.results] == ["invalid_input"]
+    assert execution.content is not None
+    assert "error" in execution.content["parts"][0]["functionResponse"]["response"]
