@@ -12,7 +12,9 @@ import json
 from typing import Any
 
 import pytest
+from anthropic.types import ToolUseBlockParam
 from anthropic_events import block_stop, json_delta, message, tool_use
+from pydantic import TypeAdapter
 from weather import weather
 
 import toolsched as ts
@@ -76,3 +78,25 @@ async def test_gemini_args_sent_as_text_are_answered_invalid_and_never_run(given
     assert [result.error_kind for result in execution.results] == ["invalid_input"]
     assert execution.content is not None
     assert "error" in execution.content["parts"][0]["functionResponse"]["response"]
+
+
+NOT_OBJECTS = ['{"city": "Oslo"}', "Oslo", ["Oslo"], 7, True]
+
+
+@pytest.mark.parametrize("given", NOT_OBJECTS, ids=["json-text", "text", "array", "number", "bool"])
+async def test_an_anthropic_turn_with_an_input_that_is_no_object_is_handed_back_as_the_api_takes_it(given: Any) -> None:
+    """Promise (the streamed turn's ``assistant``, and ``assistant_message``): the turn handed back is the one to
+    send in the next request. The SDK's ``ToolUseBlockParam`` (as the API) takes only an object as ``input``; the
+    whole response's turn kept the model's text or array there, and the streamed one the JSON value it parsed, so
+    the next request was refused after the calls were answered."""
+    check = TypeAdapter(ToolUseBlockParam)
+    whole = await ts_anthropic.execute(ts.Executor(weather([])), _anthropic_response(given))
+    streamed = await ts_anthropic.execute_stream(
+        ts.Executor(weather([])), message(tool_use(0, "call_a"), json_delta(0, json.dumps(given)), block_stop(0))
+    )
+    for turn in (whole.assistant, ts_anthropic.assistant_message(_anthropic_response(given)), streamed.assistant):
+        (use,) = [block for block in turn["content"] if block["type"] == "tool_use"]
+        check.validate_python(use)
+        assert use["input"] == {}
+        assert use["id"] == "call_a"
+    assert [result.error_kind for result in (*whole.results, *streamed.results)] == ["invalid_input"] * 2

@@ -21,7 +21,7 @@ block carrying the ID its ``tool_result`` answers (the same as
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable, Iterable, Sequence
+from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,8 +151,10 @@ def assistant_message(response: Any) -> dict[str, Any]:
     """The assistant message that records ``response`` in the conversation: ``{"role": "assistant", "content": ...}``.
 
     Every ``tool_use`` block carries the ID its ``tool_result`` answers: a block
-    without one becomes a plain copy with the ID ``calls_from`` gives it; every
-    other block is the response's own. Raises ``ResponseFormatError`` for
+    without one becomes a plain copy with the ID ``calls_from`` gives it, and
+    one whose ``input`` is no object (answered ``invalid_input``) a plain copy
+    with an empty input, the only kind the API takes back; every other block
+    is the response's own. Raises ``ResponseFormatError`` for
     something that is not a response.
     """
     return _assistant(response, None)
@@ -167,7 +169,21 @@ def _assistant(response: Any, ids: list[str] | None) -> dict[str, Any]:
     if ids is None:
         ids = _ids([content[position] for position in positions])
     filled = with_ids(content, positions, ids, "id")
-    return {"role": "assistant", "content": list(content) if filled is None else filled}
+    blocks = list(content) if filled is None else filled
+    for position in positions:
+        if not isinstance(read(blocks[position], "input"), Mapping):
+            blocks[position] = _with_empty_input(blocks[position])
+    return {"role": "assistant", "content": blocks}
+
+
+def _with_empty_input(block: Any) -> dict[str, Any]:
+    """A plain copy of a ``tool_use`` block whose input is no object (its call answered ``invalid_input``, or run
+    with no arguments when it had none), with the one input the API takes back: an empty object."""
+    copy = as_record(block)
+    if not isinstance(copy, dict):
+        raise ResponseFormatError(f"{PROVIDER}: a tool_use block must be an object, got {type(block).__name__}")
+    copy["input"] = {}
+    return copy
 
 
 def _result_block(call: ToolCall, result: ToolResult, registry: ToolRegistry | None) -> dict[str, Any]:
@@ -354,12 +370,13 @@ class MessageAssembler:
             # Text that does not parse is answered invalid_input, the engine saying where it stops being JSON.
             arguments = given = text
             try:
-                arguments = block["input"] = json.loads(text)
+                arguments = json.loads(text)
             except ValueError:
-                # The message keeps an empty input the API accepts.
-                block["input"] = {}
+                pass
             else:
                 given = object_arguments(arguments)
+            # Answered invalid_input when it is no object: the message keeps an input the API accepts.
+            block["input"] = arguments if isinstance(arguments, dict) else {}
         else:
             arguments = block.get("input")
             given = object_arguments(arguments)
