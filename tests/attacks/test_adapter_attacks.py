@@ -20,6 +20,8 @@ from weather import weather
 import toolsched as ts
 from toolsched.providers import anthropic as ts_anthropic
 from toolsched.providers import gemini as ts_gemini
+from toolsched.providers import openai_chat as ts_chat
+from toolsched.providers import openai_responses as ts_responses
 
 pytestmark = pytest.mark.anyio
 
@@ -100,3 +102,38 @@ async def test_an_anthropic_turn_with_an_input_that_is_no_object_is_handed_back_
         assert use["input"] == {}
         assert use["id"] == "call_a"
     assert [result.error_kind for result in (*whole.results, *streamed.results)] == ["invalid_input"] * 2
+
+
+# --- The reply builders given something that is not calls or results --------------------------------------
+
+BUILDERS = [
+    ts_anthropic.results_to_blocks,
+    ts_anthropic.results_to_message,
+    ts_chat.results_to_messages,
+    ts_responses.results_to_items,
+    ts_gemini.results_to_parts,
+    ts_gemini.results_to_content,
+]
+
+
+@pytest.mark.parametrize("build", BUILDERS, ids=lambda build: f"{build.__module__.rsplit('.', 1)[1]}.{build.__name__}")
+async def test_a_reply_builder_given_what_is_not_calls_or_results_says_which_with_a_typed_error(build: Any) -> None:
+    """Errors for bad input are typed toolsched errors naming the argument and the rule (``Executor.run`` refuses
+    a call that is no ``ToolCall`` with ``MalformedCallError``). The builders raised ``AttributeError`` or
+    ``TypeError`` from inside: for the outcome given in place of its results, for the response's own blocks given
+    as calls, for a single result, for a ``registry`` that is none."""
+    executor = ts.Executor(weather([]))
+    calls = [ts.ToolCall("call_a", "get_weather", {"city": "Oslo"})]
+    outcome = await executor.run(calls)
+    wrong: list[tuple[tuple[Any, ...], dict[str, Any], str]] = [
+        ((calls, outcome), {}, r"results must be a list of ToolResult.*outcome\.results"),
+        ((calls, outcome.results[0]), {}, r"results must be a list of ToolResult, got ToolResult"),
+        ((calls, [None]), {}, r"results\[0\] must be a ToolResult, got NoneType"),
+        (([{"id": "call_a"}], outcome.results), {}, r"calls\[0\] must be a ToolCall, got dict"),
+        (("call_a", outcome.results), {}, r"calls must be a list of ToolCall, got str"),
+        ((calls, outcome.results), {"registry": executor}, r"registry must be a ToolRegistry .*executor\.registry"),
+    ]
+    for arguments, options, rule in wrong:
+        with pytest.raises(ts.OptionError, match=rule):
+            build(*arguments, **options)
+    assert build(calls, outcome.results, registry=executor.registry)

@@ -366,13 +366,16 @@ def fit_to_budget(text: str, tool_name: str, registry: ToolRegistry | None, *, s
 
 
 def results_by_call(
-    calls: Sequence[ToolCall], results: Sequence[ToolResult], provider: str
+    calls: Sequence[ToolCall], results: Sequence[ToolResult], provider: str, registry: ToolRegistry | None = None
 ) -> list[tuple[ToolCall, ToolResult]]:
     """Pairs each unique call ID with its result, in the model's order.
 
     Every call must have a result: an interrupted run must be resumed first
-    (``MissingResultError``). A repeated call ID is answered once.
+    (``MissingResultError``). A repeated call ID is answered once. Calls that
+    are no ``ToolCall``s, results no ``ToolResult``s (the ``Outcome`` itself,
+    say) or a ``registry`` that is none are refused with ``OptionError``.
     """
+    _check_reply_inputs(calls, results, registry)
     by_id = {result.call_id: result for result in results}
     pairs: list[tuple[ToolCall, ToolResult]] = []
     seen: set[str] = set()
@@ -388,6 +391,23 @@ def results_by_call(
             )
         pairs.append((call, result))
     return pairs
+
+
+def _check_reply_inputs(calls: Any, results: Any, registry: Any) -> None:
+    """Refuses what a reply cannot be built from, naming the argument (``OptionError``)."""
+    from toolsched._tools.registry import ToolRegistry
+
+    for name, items, kind in (("calls", calls, ToolCall), ("results", results, ToolResult)):
+        if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence):
+            hint = "; pass outcome.results" if hasattr(items, "results") and hasattr(items, "pending") else ""
+            raise OptionError(f"{name} must be a list of {kind.__name__}, got {type(items).__name__}{hint}")
+        for index, item in enumerate(items):
+            if not isinstance(item, kind):
+                raise OptionError(f"{name}[{index}] must be a {kind.__name__}, got {type(item).__name__}")
+    if registry is not None and not isinstance(registry, ToolRegistry):
+        raise OptionError(
+            f"registry must be a ToolRegistry or None, got {type(registry).__name__}; pass executor.registry"
+        )
 
 
 def registry_of(tools: Executor | ToolRegistry) -> ToolRegistry:

@@ -217,9 +217,11 @@ def results_to_blocks(
     as a list of text and image blocks, other outputs as JSON, ``None`` as a
     block without content; failures carry the error message and ``is_error: true``.
     With ``registry``, every text is held to its tool's result budget.
-    Raises ``MissingResultError`` when a call has no result.
+    Raises ``MissingResultError`` when a call has no result, ``OptionError`` for calls or results of the wrong kind.
     """
-    return [_result_block(call, result, registry) for call, result in results_by_call(calls, results, PROVIDER)]
+    return [
+        _result_block(call, result, registry) for call, result in results_by_call(calls, results, PROVIDER, registry)
+    ]
 
 
 def results_to_message(

@@ -250,9 +250,11 @@ def results_to_parts(
     its text as ``output`` and its images as the response's ``parts``
     (``inlineData``, base64); ``name`` is the name the model called. With
     ``registry``, outputs and errors are held to their tool's result budget.
-    Raises ``MissingResultError`` when a call has no result.
+    Raises ``MissingResultError`` when a call has no result, ``OptionError`` for calls or results of the wrong kind.
     """
-    return [_response_part(call, result, registry) for call, result in results_by_call(calls, results, PROVIDER)]
+    return [
+        _response_part(call, result, registry) for call, result in results_by_call(calls, results, PROVIDER, registry)
+    ]
 
 
 def results_to_content(

@@ -215,7 +215,7 @@ def results_to_messages(
     ``content`` is the text the tool returned, or JSON for other values (empty
     for ``None``); a failure's content is ``"Error: "`` and the message. With
     ``registry``, every text is held to its tool's result budget. Raises
-    ``MissingResultError`` when a call has no result.
+    ``MissingResultError`` when a call has no result, ``OptionError`` for calls or results of the wrong kind.
 
     Chat Completions takes no images in tool messages: an output with images
     (``toolsched._values.content``) answers its call with its text and a stand-in for
@@ -225,7 +225,8 @@ def results_to_messages(
     """
     images: list[dict[str, Any]] = []
     messages = [
-        _tool_message(call, result, registry, images) for call, result in results_by_call(calls, results, PROVIDER)
+        _tool_message(call, result, registry, images)
+        for call, result in results_by_call(calls, results, PROVIDER, registry)
     ]
     if images:
         messages.append({"role": "user", "content": images})

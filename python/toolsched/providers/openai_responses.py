@@ -192,9 +192,11 @@ def results_to_items(
     ``input_image`` parts for outputs with images (``toolsched._values.content``), or
     JSON for other values (empty for ``None``); a failure's output is ``"Error: "`` and the message. With
     ``registry``, every text is held to its tool's result budget. Raises
-    ``MissingResultError`` when a call has no result.
+    ``MissingResultError`` when a call has no result, ``OptionError`` for calls or results of the wrong kind.
     """
-    return [_output_item(call, result, registry) for call, result in results_by_call(calls, results, PROVIDER)]
+    return [
+        _output_item(call, result, registry) for call, result in results_by_call(calls, results, PROVIDER, registry)
+    ]
 
 
 def tool_definitions(tools: Executor | ToolRegistry, *, strict: bool = False) -> list[dict[str, Any]]:
