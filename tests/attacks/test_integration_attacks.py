@@ -556,6 +556,58 @@ async def test_uninstrument_gives_back_the_executors_own_recover(tmp_path: Any) 
     assert "recover" not in vars(executor)
 
 
+def nested(depth: int) -> list[Any]:
+    """A list ``depth`` lists deep: deeper than JSON encoding can go."""
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "output",
+    [10**5000, nested(3000)],
+    ids=["an int past the digit limit", "lists nested past the recursion limit"],
+)
+async def test_an_output_json_cannot_show_still_ends_its_span_when_outputs_are_recorded(output: Any) -> None:
+    """Promise (docs/integrations/opentelemetry.md): each call is a span; outputs are recorded when asked. With
+    ``record_outputs=True`` an output that neither JSON nor ``str()`` could show (an int past Python's digit limit)
+    made the observer raise before the span ended: the call's span was lost. One nested past the recursion limit
+    raised ``RecursionError``, which reached the caller in place of the run's outcome."""
+    provider, ended = recording_provider()
+
+    @ts.tool
+    def report() -> Any:
+        """Returns what JSON cannot show."""
+        return output
+
+    executor = otel.instrument(ts.Executor([report]), tracer_provider=provider, record_outputs=True)
+    outcome = await executor.run([ts.ToolCall("c1", "report", {})])
+    assert [(result.call_id, result.is_error) for result in outcome.results] == [("c1", False)]
+    (span,) = [span for span in ended.ended if span.name == "execute_tool report"]
+    recorded = (span.attributes or {}).get("gen_ai.tool.call.result")
+    assert isinstance(recorded, str) and recorded
+
+
+async def test_arguments_json_cannot_show_still_give_the_call_its_span_when_arguments_are_recorded() -> None:
+    """The same for ``record_arguments=True``: a call whose arguments hold an int past the digit limit (answered
+    ``invalid_input``, unrun) had no span at all, since the observer raised before starting it."""
+    provider, ended = recording_provider()
+
+    @ts.tool
+    def count(n: int) -> str:
+        """Counts to n."""
+        return "counted"
+
+    executor = otel.instrument(ts.Executor([count]), tracer_provider=provider, record_arguments=True)
+    outcome = await executor.run([ts.ToolCall("c1", "count", {"n": 10**5000}), ts.ToolCall("c2", "count", {"n": 3})])
+    assert [result.error_kind for result in outcome.results] == ["invalid_input", None]
+    spans = {(span.attributes or {}).get("gen_ai.tool.call.id"): span for span in ended.ended}
+    assert (spans["c1"].attributes or {}).get("error.type") == "invalid_input"
+    assert isinstance((spans["c1"].attributes or {}).get("gen_ai.tool.call.arguments"), str)
+    assert (spans["c2"].attributes or {}).get("gen_ai.tool.call.arguments") == '{"n": 3}'
+
+
 @tool
 async def lookup_async(q: str) -> str:
     """Look up q."""

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 
 from toolsched._executor.executor import Executor
+from toolsched._executor.shaping import shown_as_text
 from toolsched._executor.streaming import StreamingTurn
 from toolsched._values.calls import ToolCall
 from toolsched._values.content import content_parts, content_text
@@ -124,6 +125,11 @@ _CURRENT_RUN: ContextVar[_RunSpans | None] = ContextVar("toolsched_otel_run", de
 
 
 def _as_text(value: Any) -> str:
+    """Arguments or an output as an attribute's text: text as it is, images described, anything else JSON.
+
+    Never raises (an attribute that failed would lose its span): what JSON cannot hold (tuple keys, an int past
+    Python's digit limit, nesting past the recursion limit) is its ``str()``, or a stand-in naming its type.
+    """
     if isinstance(value, str):
         return value
     parts = content_parts(value)
@@ -131,8 +137,8 @@ def _as_text(value: Any) -> str:
         return content_text(parts)
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return str(value)
+    except Exception:  # a value that fails to show itself (even its str()) is named, never the span's loss
+        return shown_as_text(value)
 
 
 class OtelObserver:
