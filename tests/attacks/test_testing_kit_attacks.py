@@ -122,3 +122,21 @@ def test_a_gemini_call_comes_once_the_model_would_have_produced_all_of_it(argume
     gemini_call = stream_events("gemini", reply)[0]
     assert "functionCall" in gemini_call.data["candidates"][0]["content"]["parts"][0]
     assert gemini_call.delay == pytest.approx(sum(chat_gaps))
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: Reply(tool_uses=ToolUse("lookup")), r"Reply tool_uses must be a list of ToolUse values, not ToolUse"),
+        (lambda: Reply(tool_uses=None), r"Reply tool_uses must be a list of ToolUse values, not NoneType"),
+        (lambda: Reply(tool_uses={"name": "lookup"}), r"Reply tool_uses must be a list of ToolUse values, not dict"),
+        (lambda: Reply(tool_uses="lookup"), r"Reply tool_uses must be a list of ToolUse values, not str"),
+    ],
+    ids=["one ToolUse", "None", "a dict", "a name"],
+)
+def test_reply_tool_uses_that_are_no_list_of_calls_are_refused_with_an_option_error(make: Any, message: str) -> None:
+    """Promise (docs/testing.md): a ``ToolUse``, ``Reply`` or script entry of the wrong kind is refused at once
+    with ``ts.OptionError``. A single ``ToolUse`` (the list forgotten) or None raised ``TypeError: ... is not
+    iterable``; a dict was read as its keys and refused as 'not str'."""
+    with pytest.raises(ts.OptionError, match=message):
+        make()
