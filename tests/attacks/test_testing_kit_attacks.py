@@ -140,3 +140,24 @@ def test_reply_tool_uses_that_are_no_list_of_calls_are_refused_with_an_option_er
     iterable``; a dict was read as its keys and refused as 'not str'."""
     with pytest.raises(ts.OptionError, match=message):
         make()
+
+
+@pytest.mark.parametrize(
+    ("script", "options", "message"),
+    [
+        (Reply(text="hi"), {}, r"the script must be a list of entries, not Reply"),
+        (None, {}, r"the script must be a list of entries, not NoneType"),
+        ([Reply(text="hi")], {"break_after": [2]}, r"break_after must be a mapping of script positions, not list"),
+        ([Reply(text="hi")], {"end_after": 2}, r"end_after must be a mapping of script positions, not int"),
+        ([Reply(text="hi")], {"gates": [threading.Event()]}, r"gates must be a mapping of script positions, not list"),
+    ],
+    ids=["one Reply", "None", "break_after as a list", "end_after as a number", "gates as a list"],
+)
+def test_a_script_or_stream_options_that_are_no_collection_are_refused_with_an_option_error(
+    script: Any, options: dict[str, Any], message: str
+) -> None:
+    """The same promise for the script itself (one ``Reply`` given where a list of them goes) and for
+    ``break_after``, ``end_after`` and ``gates`` given as something other than a mapping: each raised
+    ``TypeError`` from inside (``'Reply' object is not iterable``, ``cannot convert dictionary update sequence``)."""
+    with pytest.raises(ts.OptionError, match=message):
+        ScriptedProvider(script, **options)
