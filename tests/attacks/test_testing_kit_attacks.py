@@ -12,7 +12,7 @@ import pytest
 from openai import BadRequestError, OpenAI
 
 import toolsched as ts
-from toolsched.testing import Reply, Request, ScriptedProvider, ToolUse, stream_events
+from toolsched.testing import Reply, Request, ScriptedProvider, ToolUse, response_body, stream_events
 
 
 class GaveUp(BaseException):
@@ -161,3 +161,12 @@ def test_a_script_or_stream_options_that_are_no_collection_are_refused_with_an_o
     ``TypeError`` from inside (``'Reply' object is not iterable``, ``cannot convert dictionary update sequence``)."""
     with pytest.raises(ts.OptionError, match=message):
         ScriptedProvider(script, **options)
+
+
+@pytest.mark.parametrize("build", [response_body, stream_events])
+@pytest.mark.parametrize("reply", ["It is 18°C.", None, {"text": "It is 18°C."}], ids=["text", "None", "a dict"])
+def test_a_wire_format_asked_for_what_is_no_reply_is_refused_with_an_option_error(build: Any, reply: Any) -> None:
+    """Promise: bad input gets a typed error naming the argument. ``response_body`` and ``stream_events`` given
+    text, None or a dict in place of a ``Reply`` raised ``AttributeError: ... has no attribute 'text'``."""
+    with pytest.raises(ts.OptionError, match=r"reply must be a Reply"):
+        build("anthropic", reply)
