@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from anthropic.types import ToolUseBlockParam
 from anthropic_events import block_stop, json_delta, message, tool_use
+from google.protobuf import json_format, struct_pb2
 from pydantic import TypeAdapter
 from weather import weather
 
@@ -137,3 +138,59 @@ async def test_a_reply_builder_given_what_is_not_calls_or_results_says_which_wit
         with pytest.raises(ts.OptionError, match=rule):
             build(*arguments, **options)
     assert build(calls, outcome.results, registry=executor.registry)
+
+
+# --- Gemini: outputs as its API reads a functionResponse ---------------------------------------------------
+
+
+def as_gemini_reads(response: dict[str, Any]) -> dict[str, Any]:
+    """A ``functionResponse``'s ``response`` as the Gemini API reads it: a ``google.protobuf.Struct``, whose
+    numbers are doubles (the API reference gives the field as "object (Struct format)")."""
+    struct = struct_pb2.Struct()
+    json_format.ParseDict(response, struct)
+    read: dict[str, Any] = json_format.MessageToDict(struct)
+    return read
+
+
+@pytest.mark.parametrize(
+    ("output", "digits"),
+    [
+        (2**60 + 1, "1152921504606846977"),
+        (-(2**60) - 1, "-1152921504606846977"),
+        ({"id": 1234567890123456789, "name": "order"}, "1234567890123456789"),
+        ([2**53 + 1], "9007199254740993"),
+        (10**400, "1" + "0" * 400),
+    ],
+    ids=["a 64-bit id", "its negative", "nested in an object", "in a list", "past a double's range"],
+)
+async def test_a_gemini_output_with_an_integer_a_double_cannot_hold_reaches_the_model_digit_for_digit(
+    output: Any, digits: str
+) -> None:
+    """Promise (the providers guide): what strict JSON cannot hold, "an integer Gemini's JSON cannot carry" among
+    it, is sent as text. Such an integer (a 64-bit database or snowflake ID) went as a JSON number: the API reads
+    it into a double, so the model saw another ID (1152921504606846976), and one past a double's range could not
+    be read at all (the request refused)."""
+
+    @ts.tool
+    def lookup() -> Any:
+        """Returns a record."""
+        return output
+
+    response = {"parts": [{"functionCall": {"id": "call_a", "name": "lookup", "args": {}}}]}
+    execution = await ts_gemini.execute(ts.Executor([lookup]), response)
+    assert execution.content is not None
+    sent = execution.content["parts"][0]["functionResponse"]["response"]
+    assert digits in json.dumps(as_gemini_reads(sent))
+
+
+async def test_a_gemini_output_of_integers_a_double_holds_still_goes_as_json_values() -> None:
+    @ts.tool
+    def lookup() -> Any:
+        """Returns a record."""
+        return {"count": 2**53, "small": -7, "price": 1.5}
+
+    response = {"parts": [{"functionCall": {"id": "call_a", "name": "lookup", "args": {}}}]}
+    execution = await ts_gemini.execute(ts.Executor([lookup]), response)
+    assert execution.content is not None
+    sent = execution.content["parts"][0]["functionResponse"]["response"]
+    assert sent == {"output": {"count": 2**53, "small": -7, "price": 1.5}}

@@ -224,18 +224,31 @@ def _response_part(call: ToolCall, result: ToolResult, registry: ToolRegistry | 
     return {"functionResponse": function_response}
 
 
+# The API reads a functionResponse's ``response`` as a ``google.protobuf.Struct``, whose numbers are doubles:
+# integers past 2**53 would reach the model rounded (a 64-bit ID as another ID), or not be read at all.
+_EXACT_INT = 2**53
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def _exact_int(digits: str) -> int:
+    value = int(digits)
+    if not -_EXACT_INT <= value <= _EXACT_INT:
+        raise ValueError(f"{digits} is past what a double holds exactly")
+    return value
 
 
 def _json_value(text: str) -> Any:
     """The JSON the budget was measured on, read back: the value the model sees.
 
     Text that is no strict JSON (the ``str()`` of a value JSON cannot hold, an int past Python's digit
-    limit, NaN or an infinity) goes as the text itself: any HTTP client can send it.
+    limit, NaN or an infinity), or that holds an integer the API's doubles cannot hold exactly (past
+    2**53), goes as the text itself, every digit in it: any HTTP client can send it.
     """
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(text, parse_constant=_refuse_constant, parse_int=_exact_int)
     except (ValueError, RecursionError):
         return text
 
