@@ -23,6 +23,7 @@ from toolsched.providers import anthropic as ts_anthropic
 from toolsched.providers import gemini as ts_gemini
 from toolsched.providers import openai_chat as ts_chat
 from toolsched.providers import openai_responses as ts_responses
+from toolsched.testing import Reply, ToolUse, response_body, stream_events
 
 pytestmark = pytest.mark.anyio
 
@@ -194,3 +195,34 @@ async def test_a_gemini_output_of_integers_a_double_holds_still_goes_as_json_val
     assert execution.content is not None
     sent = execution.content["parts"][0]["functionResponse"]["response"]
     assert sent == {"output": {"count": 2**53, "small": -7, "price": 1.5}}
+
+
+# --- execute, execute_stream and resume given what is no executor or execution ------------------------------
+
+MODULES = {
+    "anthropic": ts_anthropic,
+    "openai_responses": ts_responses,
+    "openai_chat": ts_chat,
+    "gemini": ts_gemini,
+}
+
+
+@pytest.mark.parametrize("provider", list(MODULES))
+async def test_execute_given_what_is_no_executor_says_so_with_a_typed_error_and_runs_nothing(provider: str) -> None:
+    """Errors for bad input name the argument and the rule (the loops and ``otel.instrument`` refuse what is no
+    ``Executor``). ``execute(response, executor)`` (the two swapped), ``execute(executor.registry, response)``,
+    ``execute_stream`` of a registry, and ``resume`` given None for the execution raised ``AttributeError``
+    (``'dict' object has no attribute 'registry'``, ``... 'run'``, ``... 'outcome'``)."""
+    module = MODULES[provider]
+    ran: list[str] = []
+    executor = ts.Executor(weather(ran))
+    response = response_body(provider, Reply(tool_uses=[ToolUse("get_weather", {"city": "Oslo"})]))
+    events = stream_events(provider, Reply(tool_uses=[ToolUse("get_weather", {"city": "Oslo"})]))
+    for wrong in ((response, executor), (executor.registry, response), (None, response)):
+        with pytest.raises(ts.OptionError, match=r"executor must be a toolsched Executor, got "):
+            await module.execute(*wrong)
+    with pytest.raises(ts.OptionError, match=r"executor must be a toolsched Executor, got ToolRegistry"):
+        await module.execute_stream(executor.registry, [event.data for event in events])
+    with pytest.raises(ts.OptionError, match=r"execution must be the .*Execution that execute"):
+        await module.resume(executor, None, None)
+    assert ran == []

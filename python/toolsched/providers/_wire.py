@@ -32,6 +32,7 @@ __all__ = [
     "block_type",
     "call_arguments",
     "call_name",
+    "check_executor",
     "error_text",
     "fit_to_budget",
     "is_record",
@@ -410,6 +411,18 @@ def _check_reply_inputs(calls: Any, results: Any, registry: Any) -> None:
         )
 
 
+def check_executor(executor: Any) -> None:
+    """Refuses what is no ``Executor`` (``OptionError``) before any of a response is read or run: the response
+    given first, the executor's registry."""
+    from toolsched._executor.executor import Executor
+
+    if not isinstance(executor, Executor):
+        raise OptionError(
+            f"executor must be a toolsched Executor, got {type(executor).__name__}; "
+            "the executor comes first: execute(executor, response)"
+        )
+
+
 def registry_of(tools: Executor | ToolRegistry) -> ToolRegistry:
     """The registry behind an executor (or the registry itself)."""
     from toolsched._executor.executor import Executor
@@ -424,8 +437,5 @@ def registry_of(tools: Executor | ToolRegistry) -> ToolRegistry:
 
 async def resume_outcome(executor: Executor, state: Any) -> Outcome:
     """``executor.resume(state)``: the full outcome once held calls are decided."""
-    resume = getattr(executor, "resume", None)
-    if resume is None:
-        raise TypeError(f"{type(executor).__name__} cannot resume a run (it has no `resume` method)")
-    outcome: Outcome = await resume(state)
+    outcome: Outcome = await executor.resume(state)
     return outcome

@@ -37,6 +37,7 @@ from toolsched.providers._wire import (
     as_record,
     assign_ids,
     call_name,
+    check_executor,
     error_text,
     fit_to_budget,
     is_record,
@@ -246,6 +247,7 @@ async def execute(
 
     The execution's ``assistant`` is ``assistant_message(response)``: append it, then ``message``.
     """
+    check_executor(executor)
     calls = calls_from(response)
     assistant = _assistant(response, [call.id for call in calls])
     return await _FLOW.execute(executor, calls, steering=steering, context=context, assistant=assistant)
@@ -474,6 +476,7 @@ async def execute_stream(
     Pass an ``assembler`` to read more of the stream afterwards (its ``stop_reason``): a new one for each
     stream (one that read a stream already would take the next for the same message: ``OptionError``).
     """
+    check_executor(executor)
     if assembler is not None and assembler._fed:
         raise OptionError(
             "this MessageAssembler has read a stream already; pass a new MessageAssembler() for each stream"

@@ -40,6 +40,7 @@ from toolsched.providers._wire import (
     as_record,
     assign_ids,
     call_name,
+    check_executor,
     error_text,
     fit_to_budget,
     is_record,
@@ -292,6 +293,7 @@ async def execute(
 
     The execution's ``assistant`` is ``model_content(response)``: append it, then ``content``.
     """
+    check_executor(executor)
     calls = calls_from(response, candidate=candidate)
     assistant = model_content(response, candidate=candidate) if not isinstance(response, (list, tuple)) else None
     return await _FLOW.execute(executor, calls, steering=steering, context=context, assistant=assistant)
@@ -444,5 +446,6 @@ async def execute_stream(
     ``StreamFailed`` carries the results of the calls already complete and no
     reply is built.
     """
+    check_executor(executor)
     assembler = ContentAssembler(candidate)
     return await _FLOW.execute_stream(executor, stream, assembler, steering=steering, context=context)

@@ -42,6 +42,7 @@ from toolsched.providers._wire import (
     block_type,
     call_arguments,
     call_name,
+    check_executor,
     error_text,
     fit_to_budget,
     is_record,
@@ -248,6 +249,7 @@ async def execute(
 
     The execution's ``assistant`` is ``assistant_message(response)``: append it, then ``messages``.
     """
+    check_executor(executor)
     calls = calls_from(response, choice=choice, registry=executor.registry)
     assistant = _assistant(response, choice, [call.id for call in calls])
     return await _FLOW.execute(executor, calls, steering=steering, context=context, assistant=assistant)
@@ -436,5 +438,6 @@ async def execute_stream(
     the ``finish_reason``: ``IncompleteStreamError``), ``StreamFailed``
     carries the results of the calls already complete and no reply is built.
     """
+    check_executor(executor)
     assembler = CompletionAssembler(executor.registry, choice)
     return await _FLOW.execute_stream(executor, stream, assembler, steering=steering, context=context)

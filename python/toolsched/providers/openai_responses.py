@@ -42,6 +42,7 @@ from toolsched.providers._wire import (
     assign_ids,
     call_arguments,
     call_name,
+    check_executor,
     error_text,
     fit_to_budget,
     is_record,
@@ -214,6 +215,7 @@ async def execute(
 
     The execution's ``assistant`` is ``output_items(response)``: add them, then ``items``, to the next ``input``.
     """
+    check_executor(executor)
     calls = calls_from(response, registry=executor.registry)
     assistant = _output_items(response, [call.id for call in calls])
     return await _FLOW.execute(executor, calls, steering=steering, context=context, assistant=assistant)
@@ -384,5 +386,6 @@ async def execute_stream(
     ``IncompleteStreamError``), ``StreamFailed`` carries the results of the
     calls already complete and no reply is built.
     """
+    check_executor(executor)
     assembler = ResponseAssembler(executor.registry)
     return await _FLOW.execute_stream(executor, stream, assembler, steering=steering, context=context)
