@@ -15,6 +15,8 @@ import pytest
 from anthropic.types import ToolUseBlockParam
 from anthropic_events import block_stop, json_delta, message, tool_use
 from google.protobuf import json_format, struct_pb2
+from openai.types.chat import ChatCompletionMessageFunctionToolCallParam
+from openai.types.responses import ResponseFunctionToolCallParam
 from pydantic import TypeAdapter
 from weather import weather
 
@@ -226,3 +228,45 @@ async def test_execute_given_what_is_no_executor_says_so_with_a_typed_error_and_
     with pytest.raises(ts.OptionError, match=r"execution must be the .*Execution that execute"):
         await module.resume(executor, None, None)
     assert ran == []
+
+
+# --- OpenAI: arguments that are no text, in the turn handed back ---------------------------------------------
+
+
+def _chat_message(arguments: Any) -> dict[str, Any]:
+    call = {"id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
+def _responses_output(arguments: Any) -> list[dict[str, Any]]:
+    return [{"type": "function_call", "call_id": "call_a", "name": "get_weather", "arguments": arguments}]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "ran"),
+    [({"city": "Oslo"}, ["Oslo"]), (["Oslo"], []), (7, [])],
+    ids=["an object", "an array", "a number"],
+)
+async def test_openai_arguments_that_are_no_text_are_handed_back_as_the_text_the_api_takes(
+    arguments: Any, ran: list[str]
+) -> None:
+    """Promise (``assistant_message``, ``output_items``): the turn handed back is the one to send in the next
+    request. Both APIs carry a call's arguments as JSON text (the SDKs' param types take only a string); a
+    gateway's object was run as the call's arguments but handed back as it came, and an array or number
+    (answered ``invalid_input``) too, so the next request was refused after the calls were answered."""
+    seen: list[str] = []
+    message = _chat_message(arguments)
+    chat = await ts_chat.execute(ts.Executor(weather(seen)), message)
+    (call,) = chat.assistant["tool_calls"]
+    TypeAdapter(ChatCompletionMessageFunctionToolCallParam).validate_python(call)
+    assert json.loads(call["function"]["arguments"]) == arguments
+    assert call["id"] == "call_a"
+    output = _responses_output(arguments)
+    responses = await ts_responses.execute(ts.Executor(weather(seen)), output)
+    (item,) = responses.assistant
+    TypeAdapter(ResponseFunctionToolCallParam).validate_python(item)
+    assert json.loads(item["arguments"]) == arguments
+    assert item["call_id"] == "call_a"
+    assert seen == ran * 2
+    # The response itself is left as the model sent it.
+    assert message["tool_calls"][0]["function"]["arguments"] == output[0]["arguments"] == arguments

@@ -28,6 +28,7 @@ __all__ = [
     "ERROR_PREFIX",
     "SYNTHETIC_ID_PREFIX",
     "Execution",
+    "argument_text",
     "assign_ids",
     "block_type",
     "call_arguments",
@@ -246,6 +247,13 @@ def object_arguments(raw: Any) -> Mapping[str, Any] | str:
     if isinstance(raw, str):
         return json.dumps(raw)
     return call_arguments(raw)
+
+
+def argument_text(raw: Any) -> str:
+    """A call's arguments that came as something other than text, as the JSON text an API that carries them
+    as text (OpenAI's) takes back: what the call was run with (an empty object for none)."""
+    arguments = call_arguments(raw)
+    return arguments if isinstance(arguments, str) else output_text(dict(arguments))
 
 
 def as_record(item: Any) -> Any:

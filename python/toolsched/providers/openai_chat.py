@@ -37,6 +37,7 @@ from toolsched.providers._strict import drop_strict_nulls_for
 from toolsched.providers._wire import (
     ERROR_PREFIX,
     Execution,
+    argument_text,
     as_record,
     assign_ids,
     block_type,
@@ -126,11 +127,13 @@ def _ids(functions: Sequence[Any]) -> list[str]:
 def assistant_message(response: Any, *, choice: int = 0) -> Any:
     """The assistant message of a completion (``choices[choice].message``), as the next request takes it.
 
-    Every function tool call carries the ID its tool message answers: when
-    one has no ``id``, the message is a plain copy whose tool calls carry the
-    IDs ``calls_from`` gives them; otherwise it is the completion's own
-    message. A message is taken as it is. Raises ``ResponseFormatError`` for
-    something that is not a completion.
+    Every function tool call carries the ID its tool message answers, and its
+    arguments as JSON text (the only kind the API takes back): when one has no
+    ``id``, or arguments that are no text (a gateway's object), the message is
+    a plain copy whose tool calls carry the IDs ``calls_from`` gives them and
+    the JSON text of what they were run with; otherwise it is the completion's
+    own message. A message is taken as it is. Raises ``ResponseFormatError``
+    for something that is not a completion.
     """
     return _assistant(response, choice, None)
 
@@ -143,11 +146,32 @@ def _assistant(response: Any, choice: int, ids: list[str] | None) -> Any:
     if ids is None:
         ids = _ids([entries[position] for position in positions])
     filled = with_ids(entries, positions, ids, "id")
+    filled = _with_text_arguments(entries if filled is None else filled, positions) or filled
     if filled is None:
         return message
     copy = as_record(message)
     copy["tool_calls"] = filled
     return copy
+
+
+def _with_text_arguments(entries: Sequence[Any], positions: Sequence[int]) -> list[Any] | None:
+    """``entries`` with every function call whose ``arguments`` are no text a plain copy carrying them as JSON
+    text, the only kind the API takes back (``argument_text``); None when every call has text already."""
+    filled: list[Any] | None = None
+    for position in positions:
+        entry = entries[position]
+        function = read(entry, "function")
+        if function is None or not is_record(function) or isinstance(read(function, "arguments"), str):
+            continue
+        copy, function_copy = as_record(entry), as_record(function)
+        if not isinstance(copy, dict) or not isinstance(function_copy, dict):
+            raise ResponseFormatError(f"{PROVIDER}: a tool call must be an object, got {type(entry).__name__}")
+        function_copy["arguments"] = argument_text(read(function, "arguments"))
+        copy["function"] = function_copy
+        if filled is None:
+            filled = list(entries)
+        filled[position] = copy
+    return filled
 
 
 def calls_from(response: Any, *, choice: int = 0, registry: ToolRegistry | None = None) -> list[ToolCall]:

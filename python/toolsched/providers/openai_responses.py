@@ -38,6 +38,7 @@ from toolsched.providers._strict import drop_strict_nulls_for
 from toolsched.providers._wire import (
     ERROR_PREFIX,
     Execution,
+    argument_text,
     as_record,
     assign_ids,
     call_arguments,
@@ -148,8 +149,10 @@ def output_items(response: Any) -> list[Any]:
 
     Every ``function_call`` carries the ``call_id`` its ``function_call_output``
     answers: an item without one becomes a plain copy with the ID ``calls_from``
-    gives it; every other item is the response's own. Raises
-    ``ResponseFormatError`` for something that is not a response.
+    gives it, and one whose ``arguments`` are no text (a gateway's object) a
+    plain copy with their JSON text, the only kind the API takes back; every
+    other item is the response's own. Raises ``ResponseFormatError`` for
+    something that is not a response.
     """
     return _output_items(response, None)
 
@@ -161,7 +164,17 @@ def _output_items(response: Any, ids: list[str] | None) -> list[Any]:
     if ids is None:
         ids = _ids([output[position] for position in positions])
     filled = with_ids(output, positions, ids, "call_id")
-    return list(output) if filled is None else filled
+    items = list(output) if filled is None else filled
+    for position in positions:
+        arguments = read(items[position], "arguments")
+        if not isinstance(arguments, str):
+            # The API takes a call's arguments back as text only: the JSON text of what the call was run with.
+            copy = as_record(items[position])
+            if not isinstance(copy, dict):
+                raise ResponseFormatError(f"{PROVIDER}: a function call must be an object, got {type(copy).__name__}")
+            copy["arguments"] = argument_text(arguments)
+            items[position] = copy
+    return items
 
 
 def _output_item(call: ToolCall, result: ToolResult, registry: ToolRegistry | None) -> dict[str, Any]:
