@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 import pytest
-from openai import BadRequestError, OpenAI
+from openai import APITimeoutError, BadRequestError, OpenAI
 
 import toolsched as ts
 from toolsched.testing import Reply, Request, ScriptedProvider, ToolUse, response_body, stream_events
@@ -170,3 +170,33 @@ def test_a_wire_format_asked_for_what_is_no_reply_is_refused_with_an_option_erro
     text, None or a dict in place of a ``Reply`` raised ``AttributeError: ... has no attribute 'text'``."""
     with pytest.raises(ts.OptionError, match=r"reply must be a Reply"):
         build("anthropic", reply)
+
+
+def test_a_gate_limit_longer_than_the_platform_can_wait_holds_the_stream_as_a_shorter_one_does() -> None:
+    """Promise (docs/testing.md): ``gate_limit`` is a finite number of seconds, and a gate holds its entry's end
+    until it is set; an option the server cannot use is refused at once, never a failure mid-answer. A
+    ``gate_limit`` past what ``threading.Event.wait`` takes (about 292 years: 1e10 seconds, "wait for ever")
+    was taken, and the server's thread failed at the gate with ``OverflowError``: the stream broke instead of
+    ending once the gate was set."""
+    gate = threading.Event()
+    with ScriptedProvider([Reply(text="It is 18°C.")], end_after={0: 1}, gates={0: gate}, gate_limit=1e10) as model:
+        client = OpenAI(api_key="unused", base_url=model.url, max_retries=0)
+        stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+        chunks = []
+        for chunk in stream:
+            chunks.append(chunk)
+            gate.set()
+    assert [chunk.choices[0].delta.role for chunk in chunks] == ["assistant"]
+    assert len(model.sent_at) == 1
+
+
+def test_a_first_token_later_than_the_platform_can_sleep_keeps_the_client_waiting() -> None:
+    """The same for a ``Reply``'s delays (``first_token``, the gaps ``tokens_per_second`` makes) and an exact
+    answer's event delays: finite, so taken, but past what ``time.sleep`` takes. The server's thread failed with
+    ``OverflowError`` and dropped the connection, so the client saw a dropped stream at once (which the SDK may
+    send again, taking the next entry) rather than a model that has not answered yet."""
+    with ScriptedProvider([Reply(text="late", first_token=1e12), Reply(text="the second answer")]) as model:
+        client = OpenAI(api_key="unused", base_url=model.url, max_retries=0, timeout=1.0)
+        with pytest.raises(APITimeoutError):
+            list(client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True))
+        assert model.unused == 1

@@ -179,6 +179,16 @@ class ScriptedProvider:
         self.hang_up.set()
 
 
+# The longest wait the server makes at once: half of ``threading.TIMEOUT_MAX`` (146 years on Linux), since
+# ``time.sleep`` refuses that maximum itself (EINVAL) and raises ``OverflowError`` past it, as ``Event.wait`` does.
+_LONGEST_WAIT = threading.TIMEOUT_MAX / 2
+
+
+def _waitable(seconds: float) -> float:
+    """``seconds``, or the longest wait the platform takes at once when a finite delay is longer still."""
+    return min(seconds, _LONGEST_WAIT)
+
+
 def _check_json(value: Any, what: str) -> None:
     try:
         json.dumps(value, allow_nan=False)
@@ -299,13 +309,13 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
                     if (cut is not None and number >= cut) or (end is not None and number >= end):
                         break
                     if event.delay:
-                        time.sleep(event.delay)
+                        time.sleep(_waitable(event.delay))
                     text = event.data if isinstance(event.data, str) else json.dumps(event.data)
                     frame = ((f"event: {event.name}\n" if event.name else "") + f"data: {text}\n\n").encode()
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
                     self.wfile.flush()
                 if gate is not None and (cut is not None or end is not None):
-                    gate.wait(provider.gate_limit)
+                    gate.wait(_waitable(provider.gate_limit))
                 if cut is not None and (end is None or cut <= end):
                     # The connection drops in the middle of a chunk, a moment after the events before it
                     # (a client that read them together with the broken bytes would lose them unread).
