@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from anthropic.types import ToolUseBlockParam
 from anthropic_events import block_stop, json_delta, message, tool_use
+from google.genai import types as genai_types
 from google.protobuf import json_format, struct_pb2
 from openai.types.chat import ChatCompletionMessageFunctionToolCallParam
 from openai.types.responses import ResponseFunctionToolCallParam
@@ -270,3 +271,23 @@ async def test_openai_arguments_that_are_no_text_are_handed_back_as_the_text_the
     assert seen == ran * 2
     # The response itself is left as the model sent it.
     assert message["tool_calls"][0]["function"]["arguments"] == output[0]["arguments"] == arguments
+
+
+@pytest.mark.parametrize("given", NOT_OBJECTS, ids=["json-text", "text", "array", "number", "bool"])
+async def test_a_gemini_turn_with_args_that_are_no_object_is_handed_back_as_the_sdk_takes_it(given: Any) -> None:
+    """Promise (``execute``'s ``assistant``, and the streamed turn's): the turn to send back in the next request.
+    The SDK's ``Content`` (which ``generate_content`` builds from a dict) takes only an object as a
+    ``functionCall``'s ``args``; the turn kept the model's text or array there, so the next request failed in the
+    SDK once the calls had been answered."""
+    call = {"functionCall": {"id": "call_a", "name": "get_weather", "args": given}}
+    response = {"candidates": [{"content": {"role": "model", "parts": [{"text": "Looking."}, call]}, "index": 0}]}
+    whole = await ts_gemini.execute(ts.Executor(weather([])), response)
+    chunk = {"candidates": [{**response["candidates"][0], "finishReason": "STOP"}]}
+    streamed = await ts_gemini.execute_stream(ts.Executor(weather([])), [chunk])
+    for turn in (whole.assistant, streamed.assistant):
+        content = genai_types.Content.model_validate(turn)
+        assert content.parts is not None and content.parts[1].function_call is not None
+        assert content.parts[1].function_call.args == {}
+        assert content.parts[1].function_call.id == "call_a"
+    assert [result.error_kind for result in (*whole.results, *streamed.results)] == ["invalid_input"] * 2
+    assert call["functionCall"]["args"] == given  # the response itself is left as the model sent it

@@ -154,6 +154,37 @@ def model_content(response: Any, *, candidate: int = 0) -> Any:
     return read(candidates[candidate], "content")
 
 
+def _sendable(content: Any) -> Any:
+    """``content`` as the next request takes it back: the same, unless a ``functionCall``'s ``args`` is no object
+    (its call answered ``invalid_input``); then a plain copy in which those calls have empty args."""
+    if content is None:
+        return None
+    parts = read(content, "parts")
+    if not isinstance(parts, Sequence) or isinstance(parts, (str, bytes)):
+        return content
+    fixed = [_sendable_part(part) for part in parts]
+    if all(new is old for new, old in zip(fixed, parts, strict=True)):
+        return content
+    copy = as_record(content)
+    copy["parts"] = fixed
+    return copy
+
+
+def _sendable_part(part: Any) -> Any:
+    """``part``, or a plain copy whose ``functionCall`` has empty args when its args is no object (the SDK's
+    ``FunctionCall``, as the API, takes only an object there)."""
+    function_call = read(part, "function_call", "functionCall")
+    args = read(function_call, "args") if function_call is not None and is_record(function_call) else None
+    if args is None or isinstance(args, Mapping):
+        return part
+    copy = as_record(part)
+    field = "functionCall" if "functionCall" in copy else "function_call"
+    call = as_record(function_call)
+    call["args"] = {}
+    copy[field] = call
+    return copy
+
+
 def _parts(response: Any, candidate: int) -> Sequence[Any]:
     if isinstance(response, (list, tuple)):
         return response
@@ -291,11 +322,13 @@ async def execute(
 ) -> GeminiExecution:
     """Runs a response's function calls and builds the reply: ``calls_from`` + run + ``results_to_content``.
 
-    The execution's ``assistant`` is ``model_content(response)``: append it, then ``content``.
+    The execution's ``assistant`` is ``model_content(response)``: append it, then ``content``. A
+    ``functionCall`` whose ``args`` is no object (answered ``invalid_input``) is given empty args there, the
+    only kind the API takes back.
     """
     check_executor(executor)
     calls = calls_from(response, candidate=candidate)
-    assistant = model_content(response, candidate=candidate) if not isinstance(response, (list, tuple)) else None
+    assistant = None if isinstance(response, (list, tuple)) else _sendable(model_content(response, candidate=candidate))
     return await _FLOW.execute(executor, calls, steering=steering, context=context, assistant=assistant)
 
 
@@ -361,7 +394,7 @@ class ContentAssembler:
                         f"{PROVIDER}: a function call streamed in pieces (`willContinue`/`partialArgs`) cannot be "
                         "run; turn off stream_function_call_arguments"
                     )
-                self._add(as_record(part))
+                self._add(as_record(_sendable_part(part)))
                 if function_call is not None:
                     self._calls.append(part)
                     found.append(part)
