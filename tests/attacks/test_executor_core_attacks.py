@@ -459,6 +459,44 @@ async def test_an_awaitable_a_plain_callback_hands_back_that_fails_is_logged(cap
     assert "listener broke" in caplog.text
 
 
+def deeply_nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@ts.tool
+def deep_report() -> Any:
+    """Returns lists nested past the recursion limit."""
+    return deeply_nested(3000)
+
+
+def failing_listener(event: Any) -> None:
+    raise ValueError("listener broke")
+
+
+async def failing_async_listener(event: Any) -> None:
+    raise ValueError("listener broke")
+
+
+@pytest.mark.parametrize(
+    "listener",
+    [failing_listener, failing_async_listener, lambda event: failing_async_listener(event)],
+    ids=["plain", "async", "plain handing back an awaitable"],
+)
+async def test_a_failing_listener_on_an_event_whose_repr_recurses_is_logged_not_raised(
+    listener: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Promise (``Executor(on_event=...)``): a failing event callback is logged, never the run's failure. The log
+    line showed the event's ``repr``: for a result nested past the recursion limit that raised RecursionError,
+    which ``logging`` re-raises, and the run failed with it, its result lost."""
+    outcome = await ts.Executor([deep_report], on_event=listener).run([ts.ToolCall("c1", "deep_report", {})])
+    assert [(result.call_id, result.is_error) for result in outcome.results] == [("c1", False)]
+    assert "listener broke" in caplog.text
+    assert "ToolFinished" in caplog.text and "c1" in caplog.text
+
+
 def plain_checks_tool(ran: list[int], refused: int) -> ts.Tool:
     class PlainChecks(ts.Tool):
         name = "plain_checks"

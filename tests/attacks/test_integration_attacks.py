@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -21,7 +22,9 @@ from langchain_core.tools import ToolException, tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import InjectedState
 from langgraph.prebuilt import ToolNode as StockToolNode
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.trace import StatusCode
 from scripted_models import tool_calls_message
 
 import toolsched as ts
@@ -433,6 +436,75 @@ async def test_a_nested_run_keeps_its_batches_and_call_ids_apart_from_its_parent
     ]
 
 
+@pytest.mark.parametrize("calls", [1, 2], ids=["alone", "beside another call"])
+@pytest.mark.parametrize("cut", ["timeout", "cancel"])
+async def test_a_nested_run_cut_short_by_its_parent_call_ends_its_open_spans(
+    cut: str, calls: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Promise (docs/integrations/opentelemetry.md): a nested run's calls and batches sit under the span of the
+    call that runs it, and a run that is cancelled ends its open spans with ``error.type`` = ``cancelled``. An
+    ``agent_tool`` call that timed out, or was cancelled by ``executor.cancel``, ended its own span, but its
+    child run's batch and call spans (cancelled with it) were never ended: the trace lost them."""
+    provider, ended = recording_provider()
+    started = anyio.Event()
+
+    @ts.tool(read_only=True, concurrency_safe=True)
+    async def stuck(n: int) -> str:
+        """Waits until cancelled."""
+        started.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    cut_by: dict[str, Any] = {"timeout": 0.2} if cut == "timeout" else {"interrupt_behavior": "cancel"}
+
+    @ts.agent_tool(ts.Executor([stuck]), read_only=True, concurrency_safe=True, **cut_by)
+    async def research(topic: str, child: ts.ChildRun) -> str:
+        """Researches a topic."""
+        await child.run([ts.ToolCall("s1", "stuck", {"n": 1}), ts.ToolCall("s2", "stuck", {"n": 2})])
+        return "done"
+
+    @ts.tool(read_only=True, concurrency_safe=True)
+    async def noted() -> str:
+        """Notes that the research began."""
+        return "noted"
+
+    executor = otel.instrument(ts.Executor([research, noted]), tracer_provider=provider)
+
+    async def cancel_once_started() -> None:
+        await started.wait()
+        executor.cancel("c1")
+
+    given = [ts.ToolCall("c1", "research", {"topic": "otters"}), ts.ToolCall("c2", "noted", {})][:calls]
+    with provider.get_tracer("agent").start_as_current_span("agent turn") as turn:
+        async with anyio.create_task_group() as group:
+            if cut == "cancel":
+                group.start_soon(cancel_once_started)
+            outcome = await executor.run(given)
+        # No span of the run is left current in the caller's task.
+        assert trace.get_current_span() is turn
+    cut_kind = "timeout" if cut == "timeout" else "cancelled"
+    assert [result.error_kind for result in outcome.results] == [cut_kind, None][:calls]
+    by_id = {span.context.span_id: span for span in ended.ended if span.context is not None}
+    tree = sorted((span_name_and_id(span), parent_name(span, by_id)) for span in ended.ended if span.parent)
+    assert tree == [
+        *([("execute_tool noted c2", "toolsched.batch 0")] if calls == 2 else []),
+        ("execute_tool research c1", "toolsched.batch 0"),
+        ("execute_tool stuck s1", "toolsched.batch 0"),
+        ("execute_tool stuck s2", "toolsched.batch 0"),
+        ("toolsched.batch 0", "agent turn None"),
+        ("toolsched.batch 0", "execute_tool research c1"),
+    ]
+    nested = [
+        span
+        for span in ended.ended
+        if span.name == "execute_tool stuck" or parent_name(span, by_id) == ("execute_tool research c1")
+    ]
+    assert [(span.attributes or {}).get("error.type") for span in nested] == ["cancelled"] * 3
+    assert all(span.status.status_code is StatusCode.ERROR for span in nested)
+    # Nothing went wrong in OpenTelemetry itself (a context detached where it was not attached is logged).
+    assert not [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR]
+
+
 async def test_recorded_arguments_of_calls_that_arrive_from_an_async_iterable() -> None:
     """``run`` and ``stream`` take an async iterable of calls; with ``record_arguments=True`` the instrumented
     executor raised TypeError (it listed the calls as a plain iterable) instead of running them."""
@@ -554,6 +626,58 @@ async def test_uninstrument_gives_back_the_executors_own_recover(tmp_path: Any) 
     assert "recover" in vars(executor)
     otel.uninstrument(executor)
     assert "recover" not in vars(executor)
+
+
+def nested(depth: int) -> list[Any]:
+    """A list ``depth`` lists deep: deeper than JSON encoding can go."""
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "output",
+    [10**5000, nested(3000)],
+    ids=["an int past the digit limit", "lists nested past the recursion limit"],
+)
+async def test_an_output_json_cannot_show_still_ends_its_span_when_outputs_are_recorded(output: Any) -> None:
+    """Promise (docs/integrations/opentelemetry.md): each call is a span; outputs are recorded when asked. With
+    ``record_outputs=True`` an output that neither JSON nor ``str()`` could show (an int past Python's digit limit)
+    made the observer raise before the span ended: the call's span was lost. One nested past the recursion limit
+    raised ``RecursionError``, which reached the caller in place of the run's outcome."""
+    provider, ended = recording_provider()
+
+    @ts.tool
+    def report() -> Any:
+        """Returns what JSON cannot show."""
+        return output
+
+    executor = otel.instrument(ts.Executor([report]), tracer_provider=provider, record_outputs=True)
+    outcome = await executor.run([ts.ToolCall("c1", "report", {})])
+    assert [(result.call_id, result.is_error) for result in outcome.results] == [("c1", False)]
+    (span,) = [span for span in ended.ended if span.name == "execute_tool report"]
+    recorded = (span.attributes or {}).get("gen_ai.tool.call.result")
+    assert isinstance(recorded, str) and recorded
+
+
+async def test_arguments_json_cannot_show_still_give_the_call_its_span_when_arguments_are_recorded() -> None:
+    """The same for ``record_arguments=True``: a call whose arguments hold an int past the digit limit (answered
+    ``invalid_input``, unrun) had no span at all, since the observer raised before starting it."""
+    provider, ended = recording_provider()
+
+    @ts.tool
+    def count(n: int) -> str:
+        """Counts to n."""
+        return "counted"
+
+    executor = otel.instrument(ts.Executor([count]), tracer_provider=provider, record_arguments=True)
+    outcome = await executor.run([ts.ToolCall("c1", "count", {"n": 10**5000}), ts.ToolCall("c2", "count", {"n": 3})])
+    assert [result.error_kind for result in outcome.results] == ["invalid_input", None]
+    spans = {(span.attributes or {}).get("gen_ai.tool.call.id"): span for span in ended.ended}
+    assert (spans["c1"].attributes or {}).get("error.type") == "invalid_input"
+    assert isinstance((spans["c1"].attributes or {}).get("gen_ai.tool.call.arguments"), str)
+    assert (spans["c2"].attributes or {}).get("gen_ai.tool.call.arguments") == '{"n": 3}'
 
 
 @tool

@@ -9,10 +9,10 @@ import threading
 from typing import Any
 
 import pytest
-from openai import BadRequestError, OpenAI
+from openai import APITimeoutError, BadRequestError, OpenAI
 
 import toolsched as ts
-from toolsched.testing import Reply, Request, ScriptedProvider, ToolUse, stream_events
+from toolsched.testing import Reply, Request, ScriptedProvider, ToolUse, response_body, stream_events
 
 
 class GaveUp(BaseException):
@@ -122,3 +122,81 @@ def test_a_gemini_call_comes_once_the_model_would_have_produced_all_of_it(argume
     gemini_call = stream_events("gemini", reply)[0]
     assert "functionCall" in gemini_call.data["candidates"][0]["content"]["parts"][0]
     assert gemini_call.delay == pytest.approx(sum(chat_gaps))
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: Reply(tool_uses=ToolUse("lookup")), r"Reply tool_uses must be a list of ToolUse values, not ToolUse"),
+        (lambda: Reply(tool_uses=None), r"Reply tool_uses must be a list of ToolUse values, not NoneType"),
+        (lambda: Reply(tool_uses={"name": "lookup"}), r"Reply tool_uses must be a list of ToolUse values, not dict"),
+        (lambda: Reply(tool_uses="lookup"), r"Reply tool_uses must be a list of ToolUse values, not str"),
+    ],
+    ids=["one ToolUse", "None", "a dict", "a name"],
+)
+def test_reply_tool_uses_that_are_no_list_of_calls_are_refused_with_an_option_error(make: Any, message: str) -> None:
+    """Promise (docs/testing.md): a ``ToolUse``, ``Reply`` or script entry of the wrong kind is refused at once
+    with ``ts.OptionError``. A single ``ToolUse`` (the list forgotten) or None raised ``TypeError: ... is not
+    iterable``; a dict was read as its keys and refused as 'not str'."""
+    with pytest.raises(ts.OptionError, match=message):
+        make()
+
+
+@pytest.mark.parametrize(
+    ("script", "options", "message"),
+    [
+        (Reply(text="hi"), {}, r"the script must be a list of entries, not Reply"),
+        (None, {}, r"the script must be a list of entries, not NoneType"),
+        ([Reply(text="hi")], {"break_after": [2]}, r"break_after must be a mapping of script positions, not list"),
+        ([Reply(text="hi")], {"end_after": 2}, r"end_after must be a mapping of script positions, not int"),
+        ([Reply(text="hi")], {"gates": [threading.Event()]}, r"gates must be a mapping of script positions, not list"),
+    ],
+    ids=["one Reply", "None", "break_after as a list", "end_after as a number", "gates as a list"],
+)
+def test_a_script_or_stream_options_that_are_no_collection_are_refused_with_an_option_error(
+    script: Any, options: dict[str, Any], message: str
+) -> None:
+    """The same promise for the script itself (one ``Reply`` given where a list of them goes) and for
+    ``break_after``, ``end_after`` and ``gates`` given as something other than a mapping: each raised
+    ``TypeError`` from inside (``'Reply' object is not iterable``, ``cannot convert dictionary update sequence``)."""
+    with pytest.raises(ts.OptionError, match=message):
+        ScriptedProvider(script, **options)
+
+
+@pytest.mark.parametrize("build", [response_body, stream_events])
+@pytest.mark.parametrize("reply", ["It is 18°C.", None, {"text": "It is 18°C."}], ids=["text", "None", "a dict"])
+def test_a_wire_format_asked_for_what_is_no_reply_is_refused_with_an_option_error(build: Any, reply: Any) -> None:
+    """Promise: bad input gets a typed error naming the argument. ``response_body`` and ``stream_events`` given
+    text, None or a dict in place of a ``Reply`` raised ``AttributeError: ... has no attribute 'text'``."""
+    with pytest.raises(ts.OptionError, match=r"reply must be a Reply"):
+        build("anthropic", reply)
+
+
+def test_a_gate_limit_longer_than_the_platform_can_wait_holds_the_stream_as_a_shorter_one_does() -> None:
+    """Promise (docs/testing.md): ``gate_limit`` is a finite number of seconds, and a gate holds its entry's end
+    until it is set; an option the server cannot use is refused at once, never a failure mid-answer. A
+    ``gate_limit`` past what ``threading.Event.wait`` takes (about 292 years: 1e10 seconds, "wait for ever")
+    was taken, and the server's thread failed at the gate with ``OverflowError``: the stream broke instead of
+    ending once the gate was set."""
+    gate = threading.Event()
+    with ScriptedProvider([Reply(text="It is 18°C.")], end_after={0: 1}, gates={0: gate}, gate_limit=1e10) as model:
+        client = OpenAI(api_key="unused", base_url=model.url, max_retries=0)
+        stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+        chunks = []
+        for chunk in stream:
+            chunks.append(chunk)
+            gate.set()
+    assert [chunk.choices[0].delta.role for chunk in chunks] == ["assistant"]
+    assert len(model.sent_at) == 1
+
+
+def test_a_first_token_later_than_the_platform_can_sleep_keeps_the_client_waiting() -> None:
+    """The same for a ``Reply``'s delays (``first_token``, the gaps ``tokens_per_second`` makes) and an exact
+    answer's event delays: finite, so taken, but past what ``time.sleep`` takes. The server's thread failed with
+    ``OverflowError`` and dropped the connection, so the client saw a dropped stream at once (which the SDK may
+    send again, taking the next entry) rather than a model that has not answered yet."""
+    with ScriptedProvider([Reply(text="late", first_token=1e12), Reply(text="the second answer")]) as model:
+        client = OpenAI(api_key="unused", base_url=model.url, max_retries=0, timeout=1.0)
+        with pytest.raises(APITimeoutError):
+            list(client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True))
+        assert model.unused == 1

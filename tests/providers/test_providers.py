@@ -123,7 +123,8 @@ async def test_anthropic_bad_calls_each_get_one_readable_result() -> None:
     unknown = blocks["toolu_unknown"]
     assert unknown["is_error"] is True and "launch_rockets" in unknown["content"] and "lookup" in unknown["content"]
     broken = blocks["toolu_text_input"]
-    assert broken["is_error"] is True and "not valid JSON" in broken["content"]
+    # Anthropic's input is an object: text there is answered invalid_input, whatever it holds.
+    assert broken["is_error"] is True and "must be a JSON object, got string" in broken["content"]
     big = blocks["toolu_big"]
     assert "is_error" not in big and len(big["content"]) <= BUDGET
     assert big["content"].startswith("line 0: ")

@@ -63,7 +63,7 @@ class Emitter:
             except BaseException as exc:
                 if not observer_failure(exc):
                     raise
-                logger.exception("event callback %r failed on %r", sink, event)
+                logger.exception("event callback %r failed on %s", sink, _described(event))
                 continue
             if answer is not None and inspect.isawaitable(answer):
                 # A plain callable that hands back an awaitable (a lambda around an async function, say): it is
@@ -81,7 +81,7 @@ class Emitter:
                 except BaseException as exc:
                     if not observer_failure(exc):
                         raise
-                    logger.exception("event callback %r failed on %r", event.sink, event.event)
+                    logger.exception("event callback %r failed on %s", event.sink, _described(event.event))
                 continue
             for sink in self._async_sinks:
                 try:
@@ -90,7 +90,16 @@ class Emitter:
                     # A cancellation that is not the run's (something it awaited, cancelled by someone else) too.
                     if not observer_failure(exc):
                         raise
-                    logger.exception("event callback %r failed on %r", sink, event)
+                    logger.exception("event callback %r failed on %s", sink, _described(event))
+
+
+def _described(event: Event) -> str:
+    """An event as a log line names it: its kind and its call. Not its ``repr``, which shows the result and can
+    fail (an output nested past the recursion limit: ``logging`` re-raises that ``RecursionError``)."""
+    result = getattr(event, "result", None)
+    call_id = getattr(event, "call_id", None) or getattr(result, "call_id", None)
+    kind = type(event).__name__
+    return kind if call_id is None else f"{kind} of call {call_id!r}"
 
 
 class _Answer:

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 
 from toolsched._executor.executor import Executor
+from toolsched._executor.shaping import shown_as_text
 from toolsched._executor.streaming import StreamingTurn
 from toolsched._values.calls import ToolCall
 from toolsched._values.content import content_parts, content_text
@@ -124,6 +125,11 @@ _CURRENT_RUN: ContextVar[_RunSpans | None] = ContextVar("toolsched_otel_run", de
 
 
 def _as_text(value: Any) -> str:
+    """Arguments or an output as an attribute's text: text as it is, images described, anything else JSON.
+
+    Never raises (an attribute that failed would lose its span): what JSON cannot hold (tuple keys, an int past
+    Python's digit limit, nesting past the recursion limit) is its ``str()``, or a stand-in naming its type.
+    """
     if isinstance(value, str):
         return value
     parts = content_parts(value)
@@ -131,8 +137,8 @@ def _as_text(value: Any) -> str:
         return content_text(parts)
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return str(value)
+    except Exception:  # a value that fails to show itself (even its str()) is named, never the span's loss
+        return shown_as_text(value)
 
 
 class OtelObserver:
@@ -261,6 +267,8 @@ class OtelObserver:
         attributes: dict[str, Any] = {"gen_ai.tool.name": result.tool_name, "gen_ai.operation.name": OPERATION}
         if result.is_error:
             attributes["error.type"] = result.error_kind or "execution_error"
+            # Cut short (its timeout, a cancellation), the call leaves the nested runs it ran with spans open.
+            self._end_nested(run, result.call_id if parent_call_id is None else f"{parent_call_id}/{result.call_id}")
         if open_call is not None:
             span = open_call.span
             if open_call.token is not None and open_call.task == _task_id():
@@ -287,26 +295,49 @@ class OtelObserver:
         Never raises: the run's own exception (its cancellation) is what reaches the caller; a span that
         cannot be ended (a failing span processor) is logged, and the others are still ended.
         """
+        calls, batches = list(run.calls.values()), list(run.batches.values())
+        run.calls.clear()
+        run.batches.clear()
+        run.arguments.clear()
+        self._end_open(calls, batches, error_type, message)
+
+    def _end_nested(self, run: _RunSpans, path: str) -> None:
+        """Ends the spans still open of the runs nested in the call at ``path`` (``"c1"``, ``"c1/s2"``), which
+        ended first: no event of theirs is to come."""
+        prefix = path + "/"
+
+        def inside(parent: str | None) -> bool:
+            return parent is not None and (parent == path or parent.startswith(prefix))
+
+        calls = [run.calls.pop(key) for key in [key for key in run.calls if inside(key[0])]]
+        batches = [run.batches.pop(key) for key in [key for key in run.batches if inside(key[0])]]
+        if calls or batches:
+            # Their contexts are not detached: they were attached in the tool's own context, gone with it (the
+            # parent call's detach gives the task back the context it had before the call).
+            self._end_open(
+                calls, batches, "cancelled", "the call that ran this nested run ended before it", detach=False
+            )
+
+    def _end_open(
+        self, calls: list[_OpenCall], batches: list[Span], error_type: str, message: str, *, detach: bool = True
+    ) -> None:
+        """Ends open call and batch spans with ``error_type`` and an ERROR status; never raises (a span that
+        cannot be ended is logged, and the others are still ended)."""
         from opentelemetry import context
         from opentelemetry.trace import Status, StatusCode
 
         current = _task_id()
-        spans: list[Span] = []
-        for open_call in run.calls.values():
+        # Latest first: each context a call attached in this task gives back the one before it.
+        for open_call in reversed(calls) if detach else ():
             if open_call.token is not None and open_call.task == current:
                 context.detach(open_call.token)
-            spans.append(open_call.span)
-        spans.extend(run.batches.values())
-        run.calls.clear()
-        run.batches.clear()
-        run.arguments.clear()
-        for span in spans:
+        for span in [*(open_call.span for open_call in calls), *batches]:
             try:
                 span.set_attribute("error.type", error_type)
                 span.set_status(Status(StatusCode.ERROR, message))
                 span.end()
             except Exception:
-                logger.exception("could not end the span %r of an abandoned run", span)
+                logger.exception("could not end the span %r of a run that ended without it", span)
 
 
 def _task_id() -> int | None:

@@ -18,7 +18,7 @@ from toolsched._values.calls import ToolCall
 from toolsched._values.outcome import Outcome
 from toolsched._values.results import ToolResult
 from toolsched.errors import OptionError, ResponseFormatError, StateError, StreamFailed
-from toolsched.providers._wire import Execution, logger, resume_outcome
+from toolsched.providers._wire import Execution, check_executor, logger, resume_outcome
 
 if TYPE_CHECKING:
     from toolsched._executor.executor import Executor, Steering
@@ -139,6 +139,12 @@ class Flow(Generic[E]):
         A ``RunState`` of another run (another execution's, whose calls may carry the same IDs) is refused
         with ``StateError`` before anything runs: its results would answer this execution's calls.
         """
+        check_executor(executor)
+        kind = self.execution if isinstance(self.execution, type) else Execution
+        if not isinstance(execution, kind):
+            raise OptionError(
+                f"execution must be the {kind.__name__} that execute returned, got {type(execution).__name__}"
+            )
         own = execution.outcome.state
         if isinstance(state, RunState) and own is not None and run_identity(state) != run_identity(own):
             raise StateError(

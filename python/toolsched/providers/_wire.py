@@ -28,14 +28,17 @@ __all__ = [
     "ERROR_PREFIX",
     "SYNTHETIC_ID_PREFIX",
     "Execution",
+    "argument_text",
     "assign_ids",
     "block_type",
     "call_arguments",
     "call_name",
+    "check_executor",
     "error_text",
     "fit_to_budget",
     "is_record",
     "left_alone",
+    "object_arguments",
     "output_parts",
     "output_text",
     "position_option",
@@ -234,6 +237,25 @@ def call_arguments(raw: Any) -> Mapping[str, Any] | str:
     return json.dumps(raw, default=str)
 
 
+def object_arguments(raw: Any) -> Mapping[str, Any] | str:
+    """Arguments of an API that carries them as a JSON object (Anthropic's ``input``, Gemini's ``args``), as the
+    engine takes them.
+
+    Text there is no object, whatever it holds: it is passed on as a JSON string, which the engine answers with
+    ``invalid_input``, never parsed and run. Anything else is read as ``call_arguments`` reads it.
+    """
+    if isinstance(raw, str):
+        return json.dumps(raw)
+    return call_arguments(raw)
+
+
+def argument_text(raw: Any) -> str:
+    """A call's arguments that came as something other than text, as the JSON text an API that carries them
+    as text (OpenAI's) takes back: what the call was run with (an empty object for none)."""
+    arguments = call_arguments(raw)
+    return arguments if isinstance(arguments, str) else output_text(dict(arguments))
+
+
 def as_record(item: Any) -> Any:
     """A plain, mutable copy of an SDK object (its JSON form, unset fields left out) or of a dict."""
     if isinstance(item, Mapping):
@@ -353,13 +375,16 @@ def fit_to_budget(text: str, tool_name: str, registry: ToolRegistry | None, *, s
 
 
 def results_by_call(
-    calls: Sequence[ToolCall], results: Sequence[ToolResult], provider: str
+    calls: Sequence[ToolCall], results: Sequence[ToolResult], provider: str, registry: ToolRegistry | None = None
 ) -> list[tuple[ToolCall, ToolResult]]:
     """Pairs each unique call ID with its result, in the model's order.
 
     Every call must have a result: an interrupted run must be resumed first
-    (``MissingResultError``). A repeated call ID is answered once.
+    (``MissingResultError``). A repeated call ID is answered once. Calls that
+    are no ``ToolCall``s, results no ``ToolResult``s (the ``Outcome`` itself,
+    say) or a ``registry`` that is none are refused with ``OptionError``.
     """
+    _check_reply_inputs(calls, results, registry)
     by_id = {result.call_id: result for result in results}
     pairs: list[tuple[ToolCall, ToolResult]] = []
     seen: set[str] = set()
@@ -377,6 +402,35 @@ def results_by_call(
     return pairs
 
 
+def _check_reply_inputs(calls: Any, results: Any, registry: Any) -> None:
+    """Refuses what a reply cannot be built from, naming the argument (``OptionError``)."""
+    from toolsched._tools.registry import ToolRegistry
+
+    for name, items, kind in (("calls", calls, ToolCall), ("results", results, ToolResult)):
+        if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence):
+            hint = "; pass outcome.results" if hasattr(items, "results") and hasattr(items, "pending") else ""
+            raise OptionError(f"{name} must be a list of {kind.__name__}, got {type(items).__name__}{hint}")
+        for index, item in enumerate(items):
+            if not isinstance(item, kind):
+                raise OptionError(f"{name}[{index}] must be a {kind.__name__}, got {type(item).__name__}")
+    if registry is not None and not isinstance(registry, ToolRegistry):
+        raise OptionError(
+            f"registry must be a ToolRegistry or None, got {type(registry).__name__}; pass executor.registry"
+        )
+
+
+def check_executor(executor: Any) -> None:
+    """Refuses what is no ``Executor`` (``OptionError``) before any of a response is read or run: the response
+    given first, the executor's registry."""
+    from toolsched._executor.executor import Executor
+
+    if not isinstance(executor, Executor):
+        raise OptionError(
+            f"executor must be a toolsched Executor, got {type(executor).__name__}; "
+            "the executor comes first: execute(executor, response)"
+        )
+
+
 def registry_of(tools: Executor | ToolRegistry) -> ToolRegistry:
     """The registry behind an executor (or the registry itself)."""
     from toolsched._executor.executor import Executor
@@ -391,8 +445,5 @@ def registry_of(tools: Executor | ToolRegistry) -> ToolRegistry:
 
 async def resume_outcome(executor: Executor, state: Any) -> Outcome:
     """``executor.resume(state)``: the full outcome once held calls are decided."""
-    resume = getattr(executor, "resume", None)
-    if resume is None:
-        raise TypeError(f"{type(executor).__name__} cannot resume a run (it has no `resume` method)")
-    outcome: Outcome = await resume(state)
+    outcome: Outcome = await executor.resume(state)
     return outcome

@@ -21,7 +21,7 @@ block carrying the ID its ``tool_result`` answers (the same as
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable, Iterable, Sequence
+from collections.abc import AsyncIterable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,11 +36,12 @@ from toolsched.providers._wire import (
     Execution,
     as_record,
     assign_ids,
-    call_arguments,
     call_name,
+    check_executor,
     error_text,
     fit_to_budget,
     is_record,
+    object_arguments,
     output_parts,
     output_text,
     positions_of,
@@ -121,15 +122,21 @@ def calls_from(response: Any) -> list[ToolCall]:
     A ``tool_use`` without an ``id`` gets ``toolsched_call_{position}_{digest}``
     (its index among the response's tool calls and a digest of its name and
     input; ``assistant_message`` carries the same ID); a missing or non-object
-    ``input`` is passed on for the engine to answer with ``invalid_input``.
+    ``input`` (text too, whatever it holds) is passed on for the engine to
+    answer with ``invalid_input``.
     Raises ``ResponseFormatError`` for something that is not a response.
     """
     content = _content(response)
     positions = _tool_uses(content, warn=True)
     uses = [content[position] for position in positions]
+    return _calls(uses, [object_arguments(read(block, "input")) for block in uses])
+
+
+def _calls(uses: Sequence[Any], arguments: Sequence[Any]) -> list[ToolCall]:
+    """The calls of ``uses`` (``tool_use`` blocks), each with its arguments as the engine takes them."""
     return [
-        ToolCall(call_id, call_name(read(block, "name")), call_arguments(read(block, "input")))
-        for call_id, block in zip(_ids(uses), uses, strict=True)
+        ToolCall(call_id, call_name(read(block, "name")), given)
+        for call_id, block, given in zip(_ids(uses), uses, arguments, strict=True)
     ]
 
 
@@ -145,8 +152,10 @@ def assistant_message(response: Any) -> dict[str, Any]:
     """The assistant message that records ``response`` in the conversation: ``{"role": "assistant", "content": ...}``.
 
     Every ``tool_use`` block carries the ID its ``tool_result`` answers: a block
-    without one becomes a plain copy with the ID ``calls_from`` gives it; every
-    other block is the response's own. Raises ``ResponseFormatError`` for
+    without one becomes a plain copy with the ID ``calls_from`` gives it, and
+    one whose ``input`` is no object (answered ``invalid_input``) a plain copy
+    with an empty input, the only kind the API takes back; every other block
+    is the response's own. Raises ``ResponseFormatError`` for
     something that is not a response.
     """
     return _assistant(response, None)
@@ -161,7 +170,21 @@ def _assistant(response: Any, ids: list[str] | None) -> dict[str, Any]:
     if ids is None:
         ids = _ids([content[position] for position in positions])
     filled = with_ids(content, positions, ids, "id")
-    return {"role": "assistant", "content": list(content) if filled is None else filled}
+    blocks = list(content) if filled is None else filled
+    for position in positions:
+        if not isinstance(read(blocks[position], "input"), Mapping):
+            blocks[position] = _with_empty_input(blocks[position])
+    return {"role": "assistant", "content": blocks}
+
+
+def _with_empty_input(block: Any) -> dict[str, Any]:
+    """A plain copy of a ``tool_use`` block whose input is no object (its call answered ``invalid_input``, or run
+    with no arguments when it had none), with the one input the API takes back: an empty object."""
+    copy = as_record(block)
+    if not isinstance(copy, dict):
+        raise ResponseFormatError(f"{PROVIDER}: a tool_use block must be an object, got {type(block).__name__}")
+    copy["input"] = {}
+    return copy
 
 
 def _result_block(call: ToolCall, result: ToolResult, registry: ToolRegistry | None) -> dict[str, Any]:
@@ -195,9 +218,11 @@ def results_to_blocks(
     as a list of text and image blocks, other outputs as JSON, ``None`` as a
     block without content; failures carry the error message and ``is_error: true``.
     With ``registry``, every text is held to its tool's result budget.
-    Raises ``MissingResultError`` when a call has no result.
+    Raises ``MissingResultError`` when a call has no result, ``OptionError`` for calls or results of the wrong kind.
     """
-    return [_result_block(call, result, registry) for call, result in results_by_call(calls, results, PROVIDER)]
+    return [
+        _result_block(call, result, registry) for call, result in results_by_call(calls, results, PROVIDER, registry)
+    ]
 
 
 def results_to_message(
@@ -222,6 +247,7 @@ async def execute(
 
     The execution's ``assistant`` is ``assistant_message(response)``: append it, then ``message``.
     """
+    check_executor(executor)
     calls = calls_from(response)
     assistant = _assistant(response, [call.id for call in calls])
     return await _FLOW.execute(executor, calls, steering=steering, context=context, assistant=assistant)
@@ -254,8 +280,10 @@ class MessageAssembler:
         # The text and thinking pieces of each block, joined into it when it stops (or is read): text grown
         # by ``+`` at every delta would copy all of it each time.
         self._texts: dict[tuple[int, str], list[str]] = {}
-        # The finished tool_use blocks as calls_from reads them (unparsable input kept as its text).
+        # The finished tool_use blocks as calls_from reads them, and each one's arguments for the engine (an
+        # input streamed as text that does not parse kept as that text, for the engine to report).
         self._uses: list[dict[str, Any]] = []
+        self._arguments: list[Any] = []
         self._taken = 0
         self._stopped: set[Any] = set()
         self._ended = False
@@ -338,22 +366,29 @@ class MessageAssembler:
             # started with its whole input): the input the block started with is the whole input (as the SDK
             # reads it).
             arguments: Any = block.get("input")
+            given: Any = object_arguments(arguments)
             if not isinstance(arguments, dict):
                 # Answered invalid_input (or run with no arguments); the message keeps an input the API accepts.
                 block["input"] = {}
         elif text is not None:
-            arguments = text
+            # Text that does not parse is answered invalid_input, the engine saying where it stops being JSON.
+            arguments = given = text
             try:
-                arguments = block["input"] = json.loads(text)
+                arguments = json.loads(text)
             except ValueError:
-                # Answered invalid_input; the message keeps an empty input the API accepts.
-                block["input"] = {}
+                pass
+            else:
+                given = object_arguments(arguments)
+            # Answered invalid_input when it is no object: the message keeps an input the API accepts.
+            block["input"] = arguments if isinstance(arguments, dict) else {}
         else:
             arguments = block.get("input")
+            given = object_arguments(arguments)
         if block.get("type") != "tool_use":
             return []
         self._uses.append({**block, "input": arguments})
-        calls = calls_from(self._uses)
+        self._arguments.append(given)
+        calls = _calls(self._uses, self._arguments)
         fresh = calls[self._taken :]
         self._taken = len(calls)
         for call in fresh:
@@ -441,6 +476,7 @@ async def execute_stream(
     Pass an ``assembler`` to read more of the stream afterwards (its ``stop_reason``): a new one for each
     stream (one that read a stream already would take the next for the same message: ``OptionError``).
     """
+    check_executor(executor)
     if assembler is not None and assembler._fed:
         raise OptionError(
             "this MessageAssembler has read a stream already; pass a new MessageAssembler() for each stream"

@@ -39,12 +39,13 @@ from toolsched.providers._wire import (
     Execution,
     as_record,
     assign_ids,
-    call_arguments,
     call_name,
+    check_executor,
     error_text,
     fit_to_budget,
     is_record,
     left_alone,
+    object_arguments,
     output_parts,
     output_text,
     position_option,
@@ -153,6 +154,37 @@ def model_content(response: Any, *, candidate: int = 0) -> Any:
     return read(candidates[candidate], "content")
 
 
+def _sendable(content: Any) -> Any:
+    """``content`` as the next request takes it back: the same, unless a ``functionCall``'s ``args`` is no object
+    (its call answered ``invalid_input``); then a plain copy in which those calls have empty args."""
+    if content is None:
+        return None
+    parts = read(content, "parts")
+    if not isinstance(parts, Sequence) or isinstance(parts, (str, bytes)):
+        return content
+    fixed = [_sendable_part(part) for part in parts]
+    if all(new is old for new, old in zip(fixed, parts, strict=True)):
+        return content
+    copy = as_record(content)
+    copy["parts"] = fixed
+    return copy
+
+
+def _sendable_part(part: Any) -> Any:
+    """``part``, or a plain copy whose ``functionCall`` has empty args when its args is no object (the SDK's
+    ``FunctionCall``, as the API, takes only an object there)."""
+    function_call = read(part, "function_call", "functionCall")
+    args = read(function_call, "args") if function_call is not None and is_record(function_call) else None
+    if args is None or isinstance(args, Mapping):
+        return part
+    copy = as_record(part)
+    field = "functionCall" if "functionCall" in copy else "function_call"
+    call = as_record(function_call)
+    call["args"] = {}
+    copy[field] = call
+    return copy
+
+
 def _parts(response: Any, candidate: int) -> Sequence[Any]:
     if isinstance(response, (list, tuple)):
         return response
@@ -166,8 +198,9 @@ def calls_from(response: Any, *, candidate: int = 0) -> list[ToolCall]:
     ``response`` is an SDK ``GenerateContentResponse``, its REST dict, a
     ``Content`` or a list of parts. A call without an ``id`` gets
     ``toolsched_call_{position}_{digest}`` (its index among the response's
-    calls and a digest of its name and arguments), and its answer no ``id``.
-    A response without candidates has no calls. Raises
+    calls and a digest of its name and arguments), and its answer no ``id``;
+    ``args`` that are no object (text too, whatever it holds) are answered
+    ``invalid_input``. A response without candidates has no calls. Raises
     ``ResponseFormatError`` for something that is not a response.
     """
     function_calls = []
@@ -184,7 +217,7 @@ def calls_from(response: Any, *, candidate: int = 0) -> list[ToolCall]:
         [(read(function_call, "name"), read(function_call, "args")) for function_call in function_calls],
     )
     return [
-        ToolCall(call_id, call_name(read(function_call, "name")), call_arguments(read(function_call, "args")))
+        ToolCall(call_id, call_name(read(function_call, "name")), object_arguments(read(function_call, "args")))
         for call_id, function_call in zip(ids, function_calls, strict=True)
     ]
 
@@ -223,18 +256,31 @@ def _response_part(call: ToolCall, result: ToolResult, registry: ToolRegistry | 
     return {"functionResponse": function_response}
 
 
+# The API reads a functionResponse's ``response`` as a ``google.protobuf.Struct``, whose numbers are doubles:
+# integers past 2**53 would reach the model rounded (a 64-bit ID as another ID), or not be read at all.
+_EXACT_INT = 2**53
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def _exact_int(digits: str) -> int:
+    value = int(digits)
+    if not -_EXACT_INT <= value <= _EXACT_INT:
+        raise ValueError(f"{digits} is past what a double holds exactly")
+    return value
 
 
 def _json_value(text: str) -> Any:
     """The JSON the budget was measured on, read back: the value the model sees.
 
     Text that is no strict JSON (the ``str()`` of a value JSON cannot hold, an int past Python's digit
-    limit, NaN or an infinity) goes as the text itself: any HTTP client can send it.
+    limit, NaN or an infinity), or that holds an integer the API's doubles cannot hold exactly (past
+    2**53), goes as the text itself, every digit in it: any HTTP client can send it.
     """
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return json.loads(text, parse_constant=_refuse_constant, parse_int=_exact_int)
     except (ValueError, RecursionError):
         return text
 
@@ -249,9 +295,11 @@ def results_to_parts(
     its text as ``output`` and its images as the response's ``parts``
     (``inlineData``, base64); ``name`` is the name the model called. With
     ``registry``, outputs and errors are held to their tool's result budget.
-    Raises ``MissingResultError`` when a call has no result.
+    Raises ``MissingResultError`` when a call has no result, ``OptionError`` for calls or results of the wrong kind.
     """
-    return [_response_part(call, result, registry) for call, result in results_by_call(calls, results, PROVIDER)]
+    return [
+        _response_part(call, result, registry) for call, result in results_by_call(calls, results, PROVIDER, registry)
+    ]
 
 
 def results_to_content(
@@ -274,10 +322,13 @@ async def execute(
 ) -> GeminiExecution:
     """Runs a response's function calls and builds the reply: ``calls_from`` + run + ``results_to_content``.
 
-    The execution's ``assistant`` is ``model_content(response)``: append it, then ``content``.
+    The execution's ``assistant`` is ``model_content(response)``: append it, then ``content``. A
+    ``functionCall`` whose ``args`` is no object (answered ``invalid_input``) is given empty args there, the
+    only kind the API takes back.
     """
+    check_executor(executor)
     calls = calls_from(response, candidate=candidate)
-    assistant = model_content(response, candidate=candidate) if not isinstance(response, (list, tuple)) else None
+    assistant = None if isinstance(response, (list, tuple)) else _sendable(model_content(response, candidate=candidate))
     return await _FLOW.execute(executor, calls, steering=steering, context=context, assistant=assistant)
 
 
@@ -343,7 +394,7 @@ class ContentAssembler:
                         f"{PROVIDER}: a function call streamed in pieces (`willContinue`/`partialArgs`) cannot be "
                         "run; turn off stream_function_call_arguments"
                     )
-                self._add(as_record(part))
+                self._add(as_record(_sendable_part(part)))
                 if function_call is not None:
                     self._calls.append(part)
                     found.append(part)
@@ -428,5 +479,6 @@ async def execute_stream(
     ``StreamFailed`` carries the results of the calls already complete and no
     reply is built.
     """
+    check_executor(executor)
     assembler = ContentAssembler(candidate)
     return await _FLOW.execute_stream(executor, stream, assembler, steering=steering, context=context)

@@ -37,11 +37,13 @@ from toolsched.providers._strict import drop_strict_nulls_for
 from toolsched.providers._wire import (
     ERROR_PREFIX,
     Execution,
+    argument_text,
     as_record,
     assign_ids,
     block_type,
     call_arguments,
     call_name,
+    check_executor,
     error_text,
     fit_to_budget,
     is_record,
@@ -125,11 +127,13 @@ def _ids(functions: Sequence[Any]) -> list[str]:
 def assistant_message(response: Any, *, choice: int = 0) -> Any:
     """The assistant message of a completion (``choices[choice].message``), as the next request takes it.
 
-    Every function tool call carries the ID its tool message answers: when
-    one has no ``id``, the message is a plain copy whose tool calls carry the
-    IDs ``calls_from`` gives them; otherwise it is the completion's own
-    message. A message is taken as it is. Raises ``ResponseFormatError`` for
-    something that is not a completion.
+    Every function tool call carries the ID its tool message answers, and its
+    arguments as JSON text (the only kind the API takes back): when one has no
+    ``id``, or arguments that are no text (a gateway's object), the message is
+    a plain copy whose tool calls carry the IDs ``calls_from`` gives them and
+    the JSON text of what they were run with; otherwise it is the completion's
+    own message. A message is taken as it is. Raises ``ResponseFormatError``
+    for something that is not a completion.
     """
     return _assistant(response, choice, None)
 
@@ -142,11 +146,32 @@ def _assistant(response: Any, choice: int, ids: list[str] | None) -> Any:
     if ids is None:
         ids = _ids([entries[position] for position in positions])
     filled = with_ids(entries, positions, ids, "id")
+    filled = _with_text_arguments(entries if filled is None else filled, positions) or filled
     if filled is None:
         return message
     copy = as_record(message)
     copy["tool_calls"] = filled
     return copy
+
+
+def _with_text_arguments(entries: Sequence[Any], positions: Sequence[int]) -> list[Any] | None:
+    """``entries`` with every function call whose ``arguments`` are no text a plain copy carrying them as JSON
+    text, the only kind the API takes back (``argument_text``); None when every call has text already."""
+    filled: list[Any] | None = None
+    for position in positions:
+        entry = entries[position]
+        function = read(entry, "function")
+        if function is None or not is_record(function) or isinstance(read(function, "arguments"), str):
+            continue
+        copy, function_copy = as_record(entry), as_record(function)
+        if not isinstance(copy, dict) or not isinstance(function_copy, dict):
+            raise ResponseFormatError(f"{PROVIDER}: a tool call must be an object, got {type(entry).__name__}")
+        function_copy["arguments"] = argument_text(read(function, "arguments"))
+        copy["function"] = function_copy
+        if filled is None:
+            filled = list(entries)
+        filled[position] = copy
+    return filled
 
 
 def calls_from(response: Any, *, choice: int = 0, registry: ToolRegistry | None = None) -> list[ToolCall]:
@@ -215,7 +240,7 @@ def results_to_messages(
     ``content`` is the text the tool returned, or JSON for other values (empty
     for ``None``); a failure's content is ``"Error: "`` and the message. With
     ``registry``, every text is held to its tool's result budget. Raises
-    ``MissingResultError`` when a call has no result.
+    ``MissingResultError`` when a call has no result, ``OptionError`` for calls or results of the wrong kind.
 
     Chat Completions takes no images in tool messages: an output with images
     (``toolsched._values.content``) answers its call with its text and a stand-in for
@@ -225,7 +250,8 @@ def results_to_messages(
     """
     images: list[dict[str, Any]] = []
     messages = [
-        _tool_message(call, result, registry, images) for call, result in results_by_call(calls, results, PROVIDER)
+        _tool_message(call, result, registry, images)
+        for call, result in results_by_call(calls, results, PROVIDER, registry)
     ]
     if images:
         messages.append({"role": "user", "content": images})
@@ -247,6 +273,7 @@ async def execute(
 
     The execution's ``assistant`` is ``assistant_message(response)``: append it, then ``messages``.
     """
+    check_executor(executor)
     calls = calls_from(response, choice=choice, registry=executor.registry)
     assistant = _assistant(response, choice, [call.id for call in calls])
     return await _FLOW.execute(executor, calls, steering=steering, context=context, assistant=assistant)
@@ -435,5 +462,6 @@ async def execute_stream(
     the ``finish_reason``: ``IncompleteStreamError``), ``StreamFailed``
     carries the results of the calls already complete and no reply is built.
     """
+    check_executor(executor)
     assembler = CompletionAssembler(executor.registry, choice)
     return await _FLOW.execute_stream(executor, stream, assembler, steering=steering, context=context)

@@ -38,10 +38,12 @@ from toolsched.providers._strict import drop_strict_nulls_for
 from toolsched.providers._wire import (
     ERROR_PREFIX,
     Execution,
+    argument_text,
     as_record,
     assign_ids,
     call_arguments,
     call_name,
+    check_executor,
     error_text,
     fit_to_budget,
     is_record,
@@ -147,8 +149,10 @@ def output_items(response: Any) -> list[Any]:
 
     Every ``function_call`` carries the ``call_id`` its ``function_call_output``
     answers: an item without one becomes a plain copy with the ID ``calls_from``
-    gives it; every other item is the response's own. Raises
-    ``ResponseFormatError`` for something that is not a response.
+    gives it, and one whose ``arguments`` are no text (a gateway's object) a
+    plain copy with their JSON text, the only kind the API takes back; every
+    other item is the response's own. Raises ``ResponseFormatError`` for
+    something that is not a response.
     """
     return _output_items(response, None)
 
@@ -160,7 +164,17 @@ def _output_items(response: Any, ids: list[str] | None) -> list[Any]:
     if ids is None:
         ids = _ids([output[position] for position in positions])
     filled = with_ids(output, positions, ids, "call_id")
-    return list(output) if filled is None else filled
+    items = list(output) if filled is None else filled
+    for position in positions:
+        arguments = read(items[position], "arguments")
+        if not isinstance(arguments, str):
+            # The API takes a call's arguments back as text only: the JSON text of what the call was run with.
+            copy = as_record(items[position])
+            if not isinstance(copy, dict):
+                raise ResponseFormatError(f"{PROVIDER}: a function call must be an object, got {type(copy).__name__}")
+            copy["arguments"] = argument_text(arguments)
+            items[position] = copy
+    return items
 
 
 def _output_item(call: ToolCall, result: ToolResult, registry: ToolRegistry | None) -> dict[str, Any]:
@@ -192,9 +206,11 @@ def results_to_items(
     ``input_image`` parts for outputs with images (``toolsched._values.content``), or
     JSON for other values (empty for ``None``); a failure's output is ``"Error: "`` and the message. With
     ``registry``, every text is held to its tool's result budget. Raises
-    ``MissingResultError`` when a call has no result.
+    ``MissingResultError`` when a call has no result, ``OptionError`` for calls or results of the wrong kind.
     """
-    return [_output_item(call, result, registry) for call, result in results_by_call(calls, results, PROVIDER)]
+    return [
+        _output_item(call, result, registry) for call, result in results_by_call(calls, results, PROVIDER, registry)
+    ]
 
 
 def tool_definitions(tools: Executor | ToolRegistry, *, strict: bool = False) -> list[dict[str, Any]]:
@@ -212,6 +228,7 @@ async def execute(
 
     The execution's ``assistant`` is ``output_items(response)``: add them, then ``items``, to the next ``input``.
     """
+    check_executor(executor)
     calls = calls_from(response, registry=executor.registry)
     assistant = _output_items(response, [call.id for call in calls])
     return await _FLOW.execute(executor, calls, steering=steering, context=context, assistant=assistant)
@@ -382,5 +399,6 @@ async def execute_stream(
     ``IncompleteStreamError``), ``StreamFailed`` carries the results of the
     calls already complete and no reply is built.
     """
+    check_executor(executor)
     assembler = ResponseAssembler(executor.registry)
     return await _FLOW.execute_stream(executor, stream, assembler, steering=steering, context=context)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -70,7 +70,10 @@ class Reply:
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise OptionError(f"Reply text must be a string, not {type(self.text).__name__}")
-        uses = tuple(self.tool_uses)
+        given = self.tool_uses
+        if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, Iterable):
+            raise OptionError(f"Reply tool_uses must be a list of ToolUse values, not {type(given).__name__}")
+        uses = tuple(given)
         for use in uses:
             if not isinstance(use, ToolUse):
                 raise OptionError(f"Reply tool_uses must be ToolUse values, not {type(use).__name__}")

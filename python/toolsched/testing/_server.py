@@ -80,6 +80,8 @@ class ScriptedProvider:
         gates: Mapping[int, threading.Event] | None = None,
         gate_limit: float = 20.0,
     ) -> None:
+        if isinstance(script, (str, bytes, Mapping)) or not isinstance(script, Iterable):
+            raise OptionError(f"the script must be a list of entries, not {type(script).__name__}")
         self._script: list[Script | list[StreamEvent] | dict[str, Any]] = []
         for position, entry in enumerate(script):
             if isinstance(entry, Reply) or callable(entry):
@@ -103,7 +105,7 @@ class ScriptedProvider:
         # connection drop, would send the request again and take the next entry's answer for this one.
         self.break_after: dict[int, int] = _counts(break_after, "break_after")
         self.end_after: dict[int, int] = _counts(end_after, "end_after")
-        self.gates: dict[int, threading.Event] = dict(gates or {})
+        self.gates: dict[int, threading.Event] = dict(_mapping(gates, "gates"))
         for position, gate in self.gates.items():
             _check_position(position, "gates")
             if not callable(getattr(gate, "wait", None)):
@@ -177,6 +179,16 @@ class ScriptedProvider:
         self.hang_up.set()
 
 
+# The longest wait the server makes at once: half of ``threading.TIMEOUT_MAX`` (146 years on Linux), since
+# ``time.sleep`` refuses that maximum itself (EINVAL) and raises ``OverflowError`` past it, as ``Event.wait`` does.
+_LONGEST_WAIT = threading.TIMEOUT_MAX / 2
+
+
+def _waitable(seconds: float) -> float:
+    """``seconds``, or the longest wait the platform takes at once when a finite delay is longer still."""
+    return min(seconds, _LONGEST_WAIT)
+
+
 def _check_json(value: Any, what: str) -> None:
     try:
         json.dumps(value, allow_nan=False)
@@ -205,8 +217,17 @@ def _check_position(position: Any, option: str) -> None:
         raise OptionError(f"{option} keys are script positions (integers from 0), not {position!r}")
 
 
+def _mapping(value: Any, option: str) -> Mapping[Any, Any]:
+    """An option keyed by script position: a mapping (None for none), else ``OptionError``."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise OptionError(f"{option} must be a mapping of script positions, not {type(value).__name__}")
+    return value
+
+
 def _counts(counts: Mapping[int, int] | None, option: str) -> dict[int, int]:
-    checked = dict(counts or {})
+    checked = dict(_mapping(counts, option))
     for position, count in checked.items():
         _check_position(position, option)
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
@@ -288,13 +309,13 @@ def _handler_for(provider: ScriptedProvider) -> type[BaseHTTPRequestHandler]:
                     if (cut is not None and number >= cut) or (end is not None and number >= end):
                         break
                     if event.delay:
-                        time.sleep(event.delay)
+                        time.sleep(_waitable(event.delay))
                     text = event.data if isinstance(event.data, str) else json.dumps(event.data)
                     frame = ((f"event: {event.name}\n" if event.name else "") + f"data: {text}\n\n").encode()
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
                     self.wfile.flush()
                 if gate is not None and (cut is not None or end is not None):
-                    gate.wait(provider.gate_limit)
+                    gate.wait(_waitable(provider.gate_limit))
                 if cut is not None and (end is None or cut <= end):
                     # The connection drops in the middle of a chunk, a moment after the events before it
                     # (a client that read them together with the broken bytes would lose them unread).

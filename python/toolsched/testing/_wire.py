@@ -25,9 +25,11 @@ def response_body(api: Api, reply: Reply, *, number: int = 1) -> dict[str, Any]:
 
     ``number`` is the reply's position in its script, used for the IDs the
     reply does not give. The official SDKs parse it as a live answer, and
-    toolsched's provider adapters read it as it is (a plain dict).
+    toolsched's provider adapters read it as it is (a plain dict). Raises
+    ``OptionError`` for an unknown ``api`` or a ``reply`` that is no ``Reply``.
     """
     _check_api(api)
+    _check_reply(reply)
     if api == "anthropic":
         content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
         content += [
@@ -77,9 +79,11 @@ def stream_events(api: Api, reply: Reply, *, number: int = 1) -> list[StreamEven
 
     Text and tool arguments are cut into pieces of ``reply.token_chars``
     characters sent at ``reply.tokens_per_second``; Gemini sends each call
-    whole, once the model would have produced all of it.
+    whole, once the model would have produced all of it. Raises
+    ``OptionError`` as ``response_body`` does.
     """
     _check_api(api)
+    _check_reply(reply)
     if api == "anthropic":
         return _anthropic_events(reply, number)
     if api == "openai_responses":
@@ -101,6 +105,11 @@ def error_body(api: Api, message: str) -> dict[str, Any]:
 def _check_api(api: str) -> None:
     if api not in APIS:
         raise OptionError(f"unknown API {api!r}: expected one of {', '.join(APIS)}")
+
+
+def _check_reply(reply: Any) -> None:
+    if not isinstance(reply, Reply):
+        raise OptionError(f"reply must be a Reply, not {type(reply).__name__}")
 
 
 def _call_id(api: Api, use: ToolUse, number: int, index: int) -> str:
