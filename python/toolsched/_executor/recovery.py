@@ -126,6 +126,22 @@ def _standing_approves(standing: Standing, turn: Turn, job: Job, fingerprint: st
     return settled is not None and settled[0] == "approved"
 
 
+def _from_person(entry: JournaledCall) -> bool:
+    """Whether a journaled call's decision holds a person's own arguments: approved with them (``edited``), or held
+    again after such an approval with the arguments it was admitted from (``input``)."""
+    decision = entry.decision or {}
+    if decision.get("edited") is True:
+        return True
+    given = decision.get("input")
+    return (
+        entry.state in ("pending", "approved")
+        and isinstance(given, dict)
+        and given.get("edited") is True
+        and isinstance(given.get("args"), dict)
+        and given.get("digest") == args_digest(given["args"])
+    )
+
+
 def _approved_for(decision: Mapping[str, Any]) -> str | None:
     """The fingerprint of the tool a journaled approval was given for (None when the journal does not say)."""
     fingerprint = decision.get("fingerprint")
@@ -142,8 +158,9 @@ def _asked_again(turn: Turn, job: Job, entry: JournaledCall, child: ChildRecord 
     """
     decision = entry.decision or {}
     call = job.call
-    if decision.get("edited") is True:
-        job.args = decision.get("args", job.args)
+    if decision.get("edited") is True or _from_person(entry):
+        # Approved with the person's arguments, or as shown after being admitted from them: admitted from those.
+        job.args = decision.get("args", job.args) if decision.get("edited") is True else decision["input"]["args"]
         refusal = unchecked_arguments(turn, job)
         if refusal is not None:
             return refusal
@@ -198,8 +215,9 @@ async def recovered_jobs(
         if entry.state in ("pending", "approved")
         and (child := journaled_child(record.run_id, entry.call_id, entry.decision)) is not None
     }
-    # Calls a person approved with arguments of their own: they run with those, and their results say so.
-    edited = frozenset(entry.call_id for entry in record.calls if (entry.decision or {}).get("edited") is True)
+    # Calls a person approved with arguments of their own: they run with those, and their results say so. So do
+    # calls held again after such an approval, admitted from the person's arguments (``input``).
+    edited = frozenset(entry.call_id for entry in record.calls if _from_person(entry))
     if edited:
         turn.edited = edited
     fresh: list[Job] = []
@@ -343,7 +361,8 @@ async def recovered_jobs(
                 await turn.durable.decided(call.id, "allow", job.args, None, current, None)
                 ready.append(job)
             else:
-                held.append(Held(job, str(decision.get("reason", "")), digest, fingerprint))
+                source = decision["input"]["args"] if _from_person(entry) and "input" in decision else None
+                held.append(Held(job, str(decision.get("reason", "")), digest, fingerprint, source))
         else:
             if child is not None:
                 # Approved to resume its nested run: it runs with the nested run's record as decided.
