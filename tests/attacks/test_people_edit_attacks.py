@@ -172,6 +172,24 @@ async def test_an_edit_asked_again_keeps_the_models_arguments_as_the_model_sent_
     assert ts.RunState.from_json(text).decisions == {"r1": "pending"}
 
 
+async def test_a_call_repaired_and_rewritten_by_a_hook_runs_what_was_shown_once_approved() -> None:
+    # The model's text did not parse; the repair function fixed it and the hook rewrote the fix. The person says
+    # yes to the rewrite they were shown: the hook is not applied a second time to its own output.
+    async def repair(call: ts.ToolCall, error: str) -> dict[str, Any]:
+        return {"command": "ls"}
+
+    shell = Shell()
+    executor = shell.executor(repair_arguments=repair)
+    first = await executor.run([ts.ToolCall("c1", "bash", '{"command": ')])
+    assert shown(first) == {"command": "ls --all"}
+    state = waiting(first)
+    state.approve("c1")
+    done = await executor.resume(ts.RunState.from_json(state.to_json()))
+    assert not done.interrupted, done.pending
+    assert [(r.output, r.repaired) for r in done.results] == [("ran ls --all", True)]
+    assert shell.ran == ["ls --all"]
+
+
 def resealed(body: dict[str, Any]) -> str:
     """``body`` as ``to_json`` writes it without a key: the seal is the SHA-256 of its canonical text."""
     body = {key: value for key, value in body.items() if key != "seal"}
@@ -265,3 +283,24 @@ async def test_an_edit_approved_as_shown_and_stopped_before_it_ran_is_recovered_
         recovered = await refunds.executor.recover("stopped")
     assert [(r.output, r.edited) for r in recovered.results] == [("refunded 300 on A", True)]
     assert refunds.ran == [("A", 300)]
+
+
+async def test_a_call_repaired_and_rewritten_in_a_journaled_run_runs_what_was_shown_once_recovered(
+    store: Store,
+) -> None:
+    async def repair(call: ts.ToolCall, error: str) -> dict[str, Any]:
+        return {"command": "ls"}
+
+    shell = Shell()
+    async with store.open() as journal:
+        executor = shell.executor(repair_arguments=repair, journal=journal)
+        first = await executor.run([ts.ToolCall("c1", "bash", '{"command": ')], run_id="repaired")
+        assert shown(first) == {"command": "ls --all"}
+        recovered = await executor.recover("repaired")
+        assert shown(recovered) == {"command": "ls --all"}
+        state = waiting(recovered)
+        state.approve("c1")
+        done = await executor.resume(state)
+    assert not done.interrupted, done.pending
+    assert [(r.output, r.repaired) for r in done.results] == [("ran ls --all", True)]
+    assert shell.ran == ["ls --all"]

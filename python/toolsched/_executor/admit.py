@@ -117,10 +117,8 @@ async def admit(
                     # is decided anew, as a decision only follows a call planned or held.
                     await turn.durable.decided(job.call.id, "ask", job.args, asked, fingerprint, None)
                 reason = held[-1].reason if behavior == "ask" else None
-                person = (
-                    source if behavior == "ask" and turn.edited is not None and job.call.id in turn.edited else None
-                )
-                await turn.durable.decided(job.call.id, behavior, job.args, reason, fingerprint, message, person)
+                kept = _held_from(turn, job, source) if behavior == "ask" else None
+                await turn.durable.decided(job.call.id, behavior, job.args, reason, fingerprint, message, kept)
         if behavior == "allow":
             admitted.append(job)
         elif behavior == "deny" and kind is not None:
@@ -276,6 +274,17 @@ async def _recheck(job: Job, turn: Turn) -> str | None:
             if not own_failure(exc):
                 raise
             return f"the input rewritten by a pre_tool_use hook was refused: {format_error(exc, job.call)}"
+    return None
+
+
+def _held_from(turn: Turn, job: Job, source: Any) -> tuple[Any, bool] | None:
+    """The input a held call's admission began from when it is not the model's, for the journal to keep with the
+    hold: a person's arguments (True) or its repaired ones (False); None when it is the model's."""
+    call_id = job.call.id
+    if turn.edited is not None and call_id in turn.edited:
+        return source, True
+    if turn.repaired is not None and call_id in turn.repaired:
+        return source, False
     return None
 
 

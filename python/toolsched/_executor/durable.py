@@ -319,11 +319,12 @@ class RunJournal:
         reason: str | None,
         fingerprint: str,
         message: str | None,
-        source: Any = None,
+        source: tuple[Any, bool] | None = None,
     ) -> None:
         """Journals how a call that asked was settled: held for a person (ask), approved or rejected; a hold
-        and an approval name the tool they were given for (``fingerprint``). A hold of a call admitted from a
-        person's own arguments (``source``) keeps them: ``recover`` admits it from them again."""
+        and an approval name the tool they were given for (``fingerprint``). A hold of a call admitted from
+        other arguments than the model's keeps them (``source``: the arguments, and whether they are a
+        person's rather than a repair's): ``recover`` admits it from them again."""
         if behavior == "ask":
             payload = {
                 "args": args_copy(args),
@@ -332,7 +333,8 @@ class RunJournal:
                 "fingerprint": fingerprint,
             }
             if source is not None:
-                payload["input"] = {"args": args_copy(source), "digest": args_digest(source), "edited": True}
+                given, edited = source
+                payload["input"] = {"args": args_copy(given), "digest": args_digest(given), "edited": edited}
             await self.write(call_id, "pending", payload)
         elif behavior == "allow":
             payload = {"args": args_copy(args), "digest": args_digest(args), "fingerprint": fingerprint}

@@ -949,8 +949,12 @@ class Executor:
                         message = f"the arguments approved for this call are invalid, so it did not run: {message}"
                     await turn.answer(turn_slot, plan.calls[slot], plan.tool_name(view, slot), kind, message)
                     continue
-                # Repaired when the run began: it runs with the arguments the state holds, never repaired again.
-                stored = stored_job(turn, plan, slot, turn_slot, records[turn_slot].request_args)
+                # Repaired when the run began: it is admitted from the arguments the state holds (those it was
+                # admitted from, before hooks rewrote them; a state saved without them, those it was held with),
+                # never repaired again.
+                record = records[turn_slot]
+                given = record.input_args if record.input_args is not None else record.request_args
+                stored = stored_job(turn, plan, slot, turn_slot, given)
                 if stored is None:
                     await turn.answer_refused(plan, slot, turn_slot)
                     continue

@@ -706,8 +706,10 @@ class Turn:
                 continue
             entry = waiting[slot]
             # A call admitted from a person's own arguments (approved with them, then asked again: a hook rewrote
-            # them, or the tool changed) keeps them: the resume admits it from them, not from the model's.
+            # them, or the tool changed) keeps them: the resume admits it from them, not from the model's. So does
+            # one admitted from its repaired arguments: the hooks' rewrite of them is not what they start from.
             person = self.edited is not None and call.id in self.edited and entry.source is not None
+            repaired = self.repaired is not None and call.id in self.repaired and entry.source is not None
             records.append(
                 CallRecord(
                     call.id,
@@ -719,7 +721,7 @@ class Turn:
                     request_args=args_copy(entry.job.args),
                     reason=entry.reason,
                     digest=entry.digest,
-                    input_args=args_copy(entry.source) if person else None,
+                    input_args=args_copy(entry.source) if person or repaired else None,
                     edited=person,
                 )
             )
