@@ -304,3 +304,41 @@ async def test_a_call_repaired_and_rewritten_in_a_journaled_run_runs_what_was_sh
     assert not done.interrupted, done.pending
     assert [(r.output, r.repaired) for r in done.results] == [("ran ls --all", True)]
     assert shell.ran == ["ls --all"]
+
+
+# -- deciding by an ID that is no call ID ---------------------------------------------------------------------------
+
+
+def nested_run(ran: list[str]) -> ts.Executor:
+    """An executor whose ``agent`` tool runs a child run holding a ``delete`` call that asks."""
+
+    @ts.tool(needs_approval=True)
+    async def delete(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    @ts.agent_tool(ts.Executor([delete]), name="agent")
+    async def agent(path: str, child: ts.ChildRun) -> str:
+        """Delete through a child run."""
+        outcome = await child.run([ts.ToolCall("d1", "delete", {"path": path})])
+        return str(outcome.results[0].output)
+
+    return ts.Executor([agent])
+
+
+@pytest.mark.parametrize("call_id", [5, None, b"p1/d1", ("p1", "d1")], ids=["int", "none", "bytes", "tuple"])
+@pytest.mark.parametrize("verb", ["approve", "reject"])
+async def test_deciding_by_an_id_that_is_not_text_is_an_approval_error_and_decides_nothing(
+    call_id: Any, verb: str
+) -> None:
+    # A nested run waits: the ID is matched against the prefixed IDs of its calls too.
+    ran: list[str] = []
+    executor = nested_run(ran)
+    state = waiting(await executor.run([ts.ToolCall("p1", "agent", {"path": "x"})]))
+    with pytest.raises(ts.ApprovalError, match="call IDs are text"):
+        getattr(state, verb)(call_id)
+    assert state.decisions == {"p1": "nested", "p1/d1": "pending"}
+    state.approve("p1/d1")
+    done = await executor.resume(state)
+    assert [r.output for r in done.results] == ["deleted x"] and ran == ["x"]

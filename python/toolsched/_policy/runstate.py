@@ -730,6 +730,11 @@ class RunState:
         decided on one request of ``pending``, and a decision must never reach another.
         """
         self._check_live()
+        if not isinstance(call_id, str):
+            raise ApprovalError(
+                f"cannot {verb} call {call_id!r}: call IDs are text (those of outcome.pending), "
+                f"got {type(call_id).__name__}"
+            )
         targets = self._decidable(call_id, None)
         if len(targets) > 1:
             raise self._ambiguity(call_id, verb, targets)
