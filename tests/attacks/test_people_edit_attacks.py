@@ -342,3 +342,70 @@ async def test_deciding_by_an_id_that_is_not_text_is_an_approval_error_and_decid
     state.approve("p1/d1")
     done = await executor.resume(state)
     assert [r.output for r in done.results] == ["deleted x"] and ran == ["x"]
+
+
+# -- a decision racing a resume -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("decide", ["reject", "approve-edited"])
+def test_a_decision_taken_while_another_thread_resumes_the_state_is_refused_or_obeyed(
+    monkeypatch: pytest.MonkeyPatch, decide: str
+) -> None:
+    """A web server's thread decides on a state while another resumes it. The decision passed its check before
+    the resume took the records and was written after: ``reject`` returned, yet the approved call ran (and an
+    edit returned, yet the earlier arguments ran). Here the decision is held right after its check until the
+    resume has finished (or 2 s have gone): it must either be refused (``StateError``) or be what the run obeys."""
+    import threading
+
+    from toolsched._policy import runstate
+
+    refunds = Refunds()
+    state = waiting(anyio.run(refunds.executor.run, [ts.ToolCall("r1", "refund", {"order": "A", "amount": 25_000})]))
+    state.approve("r1")
+    resumed = threading.Event()
+    deciding: list[threading.Thread] = []
+    made = runstate.replace
+
+    def held(record: Any, **changes: Any) -> Any:
+        if deciding and threading.current_thread() is deciding[0] and "status" in changes:
+            deciding.clear()
+            resumed.wait(2)
+        return made(record, **changes)
+
+    monkeypatch.setattr(runstate, "replace", held)
+    outcomes: list[ts.Outcome] = []
+    decided: list[bool] = []
+
+    def resume() -> None:
+        try:
+            outcomes.append(anyio.run(refunds.executor.resume, state))
+        finally:
+            resumed.set()
+
+    def decision() -> None:
+        try:
+            if decide == "reject":
+                state.reject("r1", "no")
+            else:
+                state.approve("r1", args={"order": "A", "amount": 7})
+            decided.append(True)
+        except ts.StateError:
+            decided.append(False)
+
+    decider = threading.Thread(target=decision)
+    deciding.append(decider)
+    resumer = threading.Thread(target=resume)
+    decider.start()
+    while deciding:  # the decision has passed its check
+        resumed.wait(0.001)
+    resumer.start()
+    decider.join()
+    resumer.join()
+    monkeypatch.undo()
+    (outcome,) = outcomes
+    if decided == [False]:
+        assert refunds.ran == [("A", 250)]  # refused: the approval given before stands
+    elif decide == "reject":
+        assert refunds.ran == [] and outcome.results[0].error_kind == "permission_denied"
+    else:
+        assert refunds.ran == [("A", 7)] and outcome.results[0].edited

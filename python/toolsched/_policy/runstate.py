@@ -208,7 +208,8 @@ class StandingGiven(ApprovalError):
         self.always = always
 
 
-# Held while an external call's answer is checked and recorded, and while a resume takes a state's records.
+# Held while a decision or an external call's answer is checked and recorded, and while a resume takes a state's
+# records.
 _ANSWERING = threading.Lock()
 
 
@@ -779,10 +780,16 @@ class RunState:
         """
         scope = parse_scope(always)
         edited = _approved_args(args)
+        # One decision at a time, and none while a resume takes the records: a decision checked before a resume
+        # in another thread took them, and written after, would be reported taken and never obeyed.
+        with _ANSWERING:
+            self._approve_now(call_id, edited, scope)
+
+    def _approve_now(self, call_id: str, edited: dict[str, Any] | None, scope: str | None) -> None:
         holder, local_id = self._target(call_id, "approve")
         if holder is not self:
             try:
-                holder.approve(local_id, args=args, always=always)
+                holder._approve_now(local_id, edited, scope)
             except StandingGiven as exc:
                 raise StandingGiven(call_id, exc.always, "approve") from None
             except ApprovalError:
@@ -835,10 +842,14 @@ class RunState:
         if not isinstance(always, bool):
             # A scope such as "call" would otherwise read as True, and reject every call of the tool.
             raise OptionError(f"reject(always=...) takes True or False (every call of the tool), got {always!r}")
+        with _ANSWERING:  # as ``approve``
+            self._reject_now(call_id, message, always)
+
+    def _reject_now(self, call_id: str, message: str | None, always: bool) -> None:
         holder, local_id = self._target(call_id, "reject")
         if holder is not self:
             try:
-                holder.reject(local_id, message, always=always)
+                holder._reject_now(local_id, message, always)
             except StandingGiven as exc:
                 raise StandingGiven(call_id, exc.always, "reject") from None
             except ApprovalError:
