@@ -172,6 +172,28 @@ async def test_an_edit_asked_again_keeps_the_models_arguments_as_the_model_sent_
     assert ts.RunState.from_json(text).decisions == {"r1": "pending"}
 
 
+async def test_an_edit_asked_again_in_a_nested_run_runs_what_was_shown_once_approved() -> None:
+    refunds = Refunds()
+
+    @ts.agent_tool(refunds.executor, name="agent")
+    async def agent(amount: int, child: ts.ChildRun) -> str:
+        """Refund through a child run."""
+        outcome = await child.run([ts.ToolCall("r1", "refund", {"order": "A", "amount": amount})])
+        (result,) = outcome.results
+        return f"{result.output} (edited: {result.edited})"
+
+    executor = ts.Executor([agent])
+    state = waiting(await executor.run([ts.ToolCall("p1", "agent", {"amount": 25_000})]))
+    state.approve("p1/r1", args={"order": "A", "amount": 30_000})
+    again = await executor.resume(ts.RunState.from_json(state.to_json()))
+    assert shown(again) == {"order": "A", "amount": 300}
+    state = waiting(again)
+    state.approve("p1/r1")
+    done = await executor.resume(ts.RunState.from_json(state.to_json()))
+    assert [r.output for r in done.results] == ["refunded 300 on A (edited: True)"]
+    assert refunds.ran == [("A", 300)]
+
+
 async def test_a_call_repaired_and_rewritten_by_a_hook_runs_what_was_shown_once_approved() -> None:
     # The model's text did not parse; the repair function fixed it and the hook rewrote the fix. The person says
     # yes to the rewrite they were shown: the hook is not applied a second time to its own output.
