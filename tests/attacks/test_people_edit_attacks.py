@@ -431,3 +431,29 @@ def test_a_decision_taken_while_another_thread_resumes_the_state_is_refused_or_o
         assert refunds.ran == [] and outcome.results[0].error_kind == "permission_denied"
     else:
         assert refunds.ran == [("A", 7)] and outcome.results[0].edited
+
+
+# -- deciding on a state already resumed ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("verb", ["approve", "approve-edited", "reject"])
+async def test_deciding_on_a_state_already_resumed_is_an_approval_error(verb: str) -> None:
+    # Promise (permissions.md): deciding a call "in a state already resumed raises `ts.ApprovalError`, a
+    # `ts.StateError`": a web handler catches ApprovalError for every decision that comes too late. A copy
+    # made the Python ways of a resumed state is resumed too.
+    refunds = Refunds()
+    calls = [
+        ts.ToolCall("r1", "refund", {"order": "A", "amount": 5}),
+        ts.ToolCall("r2", "refund", {"order": "B", "amount": 6}),
+    ]
+    state = waiting(await refunds.executor.run(calls))
+    state.approve("r1")
+    state.reject("r2")
+    await refunds.executor.resume(state)
+    for target in (state, copy.copy(state), copy.deepcopy(state), pickle.loads(pickle.dumps(state))):
+        with pytest.raises(ts.ApprovalError, match="already resumed"):
+            if verb == "reject":
+                target.reject("r2")
+            else:
+                target.approve("r2", args={"order": "B", "amount": 1} if verb == "approve-edited" else None)
+    assert refunds.ran == [("A", 5)]

@@ -730,7 +730,12 @@ class RunState:
         An ID naming two calls is refused rather than resolved by a preference: the person
         decided on one request of ``pending``, and a decision must never reach another.
         """
-        self._check_live()
+        if self._resumed:
+            # Too late for this decision: an ``ApprovalError`` (a ``StateError``) as for a call no longer waiting.
+            raise ApprovalError(
+                f"cannot {verb} call {call_id!r}: this state was already resumed; decide on the resumed run's "
+                "Outcome.state"
+            )
         if not isinstance(call_id, str):
             raise ApprovalError(
                 f"cannot {verb} call {call_id!r}: call IDs are text (those of outcome.pending), "
