@@ -97,6 +97,9 @@ async def admit(
             admitted.append(job)
             continue
         record = records.get(job.call.id)
+        # The input admission begins from, before any hook rewrites it: a call held for a person is admitted
+        # from it again when the run resumes.
+        source = job.args
         if policy.pre or job.facts.checks_permissions or policy.refuse_interaction:
             behavior, kind, message = await _decide(job, policy, turn, record)
         else:
@@ -106,7 +109,7 @@ async def admit(
         if behavior == "ask":
             fingerprint = turn.view.fingerprint(job.index)
             asked = _asked_again(message or "", record, fingerprint)
-            behavior, message = await _settle(job, asked, prior, held, turn, fingerprint)
+            behavior, message = await _settle(job, asked, prior, held, turn, fingerprint, source)
             kind = "permission_denied"
             if turn.durable is not None:
                 if behavior != "ask" and record is not None and record.status in ("approved", "nested"):
@@ -114,7 +117,8 @@ async def admit(
                     # is decided anew, as a decision only follows a call planned or held.
                     await turn.durable.decided(job.call.id, "ask", job.args, asked, fingerprint, None)
                 reason = held[-1].reason if behavior == "ask" else None
-                await turn.durable.decided(job.call.id, behavior, job.args, reason, fingerprint, message)
+                kept = _held_from(turn, job, source) if behavior == "ask" else None
+                await turn.durable.decided(job.call.id, behavior, job.args, reason, fingerprint, message, kept)
         if behavior == "allow":
             admitted.append(job)
         elif behavior == "deny" and kind is not None:
@@ -273,6 +277,17 @@ async def _recheck(job: Job, turn: Turn) -> str | None:
     return None
 
 
+def _held_from(turn: Turn, job: Job, source: Any) -> tuple[Any, bool] | None:
+    """The input a held call's admission began from when it is not the model's, for the journal to keep with the
+    hold: a person's arguments (True) or its repaired ones (False); None when it is the model's."""
+    call_id = job.call.id
+    if turn.edited is not None and call_id in turn.edited:
+        return source, True
+    if turn.repaired is not None and call_id in turn.repaired:
+        return source, False
+    return None
+
+
 async def _tool_decision(job: Job, turn: Turn) -> Decision:
     """The tool's ``check_permissions``; an error or a wrong answer denies (fail closed)."""
     try:
@@ -311,9 +326,10 @@ def _asked_again(reason: str, record: CallRecord | None, fingerprint: str) -> st
 
 
 async def _settle(
-    job: Job, reason: str, prior: RunState | None, held: list[Held], turn: Turn, fingerprint: str
+    job: Job, reason: str, prior: RunState | None, held: list[Held], turn: Turn, fingerprint: str, source: Any
 ) -> tuple[Behavior, str | None]:
-    """A call that asks: a standing decision that covers this tool and input, else the approver, else held."""
+    """A call that asks: a standing decision that covers this tool and input, else the approver, else held
+    (``source``: the input its admission began from)."""
     tool = job.tool
     digest = args_digest(job.args)
     always = standing_for(prior)
@@ -348,7 +364,7 @@ async def _settle(
         if not (isinstance(answer, Decision) and answer.behavior == "ask"):
             logger.warning("the approver returned %r for call %s; rejecting it", answer, job.call.id)
             return "deny", not_approved(tool.name, f"the approver returned {answer!r}")
-    held.append(Held(job, reason, digest, fingerprint))
+    held.append(Held(job, reason, digest, fingerprint, source))
     return "ask", None
 
 

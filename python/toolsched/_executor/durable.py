@@ -312,10 +312,19 @@ class RunJournal:
         await self.write(call_id, "pending", nested_payload(call_id, args, fingerprint, child))
 
     async def decided(
-        self, call_id: str, behavior: Behavior, args: Any, reason: str | None, fingerprint: str, message: str | None
+        self,
+        call_id: str,
+        behavior: Behavior,
+        args: Any,
+        reason: str | None,
+        fingerprint: str,
+        message: str | None,
+        source: tuple[Any, bool] | None = None,
     ) -> None:
         """Journals how a call that asked was settled: held for a person (ask), approved or rejected; a hold
-        and an approval name the tool they were given for (``fingerprint``)."""
+        and an approval name the tool they were given for (``fingerprint``). A hold of a call admitted from
+        other arguments than the model's keeps them (``source``: the arguments, and whether they are a
+        person's rather than a repair's): ``recover`` admits it from them again."""
         if behavior == "ask":
             payload = {
                 "args": args_copy(args),
@@ -323,6 +332,9 @@ class RunJournal:
                 "digest": args_digest(args),
                 "fingerprint": fingerprint,
             }
+            if source is not None:
+                given, edited = source
+                payload["input"] = {"args": args_copy(given), "digest": args_digest(given), "edited": edited}
             await self.write(call_id, "pending", payload)
         elif behavior == "allow":
             payload = {"args": args_copy(args), "digest": args_digest(args), "fingerprint": fingerprint}
@@ -355,9 +367,12 @@ def approval_payload(record: CallRecord) -> dict[str, Any]:
     """What the journal holds for a call a person approved: the arguments it runs with and their digest, and the
     tool the approval was given for (``fingerprint``: ``recover`` asks again when the tool changed since); for
     arguments the person edited, ``edited`` and what the model asked for (``requested``); the scope of a
-    standing approval given with it (``always``)."""
+    standing approval given with it (``always``); for a call admitted from a person's arguments and approved as
+    shown, those arguments (``input``)."""
     if record.edited_digest is None:
         payload: dict[str, Any] = {"args": record.request_args, "digest": record.digest}
+        if record.input_args is not None and record.edited:
+            payload["input"] = {"args": record.input_args, "digest": args_digest(record.input_args), "edited": True}
     else:
         payload = {
             "args": record.edited_args,

@@ -910,7 +910,7 @@ class Executor:
         slot_calls = [ToolCall(record.call_id, record.name, record.args) for record in records]
         # Calls approved with a person's own arguments (and external calls handed out with them): their answers
         # say so (``ToolResult.edited``).
-        edited_ids = {record.call_id for record in records if record.edited_args is not None or record.edited}
+        edited_ids = {record.call_id for record in records if _edited(record)}
         if edited_ids:
             turn.edited = frozenset(edited_ids)
         todo: list[int] = []
@@ -926,10 +926,11 @@ class Executor:
             else:
                 todo.append(slot)
         # A call approved with a person's arguments is planned with them: checked against the schema and judged
-        # by the rules as they are.
-        edited = {slot for slot in todo if records[slot].edited_args is not None}
+        # by the rules as they are. So is one asked about again after such an approval, approved as shown: it is
+        # admitted from the person's arguments, and the hooks give again what the person was shown.
+        edited = {slot for slot in todo if _person_input(records[slot]) is not None}
         planned = [
-            ToolCall(records[slot].call_id, records[slot].name, records[slot].edited_args)
+            ToolCall(records[slot].call_id, records[slot].name, _person_input(records[slot]))
             if slot in edited
             else slot_calls[slot]
             for slot in todo
@@ -948,8 +949,12 @@ class Executor:
                         message = f"the arguments approved for this call are invalid, so it did not run: {message}"
                     await turn.answer(turn_slot, plan.calls[slot], plan.tool_name(view, slot), kind, message)
                     continue
-                # Repaired when the run began: it runs with the arguments the state holds, never repaired again.
-                stored = stored_job(turn, plan, slot, turn_slot, records[turn_slot].request_args)
+                # Repaired when the run began: it is admitted from the arguments the state holds (those it was
+                # admitted from, before hooks rewrote them; a state saved without them, those it was held with),
+                # never repaired again.
+                record = records[turn_slot]
+                given = record.input_args if record.input_args is not None else record.request_args
+                stored = stored_job(turn, plan, slot, turn_slot, given)
                 if stored is None:
                     await turn.answer_refused(plan, slot, turn_slot)
                     continue
@@ -1173,3 +1178,17 @@ def _check_run_id(run_id: object) -> None:
     """A run ID given to ``run``, ``stream`` or ``turn``: non-empty text (a journal has limits of its own)."""
     if type(run_id) is not str or not run_id:
         raise OptionError(f"run_id must be a non-empty string, got {run_id!r}")
+
+
+def _person_input(record: CallRecord) -> Any:
+    """The arguments of a person's that a resumed call is admitted from (None: the model's): those it was approved
+    with, else those it was admitted from when it asked again after such an approval."""
+    if record.edited_args is not None:
+        return record.edited_args
+    return record.input_args if record.edited else None
+
+
+def _edited(record: CallRecord) -> bool:
+    """Whether a resumed call's answer says a person's arguments were involved (``ToolResult.edited``): it runs or
+    is refused with them, or (an external call) was handed out with them. A rejection answers without them."""
+    return record.edited_args is not None or (record.edited and record.status != "rejected")

@@ -126,6 +126,29 @@ def _standing_approves(standing: Standing, turn: Turn, job: Job, fingerprint: st
     return settled is not None and settled[0] == "approved"
 
 
+def _from_person(entry: JournaledCall) -> bool:
+    """Whether a journaled call's decision holds a person's own arguments: approved with them (``edited``), or held
+    again after such an approval with the arguments it was admitted from (``input``)."""
+    if (entry.decision or {}).get("edited") is True:
+        return True
+    given = _journaled_input(entry)
+    return given is not None and given[1]
+
+
+def _journaled_input(entry: JournaledCall) -> tuple[Any, bool] | None:
+    """The input a journaled hold or approval says the call was admitted from when it was not the model's
+    (``input``): the arguments, and whether they are a person's (else a repair's); None when there is none."""
+    given = (entry.decision or {}).get("input")
+    if (
+        entry.state in ("pending", "approved")
+        and isinstance(given, dict)
+        and isinstance(given.get("args"), dict)
+        and given.get("digest") == args_digest(given["args"])
+    ):
+        return given["args"], given.get("edited") is True
+    return None
+
+
 def _approved_for(decision: Mapping[str, Any]) -> str | None:
     """The fingerprint of the tool a journaled approval was given for (None when the journal does not say)."""
     fingerprint = decision.get("fingerprint")
@@ -142,8 +165,10 @@ def _asked_again(turn: Turn, job: Job, entry: JournaledCall, child: ChildRecord 
     """
     decision = entry.decision or {}
     call = job.call
-    if decision.get("edited") is True:
-        job.args = decision.get("args", job.args)
+    if decision.get("edited") is True or _from_person(entry):
+        # Approved with the person's arguments, or as shown after being admitted from them: admitted from those.
+        given = _journaled_input(entry)
+        job.args = given[0] if given is not None and decision.get("edited") is not True else decision.get("args")
         refusal = unchecked_arguments(turn, job)
         if refusal is not None:
             return refusal
@@ -198,8 +223,9 @@ async def recovered_jobs(
         if entry.state in ("pending", "approved")
         and (child := journaled_child(record.run_id, entry.call_id, entry.decision)) is not None
     }
-    # Calls a person approved with arguments of their own: they run with those, and their results say so.
-    edited = frozenset(entry.call_id for entry in record.calls if (entry.decision or {}).get("edited") is True)
+    # Calls a person approved with arguments of their own: they run with those, and their results say so. So do
+    # calls held again after such an approval, admitted from the person's arguments (``input``).
+    edited = frozenset(entry.call_id for entry in record.calls if _from_person(entry))
     if edited:
         turn.edited = edited
     fresh: list[Job] = []
@@ -228,7 +254,9 @@ async def recovered_jobs(
                 job = await user_repair(turn, plan, slot)
             else:
                 stored = (entry.run_with if entry.state == "started" else entry.decision) or {}
-                job = stored_job(turn, plan, slot, slot, stored.get("args"))
+                # A call held or approved is admitted from what it was admitted from before hooks rewrote it.
+                given = _journaled_input(entry)
+                job = stored_job(turn, plan, slot, slot, given[0] if given is not None else stored.get("args"))
             refused = plan.refused.get(slot) if job is None else None
         if refused is not None:
             if entry.state == "started":
@@ -343,7 +371,10 @@ async def recovered_jobs(
                 await turn.durable.decided(call.id, "allow", job.args, None, current, None)
                 ready.append(job)
             else:
-                held.append(Held(job, str(decision.get("reason", "")), digest, fingerprint))
+                given = _journaled_input(entry)
+                held.append(
+                    Held(job, str(decision.get("reason", "")), digest, fingerprint, given[0] if given else None)
+                )
         else:
             if child is not None:
                 # Approved to resume its nested run: it runs with the nested run's record as decided.

@@ -210,15 +210,17 @@ _JOB_BUILDER: _core.SlotBuilder = new_job.__self__  # type: ignore[attr-defined]
 
 
 class Held:
-    """A call waiting for a person's decision (internal)."""
+    """A call waiting for a person's decision (internal). ``source`` is the input its admission began from,
+    before hooks rewrote it (None: not known, the model's own)."""
 
-    __slots__ = ("digest", "fingerprint", "job", "reason")
+    __slots__ = ("digest", "fingerprint", "job", "reason", "source")
 
-    def __init__(self, job: Job, reason: str, digest: str, fingerprint: str) -> None:
+    def __init__(self, job: Job, reason: str, digest: str, fingerprint: str, source: Any = None) -> None:
         self.job = job
         self.reason = reason
         self.digest = digest
         self.fingerprint = fingerprint
+        self.source = source
 
 
 class Handout:
@@ -703,6 +705,11 @@ class Turn:
                 )
                 continue
             entry = waiting[slot]
+            # A call admitted from a person's own arguments (approved with them, then asked again: a hook rewrote
+            # them, or the tool changed) keeps them: the resume admits it from them, not from the model's. So does
+            # one admitted from its repaired arguments: the hooks' rewrite of them is not what they start from.
+            person = self.edited is not None and call.id in self.edited and entry.source is not None
+            repaired = self.repaired is not None and call.id in self.repaired and entry.source is not None
             records.append(
                 CallRecord(
                     call.id,
@@ -714,6 +721,8 @@ class Turn:
                     request_args=args_copy(entry.job.args),
                     reason=entry.reason,
                     digest=entry.digest,
+                    input_args=args_copy(entry.source) if person or repaired else None,
+                    edited=person,
                 )
             )
         run_id = self.durable.run_id if self.durable is not None else None

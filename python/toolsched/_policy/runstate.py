@@ -160,6 +160,11 @@ class CallRecord:
     ``edited_args`` (their digest ``edited_digest``, which the approval is bound
     to instead of ``digest``); ``always`` is the scope of a standing approval
     given with it (``"call"``, ``"tool"`` or a rule), journaled with the approval.
+
+    A call admitted from other arguments than ``args`` before it asked holds them as ``input_args`` (their
+    digest is in the JSON form): a person's own, from an earlier approval that was asked about again (a hook
+    rewrote them, the tool changed), with ``edited`` set. The resume admits the call from them, so that the
+    hooks give again what the person was shown (``request_args``), and approving that runs it.
     """
 
     call_id: str
@@ -179,8 +184,10 @@ class CallRecord:
     edited_args: Any = None
     edited_digest: str | None = None
     always: str | None = None
-    # An external call handed out with the arguments a person approved it with (its answer is ``edited``).
+    # An external call handed out with the arguments a person approved it with, or a call admitted from them
+    # (``input_args``): its answer is ``edited``.
     edited: bool = False
+    input_args: Any = None
 
     @property
     def bound_digest(self) -> str | None:
@@ -201,7 +208,8 @@ class StandingGiven(ApprovalError):
         self.always = always
 
 
-# Held while an external call's answer is checked and recorded, and while a resume takes a state's records.
+# Held while a decision or an external call's answer is checked and recorded, and while a resume takes a state's
+# records.
 _ANSWERING = threading.Lock()
 
 
@@ -277,6 +285,10 @@ def record_to_json(record: CallRecord) -> dict[str, Any]:
             item["edit"] = {"args": record.edited_args, "digest": record.edited_digest}
         if record.always is not None:
             item["always"] = record.always
+        if record.input_args is not None:
+            item["input"] = {"args": record.input_args, "digest": args_digest(record.input_args)}
+            if record.edited:
+                item["input"]["edited"] = True
         if record.status in EXTERNAL_STATUSES:
             item["external"] = {"handed_out": record.handed_out, "deadline": record.deadline}
             if record.edited:
@@ -432,6 +444,7 @@ def record_from_json(item: Any, where: str, load_state: LoadState) -> CallRecord
     elif "external" in item or "result" in item:
         raise StateError(f"{where}: only an external call carries a hand-out and an answer")
     edited_args, edited_digest = _edit_from_json(item, status, where)
+    input_args, input_edited = _input_from_json(item, status, where)
     always = item.get("always")
     if always is not None and (status != "approved" or not isinstance(always, str)):
         raise StateError(f"{where}.always must be the scope of an approval, on an approved call")
@@ -453,7 +466,8 @@ def record_from_json(item: Any, where: str, load_state: LoadState) -> CallRecord
         edited_args=edited_args,
         edited_digest=edited_digest,
         always=always,
-        edited=external_edited,
+        edited=external_edited or input_edited,
+        input_args=input_args,
     )
 
 
@@ -470,6 +484,30 @@ def _edit_from_json(item: Mapping[str, Any], status: str, where: str) -> tuple[A
     if edit["digest"] != args_digest(edit["args"]):
         raise StateError(f"{where}: the approved arguments do not match their digest")
     return edit["args"], edit["digest"]
+
+
+def _input_from_json(item: Mapping[str, Any], status: str, where: str) -> tuple[Any, bool]:
+    """The arguments a call was admitted from when they were not the model's (``input``), checked against their
+    digest, and whether they are a person's: (None, False) when there are none."""
+    given = item.get("input")
+    if given is None:
+        return None, False
+    if status not in ("pending", "approved", "rejected"):
+        raise StateError(
+            f"{where}: only a call waiting for a decision, or decided, carries the input it was admitted from"
+        )
+    if (
+        not isinstance(given, dict)
+        or not isinstance(given.get("args"), dict)
+        or not isinstance(given.get("digest"), str)
+    ):
+        raise StateError(f"{where}.input must hold the arguments the call was admitted from and their digest")
+    if given["digest"] != args_digest(given["args"]):
+        raise StateError(f"{where}: the input the call was admitted from does not match its digest")
+    edited = given.get("edited", False)
+    if not isinstance(edited, bool):
+        raise StateError(f"{where}.input.edited must be true or false")
+    return given["args"], edited
 
 
 def _seconds(value: Any) -> bool:
@@ -692,7 +730,17 @@ class RunState:
         An ID naming two calls is refused rather than resolved by a preference: the person
         decided on one request of ``pending``, and a decision must never reach another.
         """
-        self._check_live()
+        if self._resumed:
+            # Too late for this decision: an ``ApprovalError`` (a ``StateError``) as for a call no longer waiting.
+            raise ApprovalError(
+                f"cannot {verb} call {call_id!r}: this state was already resumed; decide on the resumed run's "
+                "Outcome.state"
+            )
+        if not isinstance(call_id, str):
+            raise ApprovalError(
+                f"cannot {verb} call {call_id!r}: call IDs are text (those of outcome.pending), "
+                f"got {type(call_id).__name__}"
+            )
         targets = self._decidable(call_id, None)
         if len(targets) > 1:
             raise self._ambiguity(call_id, verb, targets)
@@ -737,10 +785,16 @@ class RunState:
         """
         scope = parse_scope(always)
         edited = _approved_args(args)
+        # One decision at a time, and none while a resume takes the records: a decision checked before a resume
+        # in another thread took them, and written after, would be reported taken and never obeyed.
+        with _ANSWERING:
+            self._approve_now(call_id, edited, scope)
+
+    def _approve_now(self, call_id: str, edited: dict[str, Any] | None, scope: str | None) -> None:
         holder, local_id = self._target(call_id, "approve")
         if holder is not self:
             try:
-                holder.approve(local_id, args=args, always=always)
+                holder._approve_now(local_id, edited, scope)
             except StandingGiven as exc:
                 raise StandingGiven(call_id, exc.always, "approve") from None
             except ApprovalError:
@@ -793,10 +847,14 @@ class RunState:
         if not isinstance(always, bool):
             # A scope such as "call" would otherwise read as True, and reject every call of the tool.
             raise OptionError(f"reject(always=...) takes True or False (every call of the tool), got {always!r}")
+        with _ANSWERING:  # as ``approve``
+            self._reject_now(call_id, message, always)
+
+    def _reject_now(self, call_id: str, message: str | None, always: bool) -> None:
         holder, local_id = self._target(call_id, "reject")
         if holder is not self:
             try:
-                holder.reject(local_id, message, always=always)
+                holder._reject_now(local_id, message, always)
             except StandingGiven as exc:
                 raise StandingGiven(call_id, exc.always, "reject") from None
             except ApprovalError:
