@@ -344,15 +344,22 @@ async def test_a_transport_failure_after_the_final_event_loses_nothing(
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-async def test_an_executor_with_batch_hooks_runs_nothing_of_a_broken_stream(provider: str) -> None:
+async def test_an_executor_with_batch_hooks_answers_the_complete_calls_of_a_broken_stream_without_running_them(
+    provider: str,
+) -> None:
     ran: list[str] = []
-    executor = ts.Executor(weather(ran), hooks=ts.Hooks().pre_batch("*", lambda event: None))
+    batches: list[Any] = []
+    executor = ts.Executor(weather(ran), hooks=ts.Hooks().pre_batch("*", batches.append))
     assert not executor.streams
     events = data_of(provider, TURN)
     with pytest.raises(ts.StreamFailed) as raised:
         await MODULES[provider].execute_stream(executor, events[: _second_call_begun(provider, events)])
     assert isinstance(raised.value.__cause__, ts.IncompleteStreamError)
-    assert raised.value.outcome.results == [] and ran == []
+    # The call complete before the cut is answered (not run: its batch never formed), as run() answers it.
+    results = raised.value.outcome.results
+    assert [(r.call_id, r.tool_name, r.error_kind) for r in results] == [("call_paris", "get_weather", "skipped")]
+    assert "the stream of calls broke" in (results[0].error or "")
+    assert ran == [] and batches == []
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

@@ -9,7 +9,7 @@ its state, and holds the reply back while calls wait for a person.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -17,7 +17,7 @@ from toolsched._policy.runstate import RunState, run_identity
 from toolsched._values.calls import ToolCall
 from toolsched._values.outcome import Outcome
 from toolsched._values.results import ToolResult
-from toolsched.errors import OptionError, ResponseFormatError, StateError, StreamFailed
+from toolsched.errors import OptionError, ResponseFormatError, StateError
 from toolsched.providers._wire import Execution, logger, resume_outcome
 
 if TYPE_CHECKING:
@@ -100,18 +100,17 @@ class Flow(Generic[E]):
         part of a whole turn, or the end before the provider's final event), ``StreamFailed`` carries the
         results of the calls it completed, with the stream's error as its ``__cause__``; a failure after the
         final event changes nothing (the turn is whole) and is logged. An executor whose turns cannot stream
-        (batch hooks) reads the whole stream first, then runs the calls; a stream that breaks there runs none.
+        (batch hooks) reads the whole stream first, then runs the calls; a stream that breaks there runs none
+        (each call it completed is answered ``skipped``, or refused as the engine refuses it).
         What is no stream of events (a coroutine not awaited, a stream manager not entered, a whole response)
         is refused with ``OptionError`` before anything is read: no ``StreamFailed``, which asks for a retry.
         """
         _check_stream(events)
         calls: list[ToolCall] = []
         if not executor.streams:
-            try:
-                await _read(events, assembler, calls.append)
-            except Exception as error:
-                raise StreamFailed(Outcome(results=[]), error) from error
-            outcome = await executor.run(calls, steering=steering, context=context)
+            # Read whole first, as run() reads an async iterable for such an executor: if the stream breaks,
+            # StreamFailed answers every call it completed without running any.
+            outcome = await executor.run(_read_whole(events, assembler, calls), steering=steering, context=context)
         else:
             async with executor.turn(steering=steering, context=context) as turn:
 
@@ -225,6 +224,22 @@ async def _read(
         )
     for call in assembler.end():
         submit(call)
+
+
+async def _read_whole(
+    events: AsyncIterable[Any] | Iterable[Any], assembler: Assembler, calls: list[ToolCall]
+) -> AsyncIterator[ToolCall]:
+    """The calls of the whole stream, given once it is read to its end (or broke: then the calls it completed,
+    and its error)."""
+    error: Exception | None = None
+    try:
+        await _read(events, assembler, calls.append)
+    except Exception as exc:
+        error = exc
+    for call in calls:
+        yield call
+    if error is not None:
+        raise error
 
 
 async def _close(events: AsyncIterable[Any] | Iterable[Any]) -> None:
