@@ -17,7 +17,7 @@ from toolsched._policy.runstate import RunState, run_identity
 from toolsched._values.calls import ToolCall
 from toolsched._values.outcome import Outcome
 from toolsched._values.results import ToolResult
-from toolsched.errors import OptionError, ResponseFormatError, StateError
+from toolsched.errors import OptionError, ResponseFormatError, StateError, StreamFailed
 from toolsched.providers._wire import Execution, logger, resume_outcome
 
 if TYPE_CHECKING:
@@ -107,30 +107,40 @@ class Flow(Generic[E]):
         """
         _check_stream(events)
         calls: list[ToolCall] = []
-        if not executor.streams:
-            # Read whole first, as run() reads an async iterable for such an executor: if the stream breaks,
-            # StreamFailed answers every call it completed without running any.
-            outcome = await executor.run(_read_whole(events, assembler, calls), steering=steering, context=context)
-        else:
-            async with executor.turn(steering=steering, context=context) as turn:
+        try:
+            if not executor.streams:
+                # Read whole first, as run() reads an async iterable for such an executor: if the stream breaks,
+                # StreamFailed answers every call it completed without running any.
+                outcome = await executor.run(_read_whole(events, assembler, calls), steering=steering, context=context)
+            else:
+                async with executor.turn(steering=steering, context=context) as turn:
 
-                def submit(call: ToolCall) -> None:
-                    calls.append(call)
-                    turn.submit(call)
+                    def submit(call: ToolCall) -> None:
+                        calls.append(call)
+                        turn.submit(call)
 
-                await _read(events, assembler, submit)
-                turn.close()
-                outcome = await turn.outcome()
+                    await _read(events, assembler, submit)
+                    turn.close()
+                    outcome = await turn.outcome()
+        except StreamFailed as failed:
+            # The calls it completed, in the model's order, as a whole turn's results are.
+            failed.outcome = _aligned(failed.outcome, self._in_model_order(calls, assembler.assembled()))
+            raise
         assistant = assembler.assembled()
-        if len(calls) > 1:
-            # One call has no order to restore; more may have completed out of the model's order.
-            try:
-                order = self.ids(assistant)
-            except ResponseFormatError:
-                # Parts of the turn that are no calls' (left alone as the stream gave them): the completion order.
-                order = [call.id for call in calls]
-            calls = _in_model_order(calls, order)
+        calls = self._in_model_order(calls, assistant)
         return self.finish(executor.registry, calls, outcome, assistant)
+
+    def _in_model_order(self, calls: list[ToolCall], assistant: Any) -> list[ToolCall]:
+        """``calls`` in the order the model gave them in ``assistant`` (they may complete in another order)."""
+        if len(calls) <= 1:
+            # One call has no order to restore.
+            return calls
+        try:
+            order = self.ids(assistant)
+        except ResponseFormatError:
+            # Parts of the turn that are no calls' (left alone as the stream gave them): the completion order.
+            order = [call.id for call in calls]
+        return _in_model_order(calls, order)
 
     async def resume(self, executor: Executor, execution: E, state: Any) -> E:
         """Finishes an interrupted execution from its state (the held calls decided on it).
