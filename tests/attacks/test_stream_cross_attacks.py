@@ -1,0 +1,128 @@
+"""Attacks on streamed turns combined with durable journals (SQLite and PostgreSQL) and fleet-wide limits on Redis
+(``ts.RedisCoordination``): a stream that breaks or a caller that gives up while calls wait for the fleet, a turn
+recovered after it was cut short, limits shared by a streamed turn and a whole one, Redis gone during a turn,
+repeated call IDs and repeated call objects. Every call is answered once, nothing runs that should not, and
+every fleet slot comes back.
+
+The Redis server comes from tests/redis_server.sh (``TOOLSCHED_TEST_REDIS_URL``), PostgreSQL from
+tests/postgres_server.sh (``TOOLSCHED_TEST_POSTGRES_DSN``).
+"""
+
+from __future__ import annotations
+
+import socket
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from fleet_redis import namespace, redis_url
+from journal_child import Store, store_in
+
+import toolsched as ts
+
+pytestmark = pytest.mark.anyio
+
+
+class StreamDropped(Exception):
+    """The model's stream broke (the test's own error)."""
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    yield from store_in(request.param, tmp_path, "stream_cross")
+
+
+def fleet(**options: Any) -> ts.RedisCoordination:
+    return ts.RedisCoordination(redis_url(), namespace=namespace(), **options)
+
+
+def unreachable(**options: Any) -> ts.RedisCoordination:
+    """A coordination whose Redis refuses every connection (a port nothing listens on)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return ts.RedisCoordination(f"redis://127.0.0.1:{port}", namespace=namespace(), connect_timeout=0.5, **options)
+
+
+# -- a call waiting for the fleet's rate limit when the turn stops ------------------------------------------------
+
+
+@pytest.mark.parametrize("redis", ["up", "unreachable"])
+@pytest.mark.parametrize("stop", ["stream", "interrupt"])
+async def test_a_call_waiting_for_the_fleet_rate_limit_is_skipped_when_the_turn_stops(
+    anyio_backend: str, stop: str, redis: str
+) -> None:
+    # One call a minute: one call takes it, the other waits a minute for the next (a reservation of the fleet's,
+    # or a token of the process's own limit while Redis cannot be reached). The stream breaks (or the run is
+    # interrupted) meanwhile: the waiting call works no more, as with an executor without the fleet.
+    ran: list[str] = []
+    running = anyio.Event()
+
+    @ts.tool(concurrency_safe=True, interrupt_behavior="block", rate_limit=ts.RateLimit(1, per=60))
+    async def send(tag: str) -> str:
+        ran.append(tag)
+        running.set()
+        await anyio.sleep(0.05)
+        return tag
+
+    coordination = fleet() if redis == "up" else unreachable()
+    executor = ts.Executor([send], coordination=coordination, strategy=ts.Parallel(max_concurrency=4))
+    calls = [ts.ToolCall(tag, "send", {"tag": tag}) for tag in ("c1", "c2")]
+    with anyio.fail_after(20), warnings.catch_warnings():
+        # The fallback's RuntimeWarning about Redis.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if stop == "stream":
+            with pytest.raises(ts.StreamFailed) as raised:
+                async with executor.turn() as turn:
+                    for call in calls:
+                        turn.submit(call)
+                    await running.wait()
+                    raise StreamDropped("connection reset")
+            results = raised.value.outcome.results
+        else:
+            async with anyio.create_task_group() as group:
+
+                async def interrupt() -> None:
+                    await running.wait()
+                    executor.interrupt("the user sent a new message")
+
+                group.start_soon(interrupt)
+                results = (await executor.run(calls)).results
+    # Which of the two asked first is not fixed (the fallback's calls both find Redis gone, then race for the token).
+    assert [result.call_id for result in results] == ["c1", "c2"]
+    assert sorted((result.error_kind or "", result.attempts) for result in results) == [("", 1), ("skipped", 0)]
+    assert ran == [result.call_id for result in results if result.error_kind is None]
+
+
+async def test_a_retry_waiting_for_the_fleet_rate_limit_ends_with_its_last_failure_when_the_stream_breaks(
+    anyio_backend: str,
+) -> None:
+    # The first attempt fails transiently and takes the minute's only call; the retry waits for the next.
+    tries: list[int] = []
+    failed = anyio.Event()
+
+    @ts.tool(
+        idempotent=True,
+        interrupt_behavior="block",
+        rate_limit=ts.RateLimit(1, per=60),
+        retry=ts.Retry(attempts=3, backoff=0.01, max_backoff=0.01),
+    )
+    async def flaky() -> str:
+        tries.append(len(tries))
+        failed.set()
+        raise ts.Transient("busy")
+
+    executor = ts.Executor([flaky], coordination=fleet())
+    with anyio.fail_after(20), pytest.raises(ts.StreamFailed) as raised:
+        async with executor.turn() as turn:
+            turn.submit(ts.ToolCall("c1", "flaky"))
+            await failed.wait()
+            await anyio.sleep(0.1)
+            raise StreamDropped("connection reset")
+    [result] = raised.value.outcome.results
+    assert (result.error_kind, result.attempts) == ("execution_error", 1)
+    assert "busy" in (result.error or "")
+    assert tries == [0]
