@@ -126,3 +126,43 @@ async def test_a_retry_waiting_for_the_fleet_rate_limit_ends_with_its_last_failu
     assert (result.error_kind, result.attempts) == ("execution_error", 1)
     assert "busy" in (result.error or "")
     assert tries == [0]
+
+
+# -- limits shared by a streamed turn and a whole one ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_call_that_waits_a_long_fleet_reservation_runs_at_its_reserved_start(anyio_backend: str) -> None:
+    # One call every 20 s for the fleet, shared by a streamed turn and a whole run of two workers. The second call
+    # waits 20 s: a sleep that long may end 20 ms late (the kernel's slack), later than a reservation is held for,
+    # and each late wake took a new reservation 20 s on: the call never ran.
+    space = namespace()
+    ran: list[str] = []
+    first_ran = anyio.Event()
+
+    def worker() -> ts.Executor:
+        @ts.tool(name="report", concurrency_safe=True, rate_limit=ts.RateLimit(1, per=20))
+        async def report(tag: str) -> str:
+            ran.append(tag)
+            first_ran.set()
+            return tag
+
+        return ts.Executor([report], coordination=ts.RedisCoordination(redis_url(), namespace=space))
+
+    streamed, whole = worker(), worker()
+    outcomes: dict[str, ts.Outcome] = {}
+
+    async def run_whole() -> None:
+        await first_ran.wait()
+        outcomes["whole"] = await whole.run([ts.ToolCall("w1", "report", {"tag": "w1"})])
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run_whole)
+            async with streamed.turn() as turn:
+                turn.submit(ts.ToolCall("s1", "report", {"tag": "s1"}))
+                turn.close()
+                outcomes["streamed"] = await turn.outcome()
+    assert [result.output for result in outcomes["streamed"].results] == ["s1"]
+    assert [result.output for result in outcomes["whole"].results] == ["w1"]
+    assert ran == ["s1", "w1"]

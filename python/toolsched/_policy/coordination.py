@@ -80,6 +80,11 @@ _PIPELINES = 1
 # A reservation is waited out to the next multiple of this on the event loop's clock (seconds), at most this
 # late: well within ``_FRESH_US``, and the calls due in the same few ms ask again together.
 _WAKE_GRID = 0.004
+# A sleep of a second or more may end late by up to 0.1% of it (Linux's timer slack for a normal task's epoll
+# timeout, at most 100 ms): past ``_FRESH_US`` beyond 10 s, where every wake would take a new reservation. Such a
+# reservation is waited out to this share of it earlier (at most ``_LEAD_MOST`` seconds), then asked for the rest.
+_LEAD_SHARE = 0.002
+_LEAD_MOST = 0.2
 # Commands written together in one round trip at most.
 _MAX_BATCH = 100
 # How long a batch's replies may take before its connection is given up, in seconds.
@@ -1055,7 +1060,10 @@ class RedisCoordination:
             # later: an attempt that asks a little early is told the rest; a reply read late, its loop busy,
             # does not make it ask late), and rounded up to the loop's next ``_WAKE_GRID`` so that the calls of
             # the process due in the same few ms wake together and ask again in one round trip.
-            wake = math.ceil((request.sent + amount / 1_000_000) / _WAKE_GRID) * _WAKE_GRID
+            # A long one ends early by a little more than the sleep may overshoot, and asks for the rest.
+            wait = amount / 1_000_000
+            lead = min(_LEAD_MOST, wait * _LEAD_SHARE) if wait >= 1 else 0.0
+            wake = math.ceil((request.sent + wait - lead) / _WAKE_GRID) * _WAKE_GRID
             amount = max(0, round((wake - anyio.current_time()) * 1_000_000))
         return code, amount, int(reply[2]), int(reply[3])
 
