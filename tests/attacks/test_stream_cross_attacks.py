@@ -11,6 +11,7 @@ tests/postgres_server.sh (``TOOLSCHED_TEST_POSTGRES_DSN``).
 from __future__ import annotations
 
 import socket
+import sys
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 import anyio
 import pytest
+from crashes import kill_at
 from fleet_redis import namespace, redis_url
 from journal_child import Store, store_in
 
@@ -209,3 +211,186 @@ async def test_a_call_waiting_for_a_fleet_reservation_lends_its_slot(anyio_backe
         outcome = await executor.run(given() if streamed else calls)
     assert [result.output for result in outcome.results] == ["s1", "s2", "h1", "q1"]
     assert log.index("q1") < log.index("h1") < log.index("s2")
+
+
+# -- a journaled streamed turn under the fleet's limits, cut short ------------------------------------------------
+
+
+def slots_held(coordination: ts.RedisCoordination, tool: str) -> Any:
+    return coordination._call("ZCARD", f"{coordination.namespace}:{{{tool}}}:slots")
+
+
+@pytest.mark.parametrize("behavior", ["cancel", "block"])
+async def test_a_journaled_streamed_turn_broken_while_calls_wait_for_fleet_slots_is_recovered_as_it_ended(
+    anyio_backend: str, store: Store, behavior: str
+) -> None:
+    # One fleet slot: "c1" runs in it, "c2" and "c3" wait for it, and "c1" comes again late in the stream (a
+    # repeated ID). The stream breaks: every slot comes back, every call is journaled answered, and recover
+    # answers the turn as StreamFailed did, running nothing again.
+    ran: list[str] = []
+    c1_running = anyio.Event()
+
+    @ts.tool(concurrency_safe=True, max_concurrency=1, interrupt_behavior=behavior)
+    async def capped(tag: str) -> str:
+        ran.append(tag)
+        c1_running.set()
+        await anyio.sleep(0.2)
+        return tag
+
+    coordination = fleet()
+    async with store.open() as journal:
+        executor = ts.Executor(
+            [capped], journal=journal, coordination=coordination, strategy=ts.Parallel(max_concurrency=4)
+        )
+        with anyio.fail_after(30), pytest.raises(ts.StreamFailed) as raised:
+            async with executor.turn(run_id="broken") as turn:
+                for tag in ("c1", "c2", "c3"):
+                    turn.submit(ts.ToolCall(tag, "capped", {"tag": tag}))
+                await c1_running.wait()
+                turn.submit(ts.ToolCall("c1", "capped", {"tag": "again"}))
+                raise StreamDropped("connection reset")
+        broken = raised.value.outcome
+        assert await slots_held(coordination, "capped") == 0
+        record = await journal.load("broken")
+        assert [(entry.call_id, entry.state) for entry in record.calls] == [
+            ("c1", "finished"),
+            ("c2", "finished"),
+            ("c3", "finished"),
+        ]
+        ran_before = sorted(ran)
+        with anyio.fail_after(30):
+            recovered = await executor.recover("broken")
+    assert [r.call_id for r in broken.results] == ["c1", "c2", "c3"]
+    assert [(r.call_id, r.error_kind, r.output) for r in recovered.results] == [
+        (r.call_id, r.error_kind, r.output) for r in broken.results
+    ]
+    assert recovered.duplicates == broken.duplicates and [d.call_id for d in broken.duplicates] == ["c1"]
+    assert sorted(ran) == ran_before and len(set(ran)) == len(ran)
+    assert {r.output for r in broken.results if r.error_kind is None} <= set(ran)
+
+
+STREAMED_WORKER = """
+import sys, anyio
+import toolsched as ts
+from journal_child import Store
+
+url, space, spec, log, backend = sys.argv[1:6]
+
+@ts.tool(name="charge", max_concurrency=1)
+async def charge(n: int) -> int:
+    with open(log, "a") as out:
+        out.write(f"ran {n}\\n")
+    return n
+
+async def calls():
+    yield ts.ToolCall("k1", "charge", {"n": 1})
+    yield ts.ToolCall("k2", "charge", {"n": 2})
+    await anyio.sleep(1.0)
+    print("waiting", flush=True)
+    await anyio.sleep(60)
+
+async def main() -> None:
+    coordination = ts.RedisCoordination(url, namespace=space, on_unavailable="refuse")
+    async with Store.from_spec(spec).open(lease=600) as journal:
+        executor = ts.Executor([charge], journal=journal, coordination=coordination, strategy=ts.Parallel())
+        await executor.run(calls(), run_id="streamed-run")
+
+anyio.run(main, backend=backend)
+"""
+
+
+async def test_a_worker_killed_while_its_streamed_calls_wait_for_a_fleet_slot_runs_them_once_on_recover(
+    anyio_backend: str, store: Store, tmp_path: Path
+) -> None:
+    # Another worker holds the tool's only slot: the streamed turn's two calls wait for it when the worker is
+    # killed, its stream still open. Neither started: recover runs both, each once (the tool is not idempotent).
+    url, space = redis_url(), namespace()
+    log = tmp_path / "log"
+    other = ts.RedisCoordination(url, namespace=space)
+    await other._call("ZADD", f"{space}:{{charge}}:slots", 10**15, "elsewhere")
+    command = [sys.executable, "-c", STREAMED_WORKER, url, space, store.spec(), str(log), anyio_backend]
+    await kill_at(command, "waiting")
+    assert not log.exists()
+    await other._call("DEL", f"{space}:{{charge}}:slots")
+    ran: list[int] = []
+
+    @ts.tool(name="charge", max_concurrency=1)
+    async def charge(n: int) -> int:
+        ran.append(n)
+        return n
+
+    async with store.open(lease=600) as journal:
+        executor = ts.Executor([charge], journal=journal, coordination=ts.RedisCoordination(url, namespace=space))
+        with anyio.fail_after(30):
+            outcome = await executor.recover("streamed-run", force=True)
+    assert [(r.call_id, r.error_kind, r.output) for r in outcome.results] == [("k1", None, 1), ("k2", None, 2)]
+    assert sorted(ran) == [1, 2]
+
+
+# -- Redis gone during a streamed turn ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("on_unavailable", ["local", "refuse"])
+async def test_a_streamed_turn_with_redis_unreachable_falls_back_or_refuses_every_call(
+    anyio_backend: str, on_unavailable: str
+) -> None:
+    ran: list[str] = []
+    events: list[Any] = []
+
+    @ts.tool(concurrency_safe=True, max_concurrency=1, rate_limit=ts.RateLimit(100, per=1))
+    async def capped(tag: str) -> str:
+        ran.append(tag)
+        return tag
+
+    executor = ts.Executor(
+        [capped],
+        coordination=unreachable(on_unavailable=on_unavailable),
+        strategy=ts.Parallel(),
+        on_event=events.append,
+    )
+    with warnings.catch_warnings(), anyio.fail_after(20):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        async with executor.turn() as turn:
+            for tag in ("c1", "c2", "c3"):
+                turn.submit(ts.ToolCall(tag, "capped", {"tag": tag}))
+                await anyio.sleep(0.01)
+            turn.close()
+            outcome = await turn.outcome()
+    outages = [event for event in events if isinstance(event, ts.CoordinationUnavailable)]
+    assert len(outages) == 1
+    if on_unavailable == "local":
+        assert [(r.output, r.attempts) for r in outcome.results] == [("c1", 1), ("c2", 1), ("c3", 1)]
+        assert sorted(ran) == ["c1", "c2", "c3"]
+    else:
+        assert [(r.error_kind, r.attempts) for r in outcome.results] == [("unavailable", 0)] * 3
+        assert ran == []
+
+
+# -- the same call object twice ----------------------------------------------------------------------------------
+
+
+async def test_a_stream_that_gives_the_same_call_object_twice_runs_it_once_and_recovers_so(
+    anyio_backend: str, store: Store
+) -> None:
+    ran: list[str] = []
+
+    @ts.tool
+    async def echo(tag: str) -> str:
+        ran.append(tag)
+        return tag
+
+    call = ts.ToolCall("x", "echo", {"tag": "x"})
+
+    async def calls() -> AsyncIterator[ts.ToolCall]:
+        yield call
+        yield ts.ToolCall("y", "echo", {"tag": "y"})
+        yield call
+
+    async with store.open() as journal:
+        executor = ts.Executor([echo], journal=journal, coordination=fleet())
+        outcome = await executor.run(calls(), run_id="twice")
+        recovered = await executor.recover("twice")
+    for answered in (outcome, recovered):
+        assert [(r.call_id, r.output) for r in answered.results] == [("x", "x"), ("y", "y")]
+        assert [(d.call_id, d.index, d.first_index, d.args_differ) for d in answered.duplicates] == [("x", 2, 0, False)]
+    assert ran == ["x", "y"]
