@@ -394,3 +394,43 @@ async def test_a_stream_that_gives_the_same_call_object_twice_runs_it_once_and_r
         assert [(r.call_id, r.output) for r in answered.results] == [("x", "x"), ("y", "y")]
         assert [(d.call_id, d.index, d.first_index, d.args_differ) for d in answered.duplicates] == [("x", 2, 0, False)]
     assert ran == ["x", "y"]
+
+
+# -- a journaled executor that reads the stream whole (batch hooks) -----------------------------------------------
+
+
+@pytest.mark.parametrize("named", [True, False])
+async def test_a_broken_stream_read_whole_by_a_journaled_executor_is_journaled_and_recovered(
+    anyio_backend: str, store: Store, named: bool
+) -> None:
+    # Batch hooks: the stream is read whole before anything runs, and it breaks. StreamFailed answers the calls
+    # read under a run ID that recover knows, as a streamed turn's would be; nothing runs, then or on recover.
+    ran: list[str] = []
+
+    @ts.tool
+    async def echo(tag: str) -> str:
+        ran.append(tag)
+        return tag
+
+    async def calls() -> AsyncIterator[ts.ToolCall]:
+        yield ts.ToolCall("x", "echo", {"tag": "x"})
+        yield ts.ToolCall("u", "missing", {})
+        yield ts.ToolCall("x", "echo", {"tag": "again"})
+        raise StreamDropped("connection reset")
+
+    async with store.open() as journal:
+        executor = ts.Executor([echo], journal=journal, hooks=ts.Hooks().pre_batch("*", lambda event: None))
+        with pytest.raises(ts.StreamFailed) as raised:
+            await executor.run(calls(), run_id="whole" if named else None)
+        broken = raised.value.outcome
+        assert broken.run_id == "whole" if named else broken.run_id is not None
+        assert broken.run_id is not None
+        recovered = await executor.recover(broken.run_id)
+        with pytest.raises(ts.RunExistsError):
+            await executor.run(calls(), run_id=broken.run_id)
+    assert [(r.call_id, r.error_kind) for r in broken.results] == [("x", "skipped"), ("u", "unknown_tool")]
+    assert [(r.call_id, r.error_kind, r.error) for r in recovered.results] == [
+        (r.call_id, r.error_kind, r.error) for r in broken.results
+    ]
+    assert [d.call_id for d in recovered.duplicates] == [d.call_id for d in broken.duplicates] == ["x"]
+    assert ran == []
