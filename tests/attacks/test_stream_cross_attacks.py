@@ -170,49 +170,6 @@ async def test_a_call_that_waits_a_long_fleet_reservation_runs_at_its_reserved_s
     assert ran == ["s1", "w1"]
 
 
-@pytest.mark.parametrize("streamed", [False, True])
-async def test_a_call_waiting_for_a_fleet_reservation_lends_its_slot(anyio_backend: str, streamed: bool) -> None:
-    # Two slots. "s2" waits about 2 s for the fleet's next call of `send`; "h1" holds the other slot until "q1"
-    # has run, and "q1" can only run in the slot "s2" lends while it waits, as with a local rate limit.
-    log: list[str] = []
-    q1_ran = anyio.Event()
-
-    @ts.tool(concurrency_safe=True, rate_limit=ts.RateLimit(1, per=2))
-    async def send(tag: str) -> str:
-        log.append(tag)
-        return tag
-
-    @ts.tool(concurrency_safe=True)
-    async def hold(tag: str) -> str:
-        with anyio.move_on_after(10):
-            await q1_ran.wait()
-        log.append(tag)
-        return tag
-
-    @ts.tool(concurrency_safe=True)
-    async def quick(tag: str) -> str:
-        q1_ran.set()
-        log.append(tag)
-        return tag
-
-    executor = ts.Executor([send, hold, quick], coordination=fleet(), strategy=ts.Parallel(max_concurrency=2))
-    calls = [
-        ts.ToolCall("s1", "send", {"tag": "s1"}),
-        ts.ToolCall("s2", "send", {"tag": "s2"}),
-        ts.ToolCall("h1", "hold", {"tag": "h1"}),
-        ts.ToolCall("q1", "quick", {"tag": "q1"}),
-    ]
-
-    async def given() -> AsyncIterator[ts.ToolCall]:
-        for call in calls:
-            yield call
-
-    with anyio.fail_after(30):
-        outcome = await executor.run(given() if streamed else calls)
-    assert [result.output for result in outcome.results] == ["s1", "s2", "h1", "q1"]
-    assert log.index("q1") < log.index("h1") < log.index("s2")
-
-
 # -- a journaled streamed turn under the fleet's limits, cut short ------------------------------------------------
 
 

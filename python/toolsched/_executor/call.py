@@ -685,12 +685,17 @@ async def _waiting(turn: Turn, job: Job, wait: Awaitable[None]) -> None:
 
 
 def _paused(turn: Turn, job: Job) -> Callable[[Coroutine[Any, Any, None]], Awaitable[None]]:
-    """How a call under the fleet's limits waits for their rate limit: as for a local one (``_waiting``: its slot
-    lent, the wait ended by an interrupt), and an interrupted call starts no attempt (``RunHalted``)."""
+    """How a call under the fleet's limits waits for their rate limit: an interrupt ends the wait (it cancels
+    ``job.pause``), and an interrupted call starts no attempt (``RunHalted``). The call keeps its slot of the batch
+    meanwhile: lent, it could get it back only after its reservation's start, and take a new reservation then."""
 
     async def paused(wait: Coroutine[Any, Any, None]) -> None:
         if turn.halt is None:
-            await _waiting(turn, job, wait)
+            try:
+                with anyio.CancelScope() as job.pause:
+                    await wait
+            finally:
+                job.pause = None
         else:
             wait.close()
         if turn.halt is not None:
