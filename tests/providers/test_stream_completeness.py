@@ -344,15 +344,61 @@ async def test_a_transport_failure_after_the_final_event_loses_nothing(
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-async def test_an_executor_with_batch_hooks_runs_nothing_of_a_broken_stream(provider: str) -> None:
+async def test_an_executor_with_batch_hooks_answers_the_complete_calls_of_a_broken_stream_without_running_them(
+    provider: str,
+) -> None:
     ran: list[str] = []
-    executor = ts.Executor(weather(ran), hooks=ts.Hooks().pre_batch("*", lambda event: None))
+    batches: list[Any] = []
+    executor = ts.Executor(weather(ran), hooks=ts.Hooks().pre_batch("*", batches.append))
     assert not executor.streams
     events = data_of(provider, TURN)
     with pytest.raises(ts.StreamFailed) as raised:
         await MODULES[provider].execute_stream(executor, events[: _second_call_begun(provider, events)])
     assert isinstance(raised.value.__cause__, ts.IncompleteStreamError)
-    assert raised.value.outcome.results == [] and ran == []
+    # The call complete before the cut is answered (not run: its batch never formed), as run() answers it.
+    results = raised.value.outcome.results
+    assert [(r.call_id, r.tool_name, r.error_kind) for r in results] == [("call_paris", "get_weather", "skipped")]
+    assert "the stream of calls broke" in (results[0].error or "")
+    assert ran == [] and batches == []
+
+
+@pytest.mark.parametrize("batch_hooks", [False, True])
+async def test_a_broken_stream_answers_calls_complete_out_of_order_in_the_model_order(batch_hooks: bool) -> None:
+    # Block 0 (call_a) stops after block 1 (call_b); the connection drops before `message_stop`.
+    events = data_of("anthropic", COMPACT_AB)
+    start_a, delta_a, stop_a, start_b, delta_b, stop_b = events[1:7]
+    interleaved = [events[0], start_a, delta_a, start_b, delta_b, stop_b, stop_a]
+    ran: list[str] = []
+    both_ran = anyio.Event()
+
+    @ts.tool(read_only=True, concurrency_safe=True)
+    async def get_weather(city: str) -> str:
+        ran.append(city)
+        if len(ran) == 2:
+            both_ran.set()
+        return f"{city}: 18°C"
+
+    hooks = ts.Hooks().pre_batch("*", lambda event: None) if batch_hooks else None
+    executor = ts.Executor([get_weather], hooks=hooks)
+
+    async def dropped() -> AsyncIterator[Any]:
+        for event in interleaved:
+            yield event
+        if not batch_hooks:
+            # Both calls ran before the connection drops.
+            with anyio.fail_after(10):
+                await both_ran.wait()
+        raise ConnectionResetError("reset")
+
+    with pytest.raises(ts.StreamFailed) as raised:
+        await ts_anthropic.execute_stream(executor, dropped())
+    assert isinstance(raised.value.__cause__, ConnectionResetError)
+    results = raised.value.outcome.results
+    assert [result.call_id for result in results] == ["call_a", "call_b"]
+    if batch_hooks:
+        assert [result.error_kind for result in results] == ["skipped", "skipped"] and ran == []
+    else:
+        assert [result.output for result in results] == ["Oslo: 18°C", "Bern: 18°C"]
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

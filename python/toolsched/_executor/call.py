@@ -13,7 +13,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from time import perf_counter
 from typing import Any
@@ -153,7 +153,17 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
             # attempt started once the fleet admitted it.
             stopped = _stopped_as_it_ran(job)
             admitted = _fleet_admitted(job, scope, turn)
-            invoke = guarded(fleet, tool, job.facts, invoke, turn.emit, admitted, stopped, job.fleet_circuit_opened)
+            invoke = guarded(
+                fleet,
+                tool,
+                job.facts,
+                invoke,
+                turn.emit,
+                admitted,
+                stopped,
+                job.fleet_circuit_opened,
+                _paused(turn, job),
+            )
         if job.facts.policies is not None:
             invoke = _resilient(job, turn, invoke)
         # What the output guardrails and the post hooks are shown: the arguments the call was judged with, copied
@@ -586,10 +596,10 @@ def _resilient(
                     # Each attempt gets its own copy of the validated arguments: one that changed its copy
                     # and failed does not hand the change to the next.
                     output = await invoke(args if retry is None else args_copy(args), ctx)
-                except CircuitOpen:
+                except NotRun:
                     # The fleet refused the attempt before it ran (its circuit open, or Redis unreachable with
-                    # ``on_unavailable="refuse"``): a retrying call ends with its last failure, counting only the
-                    # attempts that ran.
+                    # ``on_unavailable="refuse"``), or the run was interrupted while it waited for the fleet's rate
+                    # limit: a retrying call ends with its last failure, counting only the attempts that ran.
                     if failure is None:
                         raise
                     job.attempts = attempt - 1
@@ -672,6 +682,26 @@ async def _waiting(turn: Turn, job: Job, wait: Awaitable[None]) -> None:
         turn.give_back()
     else:
         await turn.reclaim()
+
+
+def _paused(turn: Turn, job: Job) -> Callable[[Coroutine[Any, Any, None]], Awaitable[None]]:
+    """How a call under the fleet's limits waits for their rate limit: an interrupt ends the wait (it cancels
+    ``job.pause``), and an interrupted call starts no attempt (``RunHalted``). The call keeps its slot of the batch
+    meanwhile: lent, it could get it back only after its reservation's start, and take a new reservation then."""
+
+    async def paused(wait: Coroutine[Any, Any, None]) -> None:
+        if turn.halt is None:
+            try:
+                with anyio.CancelScope() as job.pause:
+                    await wait
+            finally:
+                job.pause = None
+        else:
+            wait.close()
+        if turn.halt is not None:
+            raise RunHalted(turn.halt)
+
+    return paused
 
 
 async def _guard(guardrails: Guardrails, job: Job, output: Any, turn: Turn, judged: Any = None) -> None:

@@ -92,16 +92,30 @@ async def unread_outcome(
 ) -> Outcome:
     """The outcome of calls read from a stream that broke before any of them ran (a turn that cannot stream reads
     the whole stream first): each call the engine refuses is answered so, every other one ``skipped``, as a
-    streamed turn answers the calls still waiting for admission when its stream breaks."""
+    streamed turn answers the calls still waiting for admission when its stream breaks. With a journal, the run
+    is journaled under ``run_id`` (a new one when None) as a streamed turn's is, so that ``recover`` knows it
+    (``RunExistsError`` for an ID already in the journal)."""
     turn = Turn(settings, view, 0, context, settings.emitter(sink, None), set(), None)
-    plan = plan_calls(settings, view, calls)
-    turn.note_plan(plan)
-    reason = f"not run: the stream of calls broke ({described(error)})"
-    for slot, call in enumerate(plan.calls):
-        kind, message = plan.refused.get(slot, ("skipped", reason))
-        await turn.answer(slot, call, plan.tool_name(view, slot), kind, message)
-    if turn.emit is not None:
-        await turn.emit.flush()
+    durable = None
+    if settings.journal is not None:
+        durable = RunJournal(settings.journal, uuid.uuid4().hex if run_id is None else run_id)
+        await durable.begin(calls)
+        turn.durable = durable
+        turn.run_id = run_id = durable.run_id
+    try:
+        plan = plan_calls(settings, view, calls)
+        turn.note_plan(plan)
+        reason = f"not run: the stream of calls broke ({described(error)})"
+        for slot, call in enumerate(plan.calls):
+            kind, message = plan.refused.get(slot, ("skipped", reason))
+            await turn.answer(slot, call, plan.tool_name(view, slot), kind, message)
+        if turn.emit is not None:
+            await turn.emit.flush()
+    except JournalFailed as failed:
+        raise failed.error from None
+    finally:
+        if durable is not None:
+            await durable.release()
     return new_outcome(turn.ordered_partial(), plan.duplicates, [], False, [], None, run_id)
 
 

@@ -43,7 +43,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlsplit
@@ -80,6 +80,11 @@ _PIPELINES = 1
 # A reservation is waited out to the next multiple of this on the event loop's clock (seconds), at most this
 # late: well within ``_FRESH_US``, and the calls due in the same few ms ask again together.
 _WAKE_GRID = 0.004
+# A sleep of a second or more may end late by up to 0.1% of it (Linux's timer slack for a normal task's epoll
+# timeout, at most 100 ms): past ``_FRESH_US`` beyond 10 s, where every wake would take a new reservation. Such a
+# reservation is waited out to this share of it earlier (at most ``_LEAD_MOST`` seconds), then asked for the rest.
+_LEAD_SHARE = 0.002
+_LEAD_MOST = 0.2
 # Commands written together in one round trip at most.
 _MAX_BATCH = 100
 # How long a batch's replies may take before its connection is given up, in seconds.
@@ -233,6 +238,14 @@ for k, key in ipairs(KEYS) do
 end
 return renewed
 """
+
+
+#: How an attempt awaits a wait for the rate limit (``run_attempt``'s ``wait``).
+Pause = Callable[[Coroutine[Any, Any, None]], Awaitable[None]]
+
+
+async def _awaited(wait: Coroutine[Any, Any, None]) -> None:
+    await wait
 
 
 class FleetUnavailable(CircuitOpen):
@@ -1047,7 +1060,10 @@ class RedisCoordination:
             # later: an attempt that asks a little early is told the rest; a reply read late, its loop busy,
             # does not make it ask late), and rounded up to the loop's next ``_WAKE_GRID`` so that the calls of
             # the process due in the same few ms wake together and ask again in one round trip.
-            wake = math.ceil((request.sent + amount / 1_000_000) / _WAKE_GRID) * _WAKE_GRID
+            # A long one ends early by a little more than the sleep may overshoot, and asks for the rest.
+            wait = amount / 1_000_000
+            lead = min(_LEAD_MOST, wait * _LEAD_SHARE) if wait >= 1 else 0.0
+            wake = math.ceil((request.sent + wait - lead) / _WAKE_GRID) * _WAKE_GRID
             amount = max(0, round((wake - anyio.current_time()) * 1_000_000))
         return code, amount, int(reply[2]), int(reply[3])
 
@@ -1077,6 +1093,7 @@ class RedisCoordination:
         admitted: Callable[[], Awaitable[None]] | None = None,
         cut_short: Callable[[], str | None] | None = None,
         opened: Callable[[], None] | None = None,
+        wait: Pause = _awaited,
     ) -> Any:
         """Runs one attempt of ``tool`` under the fleet's limits (or the fallback when Redis is unreachable).
 
@@ -1089,7 +1106,9 @@ class RedisCoordination:
         cap), before its body runs (a durable run journals the attempt started then). ``cut_short`` says what
         stopped the call while the body ran, if anything (``"timeout"`` or ``"cancelled"``): a body that caught
         that and returned is recorded as the stop, not as a success (``returned``). ``opened`` is called when the
-        attempt failed and the tool's circuit is open after it (its call's retries stop there).
+        attempt failed and the tool's circuit is open after it (its call's retries stop there). ``wait`` awaits
+        each wait for the rate limit (a reservation, or the fallback's token): the caller's, which may end it early
+        by raising (an interrupted run's call starts no attempt).
 
         An attempt made inside a call of the same tool that holds a slot (a nested run in its body) runs on that
         slot: it takes none in the fleet nor in the fallback's cap (its rate limit and circuit still apply).
@@ -1123,7 +1142,19 @@ class RedisCoordination:
             self._renewer.hold(circuit_key, attempt, probe=True)
         try:
             return await self._attempt(
-                tool, lease_id, attempt, retry_on, invoke, emit, local, limiter, admitted, cut_short, opened, nested
+                tool,
+                lease_id,
+                attempt,
+                retry_on,
+                invoke,
+                emit,
+                local,
+                limiter,
+                admitted,
+                cut_short,
+                opened,
+                wait,
+                nested,
             )
         finally:
             if lease_id:
@@ -1144,6 +1175,7 @@ class RedisCoordination:
         admitted: Callable[[], Awaitable[None]] | None,
         cut_short: Callable[[], str | None] | None,
         opened: Callable[[], None] | None,
+        wait: Pause,
         slotless: bool = False,
     ) -> Any:
         """``run_attempt`` once the renewal thread knows the attempt's slot and probe (``slotless``: it takes
@@ -1158,7 +1190,7 @@ class RedisCoordination:
                     raise FleetUnavailable(
                         f"`{tool.name}` is unavailable: its fleet-wide limits cannot be checked ({exc})"
                     ) from None
-                return await _local_attempt(tool, retry_on, invoke, local, limiter, admitted, cut_short, opened)
+                return await _local_attempt(tool, retry_on, invoke, local, limiter, admitted, cut_short, opened, wait)
             if code == -1:
                 circuit = tool.circuit
                 assert circuit is not None
@@ -1169,7 +1201,7 @@ class RedisCoordination:
             if code == 2:
                 # A reservation: waited out holding no slot, then the slot is asked for.
                 reserved = start
-                await anyio.sleep(amount / 1_000_000)
+                await wait(anyio.sleep(amount / 1_000_000))
                 continue
             if code != -2:
                 break
@@ -1195,7 +1227,7 @@ class RedisCoordination:
                 continue
             if code == 2:
                 reserved = start
-                await anyio.sleep(amount / 1_000_000)
+                await wait(anyio.sleep(amount / 1_000_000))
                 continue
             if code != -1:
                 break
@@ -1269,16 +1301,18 @@ async def _local_attempt(
     admitted: Callable[[], Awaitable[None]] | None,
     cut_short: Callable[[], str | None] | None = None,
     opened: Callable[[], None] | None = None,
+    wait: Pause = _awaited,
 ) -> Any:
     """One attempt under this process's own rate limit, circuit and concurrency cap (the fallback while Redis
-    is unreachable): the rate wait comes before the slot, as in the fleet; ``opened`` as in ``run_attempt``."""
+    is unreachable): the rate wait comes before the slot, as in the fleet; ``opened`` and ``wait`` as in
+    ``run_attempt``."""
     probe = local.admit() if local is not None else False
     if probe is None:
         raise CircuitOpen(f"`{tool.name}` is unavailable: its circuit is open in this process")
     ran = False
     try:
         if local is not None and not local.paced():
-            await local.pace()
+            await wait(local.pace())
         # The process's cap, counting the calls the fleet admitted that still run; a call made inside a call of the
         # same tool runs on that call's slot (``_policy.slots``).
         async with slot_of(limiter() if limiter is not None else None):
@@ -1354,13 +1388,14 @@ def guarded(
     admitted: Callable[[], Awaitable[None]] | None = None,
     cut_short: Callable[[], str | None] | None = None,
     opened: Callable[[], None] | None = None,
+    wait: Pause = _awaited,
 ) -> Callable[[Any, Any], Awaitable[Any]]:
     """``invoke`` with each attempt under the fleet's limits for ``tool`` (the executor's hook, internal).
 
     The fleet's slots are the tool's concurrency cap: the caller takes no per-process slot around it (each
     attempt takes one, in the fleet or in the fallback); ``admitted`` is awaited when an attempt gets its slots;
     ``cut_short`` says what stopped the call as its body ran; ``opened`` is called when an attempt's failure left
-    the circuit open (``RedisCoordination.run_attempt``).
+    the circuit open; ``wait`` awaits each wait for the rate limit (``RedisCoordination.run_attempt``).
     """
     retry_on = tool.retry
     local = facts.resilience() if facts.policies is not None else None
@@ -1368,7 +1403,7 @@ def guarded(
 
     async def invoke_guarded(args: Any, ctx: Any) -> Any:
         return await coordination.run_attempt(
-            tool, retry_on, lambda: invoke(args, ctx), emit, local, limiter, admitted, cut_short, opened
+            tool, retry_on, lambda: invoke(args, ctx), emit, local, limiter, admitted, cut_short, opened, wait
         )
 
     return invoke_guarded

@@ -9,7 +9,7 @@ its state, and holds the reply back while calls wait for a person.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -100,38 +100,47 @@ class Flow(Generic[E]):
         part of a whole turn, or the end before the provider's final event), ``StreamFailed`` carries the
         results of the calls it completed, with the stream's error as its ``__cause__``; a failure after the
         final event changes nothing (the turn is whole) and is logged. An executor whose turns cannot stream
-        (batch hooks) reads the whole stream first, then runs the calls; a stream that breaks there runs none.
+        (batch hooks) reads the whole stream first, then runs the calls; a stream that breaks there runs none
+        (each call it completed is answered ``skipped``, or refused as the engine refuses it).
         What is no stream of events (a coroutine not awaited, a stream manager not entered, a whole response)
         is refused with ``OptionError`` before anything is read: no ``StreamFailed``, which asks for a retry.
         """
         _check_stream(events)
         calls: list[ToolCall] = []
-        if not executor.streams:
-            try:
-                await _read(events, assembler, calls.append)
-            except Exception as error:
-                raise StreamFailed(Outcome(results=[]), error) from error
-            outcome = await executor.run(calls, steering=steering, context=context)
-        else:
-            async with executor.turn(steering=steering, context=context) as turn:
+        try:
+            if not executor.streams:
+                # Read whole first, as run() reads an async iterable for such an executor: if the stream breaks,
+                # StreamFailed answers every call it completed without running any.
+                outcome = await executor.run(_read_whole(events, assembler, calls), steering=steering, context=context)
+            else:
+                async with executor.turn(steering=steering, context=context) as turn:
 
-                def submit(call: ToolCall) -> None:
-                    calls.append(call)
-                    turn.submit(call)
+                    def submit(call: ToolCall) -> None:
+                        calls.append(call)
+                        turn.submit(call)
 
-                await _read(events, assembler, submit)
-                turn.close()
-                outcome = await turn.outcome()
+                    await _read(events, assembler, submit)
+                    turn.close()
+                    outcome = await turn.outcome()
+        except StreamFailed as failed:
+            # The calls it completed, in the model's order, as a whole turn's results are.
+            failed.outcome = _aligned(failed.outcome, self._in_model_order(calls, assembler.assembled()))
+            raise
         assistant = assembler.assembled()
-        if len(calls) > 1:
-            # One call has no order to restore; more may have completed out of the model's order.
-            try:
-                order = self.ids(assistant)
-            except ResponseFormatError:
-                # Parts of the turn that are no calls' (left alone as the stream gave them): the completion order.
-                order = [call.id for call in calls]
-            calls = _in_model_order(calls, order)
+        calls = self._in_model_order(calls, assistant)
         return self.finish(executor.registry, calls, outcome, assistant)
+
+    def _in_model_order(self, calls: list[ToolCall], assistant: Any) -> list[ToolCall]:
+        """``calls`` in the order the model gave them in ``assistant`` (they may complete in another order)."""
+        if len(calls) <= 1:
+            # One call has no order to restore.
+            return calls
+        try:
+            order = self.ids(assistant)
+        except ResponseFormatError:
+            # Parts of the turn that are no calls' (left alone as the stream gave them): the completion order.
+            order = [call.id for call in calls]
+        return _in_model_order(calls, order)
 
     async def resume(self, executor: Executor, execution: E, state: Any) -> E:
         """Finishes an interrupted execution from its state (the held calls decided on it).
@@ -231,6 +240,22 @@ async def _read(
         )
     for call in assembler.end():
         submit(call)
+
+
+async def _read_whole(
+    events: AsyncIterable[Any] | Iterable[Any], assembler: Assembler, calls: list[ToolCall]
+) -> AsyncIterator[ToolCall]:
+    """The calls of the whole stream, given once it is read to its end (or broke: then the calls it completed,
+    and its error)."""
+    error: Exception | None = None
+    try:
+        await _read(events, assembler, calls.append)
+    except Exception as exc:
+        error = exc
+    for call in calls:
+        yield call
+    if error is not None:
+        raise error
 
 
 async def _close(events: AsyncIterable[Any] | Iterable[Any]) -> None:
