@@ -8,6 +8,7 @@ mod convert;
 mod copies;
 mod errors;
 mod rules;
+mod stepped;
 mod stepping;
 
 use std::cell::Cell;
@@ -799,7 +800,14 @@ mod _core {
     #[pymodule_export]
     use super::copies::detached;
     #[pymodule_export]
+    use super::stepped::stepper;
+    #[pymodule_export]
     use super::stepping::{start, PyResume};
+
+    #[pymodule_init]
+    fn init(module: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
+        super::stepped::make_type(module)
+    }
     #[pymodule_export]
     use super::{
         assemble, normalize_key, plan_batches, plan_conflicts, truncate, PyConflictPlanner, PyLimits, PyRuleTable,

@@ -1,0 +1,533 @@
+//! The coroutine of a stepped call's task (`toolsched._executor.stepped`): it steps the tool's coroutine as the
+//! task would and hands how it ended to the executor in the task's last step, with no coroutine of the
+//! executor's suspended while the tool waits.
+//!
+//! Its type is made by hand rather than by `#[pyclass]`, which always makes a type the cyclic collector
+//! tracks: a stepper is not tracked, so it neither counts towards the collector's next pass nor is walked
+//! by one. While thousands of calls wait, each is then what a bare task group's call is to the collector (a
+//! task and the tool's coroutine) and its job (`python benches/gc_generations.py`). A stepper holds no
+//! reference to itself or its task, and drops everything it holds as its call ends.
+
+use std::ffi::{c_int, c_void};
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::time::Instant;
+
+use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError};
+use pyo3::ffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyTuple, PyType};
+
+/// A stepper's memory: the object's header, then what it holds (each a strong reference or null).
+#[repr(C)]
+struct Stepper {
+    ob_base: ffi::PyObject,
+    // The batch's `SteppedCalls` (its `begin` and `end`) and the call's job, until the call ends.
+    calls: *mut ffi::PyObject,
+    job: *mut ffi::PyObject,
+    // The tool's coroutine, from the first step until it ends.
+    coroutine: *mut ffi::PyObject,
+    // When the tool's coroutine began.
+    started: Option<Instant>,
+    // Whether the first step was taken.
+    begun: bool,
+    // Whether `coroutine` is the tail `calls.end` handed back (what is left of the call after its tool).
+    tail: bool,
+}
+
+/// The type, made once as the module is (`make_type`).
+static TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(ptr::null_mut());
+
+/// What was sent in for a step.
+enum Sent<'py> {
+    Value(Bound<'py, PyAny>),
+    Thrown(Bound<'py, PyTuple>),
+}
+
+/// How a step ended: the coroutine yielded, or the call ended (its task's coroutine returns None).
+enum Stepped<'py> {
+    Yielded(Bound<'py, PyAny>),
+    Ended,
+}
+
+/// `stepper(calls, job)`: the coroutine of a stepped call's task. Its first step asks `calls.begin(job)` for
+/// the tool's coroutine (None: the call does not run, and the task ends); once that coroutine ends, the step
+/// that ended it calls `calls.end(job, output, error, milliseconds)`: what it returned or raised, and how
+/// long it ran. `end` may hand back a tail, a coroutine for what is left of the call (its post hooks): the
+/// stepper steps it next, as the rest of the task, and the task ends with it.
+#[pyfunction]
+pub fn stepper(py: Python<'_>, calls: &Bound<'_, PyAny>, job: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    let kind = TYPE.load(Ordering::Acquire);
+    if kind.is_null() {
+        return Err(PyRuntimeError::new_err("the stepper type is not made"));
+    }
+    // SAFETY: the interpreter is attached; `kind` is the type `make_type` made (never freed: the module keeps
+    // a reference). `PyType_GenericAlloc` zeroes the object and takes a reference to the heap type, given back
+    // in `dealloc`; every field is written before the object is handed out (an all-zero `Option<Instant>` is
+    // not None).
+    unsafe {
+        let object = ffi::PyType_GenericAlloc(kind, 0);
+        if object.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        let this = object.cast::<Stepper>();
+        ptr::addr_of_mut!((*this).calls).write(calls.clone().into_ptr());
+        ptr::addr_of_mut!((*this).job).write(job.clone().into_ptr());
+        ptr::addr_of_mut!((*this).coroutine).write(ptr::null_mut());
+        ptr::addr_of_mut!((*this).started).write(None);
+        ptr::addr_of_mut!((*this).begun).write(false);
+        ptr::addr_of_mut!((*this).tail).write(false);
+        Ok(Bound::from_owned_ptr(py, object).unbind())
+    }
+}
+
+/// Makes the type and adds it to `module` as `Stepper` (for `isinstance` and the stubs; it is made by `stepper`).
+pub fn make_type(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = module.py();
+    // Leaked on purpose: the type refers to these tables for as long as it lives, which is the process's life.
+    let methods: &'static mut [ffi::PyMethodDef] = Box::leak(Box::new([
+        ffi::PyMethodDef {
+            ml_name: c"send".as_ptr(),
+            ml_meth: ffi::PyMethodDefPointer { PyCFunction: send },
+            ml_flags: ffi::METH_O,
+            ml_doc: c"A step sent a value: what the tool's coroutine yields; StopIteration once the call ended."
+                .as_ptr(),
+        },
+        ffi::PyMethodDef {
+            ml_name: c"throw".as_ptr(),
+            ml_meth: ffi::PyMethodDefPointer { PyCFunction: throw },
+            ml_flags: ffi::METH_VARARGS,
+            ml_doc: c"Throws into the tool's coroutine; before the call began, it never begins.".as_ptr(),
+        },
+        ffi::PyMethodDef {
+            ml_name: c"close".as_ptr(),
+            ml_meth: ffi::PyMethodDefPointer { PyCFunction: close },
+            ml_flags: ffi::METH_NOARGS,
+            ml_doc: c"Closes the tool's coroutine: a call that began ends with GeneratorExit.".as_ptr(),
+        },
+        ffi::PyMethodDef::zeroed(),
+    ]));
+    let getters: &'static mut [ffi::PyGetSetDef] = Box::leak(Box::new([
+        getter(c"begun", get_begun),
+        getter(c"cr_running", get_cr_running),
+        getter(c"cr_suspended", get_cr_suspended),
+        getter(c"cr_frame", get_cr_frame),
+        getter(c"cr_await", get_cr_await),
+        getter(c"cr_code", get_cr_code),
+        ffi::PyGetSetDef::default(),
+    ]));
+    let slots: &'static mut [ffi::PyType_Slot] = Box::leak(Box::new([
+        slot(ffi::Py_tp_dealloc, dealloc as *mut c_void),
+        slot(ffi::Py_am_send, am_send as *mut c_void),
+        slot(ffi::Py_am_await, itself as *mut c_void),
+        slot(ffi::Py_tp_iter, itself as *mut c_void),
+        slot(ffi::Py_tp_iternext, iternext as *mut c_void),
+        slot(ffi::Py_tp_methods, methods.as_mut_ptr().cast()),
+        slot(ffi::Py_tp_getset, getters.as_mut_ptr().cast()),
+        slot(
+            ffi::Py_tp_doc,
+            c"The coroutine of a stepped call's task (made by `stepper`).".as_ptr() as *mut c_void,
+        ),
+        slot(0, ptr::null_mut()),
+    ]));
+    let spec: &'static mut ffi::PyType_Spec = Box::leak(Box::new(ffi::PyType_Spec {
+        name: c"toolsched._core.Stepper".as_ptr(),
+        basicsize: c_int::try_from(std::mem::size_of::<Stepper>()).map_err(|_| PyTypeError::new_err("too large"))?,
+        itemsize: 0,
+        // No `Py_TPFLAGS_HAVE_GC`: not tracked by the cyclic collector. No `Py_TPFLAGS_BASETYPE`: no subclass
+        // could add what the collector would have to see. Made by `stepper` only (a stepper made otherwise would
+        // have nothing to step).
+        flags: (ffi::Py_TPFLAGS_DEFAULT | ffi::Py_TPFLAGS_DISALLOW_INSTANTIATION) as _,
+        slots: slots.as_mut_ptr(),
+    }));
+    // SAFETY: the interpreter is attached; the spec and its tables live for the rest of the process.
+    let kind = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyType_FromSpec(spec))? };
+    let kind = kind.cast_into::<PyType>()?;
+    TYPE.store(kind.as_type_ptr(), Ordering::Release);
+    module.add("Stepper", kind)
+}
+
+fn slot(slot: c_int, pfunc: *mut c_void) -> ffi::PyType_Slot {
+    ffi::PyType_Slot { slot, pfunc }
+}
+
+fn getter(name: &'static std::ffi::CStr, get: ffi::getter) -> ffi::PyGetSetDef {
+    ffi::PyGetSetDef {
+        name: name.as_ptr(),
+        get: Some(get),
+        set: None,
+        doc: ptr::null(),
+        closure: ptr::null_mut(),
+    }
+}
+
+/// The stepper behind `object` (a `Stepper`: only its own slots and methods are given one).
+///
+/// # Safety
+/// `object` is a live `Stepper` and the interpreter is attached.
+unsafe fn this<'a>(object: *mut ffi::PyObject) -> &'a mut Stepper {
+    unsafe { &mut *object.cast::<Stepper>() }
+}
+
+/// Takes a held reference out of its field (leaving null), as an owned `Bound`.
+fn take<'py>(py: Python<'py>, field: &mut *mut ffi::PyObject) -> Option<Bound<'py, PyAny>> {
+    let taken = std::mem::replace(field, ptr::null_mut());
+    // SAFETY: a non-null field is a strong reference the stepper owned; it is handed to the `Bound` whole.
+    (!taken.is_null()).then(|| unsafe { Bound::from_owned_ptr(py, taken) })
+}
+
+/// A new reference to a held object, if there is one.
+fn held(py: Python<'_>, field: *mut ffi::PyObject) -> Option<Bound<'_, PyAny>> {
+    // SAFETY: a non-null field is a live object the stepper holds a reference to.
+    (!field.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, field) })
+}
+
+/// One step: begins the call on the first, steps the tool's coroutine with what was sent, ends the call when
+/// the coroutine ended.
+fn advance<'py>(py: Python<'py>, object: *mut ffi::PyObject, sent: Sent<'py>) -> PyResult<Stepped<'py>> {
+    // SAFETY (each `this`): `object` is the live stepper whose slot or method runs, with the interpreter attached;
+    // no reference into it is kept across a call into Python (which might step it again).
+    let stepper = unsafe { this(object) };
+    let coroutine = if stepper.begun {
+        match held(py, stepper.coroutine) {
+            Some(coroutine) => coroutine,
+            None => {
+                return match sent {
+                    // Over already: as a finished coroutine, the exception is raised as it is.
+                    Sent::Thrown(thrown) => Err(thrown_error(&thrown)?),
+                    Sent::Value(_) => Err(PyRuntimeError::new_err("cannot reuse already awaited coroutine")),
+                };
+            }
+        }
+    } else {
+        stepper.begun = true;
+        if let Sent::Thrown(thrown) = &sent {
+            // Thrown in before the call began: it never begins, and the exception ends the task.
+            release(py, object);
+            return Err(thrown_error(thrown)?);
+        }
+        let (Some(calls), Some(job)) = (held(py, stepper.calls), held(py, stepper.job)) else {
+            return Ok(Stepped::Ended);
+        };
+        let begun = match calls.call_method1(intern!(py, "begin"), (job,)) {
+            Ok(begun) => begun,
+            Err(error) => {
+                release(py, object);
+                return Err(error);
+            }
+        };
+        let stepper = unsafe { this(object) };
+        if begun.is_none() {
+            release(py, object);
+            return Ok(Stepped::Ended);
+        }
+        stepper.coroutine = begun.clone().into_ptr();
+        stepper.started = Some(Instant::now());
+        begun
+    };
+    let mut coroutine = coroutine;
+    let mut sent = sent;
+    loop {
+        let step = step(py, &coroutine, sent)?;
+        let step = match step {
+            Step::Yielded(yielded) => return Ok(Stepped::Yielded(yielded)),
+            Step::Over(over) => over,
+        };
+        drop(coroutine);
+        // SAFETY: see above.
+        if unsafe { this(object) }.tail {
+            // The tail ended: nothing more (its error, which it should not have, goes to the task).
+            release(py, object);
+            step?;
+            return Ok(Stepped::Ended);
+        }
+        let none = py.None().into_bound(py);
+        let tail = match step {
+            Ok(output) => finish(py, object, output, none)?,
+            Err(error) => finish(py, object, none, error.into_value(py).into_bound(py).into_any())?,
+        };
+        let Some(tail) = tail else {
+            return Ok(Stepped::Ended);
+        };
+        // `end` handed back what is left of the call (its post hooks, its events): stepped now, as the rest
+        // of the task.
+        let stepper = unsafe { this(object) };
+        stepper.coroutine = tail.clone().into_ptr();
+        stepper.tail = true;
+        coroutine = tail;
+        sent = Sent::Value(py.None().into_bound(py));
+    }
+}
+
+/// What one step of a coroutine gave: what it yielded, or how it ended (what it returned, or raised).
+enum Step<'py> {
+    Yielded(Bound<'py, PyAny>),
+    Over(PyResult<Bound<'py, PyAny>>),
+}
+
+/// One step of `coroutine`, sent a value or thrown an exception. Only a failure to throw at all is an `Err`.
+fn step<'py>(py: Python<'py>, coroutine: &Bound<'py, PyAny>, sent: Sent<'py>) -> PyResult<Step<'py>> {
+    Ok(match sent {
+        Sent::Value(value) => {
+            let mut result: *mut ffi::PyObject = ptr::null_mut();
+            // SAFETY: both are live objects borrowed for the call; `result` is a new reference (null only on an
+            // error, fetched at once) owned by a `Bound` at once.
+            unsafe {
+                match ffi::PyIter_Send(coroutine.as_ptr(), value.as_ptr(), &raw mut result) {
+                    ffi::PySendResult::PYGEN_NEXT => Step::Yielded(Bound::from_owned_ptr(py, result)),
+                    ffi::PySendResult::PYGEN_RETURN => Step::Over(Ok(Bound::from_owned_ptr(py, result))),
+                    ffi::PySendResult::PYGEN_ERROR => Step::Over(Err(PyErr::fetch(py))),
+                }
+            }
+        }
+        Sent::Thrown(thrown) => match coroutine.getattr(intern!(py, "throw"))?.call1(thrown) {
+            Ok(yielded) => Step::Yielded(yielded),
+            Err(error) if error.is_instance_of::<PyStopIteration>(py) => Step::Over(error.value(py).getattr("value")),
+            Err(error) => Step::Over(Err(error)),
+        },
+    })
+}
+
+/// The tool's coroutine ended: everything is dropped, then `calls.end(job, output, error, milliseconds)`.
+fn finish<'py>(
+    py: Python<'py>,
+    object: *mut ffi::PyObject,
+    output: Bound<'py, PyAny>,
+    error: Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    // SAFETY: see `advance`.
+    let stepper = unsafe { this(object) };
+    let started = stepper.started.take();
+    let coroutine = take(py, &mut stepper.coroutine);
+    let calls = take(py, &mut stepper.calls);
+    let job = take(py, &mut stepper.job);
+    drop(coroutine);
+    let (Some(calls), Some(job)) = (calls, job) else {
+        return Ok(None);
+    };
+    let milliseconds = started.map_or(0.0, |started| started.elapsed().as_secs_f64() * 1000.0);
+    let tail = calls.call_method1(intern!(py, "end"), (job, output, error, milliseconds))?;
+    Ok((!tail.is_none()).then_some(tail))
+}
+
+/// Drops everything the stepper holds (its call will not end through it).
+fn release(py: Python<'_>, object: *mut ffi::PyObject) {
+    // SAFETY: see `advance`. What is taken is dropped after the fields are cleared, so a finaliser it runs finds
+    // the stepper empty.
+    let stepper = unsafe { this(object) };
+    stepper.started = None;
+    let held = [
+        take(py, &mut stepper.coroutine),
+        take(py, &mut stepper.calls),
+        take(py, &mut stepper.job),
+    ];
+    drop(held);
+}
+
+/// The exception `throw(*thrown)` raises: an instance, or a type (and its value) made into one.
+fn thrown_error(thrown: &Bound<'_, PyTuple>) -> PyResult<PyErr> {
+    let first = thrown.get_item(0)?;
+    if thrown.len() > 1 {
+        let value = thrown.get_item(1)?;
+        if !value.is_none() {
+            return Ok(if value.is_instance_of::<pyo3::exceptions::PyBaseException>() {
+                PyErr::from_value(value)
+            } else {
+                PyErr::from_value(first.call1((value,))?)
+            });
+        }
+    }
+    Ok(PyErr::from_value(first))
+}
+
+/// Runs `body` as a slot's or method's body: a Rust panic becomes a Python exception, as pyo3 does for its own.
+fn guarded<T>(body: impl FnOnce(Python<'_>) -> PyResult<T> + std::panic::UnwindSafe, failed: T) -> T {
+    // SAFETY: every slot and method of the type is called by the interpreter with its thread attached.
+    let py = unsafe { Python::assume_attached() };
+    match std::panic::catch_unwind(move || body(py)) {
+        Ok(Ok(value)) => value,
+        Ok(Err(error)) => {
+            error.restore(py);
+            failed
+        }
+        Err(_) => {
+            PyRuntimeError::new_err("the stepper failed (a panic in the engine)").restore(py);
+            failed
+        }
+    }
+}
+
+unsafe extern "C" fn dealloc(object: *mut ffi::PyObject) {
+    // SAFETY: the interpreter deallocates a stepper once, with its thread attached; the type reference the
+    // allocation took is given back after the memory is freed.
+    unsafe {
+        let py = Python::assume_attached();
+        release(py, object);
+        let kind = ffi::Py_TYPE(object);
+        ffi::PyObject_Free(object.cast());
+        ffi::Py_DECREF(kind.cast());
+    }
+}
+
+unsafe extern "C" fn itself(object: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    // SAFETY: `object` is live; a new reference is returned.
+    unsafe { ffi::Py_INCREF(object) };
+    object
+}
+
+/// The task's step (`PyIter_Send`): no exception is made for the call's end.
+unsafe extern "C" fn am_send(
+    object: *mut ffi::PyObject,
+    value: *mut ffi::PyObject,
+    result: *mut *mut ffi::PyObject,
+) -> ffi::PySendResult {
+    guarded(
+        move |py| {
+            // SAFETY: `value` is a live object borrowed for the call; `result` is the caller's out-pointer.
+            let value = unsafe { Bound::from_borrowed_ptr(py, value) };
+            match advance(py, object, Sent::Value(value)) {
+                Ok(Stepped::Yielded(yielded)) => {
+                    unsafe { *result = yielded.into_ptr() };
+                    Ok(ffi::PySendResult::PYGEN_NEXT)
+                }
+                Ok(Stepped::Ended) => {
+                    unsafe { *result = py.None().into_ptr() };
+                    Ok(ffi::PySendResult::PYGEN_RETURN)
+                }
+                Err(error) => {
+                    unsafe { *result = ptr::null_mut() };
+                    Err(error)
+                }
+            }
+        },
+        ffi::PySendResult::PYGEN_ERROR,
+    )
+}
+
+/// A step sent None (`next`): null without an exception once the call ended.
+unsafe extern "C" fn iternext(object: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    guarded(
+        move |py| match advance(py, object, Sent::Value(py.None().into_bound(py)))? {
+            Stepped::Yielded(yielded) => Ok(yielded.into_ptr()),
+            Stepped::Ended => Ok(ptr::null_mut()),
+        },
+        ptr::null_mut(),
+    )
+}
+
+unsafe extern "C" fn send(object: *mut ffi::PyObject, value: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    guarded(
+        move |py| {
+            // SAFETY: `value` is a live object borrowed for the call.
+            let value = unsafe { Bound::from_borrowed_ptr(py, value) };
+            match advance(py, object, Sent::Value(value))? {
+                Stepped::Yielded(yielded) => Ok(yielded.into_ptr()),
+                Stepped::Ended => Err(PyStopIteration::new_err(())),
+            }
+        },
+        ptr::null_mut(),
+    )
+}
+
+unsafe extern "C" fn throw(object: *mut ffi::PyObject, args: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    guarded(
+        move |py| {
+            // SAFETY: `args` is the live tuple of the call's arguments (`METH_VARARGS`).
+            let thrown = unsafe { Bound::from_borrowed_ptr(py, args) }.cast_into::<PyTuple>()?;
+            if thrown.is_empty() {
+                return Err(PyTypeError::new_err("throw expected at least 1 argument, got 0"));
+            }
+            match advance(py, object, Sent::Thrown(thrown))? {
+                Stepped::Yielded(yielded) => Ok(yielded.into_ptr()),
+                Stepped::Ended => Err(PyStopIteration::new_err(())),
+            }
+        },
+        ptr::null_mut(),
+    )
+}
+
+unsafe extern "C" fn close(object: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    guarded(
+        move |py| {
+            // SAFETY: see `advance`.
+            let coroutine = held(py, unsafe { this(object) }.coroutine);
+            match coroutine {
+                None => release(py, object),
+                // The tail is closed as a coroutine is (it tells the group itself).
+                Some(coroutine) if unsafe { this(object) }.tail => {
+                    release(py, object);
+                    coroutine.call_method0("close")?;
+                }
+                Some(coroutine) => {
+                    coroutine.call_method0("close")?;
+                    drop(coroutine);
+                    let exit = py.get_type::<pyo3::exceptions::PyGeneratorExit>().call0()?;
+                    if let Some(tail) = finish(py, object, py.None().into_bound(py), exit)? {
+                        // What is left of a closed call does not run.
+                        tail.call_method0("close")?;
+                    }
+                }
+            }
+            Ok(py.None().into_ptr())
+        },
+        ptr::null_mut(),
+    )
+}
+
+/// An attribute of the tool's coroutine while there is one, else `default` (for `inspect.getcoroutinestate`
+/// and a task's description).
+fn of_coroutine(
+    object: *mut ffi::PyObject,
+    name: &'static str,
+    default: fn(Python<'_>) -> Bound<'_, PyAny>,
+) -> *mut ffi::PyObject {
+    guarded(
+        move |py| {
+            // SAFETY: see `advance`.
+            let coroutine = held(py, unsafe { this(object) }.coroutine);
+            Ok(match coroutine {
+                Some(coroutine) => coroutine.getattr(name)?.into_ptr(),
+                None => default(py).into_ptr(),
+            })
+        },
+        ptr::null_mut(),
+    )
+}
+
+fn no(py: Python<'_>) -> Bound<'_, PyAny> {
+    PyBool::new(py, false).to_owned().into_any()
+}
+
+fn nothing(py: Python<'_>) -> Bound<'_, PyAny> {
+    py.None().into_bound(py)
+}
+
+unsafe extern "C" fn get_begun(object: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    // SAFETY: see `advance`.
+    let begun = unsafe { this(object) }.begun;
+    guarded(
+        move |py| Ok(PyBool::new(py, begun).to_owned().into_ptr()),
+        ptr::null_mut(),
+    )
+}
+
+unsafe extern "C" fn get_cr_running(object: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    of_coroutine(object, "cr_running", no)
+}
+
+unsafe extern "C" fn get_cr_suspended(object: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    of_coroutine(object, "cr_suspended", no)
+}
+
+unsafe extern "C" fn get_cr_frame(object: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    of_coroutine(object, "cr_frame", nothing)
+}
+
+unsafe extern "C" fn get_cr_await(object: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    of_coroutine(object, "cr_await", nothing)
+}
+
+unsafe extern "C" fn get_cr_code(object: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    of_coroutine(object, "cr_code", nothing)
+}
