@@ -44,6 +44,8 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from toolsched._core import Stepper
+
 __all__ = [
     "HostNote",
     "WorkerGroup",
@@ -160,8 +162,10 @@ def note_host() -> HostNote | None:
 
 
 def _started(task: asyncio.Task[Any]) -> bool:
-    """Whether ``task`` has taken its first step."""
+    """Whether ``task`` has taken its first step (a stepped call's job says: ``toolsched._executor.stepped``)."""
     coroutine = task.get_coro()
+    if isinstance(coroutine, Stepper):
+        return coroutine.begun
     return not isinstance(coroutine, Coroutine) or getcoroutinestate(coroutine) != CORO_CREATED
 
 
@@ -283,6 +287,11 @@ class WorkerGroup:
                 return False
             scope = getattr(scope, "_parent_scope", None)
         return False
+
+    def plain_tasks(self) -> bool:
+        """Whether each worker is a plain asyncio task running the coroutine it is started with, nothing around it
+        (asyncio, with anyio's record of task scopes)."""
+        return self.loop is not None and self._group is None and self._scope is None and _TASK_STATES is not None
 
     def cancelled_unasked(self) -> bool:
         """Whether the running task is one of the group's workers, cancelled by neither the group nor a scope

@@ -60,7 +60,18 @@ from toolsched._values.results import (
 from toolsched.errors import GuardrailTripped
 from toolsched.journal import UnstorableOutputError
 
-__all__ = ["EXECUTION_FAILURES", "abort_reason", "answer_unstarted", "deliver", "execute", "hand_out", "shaped"]
+__all__ = [
+    "EXECUTION_FAILURES",
+    "abort_reason",
+    "answer_unstarted",
+    "cancelled_from_outside",
+    "deliver",
+    "execute",
+    "failed",
+    "hand_out",
+    "raised_by_tool",
+    "shaped",
+]
 
 logger = logging.getLogger("toolsched")
 
@@ -252,16 +263,16 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
                 # A deadline the tool keeps itself passed (an MCP request's read timeout): a timeout like its own.
                 kind, error, cause = "timeout", str(exc), exc
             else:
-                raised = _raised_by_tool(exc)
+                raised = raised_by_tool(exc)
                 kind, error, cause = "execution_error", settings.describe_failure(raised, call), raised
         except BaseException as exc:
             if foreign_cancellation(exc):
                 # Something outside the run cancelled what the tool awaited: that call failed, the run goes on.
-                message = _cancelled_from_outside(tool.name, exc, "something it awaited")
+                message = cancelled_from_outside(tool.name, exc, "something it awaited")
             elif _task_cancelled(exc, turn):
                 # The tool cancelled the task it ran in, a pool worker or a streamed call's own task (no one
                 # else holds those): as a task of a task group that cancels itself, that call fails, not the run.
-                message = _cancelled_from_outside(tool.name, exc, "the task it ran in")
+                message = cancelled_from_outside(tool.name, exc, "the task it ran in")
             else:
                 # The run itself is cancelled (or the process is asked to stop): no result, nothing reported after this.
                 _close(job, ctx)
@@ -322,7 +333,7 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
         if emit is not None:
             emit(new_tool_finished(result, None))
         if kind is not None and kind in EXECUTION_FAILURES:
-            _failed(job, result, cause, turn)
+            failed(job, result, cause, turn)
         if policy is not None:
             # Post hooks: ``post_tool_use`` or ``post_tool_use_failure``; they observe, their errors are logged.
             hooks = policy.post_success if kind is None else policy.post_failure
@@ -426,13 +437,13 @@ def _streamed_cancel_left_pending() -> bool:
     return True
 
 
-def _cancelled_from_outside(tool_name: str, exc: BaseException, what: str) -> str:
+def cancelled_from_outside(tool_name: str, exc: BaseException, what: str) -> str:
     words = words_of(exc)
     detail = f": {words}" if words else ""
     return f"`{tool_name}` failed: {what} was cancelled from outside this run (CancelledError{detail})"
 
 
-def _raised_by_tool(exc: Exception) -> Exception:
+def raised_by_tool(exc: Exception) -> Exception:
     """What the tool raised: a ``StopIteration`` cannot leave a coroutine, and Python makes it a ``RuntimeError``
     ("coroutine raised StopIteration", PEP 479) whose cause is the tool's own exception, described instead."""
     cause = exc.__cause__
@@ -441,7 +452,7 @@ def _raised_by_tool(exc: Exception) -> Exception:
     return exc
 
 
-def _failed(job: Job, result: ToolResult, cause: BaseException | None, turn: Turn) -> None:
+def failed(job: Job, result: ToolResult, cause: BaseException | None, turn: Turn) -> None:
     """A call failed: note it if it ends the run, and abort its batch if that is the policy."""
     tool = job.tool
     settings = turn.settings

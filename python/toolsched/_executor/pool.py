@@ -44,6 +44,18 @@ class _Ready(Protocol):
         """No item will ever become ready again."""
 
 
+class _Steps(Protocol):
+    """What starts some items of a batch as their task's whole coroutine (``toolsched._executor.stepped``)."""
+
+    def takes(self, item: Any) -> bool: ...
+
+    def start(self, item: Any) -> None: ...
+
+
+# Gives the ``_Steps`` of a batch (its turn, its number, the group), or None when none of its items may be stepped.
+_Stepping = Callable[[Any, int, WorkerGroup], "_Steps | None"]
+
+
 class _Slack(Protocol):
     """Who may lend the pool's slots (the turn): ``lent`` items wait without working, and ``pool``
     is the pool of the running batch, once it has one."""
@@ -58,6 +70,8 @@ def run_pool(
     work: Callable[[Any], Coroutine[Any, Any, None]],
     slack: _Slack | None = None,
     whole_task: bool = False,
+    stepped: _Stepping | None = None,
+    batch: int = 0,
 ) -> Coroutine[Any, Any, None]:
     """Runs ``work(item)`` for every item, at most ``concurrency`` at once, on workers that grow on suspension
     (a coroutine to await: the one that does it, with no frame of this function left in the chain).
@@ -74,8 +88,12 @@ def run_pool(
     ``whole_task``: ``work`` may run as a task's whole coroutine (``_Pool.start_each``, needs ``slack``):
     then, once ``slack.pool.each`` is set, it is a worker of the pool's group as ``_Pool.take_one`` is: it
     does not begin when the group is stopping by then, and its last act is ``group.ended``.
+
+    ``stepped`` (with ``whole_task``): ``stepped(slack, batch, group)`` gives what may start an item as its
+    task's whole coroutine with no ``work`` coroutine at all (``toolsched._executor.stepped``), or None.
     """
-    return _run_pool(ready, concurrency, work, slack, whole_task and slack is not None)
+    whole_task = whole_task and slack is not None
+    return _run_pool(ready, concurrency, work, slack, whole_task, stepped if whole_task else None, batch)
 
 
 async def _run_pool(
@@ -84,6 +102,8 @@ async def _run_pool(
     work: Callable[[Any], Coroutine[Any, Any, None]],
     slack: _Slack | None,
     whole_task: bool = False,
+    stepped: _Stepping | None = None,
+    batch: int = 0,
 ) -> None:
     """``run_pool``'s coroutine. Ready items run back to back in this task until one waits; only then is
     there a pool. On asyncio, when every item fits under the cap, each item left starts at once in a worker
@@ -122,7 +142,7 @@ async def _run_pool(
                         if total <= concurrency and group.loop is not None:
                             # Every item fits under the cap: each one left starts now in a worker of its own.
                             pool = _Pool(group, concurrency, work, items, total, None, slack, False)
-                            pool.start_each(position, whole_task)
+                            pool.start_each(position, whole_task, stepped, batch)
                             await suspended
                             if group.cancelled():
                                 # Workers may have left their items unstarted: the run's cancellation is
@@ -240,7 +260,9 @@ class _Pool:
             else:
                 self.group.start_soon(self.take_when_ready)
 
-    def start_each(self, position: int, whole_task: bool = False) -> None:
+    def start_each(
+        self, position: int, whole_task: bool = False, stepped: _Stepping | None = None, batch: int = 0
+    ) -> None:
         """A worker for each item from ``position`` on, started now (an asyncio group, and every item fits under
         the cap). The pool then starts no more (its ``position`` is past its items), and the calling task keeps
         the item it ran. Its ``workers`` stays 1: each item has its slot, and one that lends it finds it free
@@ -259,8 +281,13 @@ class _Pool:
             work = self.work
             start = group.start
             self.each = True
+            steps = None if stepped is None else stepped(self.slack, batch, group)
             for index in range(position, len(items)):
-                start(work(items[index]))
+                item = items[index]
+                if steps is not None and steps.takes(item):
+                    steps.start(item)
+                else:
+                    start(work(item))
             return
         for index in range(position, len(items)):
             group.start(self.take_one(items[index]))

@@ -24,6 +24,7 @@ from toolsched._backends.workers import observer_failure, own_failure
 from toolsched._executor.call import SKIPPED, answer_unstarted, execute
 from toolsched._executor.pool import run_pool
 from toolsched._executor.settings import Steering
+from toolsched._executor.stepped import stepped_calls
 from toolsched._executor.strategies import resolve_cap
 from toolsched._executor.turn import Job, Turn, judge
 from toolsched._policy.hooks import BatchEvent, Hook, HookTimeout
@@ -175,7 +176,15 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
                 await answer_unstarted(batch, turn, "hook_blocked", blocked, number)
             elif concurrent:
                 try:
-                    await run_pool(batch, concurrency, _in_batch(number, turn), turn, whole_task=True)
+                    await run_pool(
+                        batch,
+                        concurrency,
+                        _in_batch(number, turn),
+                        turn,
+                        whole_task=True,
+                        stepped=stepped_calls,
+                        batch=number,
+                    )
                 finally:
                     turn.pool = None
             else:

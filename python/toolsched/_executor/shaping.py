@@ -15,7 +15,7 @@ from toolsched._tools.tools import Tool
 from toolsched._values.codec import jsonable
 from toolsched._values.content import content_parts, content_text
 
-__all__ = ["cut_text", "fits_as_is", "shape_output", "shown_as_text"]
+__all__ = ["cut_text", "fits_as_is", "shape_now", "shape_output", "shown_as_text"]
 
 _UNSAFE_FILENAME = re.compile(r"[^A-Za-z0-9_.-]+")
 # Surrogates alone in a str (what os.fsdecode makes of bytes that are not UTF-8): no UTF-8 text holds them.
@@ -88,6 +88,26 @@ def _offload_note(text: str, path: Path, max_chars: int, max_lines: int | None) 
     return f"{preview}\n{note}" if preview else note
 
 
+def shape_now(output: Any, tool: Tool) -> tuple[Any, bool]:
+    """``shape_output`` for a tool that does not offload its outputs (nothing to write, so nothing to wait for):
+    ``(output, truncated)``."""
+    parts = content_parts(output)
+    if parts is not None:
+        cut, truncated = shape_now(content_text(parts, describe=False), tool)
+        if not truncated:
+            return output, False
+        return [cut, *(part for part in parts if not isinstance(part, str))], True
+    text = _as_text(output)
+    max_chars = tool.max_result_chars
+    max_lines = tool.max_result_lines
+    if text is None or (len(text) <= max_chars and max_lines is None):
+        return output, False
+    _, shaped = cut_text(text, max_chars, max_lines=max_lines, cut=tool.truncate)
+    if shaped is None:
+        return output, False
+    return shaped, True
+
+
 async def shape_output(output: Any, tool: Tool, call_id: str, offload_dir: Path) -> tuple[Any, bool, str | None]:
     """Returns ``(output, truncated, offload_path)``.
 
@@ -97,6 +117,9 @@ async def shape_output(output: Any, tool: Tool, call_id: str, offload_dir: Path)
     An output with images (``toolsched._values.content``) keeps its images whole: its
     text alone is held to the budget, and when cut comes first, followed by the images.
     """
+    if tool.truncate != "offload":
+        shaped, truncated = shape_now(output, tool)
+        return shaped, truncated, None
     parts = content_parts(output)
     if parts is not None:
         cut, truncated, saved_to = await shape_output(content_text(parts, describe=False), tool, call_id, offload_dir)

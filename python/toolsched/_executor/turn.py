@@ -538,16 +538,23 @@ class Turn:
     ) -> None:
         """Answers a call that does not run (again) with an error result, journaled first in a durable run;
         ``attempts`` is how many times its tool had started on it (those a crashed run journaled)."""
-        result = error_result(call.id, tool_name, kind, message, batch, attempts=attempts)
-        if self.repaired is not None and call.id in self.repaired:
-            result = repaired_result(result)
-        if self.edited is not None and call.id in self.edited:
-            result = edited_result(result)
+        result = self.unrun(call, tool_name, kind, message, batch, attempts)
         if self.durable is not None:
             await self.durable.finished(result)
         if self.emit is not None:
             self.emit(ToolStarted(call.id, tool_name, batch, ran=False))
         self.record(slot, result)
+
+    def unrun(
+        self, call: ToolCall, tool_name: str, kind: ErrorKind, message: str, batch: int | None, attempts: int
+    ) -> ToolResult:
+        """The error result of a call that does not run (again), marked as repaired or edited as its call was."""
+        result = error_result(call.id, tool_name, kind, message, batch, attempts=attempts)
+        if self.repaired is not None and call.id in self.repaired:
+            result = repaired_result(result)
+        if self.edited is not None and call.id in self.edited:
+            result = edited_result(result)
+        return result
 
     async def answer_refused(self, plan: Plan, slot: int, turn_slot: int | None = None) -> None:
         """Answers a call the engine refused; an unknown tool raises instead when the executor says so."""
