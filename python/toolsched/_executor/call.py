@@ -51,9 +51,7 @@ from toolsched._values.exception_text import words_of
 from toolsched._values.results import (
     ErrorKind,
     ToolResult,
-    edited_result,
     new_result,
-    repaired_result,
     shown_output,
     shown_result,
 )
@@ -318,10 +316,8 @@ async def execute(job: Job, batch: int, concurrent: bool, turn: Turn) -> None:
             offload_path,
             job.attempts,
         )
-        if turn.repaired is not None and call.id in turn.repaired:
-            result = repaired_result(result)
-        if turn.edited is not None and call.id in turn.edited:
-            result = edited_result(result)
+        if turn.repaired is not None or turn.edited is not None:
+            result = turn.marked(result)
         if turn.durable is not None:
             result = await turn.durable.finished(result)
             if result.error_kind != kind:

@@ -40,7 +40,7 @@ from toolsched._policy.holds import NestedHold
 from toolsched._policy.limits import ModelRetry
 from toolsched._tools.tools import ArgumentsRefused
 from toolsched._values.events import ToolStarted, new_tool_finished, new_tool_started
-from toolsched._values.results import ErrorKind, ToolResult, edited_result, new_result, repaired_result
+from toolsched._values.results import ErrorKind, ToolResult, new_result
 
 __all__ = ["SteppedCalls", "stepped_calls"]
 
@@ -254,10 +254,8 @@ class SteppedCalls:
             None,
             job.attempts,
         )
-        if turn.repaired is not None and call.id in turn.repaired:
-            result = repaired_result(result)
-        if turn.edited is not None and call.id in turn.edited:
-            result = edited_result(result)
+        if turn.repaired is not None or turn.edited is not None:
+            result = turn.marked(result)
         job.state = DONE
         turn.completed.append(result)
         turn.slots.append(job.slot)

@@ -550,9 +550,16 @@ class Turn:
     ) -> ToolResult:
         """The error result of a call that does not run (again), marked as repaired or edited as its call was."""
         result = error_result(call.id, tool_name, kind, message, batch, attempts=attempts)
-        if self.repaired is not None and call.id in self.repaired:
+        if self.repaired is not None or self.edited is not None:
+            result = self.marked(result)
+        return result
+
+    def marked(self, result: ToolResult) -> ToolResult:
+        """``result`` marked as repaired or edited, as its call was (asked only when either is noted: it is the
+        rarer path)."""
+        if self.repaired is not None and result.call_id in self.repaired:
             result = repaired_result(result)
-        if self.edited is not None and call.id in self.edited:
+        if self.edited is not None and result.call_id in self.edited:
             result = edited_result(result)
         return result
 
