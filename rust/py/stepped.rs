@@ -13,7 +13,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::Instant;
 
-use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError};
+use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -34,6 +34,9 @@ struct Stepper {
     begun: bool,
     // Whether `coroutine` is the tail `calls.end` handed back (what is left of the call after its tool).
     tail: bool,
+    // Whether a step (or `close`) is under way: code it runs that steps the stepper again is refused, as a
+    // running coroutine refuses it, and what is under way is left as it was.
+    running: bool,
 }
 
 /// The type, made once as the module is (`make_type`).
@@ -78,6 +81,7 @@ pub fn stepper(py: Python<'_>, calls: &Bound<'_, PyAny>, job: &Bound<'_, PyAny>)
         ptr::addr_of_mut!((*this).started).write(None);
         ptr::addr_of_mut!((*this).begun).write(false);
         ptr::addr_of_mut!((*this).tail).write(false);
+        ptr::addr_of_mut!((*this).running).write(false);
         Ok(Bound::from_owned_ptr(py, object).unbind())
     }
 }
@@ -183,9 +187,27 @@ fn held(py: Python<'_>, field: *mut ffi::PyObject) -> Option<Bound<'_, PyAny>> {
     (!field.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, field) })
 }
 
+/// Runs `body` as the stepper's step (or `close`): refused while another is under way (a tool stepping its own
+/// task's coroutine), as a running coroutine refuses it.
+fn exclusive<T>(object: *mut ffi::PyObject, body: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    // SAFETY: see `advance`; the flag is read and written with no reference into the stepper kept across `body`.
+    let stepper = unsafe { this(object) };
+    if stepper.running {
+        return Err(PyValueError::new_err("coroutine already executing"));
+    }
+    stepper.running = true;
+    let done = body();
+    unsafe { this(object) }.running = false;
+    done
+}
+
 /// One step: begins the call on the first, steps the tool's coroutine with what was sent, ends the call when
 /// the coroutine ended.
 fn advance<'py>(py: Python<'py>, object: *mut ffi::PyObject, sent: Sent<'py>) -> PyResult<Stepped<'py>> {
+    exclusive(object, || advance_now(py, object, sent))
+}
+
+fn advance_now<'py>(py: Python<'py>, object: *mut ffi::PyObject, sent: Sent<'py>) -> PyResult<Stepped<'py>> {
     // SAFETY (each `this`): `object` is the live stepper whose slot or method runs, with the interpreter attached;
     // no reference into it is kept across a call into Python (which might step it again).
     let stepper = unsafe { this(object) };
@@ -450,26 +472,28 @@ unsafe extern "C" fn throw(object: *mut ffi::PyObject, args: *mut ffi::PyObject)
 unsafe extern "C" fn close(object: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
     guarded(
         move |py| {
-            // SAFETY: see `advance`.
-            let coroutine = held(py, unsafe { this(object) }.coroutine);
-            match coroutine {
-                None => release(py, object),
-                // The tail is closed as a coroutine is (it tells the group itself).
-                Some(coroutine) if unsafe { this(object) }.tail => {
-                    release(py, object);
-                    coroutine.call_method0("close")?;
-                }
-                Some(coroutine) => {
-                    coroutine.call_method0("close")?;
-                    drop(coroutine);
-                    let exit = py.get_type::<pyo3::exceptions::PyGeneratorExit>().call0()?;
-                    if let Some(tail) = finish(py, object, py.None().into_bound(py), exit)? {
-                        // What is left of a closed call does not run.
-                        tail.call_method0("close")?;
+            exclusive(object, || {
+                // SAFETY: see `advance`.
+                let coroutine = held(py, unsafe { this(object) }.coroutine);
+                match coroutine {
+                    None => release(py, object),
+                    // The tail is closed as a coroutine is (it tells the group itself).
+                    Some(coroutine) if unsafe { this(object) }.tail => {
+                        release(py, object);
+                        coroutine.call_method0("close")?;
+                    }
+                    Some(coroutine) => {
+                        coroutine.call_method0("close")?;
+                        drop(coroutine);
+                        let exit = py.get_type::<pyo3::exceptions::PyGeneratorExit>().call0()?;
+                        if let Some(tail) = finish(py, object, py.None().into_bound(py), exit)? {
+                            // What is left of a closed call does not run.
+                            tail.call_method0("close")?;
+                        }
                     }
                 }
-            }
-            Ok(py.None().into_ptr())
+                Ok(py.None().into_ptr())
+            })
         },
         ptr::null_mut(),
     )
@@ -513,6 +537,10 @@ unsafe extern "C" fn get_begun(object: *mut ffi::PyObject, _: *mut c_void) -> *m
 }
 
 unsafe extern "C" fn get_cr_running(object: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    // SAFETY: see `advance`.
+    if unsafe { this(object) }.running {
+        return guarded(|py| Ok(PyBool::new(py, true).to_owned().into_ptr()), ptr::null_mut());
+    }
     of_coroutine(object, "cr_running", no)
 }
 

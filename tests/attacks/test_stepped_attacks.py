@@ -1,0 +1,72 @@
+"""A waiting call of a concurrent batch runs stepped (its task's coroutine is a ``Stepper``): what its task shows
+and how it answers code that reaches for it are those of the same call run through ``execute`` (forced here by
+an input guardrail that lets every call through, which a stepped call leaves out)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import toolsched as ts
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
+
+
+async def wait() -> str:
+    """The batch's first call: it waits, so that the calls after it start in tasks of their own."""
+    await asyncio.sleep(0.01)
+    return "waited"
+
+
+def executors(tool: Any) -> list[tuple[str, ts.Executor]]:
+    """The same tools, once with stepped calls and once through ``execute``."""
+
+    def tools() -> list[Any]:
+        return [ts.tool(concurrency_safe=True)(wait), ts.tool(name="probe", concurrency_safe=True)(tool)]
+
+    return [
+        ("Stepper", ts.Executor(tools())),
+        ("coroutine", ts.Executor(tools(), input_guardrails=[lambda event: None])),
+    ]
+
+
+BATCH = [ts.ToolCall("w", "wait", {}), ts.ToolCall("p", "probe", {})]
+
+
+def ended(result: ts.ToolResult) -> tuple[Any, ...]:
+    return (result.output, result.error_kind, result.error)
+
+
+async def test_a_tool_stepping_its_own_task_is_refused_and_its_call_goes_on() -> None:
+    # A coroutine stepped while it runs raises ValueError and is left as it was: the tool's call ends with what
+    # the tool returns, whatever it tried on its own task's coroutine.
+    async def steps_itself() -> list[str]:
+        task = asyncio.current_task()
+        assert task is not None
+        coroutine: Any = task.get_coro()
+        tried = []
+        for step in (
+            lambda: coroutine.send(None),
+            lambda: coroutine.throw(ValueError("thrown in")),
+            lambda: coroutine.close(),
+            lambda: next(coroutine.__await__()),
+        ):
+            try:
+                step()
+            except ValueError as exc:
+                tried.append(f"ValueError: {exc}")
+            else:
+                tried.append("stepped")
+        await asyncio.sleep(0)
+        return [type(coroutine).__name__, *tried]
+
+    outcomes = []
+    for kind, executor in executors(steps_itself):
+        outcome = await executor.run(BATCH)
+        output, error_kind, error = ended(outcome.results[1])
+        assert error_kind is None, error
+        assert output[0] == kind
+        outcomes.append(output[1:])
+    assert outcomes[0] == outcomes[1] == ["ValueError: coroutine already executing"] * 4
