@@ -119,6 +119,8 @@ pub fn make_type(module: &Bound<'_, PyModule>) -> PyResult<()> {
         getter(c"cr_frame", get_cr_frame),
         getter(c"cr_await", get_cr_await),
         getter(c"cr_code", get_cr_code),
+        getter(c"__name__", get_name),
+        getter(c"__qualname__", get_qualname),
         ffi::PyGetSetDef::default(),
     ]));
     let slots: &'static mut [ffi::PyType_Slot] = Box::leak(Box::new([
@@ -558,4 +560,17 @@ unsafe extern "C" fn get_cr_await(object: *mut ffi::PyObject, _: *mut c_void) ->
 
 unsafe extern "C" fn get_cr_code(object: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
     of_coroutine(object, "cr_code", nothing)
+}
+
+fn stepper_name(py: Python<'_>) -> Bound<'_, PyAny> {
+    intern!(py, "Stepper").clone().into_any()
+}
+
+/// The tool's coroutine's names while there is one (a task's description names what its task runs).
+unsafe extern "C" fn get_name(object: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    of_coroutine(object, "__name__", stepper_name)
+}
+
+unsafe extern "C" fn get_qualname(object: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    of_coroutine(object, "__qualname__", stepper_name)
 }

@@ -70,3 +70,22 @@ async def test_a_tool_stepping_its_own_task_is_refused_and_its_call_goes_on() ->
         assert output[0] == kind
         outcomes.append(output[1:])
     assert outcomes[0] == outcomes[1] == ["ValueError: coroutine already executing"] * 4
+
+
+async def test_a_stepped_task_names_its_tool_in_its_description() -> None:
+    # A task's description names the coroutine it runs: a stepped call's names its tool's coroutine (there is no
+    # ``execute`` to name), never an unnamed object.
+    async def described() -> list[str]:
+        task = asyncio.current_task()
+        assert task is not None
+        await asyncio.sleep(0)
+        return [type(task.get_coro()).__name__, repr(task)]
+
+    seen = {}
+    for kind, executor in executors(described):
+        outcome = await executor.run(BATCH)
+        shown_as, description = outcome.results[1].output
+        assert shown_as == kind
+        seen[kind] = description
+    assert "described() running at" in seen["Stepper"], seen["Stepper"]
+    assert "execute() running at" in seen["coroutine"], seen["coroutine"]
