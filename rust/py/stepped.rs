@@ -37,10 +37,98 @@ struct Stepper {
     // Whether a step (or `close`) is under way: code it runs that steps the stepper again is refused, as a
     // running coroutine refuses it, and what is under way is left as it was.
     running: bool,
+    // The live steppers that hold something, linked (`abandon_where`): the neighbours, and whether it is linked.
+    prev: *mut Stepper,
+    next: *mut Stepper,
+    linked: bool,
 }
 
 /// The type, made once as the module is (`make_type`).
 static TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(ptr::null_mut());
+
+/// The first of the linked steppers (read and written with the interpreter attached only).
+static LINKED: AtomicPtr<Stepper> = AtomicPtr::new(ptr::null_mut());
+
+/// Links a new stepper first (it holds its calls and job).
+///
+/// # Safety
+/// `this` is a live stepper, not linked, and the interpreter is attached.
+unsafe fn link(this: *mut Stepper) {
+    unsafe {
+        let first = LINKED.load(Ordering::Relaxed);
+        (*this).prev = ptr::null_mut();
+        (*this).next = first;
+        if !first.is_null() {
+            (*first).prev = this;
+        }
+        LINKED.store(this, Ordering::Relaxed);
+        (*this).linked = true;
+    }
+}
+
+/// Unlinks a stepper that holds nothing any more (or is being deallocated).
+fn unlink(stepper: &mut Stepper) {
+    if !stepper.linked {
+        return;
+    }
+    // SAFETY: linked steppers are live (each is unlinked before it is freed); the interpreter is attached.
+    unsafe {
+        if stepper.prev.is_null() {
+            LINKED.store(stepper.next, Ordering::Relaxed);
+        } else {
+            (*stepper.prev).next = stepper.next;
+        }
+        if !stepper.next.is_null() {
+            (*stepper.next).prev = stepper.prev;
+        }
+    }
+    stepper.prev = ptr::null_mut();
+    stepper.next = ptr::null_mut();
+    stepper.linked = false;
+}
+
+/// `abandon_where(closed)`: drops what each stepper holds whose batch `closed(calls)` says will never be stepped
+/// again (its event loop is closed), ending nothing, as `dealloc` does; returns how many. What a stepper holds
+/// the cyclic collector cannot see, so the task of a call left waiting on a closed event loop, its tool's
+/// coroutine and all they refer to would otherwise be kept for ever; once dropped, the collector takes them
+/// as it takes `execute`'s coroutines. `closed` is asked once a batch; a stepper in a step is left alone.
+#[pyfunction]
+pub fn abandon_where(py: Python<'_>, closed: &Bound<'_, PyAny>) -> PyResult<usize> {
+    // Gathered first, with no Python code run (which could link or unlink steppers).
+    let mut found: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = Vec::new();
+    let mut node = LINKED.load(Ordering::Relaxed);
+    while !node.is_null() {
+        // SAFETY: linked steppers are live; each gathered one is held (a new reference) until the end.
+        let stepper = unsafe { &*node };
+        if !stepper.running && !stepper.calls.is_null() {
+            found.push(unsafe {
+                (
+                    Bound::from_borrowed_ptr(py, node.cast()),
+                    Bound::from_borrowed_ptr(py, stepper.calls),
+                )
+            });
+        }
+        node = stepper.next;
+    }
+    let mut answers: std::collections::HashMap<usize, bool> = std::collections::HashMap::new();
+    let mut abandoned = 0;
+    for (stepper, calls) in &found {
+        let key = calls.as_ptr() as usize;
+        let is_closed = if let Some(&answer) = answers.get(&key) {
+            answer
+        } else {
+            let answer = closed.call1((calls,))?.is_truthy()?;
+            answers.insert(key, answer);
+            answer
+        };
+        // SAFETY: `stepper` is a live stepper, held.
+        if is_closed && !unsafe { this(stepper.as_ptr()) }.running {
+            release(py, stepper.as_ptr());
+            abandoned += 1;
+        }
+    }
+    Ok(abandoned)
+}
 
 /// What was sent in for a step.
 enum Sent<'py> {
@@ -82,6 +170,10 @@ pub fn stepper(py: Python<'_>, calls: &Bound<'_, PyAny>, job: &Bound<'_, PyAny>)
         ptr::addr_of_mut!((*this).begun).write(false);
         ptr::addr_of_mut!((*this).tail).write(false);
         ptr::addr_of_mut!((*this).running).write(false);
+        ptr::addr_of_mut!((*this).prev).write(ptr::null_mut());
+        ptr::addr_of_mut!((*this).next).write(ptr::null_mut());
+        ptr::addr_of_mut!((*this).linked).write(false);
+        link(this);
         Ok(Bound::from_owned_ptr(py, object).unbind())
     }
 }
@@ -313,7 +405,8 @@ fn step<'py>(py: Python<'py>, coroutine: &Bound<'py, PyAny>, sent: Sent<'py>) ->
     })
 }
 
-/// The tool's coroutine ended: everything is dropped, then `calls.end(job, output, error, milliseconds)`.
+/// The tool's coroutine ended: everything is dropped, then `calls.end(job, output, error, milliseconds)`. While a
+/// tail `end` handed back runs, the stepper holds `calls` again (which batch it is, for `abandon_where`).
 fn finish<'py>(
     py: Python<'py>,
     object: *mut ffi::PyObject,
@@ -326,13 +419,24 @@ fn finish<'py>(
     let coroutine = take(py, &mut stepper.coroutine);
     let calls = take(py, &mut stepper.calls);
     let job = take(py, &mut stepper.job);
+    unlink(stepper);
     drop(coroutine);
     let (Some(calls), Some(job)) = (calls, job) else {
         return Ok(None);
     };
     let milliseconds = started.map_or(0.0, |started| started.elapsed().as_secs_f64() * 1000.0);
     let tail = calls.call_method1(intern!(py, "end"), (job, output, error, milliseconds))?;
-    Ok((!tail.is_none()).then_some(tail))
+    if tail.is_none() {
+        return Ok(None);
+    }
+    // SAFETY: see `advance`; the stepper holds nothing now (`end` ran with its fields empty).
+    let stepper = unsafe { this(object) };
+    if stepper.calls.is_null() {
+        stepper.calls = calls.into_ptr();
+        // SAFETY: a live stepper, not linked (unlinked above, and only `stepper` links).
+        unsafe { link(std::ptr::from_mut(stepper)) };
+    }
+    Ok(Some(tail))
 }
 
 /// Drops everything the stepper holds (its call will not end through it).
@@ -341,6 +445,7 @@ fn release(py: Python<'_>, object: *mut ffi::PyObject) {
     // the stepper empty.
     let stepper = unsafe { this(object) };
     stepper.started = None;
+    unlink(stepper);
     let held = [
         take(py, &mut stepper.coroutine),
         take(py, &mut stepper.calls),
@@ -490,6 +595,7 @@ unsafe extern "C" fn close(object: *mut ffi::PyObject, _: *mut ffi::PyObject) ->
                         let exit = py.get_type::<pyo3::exceptions::PyGeneratorExit>().call0()?;
                         if let Some(tail) = finish(py, object, py.None().into_bound(py), exit)? {
                             // What is left of a closed call does not run.
+                            release(py, object);
                             tail.call_method0("close")?;
                         }
                     }

@@ -5,6 +5,8 @@ an input guardrail that lets every call through, which a stepped call leaves out
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -89,3 +91,44 @@ async def test_a_stepped_task_names_its_tool_in_its_description() -> None:
         seen[kind] = description
     assert "described() running at" in seen["Stepper"], seen["Stepper"]
     assert "execute() running at" in seen["coroutine"], seen["coroutine"]
+
+
+ABANDONED = """
+import asyncio, gc, sys
+import toolsched as ts
+
+ended = []
+
+async def wait():
+    await asyncio.sleep(0.01)
+
+async def waits_long(n: int):
+    try:
+        await asyncio.sleep(3600)
+    finally:
+        ended.append(n)
+
+options = {"input_guardrails": [lambda event: None]} if sys.argv[1] == "coroutine" else {}
+executor = ts.Executor([ts.tool(concurrency_safe=True)(wait), ts.tool(concurrency_safe=True)(waits_long)], **options)
+loop = asyncio.new_event_loop()
+run = loop.create_task(executor.run([ts.ToolCall("w", "wait", {})] + [
+    ts.ToolCall(f"c{n}", "waits_long", {"n": n}) for n in range(3)
+]))
+loop.run_until_complete(asyncio.sleep(0.05))
+kinds = sorted({type(task.get_coro()).__name__ for task in asyncio.all_tasks(loop)})
+loop.close()
+del run, loop, executor
+gc.collect()
+print(kinds, sorted(ended))
+"""
+
+
+@pytest.mark.parametrize("kind", ["Stepper", "coroutine"])
+def test_calls_left_waiting_on_a_closed_event_loop_are_collected(kind: str, anyio_backend: str) -> None:
+    # An event loop closed with a run's calls still waiting (closed without cancelling its tasks): once nothing
+    # refers to it, the collector takes what was left, and each waiting tool's coroutine is closed (its
+    # ``finally`` runs), stepped or not.
+    finished = subprocess.run(
+        [sys.executable, "-c", ABANDONED, kind], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert finished.stdout.splitlines()[-1] == f"{sorted({kind, 'coroutine'})} [0, 1, 2]", finished.stdout
