@@ -11,6 +11,7 @@
 use std::ffi::{c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError, PyValueError};
@@ -37,10 +38,12 @@ struct Stepper {
     // Whether a step (or `close`) is under way: code it runs that steps the stepper again is refused, as a
     // running coroutine refuses it, and what is under way is left as it was.
     running: bool,
-    // The live steppers that hold something, linked (`abandon_where`): the neighbours, and whether it is linked.
+    // The live steppers that hold something, linked (`abandon_closed`): the neighbours, and whether it is linked.
     prev: *mut Stepper,
     next: *mut Stepper,
     linked: bool,
+    // The event loop of its batch (held until the stepper is released: a linked stepper's loop is live).
+    event_loop: *mut ffi::PyObject,
 }
 
 /// The type, made once as the module is (`make_type`).
@@ -48,6 +51,27 @@ static TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(ptr::null_mut());
 
 /// The first of the linked steppers (read and written with the interpreter attached only).
 static LINKED: AtomicPtr<Stepper> = AtomicPtr::new(ptr::null_mut());
+
+/// The event loops of the linked steppers, each with how many: what a full collection asks about (a few loops,
+/// not every stepper; `abandon_closed`).
+static LOOPS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// One more (`by` 1) or one fewer (`by` -1) linked stepper of `event_loop`.
+fn count_loop(event_loop: *mut ffi::PyObject, more: bool) {
+    let mut loops = LOOPS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let key = event_loop as usize;
+    match loops.iter().position(|&(seen, _)| seen == key) {
+        Some(at) if more => loops[at].1 += 1,
+        Some(at) => {
+            loops[at].1 -= 1;
+            if loops[at].1 == 0 {
+                loops.swap_remove(at);
+            }
+        }
+        None if more => loops.push((key, 1)),
+        None => {}
+    }
+}
 
 /// Links a new stepper first (it holds its calls and job).
 ///
@@ -63,6 +87,7 @@ unsafe fn link(this: *mut Stepper) {
         }
         LINKED.store(this, Ordering::Relaxed);
         (*this).linked = true;
+        count_loop((*this).event_loop, true);
     }
 }
 
@@ -85,48 +110,55 @@ fn unlink(stepper: &mut Stepper) {
     stepper.prev = ptr::null_mut();
     stepper.next = ptr::null_mut();
     stepper.linked = false;
+    count_loop(stepper.event_loop, false);
 }
 
-/// `abandon_where(closed)`: drops what each stepper holds whose batch `closed(calls)` says will never be stepped
-/// again (its event loop is closed), ending nothing, as `dealloc` does; returns how many. What a stepper holds
-/// the cyclic collector cannot see, so the task of a call left waiting on a closed event loop, its tool's
-/// coroutine and all they refer to would otherwise be kept for ever; once dropped, the collector takes them
-/// as it takes `execute`'s coroutines. `closed` is asked once a batch; a stepper in a step is left alone.
+/// `abandon_closed()`: drops what each stepper holds whose event loop is closed (it will never be stepped
+/// again), ending nothing, as `dealloc` does; returns how many. What a stepper holds the cyclic collector cannot
+/// see, so the task of a call left waiting on a closed event loop, its tool's coroutine and all they refer to
+/// would otherwise be kept for ever; once dropped, the collector takes them as it takes `execute`'s coroutines.
+/// Asks each event loop with live steppers whether it is closed (usually one loop, asked once); only when one
+/// is are the steppers gone through. A stepper in a step is left alone.
 #[pyfunction]
-pub fn abandon_where(py: Python<'_>, closed: &Bound<'_, PyAny>) -> PyResult<usize> {
+pub fn abandon_closed(py: Python<'_>) -> PyResult<usize> {
+    let loops: Vec<usize> = {
+        let loops = LOOPS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        loops.iter().map(|&(event_loop, _)| event_loop).collect()
+    };
+    // Each held (a new reference) before any Python code runs: each linked stepper holds its loop.
+    let held: Vec<Bound<'_, PyAny>> = loops
+        .iter()
+        .map(|&event_loop| unsafe { Bound::from_borrowed_ptr(py, event_loop as *mut ffi::PyObject) })
+        .collect();
+    let mut closed: Vec<usize> = Vec::new();
+    for event_loop in &held {
+        if event_loop.call_method0(intern!(py, "is_closed"))?.is_truthy()? {
+            closed.push(event_loop.as_ptr() as usize);
+        }
+    }
+    if closed.is_empty() {
+        return Ok(0);
+    }
     // Gathered first, with no Python code run (which could link or unlink steppers).
-    let mut found: Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)> = Vec::new();
+    let mut found: Vec<Bound<'_, PyAny>> = Vec::new();
     let mut node = LINKED.load(Ordering::Relaxed);
     while !node.is_null() {
         // SAFETY: linked steppers are live; each gathered one is held (a new reference) until the end.
         let stepper = unsafe { &*node };
-        if !stepper.running && !stepper.calls.is_null() {
-            found.push(unsafe {
-                (
-                    Bound::from_borrowed_ptr(py, node.cast()),
-                    Bound::from_borrowed_ptr(py, stepper.calls),
-                )
-            });
+        if !stepper.running && closed.contains(&(stepper.event_loop as usize)) {
+            found.push(unsafe { Bound::from_borrowed_ptr(py, node.cast()) });
         }
         node = stepper.next;
     }
-    let mut answers: std::collections::HashMap<usize, bool> = std::collections::HashMap::new();
     let mut abandoned = 0;
-    for (stepper, calls) in &found {
-        let key = calls.as_ptr() as usize;
-        let is_closed = if let Some(&answer) = answers.get(&key) {
-            answer
-        } else {
-            let answer = closed.call1((calls,))?.is_truthy()?;
-            answers.insert(key, answer);
-            answer
-        };
+    for stepper in &found {
         // SAFETY: `stepper` is a live stepper, held.
-        if is_closed && !unsafe { this(stepper.as_ptr()) }.running {
+        if !unsafe { this(stepper.as_ptr()) }.running {
             release(py, stepper.as_ptr());
             abandoned += 1;
         }
     }
+    drop(held);
     Ok(abandoned)
 }
 
@@ -142,13 +174,18 @@ enum Stepped<'py> {
     Ended,
 }
 
-/// `stepper(calls, job)`: the coroutine of a stepped call's task. Its first step asks `calls.begin(job)` for
+/// `stepper(calls, job, event_loop)`: the coroutine of a stepped call's task. Its first step asks `calls.begin(job)` for
 /// the tool's coroutine (None: the call does not run, and the task ends); once that coroutine ends, the step
 /// that ended it calls `calls.end(job, output, error, milliseconds)`: what it returned or raised, and how
 /// long it ran. `end` may hand back a tail, a coroutine for what is left of the call (its post hooks): the
 /// stepper steps it next, as the rest of the task, and the task ends with it.
 #[pyfunction]
-pub fn stepper(py: Python<'_>, calls: &Bound<'_, PyAny>, job: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+pub fn stepper(
+    py: Python<'_>,
+    calls: &Bound<'_, PyAny>,
+    job: &Bound<'_, PyAny>,
+    event_loop: &Bound<'_, PyAny>,
+) -> PyResult<Py<PyAny>> {
     let kind = TYPE.load(Ordering::Acquire);
     if kind.is_null() {
         return Err(PyRuntimeError::new_err("the stepper type is not made"));
@@ -173,6 +210,7 @@ pub fn stepper(py: Python<'_>, calls: &Bound<'_, PyAny>, job: &Bound<'_, PyAny>)
         ptr::addr_of_mut!((*this).prev).write(ptr::null_mut());
         ptr::addr_of_mut!((*this).next).write(ptr::null_mut());
         ptr::addr_of_mut!((*this).linked).write(false);
+        ptr::addr_of_mut!((*this).event_loop).write(event_loop.clone().into_ptr());
         link(this);
         Ok(Bound::from_owned_ptr(py, object).unbind())
     }
@@ -406,7 +444,7 @@ fn step<'py>(py: Python<'py>, coroutine: &Bound<'py, PyAny>, sent: Sent<'py>) ->
 }
 
 /// The tool's coroutine ended: everything is dropped, then `calls.end(job, output, error, milliseconds)`. While a
-/// tail `end` handed back runs, the stepper holds `calls` again (which batch it is, for `abandon_where`).
+/// tail `end` handed back runs, the stepper holds `calls` again (which batch it is, for `abandon_closed`).
 fn finish<'py>(
     py: Python<'py>,
     object: *mut ffi::PyObject,
@@ -450,6 +488,7 @@ fn release(py: Python<'_>, object: *mut ffi::PyObject) {
         take(py, &mut stepper.coroutine),
         take(py, &mut stepper.calls),
         take(py, &mut stepper.job),
+        take(py, &mut stepper.event_loop),
     ];
     drop(held);
 }
