@@ -800,7 +800,7 @@ mod _core {
     #[pymodule_export]
     use super::copies::detached;
     #[pymodule_export]
-    use super::stepped::stepper;
+    use super::stepped::{abandon_closed, stepper};
     #[pymodule_export]
     use super::stepping::{start, PyResume};
 

@@ -11,9 +11,10 @@
 use std::ffi::{c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
-use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError};
+use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -34,10 +35,132 @@ struct Stepper {
     begun: bool,
     // Whether `coroutine` is the tail `calls.end` handed back (what is left of the call after its tool).
     tail: bool,
+    // Whether a step (or `close`) is under way: code it runs that steps the stepper again is refused, as a
+    // running coroutine refuses it, and what is under way is left as it was.
+    running: bool,
+    // The live steppers that hold something, linked (`abandon_closed`): the neighbours, and whether it is linked.
+    prev: *mut Stepper,
+    next: *mut Stepper,
+    linked: bool,
+    // The event loop of its batch (held until the stepper is released: a linked stepper's loop is live).
+    event_loop: *mut ffi::PyObject,
 }
 
 /// The type, made once as the module is (`make_type`).
 static TYPE: AtomicPtr<ffi::PyTypeObject> = AtomicPtr::new(ptr::null_mut());
+
+/// The first of the linked steppers (read and written with the interpreter attached only).
+static LINKED: AtomicPtr<Stepper> = AtomicPtr::new(ptr::null_mut());
+
+/// The event loops of the linked steppers, each with how many: what a full collection asks about (a few loops,
+/// not every stepper; `abandon_closed`).
+static LOOPS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// One more (`by` 1) or one fewer (`by` -1) linked stepper of `event_loop`.
+fn count_loop(event_loop: *mut ffi::PyObject, more: bool) {
+    let mut loops = LOOPS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let key = event_loop as usize;
+    match loops.iter().position(|&(seen, _)| seen == key) {
+        Some(at) if more => loops[at].1 += 1,
+        Some(at) => {
+            loops[at].1 -= 1;
+            if loops[at].1 == 0 {
+                loops.swap_remove(at);
+            }
+        }
+        None if more => loops.push((key, 1)),
+        None => {}
+    }
+}
+
+/// Links a new stepper first (it holds its calls and job).
+///
+/// # Safety
+/// `this` is a live stepper, not linked, and the interpreter is attached.
+unsafe fn link(this: *mut Stepper) {
+    unsafe {
+        let first = LINKED.load(Ordering::Relaxed);
+        (*this).prev = ptr::null_mut();
+        (*this).next = first;
+        if !first.is_null() {
+            (*first).prev = this;
+        }
+        LINKED.store(this, Ordering::Relaxed);
+        (*this).linked = true;
+        count_loop((*this).event_loop, true);
+    }
+}
+
+/// Unlinks a stepper that holds nothing any more (or is being deallocated).
+fn unlink(stepper: &mut Stepper) {
+    if !stepper.linked {
+        return;
+    }
+    // SAFETY: linked steppers are live (each is unlinked before it is freed); the interpreter is attached.
+    unsafe {
+        if stepper.prev.is_null() {
+            LINKED.store(stepper.next, Ordering::Relaxed);
+        } else {
+            (*stepper.prev).next = stepper.next;
+        }
+        if !stepper.next.is_null() {
+            (*stepper.next).prev = stepper.prev;
+        }
+    }
+    stepper.prev = ptr::null_mut();
+    stepper.next = ptr::null_mut();
+    stepper.linked = false;
+    count_loop(stepper.event_loop, false);
+}
+
+/// `abandon_closed()`: drops what each stepper holds whose event loop is closed (it will never be stepped
+/// again), ending nothing, as `dealloc` does; returns how many. What a stepper holds the cyclic collector cannot
+/// see, so the task of a call left waiting on a closed event loop, its tool's coroutine and all they refer to
+/// would otherwise be kept for ever; once dropped, the collector takes them as it takes `execute`'s coroutines.
+/// Asks each event loop with live steppers whether it is closed (usually one loop, asked once); only when one
+/// is are the steppers gone through. A stepper in a step is left alone.
+#[pyfunction]
+pub fn abandon_closed(py: Python<'_>) -> PyResult<usize> {
+    let loops: Vec<usize> = {
+        let loops = LOOPS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        loops.iter().map(|&(event_loop, _)| event_loop).collect()
+    };
+    // Each held (a new reference) before any Python code runs: each linked stepper holds its loop.
+    let held: Vec<Bound<'_, PyAny>> = loops
+        .iter()
+        .map(|&event_loop| unsafe { Bound::from_borrowed_ptr(py, event_loop as *mut ffi::PyObject) })
+        .collect();
+    let mut closed: Vec<usize> = Vec::new();
+    for event_loop in &held {
+        if event_loop.call_method0(intern!(py, "is_closed"))?.is_truthy()? {
+            closed.push(event_loop.as_ptr() as usize);
+        }
+    }
+    if closed.is_empty() {
+        return Ok(0);
+    }
+    // Gathered first, with no Python code run (which could link or unlink steppers).
+    let mut found: Vec<Bound<'_, PyAny>> = Vec::new();
+    let mut node = LINKED.load(Ordering::Relaxed);
+    while !node.is_null() {
+        // SAFETY: linked steppers are live; each gathered one is held (a new reference) until the end.
+        let stepper = unsafe { &*node };
+        if !stepper.running && closed.contains(&(stepper.event_loop as usize)) {
+            found.push(unsafe { Bound::from_borrowed_ptr(py, node.cast()) });
+        }
+        node = stepper.next;
+    }
+    let mut abandoned = 0;
+    for stepper in &found {
+        // SAFETY: `stepper` is a live stepper, held.
+        if !unsafe { this(stepper.as_ptr()) }.running {
+            release(py, stepper.as_ptr());
+            abandoned += 1;
+        }
+    }
+    drop(held);
+    Ok(abandoned)
+}
 
 /// What was sent in for a step.
 enum Sent<'py> {
@@ -51,13 +174,18 @@ enum Stepped<'py> {
     Ended,
 }
 
-/// `stepper(calls, job)`: the coroutine of a stepped call's task. Its first step asks `calls.begin(job)` for
+/// `stepper(calls, job, event_loop)`: the coroutine of a stepped call's task. Its first step asks `calls.begin(job)` for
 /// the tool's coroutine (None: the call does not run, and the task ends); once that coroutine ends, the step
 /// that ended it calls `calls.end(job, output, error, milliseconds)`: what it returned or raised, and how
 /// long it ran. `end` may hand back a tail, a coroutine for what is left of the call (its post hooks): the
 /// stepper steps it next, as the rest of the task, and the task ends with it.
 #[pyfunction]
-pub fn stepper(py: Python<'_>, calls: &Bound<'_, PyAny>, job: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+pub fn stepper(
+    py: Python<'_>,
+    calls: &Bound<'_, PyAny>,
+    job: &Bound<'_, PyAny>,
+    event_loop: &Bound<'_, PyAny>,
+) -> PyResult<Py<PyAny>> {
     let kind = TYPE.load(Ordering::Acquire);
     if kind.is_null() {
         return Err(PyRuntimeError::new_err("the stepper type is not made"));
@@ -78,6 +206,12 @@ pub fn stepper(py: Python<'_>, calls: &Bound<'_, PyAny>, job: &Bound<'_, PyAny>)
         ptr::addr_of_mut!((*this).started).write(None);
         ptr::addr_of_mut!((*this).begun).write(false);
         ptr::addr_of_mut!((*this).tail).write(false);
+        ptr::addr_of_mut!((*this).running).write(false);
+        ptr::addr_of_mut!((*this).prev).write(ptr::null_mut());
+        ptr::addr_of_mut!((*this).next).write(ptr::null_mut());
+        ptr::addr_of_mut!((*this).linked).write(false);
+        ptr::addr_of_mut!((*this).event_loop).write(event_loop.clone().into_ptr());
+        link(this);
         Ok(Bound::from_owned_ptr(py, object).unbind())
     }
 }
@@ -115,6 +249,8 @@ pub fn make_type(module: &Bound<'_, PyModule>) -> PyResult<()> {
         getter(c"cr_frame", get_cr_frame),
         getter(c"cr_await", get_cr_await),
         getter(c"cr_code", get_cr_code),
+        getter(c"__name__", get_name),
+        getter(c"__qualname__", get_qualname),
         ffi::PyGetSetDef::default(),
     ]));
     let slots: &'static mut [ffi::PyType_Slot] = Box::leak(Box::new([
@@ -183,9 +319,27 @@ fn held(py: Python<'_>, field: *mut ffi::PyObject) -> Option<Bound<'_, PyAny>> {
     (!field.is_null()).then(|| unsafe { Bound::from_borrowed_ptr(py, field) })
 }
 
+/// Runs `body` as the stepper's step (or `close`): refused while another is under way (a tool stepping its own
+/// task's coroutine), as a running coroutine refuses it.
+fn exclusive<T>(object: *mut ffi::PyObject, body: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    // SAFETY: see `advance`; the flag is read and written with no reference into the stepper kept across `body`.
+    let stepper = unsafe { this(object) };
+    if stepper.running {
+        return Err(PyValueError::new_err("coroutine already executing"));
+    }
+    stepper.running = true;
+    let done = body();
+    unsafe { this(object) }.running = false;
+    done
+}
+
 /// One step: begins the call on the first, steps the tool's coroutine with what was sent, ends the call when
 /// the coroutine ended.
 fn advance<'py>(py: Python<'py>, object: *mut ffi::PyObject, sent: Sent<'py>) -> PyResult<Stepped<'py>> {
+    exclusive(object, || advance_now(py, object, sent))
+}
+
+fn advance_now<'py>(py: Python<'py>, object: *mut ffi::PyObject, sent: Sent<'py>) -> PyResult<Stepped<'py>> {
     // SAFETY (each `this`): `object` is the live stepper whose slot or method runs, with the interpreter attached;
     // no reference into it is kept across a call into Python (which might step it again).
     let stepper = unsafe { this(object) };
@@ -289,7 +443,8 @@ fn step<'py>(py: Python<'py>, coroutine: &Bound<'py, PyAny>, sent: Sent<'py>) ->
     })
 }
 
-/// The tool's coroutine ended: everything is dropped, then `calls.end(job, output, error, milliseconds)`.
+/// The tool's coroutine ended: everything is dropped, then `calls.end(job, output, error, milliseconds)`. While a
+/// tail `end` handed back runs, the stepper holds `calls` again (which batch it is, for `abandon_closed`).
 fn finish<'py>(
     py: Python<'py>,
     object: *mut ffi::PyObject,
@@ -302,13 +457,24 @@ fn finish<'py>(
     let coroutine = take(py, &mut stepper.coroutine);
     let calls = take(py, &mut stepper.calls);
     let job = take(py, &mut stepper.job);
+    unlink(stepper);
     drop(coroutine);
     let (Some(calls), Some(job)) = (calls, job) else {
         return Ok(None);
     };
     let milliseconds = started.map_or(0.0, |started| started.elapsed().as_secs_f64() * 1000.0);
     let tail = calls.call_method1(intern!(py, "end"), (job, output, error, milliseconds))?;
-    Ok((!tail.is_none()).then_some(tail))
+    if tail.is_none() {
+        return Ok(None);
+    }
+    // SAFETY: see `advance`; the stepper holds nothing now (`end` ran with its fields empty).
+    let stepper = unsafe { this(object) };
+    if stepper.calls.is_null() {
+        stepper.calls = calls.into_ptr();
+        // SAFETY: a live stepper, not linked (unlinked above, and only `stepper` links).
+        unsafe { link(std::ptr::from_mut(stepper)) };
+    }
+    Ok(Some(tail))
 }
 
 /// Drops everything the stepper holds (its call will not end through it).
@@ -317,10 +483,12 @@ fn release(py: Python<'_>, object: *mut ffi::PyObject) {
     // the stepper empty.
     let stepper = unsafe { this(object) };
     stepper.started = None;
+    unlink(stepper);
     let held = [
         take(py, &mut stepper.coroutine),
         take(py, &mut stepper.calls),
         take(py, &mut stepper.job),
+        take(py, &mut stepper.event_loop),
     ];
     drop(held);
 }
@@ -450,26 +618,29 @@ unsafe extern "C" fn throw(object: *mut ffi::PyObject, args: *mut ffi::PyObject)
 unsafe extern "C" fn close(object: *mut ffi::PyObject, _: *mut ffi::PyObject) -> *mut ffi::PyObject {
     guarded(
         move |py| {
-            // SAFETY: see `advance`.
-            let coroutine = held(py, unsafe { this(object) }.coroutine);
-            match coroutine {
-                None => release(py, object),
-                // The tail is closed as a coroutine is (it tells the group itself).
-                Some(coroutine) if unsafe { this(object) }.tail => {
-                    release(py, object);
-                    coroutine.call_method0("close")?;
-                }
-                Some(coroutine) => {
-                    coroutine.call_method0("close")?;
-                    drop(coroutine);
-                    let exit = py.get_type::<pyo3::exceptions::PyGeneratorExit>().call0()?;
-                    if let Some(tail) = finish(py, object, py.None().into_bound(py), exit)? {
-                        // What is left of a closed call does not run.
-                        tail.call_method0("close")?;
+            exclusive(object, || {
+                // SAFETY: see `advance`.
+                let coroutine = held(py, unsafe { this(object) }.coroutine);
+                match coroutine {
+                    None => release(py, object),
+                    // The tail is closed as a coroutine is (it tells the group itself).
+                    Some(coroutine) if unsafe { this(object) }.tail => {
+                        release(py, object);
+                        coroutine.call_method0("close")?;
+                    }
+                    Some(coroutine) => {
+                        coroutine.call_method0("close")?;
+                        drop(coroutine);
+                        let exit = py.get_type::<pyo3::exceptions::PyGeneratorExit>().call0()?;
+                        if let Some(tail) = finish(py, object, py.None().into_bound(py), exit)? {
+                            // What is left of a closed call does not run.
+                            release(py, object);
+                            tail.call_method0("close")?;
+                        }
                     }
                 }
-            }
-            Ok(py.None().into_ptr())
+                Ok(py.None().into_ptr())
+            })
         },
         ptr::null_mut(),
     )
@@ -513,6 +684,10 @@ unsafe extern "C" fn get_begun(object: *mut ffi::PyObject, _: *mut c_void) -> *m
 }
 
 unsafe extern "C" fn get_cr_running(object: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    // SAFETY: see `advance`.
+    if unsafe { this(object) }.running {
+        return guarded(|py| Ok(PyBool::new(py, true).to_owned().into_ptr()), ptr::null_mut());
+    }
     of_coroutine(object, "cr_running", no)
 }
 
@@ -530,4 +705,17 @@ unsafe extern "C" fn get_cr_await(object: *mut ffi::PyObject, _: *mut c_void) ->
 
 unsafe extern "C" fn get_cr_code(object: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
     of_coroutine(object, "cr_code", nothing)
+}
+
+fn stepper_name(py: Python<'_>) -> Bound<'_, PyAny> {
+    intern!(py, "Stepper").clone().into_any()
+}
+
+/// The tool's coroutine's names while there is one (a task's description names what its task runs).
+unsafe extern "C" fn get_name(object: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    of_coroutine(object, "__name__", stepper_name)
+}
+
+unsafe extern "C" fn get_qualname(object: *mut ffi::PyObject, _: *mut c_void) -> *mut ffi::PyObject {
+    of_coroutine(object, "__qualname__", stepper_name)
 }

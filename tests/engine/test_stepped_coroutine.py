@@ -19,6 +19,16 @@ def pause(value: Any = None) -> Generator[Any, Any, Any]:
     return (yield value)
 
 
+class OpenLoop:
+    """An event loop as a stepper asks it (``abandon_closed``): never closed."""
+
+    def is_closed(self) -> bool:
+        return False
+
+
+LOOP = OpenLoop()
+
+
 class Calls:
     """Records what a stepper asks and tells; ``begin`` gives ``coroutine`` (or None)."""
 
@@ -46,7 +56,7 @@ async def two_steps(closed: list[str] | None = None) -> str:
 
 def test_the_first_step_begins_the_call_and_the_last_one_ends_it() -> None:
     calls = Calls(two_steps())
-    coroutine = stepper(calls, "job")
+    coroutine = stepper(calls, "job", LOOP)
     assert isinstance(coroutine, Stepper) and isinstance(coroutine, Coroutine)
     assert not gc.is_tracked(coroutine)
     assert not coroutine.begun and calls.begun == []
@@ -70,7 +80,7 @@ def test_what_the_tool_raises_is_handed_to_end_and_the_task_ends_well() -> None:
         raise ValueError("broken")
 
     calls = Calls(fails())
-    coroutine = stepper(calls, "job")
+    coroutine = stepper(calls, "job", LOOP)
     coroutine.send(None)
     with pytest.raises(StopIteration):
         coroutine.send(None)
@@ -80,7 +90,7 @@ def test_what_the_tool_raises_is_handed_to_end_and_the_task_ends_well() -> None:
 
 def test_an_exception_thrown_in_goes_to_the_tool_whose_end_is_handed_on() -> None:
     calls = Calls(two_steps())
-    coroutine = stepper(calls, "job")
+    coroutine = stepper(calls, "job", LOOP)
     coroutine.send(None)
     with pytest.raises(StopIteration):
         coroutine.throw(asyncio.CancelledError("stop"))
@@ -91,7 +101,7 @@ def test_an_exception_thrown_in_goes_to_the_tool_whose_end_is_handed_on() -> Non
 def test_thrown_in_before_the_first_step_the_call_never_begins() -> None:
     tool = two_steps()
     calls = Calls(tool)
-    coroutine = stepper(calls, "job")
+    coroutine = stepper(calls, "job", LOOP)
     with pytest.raises(asyncio.CancelledError):
         coroutine.throw(asyncio.CancelledError())
     assert calls.begun == [] and calls.ended == []
@@ -101,7 +111,7 @@ def test_thrown_in_before_the_first_step_the_call_never_begins() -> None:
 
 def test_a_call_that_does_not_run_ends_the_task_at_its_first_step() -> None:
     calls = Calls(None)
-    coroutine = stepper(calls, "job")
+    coroutine = stepper(calls, "job", LOOP)
     with pytest.raises(StopIteration):
         coroutine.send(None)
     assert calls.begun == ["job"] and calls.ended == []
@@ -110,7 +120,7 @@ def test_a_call_that_does_not_run_ends_the_task_at_its_first_step() -> None:
 def test_closed_after_it_began_the_tool_is_closed_and_the_call_ends_with_generator_exit() -> None:
     closed: list[str] = []
     calls = Calls(two_steps(closed))
-    coroutine = stepper(calls, "job")
+    coroutine = stepper(calls, "job", LOOP)
     coroutine.send(None)
     coroutine.close()
     assert closed == ["finally"]
@@ -123,7 +133,7 @@ def test_closed_after_it_began_the_tool_is_closed_and_the_call_ends_with_generat
 def test_closed_before_it_began_nothing_is_asked_or_told() -> None:
     tool = two_steps()
     calls = Calls(tool)
-    coroutine = stepper(calls, "job")
+    coroutine = stepper(calls, "job", LOOP)
     coroutine.close()
     assert calls.begun == [] and calls.ended == []
     tool.close()
@@ -134,21 +144,21 @@ def test_a_failing_begin_raises_from_the_step() -> None:
         def begin(self, job: Any) -> None:
             raise KeyError("begin")
 
-    coroutine = stepper(Failing(None), "job")
+    coroutine = stepper(Failing(None), "job", LOOP)
     with pytest.raises(KeyError):
         coroutine.send(None)
 
 
 def test_throw_takes_a_type_and_a_value_as_a_coroutine_does() -> None:
     calls = Calls(two_steps())
-    coroutine = stepper(calls, "job")
+    coroutine = stepper(calls, "job", LOOP)
     coroutine.send(None)
     with pytest.raises(StopIteration):
         coroutine.throw(ValueError, "as a value")
     [(_, _, error, _)] = calls.ended
     assert type(error) is ValueError and str(error) == "as a value"
     with pytest.raises(TypeError):
-        stepper(Calls(None), "job").throw()
+        stepper(Calls(None), "job", LOOP).throw()
 
 
 def test_it_cannot_be_made_but_by_stepper() -> None:
@@ -171,7 +181,7 @@ def test_as_a_task_it_ends_with_the_call_and_leaves_nothing_for_the_collector() 
 
     async def main() -> list[tuple[Any, Any, Any, float]]:
         calls = Calls(keeps_its_task())
-        task = asyncio.get_running_loop().create_task(stepper(calls, "job"))  # type: ignore[arg-type]
+        task = asyncio.get_running_loop().create_task(stepper(calls, "job", asyncio.get_running_loop()))  # type: ignore[arg-type]
         assert await task is None
         return calls.ended
 

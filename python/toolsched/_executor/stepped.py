@@ -19,6 +19,7 @@ task, coroutine and done callback, and a round of them costs the collector what 
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Awaitable
 from types import CoroutineType
 from typing import Any
@@ -30,7 +31,7 @@ from toolsched._backends.workers import (
     foreign_cancellation,
     running_task,
 )
-from toolsched._core import stepper
+from toolsched._core import abandon_closed, stepper
 from toolsched._executor.call import EXECUTION_FAILURES, SKIPPED, cancelled_from_outside, failed, raised_by_tool
 from toolsched._executor.emitter import Emitter
 from toolsched._executor.shaping import fits_as_is, shape_now
@@ -65,6 +66,20 @@ def stepped_calls(turn: Turn, batch: int, group: WorkerGroup) -> SteppedCalls | 
     return SteppedCalls(turn, batch, group)
 
 
+def _abandon_closed_loops(phase: str, info: dict[str, int]) -> None:
+    """Before a full collection: a stepped call left waiting on an event loop that is closed will never be stepped
+    again, and what its stepper holds the collector cannot see (``_core.stepper``), so its task and the tool's
+    coroutine would be kept for ever. Such steppers drop what they hold (``_core.abandon_closed``, which asks only the
+    few event loops with live steppers whether they are closed), and the collector takes what was left as it takes
+    ``execute``'s coroutines: each tool's coroutine is closed, and asyncio reports each task destroyed while
+    pending."""
+    if phase == "start" and info.get("generation") == 2:
+        abandon_closed()
+
+
+gc.callbacks.append(_abandon_closed_loops)
+
+
 class SteppedCalls:
     """A concurrent batch's calls that run with a stepper as their task's whole coroutine (``_core.stepper``):
     it asks ``begin`` on a call's first step and tells ``end`` on its last; what ``end`` hands back (the call's
@@ -93,7 +108,7 @@ class SteppedCalls:
 
     def start(self, job: Job) -> None:
         """Starts ``job`` in a task of the batch's group whose whole coroutine is a stepper (``_core.stepper``)."""
-        self.group.start(stepper(self, job))
+        self.group.start(stepper(self, job, self.group.loop))
 
     def begin(self, job: Job) -> Any:
         """A stepped call's first step: the tool's coroutine, or None when the call does not run (the run is being
