@@ -128,14 +128,16 @@ def _as_text(value: Any) -> str:
     """Arguments or an output as an attribute's text: text as it is, images described, anything else JSON.
 
     Never raises (an attribute that failed would lose its span): what JSON cannot hold (tuple keys, an int past
-    Python's digit limit, nesting past the recursion limit) is its ``str()``, or a stand-in naming its type.
+    Python's digit limit, nesting past the recursion limit), or what fails as its images are looked for (an
+    array-like entry), is its ``str()``, or a stand-in naming its type.
     """
     if isinstance(value, str):
         return value
-    parts = content_parts(value)
-    if parts is not None:
-        return content_text(parts)
     try:
+        # Looking for images compares the value's ``type`` entry, which an array-like value answers with no truth.
+        parts = content_parts(value)
+        if parts is not None:
+            return content_text(parts)
         return json.dumps(value, ensure_ascii=False, default=str)
     except Exception:  # a value that fails to show itself (even its str()) is named, never the span's loss
         return shown_as_text(value)

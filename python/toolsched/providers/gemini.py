@@ -175,7 +175,7 @@ def _sendable_part(part: Any) -> Any:
     ``FunctionCall``, as the API, takes only an object there)."""
     function_call = read(part, "function_call", "functionCall")
     args = read(function_call, "args") if function_call is not None and is_record(function_call) else None
-    if args is None or isinstance(args, Mapping):
+    if _sent_args(args) is args:
         return part
     copy = as_record(part)
     field = "functionCall" if "functionCall" in copy else "function_call"
@@ -183,6 +183,13 @@ def _sendable_part(part: Any) -> Any:
     call["args"] = {}
     copy[field] = call
     return copy
+
+
+def _sent_args(args: Any) -> Any:
+    """A ``functionCall``'s ``args`` as the content sent back holds them: an object (or none) as it is, anything
+    else empty (``_sendable_part``). A call's synthesised ID is digested from them, so that the turn sent back
+    (a streamed turn's ``assembled()``, the execution's ``assistant``) gives each call the ID it ran under."""
+    return args if args is None or isinstance(args, Mapping) else {}
 
 
 def _parts(response: Any, candidate: int) -> Sequence[Any]:
@@ -198,8 +205,9 @@ def calls_from(response: Any, *, candidate: int = 0) -> list[ToolCall]:
     ``response`` is an SDK ``GenerateContentResponse``, its REST dict, a
     ``Content`` or a list of parts. A call without an ``id`` gets
     ``toolsched_call_{position}_{digest}`` (its index among the response's
-    calls and a digest of its name and arguments), and its answer no ``id``;
-    ``args`` that are no object (text too, whatever it holds) are answered
+    calls and a digest of its name and arguments, as the content sent back
+    holds them: the same from ``model_content`` and from the execution's
+    ``assistant``), and its answer no ``id``; ``args`` that are no object (text too, whatever it holds) are answered
     ``invalid_input``. A response without candidates has no calls. Raises
     ``ResponseFormatError`` for something that is not a response.
     """
@@ -214,7 +222,7 @@ def calls_from(response: Any, *, candidate: int = 0) -> list[ToolCall]:
             left_alone(PROVIDER, f"parts[{index}]", "/".join(sorted(map(str, part))), frozenset())
     ids = assign_ids(
         [read(function_call, "id") for function_call in function_calls],
-        [(read(function_call, "name"), read(function_call, "args")) for function_call in function_calls],
+        [(read(function_call, "name"), _sent_args(read(function_call, "args"))) for function_call in function_calls],
     )
     return [
         ToolCall(call_id, call_name(read(function_call, "name")), object_arguments(read(function_call, "args")))
