@@ -142,6 +142,10 @@ async def test_a_reply_builder_given_what_is_not_calls_or_results_says_which_wit
         with pytest.raises(ts.OptionError, match=rule):
             build(*arguments, **options)
     assert build(calls, outcome.results, registry=executor.registry)
+    # Any collection of calls and of results builds the same reply as lists do: a generator, a tuple.
+    listed = build(calls, outcome.results)
+    assert build((call for call in calls), (result for result in outcome.results)) == listed
+    assert build(tuple(calls), tuple(outcome.results)) == listed
 
 
 # --- Gemini: outputs as its API reads a functionResponse ---------------------------------------------------

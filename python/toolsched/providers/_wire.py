@@ -7,7 +7,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -384,7 +384,7 @@ def results_by_call(
     are no ``ToolCall``s, results no ``ToolResult``s (the ``Outcome`` itself,
     say) or a ``registry`` that is none are refused with ``OptionError``.
     """
-    _check_reply_inputs(calls, results, registry)
+    calls, results = _reply_inputs(calls, results, registry)
     by_id = {result.call_id: result for result in results}
     pairs: list[tuple[ToolCall, ToolResult]] = []
     seen: set[str] = set()
@@ -402,21 +402,26 @@ def results_by_call(
     return pairs
 
 
-def _check_reply_inputs(calls: Any, results: Any, registry: Any) -> None:
-    """Refuses what a reply cannot be built from, naming the argument (``OptionError``)."""
+def _reply_inputs(calls: Any, results: Any, registry: Any) -> tuple[list[ToolCall], list[ToolResult]]:
+    """The calls and results a reply is built from, as lists (any collection of each: a list, a tuple, a
+    generator); what a reply cannot be built from is refused, naming the argument (``OptionError``)."""
     from toolsched._tools.registry import ToolRegistry
 
+    listed: list[list[Any]] = []
     for name, items, kind in (("calls", calls, ToolCall), ("results", results, ToolResult)):
-        if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence):
+        if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
             hint = "; pass outcome.results" if hasattr(items, "results") and hasattr(items, "pending") else ""
             raise OptionError(f"{name} must be a list of {kind.__name__}, got {type(items).__name__}{hint}")
+        items = list(items)
         for index, item in enumerate(items):
             if not isinstance(item, kind):
                 raise OptionError(f"{name}[{index}] must be a {kind.__name__}, got {type(item).__name__}")
+        listed.append(items)
     if registry is not None and not isinstance(registry, ToolRegistry):
         raise OptionError(
             f"registry must be a ToolRegistry or None, got {type(registry).__name__}; pass executor.registry"
         )
+    return listed[0], listed[1]
 
 
 def check_executor(executor: Any) -> None:
