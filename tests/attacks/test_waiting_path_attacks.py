@@ -175,3 +175,42 @@ async def test_a_cancellation_the_tool_swallowed_settles_nothing_for_its_circuit
         outcome = await executor.run([ts.ToolCall(f"c{n}", "slow", {"n": n, "mode": "t"})])
         kinds.append(outcome.results[0].error_kind)
     assert kinds == ["timeout", "cancelled", "timeout", "unavailable"]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("path", ["stepped", "execute"])
+async def test_a_call_whose_task_is_cancelled_from_outside_before_it_began_is_answered(path: str) -> None:
+    # Something outside the run cancels the tasks of the calls left in a batch (say, from ``asyncio.all_tasks()``)
+    # before they take their first step: those calls never run, and the run answers them ``cancelled`` rather
+    # than failing to assemble its results. Both ways a waiting call runs (stepped, or through ``execute``, which
+    # an input guardrail asks for).
+    import asyncio
+
+    ran: list[int] = []
+
+    @ts.tool(name="wait", concurrency_safe=True)
+    async def wait(n: int) -> str:
+        ran.append(n)
+        await asyncio.sleep(0.01)
+        return "ok"
+
+    options = {} if path == "stepped" else {"input_guardrails": [lambda event: None]}
+    executor = ts.Executor([wait], **options)
+    here = asyncio.current_task()
+    before = asyncio.all_tasks()
+    run = asyncio.ensure_future(executor.run(batch("wait")))
+    workers: set[asyncio.Task[object]] = set()
+    for _ in range(100):
+        await asyncio.sleep(0)
+        workers = asyncio.all_tasks() - before - {run, here}
+        if workers:
+            break
+    assert len(workers) == 3
+    for worker in workers:
+        worker.cancel()
+    with anyio.fail_after(5):
+        outcome = await run
+    assert [result.call_id for result in outcome.results] == ["c0", "c1", "c2", "c3"]
+    assert outcome.results[0].output == "ok" and ran == [0]
+    for result in outcome.results[1:]:
+        assert result.error_kind == "cancelled" and "cancelled from outside" in (result.error or "")

@@ -26,7 +26,7 @@ from toolsched._executor.pool import run_pool
 from toolsched._executor.settings import Steering
 from toolsched._executor.stepped import stepped_calls
 from toolsched._executor.strategies import resolve_cap
-from toolsched._executor.turn import Job, Turn, judge
+from toolsched._executor.turn import PENDING, Job, Turn, judge
 from toolsched._policy.hooks import BatchEvent, Hook, HookTimeout
 from toolsched._tools.tools import Access
 from toolsched._values.calls import ToolCall, args_copy
@@ -187,6 +187,11 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
                     )
                 finally:
                     turn.pool = None
+                unstarted = [job for job in batch if job.state == PENDING]
+                if unstarted:
+                    # The tasks of these calls were cancelled from outside the run before their first step (the
+                    # pool never cancels one that has not begun): they never ran, and are answered so.
+                    await answer_unstarted(unstarted, turn, "cancelled", CANCELLED_UNSTARTED, number)
             else:
                 for job in batch:
                     suspended = run_until_suspended(execute(job, number, False, turn))
@@ -209,6 +214,10 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
         return []
     finally:
         turn.live.discard(turn)
+
+
+# Why a call of a concurrent batch whose task was cancelled before it began is answered without running.
+CANCELLED_UNSTARTED = "not run: the task it was to run in was cancelled from outside this run before it began"
 
 
 def _in_batch(number: int, turn: Turn) -> Callable[[Job], Coroutine[Any, Any, None]]:
