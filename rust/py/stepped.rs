@@ -56,7 +56,7 @@ static LINKED: AtomicPtr<Stepper> = AtomicPtr::new(ptr::null_mut());
 /// not every stepper; `abandon_closed`).
 static LOOPS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 
-/// One more (`by` 1) or one fewer (`by` -1) linked stepper of `event_loop`.
+/// One more (`more`) or one fewer linked stepper of `event_loop`.
 fn count_loop(event_loop: *mut ffi::PyObject, more: bool) {
     let mut loops = LOOPS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let key = event_loop as usize;

@@ -187,11 +187,13 @@ async def _run_batches(jobs: list[Job], turn: Turn, cap: int, steering: Steering
                     )
                 finally:
                     turn.pool = None
-                unstarted = [job for job in batch if job.state == PENDING]
-                if unstarted:
-                    # The tasks of these calls were cancelled from outside the run before their first step (the
+                if len(turn.completed) - recorded < len(batch):
+                    # Fewer results than calls (asked in one step: the batch is looked through only then). Calls
+                    # still pending had their tasks cancelled from outside the run before their first step (the
                     # pool never cancels one that has not begun): they never ran, and are answered so.
-                    await answer_unstarted(unstarted, turn, "cancelled", CANCELLED_UNSTARTED, number)
+                    unstarted = [job for job in batch if job.state == PENDING]
+                    if unstarted:
+                        await answer_unstarted(unstarted, turn, "cancelled", CANCELLED_UNSTARTED, number)
             else:
                 for job in batch:
                     suspended = run_until_suspended(execute(job, number, False, turn))
